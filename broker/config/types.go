@@ -1,0 +1,179 @@
+// Package config loads MetaQ 1.4.6 server.ini and async_slave.properties files
+// (and this project's own optional sections) into typed, validated structs.
+//
+// It is the one place that knows MetaQ's key names and defaults (spec §4).
+// It never writes an operator's file: ini.v1 does not round-trip comments.
+package config
+
+import "time"
+
+// Server is a loaded and validated server.ini.
+type Server struct {
+	// File is the path the configuration was loaded from ("" when parsed from bytes).
+	File string
+	// Raw holds the file's exact bytes; `stats config` and configsync serve them unchanged.
+	Raw []byte
+	// Checksum is the unsigned CRC32 (IEEE) of Raw, as MetaQ writes into master_config_checksum.
+	Checksum uint32
+
+	System    System
+	ZooKeeper ZooKeeper
+	// Topics holds every [topic=<name>] section in file order, with [system]
+	// values filled in where the section leaves a key out.
+	Topics []Topic
+
+	// Site, Gossip, NATS and Replication are this project's extensions. They are
+	// optional sections; a MetaQ 1.4.6 file has none of them and gets defaults.
+	Site        Site
+	Gossip      Gossip
+	NATS        NATS
+	Replication Replication
+}
+
+// System is the [system] section (spec §4.2). Durations are converted from
+// MetaQ's milliseconds.
+type System struct {
+	BrokerID                    int           // required, 0..1023
+	HostName                    string        // "" = first non-loopback address
+	ServerPort                  int           // default 8123
+	DashboardHTTPPort           int           // default 8120
+	DataPath                    string        // default ${HOME}/meta
+	DataLogPath                 string        // default = DataPath
+	AppClassPath                string        // accepted for compatibility; filters are not loaded from jars
+	NumPartitions               int           // required, default 1
+	UnflushThreshold            int           // required, default 1000; <= 0 means group commit
+	UnflushInterval             time.Duration // required, default 10s
+	MaxSegmentSize              int64         // required, default 1 GiB
+	MaxTransferSize             int           // required, default 1 MiB
+	GetProcessThreadCount       int           // default 10*CPUs
+	PutProcessThreadCount       int           // default 10*CPUs
+	DeletePolicy                DeletePolicy  // default delete,168
+	DeleteWhen                  Cron          // default "0 0 6,18 * * ?"
+	QuartzThreadCount           int           // default 5
+	MaxCheckpoints              int           // default 3
+	CheckpointInterval          time.Duration // default 1h
+	MaxTxTimeoutTimerCapacity   int           // default 30000
+	FlushTxLogAtCommit          int           // 0, 1 (default) or 2
+	MaxTxTimeoutInSeconds       int           // default 60
+	AcceptPublish               bool          // default true
+	AcceptSubscribe             bool          // default true
+	Stat                        bool          // default false
+	UpdateConsumerOffsets       bool          // default false
+	LoadMessageStoresInParallel bool          // default false
+}
+
+// ZooKeeper is the [zookeeper] section (spec §4.4).
+type ZooKeeper struct {
+	Connect           string        // zk.zkConnect, default localhost:2181
+	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
+	ConnectionTimeout time.Duration // zk.zkConnectionTimeoutMs, default 30s
+	SyncTime          time.Duration // zk.zkSyncTimeMs, default 5s
+	Enable            bool          // zk.zkEnable, default true
+	Root              string        // zk.zkRoot, default /meta, normalised: leading '/', no trailing '/'
+}
+
+// Topic is one [topic=<name>] section with [system] values filled in (spec §4.3).
+type Topic struct {
+	// Name is the section name after "topic=". It may hold '*' and regex
+	// characters: Pattern is the compiled full-match form MetaQ uses.
+	Name             string
+	Pattern          string // regexp source, anchored, '*' turned into '.*'
+	NumPartitions    int
+	UnflushThreshold int
+	UnflushInterval  time.Duration
+	DataPath         string
+	DeletePolicy     DeletePolicy
+	DeleteWhen       Cron
+	AcceptPublish    bool
+	AcceptSubscribe  bool
+	Stat             bool
+	// Filters maps consumer group to the filter class named by group.<g>=<class>.
+	Filters map[string]string
+}
+
+// DeletePolicy is deletePolicy=name,age[,compress] (spec §2.4).
+type DeletePolicy struct {
+	Name     string        // "delete" or "archive"
+	MaxAge   time.Duration // age after which a segment is removed
+	Compress bool          // archive only: zip instead of rename to .arc
+	Text     string        // the value as written
+}
+
+// Cron is a parsed Quartz cron expression (6 or 7 fields, '?' allowed).
+type Cron struct {
+	Text string // the expression as written
+	// Next returns the first activation strictly after t. It is nil only for
+	// the zero Cron.
+	Next func(t time.Time) time.Time `json:"-"`
+}
+
+// Site is the optional [site] section: what differs between datacenters.
+// Keys: name, dashboardAddr, adminAddr, token, overlay.
+type Site struct {
+	Name          string // e.g. "bj"; default "default"
+	DashboardAddr string // listen address for the dashboard/JSON API; default 127.0.0.1:<dashboardHttpPort>
+	AdminAddr     string // listen address for the admin endpoint; default 127.0.0.1:<serverPort+2>
+	Token         string // required when DashboardAddr or AdminAddr is not loopback
+	Overlay       string // path of the per-site overlay file that configsync never overwrites
+}
+
+// Gossip is the optional [gossip] section for topology's memberlist pool.
+// Keys: bind, advertise, join (comma list), key (base64, 16/24/32 bytes), label,
+// probeIntervalMs, enable.
+type Gossip struct {
+	Enable        bool
+	Bind          string // default 127.0.0.1:<serverPort+3>
+	Advertise     string
+	Join          []string
+	Key           []byte
+	Label         string
+	ProbeInterval time.Duration
+}
+
+// NATS is the optional [nats] section used by configsync and control messages.
+// Keys: url ("" = embedded server), embeddedListen, credsFile, tlsCert, tlsKey,
+// tlsCA, bucket, subject.
+type NATS struct {
+	URL            string
+	EmbeddedListen string // default 127.0.0.1:<serverPort+4>
+	CredsFile      string
+	TLSCert        string
+	TLSKey         string
+	TLSCA          string
+	Bucket         string // JetStream KV bucket, default "metaq_config"
+	Subject        string // subject prefix, default "metaq.config"
+}
+
+// Replication is the optional [replication] section on the master side:
+// listen address and codec. Keys: listen, compression (zstd|s2|none|auto),
+// bandwidthBytesPerSec, stuckAfterMs.
+type Replication struct {
+	Listen               string // default 0 = <serverPort+1> on the serving host
+	Compression          string
+	BandwidthBytesPerSec int64
+	StuckAfter           time.Duration
+}
+
+// Slave is a loaded async_slave.properties (spec §4.5) plus this project's
+// link settings.
+type Slave struct {
+	File                 string
+	SlaveID              int           // required, >= 0
+	SlaveGroup           string        // default meta-slave-group_<slaveId> when blank
+	SlaveMaxDelay        time.Duration // slaveMaxDelayInMills, default 500ms
+	AutoSyncMasterConfig bool          // default false
+	// Extensions.
+	MasterAddress          string // replication address of the master when ZooKeeper is off
+	Compression            string // zstd (default), s2, none, auto
+	BandwidthBytesPerSec   int64  // 0 = unlimited
+	TLSCert, TLSKey, TLSCA string
+}
+
+// Warning is a non-fatal finding, such as an unknown key.
+type Warning struct {
+	File, Section, Key, Message string
+}
+
+func (w Warning) String() string {
+	return w.File + ": [" + w.Section + "] " + w.Key + ": " + w.Message
+}

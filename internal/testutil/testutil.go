@@ -1,0 +1,40 @@
+// Package testutil holds small helpers shared by the project's tests.
+package testutil
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// Eventually calls fn every step until it returns nil or timeout passes, then
+// fails the test with fn's last error.
+func Eventually(t testing.TB, timeout, step time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %v", timeout, err)
+		}
+		time.Sleep(step)
+	}
+}
+
+// ZKEnv names the environment variable that holds the address of a real
+// ZooKeeper for integration tests. .ci/run starts one and sets it.
+const ZKEnv = "METAQ_TEST_ZK"
+
+// ZooKeeper returns the address of the test ZooKeeper, or skips the test with
+// a clear message when none is configured.
+func ZooKeeper(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv(ZKEnv)
+	if addr == "" {
+		t.Skipf("%s is not set: this test needs a real ZooKeeper (bash .ci/run starts one)", ZKEnv)
+	}
+	return addr
+}
