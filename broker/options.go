@@ -1,0 +1,101 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/broker/store"
+	"metaq/internal/clock"
+)
+
+// Options configure a Broker. Zero values mean defaults.
+type Options struct {
+	// Config is the loaded server.ini; required.
+	Config *config.Server
+	// Store is the open storage engine; required. The broker does not close it.
+	Store *store.Store
+	// Logger receives the broker's logs; nil discards them.
+	Logger *slog.Logger
+	// Clock drives retention schedules, uptime and rate counters; nil = real.
+	Clock clock.Clock
+	// Registry publishes the broker in ZooKeeper; nil = standalone.
+	Registry Registry
+	// TxHandler handles transactions; nil answers them with 500.
+	TxHandler TxHandler
+	// SlaveStats provides `stats slave`; nil reports "slave false".
+	SlaveStats SlaveStats
+
+	// ListenAddr is the MetaQ protocol address; default ":<serverPort>".
+	// Tests use "127.0.0.1:0".
+	ListenAddr string
+	// SyncReceiver makes this broker a synchronous-replication slave (MetaQ
+	// "gregor"): it accepts `sync` commands and stores their records under
+	// the given ids. Without it `sync` gets 503 as on a plain MetaQ broker.
+	SyncReceiver bool
+	// SyncSlave is the MetaQ-protocol address (host:port) of a synchronous
+	// slave (MetaQ "samsa" master): every put is forwarded with `sync` and
+	// acknowledged only when the slave stored it too. "" = none.
+	SyncSlave string
+	// SyncTimeout bounds one forwarded sync (sendToSlaveTimeoutInMills);
+	// default 10s.
+	SyncTimeout time.Duration
+
+	// MaxMessageSize is the largest put/sync body accepted, in bytes; a larger
+	// declared body closes the connection without reading it. Default
+	// 16 MiB, never above 16 MiB.
+	MaxMessageSize int
+	// MaxInFlight bounds the requests one connection may have in progress;
+	// the reader stops reading while it is reached. Default 256.
+	MaxInFlight int
+	// WriteTimeout bounds one response write; a client that does not read
+	// for this long is disconnected. Default 30s.
+	WriteTimeout time.Duration
+	// Version is the string `version` answers; default Version.
+	Version string
+}
+
+// Version is this project's protocol version string, in MetaQ's format.
+const Version = "1.4.6.2"
+
+// HardMaxMessageSize is the upper bound for Options.MaxMessageSize.
+const HardMaxMessageSize = 16 << 20
+
+func (o *Options) validate() error {
+	if o.Config == nil {
+		return errors.New("broker: Options.Config is required")
+	}
+	if o.Store == nil {
+		return errors.New("broker: Options.Store is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.ListenAddr == "" {
+		o.ListenAddr = fmt.Sprintf(":%d", o.Config.System.ServerPort)
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 10 * time.Second
+	}
+	if o.MaxMessageSize <= 0 || o.MaxMessageSize > HardMaxMessageSize {
+		o.MaxMessageSize = HardMaxMessageSize
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 256
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = Version
+	}
+	if id := o.Config.System.BrokerID; id < 0 || id > 1023 {
+		return fmt.Errorf("broker: brokerId %d outside 0..1023", id)
+	}
+	return nil
+}

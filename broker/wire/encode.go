@@ -1,0 +1,190 @@
+package wire
+
+import (
+	"hash/crc32"
+	"io"
+	"strconv"
+)
+
+// Checksum is MetaQ's message checksum: CRC32 (IEEE) of the body AND
+// 0x7FFFFFFF (spec §1.5, §1.10).
+func Checksum(body []byte) int32 {
+	return int32(crc32.ChecksumIEEE(body) & 0x7FFFFFFF)
+}
+
+func appendInt(b []byte, v int64) []byte { return strconv.AppendInt(b, v, 10) }
+
+func appendSP(b []byte) []byte { return append(b, ' ') }
+
+func appendCRLF(b []byte) []byte { return append(b, '\r', '\n') }
+
+// AppendTo appends the put frame. See Put.Fields for the form chosen.
+func (c *Put) AppendTo(b []byte) []byte {
+	b = append(b, "put "...)
+	b = append(b, c.Topic...)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Partition))
+	b = appendSP(b)
+	b = appendInt(b, int64(len(c.Body)))
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Flag))
+	switch {
+	case c.Fields == 6:
+	case c.Fields == 7 && c.TxKey != "":
+		b = appendSP(b)
+		b = append(b, c.TxKey...)
+	default:
+		b = appendSP(b)
+		b = appendInt(b, int64(c.Checksum))
+		if c.TxKey != "" {
+			b = appendSP(b)
+			b = append(b, c.TxKey...)
+		}
+	}
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	b = appendCRLF(b)
+	return append(b, c.Body...)
+}
+
+// AppendTo appends the get frame.
+func (c *Get) AppendTo(b []byte) []byte {
+	b = append(b, "get "...)
+	b = append(b, c.Topic...)
+	b = appendSP(b)
+	b = append(b, c.Group...)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Partition))
+	b = appendSP(b)
+	b = appendInt(b, c.Offset)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.MaxSize))
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	return appendCRLF(b)
+}
+
+// AppendTo appends the offset frame.
+func (c *Offset) AppendTo(b []byte) []byte {
+	b = append(b, "offset "...)
+	b = append(b, c.Topic...)
+	b = appendSP(b)
+	b = append(b, c.Group...)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Partition))
+	b = appendSP(b)
+	b = appendInt(b, c.Offset)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	return appendCRLF(b)
+}
+
+// AppendTo appends the version frame, with the opaque unless HasOpaque is
+// false and Opaque is NoOpaque.
+func (c *Version) AppendTo(b []byte) []byte {
+	b = append(b, "version"...)
+	if c.HasOpaque || c.Opaque != NoOpaque {
+		b = appendSP(b)
+		b = appendInt(b, int64(c.Opaque))
+	}
+	return appendCRLF(b)
+}
+
+// AppendTo appends the stats frame as the Java client does ("stats item
+// opaque", two spaces for a blank item), or "stats" alone when neither an
+// item nor an opaque is set.
+func (c *Stats) AppendTo(b []byte) []byte {
+	b = append(b, "stats"...)
+	if c.HasOpaque || c.Opaque != NoOpaque || c.HasItem || c.Item != "" {
+		b = appendSP(b)
+		b = append(b, c.Item...)
+		b = appendSP(b)
+		b = appendInt(b, int64(c.Opaque))
+	}
+	return appendCRLF(b)
+}
+
+// AppendTo appends "quit\r\n".
+func (*Quit) AppendTo(b []byte) []byte { return append(b, "quit\r\n"...) }
+
+// AppendTo appends the transaction frame; Timeout and UniqueQualifier are
+// sent only when set, as the Java client does.
+func (c *Transaction) AppendTo(b []byte) []byte {
+	b = append(b, "transaction "...)
+	key := c.TxKey
+	if key == "" {
+		key = c.Tx.String()
+	}
+	b = append(b, key...)
+	b = appendSP(b)
+	b = append(b, c.SessionID...)
+	b = appendSP(b)
+	b = append(b, c.Type...)
+	if c.Timeout > 0 {
+		b = appendSP(b)
+		b = appendInt(b, int64(c.Timeout))
+	}
+	if c.UniqueQualifier != "" {
+		b = appendSP(b)
+		b = append(b, c.UniqueQualifier...)
+	}
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	return appendCRLF(b)
+}
+
+// AppendTo appends the sync frame (8 fields unless Fields is 7).
+func (c *Sync) AppendTo(b []byte) []byte {
+	b = append(b, "sync "...)
+	b = append(b, c.Topic...)
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Partition))
+	b = appendSP(b)
+	b = appendInt(b, int64(len(c.Body)))
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Flag))
+	b = appendSP(b)
+	b = appendInt(b, c.MsgID)
+	if c.Fields != 7 {
+		b = appendSP(b)
+		b = appendInt(b, int64(c.Checksum))
+	}
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	b = appendCRLF(b)
+	return append(b, c.Body...)
+}
+
+// AppendTo appends the result frame.
+func (c *Result) AppendTo(b []byte) []byte {
+	b = append(b, "result "...)
+	b = appendInt(b, int64(c.Code))
+	b = appendSP(b)
+	b = appendInt(b, int64(len(c.Body)))
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	b = appendCRLF(b)
+	return append(b, c.Body...)
+}
+
+// AppendTo appends the value frame.
+func (c *Value) AppendTo(b []byte) []byte {
+	b = AppendValueHeader(b, len(c.Data), c.Opaque)
+	return append(b, c.Data...)
+}
+
+// AppendValueHeader appends "value <n> <opaque>\r\n", so that a server can
+// write the data from its own buffer without copying it.
+func AppendValueHeader(b []byte, n int, opaque int32) []byte {
+	b = append(b, "value "...)
+	b = appendInt(b, int64(n))
+	b = appendSP(b)
+	b = appendInt(b, int64(opaque))
+	return appendCRLF(b)
+}
+
+// Write encodes c and writes it to w in one call.
+func Write(w io.Writer, c Command) error {
+	_, err := w.Write(c.AppendTo(nil))
+	return err
+}
