@@ -1,0 +1,276 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+)
+
+func (r *Registry) master() bool { return r.opts.SlaveID < 0 }
+
+// URL is the meta://host:port this broker advertises.
+func (r *Registry) URL() string {
+	host := r.opts.Host
+	if host == "" {
+		host = LocalHost()
+	}
+	return BrokerURL(host, r.opts.Port)
+}
+
+// RegisterBroker writes the broker's own nodes (spec §3.1): the ephemeral
+// ids/<id>/master (or slave<n>) holding meta://host:port; for a master also
+// the data of the persistent ids/<id> (for old clients) and the ephemeral
+// master_config_checksum. They are written again after every session expiry
+// until UnregisterAll.
+//
+// The broker node is created without overwrite, as MetaQ does. When it is
+// held by another session — typically this broker's previous process, killed
+// before its session expired — RegisterBroker waits up to the session timeout
+// for that session to expire, and then fails with ErrBrokerNodeHeld.
+func (r *Registry) RegisterBroker(ctx context.Context) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	if err := r.registerBrokerLocked(ctx); err != nil {
+		return err
+	}
+	r.state.broker = true
+	r.state.session = r.conn.SessionID()
+	return nil
+}
+
+func (r *Registry) registerBrokerLocked(ctx context.Context) error {
+	path := r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)
+	url := []byte(r.URL())
+	r.log.Info("REGISTRY: registering broker", "path", path, "url", string(url))
+	var deadline time.Time
+	for {
+		err := r.createEphemeral(ctx, path, url)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNodeExists) {
+			return fmt.Errorf("registry: register broker %s: %w", path, err)
+		}
+		_, st, err := r.Get(ctx, path)
+		if errors.Is(err, ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("registry: register broker %s: %w", path, err)
+		}
+		if st.EphemeralOwner == r.conn.SessionID() {
+			// Ours already (a retry after a lost reply): keep it, refresh the value.
+			if err := r.call(ctx, func() error { _, err := r.conn.Set(path, url, -1); return err }); err != nil {
+				return fmt.Errorf("registry: register broker %s: %w", path, err)
+			}
+			break
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(r.opts.SessionTimeout + time.Second)
+			r.log.Warn("REGISTRY: broker node held by another session, waiting for it to expire",
+				"path", path, "owner", fmt.Sprintf("0x%x", st.EphemeralOwner), "max_wait", r.opts.SessionTimeout)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s belongs to live session 0x%x after waiting %v; is another broker with brokerId %d running?",
+				ErrBrokerNodeHeld, path, st.EphemeralOwner, r.opts.SessionTimeout, r.opts.BrokerID)
+		}
+		exists, w, err := r.ExistsW(ctx, path)
+		if err != nil {
+			return fmt.Errorf("registry: register broker %s: %w", path, err)
+		}
+		if !exists {
+			continue
+		}
+		select {
+		case <-w:
+		case <-time.After(time.Until(deadline)):
+		case <-ctx.Done():
+			return fmt.Errorf("registry: register broker %s: %w", path, ctx.Err())
+		}
+	}
+	if !r.master() {
+		return nil
+	}
+	// ids/<id> exists now as the master's persistent parent; old clients read
+	// the url from it.
+	if err := r.SetPersistent(ctx, r.paths.BrokerID(r.opts.BrokerID), url); err != nil {
+		return fmt.Errorf("registry: register broker id node: %w", err)
+	}
+	if err := r.writeChecksumLocked(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (r *Registry) writeChecksumLocked(ctx context.Context) error {
+	path := r.paths.MasterConfigChecksum(r.opts.BrokerID)
+	sum := strconv.FormatUint(uint64(r.state.checksum), 10)
+	if err := r.ensureEphemeral(ctx, path, []byte(sum)); err != nil {
+		return fmt.Errorf("registry: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// SetConfigChecksum records the CRC32 of a (re)loaded server.ini and, on a
+// registered master, rewrites master_config_checksum, which makes async
+// slaves restart their subscription (spec §4.6, §5.1). A slave only records it.
+func (r *Registry) SetConfigChecksum(ctx context.Context, sum uint32) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	r.state.checksum = sum
+	if !r.state.broker || !r.master() {
+		return nil
+	}
+	return r.writeChecksumLocked(ctx)
+}
+
+// RegisterTopic registers a topic's three nodes (topics, and topics-pub /
+// topics-sub when acceptPublish / acceptSubscribe) under this broker's name
+// (<id>-m or <id>-s<n>). A topic already registered with the same settings is
+// left alone; one whose settings changed has its nodes deleted and created
+// again, as a MetaQ reload does. The topic is registered again after every
+// session expiry until UnregisterAll.
+func (r *Registry) RegisterTopic(ctx context.Context, topic string, numPartitions int, acceptPublish, acceptSubscribe bool) error {
+	if topic == "" || numPartitions <= 0 {
+		return fmt.Errorf("registry: register topic %q with %d partitions: invalid", topic, numPartitions)
+	}
+	t := topicReg{numPartitions: numPartitions, acceptPublish: acceptPublish, acceptSub: acceptSubscribe}
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	old, known := r.state.topics[topic]
+	if known && old == t && r.state.session == r.conn.SessionID() {
+		return nil
+	}
+	// Recorded before writing, so that a session expiry in the middle still
+	// replays it.
+	r.state.topics[topic] = t
+	if known {
+		if err := r.deleteTopicLocked(ctx, topic); err != nil {
+			return err
+		}
+	}
+	if err := r.writeTopicLocked(ctx, topic, t); err != nil {
+		return err
+	}
+	if r.state.session == 0 {
+		r.state.session = r.conn.SessionID()
+	}
+	r.log.Info("REGISTRY: registered topic", "topic", topic, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID),
+		"partitions", numPartitions, "publish", acceptPublish, "subscribe", acceptSubscribe)
+	return nil
+}
+
+func (r *Registry) topicPaths(topic string) (legacy, pub, sub string) {
+	bs := BrokerString(r.opts.BrokerID, r.opts.SlaveID)
+	return r.paths.Topics() + "/" + topic + "/" + bs,
+		r.paths.TopicsPub() + "/" + topic + "/" + bs,
+		r.paths.TopicsSub() + "/" + topic + "/" + bs
+}
+
+func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicReg) error {
+	legacy, pub, sub := r.topicPaths(topic)
+	js := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, r.opts.SlaveID)))
+	if err := r.ensureEphemeral(ctx, legacy, []byte(strconv.Itoa(t.numPartitions))); err != nil {
+		return fmt.Errorf("registry: register topic %s: %w", topic, err)
+	}
+	for _, n := range []struct {
+		path   string
+		accept bool
+	}{{pub, t.acceptPublish}, {sub, t.acceptSub}} {
+		var err error
+		if n.accept {
+			err = r.ensureEphemeral(ctx, n.path, js)
+		} else {
+			err = r.Delete(ctx, n.path)
+		}
+		if err != nil {
+			return fmt.Errorf("registry: register topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
+	legacy, pub, sub := r.topicPaths(topic)
+	for _, p := range []string{legacy, pub, sub} {
+		if err := r.Delete(ctx, p); err != nil {
+			return fmt.Errorf("registry: unregister topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// UnregisterAll deletes the broker's and its topics' nodes (ids/<id> itself is
+// deleted, or set to "" while slaves still hang below it), stops
+// re-registering after session expiries, and then waits zk.zkSyncTimeMs (or
+// until ctx ends) so that clients notice before the broker stops serving
+// (MetaMorphosisBroker.stop). RegisterBroker and RegisterTopic may be called
+// again afterwards (a samsa master does, once its slave is back).
+func (r *Registry) UnregisterAll(ctx context.Context) error {
+	err := r.unregister(ctx)
+	if r.opts.SyncTime > 0 {
+		t := time.NewTimer(r.opts.SyncTime)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
+
+func (r *Registry) unregister(ctx context.Context) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	var errs []error
+	if r.state.broker {
+		if err := r.Delete(ctx, r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)); err != nil {
+			errs = append(errs, err)
+		}
+		if r.master() {
+			if err := r.Delete(ctx, r.paths.MasterConfigChecksum(r.opts.BrokerID)); err != nil {
+				errs = append(errs, err)
+			}
+			idPath := r.paths.BrokerID(r.opts.BrokerID)
+			err := r.call(ctx, func() error { return r.conn.Delete(idPath, -1) })
+			if err != nil && !errors.Is(err, ErrNoNode) {
+				// A slave still registered below it: leave an empty value so
+				// old clients do not use our address.
+				if err := r.call(ctx, func() error { _, err := r.conn.Set(idPath, []byte{}, -1); return err }); err != nil && !errors.Is(err, ErrNoNode) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	topics := make([]string, 0, len(r.state.topics))
+	for t := range r.state.topics {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+	for _, t := range topics {
+		if err := r.deleteTopicLocked(ctx, t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.state.broker = false
+	r.state.topics = make(map[string]topicReg)
+	r.log.Info("REGISTRY: unregistered", "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(topics))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registry: unregister: %w", err)
+	}
+	return nil
+}
+
+// Registered reports whether the broker node is registered and which topics are.
+func (r *Registry) Registered() (broker bool, topics []string) {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	for t := range r.state.topics {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+	return r.state.broker, topics
+}

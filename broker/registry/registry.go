@@ -1,0 +1,382 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("registry: closed")
+	// ErrNoNode is returned when a node read or deleted does not exist.
+	ErrNoNode = errors.New("registry: node does not exist")
+	// ErrNodeExists is returned by CreateEphemeral when the node exists.
+	ErrNodeExists = errors.New("registry: node already exists")
+	// ErrNoSession is returned by New when no ZooKeeper session could be
+	// established within the connection timeout.
+	ErrNoSession = errors.New("registry: no ZooKeeper session")
+	// ErrBrokerNodeHeld is returned by RegisterBroker when the broker's
+	// master/slave node belongs to another live session for longer than the
+	// session timeout: another process runs with the same brokerId (and slaveId).
+	ErrBrokerNodeHeld = errors.New("registry: broker node held by another session")
+)
+
+// Options configure a Registry. Zero values mean the defaults of spec §4.4.
+type Options struct {
+	// Connect is zk.zkConnect: comma-separated host:port list, optionally
+	// followed by a chroot ("/x") which is folded into Root. Default localhost:2181.
+	Connect string
+	// Root is zk.zkRoot, default /meta; normalised by NormalizeRoot.
+	Root string
+	// SessionTimeout is zk.zkSessionTimeoutMs, default 30s.
+	SessionTimeout time.Duration
+	// ConnectionTimeout is zk.zkConnectionTimeoutMs, default 30s: how long New
+	// waits for the first session.
+	ConnectionTimeout time.Duration
+	// SyncTime is zk.zkSyncTimeMs, default 5s: UnregisterAll waits this long
+	// after deleting so that clients notice before the broker stops serving.
+	SyncTime time.Duration
+
+	// BrokerID is [system] brokerId.
+	BrokerID int
+	// SlaveID is the async slave's slaveId; -1 (or any negative value) for a master.
+	SlaveID int
+	// Host is the advertised host ([system] hostName); "" = LocalHost().
+	Host string
+	// Port is [system] serverPort, advertised in meta://host:port.
+	Port int
+	// ConfigChecksum is the unsigned CRC32 of server.ini, written by a master
+	// into master_config_checksum. SetConfigChecksum changes it on reload.
+	ConfigChecksum uint32
+
+	// Logger receives the registry's and the ZooKeeper library's logs; nil discards.
+	Logger *slog.Logger
+	// Dialer replaces net.DialTimeout for the ZooKeeper connection (proxies, tests).
+	Dialer func(network, address string, timeout time.Duration) (net.Conn, error)
+}
+
+func (o *Options) validate() error {
+	if o.Connect == "" {
+		o.Connect = "localhost:2181"
+	}
+	// A chroot suffix on the connect string ("h:2181/x") is what ZkClient
+	// honours; go-zookeeper does not, so fold it into the root.
+	if i := strings.IndexByte(o.Connect, '/'); i >= 0 {
+		chroot := o.Connect[i:]
+		o.Connect = o.Connect[:i]
+		o.Root = NormalizeRoot(chroot) + NormalizeRoot(o.Root)
+	} else {
+		o.Root = NormalizeRoot(o.Root)
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = 30 * time.Second
+	}
+	if o.ConnectionTimeout <= 0 {
+		o.ConnectionTimeout = 30 * time.Second
+	}
+	if o.SyncTime < 0 {
+		return errors.New("registry: negative zkSyncTimeMs")
+	}
+	if o.BrokerID < 0 || o.BrokerID > 1023 {
+		return fmt.Errorf("registry: brokerId %d out of range 0..1023", o.BrokerID)
+	}
+	if o.SlaveID < 0 {
+		o.SlaveID = -1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Registry is one ZooKeeper session plus what this broker registered in it.
+// All methods are safe for concurrent use. Calls that talk to ZooKeeper take
+// a context; when it ends first they return its error (the request itself
+// finishes or fails in the background).
+type Registry struct {
+	opts  Options
+	paths Paths
+	log   *slog.Logger
+	conn  *zk.Conn
+
+	// regMu serialises every registration write, including re-registration
+	// after a session expiry, so a reload and a resync never interleave.
+	regMu sync.Mutex
+	state regState // guarded by regMu
+
+	sessionMu    sync.Mutex
+	sessionID    int64         // last session we saw established
+	newSession   []func()      // OnNewSession callbacks
+	firstSession chan struct{} // closed at the first StateHasSession
+	firstOnce    sync.Once
+
+	resync  chan struct{} // buffered 1: a new session needs re-registration
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	closing atomic.Bool
+}
+
+// regState is what this process registered, replayed after a new session.
+type regState struct {
+	broker   bool // RegisterBroker succeeded and UnregisterAll was not called since
+	checksum uint32
+	topics   map[string]topicReg
+	// session is the ZooKeeper session the nodes above were written in.
+	session int64
+}
+
+type topicReg struct {
+	numPartitions            int
+	acceptPublish, acceptSub bool
+}
+
+// New connects to ZooKeeper and waits for the first session, at most
+// opts.ConnectionTimeout (the library itself would retry forever). It
+// registers nothing: call RegisterBroker and RegisterTopic.
+func New(ctx context.Context, opts Options) (*Registry, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	r := &Registry{
+		opts:         opts,
+		paths:        Paths{Root: opts.Root},
+		log:          opts.Logger.With("component", "registry"),
+		firstSession: make(chan struct{}),
+		resync:       make(chan struct{}, 1),
+		quit:         make(chan struct{}),
+	}
+	r.state.checksum = opts.ConfigChecksum
+	r.state.topics = make(map[string]topicReg)
+
+	servers := strings.Split(opts.Connect, ",")
+	dialer := opts.Dialer
+	if dialer == nil {
+		dialer = net.DialTimeout
+	}
+	conn, events, err := zk.Connect(servers, opts.SessionTimeout,
+		zk.WithLogger(zkLogger{r.log}), zk.WithLogInfo(false), zk.WithDialer(dialer))
+	if err != nil {
+		return nil, fmt.Errorf("registry: connect %s: %w", opts.Connect, err)
+	}
+	r.conn = conn
+	r.wg.Add(2)
+	go r.drainEvents(events)
+	go r.resyncLoop()
+
+	timer := time.NewTimer(opts.ConnectionTimeout)
+	defer timer.Stop()
+	select {
+	case <-r.firstSession:
+		r.log.Info("REGISTRY: connected", "zk", opts.Connect, "root", opts.Root,
+			"session", fmt.Sprintf("0x%x", conn.SessionID()))
+		return r, nil
+	case <-timer.C:
+		err = fmt.Errorf("%w: %s within %v", ErrNoSession, opts.Connect, opts.ConnectionTimeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("registry: connect %s: %w", opts.Connect, ctx.Err())
+	}
+	r.shutdown()
+	return nil, err
+}
+
+// Paths returns the path builder for this registry's root.
+func (r *Registry) Paths() Paths { return r.paths }
+
+// SessionID returns the current ZooKeeper session id (0 while there is none).
+func (r *Registry) SessionID() int64 { return r.conn.SessionID() }
+
+// SyncTime returns zk.zkSyncTimeMs.
+func (r *Registry) SyncTime() time.Duration { return r.opts.SyncTime }
+
+// OnNewSession registers fn to run (in its own goroutine) whenever a new
+// session replaces an expired one, after this registry re-registered its own
+// nodes. Owners of watches and ephemeral nodes created through
+// CreateEphemeral re-create them there.
+func (r *Registry) OnNewSession(fn func()) {
+	r.sessionMu.Lock()
+	r.newSession = append(r.newSession, fn)
+	r.sessionMu.Unlock()
+}
+
+// drainEvents reads every session event so the library never drops one, and
+// hands new sessions to resyncLoop: doing ZooKeeper requests here would stall
+// the channel.
+func (r *Registry) drainEvents(events <-chan zk.Event) {
+	defer r.wg.Done()
+	for ev := range events {
+		if ev.Type != zk.EventSession {
+			continue
+		}
+		switch ev.State {
+		case zk.StateHasSession:
+			id := r.conn.SessionID()
+			r.sessionMu.Lock()
+			prev := r.sessionID
+			r.sessionID = id
+			r.sessionMu.Unlock()
+			r.firstOnce.Do(func() { close(r.firstSession) })
+			if prev != 0 && prev != id {
+				r.log.Warn("REGISTRY: new ZooKeeper session, registering again",
+					"old", fmt.Sprintf("0x%x", prev), "new", fmt.Sprintf("0x%x", id))
+				select {
+				case r.resync <- struct{}{}:
+				default:
+				}
+			}
+		case zk.StateExpired:
+			r.log.Warn("REGISTRY: ZooKeeper session expired")
+		case zk.StateDisconnected:
+			if !r.closing.Load() {
+				r.log.Warn("REGISTRY: disconnected from ZooKeeper", "server", ev.Server)
+			}
+		case zk.StateAuthFailed:
+			r.log.Error("REGISTRY: ZooKeeper authentication failed")
+		}
+	}
+}
+
+// resyncLoop re-registers everything after a new session, retrying until it
+// succeeds, a newer session asks again, or the registry closes.
+func (r *Registry) resyncLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-r.resync:
+		}
+		for attempt := 0; ; attempt++ {
+			err := r.reregister()
+			if err == nil {
+				break
+			}
+			r.log.Error("REGISTRY: re-registration failed, retrying", "err", err, "attempt", attempt)
+			select {
+			case <-r.quit:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		r.sessionMu.Lock()
+		fns := append([]func(){}, r.newSession...)
+		r.sessionMu.Unlock()
+		for _, fn := range fns {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				fn()
+			}()
+		}
+	}
+}
+
+// reregister replays the registration in the current session
+// (BrokerZooKeeper.reRegisterEveryThing).
+func (r *Registry) reregister() error {
+	ctx, cancel := r.opCtx()
+	defer cancel()
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	if r.state.broker {
+		if err := r.registerBrokerLocked(ctx); err != nil {
+			return err
+		}
+	}
+	for topic, t := range r.state.topics {
+		if err := r.writeTopicLocked(ctx, topic, t); err != nil {
+			return err
+		}
+	}
+	r.state.session = r.conn.SessionID()
+	r.log.Info("REGISTRY: registered again", "broker", r.state.broker, "topics", len(r.state.topics))
+	return nil
+}
+
+// opCtx bounds internal work by the session timeout and by Close.
+func (r *Registry) opCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.opts.SessionTimeout)
+	go func() {
+		select {
+		case <-r.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// Close ends the session without unregistering first (the server then
+// deletes our ephemeral nodes at once). A clean stop calls UnregisterAll
+// before Close. Close is idempotent.
+func (r *Registry) Close() error {
+	if !r.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	r.shutdown()
+	r.log.Info("REGISTRY: closed")
+	return nil
+}
+
+func (r *Registry) shutdown() {
+	r.closing.Store(true)
+	close(r.quit)
+	// Closing the connection closes the event channel, which ends drainEvents,
+	// and fails pending requests, which ends the goroutines of call().
+	r.conn.Close()
+	r.wg.Wait()
+}
+
+// call runs a ZooKeeper request and returns when it finishes or ctx ends.
+// go-zookeeper has no context support; the request goroutine ends at the
+// latest when the connection fails or closes, which fails pending requests.
+func (r *Registry) call(ctx context.Context, fn func() error) error {
+	if r.closing.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		done <- fn()
+	}()
+	select {
+	case err := <-done:
+		return mapErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: %w", ErrNoNode, err)
+	case errors.Is(err, zk.ErrNodeExists):
+		return fmt.Errorf("%w: %w", ErrNodeExists, err)
+	case errors.Is(err, zk.ErrClosing):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
+// zkLogger routes the library's Printf logs into slog.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Warn("zk: " + fmt.Sprintf(format, args...))
+}
