@@ -5,7 +5,10 @@
 // It never writes an operator's file: ini.v1 does not round-trip comments.
 package config
 
-import "time"
+import (
+	"regexp"
+	"time"
+)
 
 // Server is a loaded and validated server.ini.
 type Server struct {
@@ -89,6 +92,8 @@ type Topic struct {
 	Stat             bool
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
+
+	re *regexp.Regexp // compiled Pattern, set by the loader
 }
 
 // DeletePolicy is deletePolicy=name,age[,compress] (spec §2.4).
