@@ -89,7 +89,7 @@ var monthNames = []string{"JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG"
 
 // isDowName and isMonthName keep names such as WED, SAT or JUL from being
 // mistaken for the unsupported W, L or C forms.
-func isDowName(i int, f string) bool  { return i == 5 && onlyNames(f, dowNames) }
+func isDowName(i int, f string) bool   { return i == 5 && onlyNames(f, dowNames) }
 func isMonthName(i int, f string) bool { return i == 4 && onlyNames(f, monthNames) }
 
 func onlyNames(f string, names []string) bool {
