@@ -11,8 +11,15 @@ import (
 
 func (r *Registry) master() bool { return r.opts.SlaveID < 0 }
 
-// URL is the meta://host:port this broker advertises.
+// URL is the meta://host:port this broker advertises: the one given to
+// RegisterBrokerAs, else built from Options.Host (or LocalHost) and Port.
 func (r *Registry) URL() string {
+	r.urlMu.Lock()
+	u := r.url
+	r.urlMu.Unlock()
+	if u != "" {
+		return u
+	}
 	host := r.opts.Host
 	if host == "" {
 		host = LocalHost()
@@ -39,6 +46,19 @@ func (r *Registry) RegisterBroker(ctx context.Context) error {
 	r.state.broker = true
 	r.state.session = r.conn.SessionID()
 	return nil
+}
+
+// RegisterBrokerAs is RegisterBroker with the advertised url
+// (meta://host:port) and the config checksum given by the caller, as the
+// broker knows them after it started listening or reloaded.
+func (r *Registry) RegisterBrokerAs(ctx context.Context, url string, checksum uint32) error {
+	r.urlMu.Lock()
+	r.url = url
+	r.urlMu.Unlock()
+	r.regMu.Lock()
+	r.state.checksum = checksum
+	r.regMu.Unlock()
+	return r.RegisterBroker(ctx)
 }
 
 func (r *Registry) registerBrokerLocked(ctx context.Context) error {

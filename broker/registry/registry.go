@@ -49,7 +49,10 @@ type Options struct {
 
 	// BrokerID is [system] brokerId.
 	BrokerID int
-	// SlaveID is the async slave's slaveId; -1 (or any negative value) for a master.
+	// Slave makes this registration an async slave's (ids/<id>/slave<SlaveID>,
+	// topic nodes <id>-s<SlaveID>); false registers a master.
+	Slave bool
+	// SlaveID is the async slave's slaveId (>= 0); ignored unless Slave.
 	SlaveID int
 	// Host is the advertised host ([system] hostName); "" = LocalHost().
 	Host string
@@ -90,8 +93,10 @@ func (o *Options) validate() error {
 	if o.BrokerID < 0 || o.BrokerID > 1023 {
 		return fmt.Errorf("registry: brokerId %d out of range 0..1023", o.BrokerID)
 	}
-	if o.SlaveID < 0 {
+	if !o.Slave {
 		o.SlaveID = -1
+	} else if o.SlaveID < 0 {
+		return fmt.Errorf("registry: slaveId %d must be >= 0", o.SlaveID)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -113,6 +118,9 @@ type Registry struct {
 	// after a session expiry, so a reload and a resync never interleave.
 	regMu sync.Mutex
 	state regState // guarded by regMu
+
+	urlMu sync.Mutex
+	url   string // set by RegisterBrokerAs
 
 	sessionMu    sync.Mutex
 	sessionID    int64         // last session we saw established

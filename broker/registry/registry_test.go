@@ -31,7 +31,6 @@ func testOptions(t *testing.T, root string) Options {
 		ConnectionTimeout: 10 * time.Second,
 		SyncTime:          50 * time.Millisecond,
 		BrokerID:          0,
-		SlaveID:           -1,
 		Host:              "127.0.0.1",
 		Port:              8123,
 	}
@@ -150,7 +149,7 @@ func TestRegisterMatchesVector(t *testing.T) {
 	}
 
 	so := testOptions(t, root)
-	so.SlaveID = 0
+	so.Slave, so.SlaveID = true, 0
 	so.Host = "127.0.0.2"
 	slave := newRegistry(t, so)
 	if err := slave.RegisterBroker(ctx); err != nil {
@@ -388,7 +387,7 @@ func TestCleanStop(t *testing.T) {
 	mo.SyncTime = 300 * time.Millisecond
 	master := newRegistry(t, mo)
 	so := testOptions(t, root)
-	so.SlaveID = 1
+	so.Slave, so.SlaveID = true, 1
 	slave := newRegistry(t, so)
 	for _, r := range []*Registry{master, slave} {
 		if err := r.RegisterBroker(ctx); err != nil {
@@ -519,7 +518,7 @@ func TestMasterNodeHeld(t *testing.T) {
 
 // TestNoServer: New gives up after the connection timeout.
 func TestNoServer(t *testing.T) {
-	opts := Options{Connect: "127.0.0.1:1", ConnectionTimeout: 300 * time.Millisecond, SlaveID: -1}
+	opts := Options{Connect: "127.0.0.1:1", ConnectionTimeout: 300 * time.Millisecond}
 	start := time.Now()
 	_, err := New(context.Background(), opts)
 	if !errors.Is(err, ErrNoSession) {

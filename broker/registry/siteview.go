@@ -1,0 +1,412 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// SiteViewRoot is the ZooKeeper root of a site's consumer view: a Java
+// consumer in that site sets zkRoot to it (and nothing else) to read from its
+// own site's replica.
+func SiteViewRoot(site string) string { return "/meta-view-" + site }
+
+// SiteViewOptions configure a SiteView.
+type SiteViewOptions struct {
+	// ViewRoot is the view's root, e.g. SiteViewRoot("hf"). It must differ
+	// from the registry's own (real) root.
+	ViewRoot string
+	// Logger receives the view's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// SiteView writes a per-site copy of the broker and topic nodes of the real
+// root under another root, in which each broker id's master entry points at
+// the address the caller chose (that site's replica while it is healthy and
+// caught up, the real master otherwise). Unmodified MetaQ consumers that use
+// the view root as zkRoot then read from that address.
+//
+// What it writes under ViewRoot, all persistent (the view must outlive the
+// bundle that wrote it last, so any bundle can take over keeping it):
+//
+//	brokers/ids/<id>                     = chosen url (for old clients)
+//	brokers/ids/<id>/master              = chosen url
+//	brokers/topics-sub/<topic>/<id>-m    = {"numParts":n,"broker":"<id>-m"}
+//	brokers/topics-pub/<topic>/<id>-m    = the same (pull consumers, browsers)
+//	brokers/topics/<topic>/<id>-m        = n
+//
+// where n is the largest partition count any of id's registrations (master
+// or slaves) has for the topic in the real root. Slave entries are not
+// copied: the view's master entry is the choice. consumers/ is left to the
+// consumers themselves, so a group's offsets live under the view root.
+//
+// A Java consumer only re-reads brokers/ids when the children of a
+// topics-sub/<topic> node it watches change. So when an id's url changes,
+// SiteView toggles a marker child "view<id>" (no '-', which the consumer
+// skips as an invalid broker name) under each of the id's topics: the
+// consumer rebalances, finds its partitions unchanged, sees the cluster
+// changed, and reconnects to the new address.
+//
+// Apply is safe for concurrent use (calls are serialised).
+type SiteView struct {
+	r    *Registry
+	src  Paths
+	view Paths
+	log  *slog.Logger
+	mu   sync.Mutex
+}
+
+// NewSiteView returns a SiteView that mirrors r's root into opts.ViewRoot.
+func NewSiteView(r *Registry, opts SiteViewOptions) (*SiteView, error) {
+	root := NormalizeRoot(opts.ViewRoot)
+	if opts.ViewRoot == "" || root == "" {
+		return nil, errors.New("registry: site view needs a view root")
+	}
+	if root == r.Paths().Root {
+		return nil, fmt.Errorf("registry: site view root %s is the real root", root)
+	}
+	l := opts.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &SiteView{r: r, src: r.Paths(), view: Paths{Root: root}, log: l.With("component", "siteview", "view", root)}, nil
+}
+
+// Root returns the view's root.
+func (v *SiteView) Root() string { return v.view.Root }
+
+// SiteViewChange reports one broker id whose url Apply changed.
+type SiteViewChange struct {
+	BrokerID int
+	Old, New string // "" when absent
+}
+
+// Apply reconciles the view with the real root and targets: targets maps a
+// broker id to the url (meta://host:port) its view master entry must hold;
+// ids without a target keep the real root's master (or, while the master is
+// absent, its first slave, as the Java client would pick). Ids that exist in
+// neither are removed. It returns the ids whose url changed.
+func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteViewChange, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+
+	brokers, err := v.r.Brokers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
+	}
+	want := map[int]string{}
+	for _, b := range brokers {
+		switch {
+		case b.Master != "":
+			want[b.ID] = b.Master
+		case len(b.Slaves) > 0:
+			ids := make([]int, 0, len(b.Slaves))
+			for s := range b.Slaves {
+				ids = append(ids, s)
+			}
+			sort.Ints(ids)
+			want[b.ID] = b.Slaves[ids[0]]
+		}
+	}
+	for id, url := range targets {
+		if url != "" {
+			want[id] = url
+		}
+	}
+
+	// Topic registrations per tree: topic -> id -> numParts.
+	trees := []Tree{TreeTopicsSub, TreeTopicsPub, TreeTopics}
+	parts := map[Tree]map[string]map[int]int{}
+	for _, tree := range trees {
+		parts[tree] = map[string]map[int]int{}
+		topics, err := v.r.Topics(ctx, tree)
+		if err != nil {
+			return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
+		}
+		for _, topic := range topics {
+			tbs, err := v.r.TopicBrokers(ctx, tree, topic)
+			if err != nil {
+				return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
+			}
+			for _, tb := range tbs {
+				if _, ok := want[tb.BrokerID]; !ok {
+					continue
+				}
+				m := parts[tree][topic]
+				if m == nil {
+					m = map[int]int{}
+					parts[tree][topic] = m
+				}
+				m[tb.BrokerID] = max(m[tb.BrokerID], tb.NumParts)
+			}
+		}
+	}
+
+	// Broker entries.
+	var changes []SiteViewChange
+	have, err := v.childInts(ctx, v.view.BrokerIDs())
+	if err != nil {
+		return nil, err
+	}
+	for id, url := range want {
+		old, err := v.get(ctx, v.view.Broker(id, -1))
+		if err != nil {
+			return nil, err
+		}
+		if old != url {
+			if err := v.set(ctx, v.view.Broker(id, -1), url); err != nil {
+				return nil, err
+			}
+			changes = append(changes, SiteViewChange{BrokerID: id, Old: old, New: url})
+		}
+		if cur, err := v.get(ctx, v.view.BrokerID(id)); err != nil {
+			return nil, err
+		} else if cur != url {
+			if err := v.set(ctx, v.view.BrokerID(id), url); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, id := range have {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		old, _ := v.get(ctx, v.view.Broker(id, -1))
+		if err := v.deleteTree(ctx, v.view.BrokerID(id)); err != nil {
+			return nil, err
+		}
+		changes = append(changes, SiteViewChange{BrokerID: id, Old: old})
+	}
+
+	// Topic entries, per tree.
+	changed := map[int]bool{}
+	for _, c := range changes {
+		changed[c.BrokerID] = true
+	}
+	for _, tree := range trees {
+		dir := v.view.Root + "/brokers/" + string(tree)
+		viewTopics, err := v.children(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		topics := map[string]bool{}
+		for _, t := range viewTopics {
+			topics[t] = true
+		}
+		for t := range parts[tree] {
+			topics[t] = true
+		}
+		for topic := range topics {
+			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, c := range changes {
+		v.log.Info("SITEVIEW("+v.view.Root+"): broker master entry changed", "brokerId", c.BrokerID, "from", c.Old, "to", c.New)
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].BrokerID < changes[j].BrokerID })
+	return changes, nil
+}
+
+// syncTopic makes one view topic directory hold exactly <id>-m for each id
+// in want, and toggles the marker of every changed id that stays.
+func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool) error {
+	kids, err := v.children(ctx, dir)
+	if err != nil {
+		return err
+	}
+	present := map[string]bool{}
+	for _, k := range kids {
+		present[k] = true
+	}
+	for id, n := range want {
+		name := BrokerString(id, -1)
+		val := TopicJSON(n, name)
+		if tree == TreeTopics {
+			val = strconv.Itoa(n)
+		}
+		if cur, err := v.get(ctx, dir+"/"+name); err != nil {
+			return err
+		} else if cur != val {
+			if err := v.set(ctx, dir+"/"+name, val); err != nil {
+				return err
+			}
+		}
+		if tree == TreeTopicsSub && changed[id] && present[name] {
+			// Only a node that was already there needs the marker: a new
+			// <id>-m is itself a children change.
+			marker := dir + "/view" + strconv.Itoa(id)
+			if present["view"+strconv.Itoa(id)] {
+				err = v.r.Delete(ctx, marker)
+			} else {
+				err = v.r.SetPersistent(ctx, marker, nil)
+			}
+			if err != nil {
+				return fmt.Errorf("registry: site view marker %s: %w", marker, err)
+			}
+		}
+	}
+	for _, k := range kids {
+		id, slave, ok := ParseBrokerString(k)
+		if ok && slave < 0 {
+			if _, keep := want[id]; keep {
+				continue
+			}
+		}
+		if !ok && strings.HasPrefix(k, "view") {
+			if _, keep := want[atoiOr(k[len("view"):], -1)]; keep {
+				continue
+			}
+		}
+		if err := v.r.Delete(ctx, dir+"/"+k); err != nil {
+			return fmt.Errorf("registry: site view delete %s/%s: %w", dir, k, err)
+		}
+	}
+	return nil
+}
+
+func atoiOr(s string, def int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func (v *SiteView) get(ctx context.Context, path string) (string, error) {
+	b, _, err := v.r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("registry: site view read %s: %w", path, err)
+	}
+	return string(b), nil
+}
+
+func (v *SiteView) set(ctx context.Context, path, val string) error {
+	if err := v.r.SetPersistent(ctx, path, []byte(val)); err != nil {
+		return fmt.Errorf("registry: site view write %s: %w", path, err)
+	}
+	return nil
+}
+
+func (v *SiteView) children(ctx context.Context, path string) ([]string, error) {
+	kids, err := v.r.Children(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: site view list %s: %w", path, err)
+	}
+	return kids, nil
+}
+
+func (v *SiteView) childInts(ctx context.Context, path string) ([]int, error) {
+	kids, err := v.children(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, k := range kids {
+		if n, err := strconv.Atoi(k); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (v *SiteView) deleteTree(ctx context.Context, path string) error {
+	kids, err := v.children(ctx, path)
+	if err != nil {
+		return err
+	}
+	for _, k := range kids {
+		if err := v.deleteTree(ctx, path+"/"+k); err != nil {
+			return err
+		}
+	}
+	if err := v.r.Delete(ctx, path); err != nil {
+		return fmt.Errorf("registry: site view delete %s: %w", path, err)
+	}
+	return nil
+}
+
+// GroupOffset is one saved consumer offset together with its group and the
+// root it was read under.
+type GroupOffset struct {
+	Root  string
+	Group string
+	Offset
+}
+
+// OffsetsUnder reads every consumer group's saved offsets under root (the
+// real root or a site view root), sorted by group, topic, broker id and
+// partition. Consumers pointed at a view root save their offsets there.
+func (r *Registry) OffsetsUnder(ctx context.Context, root string) ([]GroupOffset, error) {
+	p := Paths{Root: NormalizeRoot(root)}
+	groups, err := r.Children(ctx, p.Consumers())
+	if errors.Is(err, ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: list groups under %s: %w", p.Root, err)
+	}
+	sort.Strings(groups)
+	var out []GroupOffset
+	for _, g := range groups {
+		topics, err := r.Children(ctx, p.Consumers()+"/"+g+"/offsets")
+		if errors.Is(err, ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("registry: offsets of group %s under %s: %w", g, p.Root, err)
+		}
+		sort.Strings(topics)
+		for _, t := range topics {
+			dir := p.ConsumerOffsets(g, t)
+			kids, err := r.Children(ctx, dir)
+			if errors.Is(err, ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("registry: offsets %s: %w", dir, err)
+			}
+			var offs []Offset
+			for _, k := range kids {
+				b, n, ok := ParsePartition(k)
+				if !ok {
+					continue
+				}
+				data, _, err := r.Get(ctx, dir+"/"+k)
+				if errors.Is(err, ErrNoNode) {
+					continue
+				}
+				if err != nil {
+					return nil, fmt.Errorf("registry: offset %s/%s: %w", dir, k, err)
+				}
+				msgID, off, err := ParseOffset(string(data))
+				if err != nil {
+					continue
+				}
+				offs = append(offs, Offset{Topic: t, Partition: k, BrokerID: b, Part: n, MsgID: msgID, Offset: off})
+			}
+			sort.Slice(offs, func(i, j int) bool {
+				if offs[i].BrokerID != offs[j].BrokerID {
+					return offs[i].BrokerID < offs[j].BrokerID
+				}
+				return offs[i].Part < offs[j].Part
+			})
+			for _, o := range offs {
+				out = append(out, GroupOffset{Root: p.Root, Group: g, Offset: o})
+			}
+		}
+	}
+	return out, nil
+}
