@@ -1,0 +1,152 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeSource returns a snapshot whose lag grows by one second per call, so
+// successive samples differ.
+type fakeSource struct{ n atomic.Int64 }
+
+func (f *fakeSource) Snapshot(context.Context) Snapshot {
+	n := f.n.Add(1)
+	return Snapshot{
+		Site: "bj", Role: "master", BrokerID: 1, ServeURL: "meta://127.0.0.1:8123",
+		Time:   time.Unix(1_700_000_000+n*5, 0),
+		Health: []HealthItem{{Name: "storage", OK: true}, {Name: "replication", OK: true}},
+		Topics: []Topic{{Name: "orders", Partitions: []Partition{{Partition: 0, Max: 2500, Bytes: 2500, Messages: 100}}}},
+		Lag: []LagRow{
+			{Group: "meta-slave-group-hf", Site: "hf", Bytes: 1000 * n, Messages: 10 * n, Seconds: float64(n), State: "lagging"},
+			{Group: "meta-slave-group-gz", Site: "gz", Seconds: 0.5, State: "ok"},
+		},
+		Sites: []Site{{Name: "bj", Role: "master", Addr: "127.0.0.1:8126", State: "up"}},
+	}
+}
+
+func startServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAPIAndHistory(t *testing.T) {
+	src := &fakeSource{}
+	s := startServer(t, Options{Addr: "127.0.0.1:0", Source: src, SampleEvery: time.Hour, HistoryLen: 3})
+	for i := 0; i < 5; i++ {
+		s.Sample(context.Background())
+	}
+	base := "http://" + s.Addr().String()
+	code, body := get(t, base+"/api/lag/history", "")
+	if code != 200 {
+		t.Fatalf("history: %d %s", code, body)
+	}
+	var hist []LagSample
+	if err := json.Unmarshal([]byte(body), &hist); err != nil {
+		t.Fatal(err)
+	}
+	// One sample at start-up plus five, capped at three, oldest dropped.
+	if len(hist) != 3 || hist[2].Rows[0].Seconds != 6 || hist[0].Rows[0].Seconds != 4 {
+		t.Fatalf("history = %+v", hist)
+	}
+	code, body = get(t, base+"/api/snapshot", "")
+	if code != 200 || !strings.Contains(body, `"site": "bj"`) {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	code, body = get(t, base+"/metrics", "")
+	if code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("metrics: %d", code)
+	}
+}
+
+func TestNonLoopbackNeedsToken(t *testing.T) {
+	if _, err := New(Options{Addr: "0.0.0.0:0", Source: &fakeSource{}}); err == nil {
+		t.Fatal("a non-loopback address without a token must be refused")
+	}
+	s := startServer(t, Options{Addr: "127.0.0.1:0", Token: "s3cret", Source: &fakeSource{}})
+	base := "http://" + s.Addr().String()
+	if code, _ := get(t, base+"/api/snapshot", ""); code != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := get(t, base+"/api/snapshot", "wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", code)
+	}
+	if code, _ := get(t, base+"/api/snapshot", "s3cret"); code != 200 {
+		t.Fatalf("right token: %d", code)
+	}
+	if code, _ := get(t, base+"/?token=s3cret", ""); code != 200 {
+		t.Fatalf("token in query: %d", code)
+	}
+}
+
+// TestPageRendersLagChart loads the page in headless Chromium and checks that
+// the lag chart drew one line per slave group from the sampled history.
+func TestPageRendersLagChart(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; .ci/run installs Debian's chromium package")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium); bash .ci/run installs it")
+	}
+	src := &fakeSource{}
+	s := startServer(t, Options{Addr: "127.0.0.1:0", Source: src, SampleEvery: time.Hour})
+	for i := 0; i < 4; i++ {
+		s.Sample(context.Background())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom",
+		"http://"+s.Addr().String()+"/")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	dom := string(out)
+	lines := regexp.MustCompile(`<polyline class="lag-line" data-series="([^"]+)" data-points="(\d+)"`).FindAllStringSubmatch(dom, -1)
+	if len(lines) != 2 {
+		t.Fatalf("lag lines in the rendered chart = %d, want 2\n%s", len(lines), dom)
+	}
+	for _, l := range lines {
+		if n, _ := strconv.Atoi(l[2]); n != 5 {
+			t.Fatalf("series %s has %s points, want 5 (one per sample)", l[1], l[2])
+		}
+	}
+	if !strings.Contains(dom, "site bj (master, broker 1)") || !strings.Contains(dom, "meta-slave-group-hf") {
+		t.Fatalf("page did not render the snapshot:\n%s", dom)
+	}
+}
