@@ -1,0 +1,86 @@
+# Build and test entry points. CI runs `bash .ci/run`, which installs and
+# starts ZooKeeper and then calls `make build test`.
+
+GO       ?= go
+BUILD    ?= build
+FUZZTIME ?= 10s
+# Fuzz targets as <package>:<FuzzName>. A target whose package does not
+# define it (yet) is skipped, so this list may name targets that are still
+# being written.
+FUZZ_TARGETS ?= \
+	./broker/wire:FuzzDecode \
+	./broker/wire:FuzzDecodeTxKey \
+	./broker/store:FuzzRecover \
+	./broker/store:FuzzDecodeRecord \
+	./broker/config:FuzzParse \
+	./georeplicator:FuzzDecodeFrame
+
+.PHONY: all build test unit testrace vet fmt fuzz integ bench tidy clean
+
+all: build test
+
+## build: every command under cmd/ into $(BUILD)/
+build:
+	@mkdir -p $(BUILD)
+	$(GO) build -o $(BUILD)/ ./cmd/...
+
+## test: format and vet checks, the whole suite with -race against a real
+## ZooKeeper (started here when METAQ_TEST_ZK is unset), then short fuzz runs.
+test:
+	@set -e; \
+	if [ -z "$$METAQ_TEST_ZK" ]; then \
+		zkdir=$$(mktemp -d); \
+		port=$$(bash .ci/freeport.sh); \
+		trap 'bash .ci/zookeeper.sh stop "$$zkdir"; rm -rf "$$zkdir"' EXIT; \
+		METAQ_TEST_ZK=$$(bash .ci/zookeeper.sh start "$$port" "$$zkdir"); \
+		export METAQ_TEST_ZK; \
+		echo "started ZooKeeper at $$METAQ_TEST_ZK"; \
+	fi; \
+	$(MAKE) --no-print-directory fmt vet testrace fuzz
+
+## fmt: fail when a file is not gofmt'ed
+fmt:
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './build/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## unit: the suite without -race (integration tests skip without METAQ_TEST_ZK)
+unit:
+	$(GO) test -count=1 ./...
+
+testrace:
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+## fuzz: FUZZTIME per listed target that exists
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		if [ ! -d "$$pkg" ]; then echo "fuzz: skip $$t (no package)"; continue; fi; \
+		if ! $(GO) test -list "^$$name\$$" "$$pkg" 2>/dev/null | grep -qx "$$name"; then \
+			echo "fuzz: skip $$t (not defined)"; continue; fi; \
+		echo "fuzz: $$t for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+	done
+
+## integ: only the tests that need ZooKeeper, against a fresh one
+integ:
+	@set -e; zkdir=$$(mktemp -d); port=$$(bash .ci/freeport.sh); \
+	trap 'bash .ci/zookeeper.sh stop "$$zkdir"; rm -rf "$$zkdir"' EXIT; \
+	METAQ_TEST_ZK=$$(bash .ci/zookeeper.sh start "$$port" "$$zkdir") \
+		$(GO) test -race -count=1 ./broker/registry/... ./cmd/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+## tidy: fails when go.mod or go.sum would change
+tidy:
+	@cp go.mod go.mod.orig; cp go.sum go.sum.orig; \
+	$(GO) mod tidy; rc=0; \
+	cmp -s go.mod go.mod.orig && cmp -s go.sum go.sum.orig || rc=1; \
+	mv go.mod.orig go.mod; mv go.sum.orig go.sum; \
+	if [ $$rc != 0 ]; then echo "go.mod/go.sum are not tidy"; exit 1; fi
+
+clean:
+	rm -rf $(BUILD)
