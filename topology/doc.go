@@ -1,0 +1,72 @@
+// Package topology joins every bundle to one gossip pool (hashicorp/memberlist,
+// WAN defaults, encrypted and labelled), publishes each bundle's site, role,
+// addresses, health and replication lag as node metadata, and turns that into
+// site events, read routing for consumers, per-site ZooKeeper views for
+// unmodified Java consumers, and lag reports.
+//
+// # Gossip
+//
+// Each bundle is one memberlist node named <site>-<brokerId>-m (master) or
+// <site>-<brokerId>-s<slaveId> (slave). Its metadata (Meta) is encoded in a
+// compact binary form and always fits memberlist's 512-byte limit: a master
+// with more slave groups than fit leaves the tail out and says so. The
+// metadata is recomputed from a HealthSource and a LagSource every
+// RefreshInterval and gossiped (UpdateNode) only when it changed.
+//
+// Events: NodeUp, NodeUpdate, NodeSuspect, NodeDown and, per site, SiteUp,
+// SiteSuspect, SiteDown (a site is up while any of its bundles is alive).
+// Down comes from memberlist's failure detector, so it arrives within
+// DetectionTime. memberlist has no hook for suspicion; Suspect is taken from
+// the prober's log line (memberlist's logs are routed to slog anyway) and
+// cleared by the next successful probe.
+//
+// # Read routing (Go consumers)
+//
+// Router implements broker/client's Router. Choose is the pure rule: a
+// consumer in site hf with the LocalFirst preference reads a broker id's
+// partitions from hf's replica while it is alive, healthy, reported
+// connected and progressing by its master and within the consumer's MaxLag;
+// otherwise from the master; while the master is down, from the nearest
+// usable replica. It returns to hf as soon as gossip shows the replica usable
+// again. Offsets carry over unchanged because replicas are byte-identical at
+// the same offsets.
+//
+// # Site views (unmodified Java consumers)
+//
+// A Java consumer cannot be given a router, but it reads its brokers from
+// ZooKeeper under zkRoot. Each site gets a view root, /meta-view-<site>
+// (registry.SiteViewRoot), written by registry.SiteView and kept current by
+// RunView: for every broker id, brokers/ids/<id>/master points at the site's
+// replica while it is healthy and caught up (master reports it ok and within
+// MaxLag), and at the real master otherwise; topics-sub, topics-pub and
+// topics are mirrored as <id>-m entries. The one-line change for a Java
+// consumer in site hf is its zkRoot:
+//
+//	zkConfig.zkRoot = "/meta-view-hf";   // was "/meta" (the default)
+//
+// Producers keep the real root: the view may point at a slave, which refuses
+// puts.
+//
+// The consumer writes its group's registration, ownership and offsets under
+// the root it uses, so a group consuming through a view keeps its offsets at
+// /meta-view-hf/consumers/<group>/offsets/..., not under /meta. The offsets
+// are byte offsets that are identical on every replica, so they are valid
+// whichever copy the view points at, and the switch between replica and
+// master loses nothing (at-least-once: a switch re-reads at most what was
+// consumed since the last offset commit). All members of one group must use
+// the same root; a group moved onto a view starts from the view's offsets, so
+// copy its offset nodes across first when it must not restart.
+//
+// The view's nodes are persistent so that a view survives the bundle that
+// wrote it; one bundle (IsViewKeeper: the first alive member of the site by
+// name, or of the pool when the site is down) writes it at a time.
+//
+// # Lag reports
+//
+// Reports gives one row per slave group (site, partitions, bytes, messages,
+// seconds behind, state ok/lagging/stuck/down) from the masters' gossiped
+// summaries, refined by the local LagSource where this bundle is the master.
+// ConsumerLag gives each consumer group's backlog per site root. Handler
+// serves both as JSON at /lag, Collector exports them to Prometheus, and
+// `metaq lag` prints them.
+package topology

@@ -1,0 +1,87 @@
+package topology
+
+import (
+	"context"
+	"time"
+)
+
+// HealthSource reports this bundle's storage and replication health. Health
+// is called from the metadata refresh loop; it must be safe for concurrent
+// use and return quickly (read a flag, do not probe the disk).
+type HealthSource interface {
+	Health() Health
+}
+
+// HealthFunc adapts a function to HealthSource.
+type HealthFunc func() Health
+
+// Health calls f.
+func (f HealthFunc) Health() Health { return f() }
+
+// PartitionLag is one partition's replication lag toward one slave group.
+// Offsets are MetaQ byte offsets, equal on master and slave.
+type PartitionLag struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	// MasterEnd is the master's durable end offset; SlaveEnd what the slave
+	// acknowledged.
+	MasterEnd int64 `json:"masterEnd"`
+	SlaveEnd  int64 `json:"slaveEnd"`
+	// Bytes and Messages are the backlog not yet on the slave.
+	Bytes    int64 `json:"bytes"`
+	Messages int64 `json:"messages"`
+	// Behind is the age of the oldest record not yet on the slave (0 when
+	// caught up).
+	Behind time.Duration `json:"behindNs"`
+	// Stuck is true when the partition is behind and made no progress for the
+	// replicator's stuck time.
+	Stuck bool `json:"stuck"`
+}
+
+// GroupLag is the lag of one slave group, as a master's replicator sees it.
+type GroupLag struct {
+	SlaveGroup string `json:"slaveGroup"`
+	SlaveID    int    `json:"slaveId"`
+	// Connected is false while no slave of the group is attached.
+	Connected  bool           `json:"connected"`
+	Partitions []PartitionLag `json:"partitions"`
+}
+
+// LagSource returns the replication lag of every slave group this bundle
+// ships to (empty on a slave). Lag must be safe for concurrent use and must
+// not block for long; the caller owns the returned slice. The georeplicator's
+// Shipper.Lag is adapted to it in cmd.
+type LagSource interface {
+	Lag() []GroupLag
+}
+
+// LagFunc adapts a function to LagSource.
+type LagFunc func() []GroupLag
+
+// Lag calls f.
+func (f LagFunc) Lag() []GroupLag { return f() }
+
+// ConsumerOffset is one committed consumer offset as MetaQ stores it under
+// <root>/consumers/<group>/offsets/<topic>/<brokerId>-<partition>.
+type ConsumerOffset struct {
+	// Root is the ZooKeeper root the offset was read under: the real root or
+	// a site view root (/meta-view-<site>).
+	Root      string `json:"root"`
+	Group     string `json:"group"`
+	Topic     string `json:"topic"`
+	BrokerID  int    `json:"brokerId"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// OffsetSource reads committed consumer offsets (from ZooKeeper, through the
+// registry, adapted in cmd). It may block on the network and must honour ctx.
+type OffsetSource interface {
+	ConsumerOffsets(ctx context.Context) ([]ConsumerOffset, error)
+}
+
+// OffsetFunc adapts a function to OffsetSource.
+type OffsetFunc func(ctx context.Context) ([]ConsumerOffset, error)
+
+// ConsumerOffsets calls f.
+func (f OffsetFunc) ConsumerOffsets(ctx context.Context) ([]ConsumerOffset, error) { return f(ctx) }

@@ -1,0 +1,156 @@
+package topology
+
+import (
+	"context"
+	"maps"
+	"sort"
+	"time"
+
+	"metaq/broker/client"
+)
+
+// ViewTargets decides, for the site view of site, which url each broker id's
+// master entry points at: that site's replica while it is alive, healthy,
+// reported ok by its master and at most maxLag behind (0 = the LaggingAfter
+// threshold), else the real master; while the master is down, the nearest
+// alive replica. Broker ids gossip knows nothing alive for are left out (the
+// view writer then keeps ZooKeeper's own master). URLs are meta://host:port.
+func (t *Topology) ViewTargets(site string, maxLag time.Duration) map[int]string {
+	if maxLag <= 0 {
+		maxLag = t.opts.LaggingAfter
+	}
+	return viewTargets(t.Members(), site, maxLag)
+}
+
+func viewTargets(members []Member, site string, maxLag time.Duration) map[int]string {
+	ids := map[int]bool{}
+	for _, m := range members {
+		ids[m.Meta.BrokerID] = true
+	}
+	out := map[int]string{}
+	for id := range ids {
+		reps := replicasOf(members, id)
+		// "Caught up" for an unmodified consumer means the master reports the
+		// slave ok, not merely within a lag budget.
+		var ok []Replica
+		for _, r := range reps {
+			if r.Master || r.Lag.State == LagOK {
+				ok = append(ok, r)
+			}
+		}
+		d, found := Choose(RouteInput{Site: site, Preference: client.LocalFirst, MaxLag: maxLag, Replicas: ok})
+		if !found {
+			// Only lagging or stuck copies are alive: take the best of them.
+			d, found = Choose(RouteInput{Site: site, Preference: client.LocalFirst, MaxLag: maxLag, Replicas: reps})
+		}
+		if found {
+			out[id] = "meta://" + d.Addr
+		}
+	}
+	return out
+}
+
+// IsViewKeeper reports whether this bundle should write site's view: the
+// alive member of that site with the smallest name, or, while the site has
+// none, the alive member with the smallest name in the pool. Every bundle
+// computes the same answer from converged gossip, so one writes at a time.
+func (t *Topology) IsViewKeeper(site string) bool {
+	return viewKeeper(t.Members(), site) == t.opts.Name
+}
+
+func viewKeeper(members []Member, site string) string {
+	var inSite, all []string
+	for _, m := range members {
+		if m.State != StateAlive {
+			continue
+		}
+		all = append(all, m.Name)
+		if m.Meta.Site == site {
+			inSite = append(inSite, m.Name)
+		}
+	}
+	pick := inSite
+	if len(pick) == 0 {
+		pick = all
+	}
+	if len(pick) == 0 {
+		return ""
+	}
+	sort.Strings(pick)
+	return pick[0]
+}
+
+// ViewWriter applies view targets to ZooKeeper. registry.SiteView adapted
+// in cmd satisfies it (its Apply also returns the changed ids).
+type ViewWriter interface {
+	Apply(ctx context.Context, targets map[int]string) error
+}
+
+// ViewWriterFunc adapts a function to ViewWriter.
+type ViewWriterFunc func(ctx context.Context, targets map[int]string) error
+
+// Apply calls f.
+func (f ViewWriterFunc) Apply(ctx context.Context, targets map[int]string) error { return f(ctx, targets) }
+
+// ViewOptions configure RunView.
+type ViewOptions struct {
+	// Site is the site whose view is kept.
+	Site string
+	// MaxLag is the largest seconds-behind at which a replica still counts as
+	// caught up; 0 means Options.LaggingAfter.
+	MaxLag time.Duration
+	// Resync re-applies the view this often even without gossip changes, so
+	// that changes in the real root (new topics, a master's new address) are
+	// copied. Default 2s.
+	Resync time.Duration
+	// Always makes this bundle write whether or not it is the keeper (one
+	// writer per view in tests and single-bundle sites).
+	Always bool
+}
+
+// RunView keeps site's view current until ctx ends: on every gossip event
+// and every Resync it recomputes ViewTargets and, when this bundle is the
+// keeper, calls w.Apply. Errors are logged and retried at the next tick.
+// It returns ctx's error, or ErrClosed when the topology closes.
+func (t *Topology) RunView(ctx context.Context, w ViewWriter, o ViewOptions) error {
+	if o.Resync <= 0 {
+		o.Resync = 2 * time.Second
+	}
+	events, cancel := t.Subscribe(256)
+	defer cancel()
+	tick := t.opts.Clock.NewTicker(o.Resync)
+	defer tick.Stop()
+	var last map[int]string
+	log := t.log.With("view", o.Site)
+	for {
+		if o.Always || t.IsViewKeeper(o.Site) {
+			targets := t.ViewTargets(o.Site, o.MaxLag)
+			if err := w.Apply(ctx, targets); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				log.Warn("TOPOLOGY: site view update failed", "err", err)
+			} else if !maps.Equal(last, targets) {
+				log.Info("TOPOLOGY: site view targets", "targets", targets)
+				last = targets
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.quit:
+			return ErrClosed
+		case <-events:
+		drain:
+			// Merge a burst of events into one pass.
+			for {
+				select {
+				case <-events:
+				default:
+					break drain
+				}
+			}
+		case <-tick.C():
+		}
+	}
+}
