@@ -1,0 +1,4 @@
+package client
+
+// defaultCodec returns the codec used for broker connections.
+func defaultCodec() codec { return wireCodec{} }
