@@ -1,0 +1,150 @@
+package store
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// FS is the file-system seam of the store: every file the store touches is
+// opened, renamed and removed through it, so tests can inject ENOSPC, EIO
+// and short writes. Implementations must be safe for concurrent use.
+type FS interface {
+	// OpenFile opens a file like os.OpenFile.
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Remove(name string) error
+	Rename(oldpath, newpath string) error
+	MkdirAll(path string, perm os.FileMode) error
+	ReadDir(name string) ([]os.DirEntry, error)
+	// SyncDir fsyncs a directory so created, renamed and removed names persist.
+	SyncDir(name string) error
+}
+
+// File is the part of *os.File the store uses. ReadAt and WriteAt may be
+// called concurrently (pread/pwrite).
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Writer
+	// Datasync makes written data durable (fdatasync on Linux).
+	Datasync() error
+	Truncate(size int64) error
+	Size() (int64, error)
+	Close() error
+	Name() string
+}
+
+// OSFS is the operating system's file system.
+type OSFS struct{}
+
+// OpenFile implements FS.
+func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Remove implements FS.
+func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// Rename implements FS.
+func (OSFS) Rename(o, n string) error { return os.Rename(o, n) }
+
+// MkdirAll implements FS.
+func (OSFS) MkdirAll(p string, perm os.FileMode) error { return os.MkdirAll(p, perm) }
+
+// ReadDir implements FS.
+func (OSFS) ReadDir(name string) ([]os.DirEntry, error) { return os.ReadDir(name) }
+
+// SyncDir implements FS.
+func (OSFS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Datasync() error {
+	// fdatasync also persists the file size when an append grew it, which is
+	// all the log needs; it skips the mtime update fsync would force.
+	sc, err := f.File.SyscallConn()
+	if err != nil {
+		return f.File.Sync()
+	}
+	var serr error
+	if err := sc.Control(func(fd uintptr) {
+		for {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: serr}
+	}
+	return nil
+}
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.File.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// writeFileAtomic writes data to path as temp file, fsync, rename, dir fsync.
+func writeFileAtomic(fs FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		fs.Remove(tmp)
+		return err
+	}
+	if err := f.Datasync(); err != nil {
+		f.Close()
+		fs.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		fs.Remove(tmp)
+		return err
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		fs.Remove(tmp)
+		return err
+	}
+	return fs.SyncDir(filepath.Dir(path))
+}
+
+// readFile reads a whole (small) file through fs.
+func readFile(fs FS, path string) ([]byte, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"metaq/internal/clock"
+)
+
+// Policy is the flush and retention policy of one topic.
+type Policy struct {
+	// UnflushThreshold <= 0: group commit, an append returns only after fsync.
+	// N > 0: fsync after N unflushed appends or UnflushInterval, whichever first.
+	UnflushThreshold int
+	UnflushInterval  time.Duration
+	// MaxAge: segments whose newest record is older are removed by Retain. 0 = keep forever.
+	MaxAge time.Duration
+	// Archive keeps removed data as <segment>.arc (or .zip with ArchiveCompress) instead of deleting it.
+	Archive         bool
+	ArchiveCompress bool
+}
+
+// Options configure a Store. Zero values mean defaults.
+type Options struct {
+	Dir          string // data root (server.ini dataPath); required
+	SegmentBytes int64  // log segment roll size (maxSegmentSize); default 1 GiB
+	// DefaultPolicy applies to topics without SetPolicy.
+	DefaultPolicy Policy
+	// BrokerID is stamped into message ids (spec §1.11), 0..1023.
+	BrokerID int
+	Logger   *slog.Logger // nil = discard
+	Clock    clock.Clock  // nil = real
+	FS       FS           // nil = the OS file system
+	// MaxBatchBytes caps the bytes the writer gathers into one write+fsync;
+	// default 4 MiB.
+	MaxBatchBytes int
+}
+
+// DefaultSegmentBytes is MetaQ's maxSegmentSize default (1 GiB).
+const DefaultSegmentBytes = 1 << 30
+
+func (o *Options) validate() error {
+	if o.Dir == "" {
+		return fmt.Errorf("store: Options.Dir is required")
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = DefaultSegmentBytes // MetaQ maxSegmentSize
+	}
+	if o.SegmentBytes < 4096 {
+		return fmt.Errorf("store: SegmentBytes %d is below 4096", o.SegmentBytes)
+	}
+	if o.BrokerID < 0 || o.BrokerID > 1023 {
+		return fmt.Errorf("store: BrokerID %d outside 0..1023", o.BrokerID)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = 4 << 20 // enough for 64 KiB+ per fsync with many writers
+	}
+	return nil
+}

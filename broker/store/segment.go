@@ -1,0 +1,157 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// segment is one file of the shared log. size is the number of bytes
+// written to it; only the writer goroutine (or recovery) changes it.
+type segment struct {
+	start int64
+	path  string
+	f     File
+	size  atomic.Int64
+}
+
+func (g *segment) end() int64 { return g.start + g.size.Load() }
+
+const segSuffix = ".log"
+
+func segName(start int64) string { return fmt.Sprintf("%020d%s", start, segSuffix) }
+
+// listSegments returns the log segment starts found in dir, ascending.
+func listSegments(fs FS, dir string) ([]int64, error) {
+	ents, err := fs.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var starts []int64
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || len(name) != 20+len(segSuffix) || !strings.HasSuffix(name, segSuffix) {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(name, segSuffix), 10, 64)
+		if err != nil || n < 0 {
+			continue
+		}
+		starts = append(starts, n)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+	return starts, nil
+}
+
+func openSegment(fs FS, dir string, start int64, create bool) (*segment, error) {
+	path := filepath.Join(dir, segName(start))
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := fs.OpenFile(path, flag, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("store: open segment %s: %w", path, err)
+	}
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: stat segment %s: %w", path, err)
+	}
+	g := &segment{start: start, path: path, f: f}
+	g.size.Store(size)
+	return g, nil
+}
+
+// segReader reads a segment through a window buffer so that scanning does
+// not cost a system call per entry.
+type segReader struct {
+	f      File
+	size   int64
+	buf    []byte
+	bstart int64
+	data   []byte
+}
+
+func newSegReader(f File, size int64) *segReader { return &segReader{f: f, size: size} }
+
+// bytes returns n bytes at x; valid until the next call.
+func (r *segReader) bytes(x int64, n int) ([]byte, error) {
+	if x < 0 || n < 0 || x+int64(n) > r.size {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if x >= r.bstart && x+int64(n) <= r.bstart+int64(len(r.data)) {
+		o := x - r.bstart
+		return r.data[o : o+int64(n)], nil
+	}
+	want := int64(max(n, 1<<20))
+	if x+want > r.size {
+		want = r.size - x
+	}
+	if int64(cap(r.buf)) < want {
+		r.buf = make([]byte, want)
+	}
+	b := r.buf[:want]
+	if _, err := r.f.ReadAt(b, x); err != nil && err != io.EOF {
+		r.data = nil
+		return nil, err
+	}
+	r.bstart, r.data = x, b
+	return b[:n], nil
+}
+
+// entryAt decodes and verifies the entry at x. The payload is valid until
+// the next call.
+func (r *segReader) entryAt(x int64) (entryHeader, []byte, int, error) {
+	hb, err := r.bytes(x, entryHeaderLen)
+	if err != nil {
+		return entryHeader{}, nil, 0, fmt.Errorf("%w: truncated entry header", ErrCorrupt)
+	}
+	h, err := parseEntryHeader(hb)
+	if err != nil {
+		return h, nil, 0, err
+	}
+	b, err := r.bytes(x, entryHeaderLen+int(h.length))
+	if err != nil {
+		return h, nil, 0, fmt.Errorf("%w: truncated entry", ErrCorrupt)
+	}
+	return decodeEntry(b)
+}
+
+// resync finds the first valid entry at or after from, or -1.
+func (r *segReader) resync(from int64) int64 {
+	var magic [4]byte
+	binary.BigEndian.PutUint32(magic[:], entryMagic)
+	const window = 1 << 20
+	for x := from; x+entryHeaderLen <= r.size; {
+		n := int64(window)
+		if x+n > r.size {
+			n = r.size - x
+		}
+		b, err := r.bytes(x, int(n))
+		if err != nil {
+			return -1
+		}
+		i := bytes.Index(b, magic[:])
+		if i < 0 {
+			if n < 4 {
+				return -1
+			}
+			x += n - 3 // the magic may straddle windows
+			continue
+		}
+		c := x + int64(i)
+		if _, _, _, err := r.entryAt(c); err == nil {
+			return c
+		}
+		x = c + 1
+	}
+	return -1
+}

@@ -1,0 +1,546 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"metaq/internal/clock"
+)
+
+// Message is one message to append.
+type Message struct {
+	// ID 0 means the store assigns a wall-clock id (spec §1.11) when the
+	// record is sequenced, so ids rise within a partition.
+	ID   int64
+	Flag int32
+	// Body is the put body (attribute section + payload) exactly as received.
+	Body []byte
+}
+
+// Appended is where one message landed.
+type Appended struct {
+	ID     int64
+	Offset int64 // absolute byte offset of the record's start in its partition
+}
+
+// PartitionInfo describes one partition.
+type PartitionInfo struct {
+	Topic     string
+	Partition int
+	Min       int64 // first retained offset
+	Max       int64 // readable end: a Read must start below it (the durable end, as MetaQ's flushed size)
+	Durable   int64 // end of the last fsynced record (<= Max)
+	Written   int64 // end of the last written record (>= Max); AppendRaw appends here
+	Messages  int64 // records appended since start-up (MetaQ's message_count)
+	Bytes     int64 // Max - Min
+}
+
+// LogEntry is a run of whole records of one partition as it sits in the
+// shared commit log. The georeplicator ships these.
+type LogEntry struct {
+	Topic     string
+	Partition int
+	Offset    int64  // partition offset of Records[0]
+	Records   []byte // whole records (spec §1.10), back to back
+	Time      time.Time
+}
+
+type posRange struct{ from, to int64 }
+
+// Store is the broker's storage engine. All methods are safe for concurrent use.
+type Store struct {
+	opts   Options
+	fs     FS
+	log    *slog.Logger
+	clk    clock.Clock
+	dir    string
+	logDir string
+
+	mu      sync.RWMutex // partition table
+	parts   map[pkey]*partition
+	byPid   map[uint32]*partition
+	nextPid uint32
+
+	polMu    sync.RWMutex
+	policies map[string]Policy
+
+	segMu      sync.RWMutex
+	segs       []*segment
+	quarantine []posRange
+
+	durMu      sync.Mutex
+	durablePos int64
+	durCh      chan struct{}
+
+	healthMu  sync.Mutex
+	healthErr error
+
+	closeMu   sync.RWMutex
+	closed    bool
+	reqs      chan *request
+	quit      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	w writerState
+}
+
+// Open opens or creates the store under opts.Dir and recovers it.
+func Open(opts Options) (*Store, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:     opts,
+		fs:       opts.FS,
+		log:      opts.Logger,
+		clk:      opts.Clock,
+		dir:      opts.Dir,
+		logDir:   filepath.Join(opts.Dir, "log"),
+		parts:    make(map[pkey]*partition),
+		byPid:    make(map[uint32]*partition),
+		policies: make(map[string]Policy),
+		durCh:    make(chan struct{}),
+		reqs:     make(chan *request, 1024),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	s.w.ids.broker = int64(opts.BrokerID)
+	s.w.dirty = make(map[*partition]struct{})
+	s.w.unflushed = make(map[string]int)
+	if err := s.fs.MkdirAll(s.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", s.logDir, err)
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+func (s *Store) closeFiles() {
+	s.segMu.Lock()
+	defer s.segMu.Unlock()
+	for _, g := range s.segs {
+		g.f.Close()
+	}
+	s.segs = nil
+}
+
+// SetPolicy sets a topic's flush and retention policy (start-up and reload).
+func (s *Store) SetPolicy(topic string, p Policy) {
+	s.polMu.Lock()
+	s.policies[topic] = p
+	s.polMu.Unlock()
+}
+
+func (s *Store) policy(topic string) Policy {
+	s.polMu.RLock()
+	defer s.polMu.RUnlock()
+	if p, ok := s.policies[topic]; ok {
+		return p
+	}
+	return s.opts.DefaultPolicy
+}
+
+func (s *Store) lookup(topic string, partition int) *partition {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.parts[pkey{topic, partition}]
+}
+
+func checkKey(topic string, partition int) error {
+	if topic == "" || len(topic) > 0xFFFF || partition < 0 {
+		return fmt.Errorf("%w: topic %q partition %d", ErrBadArgument, topic, partition)
+	}
+	return nil
+}
+
+// submit queues r for the writer and waits for its answer.
+func (s *Store) submit(ctx context.Context, r *request) error {
+	r.done = make(chan struct{})
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		s.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	s.closeMu.RUnlock()
+	// Once queued the request is carried out even if ctx ends: the caller
+	// learns the outcome unless it stops waiting.
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CreatePartition creates an empty partition whose first offset is start
+// (0 on a master; a slave uses its master's min). Existing partitions are left as they are.
+func (s *Store) CreatePartition(topic string, partition int, start int64) error {
+	if err := checkKey(topic, partition); err != nil {
+		return err
+	}
+	if start < 0 {
+		return fmt.Errorf("%w: start offset %d", ErrBadArgument, start)
+	}
+	if s.lookup(topic, partition) != nil {
+		return nil
+	}
+	return s.submit(context.Background(), &request{kind: reqCreate, key: pkey{topic, partition}, at: start})
+}
+
+// Append stores msgs in order in one partition (creating it at offset 0) and
+// returns where each landed. Under group commit it returns after fsync.
+func (s *Store) Append(ctx context.Context, topic string, partition int, msgs []Message) ([]Appended, error) {
+	if err := checkKey(topic, partition); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	if err := s.Health(); err != nil {
+		return nil, err
+	}
+	size := 0
+	for i, m := range msgs {
+		if len(m.Body) > MaxRecordBody {
+			return nil, fmt.Errorf("%w: message %d body %d bytes exceeds %d", ErrBadArgument, i, len(m.Body), MaxRecordBody)
+		}
+		size += RecordHeaderLen + len(m.Body)
+	}
+	// Records are encoded (and their body CRC computed) here, in parallel
+	// across callers; the writer only patches in offsets and ids.
+	payload := make([]byte, 0, size)
+	recOffs := make([]int32, len(msgs))
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		recOffs[i] = int32(len(payload))
+		ids[i] = m.ID
+		payload = AppendRecord(payload, m.ID, m.Flag, m.Body)
+	}
+	pol := s.policy(topic)
+	r := &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
+		records: len(msgs), policy: pol}
+	if err := s.submit(ctx, r); err != nil {
+		return nil, fmt.Errorf("store: append %s-%d: %w", topic, partition, err)
+	}
+	out := make([]Appended, len(msgs))
+	for i := range msgs {
+		out[i] = Appended{ID: r.ids[i], Offset: r.offset + int64(recOffs[i])}
+	}
+	return out, nil
+}
+
+// AppendRaw stores whole, already-encoded records (ids kept) at exactly
+// offset at, which must equal the partition's end (ErrOffsetMismatch
+// otherwise). A missing partition is created at at. Records are verified
+// (framing and CRC) before anything is written. Returns the new end.
+func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at int64, records []byte) (int64, error) {
+	if err := checkKey(topic, partition); err != nil {
+		return 0, err
+	}
+	if at < 0 {
+		return 0, fmt.Errorf("%w: offset %d", ErrBadArgument, at)
+	}
+	n, err := VerifyRecords(records)
+	if err != nil {
+		return 0, fmt.Errorf("store: append raw %s-%d at %d: %w", topic, partition, at, err)
+	}
+	if err := s.Health(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		if err := s.CreatePartition(topic, partition, at); err != nil {
+			return 0, err
+		}
+		p := s.lookup(topic, partition)
+		if p == nil {
+			return 0, ErrNoPartition
+		}
+		p.mu.RLock()
+		end := p.end
+		p.mu.RUnlock()
+		if end != at {
+			return end, fmt.Errorf("store: append raw %s-%d at %d, end is %d: %w", topic, partition, at, end, ErrOffsetMismatch)
+		}
+		return end, nil
+	}
+	r := &request{kind: reqRaw, key: pkey{topic, partition}, at: at, payload: records, records: n,
+		policy: s.policy(topic)}
+	if err := s.submit(ctx, r); err != nil {
+		return r.end, fmt.Errorf("store: append raw %s-%d at %d: %w", topic, partition, at, err)
+	}
+	return r.end, nil
+}
+
+// Read returns up to maxBytes of the partition's bytes starting at offset,
+// exactly as `get` sends them (may end in a partial record, never empty).
+// offset must be >= Min and < Max, else a *RangeError.
+func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error) {
+	if maxBytes <= 0 {
+		return nil, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
+	}
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return nil, ErrNoPartition
+	}
+	type piece struct{ pos, n int64 }
+	var pieces []piece
+	total := int64(0)
+	p.mu.RLock()
+	if offset < p.min || offset >= p.durable {
+		e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+		p.mu.RUnlock()
+		return nil, e
+	}
+	want := min(int64(maxBytes), p.end-offset)
+	for i := p.chunkIndexLocked(offset); i < len(p.chunks) && total < want; i++ {
+		c := p.chunks[i]
+		skip := int64(0)
+		if c.off < offset {
+			skip = offset - c.off
+		}
+		n := min(p.chunkLenLocked(i)-skip, want-total)
+		pieces = append(pieces, piece{c.pos + entryHeaderLen + skip, n})
+		total += n
+	}
+	p.mu.RUnlock()
+	out := make([]byte, total)
+	at := int64(0)
+	for _, pc := range pieces {
+		if err := s.readLog(out[at:at+pc.n], pc.pos); err != nil {
+			if errors.Is(err, ErrLogTruncated) {
+				// Retention removed the segment after we looked: answer
+				// with the new bounds.
+				p.mu.RLock()
+				e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+				p.mu.RUnlock()
+				return nil, e
+			}
+			return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
+		}
+		at += pc.n
+	}
+	return out, nil
+}
+
+// readLog fills b from log position pos (within one segment).
+func (s *Store) readLog(b []byte, pos int64) error {
+	s.segMu.RLock()
+	defer s.segMu.RUnlock()
+	g := s.segmentLocked(pos)
+	if g == nil {
+		return ErrLogTruncated
+	}
+	if _, err := g.f.ReadAt(b, pos-g.start); err != nil && !(err == io.EOF) {
+		return fmt.Errorf("read %s at %d: %w", g.path, pos-g.start, err)
+	}
+	return nil
+}
+
+// segmentLocked returns the segment holding pos, or nil.
+func (s *Store) segmentLocked(pos int64) *segment {
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].start > pos }) - 1
+	if i < 0 {
+		return nil
+	}
+	return s.segs[i]
+}
+
+// NearestOffset answers the `offset` command (spec §1.7).
+func (s *Store) NearestOffset(topic string, partition int, offset int64) (int64, error) {
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return 0, ErrNoPartition
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.nearestLocked(offset), nil
+}
+
+// OffsetForTime returns the offset of the first record appended at or after
+// t: Max when none was, Min when all were.
+func (s *Store) OffsetForTime(topic string, partition int, t time.Time) (int64, error) {
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return 0, ErrNoPartition
+	}
+	ms := t.UnixMilli()
+	p.mu.RLock()
+	// The last sparse point before t bounds the search from below; the
+	// chunks between it and the next point are checked one by one.
+	j := sort.Search(len(p.times), func(i int) bool { return p.times[i].ms >= ms })
+	if j == len(p.times) && (len(p.times) == 0 || len(p.chunks) == 0) {
+		d := p.durable
+		p.mu.RUnlock()
+		return d, nil
+	}
+	from := p.min
+	if j > 0 {
+		from = max(p.times[j-1].off, p.min)
+	}
+	to := p.durable
+	if j < len(p.times) {
+		to = min(max(p.times[j].off, p.min), p.durable)
+	}
+	var cands []chunkRef
+	for i := max(p.chunkIndexLocked(from), 0); i < len(p.chunks) && p.chunks[i].off < to; i++ {
+		if p.chunks[i].off >= p.min {
+			cands = append(cands, p.chunks[i])
+		}
+	}
+	p.mu.RUnlock()
+	var hb [entryHeaderLen]byte
+	for _, c := range cands {
+		if err := s.readLog(hb[:], c.pos); err != nil {
+			continue
+		}
+		h, err := parseEntryHeader(hb[:])
+		if err == nil && h.ms >= ms {
+			return c.off, nil
+		}
+	}
+	return to, nil
+}
+
+// Partition returns one partition's bounds.
+func (s *Store) Partition(topic string, partition int) (PartitionInfo, error) {
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return PartitionInfo{}, ErrNoPartition
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.infoLocked(), nil
+}
+
+// Partitions lists every partition, sorted by topic then partition.
+func (s *Store) Partitions() []PartitionInfo {
+	s.mu.RLock()
+	ps := make([]*partition, 0, len(s.parts))
+	for _, p := range s.parts {
+		ps = append(ps, p)
+	}
+	s.mu.RUnlock()
+	out := make([]PartitionInfo, 0, len(ps))
+	for _, p := range ps {
+		p.mu.RLock()
+		out = append(out, p.infoLocked())
+		p.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// LogBounds returns the first retained and the durable end position of the shared log.
+func (s *Store) LogBounds() (first, durable int64) {
+	s.segMu.RLock()
+	if len(s.segs) > 0 {
+		first = s.segs[0].start
+	}
+	s.segMu.RUnlock()
+	return first, s.durable()
+}
+
+func (s *Store) durable() int64 {
+	s.durMu.Lock()
+	defer s.durMu.Unlock()
+	return s.durablePos
+}
+
+func (s *Store) setDurable(pos int64) {
+	s.durMu.Lock()
+	if pos > s.durablePos {
+		s.durablePos = pos
+		close(s.durCh)
+		s.durCh = make(chan struct{})
+	}
+	s.durMu.Unlock()
+}
+
+// WaitDurable blocks until the durable log end is beyond pos or ctx ends.
+func (s *Store) WaitDurable(ctx context.Context, pos int64) error {
+	for {
+		s.durMu.Lock()
+		if s.durablePos > pos {
+			s.durMu.Unlock()
+			return nil
+		}
+		ch := s.durCh
+		s.durMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return ErrClosed
+		}
+	}
+}
+
+// DeletePartition removes a partition's data (operator command). Its
+// records stay in the shared log until retention removes the segments, but
+// they are never served again.
+func (s *Store) DeletePartition(topic string, partition int) error {
+	if s.lookup(topic, partition) == nil {
+		return ErrNoPartition
+	}
+	return s.submit(context.Background(), &request{kind: reqDelete, key: pkey{topic, partition}})
+}
+
+// Flush fsyncs everything appended so far.
+func (s *Store) Flush() error {
+	return s.submit(context.Background(), &request{kind: reqFlush})
+}
+
+// Health is nil while the store accepts appends, else the disk error that stopped it.
+func (s *Store) Health() error {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	return s.healthErr
+}
+
+func (s *Store) setUnhealthy(err error) error {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.healthErr == nil {
+		s.healthErr = &unhealthyError{cause: err}
+		s.log.Error("STORE: disk error, refusing appends", "dir", s.dir, "err", err)
+	}
+	return s.healthErr
+}
+
+// Close flushes and closes the store. Idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeMu.Lock()
+		s.closed = true
+		s.closeMu.Unlock()
+		close(s.quit)
+		<-s.done
+		s.closeErr = s.shutdown()
+		s.closeFiles()
+	})
+	return s.closeErr
+}

@@ -1,0 +1,372 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+type reqKind int
+
+const (
+	reqAppend reqKind = iota
+	reqRaw
+	reqCreate
+	reqDelete
+	reqFlush
+)
+
+// request is one unit of work for the writer goroutine.
+type request struct {
+	kind    reqKind
+	key     pkey
+	at      int64 // reqCreate: start; reqRaw: expected partition end
+	payload []byte
+	recOffs []int32 // reqAppend: record starts in payload
+	ids     []int64 // reqAppend: preset ids (0 = assign); the writer fills them in
+	records int
+	policy  Policy
+
+	// answers, written by the writer before done is closed
+	offset int64 // partition offset of payload[0]
+	end    int64 // partition end after the request
+	err    error
+	done   chan struct{}
+	synced bool // must wait for fsync before done
+}
+
+// pendingChunk is a data entry of the current batch, applied to its
+// partition's index once the write succeeded.
+type pendingChunk struct {
+	p       *partition
+	pos     int64
+	n       int64
+	ms      int64
+	records int64
+}
+
+// writerState is owned by the writer goroutine (and by recovery before it starts).
+type writerState struct {
+	active    *segment
+	pos       int64 // log end written
+	buf       []byte
+	ids       idGen
+	lastMs    int64
+	pend      []pendingChunk
+	dirty     map[*partition]struct{}
+	unflushed map[string]int
+	deadline  time.Time
+	timer     <-chan time.Time
+}
+
+func (s *Store) run() {
+	defer close(s.done)
+	batch := make([]*request, 0, 256)
+	for {
+		select {
+		case r := <-s.reqs:
+			batch = s.gather(append(batch[:0], r))
+			s.process(batch)
+		case <-s.w.timer:
+			s.w.timer = nil
+			s.intervalTick()
+		case <-s.quit:
+			// Close set closed before quit, so nothing new is queued:
+			// finish what is.
+			for {
+				select {
+				case r := <-s.reqs:
+					batch = s.gather(append(batch[:0], r))
+					s.process(batch)
+					continue
+				default:
+				}
+				break
+			}
+			return
+		}
+	}
+}
+
+// gather adds every queued request to batch, up to MaxBatchBytes.
+func (s *Store) gather(batch []*request) []*request {
+	size := len(batch[0].payload)
+	for size < s.opts.MaxBatchBytes && len(batch) < 4096 {
+		select {
+		case r := <-s.reqs:
+			batch = append(batch, r)
+			size += len(r.payload)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (s *Store) intervalTick() {
+	w := &s.w
+	if w.deadline.IsZero() {
+		return
+	}
+	if now := s.clk.Now(); now.Before(w.deadline) {
+		w.timer = s.clk.After(w.deadline.Sub(now))
+		return
+	}
+	s.syncNow()
+}
+
+// resolveLocked finds or creates (at start) the partition of key. New
+// partitions are appended to created; the caller writes their define entry.
+func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[key]; p != nil {
+		return p, false
+	}
+	pid := s.nextPid
+	s.nextPid++
+	p := newPartition(key, pid, start)
+	s.parts[key] = p
+	s.byPid[pid] = p
+	return p, true
+}
+
+func (s *Store) process(batch []*request) {
+	if err := s.Health(); err != nil {
+		for _, r := range batch {
+			r.err = err
+			close(r.done)
+		}
+		return
+	}
+	w := &s.w
+	ms := s.clk.Now().UnixMilli()
+	if ms < w.lastMs {
+		ms = w.lastMs // keep append times monotonic in the log
+	}
+	w.lastMs = ms
+	buf := w.buf[:0]
+	base := w.pos
+	w.pend = w.pend[:0]
+	var created, deleted []*partition
+	needSync := false
+	for _, r := range batch {
+		switch r.kind {
+		case reqFlush:
+			needSync, r.synced = true, true
+		case reqCreate:
+			needSync, r.synced = true, true
+			p, isNew := s.resolve(r.key, r.at)
+			if isNew {
+				created = append(created, p)
+				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: r.at, ms: ms}, encodeDefine(r.key.topic, r.key.num))
+			}
+		case reqDelete:
+			needSync, r.synced = true, true
+			s.mu.RLock()
+			p := s.parts[r.key]
+			s.mu.RUnlock()
+			if p == nil {
+				r.err = ErrNoPartition
+				continue
+			}
+			deleted = append(deleted, p)
+			buf = appendEntry(buf, entryHeader{typ: entryDelete, pid: p.pid, off: p.wEnd, ms: ms}, nil)
+		case reqAppend, reqRaw:
+			start := int64(0)
+			if r.kind == reqRaw {
+				start = r.at
+			}
+			p, isNew := s.resolve(r.key, start)
+			if isNew {
+				created = append(created, p)
+				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: start, ms: ms}, encodeDefine(r.key.topic, r.key.num))
+			}
+			if r.kind == reqRaw && p.wEnd != r.at {
+				r.end = p.wEnd
+				r.err = fmt.Errorf("partition end is %d: %w", p.wEnd, ErrOffsetMismatch)
+				continue
+			}
+			if r.kind == reqAppend {
+				for i, o := range r.recOffs {
+					if r.ids[i] == 0 {
+						r.ids[i] = w.ids.next(ms)
+						binary.BigEndian.PutUint64(r.payload[o+8:], uint64(r.ids[i]))
+					}
+				}
+			}
+			r.offset = p.wEnd
+			pos := base + int64(len(buf))
+			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: p.wEnd, ms: ms}, r.payload)
+			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: int64(len(r.payload)), ms: ms, records: int64(r.records)})
+			p.wEnd += int64(len(r.payload))
+			r.end = p.wEnd
+			if r.policy.UnflushThreshold <= 0 {
+				needSync, r.synced = true, true
+				continue
+			}
+			t := r.key.topic
+			w.unflushed[t]++
+			if w.unflushed[t] >= r.policy.UnflushThreshold {
+				needSync = true
+			}
+			if r.policy.UnflushInterval > 0 {
+				dl := s.clk.Now().Add(r.policy.UnflushInterval)
+				if w.deadline.IsZero() || dl.Before(w.deadline) {
+					w.deadline = dl
+					w.timer = s.clk.After(r.policy.UnflushInterval)
+				}
+			}
+		}
+	}
+	if len(buf) > 0 {
+		if err := s.writeLocked(buf); err != nil {
+			herr := s.setUnhealthy(err)
+			for _, pc := range w.pend {
+				pc.p.wEnd = pc.p.end
+			}
+			s.mu.Lock()
+			for _, p := range created {
+				delete(s.parts, p.key)
+				delete(s.byPid, p.pid)
+			}
+			s.mu.Unlock()
+			for _, r := range batch {
+				if r.err == nil {
+					r.err = herr
+				}
+				close(r.done)
+			}
+			w.buf = buf[:0]
+			return
+		}
+		segBytes := s.opts.SegmentBytes
+		for _, pc := range w.pend {
+			pc.p.mu.Lock()
+			pc.p.addChunkLocked(pc.pos, pc.n, pc.ms, pc.records, segBytes)
+			pc.p.mu.Unlock()
+			w.dirty[pc.p] = struct{}{}
+		}
+		for _, p := range created {
+			w.dirty[p] = struct{}{}
+		}
+		if len(deleted) > 0 {
+			s.mu.Lock()
+			for _, p := range deleted {
+				if s.parts[p.key] == p {
+					delete(s.parts, p.key)
+				}
+				delete(s.byPid, p.pid)
+				delete(w.dirty, p)
+			}
+			s.mu.Unlock()
+			for _, p := range deleted {
+				p.mu.Lock()
+				p.deleted = true
+				p.mu.Unlock()
+			}
+		}
+	}
+	var syncErr error
+	if needSync {
+		syncErr = s.syncNow()
+	}
+	for _, r := range batch {
+		if r.err == nil && r.synced && syncErr != nil {
+			r.err = syncErr
+		}
+		close(r.done)
+	}
+	if cap(buf) > 2*s.opts.MaxBatchBytes {
+		buf = nil // do not pin one huge batch's buffer forever
+	}
+	w.buf = buf[:0]
+	s.maybeRoll()
+}
+
+// writeLocked appends b to the active segment. On error it cuts the
+// segment back to its previous size so no partial entry stays behind.
+func (s *Store) writeLocked(b []byte) error {
+	w := &s.w
+	g := w.active
+	size := g.size.Load()
+	if _, err := g.f.WriteAt(b, size); err != nil {
+		if terr := g.f.Truncate(size); terr != nil {
+			s.log.Error("STORE: cannot cut failed write back", "segment", g.path, "size", size, "err", terr)
+		}
+		return fmt.Errorf("store: write %d bytes to %s at %d: %w", len(b), g.path, size, err)
+	}
+	g.size.Store(size + int64(len(b)))
+	w.pos += int64(len(b))
+	return nil
+}
+
+// syncNow fdatasyncs the active segment and publishes the new durable ends.
+func (s *Store) syncNow() error {
+	w := &s.w
+	if w.pos == s.durable() && len(w.dirty) == 0 {
+		return nil
+	}
+	start := time.Now()
+	if err := w.active.f.Datasync(); err != nil {
+		// After a failed fsync the page cache cannot be trusted (the kernel
+		// may have dropped the dirty pages): stop taking appends.
+		return s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", w.active.path, err))
+	}
+	if d := time.Since(start); d > time.Second {
+		s.log.Warn("STORE: slow fdatasync", "segment", w.active.path, "took", d)
+	}
+	for p := range w.dirty {
+		p.mu.Lock()
+		p.durable = p.end
+		p.mu.Unlock()
+		delete(w.dirty, p)
+	}
+	clear(w.unflushed)
+	w.deadline = time.Time{}
+	w.timer = nil
+	s.setDurable(w.pos)
+	return nil
+}
+
+// maybeRoll seals the active segment once it reached SegmentBytes and starts
+// the next one with a define entry for every live partition.
+func (s *Store) maybeRoll() {
+	w := &s.w
+	if w.active.size.Load() < s.opts.SegmentBytes || s.Health() != nil {
+		return
+	}
+	if err := s.syncNow(); err != nil {
+		return
+	}
+	old := w.active
+	g, err := openSegment(s.fs, s.logDir, w.pos, true)
+	if err == nil {
+		err = s.fs.SyncDir(s.logDir)
+	}
+	if err != nil {
+		s.setUnhealthy(fmt.Errorf("store: roll log: %w", err))
+		return
+	}
+	s.segMu.Lock()
+	s.segs = append(s.segs, g)
+	s.segMu.Unlock()
+	w.active = g
+	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path)
+	s.sealed(old)
+	buf := w.buf[:0]
+	s.mu.RLock()
+	for _, p := range s.parts {
+		buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: w.lastMs}, encodeDefine(p.key.topic, p.key.num))
+	}
+	s.mu.RUnlock()
+	if err := s.writeLocked(buf); err != nil {
+		s.setUnhealthy(err)
+		return
+	}
+	w.buf = buf[:0]
+	if err := s.syncNow(); err != nil {
+		return
+	}
+	s.afterRoll()
+}
