@@ -88,7 +88,9 @@ func WithBroadcast() ConsumerOption { return func(o *consumerOptions) { o.broadc
 func WithOffsetStore(s OffsetStore) ConsumerOption { return func(o *consumerOptions) { o.store = s } }
 
 // WithOffsetFile keeps offsets in a local JSON file at path.
-func WithOffsetFile(path string) ConsumerOption { return func(o *consumerOptions) { o.offsetFile = path } }
+func WithOffsetFile(path string) ConsumerOption {
+	return func(o *consumerOptions) { o.offsetFile = path }
+}
 
 // WithStart sets where partitions without a saved offset start. Default
 // StartEarliest.
@@ -96,7 +98,9 @@ func WithStart(p StartPosition) ConsumerOption { return func(o *consumerOptions)
 
 // WithIgnoreSavedOffsets applies WithStart even where an offset is saved
 // (MetaQ's alwaysConsumeFromMaxOffset, generalised).
-func WithIgnoreSavedOffsets() ConsumerOption { return func(o *consumerOptions) { o.ignoreSaved = true } }
+func WithIgnoreSavedOffsets() ConsumerOption {
+	return func(o *consumerOptions) { o.ignoreSaved = true }
+}
 
 // WithCommitInterval sets how often changed offsets are saved. Default 5s
 // (commitOffsetPeriodInMills). They are also saved on rebalance and Close.

@@ -57,7 +57,7 @@ type Producer struct {
 	c   *Client
 	opt producerOptions
 
-	window chan struct{} // one token per async send in flight
+	window   chan struct{} // one token per async send in flight
 	inflight sync.WaitGroup
 
 	mu     sync.Mutex
