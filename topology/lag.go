@@ -1,0 +1,205 @@
+package topology
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is one slave group's replication lag, as `metaq lag`, /lag and the
+// Prometheus collector show it.
+type Report struct {
+	SlaveGroup string `json:"slaveGroup"`
+	// Site and Member are the slave's site and gossip name ("" when no slave
+	// of that id is in the pool).
+	Site     string `json:"site"`
+	Member   string `json:"member,omitempty"`
+	BrokerID int    `json:"brokerId"`
+	SlaveID  int    `json:"slaveId"`
+	// MasterSite is the site of the master that reports the figures.
+	MasterSite    string        `json:"masterSite"`
+	Partitions    int           `json:"partitions"`
+	Bytes         int64         `json:"bytes"`
+	Messages      int64         `json:"messages"`
+	Behind        time.Duration `json:"-"`
+	SecondsBehind float64       `json:"secondsBehind"`
+	State         LagState      `json:"state"`
+	// Detail is per partition, present only on the master's own bundle.
+	Detail []PartitionLag `json:"detail,omitempty"`
+}
+
+// Reports returns the lag of every slave group in the pool, sorted by broker
+// id and slave group. Figures come from each master's gossiped summary; on
+// the master's own bundle they come fresh from its LagSource with partition
+// detail. A group is down when its master says it is not connected, when the
+// slave's bundle or the master's is down, or when no slave with its id is in
+// the pool.
+func (t *Topology) Reports() []Report {
+	members := t.Members()
+	var local []GroupLag
+	if t.opts.Role == RoleMaster && t.opts.Lag != nil {
+		local = t.opts.Lag.Lag()
+	}
+	return buildReports(members, t.opts.Name, local, t.opts.LaggingAfter)
+}
+
+func buildReports(members []Member, localName string, local []GroupLag, laggingAfter time.Duration) []Report {
+	type key struct{ broker, slave int }
+	slaves := map[key]Member{}
+	for _, m := range members {
+		if m.Meta.Role != RoleSlave {
+			continue
+		}
+		k := key{m.Meta.BrokerID, m.Meta.SlaveID}
+		if old, ok := slaves[k]; !ok || old.State != StateAlive {
+			slaves[k] = m
+		}
+	}
+	var out []Report
+	covered := map[key]bool{}
+	for _, m := range members {
+		if m.Meta.Role != RoleMaster {
+			continue
+		}
+		summaries := m.Meta.Lag
+		var detail map[string][]PartitionLag
+		if m.Name == localName && local != nil {
+			summaries = SummarizeLag(local, laggingAfter)
+			detail = map[string][]PartitionLag{}
+			for _, g := range local {
+				detail[g.SlaveGroup] = g.Partitions
+			}
+		}
+		for _, s := range summaries {
+			k := key{m.Meta.BrokerID, s.SlaveID}
+			r := Report{
+				SlaveGroup: s.SlaveGroup, BrokerID: m.Meta.BrokerID, SlaveID: s.SlaveID, MasterSite: m.Meta.Site,
+				Partitions: s.Partitions, Bytes: s.Bytes, Messages: s.Messages, Behind: s.Behind,
+				SecondsBehind: s.Behind.Seconds(), State: s.State, Detail: detail[s.SlaveGroup],
+			}
+			sl, ok := slaves[k]
+			if ok {
+				r.Site, r.Member = sl.Meta.Site, sl.Name
+			}
+			if !ok || sl.State == StateDown || m.State == StateDown {
+				r.State = LagDown
+			}
+			covered[k] = true
+			out = append(out, r)
+		}
+	}
+	// Slaves whose master reports nothing for them (not connected yet, or
+	// the master is not in the pool).
+	for k, sl := range slaves {
+		if covered[k] {
+			continue
+		}
+		out = append(out, Report{SlaveGroup: "", Site: sl.Meta.Site, Member: sl.Name, BrokerID: k.broker, SlaveID: k.slave, State: LagDown})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.BrokerID != b.BrokerID {
+			return a.BrokerID < b.BrokerID
+		}
+		if a.SlaveGroup != b.SlaveGroup {
+			return a.SlaveGroup < b.SlaveGroup
+		}
+		return a.SlaveID < b.SlaveID
+	})
+	return out
+}
+
+// ViewRootPrefix is how site view roots are named: /meta-view-<site>
+// (registry.SiteViewRoot; repeated here because topology does not import
+// the registry).
+const ViewRootPrefix = "/meta-view-"
+
+// ConsumerLagReport is one consumer group's backlog on one topic, as read
+// through one ZooKeeper root.
+type ConsumerLagReport struct {
+	// Site is the site whose view root the group uses, "" for the real root.
+	Site       string `json:"site"`
+	Root       string `json:"root"`
+	Group      string `json:"group"`
+	Topic      string `json:"topic"`
+	BrokerID   int    `json:"brokerId"`
+	Partitions int    `json:"partitions"`
+	// Bytes is the sum over partitions of master end offset minus the
+	// group's committed offset (never negative).
+	Bytes int64 `json:"bytes"`
+}
+
+// ConsumerLag computes consumer-group backlog per root (real root and site
+// views) for the partitions whose master end offsets this bundle knows: those
+// of its own broker id when it is the master, from the LagSource. Offsets come
+// from src. Partitions without an end offset are left out.
+func (t *Topology) ConsumerLag(ctx context.Context, src OffsetSource) ([]ConsumerLagReport, error) {
+	if src == nil || t.opts.Role != RoleMaster || t.opts.Lag == nil {
+		return nil, nil
+	}
+	offs, err := src.ConsumerOffsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return consumerLag(t.opts.BrokerID, EndOffsets(t.opts.Lag.Lag()), offs), nil
+}
+
+// TopicPartition names one partition of one broker id.
+type TopicPartition struct {
+	Topic     string
+	Partition int
+}
+
+// EndOffsets takes each partition's master end offset from lag figures (the
+// largest seen over slave groups).
+func EndOffsets(groups []GroupLag) map[TopicPartition]int64 {
+	out := map[TopicPartition]int64{}
+	for _, g := range groups {
+		for _, p := range g.Partitions {
+			k := TopicPartition{p.Topic, p.Partition}
+			out[k] = max(out[k], p.MasterEnd)
+		}
+	}
+	return out
+}
+
+func consumerLag(brokerID int, ends map[TopicPartition]int64, offs []ConsumerOffset) []ConsumerLagReport {
+	type key struct{ root, group, topic string }
+	agg := map[key]*ConsumerLagReport{}
+	for _, o := range offs {
+		if o.BrokerID != brokerID {
+			continue
+		}
+		end, ok := ends[TopicPartition{o.Topic, o.Partition}]
+		if !ok {
+			continue
+		}
+		k := key{o.Root, o.Group, o.Topic}
+		r := agg[k]
+		if r == nil {
+			r = &ConsumerLagReport{Root: o.Root, Group: o.Group, Topic: o.Topic, BrokerID: brokerID}
+			if strings.HasPrefix(o.Root, ViewRootPrefix) {
+				r.Site = strings.TrimPrefix(o.Root, ViewRootPrefix)
+			}
+			agg[k] = r
+		}
+		r.Partitions++
+		r.Bytes += max(0, end-o.Offset)
+	}
+	out := make([]ConsumerLagReport, 0, len(agg))
+	for _, r := range agg {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Root != b.Root {
+			return a.Root < b.Root
+		}
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Topic < b.Topic
+	})
+	return out
+}

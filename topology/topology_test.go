@@ -1,0 +1,240 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/internal/testutil"
+)
+
+var testKey = []byte("0123456789abcdef")
+
+// testLogger logs to stderr only with -v, to keep failures readable.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
+	}
+	return nil
+}
+
+// fakeLag is a LagSource whose groups the test sets.
+type fakeLag struct {
+	mu     sync.Mutex
+	groups []GroupLag
+}
+
+func (f *fakeLag) Lag() []GroupLag {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]GroupLag, len(f.groups))
+	for i, g := range f.groups {
+		g.Partitions = append([]PartitionLag(nil), g.Partitions...)
+		out[i] = g
+	}
+	return out
+}
+
+func (f *fakeLag) set(g []GroupLag) {
+	f.mu.Lock()
+	f.groups = g
+	f.mu.Unlock()
+}
+
+// fakeHealth is a HealthSource the test flips.
+type fakeHealth struct {
+	mu sync.Mutex
+	h  Health
+}
+
+func (f *fakeHealth) Health() Health {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h
+}
+
+func (f *fakeHealth) set(h Health) {
+	f.mu.Lock()
+	f.h = h
+	f.mu.Unlock()
+}
+
+type node struct {
+	t      *Topology
+	opts   Options
+	health *fakeHealth
+	lag    *fakeLag
+}
+
+// startNode starts one bundle's gossip on 127.0.0.1 with short intervals.
+func startNode(t *testing.T, opts Options) *node {
+	t.Helper()
+	n := &node{health: &fakeHealth{h: Health{StorageOK: true, ReplicationOK: true}}, lag: &fakeLag{}}
+	opts.Health, opts.Lag = n.health, n.lag
+	opts.Key, opts.Label = testKey, "metaq-test"
+	opts.Timing = FastTiming()
+	if opts.RefreshInterval == 0 {
+		opts.RefreshInterval = 50 * time.Millisecond
+	}
+	if opts.Bind == "" {
+		opts.Bind = "127.0.0.1:0"
+	}
+	opts.Logger = testLogger(t)
+	n.opts = opts
+	n.start(t)
+	return n
+}
+
+func (n *node) start(t *testing.T) {
+	t.Helper()
+	tp, err := New(n.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.t = tp
+	// Restart on the same address, as a restarted bundle does.
+	n.opts.Bind = tp.Addr()
+	t.Cleanup(func() { tp.close(false) })
+}
+
+// threeSites starts a master in bj and slaves in hf and sh for brokerId 1,
+// all joined.
+func threeSites(t *testing.T) (bj, hf, sh *node) {
+	t.Helper()
+	bj = startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123", ReplAddr: "127.0.0.1:18124"})
+	hf = startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123", Join: []string{bj.t.Addr()}})
+	sh = startNode(t, Options{Site: "sh", Role: RoleSlave, BrokerID: 1, SlaveID: 1, ServeURL: "meta://127.0.0.1:38123", Join: []string{bj.t.Addr()}})
+	for _, n := range []*node{bj, hf, sh} {
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			return wantAlive(n.t, "bj-1-m", "hf-1-s0", "sh-1-s1")
+		})
+	}
+	return bj, hf, sh
+}
+
+func wantAlive(tp *Topology, names ...string) error {
+	ms := map[string]Member{}
+	for _, m := range tp.Members() {
+		ms[m.Name] = m
+	}
+	for _, n := range names {
+		if m, ok := ms[n]; !ok || m.State != StateAlive {
+			return fmt.Errorf("%s sees %s as %v (known %v)", tp.Name(), n, m.State, ok)
+		}
+	}
+	return nil
+}
+
+func memberOf(tp *Topology, name string) (Member, bool) {
+	for _, m := range tp.Members() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+func TestGossipJoinMetadataDownUp(t *testing.T) {
+	bj, hf, sh := threeSites(t)
+	events, cancel := bj.t.Subscribe(1024)
+	defer cancel()
+
+	// Metadata is visible everywhere, health and lag changes propagate.
+	m, _ := memberOf(sh.t, "hf-1-s0")
+	if m.Meta.Site != "hf" || m.Meta.Role != RoleSlave || m.Meta.BrokerID != 1 || m.Meta.SlaveID != 0 ||
+		m.Meta.ServeURL != "meta://127.0.0.1:28123" || !m.Healthy() {
+		t.Fatalf("sh sees hf as %+v", m)
+	}
+	hf.health.set(Health{StorageOK: false, ReplicationOK: true})
+	bj.lag.set([]GroupLag{{SlaveGroup: "g-hf", SlaveID: 0, Connected: true,
+		Partitions: []PartitionLag{{Topic: "t", Partition: 0, Bytes: 300, Messages: 3, Behind: 2 * time.Second}}}})
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+		m, _ := memberOf(sh.t, "hf-1-s0")
+		if m.Meta.Health.StorageOK {
+			return fmt.Errorf("sh still sees hf storage ok")
+		}
+		b, _ := memberOf(sh.t, "bj-1-m")
+		if len(b.Meta.Lag) != 1 || b.Meta.Lag[0].Bytes != 300 || b.Meta.Lag[0].Messages != 3 {
+			return fmt.Errorf("sh sees bj lag %+v", b.Meta.Lag)
+		}
+		return nil
+	})
+	hf.health.set(Health{StorageOK: true, ReplicationOK: true})
+
+	// hf crashes: bj declares it (and its site) down within the detection time.
+	detect := bj.t.DetectionTime()
+	died := time.Now()
+	hf.t.close(false)
+	testutil.Eventually(t, detect+2*time.Second, 10*time.Millisecond, func() error {
+		if m, _ := memberOf(bj.t, "hf-1-s0"); m.State != StateDown {
+			return fmt.Errorf("hf is %v", m.State)
+		}
+		if s := bj.t.Sites()["hf"]; s != StateDown {
+			return fmt.Errorf("site hf is %v", s)
+		}
+		return nil
+	})
+	t.Logf("hf down after %v (detection bound %v)", time.Since(died), detect)
+
+	// hf returns at its address: up again everywhere.
+	hf.start(t)
+	for _, n := range []*Topology{bj.t, sh.t} {
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(n, "hf-1-s0") })
+	}
+	if _, err := hf.t.Join(context.Background(), bj.t.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error { return wantAlive(hf.t, "bj-1-m", "sh-1-s1") })
+
+	// The event stream saw hf suspect (at bj or reported by the probe that
+	// found it), down, and up again, with site events.
+	seen := map[string]bool{}
+	timeout := time.After(2 * time.Second)
+	for !(seen["node-down"] && seen["site-down"] && seen["node-up"] && seen["site-up"]) {
+		select {
+		case ev := <-events:
+			if ev.Site == "hf" {
+				seen[ev.Kind.String()] = true
+			}
+		case <-timeout:
+			t.Fatalf("events seen for hf: %v", seen)
+		}
+	}
+	t.Logf("hf events at bj: %v", seen)
+}
+
+func TestWrongKeyOrLabelCannotJoin(t *testing.T) {
+	a := startNode(t, Options{Site: "bj", BrokerID: 1, ServeURL: "meta://127.0.0.1:1"})
+	opts := Options{Site: "hf", Role: RoleSlave, BrokerID: 1, ServeURL: "meta://127.0.0.1:2", Bind: "127.0.0.1:0",
+		Key: []byte("fedcba9876543210"), Label: "metaq-test", Timing: FastTiming()}
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer b.close(false)
+	if _, err := b.Join(context.Background(), a.t.Addr()); err == nil {
+		t.Fatal("join with the wrong key succeeded")
+	}
+	opts.Key, opts.Label = testKey, "other-env"
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer c.close(false)
+	if _, err := c.Join(context.Background(), a.t.Addr()); err == nil {
+		t.Fatal("join with another label succeeded")
+	}
+}
