@@ -1,0 +1,479 @@
+package configsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"metaq/broker/config"
+)
+
+// Agent applies pushed versions of server.ini on one site. Create it with
+// NewAgent, then Start; Close stops it. See the package documentation for
+// what an apply does.
+type Agent struct {
+	o      Options
+	log    *slog.Logger
+	host   string
+	nc     *nats.Conn
+	ownsNC bool
+	kv     jetstream.KeyValue
+	sub    *nats.Subscription
+
+	quit    chan struct{}
+	kick    chan struct{}
+	wg      sync.WaitGroup
+	closing atomic.Bool
+	started atomic.Bool
+	cancel  context.CancelFunc
+
+	// mu guards the fields below; the apply goroutine writes them and the
+	// NATS request handler reads them.
+	mu        sync.Mutex
+	state     SiteState
+	processed uint64            // highest desired version handled, success or not
+	results   map[uint64]Result // recent results by version
+	waiters   map[uint64][]string
+	// current is the configuration on disk (overlay applied); only the apply
+	// goroutine touches it after Start.
+	current *config.Server
+}
+
+// sidecar remembers which version the file on disk is, across restarts.
+type sidecar struct {
+	Version   uint64    `json:"version"`
+	SHA256    string    `json:"sha256"`
+	AppliedAt time.Time `json:"appliedAt"`
+}
+
+// NewAgent checks o, fills its defaults and returns an agent that is not yet
+// connected.
+func NewAgent(o Options) (*Agent, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &Agent{
+		o:       o,
+		log:     o.Logger.With("site", o.Site),
+		host:    host,
+		quit:    make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		results: make(map[uint64]Result),
+		waiters: make(map[uint64][]string),
+		current: o.Running,
+	}, nil
+}
+
+// Site returns the site name the agent answers for.
+func (a *Agent) Site() string { return a.o.Site }
+
+// State returns a copy of the state the agent last recorded.
+func (a *Agent) State() SiteState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.state
+	s.PendingRestart = slices.Clone(s.PendingRestart)
+	return s
+}
+
+// Start connects (retrying until ctx is done if no server is up yet), records
+// the site state, and starts watching the desired version. The first version
+// is applied in the background; Start does not wait for it.
+func (a *Agent) Start(ctx context.Context) error {
+	if !a.started.CompareAndSwap(false, true) {
+		return errors.New("configsync: agent already started")
+	}
+	data, err := os.ReadFile(a.o.ConfigPath)
+	if err != nil {
+		return fmt.Errorf("configsync: agent: %w", err)
+	}
+	sum := hashHex(data)
+	a.state = SiteState{Site: a.o.Site, Host: a.host, SHA256: sum}
+	if sc, err := a.readSidecar(); err == nil && sc.SHA256 == sum {
+		a.state.Version, a.state.AppliedAt = sc.Version, sc.AppliedAt
+		a.processed = sc.Version
+	}
+
+	a.nc = a.o.Conn
+	if a.nc == nil {
+		nc, err := Connect(ctx, a.o.URL, a.o.NATS, "metaq-configsync-agent-"+a.o.Site, a.o.Logger)
+		if err != nil {
+			return err
+		}
+		a.nc, a.ownsNC = nc, true
+	}
+	kv, err := openBucket(ctx, a.nc, a.o.NATS.Bucket)
+	if err != nil {
+		a.closeConn()
+		return err
+	}
+	a.kv = kv
+	// Subscribe before watching so no request can be missed between the two.
+	a.sub, err = a.nc.Subscribe(siteSubject(a.o.NATS.Subject, a.o.Site), a.onRequest)
+	if err != nil {
+		a.closeConn()
+		return fmt.Errorf("configsync: agent: subscribe: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.recordState(ctx)
+	a.log.Info("CONFIGSYNC: agent started", "version", a.state.Version, "bucket", a.o.NATS.Bucket,
+		"subject", siteSubject(a.o.NATS.Subject, a.o.Site))
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.run(runCtx)
+	}()
+	return nil
+}
+
+// Close stops watching, waits for an apply in progress to finish or be
+// cancelled, and drains the connection if the agent opened it. It is safe to
+// call more than once, and before Start.
+func (a *Agent) Close() error {
+	if !a.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	if !a.started.Load() {
+		return nil
+	}
+	if a.sub != nil {
+		_ = a.sub.Unsubscribe()
+	}
+	close(a.quit)
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	a.closeConn()
+	return nil
+}
+
+func (a *Agent) closeConn() {
+	if a.ownsNC && a.nc != nil {
+		// Drain lets an answer already published reach the pusher.
+		if err := a.nc.Drain(); err != nil {
+			a.nc.Close()
+		}
+	}
+}
+
+// run owns the watch and every apply.
+func (a *Agent) run(ctx context.Context) {
+	hb := time.NewTicker(a.o.HeartbeatInterval)
+	defer hb.Stop()
+	for {
+		w, err := a.kv.Watch(ctx, keyDesired)
+		if err != nil {
+			a.log.Warn("CONFIGSYNC: watch failed, retrying", "err", err)
+			select {
+			case <-a.quit:
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		stopped := a.watchLoop(ctx, w, hb)
+		_ = w.Stop()
+		if stopped {
+			return
+		}
+	}
+}
+
+// watchLoop handles one watcher until it ends; it returns true on Close.
+func (a *Agent) watchLoop(ctx context.Context, w jetstream.KeyWatcher, hb *time.Ticker) bool {
+	for {
+		select {
+		case <-a.quit:
+			return true
+		case e, ok := <-w.Updates():
+			if !ok {
+				return false // watcher ended (e.g. connection trouble): watch again
+			}
+			// A nil entry marks the end of the initial values: we are caught up.
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			a.handleEntry(ctx, e.Value())
+		case <-a.kick:
+			// A pusher asked about a version the watch has not delivered
+			// yet; read it directly rather than wait.
+			e, err := a.kv.Get(ctx, keyDesired)
+			if err == nil {
+				a.handleEntry(ctx, e.Value())
+			}
+		case <-hb.C:
+			a.recordState(ctx)
+		}
+	}
+}
+
+func (a *Agent) handleEntry(ctx context.Context, value []byte) {
+	v, err := decodeVersion(value)
+	if err != nil {
+		a.log.Error("CONFIGSYNC: bad desired entry", "err", err)
+		return
+	}
+	a.mu.Lock()
+	done := v.Version <= a.processed
+	a.mu.Unlock()
+	if done {
+		a.answerWaiters()
+		return
+	}
+	res := a.apply(ctx, v)
+	a.mu.Lock()
+	a.processed = v.Version
+	a.results[v.Version] = res
+	for k := range a.results {
+		if k+16 < v.Version {
+			delete(a.results, k)
+		}
+	}
+	a.mu.Unlock()
+	a.recordState(ctx)
+	a.answerWaiters()
+}
+
+// apply runs one version through validate, write and reload, and returns
+// the result. On failure the previous file is back on disk.
+func (a *Agent) apply(ctx context.Context, v *Version) Result {
+	res := Result{Site: a.o.Site, Version: v.Version}
+	fail := func(err error) Result {
+		a.mu.Lock()
+		a.state.Error = err.Error()
+		a.state.FailedVersion = v.Version
+		res.Running = a.state.Version
+		res.PendingRestart = slices.Clone(a.state.PendingRestart)
+		a.mu.Unlock()
+		res.Error = err.Error()
+		a.log.Error("CONFIGSYNC: apply failed, previous configuration kept", "version", v.Version, "err", err)
+		return res
+	}
+	if err := v.Check(); err != nil {
+		return fail(err)
+	}
+	old, err := os.ReadFile(a.o.ConfigPath)
+	if err != nil {
+		return fail(fmt.Errorf("configsync: read %s: %w", a.o.ConfigPath, err))
+	}
+	a.mu.Lock()
+	prevVersion := a.state.Version
+	a.mu.Unlock()
+	if hashHex(old) == v.SHA256 {
+		// Same bytes (e.g. the site was set up from the pushed file, or a
+		// rollback to what it runs): nothing to write or reload.
+		res.OK, res.Unchanged, res.Running = true, true, v.Version
+		a.succeed(v, nil, &res)
+		return res
+	}
+	var overlay []byte
+	if a.o.OverlayPath != "" {
+		if overlay, err = os.ReadFile(a.o.OverlayPath); err != nil {
+			return fail(fmt.Errorf("configsync: overlay: %w", err))
+		}
+	}
+	cfg, _, err := config.ParseWithOverlay(a.o.ConfigPath, v.Data, a.o.OverlayPath, overlay)
+	if err != nil {
+		return fail(fmt.Errorf("configsync: validate version %d: %w", v.Version, err))
+	}
+	if cfg.Site.Name != "" && cfg.Site.Name != a.o.Running.Site.Name && a.o.Running.Site.Name == a.o.Site {
+		return fail(fmt.Errorf("configsync: version %d would rename site %q to %q: set [site] name in the site's overlay",
+			v.Version, a.o.Running.Site.Name, cfg.Site.Name))
+	}
+	backup := a.o.ConfigPath + ".prev"
+	if prevVersion > 0 {
+		backup = a.o.ConfigPath + ".v" + strconv.FormatUint(prevVersion, 10)
+	}
+	if err := writeFileAtomic(backup, old, 0o644); err != nil {
+		return fail(err)
+	}
+	if err := writeFileAtomic(a.o.ConfigPath, v.Data, 0o644); err != nil {
+		return fail(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.o.ReloadTimeout)
+	changes, err := a.o.Reloader.Reload(rctx, cfg)
+	cancel()
+	if err != nil {
+		if rerr := writeFileAtomic(a.o.ConfigPath, old, 0o644); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("restore previous file: %w", rerr))
+		}
+		return fail(fmt.Errorf("configsync: reload version %d: %w", v.Version, err))
+	}
+	a.current = cfg
+	res.OK, res.Running = true, v.Version
+	res.TopicsAdded, res.TopicsChanged, res.TopicsRemoved = changes.TopicsAdded, changes.TopicsChanged, changes.TopicsRemoved
+	res.RestartKeys = changes.RestartKeys
+	a.succeed(v, cfg, &res)
+	a.pruneBackups()
+	return res
+}
+
+// succeed records a successful apply of v; cfg is nil when the bytes were
+// already on disk.
+func (a *Agent) succeed(v *Version, cfg *config.Server, res *Result) {
+	var pending []string
+	if cfg != nil {
+		pending = config.Diff(a.o.Running, cfg).RestartKeys
+	}
+	now := time.Now().UTC()
+	a.mu.Lock()
+	if cfg != nil {
+		a.state.PendingRestart = pending
+	}
+	a.state.Version = v.Version
+	a.state.SHA256 = v.SHA256
+	a.state.AppliedAt = now
+	a.state.Error, a.state.FailedVersion = "", 0
+	res.PendingRestart = slices.Clone(a.state.PendingRestart)
+	a.mu.Unlock()
+	if err := a.writeSidecar(sidecar{Version: v.Version, SHA256: v.SHA256, AppliedAt: now}); err != nil {
+		a.log.Warn("CONFIGSYNC: cannot record applied version on disk", "err", err)
+	}
+	a.log.Info("CONFIGSYNC: version applied", "version", v.Version, "sha256", v.SHA256[:12],
+		"changes", res.Changes().String(),
+		"pendingRestart", res.PendingRestart)
+}
+
+// recordState writes site.<name> with a fresh heartbeat.
+func (a *Agent) recordState(ctx context.Context) {
+	a.mu.Lock()
+	a.state.Heartbeat = time.Now().UTC()
+	b, err := json.Marshal(a.state)
+	a.mu.Unlock()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := a.kv.Put(ctx, siteKey(a.o.Site), b); err != nil && !a.closing.Load() {
+		a.log.Warn("CONFIGSYNC: cannot record site state", "err", err)
+	}
+}
+
+// onRequest answers a pusher. It never blocks the NATS dispatcher: a
+// request for a version not processed yet is parked until it is.
+func (a *Agent) onRequest(m *nats.Msg) {
+	var req request
+	if err := json.Unmarshal(m.Data, &req); err != nil || m.Reply == "" {
+		return
+	}
+	a.mu.Lock()
+	if req.Version <= a.processed {
+		res := a.resultForLocked(req.Version)
+		a.mu.Unlock()
+		a.respond(m.Reply, res)
+		return
+	}
+	if !slices.Contains(a.waiters[req.Version], m.Reply) {
+		a.waiters[req.Version] = append(a.waiters[req.Version], m.Reply)
+	}
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// resultForLocked returns the result for version v, or, when v was skipped
+// because a newer version arrived first, the newest result.
+func (a *Agent) resultForLocked(v uint64) Result {
+	if r, ok := a.results[v]; ok {
+		return r
+	}
+	if r, ok := a.results[a.processed]; ok {
+		return r
+	}
+	// Processed before this process started (from the sidecar).
+	return Result{Site: a.o.Site, Version: a.state.Version, Running: a.state.Version, OK: a.state.Error == "",
+		Error: a.state.Error, Unchanged: true, PendingRestart: slices.Clone(a.state.PendingRestart)}
+}
+
+func (a *Agent) answerWaiters() {
+	type answer struct {
+		reply string
+		res   Result
+	}
+	var out []answer
+	a.mu.Lock()
+	for v, replies := range a.waiters {
+		if v > a.processed {
+			continue
+		}
+		res := a.resultForLocked(v)
+		for _, r := range replies {
+			out = append(out, answer{r, res})
+		}
+		delete(a.waiters, v)
+	}
+	a.mu.Unlock()
+	for _, x := range out {
+		a.respond(x.reply, x.res)
+	}
+}
+
+func (a *Agent) respond(reply string, res Result) {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return
+	}
+	if err := a.nc.Publish(reply, b); err != nil {
+		a.log.Warn("CONFIGSYNC: cannot answer pusher", "err", err)
+	}
+}
+
+func (a *Agent) sidecarPath() string { return a.o.ConfigPath + ".configsync" }
+
+func (a *Agent) readSidecar() (sidecar, error) {
+	var sc sidecar
+	b, err := os.ReadFile(a.sidecarPath())
+	if err != nil {
+		return sc, err
+	}
+	return sc, json.Unmarshal(b, &sc)
+}
+
+func (a *Agent) writeSidecar(sc sidecar) error {
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(a.sidecarPath(), b, 0o644)
+}
+
+// pruneBackups keeps the newest KeepVersions <ConfigPath>.v<N> files.
+func (a *Agent) pruneBackups() {
+	dir, base := filepath.Dir(a.o.ConfigPath), filepath.Base(a.o.ConfigPath)+".v"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	var vs []uint64
+	for _, e := range ents {
+		if n, ok := strings.CutPrefix(e.Name(), base); ok {
+			if v, err := strconv.ParseUint(n, 10, 64); err == nil {
+				vs = append(vs, v)
+			}
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i] > vs[j] })
+	for _, v := range vs[min(len(vs), a.o.KeepVersions):] {
+		_ = os.Remove(filepath.Join(dir, base+strconv.FormatUint(v, 10)))
+	}
+}

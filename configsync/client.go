@@ -1,0 +1,473 @@
+package configsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"metaq/broker/config"
+)
+
+// ClientOptions configures a Client (the pushing side).
+type ClientOptions struct {
+	// URL of the NATS server. Default NATS.URL.
+	URL string
+	// NATS holds the bucket, subject prefix, credentials file and TLS files.
+	// Bucket defaults to "metaq_config", Subject to "metaq.config".
+	NATS config.NATS
+	// Conn is an existing connection to use instead of dialling URL; the
+	// client does not close it.
+	Conn *nats.Conn
+	// Logger receives connection events. Nil discards.
+	Logger *slog.Logger
+}
+
+// Client publishes versions and reads site state.
+type Client struct {
+	nc      *nats.Conn
+	ownsNC  bool
+	kv      jetstream.KeyValue
+	subject string
+	host    string
+}
+
+// NewClient connects and binds to (or creates) the bucket.
+func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
+	o.NATS.Bucket = bucketName(o.NATS)
+	o.NATS.Subject = subjectPrefix(o.NATS)
+	if o.URL == "" {
+		o.URL = o.NATS.URL
+	}
+	c := &Client{nc: o.Conn, subject: o.NATS.Subject}
+	c.host, _ = os.Hostname()
+	if c.nc == nil {
+		if o.URL == "" {
+			return nil, errors.New("configsync: client: no NATS URL")
+		}
+		nc, err := Connect(ctx, o.URL, o.NATS, "metaq-configsync", o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		c.nc, c.ownsNC = nc, true
+	}
+	kv, err := openBucket(ctx, c.nc, o.NATS.Bucket)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.kv = kv
+	return c, nil
+}
+
+// Close drains the connection when the client opened it.
+func (c *Client) Close() {
+	if c.ownsNC && c.nc != nil {
+		if err := c.nc.Drain(); err != nil {
+			c.nc.Close()
+		}
+	}
+}
+
+// Validate parses data with the broker's own loader, so push rejects exactly
+// what a broker would refuse to start with.
+func Validate(file string, data []byte) (*config.Server, []config.Warning, error) {
+	cfg, warns, err := config.Parse(file, data)
+	if err != nil {
+		return nil, warns, fmt.Errorf("configsync: %s is invalid: %w", file, err)
+	}
+	return cfg, warns, nil
+}
+
+// PushOptions describes one push.
+type PushOptions struct {
+	File string // path, for messages and the record
+	Data []byte // the file's exact bytes
+	// Sites to wait for. Default: every site with a state entry in the
+	// bucket.
+	Sites []string
+	// DryRun validates and computes the per-site diff, then stops.
+	DryRun bool
+	// Timeout bounds the wait for the sites' answers. Default 10s.
+	Timeout time.Duration
+	// OnPlan, when set, is called with the per-site diff before anything is
+	// published.
+	OnPlan func([]SitePlan)
+
+	rollbackOf uint64
+}
+
+// SitePlan is what a version would change on one site, computed from the
+// version the site last reported.
+type SitePlan struct {
+	Site    string
+	Running uint64 // version the site runs (0 = unknown or not from configsync)
+	Changes config.Changes
+	// Note explains a plan that could not be computed precisely.
+	Note string
+}
+
+// PushReport is the outcome of Push or Rollback.
+type PushReport struct {
+	Version    uint64 // version published (the existing one when Unchanged)
+	Previous   uint64 // desired version before the push
+	SHA256     string
+	Unchanged  bool // the bytes equal the desired version: nothing published
+	DryRun     bool
+	RollbackOf uint64
+	Warnings   []config.Warning
+	Plans      []SitePlan
+	Sites      []string          // expected sites, sorted
+	Results    map[string]Result // answers by site
+	Missing    []string          // sites that did not answer in time
+}
+
+// Failed lists sites that answered with an error or not at all.
+func (r *PushReport) Failed() []string {
+	var out []string
+	for _, s := range r.Sites {
+		if res, ok := r.Results[s]; !ok || !res.OK {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Push validates o.Data, publishes it as the next version with a
+// compare-and-set on the desired key and waits for the sites' answers. It
+// returns ErrConflict when another push won, and ErrSitesFailed (with the
+// report) when a site failed or did not answer.
+func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	newCfg, warns, err := Validate(o.File, o.Data)
+	if err != nil {
+		return nil, err
+	}
+	rep := &PushReport{SHA256: hashHex(o.Data), DryRun: o.DryRun, Warnings: warns, RollbackOf: o.rollbackOf,
+		Results: map[string]Result{}}
+
+	cur, rev, err := c.desired(ctx)
+	if err != nil && !errors.Is(err, ErrNoDesired) {
+		return nil, err
+	}
+	if cur != nil {
+		rep.Previous = cur.Version
+	}
+	sites := o.Sites
+	if len(sites) == 0 {
+		if sites, err = c.knownSites(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range sites {
+		if err := ValidSite(s); err != nil {
+			return nil, err
+		}
+	}
+	sites = slices.Compact(slices.Sorted(slices.Values(sites)))
+	rep.Sites = sites
+	rep.Plans = c.plan(ctx, sites, newCfg)
+	if o.OnPlan != nil {
+		o.OnPlan(rep.Plans)
+	}
+	if o.DryRun {
+		return rep, nil
+	}
+
+	// Listen for answers before publishing, so none can be lost.
+	inbox := c.nc.NewInbox()
+	answers := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		return nil, fmt.Errorf("configsync: subscribe %s: %w", inbox, err)
+	}
+	defer sub.Unsubscribe()
+
+	if cur != nil && cur.SHA256 == rep.SHA256 {
+		// Same bytes: no new version; still collect every site's answer
+		// about the current one so the operator sees where it stands.
+		rep.Version, rep.Unchanged = cur.Version, true
+	} else {
+		v := &Version{Version: rep.Previous + 1, SHA256: rep.SHA256, Data: o.Data, File: o.File,
+			PushedAt: time.Now().UTC(), PushedBy: c.host, RollbackOf: o.rollbackOf}
+		if err := c.publish(ctx, v, cur, rev); err != nil {
+			return nil, err
+		}
+		rep.Version = v.Version
+	}
+	if len(sites) == 0 {
+		return rep, nil
+	}
+	c.gather(ctx, rep, inbox, answers, o.Timeout)
+	if len(rep.Failed()) > 0 {
+		return rep, ErrSitesFailed
+	}
+	return rep, nil
+}
+
+// publish writes v to desired with a compare-and-set on rev (create when
+// cur is nil), then records it under version.<N>.
+func (c *Client) publish(ctx context.Context, v *Version, cur *Version, rev uint64) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("configsync: encode version: %w", err)
+	}
+	if cur == nil {
+		_, err = c.kv.Create(ctx, keyDesired, b)
+	} else {
+		_, err = c.kv.Update(ctx, keyDesired, b, rev)
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			now := "unknown"
+			if w, _, err := c.desired(ctx); err == nil {
+				now = strconv.FormatUint(w.Version, 10)
+			}
+			return fmt.Errorf("%w: read version %d, the bucket now holds version %s; nothing was published, re-run to push on top of it",
+				ErrConflict, v.Version-1, now)
+		}
+		return fmt.Errorf("configsync: publish version %d: %w", v.Version, err)
+	}
+	// The desired key is the source of truth; version.<N> is a copy for
+	// rollback and diff, so losing it only costs history.
+	if _, err := c.kv.Put(ctx, versionKey(v.Version), b); err != nil {
+		return fmt.Errorf("configsync: version %d published, but recording its copy failed: %w", v.Version, err)
+	}
+	return nil
+}
+
+// gather sends the request to every expected site (again every second to
+// those that have not answered) and collects answers until all answered or
+// timeout passes.
+func (c *Client) gather(ctx context.Context, rep *PushReport, inbox string, answers <-chan *nats.Msg, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, _ := json.Marshal(request{Version: rep.Version})
+	pending := map[string]bool{}
+	for _, s := range rep.Sites {
+		pending[s] = true
+	}
+	send := func() {
+		for s := range pending {
+			_ = c.nc.PublishRequest(siteSubject(c.subject, s), inbox, req)
+		}
+		_ = c.nc.Flush()
+	}
+	send()
+	resend := time.NewTicker(time.Second)
+	defer resend.Stop()
+	for len(pending) > 0 {
+		select {
+		case <-ctx.Done():
+			for s := range pending {
+				rep.Missing = append(rep.Missing, s)
+			}
+			sort.Strings(rep.Missing)
+			return
+		case <-resend.C:
+			send()
+		case m := <-answers:
+			var res Result
+			if err := json.Unmarshal(m.Data, &res); err != nil || !pending[res.Site] {
+				continue
+			}
+			if res.Version > rep.Version && res.OK {
+				res.Error = fmt.Sprintf("version %d was superseded by version %d before the site applied it", rep.Version, res.Version)
+			}
+			rep.Results[res.Site] = res
+			delete(pending, res.Site)
+		}
+	}
+}
+
+// plan computes, per site, what the new configuration changes compared with
+// the version the site last reported.
+func (c *Client) plan(ctx context.Context, sites []string, newCfg *config.Server) []SitePlan {
+	cache := map[uint64]*config.Server{}
+	var plans []SitePlan
+	for _, s := range sites {
+		p := SitePlan{Site: s}
+		st, err := c.siteState(ctx, s)
+		switch {
+		case err != nil:
+			p.Note = "no state recorded (site never started an agent)"
+		case st.Version == 0:
+			p.Note = "runs a file not published by configsync (sha256 " + short(st.SHA256) + ")"
+		default:
+			p.Running = st.Version
+			old, ok := cache[st.Version]
+			if !ok {
+				v, err := c.Version(ctx, st.Version)
+				if err == nil {
+					old, _, err = config.Parse(v.File, v.Data)
+				}
+				if err != nil {
+					p.Note = fmt.Sprintf("cannot read version %d: %v", st.Version, err)
+				}
+				cache[st.Version] = old
+			}
+			if old != nil {
+				p.Changes = config.Diff(old, newCfg)
+			}
+		}
+		plans = append(plans, p)
+	}
+	return plans
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// desired returns the desired version and its KV revision.
+func (c *Client) desired(ctx context.Context) (*Version, uint64, error) {
+	e, err := c.kv.Get(ctx, keyDesired)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, ErrNoDesired
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("configsync: read desired version: %w", err)
+	}
+	v, err := decodeVersion(e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, e.Revision(), nil
+}
+
+// Desired returns the version every site should run, or ErrNoDesired.
+func (c *Client) Desired(ctx context.Context) (*Version, error) {
+	v, _, err := c.desired(ctx)
+	return v, err
+}
+
+// Version returns published version n from version.<n>, or from the history
+// of the desired key when that copy is missing.
+func (c *Client) Version(ctx context.Context, n uint64) (*Version, error) {
+	e, err := c.kv.Get(ctx, versionKey(n))
+	if err == nil {
+		v, err := decodeVersion(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		return v, v.Check()
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("configsync: read version %d: %w", n, err)
+	}
+	hist, err := c.kv.History(ctx, keyDesired)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("configsync: read history: %w", err)
+	}
+	for _, h := range hist {
+		if v, err := decodeVersion(h.Value()); err == nil && v.Version == n {
+			return v, v.Check()
+		}
+	}
+	return nil, fmt.Errorf("%w: %d", ErrVersionNotFound, n)
+}
+
+func (c *Client) knownSites(ctx context.Context) ([]string, error) {
+	l, err := c.kv.ListKeysFiltered(ctx, keySitePrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("configsync: list sites: %w", err)
+	}
+	defer l.Stop()
+	var out []string
+	for k := range l.Keys() {
+		out = append(out, strings.TrimPrefix(k, keySitePrefix))
+	}
+	return out, nil
+}
+
+func (c *Client) siteState(ctx context.Context, site string) (*SiteState, error) {
+	e, err := c.kv.Get(ctx, siteKey(site))
+	if err != nil {
+		return nil, err
+	}
+	return decodeSite(e.Value())
+}
+
+// Status is the desired version and every site's recorded state.
+type Status struct {
+	Desired *Version    `json:"desired,omitempty"` // Data left out
+	Sites   []SiteState `json:"sites"`
+}
+
+// Status reads the desired version and the state of every site that ever
+// ran an agent, including sites that are down now (their heartbeat is old).
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	st := &Status{Sites: []SiteState{}}
+	v, err := c.Desired(ctx)
+	if err != nil && !errors.Is(err, ErrNoDesired) {
+		return nil, err
+	}
+	if v != nil {
+		v.Data = nil
+		st.Desired = v
+	}
+	sites, err := c.knownSites(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(sites)
+	for _, s := range sites {
+		ss, err := c.siteState(ctx, s)
+		if err != nil {
+			continue // removed between list and get
+		}
+		st.Sites = append(st.Sites, *ss)
+	}
+	return st, nil
+}
+
+// RollbackOptions describes a rollback.
+type RollbackOptions struct {
+	// To is the version whose bytes are republished. Default: the version
+	// before the desired one.
+	To      uint64
+	Sites   []string
+	DryRun  bool
+	Timeout time.Duration
+	OnPlan  func([]SitePlan)
+}
+
+// Rollback publishes an older version's bytes as a new version (history is
+// never rewritten) and waits for the sites like Push.
+func (c *Client) Rollback(ctx context.Context, o RollbackOptions) (*PushReport, error) {
+	cur, err := c.Desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	to := o.To
+	if to == 0 {
+		if cur.Version < 2 {
+			return nil, fmt.Errorf("configsync: rollback: version %d has no predecessor", cur.Version)
+		}
+		to = cur.Version - 1
+	}
+	if to >= cur.Version {
+		return nil, fmt.Errorf("configsync: rollback: version %d is not older than the desired version %d", to, cur.Version)
+	}
+	old, err := c.Version(ctx, to)
+	if err != nil {
+		return nil, fmt.Errorf("configsync: rollback: %w", err)
+	}
+	return c.Push(ctx, PushOptions{File: old.File, Data: old.Data, Sites: o.Sites, DryRun: o.DryRun,
+		Timeout: o.Timeout, OnPlan: o.OnPlan, rollbackOf: to})
+}

@@ -1,0 +1,96 @@
+// Package configsync rolls a server.ini out to every site of a MetaQ
+// deployment and reports, per site, what each one did with it.
+//
+// # Pieces
+//
+//   - [Client] (used by the configsync command) validates a file with the
+//     broker's own loader, publishes it as a new version and collects one
+//     answer per site (push, status, diff, rollback).
+//   - [Agent] runs inside every bundle. It watches the desired version, applies
+//     it to the site and records what it did.
+//   - [Reloader] is the small interface through which the agent changes the
+//     running broker; the bundle (cmd/) supplies it.
+//   - [StartEmbeddedNATS] runs a NATS server with JetStream inside a
+//     single-machine bundle that has no NATS URL configured.
+//
+// # Storage: one JetStream key-value bucket
+//
+// The bucket is [config.NATS].Bucket (default "metaq_config"). Its keys:
+//
+//	desired          the version every site should run: a JSON [Version] holding
+//	                 the file's exact bytes, their SHA-256, the version number,
+//	                 when it was pushed and, for a rollback, which version it
+//	                 restores.
+//	version.<N>      a copy of every version ever published, so rollback and
+//	                 diff can find old bytes even after the bucket's per-key
+//	                 history has rolled over.
+//	site.<name>      the [SiteState] an agent last recorded: version, hash,
+//	                 applied when, keys pending a restart, last error and a
+//	                 heartbeat. It outlives the agent, so status also covers
+//	                 sites that are down.
+//
+// Pushes never rewrite the operator's file: the bytes stored are the bytes
+// read (ini.v1 drops ";;" comments and blank lines when it writes), and the
+// file an agent writes to disk is byte-for-byte the pushed one.
+//
+// # Versions and conflicts
+//
+// A push reads "desired" and its revision, then writes version N+1 with
+// KeyValue.Update on that revision (Create when the key does not exist yet).
+// When two pushes race, exactly one Update succeeds; the other fails with
+// [ErrConflict] and nothing else is written. Rollback publishes an older
+// version's bytes as a new version through the same compare-and-set.
+//
+// # Scatter-gather
+//
+// After the compare-and-set succeeds the pusher sends {"version":N} on
+// "<subject>.<site>" (subject prefix [config.NATS].Subject, default
+// "metaq.config") with a reply inbox, once per expected site, and repeats it
+// every second for sites that have not answered, so a site that comes back
+// during the wait still answers. An agent answers when it has processed
+// version N (or a newer one) with a [Result]. The pusher stops when every
+// expected site answered or the timeout passed, and names the missing sites.
+// Expected sites are the ones given with --sites, or every site that has a
+// site.<name> entry in the bucket.
+//
+// The request carries only a version number, never configuration: an agent
+// applies only what it reads from its own bucket, and checks the SHA-256
+// stored with it. A message on another subject or from another bucket cannot
+// change a site.
+//
+// # Applying on a site
+//
+// The agent watches "desired" (the watch delivers the latest value first, so a
+// site that was down applies the newest version when it returns) and, for each
+// new version:
+//
+//  1. verifies the SHA-256 of the bytes;
+//  2. validates them again with config.ParseWithOverlay, merged with the site's
+//     overlay file (see below);
+//  3. copies the file it is replacing to server.ini.v<old version> (or
+//     server.ini.prev when the old version is unknown), keeping the newest
+//     [Options].KeepVersions copies;
+//  4. writes the new bytes atomically: temporary file in the same directory,
+//     fsync, rename over server.ini, fsync of the directory;
+//  5. calls the [Reloader]. [topic=...] changes take effect in process;
+//     [system] and [zookeeper] changes cannot, and are reported as pending a
+//     restart (computed against the configuration the process started with, so
+//     a later push that reverts a key clears it again).
+//
+// If validation, the write or the reload fails, the agent puts the previous
+// bytes back (atomically, as above), the broker keeps running its previous
+// configuration, and the error is recorded in site.<name> and sent to the
+// pusher.
+//
+// # Site-specific settings: the overlay file
+//
+// One server.ini is shared by every site, but some settings belong to one
+// host: brokerId/slaveId, hostName, serverPort and the other ports, dataPath and
+// dataLogPath, the [site] name, listen addresses. They live in a per-site
+// overlay file, named by "overlay" in [site] or by [Options].OverlayPath
+// (a relative path is taken from server.ini's directory). The overlay has the
+// same ini syntax; every key it sets replaces the same key of server.ini when
+// the broker loads its configuration (config.ParseWithOverlay). A push never
+// writes the overlay, so a site keeps its identity whatever file is pushed,
+// and the operator edits it by hand on that host only.
+package configsync
