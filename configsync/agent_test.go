@@ -445,9 +445,9 @@ func TestAgentRestartKeepsVersion(t *testing.T) {
 
 func TestAgentOptionsValidate(t *testing.T) {
 	for name, o := range map[string]Options{
-		"no path":     {Reloader: &recorder{}},
-		"no reloader": {ConfigPath: "x"},
-		"bad site":    {ConfigPath: "x", Reloader: &recorder{}, Running: &config.Server{}, Site: "a.b"},
+		"no path":      {Reloader: &recorder{}},
+		"no reloader":  {ConfigPath: "x"},
+		"bad site":     {ConfigPath: "x", Reloader: &recorder{}, Running: &config.Server{}, Site: "a.b"},
 		"missing file": {ConfigPath: filepath.Join(t.TempDir(), "nope.ini"), Reloader: &recorder{}},
 	} {
 		t.Run(name, func(t *testing.T) {
