@@ -46,6 +46,17 @@ func (s MemberState) String() string {
 // MarshalText makes MemberState print as its name in JSON.
 func (s MemberState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText parses the names String returns.
+func (s *MemberState) UnmarshalText(b []byte) error {
+	for _, c := range []MemberState{StateAlive, StateSuspect, StateDown} {
+		if c.String() == string(b) {
+			*s = c
+			return nil
+		}
+	}
+	return fmt.Errorf("topology: unknown member state %q", b)
+}
+
 // Member is one bundle of the pool with its last known metadata.
 type Member struct {
 	Name string `json:"name"`
@@ -93,6 +104,17 @@ func (k EventKind) String() string {
 
 // MarshalText makes EventKind print as its name in JSON.
 func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText parses the names String returns.
+func (k *EventKind) UnmarshalText(b []byte) error {
+	for c := NodeUp; c <= SiteDown; c++ {
+		if c.String() == string(b) {
+			*k = c
+			return nil
+		}
+	}
+	return fmt.Errorf("topology: unknown event kind %q", b)
+}
 
 // Event is a change in the pool. Member is set for node events (a copy).
 type Event struct {

@@ -90,7 +90,9 @@ type ViewWriter interface {
 type ViewWriterFunc func(ctx context.Context, targets map[int]string) error
 
 // Apply calls f.
-func (f ViewWriterFunc) Apply(ctx context.Context, targets map[int]string) error { return f(ctx, targets) }
+func (f ViewWriterFunc) Apply(ctx context.Context, targets map[int]string) error {
+	return f(ctx, targets)
+}
 
 // ViewOptions configure RunView.
 type ViewOptions struct {

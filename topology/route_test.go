@@ -1,0 +1,153 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/internal/testutil"
+)
+
+func TestChoose(t *testing.T) {
+	okLag := LagSummary{State: LagOK, Behind: 100 * time.Millisecond}
+	master := Replica{Site: "bj", Master: true, SlaveID: -1, Addr: "bj:1", Alive: true, Healthy: true}
+	hf := Replica{Site: "hf", SlaveID: 0, Addr: "hf:1", Alive: true, Healthy: true, Lag: okLag, LagKnown: true}
+	sh := Replica{Site: "sh", SlaveID: 1, Addr: "sh:1", Alive: true, Healthy: true, Lag: okLag, LagKnown: true}
+	with := func(r Replica, f func(*Replica)) Replica { f(&r); return r }
+	dead := func(r *Replica) { r.Alive = false }
+
+	cases := []struct {
+		name     string
+		in       RouteInput
+		want     string
+		wantNone bool
+	}{
+		{"local first reads the local slave", RouteInput{Site: "hf", Preference: client.LocalFirst, Replicas: []Replica{master, hf, sh}}, "hf:1", false},
+		{"local first in the master's site reads the master", RouteInput{Site: "bj", Preference: client.LocalFirst, Replicas: []Replica{master, hf, sh}}, "bj:1", false},
+		{"local slave down: master", RouteInput{Site: "hf", Preference: client.LocalFirst, Replicas: []Replica{master, with(hf, dead), sh}}, "bj:1", false},
+		{"local slave unhealthy storage: master", RouteInput{Site: "hf", Preference: client.LocalFirst,
+			Replicas: []Replica{master, with(hf, func(r *Replica) { r.Healthy = false }), sh}}, "bj:1", false},
+		{"local slave over max lag: master", RouteInput{Site: "hf", Preference: client.LocalFirst, MaxLag: 50 * time.Millisecond,
+			Replicas: []Replica{master, hf, sh}}, "bj:1", false},
+		{"local slave within max lag", RouteInput{Site: "hf", Preference: client.LocalFirst, MaxLag: time.Second,
+			Replicas: []Replica{master, hf, sh}}, "hf:1", false},
+		{"local slave stuck: master", RouteInput{Site: "hf", Preference: client.LocalFirst,
+			Replicas: []Replica{master, with(hf, func(r *Replica) { r.Lag.State = LagStuck }), sh}}, "bj:1", false},
+		{"local slave not connected per master: master", RouteInput{Site: "hf", Preference: client.LocalFirst,
+			Replicas: []Replica{master, with(hf, func(r *Replica) { r.Lag.State = LagDown }), sh}}, "bj:1", false},
+		{"lag unknown: master", RouteInput{Site: "hf", Preference: client.LocalFirst,
+			Replicas: []Replica{master, with(hf, func(r *Replica) { r.LagKnown = false }), sh}}, "bj:1", false},
+		{"master down, local slave usable", RouteInput{Site: "hf", Preference: client.LocalFirst, Replicas: []Replica{with(master, dead), hf, sh}}, "hf:1", false},
+		{"master and local down: next site by order", RouteInput{Site: "hf", Preference: client.LocalFirst, SiteOrder: []string{"sh"},
+			Replicas: []Replica{with(master, dead), with(hf, dead), sh}}, "sh:1", false},
+		{"master only ignores healthy local slave", RouteInput{Site: "hf", Preference: client.MasterOnly, Replicas: []Replica{master, hf, sh}}, "bj:1", false},
+		{"master only, master down: local slave as Java does", RouteInput{Site: "hf", Preference: client.MasterOnly,
+			Replicas: []Replica{with(master, dead), hf, sh}}, "hf:1", false},
+		{"nearest: own site first", RouteInput{Site: "sh", Preference: client.NearestHealthy, SiteOrder: []string{"hf", "bj"},
+			Replicas: []Replica{master, hf, sh}}, "sh:1", false},
+		{"nearest: next by order, before the master", RouteInput{Site: "sh", Preference: client.NearestHealthy, SiteOrder: []string{"hf", "bj"},
+			Replicas: []Replica{master, hf, with(sh, dead)}}, "hf:1", false},
+		{"nearest: consumer in a site without copies", RouteInput{Site: "gz", Preference: client.NearestHealthy, SiteOrder: []string{"bj", "hf"},
+			Replicas: []Replica{master, hf, sh}}, "bj:1", false},
+		{"only a lagging slave alive: read it", RouteInput{Site: "hf", Preference: client.LocalFirst, MaxLag: time.Millisecond,
+			Replicas: []Replica{with(master, dead), hf}}, "hf:1", false},
+		{"nothing alive", RouteInput{Site: "hf", Preference: client.LocalFirst, Replicas: []Replica{with(master, dead), with(hf, dead)}}, "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, ok := Choose(c.in)
+			if c.wantNone {
+				if ok {
+					t.Fatalf("want no route, got %+v", d)
+				}
+				return
+			}
+			if !ok || d.Addr != c.want {
+				t.Fatalf("got %+v ok=%v, want %s", d, ok, c.want)
+			}
+		})
+	}
+}
+
+func TestReplicasOfUsesMasterLag(t *testing.T) {
+	members := []Member{
+		{Name: "bj-1-m", State: StateAlive, Meta: Meta{Site: "bj", BrokerID: 1, SlaveID: -1, ServeURL: "meta://bj:1",
+			Health: Health{true, true}, Lag: []LagSummary{{SlaveGroup: "g0", SlaveID: 0, Behind: time.Second, State: LagOK}}}},
+		{Name: "hf-1-s0", State: StateAlive, Meta: Meta{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://hf:1", Health: Health{true, true}}},
+		{Name: "sh-1-s1", State: StateSuspect, Meta: Meta{Site: "sh", Role: RoleSlave, BrokerID: 1, SlaveID: 1, ServeURL: "meta://sh:1", Health: Health{true, true}}},
+		{Name: "bj-2-m", State: StateAlive, Meta: Meta{Site: "bj", BrokerID: 2, SlaveID: -1, ServeURL: "meta://bj:2"}},
+	}
+	reps := replicasOf(members, 1)
+	if len(reps) != 3 {
+		t.Fatalf("replicas of 1: %+v", reps)
+	}
+	for _, r := range reps {
+		switch r.Addr {
+		case "bj:1":
+			if !r.Master || !r.Alive {
+				t.Errorf("master: %+v", r)
+			}
+		case "hf:1":
+			if !r.LagKnown || r.Lag.Behind != time.Second || !r.Alive || !r.Healthy {
+				t.Errorf("hf: %+v", r)
+			}
+		case "sh:1":
+			if r.LagKnown || r.Alive {
+				t.Errorf("sh (suspect, no lag entry): %+v", r)
+			}
+		}
+	}
+}
+
+// TestRouterFollowsSiteHealth: a LocalFirst consumer in hf is pinned to hf's
+// slave, moves to the master when hf's bundle dies, and back when it returns;
+// a lag over the consumer's limit also moves it.
+func TestRouterFollowsSiteHealth(t *testing.T) {
+	bj, hf, sh := threeSites(t)
+	setLag := func(behind time.Duration) {
+		bj.lag.set([]GroupLag{
+			{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{{Topic: "t", Behind: behind}}},
+			{SlaveGroup: "g-sh", SlaveID: 1, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}},
+		})
+	}
+	setLag(0)
+	r := NewRouter(sh.t) // the router of a bundle in sh serving a consumer that says it is in hf
+	req := client.RouteRequest{Topic: "t", BrokerID: 1, Partition: 0, Group: "g", Site: "hf",
+		Preference: client.LocalFirst, MaxLag: time.Second}
+	routeIs := func(want string) func() error {
+		return func() error {
+			got, err := r.Route(context.Background(), req)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("routed to %s, want %s", got, want)
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
+
+	died := time.Now()
+	hf.t.close(false)
+	testutil.Eventually(t, sh.t.DetectionTime()+2*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:18123"))
+	t.Logf("moved to the master %v after hf died", time.Since(died))
+
+	hf.start(t)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
+
+	// Lag over the consumer's 1s limit: master; back under: hf.
+	setLag(3 * time.Second)
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:18123"))
+	setLag(0)
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
+
+	// Unknown broker id: no opinion, the client falls back.
+	req.BrokerID = 9
+	if _, err := r.Route(context.Background(), req); !errors.Is(err, client.ErrNoRoute) {
+		t.Fatalf("unknown broker id: err = %v", err)
+	}
+}
