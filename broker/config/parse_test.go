@@ -110,6 +110,19 @@ func TestParseCron(t *testing.T) {
 		{"0 0 0 1 1 ? 2027/3", at(2026, 6, 1, 0, 0, 0), []time.Time{at(2027, 1, 1, 0, 0, 0), at(2030, 1, 1, 0, 0, 0)}},
 		{"0 0 0 1 6 ? *", at(2026, 6, 1, 0, 0, 0), []time.Time{at(2027, 6, 1, 0, 0, 0)}},
 		{"0 0 0 1 1 ? 2020", at(2026, 1, 1, 0, 0, 0), []time.Time{{}}}, // never again
+		// Quartz's special day forms. November 2026: the 1st is a Sunday, the 30th a Monday.
+		{"0 0 3 L * ?", at(2026, 11, 2, 0, 0, 0), []time.Time{at(2026, 11, 30, 3, 0, 0), at(2026, 12, 31, 3, 0, 0), at(2027, 1, 31, 3, 0, 0), at(2027, 2, 28, 3, 0, 0)}},
+		{"0 0 0 L-2 * ?", at(2026, 11, 2, 0, 0, 0), []time.Time{at(2026, 11, 28, 0, 0, 0), at(2026, 12, 29, 0, 0, 0)}},
+		{"0 0 0 LW * ?", at(2026, 1, 1, 0, 0, 0), []time.Time{at(2026, 1, 30, 0, 0, 0), at(2026, 2, 27, 0, 0, 0), at(2026, 3, 31, 0, 0, 0)}}, // 31 Jan and 28 Feb 2026 are a Saturday
+		{"0 0 0 15W * ?", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 16, 0, 0, 0), at(2026, 12, 15, 0, 0, 0)}},                       // 15 Nov is a Sunday
+		{"0 0 0 1W * ?", at(2026, 10, 31, 12, 0, 0), []time.Time{at(2026, 11, 2, 0, 0, 0)}},                                                  // Sunday the 1st: Monday the 2nd, not October
+		{"0 0 0 14W * ?", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 13, 0, 0, 0)}},                                                  // Saturday the 14th: Friday
+		{"0 0 0 ? * 6#3", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 20, 0, 0, 0), at(2026, 12, 18, 0, 0, 0)}},                       // third Friday
+		{"0 0 0 ? * MON#1", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 2, 0, 0, 0), at(2026, 12, 7, 0, 0, 0)}},
+		{"0 0 0 ? * 6L", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 27, 0, 0, 0), at(2026, 12, 25, 0, 0, 0)}}, // last Friday
+		{"0 0 0 ? * SUNL", at(2026, 11, 1, 0, 0, 0), []time.Time{at(2026, 11, 29, 0, 0, 0)}},
+		{"0 0 0 ? * L", at(2026, 11, 24, 0, 0, 0), []time.Time{at(2026, 11, 28, 0, 0, 0), at(2026, 12, 5, 0, 0, 0)}}, // L alone is Saturday
+		{"0 0 0 L 2 ? 2028", at(2026, 1, 1, 0, 0, 0), []time.Time{at(2028, 2, 29, 0, 0, 0)}},
 	}
 	for _, c := range cases {
 		t.Run(c.expr, func(t *testing.T) {
@@ -138,10 +151,17 @@ func TestParseCron(t *testing.T) {
 		{"0 0 6 ? * ?", "exactly one"},
 		{"0 0 6 1 * 2", "exactly one"},
 		{"? 0 6 * * ?", "'?' is only allowed"},
-		{"0 0 6 L * ?", "not supported"},
-		{"0 0 6 15W * ?", "not supported"},
-		{"0 0 6 ? * 6#3", "not supported"},
-		{"0 0 6 ? * 6L", "not supported"},
+		{"0 0 6 5C * ?", "not supported"},
+		{"0 0 6 ? * 1C", "not supported"},
+		{"0 0 L * * ?", "only allowed in the day fields"},
+		{"0 0 6 1W,15W * ?", "nW needs one day"},
+		{"0 0 6 32W * ?", "nW needs one day"},
+		{"0 0 6 L-31 * ?", "L-n needs"},
+		{"0 0 6 W * ?", "nW needs one day"},
+		{"0 0 6 ? * 6#6", "k in 1..5"},
+		{"0 0 6 ? * 1-3#2", "one day of the week"},
+		{"0 0 6 ? * 8L", "outside 1-7"},
+		{"0 0 6 ? * 1,2L", "one day of the week"},
 		{"0 0 6 ? * 8", "outside 1-7"},
 		{"0 0 6 ? * 0", "outside 1-7"},
 		{"0 0 6 ? * FOO", "day of the week"},
