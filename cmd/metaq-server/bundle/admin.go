@@ -1,0 +1,200 @@
+package bundle
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Admin is the bundle's admin HTTP endpoint, which replaces MetaQ's JMX
+// operations (spec §8). It listens on 127.0.0.1:<serverPort+2> unless [site]
+// adminAddr says otherwise; with a non-loopback address the [site] token is
+// required in every request ("Authorization: Bearer <token>").
+//
+//	GET  /status                                  bundle status (JSON)
+//	GET  /stats?item=X                            the body of `stats X`
+//	POST /reload                                  re-read server.ini (JSON changes)
+//	POST /close-partitions?topic=T&start=a&end=b  answer 403 on those partitions
+//	POST /open-partitions?topic=T[&start=a&end=b] reopen them (all when no range)
+//	GET  /slave-status                            async-slave replication status (JSON)
+type Admin struct {
+	b     *Bundle
+	ln    net.Listener
+	srv   *http.Server
+	mux   *http.ServeMux
+	token string
+	log   *slog.Logger
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
+	if !isLoopback(addr) && token == "" {
+		return nil, fmt.Errorf("bundle: admin address %s is not loopback: set [site] token", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: admin listen %s: %w", addr, err)
+	}
+	a := &Admin{b: b, ln: ln, mux: http.NewServeMux(), token: token, log: b.log.With("component", "admin")}
+	a.mux.HandleFunc("GET /status", a.status)
+	a.mux.HandleFunc("GET /stats", a.stats)
+	a.mux.HandleFunc("POST /reload", a.reload)
+	a.mux.HandleFunc("POST /close-partitions", a.partitions(true))
+	a.mux.HandleFunc("POST /open-partitions", a.partitions(false))
+	a.mux.HandleFunc("GET /slave-status", a.slaveStatus)
+	a.srv = &http.Server{
+		Handler:           a.auth(a.mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("ADMIN: serve", "err", err)
+		}
+	}()
+	a.log.Info("ADMIN: listening", "addr", ln.Addr().String(), "token", token != "")
+	return a, nil
+}
+
+// Addr returns the listening address.
+func (a *Admin) Addr() string { return a.ln.Addr().String() }
+
+// Handle adds an endpoint (pattern as in http.ServeMux, e.g. "GET /lag").
+// The token check applies to it too.
+func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
+// Close stops the endpoint, waiting up to 5 s for requests in progress.
+func (a *Admin) Close() error {
+	var err error
+	a.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = a.srv.Shutdown(ctx)
+		a.wg.Wait()
+	})
+	return err
+}
+
+func (a *Admin) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.token != "" {
+			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
+				http.Error(w, "missing or wrong token", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func (a *Admin) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, a.b.Status())
+}
+
+func (a *Admin) stats(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, a.b.Broker.Stats(r.URL.Query().Get("item")))
+}
+
+func (a *Admin) reload(w http.ResponseWriter, r *http.Request) {
+	changes, err := a.b.Reload(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"changes":         changes.String(),
+		"topicsAdded":     changes.TopicsAdded,
+		"topicsChanged":   changes.TopicsChanged,
+		"topicsRemoved":   changes.TopicsRemoved,
+		"restartRequired": changes.RestartKeys,
+	})
+}
+
+func (a *Admin) partitions(closing bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		topic := q.Get("topic")
+		if topic == "" {
+			http.Error(w, "topic is required", http.StatusBadRequest)
+			return
+		}
+		start, end := 0, -1
+		if t, ok := a.b.Config().TopicFor(topic); ok {
+			end = t.NumPartitions - 1
+		} else {
+			end = a.b.Config().System.NumPartitions - 1
+		}
+		var err error
+		if s := q.Get("start"); s != "" {
+			if start, err = strconv.Atoi(s); err != nil || start < 0 {
+				http.Error(w, "bad start", http.StatusBadRequest)
+				return
+			}
+		} else if closing {
+			http.Error(w, "start and end are required", http.StatusBadRequest)
+			return
+		}
+		if s := q.Get("end"); s != "" {
+			if end, err = strconv.Atoi(s); err != nil || end < start {
+				http.Error(w, "bad end", http.StatusBadRequest)
+				return
+			}
+		} else if closing {
+			http.Error(w, "start and end are required", http.StatusBadRequest)
+			return
+		}
+		verb := "opened"
+		if closing {
+			a.b.Broker.ClosePartitions(topic, start, end)
+			verb = "closed"
+		} else {
+			a.b.Broker.OpenPartitions(topic, start, end)
+		}
+		a.log.Info("ADMIN: partitions "+verb, "topic", topic, "start", start, "end", end)
+		fmt.Fprintf(w, "%s partitions %d..%d of %s\n", verb, start, end, topic)
+	}
+}
+
+func (a *Admin) slaveStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := a.b.SlaveStatus()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// isLoopback reports whether a listen address binds only loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

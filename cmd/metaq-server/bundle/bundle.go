@@ -1,0 +1,419 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"metaq/broker"
+	"metaq/broker/config"
+	"metaq/broker/registry"
+	"metaq/broker/store"
+)
+
+// Bundle is one running broker bundle. Its exported fields are set by Start
+// and read-only afterwards; components use them.
+type Bundle struct {
+	opts Options
+	log  *slog.Logger
+	cfg  atomic.Pointer[config.Server]
+
+	// Slave is the loaded async_slave.properties (ModeSlave), else nil.
+	Slave *config.Slave
+	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
+	Samsa map[string]string
+
+	// Store is the storage engine.
+	Store *store.Store
+	// Broker serves the MetaQ protocol.
+	Broker *broker.Broker
+	// Registry is the ZooKeeper registry; nil when zk.zkEnable=false or in ModeGregor.
+	Registry *registry.Registry
+	// Admin is the admin HTTP endpoint; nil when disabled.
+	Admin *Admin
+
+	comps    []Component
+	started  time.Time
+	reloadMu sync.Mutex // one reload at a time
+	closing  atomic.Bool
+	closeErr error
+	closed   chan struct{}
+}
+
+// New loads the configuration (and the mode's properties file) and checks
+// it. It opens nothing yet.
+func New(opts Options) (*Bundle, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	b := &Bundle{opts: opts, log: opts.Logger, closed: make(chan struct{})}
+	cfg, warnings, err := config.Load(opts.ConfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	for _, w := range warnings {
+		b.log.Warn("CONFIG: " + w.String())
+	}
+	if opts.DataPath != "" {
+		cfg.System.DataPath = opts.DataPath
+		if cfg.System.DataLogPath == "" {
+			cfg.System.DataLogPath = opts.DataPath
+		}
+	}
+	b.cfg.Store(cfg)
+	switch opts.Mode {
+	case ModeSlave:
+		sl, warnings, err := config.LoadSlave(opts.PluginPath)
+		if err != nil {
+			return nil, fmt.Errorf("bundle: %w", err)
+		}
+		for _, w := range warnings {
+			b.log.Warn("CONFIG: " + w.String())
+		}
+		b.Slave = sl
+	case ModeSamsa:
+		props, err := loadProperties(opts.PluginPath)
+		if err != nil {
+			return nil, fmt.Errorf("bundle: %w", err)
+		}
+		if props["slave"] == "" {
+			return nil, fmt.Errorf("bundle: %s: samsa needs slave=<host:port>", opts.PluginPath)
+		}
+		b.Samsa = props
+	}
+	return b, nil
+}
+
+// Config returns the configuration in effect (replaced by Reload).
+func (b *Bundle) Config() *config.Server { return b.cfg.Load() }
+
+// Mode returns the bundle's role.
+func (b *Bundle) Mode() Mode { return b.opts.Mode }
+
+// Logger returns the bundle's logger, for components.
+func (b *Bundle) Logger() *slog.Logger { return b.log }
+
+// zkEnabled reports whether this bundle registers in ZooKeeper: a gregor
+// slave never does (spec §5.3).
+func (b *Bundle) zkEnabled() bool {
+	return b.Config().ZooKeeper.Enable && b.opts.Mode != ModeGregor
+}
+
+// Start opens the store, connects the registry, starts the broker, the admin
+// endpoint and the components. On error everything started is closed again.
+func (b *Bundle) Start(ctx context.Context) (err error) {
+	cfg := b.Config()
+	b.started = time.Now()
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+
+	b.Store, err = store.Open(store.Options{
+		Dir:           cfg.System.DataPath,
+		SegmentBytes:  cfg.System.MaxSegmentSize,
+		DefaultPolicy: systemPolicy(cfg),
+		BrokerID:      cfg.System.BrokerID,
+		Logger:        b.log.With("component", "store"),
+	})
+	if err != nil {
+		return fmt.Errorf("bundle: open store %s: %w", cfg.System.DataPath, err)
+	}
+
+	var reg broker.Registry
+	if b.zkEnabled() {
+		ro := registry.Options{
+			Connect:           cfg.ZooKeeper.Connect,
+			Root:              cfg.ZooKeeper.Root,
+			SessionTimeout:    cfg.ZooKeeper.SessionTimeout,
+			ConnectionTimeout: cfg.ZooKeeper.ConnectionTimeout,
+			SyncTime:          cfg.ZooKeeper.SyncTime,
+			BrokerID:          cfg.System.BrokerID,
+			Host:              cfg.System.HostName,
+			Port:              cfg.System.ServerPort,
+			ConfigChecksum:    cfg.Checksum,
+			Logger:            b.log,
+		}
+		if b.Slave != nil {
+			ro.Slave, ro.SlaveID = true, b.Slave.SlaveID
+		}
+		b.Registry, err = registry.New(ctx, ro)
+		if err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		reg = brokerRegistry{b.Registry}
+	} else {
+		b.log.Info("BUNDLE: ZooKeeper disabled, running standalone", "mode", b.opts.Mode.String())
+	}
+
+	bo := broker.Options{
+		Config:       cfg,
+		Store:        b.Store,
+		Logger:       b.log.With("component", "broker"),
+		Registry:     reg,
+		ListenAddr:   b.opts.ListenAddr,
+		SyncReceiver: b.opts.Mode == ModeGregor,
+	}
+	if b.Samsa != nil {
+		bo.SyncSlave = b.Samsa["slave"]
+		if ms, ok := b.Samsa["sendToSlaveTimeoutInMills"]; ok {
+			if d, perr := parseMillis(ms); perr == nil {
+				bo.SyncTimeout = d
+			}
+		}
+	}
+	b.Broker, err = broker.New(bo)
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err = b.Broker.Start(ctx); err != nil {
+		return fmt.Errorf("bundle: start broker: %w", err)
+	}
+
+	adminAddr := cfg.Site.AdminAddr
+	if b.opts.AdminAddr != "" {
+		adminAddr = b.opts.AdminAddr
+	}
+	if adminAddr != "off" && adminAddr != "" {
+		b.Admin, err = startAdmin(b, adminAddr, cfg.Site.Token)
+		if err != nil {
+			return err
+		}
+	}
+
+	b.comps = append(builtinComponents(b), b.opts.Components...)
+	for i, c := range b.comps {
+		if err = c.Start(ctx, b); err != nil {
+			b.comps = b.comps[:i] // only the started ones are closed
+			return fmt.Errorf("bundle: start %s: %w", c.Name(), err)
+		}
+		b.log.Info("BUNDLE: started component", "name", c.Name())
+	}
+	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
+		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
+	return nil
+}
+
+func addrString(br *broker.Broker) string {
+	if a := br.Addr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// AdminAddr returns the admin endpoint's address, "" when it is off.
+func (b *Bundle) AdminAddr() string {
+	if b.Admin == nil {
+		return ""
+	}
+	return b.Admin.Addr()
+}
+
+// Close stops the bundle cleanly (idempotent): components in reverse order,
+// the admin endpoint, then the broker (which unregisters from ZooKeeper and
+// waits zkSyncTimeMs while still serving), the registry session and the store.
+func (b *Bundle) Close() error {
+	if !b.closing.CompareAndSwap(false, true) {
+		<-b.closed
+		return b.closeErr
+	}
+	defer close(b.closed)
+	var errs []error
+	for i := len(b.comps) - 1; i >= 0; i-- {
+		if err := b.comps[i].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", b.comps[i].Name(), err))
+		}
+	}
+	if b.Admin != nil {
+		if err := b.Admin.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.Broker != nil {
+		if err := b.Broker.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.Registry != nil {
+		b.Registry.Close()
+	}
+	if b.Store != nil {
+		if err := b.Store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.closeErr = errors.Join(errs...)
+	if b.closeErr != nil {
+		b.closeErr = fmt.Errorf("bundle: close: %w", b.closeErr)
+	}
+	b.log.Info("BUNDLE: stopped", "err", b.closeErr)
+	return b.closeErr
+}
+
+// topicReloader is the broker's Reload once it exists (spec §4.6).
+type topicReloader interface {
+	Reload(cfg *config.Server) (config.Changes, error)
+}
+
+// Reload re-reads server.ini and re-applies its [topic=...] sections (spec
+// §4.6): the broker accepts new topics and registers new and changed ones in
+// ZooKeeper at once, and rewrites master_config_checksum. Changes outside the
+// topic sections are reported in RestartKeys and not applied.
+func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
+	old := b.Config()
+	cfg, warnings, err := config.Load(b.opts.ConfigPath)
+	if err != nil {
+		return config.Changes{}, fmt.Errorf("bundle: reload: %w", err)
+	}
+	for _, w := range warnings {
+		b.log.Warn("CONFIG: " + w.String())
+	}
+	if b.opts.DataPath != "" {
+		cfg.System.DataPath = old.System.DataPath
+		cfg.System.DataLogPath = old.System.DataLogPath
+	}
+	var changes config.Changes
+	if r, ok := any(b.Broker).(topicReloader); ok {
+		changes, err = r.Reload(cfg)
+		if err != nil {
+			return changes, fmt.Errorf("bundle: reload: %w", err)
+		}
+	} else {
+		// The broker cannot re-apply topics yet: at least keep ZooKeeper in
+		// step with the file.
+		changes = config.Diff(old, cfg)
+		if err := b.registerTopics(ctx, cfg, append(changes.TopicsAdded, changes.TopicsChanged...)); err != nil {
+			return changes, err
+		}
+	}
+	b.cfg.Store(cfg)
+	if b.Registry != nil && cfg.Checksum != old.Checksum {
+		if err := b.Registry.SetConfigChecksum(ctx, cfg.Checksum); err != nil {
+			b.log.Error("BUNDLE: update master_config_checksum", "err", err)
+		}
+	}
+	for _, c := range b.comps {
+		if r, ok := c.(Reloader); ok {
+			if err := r.Reload(ctx, cfg, changes); err != nil {
+				b.log.Error("BUNDLE: component reload failed", "name", c.Name(), "err", err)
+			}
+		}
+	}
+	if changes.NeedsRestart() {
+		b.log.Warn("BUNDLE: reload: these keys need a restart", "keys", changes.RestartKeys)
+	}
+	b.log.Info("BUNDLE: reloaded "+cfg.File, "changes", changes.String(), "checksum", cfg.Checksum)
+	return changes, nil
+}
+
+// registerTopics registers the named topic sections whose names are plain
+// topics (patterns are registered by the broker when a put creates them).
+func (b *Bundle) registerTopics(ctx context.Context, cfg *config.Server, names []string) error {
+	if b.Registry == nil {
+		return nil
+	}
+	for _, name := range names {
+		t, ok := cfg.TopicFor(name)
+		if !ok || t.Name != name {
+			continue
+		}
+		if err := b.Registry.RegisterTopic(ctx, name, t.NumPartitions, t.AcceptPublish, t.AcceptSubscribe); err != nil {
+			return fmt.Errorf("bundle: reload: %w", err)
+		}
+	}
+	return nil
+}
+
+// Status is the admin /status answer.
+type Status struct {
+	PID            int            `json:"pid"`
+	Mode           string         `json:"mode"`
+	BrokerID       int            `json:"brokerId"`
+	SlaveID        int            `json:"slaveId"`
+	Addr           string         `json:"addr"`
+	URL            string         `json:"url"`
+	ConfigFile     string         `json:"configFile"`
+	ConfigChecksum uint32         `json:"configChecksum"`
+	Uptime         string         `json:"uptime"`
+	Healthy        bool           `json:"healthy"`
+	Health         string         `json:"health,omitempty"`
+	ZooKeeper      *ZKStatus      `json:"zookeeper,omitempty"`
+	Components     map[string]any `json:"components,omitempty"`
+}
+
+// ZKStatus is the registry part of Status.
+type ZKStatus struct {
+	Session          string   `json:"session"`
+	BrokerRegistered bool     `json:"brokerRegistered"`
+	Topics           []string `json:"topics"`
+}
+
+// Status reports the bundle's state.
+func (b *Bundle) Status() Status {
+	cfg := b.Config()
+	s := Status{
+		PID:            os.Getpid(),
+		Mode:           b.opts.Mode.String(),
+		BrokerID:       cfg.System.BrokerID,
+		SlaveID:        -1,
+		ConfigFile:     cfg.File,
+		ConfigChecksum: cfg.Checksum,
+		Uptime:         time.Since(b.started).Round(time.Second).String(),
+		Healthy:        true,
+	}
+	if b.Slave != nil {
+		s.SlaveID = b.Slave.SlaveID
+	}
+	if b.Broker != nil {
+		s.Addr = addrString(b.Broker)
+		s.URL = b.Broker.URL()
+		if err := b.Broker.Health(); err != nil {
+			s.Healthy, s.Health = false, err.Error()
+		}
+	}
+	if b.Registry != nil {
+		reg, topics := b.Registry.Registered()
+		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), BrokerRegistered: reg, Topics: topics}
+	}
+	for _, c := range b.comps {
+		if r, ok := c.(StatusReporter); ok {
+			if s.Components == nil {
+				s.Components = map[string]any{}
+			}
+			s.Components[c.Name()] = r.Status()
+		}
+	}
+	return s
+}
+
+// SlaveStatus answers slave-status: the async-slave component's report, or
+// an error when this bundle is not an async slave.
+func (b *Bundle) SlaveStatus() (any, error) {
+	for _, c := range b.comps {
+		if r, ok := c.(SlaveStatusReporter); ok {
+			return r.SlaveStatus(), nil
+		}
+	}
+	if b.opts.Mode != ModeSlave {
+		return nil, errors.New("bundle: not an async slave")
+	}
+	return nil, errors.New("bundle: async-slave replication is not running in this build")
+}
+
+func systemPolicy(cfg *config.Server) store.Policy {
+	return store.Policy{
+		UnflushThreshold: cfg.System.UnflushThreshold,
+		UnflushInterval:  cfg.System.UnflushInterval,
+		MaxAge:           cfg.System.DeletePolicy.MaxAge,
+		Archive:          cfg.System.DeletePolicy.Name == "archive",
+		ArchiveCompress:  cfg.System.DeletePolicy.Compress,
+	}
+}

@@ -1,0 +1,87 @@
+package bundle
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// Mode is the role the bundle starts in, as `metaServer.sh start [mode]` (spec §8).
+type Mode int
+
+const (
+	// ModeMaster is a plain broker (`start`).
+	ModeMaster Mode = iota
+	// ModeSlave is an async slave (`start slave`, async_slave.properties).
+	ModeSlave
+	// ModeSamsa is a synchronous-replication master (`start samsa`, samsa_master.properties).
+	ModeSamsa
+	// ModeGregor is a synchronous-replication slave (`start gregor`); it never registers in ZooKeeper.
+	ModeGregor
+)
+
+// String returns the mode's metaServer.sh name ("" for master).
+func (m Mode) String() string {
+	switch m {
+	case ModeSlave:
+		return "slave"
+	case ModeSamsa:
+		return "samsa"
+	case ModeGregor:
+		return "gregor"
+	}
+	return "master"
+}
+
+// ParseMode parses "", "master", "slave", "samsa" or "gregor".
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(s) {
+	case "", "master", "local":
+		return ModeMaster, nil
+	case "slave", "metaslave":
+		return ModeSlave, nil
+	case "samsa":
+		return ModeSamsa, nil
+	case "gregor":
+		return ModeGregor, nil
+	}
+	return ModeMaster, fmt.Errorf("bundle: unknown mode %q (want slave, samsa or gregor)", s)
+}
+
+// Options configure a Bundle.
+type Options struct {
+	// ConfigPath is the server.ini to load; required.
+	ConfigPath string
+	// Mode is the role; default ModeMaster.
+	Mode Mode
+	// PluginPath is the mode's properties file: async_slave.properties for
+	// ModeSlave (required), samsa_master.properties for ModeSamsa (required),
+	// ignored otherwise.
+	PluginPath string
+	// Logger receives every component's logs; nil discards.
+	Logger *slog.Logger
+
+	// ListenAddr overrides the MetaQ protocol address (default
+	// ":<serverPort>"); tests use "127.0.0.1:0".
+	ListenAddr string
+	// AdminAddr overrides [site] adminAddr; "off" disables the admin endpoint.
+	AdminAddr string
+	// DataPath overrides [system] dataPath (tests).
+	DataPath string
+
+	// Components are started after the built-in ones (see components.go).
+	Components []Component
+}
+
+func (o *Options) validate() error {
+	if o.ConfigPath == "" {
+		return fmt.Errorf("bundle: a server.ini path is required")
+	}
+	if (o.Mode == ModeSlave || o.Mode == ModeSamsa) && o.PluginPath == "" {
+		return fmt.Errorf("bundle: mode %s needs its properties file (-s)", o.Mode)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

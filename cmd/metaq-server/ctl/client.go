@@ -1,0 +1,102 @@
+package ctl
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"metaq/broker/config"
+)
+
+// Stats sends `stats <item> 0` over the MetaQ protocol, as BrokerStatsTool
+// does, and returns the body of the answer (for item "config" the raw
+// server.ini). A blank item asks for system stats (two spaces on the wire).
+func Stats(ctx context.Context, addr, item string, timeout time.Duration) (string, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("ctl: stats: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(c, "stats %s 0\r\n", item); err != nil {
+		return "", fmt.Errorf("ctl: stats: %w", err)
+	}
+	code, body, err := readResult(bufio.NewReader(c))
+	if err != nil {
+		return "", fmt.Errorf("ctl: stats: %w", err)
+	}
+	if code != 200 {
+		return body, fmt.Errorf("ctl: stats %q: broker answered %d: %s", item, code, body)
+	}
+	return body, nil
+}
+
+// readResult reads one `result <code> <len> <opaque>\r\n<body>` frame.
+func readResult(r *bufio.Reader) (int, string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, "", err
+	}
+	f := strings.Split(strings.TrimSuffix(line, "\r\n"), " ")
+	if len(f) != 4 || f[0] != "result" {
+		return 0, "", fmt.Errorf("unexpected answer %q", line)
+	}
+	code, err1 := strconv.Atoi(f[1])
+	n, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil || n < 0 || n > 64<<20 {
+		return 0, "", fmt.Errorf("unexpected answer %q", line)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, "", err
+	}
+	return code, string(body), nil
+}
+
+// Admin calls a running server's admin endpoint.
+type Admin struct {
+	Base  string // http://host:port
+	Token string
+	HTTP  *http.Client
+}
+
+// NewAdmin returns a client for the admin endpoint that cfg configures.
+func NewAdmin(cfg *config.Server) *Admin {
+	return &Admin{Base: AdminURL(cfg), Token: cfg.Site.Token, HTTP: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// Do sends method path?query and returns the body; a non-2xx answer is an error.
+func (a *Admin) Do(ctx context.Context, method, path string, query url.Values) (string, error) {
+	u := a.Base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return "", fmt.Errorf("ctl: %w", err)
+	}
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	resp, err := a.HTTP.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Base, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return string(body), fmt.Errorf("ctl: %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
+}

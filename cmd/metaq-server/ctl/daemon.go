@@ -1,0 +1,191 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrNotRunning is returned when no live process is behind the pid file.
+var ErrNotRunning = errors.New("ctl: server is not running")
+
+// ReadPID returns the pid in the pid file if that process is alive.
+func ReadPID(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, ErrNotRunning
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ctl: read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("ctl: pid file %s holds %q", path, data)
+	}
+	if !alive(pid) {
+		return pid, ErrNotRunning
+	}
+	return pid, nil
+}
+
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// WritePID writes our pid (temp file + rename, so a reader never sees half
+// a number) and returns a function that removes it if it still holds our pid.
+func WritePID(path string) (func(), error) {
+	if pid, err := ReadPID(path); err == nil && pid != os.Getpid() {
+		return nil, fmt.Errorf("ctl: already running with pid %d (%s)", pid, path)
+	}
+	if err := os.MkdirAll(dirOf(path), 0o755); err != nil {
+		return nil, fmt.Errorf("ctl: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("ctl: write pid file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("ctl: write pid file: %w", err)
+	}
+	return func() {
+		if data, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(os.Getpid()) {
+			os.Remove(path)
+		}
+	}, nil
+}
+
+func dirOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		return p[:i]
+	}
+	return "."
+}
+
+// Daemonize starts this executable again with args (which must make it run
+// in the foreground), detached in its own session, with stdout and stderr
+// appended to the log file. It then waits until ready returns nil (the
+// server answers), the child exits (an error with the end of the log), or
+// timeout passes.
+func Daemonize(files Files, args []string, ready func() error, timeout time.Duration) (int, error) {
+	if pid, err := ReadPID(files.PID); err == nil {
+		return pid, fmt.Errorf("ctl: already running with pid %d", pid)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("ctl: %w", err)
+	}
+	if err := os.MkdirAll(files.Dir, 0o755); err != nil {
+		return 0, fmt.Errorf("ctl: %w", err)
+	}
+	logf, err := os.OpenFile(files.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("ctl: open log: %w", err)
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, io.SeekEnd)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, fmt.Errorf("ctl: %w", err)
+	}
+	defer devnull.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("ctl: start %s: %w", exe, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return 0, fmt.Errorf("ctl: server exited during start-up (%v); log %s:\n%s", err, files.Log, logTail(files.Log, start))
+		case <-deadline:
+			return cmd.Process.Pid, fmt.Errorf("ctl: server pid %d not ready after %v; see %s", cmd.Process.Pid, timeout, files.Log)
+		case <-tick.C:
+			if ready == nil || ready() == nil {
+				// The child keeps running in its own session after we exit.
+				return cmd.Process.Pid, nil
+			}
+		}
+	}
+}
+
+func logTail(path string, from int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || from > int64(len(data)) {
+		return ""
+	}
+	data = data[from:]
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(bytes.TrimSpace(data))
+}
+
+// Stop sends SIGTERM to the server in the pid file and waits for it to exit,
+// up to tries times wait; a server still alive then gets SIGKILL (as
+// metaServer.sh stop does after 5 tries). It returns ErrNotRunning when
+// nothing runs.
+func Stop(ctx context.Context, pidFile string, tries int, wait time.Duration, logf func(string, ...any)) error {
+	pid, err := ReadPID(pidFile)
+	if err != nil {
+		if errors.Is(err, ErrNotRunning) && pid != 0 {
+			os.Remove(pidFile) // stale
+		}
+		return err
+	}
+	for i := 1; i <= tries; i++ {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("ctl: signal %d: %w", pid, err)
+		}
+		logf("stopping metaq-server (pid %d), try %d/%d", pid, i, tries)
+		deadline := time.Now().Add(wait)
+		for time.Now().Before(deadline) {
+			if !alive(pid) {
+				os.Remove(pidFile)
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	logf("metaq-server (pid %d) did not stop, killing it", pid)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for range 50 {
+		if !alive(pid) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	os.Remove(pidFile)
+	return nil
+}
+
+// Signal sends sig to the server in the pid file.
+func Signal(pidFile string, sig syscall.Signal) (int, error) {
+	pid, err := ReadPID(pidFile)
+	if err != nil {
+		return pid, err
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return pid, fmt.Errorf("ctl: signal %d: %w", pid, err)
+	}
+	return pid, nil
+}
