@@ -482,3 +482,17 @@ func TestWriteFileAtomicAndPrune(t *testing.T) {
 		}
 	}
 }
+
+func TestDiffText(t *testing.T) {
+	for name, tc := range map[string]struct{ a, b, want string }{
+		"equal":   {"x\ny\n", "x\ny\n", ""},
+		"added":   {"a\nb\n", "a\nb\nc\n", "--- old\n+++ new\n a\n b\n+c\n"},
+		"changed": {"a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\ne\nf\ng\n", "--- old\n+++ new\n@@\n b\n c\n-d\n+D\n e\n f\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := DiffText("old", "new", []byte(tc.a), []byte(tc.b)); got != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}

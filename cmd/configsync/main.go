@@ -1,0 +1,318 @@
+// Command configsync pushes a server.ini to every site of a MetaQ deployment
+// and reports what each site did with it.
+//
+//	configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s]
+//	configsync status [--json]
+//	configsync diff [-f conf/server.ini]
+//	configsync rollback [--to VERSION] [--sites ...] [--timeout 10s]
+//
+// The NATS server, credentials, TLS files, bucket and subject come from the
+// [nats] section of -f (default conf/server.ini, its overlay followed when
+// present) and can be overridden with flags. Exit status: 0 on success, 1 when
+// a site failed or did not answer, 2 on bad usage, an invalid file or a
+// conflict with another push.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/configsync"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s]
+  configsync status [--json]
+  configsync diff [-f conf/server.ini]
+  configsync rollback [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s]
+common flags: -f FILE (NATS settings from its [nats] section), --nats URL, --creds FILE,
+  --tls-cert FILE --tls-key FILE --tls-ca FILE, --bucket NAME, --subject PREFIX, -v
+`
+
+// common holds the flags every subcommand takes.
+type common struct {
+	file, url, creds, cert, key, ca, bucket, subject string
+	verbose                                          bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.file, "f", "conf/server.ini", "server.ini to push, diff, or read [nats] settings from")
+	fs.StringVar(&c.url, "nats", "", "NATS URL (default: [nats] url, else the embedded server's listen address)")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (default [nats] credsFile)")
+	fs.StringVar(&c.cert, "tls-cert", "", "TLS client certificate (default [nats] tlsCert)")
+	fs.StringVar(&c.key, "tls-key", "", "TLS client key (default [nats] tlsKey)")
+	fs.StringVar(&c.ca, "tls-ca", "", "TLS CA bundle (default [nats] tlsCA)")
+	fs.StringVar(&c.bucket, "bucket", "", "JetStream KV bucket (default [nats] bucket)")
+	fs.StringVar(&c.subject, "subject", "", "subject prefix (default [nats] subject)")
+	fs.BoolVar(&c.verbose, "v", false, "log NATS connection events to stderr")
+}
+
+// clientOptions builds the connection settings from the file's [nats]
+// section (overlay followed when it can be read) and the override flags.
+func (c *common) clientOptions(stderr io.Writer) configsync.ClientOptions {
+	var n config.NATS
+	url := ""
+	if cfg, _, err := config.Load(c.file); err == nil {
+		n, url = cfg.NATS, configsync.ServerURL(cfg)
+	} else if data, rerr := os.ReadFile(c.file); rerr == nil {
+		// Without the overlay (not on this host), the shared file still
+		// names the servers.
+		if cfg, _, err := config.Parse(c.file, data); err == nil {
+			n, url = cfg.NATS, configsync.ServerURL(cfg)
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&url, c.url)
+	set(&n.CredsFile, c.creds)
+	set(&n.TLSCert, c.cert)
+	set(&n.TLSKey, c.key)
+	set(&n.TLSCA, c.ca)
+	set(&n.Bucket, c.bucket)
+	set(&n.Subject, c.subject)
+	if url == "" {
+		url = "nats://127.0.0.1:8127"
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if c.verbose {
+		logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	return configsync.ClientOptions{URL: url, NATS: n, Logger: logger}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("configsync "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	var (
+		sites   = fs.String("sites", "", "comma-separated sites to wait for (default: every site known to the bucket)")
+		dryRun  = fs.Bool("dry-run", false, "validate and show the per-site diff, publish nothing")
+		timeout = fs.Duration("timeout", 10*time.Second, "how long to wait for the sites' answers")
+		asJSON  = fs.Bool("json", false, "status: print JSON")
+		to      = fs.Uint64("to", 0, "rollback: version to restore (default: the one before the desired version)")
+	)
+	switch cmd {
+	case "push", "status", "diff", "rollback":
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "configsync: unknown command %q\n%s", cmd, usage)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "configsync: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var siteList []string
+	for s := range strings.SplitSeq(*sites, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			siteList = append(siteList, s)
+		}
+	}
+
+	var data []byte
+	if cmd == "push" || cmd == "diff" {
+		var err error
+		if data, err = os.ReadFile(c.file); err != nil {
+			fmt.Fprintf(stderr, "configsync: %v\n", err)
+			return 2
+		}
+		// Validate before connecting: an invalid file never reaches NATS.
+		_, warns, err := configsync.Validate(c.file, data)
+		for _, w := range warns {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	client, err := configsync.NewClient(cctx, c.clientOptions(stderr))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	defer client.Close()
+
+	switch cmd {
+	case "push":
+		fmt.Fprintf(stdout, "validated %s (%d bytes)\n", c.file, len(data))
+		rep, err := client.Push(ctx, configsync.PushOptions{File: c.file, Data: data, Sites: siteList,
+			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout)})
+		return report(stdout, stderr, rep, err, *timeout)
+	case "rollback":
+		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: *to, Sites: siteList, DryRun: *dryRun,
+			Timeout: *timeout, OnPlan: printPlan(stdout)})
+		return report(stdout, stderr, rep, err, *timeout)
+	case "status":
+		return status(ctx, client, stdout, stderr, *asJSON)
+	default:
+		return diff(ctx, client, c.file, data, stdout, stderr)
+	}
+}
+
+func printPlan(w io.Writer) func([]configsync.SitePlan) {
+	return func(plans []configsync.SitePlan) {
+		if len(plans) == 0 {
+			fmt.Fprintln(w, "no sites known: publishing without waiting for answers (use --sites)")
+			return
+		}
+		fmt.Fprintln(w, "changes per site:")
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, p := range plans {
+			if p.Note != "" {
+				fmt.Fprintf(tw, "  %s\t%s\n", p.Site, p.Note)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\tfrom v%d:\t%s\n", p.Site, p.Running, p.Changes)
+		}
+		tw.Flush()
+	}
+}
+
+func report(stdout, stderr io.Writer, rep *configsync.PushReport, err error, timeout time.Duration) int {
+	if rep == nil {
+		// Nothing was published: invalid input, a conflict with another
+		// push, or the bucket unreachable.
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	switch {
+	case rep.DryRun:
+		fmt.Fprintln(stdout, "dry run: nothing published")
+		return 0
+	case rep.Unchanged:
+		fmt.Fprintf(stdout, "version %d already holds these bytes (sha256 %s): nothing published\n", rep.Version, rep.SHA256[:12])
+	case rep.RollbackOf > 0:
+		fmt.Fprintf(stdout, "published version %d = bytes of version %d (previous %d, sha256 %s)\n", rep.Version, rep.RollbackOf, rep.Previous, rep.SHA256[:12])
+	default:
+		fmt.Fprintf(stdout, "published version %d (previous %d, sha256 %s)\n", rep.Version, rep.Previous, rep.SHA256[:12])
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	for _, s := range rep.Sites {
+		res, ok := rep.Results[s]
+		switch {
+		case !ok:
+			fmt.Fprintf(tw, "%s\tNO ANSWER\twithin %v\n", s, timeout)
+		case !res.OK:
+			fmt.Fprintf(tw, "%s\tFAILED\tv%d: %s (still running v%d)\n", s, res.Version, res.Error, res.Running)
+		default:
+			line := res.Changes().String()
+			if res.Unchanged {
+				line = "already running these bytes"
+			}
+			if len(res.PendingRestart) > 0 {
+				line += "; pending restart: " + strings.Join(res.PendingRestart, ", ")
+			}
+			fmt.Fprintf(tw, "%s\tok\tv%d: %s\n", s, res.Running, line)
+		}
+	}
+	tw.Flush()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func status(ctx context.Context, c *configsync.Client, stdout, stderr io.Writer, asJSON bool) int {
+	st, err := c.Status(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		return 0
+	}
+	if st.Desired == nil {
+		fmt.Fprintln(stdout, "desired: none pushed yet")
+	} else {
+		fmt.Fprintf(stdout, "desired: v%d sha256 %s pushed %s by %s\n", st.Desired.Version, st.Desired.SHA256[:12],
+			st.Desired.PushedAt.Format(time.RFC3339), st.Desired.PushedBy)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITE\tVERSION\tSHA256\tAPPLIED\tLAST SEEN\tPENDING RESTART\tERROR")
+	for _, s := range st.Sites {
+		applied := "-"
+		if !s.AppliedAt.IsZero() {
+			applied = s.AppliedAt.Format(time.RFC3339)
+		}
+		sum := s.SHA256
+		if len(sum) > 12 {
+			sum = sum[:12]
+		}
+		errText := s.Error
+		if errText != "" {
+			errText = fmt.Sprintf("v%d: %s", s.FailedVersion, errText)
+		}
+		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s ago\t%s\t%s\n", s.Site, s.Version, sum, applied,
+			time.Since(s.Heartbeat).Round(time.Second), strings.Join(s.PendingRestart, ","), errText)
+	}
+	tw.Flush()
+	return 0
+}
+
+func diff(ctx context.Context, c *configsync.Client, file string, data []byte, stdout, stderr io.Writer) int {
+	d, err := c.Desired(ctx)
+	if errors.Is(err, configsync.ErrNoDesired) {
+		fmt.Fprintf(stdout, "no version pushed yet: %s would be version 1\n", file)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	text := configsync.DiffText(fmt.Sprintf("desired v%d", d.Version), file, d.Data, data)
+	if text == "" {
+		fmt.Fprintf(stdout, "%s is identical to desired version %d\n", file, d.Version)
+		return 0
+	}
+	old, _, err := config.Parse(d.File, d.Data)
+	if err == nil {
+		cur, _, _ := config.Parse(file, data)
+		fmt.Fprintf(stdout, "%s against desired v%d: %s\n", file, d.Version, config.Diff(old, cur))
+	}
+	fmt.Fprint(stdout, text)
+	return 0
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/configsync"
+)
+
+func ini(url, extra string) []byte {
+	return []byte(`[system]
+brokerId=0
+numPartitions=1
+unflushThreshold=0
+unflushInterval=1000
+maxSegmentSize=1073741824
+maxTransferSize=1048576
+serverPort=18123
+
+[zookeeper]
+zk.zkConnect=127.0.0.1:2181
+
+[site]
+overlay=site.ini
+
+[nats]
+url=` + url + `
+
+[topic=test]
+` + extra)
+}
+
+func TestCommandPushStatusDiffRollback(t *testing.T) {
+	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	url := ns.ClientURL()
+
+	// One site with an agent.
+	siteDir := t.TempDir()
+	sitePath := filepath.Join(siteDir, "server.ini")
+	must(t, os.WriteFile(sitePath, ini(url, ""), 0o644))
+	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte("[system]\nbrokerId=7\n[site]\nname=bj\n"), 0o644))
+	got, _, err := config.Load(sitePath)
+	must(t, err)
+	agent, err := configsync.NewAgent(configsync.Options{ConfigPath: sitePath, HeartbeatInterval: 100 * time.Millisecond,
+		Reloader: configsync.ReloaderFunc(func(_ context.Context, cfg *config.Server) (config.Changes, error) {
+			ch := config.Diff(got, cfg)
+			got = cfg
+			return ch, nil
+		})})
+	must(t, err)
+	must(t, agent.Start(context.Background()))
+	defer agent.Close()
+
+	// The operator's copy.
+	opDir := t.TempDir()
+	opFile := filepath.Join(opDir, "server.ini")
+	v1 := ini(url, ";; new topic\n[topic=orders]\n")
+	must(t, os.WriteFile(opFile, v1, 0o644))
+
+	cmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1: topics added: orders") {
+		t.Fatalf("push: %d\n%s\n%s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(sitePath)
+	if !bytes.Equal(b, v1) {
+		t.Fatalf("site file %q", b)
+	}
+
+	code, out, _ = cmd("status", "-f", opFile, "--json")
+	var st configsync.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 1 || st.Desired.Version != 1 {
+		t.Fatalf("status: %d %s", code, out)
+	}
+	code, out, _ = cmd("status", "-f", opFile)
+	if code != 0 || !strings.Contains(out, "desired: v1") || !strings.Contains(out, "bj") {
+		t.Fatalf("status: %d %s", code, out)
+	}
+
+	must(t, os.WriteFile(opFile, ini(url, "[topic=orders]\n[topic=audit]\n"), 0o644))
+	code, out, _ = cmd("diff", "-f", opFile)
+	if code != 0 || !strings.Contains(out, "topics added: audit") || !strings.Contains(out, "+[topic=audit]") {
+		t.Fatalf("diff: %d %s", code, out)
+	}
+	code, out, _ = cmd("push", "-f", opFile, "--dry-run")
+	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "nothing published") {
+		t.Fatalf("dry run: %d %s", code, out)
+	}
+	code, out, errOut = cmd("push", "-f", opFile)
+	if code != 0 || !strings.Contains(out, "published version 2") {
+		t.Fatalf("push 2: %d %s %s", code, out, errOut)
+	}
+
+	code, out, errOut = cmd("rollback", "-f", opFile, "--timeout", "5s")
+	if code != 0 || !strings.Contains(out, "published version 3 = bytes of version 1") || !strings.Contains(out, "topics removed: audit") {
+		t.Fatalf("rollback: %d %s %s", code, out, errOut)
+	}
+	b, _ = os.ReadFile(sitePath)
+	if !bytes.Equal(b, v1) {
+		t.Fatalf("site file after rollback %q", b)
+	}
+
+	// An invalid file: the loader's error, exit 2, nothing published.
+	must(t, os.WriteFile(opFile, bytes.Replace(v1, []byte("unflushInterval=1000"), []byte("unflushInterval=x"), 1), 0o644))
+	code, _, errOut = cmd("push", "-f", opFile)
+	if code != 2 || !strings.Contains(errOut, "unflushInterval") {
+		t.Fatalf("invalid push: %d %s", code, errOut)
+	}
+	// A site that does not answer: exit 1, named.
+	must(t, os.WriteFile(opFile, ini(url, "[topic=z]\n"), 0o644))
+	code, out, _ = cmd("push", "-f", opFile, "--sites", "bj,nowhere", "--timeout", "1s")
+	if code != 1 || !strings.Contains(out, "nowhere  NO ANSWER") || !strings.Contains(out, "bj       ok") {
+		t.Fatalf("missing site: %d %s", code, out)
+	}
+	if code, _, _ := cmd("bogus"); code != 2 {
+		t.Fatal("unknown command accepted")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
