@@ -78,6 +78,7 @@ func readIni(file string, data []byte, p *problems) *rawIni {
 		p.errorf(file, "", "", "", "a file in INI syntax (%v)", err)
 		return nil
 	}
+	bare := bareKeys(data)
 	out := &rawIni{}
 	for _, sec := range f.Sections() {
 		name := strings.TrimSpace(sec.Name())
@@ -105,7 +106,7 @@ func readIni(file string, data []byte, p *problems) *rawIni {
 			} else if _, dup := rs.get(k.Name()); dup {
 				p.warnf(file, name, k.Name(), "key appears more than once; the last value %q wins", val)
 			}
-			if k.Value() == "true" && isBooleanKey(data, k.Name()) {
+			if k.Value() == "true" && bare[name+"\x00"+k.Name()] {
 				// AllowBooleanKeys reports a bare "key" line as "true";
 				// ini4j gives it no value, which MetaQ treats as blank.
 				val = ""
@@ -116,15 +117,24 @@ func readIni(file string, data []byte, p *problems) *rawIni {
 	return out
 }
 
-// isBooleanKey reports whether name appears on a line of its own with no
-// delimiter, so it can be told apart from an explicit name=true.
-func isBooleanKey(data []byte, name string) bool {
+// bareKeys finds "key" lines with no delimiter, per section, so that they can
+// be told apart from an explicit key=true (ini.v1 reports both as "true").
+func bareKeys(data []byte) map[string]bool {
+	out := map[string]bool{}
+	section := ini.DefaultSection
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.TrimSpace(line) == name {
-			return true
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == ';' || line[0] == '#':
+		case line[0] == '[':
+			if end := strings.LastIndexByte(line, ']'); end > 0 {
+				section = strings.TrimSpace(line[1:end])
+			}
+		case !strings.ContainsAny(line, "=:"):
+			out[section+"\x00"+line] = true
 		}
 	}
-	return false
+	return out
 }
 
 // overlayOnto copies every key of over into base, creating sections that

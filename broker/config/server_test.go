@@ -774,3 +774,29 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("slave: got %v", err)
 	}
 }
+
+func TestBareKeyOnlyInItsSection(t *testing.T) {
+	text := minimalDoc().set("topic=test", "stat", "true").String() + "[topic=other]\nstat\n"
+	s, _ := mustParseText(t, text)
+	if !s.Topics[0].Stat || s.Topics[1].Stat {
+		t.Errorf("stat: %v %v", s.Topics[0].Stat, s.Topics[1].Stat)
+	}
+}
+
+func TestLineEndingsAndBOM(t *testing.T) {
+	text := minimalDoc().set("system", "deleteWhen", "0 0 3 * * ?").String()
+	for name, data := range map[string]string{
+		"CRLF": strings.ReplaceAll(text, "\n", "\r\n"),
+		"BOM":  "\xef\xbb\xbf" + text,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, w, err := Parse("server.ini", []byte(data))
+			if err != nil || len(w) != 0 {
+				t.Fatalf("err %v, warnings %v", err, w)
+			}
+			if s.System.DeleteWhen.Text != "0 0 3 * * ?" || s.ZooKeeper.Connect != "127.0.0.1:2181" {
+				t.Errorf("values: %q %q", s.System.DeleteWhen.Text, s.ZooKeeper.Connect)
+			}
+		})
+	}
+}

@@ -3,6 +3,18 @@
 //
 // It is the one place that knows MetaQ's key names and defaults (spec §4).
 // It never writes an operator's file: ini.v1 does not round-trip comments.
+//
+// Load, Parse and ParseWithOverlay read server.ini; LoadSlave and ParseSlave
+// read async_slave.properties. A file MetaQ 1.4.6 accepts loads here too.
+// Where MetaQ stops at start-up (a bad number, a malformed cron or delete
+// policy, a missing section or required key, an unusable topic name) the
+// loaders return an ErrorList naming file, section, key, value and what was
+// expected, with every problem of the file, not just the first. Where MetaQ
+// stops on an unknown key, we return a Warning with MetaQ's "did you mean"
+// hint and carry on. Loading never creates anything on disk.
+//
+// Diff tells a reload which topics changed and which keys need a restart;
+// Describe prints the effective configuration for `metaq-server check`.
 package config
 
 import (
