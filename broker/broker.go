@@ -1,66 +1,332 @@
 // Package broker serves the MetaQ 1.4.6 wire protocol (spec §1) on top of
 // broker/store: it owns the listener, the client connections, topic
 // acceptance and partition checks, statistics, retention scheduling and the
-// synchronous replication pair. ZooKeeper registration and transactions are
-// reached through the Registry and TxHandler interfaces.
+// synchronous replication pair (spec §5.3). ZooKeeper registration and
+// transactions are reached through the Registry and TxHandler interfaces.
 package broker
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"metaq/broker/config"
 )
 
-// Broker is one MetaQ-protocol server.
+// Sentinel errors.
+var (
+	// ErrClosed is returned by Start after Close, and by Health once closed.
+	ErrClosed = errors.New("broker: closed")
+	// ErrNotStarted is returned by Health before Start.
+	ErrNotStarted = errors.New("broker: not started")
+)
+
+// Broker is one MetaQ-protocol server. Its methods are safe for concurrent use.
 type Broker struct {
-	opts Options
-	ln   net.Listener
+	opts  Options
+	log   *slog.Logger
+	store Store
+
+	cfg    atomic.Pointer[config.Server]
+	topics topicTable // accepted topics, policies, registrations, closed partitions
+	tx     atomic.Pointer[txHolder]
+	stats  *statsCounters
+	ids    idGen
+
+	mu       sync.Mutex
+	ln       net.Listener
+	url      string
+	conns    map[*conn]struct{}
+	nextConn atomic.Uint64
+	started  bool
+	started0 time.Time
+
+	syncOut *syncClient // nil unless Options.SyncSlave
+
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closing atomic.Bool
+	done    chan struct{}
+
+	retention *retention
 }
+
+type txHolder struct{ h TxHandler }
 
 // New checks opts and builds a Broker. It does not listen yet.
 func New(opts Options) (*Broker, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Broker{opts: opts}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{
+		opts:   opts,
+		log:    opts.Logger.With("component", "broker"),
+		store:  opts.Store,
+		conns:  make(map[*conn]struct{}),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	b.ids.brokerID = int64(opts.Config.System.BrokerID)
+	b.ids.clock = opts.Clock
+	b.stats = newStatsCounters(opts.Clock)
+	b.stats.enabled = b.statTopic
+	b.cfg.Store(opts.Config)
+	b.topics.init()
+	if opts.TxHandler != nil {
+		b.tx.Store(&txHolder{opts.TxHandler})
+	}
+	if opts.SyncSlave != "" {
+		b.syncOut = newSyncClient(b, opts.SyncSlave)
+	}
+	return b, nil
 }
 
-// Start listens, registers with the Registry and serves until Close or ctx ends.
-func (b *Broker) Start(ctx context.Context) error { return errors.New("broker: not implemented") }
+// Start listens on Options.ListenAddr, applies topic policies, registers
+// the broker and its configured topics, starts the retention schedules and
+// serves in background goroutines. It returns once the listener is up (so
+// Addr is valid). The broker runs until Close or until ctx ends.
+func (b *Broker) Start(ctx context.Context) error {
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return errors.New("broker: already started")
+	}
+	ln, err := net.Listen("tcp", b.opts.ListenAddr)
+	if err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
+	}
+	b.ln = ln
+	b.started = true
+	b.started0 = b.opts.Clock.Now()
+	b.url = advertisedURL(b.cfg.Load().System.HostName, ln.Addr())
+	b.mu.Unlock()
 
-// Close stops the broker (idempotent): it unregisters, stops accepting,
-// closes connections, waits for in-flight requests and stops timers. It
-// does not close the store.
-func (b *Broker) Close() error { return nil }
+	b.log.Info("BROKER: listening", "addr", ln.Addr().String(), "url", b.url,
+		"brokerId", b.cfg.Load().System.BrokerID, "syncReceiver", b.opts.SyncReceiver, "syncSlave", b.opts.SyncSlave)
+
+	cfg := b.cfg.Load()
+	b.applyPolicies(cfg)
+	b.retention = newRetention(b)
+	b.retention.reschedule(cfg)
+
+	if r := b.opts.Registry; r != nil {
+		if err := r.RegisterBroker(ctx); err != nil {
+			b.log.Error("BROKER: register in ZooKeeper failed", "err", err)
+		}
+		b.registerConfiguredTopics(ctx, cfg)
+	}
+
+	b.goFunc(func() { b.acceptLoop(ln) })
+	b.goFunc(func() {
+		select {
+		case <-ctx.Done():
+			b.Close()
+		case <-b.ctx.Done():
+		}
+	})
+	return nil
+}
+
+// goFunc starts a goroutine owned by the broker unless it is closing.
+func (b *Broker) goFunc(f func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing.Load() {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (b *Broker) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if b.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary errors (EMFILE and the like): back off as net/http does.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+			} else if delay *= 2; delay > time.Second {
+				delay = time.Second
+			}
+			b.log.Warn("BROKER: accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-b.ctx.Done():
+				return
+			}
+			continue
+		}
+		delay = 0
+		c := b.newConn(nc)
+		b.mu.Lock()
+		if b.closing.Load() {
+			b.mu.Unlock()
+			nc.Close()
+			return
+		}
+		b.conns[c] = struct{}{}
+		b.wg.Add(1)
+		b.mu.Unlock()
+		b.stats.connections.Add(1)
+		go func() {
+			defer b.wg.Done()
+			c.serve()
+			b.mu.Lock()
+			delete(b.conns, c)
+			b.mu.Unlock()
+			b.stats.connections.Add(-1)
+		}()
+	}
+}
+
+// Close stops the broker; it is idempotent and safe to call concurrently.
+// Order: unregister from ZooKeeper (so clients go elsewhere first), stop
+// accepting, cancel in-flight work and close every connection, stop the
+// retention schedules and the sync-slave link, wait for every goroutine.
+// It does not close the store, which the caller owns.
+func (b *Broker) Close() error {
+	if !b.closing.CompareAndSwap(false, true) {
+		<-b.done
+		return nil
+	}
+	defer close(b.done)
+	if r := b.opts.Registry; r != nil && b.isStarted() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.UnregisterAll(ctx); err != nil {
+			b.log.Warn("BROKER: unregister failed", "err", err)
+		}
+		cancel()
+	}
+	b.mu.Lock()
+	ln := b.ln
+	conns := make([]*conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	b.cancel()
+	for _, c := range conns {
+		c.close()
+	}
+	if b.retention != nil {
+		b.retention.stop()
+	}
+	if b.syncOut != nil {
+		b.syncOut.close()
+	}
+	b.wg.Wait()
+	b.log.Info("BROKER: closed")
+	return nil
+}
+
+func (b *Broker) isStarted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.started
+}
 
 // Addr returns the listening address, or nil before Start.
-func (b *Broker) Addr() net.Addr { return nil }
-
-// URL returns meta://host:port as the broker advertises itself.
-func (b *Broker) URL() string { return "" }
-
-// Reload re-applies the [topic=...] sections of cfg (spec §4.6).
-// Signature once config.Changes lands in broker/config:
-//
-//	func (b *Broker) Reload(cfg *config.Server) (config.Changes, error)
-func (b *Broker) reloadPending(cfg *config.Server) error {
-	return errors.New("broker: not implemented")
+func (b *Broker) Addr() net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ln == nil {
+		return nil
+	}
+	return b.ln.Addr()
 }
 
-// ClosePartitions closes partitions from..to (inclusive) of topic: puts,
-// gets and syncs on them answer 403.
-func (b *Broker) ClosePartitions(topic string, from, to int) {}
-
-// OpenPartitions reopens partitions closed by ClosePartitions.
-func (b *Broker) OpenPartitions(topic string, from, to int) {}
-
-// Stats returns the body of `stats <item>` as the protocol sends it.
-func (b *Broker) Stats(item string) string { return "" }
+// URL returns meta://host:port as the broker names itself in error texts:
+// hostName from the config (the listener's or the first non-loopback
+// address when blank) and the port it listens on.
+func (b *Broker) URL() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.url
+}
 
 // Health is nil while the broker serves and its store accepts appends.
-func (b *Broker) Health() error { return nil }
+func (b *Broker) Health() error {
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	if !b.isStarted() {
+		return ErrNotStarted
+	}
+	if err := b.store.Health(); err != nil {
+		return fmt.Errorf("broker: store: %w", err)
+	}
+	return nil
+}
 
-// SetTxHandler installs the transaction handler after New.
-func (b *Broker) SetTxHandler(h TxHandler) {}
+// SetTxHandler installs (or, with nil, removes) the transaction handler.
+func (b *Broker) SetTxHandler(h TxHandler) {
+	if h == nil {
+		b.tx.Store(nil)
+		return
+	}
+	b.tx.Store(&txHolder{h})
+}
+
+func (b *Broker) txHandler() TxHandler {
+	if h := b.tx.Load(); h != nil {
+		return h.h
+	}
+	return nil
+}
+
+// Config returns the configuration in effect (after reloads).
+func (b *Broker) Config() *config.Server { return b.cfg.Load() }
+
+func advertisedURL(host string, addr net.Addr) string {
+	port := 0
+	ip := ""
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		port = ta.Port
+		if !ta.IP.IsUnspecified() {
+			ip = ta.IP.String()
+		}
+	}
+	if host == "" {
+		host = ip
+	}
+	if host == "" {
+		host = firstNonLoopback()
+	}
+	return "meta://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func firstNonLoopback() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}

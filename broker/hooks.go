@@ -3,39 +3,28 @@ package broker
 import (
 	"context"
 
+	"time"
+
+	"metaq/broker/store"
 	"metaq/broker/wire"
 )
 
-// BrokerInfo is what the broker registers about itself (spec §3.1).
-type BrokerInfo struct {
-	ID             int    // brokerId
-	URL            string // meta://host:port
-	ConfigChecksum uint32 // CRC32 of the raw server.ini (master_config_checksum)
-}
-
-// TopicInfo is what the broker registers about one topic (spec §3.1).
-type TopicInfo struct {
-	Topic           string
-	NumPartitions   int
-	AcceptPublish   bool
-	AcceptSubscribe bool
-}
-
-// Registry publishes the broker and its topics (ZooKeeper, spec §3). The
-// broker calls it from its own goroutines, possibly concurrently; an
-// implementation must be safe for concurrent use. A nil Registry in Options
-// means standalone (zk.zkEnable=false).
+// Registry publishes the broker and its topics (ZooKeeper, spec §3).
+// *registry.Registry implements it. A nil Registry in Options means
+// standalone (zk.zkEnable=false).
 //
-// The broker calls RegisterBroker once from Start (and again on Reload, with
-// the new config checksum), RegisterTopic for every configured topic at
-// Start, for a new or changed topic on Reload and the first time a put
-// creates a topic's store, and Unregister from Close before it stops
-// serving. Calls take the broker's context and must return when it ends.
-// After Unregister the broker makes no further calls.
+// The broker calls RegisterBroker from Start; RegisterTopic for every
+// configured topic at Start, for each added or changed topic on Reload and
+// the first time a put creates a partition of a topic not yet registered;
+// SetConfigChecksum on Reload when the file changed; UnregisterAll from
+// Close before it stops serving, after which it makes no further calls.
+// Calls may come from several goroutines at once and must return when ctx
+// ends; the broker logs their errors and keeps serving.
 type Registry interface {
-	RegisterBroker(ctx context.Context, b BrokerInfo) error
-	RegisterTopic(ctx context.Context, t TopicInfo) error
-	Unregister(ctx context.Context) error
+	RegisterBroker(ctx context.Context) error
+	SetConfigChecksum(ctx context.Context, sum uint32) error
+	RegisterTopic(ctx context.Context, topic string, numPartitions int, acceptPublish, acceptSubscribe bool) error
+	UnregisterAll(ctx context.Context) error
 }
 
 // TxConn identifies the client connection a transaction command came on,
@@ -77,4 +66,17 @@ type SlaveStats interface {
 	IsSlave() bool
 	// Lines returns the body lines of `stats slave`, without CRLF.
 	Lines() []string
+}
+
+// Store is the part of *store.Store the broker uses; *store.Store implements
+// it. Tests substitute failing implementations through it.
+type Store interface {
+	SetPolicy(topic string, p store.Policy)
+	Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error)
+	Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error)
+	NearestOffset(topic string, partition int, offset int64) (int64, error)
+	Partition(topic string, partition int) (store.PartitionInfo, error)
+	Partitions() []store.PartitionInfo
+	Retain(topic string, now time.Time) (int, error)
+	Health() error
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"metaq/broker/config"
-	"metaq/broker/store"
 	"metaq/internal/clock"
 )
 
@@ -16,7 +15,7 @@ type Options struct {
 	// Config is the loaded server.ini; required.
 	Config *config.Server
 	// Store is the open storage engine; required. The broker does not close it.
-	Store *store.Store
+	Store Store
 	// Logger receives the broker's logs; nil discards them.
 	Logger *slog.Logger
 	// Clock drives retention schedules, uptime and rate counters; nil = real.

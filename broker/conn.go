@@ -1,0 +1,238 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"metaq/broker/wire"
+)
+
+// conn is one client connection. One reader goroutine decodes requests and
+// starts a handler goroutine for each (so requests run concurrently and are
+// answered by opaque, possibly out of order); one writer goroutine
+// serialises the answers. The number of requests in progress or waiting to
+// be written is bounded by Options.MaxInFlight: when it is reached the
+// reader stops reading, which pushes back on the client through TCP instead
+// of buffering without limit. A client that stops reading its answers is
+// cut off after Options.WriteTimeout; other connections never wait for it.
+type conn struct {
+	b      *Broker
+	nc     net.Conn
+	id     uint64
+	remote string
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+
+	slots chan struct{} // in-flight tokens
+	out   chan outFrame // answers for the writer
+	wg    sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+// outFrame is one answer: a header (and small body) plus optional bulk
+// data written without copying. release returns the in-flight token.
+type outFrame struct {
+	head []byte
+	data []byte
+}
+
+func (b *Broker) newConn(nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(b.ctx)
+	id := b.nextConn.Add(1)
+	c := &conn{
+		b:      b,
+		nc:     nc,
+		id:     id,
+		remote: nc.RemoteAddr().String(),
+		ctx:    ctx,
+		cancel: cancel,
+		slots:  make(chan struct{}, b.opts.MaxInFlight),
+		out:    make(chan outFrame, b.opts.MaxInFlight),
+	}
+	c.log = b.log.With("conn", id, "remote", c.remote)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return c
+}
+
+// serve runs the connection until it ends and returns once every goroutine
+// of the connection has finished.
+func (c *conn) serve() {
+	c.log.Debug("CONN: open")
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	if c.readLoop() {
+		// quit or EOF: let in-flight requests finish and their answers go out
+		// (bounded by the write timeout), then close.
+		c.wg.Wait()
+		close(c.out)
+		<-writerDone
+		c.close()
+	} else {
+		c.close()
+		c.wg.Wait()
+		<-writerDone
+	}
+	if h := c.b.txHandler(); h != nil {
+		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
+	}
+	c.log.Debug("CONN: closed")
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// readLoop decodes requests until the connection ends. It reports whether
+// the end was graceful (EOF or quit) rather than an error.
+func (c *conn) readLoop() bool {
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	d := wire.NewDecoder(r)
+	d.MaxBodySize = c.b.opts.MaxMessageSize
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return false
+		}
+		cmd, err := d.Decode()
+		if err != nil {
+			<-c.slots
+			var fe *wire.FatalError
+			switch {
+			case errors.As(err, &fe):
+				// MetaQ closes the connection on any decoder error, answering nothing.
+				c.log.Warn("CONN: malformed request, closing connection", "err", err)
+				c.b.stats.protocolErrors.Add(1)
+				return false
+			case errors.Is(err, io.EOF):
+				return true
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				c.log.Info("CONN: connection ended inside a frame", "err", err)
+				return false
+			default:
+				if !c.closing() {
+					c.log.Debug("CONN: read failed", "err", err)
+				}
+				return false
+			}
+		}
+		switch cmd := cmd.(type) {
+		case *wire.Quit:
+			<-c.slots
+			return true
+		case *wire.Result, *wire.Value:
+			// Responses sent to the broker match no pending request: gecko drops them.
+			<-c.slots
+			c.log.Debug("CONN: dropped a response frame sent by the client", "cmd", cmd.Name())
+			continue
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.b.handle(c, cmd)
+		}()
+	}
+}
+
+func (c *conn) closing() bool { return c.ctx.Err() != nil }
+
+// send queues an answer; it consumes the in-flight token taken for the
+// request, which the writer returns once the answer is written.
+func (c *conn) send(f outFrame) {
+	select {
+	case c.out <- f:
+	case <-c.ctx.Done():
+		<-c.slots
+	}
+}
+
+// noAnswer returns the token of a request that gets no answer (END).
+func (c *conn) noAnswer() { <-c.slots }
+
+func (c *conn) sendResult(code int, body string, opaque int32) {
+	r := wire.Result{Code: code, Body: []byte(body), Opaque: opaque}
+	c.send(outFrame{head: r.AppendTo(make([]byte, 0, 32+len(body)))})
+}
+
+func (c *conn) writeLoop() {
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	wt := c.b.opts.WriteTimeout
+	for {
+		var f outFrame
+		var ok bool
+		select {
+		case f, ok = <-c.out:
+			if !ok {
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(wt))
+		for {
+			err := writeFrame(w, f)
+			<-c.slots
+			if err != nil {
+				c.writeFailed(err)
+				return
+			}
+			// Coalesce answers already waiting into one write.
+			select {
+			case f, ok = <-c.out:
+				if ok {
+					continue
+				}
+			default:
+			}
+			break
+		}
+		if err := w.Flush(); err != nil {
+			c.writeFailed(err)
+			return
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+func writeFrame(w *bufio.Writer, f outFrame) error {
+	if _, err := w.Write(f.head); err != nil {
+		return err
+	}
+	if len(f.data) > 0 {
+		if _, err := w.Write(f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *conn) writeFailed(err error) {
+	if !c.closing() {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.log.Warn("CONN: client does not read its answers, closing connection", "timeout", c.b.opts.WriteTimeout)
+		} else {
+			c.log.Debug("CONN: write failed", "err", err)
+		}
+	}
+	c.close()
+}

@@ -1,0 +1,297 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// Texts MetaQ clients and operators see (spec §1.5, §1.6, §1.7, §1.2).
+const (
+	txtChecksum      = "Checksum failure,message may be corrupted when transfering on networking."
+	txtNoProcessor   = "未注册请求处理器，请求处理器类为com.taobao.metamorphosis.network.SyncCommand"
+	txtNoTransaction = "Transactions are not supported by this broker: no transaction handler is configured"
+)
+
+// handle runs one request and queues its answer. It is called on its own
+// goroutine and must answer (or call noAnswer) exactly once.
+func (b *Broker) handle(c *conn, cmd wire.Command) {
+	switch cmd := cmd.(type) {
+	case *wire.Put:
+		b.stats.cmdPut.Add(1)
+		if cmd.TxKey != "" {
+			b.handleTxPut(c, cmd)
+			return
+		}
+		code, body := b.put(c.ctx, cmd)
+		c.sendResult(code, body, cmd.Opaque)
+	case *wire.Get:
+		b.handleGet(c, cmd)
+	case *wire.Offset:
+		b.handleOffset(c, cmd)
+	case *wire.Version:
+		c.sendResult(wire.StatusOK, b.opts.Version, cmd.Opaque)
+	case *wire.Stats:
+		b.handleStats(c, cmd)
+	case *wire.Transaction:
+		b.handleTransaction(c, cmd)
+	case *wire.Sync:
+		b.handleSync(c, cmd)
+	default:
+		c.log.Warn("CONN: unexpected command", "cmd", cmd.Name())
+		c.noAnswer()
+	}
+}
+
+func (b *Broker) putError(topic string, p int32, detail string) string {
+	s := "Put message to [broker '" + b.URL() + "'] [partition '" + topic + "-" + strconv.Itoa(int(p)) + "'] failed."
+	if detail != "" {
+		s += "Detail:" + detail
+	}
+	return s
+}
+
+// put stores one non-transactional message (spec §1.5) and returns the
+// answer's code and body.
+func (b *Broker) put(ctx context.Context, cmd *wire.Put) (int, string) {
+	code, body := b.put0(ctx, cmd)
+	if code != wire.StatusOK {
+		b.stats.putFailed.Add(1)
+		b.stats.realtime(cmd.Topic, statPutFailed, 1)
+	}
+	return code, body
+}
+
+func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
+	topic := cmd.Topic
+	if b.isClosed(topic, int(cmd.Partition)) {
+		return wire.StatusForbidden, b.putError(topic, cmd.Partition,
+			"partition["+strconv.Itoa(b.brokerID())+"-"+strconv.Itoa(int(cmd.Partition))+"] has been closed")
+	}
+	tc, accepted := b.topicFor(topic)
+	p := cmd.Partition
+	if p == -1 {
+		n := b.cfg.Load().System.NumPartitions
+		if accepted {
+			n = tc.NumPartitions
+		}
+		if n > 0 {
+			p = int32(rand.IntN(n))
+		}
+	}
+	if !accepted {
+		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
+	}
+	if p < 0 || int(p) >= tc.NumPartitions {
+		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
+	}
+	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
+		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
+	}
+	if max := b.cfg.Load().System.MaxTransferSize; max > 0 && len(cmd.Body) > max-20 {
+		// Spec §11: such a message can never be fetched by a Java consumer.
+		b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched", "bytes", len(cmd.Body), "maxTransferSize", max)
+	}
+	b.ensureTopic(ctx, topic, tc)
+
+	var (
+		a   store.Appended
+		err error
+	)
+	if b.syncOut != nil {
+		var slaveErr bool
+		a, slaveErr, err = b.syncOut.putReplicated(ctx, topic, int(p), cmd.Flag, cmd.Body)
+		if err != nil {
+			if slaveErr {
+				return wire.StatusInternalServerError, err.Error()
+			}
+			b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
+			return wire.StatusInternalServerError, b.putError(topic, p, "")
+		}
+	} else {
+		var as []store.Appended
+		as, err = b.store.Append(ctx, topic, int(p), []store.Message{{Flag: cmd.Flag, Body: cmd.Body}})
+		if err != nil {
+			b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
+			return wire.StatusInternalServerError, b.putError(topic, p, "")
+		}
+		a = as[0]
+	}
+	b.stats.realtime(topic, statPut, 1)
+	b.stats.realtime(topic, statMessageSize, int64(len(cmd.Body)))
+	return wire.StatusOK, strconv.FormatInt(a.ID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(a.Offset, 10)
+}
+
+func (b *Broker) brokerID() int { return b.cfg.Load().System.BrokerID }
+
+func notExists(topic string, p int32) string {
+	return "The topic `" + topic + "` in partition `" + strconv.Itoa(int(p)) + "` is not exists"
+}
+
+// handleGet answers get exactly as spec §1.6.
+func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
+	b.stats.cmdGet.Add(1)
+	b.stats.realtime(cmd.Topic, statGet, 1)
+	code, body, data := b.get(cmd)
+	if data != nil {
+		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data})
+		return
+	}
+	if code == wire.StatusNotFound || code == wire.StatusMoved || code == wire.StatusForbidden {
+		b.stats.getMiss.Add(1)
+		b.stats.realtime(cmd.Topic, statGetMiss, 1)
+	}
+	c.sendResult(code, body, cmd.Opaque)
+}
+
+func (b *Broker) get(cmd *wire.Get) (int, string, []byte) {
+	if b.isClosed(cmd.Topic, int(cmd.Partition)) {
+		return wire.StatusForbidden, "Partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed", nil
+	}
+	info, err := b.store.Partition(cmd.Topic, int(cmd.Partition))
+	if err != nil {
+		if errors.Is(err, store.ErrNoPartition) {
+			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil
+		}
+		return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
+	}
+	if cmd.MaxSize <= 0 {
+		return wire.StatusBadRequest, "Bad request,invalid max size:" + strconv.Itoa(int(cmd.MaxSize)), nil
+	}
+	max := int(cmd.MaxSize)
+	if mt := b.cfg.Load().System.MaxTransferSize; mt > 0 && max > mt {
+		max = mt
+	}
+	for range 3 {
+		if code, body, ok := b.outOfRange(cmd.Offset, info.Min, info.Max); ok {
+			return code, body, nil
+		}
+		data, err := b.store.Read(cmd.Topic, int(cmd.Partition), cmd.Offset, max)
+		var re *store.RangeError
+		switch {
+		case err == nil && len(data) > 0:
+			return 0, "", data
+		case err == nil:
+			// Never send `value 0` (spec §1.6, §7.6).
+			return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
+		case errors.As(err, &re):
+			// Retention or a flush moved the bounds between the two calls.
+			info.Min, info.Max = re.Min, re.Max
+			continue
+		case errors.Is(err, store.ErrNoPartition):
+			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil
+		default:
+			return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
+		}
+	}
+	return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
+}
+
+// outOfRange applies the 301/404 rules of spec §1.6 step 4.
+func (b *Broker) outOfRange(off, min, max int64) (int, string, bool) {
+	if off < min {
+		return wire.StatusMoved, strconv.FormatInt(min, 10), true
+	}
+	if off >= max {
+		if off > max && (b.cfg.Load().System.UpdateConsumerOffsets || off == math.MaxInt64) {
+			return wire.StatusMoved, strconv.FormatInt(max, 10), true
+		}
+		return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(off, 10), true
+	}
+	return 0, "", false
+}
+
+// handleOffset answers offset (spec §1.7).
+func (b *Broker) handleOffset(c *conn, cmd *wire.Offset) {
+	b.stats.cmdOffset.Add(1)
+	b.stats.realtime(cmd.Topic, statOffset, 1)
+	off, err := b.store.NearestOffset(cmd.Topic, int(cmd.Partition), cmd.Offset)
+	switch {
+	case err == nil:
+		c.sendResult(wire.StatusOK, strconv.FormatInt(off, 10), cmd.Opaque)
+	case errors.Is(err, store.ErrNoPartition):
+		c.sendResult(wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), cmd.Opaque)
+	default:
+		c.sendResult(wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), cmd.Opaque)
+	}
+}
+
+func (c *conn) txConn() TxConn { return TxConn{ID: c.id, RemoteAddr: c.remote} }
+
+func (b *Broker) handleTransaction(c *conn, cmd *wire.Transaction) {
+	h := b.txHandler()
+	if h == nil {
+		if cmd.Type == wire.TxEnd {
+			c.noAnswer()
+			return
+		}
+		c.sendResult(wire.StatusInternalServerError, txtNoTransaction, cmd.Opaque)
+		return
+	}
+	res := h.Transaction(c.ctx, c.txConn(), cmd)
+	if res == nil {
+		c.noAnswer()
+		return
+	}
+	if res.OK() {
+		switch cmd.Type {
+		case wire.TxBegin:
+			if cmd.Tx.Kind == wire.TxXA {
+				b.stats.txXABegin.Add(1)
+			} else {
+				b.stats.txBegin.Add(1)
+			}
+		case wire.TxCommitOnePhase, wire.TxCommitTwoPhase:
+			b.stats.txCommit.Add(1)
+		case wire.TxRollback:
+			b.stats.txRollback.Add(1)
+		}
+	}
+	res.Opaque = cmd.Opaque
+	c.send(outFrame{head: res.AppendTo(nil)})
+}
+
+func (b *Broker) handleTxPut(c *conn, cmd *wire.Put) {
+	h := b.txHandler()
+	if h == nil {
+		b.stats.putFailed.Add(1)
+		c.sendResult(wire.StatusInternalServerError, txtNoTransaction, cmd.Opaque)
+		return
+	}
+	res := h.Put(c.ctx, c.txConn(), cmd)
+	if res == nil {
+		res = wire.NewResult(wire.StatusInternalServerError, "transaction handler gave no answer", cmd.Opaque)
+	}
+	if !res.OK() {
+		b.stats.putFailed.Add(1)
+	}
+	res.Opaque = cmd.Opaque
+	c.send(outFrame{head: res.AppendTo(nil)})
+}
+
+// CheckPut runs the checks a put gets before it is stored (closed
+// partition, accepted topic, partition range, checksum) and returns the
+// answer code and text MetaQ gives when one fails, or 200 and "". A
+// TxHandler uses it for transactional puts; partition -1 is not resolved.
+func (b *Broker) CheckPut(cmd *wire.Put) (int, string) {
+	topic, p := cmd.Topic, cmd.Partition
+	if b.isClosed(topic, int(p)) {
+		return wire.StatusForbidden, b.putError(topic, p, "partition["+strconv.Itoa(b.brokerID())+"-"+strconv.Itoa(int(p))+"] has been closed")
+	}
+	tc, ok := b.topicFor(topic)
+	if !ok {
+		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
+	}
+	if p < 0 || int(p) >= tc.NumPartitions {
+		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
+	}
+	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
+		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
+	}
+	return wire.StatusOK, ""
+}

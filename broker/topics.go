@@ -1,0 +1,261 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/broker/store"
+)
+
+// topicTable holds what the broker knows about topics beyond the current
+// config: topics removed by a reload (MetaQ keeps accepting them until a
+// restart), the topics already registered in ZooKeeper and the topics whose
+// store policy was set, and the partitions closed by an operator.
+type topicTable struct {
+	mu         sync.RWMutex
+	retired    []config.Topic          // removed by Reload, still accepted
+	registered map[string]int          // topic -> numPartitions registered
+	policySet  map[string]bool         // topic -> SetPolicy done
+	closed     map[string]map[int]bool // topic -> closed partitions
+}
+
+func (t *topicTable) init() {
+	t.registered = make(map[string]int)
+	t.policySet = make(map[string]bool)
+	t.closed = make(map[string]map[int]bool)
+}
+
+// topicFor finds the topic settings for a concrete topic name: the first
+// matching [topic=...] section of the current config, else a section
+// removed by a reload.
+func (b *Broker) topicFor(name string) (config.Topic, bool) {
+	if tc, ok := b.cfg.Load().TopicFor(name); ok {
+		return tc, true
+	}
+	b.topics.mu.RLock()
+	defer b.topics.mu.RUnlock()
+	for _, tc := range b.topics.retired {
+		if fullMatch(tc, name) {
+			return tc, true
+		}
+	}
+	return config.Topic{}, false
+}
+
+func fullMatch(tc config.Topic, name string) bool {
+	if tc.Name == name {
+		return true
+	}
+	re, err := regexp.Compile("^(?:" + strings.TrimSuffix(strings.TrimPrefix(tc.Pattern, "^"), "$") + ")$")
+	if err != nil {
+		return false
+	}
+	return re.MatchString(name)
+}
+
+// isLiteral reports whether a [topic=...] name is a plain topic name (no
+// pattern characters), which can be registered and given a policy at once.
+func isLiteral(name string) bool {
+	// '.' is left out: MetaQ topic names such as "order.created" are names,
+	// even though the section is also read as a regex.
+	return !strings.ContainsAny(name, `*?+[](){}|\^$`)
+}
+
+func policyOf(tc config.Topic) store.Policy {
+	return store.Policy{
+		UnflushThreshold: tc.UnflushThreshold,
+		UnflushInterval:  tc.UnflushInterval,
+		MaxAge:           tc.DeletePolicy.MaxAge,
+		Archive:          tc.DeletePolicy.Name == "archive",
+		ArchiveCompress:  tc.DeletePolicy.Compress,
+	}
+}
+
+// applyPolicies pushes the flush and retention policy of every literal
+// configured topic and of every topic that has partitions in the store.
+func (b *Broker) applyPolicies(cfg *config.Server) {
+	seen := map[string]bool{}
+	for _, tc := range cfg.Topics {
+		if isLiteral(tc.Name) && !seen[tc.Name] {
+			seen[tc.Name] = true
+			b.setPolicy(tc.Name, tc)
+		}
+	}
+	for _, p := range b.store.Partitions() {
+		if seen[p.Topic] {
+			continue
+		}
+		seen[p.Topic] = true
+		if tc, ok := b.topicFor(p.Topic); ok {
+			b.setPolicy(p.Topic, tc)
+		}
+	}
+}
+
+func (b *Broker) setPolicy(topic string, tc config.Topic) {
+	b.store.SetPolicy(topic, policyOf(tc))
+	b.topics.mu.Lock()
+	b.topics.policySet[topic] = true
+	b.topics.mu.Unlock()
+}
+
+// ensureTopic is called before a put to a topic: the first time, it pushes
+// the topic's policy to the store and registers the topic in ZooKeeper
+// (spec §1.5 step 4).
+func (b *Broker) ensureTopic(ctx context.Context, topic string, tc config.Topic) {
+	b.topics.mu.RLock()
+	ps := b.topics.policySet[topic]
+	n, reg := b.topics.registered[topic]
+	b.topics.mu.RUnlock()
+	if !ps {
+		b.setPolicy(topic, tc)
+	}
+	if b.opts.Registry != nil && (!reg || n != tc.NumPartitions) {
+		b.registerTopic(ctx, topic, tc)
+	}
+}
+
+func (b *Broker) registerTopic(ctx context.Context, topic string, tc config.Topic) {
+	if err := b.opts.Registry.RegisterTopic(ctx, topic, tc.NumPartitions, tc.AcceptPublish, tc.AcceptSubscribe); err != nil {
+		b.log.Warn("TOPIC("+topic+"): register in ZooKeeper failed", "err", err)
+		return
+	}
+	b.topics.mu.Lock()
+	b.topics.registered[topic] = tc.NumPartitions
+	b.topics.mu.Unlock()
+}
+
+// registerConfiguredTopics registers every literal configured topic and
+// every topic with partitions in the store, as MetaQ does at start-up.
+func (b *Broker) registerConfiguredTopics(ctx context.Context, cfg *config.Server) {
+	seen := map[string]bool{}
+	for _, tc := range cfg.Topics {
+		if isLiteral(tc.Name) && !seen[tc.Name] {
+			seen[tc.Name] = true
+			b.registerTopic(ctx, tc.Name, tc)
+		}
+	}
+	for _, p := range b.store.Partitions() {
+		if seen[p.Topic] {
+			continue
+		}
+		seen[p.Topic] = true
+		if tc, ok := b.topicFor(p.Topic); ok {
+			b.registerTopic(ctx, p.Topic, tc)
+		}
+	}
+}
+
+// Reload re-applies the [topic=...] sections of cfg (spec §4.6): new topics
+// are accepted and registered at once, numPartitions changes take effect
+// for put checks and random partition choice, policies are pushed to the
+// store and retention is re-scheduled. Removed topics stay accepted until a
+// restart. [system] and [zookeeper] changes are reported in
+// Changes.RestartKeys and not applied; `stats config` and the config
+// checksum follow the new file.
+func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
+	if cfg == nil {
+		return config.Changes{}, errors.New("broker: reload: nil config")
+	}
+	if b.closing.Load() {
+		return config.Changes{}, ErrClosed
+	}
+	old := b.cfg.Load()
+	ch := config.Diff(old, cfg)
+	eff := *cfg
+	eff.System = old.System
+	eff.ZooKeeper = old.ZooKeeper
+
+	b.topics.mu.Lock()
+	for _, name := range ch.TopicsRemoved {
+		for _, tc := range old.Topics {
+			if tc.Name == name {
+				b.topics.retired = append(b.topics.retired, tc)
+			}
+		}
+	}
+	// A topic added back is no longer retired.
+	keep := b.topics.retired[:0]
+	for _, tc := range b.topics.retired {
+		if _, ok := eff.TopicFor(tc.Name); !ok {
+			keep = append(keep, tc)
+		}
+	}
+	b.topics.retired = keep
+	// Policies are re-pushed below; topics first seen by a put get theirs then.
+	b.topics.policySet = make(map[string]bool)
+	b.topics.mu.Unlock()
+
+	b.cfg.Store(&eff)
+	b.applyPolicies(&eff)
+	if b.retention != nil {
+		b.retention.reschedule(&eff)
+	}
+	if r := b.opts.Registry; r != nil && b.isStarted() {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		if eff.Checksum != old.Checksum {
+			if err := r.SetConfigChecksum(ctx, eff.Checksum); err != nil {
+				b.log.Warn("BROKER: update config checksum in ZooKeeper failed", "err", err)
+			}
+		}
+		changed := append(append([]string{}, ch.TopicsAdded...), ch.TopicsChanged...)
+		for _, name := range changed {
+			if tc, ok := eff.TopicFor(name); ok && isLiteral(name) {
+				b.registerTopic(ctx, name, tc)
+			}
+		}
+		// Topics matched by changed patterns that already have data.
+		for _, p := range b.store.Partitions() {
+			b.topics.mu.RLock()
+			n, reg := b.topics.registered[p.Topic]
+			b.topics.mu.RUnlock()
+			if tc, ok := eff.TopicFor(p.Topic); ok && (!reg || n != tc.NumPartitions) {
+				b.registerTopic(ctx, p.Topic, tc)
+			}
+		}
+	}
+	b.log.Info("BROKER: config reloaded", "changes", ch.String(), "checksum", eff.Checksum)
+	return ch, nil
+}
+
+// ClosePartitions closes partitions from..to (inclusive) of topic: puts,
+// gets and syncs on them answer 403 until OpenPartitions.
+func (b *Broker) ClosePartitions(topic string, from, to int) {
+	b.topics.mu.Lock()
+	defer b.topics.mu.Unlock()
+	m := b.topics.closed[topic]
+	if m == nil {
+		m = make(map[int]bool)
+		b.topics.closed[topic] = m
+	}
+	for p := from; p <= to; p++ {
+		m[p] = true
+	}
+	b.log.Info("TOPIC("+topic+"): partitions closed", "from", from, "to", to)
+}
+
+// OpenPartitions reopens partitions closed by ClosePartitions.
+func (b *Broker) OpenPartitions(topic string, from, to int) {
+	b.topics.mu.Lock()
+	defer b.topics.mu.Unlock()
+	m := b.topics.closed[topic]
+	for p := from; p <= to; p++ {
+		delete(m, p)
+	}
+	if len(m) == 0 {
+		delete(b.topics.closed, topic)
+	}
+	b.log.Info("TOPIC("+topic+"): partitions opened", "from", from, "to", to)
+}
+
+func (b *Broker) isClosed(topic string, p int) bool {
+	b.topics.mu.RLock()
+	defer b.topics.mu.RUnlock()
+	return b.topics.closed[topic][p]
+}
