@@ -344,7 +344,6 @@ func (cs *Consumer) Start(ctx context.Context) error {
 		}
 		if !ok {
 			cs.c.log.Warn("GROUP("+cs.group+"): first rebalance failed, retrying in the background", "consumer", cs.idString)
-			cs.trigger()
 		}
 		cs.wg.Add(1)
 		go cs.balanceLoop()
@@ -391,17 +390,30 @@ func (cs *Consumer) balanceLoop() {
 	defer cs.wg.Done()
 	retry := 0
 	for {
-		// Arm the watches before reading, so no change between the read and
-		// the watch is missed.
+		// Arm the watches, then rebalance: a change that happened before the
+		// watches were set is seen by this rebalance, a later one fires them.
 		stop := make(chan struct{})
 		watches := cs.armWatches(stop)
-		woke := func() { close(stop) }
+		ctx, cancel := context.WithTimeout(context.Background(), 2*cs.c.cfg.RequestTimeout)
+		ok := cs.rebalanceOnce(ctx)
+		cancel()
+		wait := 30 * time.Second // periodic check in case a watch was lost
+		if ok {
+			retry = 0
+		} else {
+			retry++
+			cs.c.log.Warn("GROUP("+cs.group+"): rebalance failed, retrying", "consumer", cs.idString, "try", retry)
+			wait = cs.c.cfg.ZKSyncTime
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-cs.quit:
-			woke()
+			timer.Stop()
+			close(stop)
 			return
 		case <-watches:
 		case <-cs.kick:
+		case <-timer.C:
 		case <-cs.c.zk.sessionRenewed():
 			cs.c.log.Warn("GROUP("+cs.group+"): new ZooKeeper session, registering again", "consumer", cs.idString)
 			cs.balMu.Lock()
@@ -416,25 +428,9 @@ func (cs *Consumer) balanceLoop() {
 				cs.c.log.Error("GROUP("+cs.group+"): register again failed", "err", err)
 			}
 			cancel()
-		case <-time.After(30 * time.Second):
-			// A periodic check in case a watch was lost with a connection.
 		}
-		woke()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*cs.c.cfg.RequestTimeout)
-		ok := cs.rebalanceOnce(ctx)
-		cancel()
-		if ok {
-			retry = 0
-			continue
-		}
-		retry++
-		cs.c.log.Warn("GROUP("+cs.group+"): rebalance failed, retrying", "consumer", cs.idString, "try", retry)
-		select {
-		case <-cs.quit:
-			return
-		case <-time.After(cs.c.cfg.ZKSyncTime):
-		}
-		cs.trigger()
+		timer.Stop()
+		close(stop)
 	}
 }
 
