@@ -390,10 +390,14 @@ func TestAsyncSendBrokerRestartLosesNoAck(t *testing.T) {
 	failed := 0
 	const total = 3000
 	restarted := make(chan struct{})
+	ackedAtStop := -1
 	go func() {
 		defer close(restarted)
 		time.Sleep(50 * time.Millisecond)
 		br.Stop()
+		mu.Lock()
+		ackedAtStop = len(acked)
+		mu.Unlock()
 		time.Sleep(300 * time.Millisecond)
 		br.Start()
 	}()
@@ -425,7 +429,10 @@ func TestAsyncSendBrokerRestartLosesNoAck(t *testing.T) {
 	prod.Close(ctx)
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("acked %d, failed %d", len(acked), failed)
+	t.Logf("acked %d (%d before the stop), failed %d", len(acked), ackedAtStop, failed)
+	if ackedAtStop <= 0 || ackedAtStop >= total {
+		t.Fatalf("the restart was not mid-stream: %d acked at the stop", ackedAtStop)
+	}
 	if len(acked) == 0 || len(acked)+failed != total {
 		t.Fatalf("acked %d failed %d of %d", len(acked), failed, total)
 	}
@@ -548,7 +555,10 @@ func TestRetriableClassifier(t *testing.T) {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
