@@ -30,15 +30,16 @@ type partition struct {
 	key pkey
 	pid uint32
 
-	mu       sync.RWMutex
-	min      int64 // first retained offset
-	end      int64 // end of the last written chunk
-	durable  int64 // end of the last fsynced chunk
-	chunks   []chunkRef
-	segs     []int64 // virtual MetaQ segment starts (spec §1.7), ascending
-	times    []timeRef
-	messages int64
-	deleted  bool
+	mu        sync.RWMutex
+	min       int64 // first retained offset
+	end       int64 // end of the last written chunk
+	durable   int64 // end of the last fsynced chunk
+	chunks    []chunkRef
+	segs      []int64 // virtual MetaQ segment starts (spec §1.7), ascending
+	times     []timeRef
+	messages  int64
+	deleted   bool
+	sinceTime int // chunks since the last time point
 
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
@@ -48,21 +49,31 @@ func newPartition(key pkey, pid uint32, start int64) *partition {
 	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}}
 }
 
-// timeIndexStepMs is the sparse time index granularity.
-const timeIndexStepMs = 1000
+// The sparse time index takes a point when a chunk is at least
+// timeIndexStepMs newer than the last point AND timeIndexStepChunks chunks
+// were added since, so it never costs more than 1/64 of the chunk index and
+// never more than one point per second.
+const (
+	timeIndexStepMs     = 1000
+	timeIndexStepChunks = 64
+)
 
-// addChunkLocked records a chunk of n bytes at the partition end.
+// addChunkLocked records a chunk of n bytes at the partition end. With
+// segBytes <= 0 the virtual segment boundaries are left alone (replay below
+// a checkpoint, which already holds them).
 func (p *partition) addChunkLocked(pos int64, n int64, ms int64, records int64, segBytes int64) {
 	off := p.end
 	p.chunks = append(p.chunks, chunkRef{off: off, pos: pos})
 	p.end = off + n
 	p.messages += records
-	if len(p.times) == 0 || ms >= p.times[len(p.times)-1].ms+timeIndexStepMs {
+	p.sinceTime++
+	if len(p.times) == 0 || (ms >= p.times[len(p.times)-1].ms+timeIndexStepMs && p.sinceTime >= timeIndexStepChunks) {
 		p.times = append(p.times, timeRef{ms: ms, off: off})
+		p.sinceTime = 0
 	}
 	// MetaQ rolls its segment file after an append that leaves it at or
 	// beyond maxSegmentSize; the next file starts at the new end.
-	if p.end-p.segs[len(p.segs)-1] >= segBytes {
+	if segBytes > 0 && p.end-p.segs[len(p.segs)-1] >= segBytes {
 		p.segs = append(p.segs, p.end)
 	}
 }

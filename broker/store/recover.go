@@ -56,9 +56,6 @@ func (s *Store) recover() error {
 	for _, p := range s.parts {
 		p.durable = p.end
 		p.wEnd = p.end
-		if len(p.times) > 0 && p.times[len(p.times)-1].ms > s.w.lastMs {
-			s.w.lastMs = p.times[len(p.times)-1].ms
-		}
 	}
 	return nil
 }
@@ -73,6 +70,9 @@ func (s *Store) scan(from int64) error {
 		}
 		size := g.size.Load()
 		x := max(from-g.start, 0)
+		if g.start >= from {
+			s.w.segIdx = nil // a fresh segment; else the checkpoint loaded its first part
+		}
 		r := newSegReader(g.f, size)
 		for x < size {
 			h, payload, n, err := r.entryAt(x)
@@ -152,6 +152,7 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 	if h.pid >= s.nextPid {
 		s.nextPid = h.pid + 1
 	}
+	s.w.lastMs = max(s.w.lastMs, h.ms)
 	switch h.typ {
 	case entryDefine:
 		topic, num, err := decodeDefine(payload)
@@ -191,5 +192,6 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 			return
 		}
 		p.addChunkLocked(pos, int64(len(payload)), h.ms, 0, s.opts.SegmentBytes)
+		s.w.segIdx = append(s.w.segIdx, idxEntry{pid: h.pid, n: uint32(len(payload)), off: h.off, pos: pos, ms: h.ms})
 	}
 }

@@ -375,7 +375,9 @@ func (s *Store) NearestOffset(topic string, partition int, offset int64) (int64,
 }
 
 // OffsetForTime returns the offset of the first record appended at or after
-// t: Max when none was, Min when all were.
+// t: Max when none was. Chunk times never decrease along the log, so the
+// sparse time index narrows the range and a binary search over the chunk
+// headers in it finds the exact chunk.
 func (s *Store) OffsetForTime(topic string, partition int, t time.Time) (int64, error) {
 	p := s.lookup(topic, partition)
 	if p == nil {
@@ -383,40 +385,36 @@ func (s *Store) OffsetForTime(topic string, partition int, t time.Time) (int64, 
 	}
 	ms := t.UnixMilli()
 	p.mu.RLock()
-	// The last sparse point before t bounds the search from below; the
-	// chunks between it and the next point are checked one by one.
+	lo := max(p.chunkIndexLocked(p.min), 0)
+	if lo < len(p.chunks) && p.chunks[lo].off < p.min {
+		lo++
+	}
+	hi := p.chunkIndexLocked(p.durable-1) + 1
 	j := sort.Search(len(p.times), func(i int) bool { return p.times[i].ms >= ms })
-	if j == len(p.times) && (len(p.times) == 0 || len(p.chunks) == 0) {
-		d := p.durable
-		p.mu.RUnlock()
-		return d, nil
-	}
-	from := p.min
 	if j > 0 {
-		from = max(p.times[j-1].off, p.min)
+		lo = max(lo, p.chunkIndexLocked(p.times[j-1].off))
 	}
-	to := p.durable
 	if j < len(p.times) {
-		to = min(max(p.times[j].off, p.min), p.durable)
+		hi = min(hi, p.chunkIndexLocked(p.times[j].off)+1)
 	}
 	var cands []chunkRef
-	for i := max(p.chunkIndexLocked(from), 0); i < len(p.chunks) && p.chunks[i].off < to; i++ {
-		if p.chunks[i].off >= p.min {
-			cands = append(cands, p.chunks[i])
-		}
+	if lo < hi {
+		cands = append(cands, p.chunks[lo:hi]...)
 	}
+	end := p.durable
 	p.mu.RUnlock()
 	var hb [entryHeaderLen]byte
-	for _, c := range cands {
-		if err := s.readLog(hb[:], c.pos); err != nil {
-			continue
+	k := sort.Search(len(cands), func(i int) bool {
+		if err := s.readLog(hb[:], cands[i].pos); err != nil {
+			return false // removed meanwhile: older than anything left
 		}
 		h, err := parseEntryHeader(hb[:])
-		if err == nil && h.ms >= ms {
-			return c.off, nil
-		}
+		return err == nil && h.ms >= ms
+	})
+	if k < len(cands) {
+		return cands[k].off, nil
 	}
-	return to, nil
+	return end, nil
 }
 
 // Partition returns one partition's bounds.

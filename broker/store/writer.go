@@ -57,6 +57,7 @@ type writerState struct {
 	unflushed map[string]int
 	deadline  time.Time
 	timer     <-chan time.Time
+	segIdx    []idxEntry // data chunks of the active segment, for its .idx
 }
 
 func (s *Store) run() {
@@ -246,6 +247,7 @@ func (s *Store) process(batch []*request) {
 			pc.p.addChunkLocked(pc.pos, pc.n, pc.ms, pc.records, segBytes)
 			pc.p.mu.Unlock()
 			w.dirty[pc.p] = struct{}{}
+			w.segIdx = append(w.segIdx, idxEntry{pid: pc.p.pid, n: uint32(pc.n), off: pc.p.end - pc.n, pos: pc.pos, ms: pc.ms})
 		}
 		for _, p := range created {
 			w.dirty[p] = struct{}{}
