@@ -48,9 +48,6 @@ type Agent struct {
 	processed uint64            // highest desired version handled, success or not
 	results   map[uint64]Result // recent results by version
 	waiters   map[uint64][]string
-	// current is the configuration on disk (overlay applied); only the apply
-	// goroutine touches it after Start.
-	current *config.Server
 }
 
 // sidecar remembers which version the file on disk is, across restarts.
@@ -75,7 +72,6 @@ func NewAgent(o Options) (*Agent, error) {
 		kick:    make(chan struct{}, 1),
 		results: make(map[uint64]Result),
 		waiters: make(map[uint64][]string),
-		current: o.Running,
 	}, nil
 }
 
@@ -316,7 +312,6 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 		}
 		return fail(fmt.Errorf("configsync: reload version %d: %w", v.Version, err))
 	}
-	a.current = cfg
 	res.OK, res.Running = true, v.Version
 	res.TopicsAdded, res.TopicsChanged, res.TopicsRemoved = changes.TopicsAdded, changes.TopicsChanged, changes.TopicsRemoved
 	res.RestartKeys = changes.RestartKeys

@@ -106,7 +106,7 @@ type site struct {
 	natsC config.NATS
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -123,7 +123,9 @@ func startNATS(t *testing.T) *EmbeddedNATS {
 	return e
 }
 
-func newSite(t *testing.T, name string, id int, url string) *site {
+func newSite(t *testing.T, name string, id int, url string) *site { return newSiteB(t, name, id, url) }
+
+func newSiteB(t testing.TB, name string, id int, url string) *site {
 	t.Helper()
 	dir := t.TempDir()
 	s := &site{name: name, dir: dir, path: filepath.Join(dir, "server.ini"), url: url}
@@ -135,7 +137,7 @@ func newSite(t *testing.T, name string, id int, url string) *site {
 
 // start (re)starts the site as a bundle would: load the file with its
 // overlay, hand it to the broker (recorder), start the agent.
-func (s *site) start(t *testing.T) {
+func (s *site) start(t testing.TB) {
 	t.Helper()
 	cfg, _, err := config.Load(s.path)
 	must(t, err)
@@ -212,7 +214,7 @@ func waitSitesKnown(t *testing.T, c *Client, want ...string) {
 	})
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,139 @@
+package configsync
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"metaq/broker/config"
+)
+
+// writeCert creates a key pair signed by parent (self-signed when parent is
+// nil) and writes cert and key as PEM files.
+func writeCert(t *testing.T, dir, name string, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:         isCA, BasicConstraintsValid: true,
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	kb, err := x509.MarshalECPrivateKey(key)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, name+"-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	must(t, err)
+	return cert, key
+}
+
+// TestConnectHonoursTLSAndCreds runs a NATS server that demands client
+// certificates: a client with [nats] tlsCert/tlsKey/tlsCA gets in and can
+// push, one without is refused, and a credentials file is actually read.
+func TestConnectHonoursTLSAndCreds(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := writeCert(t, dir, "ca", true, nil, nil)
+	writeCert(t, dir, "server", false, ca, caKey)
+	writeCert(t, dir, "client", false, ca, caKey)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: filepath.Join(dir, "server.pem"),
+		KeyFile: filepath.Join(dir, "server-key.pem"), CaFile: filepath.Join(dir, "ca.pem"), Verify: true})
+	must(t, err)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), TLS: true, TLSVerify: true, TLSConfig: tc, TLSTimeout: 2})
+	must(t, err)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	good := config.NATS{TLSCert: filepath.Join(dir, "client.pem"), TLSKey: filepath.Join(dir, "client-key.pem"),
+		TLSCA: filepath.Join(dir, "ca.pem")}
+	c, err := NewClient(ctx, ClientOptions{URL: url, NATS: good})
+	must(t, err)
+	defer c.Close()
+	if _, err := c.Push(ctx, PushOptions{File: "server.ini", Data: baseIni(""), Sites: nil}); err != nil {
+		t.Fatal(err)
+	}
+
+	// No client certificate: the server refuses the handshake.
+	if _, err := Connect(ctx, url, config.NATS{TLSCA: good.TLSCA}, "t", nil); err == nil {
+		t.Fatal("connected without a client certificate")
+	}
+	// Half a key pair is a configuration error.
+	if _, err := Connect(ctx, url, config.NATS{TLSCert: good.TLSCert}, "t", nil); err == nil || !strings.Contains(err.Error(), "together") {
+		t.Fatalf("half key pair: %v", err)
+	}
+	// The credentials file is read (a missing one fails the connection).
+	missing := filepath.Join(dir, "nope.creds")
+	if _, err := Connect(ctx, url, config.NATS{CredsFile: missing, TLSCert: good.TLSCert, TLSKey: good.TLSKey, TLSCA: good.TLSCA}, "t", nil); err == nil {
+		t.Fatal("connected with a missing credentials file")
+	}
+}
+
+func TestConnectWaitsForServerUntilContextEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = Connect(ctx, "nats://"+addr, config.NATS{}, "t", nil)
+	if err == nil || time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+}
+
+func TestShippedOverlayExampleLoads(t *testing.T) {
+	base, err := os.ReadFile("../conf/server.ini")
+	must(t, err)
+	ov, err := os.ReadFile("../conf/site.ini.example")
+	must(t, err)
+	cfg, _, err := config.ParseWithOverlay("../conf/server.ini", base, "../conf/site.ini.example", ov)
+	must(t, err)
+	if cfg.Site.Name != "bj" || cfg.System.DataPath != "/var/lib/metaq/data" || !bytesEqual(cfg.Raw, base) {
+		t.Fatalf("overlay not applied: site %q dataPath %q", cfg.Site.Name, cfg.System.DataPath)
+	}
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+func TestEmbeddedOptionsFor(t *testing.T) {
+	cfg := &config.Server{System: config.System{ServerPort: 9000, DataPath: "/d"}}
+	o := EmbeddedOptionsFor(cfg, nil)
+	if o.Listen != "127.0.0.1:9004" || o.StoreDir != "/d/configsync-nats" || ServerURL(cfg) != "nats://127.0.0.1:9004" {
+		t.Fatalf("%+v %s", o, ServerURL(cfg))
+	}
+	cfg.NATS.URL = "nats://127.0.0.1:4222"
+	if ServerURL(cfg) != cfg.NATS.URL {
+		t.Fatal(ServerURL(cfg))
+	}
+}
