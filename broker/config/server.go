@@ -413,7 +413,7 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		DeleteWhen:       cronKey(r, sys.DeleteWhen),
 		AcceptPublish:    r.boolean("acceptPublish", sys.AcceptPublish),
 		AcceptSubscribe:  r.boolean("acceptSubscribe", sys.AcceptSubscribe),
-		Stat:             r.boolean("stat", sys.Stat),
+		Stat:             topicStat(r, sys.Stat),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -458,6 +458,24 @@ func (s *Server) TopicFor(name string) (Topic, bool) {
 		}
 	}
 	return Topic{}, false
+}
+
+// topicStat reads a topic's stat key the way MetaQ does: with
+// Boolean.valueOf, not Aviator, so any word but "true" means false. Such a
+// word is accepted, as MetaQ accepts it, with a warning.
+func topicStat(r sectionReader, def bool) bool {
+	k, ok := r.raw("stat")
+	if !ok {
+		return def
+	}
+	switch strings.ToLower(k.Value) {
+	case "true":
+		return true
+	case "false":
+	default:
+		r.p.warnf(k.File, r.name(), k.Name, "%q is not true or false; MetaQ reads it as false, and so do we", k.Value)
+	}
+	return false
 }
 
 func buildExtensions(s *Server, base *rawIni, file string, p *problems) {

@@ -291,7 +291,6 @@ func TestErrors(t *testing.T) {
 		{"topic deleteWhen bad", base.set("topic=test", "deleteWhen", "0 0 6 ? * ?"), "topic=test", "deleteWhen", "0 0 6 ? * ?", "exactly one"},
 		{"topic acceptPublish bad", base.set("topic=test", "acceptPublish", "x"), "topic=test", "acceptPublish", "x", "true or false"},
 		{"topic acceptSubscribe bad", base.set("topic=test", "acceptSubscribe", "x"), "topic=test", "acceptSubscribe", "x", "true or false"},
-		{"topic stat bad", base.set("topic=test", "stat", "x"), "topic=test", "stat", "x", "true or false"},
 		{"topic group. without name", base.set("topic=test", "group.", "F"), "topic=test", "group.", "F", "group.<consumerGroup>"},
 		{"topic name empty", base.addSection("topic="), "topic=", "", "", "non-empty"},
 		{"topic name blank", base.addSection("topic=  "), "topic=", "", "", "non-empty"},
@@ -411,6 +410,7 @@ func TestWarnings(t *testing.T) {
 		{"inert topic key", minimalDoc().set("topic=test", "topic", "x"), "", "topic=test", "topic", "no effect"},
 		{"system key in zookeeper", minimalDoc().set("zookeeper", "brokerId", "3"), "", "zookeeper", "brokerId", "no effect"},
 		{"unknown section", minimalDoc().addSection("extra"), "", "extra", "", "unknown section"},
+		{"topic stat neither true nor false", minimalDoc().set("system", "stat", "true").set("topic=test", "stat", "yes"), "", "topic=test", "stat", "reads it as false"},
 		{"delete policy extra field", minimalDoc().set("system", "deletePolicy", "delete,1,2"), "", "system", "deletePolicy", "ignored"},
 		{"key outside sections", nil, "orphan=1\n" + minimalDoc().String(), "", "orphan", "outside any section"},
 		{"repeated key", nil, minimalDoc().String() + "[system]\nbrokerId=3\n", "system", "", "more than once"},
@@ -434,6 +434,9 @@ func TestWarnings(t *testing.T) {
 			}
 			if !strings.Contains(got.String(), "a/server.ini") {
 				t.Errorf("String() %q lacks the file", got.String())
+			}
+			if c.name == "topic stat neither true nor false" && s.Topics[0].Stat {
+				t.Errorf("stat=yes must read as false, as in MetaQ")
 			}
 			if c.name == "repeated key" && s.System.BrokerID != 3 {
 				t.Errorf("last value should win, brokerId=%d", s.System.BrokerID)
