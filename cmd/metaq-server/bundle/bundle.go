@@ -147,7 +147,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("bundle: %w", err)
 		}
-		reg = brokerRegistry{b.Registry}
+		reg = b.Registry
 	} else {
 		b.log.Info("BUNDLE: ZooKeeper disabled, running standalone", "mode", b.opts.Mode.String())
 	}
@@ -256,11 +256,6 @@ func (b *Bundle) Close() error {
 	return b.closeErr
 }
 
-// topicReloader is the broker's Reload once it exists (spec §4.6).
-type topicReloader interface {
-	Reload(cfg *config.Server) (config.Changes, error)
-}
-
 // Reload re-reads server.ini and re-applies its [topic=...] sections (spec
 // §4.6): the broker accepts new topics and registers new and changed ones in
 // ZooKeeper at once, and rewrites master_config_checksum. Changes outside the
@@ -280,26 +275,12 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 		cfg.System.DataPath = old.System.DataPath
 		cfg.System.DataLogPath = old.System.DataLogPath
 	}
-	var changes config.Changes
-	if r, ok := any(b.Broker).(topicReloader); ok {
-		changes, err = r.Reload(cfg)
-		if err != nil {
-			return changes, fmt.Errorf("bundle: reload: %w", err)
-		}
-	} else {
-		// The broker cannot re-apply topics yet: at least keep ZooKeeper in
-		// step with the file.
-		changes = config.Diff(old, cfg)
-		if err := b.registerTopics(ctx, cfg, append(changes.TopicsAdded, changes.TopicsChanged...)); err != nil {
-			return changes, err
-		}
+	// The broker registers new and changed topics and the new checksum.
+	changes, err := b.Broker.Reload(cfg)
+	if err != nil {
+		return changes, fmt.Errorf("bundle: reload: %w", err)
 	}
 	b.cfg.Store(cfg)
-	if b.Registry != nil && cfg.Checksum != old.Checksum {
-		if err := b.Registry.SetConfigChecksum(ctx, cfg.Checksum); err != nil {
-			b.log.Error("BUNDLE: update master_config_checksum", "err", err)
-		}
-	}
 	for _, c := range b.comps {
 		if r, ok := c.(Reloader); ok {
 			if err := r.Reload(ctx, cfg, changes); err != nil {
@@ -312,24 +293,6 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	}
 	b.log.Info("BUNDLE: reloaded "+cfg.File, "changes", changes.String(), "checksum", cfg.Checksum)
 	return changes, nil
-}
-
-// registerTopics registers the named topic sections whose names are plain
-// topics (patterns are registered by the broker when a put creates them).
-func (b *Bundle) registerTopics(ctx context.Context, cfg *config.Server, names []string) error {
-	if b.Registry == nil {
-		return nil
-	}
-	for _, name := range names {
-		t, ok := cfg.TopicFor(name)
-		if !ok || t.Name != name {
-			continue
-		}
-		if err := b.Registry.RegisterTopic(ctx, name, t.NumPartitions, t.AcceptPublish, t.AcceptSubscribe); err != nil {
-			return fmt.Errorf("bundle: reload: %w", err)
-		}
-	}
-	return nil
 }
 
 // Status is the admin /status answer.
