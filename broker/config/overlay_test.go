@@ -110,3 +110,26 @@ func TestLoadFollowsSiteOverlay(t *testing.T) {
 		t.Errorf("Parse followed the overlay: %v %+v", err, s.Site)
 	}
 }
+
+// TestConfSiteExample: the sample overlay in conf/ applies to the sample
+// server.ini.
+func TestConfSiteExample(t *testing.T) {
+	base, err := os.ReadFile("../../conf/server.ini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	over, err := os.ReadFile("../../conf/site.ini.example")
+	if os.IsNotExist(err) {
+		t.Skip("conf/site.ini.example not present")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, w, err := ParseWithOverlay("conf/server.ini", base, "conf/site.ini.example", over)
+	if err != nil || len(w) != 0 {
+		t.Fatalf("err %v, warnings %v", err, w)
+	}
+	if s.Site.Name != "bj" || s.System.DataPath != "/var/lib/metaq/data" {
+		t.Errorf("overlay not applied: %+v %q", s.Site, s.System.DataPath)
+	}
+}
