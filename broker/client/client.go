@@ -654,3 +654,62 @@ func (c *Client) OffsetForTime(ctx context.Context, topic string, p Partition, t
 	}
 	return hi, nil
 }
+
+// SubscribedPartitions returns the partitions consumers balance for topic
+// (from topics-sub, masters and slaves, sorted as strings as the Java
+// consumer sorts them).
+func (c *Client) SubscribedPartitions(ctx context.Context, topic string) ([]Partition, error) {
+	if c.zk == nil {
+		return nil, errors.New("client: subscribed partitions need ZooKeeper")
+	}
+	ss, err := c.subPartitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Partition, 0, len(ss))
+	for _, s := range ss {
+		if p, err := ParsePartition(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// GroupOwners returns which group member owns each partition of topic now
+// (<root>/consumers/<group>/owners/<topic>).
+func (c *Client) GroupOwners(ctx context.Context, group, topic string) (map[Partition]string, error) {
+	if c.zk == nil {
+		return nil, errors.New("client: group owners need ZooKeeper")
+	}
+	dir := c.cfg.ZKRoot + "/consumers/" + group + "/owners/" + topic
+	kids, err := c.zk.children(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Partition]string{}
+	for _, k := range kids {
+		p, err := ParsePartition(k)
+		if err != nil {
+			continue
+		}
+		d, ok, err := c.zk.get(ctx, dir+"/"+k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[p] = string(d)
+		}
+	}
+	return out, nil
+}
+
+// GroupMembers returns the member names registered under
+// <root>/consumers/<group>/ids.
+func (c *Client) GroupMembers(ctx context.Context, group string) ([]string, error) {
+	if c.zk == nil {
+		return nil, errors.New("client: group members need ZooKeeper")
+	}
+	ids, err := c.zk.children(ctx, c.cfg.ZKRoot+"/consumers/"+group+"/ids")
+	sort.Strings(ids)
+	return ids, err
+}
