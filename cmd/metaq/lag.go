@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"metaq/topology"
+)
+
+// runLag is `metaq lag`: it asks a bundle's dashboard endpoint for the lag
+// report (/lag, served by topology.Handler) and prints one row per slave
+// group and per consumer group, or the JSON document with --json.
+func runLag(args []string) error {
+	return lagCommand(context.Background(), args, os.Stdout, os.Stderr, nil)
+}
+
+func init() {
+	commands["lag"] = command{
+		summary: "replication and consumer-group lag per site, from a bundle's /lag",
+		run: func(ctx context.Context, g *globals, args []string) error {
+			// The global flags are accepted after the command too, as for
+			// every other command, though lag does not use ZooKeeper itself.
+			return lagCommand(ctx, args, g.stdout, g.stderr, g.register)
+		},
+	}
+}
+
+// lagCommand parses args and prints the report; extraFlags, when set, adds
+// more flags to the flag set.
+func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, extraFlags func(*flag.FlagSet)) error {
+	fs := flag.NewFlagSet("metaq lag", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if extraFlags != nil {
+		extraFlags(fs)
+	}
+	addr := fs.String("addr", "127.0.0.1:8120", "bundle dashboard address (host:port or http(s)://host:port), dashboardHttpPort")
+	path := fs.String("path", "/lag", "path of the lag report on the dashboard")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	token := fs.String("token", os.Getenv("METAQ_TOKEN"), "dashboard token ([site] token), default $METAQ_TOKEN")
+	consumers := fs.Bool("consumers", true, "include consumer-group lag (reads offsets from ZooKeeper on the bundle)")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: metaq lag [--addr host:port] [--json] [--token t] [--consumers=false]")
+		fmt.Fprintln(stderr, "Prints replication lag per slave group (site, partitions, bytes, messages, seconds behind, state)")
+		fmt.Fprintln(stderr, "and consumer-group lag per site, as one bundle sees the gossip pool.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("lag: unexpected argument %q", fs.Arg(0))
+	}
+	url := *addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimRight(url, "/") + *path
+	if !*consumers {
+		url += "?consumers=0"
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("lag: %w", err)
+	}
+	if *token != "" {
+		req.Header.Set("Authorization", "Bearer "+*token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("lag: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("lag: read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("lag: %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var doc topology.LagDocument
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return fmt.Errorf("lag: %s did not return a lag report: %w", url, err)
+	}
+	if *asJSON {
+		var out bytes.Buffer
+		if err := json.Indent(&out, body, "", "  "); err != nil {
+			return fmt.Errorf("lag: %w", err)
+		}
+		out.WriteByte('\n')
+		_, err := stdout.Write(bytes.TrimLeft(out.Bytes(), "\n"))
+		return err
+	}
+	return printLag(stdout, doc)
+}
+
+// printLag writes the two tables of `metaq lag`.
+func printLag(w io.Writer, doc topology.LagDocument) error {
+	fmt.Fprintf(w, "as seen by %s (site %s) at %s\n\n", doc.Node, doc.Site, doc.Time.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLAVE GROUP\tSITE\tBROKER\tPARTITIONS\tBYTES\tMESSAGES\tSECONDS BEHIND\tSTATE")
+	if len(doc.Groups) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t\t")
+	}
+	for _, g := range doc.Groups {
+		group, site := g.SlaveGroup, g.Site
+		if group == "" {
+			group = "?"
+		}
+		if site == "" {
+			site = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", group, site, g.BrokerID, g.Partitions, g.Bytes, g.Messages,
+			strconv.FormatFloat(g.SecondsBehind, 'f', 1, 64), g.State)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(doc.Consumers) == 0 && doc.ConsumerError == "" {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER GROUP\tSITE\tROOT\tTOPIC\tBROKER\tPARTITIONS\tBYTES")
+	for _, c := range doc.Consumers {
+		site := c.Site
+		if site == "" {
+			site = "(master root)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", c.Group, site, c.Root, c.Topic, c.BrokerID, c.Partitions, c.Bytes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if doc.ConsumerError != "" {
+		fmt.Fprintf(w, "consumer offsets unavailable: %s\n", doc.ConsumerError)
+		return errors.New("lag: consumer offsets unavailable")
+	}
+	return nil
+}
