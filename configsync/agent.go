@@ -35,6 +35,7 @@ type Agent struct {
 	sub    *nats.Subscription
 
 	quit    chan struct{}
+	ready   chan struct{}
 	kick    chan struct{}
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -69,6 +70,7 @@ func NewAgent(o Options) (*Agent, error) {
 		log:     o.Logger.With("site", o.Site),
 		host:    host,
 		quit:    make(chan struct{}),
+		ready:   make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		results: make(map[uint64]Result),
 		waiters: make(map[uint64][]string),
@@ -87,54 +89,106 @@ func (a *Agent) State() SiteState {
 	return s
 }
 
-// Start connects (retrying until ctx is done if no server is up yet), records
-// the site state, and starts watching the desired version. The first version
-// is applied in the background; Start does not wait for it.
+// Start checks the local file and starts the agent's goroutine, which
+// connects to NATS (retrying for as long as the server is unreachable, so a
+// bundle starts even when NATS is down), records the site state and watches
+// the desired version. Start does not wait for any of that: Ready is closed
+// once the agent is connected and subscribed. The first version is applied
+// in the background. ctx only bounds Start itself.
 func (a *Agent) Start(ctx context.Context) error {
-	if !a.started.CompareAndSwap(false, true) {
-		return errors.New("configsync: agent already started")
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if a.closing.Load() || !a.started.CompareAndSwap(false, true) {
+		return errors.New("configsync: agent already started or closed")
 	}
 	data, err := os.ReadFile(a.o.ConfigPath)
 	if err != nil {
 		return fmt.Errorf("configsync: agent: %w", err)
 	}
+	// Files named in [nats] must exist now: a typo should fail the bundle's
+	// start, not turn into an endless reconnect loop.
+	for _, f := range []string{a.o.NATS.CredsFile, a.o.NATS.TLSCert, a.o.NATS.TLSKey, a.o.NATS.TLSCA} {
+		if f == "" || a.o.Conn != nil {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("configsync: agent: [nats]: %w", err)
+		}
+	}
 	sum := hashHex(data)
+	a.mu.Lock()
 	a.state = SiteState{Site: a.o.Site, Host: a.host, SHA256: sum}
 	if sc, err := a.readSidecar(); err == nil && sc.SHA256 == sum {
 		a.state.Version, a.state.AppliedAt = sc.Version, sc.AppliedAt
 		a.processed = sc.Version
 	}
-
-	a.nc = a.o.Conn
-	if a.nc == nil {
-		nc, err := Connect(ctx, a.o.URL, a.o.NATS, "metaq-configsync-agent-"+a.o.Site, a.o.Logger)
-		if err != nil {
-			return err
-		}
-		a.nc, a.ownsNC = nc, true
-	}
-	kv, err := openBucket(ctx, a.nc, a.o.NATS.Bucket)
-	if err != nil {
-		a.closeConn()
-		return err
-	}
-	a.kv = kv
-	// Subscribe before watching so no request can be missed between the two.
-	a.sub, err = a.nc.Subscribe(siteSubject(a.o.NATS.Subject, a.o.Site), a.onRequest)
-	if err != nil {
-		a.closeConn()
-		return fmt.Errorf("configsync: agent: subscribe: %w", err)
-	}
+	a.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.recordState(ctx)
-	a.log.Info("CONFIGSYNC: agent started", "version", a.state.Version, "bucket", a.o.NATS.Bucket,
-		"subject", siteSubject(a.o.NATS.Subject, a.o.Site))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		a.run(runCtx)
 	}()
+	return nil
+}
+
+// Ready is closed once the agent is connected, subscribed to its subject
+// and has recorded its state; the first version may still be applying.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// connect dials NATS (unless a connection was supplied), binds the bucket
+// and subscribes to the site's subject, retrying until it works or Close.
+func (a *Agent) connect(ctx context.Context) bool {
+	backoff := 250 * time.Millisecond
+	for {
+		err := a.connectOnce(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", a.o.URL, "in", backoff, "err", err)
+		select {
+		case <-a.quit:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (a *Agent) connectOnce(ctx context.Context) error {
+	if a.nc == nil {
+		if a.o.Conn != nil {
+			a.nc = a.o.Conn
+		} else {
+			// Connect itself waits while no server answers; bound each try
+			// so the log shows the agent is still trying.
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			nc, err := Connect(cctx, a.o.URL, a.o.NATS, "metaq-configsync-agent-"+a.o.Site, a.o.Logger)
+			cancel()
+			if err != nil {
+				return err
+			}
+			a.nc, a.ownsNC = nc, true
+		}
+	}
+	if a.kv == nil {
+		kv, err := openBucket(ctx, a.nc, a.o.NATS.Bucket)
+		if err != nil {
+			return err
+		}
+		a.kv = kv
+	}
+	// Subscribe before watching so no request can be missed between the two.
+	sub, err := a.nc.Subscribe(siteSubject(a.o.NATS.Subject, a.o.Site), a.onRequest)
+	if err != nil {
+		return fmt.Errorf("configsync: agent: subscribe: %w", err)
+	}
+	a.sub = sub
 	return nil
 }
 
@@ -145,13 +199,10 @@ func (a *Agent) Close() error {
 	if !a.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	close(a.quit)
 	if !a.started.Load() {
 		return nil
 	}
-	if a.sub != nil {
-		_ = a.sub.Unsubscribe()
-	}
-	close(a.quit)
 	if a.cancel != nil {
 		a.cancel()
 	}
@@ -171,6 +222,17 @@ func (a *Agent) closeConn() {
 
 // run owns the watch and every apply.
 func (a *Agent) run(ctx context.Context) {
+	if !a.connect(ctx) {
+		return
+	}
+	defer a.sub.Unsubscribe()
+	a.recordState(ctx)
+	a.mu.Lock()
+	v := a.state.Version
+	a.mu.Unlock()
+	a.log.Info("CONFIGSYNC: agent started", "version", v, "bucket", a.o.NATS.Bucket,
+		"subject", siteSubject(a.o.NATS.Subject, a.o.Site))
+	close(a.ready)
 	hb := time.NewTicker(a.o.HeartbeatInterval)
 	defer hb.Stop()
 	for {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -494,5 +495,64 @@ func TestDiffText(t *testing.T) {
 				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAgentStartsBeforeNATS: a bundle starts while NATS is unreachable; its
+// agent connects when the server appears and applies the desired version.
+func TestAgentStartsBeforeNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	store := t.TempDir()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "server.ini")
+	must(t, os.WriteFile(path, baseIni(""), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "site.ini"), overlayIni("bj", 1), 0o644))
+	cfg, _, err := config.Load(path)
+	must(t, err)
+	rec := &recorder{cfg: cfg}
+	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: "nats://" + addr, Reloader: rec, Logger: testLogger(t)})
+	must(t, err)
+	must(t, a.Start(context.Background())) // does not wait for NATS
+	defer a.Close()
+	select {
+	case <-a.Ready():
+		t.Fatal("ready without a server")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	e, err := StartEmbeddedNATS(EmbeddedOptions{Listen: addr, StoreDir: store})
+	must(t, err)
+	defer e.Close()
+	c := newClient(t, e.ClientURL())
+	_, err = push(t, c, baseIni("[topic=after]\n"))
+	must(t, err) // no site known yet: nothing to wait for
+	select {
+	case <-a.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not connect")
+	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !rec.hasTopic("after") {
+			return errors.New("not applied")
+		}
+		return nil
+	})
+}
+
+func TestAgentStartRejectsMissingNATSFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "server.ini")
+	must(t, os.WriteFile(path, baseIni(""), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "site.ini"), overlayIni("bj", 1), 0o644))
+	a, err := NewAgent(Options{ConfigPath: path, URL: "nats://127.0.0.1:1", Reloader: &recorder{},
+		NATS: config.NATS{CredsFile: filepath.Join(dir, "missing.creds")}})
+	must(t, err)
+	defer a.Close()
+	if err := a.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "missing.creds") {
+		t.Fatalf("start: %v", err)
 	}
 }

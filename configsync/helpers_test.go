@@ -155,6 +155,11 @@ func (s *site) start(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	must(t, a.Start(ctx))
+	select {
+	case <-a.Ready():
+	case <-ctx.Done():
+		t.Fatalf("%s: agent not ready", s.name)
+	}
 	s.agent = a
 	t.Cleanup(func() { a.Close() })
 }
