@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"sync"
 )
 
 // RecordHeaderLen is the size of a MetaQ record header (spec §1.10).
@@ -81,14 +82,18 @@ const idEpoch = 1303895660503
 // idGen makes spec §1.11 ids from the wall clock: ms since the MetaQ epoch
 // << 22 | brokerId << 12 | 12-bit sequence. It never goes backwards: when the
 // clock steps back or the sequence overflows it borrows the next millisecond.
-// Only the writer goroutine uses it.
+// The writer goroutine and NextID (transactional puts take their id when
+// they arrive) share it, so it has its own small lock.
 type idGen struct {
+	mu     sync.Mutex
 	broker int64
 	lastMs int64
 	seq    int64
 }
 
 func (g *idGen) next(nowMs int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	ms := nowMs - idEpoch
 	if ms < g.lastMs {
 		ms = g.lastMs
