@@ -155,7 +155,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	bo := broker.Options{
 		Config:       cfg,
 		Store:        b.Store,
-		Logger:       b.log.With("component", "broker"),
+		Logger:       b.log,
 		Registry:     reg,
 		ListenAddr:   b.opts.ListenAddr,
 		SyncReceiver: b.opts.Mode == ModeGregor,
