@@ -100,7 +100,8 @@ func (c *conn) close() {
 }
 
 // readLoop decodes requests until the connection ends. It reports whether
-// the end was graceful (EOF or quit) rather than an error.
+// answers still owed should be sent before closing (EOF, quit, malformed
+// input) rather than the connection being unusable (I/O error, Close).
 func (c *conn) readLoop() bool {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	d := wire.NewDecoder(r)
@@ -117,10 +118,12 @@ func (c *conn) readLoop() bool {
 			var fe *wire.FatalError
 			switch {
 			case errors.As(err, &fe):
-				// MetaQ closes the connection on any decoder error, answering nothing.
+				// MetaQ closes the connection on any decoder error, answering
+				// nothing for it. Requests decoded before it still get their
+				// answers (graceful close): nothing more is read.
 				c.log.Warn("CONN: malformed request, closing connection", "err", err)
 				c.b.stats.protocolErrors.Add(1)
-				return false
+				return true
 			case errors.Is(err, io.EOF):
 				return true
 			case errors.Is(err, io.ErrUnexpectedEOF):

@@ -28,7 +28,9 @@ func (b *Broker) handle(c *conn, cmd wire.Command) {
 			b.handleTxPut(c, cmd)
 			return
 		}
-		code, body := b.put(c.ctx, cmd)
+		// The broker's context, not the connection's: a put that reached the
+		// store completes even if its client goes away.
+		code, body := b.put(b.ctx, cmd)
 		c.sendResult(code, body, cmd.Opaque)
 	case *wire.Get:
 		b.handleGet(c, cmd)

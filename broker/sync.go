@@ -27,7 +27,7 @@ func (b *Broker) handleSync(c *conn, cmd *wire.Sync) {
 		return
 	}
 	b.stats.cmdPut.Add(1)
-	code, body := b.syncStore(c.ctx, cmd)
+	code, body := b.syncStore(b.ctx, cmd)
 	if code != wire.StatusOK {
 		b.stats.putFailed.Add(1)
 		b.stats.realtime(cmd.Topic, statPutFailed, 1)

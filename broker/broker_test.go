@@ -1,0 +1,579 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/wire"
+	"metaq/internal/testutil"
+)
+
+func iniWith(t testing.TB, extra string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(vectorDir, "server.ini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(data, []byte(extra)...)
+}
+
+// mustPut puts body and returns id, partition, offset.
+func mustPut(t testing.TB, cl *client, topic string, p int32, body string) (int64, int, int64) {
+	t.Helper()
+	cl.sendCmd(putCmd(topic, p, body, 1))
+	r := cl.result()
+	if !r.OK() {
+		t.Fatalf("put %s-%d: %s", topic, p, r)
+	}
+	f := strings.Split(string(r.Body), " ")
+	id, _ := strconv.ParseInt(f[0], 10, 64)
+	part, _ := strconv.Atoi(f[1])
+	off, _ := strconv.ParseInt(f[2], 10, 64)
+	return id, part, off
+}
+
+func partitionEnd(t testing.TB, b *testBroker, topic string, p int) int64 {
+	t.Helper()
+	info, err := b.store.Partition(topic, p)
+	if err != nil {
+		return -1
+	}
+	return info.Max
+}
+
+// TestBadInput sends malformed frames: each closes its connection without
+// an answer and with a log line, stores nothing, and leaves another
+// connection working.
+func TestBadInput(t *testing.T) {
+	logs := &logCapture{t: t}
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.MaxMessageSize = 1 << 20
+	})
+	other := dial(t, brk.Addr())
+	mustPut(t, other, "test", 0, "hello")
+	end := partitionEnd(t, brk, "test", 0)
+
+	cases := []struct{ name, in string }{
+		{"unknown-command", "hello world 1\r\n"},
+		{"leading-space", " put test 0 5 0 -1\r\nhello"},
+		{"empty-line", "\r\n"},
+		{"wrong-word", "putt test 0 5 0 1\r\nhello"},
+		{"put-too-few-fields", "put test 0 5 0\r\nhello"},
+		{"put-too-many-fields", "put test 0 5 0 1 TX:a:1 2 3\r\nhello"},
+		{"put-bad-partition", "put test zero 5 0 1\r\nhello"},
+		{"put-bad-opaque", "put test 0 5 0 x\r\nhello"},
+		{"put-negative-size", "put test 0 -5 0 1\r\n"},
+		{"put-absurd-size", "put test 0 2147483647 0 1\r\n"},
+		{"put-over-max-size", "put test 0 1048577 0 1\r\n"},
+		{"put-size-not-a-number", "put test 0 5x 0 1\r\nhello"},
+		{"put-bad-txkey", "put test 0 5 0 1 FOO:1 2\r\nhello"},
+		{"get-too-few-fields", "get test g 0 0 100\r\n"},
+		{"get-bad-offset", "get test g 0 x 100 1\r\n"},
+		{"offset-too-few-fields", "offset test g 0 1\r\n"},
+		{"transaction-bad-type", "transaction TX:a:1 a START 1\r\n"},
+		{"transaction-bad-key", "transaction TX:a s BEGIN 1\r\n"},
+		{"sync-wrong-fields", "sync test 0 5 0 1\r\nhello"},
+		{"stats-bad-opaque", "stats topics x\r\n"},
+		{"tab-separated-get", "get\ttest g 0 0 100 1\r\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := dial(t, brk.Addr())
+			cl.send([]byte(c.in))
+			cl.expectClosed(3 * time.Second)
+			if got := partitionEnd(t, brk, "test", 0); got != end {
+				t.Fatalf("partition end moved from %d to %d", end, got)
+			}
+			// The other connection is unaffected.
+			other.sendCmd(&wire.Version{Opaque: 5, HasOpaque: true})
+			if r := other.result(); !r.OK() || r.Opaque != 5 {
+				t.Fatalf("other connection: %v", r)
+			}
+		})
+	}
+	if !logs.contains("malformed request") {
+		t.Fatal("no log line for malformed input")
+	}
+	// Stored data is intact.
+	other.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: 0, MaxSize: 1024, Opaque: 9})
+	v, ok := other.read().(*wire.Value)
+	if !ok {
+		t.Fatal("get after bad input did not answer value")
+	}
+	recs, rest := parseRecords(t, v.Data)
+	if len(recs) != 1 || string(recs[0].body) != "hello" || len(rest) != 0 {
+		t.Fatalf("stored data changed: %d records, %q", len(recs), v.Data)
+	}
+}
+
+// TestBadBodies covers bodies shorter and longer than declared, and a bad
+// checksum.
+func TestBadBodies(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+
+	t.Run("short-body", func(t *testing.T) {
+		cl := dial(t, brk.Addr())
+		cl.send([]byte("put test 0 10 0 -1 1\r\nhello"))
+		cl.nc.(*net.TCPConn).CloseWrite()
+		cl.expectClosed(3 * time.Second)
+		if end := partitionEnd(t, brk, "test", 0); end != -1 {
+			t.Fatalf("a short body was stored (end %d)", end)
+		}
+	})
+	t.Run("short-body-waits", func(t *testing.T) {
+		// A body not yet complete is waited for, not answered.
+		cl := dial(t, brk.Addr())
+		cl.send([]byte("put test 1 10 0 -1 1\r\nhello"))
+		cl.expectSilence(300 * time.Millisecond)
+		cl.send([]byte("world"))
+		if r := cl.result(); !r.OK() || !strings.HasSuffix(string(r.Body), " 1 0") {
+			t.Fatalf("completed put: %s", r)
+		}
+	})
+	t.Run("long-body", func(t *testing.T) {
+		// The declared 3 bytes are the body; "lo" is then read as a command
+		// line, which is malformed: answer, then close.
+		cl := dial(t, brk.Addr())
+		cl.send([]byte("put test 0 3 0 -1 7\r\nhello\r\n"))
+		r := cl.result()
+		if !r.OK() || r.Opaque != 7 {
+			t.Fatalf("put: %s", r)
+		}
+		cl.expectClosed(3 * time.Second)
+		cl2 := dial(t, brk.Addr())
+		cl2.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 100, Opaque: 1})
+		v := cl2.read().(*wire.Value)
+		recs, _ := parseRecords(t, v.Data)
+		if len(recs) != 1 || string(recs[0].body) != "hel" {
+			t.Fatalf("stored %q", v.Data)
+		}
+	})
+	t.Run("bad-checksum", func(t *testing.T) {
+		cl := dial(t, brk.Addr())
+		before := partitionEnd(t, brk, "test", 0)
+		cl.send([]byte("put test 0 5 0 12345 3\r\nhello"))
+		r := cl.result()
+		if r.Code != 500 || !strings.Contains(string(r.Body), "Checksum failure") {
+			t.Fatalf("got %s", r)
+		}
+		if partitionEnd(t, brk, "test", 0) != before {
+			t.Fatal("bad-checksum message stored")
+		}
+		// The connection stays usable.
+		mustPut(t, cl, "test", 0, "ok")
+	})
+	if !strings.Contains(brk.Stats(""), "put_failed 1\r\n") {
+		t.Fatalf("put_failed not counted:\n%s", brk.Stats(""))
+	}
+}
+
+// TestAbsurdSizeNotRead checks that a declared body above the limit closes
+// the connection at once, without waiting for (or reading) the body.
+func TestAbsurdSizeNotRead(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.MaxMessageSize = 4096 })
+	cl := dial(t, brk.Addr())
+	start := time.Now()
+	cl.send([]byte("put test 0 4097 0 -1 1\r\n"))
+	cl.expectClosed(2 * time.Second)
+	if time.Since(start) > time.Second {
+		t.Fatal("close took too long")
+	}
+	// At the limit is accepted.
+	cl = dial(t, brk.Addr())
+	body := strings.Repeat("x", 4096)
+	mustPut(t, cl, "test", 0, body)
+}
+
+// TestPipelinedOutOfOrder sends several requests in one write; the first
+// put is held in the store, so the later ones are answered before it, each
+// with its own opaque.
+func TestPipelinedOutOfOrder(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=slow]\nnumPartitions=1\n"))
+	release := make(chan struct{})
+	var hs *hookStore
+	brk := startBroker(t, cfg, func(o *Options) {
+		hs = &hookStore{Store: o.Store}
+		hs.append = func(topic string) error {
+			if topic == "slow" {
+				<-release
+			}
+			return nil
+		}
+		o.Store = hs
+	})
+	cl := dial(t, brk.Addr())
+	var buf []byte
+	buf = putCmd("slow", 0, "first", 101).AppendTo(buf)
+	buf = putCmd("test", 0, "second", 102).AppendTo(buf)
+	buf = (&wire.Version{Opaque: 103, HasOpaque: true}).AppendTo(buf)
+	buf = (&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: 0, MaxSize: 100, Opaque: 104}).AppendTo(buf)
+	buf = (&wire.Stats{Item: "offsets", Opaque: 105}).AppendTo(buf)
+	cl.send(buf)
+
+	seen := map[int32]wire.Command{}
+	for len(seen) < 3 {
+		c := cl.read()
+		seen[c.OpaqueID()] = c
+	}
+	if _, ok := seen[101]; ok {
+		t.Fatal("held put answered before release")
+	}
+	// The get may race the put of "second": read the rest, then release.
+	for len(seen) < 4 {
+		c := cl.read()
+		seen[c.OpaqueID()] = c
+	}
+	if _, ok := seen[101]; ok {
+		t.Fatal("held put answered before release")
+	}
+	close(release)
+	c := cl.read()
+	if c.OpaqueID() != 101 {
+		t.Fatalf("got opaque %d, want 101", c.OpaqueID())
+	}
+	if r := c.(*wire.Result); !r.OK() {
+		t.Fatalf("held put: %s", r)
+	}
+	if r := seen[102].(*wire.Result); !r.OK() || !strings.HasSuffix(string(r.Body), " 0 0") {
+		t.Fatalf("second put: %s", r)
+	}
+	if r := seen[103].(*wire.Result); string(r.Body) != Version {
+		t.Fatalf("version: %s", r)
+	}
+}
+
+// TestSlowReader: a client that pipelines large gets and never reads is
+// cut off after the write timeout, while another client keeps working.
+func TestSlowReader(t *testing.T) {
+	logs := &logCapture{t: t}
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.WriteTimeout = 500 * time.Millisecond
+		o.MaxInFlight = 8
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	fast := dial(t, brk.Addr())
+	big := strings.Repeat("x", 512<<10)
+	for range 4 {
+		mustPut(t, fast, "test", 0, big)
+	}
+	slow := dial(t, brk.Addr())
+	slow.nc.(*net.TCPConn).SetReadBuffer(4096)
+	go func() {
+		var buf []byte
+		for i := range 200 {
+			buf = (&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: 0, MaxSize: 1 << 20, Opaque: int32(i)}).AppendTo(buf[:0])
+			slow.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := slow.nc.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	// Meanwhile the fast client is served promptly.
+	for i := range 20 {
+		start := time.Now()
+		mustPut(t, fast, "test", 1, "m"+strconv.Itoa(i))
+		fast.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 1, Offset: 0, MaxSize: 1 << 20, Opaque: 77})
+		if _, ok := fast.read().(*wire.Value); !ok {
+			t.Fatal("fast get failed")
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("fast client waited %v", d)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if !logs.contains("does not read its answers") {
+			return errors.New("slow reader not cut off yet")
+		}
+		return nil
+	})
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() error {
+		if s := brk.Stats(""); !strings.Contains(s, "curr_connections 1\r\n") {
+			return errors.New("connections: " + s)
+		}
+		return nil
+	})
+}
+
+func TestClosedPartitions(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "test", 0, "a")
+	brk.ClosePartitions("test", 0, 1)
+	cl.sendCmd(putCmd("test", 1, "b", 2))
+	r := cl.result()
+	want := "Put message to [broker '" + brk.URL() + "'] [partition 'test-1'] failed.Detail:partition[0-1] has been closed"
+	if r.Code != 403 || string(r.Body) != want {
+		t.Fatalf("put: %s, want 403 %s", r, want)
+	}
+	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 100, Opaque: 3})
+	r = cl.result()
+	if r.Code != 403 || string(r.Body) != "Partition[0-0] has been closed" {
+		t.Fatalf("get: %s", r)
+	}
+	brk.OpenPartitions("test", 0, 1)
+	mustPut(t, cl, "test", 1, "b")
+	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 100, Opaque: 4})
+	if _, ok := cl.read().(*wire.Value); !ok {
+		t.Fatal("get after reopen")
+	}
+}
+
+func TestUpdateConsumerOffsets(t *testing.T) {
+	cfg := parseConfig(t, bytes.Replace(iniWith(t, ""), []byte("updateConsumerOffsets=false"), []byte("updateConsumerOffsets=true"), 1))
+	brk := startBroker(t, cfg, nil)
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "test", 0, "hello")
+	for _, c := range []struct {
+		off  int64
+		code int
+		body string
+	}{{25, 404, "Could not find message at position 25"}, {26, 301, "25"}, {1000, 301, "25"}} {
+		cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: c.off, MaxSize: 100, Opaque: 1})
+		r := cl.result()
+		if r.Code != c.code || string(r.Body) != c.body {
+			t.Fatalf("get at %d: %s", c.off, r)
+		}
+	}
+}
+
+func TestMaxTransferSizeCap(t *testing.T) {
+	cfg := parseConfig(t, bytes.Replace(iniWith(t, ""), []byte("maxTransferSize=1048576"), []byte("maxTransferSize=64"), 1))
+	brk := startBroker(t, cfg, nil)
+	cl := dial(t, brk.Addr())
+	for range 5 {
+		mustPut(t, cl, "test", 0, "0123456789")
+	}
+	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 1 << 20, Opaque: 1})
+	v := cl.read().(*wire.Value)
+	if len(v.Data) != 64 {
+		t.Fatalf("value of %d bytes, want the 64-byte cap", len(v.Data))
+	}
+}
+
+func TestReload(t *testing.T) {
+	reg := &fakeRegistry{}
+	cfg := vectorConfig(t)
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	if n, ok := reg.topic("test"); !ok || n != 2 {
+		t.Fatalf("test registered with %d (%v)", n, ok)
+	}
+	cl := dial(t, brk.Addr())
+	cl.sendCmd(putCmd("fresh", 0, "x", 1))
+	if r := cl.result(); r.Code != 500 || !strings.HasSuffix(string(r.Body), "The server do not accept topic fresh") {
+		t.Fatalf("put before reload: %s", r)
+	}
+	cl.sendCmd(putCmd("test", 3, "x", 2))
+	if r := cl.result(); r.Code != 500 || !strings.HasSuffix(string(r.Body), "wrong partition 3") {
+		t.Fatalf("put before reload: %s", r)
+	}
+
+	data := bytes.Replace(cfg.Raw, []byte("[topic=test]\nnumPartitions=2"), []byte("[topic=test]\nnumPartitions=4\n\n[topic=fresh]\nnumPartitions=3\nunflushThreshold=0"), 1)
+	newCfg := parseConfig(t, data)
+	ch, err := brk.Reload(newCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ch.TopicsAdded) != "[fresh]" || fmt.Sprint(ch.TopicsChanged) != "[test]" {
+		t.Fatalf("changes %+v", ch)
+	}
+	if n, ok := reg.topic("fresh"); !ok || n != 3 {
+		t.Fatalf("fresh registered with %d (%v)", n, ok)
+	}
+	if n, _ := reg.topic("test"); n != 4 {
+		t.Fatalf("test re-registered with %d", n)
+	}
+	if len(reg.checksums) != 1 || reg.checksums[0] != newCfg.Checksum {
+		t.Fatalf("checksum updates %v", reg.checksums)
+	}
+	mustPut(t, cl, "fresh", 2, "x")
+	mustPut(t, cl, "test", 3, "x")
+	// stats config serves the new file.
+	cl.sendCmd(&wire.Stats{Item: "config", HasItem: true, Opaque: 4})
+	if r := cl.result(); !bytes.Equal(r.Body, data) {
+		t.Fatal("stats config does not serve the reloaded file")
+	}
+	// A topic removed by a reload stays accepted until restart.
+	if _, err := brk.Reload(parseConfig(t, cfg.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, cl, "fresh", 1, "still accepted")
+	cl.sendCmd(putCmd("test", 3, "x", 5))
+	if r := cl.result(); r.Code != 500 {
+		t.Fatalf("numPartitions back to 2, put to 3: %s", r)
+	}
+}
+
+func TestStatsCounters(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.SlaveStats = fakeSlaveStats{} })
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "test", 0, "hello")
+	mustPut(t, cl, "test", 0, "world")
+	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: 50, MaxSize: 100, Opaque: 1})
+	if r := cl.result(); r.Code != 404 {
+		t.Fatalf("get at end: %s", r)
+	}
+	cl.sendCmd(&wire.Offset{Topic: "test", Group: "g", Partition: 0, Offset: 0, Opaque: 2})
+	cl.result()
+	sys := brk.Stats("")
+	for _, want := range []string{"cmd_put 2\r\n", "cmd_get 1\r\n", "cmd_offset 1\r\n", "get_miss 1\r\n", "put_failed 0\r\n",
+		"total_messages 2\r\n", "topics 1\r\n", "slave true\r\n", "curr_connections 1\r\n", "broker_id 0\r\n",
+		"config_checksum " + strconv.FormatUint(uint64(brk.Config().Checksum), 10) + "\r\n"} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("system stats lack %q:\n%s", want, sys)
+		}
+	}
+	rt := brk.Stats("realtime")
+	if !strings.Contains(rt, "realtime_put Count=2,Value=2,Value/Count=1,") || !strings.Contains(rt, "realtime_message_size Count=2,Value=10,Value/Count=5,") {
+		t.Errorf("realtime:\n%s", rt)
+	}
+	if !strings.Contains(rt, "realtime_put_failed null\r\n") {
+		t.Errorf("realtime put_failed should be null:\n%s", rt)
+	}
+	tp := brk.Stats("test")
+	if !strings.Contains(tp, "resultCode 0\r\npartitions 1\r\nmessage_count 2\r\nbytes 50\r\n") || !strings.Contains(tp, "topic_realtime_put Count=2,") {
+		t.Errorf("topic stats:\n%s", tp)
+	}
+	if got := brk.Stats("nosuch"); !strings.Contains(got, "resultCode 1\r\n") || !strings.Contains(got, "topic_realtime_put Invalid keyTwo:nosuch\r\n") {
+		t.Errorf("unknown topic stats:\n%s", got)
+	}
+	if got := brk.Stats("topics"); !strings.Contains(got, "test partitions 1 message_count 2 message_bytes 50 accept_publish true accept_subscribe true\r\n") {
+		t.Errorf("topics:\n%s", got)
+	}
+	if got := brk.Stats("offsets"); !strings.Contains(got, "test part 0 min_offset 0 max_offset 50\r\n") {
+		t.Errorf("offsets:\n%s", got)
+	}
+	if got := brk.Stats("slave"); got != "STATS\r\nmaster meta://127.0.0.1:1\r\npartitions 2\r\nfetching true\r\nEND\r\n" {
+		t.Errorf("slave:\n%q", got)
+	}
+	brk.Stats("reset")
+	if rt := brk.Stats("realtime"); !strings.Contains(rt, "realtime_put Count=0,Value=0,Value/Count=invalid,") {
+		t.Errorf("after reset:\n%s", rt)
+	}
+}
+
+func TestJavaDecimal(t *testing.T) {
+	for in, want := range map[float64]string{1: "1", 0.5: "0.5", 2.0 / 3: "0.67", 0.03: "0.03", 100: "100", 0.001: "0"} {
+		if got := javaDecimal(in); got != want {
+			t.Errorf("javaDecimal(%v) = %q want %q", in, got, want)
+		}
+	}
+}
+
+func TestTransactionHook(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	cl := dial(t, brk.Addr())
+	cl.send([]byte("transaction TX:s:1 s BEGIN 1\r\n"))
+	if r := cl.result(); r.Code != 500 || string(r.Body) != txtNoTransaction {
+		t.Fatalf("no handler: %s", r)
+	}
+	cl.send([]byte("put test 0 5 0 907060870 TX:s:1 2\r\nhello"))
+	if r := cl.result(); r.Code != 500 || string(r.Body) != txtNoTransaction {
+		t.Fatalf("no handler, tx put: %s", r)
+	}
+	if partitionEnd(t, brk, "test", 0) != -1 {
+		t.Fatal("transactional put stored without a handler")
+	}
+	rec := &recordingTx{}
+	brk.SetTxHandler(rec)
+	cl.send([]byte("transaction TX:s:1 s BEGIN 3\r\n"))
+	if r := cl.result(); !r.OK() || r.Opaque != 3 {
+		t.Fatalf("begin: %s", r)
+	}
+	cl.send([]byte("put test 0 5 0 907060870 TX:s:1 4\r\nhello"))
+	if r := cl.result(); !r.OK() || r.Opaque != 4 {
+		t.Fatalf("tx put: %s", r)
+	}
+	cl.send([]byte("transaction XID:1:aa:bb:uq s END uq 5\r\nversion 6\r\n"))
+	if r := cl.result(); r.Opaque != 6 {
+		t.Fatalf("END must not be answered; got opaque %d", r.Opaque)
+	}
+	if !strings.Contains(brk.Stats(""), "tx_begin 1\r\n") {
+		t.Errorf("tx_begin not counted")
+	}
+	cl.nc.Close()
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if rec.closedCount() != 1 {
+			return errors.New("ConnClosed not called")
+		}
+		return nil
+	})
+	if fmt.Sprint(rec.txs) != "[BEGIN TX:s:1 END XID:1:aa:bb:uq]" || fmt.Sprint(rec.puts) != "[TX:s:1]" {
+		t.Fatalf("calls %v %v", rec.txs, rec.puts)
+	}
+}
+
+func TestHealthAndStoreFailure(t *testing.T) {
+	var hs *hookStore
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		hs = &hookStore{Store: o.Store}
+		o.Store = hs
+	})
+	if err := brk.Health(); err != nil {
+		t.Fatalf("health: %v", err)
+	}
+	hs.mu.Lock()
+	hs.append = func(string) error { return errDiskFull }
+	hs.health = errDiskFull
+	hs.mu.Unlock()
+	cl := dial(t, brk.Addr())
+	cl.sendCmd(putCmd("test", 0, "x", 1))
+	r := cl.result()
+	if r.Code != 500 || string(r.Body) != "Put message to [broker '"+brk.URL()+"'] [partition 'test-0'] failed." {
+		t.Fatalf("put on failing store: %s", r)
+	}
+	if err := brk.Health(); !errors.Is(err, errDiskFull) {
+		t.Fatalf("health = %v", err)
+	}
+}
+
+func TestCloseOrderAndIdempotence(t *testing.T) {
+	reg := &fakeRegistry{}
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.Registry = reg })
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "test", 0, "x")
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); brk.Close() }()
+	}
+	wg.Wait()
+	if reg.unreg != 1 || reg.brokers != 1 {
+		t.Fatalf("registry calls: unregister %d register %d", reg.unreg, reg.brokers)
+	}
+	cl.expectClosed(2 * time.Second)
+	if _, err := net.DialTimeout("tcp", brk.Addr().String(), time.Second); err == nil {
+		t.Fatal("still accepting after Close")
+	}
+	if err := brk.Start(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+	if !errors.Is(brk.Health(), ErrClosed) {
+		t.Fatal("health after close")
+	}
+}
+
+func TestFirstPutRegistersTopic(t *testing.T) {
+	reg := &fakeRegistry{}
+	cfg := parseConfig(t, iniWith(t, "\n[topic=pat-*]\nnumPartitions=3\n"))
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	if _, ok := reg.topic("pat-*"); ok {
+		t.Fatal("a pattern section was registered as a topic")
+	}
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "pat-one", 2, "x")
+	if n, ok := reg.topic("pat-one"); !ok || n != 3 {
+		t.Fatalf("pat-one registered %d %v", n, ok)
+	}
+}
