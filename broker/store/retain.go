@@ -1,6 +1,227 @@
 package store
 
-import "time"
+import (
+	"archive/zip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
 
 // Retain applies a topic's retention policy at now; returns segments removed.
-func (s *Store) Retain(topic string, now time.Time) (int, error) { return 0, nil }
+//
+// Step 1 trims every partition of topic: Min moves to the first chunk
+// appended at or after now-MaxAge (the partition may become empty at its
+// end). Step 2 removes, oldest first, the sealed log segments that no
+// longer hold a live chunk of any partition; they are archived instead when
+// a topic with data in them asks for it. A checkpoint is written before any
+// file goes, so the new Min values survive a restart. See doc.go.
+func (s *Store) Retain(topic string, now time.Time) (int, error) {
+	if s.isClosed() {
+		return 0, ErrClosed
+	}
+	pol := s.policy(topic)
+	if pol.MaxAge > 0 {
+		cutoff := now.Add(-pol.MaxAge)
+		s.mu.RLock()
+		var ps []*partition
+		for k, p := range s.parts {
+			if k.topic == topic {
+				ps = append(ps, p)
+			}
+		}
+		s.mu.RUnlock()
+		for _, p := range ps {
+			s.trim(p, cutoff)
+		}
+	}
+	return s.removeDeadSegments()
+}
+
+func (s *Store) isClosed() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	return s.closed
+}
+
+// trim drops p's chunks appended before cutoff.
+func (s *Store) trim(p *partition, cutoff time.Time) {
+	newMin, err := s.OffsetForTime(p.key.topic, p.key.num, cutoff)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	newMin = min(newMin, p.durable)
+	if newMin <= p.min {
+		return
+	}
+	i := max(p.chunkIndexLocked(newMin), 0)
+	if i < len(p.chunks) && p.chunks[i].off < newMin {
+		i++ // newMin is a chunk start; be safe if not
+	}
+	// copy so the dropped part of the arrays is freed
+	p.chunks = append([]chunkRef(nil), p.chunks[i:]...)
+	segs := []int64{newMin}
+	for _, x := range p.segs {
+		if x > newMin {
+			segs = append(segs, x)
+		}
+	}
+	p.segs = segs
+	var times []timeRef
+	for _, x := range p.times {
+		if x.off >= newMin {
+			times = append(times, x)
+		}
+	}
+	p.times = times
+	s.log.Info("STORE: retention moved partition start", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
+		"from", p.min, "to", newMin)
+	p.min = newMin
+}
+
+// removeDeadSegments removes the leading sealed segments without live data.
+func (s *Store) removeDeadSegments() (int, error) {
+	// The lowest log position any partition still serves.
+	low := int64(-1)
+	s.mu.RLock()
+	for _, p := range s.parts {
+		p.mu.RLock()
+		i := p.chunkIndexLocked(p.min)
+		if i >= 0 && i < len(p.chunks) && p.chunks[i].off < p.min {
+			i++
+		}
+		if i < 0 {
+			i = 0
+		}
+		if i < len(p.chunks) && (low < 0 || p.chunks[i].pos < low) {
+			low = p.chunks[i].pos
+		}
+		p.mu.RUnlock()
+	}
+	s.mu.RUnlock()
+	s.segMu.RLock()
+	var dead []*segment
+	for _, g := range s.segs[:len(s.segs)-1] { // never the active segment
+		if low >= 0 && g.end() > low {
+			break
+		}
+		dead = append(dead, g)
+	}
+	s.segMu.RUnlock()
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	// Persist the trimmed state first: after a crash the checkpoint must
+	// not point below the first remaining segment.
+	if err := s.submit(context.Background(), &request{kind: reqCheckpoint}); err != nil {
+		return 0, fmt.Errorf("store: retention checkpoint: %w", err)
+	}
+	archive, compress := s.archivePolicy(dead)
+	s.segMu.Lock()
+	s.segs = s.segs[len(dead):]
+	s.segMu.Unlock()
+	removed := 0
+	var firstErr error
+	for _, g := range dead {
+		g.f.Close()
+		var err error
+		switch {
+		case archive && compress:
+			err = s.zipSegment(g)
+		case archive:
+			err = s.fs.Rename(g.path, g.path+".arc")
+		default:
+			err = s.fs.Remove(g.path)
+		}
+		if rerr := s.fs.Remove(idxPath(g)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+			err = rerr
+		}
+		if err != nil {
+			s.log.Error("STORE: cannot remove expired segment", "segment", g.path, "err", err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("store: remove segment %s: %w", g.path, err)
+			}
+			continue
+		}
+		removed++
+		s.log.Info("STORE: retention removed log segment", "segment", g.path, "archived", archive, "compressed", compress)
+	}
+	if err := s.fs.SyncDir(s.logDir); err != nil && firstErr == nil {
+		firstErr = fmt.Errorf("store: sync %s: %w", s.logDir, err)
+	}
+	return removed, firstErr
+}
+
+// archivePolicy reports whether any topic with data in the segments wants
+// them archived (and compressed).
+func (s *Store) archivePolicy(dead []*segment) (archive, compress bool) {
+	topics := map[string]bool{}
+	for _, g := range dead {
+		ents, err := s.readIdx(g, g.size.Load())
+		if err != nil {
+			if ents, err = s.scanIdx(g, g.size.Load()); err != nil {
+				// unreadable: keep the bytes, archiving is the safe choice
+				return true, false
+			}
+		}
+		s.mu.RLock()
+		for _, e := range ents {
+			if p := s.byPid[e.pid]; p != nil {
+				topics[p.key.topic] = true
+			}
+		}
+		s.mu.RUnlock()
+	}
+	for t := range topics {
+		p := s.policy(t)
+		archive = archive || p.Archive
+		compress = compress || (p.Archive && p.ArchiveCompress)
+	}
+	return archive, compress
+}
+
+// zipSegment writes g into <segment>.zip (one entry named after the file,
+// as MetaQ's ArchiveDeletePolicy) and removes the segment.
+func (s *Store) zipSegment(g *segment) error {
+	src, err := s.fs.OpenFile(g.path, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	size, err := src.Size()
+	if err != nil {
+		return err
+	}
+	tmp := g.path + ".zip.tmp"
+	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	zw := zip.NewWriter(f)
+	w, err := zw.Create(filepath.Base(g.path))
+	if err == nil {
+		_, err = io.Copy(w, io.NewSectionReader(src, 0, size))
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err == nil {
+		err = f.Datasync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = s.fs.Rename(tmp, g.path+".zip")
+	}
+	if err != nil {
+		s.fs.Remove(tmp)
+		return err
+	}
+	return s.fs.Remove(g.path)
+}

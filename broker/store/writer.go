@@ -14,6 +14,7 @@ const (
 	reqCreate
 	reqDelete
 	reqFlush
+	reqCheckpoint
 )
 
 // request is one unit of work for the writer goroutine.
@@ -153,7 +154,7 @@ func (s *Store) process(batch []*request) {
 	needSync := false
 	for _, r := range batch {
 		switch r.kind {
-		case reqFlush:
+		case reqFlush, reqCheckpoint:
 			needSync, r.synced = true, true
 		case reqCreate:
 			needSync, r.synced = true, true
@@ -277,6 +278,9 @@ func (s *Store) process(batch []*request) {
 		if r.err == nil && r.synced && syncErr != nil {
 			r.err = syncErr
 		}
+		if r.kind == reqCheckpoint && r.err == nil {
+			r.err = s.writeCheckpoint()
+		}
 		close(r.done)
 	}
 	if cap(buf) > 2*s.opts.MaxBatchBytes {
@@ -312,8 +316,11 @@ func (s *Store) syncNow() error {
 	start := time.Now()
 	if err := w.active.f.Datasync(); err != nil {
 		// After a failed fsync the page cache cannot be trusted (the kernel
-		// may have dropped the dirty pages): stop taking appends.
-		return s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", w.active.path, err))
+		// may have dropped the dirty pages): stop taking appends, and drop
+		// what was written since the last good sync so it is not served.
+		herr := s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", w.active.path, err))
+		s.rollbackUnsynced()
+		return herr
 	}
 	if d := time.Since(start); d > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", w.active.path, "took", d)
@@ -329,6 +336,39 @@ func (s *Store) syncNow() error {
 	w.timer = nil
 	s.setDurable(w.pos)
 	return nil
+}
+
+// rollbackUnsynced cuts the log and the indexes back to the durable end.
+func (s *Store) rollbackUnsynced() {
+	w := &s.w
+	d := s.durable()
+	if d < w.active.start {
+		return
+	}
+	if err := w.active.f.Truncate(d - w.active.start); err != nil {
+		s.log.Error("STORE: cannot cut unsynced data", "segment", w.active.path, "err", err)
+	}
+	w.active.size.Store(d - w.active.start)
+	w.pos = d
+	for p := range w.dirty {
+		p.mu.Lock()
+		i := p.chunkIndexLocked(p.durable - 1)
+		p.chunks = p.chunks[:i+1]
+		p.end, p.wEnd = p.durable, p.durable
+		for len(p.segs) > 1 && p.segs[len(p.segs)-1] > p.end {
+			p.segs = p.segs[:len(p.segs)-1]
+		}
+		for len(p.times) > 0 && p.times[len(p.times)-1].off >= p.end {
+			p.times = p.times[:len(p.times)-1]
+		}
+		p.mu.Unlock()
+		delete(w.dirty, p)
+	}
+	k := len(w.segIdx)
+	for k > 0 && w.segIdx[k-1].pos >= d {
+		k--
+	}
+	w.segIdx = w.segIdx[:k]
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
