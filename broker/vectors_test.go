@@ -155,17 +155,15 @@ func replayFile(t *testing.T, name string) {
 	cases := loadVectorFile(t, name)
 	cfg := vectorConfig(t)
 	rp := &replayer{t: t, cfg: cfg, putIDs: map[int64]bool{}}
-	var txh TxHandler
-	if name == "transaction.txt" {
-		txh = newVectorTxHandler(t)
-		if txh == nil {
-			t.Skip("transaction.txt needs a TxHandler (broker/txn adapter); not available")
-		}
+	if name == "transaction.txt" && VectorTxHandler == nil {
+		t.Fatal("transaction.txt needs VectorTxHandler, set by txvec_ext_test.go")
 	}
 	rp.brk = startBroker(t, cfg, func(o *Options) {
 		o.SyncReceiver = name == "sync.txt"
-		o.TxHandler = txh
 	})
+	if name == "transaction.txt" {
+		rp.brk.SetTxHandler(VectorTxHandler(t, rp.brk.store, rp.brk.Broker))
+	}
 	rp.cl = dial(t, rp.brk.Addr())
 	for _, vc := range cases {
 		ok := t.Run(vc.name, func(t *testing.T) { rp.runCase(t, vc) })
