@@ -1,0 +1,123 @@
+package broker
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/wire"
+	"metaq/internal/clock"
+)
+
+// TestSyncPair runs a synchronous master and its slave: an acknowledged
+// put is on both with the same id and offset; with the slave gone the
+// master refuses puts.
+func TestSyncPair(t *testing.T) {
+	cfg := vectorConfig(t)
+	slave := startBroker(t, cfg, func(o *Options) { o.SyncReceiver = true })
+	master := startBroker(t, cfg, func(o *Options) {
+		o.SyncSlave = slave.Addr().String()
+		o.SyncTimeout = 2 * time.Second
+	})
+	mc := dial(t, master.Addr())
+	sc := dial(t, slave.Addr())
+	var ids []int64
+	for i := range 5 {
+		id, p, off := mustPut(t, mc, "test", 1, "msg-"+strconv.Itoa(i))
+		if p != 1 || off != int64(i*25) {
+			t.Fatalf("put %d: partition %d offset %d", i, p, off)
+		}
+		ids = append(ids, id)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			t.Fatalf("ids not rising: %v", ids)
+		}
+	}
+	get := func(cl *client) []byte {
+		cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 1, Offset: 0, MaxSize: 1 << 20, Opaque: 9})
+		v, ok := cl.read().(*wire.Value)
+		if !ok {
+			t.Fatal("get did not answer value")
+		}
+		return v.Data
+	}
+	md, sd := get(mc), get(sc)
+	if string(md) != string(sd) {
+		t.Fatalf("master and slave differ:\n%x\n%x", md, sd)
+	}
+	recs, _ := parseRecords(t, md)
+	if len(recs) != 5 || recs[4].id != ids[4] || string(recs[4].body) != "msg-4" {
+		t.Fatalf("records %v", recs)
+	}
+
+	// Slave closed partition: the master does not acknowledge.
+	slave.ClosePartitions("test", 1, 1)
+	mc.sendCmd(putCmd("test", 1, "refused", 2))
+	if r := mc.result(); r.Code != 500 || !strings.Contains(string(r.Body), "[slave 'meta://"+slave.Addr().String()+"'] [partition 'test-1'] failed") {
+		t.Fatalf("put with slave partition closed: %s", r)
+	}
+	slave.OpenPartitions("test", 1, 1)
+
+	// Slave gone.
+	slave.Close()
+	mc.sendCmd(putCmd("test", 0, "x", 3))
+	r := mc.result()
+	if r.Code != 500 {
+		t.Fatalf("put without slave: %s", r)
+	}
+	mc.sendCmd(putCmd("test", 0, "y", 4))
+	if r := mc.result(); r.Code != 500 || string(r.Body) != "Slave is disconnected " {
+		t.Fatalf("put without slave: %q", r.Body)
+	}
+}
+
+// TestSyncChecksAndIDs covers the slave side: checksum, unknown topic,
+// wrong partition, and the stored id is the master's.
+func TestSyncChecksAndIDs(t *testing.T) {
+	slave := startBroker(t, vectorConfig(t), func(o *Options) { o.SyncReceiver = true })
+	cl := dial(t, slave.Addr())
+	for _, c := range []struct {
+		cmd  *wire.Sync
+		code int
+		tail string
+	}{
+		{&wire.Sync{Topic: "test", Partition: 0, MsgID: 42, Checksum: 1, Body: []byte("a"), Opaque: 1}, 500, "Checksum failure,message may be corrupted when transfering on networking."},
+		{&wire.Sync{Topic: "nosuch", Partition: 0, MsgID: 42, Checksum: -1, Body: []byte("a"), Opaque: 2}, 500, "The server do not accept topic nosuch"},
+		{&wire.Sync{Topic: "test", Partition: 2, MsgID: 42, Checksum: -1, Body: []byte("a"), Opaque: 3}, 500, "wrong partition 2"},
+		{&wire.Sync{Topic: "test", Partition: 0, MsgID: 42, Checksum: wire.Checksum([]byte("a")), Body: []byte("a"), Opaque: 4}, 200, "42 0 0"},
+	} {
+		cl.sendCmd(c.cmd)
+		r := cl.result()
+		if r.Code != c.code || !strings.HasSuffix(string(r.Body), c.tail) {
+			t.Fatalf("sync %d: %s", c.cmd.Opaque, r)
+		}
+	}
+	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 100, Opaque: 5})
+	recs, _ := parseRecords(t, cl.read().(*wire.Value).Data)
+	if len(recs) != 1 || recs[0].id != 42 {
+		t.Fatalf("records %v", recs)
+	}
+}
+
+func TestIDGen(t *testing.T) {
+	fc := clock.NewFake(time.UnixMilli(idEpoch + 1000))
+	g := idGen{brokerID: 5, clock: fc}
+	a := g.next()
+	if a != 1000<<22|5<<12 {
+		t.Fatalf("first id %x", a)
+	}
+	prev := a
+	for range 5000 {
+		id := g.next()
+		if id <= prev {
+			t.Fatalf("id %x not above %x", id, prev)
+		}
+		prev = id
+	}
+	fc.Advance(-time.Second) // a clock step back keeps ids rising
+	if id := g.next(); id <= prev {
+		t.Fatalf("after a step back: %x <= %x", id, prev)
+	}
+}
