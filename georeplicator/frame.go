@@ -1,0 +1,239 @@
+package georeplicator
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Frame header layout (big endian), 32 bytes:
+//
+//	0      1      2      3      4             8                   16
+//	+------+------+------+------+-------------+-------------------+
+//	|magic | type |codec | rsvd |   epoch     |     sequence      |
+//	+------+------+------+------+-------------+-------------------+
+//	16            20            24            28            32
+//	+-------------+-------------+-------------+-------------+
+//	|   rawLen    |  wireLen    | payload CRC | header CRC  |
+//	+-------------+-------------+-------------+-------------+
+//
+// payload CRC is CRC32C of the wireLen payload bytes as sent (compressed);
+// header CRC is CRC32C of bytes 0..27. The header has its own checksum so a
+// damaged length can never make the reader allocate or skip garbage.
+const (
+	headerLen  = 32
+	frameMagic = 0xA7
+	// maxFrameBytes bounds rawLen and wireLen; larger values mean corruption.
+	maxFrameBytes = 64 << 20
+)
+
+// Message types.
+const (
+	typeHello     byte = 1 // slave → master: who I am, where I resume
+	typeWelcome   byte = 2 // master → slave: where the stream starts
+	typeData      byte = 3 // master → slave: log entries
+	typeKeepalive byte = 4 // master → slave: idle tick with a timestamp
+	typeAck       byte = 5 // slave → master: applied position
+	typeRewind    byte = 6 // slave → master: restart the stream at a position
+	typeConfig    byte = 7 // master → slave: server.ini bytes
+	typeError     byte = 8 // master → slave: refusal, then close
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Sentinel errors of the framing layer.
+var (
+	// ErrCorruptFrame: a frame failed its header or payload checksum, or its
+	// payload did not decode. The frame is never applied.
+	ErrCorruptFrame = errors.New("georeplicator: corrupt frame")
+	// ErrProtocol: the peer sent a message that is not valid at this point.
+	ErrProtocol = errors.New("georeplicator: protocol error")
+)
+
+// header is one decoded frame header.
+type header struct {
+	typ     byte
+	codec   Codec
+	epoch   uint32
+	seq     uint64
+	rawLen  uint32
+	wireLen uint32
+	crc     uint32
+}
+
+func (h *header) put(b []byte) {
+	b[0] = frameMagic
+	b[1] = h.typ
+	b[2] = byte(h.codec)
+	b[3] = 0
+	binary.BigEndian.PutUint32(b[4:], h.epoch)
+	binary.BigEndian.PutUint64(b[8:], h.seq)
+	binary.BigEndian.PutUint32(b[16:], h.rawLen)
+	binary.BigEndian.PutUint32(b[20:], h.wireLen)
+	binary.BigEndian.PutUint32(b[24:], h.crc)
+	binary.BigEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+}
+
+func parseHeader(b []byte) (header, error) {
+	if b[0] != frameMagic {
+		return header{}, fmt.Errorf("%w: bad magic %#x", ErrCorruptFrame, b[0])
+	}
+	if got, want := crc32.Checksum(b[:28], castagnoli), binary.BigEndian.Uint32(b[28:]); got != want {
+		return header{}, fmt.Errorf("%w: header checksum %08x != %08x", ErrCorruptFrame, got, want)
+	}
+	h := header{
+		typ:     b[1],
+		codec:   Codec(b[2]),
+		epoch:   binary.BigEndian.Uint32(b[4:]),
+		seq:     binary.BigEndian.Uint64(b[8:]),
+		rawLen:  binary.BigEndian.Uint32(b[16:]),
+		wireLen: binary.BigEndian.Uint32(b[20:]),
+		crc:     binary.BigEndian.Uint32(b[24:]),
+	}
+	if h.rawLen > maxFrameBytes || h.wireLen > maxFrameBytes {
+		return header{}, fmt.Errorf("%w: frame too large (%d/%d bytes)", ErrCorruptFrame, h.rawLen, h.wireLen)
+	}
+	return h, nil
+}
+
+// frame is a header plus its payload as sent on the wire.
+type frame struct {
+	header
+	wire []byte
+}
+
+// readFrame reads one frame and checks both checksums. The payload is not
+// decompressed. buf is reused when large enough.
+func readFrame(r io.Reader, buf []byte) (frame, error) {
+	var hb [headerLen]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return frame{}, err
+	}
+	h, err := parseHeader(hb[:])
+	if err != nil {
+		return frame{}, err
+	}
+	if cap(buf) < int(h.wireLen) {
+		buf = make([]byte, h.wireLen)
+	}
+	buf = buf[:h.wireLen]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return frame{}, err
+	}
+	if got := crc32.Checksum(buf, castagnoli); got != h.crc {
+		return frame{header: h}, fmt.Errorf("%w: payload checksum %08x != %08x (type %d seq %d)", ErrCorruptFrame, got, h.crc, h.typ, h.seq)
+	}
+	return frame{header: h, wire: buf}, nil
+}
+
+// writeFrame writes header and payload in one call so a frame is one write.
+// scratch is reused when large enough and returned.
+func writeFrame(w io.Writer, h header, wire []byte, scratch []byte) ([]byte, error) {
+	h.wireLen = uint32(len(wire))
+	h.crc = crc32.Checksum(wire, castagnoli)
+	n := headerLen + len(wire)
+	if cap(scratch) < n {
+		scratch = make([]byte, n)
+	}
+	scratch = scratch[:n]
+	h.put(scratch)
+	copy(scratch[headerLen:], wire)
+	_, err := w.Write(scratch)
+	return scratch, err
+}
+
+// enc is a tiny append-only big-endian encoder for message payloads.
+type enc struct{ b []byte }
+
+func (e *enc) u8(v byte)    { e.b = append(e.b, v) }
+func (e *enc) u16(v uint16) { e.b = binary.BigEndian.AppendUint16(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) i64(v int64)  { e.u64(uint64(v)) }
+func (e *enc) str(s string) { e.u16(uint16(len(s))); e.b = append(e.b, s...) }
+func (e *enc) bytes(p []byte) {
+	e.u32(uint32(len(p)))
+	e.b = append(e.b, p...)
+}
+
+// dec reads what enc wrote; the first short read sets err and every later
+// read returns zero values, so callers check err once at the end.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) < n {
+		d.err = fmt.Errorf("%w: short payload", ErrProtocol)
+		return false
+	}
+	return true
+}
+
+func (d *dec) u8() byte {
+	if !d.need(1) {
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) u16() uint16 {
+	if !d.need(2) {
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+func (d *dec) u32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *dec) u64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *dec) i64() int64 { return int64(d.u64()) }
+
+func (d *dec) str() string {
+	n := int(d.u16())
+	if !d.need(n) {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// bytes returns a sub-slice of the payload (no copy).
+func (d *dec) bytes() []byte {
+	n := int(d.u32())
+	if !d.need(n) {
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}

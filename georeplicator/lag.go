@@ -1,0 +1,154 @@
+package georeplicator
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// PartitionLag is how far one slave is behind on one partition.
+type PartitionLag struct {
+	Topic     string
+	Partition int
+	MasterEnd int64 // master's durable end offset
+	SlaveEnd  int64 // end applied on the slave (-1 = the slave has none of it)
+	Bytes     int64 // MasterEnd - SlaveEnd
+	Messages  int64 // records not yet on the slave
+	// Seconds is the age of the oldest record not yet on the slave (0 when caught up).
+	Seconds float64
+	// Stuck: behind, with no progress on this partition for StuckAfter.
+	Stuck bool
+}
+
+// GroupLag is one slave's replication state as the master sees it. A slave
+// group normally has one slave; each (Group, SlaveID) gets its own entry.
+type GroupLag struct {
+	Group     string
+	SlaveID   int
+	Connected bool
+	Addr      string // remote address of the current or last connection
+	// AppliedPos and DurablePos are master log positions applied and
+	// checkpointed on the slave; SentPos is what the master has sent.
+	AppliedPos, DurablePos, SentPos int64
+	// MasterPos is the master's durable log end.
+	MasterPos int64
+	// Totals over the partitions.
+	Bytes    int64
+	Messages int64
+	Seconds  float64
+	Stuck    bool
+	// LogBytes is MasterPos - AppliedPos: bytes of the shared log not yet applied.
+	LogBytes     int64
+	LastAck      time.Time
+	LastProgress time.Time
+	RTT          time.Duration
+	Mode         string // configured mode for this link (zstd, s2, none, auto)
+	Codec        string // codec of the last data frame
+	RawBytes     int64  // payload bytes shipped on this master's run
+	WireBytes    int64  // bytes on the wire for them, headers included
+	Frames       int64
+	Rewinds      int64 // frames the slave rejected and asked for again
+	Truncated    bool  // the slave's position had been removed by retention at its last connect
+	Partitions   []PartitionLag
+}
+
+// Lag reports every known slave's lag, sorted by group then slave id. It is
+// safe to call at any time, also for slaves that are disconnected (their
+// progress survives master restarts through the state file).
+func (s *Shipper) Lag() []GroupLag {
+	now := s.opts.Clock.Now()
+	parts := s.opts.Source.Partitions()
+	_, durable := s.opts.Source.LogBounds()
+	s.prog.mu.Lock()
+	type snap struct {
+		sp    slaveProgress
+		parts map[pkey]partProgress
+	}
+	snaps := make([]snap, 0, len(s.prog.m))
+	for _, sp := range s.prog.m {
+		c := snap{sp: *sp, parts: make(map[pkey]partProgress, len(sp.Parts))}
+		for k, pp := range sp.Parts {
+			c.parts[k] = *pp
+		}
+		snaps = append(snaps, c)
+	}
+	s.prog.mu.Unlock()
+
+	out := make([]GroupLag, 0, len(snaps))
+	for _, c := range snaps {
+		sp := c.sp
+		g := GroupLag{Group: sp.key.Group, SlaveID: sp.key.SlaveID, Connected: sp.Connected, Addr: sp.Addr,
+			AppliedPos: sp.Applied, DurablePos: sp.Durable, SentPos: sp.Sent, MasterPos: durable,
+			LastAck: sp.LastAck, LastProgress: sp.LastProgress, RTT: sp.RTT, Mode: string(sp.Mode),
+			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated}
+		if sp.Frames > 0 {
+			g.Codec = sp.LastCodec.String()
+		}
+		if sp.Applied >= 0 && durable > sp.Applied {
+			g.LogBytes = durable - sp.Applied
+		}
+		for _, pi := range parts {
+			k := pkey{pi.Topic, pi.Partition}
+			pl := PartitionLag{Topic: pi.Topic, Partition: pi.Partition, MasterEnd: pi.Durable, SlaveEnd: -1}
+			since := sp.FirstSeen
+			from := pi.Min
+			if pp, ok := c.parts[k]; ok {
+				pl.SlaveEnd = pp.End
+				from = pp.End
+				if pp.LastProgress.After(since) {
+					since = pp.LastProgress
+				}
+			}
+			if pi.Durable > from {
+				pl.Bytes = pi.Durable - from
+				msgs, t := s.idx.lag(k, from)
+				pl.Messages = msgs
+				if !t.IsZero() && now.After(t) {
+					pl.Seconds = now.Sub(t).Seconds()
+				}
+				pl.Stuck = now.Sub(since) >= s.opts.StuckAfter
+			}
+			g.Bytes += pl.Bytes
+			g.Messages += pl.Messages
+			g.Seconds = max(g.Seconds, pl.Seconds)
+			g.Stuck = g.Stuck || pl.Stuck
+			g.Partitions = append(g.Partitions, pl)
+		}
+		if g.LogBytes > 0 && now.Sub(sp.LastProgress) >= s.opts.StuckAfter {
+			g.Stuck = true
+		}
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Group < out[j].Group || out[i].Group == out[j].Group && out[i].SlaveID < out[j].SlaveID
+	})
+	return out
+}
+
+// StatsLines renders Lag for the broker's `stats slave` item: one line per
+// slave, then one per partition, values joined by single spaces as MetaQ's
+// stats lines are (the caller adds CRLF, STATS and END):
+//
+//	<group> slave_id <id> connected <bool> addr <a> applied <pos> master <pos> lag_bytes <n> lag_messages <n> lag_seconds <f> stuck <bool> rtt_ms <f> codec <c> wire_bytes <n> raw_bytes <n> rewinds <n>
+//	<group> partition <topic>-<p> master_end <n> slave_end <n> lag_bytes <n> lag_messages <n> lag_seconds <f> stuck <bool>
+func (s *Shipper) StatsLines() []string {
+	var lines []string
+	for _, g := range s.Lag() {
+		addr := g.Addr
+		if addr == "" {
+			addr = "-"
+		}
+		codec := g.Codec
+		if codec == "" {
+			codec = g.Mode
+		}
+		lines = append(lines, fmt.Sprintf("%s slave_id %d connected %t addr %s applied %d master %d lag_bytes %d lag_messages %d lag_seconds %.2f stuck %t rtt_ms %.2f codec %s wire_bytes %d raw_bytes %d rewinds %d",
+			g.Group, g.SlaveID, g.Connected, addr, g.AppliedPos, g.MasterPos, g.Bytes, g.Messages, g.Seconds, g.Stuck,
+			float64(g.RTT)/float64(time.Millisecond), codec, g.WireBytes, g.RawBytes, g.Rewinds))
+		for _, p := range g.Partitions {
+			lines = append(lines, fmt.Sprintf("%s partition %s-%d master_end %d slave_end %d lag_bytes %d lag_messages %d lag_seconds %.2f stuck %t",
+				g.Group, p.Topic, p.Partition, p.MasterEnd, p.SlaveEnd, p.Bytes, p.Messages, p.Seconds, p.Stuck))
+		}
+	}
+	return lines
+}

@@ -1,0 +1,239 @@
+package georeplicator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"metaq/broker/store"
+)
+
+// protocolVersion is sent in hello and welcome; a master refuses other versions.
+const protocolVersion = 1
+
+// hello is the slave's opening message.
+type hello struct {
+	Version  uint16
+	BrokerID int32 // the slave's brokerId; must equal the master's (spec §5.1). -1 = do not check
+	SlaveID  int32
+	Group    string
+	Codec    Mode  // the slave's preference; "" = the master's setting
+	Resume   int64 // master log position to resume from; -1 = from the first retained entry
+	Window   uint32
+	RateCap  int64 // the slave's bandwidth cap in bytes/s; 0 = none
+	MaxDelay time.Duration // slaveMaxDelayInMills: longest a durable record may wait before it is sent
+	WantConf bool          // send the master's server.ini (autoSyncMasterConfig)
+}
+
+func (h hello) encode() []byte {
+	var e enc
+	e.u16(h.Version)
+	e.u32(uint32(h.BrokerID))
+	e.u32(uint32(h.SlaveID))
+	e.str(h.Group)
+	e.str(string(h.Codec))
+	e.i64(h.Resume)
+	e.u32(h.Window)
+	e.i64(h.RateCap)
+	e.u32(uint32(h.MaxDelay / time.Millisecond))
+	var f byte
+	if h.WantConf {
+		f |= 1
+	}
+	e.u8(f)
+	return e.b
+}
+
+func decodeHello(p []byte) (hello, error) {
+	d := dec{b: p}
+	h := hello{
+		Version:  d.u16(),
+		BrokerID: int32(d.u32()),
+		SlaveID:  int32(d.u32()),
+		Group:    d.str(),
+		Codec:    Mode(d.str()),
+		Resume:   d.i64(),
+		Window:   d.u32(),
+		RateCap:  d.i64(),
+		MaxDelay: time.Duration(d.u32()) * time.Millisecond,
+	}
+	h.WantConf = d.u8()&1 != 0
+	return h, d.err
+}
+
+// welcome is the master's answer to hello.
+type welcome struct {
+	Version   uint16
+	BrokerID  int32
+	Start     int64 // the log position the stream starts at
+	First     int64 // master's first retained log position
+	Durable   int64 // master's durable log end at handshake
+	Truncated bool  // the requested position was below First: Start = First
+	Keepalive time.Duration
+}
+
+func (w welcome) encode() []byte {
+	var e enc
+	e.u16(w.Version)
+	e.u32(uint32(w.BrokerID))
+	e.i64(w.Start)
+	e.i64(w.First)
+	e.i64(w.Durable)
+	var f byte
+	if w.Truncated {
+		f |= 1
+	}
+	e.u8(f)
+	e.u32(uint32(w.Keepalive / time.Millisecond))
+	return e.b
+}
+
+func decodeWelcome(p []byte) (welcome, error) {
+	d := dec{b: p}
+	w := welcome{Version: d.u16(), BrokerID: int32(d.u32()), Start: d.i64(), First: d.i64(), Durable: d.i64()}
+	w.Truncated = d.u8()&1 != 0
+	w.Keepalive = time.Duration(d.u32()) * time.Millisecond
+	return w, d.err
+}
+
+// partEnd is one partition's end as applied on the slave.
+type partEnd struct {
+	Topic     string
+	Partition int
+	End       int64
+}
+
+// ack reports the slave's progress. Acks also serve as the slave's keepalive.
+type ack struct {
+	Seq     uint64 // last frame applied in the current epoch (0 = none yet)
+	Applied int64  // master log position applied
+	Durable int64  // master log position checkpointed on the slave
+	Echo    int64  // timestamp of the last keepalive seen, for RTT
+	Parts   []partEnd
+}
+
+func (a ack) encode() []byte {
+	var e enc
+	e.u64(a.Seq)
+	e.i64(a.Applied)
+	e.i64(a.Durable)
+	e.i64(a.Echo)
+	e.u32(uint32(len(a.Parts)))
+	for _, p := range a.Parts {
+		e.str(p.Topic)
+		e.u32(uint32(p.Partition))
+		e.i64(p.End)
+	}
+	return e.b
+}
+
+func decodeAck(p []byte) (ack, error) {
+	d := dec{b: p}
+	a := ack{Seq: d.u64(), Applied: d.i64(), Durable: d.i64(), Echo: d.i64()}
+	n := int(d.u32())
+	if d.err == nil && n > len(d.b)/14 {
+		return a, fmt.Errorf("%w: ack claims %d partitions", ErrProtocol, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		a.Parts = append(a.Parts, partEnd{Topic: d.str(), Partition: int(int32(d.u32())), End: d.i64()})
+	}
+	return a, d.err
+}
+
+// keepalive is sent by the master when it has nothing else to send.
+type keepalive struct {
+	SentAt  int64 // master clock, unix ns; echoed in the next ack
+	Durable int64 // master's durable log end
+}
+
+func (k keepalive) encode() []byte {
+	var e enc
+	e.i64(k.SentAt)
+	e.i64(k.Durable)
+	return e.b
+}
+
+func decodeKeepalive(p []byte) (keepalive, error) {
+	d := dec{b: p}
+	k := keepalive{SentAt: d.i64(), Durable: d.i64()}
+	return k, d.err
+}
+
+// batch is the decoded payload of a data frame: the entries of the master
+// log between Start and End, in log order.
+type batch struct {
+	Start, End int64
+	SentAt     int64 // master clock when the frame was built, unix ns
+	Entries    []store.LogEntry
+}
+
+func encodeBatch(dst []byte, start, end, sentAt int64, entries []store.LogEntry) []byte {
+	e := enc{b: dst[:0]}
+	e.i64(start)
+	e.i64(end)
+	e.i64(sentAt)
+	e.u32(uint32(len(entries)))
+	for _, en := range entries {
+		e.str(en.Topic)
+		e.u32(uint32(en.Partition))
+		e.i64(en.Offset)
+		e.i64(en.Time.UnixNano())
+		e.bytes(en.Records)
+	}
+	return e.b
+}
+
+// decodeBatch decodes a data payload. Records alias p.
+func decodeBatch(p []byte) (batch, error) {
+	d := dec{b: p}
+	b := batch{Start: d.i64(), End: d.i64(), SentAt: d.i64()}
+	n := int(d.u32())
+	if d.err == nil && n > len(d.b)/26 {
+		return b, fmt.Errorf("%w: batch claims %d entries", ErrCorruptFrame, n)
+	}
+	b.Entries = make([]store.LogEntry, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		var en store.LogEntry
+		en.Topic = d.str()
+		en.Partition = int(int32(d.u32()))
+		en.Offset = d.i64()
+		en.Time = time.Unix(0, d.i64())
+		en.Records = d.bytes()
+		b.Entries = append(b.Entries, en)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes in batch", ErrCorruptFrame, len(d.b))
+	}
+	return b, d.err
+}
+
+// recordHeaderLen is the MetaQ stored record header (spec §1.10).
+const recordHeaderLen = 20
+
+// countRecords counts the whole records in b and checks that b holds whole
+// records only.
+func countRecords(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		if len(b) < recordHeaderLen {
+			return n, fmt.Errorf("%w: partial record header", ErrCorruptFrame)
+		}
+		l := int(int32(binary.BigEndian.Uint32(b)))
+		if l < 0 || recordHeaderLen+l > len(b) {
+			return n, fmt.Errorf("%w: record length %d exceeds entry", ErrCorruptFrame, l)
+		}
+		b = b[recordHeaderLen+l:]
+		n++
+	}
+	return n, nil
+}
+
+// recordBoundary reports whether off (relative to b's start) is the start of
+// a record in b, or its end.
+func recordBoundary(b []byte, off int) bool {
+	pos := 0
+	for pos < off && pos+recordHeaderLen <= len(b) {
+		pos += recordHeaderLen + int(int32(binary.BigEndian.Uint32(b[pos:])))
+	}
+	return pos == off
+}

@@ -1,0 +1,581 @@
+package georeplicator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"metaq/broker/store"
+)
+
+// Shipper is the master side: it accepts slaves on the replication address
+// and streams the durable commit log to each. Start, then Close.
+type Shipper struct {
+	opts ShipperOptions
+	log  *slog.Logger
+
+	ln      net.Listener
+	closing atomic.Bool
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+
+	prog *progress
+	idx  *logIndex
+}
+
+// NewShipper validates opts and loads the progress state file.
+func NewShipper(opts ShipperOptions) (*Shipper, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Shipper{opts: opts, log: opts.Logger.With("component", "georeplicator", "role", "master"),
+		quit: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	p, err := loadProgress(opts.StateFile, opts.Clock)
+	if err != nil {
+		return nil, err
+	}
+	s.prog = p
+	s.idx = newLogIndex(opts.Source)
+	return s, nil
+}
+
+// Start opens the listener and begins serving slaves.
+func (s *Shipper) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("georeplicator: listen %s: %w", s.opts.Listen, err)
+	}
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
+	}
+	s.ln = ln
+	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression)
+	// The index must cover every known group's position so lag in messages
+	// and seconds is right after a master restart.
+	if pos, ok := s.prog.minApplied(); ok {
+		s.idx.want(pos)
+	} else {
+		_, durable := s.opts.Source.LogBounds()
+		s.idx.want(durable)
+	}
+	s.goFunc(func() { s.idx.run(s.ctx, s.opts.Keepalive) })
+	s.goFunc(s.acceptLoop)
+	s.goFunc(s.persistLoop)
+	return nil
+}
+
+// Addr is the listening address (after Start).
+func (s *Shipper) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// goFunc starts an owned goroutine unless shutdown has begun.
+func (s *Shipper) goFunc(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Close stops accepting, disconnects every slave, saves progress and waits
+// for all goroutines. Idempotent.
+func (s *Shipper) Close() error {
+	s.mu.Lock()
+	if !s.closing.CompareAndSwap(false, true) {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	close(s.quit)
+	s.cancel()
+	s.wg.Wait()
+	return s.prog.save()
+}
+
+func (s *Shipper) acceptLoop() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return
+			}
+			s.log.Warn("accept failed", "err", err)
+			select {
+			case <-s.quit:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			if err := s.serve(c); err != nil && !s.closing.Load() {
+				s.log.Warn("slave connection ended", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}()
+	}
+}
+
+func (s *Shipper) persistLoop() {
+	t := s.opts.Clock.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C():
+			if err := s.prog.saveIfDirty(); err != nil {
+				s.log.Warn("saving replication progress failed", "err", err)
+			}
+			if pos, ok := s.prog.minApplied(); ok {
+				s.idx.trim(pos, s.prog.minPartitionApplied())
+			}
+		}
+	}
+}
+
+// sentFrame is a data frame the slave has not acknowledged yet.
+type sentFrame struct {
+	seq  uint64
+	end  int64
+	wire int
+}
+
+// session is one connected slave.
+type session struct {
+	s      *Shipper
+	conn   net.Conn
+	h      hello
+	key    slaveKey
+	log    *slog.Logger
+	mode   Mode
+	window int
+	lim    *rate.Limiter
+	delay  time.Duration
+
+	wake chan struct{} // cap 1: an ack or rewind arrived
+
+	mu        sync.Mutex
+	epoch     uint32
+	rewindTo  int64 // >= 0: restart the stream here at epoch
+	inflight  []sentFrame
+	inflBytes int
+	rtt       time.Duration
+	lastEcho  int64
+
+	chooser codecChooser
+}
+
+func (ss *session) signal() {
+	select {
+	case ss.wake <- struct{}{}:
+	default:
+	}
+}
+
+// serve runs the handshake and then the stream for one slave.
+func (s *Shipper) serve(c net.Conn) error {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true) // each frame is one write; do not hold the tail of a frame back
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("tls handshake: %w", err)
+		}
+	}
+	f, err := readFrame(c, nil)
+	if err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	if f.typ != typeHello || f.codec != CodecNone {
+		return fmt.Errorf("%w: expected hello, got type %d", ErrProtocol, f.typ)
+	}
+	h, err := decodeHello(f.wire)
+	if err != nil {
+		return fmt.Errorf("decode hello: %w", err)
+	}
+	refuse := func(msg string) error {
+		writeFrame(c, header{typ: typeError}, []byte(msg), nil)
+		return fmt.Errorf("%w: refused slave: %s", ErrProtocol, msg)
+	}
+	if h.Version != protocolVersion {
+		return refuse(fmt.Sprintf("protocol version %d not supported (want %d)", h.Version, protocolVersion))
+	}
+	if h.BrokerID >= 0 && int(h.BrokerID) != s.opts.BrokerID {
+		return refuse(fmt.Sprintf("slave brokerId %d differs from master brokerId %d", h.BrokerID, s.opts.BrokerID))
+	}
+	mode := s.opts.Compression
+	if h.Codec != "" {
+		if mode, err = ParseMode(string(h.Codec)); err != nil {
+			return refuse(err.Error())
+		}
+	}
+	first, durable := s.opts.Source.LogBounds()
+	start, truncated := h.Resume, false
+	if start < first {
+		truncated = h.Resume >= 0 // -1 is an empty slave asking for everything
+		start = first
+	}
+	if start > durable {
+		// The slave claims more than the master has: the master lost data it
+		// had shipped (or the slave belongs to another master). Never rewind
+		// the slave silently.
+		return refuse(fmt.Sprintf("slave position %d is beyond the master's durable log end %d", start, durable))
+	}
+	window := int(h.Window)
+	if window < minWindow {
+		window = minWindow
+	}
+	bw := s.opts.BandwidthBytesPerSec
+	if h.RateCap > 0 && (bw == 0 || h.RateCap < bw) {
+		bw = h.RateCap
+	}
+	delay := h.MaxDelay
+	if delay <= 0 {
+		delay = s.opts.DefaultMaxDelay
+	}
+	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
+	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
+		wake: make(chan struct{}, 1), rewindTo: -1,
+		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
+	if bw > 0 {
+		burst := s.opts.FrameBytes + headerLen + 4096
+		ss.lim = rate.NewLimiter(rate.Limit(bw), burst)
+	}
+	ss.chooser.init(mode, bw)
+	s.idx.want(start)
+
+	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
+		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive}
+	if _, err := writeFrame(c, header{typ: typeWelcome}, w.encode(), nil); err != nil {
+		return fmt.Errorf("write welcome: %w", err)
+	}
+	if h.WantConf {
+		if s.opts.ConfigBytes == nil {
+			writeFrame(c, header{typ: typeConfig}, nil, nil) // empty: master offers no config
+		} else if conf, err := s.opts.ConfigBytes(); err != nil {
+			ss.log.Warn("reading config for slave failed", "err", err)
+			writeFrame(c, header{typ: typeConfig}, nil, nil)
+		} else if _, err := writeFrame(c, header{typ: typeConfig}, conf, nil); err != nil {
+			return fmt.Errorf("write config: %w", err)
+		}
+	}
+	c.SetDeadline(time.Time{})
+	s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
+	defer s.prog.disconnect(key)
+	ss.log.Info("slave connected", "start", start, "truncated", truncated, "codec", mode,
+		"window", window, "bandwidth", bw, "maxDelay", delay)
+	if truncated {
+		ss.log.Warn("slave position removed by retention; streaming from the first retained entry",
+			"requested", h.Resume, "first", first)
+	}
+
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- ss.readAcks(ctx) }() // ends when conn closes; waited on below
+	err = ss.stream(ctx, start)
+	c.Close()
+	cancel()
+	if rerr := <-errc; err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// readAcks reads the slave's acks and rewinds until the connection ends.
+func (ss *session) readAcks(ctx context.Context) error {
+	var buf []byte
+	idle := 4 * ss.s.opts.Keepalive
+	for {
+		ss.conn.SetReadDeadline(time.Now().Add(idle))
+		f, err := readFrame(ss.conn, buf)
+		if err != nil {
+			ss.signal()
+			return fmt.Errorf("read from slave: %w", err)
+		}
+		buf = f.wire
+		switch f.typ {
+		case typeAck:
+			a, err := decodeAck(f.wire)
+			if err != nil {
+				return err
+			}
+			now := ss.s.opts.Clock.Now()
+			ss.mu.Lock()
+			if a.Echo != 0 && a.Echo != ss.lastEcho {
+				ss.lastEcho = a.Echo
+				if rtt := now.Sub(time.Unix(0, a.Echo)); rtt >= 0 {
+					if ss.rtt == 0 {
+						ss.rtt = rtt
+					} else {
+						ss.rtt = (ss.rtt*7 + rtt) / 8
+					}
+				}
+			}
+			if f.epoch == ss.epoch {
+				for len(ss.inflight) > 0 && ss.inflight[0].seq <= a.Seq {
+					ss.inflBytes -= ss.inflight[0].wire
+					ss.inflight = ss.inflight[1:]
+				}
+			}
+			rtt := ss.rtt
+			ss.mu.Unlock()
+			ss.s.prog.ack(ss.key, a, rtt)
+			ss.signal()
+		case typeRewind:
+			d := dec{b: f.wire}
+			pos := d.i64()
+			if d.err != nil {
+				return d.err
+			}
+			ss.mu.Lock()
+			ss.epoch = f.epoch
+			ss.rewindTo = pos
+			ss.mu.Unlock()
+			ss.s.prog.corrupt(ss.key)
+			ss.log.Warn("slave asked to resend", "from", pos, "epoch", f.epoch)
+			ss.signal()
+		default:
+			return fmt.Errorf("%w: unexpected message type %d from slave", ErrProtocol, f.typ)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		default:
+		}
+	}
+}
+
+// minFrameBytes: a frame smaller than this waits (up to the linger time) for
+// more data, so a trickle of small commits still compresses well.
+const minFrameBytes = 64 << 10
+
+// stream sends the durable log from pos until ctx ends or a write fails.
+func (ss *session) stream(ctx context.Context, pos int64) error {
+	s := ss.s
+	var (
+		seq      uint64
+		epoch    uint32
+		raw      []byte
+		wire     []byte
+		scratch  []byte
+		lastSend = time.Now()
+		lastKA   time.Time
+	)
+	// Linger bounds how long a small frame waits for company; a tenth of
+	// slaveMaxDelayInMills keeps the promise "flushed at least every
+	// slaveMaxDelayInMills" with room for the link.
+	linger := ss.delay / 10
+	sendKA := func() error {
+		_, durable := s.opts.Source.LogBounds()
+		k := keepalive{SentAt: s.opts.Clock.Now().UnixNano(), Durable: durable}
+		var err error
+		scratch, err = writeFrame(ss.conn, header{typ: typeKeepalive, epoch: epoch}, k.encode(), scratch)
+		lastKA = time.Now()
+		lastSend = lastKA
+		return err
+	}
+	if err := sendKA(); err != nil { // first RTT sample before any data
+		return err
+	}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		ss.mu.Lock()
+		if ss.rewindTo >= 0 {
+			pos, epoch, seq = ss.rewindTo, ss.epoch, 0
+			ss.rewindTo = -1
+			ss.inflight, ss.inflBytes = nil, 0
+		}
+		full := ss.inflBytes >= ss.window
+		ss.mu.Unlock()
+		if time.Since(lastKA) >= s.opts.Keepalive {
+			if err := sendKA(); err != nil {
+				return err
+			}
+		}
+		if full {
+			// Window full: wait for an ack; keepalives keep the RTT sample fresh.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ss.wake:
+			case <-time.After(s.opts.Keepalive):
+			}
+			continue
+		}
+		entries, next, err := s.opts.Source.ReadLog(pos, s.opts.FrameBytes)
+		if errors.Is(err, store.ErrLogTruncated) {
+			msg := fmt.Sprintf("log position %d removed by retention", pos)
+			writeFrame(ss.conn, header{typ: typeError, epoch: epoch}, []byte(msg), nil)
+			return fmt.Errorf("georeplicator: %s", msg)
+		}
+		if err != nil {
+			err = fmt.Errorf("georeplicator: read log at %d: %w", pos, err)
+			writeFrame(ss.conn, header{typ: typeError, epoch: epoch}, []byte(err.Error()), nil)
+			return err
+		}
+		if len(entries) == 0 {
+			if err := ss.waitData(ctx, pos, s.opts.Keepalive-time.Since(lastSend)); err != nil {
+				return nil
+			}
+			continue
+		}
+		// Linger for more when the frame is small and more may come soon.
+		size := entriesSize(entries)
+		deadline := time.Now().Add(linger)
+		for size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 {
+			if ss.waitData(ctx, next, time.Until(deadline)) != nil {
+				break
+			}
+			more, n2, err := s.opts.Source.ReadLog(next, s.opts.FrameBytes-size)
+			if err != nil || len(more) == 0 {
+				break
+			}
+			entries = append(entries, more...)
+			next = n2
+			size = entriesSize(entries)
+		}
+		seq++
+		raw = encodeBatch(raw, pos, next, s.opts.Clock.Now().UnixNano(), entries)
+		codec := ss.chooser.pick(ss.currentRTT())
+		wire, err = compress(codec, wire, raw)
+		if err != nil {
+			return err
+		}
+		if codec != CodecNone && len(wire) >= len(raw) {
+			// Incompressible: send raw rather than a larger payload.
+			codec, wire = CodecNone, append(wire[:0], raw...)
+		}
+		ss.chooser.observe(codec, len(raw), len(wire))
+		if ss.lim != nil {
+			if err := waitTokens(ctx, ss.lim, headerLen+len(wire)); err != nil {
+				return nil
+			}
+		}
+		h := header{typ: typeData, codec: codec, epoch: epoch, seq: seq, rawLen: uint32(len(raw))}
+		ss.mu.Lock()
+		stale := ss.rewindTo >= 0 // a rewind arrived while we built this frame
+		if !stale {
+			ss.inflight = append(ss.inflight, sentFrame{seq: seq, end: next, wire: headerLen + len(wire)})
+			ss.inflBytes += headerLen + len(wire)
+		}
+		ss.mu.Unlock()
+		if stale {
+			continue
+		}
+		if scratch, err = writeFrame(ss.conn, h, wire, scratch); err != nil {
+			return fmt.Errorf("georeplicator: write frame: %w", err)
+		}
+		lastSend = time.Now()
+		s.prog.sent(ss.key, next, len(raw), headerLen+len(wire), codec)
+		pos = next
+	}
+}
+
+func (ss *session) currentRTT() time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.rtt
+}
+
+// waitData waits until the log is durable beyond pos, an ack or rewind
+// arrives, or d passes. It returns an error only when ctx ended.
+func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // ended by cancel below at the latest
+		defer close(done)
+		for {
+			select {
+			case <-ss.wake:
+				// Only a rewind (or a dead connection) interrupts the wait;
+				// acks matter only to the window check at the loop's top.
+				ss.mu.Lock()
+				rw := ss.rewindTo >= 0
+				ss.mu.Unlock()
+				if rw {
+					cancel()
+					return
+				}
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	ss.s.opts.Source.WaitDurable(wctx, pos)
+	cancel()
+	<-done
+	return ctx.Err()
+}
+
+func waitTokens(ctx context.Context, lim *rate.Limiter, n int) error {
+	for n > 0 {
+		k := min(n, lim.Burst())
+		if err := lim.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+func entriesSize(es []store.LogEntry) int {
+	n := 0
+	for _, e := range es {
+		n += len(e.Records) + len(e.Topic) + 30
+	}
+	return n
+}
