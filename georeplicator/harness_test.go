@@ -115,7 +115,7 @@ func newRig(t *testing.T, k storeKind) *rig {
 	g.shOpts = ShipperOptions{Listen: "127.0.0.1:0", BrokerID: 7, Keepalive: 100 * time.Millisecond,
 		StuckAfter: time.Hour, StateFile: filepath.Join(g.dir, "master-repl.json"), FrameBytes: 64 << 10}
 	g.rcOpts = ReceiverOptions{BrokerID: 7, SlaveID: 1, Group: "g1", MaxDelay: 100 * time.Millisecond,
-		CheckpointFile: filepath.Join(g.dir, "slave-data", "repl.checkpoint"),
+		CheckpointFile:     filepath.Join(g.dir, "slave-data", "repl.checkpoint"),
 		CheckpointInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
 	t.Cleanup(g.closeAll)
 	return g

@@ -20,7 +20,7 @@ type hello struct {
 	Codec    Mode  // the slave's preference; "" = the master's setting
 	Resume   int64 // master log position to resume from; -1 = from the first retained entry
 	Window   uint32
-	RateCap  int64 // the slave's bandwidth cap in bytes/s; 0 = none
+	RateCap  int64         // the slave's bandwidth cap in bytes/s; 0 = none
 	MaxDelay time.Duration // slaveMaxDelayInMills: longest a durable record may wait before it is sent
 	WantConf bool          // send the master's server.ini (autoSyncMasterConfig)
 }

@@ -255,7 +255,9 @@ func (p *progress) save() error {
 		for k, pp := range sp.Parts {
 			ss.Parts = append(ss.Parts, statePart{Topic: k.Topic, Partition: k.Partition, End: pp.End, LastProgress: pp.LastProgress})
 		}
-		sort.Slice(ss.Parts, func(i, j int) bool { return lessKey(pkey{ss.Parts[i].Topic, ss.Parts[i].Partition}, pkey{ss.Parts[j].Topic, ss.Parts[j].Partition}) })
+		sort.Slice(ss.Parts, func(i, j int) bool {
+			return lessKey(pkey{ss.Parts[i].Topic, ss.Parts[i].Partition}, pkey{ss.Parts[j].Topic, ss.Parts[j].Partition})
+		})
 		st.Slaves = append(st.Slaves, ss)
 	}
 	p.dirty = false

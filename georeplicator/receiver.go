@@ -44,15 +44,15 @@ type ReceiverStatus struct {
 	Partitions int
 	// Counters since start.
 	Frames, Entries, WireBytes, RawBytes int64
-	Corrupt    int64 // frames dropped for a bad checksum or undecodable payload
-	Rewinds    int64 // in-band re-requests sent
-	Reconnects int64
-	Skipped    int64 // entries already present (verified identical) after a restart
-	Truncated  bool  // the master had removed our position; streaming restarted at its first entry
-	Codec      string
-	LastApply  time.Time
-	LastError  string
-	LastErrorAt time.Time
+	Corrupt                              int64 // frames dropped for a bad checksum or undecodable payload
+	Rewinds                              int64 // in-band re-requests sent
+	Reconnects                           int64
+	Skipped                              int64 // entries already present (verified identical) after a restart
+	Truncated                            bool  // the master had removed our position; streaming restarted at its first entry
+	Codec                                string
+	LastApply                            time.Time
+	LastError                            string
+	LastErrorAt                          time.Time
 }
 
 // Receiver is the slave side: it connects to the master, applies the shipped
