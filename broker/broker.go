@@ -19,6 +19,9 @@ import (
 	"metaq/broker/config"
 )
 
+// closeGrace bounds how long Close waits for requests already read.
+const closeGrace = 5 * time.Second
+
 // Sentinel errors.
 var (
 	// ErrClosed is returned by Start after Close, and by Health once closed.
@@ -51,7 +54,8 @@ type Broker struct {
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // every goroutine of the broker
+	connWG  sync.WaitGroup // connection goroutines only
 	closing atomic.Bool
 	done    chan struct{}
 
@@ -187,10 +191,12 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 		}
 		b.conns[c] = struct{}{}
 		b.wg.Add(1)
+		b.connWG.Add(1)
 		b.mu.Unlock()
 		b.stats.connections.Add(1)
 		go func() {
 			defer b.wg.Done()
+			defer b.connWG.Done()
 			c.serve()
 			b.mu.Lock()
 			delete(b.conns, c)
@@ -202,8 +208,10 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 
 // Close stops the broker; it is idempotent and safe to call concurrently.
 // Order: unregister from ZooKeeper (so clients go elsewhere first), stop
-// accepting, cancel in-flight work and close every connection, stop the
-// retention schedules and the sync-slave link, wait for every goroutine.
+// accepting, stop reading requests and let those already read finish and
+// be answered (at most closeGrace), cancel what still runs and close every
+// connection, stop the retention schedules and the sync-slave link, wait
+// for every goroutine.
 // It does not close the store, which the caller owns.
 func (b *Broker) Close() error {
 	if !b.closing.CompareAndSwap(false, true) {
@@ -227,6 +235,20 @@ func (b *Broker) Close() error {
 	b.mu.Unlock()
 	if ln != nil {
 		ln.Close()
+	}
+	// Stop reading requests; those already read finish and are answered
+	// (bounded by the grace period), then everything still running is
+	// cancelled.
+	now := time.Now()
+	for _, c := range conns {
+		c.nc.SetReadDeadline(now)
+	}
+	drained := make(chan struct{})
+	go func() { b.connWG.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(closeGrace):
+		b.log.Warn("BROKER: requests still running after the grace period; cancelling them", "grace", closeGrace)
 	}
 	b.cancel()
 	for _, c := range conns {

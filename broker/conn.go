@@ -130,6 +130,10 @@ func (c *conn) readLoop() bool {
 				c.log.Info("CONN: connection ended inside a frame", "err", err)
 				return false
 			default:
+				if c.b.closing.Load() {
+					// Close stopped reading: answer what was read, then close.
+					return true
+				}
 				if !c.closing() {
 					c.log.Debug("CONN: read failed", "err", err)
 				}

@@ -112,14 +112,14 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 			if slaveErr {
 				return wire.StatusInternalServerError, err.Error()
 			}
-			b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
+			b.logAppendError(topic, p, err)
 			return wire.StatusInternalServerError, b.putError(topic, p, "")
 		}
 	} else {
 		var as []store.Appended
 		as, err = b.store.Append(ctx, topic, int(p), []store.Message{{Flag: cmd.Flag, Body: cmd.Body}})
 		if err != nil {
-			b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
+			b.logAppendError(topic, p, err)
 			return wire.StatusInternalServerError, b.putError(topic, p, "")
 		}
 		a = as[0]
@@ -127,6 +127,14 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 	b.stats.realtime(topic, statPut, 1)
 	b.stats.realtime(topic, statMessageSize, int64(len(cmd.Body)))
 	return wire.StatusOK, strconv.FormatInt(a.ID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(a.Offset, 10)
+}
+
+func (b *Broker) logAppendError(topic string, p int32, err error) {
+	if errors.Is(err, context.Canceled) && b.closing.Load() {
+		b.log.Info("TOPIC("+topic+"): append cancelled by shutdown", "partition", p)
+		return
+	}
+	b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
 }
 
 func (b *Broker) brokerID() int { return b.cfg.Load().System.BrokerID }

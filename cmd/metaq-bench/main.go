@@ -1,0 +1,380 @@
+// Command metaq-bench drives a MetaQ-protocol broker with pipelined
+// producer connections and fetching consumers and reports throughput and
+// put latency.
+//
+// By default it starts a broker in process over a fresh temporary data
+// directory (group commit: every acknowledged put is fsynced); -addr
+// targets a running broker instead.
+//
+//	metaq-bench -producers 4 -inflight 256 -size 1024 -duration 10s -consumers 2
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"metaq/broker"
+	"metaq/broker/config"
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+type options struct {
+	addr       string
+	producers  int
+	consumers  int
+	inflight   int
+	size       int
+	duration   time.Duration
+	warmup     time.Duration
+	topic      string
+	partitions int
+	dataDir    string
+	unflush    int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.addr, "addr", "", "broker address host:port; empty starts a broker in process on a temp dir")
+	flag.IntVar(&o.producers, "producers", 4, "producer connections")
+	flag.IntVar(&o.consumers, "consumers", 0, "consumer connections (each fetches partitions round robin)")
+	flag.IntVar(&o.inflight, "inflight", 128, "pipelined puts in flight per producer connection")
+	flag.IntVar(&o.size, "size", 1024, "message body size in bytes")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured run time")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before the run")
+	flag.StringVar(&o.topic, "topic", "bench", "topic")
+	flag.IntVar(&o.partitions, "partitions", 4, "partitions (in-process broker; puts go round robin)")
+	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
+	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "metaq-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	addr := o.addr
+	if addr == "" {
+		a, stop, err := startBroker(o)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		addr = a
+	}
+	fmt.Printf("target %s: %d producers x %d in flight, %d consumers, %d B messages, %d partitions, warm-up %v, run %v\n",
+		addr, o.producers, o.inflight, o.consumers, o.size, o.partitions, o.warmup, o.duration)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &stats{}
+	var wg sync.WaitGroup
+	errCh := make(chan error, o.producers+o.consumers)
+	for i := range o.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := produce(ctx, o, addr, i, st); err != nil && ctx.Err() == nil {
+				errCh <- err
+			}
+		}()
+	}
+	for i := range o.consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := consume(ctx, o, addr, i, st); err != nil && ctx.Err() == nil {
+				errCh <- err
+			}
+		}()
+	}
+	select {
+	case err := <-errCh:
+		cancel()
+		wg.Wait()
+		return err
+	case <-time.After(o.warmup):
+	}
+	st.start()
+	select {
+	case err := <-errCh:
+		cancel()
+		wg.Wait()
+		return err
+	case <-time.After(o.duration):
+	}
+	res := st.stop()
+	cancel()
+	wg.Wait()
+	res.print(o)
+	return nil
+}
+
+func startBroker(o options) (string, func(), error) {
+	dir := o.dataDir
+	cleanup := func() {}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "metaq-bench-")
+		if err != nil {
+			return "", nil, err
+		}
+		dir = d
+		cleanup = func() { os.RemoveAll(d) }
+	}
+	ini := fmt.Sprintf(`[system]
+brokerId=0
+hostName=127.0.0.1
+serverPort=8123
+numPartitions=1
+unflushThreshold=%d
+unflushInterval=1000
+maxSegmentSize=1073741824
+maxTransferSize=1048576
+dataPath=%s
+
+[zookeeper]
+zk.zkEnable=false
+
+[topic=%s]
+numPartitions=%d
+`, o.unflush, dir, o.topic, o.partitions)
+	cfg, _, err := config.Parse("bench.ini", []byte(ini))
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	st, err := store.Open(store.Options{Dir: dir, BrokerID: 0})
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	b, err := broker.New(broker.Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		st.Close()
+		cleanup()
+		return "", nil, err
+	}
+	if err := b.Start(context.Background()); err != nil {
+		st.Close()
+		cleanup()
+		return "", nil, err
+	}
+	return b.Addr().String(), func() {
+		b.Close()
+		st.Close()
+		cleanup()
+	}, nil
+}
+
+// stats collects counts and latencies during the measured window only.
+type stats struct {
+	measuring atomic.Bool
+	mu        sync.Mutex
+	lat       []time.Duration
+	puts      atomic.Int64
+	failed    atomic.Int64
+	consumed  atomic.Int64
+	cbytes    atomic.Int64
+	t0        time.Time
+}
+
+func (s *stats) start() {
+	s.t0 = time.Now()
+	s.measuring.Store(true)
+}
+
+type result struct {
+	elapsed                time.Duration
+	puts, failed, consumed int64
+	cbytes                 int64
+	lat                    []time.Duration
+}
+
+func (s *stats) stop() result {
+	s.measuring.Store(false)
+	el := time.Since(s.t0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...)}
+}
+
+func (s *stats) observePut(d time.Duration, ok bool) {
+	if !s.measuring.Load() {
+		return
+	}
+	if !ok {
+		s.failed.Add(1)
+		return
+	}
+	s.puts.Add(1)
+	s.mu.Lock()
+	s.lat = append(s.lat, d)
+	s.mu.Unlock()
+}
+
+func (r result) print(o options) {
+	sec := r.elapsed.Seconds()
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	pct := func(p float64) time.Duration {
+		if len(r.lat) == 0 {
+			return 0
+		}
+		i := int(p * float64(len(r.lat)-1))
+		return r.lat[i]
+	}
+	fmt.Printf("produce: %d msgs in %.1fs = %.0f msgs/s, %.1f MB/s (payload), %d failed\n",
+		r.puts, sec, float64(r.puts)/sec, float64(r.puts)*float64(o.size)/sec/1e6, r.failed)
+	fmt.Printf("put latency: p50 %v  p99 %v  max %v\n", pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
+	if o.consumers > 0 {
+		fmt.Printf("consume: %d msgs = %.0f msgs/s, %.1f MB/s (payload)\n", r.consumed, float64(r.consumed)/sec, float64(r.cbytes)/sec/1e6)
+	}
+}
+
+// produce runs one pipelined producer connection.
+func produce(ctx context.Context, o options, addr string, n int, st *stats) error {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	go func() { <-ctx.Done(); nc.Close() }()
+	body := []byte(strings.Repeat("m", o.size))
+	sum := wire.Checksum(body)
+	slots := make(chan struct{}, o.inflight)
+	var sent sync.Map // opaque -> time.Time
+	readErr := make(chan error, 1)
+	go func() {
+		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
+		for {
+			cmd, err := d.Decode()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			r, ok := cmd.(*wire.Result)
+			if !ok {
+				readErr <- fmt.Errorf("unexpected %s", cmd.Name())
+				return
+			}
+			if t, ok := sent.LoadAndDelete(r.Opaque); ok {
+				st.observePut(time.Since(t.(time.Time)), r.OK())
+				if !r.OK() {
+					fmt.Fprintf(os.Stderr, "put failed: %s\n", r)
+				}
+			}
+			<-slots
+		}
+	}()
+	w := bufio.NewWriterSize(nc, 256<<10)
+	buf := make([]byte, 0, o.size+128)
+	var opaque int32 = int32(n) << 24
+	part := int32(n % max(o.partitions, 1))
+	for {
+		// Block for the first slot, then batch every free slot into one write.
+		select {
+		case slots <- struct{}{}:
+		case err := <-readErr:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+		for k := 0; ; k++ {
+			opaque++
+			part = (part + 1) % int32(max(o.partitions, 1))
+			buf = (&wire.Put{Topic: o.topic, Partition: part, Checksum: sum, Body: body, Opaque: opaque}).AppendTo(buf[:0])
+			sent.Store(opaque, time.Now())
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			if k >= 64 {
+				break
+			}
+			select {
+			case slots <- struct{}{}:
+				continue
+			default:
+			}
+			break
+		}
+		if err := w.Flush(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// consume fetches partitions round robin from offset 0, following records.
+func consume(ctx context.Context, o options, addr string, n int, st *stats) error {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	go func() { <-ctx.Done(); nc.Close() }()
+	d := wire.NewDecoder(bufio.NewReaderSize(nc, 1<<20))
+	offsets := make([]int64, max(o.partitions, 1))
+	var mine []int
+	for p := range offsets {
+		if o.consumers > len(offsets) || p%o.consumers == n {
+			mine = append(mine, p)
+		}
+	}
+	var opaque int32
+	for i := 0; ; i++ {
+		p := mine[i%len(mine)]
+		opaque++
+		if err := wire.Write(nc, &wire.Get{Topic: o.topic, Group: "bench", Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: opaque}); err != nil {
+			return err
+		}
+		cmd, err := d.Decode()
+		if err != nil {
+			return err
+		}
+		switch c := cmd.(type) {
+		case *wire.Value:
+			data := c.Data
+			for len(data) >= 20 {
+				l := int(binary.BigEndian.Uint32(data))
+				if len(data) < 20+l {
+					break
+				}
+				offsets[p] += int64(20 + l)
+				if st.measuring.Load() {
+					st.consumed.Add(1)
+					st.cbytes.Add(int64(l))
+				}
+				data = data[20+l:]
+			}
+		case *wire.Result:
+			if c.Code == 301 {
+				var off int64
+				fmt.Sscan(string(c.Body), &off)
+				offsets[p] = off
+			} else if c.Code != 404 {
+				return errors.New("get: " + c.String())
+			} else {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+	}
+}
