@@ -151,6 +151,9 @@ func (g *rig) startMaster() {
 		g.t.Fatal(err)
 	}
 	g.sh = sh
+	if g.shOpts.Listener != nil {
+		return // a listener in another network namespace: no proxy
+	}
 	if g.proxy == nil {
 		p, err := netproxy.New(sh.Addr())
 		if err != nil {
@@ -174,12 +177,18 @@ func (g *rig) stopMaster(reopenStore bool) {
 
 func (g *rig) startSlave() {
 	g.t.Helper()
+	g.startSlaveAt(g.proxy.Addr())
+}
+
+// startSlaveAt starts the receiver against addr (bypassing the proxy).
+func (g *rig) startSlaveAt(addr string) {
+	g.t.Helper()
 	if g.slave == nil {
 		g.slave = g.k.open(g.t, filepath.Join(g.dir, "slave-data", "store"))
 	}
 	o := g.rcOpts
 	o.Sink = g.slave
-	o.Resolver = StaticResolver(g.proxy.Addr())
+	o.Resolver = StaticResolver(addr)
 	rc, err := NewReceiver(o)
 	if err != nil {
 		g.t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"metaq/broker/store"
@@ -51,8 +52,12 @@ var (
 // ShipperOptions configure the master side. Zero values mean defaults.
 type ShipperOptions struct {
 	// Listen is the replication address (config.Replication.Listen; the
-	// bundle's default is serverPort+1). Required.
+	// bundle's default is serverPort+1). Required unless Listener is set.
 	Listen string
+	// Listener, when set, is used instead of opening Listen (socket
+	// activation, or a socket opened in another network namespace). The
+	// Shipper closes it.
+	Listener net.Listener
 	// BrokerID is the master's brokerId; a slave with another brokerId is refused.
 	BrokerID int
 	// Source is the master's store. Required.
@@ -82,7 +87,7 @@ type ShipperOptions struct {
 }
 
 func (o *ShipperOptions) validate() error {
-	if o.Listen == "" {
+	if o.Listen == "" && o.Listener == nil {
 		return errors.New("georeplicator: ShipperOptions.Listen is required")
 	}
 	if o.Source == nil {
@@ -155,6 +160,9 @@ type ReceiverOptions struct {
 	BackoffMin, BackoffMax time.Duration
 	// DialTimeout bounds connect plus handshake. Default 10s.
 	DialTimeout time.Duration
+	// Dial, when set, opens the TCP connection instead of net.Dialer (a
+	// source address, a proxy, another network namespace).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	Logger      *slog.Logger // nil = discard
 	Clock       clock.Clock  // nil = real
 

@@ -240,8 +240,12 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("georeplicator: resolve master: %w", err)
 	}
-	d := net.Dialer{KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	dial := r.opts.Dial
+	if dial == nil {
+		d := net.Dialer{KeepAlive: 15 * time.Second}
+		dial = d.DialContext
+	}
+	c, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, addr, fmt.Errorf("georeplicator: dial master %s: %w", addr, err)
 	}

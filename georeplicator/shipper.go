@@ -55,9 +55,12 @@ func NewShipper(opts ShipperOptions) (*Shipper, error) {
 
 // Start opens the listener and begins serving slaves.
 func (s *Shipper) Start() error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("georeplicator: listen %s: %w", s.opts.Listen, err)
+	ln := s.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.opts.Listen); err != nil {
+			return fmt.Errorf("georeplicator: listen %s: %w", s.opts.Listen, err)
+		}
 	}
 	if s.opts.TLS != nil {
 		ln = tls.NewListener(ln, s.opts.TLS)
