@@ -162,9 +162,9 @@ type ReceiverOptions struct {
 	DialTimeout time.Duration
 	// Dial, when set, opens the TCP connection instead of net.Dialer (a
 	// source address, a proxy, another network namespace).
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	Logger      *slog.Logger // nil = discard
-	Clock       clock.Clock  // nil = real
+	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	Logger *slog.Logger // nil = discard
+	Clock  clock.Clock  // nil = real
 
 	// applyHook, when set (tests and benchmarks), sees every entry after it is applied.
 	applyHook func(e store.LogEntry, at time.Time)
