@@ -114,6 +114,9 @@ type Registry struct {
 	log   *slog.Logger
 	conn  *zk.Conn
 
+	// Lock order: regMu before urlMu (registerBrokerLocked reads URL);
+	// sessionMu is never held with another lock.
+	//
 	// regMu serialises every registration write, including re-registration
 	// after a session expiry, so a reload and a resync never interleave.
 	regMu sync.Mutex

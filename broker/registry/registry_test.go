@@ -528,3 +528,52 @@ func TestNoServer(t *testing.T) {
 		t.Fatalf("New took %v", time.Since(start))
 	}
 }
+
+// TestWatches: a children watch fires on a change, and Close returns while
+// another watch is still armed (its goroutine ends with the session).
+func TestWatches(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	r, err := New(ctx, testOptions(t, root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.EnsurePath(ctx, root+"/w"); err != nil {
+		t.Fatal(err)
+	}
+	kids, w, err := r.ChildrenW(ctx, root+"/w")
+	if err != nil || len(kids) != 0 {
+		t.Fatalf("ChildrenW = %v %v", kids, err)
+	}
+	if err := r.CreateEphemeral(ctx, root+"/w/a", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w:
+	case <-time.After(5 * time.Second):
+		t.Fatal("children watch did not fire")
+	}
+	if err := r.CreateEphemeral(ctx, root+"/w/a", nil); !errors.Is(err, ErrNodeExists) {
+		t.Errorf("second CreateEphemeral: %v, want ErrNodeExists", err)
+	}
+	_, w2, err := r.GetW(ctx, root+"/w/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { r.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs with an armed watch")
+	}
+	select {
+	case <-w2:
+	case <-time.After(5 * time.Second):
+		t.Error("armed watch not released by Close")
+	}
+	if _, _, err := r.Get(ctx, root+"/w/a"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Get after Close: %v, want ErrClosed", err)
+	}
+}
