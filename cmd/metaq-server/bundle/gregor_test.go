@@ -1,0 +1,40 @@
+package bundle
+
+import (
+	"context"
+	"strconv"
+	"testing"
+)
+
+// TestGregorNeverRegisters: a gregor (synchronous) slave keeps out of
+// ZooKeeper even when zk.zkEnable is true (spec §5.3), and accepts `sync`.
+func TestGregorNeverRegisters(t *testing.T) {
+	e := newEnv(t, "[topic=test]\nnumPartitions=1\n")
+	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testLogger(t),
+		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Registry != nil || b.AdminAddr() != "" {
+		t.Fatalf("gregor: registry %v, admin %q", b.Registry, b.AdminAddr())
+	}
+	zk := zkClient(t, e)
+	if ok, _, err := zk.Exists(context.Background(), e.root+"/brokers"); ok || err != nil {
+		t.Errorf("gregor wrote into ZooKeeper (%v)", err)
+	}
+	mc, err := dialMeta(b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	// A plain broker answers `sync` with 503; a gregor slave stores it under
+	// the master's id (spec §1.14 example).
+	rep, err := mc.roundTrip("sync test 0 5 0 6393882542080 907060870", []byte("hello"))
+	if err != nil || rep.code != 200 || string(rep.body) != "6393882542080 0 0" {
+		t.Fatalf("sync: %v %d %q", err, rep.code, rep.body)
+	}
+}
