@@ -37,7 +37,9 @@ type Broker struct {
 	store Store
 
 	cfg    atomic.Pointer[config.Server]
-	topics topicTable // accepted topics, policies, registrations, closed partitions
+	topics topicTable                 // retired topics, policies, registrations
+	tcache atomic.Pointer[topicCache] // per-config topic lookups
+	closed atomic.Pointer[closedSet]  // partitions closed by an operator
 	tx     atomic.Pointer[txHolder]
 	stats  *statsCounters
 	ids    idGen

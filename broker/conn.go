@@ -31,9 +31,10 @@ type conn struct {
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
 
-	slots chan struct{} // in-flight tokens
-	out   chan outFrame // answers for the writer
-	wg    sync.WaitGroup
+	slots chan struct{}     // in-flight tokens
+	out   chan outFrame     // answers for the writer
+	work  chan wire.Command // requests for idle workers; closed when reading stops
+	wg    sync.WaitGroup    // workers
 
 	closeOnce sync.Once
 }
@@ -57,6 +58,7 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		cancel: cancel,
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
+		work:   make(chan wire.Command),
 	}
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -74,7 +76,9 @@ func (c *conn) serve() {
 		defer close(writerDone)
 		c.writeLoop()
 	}()
-	if c.readLoop() {
+	graceful := c.readLoop()
+	close(c.work) // idle workers exit; busy ones finish their request first
+	if graceful {
 		// quit or EOF: let in-flight requests finish and their answers go out
 		// (bounded by the write timeout), then close.
 		c.wg.Wait()
@@ -150,11 +154,44 @@ func (c *conn) readLoop() bool {
 			c.log.Debug("CONN: dropped a response frame sent by the client", "cmd", cmd.Name())
 			continue
 		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
+		c.dispatch(cmd)
+	}
+}
+
+// workerIdle is how long a connection's idle worker goroutine waits for
+// another request before it exits.
+const workerIdle = 2 * time.Second
+
+// dispatch hands cmd to an idle worker of this connection, or starts a new
+// one. Workers are reused because a fresh goroutine per request pays for
+// growing its stack on every put; their number never exceeds MaxInFlight,
+// since each holds one in-flight request.
+func (c *conn) dispatch(cmd wire.Command) {
+	select {
+	case c.work <- cmd:
+		return
+	default:
+	}
+	c.wg.Add(1)
+	go c.worker(cmd)
+}
+
+func (c *conn) worker(cmd wire.Command) {
+	defer c.wg.Done()
+	c.b.handle(c, cmd)
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case cmd, ok := <-c.work:
+			if !ok {
+				return
+			}
 			c.b.handle(c, cmd)
-		}()
+			idle.Reset(workerIdle)
+		case <-idle.C:
+			return
+		}
 	}
 }
 

@@ -75,7 +75,8 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 		return wire.StatusForbidden, b.putError(topic, cmd.Partition,
 			"partition["+strconv.Itoa(b.brokerID())+"-"+strconv.Itoa(int(cmd.Partition))+"] has been closed")
 	}
-	tc, accepted := b.topicFor(topic)
+	te := b.topicEntry(topic)
+	tc, accepted := te.tc, te.ok
 	p := cmd.Partition
 	if p == -1 {
 		n := b.cfg.Load().System.NumPartitions
@@ -99,7 +100,7 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 		// Spec §11: such a message can never be fetched by a Java consumer.
 		b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched", "bytes", len(cmd.Body), "maxTransferSize", max)
 	}
-	b.ensureTopic(ctx, topic, tc)
+	b.ensureTopic(ctx, topic, te)
 
 	var (
 		a   store.Appended

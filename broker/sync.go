@@ -42,7 +42,8 @@ func (b *Broker) syncStore(ctx context.Context, cmd *wire.Sync) (int, string) {
 		return wire.StatusForbidden, b.putError(topic, p, "Partition["+pid+"] has been closed")
 	}
 	n := 0
-	tc, ok := b.topicFor(topic)
+	te := b.topicEntry(topic)
+	tc, ok := te.tc, te.ok
 	switch {
 	case ok:
 		n = tc.NumPartitions
@@ -58,7 +59,7 @@ func (b *Broker) syncStore(ctx context.Context, cmd *wire.Sync) (int, string) {
 		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
 	}
 	if ok {
-		b.ensureTopic(ctx, topic, tc)
+		b.ensureTopic(ctx, topic, te)
 	}
 	as, err := b.store.Append(ctx, topic, int(p), []store.Message{{ID: cmd.MsgID, Flag: cmd.Flag, Body: cmd.Body}})
 	if err != nil {

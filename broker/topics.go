@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/config"
@@ -15,7 +16,8 @@ import (
 // topicTable holds what the broker knows about topics beyond the current
 // config: topics removed by a reload (MetaQ keeps accepting them until a
 // restart), the topics already registered in ZooKeeper and the topics whose
-// store policy was set, and the partitions closed by an operator.
+// store policy was set. Its mutex also serialises changes of the closed
+// partitions.
 type topicTable struct {
 	mu         sync.RWMutex
 	retired    []config.Topic          // removed by Reload, still accepted
@@ -27,14 +29,59 @@ type topicTable struct {
 func (t *topicTable) init() {
 	t.registered = make(map[string]int)
 	t.policySet = make(map[string]bool)
-	t.closed = make(map[string]map[int]bool)
+}
+
+// topicEntry caches what a put needs to know about one concrete topic
+// under one configuration. ready is set once the topic's policy was pushed
+// and its registration done, so later puts skip both.
+type topicEntry struct {
+	tc    config.Topic
+	ok    bool
+	ready atomic.Bool
+}
+
+// topicCache maps topic names to entries for one *config.Server; a reload
+// (a new config pointer) starts a new cache.
+type topicCache struct {
+	cfg *config.Server
+	m   sync.Map // string -> *topicEntry
+}
+
+func (b *Broker) topicEntry(name string) *topicEntry {
+	cfg := b.cfg.Load()
+	c := b.tcache.Load()
+	if c == nil || c.cfg != cfg {
+		nc := &topicCache{cfg: cfg}
+		if b.tcache.CompareAndSwap(c, nc) {
+			c = nc
+		} else {
+			c = b.tcache.Load()
+		}
+	}
+	if e, ok := c.m.Load(name); ok {
+		return e.(*topicEntry)
+	}
+	e := &topicEntry{}
+	e.tc, e.ok = b.lookupTopic(cfg, name)
+	if len(name) <= 255 {
+		// Unbounded names from clients are not cached.
+		if old, loaded := c.m.LoadOrStore(name, e); loaded {
+			return old.(*topicEntry)
+		}
+	}
+	return e
 }
 
 // topicFor finds the topic settings for a concrete topic name: the first
 // matching [topic=...] section of the current config, else a section
 // removed by a reload.
 func (b *Broker) topicFor(name string) (config.Topic, bool) {
-	if tc, ok := b.cfg.Load().TopicFor(name); ok {
+	e := b.topicEntry(name)
+	return e.tc, e.ok
+}
+
+func (b *Broker) lookupTopic(cfg *config.Server, name string) (config.Topic, bool) {
+	if tc, ok := cfg.TopicFor(name); ok {
 		return tc, true
 	}
 	b.topics.mu.RLock()
@@ -104,10 +151,14 @@ func (b *Broker) setPolicy(topic string, tc config.Topic) {
 	b.topics.mu.Unlock()
 }
 
-// ensureTopic is called before a put to a topic: the first time, it pushes
-// the topic's policy to the store and registers the topic in ZooKeeper
-// (spec §1.5 step 4).
-func (b *Broker) ensureTopic(ctx context.Context, topic string, tc config.Topic) {
+// ensureTopic is called before a put to a topic: the first time under a
+// configuration, it pushes the topic's policy to the store and registers
+// the topic in ZooKeeper (spec §1.5 step 4).
+func (b *Broker) ensureTopic(ctx context.Context, topic string, e *topicEntry) {
+	if e.ready.Load() {
+		return
+	}
+	tc := e.tc
 	b.topics.mu.RLock()
 	ps := b.topics.policySet[topic]
 	n, reg := b.topics.registered[topic]
@@ -116,18 +167,22 @@ func (b *Broker) ensureTopic(ctx context.Context, topic string, tc config.Topic)
 		b.setPolicy(topic, tc)
 	}
 	if b.opts.Registry != nil && (!reg || n != tc.NumPartitions) {
-		b.registerTopic(ctx, topic, tc)
+		if !b.registerTopic(ctx, topic, tc) {
+			return // try again on the next put
+		}
 	}
+	e.ready.Store(true)
 }
 
-func (b *Broker) registerTopic(ctx context.Context, topic string, tc config.Topic) {
+func (b *Broker) registerTopic(ctx context.Context, topic string, tc config.Topic) bool {
 	if err := b.opts.Registry.RegisterTopic(ctx, topic, tc.NumPartitions, tc.AcceptPublish, tc.AcceptSubscribe); err != nil {
 		b.log.Warn("TOPIC("+topic+"): register in ZooKeeper failed", "err", err)
-		return
+		return false
 	}
 	b.topics.mu.Lock()
 	b.topics.registered[topic] = tc.NumPartitions
 	b.topics.mu.Unlock()
+	return true
 }
 
 // registerConfiguredTopics registers every literal configured topic and
@@ -227,35 +282,63 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 // ClosePartitions closes partitions from..to (inclusive) of topic: puts,
 // gets and syncs on them answer 403 until OpenPartitions.
 func (b *Broker) ClosePartitions(topic string, from, to int) {
-	b.topics.mu.Lock()
-	defer b.topics.mu.Unlock()
-	m := b.topics.closed[topic]
-	if m == nil {
-		m = make(map[int]bool)
-		b.topics.closed[topic] = m
-	}
-	for p := from; p <= to; p++ {
-		m[p] = true
-	}
+	b.updateClosed(func(m closedSet) {
+		ps := m[topic]
+		if ps == nil {
+			ps = make(map[int]bool)
+			m[topic] = ps
+		}
+		for p := from; p <= to; p++ {
+			ps[p] = true
+		}
+	})
 	b.log.Info("TOPIC("+topic+"): partitions closed", "from", from, "to", to)
 }
 
 // OpenPartitions reopens partitions closed by ClosePartitions.
 func (b *Broker) OpenPartitions(topic string, from, to int) {
-	b.topics.mu.Lock()
-	defer b.topics.mu.Unlock()
-	m := b.topics.closed[topic]
-	for p := from; p <= to; p++ {
-		delete(m, p)
-	}
-	if len(m) == 0 {
-		delete(b.topics.closed, topic)
-	}
+	b.updateClosed(func(m closedSet) {
+		ps := m[topic]
+		for p := from; p <= to; p++ {
+			delete(ps, p)
+		}
+		if len(ps) == 0 {
+			delete(m, topic)
+		}
+	})
 	b.log.Info("TOPIC("+topic+"): partitions opened", "from", from, "to", to)
 }
 
+// closedSet is topic -> closed partitions. The broker keeps it behind an
+// atomic pointer and replaces it on change, so the put and get paths read
+// it without locking.
+type closedSet map[string]map[int]bool
+
+func (b *Broker) updateClosed(f func(closedSet)) {
+	b.topics.mu.Lock()
+	defer b.topics.mu.Unlock()
+	next := closedSet{}
+	if cur := b.closed.Load(); cur != nil {
+		for t, ps := range *cur {
+			cp := make(map[int]bool, len(ps))
+			for p := range ps {
+				cp[p] = true
+			}
+			next[t] = cp
+		}
+	}
+	f(next)
+	if len(next) == 0 {
+		b.closed.Store(nil)
+		return
+	}
+	b.closed.Store(&next)
+}
+
 func (b *Broker) isClosed(topic string, p int) bool {
-	b.topics.mu.RLock()
-	defer b.topics.mu.RUnlock()
-	return b.topics.closed[topic][p]
+	cur := b.closed.Load()
+	if cur == nil {
+		return false
+	}
+	return (*cur)[topic][p]
 }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -58,9 +59,20 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions (in-process broker; puts go round robin)")
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "metaq-bench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "metaq-bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
