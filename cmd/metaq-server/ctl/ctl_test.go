@@ -1,0 +1,110 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestPIDFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "logs", ".run.pid")
+	if _, err := ReadPID(path); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("ReadPID without a file: %v", err)
+	}
+	remove, err := WritePID(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := ReadPID(path); err != nil || pid != os.Getpid() {
+		t.Fatalf("ReadPID = %d %v", pid, err)
+	}
+	remove()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatal("pid file not removed")
+	}
+
+	// A pid file of a live other process blocks a second server.
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	os.WriteFile(path, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
+	if _, err := WritePID(path); err == nil {
+		t.Fatal("WritePID succeeded while another live process holds the file")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// Stale: the process is gone.
+	if _, err := ReadPID(path); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("ReadPID of a dead process: %v", err)
+	}
+	if _, err := WritePID(path); err != nil {
+		t.Fatalf("WritePID over a stale file: %v", err)
+	}
+}
+
+// TestStopEscalates: a process that ignores SIGTERM is killed after the tries.
+func TestStopEscalates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ".run.pid")
+	cmd := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 0.1; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	os.WriteFile(path, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	time.Sleep(100 * time.Millisecond) // let the shell install its trap
+	var lines int
+	err := Stop(context.Background(), path, 2, 200*time.Millisecond, func(string, ...any) { lines++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("process ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("process still running after Stop")
+	}
+	if lines != 3 { // two tries and the kill
+		t.Errorf("Stop logged %d lines, want 3", lines)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Error("pid file left after Stop")
+	}
+	if err := Stop(context.Background(), path, 2, 10*time.Millisecond, func(string, ...any) {}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Stop with nothing running: %v", err)
+	}
+}
+
+func TestDefaultFiles(t *testing.T) {
+	t.Setenv("METAQ_LOG_DIR", "")
+	f := DefaultFiles("/opt/metaq/conf/server.ini", "", "")
+	if f.PID != "/opt/metaq/logs/.run.pid" || f.Log != "/opt/metaq/logs/metaServer.log" {
+		t.Errorf("DefaultFiles = %+v", f)
+	}
+	if f := DefaultFiles("x.ini", "/var/log/mq", "/run/mq.pid"); f.PID != "/run/mq.pid" || f.Log != "/var/log/mq/metaServer.log" {
+		t.Errorf("DefaultFiles with overrides = %+v", f)
+	}
+}
+
+func TestWholeRecords(t *testing.T) {
+	rec := func(n int) []byte {
+		b := make([]byte, 20+n)
+		b[3] = byte(n)
+		return b
+	}
+	buf := append(append(rec(5), rec(0)...), rec(9)[:12]...)
+	if got := wholeRecords(buf); got != 45 {
+		t.Errorf("wholeRecords = %d, want 45", got)
+	}
+}
