@@ -36,8 +36,11 @@ func (m Mode) String() string {
 // ParseMode parses "", "master", "slave", "samsa" or "gregor".
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(s) {
-	case "", "master", "local":
+	case "", "master":
 		return ModeMaster, nil
+	case "local":
+		// MetaQ's `start local` also ran an embedded ZooKeeper.
+		return ModeMaster, fmt.Errorf("bundle: there is no local mode: set zk.zkEnable=false in [zookeeper] to run without ZooKeeper")
 	case "slave", "metaslave":
 		return ModeSlave, nil
 	case "samsa":
