@@ -12,8 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"metaq/broker"
 	"metaq/broker/registry"
 )
+
+// The registry is the broker's ZooKeeper registry as it is, no adapter.
+var _ broker.Registry = (*registry.Registry)(nil)
 
 func checkZNode(t *testing.T, zk *registry.Registry, path, want string) {
 	t.Helper()
