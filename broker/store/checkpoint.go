@@ -294,6 +294,9 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 // the state is consistent and the position durable.
 func (s *Store) writeCheckpoint() error {
 	w := &s.w
+	if s.noCheckpoint.Load() {
+		return nil
+	}
 	if err := s.writeIdx(w.active, w.pos-w.active.start, w.segIdx); err != nil {
 		return err
 	}

@@ -46,6 +46,11 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 			}
 			h, payload, n, derr := r.entryAt(x)
 			if derr != nil {
+				if g.start+x > pos {
+					// a boundary we found ourselves, not one the caller
+					// passed in: this is damage
+					s.corruptionFound(g.start+x, derr)
+				}
 				err = fmt.Errorf("store: read log at %d (%s+%d): %w", g.start+x, g.path, x, derr)
 				break
 			}

@@ -97,6 +97,14 @@ func (s *Store) scan(from int64) error {
 			s.quarantineRange(g, x, y, err)
 			x = y
 		}
+		if i < len(s.segs)-1 {
+			// A sealed segment was scanned: write its index summary so the
+			// next start-up need not scan it again (and never trusts a
+			// summary written before damage was found in it).
+			if err := s.writeIdx(g, size, s.w.segIdx); err != nil {
+				s.log.Warn("STORE: cannot write segment index", "err", err)
+			}
+		}
 	}
 	return nil
 }
@@ -147,6 +155,23 @@ func (s *Store) quarantineRange(g *segment, x, y int64, cause error) {
 		"copy", bad, "err", cause)
 }
 
+// fenceReplay cuts p back to off during recovery (see Store.fence).
+func (s *Store) fenceReplay(p *partition, off int64) {
+	i := p.chunkIndexLocked(off - 1)
+	p.chunks = p.chunks[:i+1]
+	p.end = off
+	p.min = min(p.min, off)
+	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
+		p.segs = p.segs[:len(p.segs)-1]
+	}
+	if p.segs[0] > off {
+		p.segs[0] = off
+	}
+	for len(p.times) > 0 && p.times[len(p.times)-1].off >= off {
+		p.times = p.times[:len(p.times)-1]
+	}
+}
+
 // applyEntry replays one valid log entry into the partition table.
 func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[*partition]bool) {
 	if h.pid >= s.nextPid {
@@ -161,7 +186,13 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 		}
 		key := pkey{topic, num}
 		if p := s.byPid[h.pid]; p != nil {
-			return // re-definition at a segment start
+			// A re-definition (at a segment start) states the partition's
+			// end at that point. Lower than ours: the partition was fenced
+			// there at run time; cut it back the same way.
+			if h.off < p.end {
+				s.fenceReplay(p, h.off)
+			}
+			return
 		}
 		if old := s.parts[key]; old != nil {
 			delete(s.byPid, old.pid)

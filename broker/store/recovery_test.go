@@ -298,3 +298,46 @@ func TestMidLogCorruption(t *testing.T) {
 		})
 	}
 }
+
+func TestCorruptionFoundWhileReading(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir}
+	s := openT(t, opts)
+	want := fill(t, s, "q", 2, 20)
+	s.Close()
+	seg := logFiles(t, dir, segSuffix)[0]
+	pos := entryPositions(t, seg, 0)[5]
+	b, _ := os.ReadFile(seg)
+	b[pos+entryHeaderLen+3] ^= 0x10 // bit rot below the checkpoint
+	os.WriteFile(seg, b, 0o644)
+
+	s2 := openT(t, opts) // clean checkpoint: nothing is scanned, damage unseen
+	got, err := s2.Read("q", 0, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := decodeAll(t, got)
+	if len(recs) != 5 || !bytes.Equal(got, want[0][:len(got)]) {
+		t.Fatalf("served %d records before the damage, want 5", len(recs))
+	}
+	if _, err := s2.Read("q", 0, int64(len(got)), 100); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("read at the damaged chunk after the fence: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ckptName)); !os.IsNotExist(err) {
+		t.Fatal("checkpoint kept after damage was found")
+	}
+	a := mustAppend(t, s2, "q", 0, "after fence")
+	if a[0].Offset != int64(len(got)) {
+		t.Fatalf("append after fence at %d, want %d", a[0].Offset, len(got))
+	}
+	got = AppendRecord(got, a[0].ID, 0, []byte("after fence"))
+	checkParts(t, s2, "q", map[int][]byte{0: got, 1: want[1]})
+	s2.Close()
+	// the next start-up scans everything, quarantines the damage and
+	// reaches the same partitions
+	s3 := openT(t, opts)
+	checkParts(t, s3, "q", map[int][]byte{0: got, 1: want[1]})
+	if len(logFiles(t, dir, ".bad")) != 1 {
+		t.Fatal("damage not quarantined at the next start-up")
+	}
+}

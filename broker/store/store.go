@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/internal/clock"
@@ -91,6 +93,10 @@ type Store struct {
 	closeErr  error
 
 	w writerState
+
+	// noCheckpoint is set once damage was found while serving: no more
+	// checkpoints, so the next start-up scans (and quarantines) everything.
+	noCheckpoint atomic.Bool
 }
 
 // Open opens or creates the store under opts.Dir and recovers it.
@@ -292,6 +298,11 @@ func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at i
 // Read returns up to maxBytes of the partition's bytes starting at offset,
 // exactly as `get` sends them (may end in a partial record, never empty).
 // offset must be >= Min and < Max, else a *RangeError.
+//
+// Every chunk read is checked against its entry crc. A chunk that fails is
+// never served: Read returns the bytes before it, or an error wrapping
+// ErrCorrupt when there are none, and the store makes the next start-up scan
+// the whole log so the damage is quarantined (see doc.go).
 func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error) {
 	if maxBytes <= 0 {
 		return nil, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
@@ -300,7 +311,10 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	if p == nil {
 		return nil, ErrNoPartition
 	}
-	type piece struct{ pos, n int64 }
+	type piece struct {
+		off, pos, n int64 // chunk start offset, entry position, payload length
+		skip, take  int64 // bytes of the payload skipped and served
+	}
 	var pieces []piece
 	total := int64(0)
 	p.mu.RLock()
@@ -309,22 +323,33 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 		p.mu.RUnlock()
 		return nil, e
 	}
+	pid := p.pid
 	want := min(int64(maxBytes), p.end-offset)
 	for i := p.chunkIndexLocked(offset); i < len(p.chunks) && total < want; i++ {
 		c := p.chunks[i]
-		skip := int64(0)
-		if c.off < offset {
-			skip = offset - c.off
-		}
-		n := min(p.chunkLenLocked(i)-skip, want-total)
-		pieces = append(pieces, piece{c.pos + entryHeaderLen + skip, n})
-		total += n
+		n := p.chunkLenLocked(i)
+		skip := max(offset-c.off, 0)
+		take := min(n-skip, want-total)
+		pieces = append(pieces, piece{c.off, c.pos, n, skip, take})
+		total += take
 	}
 	p.mu.RUnlock()
-	out := make([]byte, total)
-	at := int64(0)
-	for _, pc := range pieces {
-		if err := s.readLog(out[at:at+pc.n], pc.pos); err != nil {
+	out := make([]byte, 0, total)
+	var buf []byte
+	for i := 0; i < len(pieces); {
+		// Chunks that sit back to back in the log are read with one pread.
+		j := i + 1
+		end := pieces[i].pos + entryHeaderLen + pieces[i].n
+		for j < len(pieces) && pieces[j].pos == end && end-pieces[i].pos < 4<<20 {
+			end = pieces[j].pos + entryHeaderLen + pieces[j].n
+			j++
+		}
+		size := end - pieces[i].pos
+		if int64(cap(buf)) < size {
+			buf = make([]byte, size)
+		}
+		b := buf[:size]
+		if err := s.readLog(b, pieces[i].pos); err != nil {
 			if errors.Is(err, ErrLogTruncated) {
 				// Retention removed the segment after we looked: answer
 				// with the new bounds.
@@ -335,9 +360,45 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 			}
 			return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
 		}
-		at += pc.n
+		for k := i; k < j; k++ {
+			pc := pieces[k]
+			e := b[pc.pos-pieces[i].pos:][:entryHeaderLen+pc.n]
+			h, err := parseEntryHeader(e)
+			if err == nil {
+				err = checkEntry(e)
+			}
+			if err == nil && (h.pid != pid || h.off != pc.off || int64(h.length) != pc.n) {
+				err = fmt.Errorf("%w: entry does not match the index", ErrCorrupt)
+			}
+			if err != nil {
+				s.corruptionFound(pc.pos, err)
+				// Fence the partition at the damaged chunk so new appends
+				// do not land behind data that will never be served.
+				s.submit(context.Background(), &request{kind: reqFence, p: p, at: pc.off})
+				if len(out) > 0 {
+					return out, nil
+				}
+				return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
+			}
+			out = append(out, e[entryHeaderLen+pc.skip:entryHeaderLen+pc.skip+pc.take]...)
+		}
+		i = j
 	}
 	return out, nil
+}
+
+// corruptionFound handles damage met while serving: the damaged entry is
+// not served, and the checkpoint is removed so the next start-up scans the
+// whole log and quarantines the damage.
+func (s *Store) corruptionFound(pos int64, err error) {
+	s.log.Error("STORE: corrupt log entry found while reading; it is not served", "position", pos, "err", err)
+	if s.noCheckpoint.CompareAndSwap(false, true) {
+		path := filepath.Join(s.dir, ckptName)
+		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			s.log.Error("STORE: cannot remove checkpoint", "path", path, "err", rerr)
+		}
+		s.fs.SyncDir(s.dir)
+	}
 }
 
 // readLog fills b from log position pos (within one segment).

@@ -15,12 +15,14 @@ const (
 	reqDelete
 	reqFlush
 	reqCheckpoint
+	reqFence
 )
 
 // request is one unit of work for the writer goroutine.
 type request struct {
 	kind    reqKind
 	key     pkey
+	p       *partition // reqFence
 	at      int64 // reqCreate: start; reqRaw: expected partition end
 	payload []byte
 	recOffs []int32 // reqAppend: record starts in payload
@@ -156,6 +158,14 @@ func (s *Store) process(batch []*request) {
 		switch r.kind {
 		case reqFlush, reqCheckpoint:
 			needSync, r.synced = true, true
+		case reqFence:
+			// Applied before the batch's appends take their offsets, and
+			// recorded in the log as a define entry with the new end so a
+			// full scan reaches the same state.
+			needSync, r.synced = true, true
+			if s.fence(r.p, r.at) {
+				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: r.p.pid, off: r.at, ms: ms}, encodeDefine(r.p.key.topic, r.p.key.num))
+			}
 		case reqCreate:
 			needSync, r.synced = true, true
 			p, isNew := s.resolve(r.key, r.at)
@@ -336,6 +346,35 @@ func (s *Store) syncNow() error {
 	w.timer = nil
 	s.setDurable(w.pos)
 	return nil
+}
+
+// fence cuts p back to before its damaged chunk at off: that chunk and
+// every later one of p are no longer served, and p continues at off. This
+// is what the full scan at the next start-up will conclude too (the damage
+// is quarantined there, later chunks no longer line up), so both agree.
+func (s *Store) fence(p *partition, off int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.chunkIndexLocked(off)
+	if p.deleted || i < 0 || p.chunks[i].off != off || p.wEnd != p.end {
+		return false
+	}
+	s.log.Error("STORE: partition fenced at a damaged chunk; later data is not served",
+		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off, "dropped", p.end-off)
+	p.chunks = p.chunks[:i]
+	p.end, p.wEnd = off, off
+	p.durable = min(p.durable, off)
+	p.min = min(p.min, off)
+	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
+		p.segs = p.segs[:len(p.segs)-1]
+	}
+	if p.segs[0] > off {
+		p.segs[0] = off
+	}
+	for len(p.times) > 0 && p.times[len(p.times)-1].off >= off {
+		p.times = p.times[:len(p.times)-1]
+	}
+	return true
 }
 
 // rollbackUnsynced cuts the log and the indexes back to the durable end.
