@@ -23,7 +23,7 @@ type request struct {
 	kind    reqKind
 	key     pkey
 	p       *partition // reqFence
-	at      int64 // reqCreate: start; reqRaw: expected partition end
+	at      int64      // reqCreate: start; reqRaw: expected partition end
 	payload []byte
 	recOffs []int32 // reqAppend: record starts in payload
 	ids     []int64 // reqAppend: preset ids (0 = assign); the writer fills them in
