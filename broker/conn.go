@@ -34,6 +34,7 @@ type conn struct {
 	slots chan struct{}     // in-flight tokens
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
+	bytes *byteBudget       // fetched data held before it is written
 	wg    sync.WaitGroup    // workers
 
 	closeOnce sync.Once
@@ -44,6 +45,7 @@ type conn struct {
 type outFrame struct {
 	head []byte
 	data []byte
+	held int64 // bytes of the connection's byte budget to give back once written
 }
 
 func (b *Broker) newConn(nc net.Conn) *conn {
@@ -59,6 +61,7 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
+		bytes:  newByteBudget(b.opts.MaxPendingBytes),
 	}
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -232,6 +235,7 @@ func (c *conn) writeLoop() {
 		c.nc.SetWriteDeadline(time.Now().Add(wt))
 		for {
 			err := writeFrame(w, f)
+			c.bytes.release(f.held)
 			<-c.slots
 			if err != nil {
 				c.writeFailed(err)

@@ -49,6 +49,10 @@ type Options struct {
 	// MaxInFlight bounds the requests one connection may have in progress;
 	// the reader stops reading while it is reached. Default 256.
 	MaxInFlight int
+	// MaxPendingBytes bounds the fetched data one connection holds before
+	// it is written (a get reserves min(maxSize, maxTransferSize) while it
+	// reads); gets wait when it is used up. Default 32 MiB.
+	MaxPendingBytes int64
 	// WriteTimeout bounds one response write; a client that does not read
 	// for this long is disconnected. Default 30s.
 	WriteTimeout time.Duration
@@ -86,6 +90,9 @@ func (o *Options) validate() error {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 256
+	}
+	if o.MaxPendingBytes <= 0 {
+		o.MaxPendingBytes = 32 << 20
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 30 * time.Second

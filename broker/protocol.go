@@ -148,9 +148,9 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.stats.cmdGet.Add(1)
 	b.stats.realtime(cmd.Topic, statGet, 1)
-	code, body, data := b.get(cmd)
+	code, body, data, held := b.get(c, cmd)
 	if data != nil {
-		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data})
+		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: held})
 		return
 	}
 	if code == wire.StatusNotFound || code == wire.StatusMoved || code == wire.StatusForbidden {
@@ -160,7 +160,14 @@ func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	c.sendResult(code, body, cmd.Opaque)
 }
 
-func (b *Broker) get(cmd *wire.Get) (int, string, []byte) {
+// get returns the answer to a get: a code and text, or data (with the
+// bytes of the connection's budget it holds until written).
+func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte, int64) {
+	code, body, data := b.get0(c, cmd)
+	return code, body, data, int64(len(data))
+}
+
+func (b *Broker) get0(c *conn, cmd *wire.Get) (int, string, []byte) {
 	if b.isClosed(cmd.Topic, int(cmd.Partition)) {
 		return wire.StatusForbidden, "Partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed", nil
 	}
@@ -182,7 +189,26 @@ func (b *Broker) get(cmd *wire.Get) (int, string, []byte) {
 		if code, body, ok := b.outOfRange(cmd.Offset, info.Min, info.Max); ok {
 			return code, body, nil
 		}
+		// Reserve what the read may return; keep only what it returned.
+		want := int64(max)
+		if rest := info.Max - cmd.Offset; rest > 0 && rest < want {
+			// The run may go past the readable end up to the segment's
+			// end (spec §2.3), but rarely by much: reserve the expected size.
+			want = rest
+		}
+		if err := c.bytes.acquire(c.ctx, want); err != nil {
+			return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
+		}
 		data, err := b.store.Read(cmd.Topic, int(cmd.Partition), cmd.Offset, max)
+		if d := int64(len(data)) - want; err == nil && len(data) > 0 {
+			if d < 0 {
+				c.bytes.release(-d)
+			} else if d > 0 {
+				c.bytes.acquireOver(d)
+			}
+		} else {
+			c.bytes.release(want)
+		}
 		var re *store.RangeError
 		switch {
 		case err == nil && len(data) > 0:
