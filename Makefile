@@ -32,6 +32,7 @@ test:
 		zkdir=$$(mktemp -d); \
 		port=$$(bash .ci/freeport.sh); \
 		trap 'bash .ci/zookeeper.sh stop "$$zkdir"; rm -rf "$$zkdir"' EXIT; \
+		trap 'exit 1' INT TERM HUP PIPE; \
 		METAQ_TEST_ZK=$$(bash .ci/zookeeper.sh start "$$port" "$$zkdir"); \
 		export METAQ_TEST_ZK; \
 		echo "started ZooKeeper at $$METAQ_TEST_ZK"; \
@@ -73,6 +74,7 @@ fuzz:
 integ:
 	@set -e; zkdir=$$(mktemp -d); port=$$(bash .ci/freeport.sh); \
 	trap 'bash .ci/zookeeper.sh stop "$$zkdir"; rm -rf "$$zkdir"' EXIT; \
+	trap 'exit 1' INT TERM HUP PIPE; \
 	METAQ_TEST_ZK=$$(bash .ci/zookeeper.sh start "$$port" "$$zkdir") \
 		$(GO) test -race -count=1 ./broker/registry/... ./cmd/...
 
