@@ -118,7 +118,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	sum := hashHex(data)
 	a.mu.Lock()
-	a.state = SiteState{Site: a.o.Site, Host: a.host, SHA256: sum}
+	a.state = SiteState{Site: a.o.Site, Host: a.host, SHA256: sum, HeartbeatInterval: a.o.HeartbeatInterval}
 	if sc, err := a.readSidecar(); err == nil && sc.SHA256 == sum {
 		a.state.Version, a.state.AppliedAt = sc.Version, sc.AppliedAt
 		a.processed = sc.Version

@@ -556,3 +556,20 @@ func TestAgentStartRejectsMissingNATSFiles(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 }
+
+func TestStatusMarksSilentSiteStale(t *testing.T) {
+	c, sites := threeSites(t)
+	sites[0].stop()
+	testutil.Eventually(t, 5*time.Second, 50*time.Millisecond, func() error {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, s := range st.Sites {
+			if stale := s.Stale(time.Now()); stale != (s.Site == "bj") {
+				return fmt.Errorf("%s stale=%v", s.Site, stale)
+			}
+		}
+		return nil
+	})
+}

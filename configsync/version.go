@@ -78,6 +78,18 @@ type SiteState struct {
 	Error         string    `json:"error,omitempty"`
 	FailedVersion uint64    `json:"failedVersion,omitempty"`
 	Heartbeat     time.Time `json:"heartbeat"`
+	// HeartbeatInterval is how often the agent refreshes Heartbeat.
+	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
+}
+
+// Stale reports whether the agent missed three heartbeats by now: the site
+// is probably down, and its entry shows what it ran when it was last seen.
+func (s SiteState) Stale(now time.Time) bool {
+	every := s.HeartbeatInterval
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	return now.Sub(s.Heartbeat) > 3*every
 }
 
 // Result is an agent's answer to a push: what it did with one version.

@@ -286,8 +286,12 @@ func status(ctx context.Context, c *configsync.Client, stdout, stderr io.Writer,
 		if errText != "" {
 			errText = fmt.Sprintf("v%d: %s", s.FailedVersion, errText)
 		}
-		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s ago\t%s\t%s\n", s.Site, s.Version, sum, applied,
-			time.Since(s.Heartbeat).Round(time.Second), strings.Join(s.PendingRestart, ","), errText)
+		seen := time.Since(s.Heartbeat).Round(time.Second).String() + " ago"
+		if s.Stale(time.Now()) {
+			seen += " (DOWN?)"
+		}
+		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s\t%s\t%s\n", s.Site, s.Version, sum, applied,
+			seen, strings.Join(s.PendingRestart, ","), errText)
 	}
 	tw.Flush()
 	return 0
