@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -117,6 +119,10 @@ func newRig(t *testing.T, k storeKind) *rig {
 	g.rcOpts = ReceiverOptions{BrokerID: 7, SlaveID: 1, Group: "g1", MaxDelay: 100 * time.Millisecond,
 		CheckpointFile:     filepath.Join(g.dir, "slave-data", "repl.checkpoint"),
 		CheckpointInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
+	if os.Getenv("GR_DEBUG") != "" {
+		l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		g.shOpts.Logger, g.rcOpts.Logger = l, l
+	}
 	t.Cleanup(g.closeAll)
 	return g
 }

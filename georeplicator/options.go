@@ -71,8 +71,8 @@ type ShipperOptions struct {
 	StuckAfter time.Duration
 	// FrameBytes is the raw payload target per frame. Default 256 KiB.
 	FrameBytes int
-	// Keepalive is the idle interval between keepalives. Default 1s. A slave
-	// silent for 4 intervals is disconnected.
+	// Keepalive is the idle interval between keepalives. Default 1s. A peer
+	// silent for 4 intervals (at least 2s) is disconnected.
 	Keepalive time.Duration
 	// DefaultMaxDelay is used when a slave does not send slaveMaxDelayInMills. Default 500ms.
 	DefaultMaxDelay time.Duration
@@ -80,6 +80,10 @@ type ShipperOptions struct {
 	StateFile string
 	// TLS, when set, serves TLS; set ClientAuth to tls.RequireAndVerifyClientCert for mutual TLS.
 	TLS *tls.Config
+	// CongestionControl is the TCP congestion control asked for on slave
+	// connections (Linux). Default "bbr"; "system" keeps the host default. If
+	// the kernel lacks it, the host default is used and a warning logged once.
+	CongestionControl string
 	// ConfigBytes returns the master's server.ini bytes for autoSyncMasterConfig. nil = not offered.
 	ConfigBytes func() ([]byte, error)
 	Logger      *slog.Logger // nil = discard
@@ -112,6 +116,12 @@ func (o *ShipperOptions) validate() error {
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = time.Second
+	}
+	switch o.CongestionControl {
+	case "":
+		o.CongestionControl = "bbr" // see setCongestion
+	case "system":
+		o.CongestionControl = ""
 	}
 	if o.DefaultMaxDelay <= 0 {
 		o.DefaultMaxDelay = 500 * time.Millisecond // MetaQ's slaveMaxDelayInMills default

@@ -370,10 +370,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if err := sendAck(); err != nil {
 		return false, err
 	}
-	idle := 4 * w.Keepalive
-	if idle <= 0 {
-		idle = 10 * time.Second
-	}
+	idle := idleTimeout(w.Keepalive)
 	for {
 		conn.SetReadDeadline(time.Now().Add(idle))
 		f, err := readFrame(conn, buf)

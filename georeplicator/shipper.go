@@ -34,6 +34,8 @@ type Shipper struct {
 
 	prog *progress
 	idx  *logIndex
+
+	ccWarned atomic.Bool
 }
 
 // NewShipper validates opts and loads the progress state file.
@@ -223,8 +225,17 @@ func (ss *session) signal() {
 
 // serve runs the handshake and then the stream for one slave.
 func (s *Shipper) serve(c net.Conn) error {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true) // each frame is one write; do not hold the tail of a frame back
+	// Each frame is one write; do not hold the tail of a frame back (NoDelay).
+	raw := c
+	if tc, ok := c.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		if err := setCongestion(tc, s.opts.CongestionControl); err != nil && s.ccWarned.CompareAndSwap(false, true) {
+			s.log.Warn("cannot select TCP congestion control; using the host default",
+				"algorithm", s.opts.CongestionControl, "err", err)
+		}
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if tc, ok := c.(*tls.Conn); ok {
@@ -335,7 +346,7 @@ func (s *Shipper) serve(c net.Conn) error {
 // readAcks reads the slave's acks and rewinds until the connection ends.
 func (ss *session) readAcks(ctx context.Context) error {
 	var buf []byte
-	idle := 4 * ss.s.opts.Keepalive
+	idle := idleTimeout(ss.s.opts.Keepalive)
 	for {
 		ss.conn.SetReadDeadline(time.Now().Add(idle))
 		f, err := readFrame(ss.conn, buf)
@@ -581,4 +592,11 @@ func entriesSize(es []store.LogEntry) int {
 		n += len(e.Records) + len(e.Topic) + 30
 	}
 	return n
+}
+
+// idleTimeout is how long a silent peer is tolerated: four keepalives, but
+// never under 2s so a briefly starved process (GC, a busy shared core) is
+// not mistaken for a dead link.
+func idleTimeout(keepalive time.Duration) time.Duration {
+	return max(4*keepalive, 2*time.Second)
 }

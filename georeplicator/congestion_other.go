@@ -1,0 +1,8 @@
+//go:build !linux
+
+package georeplicator
+
+import "net"
+
+// setCongestion is a no-op where TCP_CONGESTION does not exist.
+func setCongestion(net.Conn, string) error { return nil }
