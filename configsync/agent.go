@@ -51,6 +51,10 @@ type Agent struct {
 	waiters   map[uint64][]string
 }
 
+// maxParkedVersions bounds the versions (and the pushers per version) the
+// agent keeps waiting to answer.
+const maxParkedVersions = 64
+
 // sidecar remembers which version the file on disk is, across restarts.
 type sidecar struct {
 	Version   uint64    `json:"version"`
@@ -438,7 +442,14 @@ func (a *Agent) onRequest(m *nats.Msg) {
 		a.respond(m.Reply, res)
 		return
 	}
-	if !slices.Contains(a.waiters[req.Version], m.Reply) {
+	// Requests for versions the bucket does not hold (yet) are parked; cap
+	// them so a stream of bogus requests cannot grow memory without bound.
+	// A pusher re-sends every second, so a dropped request is asked again.
+	if len(a.waiters) >= maxParkedVersions && a.waiters[req.Version] == nil {
+		a.mu.Unlock()
+		return
+	}
+	if !slices.Contains(a.waiters[req.Version], m.Reply) && len(a.waiters[req.Version]) < maxParkedVersions {
 		a.waiters[req.Version] = append(a.waiters[req.Version], m.Reply)
 	}
 	a.mu.Unlock()
