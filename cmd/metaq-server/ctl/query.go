@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"metaq/broker/config"
 	"metaq/broker/registry"
 )
 
 // Query prints a consumer group's saved offsets from ZooKeeper (all its
-// topics, or one), or the list of groups when group is "".
+// topics, or one), or the list of groups when group is "". For each
+// partition it also asks the partition's master (found in ZooKeeper) for its
+// max offset with `stats offsets`, and prints the lag; a broker that does not
+// answer leaves those columns as "-".
 func Query(ctx context.Context, cfg *config.Server, group, topic string, w io.Writer) error {
 	r, err := registry.New(ctx, registry.Options{
 		Connect:           cfg.ZooKeeper.Connect,
@@ -40,10 +46,52 @@ func Query(ctx context.Context, cfg *config.Server, group, topic string, w io.Wr
 	if len(offs) == 0 {
 		return fmt.Errorf("ctl: no offsets stored for group %q under %s", group, r.Paths().Consumers())
 	}
+	maxOffsets := map[int]map[string]int64{} // broker id -> "topic-p" -> max
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tLAST_MSG_ID")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tMAX_OFFSET\tLAG\tLAST_MSG_ID")
 	for _, o := range offs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", o.Topic, o.Partition, o.Offset, o.MsgID)
+		m, ok := maxOffsets[o.BrokerID]
+		if !ok {
+			m = brokerMaxOffsets(ctx, r, o.BrokerID)
+			maxOffsets[o.BrokerID] = m
+		}
+		maxCol, lagCol := "-", "-"
+		if max, ok := m[o.Topic+"-"+strconv.Itoa(o.Part)]; ok {
+			maxCol, lagCol = strconv.FormatInt(max, 10), strconv.FormatInt(max-o.Offset, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", o.Topic, o.Partition, o.Offset, maxCol, lagCol, o.MsgID)
 	}
 	return tw.Flush()
+}
+
+// brokerMaxOffsets asks broker id's master for `stats offsets` and returns
+// max_offset by "topic-partition"; nil when it cannot be reached.
+func brokerMaxOffsets(ctx context.Context, r *registry.Registry, id int) map[string]int64 {
+	url, _, err := r.Get(ctx, r.Paths().Broker(id, -1))
+	if err != nil {
+		return nil
+	}
+	body, err := Stats(ctx, strings.TrimPrefix(string(url), "meta://"), "offsets", 5*time.Second)
+	if err != nil {
+		return nil
+	}
+	return parseOffsetStats(body)
+}
+
+// parseOffsetStats reads `stats offsets` lines:
+// <topic> part <partition> min_offset <n> max_offset <n>.
+func parseOffsetStats(body string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(body, "\r\n") {
+		f := strings.Fields(line)
+		if len(f) != 7 || f[1] != "part" || f[5] != "max_offset" {
+			continue
+		}
+		max, err := strconv.ParseInt(f[6], 10, 64)
+		if err != nil {
+			continue
+		}
+		out[f[0]+"-"+f[2]] = max
+	}
+	return out
 }
