@@ -95,7 +95,7 @@ func forKinds(t *testing.T, f func(t *testing.T, k storeKind)) {
 // rig is a master store + Shipper and a slave store + Receiver joined
 // through a netproxy.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	k      storeKind
 	dir    string
 	master testStore
@@ -110,7 +110,7 @@ type rig struct {
 	sent   map[pkey]int // messages put per partition
 }
 
-func newRig(t *testing.T, k storeKind) *rig {
+func newRig(t testing.TB, k storeKind) *rig {
 	t.Helper()
 	g := &rig{t: t, k: k, dir: t.TempDir(), sent: map[pkey]int{}}
 	g.master = k.open(t, filepath.Join(g.dir, "master"))

@@ -142,7 +142,7 @@ func (w *wanLink) dial(ctx context.Context, network, addr string) (net.Conn, err
 }
 
 // wanRig is a rig whose link is the emulated WAN instead of the proxy.
-func newWANRig(t *testing.T, w *wanLink) *rig {
+func newWANRig(t testing.TB, w *wanLink) *rig {
 	g := newRig(t, kinds()[0])
 	g.shOpts.Listener = w.listen(t)
 	g.shOpts.Keepalive = time.Second
