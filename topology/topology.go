@@ -22,14 +22,16 @@ var ErrClosed = errors.New("topology: closed")
 // MemberState is a member's liveness as this bundle sees it.
 type MemberState uint8
 
+// The zero value is StateDown, so a site or member missing from a map reads
+// as down.
 const (
-	// StateAlive: the member answers probes.
-	StateAlive MemberState = iota
+	// StateDown: the member was declared dead or left the pool.
+	StateDown MemberState = iota
 	// StateSuspect: this bundle's probes failed and memberlist is waiting for
 	// the member to refute before declaring it dead.
 	StateSuspect
-	// StateDown: the member was declared dead or left the pool.
-	StateDown
+	// StateAlive: the member answers probes.
+	StateAlive
 )
 
 // String returns alive, suspect or down.

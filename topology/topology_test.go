@@ -186,7 +186,13 @@ func TestGossipJoinMetadataDownUp(t *testing.T) {
 	// hf returns at its address: up again everywhere.
 	hf.start(t)
 	for _, n := range []*Topology{bj.t, sh.t} {
-		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(n, "hf-1-s0") })
+		testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+			err := wantAlive(n, "hf-1-s0")
+			if err != nil {
+				err = fmt.Errorf("%w; members %+v", err, n.Members())
+			}
+			return err
+		})
 	}
 	if _, err := hf.t.Join(context.Background(), bj.t.Addr()); err != nil {
 		t.Fatal(err)
