@@ -38,6 +38,7 @@ type Bundle struct {
 	Admin *Admin
 
 	comps    []Component
+	slave    slaveStatsHolder // `stats slave`, filled by the replication component
 	started  time.Time
 	reloadMu sync.Mutex // one reload at a time
 	closing  atomic.Bool
@@ -159,6 +160,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		Registry:     reg,
 		ListenAddr:   b.opts.ListenAddr,
 		SyncReceiver: b.opts.Mode == ModeGregor,
+		SlaveStats:   b.slaveStats(),
 	}
 	if b.Samsa != nil {
 		bo.SyncSlave = b.Samsa["slave"]

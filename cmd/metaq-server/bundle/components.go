@@ -1,13 +1,40 @@
 package bundle
 
 // builtinComponents returns the components every bundle of this mode runs,
-// in start order. This is the place where the async-slave receiver
-// (georeplicator, ModeSlave), the config-sync agent, topology and the
-// dashboard are added as they land, each behind its own config section:
+// in start order (they stop in reverse), each behind its own config section:
 //
-//	if b.opts.Mode == ModeSlave { comps = append(comps, newSlaveReceiver(b)) }
-//	if b.Config().NATS ... { comps = append(comps, newConfigSyncAgent(b)) }
+//   - transactions: always (the journal under <dataLogPath>/transactions);
+//   - replication-master: a master with a [replication] section ships its
+//     log to slave sites on [replication] listen;
+//   - replication-slave: an async slave (`start slave`, async_slave.properties)
+//     replicates its master, found through ZooKeeper or masterAddress;
+//   - configsync: with a [nats] section, the site's config agent (and, with no
+//     [nats] url on the master, the embedded NATS server);
+//   - dashboard: with dashboardHttpPort or [site] dashboardAddr written, the
+//     dashboard, JSON API, /lag and Prometheus /metrics;
+//   - topology: with a [gossip] section, gossip membership, the read router,
+//     the site's ZooKeeper view (ZooKeeper on) and lag reports.
+//
+// The dashboard starts before topology so that topology can gossip the
+// dashboard's address; the dashboard reaches topology at request time.
 func builtinComponents(b *Bundle) []Component {
-	var comps []Component
+	cfg := b.Config()
+	ck := readConfigKeys(cfg)
+	comps := []Component{newTxnComponent()}
+	if b.shipperEnabled(ck) {
+		comps = append(comps, newShipperComponent())
+	}
+	if b.opts.Mode == ModeSlave && b.Slave != nil {
+		comps = append(comps, newReceiverComponent())
+	}
+	if ck.has("nats") {
+		comps = append(comps, newConfigSyncComponent())
+	}
+	if ck.hasKey("system", "dashboardHttpPort") || ck.hasKey("site", "dashboardAddr") {
+		comps = append(comps, newDashboardComponent())
+	}
+	if cfg.Gossip.Enable {
+		comps = append(comps, newTopologyComponent())
+	}
 	return comps
 }

@@ -1,0 +1,124 @@
+package bundle
+
+import (
+	"context"
+	"sync"
+
+	"metaq/broker/config"
+	"metaq/configsync"
+)
+
+// configSyncComponent runs the configsync agent of this site: it applies
+// pushed server.ini versions through Bundle.Reload. With no [nats] url, the
+// master bundle (or a bundle whose [nats] embeddedListen is set) runs an
+// embedded NATS server with JetStream that the other bundles on this
+// machine point their [nats] url at. It runs when the configuration has a
+// [nats] section.
+type configSyncComponent struct {
+	mu       sync.Mutex
+	agent    *configsync.Agent
+	embedded *configsync.EmbeddedNATS
+}
+
+func newConfigSyncComponent() *configSyncComponent { return &configSyncComponent{} }
+
+func (c *configSyncComponent) Name() string { return compConfig }
+
+// embedsNATS reports whether this bundle runs the embedded NATS server.
+func embedsNATS(b *Bundle, ck configKeys) bool {
+	cfg := b.Config()
+	return cfg.NATS.URL == "" && (b.opts.Mode == ModeMaster || ck.hasKey("nats", "embeddedListen"))
+}
+
+func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
+	cfg := b.Config()
+	log := b.Logger().With("component", "configsync")
+	url := cfg.NATS.URL
+	if embedsNATS(b, readConfigKeys(cfg)) {
+		eo := configsync.EmbeddedOptionsFor(cfg, log)
+		e, err := configsync.StartEmbeddedNATS(eo)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.embedded = e
+		c.mu.Unlock()
+		url = e.ClientURL()
+		log.Info("CONFIGSYNC: embedded NATS running", "url", url)
+	} else if url == "" {
+		url = configsync.ServerURL(cfg)
+		log.Warn("CONFIGSYNC: no [nats] url on a slave bundle; using the embedded address", "url", url)
+	}
+	agent, err := configsync.NewAgent(configsync.Options{
+		ConfigPath: b.opts.ConfigPath,
+		URL:        url,
+		Reloader: configsync.ReloaderFunc(func(ctx context.Context, _ *config.Server) (config.Changes, error) {
+			// The agent wrote the new file already; Reload reads it with
+			// this site's overlay, exactly as a SIGHUP would.
+			return b.Reload(ctx)
+		}),
+		Logger: log,
+	})
+	if err != nil {
+		c.closeEmbedded()
+		return err
+	}
+	if err := agent.Start(ctx); err != nil {
+		c.closeEmbedded()
+		return err
+	}
+	c.mu.Lock()
+	c.agent = agent
+	c.mu.Unlock()
+	return nil
+}
+
+// Agent returns the running agent (nil before Start or after Close).
+func (c *configSyncComponent) Agent() *configsync.Agent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.agent
+}
+
+// NATSURL is the embedded server's client URL, "" when this bundle runs none.
+func (c *configSyncComponent) NATSURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.embedded == nil {
+		return ""
+	}
+	return c.embedded.ClientURL()
+}
+
+func (c *configSyncComponent) closeEmbedded() {
+	c.mu.Lock()
+	e := c.embedded
+	c.embedded = nil
+	c.mu.Unlock()
+	if e != nil {
+		e.Close()
+	}
+}
+
+// Close stops the agent, then the embedded server it may be connected to.
+func (c *configSyncComponent) Close() error {
+	c.mu.Lock()
+	a := c.agent
+	c.agent = nil
+	c.mu.Unlock()
+	var err error
+	if a != nil {
+		err = a.Close()
+	}
+	c.closeEmbedded()
+	return err
+}
+
+// Status is the site state the agent last recorded.
+func (c *configSyncComponent) Status() any {
+	a := c.Agent()
+	if a == nil {
+		return map[string]any{"running": false}
+	}
+	return map[string]any{"running": true, "embeddedNats": c.NATSURL(), "state": a.State()}
+}

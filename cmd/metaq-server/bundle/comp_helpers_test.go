@@ -1,0 +1,223 @@
+package bundle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/internal/testutil"
+)
+
+// siteSpec describes one site bundle of a test deployment that shares one
+// server.ini (the file configsync pushes) and differs by its overlay.
+type siteSpec struct {
+	name  string
+	slave bool
+	// slaveID for a slave site.
+	slaveID int
+	// masterAddr is the replication address a slave dials (masterAddress).
+	masterAddr string
+	// natsURL is the NATS url a slave uses; the master embeds NATS.
+	natsURL string
+	// natsListen is the embedded server's address on the master.
+	natsListen string
+	// join lists gossip seeds.
+	join []string
+	// gossipBind is host:port for gossip (127.0.0.1:0 when empty).
+	gossipBind string
+	// extraOverlay is appended to the overlay (e.g. a [site] token).
+	extraOverlay string
+}
+
+// sharedINI is the common server.ini of the test deployment: brokerId 0,
+// ZooKeeper off unless zk is set, every extension section present so each
+// component runs, and the site's keys in site.ini.
+func sharedINI(zk, root, topics string) string {
+	zkKeys := "zk.zkEnable=false\nzk.zkConnect=127.0.0.1:1\n"
+	if zk != "" {
+		zkKeys = fmt.Sprintf("zk.zkConnect=%s\nzk.zkRoot=%s\nzk.zkSessionTimeoutMs=5000\nzk.zkConnectionTimeoutMs=10000\nzk.zkSyncTimeMs=100\n", zk, root)
+	}
+	return `;; shared by every site; site.ini holds what differs
+[system]
+brokerId=0
+numPartitions=1
+unflushThreshold=0
+unflushInterval=1000
+maxSegmentSize=1048576
+maxTransferSize=1048576
+updateConsumerOffsets=false
+
+[zookeeper]
+` + zkKeys + `
+[site]
+overlay=site.ini
+
+[replication]
+compression=zstd
+stuckAfterMs=5000
+
+[gossip]
+probeIntervalMs=100
+label=metaq-test
+
+[nats]
+bucket=metaq_config
+
+` + topics
+}
+
+// overlayINI is one site's site.ini.
+func overlayINI(s siteSpec, dir string, port int) string {
+	gb := s.gossipBind
+	if gb == "" {
+		gb = "127.0.0.1:0"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[system]\nhostName=127.0.0.1\nserverPort=%d\ndataPath=%s\n\n", port, filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:0\nadminAddr=127.0.0.1:0\n\n", s.name)
+	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:0\n\n")
+	fmt.Fprintf(&b, "[gossip]\nbind=%s\n", gb)
+	if len(s.join) > 0 {
+		fmt.Fprintf(&b, "join=%s\n", strings.Join(s.join, ","))
+	}
+	b.WriteString("\n[nats]\n")
+	if s.slave {
+		fmt.Fprintf(&b, "url=%s\n", s.natsURL)
+	} else {
+		fmt.Fprintf(&b, "embeddedListen=%s\n", s.natsListen)
+	}
+	b.WriteString("\n" + s.extraOverlay)
+	return b.String()
+}
+
+// startSite writes a site's files under dir and starts its bundle.
+func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	ini := filepath.Join(dir, "server.ini")
+	if err := os.WriteFile(ini, []byte(shared), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "site.ini"), []byte(overlayINI(s, dir, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{ConfigPath: ini, Logger: testLogger(t), ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
+	if s.slave {
+		props := filepath.Join(dir, "async_slave.properties")
+		p := fmt.Sprintf("slaveId=%d\nslaveGroup=meta-slave-group-%s\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=false\n", s.slaveID, s.name)
+		if s.masterAddr != "" {
+			p += "masterAddress=" + s.masterAddr + "\n"
+		}
+		if err := os.WriteFile(props, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opts.Mode, opts.PluginPath = ModeSlave, props
+	}
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func mustComp[T Component](t *testing.T, b *Bundle) T {
+	t.Helper()
+	c, ok := findComp[T](b)
+	if !ok {
+		var zero T
+		t.Fatalf("bundle runs no %T component", zero)
+	}
+	return c
+}
+
+// produce sends n messages to topic through the Go client, statically
+// pointed at addr (broker id 0).
+func produce(t *testing.T, addr, topic string, n int, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Brokers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := client.NewProducer(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for i := range n {
+		if _, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
+			t.Fatalf("send %s #%d to %s: %v", topic, i, addr, err)
+		}
+	}
+}
+
+// waitCaughtUp waits until slave's store has master's bytes of every
+// partition of topic.
+func waitCaughtUp(t *testing.T, master, slave *Bundle, topic string, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, timeout, 20*time.Millisecond, func() error {
+		for _, mp := range master.Store.Partitions() {
+			if mp.Topic != topic {
+				continue
+			}
+			sp, err := slave.Store.Partition(topic, mp.Partition)
+			if err != nil {
+				return err
+			}
+			if sp.Max != mp.Max {
+				return fmt.Errorf("%s-%d: slave at %d, master at %d", topic, mp.Partition, sp.Max, mp.Max)
+			}
+		}
+		return nil
+	})
+}
+
+// httpGet fetches url with an optional bearer token.
+func httpGet(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	code, body := httpGet(t, url, "")
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, body)
+	}
+}
+
+// statsOf returns one broker's `stats <item>` body.
+func statsOf(b *Bundle, item string) string { return b.Broker.Stats(item) }
+
+func statInt(b *Bundle, name string) int64 { return brokerStats(b)[name] }

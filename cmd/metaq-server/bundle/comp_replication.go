@@ -1,0 +1,335 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/broker/registry"
+	"metaq/georeplicator"
+)
+
+// replicationNode is the ephemeral znode under <root>/brokers/ids/<id> in
+// which a master publishes its replication listener (host:port), as the
+// georeplicator's Resolver documents.
+const replicationNode = "replication"
+
+// shipperComponent is the master side of geo-replication: it serves the
+// store's durable log to slave sites on [replication] listen and publishes
+// that address in ZooKeeper.
+type shipperComponent struct {
+	mu        sync.Mutex
+	b         *Bundle
+	s         *georeplicator.Shipper
+	advertise string
+	znode     string
+	cancel    context.CancelFunc
+}
+
+func newShipperComponent() *shipperComponent { return &shipperComponent{} }
+
+func (c *shipperComponent) Name() string { return compShipper }
+
+func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
+	cfg := b.Config()
+	mode, err := georeplicator.ParseMode(cfg.Replication.Compression)
+	if err != nil {
+		return err
+	}
+	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
+		Listen:               cfg.Replication.Listen,
+		BrokerID:             cfg.System.BrokerID,
+		Source:               b.Store,
+		Compression:          mode,
+		BandwidthBytesPerSec: cfg.Replication.BandwidthBytesPerSec,
+		StuckAfter:           cfg.Replication.StuckAfter,
+		StateFile:            filepath.Join(cfg.System.DataPath, "replication", "shipper.json"),
+		ConfigBytes: func() ([]byte, error) {
+			return b.Config().Raw, nil
+		},
+		Logger: b.Logger(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.System.DataPath, "replication"), 0o755); err != nil {
+		return fmt.Errorf("replication: %w", err)
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.b, c.s = b, s
+	c.advertise = advertiseAddr(s.Addr(), cfg)
+	c.mu.Unlock()
+	b.slave.set(s.StatsLines)
+
+	if b.Registry != nil {
+		c.znode = b.Registry.Paths().BrokerID(cfg.System.BrokerID) + "/" + replicationNode
+		if err := c.publish(ctx); err != nil {
+			c.Close()
+			return err
+		}
+		// Ephemeral nodes die with the session; the registry re-creates its
+		// own, this one is ours.
+		pctx, cancel := context.WithCancel(context.Background())
+		c.cancel = cancel
+		b.Registry.OnNewSession(func() {
+			if pctx.Err() != nil {
+				return
+			}
+			if err := c.publish(pctx); err != nil {
+				b.Logger().Warn("REPLICATION: re-publishing the replication address failed", "err", err)
+			}
+		})
+	}
+	return nil
+}
+
+func (c *shipperComponent) publish(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := c.b.Registry
+	if err := r.EnsurePath(ctx, c.b.Registry.Paths().BrokerID(c.b.Config().System.BrokerID)); err != nil {
+		return fmt.Errorf("replication: publish address: %w", err)
+	}
+	_ = r.Delete(ctx, c.znode) // a node left by our previous session
+	if err := r.CreateEphemeral(ctx, c.znode, []byte(c.advertise)); err != nil {
+		return fmt.Errorf("replication: publish address at %s: %w", c.znode, err)
+	}
+	return nil
+}
+
+// Addr is the replication listener's address as slaves should dial it.
+func (c *shipperComponent) Addr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.advertise
+}
+
+// Shipper returns the running shipper (nil before Start or after Close).
+func (c *shipperComponent) Shipper() *georeplicator.Shipper {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
+}
+
+func (c *shipperComponent) Close() error {
+	c.mu.Lock()
+	s, b := c.s, c.b
+	c.s = nil
+	cancel := c.cancel
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	if cancel != nil {
+		cancel()
+	}
+	b.slave.set(nil)
+	if b.Registry != nil && c.znode != "" {
+		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = b.Registry.Delete(ctx, c.znode)
+		done()
+	}
+	return s.Close()
+}
+
+// Status is the shipper's lag per slave group.
+func (c *shipperComponent) Status() any {
+	s := c.Shipper()
+	if s == nil {
+		return map[string]any{"running": false}
+	}
+	return map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
+}
+
+// advertiseAddr turns a listen address into one other hosts can dial: an
+// unspecified host becomes [system] hostName (or this host's address).
+func advertiseAddr(listen string, cfg *config.Server) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = cfg.System.HostName
+		if host == "" {
+			host = registry.LocalHost()
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// receiverComponent is the slave side: it replicates the master's log into
+// this bundle's store (ModeSlave, async_slave.properties).
+type receiverComponent struct {
+	mu sync.Mutex
+	b  *Bundle
+	r  *georeplicator.Receiver
+}
+
+func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
+
+func (c *receiverComponent) Name() string { return compReceiver }
+
+func (c *receiverComponent) Start(_ context.Context, b *Bundle) error {
+	cfg, sl := b.Config(), b.Slave
+	var res georeplicator.Resolver
+	switch {
+	case sl.MasterAddress != "":
+		res = georeplicator.StaticResolver(sl.MasterAddress)
+	case b.Registry != nil:
+		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
+	default:
+		return errors.New("replication: ZooKeeper is off and async_slave.properties has no masterAddress")
+	}
+	var mode georeplicator.Mode
+	if sl.Compression != "" {
+		m, err := georeplicator.ParseMode(sl.Compression)
+		if err != nil {
+			return err
+		}
+		mode = m
+	}
+	dir := filepath.Join(cfg.System.DataPath, "replication")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("replication: %w", err)
+	}
+	opts := georeplicator.ReceiverOptions{
+		Sink:                 b.Store,
+		Resolver:             res,
+		BrokerID:             cfg.System.BrokerID,
+		SlaveID:              sl.SlaveID,
+		Group:                sl.SlaveGroup,
+		MaxDelay:             sl.SlaveMaxDelay,
+		Compression:          mode,
+		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
+		CheckpointFile:       filepath.Join(dir, "slave.checkpoint"),
+		Logger:               b.Logger(),
+	}
+	if sl.TLSCert != "" || sl.TLSCA != "" {
+		tc, err := georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")
+		if err != nil {
+			return err
+		}
+		opts.TLS = tc
+	}
+	if sl.AutoSyncMasterConfig {
+		opts.AutoSyncMasterConfig = true
+		opts.OnMasterConfig = func(ctx context.Context, data []byte) error {
+			return syncMasterConfig(ctx, b, data)
+		}
+	}
+	r, err := georeplicator.NewReceiver(opts)
+	if err != nil {
+		return err
+	}
+	if err := r.Start(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.b, c.r = b, r
+	c.mu.Unlock()
+	b.slave.set(r.StatsLines)
+	return nil
+}
+
+// Receiver returns the running receiver (nil before Start or after Close).
+func (c *receiverComponent) Receiver() *georeplicator.Receiver {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.r
+}
+
+func (c *receiverComponent) Close() error {
+	c.mu.Lock()
+	r, b := c.r, c.b
+	c.r = nil
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	b.slave.set(nil)
+	return r.Close()
+}
+
+// SlaveStatus answers slave-status.
+func (c *receiverComponent) SlaveStatus() any {
+	r := c.Receiver()
+	if r == nil {
+		return map[string]any{"running": false}
+	}
+	return r.Status()
+}
+
+// Status is the same report for /status.
+func (c *receiverComponent) Status() any { return c.SlaveStatus() }
+
+// zkMasterResolver reads the master's replication address from ZooKeeper:
+// ids/<id>/replication, or ids/<id>/master's url with the port convention
+// serverPort+1 when the master publishes no replication node.
+func zkMasterResolver(r *registry.Registry, brokerID int) georeplicator.Resolver {
+	base := r.Paths().BrokerID(brokerID)
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		if data, _, err := r.Get(ctx, base+"/"+replicationNode); err == nil && len(data) > 0 {
+			return string(data), nil
+		}
+		data, _, err := r.Get(ctx, base+"/master")
+		if err != nil {
+			return "", fmt.Errorf("replication: master of broker %d not registered: %w", brokerID, err)
+		}
+		return georeplicator.AddrFromMasterURL(string(data), 1)
+	})
+}
+
+// syncMasterConfig is autoSyncMasterConfig: the master's server.ini replaces
+// ours (atomically) when its bytes differ, then the bundle reloads, so new
+// topic sections take effect here too. The site overlay is not touched, so
+// this slave keeps its identity.
+func syncMasterConfig(ctx context.Context, b *Bundle, data []byte) error {
+	cur := b.Config()
+	if bytes.Equal(cur.Raw, data) {
+		return nil
+	}
+	if _, _, err := config.Parse(cur.File, data); err != nil {
+		return fmt.Errorf("replication: master's server.ini refused: %w", err)
+	}
+	path := b.opts.ConfigPath
+	tmp := path + ".sync." + strconv.Itoa(os.Getpid())
+	if err := writeFileSync(tmp, data); err != nil {
+		return fmt.Errorf("replication: sync master config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replication: sync master config: %w", err)
+	}
+	if _, err := b.Reload(ctx); err != nil {
+		return err
+	}
+	b.Logger().Info("REPLICATION: took the master's server.ini", "file", path)
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,307 @@
+package bundle
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/broker/wire"
+	"metaq/configsync"
+	"metaq/georeplicator"
+	"metaq/internal/testutil"
+)
+
+// TestTransactionsComponent: a bundle answers transactions (MetaQ's local
+// transaction: begin, put, commit) through the broker, and the message is
+// invisible until commit.
+func TestTransactionsComponent(t *testing.T) {
+	dir := t.TempDir()
+	b := startSite(t, dir, sharedINI("", "", "[topic=test]\n"), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	if _, err := os.Stat(filepath.Join(dir, "data", "transactions")); err != nil {
+		t.Fatalf("transaction journal directory: %v", err)
+	}
+	nc, err := net.Dial("tcp", b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	dec := wire.NewDecoder(bufio.NewReader(nc))
+	opaque := int32(0)
+	do := func(cmd wire.Command) wire.Command {
+		t.Helper()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := nc.Write(cmd.AppendTo(nil)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := dec.Decode()
+		if err != nil {
+			t.Fatalf("%s: %v", cmd.Name(), err)
+		}
+		return resp
+	}
+	key := "TX:s1:1"
+	id, err := wire.ParseTxKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := func(typ wire.TxType) *wire.Result {
+		opaque++
+		r, ok := do(&wire.Transaction{TxKey: key, Tx: id, SessionID: "s1", Type: typ, Opaque: opaque}).(*wire.Result)
+		if !ok {
+			t.Fatalf("%s: not a result", typ)
+		}
+		return r
+	}
+	get := func() wire.Command {
+		opaque++
+		return do(&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: 0, MaxSize: 1 << 20, Opaque: opaque})
+	}
+	if r := tx(wire.TxBegin); !r.OK() {
+		t.Fatalf("begin: %d %s", r.Code, r.Body)
+	}
+	body := []byte("inside a transaction")
+	opaque++
+	if r := do(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), TxKey: key, Tx: id, Body: body, Opaque: opaque}).(*wire.Result); !r.OK() {
+		t.Fatalf("put in tx: %d %s", r.Code, r.Body)
+	}
+	if v, ok := get().(*wire.Value); ok && bytes.Contains(v.Data, body) {
+		t.Fatal("message visible before commit")
+	}
+	if r := tx(wire.TxCommitOnePhase); !r.OK() {
+		t.Fatalf("commit: %d %s", r.Code, r.Body)
+	}
+	v, ok := get().(*wire.Value)
+	if !ok || !bytes.Contains(v.Data, body) {
+		t.Fatalf("after commit: %#v", v)
+	}
+	if st, _ := b.Status().Components[compTxn].(map[string]any); st["running"] != true {
+		t.Errorf("status: %v", b.Status().Components)
+	}
+	// Close removes the handler before closing the journal.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplicationComponents: a master with [replication] ships to a slave
+// started with masterAddress; the slave's store converges, `stats slave`
+// reports the link on both sides and slave-status answers on the slave.
+func TestReplicationComponents(t *testing.T) {
+	shared := sharedINI("", "", "[topic=test]\nnumPartitions=2\n")
+	root := t.TempDir()
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	ship := mustComp[*shipperComponent](t, master)
+	if ship.Addr() == "" {
+		t.Fatal("shipper has no address")
+	}
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(), natsURL: "nats://127.0.0.1:1"})
+	produce(t, master.Broker.Addr().String(), "test", 50, "r")
+	waitCaughtUp(t, master, slave, "test", 20*time.Second)
+
+	for p := range 2 {
+		mb, _ := master.Store.Read("test", p, 0, 1<<20)
+		sb, _ := slave.Store.Read("test", p, 0, 1<<20)
+		if !bytes.Equal(mb, sb) {
+			t.Errorf("partition %d differs: master %d bytes, slave %d bytes", p, len(mb), len(sb))
+		}
+	}
+	ms := statsOf(master, "slave")
+	if !strings.Contains(ms, "meta-slave-group-hf slave_id 1 connected true") {
+		t.Errorf("master stats slave:\n%s", ms)
+	}
+	ss := statsOf(slave, "slave")
+	if !strings.Contains(ss, "connected true") || !strings.Contains(ss, "slave_group meta-slave-group-hf") {
+		t.Errorf("slave stats slave:\n%s", ss)
+	}
+	if !strings.Contains(statsOf(slave, ""), "slave true") {
+		t.Errorf("slave's system stats do not say slave true")
+	}
+	st, err := slave.SlaveStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs, ok := st.(georeplicator.ReceiverStatus); !ok || !rs.Connected || rs.MasterAddr != ship.Addr() {
+		t.Errorf("slave-status = %#v", st)
+	}
+	if _, err := master.SlaveStatus(); err == nil {
+		t.Error("slave-status on the master did not fail")
+	}
+}
+
+// TestReplicationThroughZooKeeper: the master publishes its replication
+// address under ids/<id>/replication and a slave without masterAddress finds
+// it there; the slave registers as slave<id>.
+func TestReplicationThroughZooKeeper(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	e := newEnv(t, "") // for the unique root and its cleanup
+	shared := sharedINI(zk, e.root, "[topic=test]\n")
+	root := t.TempDir()
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	ship := mustComp[*shipperComponent](t, master)
+	zc := zkClient(t, e)
+	data, _, err := zc.Get(context.Background(), e.root+"/brokers/ids/0/replication")
+	if err != nil || string(data) != ship.Addr() {
+		t.Fatalf("replication node = %q %v, want %s", data, err, ship.Addr())
+	}
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://127.0.0.1:1"})
+	produce(t, master.Broker.Addr().String(), "test", 20, "z")
+	waitCaughtUp(t, master, slave, "test", 20*time.Second)
+	if _, _, err := zc.Get(context.Background(), e.root+"/brokers/ids/0/slave1"); err != nil {
+		t.Errorf("slave1 not registered: %v", err)
+	}
+	master.Close()
+	if ok, _, _ := zc.Exists(context.Background(), e.root+"/brokers/ids/0/replication"); ok {
+		t.Error("replication node left after the master closed")
+	}
+}
+
+// TestConfigSyncComponent: the master embeds NATS; a push of the shared
+// server.ini with a new topic reaches both sites' agents, which reload, and
+// a producer can use the topic at once.
+func TestConfigSyncComponent(t *testing.T) {
+	root := t.TempDir()
+	shared := sharedINI("", "", "[topic=test]\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	cs := mustComp[*configSyncComponent](t, master)
+	if cs.NATSURL() == "" {
+		t.Fatal("master runs no embedded NATS")
+	}
+	ship := mustComp[*shipperComponent](t, master)
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(), natsURL: cs.NATSURL()})
+	for _, b := range []*Bundle{master, slave} {
+		select {
+		case <-mustComp[*configSyncComponent](t, b).Agent().Ready():
+		case <-time.After(15 * time.Second):
+			t.Fatal("agent not ready")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	newINI := []byte(shared + "\n[topic=pushed]\nnumPartitions=2\n")
+	rep, err := cl.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf"}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("push: %v (%+v)", err, rep)
+	}
+	if f := rep.Failed(); len(f) > 0 {
+		t.Fatalf("sites failed: %v (%+v)", f, rep)
+	}
+	for _, b := range []*Bundle{master, slave} {
+		if _, ok := b.Config().TopicFor("pushed"); !ok {
+			t.Errorf("%s: topic not in the running config", b.Config().Site.Name)
+		}
+		got, _ := os.ReadFile(b.opts.ConfigPath)
+		if !bytes.Equal(got, newINI) {
+			t.Errorf("%s: server.ini on disk is not the pushed bytes", b.Config().Site.Name)
+		}
+		if v := mustComp[*configSyncComponent](t, b).Agent().State().Version; v == 0 {
+			t.Errorf("%s: agent state version 0", b.Config().Site.Name)
+		}
+	}
+	produce(t, master.Broker.Addr().String(), "pushed", 3, "p")
+	waitCaughtUp(t, master, slave, "pushed", 10*time.Second)
+}
+
+// TestTopologyAndDashboard: two sites gossip; the router sends a local-first
+// consumer at hf to hf's replica; the dashboard serves the snapshot, /lag,
+// and Prometheus series for broker, replication, lag, configsync and gossip;
+// a configured token is required.
+func TestTopologyAndDashboard(t *testing.T) {
+	root := t.TempDir()
+	shared := sharedINI("", "", "[topic=test]\n")
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0", extraOverlay: "[site]\ntoken=s3cret\n"})
+	mt := mustComp[*topologyComponent](t, master)
+	ship := mustComp[*shipperComponent](t, master)
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(),
+		natsURL: mustComp[*configSyncComponent](t, master).NATSURL(), join: []string{mt.Topology().Addr()}})
+	st := mustComp[*topologyComponent](t, slave)
+	produce(t, master.Broker.Addr().String(), "test", 10, "d")
+	waitCaughtUp(t, master, slave, "test", 20*time.Second)
+
+	slaveAddr := slave.Broker.Addr().String()
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		if n := len(mt.Topology().Members()); n != 2 {
+			return fmt.Errorf("master sees %d members", n)
+		}
+		addr, err := st.Router().Route(context.Background(), client.RouteRequest{Topic: "test", BrokerID: 0, Site: "hf", Preference: client.LocalFirst})
+		if err != nil {
+			return err
+		}
+		if addr != slaveAddr {
+			return fmt.Errorf("routed to %s, want hf's replica %s", addr, slaveAddr)
+		}
+		return nil
+	})
+	// The master side stays the choice for a master-only consumer.
+	if addr, err := st.Router().Route(context.Background(), client.RouteRequest{Topic: "test", BrokerID: 0, Site: "hf", Preference: client.MasterOnly}); err != nil || addr != master.Broker.Addr().String() {
+		t.Errorf("master-only route = %s %v", addr, err)
+	}
+
+	dash := mustComp[*dashboardComponent](t, master)
+	base := "http://" + dash.Addr()
+	if code, _ := httpGet(t, base+"/api/snapshot", ""); code != http.StatusUnauthorized {
+		t.Errorf("snapshot without the token: %d", code)
+	}
+	code, body := httpGet(t, base+"/api/snapshot", "s3cret")
+	if code != 200 || !strings.Contains(string(body), `"name": "test"`) || !strings.Contains(string(body), `"site": "bj"`) {
+		t.Errorf("snapshot: %d %s", code, body)
+	}
+	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
+		code, body := httpGet(t, base+"/lag", "s3cret")
+		if code != 200 || !strings.Contains(string(body), `"slaveGroup": "meta-slave-group-hf"`) && !strings.Contains(string(body), `"slaveGroup":"meta-slave-group-hf"`) {
+			return fmt.Errorf("/lag: %d %s", code, body)
+		}
+		return nil
+	})
+	_, metrics := httpGet(t, base+"/metrics", "s3cret")
+	for _, want := range []string{"metaq_broker_up 1", "metaq_partition_bytes{partition=\"0\",topic=\"test\"}",
+		"metaq_replication_slave_connected{slave_group=\"meta-slave-group-hf\",slave_id=\"1\"} 1",
+		"metaq_replication_lag_bytes", "metaq_configsync_version", "metaq_gossip_members", "metaq_site_up{site=\"hf\"} 1"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The slave's dashboard needs no token (loopback, none configured).
+	sd := mustComp[*dashboardComponent](t, slave)
+	var snap struct {
+		Role   string
+		Health []struct {
+			Name string
+			OK   bool
+		}
+	}
+	getJSON(t, "http://"+sd.Addr()+"/api/snapshot", &snap)
+	if snap.Role != "slave" {
+		t.Errorf("slave snapshot role %q", snap.Role)
+	}
+	_, sm := httpGet(t, "http://"+sd.Addr()+"/metrics", "")
+	if !strings.Contains(string(sm), "metaq_replication_connected 1") {
+		t.Errorf("slave /metrics lacks metaq_replication_connected 1")
+	}
+
+	// Every component stops its goroutines: closing both bundles leaves the
+	// gossip, dashboard and replication listeners closed.
+	addrs := []string{dash.Addr(), sd.Addr(), ship.Addr()}
+	slave.Close()
+	master.Close()
+	for _, a := range addrs {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after Close", a)
+		}
+	}
+}

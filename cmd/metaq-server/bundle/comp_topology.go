@@ -1,0 +1,223 @@
+package bundle
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/broker/registry"
+	"metaq/georeplicator"
+	"metaq/topology"
+)
+
+// topologyComponent joins the bundle to the gossip pool with its site, role,
+// health and (on a master) the lag of its slave groups; it offers the read
+// router for Go consumers, keeps this site's ZooKeeper view for Java
+// consumers when ZooKeeper is on, and serves the lag report. It runs when
+// the configuration has a [gossip] section (or [gossip] enable=true).
+type topologyComponent struct {
+	mu     sync.Mutex
+	t      *topology.Topology
+	router *topology.Router
+	lag    http.Handler
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newTopologyComponent() *topologyComponent { return &topologyComponent{} }
+
+func (c *topologyComponent) Name() string { return compTopology }
+
+// gossipTiming scales memberlist's intervals from [gossip] probeIntervalMs:
+// WAN defaults for production's seconds, proportionally shorter for the
+// sub-second intervals of tests and the single-machine demo.
+func gossipTiming(probe time.Duration) topology.Timing {
+	if probe <= 0 || probe >= time.Second {
+		tm := topology.Timing{ProbeInterval: probe}
+		if probe > 0 && probe < 5*time.Second {
+			tm.ProbeTimeout = probe * 3 / 5
+		}
+		return tm
+	}
+	return topology.Timing{
+		ProbeInterval:           probe,
+		ProbeTimeout:            probe / 2,
+		GossipInterval:          max(probe/5, 10*time.Millisecond),
+		PushPullInterval:        probe * 5,
+		TCPTimeout:              probe * 5,
+		SuspicionMult:           2,
+		SuspicionMaxTimeoutMult: 2,
+		DeadNodeReclaimTime:     probe,
+	}
+}
+
+func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
+	cfg := b.Config()
+	log := b.Logger().With("component", "topology")
+	o := topology.Options{
+		Site:     cfg.Site.Name,
+		Role:     topology.RoleMaster,
+		BrokerID: cfg.System.BrokerID,
+		SlaveID:  -1,
+		ServeURL: b.Broker.URL(),
+		Bind:     cfg.Gossip.Bind,
+		Join:     cfg.Gossip.Join,
+		Key:      cfg.Gossip.Key,
+		Label:    cfg.Gossip.Label,
+		Timing:   gossipTiming(cfg.Gossip.ProbeInterval),
+		Logger:   log,
+	}
+	if cfg.Gossip.Advertise != "" {
+		o.Advertise = cfg.Gossip.Advertise
+	}
+	if cfg.Gossip.ProbeInterval > 0 && cfg.Gossip.ProbeInterval < time.Second {
+		o.RefreshInterval = 5 * cfg.Gossip.ProbeInterval
+	}
+	if b.Slave != nil {
+		o.Role, o.SlaveID = topology.RoleSlave, b.Slave.SlaveID
+	}
+	if d, ok := findComp[*dashboardComponent](b); ok {
+		o.HTTPAddr = d.Addr()
+	}
+	ship, hasShipper := findComp[*shipperComponent](b)
+	if hasShipper {
+		o.ReplAddr = ship.Addr()
+		o.Lag = topology.LagFunc(func() []topology.GroupLag {
+			s := ship.Shipper()
+			if s == nil {
+				return nil
+			}
+			return topologyLag(s.Lag())
+		})
+	}
+	recv, hasReceiver := findComp[*receiverComponent](b)
+	o.Health = topology.HealthFunc(func() topology.Health {
+		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
+		if hasReceiver {
+			r := recv.Receiver()
+			h.ReplicationOK = r != nil && r.Status().Connected
+		}
+		if hasShipper {
+			h.ReplicationOK = ship.Shipper() != nil
+		}
+		return h
+	})
+	t, err := topology.New(o)
+	if err != nil {
+		return err
+	}
+	if err := t.Start(ctx); err != nil {
+		return err
+	}
+	var offsets topology.OffsetSource
+	rctx, cancel := context.WithCancel(context.Background())
+	if b.Registry != nil {
+		reg := b.Registry
+		viewRoot := registry.SiteViewRoot(o.Site)
+		offsets = topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
+			var out []topology.ConsumerOffset
+			for _, root := range []string{reg.Paths().Root, viewRoot} {
+				gos, err := reg.OffsetsUnder(ctx, root)
+				if err != nil {
+					return out, err
+				}
+				for _, g := range gos {
+					out = append(out, topology.ConsumerOffset{Root: g.Root, Group: g.Group, Topic: g.Topic,
+						BrokerID: g.BrokerID, Partition: g.Part, Offset: g.Offset.Offset})
+				}
+			}
+			return out, nil
+		})
+		sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRoot, Logger: log})
+		if err != nil {
+			cancel()
+			t.Close()
+			return err
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			err := t.RunView(rctx, topology.ViewWriterFunc(func(ctx context.Context, targets map[int]string) error {
+				_, err := sv.Apply(ctx, targets)
+				return err
+			}), topology.ViewOptions{Site: o.Site})
+			if err != nil && rctx.Err() == nil {
+				log.Warn("TOPOLOGY: site view stopped", "err", err)
+			}
+		}()
+	}
+	c.mu.Lock()
+	c.t, c.cancel = t, cancel
+	c.router = topology.NewRouter(t)
+	c.lag = topology.Handler(t, offsets)
+	c.mu.Unlock()
+	if d, ok := findComp[*dashboardComponent](b); ok {
+		d.attachTopology(t, offsets)
+	}
+	return nil
+}
+
+// Topology returns the running membership (nil before Start or after Close).
+func (c *topologyComponent) Topology() *topology.Topology {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Router returns the site-affinity router for Go consumers in this process.
+func (c *topologyComponent) Router() client.Router {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.router == nil {
+		return nil
+	}
+	return c.router
+}
+
+// LagHandler serves the lag report (mounted at /lag on the dashboard).
+func (c *topologyComponent) LagHandler() http.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lag
+}
+
+// Close stops the site view keeper and leaves the pool.
+func (c *topologyComponent) Close() error {
+	c.mu.Lock()
+	t, cancel := c.t, c.cancel
+	c.t, c.router, c.cancel = nil, nil, nil
+	c.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	cancel()
+	c.wg.Wait()
+	return t.Close()
+}
+
+// Status lists the pool's members.
+func (c *topologyComponent) Status() any {
+	t := c.Topology()
+	if t == nil {
+		return map[string]any{"running": false}
+	}
+	return map[string]any{"running": true, "node": t.Name(), "addr": t.Addr(), "sites": t.Sites(), "members": len(t.Members())}
+}
+
+// topologyLag adapts the shipper's lag to topology's LagSource.
+func topologyLag(gs []georeplicator.GroupLag) []topology.GroupLag {
+	out := make([]topology.GroupLag, 0, len(gs))
+	for _, g := range gs {
+		tg := topology.GroupLag{SlaveGroup: g.Group, SlaveID: g.SlaveID, Connected: g.Connected}
+		for _, p := range g.Partitions {
+			tg.Partitions = append(tg.Partitions, topology.PartitionLag{
+				Topic: p.Topic, Partition: p.Partition, MasterEnd: p.MasterEnd, SlaveEnd: p.SlaveEnd,
+				Bytes: p.Bytes, Messages: p.Messages, Behind: time.Duration(p.Seconds * float64(time.Second)), Stuck: p.Stuck,
+			})
+		}
+		out = append(out, tg)
+	}
+	return out
+}

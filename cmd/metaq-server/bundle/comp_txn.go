@@ -1,0 +1,78 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"metaq/broker/txn"
+)
+
+// txnComponent opens the transaction manager on the bundle's store and
+// installs it as the broker's transaction handler. Every bundle runs it.
+type txnComponent struct {
+	mu  sync.Mutex
+	b   *Bundle
+	mgr *txn.Manager
+}
+
+func newTxnComponent() *txnComponent { return &txnComponent{} }
+
+func (c *txnComponent) Name() string { return compTxn }
+
+func (c *txnComponent) Start(_ context.Context, b *Bundle) error {
+	cfg := b.Config()
+	dir := cfg.System.DataLogPath
+	if dir == "" {
+		dir = cfg.System.DataPath
+	}
+	mgr, err := txn.Open(txn.Options{
+		Dir:           filepath.Join(dir, "transactions"),
+		Store:         b.Store,
+		NextID:        b.Store.NextID,
+		FlushAtCommit: cfg.System.FlushTxLogAtCommit,
+		MaxTimeout:    time.Duration(cfg.System.MaxTxTimeoutInSeconds) * time.Second,
+		Logger:        b.Logger().With("component", "txn"),
+	})
+	if err != nil {
+		return fmt.Errorf("transactions: %w", err)
+	}
+	c.mu.Lock()
+	c.b, c.mgr = b, mgr
+	c.mu.Unlock()
+	b.Broker.SetTxHandler(txn.NewHandler(mgr, b.Broker))
+	return nil
+}
+
+// Close removes the handler first, so new transaction commands get the
+// broker's "not supported" answer rather than a closed journal, then closes
+// the journal. Commands already inside the manager finish or fail with
+// txn.ErrClosed; prepared XA transactions are on disk and recovered at the
+// next start.
+func (c *txnComponent) Close() error {
+	c.mu.Lock()
+	b, mgr := c.b, c.mgr
+	c.mgr = nil
+	c.mu.Unlock()
+	if mgr == nil {
+		return nil
+	}
+	if b.Broker != nil {
+		b.Broker.SetTxHandler(nil)
+	}
+	return mgr.Close()
+}
+
+// Status reports open transactions.
+func (c *txnComponent) Status() any {
+	c.mu.Lock()
+	mgr := c.mgr
+	c.mu.Unlock()
+	if mgr == nil {
+		return map[string]any{"running": false}
+	}
+	local, xa := mgr.Count()
+	return map[string]any{"running": true, "local": local, "xa": xa}
+}
