@@ -573,3 +573,38 @@ func TestStatusMarksSilentSiteStale(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStartBundleEmbedded: a single-machine bundle without [nats] url runs
+// the embedded server and its agent; the command side reaches it at the
+// embedded address and a push reaches the broker's reloader.
+func TestStartBundleEmbedded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "server.ini")
+	ini := strings.Replace(string(baseIni("")), "[site]\n", "[nats]\nembeddedListen=127.0.0.1:0\n\n[site]\n", 1)
+	must(t, os.WriteFile(path, []byte(ini), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "site.ini"), overlayIni("solo", 1), 0o644))
+	cfg, _, err := config.Load(path)
+	must(t, err)
+	rec := &recorder{cfg: cfg}
+	b, err := StartBundle(context.Background(), BundleOptions{ConfigPath: path, Config: cfg, Reloader: rec,
+		Embedded: EmbeddedOptions{StoreDir: t.TempDir()}})
+	must(t, err)
+	defer b.Close()
+	if b.Embedded == nil {
+		t.Fatal("no embedded server without [nats] url")
+	}
+	if strings.HasSuffix(b.Embedded.ClientURL(), ":4222") || strings.HasSuffix(b.Embedded.ClientURL(), ":0") {
+		t.Fatalf("port 0 did not pick a free port: %s", b.Embedded.ClientURL())
+	}
+	<-b.Agent.Ready()
+	c := newClient(t, b.Embedded.ClientURL())
+	waitSitesKnown(t, c, "solo")
+	v1 := []byte(strings.Replace(ini, "[topic=test]", "[topic=solo-topic]\n[topic=test]", 1))
+	rep, err := push(t, c, v1)
+	must(t, err)
+	if !rep.Results["solo"].OK || !rec.hasTopic("solo-topic") {
+		t.Fatalf("%+v", rep.Results)
+	}
+	b.Close()
+	b.Close()
+}

@@ -65,6 +65,12 @@ func StartEmbeddedNATS(o EmbeddedOptions) (*EmbeddedNATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configsync: embedded NATS listen %q: bad port: %w", o.Listen, err)
 	}
+	if port == 0 {
+		// Port 0 means "any free port" in our configuration (serverPort=0
+		// derives 0 for every listener); nats-server reads 0 as its default
+		// 4222 and -1 as a random port.
+		port = server.RANDOM_PORT
+	}
 	opts := &server.Options{
 		ServerName: "metaq-configsync",
 		Host:       host,
