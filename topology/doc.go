@@ -31,6 +31,10 @@
 // again. Offsets carry over unchanged because replicas are byte-identical at
 // the same offsets.
 //
+// A consumer process that is not a gossip member uses RemoteRouter instead:
+// it polls one or more bundles' /lag documents (own site first, then
+// another site) and applies the same rule to the members listed there.
+//
 // # Site views (unmodified Java consumers)
 //
 // A Java consumer cannot be given a router, but it reads its brokers from
@@ -59,7 +63,16 @@
 //
 // The view's nodes are persistent so that a view survives the bundle that
 // wrote it; one bundle (IsViewKeeper: the first alive member of the site by
-// name, or of the pool when the site is down) writes it at a time.
+// name, or of the pool when the site is down) writes it at a time. Every
+// bundle runs RunViews, which keeps each site's view while it is that
+// site's keeper.
+//
+// # Locks
+//
+// Topology has two mutexes that are never held together: qmu guards the
+// queue memberlist's callbacks append to (they run under memberlist's own
+// locks and must take nothing else), mu guards the member table and the
+// subscribers.
 //
 // # Lag reports
 //

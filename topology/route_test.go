@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -150,4 +151,53 @@ func TestRouterFollowsSiteHealth(t *testing.T) {
 	if _, err := r.Route(context.Background(), req); !errors.Is(err, client.ErrNoRoute) {
 		t.Fatalf("unknown broker id: err = %v", err)
 	}
+}
+
+// TestRemoteRouter: a consumer outside the pool routes from bundles' /lag
+// documents, falling over to another site's bundle when its own site's is
+// gone, and gives up (client fallback) when no document is fresh.
+func TestRemoteRouter(t *testing.T) {
+	bj, hf, _ := threeSites(t)
+	bj.lag.set([]GroupLag{{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}}})
+	hfSrv := httptest.NewServer(Handler(hf.t, nil))
+	defer hfSrv.Close()
+	bjSrv := httptest.NewServer(Handler(bj.t, nil))
+	defer bjSrv.Close()
+
+	rr, err := NewRemoteRouter(RemoteRouterOptions{URLs: []string{hfSrv.URL + "/lag", bjSrv.URL + "/lag"}, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	req := client.RouteRequest{Topic: "t", BrokerID: 1, Site: "hf", Preference: client.LocalFirst}
+	routeIs := func(want string) func() error {
+		return func() error {
+			got, err := rr.Route(context.Background(), req)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("routed to %s, want %s", got, want)
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
+
+	// hf's site goes dark: its bundle and its endpoint.
+	hf.t.close(false)
+	hfSrv.Close()
+	testutil.Eventually(t, bj.t.DetectionTime()+3*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:18123"))
+
+	// No endpoint answers: after MaxAge the router has no opinion.
+	bjSrv.Close()
+	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() error {
+		if _, err := rr.Route(context.Background(), req); !errors.Is(err, client.ErrNoRoute) {
+			return fmt.Errorf("stale view still routes: %v", err)
+		}
+		return nil
+	})
 }

@@ -244,3 +244,66 @@ func TestWrongKeyOrLabelCannotJoin(t *testing.T) {
 		t.Fatal("join with another label succeeded")
 	}
 }
+
+// viewRecorder records which node applied which site's view last.
+type viewRecorder struct {
+	mu   sync.Mutex
+	last map[string]string         // site -> node
+	tgts map[string]map[int]string // site -> last targets
+}
+
+func (v *viewRecorder) writer(node string) func(site string) (ViewWriter, error) {
+	return func(site string) (ViewWriter, error) {
+		return ViewWriterFunc(func(ctx context.Context, targets map[int]string) error {
+			v.mu.Lock()
+			v.last[site], v.tgts[site] = node, targets
+			v.mu.Unlock()
+			return nil
+		}), nil
+	}
+}
+
+func (v *viewRecorder) get(site string) (string, map[int]string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.last[site], v.tgts[site]
+}
+
+// TestRunViewsKeeper: every bundle runs RunViews; each site's view is
+// written by its own bundle while it is alive, by the pool's first alive
+// member while the site is down, and the targets follow the site's health.
+func TestRunViewsKeeper(t *testing.T) {
+	bj, hf, sh := threeSites(t)
+	bj.lag.set([]GroupLag{
+		{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}},
+		{SlaveGroup: "g-sh", SlaveID: 1, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}},
+	})
+	rec := &viewRecorder{last: map[string]string{}, tgts: map[string]map[int]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, n := range []*node{bj, hf, sh} {
+		wg.Add(1)
+		go func(n *node) {
+			defer wg.Done()
+			n.t.RunViews(ctx, rec.writer(n.t.Name()), []string{"gz"}, ViewOptions{Resync: 50 * time.Millisecond})
+		}(n)
+	}
+	want := func(site, node string, target string) func() error {
+		return func() error {
+			got, tg := rec.get(site)
+			if got != node || tg[1] != target {
+				return fmt.Errorf("view %s written by %q with %v, want %q with %s", site, got, tg, node, target)
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, want("hf", "hf-1-s0", "meta://127.0.0.1:28123"))
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, want("sh", "sh-1-s1", "meta://127.0.0.1:38123"))
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, want("bj", "bj-1-m", "meta://127.0.0.1:18123"))
+	// gz has no bundle: the pool's first alive member keeps it, pointing at the master.
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, want("gz", "bj-1-m", "meta://127.0.0.1:18123"))
+
+	hf.t.close(false)
+	testutil.Eventually(t, bj.t.DetectionTime()+5*time.Second, 20*time.Millisecond, want("hf", "bj-1-m", "meta://127.0.0.1:18123"))
+}

@@ -112,9 +112,39 @@ type ViewOptions struct {
 
 // RunView keeps site's view current until ctx ends: on every gossip event
 // and every Resync it recomputes ViewTargets and, when this bundle is the
-// keeper, calls w.Apply. Errors are logged and retried at the next tick.
-// It returns ctx's error, or ErrClosed when the topology closes.
+// keeper (or o.Always), calls w.Apply. Errors are logged and retried at the
+// next tick. It returns ctx's error, or ErrClosed when the topology closes.
 func (t *Topology) RunView(ctx context.Context, w ViewWriter, o ViewOptions) error {
+	return t.runViews(ctx, func(string) (ViewWriter, error) { return w, nil }, func() []string { return []string{o.Site} }, o)
+}
+
+// RunViews keeps the view of every site in the pool, plus extraSites (sites
+// with consumers but no bundle), writing each only while this bundle is its
+// keeper, so that a site's view stays current when all of that site's
+// bundles are down. newWriter is called once per site, the first time this
+// bundle keeps it. Every bundle should run it; o.Site and o.Always are
+// ignored.
+func (t *Topology) RunViews(ctx context.Context, newWriter func(site string) (ViewWriter, error), extraSites []string, o ViewOptions) error {
+	o.Always = false
+	sites := func() []string {
+		seen := map[string]bool{}
+		var out []string
+		for s := range t.Sites() {
+			seen[s] = true
+			out = append(out, s)
+		}
+		for _, s := range extraSites {
+			if !seen[s] {
+				out = append(out, s)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	return t.runViews(ctx, newWriter, sites, o)
+}
+
+func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWriter, error), sites func() []string, o ViewOptions) error {
 	if o.Resync <= 0 {
 		o.Resync = 2 * time.Second
 	}
@@ -122,19 +152,40 @@ func (t *Topology) RunView(ctx context.Context, w ViewWriter, o ViewOptions) err
 	defer cancel()
 	tick := t.opts.Clock.NewTicker(o.Resync)
 	defer tick.Stop()
-	var last map[int]string
-	log := t.log.With("view", o.Site)
+	writers := map[string]ViewWriter{}
+	last := map[string]map[int]string{}
+	keeping := map[string]bool{}
 	for {
-		if o.Always || t.IsViewKeeper(o.Site) {
-			targets := t.ViewTargets(o.Site, o.MaxLag)
+		for _, site := range sites() {
+			keeper := o.Always || t.IsViewKeeper(site)
+			if keeper != keeping[site] {
+				keeping[site] = keeper
+				if !o.Always {
+					t.log.Info("TOPOLOGY: site view keeper", "view", site, "keeping", keeper)
+				}
+			}
+			if !keeper {
+				delete(last, site)
+				continue
+			}
+			w := writers[site]
+			if w == nil {
+				var err error
+				if w, err = newWriter(site); err != nil {
+					t.log.Warn("TOPOLOGY: site view writer", "view", site, "err", err)
+					continue
+				}
+				writers[site] = w
+			}
+			targets := t.ViewTargets(site, o.MaxLag)
 			if err := w.Apply(ctx, targets); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				log.Warn("TOPOLOGY: site view update failed", "err", err)
-			} else if !maps.Equal(last, targets) {
-				log.Info("TOPOLOGY: site view targets", "targets", targets)
-				last = targets
+				t.log.Warn("TOPOLOGY: site view update failed", "view", site, "err", err)
+			} else if !maps.Equal(last[site], targets) {
+				t.log.Info("TOPOLOGY: site view targets", "view", site, "targets", targets)
+				last[site] = targets
 			}
 		}
 		select {
