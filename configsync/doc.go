@@ -12,6 +12,11 @@
 //     running broker; the bundle (cmd/) supplies it.
 //   - [StartEmbeddedNATS] runs a NATS server with JetStream inside a
 //     single-machine bundle that has no NATS URL configured.
+//   - [StartBundle] is the one call a bundle makes: the embedded server when
+//     the nats section has no url, then the agent; [Bundle.Close] stops both.
+//
+// An agent connects in the background: a bundle starts even while NATS is
+// unreachable, and the agent catches up when it connects.
 //
 // # Storage: one JetStream key-value bucket
 //
