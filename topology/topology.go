@@ -582,8 +582,12 @@ func (t *Topology) refreshNow() {
 	if ml == nil {
 		return
 	}
-	if err := ml.UpdateNode(t.leaveTimeout()); err != nil {
-		t.log.Warn("TOPOLOGY: metadata update not confirmed", "err", err)
+	// UpdateNode waits until the update was handed to a peer. Keep the wait
+	// short: the metadata is gossiped regardless, and Close waits for this
+	// loop.
+	c, _ := t.opts.memberlistConfig()
+	if err := ml.UpdateNode(2*c.GossipInterval + 100*time.Millisecond); err != nil {
+		t.log.Debug("TOPOLOGY: metadata update not yet gossiped", "err", err)
 	}
 }
 
