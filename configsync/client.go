@@ -188,7 +188,7 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 
 	// Listen for answers before publishing, so none can be lost.
 	inbox := c.nc.NewInbox()
-	answers := make(chan *nats.Msg, 64)
+	answers := make(chan *nats.Msg, 1024)
 	sub, err := c.nc.ChanSubscribe(inbox, answers)
 	if err != nil {
 		return nil, fmt.Errorf("configsync: subscribe %s: %w", inbox, err)
