@@ -29,3 +29,30 @@ func setCongestion(c net.Conn, algo string) error {
 	}
 	return serr
 }
+
+// notSentLowat bounds the bytes queued in the kernel but not yet sent. The
+// master writes frames as fast as the window allows; without a bound they
+// pile up in the socket buffer (megabytes, seconds on a 50 Mbit/s link) and
+// every keepalive, and so every RTT sample and the lag of fresh records,
+// waits behind them. With it the queue stays about one frame deep while TCP
+// still keeps a full congestion window in flight.
+const notSentLowat = 128 << 10
+
+func setNotSentLowat(c net.Conn) error {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, notSentLowat)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}

@@ -85,6 +85,16 @@ func (x *logIndex) run(ctx context.Context, idle time.Duration) {
 			sleepCtx(ctx, idle)
 			continue
 		}
+		if len(entries) == 0 && next > pos {
+			// Only entries that carry no records (partition definitions,
+			// deletions) were passed over.
+			x.mu.Lock()
+			if x.gen == gen {
+				x.pos = next
+			}
+			x.mu.Unlock()
+			continue
+		}
 		if len(entries) == 0 {
 			wctx, cancel := context.WithTimeout(ctx, idle)
 			x.src.WaitDurable(wctx, pos)

@@ -232,6 +232,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+		setNotSentLowat(tc) // best effort: only latency suffers without it
 		if err := setCongestion(tc, s.opts.CongestionControl); err != nil && s.ccWarned.CompareAndSwap(false, true) {
 			s.log.Warn("cannot select TCP congestion control; using the host default",
 				"algorithm", s.opts.CongestionControl, "err", err)
@@ -415,13 +416,14 @@ const minFrameBytes = 64 << 10
 func (ss *session) stream(ctx context.Context, pos int64) error {
 	s := ss.s
 	var (
-		seq      uint64
-		epoch    uint32
-		raw      []byte
-		wire     []byte
-		scratch  []byte
-		lastSend = time.Now()
-		lastKA   time.Time
+		seq        uint64
+		epoch      uint32
+		frameStart = pos // end of the last frame sent: where the slave's next batch must start
+		raw        []byte
+		wire       []byte
+		scratch    []byte
+		lastSend   = time.Now()
+		lastKA     time.Time
 	)
 	// Linger bounds how long a small frame waits for company; a tenth of
 	// slaveMaxDelayInMills keeps the promise "flushed at least every
@@ -446,6 +448,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		ss.mu.Lock()
 		if ss.rewindTo >= 0 {
 			pos, epoch, seq = ss.rewindTo, ss.epoch, 0
+			frameStart = pos
 			ss.rewindTo = -1
 			ss.inflight, ss.inflBytes = nil, 0
 		}
@@ -477,7 +480,17 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			writeFrame(ss.conn, header{typ: typeError, epoch: epoch}, []byte(err.Error()), nil)
 			return err
 		}
-		if len(entries) == 0 {
+		if len(entries) == 0 && next > pos {
+			// ReadLog passed over entries without records (partition
+			// definitions, deletions); the next frame covers that range.
+			pos = next
+			continue
+		}
+		if len(entries) == 0 && frameStart < pos {
+			// Idle, but the slave does not know about the skipped range yet:
+			// an empty batch moves its position (and the lag) to the end.
+			entries, next = nil, pos
+		} else if len(entries) == 0 {
 			if err := ss.waitData(ctx, pos, s.opts.Keepalive-time.Since(lastSend)); err != nil {
 				return nil
 			}
@@ -486,7 +499,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		// Linger for more when the frame is small and more may come soon.
 		size := entriesSize(entries)
 		deadline := time.Now().Add(linger)
-		for size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 {
+		for len(entries) > 0 && size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 {
 			if ss.waitData(ctx, next, time.Until(deadline)) != nil {
 				break
 			}
@@ -499,7 +512,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			size = entriesSize(entries)
 		}
 		seq++
-		raw = encodeBatch(raw, pos, next, s.opts.Clock.Now().UnixNano(), entries)
+		raw = encodeBatch(raw, frameStart, next, s.opts.Clock.Now().UnixNano(), entries)
 		codec := ss.chooser.pick(ss.currentRTT())
 		wire, err = compress(codec, wire, raw)
 		if err != nil {
@@ -531,7 +544,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		}
 		lastSend = time.Now()
 		s.prog.sent(ss.key, next, len(raw), headerLen+len(wire), codec)
-		pos = next
+		pos, frameStart = next, next
 	}
 }
 

@@ -1,0 +1,99 @@
+// Package georeplicator copies a master site's commit log to slave sites
+// over WAN links: the master's Shipper streams the durable log in
+// checksummed, compressed frames and each slave's Receiver stores the
+// records byte-identically at the master's offsets (spec §5.1 semantics,
+// without MetaQ's consumer-based copy).
+//
+// # Roles
+//
+// A slave site runs the bundle with the same brokerId as its master and an
+// async_slave.properties (slaveId, slaveGroup, slaveMaxDelayInMills,
+// autoSyncMasterConfig). Any number of slaves may follow one master; the
+// master tracks each (slaveGroup, slaveId) separately.
+//
+// # Connection and handshake
+//
+// The slave dials the master's replication address (found by a Resolver;
+// default serverPort+1), optionally over mutual TLS, and sends hello:
+// protocol version, brokerId, slaveId, slaveGroup, codec preference, the
+// master log position it resumes from (-1 when it has none), its window in
+// bytes (>= 4 MiB), an optional bandwidth cap, slaveMaxDelayInMills and
+// whether it wants the master's server.ini. The master answers welcome (the
+// position the stream starts at, its first and durable log positions, the
+// keepalive interval) or error (different brokerId, a position beyond the
+// master's durable end, unknown codec), then the config bytes if asked.
+// A position the master has removed by retention, or -1, starts the stream
+// at the master's first retained entry ("truncated"); partitions the slave
+// does not have are created at their first shipped offset, so offsets still
+// equal the master's.
+//
+// # Frames
+//
+// Every message is a frame (see frame.go): a 32-byte header with magic,
+// type, codec, epoch, sequence, raw and wire lengths, CRC32C of the wire
+// payload and CRC32C of the header itself. A data frame's payload is a
+// batch: start and end master log positions and the log entries between
+// them (topic, partition, offset, append time, whole MetaQ records),
+// compressed as a unit with zstd (SpeedFastest, one goroutine, 1 MiB window,
+// pooled encoders), s2, or not at all; each frame names its codec, so mode
+// auto can change codec per frame (rule in auto.go). A frame that would grow
+// is sent uncompressed.
+//
+// # Flow
+//
+// The master streams continuously: it keeps up to the slave's window of
+// unacknowledged wire bytes in flight (a WAN link's bandwidth-delay product,
+// 375 KB at 50 Mbit/s and 61 ms, fits many times), and the slave acks every
+// applied frame with the master log position applied, the position
+// checkpointed, changed partition ends and the timestamp of the last
+// keepalive (the master's RTT sample). Only durable data is read
+// (store.ReadLog). A frame is sent as soon as data is durable; a frame
+// under 64 KiB waits at most slaveMaxDelayInMills/10 for company, so a
+// record reaches the wire well within slaveMaxDelayInMills. Idle links carry
+// a keepalive every Keepalive (1 s); a peer silent for 4 keepalives (at
+// least 2 s) is dropped. A token bucket caps bytes per second per link. The
+// master asks for BBR congestion control on its sockets (CUBIC collapses
+// under WAN loss).
+//
+// # Corruption, cuts and restarts
+//
+// A frame whose payload fails its CRC or does not decode is dropped, counted
+// and never applied: the slave sends rewind with a new epoch and its applied
+// position, and discards frames of older epochs until the master resends. A
+// damaged header (the stream is out of step) or a cut connection ends the
+// connection; the slave reconnects with exponential backoff and jitter and
+// resumes from its applied position. The slave checkpoints the applied
+// position only after flushing its store (temp file, fsync, rename), so
+// after a crash it resumes at or before what it holds: entries it already
+// has are compared byte for byte with the shipped ones and skipped, so there
+// are no duplicates and no gaps. Bytes that differ, or a gap the master
+// cannot fill (retention removed data the slave never got), stop the stream
+// with a DivergedError that is reported, never written around.
+//
+// # Lag
+//
+// The master keeps every slave's progress in memory and in a small state
+// file, so lag survives master restarts. Shipper.Lag reports per slave and
+// partition the bytes, messages and seconds (age of the oldest record not
+// on the slave) behind, and "stuck" (behind with no progress for
+// StuckAfter). Messages and seconds come from a compact index of the log
+// (index.go): exact for the newest 4096 entries per partition,
+// interpolated for older ones. Shipper.StatsLines renders it for `stats
+// slave`; Receiver.Status and Receiver.StatsLines give the slave's view
+// (slave-status).
+//
+// # Wiring (cmd/metaq-server)
+//
+// Master: NewShipper(ShipperOptions{Listen: Replication.Listen or
+// host:serverPort+1, BrokerID, Source: the *store.Store, Compression,
+// BandwidthBytesPerSec, StuckAfter, StateFile: <dataPath>/replication.json,
+// ConfigBytes: the running server.ini bytes}), Start, Close on shutdown
+// after the listeners and before the store. Register the replication
+// address in ZooKeeper (see Resolver).
+//
+// Slave: NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
+// BrokerID, SlaveID, Group, MaxDelay, Compression, BandwidthBytesPerSec,
+// CheckpointFile: <dataPath>/replication.checkpoint, TLS: ClientTLS(...),
+// AutoSyncMasterConfig, OnMasterConfig: write the file (temp, rename) and
+// reload when the topic sections differ}), Start, Close before the store.
+package georeplicator
