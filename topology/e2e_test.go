@@ -48,10 +48,15 @@ type site struct {
 	slave string // SyncSlave address (master of a sync pair)
 	recv  bool   // SyncReceiver (slave of a sync pair)
 
-	mu    sync.Mutex
-	store *store.Store
-	br    *broker.Broker
-	reg   *registry.Registry
+	// attach, when set, starts something on the store before the broker
+	// (a replication shipper or receiver) and returns its stop function.
+	attach func(st *store.Store) (stop func())
+
+	mu     sync.Mutex
+	store  *store.Store
+	br     *broker.Broker
+	reg    *registry.Registry
+	detach func()
 }
 
 func newSite(t *testing.T, brokerID int, zkAddr, root string, zk bool) *site {
@@ -97,6 +102,9 @@ func (s *site) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.attach != nil {
+		s.detach = s.attach(st)
+	}
 	bo := broker.Options{Config: s.cfg, Store: st, ListenAddr: s.addr(), SyncSlave: s.slave, SyncReceiver: s.recv}
 	if s.zk {
 		s.reg, err = registry.New(context.Background(), registry.Options{Connect: s.cfg.ZooKeeper.Connect, Root: s.cfg.ZooKeeper.Root,
@@ -126,6 +134,10 @@ func (s *site) stop() {
 		return
 	}
 	s.br.Close()
+	if s.detach != nil {
+		s.detach()
+		s.detach = nil
+	}
 	if s.reg != nil {
 		s.reg.Close()
 		s.reg = nil
@@ -165,6 +177,24 @@ func (l syncLag) Lag() []topology.GroupLag {
 	return []topology.GroupLag{g}
 }
 
+// removeRoot deletes a test root recursively.
+func removeRoot(zkAddr, root string) {
+	r, err := registry.New(context.Background(), registry.Options{Connect: zkAddr, ConnectionTimeout: 5 * time.Second})
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	var rm func(string)
+	rm = func(p string) {
+		kids, _ := r.Children(context.Background(), p)
+		for _, k := range kids {
+			rm(p + "/" + k)
+		}
+		r.Delete(context.Background(), p)
+	}
+	rm(root)
+}
+
 // answers records the distinct successive answers of the router the
 // consumer asks before (re)connecting a partition.
 type answers struct {
@@ -200,22 +230,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 	root := fmt.Sprintf("/metaq-test-e2e-%d", time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	t.Cleanup(func() {
-		r, err := registry.New(context.Background(), registry.Options{Connect: zkAddr, ConnectionTimeout: 5 * time.Second})
-		if err != nil {
-			return
-		}
-		defer r.Close()
-		var rm func(string)
-		rm = func(p string) {
-			kids, _ := r.Children(context.Background(), p)
-			for _, k := range kids {
-				rm(p + "/" + k)
-			}
-			r.Delete(context.Background(), p)
-		}
-		rm(root)
-	})
+	t.Cleanup(func() { removeRoot(zkAddr, root) })
 
 	hf := newSite(t, 1, zkAddr, root, false) // sync slave: never in ZooKeeper (MetaQ's gregor)
 	hf.recv = true
