@@ -179,7 +179,7 @@ func (r *RemoteRouter) Route(ctx context.Context, req client.RouteRequest) (stri
 		return "", client.ErrNoRoute
 	}
 	d, ok := Choose(RouteInput{Site: req.Site, Preference: req.Preference, MaxLag: req.MaxLag,
-		SiteOrder: r.o.SiteOrder, Replicas: replicasOf(members, req.BrokerID)})
+		SiteOrder: r.o.SiteOrder, Replicas: withClientMaster(replicasOf(members, req.BrokerID), req.Replicas)})
 	if !ok {
 		return "", client.ErrNoRoute
 	}

@@ -226,6 +226,27 @@ func replicasOf(members []Member, brokerID int) []Replica {
 	return out
 }
 
+// withClientMaster adds the master the client found in ZooKeeper when gossip
+// has no master member for the broker id (a master outside the pool, such
+// as a Java broker): it is taken as alive, since ZooKeeper lists it, and its
+// slaves' lag is unknown, so LocalFirst keeps reading from it.
+func withClientMaster(reps []Replica, known []client.Replica) []Replica {
+	if len(reps) == 0 {
+		return reps
+	}
+	for _, r := range reps {
+		if r.Master {
+			return reps
+		}
+	}
+	for _, k := range known {
+		if k.Master {
+			return append(reps, Replica{Master: true, SlaveID: -1, Addr: strings.TrimPrefix(k.Addr, "meta://"), Alive: true, Healthy: true})
+		}
+	}
+	return reps
+}
+
 // Router implements broker/client's Router from gossip. Create it with
 // NewRouter; it is safe for concurrent use.
 type Router struct {
@@ -253,7 +274,7 @@ func (r *Router) Route(ctx context.Context, req client.RouteRequest) (string, er
 		Preference: req.Preference,
 		MaxLag:     req.MaxLag,
 		SiteOrder:  r.SiteOrder,
-		Replicas:   r.t.Replicas(req.BrokerID),
+		Replicas:   withClientMaster(r.t.Replicas(req.BrokerID), req.Replicas),
 	}
 	if in.Site == "" {
 		in.Site = r.t.Site()

@@ -201,3 +201,26 @@ func TestRemoteRouter(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMasterOutsideThePool: a broker id whose master is not a gossip member
+// (a Java broker) keeps its ZooKeeper master for routing and for the view,
+// even though its slave in hf gossips.
+func TestMasterOutsideThePool(t *testing.T) {
+	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 5, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123"})
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error { return wantAlive(hf.t, "hf-5-s0") })
+	r := NewRouter(hf.t)
+	req := client.RouteRequest{Topic: "t", BrokerID: 5, Site: "hf", Preference: client.LocalFirst,
+		Replicas: []client.Replica{{Addr: "127.0.0.1:18123", Master: true, SlaveID: -1}, {Addr: "127.0.0.1:28123", SlaveID: 0}}}
+	got, err := r.Route(context.Background(), req)
+	if err != nil || got != "127.0.0.1:18123" {
+		t.Fatalf("route = %q %v, want the ZooKeeper master", got, err)
+	}
+	if tg := hf.t.ViewTargets("hf", 0); len(tg) != 0 {
+		t.Fatalf("view targets for a master outside the pool: %v", tg)
+	}
+	// Without a master anywhere (ZooKeeper lists none either), the alive slave serves.
+	req.Replicas = req.Replicas[1:]
+	if got, err := r.Route(context.Background(), req); err != nil || got != "127.0.0.1:28123" {
+		t.Fatalf("route without master = %q %v", got, err)
+	}
+}

@@ -348,7 +348,8 @@ func (t *Topology) Sites() map[string]SiteState {
 // Subscribe returns a channel receiving every event from now on, and a
 // function that ends the subscription. A subscriber that does not keep up
 // loses events (counted in Dropped) rather than stalling the pool; buf sets
-// its channel's capacity (default 64).
+// its channel's capacity (default 64). The channel is never closed: stop
+// reading when the returned function was called or the topology closed.
 func (t *Topology) Subscribe(buf int) (<-chan Event, func()) {
 	if buf <= 0 {
 		buf = 64

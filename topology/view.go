@@ -23,9 +23,14 @@ func (t *Topology) ViewTargets(site string, maxLag time.Duration) map[int]string
 }
 
 func viewTargets(members []Member, site string, maxLag time.Duration) map[int]string {
+	// Only broker ids whose master is a pool member: for a master outside
+	// the pool (a Java broker) gossip cannot know its slaves' lag, and the
+	// view keeps ZooKeeper's own master.
 	ids := map[int]bool{}
 	for _, m := range members {
-		ids[m.Meta.BrokerID] = true
+		if m.Meta.Role == RoleMaster {
+			ids[m.Meta.BrokerID] = true
+		}
 	}
 	out := map[int]string{}
 	for id := range ids {
