@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/registry/zktest"
 	"metaq/internal/testutil"
 )
 
@@ -312,7 +313,7 @@ func TestSessionExpiryReregisters(t *testing.T) {
 	root := testRoot(t)
 	cleanupRoot(t, root)
 	ctx := context.Background()
-	tap := &zkTap{}
+	tap := &zktest.Tap{}
 	opts := testOptions(t, root)
 	opts.Dialer = tap.Dial
 	opts.ConfigChecksum = 99
@@ -333,11 +334,13 @@ func TestSessionExpiryReregisters(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldOwner := st.EphemeralOwner
-	session, passwd := tap.credentials()
+	session, passwd := tap.Credentials()
 	if session != r.SessionID() || len(passwd) == 0 {
 		t.Fatalf("tap saw session 0x%x, registry has 0x%x", session, r.SessionID())
 	}
-	expireSession(t, opts.Connect, session, passwd)
+	if err := zktest.ExpireSession(opts.Connect, session, passwd); err != nil {
+		t.Fatal(err)
+	}
 
 	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 		_, st, err := obs.Get(ctx, master)
@@ -487,7 +490,7 @@ func TestMasterNodeHeld(t *testing.T) {
 	cleanupRoot(t, root)
 	ctx := context.Background()
 
-	tap := &zkTap{}
+	tap := &zktest.Tap{}
 	first := testOptions(t, root)
 	first.SessionTimeout = 2 * time.Second
 	first.Dialer = tap.Dial

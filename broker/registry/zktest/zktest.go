@@ -1,4 +1,9 @@
-package registry
+// Package zktest holds ZooKeeper fault injection for tests: a dialer that
+// learns a session's id and password and can cut its connections, and
+// ExpireSession, which ends a session from outside the way the classic
+// ZooKeeper test trick does. It speaks just enough of the ZooKeeper wire
+// protocol for that and imports nothing from the project.
+package zktest
 
 import (
 	"encoding/binary"
@@ -7,14 +12,13 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 	"time"
 )
 
-// zkTap is a Dialer that remembers the session id and password ZooKeeper
-// hands out (by reading the connect response as it passes), can cut every
-// connection and refuse new ones.
-type zkTap struct {
+// Tap is a dialer for registry.Options.Dialer. It remembers the session id
+// and password ZooKeeper hands out, by reading the connect response as it
+// passes, and can cut every connection and refuse new ones.
+type Tap struct {
 	mu      sync.Mutex
 	session int64
 	passwd  []byte
@@ -22,12 +26,13 @@ type zkTap struct {
 	blocked bool
 }
 
-func (z *zkTap) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+// Dial has the signature of registry.Options.Dialer.
+func (z *Tap) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	z.mu.Lock()
 	blocked := z.blocked
 	z.mu.Unlock()
 	if blocked {
-		return nil, errors.New("zkTap: blocked")
+		return nil, errors.New("zktest: dial blocked")
 	}
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
@@ -39,8 +44,9 @@ func (z *zkTap) Dial(network, addr string, timeout time.Duration) (net.Conn, err
 	return &tapConn{Conn: c, tap: z}, nil
 }
 
-// Block cuts every connection and refuses new ones until Unblock.
-func (z *zkTap) Block() {
+// Block cuts every connection and refuses new ones until Unblock, so the
+// session expires on the server after its timeout.
+func (z *Tap) Block() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.blocked = true
@@ -50,13 +56,16 @@ func (z *zkTap) Block() {
 	z.conns = nil
 }
 
-func (z *zkTap) Unblock() {
+// Unblock lets the client connect again.
+func (z *Tap) Unblock() {
 	z.mu.Lock()
 	z.blocked = false
 	z.mu.Unlock()
 }
 
-func (z *zkTap) credentials() (int64, []byte) {
+// Credentials returns the last session id and password seen (0, nil before
+// the first session).
+func (z *Tap) Credentials() (int64, []byte) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.session, append([]byte(nil), z.passwd...)
@@ -64,13 +73,13 @@ func (z *zkTap) credentials() (int64, []byte) {
 
 type tapConn struct {
 	net.Conn
-	tap  *zkTap
+	tap  *Tap
 	buf  []byte
 	done bool
 }
 
 // Read passes bytes through and parses the first frame, the connect
-// response: len, protocolVersion int32, timeOut int32, sessionId int64,
+// response: length, protocolVersion int32, timeOut int32, sessionId int64,
 // passwd (int32 length + bytes).
 func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -96,15 +105,14 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// expireSession ends a session from outside: it attaches to the session with
-// its id and password on a second connection and closes it there (the
-// classic trick). The server deletes the session's ephemeral nodes, and the
-// original client learns on reconnect that its session expired.
-func expireSession(t *testing.T, zkAddr string, session int64, passwd []byte) {
-	t.Helper()
+// ExpireSession ends a session from outside: it attaches to the session with
+// its id and password on a second connection and closes it there. The server
+// deletes the session's ephemeral nodes at once, and the original client
+// learns on its next reconnect that the session expired.
+func ExpireSession(zkAddr string, session int64, passwd []byte) error {
 	c, err := net.DialTimeout("tcp", zkAddr, 5*time.Second)
 	if err != nil {
-		t.Fatalf("expireSession: dial: %v", err)
+		return fmt.Errorf("zktest: dial: %w", err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -118,25 +126,29 @@ func expireSession(t *testing.T, zkAddr string, session int64, passwd []byte) {
 	req = append(req, passwd...)
 	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
 	if _, err := c.Write(req); err != nil {
-		t.Fatalf("expireSession: connect: %v", err)
+		return fmt.Errorf("zktest: connect: %w", err)
 	}
 	resp, err := readFrame(c)
 	if err != nil {
-		t.Fatalf("expireSession: connect response: %v", err)
+		return fmt.Errorf("zktest: connect response: %w", err)
+	}
+	if len(resp) < 16 {
+		return fmt.Errorf("zktest: short connect response")
 	}
 	if got := int64(binary.BigEndian.Uint64(resp[8:16])); got != session {
-		t.Fatalf("expireSession: server gave session 0x%x, want 0x%x", got, session)
+		return fmt.Errorf("zktest: server gave session 0x%x, want 0x%x (wrong password or already expired)", got, session)
 	}
-	// closeSession: len, xid, opcode -11.
+	// closeSession: length 8, xid 1, opcode -11.
 	closeReq := binary.BigEndian.AppendUint32(nil, 8)
 	closeReq = binary.BigEndian.AppendUint32(closeReq, 1)
 	closeReq = binary.BigEndian.AppendUint32(closeReq, uint32(0xFFFFFFF5))
 	if _, err := c.Write(closeReq); err != nil {
-		t.Fatalf("expireSession: close: %v", err)
+		return fmt.Errorf("zktest: close: %w", err)
 	}
 	if _, err := readFrame(c); err != nil && !errors.Is(err, io.EOF) {
-		t.Logf("expireSession: close reply: %v", err)
+		return fmt.Errorf("zktest: close reply: %w", err)
 	}
+	return nil
 }
 
 func readFrame(r io.Reader) ([]byte, error) {
