@@ -140,6 +140,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			Port:              cfg.System.ServerPort,
 			ConfigChecksum:    cfg.Checksum,
 			Logger:            b.log,
+			Dialer:            b.opts.ZooKeeperDialer,
 		}
 		if b.Slave != nil {
 			ro.Slave, ro.SlaveID = true, b.Slave.SlaveID

@@ -3,7 +3,9 @@ package bundle
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"time"
 )
 
 // Mode is the role the bundle starts in, as `metaServer.sh start [mode]` (spec §8).
@@ -71,6 +73,10 @@ type Options struct {
 	AdminAddr string
 	// DataPath overrides [system] dataPath (tests).
 	DataPath string
+
+	// ZooKeeperDialer replaces the registry's net.DialTimeout (fault
+	// injection in tests, e.g. broker/registry/zktest).
+	ZooKeeperDialer func(network, address string, timeout time.Duration) (net.Conn, error)
 
 	// Components are started after the built-in ones (see components.go).
 	Components []Component
