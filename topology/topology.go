@@ -287,7 +287,9 @@ func (t *Topology) Site() string { return t.opts.Site }
 
 // DetectionTime is an upper bound on how long the pool takes to declare a
 // crashed member down with n members: one probe round to reach it, the probe
-// timeout, and the longest suspicion memberlist allows.
+// timeout, and the longest suspicion memberlist allows. memberlist's local
+// health awareness stretches probe intervals on an overloaded node (up to
+// 8×), so a starved process can take longer.
 func (t *Topology) DetectionTime() time.Duration {
 	c, _ := t.opts.memberlistConfig()
 	n := len(t.Members())
