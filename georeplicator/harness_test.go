@@ -51,7 +51,11 @@ func kinds() []storeKind {
 				}
 				return s
 			},
-			close: func(s testStore) { s.(*store.Store).Close() },
+			close: func(s testStore) {
+				if st, ok := s.(*store.Store); ok {
+					st.Close()
+				}
+			},
 			put: func(t testing.TB, s testStore, topic string, part int, bodies [][]byte) {
 				msgs := make([]store.Message, len(bodies))
 				for i, b := range bodies {

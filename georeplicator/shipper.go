@@ -203,7 +203,8 @@ type session struct {
 	lim    *rate.Limiter
 	delay  time.Duration
 
-	wake chan struct{} // cap 1: an ack or rewind arrived
+	ackWake    chan struct{} // cap 1: an ack arrived (window may have room)
+	rewindWake chan struct{} // cap 1: a rewind arrived (the builder restarts)
 
 	mu        sync.Mutex
 	epoch     uint32
@@ -216,9 +217,9 @@ type session struct {
 	chooser codecChooser
 }
 
-func (ss *session) signal() {
+func signal(ch chan struct{}) {
 	select {
-	case ss.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -297,7 +298,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
 	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
-		wake: make(chan struct{}, 1), rewindTo: -1,
+		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), rewindTo: -1,
 		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
 	if bw > 0 {
 		burst := s.opts.FrameBytes + headerLen + 4096
@@ -334,11 +335,15 @@ func (s *Shipper) serve(c net.Conn) error {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- ss.readAcks(ctx) }() // ends when conn closes; waited on below
+	go func() { // ends when conn closes; waited on below
+		err := ss.readAcks(ctx)
+		cancel() // a silent or broken slave ends the stream too
+		errc <- err
+	}()
 	err = ss.stream(ctx, start)
 	c.Close()
 	cancel()
-	if rerr := <-errc; err == nil {
+	if rerr := <-errc; err == nil && !s.closing.Load() {
 		err = rerr
 	}
 	return err
@@ -352,7 +357,6 @@ func (ss *session) readAcks(ctx context.Context) error {
 		ss.conn.SetReadDeadline(time.Now().Add(idle))
 		f, err := readFrame(ss.conn, buf)
 		if err != nil {
-			ss.signal()
 			return fmt.Errorf("read from slave: %w", err)
 		}
 		buf = f.wire
@@ -383,7 +387,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 			rtt := ss.rtt
 			ss.mu.Unlock()
 			ss.s.prog.ack(ss.key, a, rtt)
-			ss.signal()
+			signal(ss.ackWake)
 		case typeRewind:
 			d := dec{b: f.wire}
 			pos := d.i64()
@@ -393,10 +397,12 @@ func (ss *session) readAcks(ctx context.Context) error {
 			ss.mu.Lock()
 			ss.epoch = f.epoch
 			ss.rewindTo = pos
+			ss.inflight, ss.inflBytes = nil, 0
 			ss.mu.Unlock()
 			ss.s.prog.corrupt(ss.key)
 			ss.log.Warn("slave asked to resend", "from", pos, "epoch", f.epoch)
-			ss.signal()
+			signal(ss.rewindWake)
+			signal(ss.ackWake)
 		default:
 			return fmt.Errorf("%w: unexpected message type %d from slave", ErrProtocol, f.typ)
 		}
@@ -412,73 +418,144 @@ func (ss *session) readAcks(ctx context.Context) error {
 // more data, so a trickle of small commits still compresses well.
 const minFrameBytes = 64 << 10
 
+// outFrame is a data frame built ahead of its write.
+type outFrame struct {
+	h    header
+	wire []byte
+	raw  int
+	end  int64
+}
+
 // stream sends the durable log from pos until ctx ends or a write fails.
+// A builder goroutine reads and compresses the next frames while this one
+// writes, so compression overlaps the time a write waits for the link.
 func (ss *session) stream(ctx context.Context, pos int64) error {
 	s := ss.s
+	frames := make(chan *outFrame, 2)
+	bctx, bcancel := context.WithCancel(ctx)
+	berr := make(chan error, 1)
+	go func() { berr <- ss.build(bctx, pos, frames) }() // waited on below
+	defer func() {
+		bcancel()
+		<-berr
+	}()
 	var (
-		seq        uint64
-		epoch      uint32
-		frameStart = pos // end of the last frame sent: where the slave's next batch must start
-		raw        []byte
-		wire       []byte
-		scratch    []byte
-		lastSend   = time.Now()
-		lastKA     time.Time
+		scratch []byte
+		lastKA  time.Time
 	)
-	// Linger bounds how long a small frame waits for company; a tenth of
-	// slaveMaxDelayInMills keeps the promise "flushed at least every
-	// slaveMaxDelayInMills" with room for the link.
-	linger := ss.delay / 10
 	sendKA := func() error {
+		ss.mu.Lock()
+		epoch := ss.epoch
+		ss.mu.Unlock()
 		_, durable := s.opts.Source.LogBounds()
 		k := keepalive{SentAt: s.opts.Clock.Now().UnixNano(), Durable: durable}
 		var err error
 		scratch, err = writeFrame(ss.conn, header{typ: typeKeepalive, epoch: epoch}, k.encode(), scratch)
 		lastKA = time.Now()
-		lastSend = lastKA
 		return err
 	}
 	if err := sendKA(); err != nil { // first RTT sample before any data
 		return err
 	}
+	tick := time.NewTicker(s.opts.Keepalive / 2)
+	defer tick.Stop()
 	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		ss.mu.Lock()
-		if ss.rewindTo >= 0 {
-			pos, epoch, seq = ss.rewindTo, ss.epoch, 0
-			frameStart = pos
-			ss.rewindTo = -1
-			ss.inflight, ss.inflBytes = nil, 0
-		}
-		full := ss.inflBytes >= ss.window
-		ss.mu.Unlock()
+		// At least one keepalive per interval, also while streaming: each
+		// one is an RTT sample.
 		if time.Since(lastKA) >= s.opts.Keepalive {
 			if err := sendKA(); err != nil {
 				return err
 			}
 		}
-		if full {
-			// Window full: wait for an ack; keepalives keep the RTT sample fresh.
+		var f *outFrame
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-berr:
+			berr <- err // for the deferred wait
+			if err != nil {
+				writeFrame(ss.conn, header{typ: typeError}, []byte(err.Error()), nil)
+			}
+			return err
+		case <-tick.C:
+			continue
+		case f = <-frames:
+		}
+		// Window: wait for acks while too much is unacknowledged.
+		stale := false
+		for {
+			ss.mu.Lock()
+			stale = f.h.epoch != ss.epoch // built before a rewind
+			full := ss.inflBytes >= ss.window
+			ss.mu.Unlock()
+			if stale || !full {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-ss.wake:
-			case <-time.After(s.opts.Keepalive):
+			case <-ss.ackWake:
+			case <-tick.C:
+				if time.Since(lastKA) >= s.opts.Keepalive {
+					if err := sendKA(); err != nil {
+						return err
+					}
+				}
 			}
+		}
+		if stale {
 			continue
 		}
+		n := headerLen + len(f.wire)
+		if ss.lim != nil {
+			if err := waitTokens(ctx, ss.lim, n); err != nil {
+				return nil
+			}
+		}
+		ss.mu.Lock()
+		if f.h.epoch != ss.epoch {
+			ss.mu.Unlock()
+			continue
+		}
+		ss.inflight = append(ss.inflight, sentFrame{seq: f.h.seq, end: f.end, wire: n})
+		ss.inflBytes += n
+		ss.mu.Unlock()
+		var err error
+		if scratch, err = writeFrame(ss.conn, f.h, f.wire, scratch); err != nil {
+			return fmt.Errorf("georeplicator: write frame: %w", err)
+		}
+		s.prog.sent(ss.key, f.end, f.raw, n, f.h.codec)
+	}
+}
+
+// build reads the durable log from pos and turns it into frames until ctx
+// ends. It restarts at the slave's position when a rewind arrives.
+func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) error {
+	s := ss.s
+	var (
+		seq        uint64
+		epoch      uint32
+		frameStart = pos // end of the last frame built: where the next batch must start
+		raw        []byte
+	)
+	// Linger bounds how long a small frame waits for company; a tenth of
+	// slaveMaxDelayInMills keeps the promise "flushed at least every
+	// slaveMaxDelayInMills" with room for the link.
+	linger := ss.delay / 10
+	for ctx.Err() == nil {
+		ss.mu.Lock()
+		if ss.rewindTo >= 0 {
+			pos, epoch, seq = ss.rewindTo, ss.epoch, 0
+			frameStart = pos
+			ss.rewindTo = -1
+		}
+		ss.mu.Unlock()
 		entries, next, err := s.opts.Source.ReadLog(pos, s.opts.FrameBytes)
 		if errors.Is(err, store.ErrLogTruncated) {
-			msg := fmt.Sprintf("log position %d removed by retention", pos)
-			writeFrame(ss.conn, header{typ: typeError, epoch: epoch}, []byte(msg), nil)
-			return fmt.Errorf("georeplicator: %s", msg)
+			return fmt.Errorf("georeplicator: log position %d removed by retention", pos)
 		}
 		if err != nil {
-			err = fmt.Errorf("georeplicator: read log at %d: %w", pos, err)
-			writeFrame(ss.conn, header{typ: typeError, epoch: epoch}, []byte(err.Error()), nil)
-			return err
+			return fmt.Errorf("georeplicator: read log at %d: %w", pos, err)
 		}
 		if len(entries) == 0 && next > pos {
 			// ReadLog passed over entries without records (partition
@@ -489,11 +566,9 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		if len(entries) == 0 && frameStart < pos {
 			// Idle, but the slave does not know about the skipped range yet:
 			// an empty batch moves its position (and the lag) to the end.
-			entries, next = nil, pos
+			next = pos
 		} else if len(entries) == 0 {
-			if err := ss.waitData(ctx, pos, s.opts.Keepalive-time.Since(lastSend)); err != nil {
-				return nil
-			}
+			ss.waitData(ctx, pos, s.opts.Keepalive)
 			continue
 		}
 		// Linger for more when the frame is small and more may come soon.
@@ -514,7 +589,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		seq++
 		raw = encodeBatch(raw, frameStart, next, s.opts.Clock.Now().UnixNano(), entries)
 		codec := ss.chooser.pick(ss.currentRTT())
-		wire, err = compress(codec, wire, raw)
+		wire, err := compress(codec, nil, raw)
 		if err != nil {
 			return err
 		}
@@ -523,29 +598,16 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			codec, wire = CodecNone, append(wire[:0], raw...)
 		}
 		ss.chooser.observe(codec, len(raw), len(wire))
-		if ss.lim != nil {
-			if err := waitTokens(ctx, ss.lim, headerLen+len(wire)); err != nil {
-				return nil
-			}
+		f := &outFrame{h: header{typ: typeData, codec: codec, epoch: epoch, seq: seq, rawLen: uint32(len(raw))},
+			wire: wire, raw: len(raw), end: next}
+		select {
+		case <-ctx.Done():
+			return nil
+		case out <- f:
 		}
-		h := header{typ: typeData, codec: codec, epoch: epoch, seq: seq, rawLen: uint32(len(raw))}
-		ss.mu.Lock()
-		stale := ss.rewindTo >= 0 // a rewind arrived while we built this frame
-		if !stale {
-			ss.inflight = append(ss.inflight, sentFrame{seq: seq, end: next, wire: headerLen + len(wire)})
-			ss.inflBytes += headerLen + len(wire)
-		}
-		ss.mu.Unlock()
-		if stale {
-			continue
-		}
-		if scratch, err = writeFrame(ss.conn, h, wire, scratch); err != nil {
-			return fmt.Errorf("georeplicator: write frame: %w", err)
-		}
-		lastSend = time.Now()
-		s.prog.sent(ss.key, next, len(raw), headerLen+len(wire), codec)
 		pos, frameStart = next, next
 	}
+	return nil
 }
 
 func (ss *session) currentRTT() time.Duration {
@@ -554,8 +616,8 @@ func (ss *session) currentRTT() time.Duration {
 	return ss.rtt
 }
 
-// waitData waits until the log is durable beyond pos, an ack or rewind
-// arrives, or d passes. It returns an error only when ctx ended.
+// waitData waits until the log is durable beyond pos, a rewind arrives, or
+// d passes. It returns an error only when ctx ended.
 func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -565,21 +627,10 @@ func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) err
 	done := make(chan struct{})
 	go func() { // ended by cancel below at the latest
 		defer close(done)
-		for {
-			select {
-			case <-ss.wake:
-				// Only a rewind (or a dead connection) interrupts the wait;
-				// acks matter only to the window check at the loop's top.
-				ss.mu.Lock()
-				rw := ss.rewindTo >= 0
-				ss.mu.Unlock()
-				if rw {
-					cancel()
-					return
-				}
-			case <-wctx.Done():
-				return
-			}
+		select {
+		case <-ss.rewindWake:
+			cancel()
+		case <-wctx.Done():
 		}
 	}()
 	ss.s.opts.Source.WaitDurable(wctx, pos)
