@@ -59,7 +59,8 @@
 // master loses nothing (at-least-once: a switch re-reads at most what was
 // consumed since the last offset commit). All members of one group must use
 // the same root; a group moved onto a view starts from the view's offsets, so
-// copy its offset nodes across first when it must not restart.
+// copy its offset nodes across first when it must not restart
+// (registry.SiteView.SeedOffsets does that without overwriting any).
 //
 // The view's nodes are persistent so that a view survives the bundle that
 // wrote it; one bundle (IsViewKeeper: the first alive member of the site by

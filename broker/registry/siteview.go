@@ -410,3 +410,38 @@ func (r *Registry) OffsetsUnder(ctx context.Context, root string) ([]GroupOffset
 	}
 	return out, nil
 }
+
+// SeedOffsets copies group's saved offsets from the real root into the view
+// for every partition the view has no offset for yet, so that a group moved
+// onto the view (its consumers' zkRoot changed) continues where it was
+// instead of starting over. Offsets already under the view are never
+// overwritten. It returns how many were copied. Run it before the group's
+// consumers start on the view.
+func (v *SiteView) SeedOffsets(ctx context.Context, group string) (int, error) {
+	src, err := v.r.OffsetsUnder(ctx, v.src.Root)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range src {
+		if o.Group != group {
+			continue
+		}
+		path := v.view.ConsumerOffsets(group, o.Topic) + "/" + o.Partition
+		ok, _, err := v.r.Exists(ctx, path)
+		if err != nil {
+			return n, fmt.Errorf("registry: site view seed %s: %w", path, err)
+		}
+		if ok {
+			continue
+		}
+		if err := v.set(ctx, path, FormatOffset(o.MsgID, o.Offset.Offset)); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if n > 0 {
+		v.log.Info("SITEVIEW("+v.view.Root+"): seeded consumer offsets from the real root", "group", group, "partitions", n)
+	}
+	return n, nil
+}

@@ -162,6 +162,22 @@ func TestSiteView(t *testing.T) {
 	if err := tool.SetPersistent(ctx, vp.ConsumerOffsets("audit", "t")+"/1-0", []byte("-1-25")); err != nil {
 		t.Fatal(err)
 	}
+	// A group moving onto the view keeps its offsets: seeded from the real
+	// root, except where the view already has one.
+	if err := tool.CommitOffset(ctx, "audit", "t", 1, 0, 7, 999); err != nil {
+		t.Fatal(err)
+	}
+	if err := tool.CommitOffset(ctx, "audit", "t", 1, 1, 8, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := v.SeedOffsets(ctx, "audit"); err != nil || n != 1 {
+		t.Fatalf("seed: %d %v", n, err)
+	}
+	expect(map[string]string{vp.ConsumerOffsets("audit", "t") + "/1-0": "-1-25", vp.ConsumerOffsets("audit", "t") + "/1-1": "8-1234"})
+	if err := tool.Delete(ctx, vp.ConsumerOffsets("audit", "t")+"/1-1"); err != nil {
+		t.Fatal(err)
+	}
+
 	offs, err := tool.OffsetsUnder(ctx, viewRoot)
 	if err != nil {
 		t.Fatal(err)
