@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var dashRE = regexp.MustCompile(`(?m)^  (bj|hf|gz)  http://(127\.0\.0\.1:\d+)/$`)
+
+// TestDemoOnce runs the tour on free ports and checks what it reports: every
+// step, the per-site configsync results, the lag table with both slave
+// groups caught up, and that nothing listens any more once it returned.
+func TestDemoOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo-data")
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := run(ctx, []string{"--once", "--dir", dir, "--base-port", "0", "--messages", "300"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"[1/5] produced 300 messages to orders at bj",
+		"[2/5] replicated: hf and gz hold bj's",
+		"read 300 messages;",
+		"bj served 0 gets",
+		"bj ok (topics added: payments); gz ok (topics added: payments); hf ok (topics added: payments)",
+		"SLAVE GROUP",
+		"stopped; config sets and logs are in",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	for _, g := range []string{"meta-slave-group-hf  hf", "meta-slave-group-gz  gz"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(g) + `\s+0\s+\d+\s+0\s+0\s+0\.0\s+ok`).MatchString(s) {
+			t.Errorf("lag table lacks a caught-up row for %s:\n%s", g, s)
+		}
+	}
+	// The config sets are left for the user to read.
+	for _, f := range []string{"bj/conf/server.ini", "bj/conf/site.ini", "hf/conf/async_slave.properties", "gz/conf/site.ini", "hf/bundle.log"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	ms := dashRE.FindAllStringSubmatch(s, -1)
+	if len(ms) != 3 {
+		t.Fatalf("found %d dashboard URLs in the output", len(ms))
+	}
+	for _, m := range ms {
+		if c, err := net.DialTimeout("tcp", m[2], time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s's dashboard %s still listens after the demo returned", m[1], m[2])
+		}
+	}
+	// A second run in the same folder starts clean.
+	out.Reset()
+	if err := run(ctx, []string{"--once", "--dir", dir, "--base-port", "0", "--messages", "10"}, &out, &errOut); err != nil {
+		t.Fatalf("second run: %v\n%s", err, out.String())
+	}
+	// A folder the demo did not make is refused.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "keep.txt"), []byte("x"), 0o644)
+	if err := run(ctx, []string{"--once", "--dir", other, "--base-port", "0"}, &out, &errOut); err == nil {
+		t.Error("the demo used a non-empty folder it did not make")
+	}
+}
+
+// TestDemoInterrupt builds the command, runs it without --once, waits for
+// the periodic lag lines, sends SIGINT and checks that it exits 0, closes
+// every listener and leaves no process behind.
+func TestDemoInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "metaq-demo")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := filepath.Join(t.TempDir(), "demo-data")
+	cmd := exec.Command(bin, "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	lines := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var all []string
+	var dashes []string
+	lagLines := 0
+	deadline := time.After(90 * time.Second)
+	for lagLines < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("demo exited early:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
+			}
+			all = append(all, l)
+			if m := dashRE.FindStringSubmatch(l); m != nil {
+				dashes = append(dashes, m[2])
+			}
+			if strings.Contains(l, "  lag meta-slave-group-") {
+				lagLines++
+			}
+		case <-deadline:
+			t.Fatalf("no periodic lag lines:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for l := range lines {
+			all = append(all, l)
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGINT: %v\n%s\n%s", err, strings.Join(all, "\n"), stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("demo still running 30s after SIGINT:\n%s", strings.Join(all, "\n"))
+	}
+	if !strings.Contains(strings.Join(all, "\n"), "stopped; config sets and logs are in") {
+		t.Errorf("no stop message:\n%s", strings.Join(all, "\n"))
+	}
+	// Nothing of the process group is left.
+	if err := syscall.Kill(-cmd.Process.Pid, 0); err == nil {
+		t.Errorf("process group %d still has members", cmd.Process.Pid)
+	}
+	if len(dashes) != 3 {
+		t.Fatalf("dashboards in output: %v", dashes)
+	}
+	for _, a := range dashes {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still listens", a)
+		}
+	}
+}
