@@ -49,7 +49,11 @@ func (r *Registry) Get(ctx context.Context, path string) ([]byte, Stat, error) {
 	var data []byte
 	var st *zk.Stat
 	err := r.call(ctx, func() (err error) { data, st, err = r.conn.Get(path); return })
-	return data, toStat(st), err
+	if err != nil {
+		// On a cancelled ctx the call may still be writing data and st.
+		return nil, Stat{}, err
+	}
+	return data, toStat(st), nil
 }
 
 // GetW is Get plus a watch on the node's data and existence.
@@ -68,7 +72,10 @@ func (r *Registry) Exists(ctx context.Context, path string) (bool, Stat, error) 
 	var ok bool
 	var st *zk.Stat
 	err := r.call(ctx, func() (err error) { ok, st, err = r.conn.Exists(path); return })
-	return ok, toStat(st), err
+	if err != nil {
+		return false, Stat{}, err
+	}
+	return ok, toStat(st), nil
 }
 
 // ExistsW is Exists plus a watch that fires when the node is created,
@@ -87,7 +94,10 @@ func (r *Registry) ExistsW(ctx context.Context, path string) (bool, Watch, error
 func (r *Registry) Children(ctx context.Context, path string) ([]string, error) {
 	var kids []string
 	err := r.call(ctx, func() (err error) { kids, _, err = r.conn.Children(path); return })
-	return kids, err
+	if err != nil {
+		return nil, err
+	}
+	return kids, nil
 }
 
 // ChildrenW is Children plus a watch on the set of children.
