@@ -196,12 +196,17 @@ func BenchmarkWANCatchUp(b *testing.B) {
 		g.startMaster()
 		start := time.Now()
 		g.startSlaveAt(g.sh.Addr())
+		var prev ReceiverStatus
+		var prevAt time.Duration
 		waitApplied(b, g, 30*time.Minute, func(el time.Duration) {
 			st := g.rc.Status()
 			_, durable := g.master.LogBounds()
-			fmt.Fprintf(os.Stderr, "catch-up: %5.1fs applied %6.1f%%  payload %6.1f MB/s  wire %5.1f Mbit/s (%3.0f%% of link)\n",
-				el.Seconds(), 100*float64(st.AppliedPos)/float64(durable), float64(st.RawBytes)/el.Seconds()/1e6,
-				float64(st.WireBytes)*8/el.Seconds()/1e6, 100*float64(st.WireBytes)/el.Seconds()/link)
+			d := (el - prevAt).Seconds()
+			fmt.Fprintf(os.Stderr, "catch-up: %5.1fs applied %5.1f%%  last second: payload %6.1f MB/s, wire %5.1f Mbit/s (%3.0f%% of link)  overall: wire %3.0f%% of link\n",
+				el.Seconds(), 100*float64(st.AppliedPos)/float64(durable), float64(st.RawBytes-prev.RawBytes)/d/1e6,
+				float64(st.WireBytes-prev.WireBytes)*8/d/1e6, 100*float64(st.WireBytes-prev.WireBytes)/d/link,
+				100*float64(st.WireBytes)/el.Seconds()/link)
+			prev, prevAt = st, el
 		})
 		el := time.Since(start)
 		st := g.rc.Status()

@@ -71,6 +71,7 @@ func (x *logIndex) run(ctx context.Context, idle time.Duration) {
 			sleepCtx(ctx, 20*time.Millisecond)
 			continue
 		}
+		t0 := time.Now()
 		entries, next, err := x.src.ReadLog(pos, 4<<20)
 		if errors.Is(err, store.ErrLogTruncated) {
 			first, _ := x.src.LogBounds()
@@ -109,7 +110,24 @@ func (x *logIndex) run(ctx context.Context, idle time.Duration) {
 			x.pos = next
 		}
 		x.mu.Unlock()
+		if _, durable := x.src.LogBounds(); durable-next > scanBehind {
+			// Far behind (a backlog after a restart): scan at a quarter duty
+			// cycle so the index never competes with shipping for the CPU.
+			// Until it catches up, Lag under-reports messages (IndexBehind).
+			sleepCtx(ctx, 3*time.Since(t0))
+		}
 	}
+}
+
+// scanBehind is how far behind the durable end the index may be before it
+// throttles itself.
+const scanBehind = 16 << 20
+
+// behind reports whether the index has not reached durable yet.
+func (x *logIndex) behind(durable int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.pos < durable
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -49,7 +49,10 @@ type GroupLag struct {
 	Frames       int64
 	Rewinds      int64 // frames the slave rejected and asked for again
 	Truncated    bool  // the slave's position had been removed by retention at its last connect
-	Partitions   []PartitionLag
+	// IndexBehind: the master's lag index is still reading a backlog, so
+	// Messages (not Bytes) are lower bounds for now.
+	IndexBehind bool
+	Partitions  []PartitionLag
 }
 
 // Lag reports every known slave's lag, sorted by group then slave id. It is
@@ -74,13 +77,15 @@ func (s *Shipper) Lag() []GroupLag {
 	}
 	s.prog.mu.Unlock()
 
+	idxBehind := s.idx.behind(durable)
 	out := make([]GroupLag, 0, len(snaps))
 	for _, c := range snaps {
 		sp := c.sp
 		g := GroupLag{Group: sp.key.Group, SlaveID: sp.key.SlaveID, Connected: sp.Connected, Addr: sp.Addr,
 			AppliedPos: sp.Applied, DurablePos: sp.Durable, SentPos: sp.Sent, MasterPos: durable,
 			LastAck: sp.LastAck, LastProgress: sp.LastProgress, RTT: sp.RTT, Mode: string(sp.Mode),
-			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated}
+			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated,
+			IndexBehind: idxBehind}
 		if sp.Frames > 0 {
 			g.Codec = sp.LastCodec.String()
 		}
