@@ -548,7 +548,9 @@ func (r *Receiver) apply(ctx context.Context, e store.LogEntry) error {
 			return fmt.Errorf("georeplicator: recreate empty partition %s-%d: %w", e.Topic, e.Partition, err)
 		}
 	}
-	newEnd, err := sink.AppendRaw(ctx, e.Topic, e.Partition, off, recs)
+	// Not cancelled by Close: an append the store has queued completes anyway,
+	// and abandoning it would leave our cached end unknown.
+	newEnd, err := sink.AppendRaw(context.WithoutCancel(ctx), e.Topic, e.Partition, off, recs)
 	if err != nil {
 		delete(r.ends, k)
 		return fmt.Errorf("georeplicator: append %s-%d at %d: %w", e.Topic, e.Partition, off, err)
