@@ -143,6 +143,10 @@ func TestReplicationComponents(t *testing.T) {
 func TestReplicationThroughZooKeeper(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	e := newEnv(t, "") // for the unique root and its cleanup
+	t.Cleanup(func() {
+		removeTree(zk, e.root+"-view-bj")
+		removeTree(zk, e.root+"-view-hf")
+	})
 	shared := sharedINI(zk, e.root, "[topic=test]\n")
 	root := t.TempDir()
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -152,12 +156,24 @@ func TestReplicationThroughZooKeeper(t *testing.T) {
 	if err != nil || string(data) != ship.Addr() {
 		t.Fatalf("replication node = %q %v, want %s", data, err, ship.Addr())
 	}
-	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://127.0.0.1:1"})
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://127.0.0.1:1",
+		join: []string{master.Topology().Addr()}})
 	produce(t, master.Broker.Addr().String(), "test", 20, "z")
 	waitCaughtUp(t, master, slave, "test", 20*time.Second)
 	if _, _, err := zc.Get(context.Background(), e.root+"/brokers/ids/0/slave1"); err != nil {
 		t.Errorf("slave1 not registered: %v", err)
 	}
+	// hf's bundle keeps hf's site view: broker 0 points at hf's replica.
+	testutil.Eventually(t, 15*time.Second, 100*time.Millisecond, func() error {
+		data, _, err := zc.Get(context.Background(), e.root+"-view-hf/brokers/ids/0/master")
+		if err != nil {
+			return err
+		}
+		if want := slave.Broker.URL(); string(data) != want {
+			return fmt.Errorf("view master = %s, want %s", data, want)
+		}
+		return nil
+	})
 	master.Close()
 	if ok, _, _ := zc.Exists(context.Background(), e.root+"/brokers/ids/0/replication"); ok {
 		t.Error("replication node left after the master closed")

@@ -115,7 +115,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	if b.Registry != nil {
 		reg := b.Registry
-		viewRoot := registry.SiteViewRoot(o.Site)
+		viewRoot := viewRootFor(reg.Paths().Root, o.Site)
 		offsets = topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 			var out []topology.ConsumerOffset
 			for _, root := range []string{reg.Paths().Root, viewRoot} {
@@ -204,6 +204,18 @@ func (c *topologyComponent) Status() any {
 		return map[string]any{"running": false}
 	}
 	return map[string]any{"running": true, "node": t.Name(), "addr": t.Addr(), "sites": t.Sites(), "members": len(t.Members())}
+}
+
+// viewRootFor is the site view root for a registry root: /meta-view-<site>
+// for MetaQ's default root /meta (registry.SiteViewRoot, what the Java
+// consumer's zkRoot is set to), <root>-view-<site> for any other root, so
+// that several deployments sharing one ensemble under different roots keep
+// their views apart.
+func viewRootFor(root, site string) string {
+	if root == "/meta" {
+		return registry.SiteViewRoot(site)
+	}
+	return root + "-view-" + site
 }
 
 // topologyLag adapts the shipper's lag to topology's LagSource.
