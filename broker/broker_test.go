@@ -577,3 +577,33 @@ func TestFirstPutRegistersTopic(t *testing.T) {
 		t.Fatalf("pat-one registered %d %v", n, ok)
 	}
 }
+
+// TestPipelinedPutsKeepOrder: puts a connection pipelines to one partition
+// are stored in the order they were sent.
+func TestPipelinedPutsKeepOrder(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	cl := dial(t, brk.Addr())
+	const n = 500
+	var buf []byte
+	for i := range n {
+		buf = putCmd("test", int32(i%2), "m"+strconv.Itoa(i), int32(i)).AppendTo(buf)
+	}
+	cl.send(buf)
+	offs := make([]int64, n)
+	for range n {
+		r := cl.result()
+		if !r.OK() {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		f := strings.Split(string(r.Body), " ")
+		offs[r.Opaque], _ = strconv.ParseInt(f[2], 10, 64)
+	}
+	for i := 2; i < n; i++ {
+		if offs[i] <= offs[i-2] {
+			t.Fatalf("put %d stored at %d, before put %d at %d", i, offs[i], i-2, offs[i-2])
+		}
+	}
+	if !strings.Contains(brk.Stats(""), "cmd_put 500\r\n") {
+		t.Fatal("cmd_put not counted per message")
+	}
+}

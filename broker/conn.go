@@ -7,20 +7,25 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
 	"metaq/broker/wire"
 )
 
-// conn is one client connection. One reader goroutine decodes requests and
-// starts a handler goroutine for each (so requests run concurrently and are
-// answered by opaque, possibly out of order); one writer goroutine
-// serialises the answers. The number of requests in progress or waiting to
-// be written is bounded by Options.MaxInFlight: when it is reached the
-// reader stops reading, which pushes back on the client through TCP instead
-// of buffering without limit. A client that stops reading its answers is
-// cut off after Options.WriteTimeout; other connections never wait for it.
+// conn is one client connection. One reader goroutine decodes requests.
+// Plain puts go to a queue per partition, drained by one goroutine per
+// busy partition (see putQueue): a connection's puts to a partition are
+// stored in the order sent, in batches. Every other request runs on a
+// worker goroutine of the connection, concurrently, so answers go back by
+// opaque, possibly out of order. One writer goroutine serialises the
+// answers and coalesces them into few writes. The requests in progress or
+// waiting to be written are bounded by Options.MaxInFlight and the fetched
+// bytes by Options.MaxPendingBytes: when a bound is reached the reader
+// stops reading, which pushes back on the client through TCP instead of
+// buffering without limit. A client that stops reading its answers is cut
+// off after Options.WriteTimeout; other connections never wait for it.
 type conn struct {
 	b      *Broker
 	nc     net.Conn
@@ -35,7 +40,10 @@ type conn struct {
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	bytes *byteBudget       // fetched data held before it is written
-	wg    sync.WaitGroup    // workers
+	wg    sync.WaitGroup    // workers and put-queue drainers
+
+	pmu   sync.Mutex           // guards putqs and the queues in it
+	putqs map[string]*putQueue // plain puts by topic and partition
 
 	closeOnce sync.Once
 }
@@ -61,6 +69,7 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
+		putqs:  make(map[string]*putQueue),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes),
 	}
 	c.log = b.log.With("conn", id, "remote", c.remote)
@@ -122,32 +131,14 @@ func (c *conn) readLoop() bool {
 		cmd, err := d.Decode()
 		if err != nil {
 			<-c.slots
-			var fe *wire.FatalError
-			switch {
-			case errors.As(err, &fe):
-				// MetaQ closes the connection on any decoder error, answering
-				// nothing for it. Requests decoded before it still get their
-				// answers (graceful close): nothing more is read.
-				c.log.Warn("CONN: malformed request, closing connection", "err", err)
-				c.b.stats.protocolErrors.Add(1)
-				return true
-			case errors.Is(err, io.EOF):
-				return true
-			case errors.Is(err, io.ErrUnexpectedEOF):
-				c.log.Info("CONN: connection ended inside a frame", "err", err)
-				return false
-			default:
-				if c.b.closing.Load() {
-					// Close stopped reading: answer what was read, then close.
-					return true
-				}
-				if !c.closing() {
-					c.log.Debug("CONN: read failed", "err", err)
-				}
-				return false
-			}
+			return c.readFailed(err)
 		}
-		switch cmd := cmd.(type) {
+		switch x := cmd.(type) {
+		case *wire.Put:
+			if x.TxKey == "" {
+				c.enqueuePut(x)
+				continue
+			}
 		case *wire.Quit:
 			<-c.slots
 			return true
@@ -158,6 +149,90 @@ func (c *conn) readLoop() bool {
 			continue
 		}
 		c.dispatch(cmd)
+	}
+}
+
+// maxPutBatch bounds the puts appended with one store call.
+const maxPutBatch = 256
+
+// putQueue holds the plain puts of one connection for one partition, in
+// arrival order. One goroutine at a time drains it, appending everything
+// that accumulated while the previous append waited for its fsync with a
+// single store call. So a pipelining producer costs one store round trip
+// per burst, its messages to a partition keep their order, and a slow
+// partition does not hold up the connection's other partitions.
+type putQueue struct {
+	key     string
+	p       int32 // resolved partition
+	items   []*wire.Put
+	running bool
+}
+
+// enqueuePut queues a plain put (its in-flight slot already taken) on its
+// partition's queue, starting the drainer if none runs.
+func (c *conn) enqueuePut(cmd *wire.Put) {
+	p := c.b.resolvePartition(cmd)
+	key := cmd.Topic + "\x00" + strconv.Itoa(int(p))
+	c.pmu.Lock()
+	q := c.putqs[key]
+	if q == nil {
+		q = &putQueue{key: key, p: p}
+		c.putqs[key] = q
+	}
+	q.items = append(q.items, cmd)
+	start := !q.running
+	q.running = true
+	c.pmu.Unlock()
+	if start {
+		c.wg.Add(1)
+		go c.drain(q)
+	}
+}
+
+func (c *conn) drain(q *putQueue) {
+	defer c.wg.Done()
+	for {
+		c.pmu.Lock()
+		if len(q.items) == 0 {
+			q.running = false
+			delete(c.putqs, q.key)
+			c.pmu.Unlock()
+			return
+		}
+		n := min(len(q.items), maxPutBatch)
+		batch := q.items[:n:n]
+		q.items = q.items[n:]
+		c.pmu.Unlock()
+		c.b.putBatch(c, q.p, batch)
+	}
+}
+
+// readFailed handles a decode error and reports whether answers still owed
+// should be sent before closing.
+func (c *conn) readFailed(err error) bool {
+	var fe *wire.FatalError
+	switch {
+	case errors.As(err, &fe):
+		// MetaQ closes the connection on any decoder error, answering
+		// nothing for it. Requests decoded before it still get their
+		// answers (graceful close): nothing more is read.
+		c.log.Warn("CONN: malformed request, closing connection", "err", err)
+		c.b.stats.protocolErrors.Add(1)
+		return true
+	case errors.Is(err, io.EOF):
+		return true
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.log.Info("CONN: connection ended inside a frame", "err", err)
+		return false
+	default:
+		if c.b.closing.Load() {
+			// Close stopped reading: answer what was read, then close.
+			return true
+		}
+		if !c.closing() {
+			c.log.Debug("CONN: read failed", "err", err)
+		}
+		return false
 	}
 }
 

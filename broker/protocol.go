@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -62,14 +63,41 @@ func (b *Broker) putError(topic string, p int32, detail string) string {
 // answer's code and body.
 func (b *Broker) put(ctx context.Context, cmd *wire.Put) (int, string) {
 	code, body := b.put0(ctx, cmd)
-	if code != wire.StatusOK {
-		b.stats.putFailed.Add(1)
-		b.stats.realtime(cmd.Topic, statPutFailed, 1)
-	}
+	b.countPut(cmd, code)
 	return code, body
 }
 
-func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
+func (b *Broker) countPut(cmd *wire.Put, code int) {
+	if code != wire.StatusOK {
+		b.stats.putFailed.Add(1)
+		b.stats.realtime(cmd.Topic, statPutFailed, 1)
+		return
+	}
+	b.stats.realtime(cmd.Topic, statPut, 1)
+	b.stats.realtime(cmd.Topic, statMessageSize, int64(len(cmd.Body)))
+}
+
+// resolvePartition returns the put's partition, choosing one at random
+// for -1 (spec §1.5 step 2) among the topic's partitions.
+func (b *Broker) resolvePartition(cmd *wire.Put) int32 {
+	if cmd.Partition != -1 {
+		return cmd.Partition
+	}
+	te := b.topicEntry(cmd.Topic)
+	n := b.cfg.Load().System.NumPartitions
+	if te.ok {
+		n = te.tc.NumPartitions
+	}
+	if n <= 0 {
+		return -1
+	}
+	return int32(rand.IntN(n))
+}
+
+// checkPut runs steps 1, 3, 4 and 5 of spec §1.5 (everything but the
+// append) for the put resolved to partition p, and returns an error
+// answer, or 200 and "".
+func (b *Broker) checkPut(ctx context.Context, cmd *wire.Put, p int32) (int, string) {
 	topic := cmd.Topic
 	if b.isClosed(topic, int(cmd.Partition)) {
 		return wire.StatusForbidden, b.putError(topic, cmd.Partition,
@@ -77,16 +105,6 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 	}
 	te := b.topicEntry(topic)
 	tc, accepted := te.tc, te.ok
-	p := cmd.Partition
-	if p == -1 {
-		n := b.cfg.Load().System.NumPartitions
-		if accepted {
-			n = tc.NumPartitions
-		}
-		if n > 0 {
-			p = int32(rand.IntN(n))
-		}
-	}
 	if !accepted {
 		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
 	}
@@ -101,14 +119,24 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 		b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched", "bytes", len(cmd.Body), "maxTransferSize", max)
 	}
 	b.ensureTopic(ctx, topic, te)
+	return wire.StatusOK, ""
+}
 
-	var (
-		a   store.Appended
-		err error
-	)
+func putAnswer(a store.Appended, p int32) string {
+	return strconv.FormatInt(a.ID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(a.Offset, 10)
+}
+
+func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
+	return b.putResolved(ctx, cmd, b.resolvePartition(cmd))
+}
+
+func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, string) {
+	if code, body := b.checkPut(ctx, cmd, p); code != wire.StatusOK {
+		return code, body
+	}
+	topic := cmd.Topic
 	if b.syncOut != nil {
-		var slaveErr bool
-		a, slaveErr, err = b.syncOut.putReplicated(ctx, topic, int(p), cmd.Flag, cmd.Body)
+		a, slaveErr, err := b.syncOut.putReplicated(ctx, topic, int(p), cmd.Flag, cmd.Body)
 		if err != nil {
 			if slaveErr {
 				return wire.StatusInternalServerError, err.Error()
@@ -116,18 +144,66 @@ func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
 			b.logAppendError(topic, p, err)
 			return wire.StatusInternalServerError, b.putError(topic, p, "")
 		}
-	} else {
-		var as []store.Appended
-		as, err = b.store.Append(ctx, topic, int(p), []store.Message{{Flag: cmd.Flag, Body: cmd.Body}})
-		if err != nil {
-			b.logAppendError(topic, p, err)
-			return wire.StatusInternalServerError, b.putError(topic, p, "")
-		}
-		a = as[0]
+		return wire.StatusOK, putAnswer(a, p)
 	}
-	b.stats.realtime(topic, statPut, 1)
-	b.stats.realtime(topic, statMessageSize, int64(len(cmd.Body)))
-	return wire.StatusOK, strconv.FormatInt(a.ID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(a.Offset, 10)
+	as, err := b.store.Append(ctx, topic, int(p), []store.Message{{Flag: cmd.Flag, Body: cmd.Body}})
+	if err != nil {
+		b.logAppendError(topic, p, err)
+		return wire.StatusInternalServerError, b.putError(topic, p, "")
+	}
+	return wire.StatusOK, putAnswer(as[0], p)
+}
+
+// putBatch stores plain puts of one connection resolved to partition p, in
+// order: each is checked (and a failure answered) on its own, then the
+// accepted ones are appended with one store call and answered.
+func (b *Broker) putBatch(c *conn, p int32, puts []*wire.Put) {
+	if b.syncOut != nil {
+		// Sync replication goes message by message under a partition lock.
+		for _, cmd := range puts {
+			b.stats.cmdPut.Add(1)
+			code, body := b.putResolved(b.ctx, cmd, p)
+			b.countPut(cmd, code)
+			c.sendResult(code, body, cmd.Opaque)
+		}
+		return
+	}
+	ok := puts[:0:0]
+	for _, cmd := range puts {
+		b.stats.cmdPut.Add(1)
+		if code, body := b.checkPut(b.ctx, cmd, p); code != wire.StatusOK {
+			b.countPut(cmd, code)
+			c.sendResult(code, body, cmd.Opaque)
+			continue
+		}
+		ok = append(ok, cmd)
+	}
+	if len(ok) == 0 {
+		return
+	}
+	topic := ok[0].Topic
+	msgs := make([]store.Message, len(ok))
+	for i, cmd := range ok {
+		msgs[i] = store.Message{Flag: cmd.Flag, Body: cmd.Body}
+	}
+	// The broker's context, not the connection's: puts that reached the
+	// store complete even if their client goes away.
+	as, err := b.store.Append(b.ctx, topic, int(p), msgs)
+	if err == nil && len(as) != len(msgs) {
+		err = fmt.Errorf("store returned %d results for %d messages", len(as), len(msgs))
+	}
+	if err != nil {
+		b.logAppendError(topic, p, err)
+	}
+	for i, cmd := range ok {
+		if err != nil {
+			b.countPut(cmd, wire.StatusInternalServerError)
+			c.sendResult(wire.StatusInternalServerError, b.putError(topic, p, ""), cmd.Opaque)
+			continue
+		}
+		b.countPut(cmd, wire.StatusOK)
+		c.sendResult(wire.StatusOK, putAnswer(as[i], p), cmd.Opaque)
+	}
 }
 
 func (b *Broker) logAppendError(topic string, p int32, err error) {
