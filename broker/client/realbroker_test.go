@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker"
+	"metaq/broker/config"
+	"metaq/broker/registry"
+	"metaq/broker/store"
+	"metaq/internal/testutil"
+)
+
+// realBroker runs the project's broker in process over a store in a temp
+// dir, registered in the test ZooKeeper.
+type realBroker struct {
+	t    *testing.T
+	cfg  *config.Server
+	dir  string
+	addr string
+	st   *store.Store
+	reg  *registry.Registry
+	b    *broker.Broker
+}
+
+func startRealBroker(t *testing.T, zk, root string, topics map[string]int) *realBroker {
+	t.Helper()
+	dir := t.TempDir()
+	// The registry advertises serverPort, so listen on a port picked now.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ini := fmt.Sprintf(`[system]
+brokerId=0
+hostName=127.0.0.1
+serverPort=%d
+numPartitions=1
+unflushThreshold=0
+unflushInterval=10000
+maxSegmentSize=4096
+maxTransferSize=1048576
+deletePolicy=delete,168
+dataPath=%s
+[zookeeper]
+zk.zkConnect=%s
+zk.zkRoot=%s
+zk.zkSyncTimeMs=100
+`, port, dir, zk, root)
+	for name, n := range topics {
+		ini += fmt.Sprintf("[topic=%s]\nnumPartitions=%d\n", name, n)
+	}
+	cfg, _, err := config.Parse("server.ini", []byte(ini))
+	if err != nil {
+		t.Fatalf("parse config: %v", err)
+	}
+	rb := &realBroker{t: t, cfg: cfg, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	rb.start()
+	t.Cleanup(rb.stop)
+	return rb
+}
+
+func (rb *realBroker) start() {
+	rb.t.Helper()
+	var err error
+	rb.st, err = store.Open(store.Options{Dir: rb.dir, BrokerID: 0, SegmentBytes: rb.cfg.System.MaxSegmentSize})
+	if err != nil {
+		rb.t.Fatalf("open store: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	rb.reg, err = registry.New(ctx, registry.Options{Connect: rb.cfg.ZooKeeper.Connect, Root: rb.cfg.ZooKeeper.Root,
+		SyncTime: 100 * time.Millisecond, SessionTimeout: 4 * time.Second, Host: "127.0.0.1", Port: rb.cfg.System.ServerPort})
+	if err != nil {
+		rb.t.Fatalf("registry: %v", err)
+	}
+	var b *broker.Broker
+	for i := 0; i < 50; i++ { // the old port may linger briefly
+		b, err = broker.New(broker.Options{Config: rb.cfg, Store: rb.st, Registry: rb.reg, ListenAddr: rb.addr, Logger: testLogger(rb.t)})
+		if err == nil {
+			// Start ties the broker to its context: it must outlive this call.
+			if err = b.Start(context.Background()); err == nil {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		rb.t.Fatalf("start broker: %v", err)
+	}
+	rb.b = b
+	rb.addr = b.Addr().String()
+}
+
+func (rb *realBroker) stop() {
+	if rb.b == nil {
+		return
+	}
+	rb.b.Close()
+	rb.reg.Close()
+	rb.st.Close()
+	rb.b = nil
+}
+
+// TestRealBrokerEndToEnd runs the client against the project's broker:
+// produce, a consumer group with committed offsets, a time lookup over the
+// broker's wall-clock ids, and async sends across a broker restart.
+func TestRealBrokerEndToEnd(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := testRoot()
+	rb := startRealBroker(t, zk, root, map[string]int{"real": 3})
+	c := newTestClient(t, zk, root)
+	ctx := context.Background()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		ps, err := c.Partitions(ctx, "real")
+		if err != nil || len(ps) != 3 {
+			return fmt.Errorf("partitions %v %v", ps, err)
+		}
+		return nil
+	})
+	prod, _ := NewProducer(c, WithMaxInFlight(32), WithRetries(50), WithRetryBackoff(50*time.Millisecond))
+	var mu sync.Mutex
+	acked := map[int64]SendResult{}
+	failed := 0
+	send := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			err := prod.SendAsync(ctx, &Message{Topic: "real", Payload: []byte(fmt.Sprintf("r%05d", i))}, func(r SendResult, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed++
+					return
+				}
+				acked[r.ID] = r
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(0, 200)
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	// Restart mid-stream.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(20 * time.Millisecond)
+		rb.stop()
+		time.Sleep(200 * time.Millisecond)
+		rb.start()
+	}()
+	send(200, 800)
+	<-done
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := prod.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	prod.Close(ctx)
+	mu.Lock()
+	t.Logf("acked %d, failed %d", len(acked), failed)
+	ids := make([]int64, 0, len(acked))
+	for id := range acked {
+		ids = append(ids, id)
+	}
+	mu.Unlock()
+
+	rcv := newReceived()
+	cs, _ := NewConsumer(c, "real-g", WithCommitInterval(100*time.Millisecond), WithMaxFetchDelay(50*time.Millisecond))
+	cs.Subscribe("real", rcv.handler)
+	if err := cs.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error { return rcv.has(ids) })
+	rcv.mu.Lock()
+	for _, m := range rcv.msgs {
+		if r, ok := acked[m.ID]; ok && (r.Partition != m.Partition || r.Offset != m.Offset) {
+			t.Fatalf("message %d at %s/%d, acknowledged at %s/%d", m.ID, m.Partition, m.Offset, r.Partition, r.Offset)
+		}
+	}
+	rcv.mu.Unlock()
+	if err := cs.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := NewZKOffsetStore(c)
+	recs, err := store.List(ctx, "real-g", "real")
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("offsets %v %v", recs, err)
+	}
+	for _, r := range recs {
+		end, _ := c.LatestOffset(ctx, "real", r.Partition)
+		if r.Offset != end {
+			t.Fatalf("committed %+v, end %d", r, end)
+		}
+	}
+	// The broker's ids carry wall-clock time: the first message at or after
+	// mark is the first one sent after it.
+	for _, p := range []Partition{{0, 0}, {0, 1}, {0, 2}} {
+		off, err := c.OffsetForTime(ctx, "real", p, mark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok, err := c.readRecordAt(ctx, "real", p, off)
+		if err != nil || !ok {
+			t.Fatalf("record at %d: %v", off, err)
+		}
+		var first string
+		fmt.Sscanf(string(m.Payload), "r%s", &first)
+		if n := 0; func() bool { fmt.Sscanf(first, "%d", &n); return n < 200 }() {
+			t.Fatalf("%s: time lookup landed on %s, sent before the mark", p, m.Payload)
+		}
+		if IDTime(m.ID).Before(mark) {
+			t.Fatalf("%s: id time %v before mark %v", p, IDTime(m.ID), mark)
+		}
+	}
+}
