@@ -150,9 +150,17 @@ func mustComp[T Component](t *testing.T, b *Bundle) T {
 // pointed at addr (broker id 0).
 func produce(t *testing.T, addr, topic string, n int, prefix string) {
 	t.Helper()
+	produceWith(t, client.Config{Brokers: []string{addr}}, topic, n, prefix)
+}
+
+// produceWith sends n messages to topic with a client of configuration cfg
+// (static brokers or ZooKeeper).
+func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
+	t.Helper()
+	addr := fmt.Sprint(cfg.Brokers, cfg.ZKRoot)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Brokers: []string{addr}})
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

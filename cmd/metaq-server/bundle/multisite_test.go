@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -41,12 +42,38 @@ func wanProxy(t *testing.T, target string) *netproxy.Proxy {
 //   - configsync pushes a new topic; every site runs it, and a producer in
 //     every site can publish to it (through the master) right away;
 //   - the lag report at bj lists both slave groups, caught up.
+//
+// Without ZooKeeper the slaves find bj by masterAddress and clients use
+// static broker lists. With METAQ_TEST_ZK set, TestMultiSiteZooKeeper runs
+// the same with every bundle registered under a unique root: producers find
+// bj there, and the consumer at hf is an unmodified group consumer whose
+// zkRoot is hf's site view, the one-line change of a Java consumer.
 func TestMultiSite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
+	multiSite(t, "")
+}
+
+func TestMultiSiteZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	multiSite(t, testutil.ZooKeeper(t))
+}
+
+func multiSite(t *testing.T, zk string) {
 	root := t.TempDir()
-	shared := sharedINI("", "", "[topic=orders]\nnumPartitions=2\n")
+	zkRoot := ""
+	if zk != "" {
+		zkRoot = "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		t.Cleanup(func() {
+			for _, r := range []string{zkRoot, zkRoot + "-view-bj", zkRoot + "-view-hf", zkRoot + "-view-gz"} {
+				removeTree(zk, r)
+			}
+		})
+	}
+	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
@@ -70,7 +97,11 @@ func TestMultiSite(t *testing.T) {
 
 	// Produce at bj; both slaves converge byte for byte.
 	const n = 200
-	produce(t, bj.Broker.Addr().String(), "orders", n, "order")
+	if zk == "" {
+		produce(t, bj.Broker.Addr().String(), "orders", n, "order")
+	} else {
+		produceWith(t, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}, "orders", n, "order")
+	}
 	for name, s := range slaves {
 		waitCaughtUp(t, bj, s, "orders", 20*time.Second)
 		for p := range 2 {
@@ -101,20 +132,43 @@ func TestMultiSite(t *testing.T) {
 	bjGets := statInt(bj, "cmd_get")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(ctx, client.Config{Brokers: []string{bjFrom["hf"]}})
-	if err != nil {
-		t.Fatal(err)
+	var cons *client.Consumer
+	if zk == "" {
+		cl, err := client.New(ctx, client.Config{Brokers: []string{bjFrom["hf"]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cons, err = client.NewConsumer(cl, "hf-readers",
+			client.WithPartitions(client.Partition{BrokerID: 0, Partition: 0}, client.Partition{BrokerID: 0, Partition: 1}),
+			client.WithSite("hf"), client.WithReadPreference(client.LocalFirst), client.WithRouter(hfTopo.Router()),
+			client.WithStart(client.StartEarliest()), client.WithOffsetFile(filepath.Join(root, "hf-offsets")))
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// hf's bundle keeps the view; wait until it points at hf's replica.
+		view := zkRoot + "-view-hf"
+		zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+		testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+			data, _, err := zc.Get(ctx, view+"/brokers/ids/0/master")
+			if err != nil || string(data) != hf.Broker.URL() {
+				return fmt.Errorf("view master = %q %v, want %s", data, err, hf.Broker.URL())
+			}
+			return nil
+		})
+		cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: view, ZKSyncTime: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cons, err = client.NewConsumer(cl, "hf-readers", client.WithStart(client.StartEarliest()))
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer cl.Close()
 	var mu sync.Mutex
 	got := map[string]bool{}
-	cons, err := client.NewConsumer(cl, "hf-readers",
-		client.WithPartitions(client.Partition{BrokerID: 0, Partition: 0}, client.Partition{BrokerID: 0, Partition: 1}),
-		client.WithSite("hf"), client.WithReadPreference(client.LocalFirst), client.WithRouter(hfTopo.Router()),
-		client.WithStart(client.StartEarliest()), client.WithOffsetFile(filepath.Join(root, "hf-offsets")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := cons.Subscribe("orders", func(_ context.Context, m *client.Message) error {
 		mu.Lock()
 		got[string(m.Payload)] = true
