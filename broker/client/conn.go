@@ -67,9 +67,10 @@ type conn struct {
 	pending map[int32]chan frame
 	err     error
 
-	lastIO atomic.Int64 // unix nanos of the last read or write
-	done   chan struct{}
-	wg     sync.WaitGroup
+	lastIO    atomic.Int64  // unix nanos of the last read or write
+	hbTimeout time.Duration // wait for a heartbeat answer (gecko: 5s)
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // maxFrameBody bounds a response body (a get answer is at most maxSize,
@@ -82,7 +83,11 @@ func dialConn(ctx context.Context, addr string, cd codec, timeout, heartbeat tim
 	if err != nil {
 		return nil, &ConnError{Addr: addr, Err: err}
 	}
-	c := &conn{addr: addr, nc: nc, codec: cd, log: log, pending: make(map[int32]chan frame), done: make(chan struct{})}
+	c := &conn{addr: addr, nc: nc, codec: cd, log: log, pending: make(map[int32]chan frame), done: make(chan struct{}),
+		hbTimeout: 5 * time.Second}
+	if heartbeat > 0 && heartbeat < c.hbTimeout {
+		c.hbTimeout = heartbeat // short intervals (tests) get short timeouts
+	}
 	c.lastIO.Store(time.Now().UnixNano())
 	c.wg.Add(1)
 	go c.readLoop()
@@ -129,7 +134,7 @@ func (c *conn) heartbeatLoop(interval time.Duration) {
 		if time.Since(time.Unix(0, c.lastIO.Load())) < interval {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), c.hbTimeout)
 		f, err := c.roundTrip(ctx, func(dst []byte, op int32) []byte { return c.codec.appendVersion(dst, op) })
 		cancel()
 		if err == nil && f.code == 200 {

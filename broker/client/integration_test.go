@@ -563,3 +563,117 @@ func (w tWriter) Write(p []byte) (int, error) {
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
+
+// TestConsistGroupMatchesJava runs two Go consumers with CONSIST and checks
+// the owners against the Java strategy's vectors for the same members.
+func TestConsistGroupMatchesJava(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := testRoot()
+	newTestBroker(t, 0, zk, root, 1<<20, map[string]int{"t": 4})
+	c := newTestClient(t, zk, root)
+	ctx := context.Background()
+	for _, id := range []string{"127.0.0.1-100-a", "127.0.0.1-200-b"} {
+		cs, _ := NewConsumer(c, "g", WithConsumerID(id), WithStrategy(StrategyConsist), WithMaxFetchDelay(50*time.Millisecond))
+		cs.Subscribe("t", func(context.Context, *Message) error { return nil })
+		if err := cs.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close(ctx)
+	}
+	// From testdata/balance_vectors.txt, "two-even" CONSIST.
+	want := map[string]string{"0-0": "g_127.0.0.1-100-a", "0-3": "g_127.0.0.1-100-a",
+		"0-1": "g_127.0.0.1-200-b", "0-2": "g_127.0.0.1-200-b"}
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		o := owners(t, c, "g", "t")
+		for p, m := range want {
+			if o[p] != m {
+				return fmt.Errorf("owners %v", o)
+			}
+		}
+		return nil
+	})
+}
+
+// TestBroadcastAndStaticFileOffsets covers a broadcast consumer (own group
+// per host, offsets in a file) and a consumer without ZooKeeper.
+func TestBroadcastAndStaticFileOffsets(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := testRoot()
+	br := newTestBroker(t, 0, zk, root, 1<<20, map[string]int{"b": 2})
+	c := newTestClient(t, zk, root)
+	ctx := context.Background()
+	prod, _ := NewProducer(c)
+	defer prod.Close(ctx)
+	var ids []int64
+	for i := 0; i < 10; i++ {
+		r, err := prod.Send(ctx, &Message{Topic: "b", Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	file := t.TempDir() + "/offsets.json"
+	rcv := newReceived()
+	cs, err := NewConsumer(c, "bc", WithBroadcast(), WithOffsetFile(file), WithMaxFetchDelay(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(cs.Group(), "bc-") || strings.ContainsAny(cs.Group(), ".:") {
+		t.Fatalf("broadcast group %q", cs.Group())
+	}
+	cs.Subscribe("b", rcv.handler)
+	if err := cs.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return rcv.has(ids) })
+	if err := cs.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := NewFileOffsetStore(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < 2; p++ {
+		r, ok, _ := fs.Load(ctx, cs.Group(), "b", Partition{0, p})
+		end, _ := c.LatestOffset(ctx, "b", Partition{0, p})
+		if !ok || r.Offset != end {
+			t.Fatalf("file offset %d: %+v, end %d", p, r, end)
+		}
+	}
+	// Without ZooKeeper: static broker list, fixed partitions, file offsets;
+	// it resumes where the file says, so it gets only new messages.
+	sc, err := New(ctx, Config{Brokers: []string{"meta://" + br.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	file2 := t.TempDir() + "/o.json"
+	fs2, _ := NewFileOffsetStore(file2)
+	var recs []OffsetRecord
+	for p := 0; p < 2; p++ {
+		end, _ := c.LatestOffset(ctx, "b", Partition{0, p})
+		recs = append(recs, OffsetRecord{Topic: "b", Partition: Partition{0, p}, Offset: end, MsgID: -1})
+	}
+	fs2.Commit(ctx, "static", recs)
+	r2, err := prod.Send(ctx, &Message{Topic: "b", Payload: []byte("new")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv2 := newReceived()
+	st, err := NewConsumer(sc, "static", WithPartitions(Partition{0, 0}, Partition{0, 1}), WithOffsetFile(file2), WithMaxFetchDelay(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Subscribe("b", rcv2.handler)
+	if err := st.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return rcv2.has([]int64{r2.ID}) })
+	time.Sleep(100 * time.Millisecond)
+	rcv2.mu.Lock()
+	defer rcv2.mu.Unlock()
+	if len(rcv2.msgs) != 1 {
+		t.Fatalf("static consumer got %d messages, want only the new one", len(rcv2.msgs))
+	}
+}
