@@ -139,6 +139,11 @@ func (c *conn) readLoop() bool {
 				c.enqueuePut(x)
 				continue
 			}
+		case *wire.Sync:
+			// A sync slave stores a master's records in order per connection
+			// and partition, as MetaQ's OrderedThreadPoolExecutor does.
+			c.enqueueSync(x)
+			continue
 		case *wire.Quit:
 			<-c.slots
 			return true
@@ -165,7 +170,27 @@ type putQueue struct {
 	key     string
 	p       int32 // resolved partition
 	items   []*wire.Put
+	syncs   []*wire.Sync // a sync queue holds these instead
 	running bool
+}
+
+// enqueueSync queues a sync on its partition's sync queue.
+func (c *conn) enqueueSync(cmd *wire.Sync) {
+	key := "sync\x00" + cmd.Topic + "\x00" + strconv.Itoa(int(cmd.Partition))
+	c.pmu.Lock()
+	q := c.putqs[key]
+	if q == nil {
+		q = &putQueue{key: key, p: cmd.Partition}
+		c.putqs[key] = q
+	}
+	q.syncs = append(q.syncs, cmd)
+	start := !q.running
+	q.running = true
+	c.pmu.Unlock()
+	if start {
+		c.wg.Add(1)
+		go c.drain(q)
+	}
 }
 
 // enqueuePut queues a plain put (its in-flight slot already taken) on its
@@ -193,11 +218,18 @@ func (c *conn) drain(q *putQueue) {
 	defer c.wg.Done()
 	for {
 		c.pmu.Lock()
-		if len(q.items) == 0 {
+		if len(q.items) == 0 && len(q.syncs) == 0 {
 			q.running = false
 			delete(c.putqs, q.key)
 			c.pmu.Unlock()
 			return
+		}
+		if len(q.syncs) > 0 {
+			cmd := q.syncs[0]
+			q.syncs = q.syncs[1:]
+			c.pmu.Unlock()
+			c.b.handleSync(c, cmd)
+			continue
 		}
 		n := min(len(q.items), maxPutBatch)
 		batch := q.items[:n:n]

@@ -121,3 +121,28 @@ func TestIDGen(t *testing.T) {
 		t.Fatalf("after a step back: %x <= %x", id, prev)
 	}
 }
+
+// TestSyncPipelinedInOrder: syncs pipelined on one connection are stored in
+// the order sent, per partition (MetaQ's ordered executor).
+func TestSyncPipelinedInOrder(t *testing.T) {
+	slave := startBroker(t, vectorConfig(t), func(o *Options) { o.SyncReceiver = true })
+	cl := dial(t, slave.Addr())
+	const n = 300
+	var buf []byte
+	for i := range n {
+		body := []byte("m" + strconv.Itoa(1000+i))
+		buf = (&wire.Sync{Topic: "test", Partition: int32(i % 2), MsgID: int64(1000 + i), Checksum: wire.Checksum(body), Body: body, Opaque: int32(i)}).AppendTo(buf)
+	}
+	cl.send(buf)
+	for range n {
+		r := cl.result()
+		f := strings.Split(string(r.Body), " ")
+		if !r.OK() || len(f) != 3 {
+			t.Fatalf("sync %d: %s", r.Opaque, r)
+		}
+		i := int(r.Opaque)
+		if want := strconv.Itoa((i / 2) * 25); f[0] != strconv.Itoa(1000+i) || f[2] != want {
+			t.Fatalf("sync %d answered %q, want id %d offset %s", i, r.Body, 1000+i, want)
+		}
+	}
+}
