@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker"
+	"metaq/broker/config"
+	"metaq/broker/registry"
+	"metaq/broker/store"
+	"metaq/internal/testutil"
+)
+
+// startBroker runs the project's broker in process, registered under a
+// fresh ZooKeeper root, and returns that root.
+func startBroker(t *testing.T, zk string) string {
+	t.Helper()
+	root := fmt.Sprintf("/metaq-test-cli-%d", rand.Int64())
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ini := fmt.Sprintf(`[system]
+brokerId=0
+hostName=127.0.0.1
+serverPort=%d
+numPartitions=1
+unflushThreshold=0
+unflushInterval=10000
+maxSegmentSize=4096
+maxTransferSize=1048576
+deletePolicy=delete,168
+dataPath=%s
+[zookeeper]
+zk.zkConnect=%s
+zk.zkRoot=%s
+zk.zkSyncTimeMs=100
+[topic=cli]
+numPartitions=2
+`, port, dir, zk, root)
+	cfg, _, err := config.Parse("server.ini", []byte(ini))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(store.Options{Dir: dir, SegmentBytes: cfg.System.MaxSegmentSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(context.Background(), registry.Options{Connect: zk, Root: root, SyncTime: 100 * time.Millisecond,
+		Host: "127.0.0.1", Port: port, ConnectionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(broker.Options{Config: cfg, Store: st, Registry: reg, ListenAddr: fmt.Sprintf("127.0.0.1:%d", port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); reg.Close(); st.Close() })
+	return root
+}
+
+func metaq(t *testing.T, stdinText string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, args, strings.NewReader(stdinText), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestCommands(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := startBroker(t, zk)
+	g := []string{"-zk", zk, "-root", root}
+
+	// produce from stdin prints one result per line.
+	out, errs, err := metaq(t, "alpha\nbeta\ngamma\n", append(g, "produce", "-topic", "cli")...)
+	if err != nil {
+		t.Fatalf("produce: %v %s", err, errs)
+	}
+	res := regexp.MustCompile(`(?m)^(\d+-\d+) offset=(\d+) id=(-?\d+)$`).FindAllStringSubmatch(out, -1)
+	if len(res) != 3 {
+		t.Fatalf("produce output %q", out)
+	}
+	firstTime := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	mark := time.Now()
+	if _, errs, err := metaq(t, "", append(g, "produce", "-topic", "cli", "-n", "40", "-size", "50", "-async")...); err != nil {
+		t.Fatalf("produce -n: %v %s", err, errs)
+	}
+
+	// consume the 43 messages as a group, then the offsets are committed.
+	out, errs, err = metaq(t, "", append(g, "consume", "-topic", "cli", "-group", "cg", "-n", "43")...)
+	if err != nil {
+		t.Fatalf("consume: %v %s", err, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 43 || !strings.Contains(out, "alpha") || !strings.Contains(out, "gamma") {
+		t.Fatalf("consume got %d lines: %q", len(lines), out)
+	}
+	out, _, err = metaq(t, "", append(g, "offsets", "-group", "cg", "-topic", "cli")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^0-0\t\d+\t-?\d+\t\d+\t0\t-$`).MatchString(out) {
+		t.Fatalf("offsets after consuming: %q", out)
+	}
+
+	// reset by time: only the 40 generated messages are consumed again.
+	if _, errs, err := metaq(t, "", append(g, "offsets", "-group", "cg", "-topic", "cli", "-reset", "time:"+mark.Format(time.RFC3339Nano))...); err != nil {
+		t.Fatalf("reset: %v %s", err, errs)
+	}
+	out, _, err = metaq(t, "", append(g, "consume", "-topic", "cli", "-group", "cg", "-n", "40")...)
+	if err != nil || strings.Contains(out, "alpha") || len(strings.Split(strings.TrimSpace(out), "\n")) != 40 {
+		t.Fatalf("after reset by time: %v %q", err, out)
+	}
+
+	// fetch from a time returns the stdin messages first.
+	out, _, err = metaq(t, "", append(g, "fetch", "-topic", "cli", "-partition", res[0][1], "-time", firstTime.Add(-time.Minute).Format(time.RFC3339Nano), "-n", "1")...)
+	if err != nil || !strings.Contains(out, "offset=0 ") {
+		t.Fatalf("fetch by time: %v %q", err, out)
+	}
+	// find by id.
+	out, errs, err = metaq(t, "", append(g, "find", "-topic", "cli", "-id", res[1][3])...)
+	if err != nil || !strings.Contains(out, "beta") || !strings.Contains(out, "offset="+res[1][2]+" ") {
+		t.Fatalf("find: %v %q %q", err, out, errs)
+	}
+	// topics and partitions.
+	out, _, err = metaq(t, "", append(g, "topics")...)
+	if err != nil || !strings.Contains(out, "cli\tpublish 2 partitions") {
+		t.Fatalf("topics: %v %q", err, out)
+	}
+	out, _, err = metaq(t, "", append(g, "partitions", "-topic", "cli")...)
+	if err != nil || !regexp.MustCompile(`(?m)^0-1\t0\t\d+$`).MatchString(out) {
+		t.Fatalf("partitions: %v %q", err, out)
+	}
+	// unknown command.
+	if _, _, err := metaq(t, "", "nosuch"); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}
+
+func TestParseTimeAndStart(t *testing.T) {
+	if _, err := parseTime("2026-01-02T03:04:05Z"); err != nil {
+		t.Fatal(err)
+	}
+	if tm, err := parseTime("10m"); err != nil || time.Since(tm) < 9*time.Minute {
+		t.Fatalf("relative time %v %v", tm, err)
+	}
+	if _, err := parseTime("yesterday"); err == nil {
+		t.Fatal("bad time accepted")
+	}
+	for _, s := range []string{"earliest", "latest", "offset:42", "time:5m"} {
+		if _, err := parseStart(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if _, err := parseStart("offset:x"); err == nil {
+		t.Fatal("bad start accepted")
+	}
+}
