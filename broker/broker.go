@@ -1,8 +1,3 @@
-// Package broker serves the MetaQ 1.4.6 wire protocol (spec §1) on top of
-// broker/store: it owns the listener, the client connections, topic
-// acceptance and partition checks, statistics, retention scheduling and the
-// synchronous replication pair (spec §5.3). ZooKeeper registration and
-// transactions are reached through the Registry and TxHandler interfaces.
 package broker
 
 import (

@@ -1,0 +1,40 @@
+// Package broker serves the MetaQ 1.4.6 wire protocol (spec §1) on top of
+// broker/store: it owns the listener and the client connections, topic
+// acceptance and partition checks, closed partitions, statistics
+// (`stats`), retention scheduling (deleteWhen crons), configuration reload
+// (spec §4.6) and the synchronous replication pair of spec §5.3.
+//
+// What it does not own it reaches through small interfaces, so that it
+// imports neither ZooKeeper nor the transaction journal:
+//
+//   - Registry: ZooKeeper registration (broker/registry implements it);
+//     nil runs standalone.
+//   - TxHandler: the `transaction` command and puts with a transaction key
+//     (broker/txn implements it); unset, they get 500.
+//   - SlaveStats: `stats slave` and the `slave` line of system stats
+//     (the georeplicator's receiver implements it).
+//   - Store: the part of *store.Store the broker uses.
+//
+// # Requests and connections
+//
+// Each connection has one reader goroutine. Plain puts are queued per
+// partition and appended in order, in batches (one store call per burst);
+// syncs are queued the same way. Every other request runs on a worker
+// goroutine of the connection, so requests are processed concurrently and
+// answered by opaque, possibly out of order, as the Java broker's thread
+// pools do. One writer goroutine per connection serialises answers. The
+// in-flight requests (MaxInFlight) and the fetched bytes awaiting write
+// (MaxPendingBytes) are bounded per connection, and a write that does not
+// progress within WriteTimeout closes that connection only. Malformed input
+// closes the connection without an answer, as MetaQ does; requests read
+// before it are still answered.
+//
+// # Lock order
+//
+// Locks are held briefly and not nested, with one exception: a synchronous
+// master holds a partition's lock (syncClient.parts) across the local append
+// and the sync round trip, and takes syncClient.mu and syncClient.wmu under
+// it. Broker.mu, topicTable.mu, statsCounters.mu, conn.pmu, byteBudget.mu
+// and retention.mu are leaves. Registry and Store calls are made without
+// any broker lock held.
+package broker
