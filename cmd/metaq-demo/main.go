@@ -46,16 +46,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Messages, "messages", o.Messages, "sample messages produced at bj")
 	fs.DurationVar(&o.WANDelay, "wan-delay", o.WANDelay, "one-way delay added between sites")
 	fs.DurationVar(&o.Every, "every", o.Every, "how often the lag report is printed while running")
-	netns := fs.Bool("netns", false, "use network namespaces for the WAN (not available in this build; the in-process WAN proxy is used)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if *netns {
-		fmt.Fprintln(stderr, "metaq-demo: --netns is not available in this build; using the in-process WAN proxy")
 	}
 	d, err := startDemo(ctx, o, stdout)
 	if err != nil {

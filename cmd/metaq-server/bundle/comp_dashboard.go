@@ -232,9 +232,7 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 			health("configsync", err)
 		}
 	}
-	if s.Config.SHA256 == "" {
-		s.Config.SHA256 = strconv.FormatUint(uint64(cfg.Checksum), 10)
-	}
+	s.Extra["configChecksum"] = cfg.Checksum // MetaQ's CRC32 of server.ini, as in master_config_checksum
 	return s
 }
 
