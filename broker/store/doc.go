@@ -19,8 +19,8 @@
 //	<Dir>/log/00000000000000000000.log   log segment, named by the log position
 //	<Dir>/log/00000000001073741900.log   of its first byte (20 digits, zero padded)
 //	<Dir>/log/00000000001073741900.idx   index summary of a sealed segment
-//	<Dir>/log/<segment>.<pos>.bad        copy of a quarantined (corrupt) range
-//	<Dir>/log/<segment>.arc | .zip       segment archived by retention
+//	<Dir>/log/<segment>.log.<pos>.bad    copy of a quarantined (corrupt) range
+//	<Dir>/log/<segment>.log.arc | .zip   segment archived by retention
 //	<Dir>/checkpoint                     partition table + index state (atomic)
 //
 // Log positions are global byte positions: segment N+1 starts exactly where
@@ -72,9 +72,12 @@
 // `ulimit -n` with MetaQ's layout). Memory is 16 bytes per append call:
 // about 1.5% of the log for 1 KiB single-message puts, less with batches.
 // Each partition also keeps its virtual segment boundaries (see NearestOffset)
-// and a sparse time index: one (time, offset) pair whenever a chunk is at
-// least one second newer than the previous pair. OffsetForTime searches the
-// sparse index and refines by reading the few chunk headers in between.
+// and a sparse time index: one (time, offset) pair when a chunk is at least
+// one second newer than the previous pair AND 64 chunks came since, so it
+// costs at most 1/64 of the chunk index. Append times never decrease along
+// the log (the writer keeps them monotonic), so OffsetForTime narrows the
+// range with the sparse index and binary-searches the chunk headers in it
+// (a few preads) for the exact first chunk appended at or after t.
 //
 // The on-disk compact form of the index is the .idx file written when a
 // segment is sealed (32 bytes per entry: pid, length, offset, position,
@@ -152,6 +155,21 @@
 //     its last trusted chunk. Partitions not touched by the damage are
 //     unaffected.
 //
+// Every sealed segment the scan went through gets a fresh .idx, so a
+// summary written before damage was found is never trusted again.
+//
+// Damage below the checkpoint (bit rot after a clean start-up) is not seen
+// by recovery, so Read checks the crc of every chunk it serves (crc32c is
+// hardware-assisted; the cost is in BENCH.md). A chunk that fails is never
+// served: the partition is fenced at it at once (the writer cuts the
+// partition's index back to the chunk start, appends continue there, and a
+// define entry with the new end goes into the log), the error is logged with
+// the log position, and the checkpoint is deleted so that the next start-up
+// scans the whole log, quarantines the damage and, replaying that define
+// entry, reaches the same partitions. ReadLog also checks every entry.
+// Offsets after a fence are reused, as after a torn-tail truncation; a
+// replica that already holds them sees ErrOffsetMismatch from AppendRaw.
+//
 // After the scan the last segment is fdatasynced once (what survived a
 // process crash sits in the page cache) and everything on disk is durable.
 // A clean Close flushes, writes the .idx of the active segment and a final
@@ -160,24 +178,39 @@
 // # Retention
 //
 // Log segments are shared by topics, so retention works in two steps.
-// Retain(topic, now) first trims each partition of the topic logically, the
-// way MetaQ deletes segment files: every virtual segment except the last
-// whose newest chunk is older than now-MaxAge is dropped and Min moves up to
-// the first kept one (a read below gets a *RangeError with the new Min, the
-// broker answers 301). Then the oldest sealed log segments that no longer
-// hold any live chunk of any partition are removed (or renamed to .arc, or
-// zipped to .zip, when a topic with data in them asks for archiving). The
-// active segment is never removed. A checkpoint is written before files are
-// removed so Min survives a restart.
+//
+//  1. Retain(topic, now) trims each partition of the topic logically: Min
+//     moves up to the first chunk appended at or after now-MaxAge
+//     (OffsetForTime), the index entries below are freed, and a read below
+//     Min gets a *RangeError carrying the new Min (the broker answers 301).
+//     The age test is per chunk, not per MetaQ segment, and a partition
+//     whose data all expired becomes empty at its end (Min = Max) instead of
+//     keeping its last segment as MetaQ does: in a shared log, keeping one
+//     slow partition's old last segment would pin every log segment its
+//     chunks are spread over. MaxAge 0 keeps a topic's data forever.
+//  2. Then the oldest sealed log segments that hold no live chunk of any
+//     partition (every chunk in them is below its partition's Min, or of a
+//     deleted partition) are removed, or renamed to <segment>.arc, or zipped
+//     into <segment>.zip (one entry named after the file, as MetaQ's
+//     ArchiveDeletePolicy) when a topic with data in them asks for
+//     archiving. Segments go only from the front, so the log stays
+//     contiguous, and the active segment is never removed. A topic that
+//     keeps data forever therefore keeps the segments its data sits in.
+//
+// A checkpoint is written before files go, so Min survives a restart. If the
+// checkpoint is lost, trimmed chunks still present in kept segments become
+// readable again (valid and contiguous) until the next Retain.
 //
 // # Disk errors
 //
 // All file access goes through FS. When a write or fsync fails (ENOSPC, EIO)
 // the writer truncates the partial batch away, fails the batch's appends
 // with an error wrapping ErrUnhealthy and the cause, and the store refuses
-// further appends; Health reports the error. Data stored before is not
-// touched. Reopening the store after the cause is fixed recovers as after a
-// crash.
+// further appends; Health reports the error. After a failed fdatasync the
+// log and the indexes are also cut back to the last durable position, so
+// nothing unacknowledged stays readable (the kernel may have dropped those
+// pages). Data stored before is not touched and stays readable. Reopening
+// the store after the cause is fixed recovers as after a crash.
 //
 // # Locks
 //

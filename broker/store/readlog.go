@@ -12,6 +12,9 @@ import (
 // position still moves past them). pos must be a position ReadLog or
 // LogBounds returned; another position gives ErrCorrupt.
 func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
+	if s.isClosed() {
+		return nil, pos, ErrClosed
+	}
 	durable := s.durable()
 	var out []LogEntry
 	total := 0

@@ -307,6 +307,9 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	if maxBytes <= 0 {
 		return nil, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
 	}
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
 	p := s.lookup(topic, partition)
 	if p == nil {
 		return nil, ErrNoPartition
@@ -335,7 +338,10 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	p.mu.RUnlock()
 	out := make([]byte, 0, total)
-	var buf []byte
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
+	defer func() { *bp = buf[:0] }()
 	for i := 0; i < len(pieces); {
 		// Chunks that sit back to back in the log are read with one pread.
 		j := i + 1
@@ -347,6 +353,9 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 		size := end - pieces[i].pos
 		if int64(cap(buf)) < size {
 			buf = make([]byte, size)
+			if size > 8<<20 {
+				defer func() { buf = nil }() // do not pool huge buffers
+			}
 		}
 		b := buf[:size]
 		if err := s.readLog(b, pieces[i].pos); err != nil {
@@ -386,6 +395,10 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	return out, nil
 }
+
+// readBufs recycles Read's scratch buffers: fresh memory is slow to touch
+// and every get would otherwise allocate one.
+var readBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // corruptionFound handles damage met while serving: the damaged entry is
 // not served, and the checkpoint is removed so the next start-up scans the

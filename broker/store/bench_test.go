@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Benchmarks (never pass/fail). The exact command and figures are in BENCH.md.
+
+const benchRecord = 1024 // bytes of a record on disk: 20 header + 1004 body
+
+var benchBody = func() []byte {
+	b := make([]byte, benchRecord-RecordHeaderLen)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}()
+
+// result of the last run of a sub-benchmark, for the ratios.
+type benchResult struct {
+	mbps float64
+	rps  float64
+}
+
+func report(b *testing.B, start time.Time, res *benchResult) {
+	el := time.Since(start).Seconds()
+	res.rps = float64(b.N) / el
+	res.mbps = float64(b.N) * benchRecord / el / 1e6
+	b.ReportMetric(res.rps, "records/s")
+}
+
+// diskBaseline: 1 KiB sequential writes to one file, fdatasync every
+// syncEvery bytes.
+func diskBaseline(b *testing.B, syncEvery int64, res *benchResult) {
+	dir := b.TempDir()
+	f, err := OSFS{}.OpenFile(filepath.Join(dir, "baseline"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, benchRecord)
+	write := func(n int, pos *int64) {
+		for i := 0; i < n; i++ {
+			if _, err := f.WriteAt(buf, *pos); err != nil {
+				b.Fatal(err)
+			}
+			*pos += benchRecord
+			if *pos%syncEvery == 0 {
+				if err := f.Datasync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	var pos int64
+	write(4096, &pos) // warm-up: touch memory and the file
+	b.SetBytes(benchRecord)
+	b.ResetTimer()
+	start := time.Now()
+	write(b.N, &pos)
+	f.Datasync()
+	report(b, start, res)
+}
+
+// appendLoad: writers goroutines each append batch records per call to
+// random partitions of one topic under group commit.
+func appendLoad(b *testing.B, parts, writers, batch int, res *benchResult) {
+	s, err := Open(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	// create the partitions (concurrently, so creation shares fsyncs)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for p := w; p < parts; p += 16 {
+				if err := s.CreatePartition("bench", p, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	msgs := make([]Message, batch)
+	for i := range msgs {
+		msgs[i] = Message{Body: benchBody}
+	}
+	run := func(total int) {
+		var wg sync.WaitGroup
+		per := (total + writers*batch - 1) / (writers * batch)
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				rnd := rand.New(rand.NewSource(int64(w)))
+				for i := 0; i < per; i++ {
+					if _, err := s.Append(ctx, "bench", rnd.Intn(parts), msgs); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+	}
+	run(8192) // warm-up
+	b.SetBytes(benchRecord)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	run(b.N)
+	report(b, start, res)
+}
+
+// readLoad reads one partition sequentially from the page cache, one
+// 1 MiB get (MetaQ's default fetch size) per op, wrapping at the end.
+// interleaved: its chunks alternate with 15 other partitions' (one record
+// per append, as single puts leave them); else 64 records per chunk.
+func readLoad(b *testing.B, interleaved bool, res *benchResult) {
+	s, err := Open(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	// Setup without an fsync per append; Flush at the end.
+	s.SetPolicy("read", Policy{UnflushThreshold: 100000})
+	const partBytes = 32 << 20
+	if interleaved {
+		msg := []Message{{Body: benchBody}}
+		for i := 0; i < partBytes/benchRecord; i++ {
+			for p := 0; p < 16; p++ {
+				if _, err := s.Append(ctx, "read", p, msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	} else {
+		msgs := make([]Message, 64)
+		for i := range msgs {
+			msgs[i] = Message{Body: benchBody}
+		}
+		for i := 0; i < partBytes/benchRecord/64; i++ {
+			if _, err := s.Append(ctx, "read", 0, msgs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := s.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	info, _ := s.Partition("read", 0)
+	off := info.Min
+	get := func() int {
+		if off >= info.Max {
+			off = info.Min
+		}
+		d, err := s.Read("read", 0, off, 1<<20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		off += int64(len(d))
+		return len(d)
+	}
+	for off < info.Max { // warm-up
+		get()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	total := 0
+	for i := 0; i < b.N; i++ {
+		total += get()
+	}
+	el := time.Since(start).Seconds()
+	res.mbps = float64(total) / el / 1e6
+	b.ReportMetric(res.mbps, "MB/s")
+}
+
+// BenchmarkStore runs the disk baseline, group-commit appends at 16, 1,024
+// and 10,000 partitions (8 writers, one and sixteen 1 KiB records per
+// Append), and sequential reads, then logs the ratios.
+func BenchmarkStore(b *testing.B) {
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.Logf("load average at start: %s", la)
+	}
+	var disk, disk8 benchResult
+	b.Run("disk/1KiB-fsync-every-64KiB", func(b *testing.B) { diskBaseline(b, 64<<10, &disk) })
+	// Eight writers that each wait for their one record can put at most
+	// 8 KiB in one fsync: this is the disk's limit for that pattern.
+	b.Run("disk/1KiB-fsync-every-8KiB", func(b *testing.B) { diskBaseline(b, 8<<10, &disk8) })
+	ap := map[string]*benchResult{}
+	for _, batch := range []int{1, 16} {
+		for _, parts := range []int{16, 1024, 10000} {
+			name := fmt.Sprintf("append/writers=8/batch=%d/partitions=%d", batch, parts)
+			res := &benchResult{}
+			ap[fmt.Sprint(batch, "/", parts)] = res
+			b.Run(name, func(b *testing.B) { appendLoad(b, parts, 8, batch, res) })
+		}
+	}
+	var rc, ri benchResult
+	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, &rc) })
+	b.Run("read/interleaved-16", func(b *testing.B) { readLoad(b, true, &ri) })
+	b.Logf("disk baseline: %.1f MB/s with an fsync every 64 KiB, %.1f MB/s every 8 KiB", disk.mbps, disk8.mbps)
+	for _, batch := range []int{1, 16} {
+		r16, r1k, r10k := ap[fmt.Sprint(batch, "/16")], ap[fmt.Sprint(batch, "/1024")], ap[fmt.Sprint(batch, "/10000")]
+		if r16.mbps == 0 || disk.mbps == 0 {
+			continue
+		}
+		b.Logf("batch=%d: 16 partitions %.0f records/s %.1f MB/s; 1,024: %.0f records/s %.1f MB/s; 10,000: %.0f records/s %.1f MB/s",
+			batch, r16.rps, r16.mbps, r1k.rps, r1k.mbps, r10k.rps, r10k.mbps)
+		b.Logf("batch=%d: ratio 10,000/16 partitions = %.2f; append MB/s / disk(64 KiB) MB/s = %.2f (16), %.2f (1,024), %.2f (10,000); / disk(8 KiB) = %.2f (16)",
+			batch, r10k.mbps/r16.mbps, r16.mbps/disk.mbps, r1k.mbps/disk.mbps, r10k.mbps/disk.mbps, r16.mbps/disk8.mbps)
+	}
+	b.Logf("sequential partition read from page cache: contiguous %.0f MB/s, interleaved with 15 partitions %.0f MB/s", rc.mbps, ri.mbps)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.Logf("load average at end: %s", la)
+	}
+}
