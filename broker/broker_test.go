@@ -121,7 +121,8 @@ func TestBadInput(t *testing.T) {
 // TestBadBodies covers bodies shorter and longer than declared, and a bad
 // checksum.
 func TestBadBodies(t *testing.T) {
-	brk := startBroker(t, vectorConfig(t), nil)
+	logs := &logCapture{t: t}
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 
 	t.Run("short-body", func(t *testing.T) {
 		cl := dial(t, brk.Addr())
@@ -131,6 +132,12 @@ func TestBadBodies(t *testing.T) {
 		if end := partitionEnd(t, brk, "test", 0); end != -1 {
 			t.Fatalf("a short body was stored (end %d)", end)
 		}
+		testutil.Eventually(t, 2*time.Second, 10*time.Millisecond, func() error {
+			if !logs.contains("connection ended inside a frame") {
+				return errors.New("no log line for a truncated frame")
+			}
+			return nil
+		})
 	})
 	t.Run("short-body-waits", func(t *testing.T) {
 		// A body not yet complete is waited for, not answered.
@@ -167,6 +174,9 @@ func TestBadBodies(t *testing.T) {
 		r := cl.result()
 		if r.Code != 500 || !strings.Contains(string(r.Body), "Checksum failure") {
 			t.Fatalf("got %s", r)
+		}
+		if !logs.contains("checksum mismatch") {
+			t.Fatal("no log line for a bad checksum")
 		}
 		if partitionEnd(t, brk, "test", 0) != before {
 			t.Fatal("bad-checksum message stored")

@@ -112,11 +112,15 @@ func (b *Broker) checkPut(ctx context.Context, cmd *wire.Put, p int32) (int, str
 		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
 	}
 	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
+		b.log.Warn("TOPIC("+topic+"): put refused, checksum mismatch", "partition", p, "bytes", len(cmd.Body), "checksum", cmd.Checksum)
 		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
 	}
 	if max := b.cfg.Load().System.MaxTransferSize; max > 0 && len(cmd.Body) > max-20 {
 		// Spec §11: such a message can never be fetched by a Java consumer.
-		b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched", "bytes", len(cmd.Body), "maxTransferSize", max)
+		// Said once per topic and configuration, not per message.
+		if te.oversizeWarned.CompareAndSwap(false, true) {
+			b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched by MetaQ consumers", "bytes", len(cmd.Body), "maxTransferSize", max)
+		}
 	}
 	b.ensureTopic(ctx, topic, te)
 	return wire.StatusOK, ""

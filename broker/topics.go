@@ -35,9 +35,10 @@ func (t *topicTable) init() {
 // under one configuration. ready is set once the topic's policy was pushed
 // and its registration done, so later puts skip both.
 type topicEntry struct {
-	tc    config.Topic
-	ok    bool
-	ready atomic.Bool
+	tc             config.Topic
+	ok             bool
+	ready          atomic.Bool
+	oversizeWarned atomic.Bool
 }
 
 // topicCache maps topic names to entries for one *config.Server; a reload
