@@ -36,6 +36,8 @@ type siteSpec struct {
 	gossipBind string
 	// extraOverlay is appended to the overlay (e.g. a [site] token).
 	extraOverlay string
+	// autoSync sets autoSyncMasterConfig=true on a slave.
+	autoSync bool
 }
 
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
@@ -116,7 +118,7 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 	opts := Options{ConfigPath: ini, Logger: testLogger(t), ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
 	if s.slave {
 		props := filepath.Join(dir, "async_slave.properties")
-		p := fmt.Sprintf("slaveId=%d\nslaveGroup=meta-slave-group-%s\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=false\n", s.slaveID, s.name)
+		p := fmt.Sprintf("slaveId=%d\nslaveGroup=meta-slave-group-%s\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=%t\n", s.slaveID, s.name, s.autoSync)
 		if s.masterAddr != "" {
 			p += "masterAddress=" + s.masterAddr + "\n"
 		}

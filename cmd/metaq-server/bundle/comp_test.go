@@ -321,3 +321,28 @@ func TestTopologyAndDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoSyncMasterConfig: a slave with autoSyncMasterConfig=true takes the
+// master's server.ini (its own overlay stays) and reloads, so a topic only
+// the master's file has becomes a topic of the slave.
+func TestAutoSyncMasterConfig(t *testing.T) {
+	root := t.TempDir()
+	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
+	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	slave := startSite(t, filepath.Join(root, "hf"), sharedINI("", "", "[topic=test]\n"), siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: master.ReplicationAddr(), natsURL: master.NATSURL(), autoSync: true})
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		tc, ok := slave.Config().TopicFor("extra")
+		if !ok || tc.NumPartitions != 3 {
+			return fmt.Errorf("slave's topics: %v", slave.Config().Topics)
+		}
+		return nil
+	})
+	got, _ := os.ReadFile(filepath.Join(root, "hf", "server.ini"))
+	if string(got) != masterINI {
+		t.Errorf("slave's server.ini is not the master's")
+	}
+	if slave.Config().Site.Name != "hf" || slave.Config().System.DataPath != filepath.Join(root, "hf", "data") {
+		t.Errorf("slave lost its overlay: site %q data %q", slave.Config().Site.Name, slave.Config().System.DataPath)
+	}
+}
