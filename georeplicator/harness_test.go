@@ -40,12 +40,16 @@ type storeKind struct {
 
 var memStores sync.Map // dir -> *memStore
 
+// fileSegmentBytes is the file store's segment size: small in tests so
+// segment rolls happen under replication; benchmarks use a realistic one.
+var fileSegmentBytes int64 = 1 << 20
+
 func kinds() []storeKind {
 	return []storeKind{
 		{
 			name: "file",
 			open: func(t testing.TB, dir string) testStore {
-				s, err := store.Open(store.Options{Dir: dir, SegmentBytes: 1 << 20})
+				s, err := store.Open(store.Options{Dir: dir, SegmentBytes: fileSegmentBytes})
 				if err != nil {
 					t.Fatalf("open store %s: %v", dir, err)
 				}

@@ -143,6 +143,9 @@ func (w *wanLink) dial(ctx context.Context, network, addr string) (net.Conn, err
 
 // wanRig is a rig whose link is the emulated WAN instead of the proxy.
 func newWANRig(t testing.TB, w *wanLink) *rig {
+	if _, ok := t.(*testing.B); ok {
+		fileSegmentBytes = 256 << 20 // benchmarks: realistic segments, rolls are rare
+	}
 	g := newRig(t, kinds()[0])
 	g.shOpts.Listener = w.listen(t)
 	g.shOpts.Keepalive = time.Second
