@@ -203,3 +203,18 @@ func TestIDTime(t *testing.T) {
 		t.Fatalf("IDTime %v, want %v", IDTime(id), now)
 	}
 }
+
+func TestIDCacheLRU(t *testing.T) {
+	c := newIDCache(3)
+	for i := int64(1); i <= 3; i++ {
+		c.add(idKey{"g", i})
+	}
+	c.add(idKey{"g", 1}) // refresh 1: 2 is now the oldest
+	c.add(idKey{"g", 4})
+	if c.seen(idKey{"g", 2}) || !c.seen(idKey{"g", 1}) || !c.seen(idKey{"g", 4}) || !c.seen(idKey{"g", 3}) {
+		t.Fatal("LRU evicted the wrong id")
+	}
+	if c.seen(idKey{"other", 1}) {
+		t.Fatal("ids are per group")
+	}
+}

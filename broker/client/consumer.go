@@ -58,7 +58,7 @@ type consumerOptions struct {
 	fetchSize      int
 	maxFetchDelay  time.Duration
 	handlerRetry   time.Duration
-	idCacheSize    int
+	noIDCache      bool
 	site           string
 	preference     ReadPreference
 	maxLag         time.Duration
@@ -124,10 +124,9 @@ func WithHandlerRetryDelay(d time.Duration) ConsumerOption {
 	return func(o *consumerOptions) { o.handlerRetry = d }
 }
 
-// WithIDCacheSize sets the size of the LRU of processed message ids used to
-// drop duplicates. Default 4096 (MetaQ's default); 0 keeps the default,
-// negative disables it.
-func WithIDCacheSize(n int) ConsumerOption { return func(o *consumerOptions) { o.idCacheSize = n } }
+// WithoutDuplicateFilter turns off the process-wide LRU of processed
+// message ids (see IDCacheSize) for this consumer.
+func WithoutDuplicateFilter() ConsumerOption { return func(o *consumerOptions) { o.noIDCache = true } }
 
 // WithSite names the consumer's site, passed to the Router.
 func WithSite(site string) ConsumerOption { return func(o *consumerOptions) { o.site = site } }
@@ -218,7 +217,7 @@ func (s *partState) set(off, id int64) {
 // NewConsumer makes a consumer of group on c. Subscribe topics, then Start.
 func NewConsumer(c *Client, group string, opts ...ConsumerOption) (*Consumer, error) {
 	o := consumerOptions{commitInterval: 5 * time.Second, fetchSize: 1 << 20, maxFetchDelay: 5 * time.Second,
-		handlerRetry: time.Second, idCacheSize: 4096, routeInterval: 5 * time.Second}
+		handlerRetry: time.Second, routeInterval: 5 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -258,8 +257,8 @@ func NewConsumer(c *Client, group string, opts ...ConsumerOption) (*Consumer, er
 		s, _ := NewZKOffsetStore(c)
 		cs.store = s
 	}
-	if o.idCacheSize > 0 {
-		cs.ids = newIDCache(o.idCacheSize)
+	if !o.noIDCache {
+		cs.ids = processIDCache()
 	}
 	return cs, nil
 }
@@ -880,7 +879,8 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 		// Hand over whatever complete records came, even before a corrupt one.
 		for i := range r.Messages {
 			m := &r.Messages[i]
-			if cs.ids.seen(m.ID) {
+			key := idKey{cs.group, m.ID}
+			if cs.ids.seen(key) {
 				st.set(m.NextOffset, m.ID)
 				continue
 			}
@@ -897,7 +897,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 					return
 				}
 			}
-			cs.ids.add(m.ID)
+			cs.ids.add(key)
 			st.set(m.NextOffset, m.ID)
 		}
 		switch {

@@ -234,24 +234,47 @@ func (s *FileOffsetStore) Commit(_ context.Context, group string, recs []OffsetR
 	return nil
 }
 
+// idKey is a processed message: its group and id.
+type idKey struct {
+	group string
+	id    int64
+}
+
 // idCache is the LRU of processed message ids (MetaQ's MessageIdCache,
-// keyed by group and id).
+// keyed by group and id). One cache is shared by the consumers of a process,
+// as the Java client shares one per JVM, so a partition that moves between
+// two consumers of the same process is not delivered twice.
 type idCache struct {
 	mu   sync.Mutex
 	size int
-	m    map[int64]*idNode
+	m    map[idKey]*idNode
 	head *idNode // most recent
 	tail *idNode
 }
 
 type idNode struct {
-	id         int64
+	id         idKey
 	prev, next *idNode
 }
 
-func newIDCache(size int) *idCache { return &idCache{size: size, m: make(map[int64]*idNode)} }
+// IDCacheSize is the number of processed message ids the process remembers
+// to drop duplicates (MetaQ's metaq.consumer.message_ids.lru_cache.size,
+// default 4096). Set it before the first consumer starts.
+var IDCacheSize = 4096
 
-func (c *idCache) seen(id int64) bool {
+var (
+	sharedIDsOnce sync.Once
+	sharedIDs     *idCache
+)
+
+func processIDCache() *idCache {
+	sharedIDsOnce.Do(func() { sharedIDs = newIDCache(IDCacheSize) })
+	return sharedIDs
+}
+
+func newIDCache(size int) *idCache { return &idCache{size: size, m: make(map[idKey]*idNode)} }
+
+func (c *idCache) seen(id idKey) bool {
 	if c == nil || c.size <= 0 {
 		return false
 	}
@@ -261,7 +284,7 @@ func (c *idCache) seen(id int64) bool {
 	return ok
 }
 
-func (c *idCache) add(id int64) {
+func (c *idCache) add(id idKey) {
 	if c == nil || c.size <= 0 {
 		return
 	}

@@ -174,8 +174,10 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	// One consumer per run: the process-wide duplicate filter would only
+	// hide replays an operator asked for with "offsets -reset".
 	opts := []client.ConsumerOption{client.WithStart(sp), client.WithSite(*site), client.WithReadPreference(pref),
-		client.WithMaxLag(*maxLag)}
+		client.WithMaxLag(*maxLag), client.WithoutDuplicateFilter()}
 	if *id != "" {
 		opts = append(opts, client.WithConsumerID(*id))
 	}
