@@ -27,6 +27,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal the demo stops cleanly; a second one gets
+		// the default action and ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "metaq-demo:", err)
 		os.Exit(1)
@@ -65,6 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "stopped; config sets and logs are in", d.dir)
 	}()
 	if err := d.Tour(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted during the tour: a normal stop
+		}
 		return err
 	}
 	if o.Once {
