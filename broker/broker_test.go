@@ -194,12 +194,9 @@ func TestBadBodies(t *testing.T) {
 func TestAbsurdSizeNotRead(t *testing.T) {
 	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.MaxMessageSize = 4096 })
 	cl := dial(t, brk.Addr())
-	start := time.Now()
+	// The body is never sent: the close cannot have waited for it.
 	cl.send([]byte("put test 0 4097 0 -1 1\r\n"))
-	cl.expectClosed(2 * time.Second)
-	if time.Since(start) > time.Second {
-		t.Fatal("close took too long")
-	}
+	cl.expectClosed(5 * time.Second)
 	// At the limit is accepted.
 	cl = dial(t, brk.Addr())
 	body := strings.Repeat("x", 4096)
@@ -269,7 +266,7 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 func TestSlowReader(t *testing.T) {
 	logs := &logCapture{t: t}
 	brk := startBroker(t, vectorConfig(t), func(o *Options) {
-		o.WriteTimeout = 500 * time.Millisecond
+		o.WriteTimeout = 3 * time.Second
 		o.MaxInFlight = 8
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
@@ -290,17 +287,37 @@ func TestSlowReader(t *testing.T) {
 			}
 		}
 	}()
-	// Meanwhile the fast client is served promptly.
+	// Wait until the slow client's answers are stuck (its in-flight limit
+	// is reached, so the broker holds answers it cannot write).
+	cmdGet := func() int {
+		for _, l := range strings.Split(brk.Stats(""), "\r\n") {
+			if v, ok := strings.CutPrefix(l, "cmd_get "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return -1
+	}
+	last := -1
+	testutil.Eventually(t, 10*time.Second, 200*time.Millisecond, func() error {
+		n := cmdGet()
+		if n < 8 || n != last {
+			last = n
+			return fmt.Errorf("slow client not stuck yet (%d gets)", n)
+		}
+		return nil
+	})
+	// Meanwhile the fast client is served: all its round trips complete
+	// while the slow connection is still stuck, not after it is cut off.
 	for i := range 20 {
-		start := time.Now()
 		mustPut(t, fast, "test", 1, "m"+strconv.Itoa(i))
 		fast.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 1, Offset: 0, MaxSize: 1 << 20, Opaque: 77})
 		if _, ok := fast.read().(*wire.Value); !ok {
 			t.Fatal("fast get failed")
 		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("fast client waited %v", d)
-		}
+	}
+	if logs.contains("does not read its answers") {
+		t.Fatal("the fast client's requests waited for the slow client to be cut off")
 	}
 	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if !logs.contains("does not read its answers") {
@@ -375,7 +392,15 @@ func TestMaxTransferSizeCap(t *testing.T) {
 func TestReload(t *testing.T) {
 	reg := &fakeRegistry{}
 	cfg := vectorConfig(t)
-	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	var hs *hookStore
+	brk := startBroker(t, cfg, func(o *Options) {
+		o.Registry = reg
+		hs = &hookStore{Store: o.Store}
+		o.Store = hs
+	})
+	if p, ok := hs.policy("test"); !ok || p.UnflushThreshold != 0 || p.MaxAge != 168*time.Hour {
+		t.Fatalf("test policy at start: %+v %v", p, ok)
+	}
 	if n, ok := reg.topic("test"); !ok || n != 2 {
 		t.Fatalf("test registered with %d (%v)", n, ok)
 	}
@@ -389,7 +414,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("put before reload: %s", r)
 	}
 
-	data := bytes.Replace(cfg.Raw, []byte("[topic=test]\nnumPartitions=2"), []byte("[topic=test]\nnumPartitions=4\n\n[topic=fresh]\nnumPartitions=3\nunflushThreshold=0"), 1)
+	data := bytes.Replace(cfg.Raw, []byte("[topic=test]\nnumPartitions=2"), []byte("[topic=test]\nnumPartitions=4\n\n[topic=fresh]\nnumPartitions=3\nunflushThreshold=5\ndeletePolicy=archive,24"), 1)
 	newCfg := parseConfig(t, data)
 	ch, err := brk.Reload(newCfg)
 	if err != nil {
@@ -400,6 +425,9 @@ func TestReload(t *testing.T) {
 	}
 	if n, ok := reg.topic("fresh"); !ok || n != 3 {
 		t.Fatalf("fresh registered with %d (%v)", n, ok)
+	}
+	if p, ok := hs.policy("fresh"); !ok || p.UnflushThreshold != 5 || p.MaxAge != 24*time.Hour || !p.Archive {
+		t.Fatalf("fresh policy after reload: %+v %v", p, ok)
 	}
 	if n, _ := reg.topic("test"); n != 4 {
 		t.Fatalf("test re-registered with %d", n)

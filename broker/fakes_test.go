@@ -17,6 +17,24 @@ type hookStore struct {
 	append   func(topic string) error // called before Append; an error fails it
 	health   error
 	retained []string
+	policies map[string]store.Policy
+}
+
+func (h *hookStore) SetPolicy(topic string, p store.Policy) {
+	h.mu.Lock()
+	if h.policies == nil {
+		h.policies = map[string]store.Policy{}
+	}
+	h.policies[topic] = p
+	h.mu.Unlock()
+	h.Store.SetPolicy(topic, p)
+}
+
+func (h *hookStore) policy(topic string) (store.Policy, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.policies[topic]
+	return p, ok
 }
 
 func (h *hookStore) Append(ctx context.Context, topic string, p int, msgs []store.Message) ([]store.Appended, error) {
