@@ -60,6 +60,21 @@ func kinds() []storeKind {
 					st.Close()
 				}
 			},
+			retain: func(t testing.TB, s testStore) {
+				st := s.(*store.Store)
+				topics := map[string]bool{}
+				for _, p := range st.Partitions() {
+					topics[p.Topic] = true
+				}
+				// Everything but each partition's newest (virtual) segment is
+				// older than a millisecond an hour from now.
+				for topic := range topics {
+					st.SetPolicy(topic, store.Policy{MaxAge: time.Millisecond})
+					if _, err := st.Retain(topic, time.Now().Add(time.Hour)); err != nil {
+						t.Fatalf("retain %s: %v", topic, err)
+					}
+				}
+			},
 			put: func(t testing.TB, s testStore, topic string, part int, bodies [][]byte) {
 				msgs := make([]store.Message, len(bodies))
 				for i, b := range bodies {
