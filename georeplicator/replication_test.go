@@ -385,3 +385,24 @@ func TestReceiverCloseIdempotentAndStops(t *testing.T) {
 		t.Fatalf("no state file after close: %v", err)
 	}
 }
+
+func TestSilentLinkIsDetected(t *testing.T) {
+	g := newRig(t, kinds()[1])
+	g.startMaster()
+	g.startSlave()
+	g.load(20, defaultParts())
+	g.waitConverged(5 * time.Second)
+	before := g.rc.Status().Reconnects
+	// The link goes silent without closing: only keepalives notice.
+	g.proxy.SetStall(true)
+	g.load(20, defaultParts())
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if st := g.rc.Status(); st.Reconnects == before || !strings.Contains(st.LastError, "timeout") {
+			return fmt.Errorf("silent link not detected: %+v", st)
+		}
+		return nil
+	})
+	g.proxy.CutAll() // drop the stalled connections; new ones flow again
+	g.proxy.SetStall(false)
+	g.waitConverged(10 * time.Second)
+}

@@ -38,6 +38,7 @@ type Proxy struct {
 	delay  atomic.Int64 // one-way delay in ns, both directions
 	rateBp atomic.Int64 // bytes/s per direction per connection; 0 = unlimited
 	refuse atomic.Bool  // close new connections at once
+	stall  atomic.Bool  // hold all bytes without closing (a black hole)
 
 	mu    sync.Mutex
 	conns map[*pair]struct{}
@@ -89,6 +90,10 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 // SetRate caps each direction of each connection at bytesPerSec (0 = unlimited).
 // It applies to connections opened afterwards.
 func (p *Proxy) SetRate(bytesPerSec int64) { p.rateBp.Store(bytesPerSec) }
+
+// SetStall holds every byte in flight without closing anything while on: a
+// link that went silent (a black hole), which only keepalives can detect.
+func (p *Proxy) SetStall(on bool) { p.stall.Store(on) }
 
 // SetRefuse makes the proxy close new connections immediately (a down link).
 func (p *Proxy) SetRefuse(on bool) { p.refuse.Store(on) }
@@ -223,6 +228,12 @@ func (p *Proxy) pipe(pr *pair, d Direction, src, dst net.Conn) {
 	for t := range q {
 		if w := time.Until(t.at); w > 0 {
 			time.Sleep(w)
+		}
+		for p.stall.Load() {
+			if p.closed.Load() {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		data, cut := p.fault(d, t.data)
 		if lim != nil {

@@ -102,3 +102,24 @@ func TestFlipAndCut(t *testing.T) {
 		t.Fatal("read after CutAll succeeded")
 	}
 }
+
+func TestStall(t *testing.T) {
+	p, err := New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := dial(t, p)
+	p.SetStall(true)
+	c.Write([]byte("held"))
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, 4)
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("read %q through a stalled link", buf[:n])
+	}
+	p.SetStall(false)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after stall: %q %v", buf, err)
+	}
+}
