@@ -182,6 +182,9 @@ type Consumer struct {
 	fetchWG   sync.WaitGroup
 	kick      chan struct{}
 
+	repMu    sync.Mutex // guards repCache
+	repCache map[int][]Replica
+
 	closing atomic.Bool
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -391,6 +394,11 @@ func (cs *Consumer) balanceLoop() {
 	for {
 		// Arm the watches, then rebalance: a change that happened before the
 		// watches were set is seen by this rebalance, a later one fires them.
+		select {
+		case <-cs.c.zk.sessionRenewed():
+			cs.reregister()
+		default:
+		}
 		stop := make(chan struct{})
 		watches := cs.armWatches(stop)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*cs.c.cfg.RequestTimeout)
@@ -414,22 +422,29 @@ func (cs *Consumer) balanceLoop() {
 		case <-cs.kick:
 		case <-timer.C:
 		case <-cs.c.zk.sessionRenewed():
-			cs.c.log.Warn("GROUP("+cs.group+"): new ZooKeeper session, registering again", "consumer", cs.idString)
-			cs.balMu.Lock()
-			cs.stopFetchersLocked()
-			cs.commitLocked(context.Background())
-			cs.owned = map[string]map[Partition]*partState{}
-			cs.oldParts = map[string][]string{}
-			cs.oldCons = map[string][]string{}
-			cs.balMu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), cs.c.cfg.RequestTimeout)
-			if err := cs.register(ctx); err != nil {
-				cs.c.log.Error("GROUP("+cs.group+"): register again failed", "err", err)
-			}
-			cancel()
+			cs.reregister()
 		}
 		timer.Stop()
 		close(stop)
+	}
+}
+
+// reregister runs after a session expired: the server deleted our ids and
+// owners nodes, so commit, forget the assignment and register again (the
+// next rebalance claims partitions anew), as ZKSessionExpireListenner does.
+func (cs *Consumer) reregister() {
+	cs.c.log.Warn("GROUP("+cs.group+"): new ZooKeeper session, registering again", "consumer", cs.idString)
+	ctx, cancel := context.WithTimeout(context.Background(), cs.c.cfg.RequestTimeout)
+	defer cancel()
+	cs.balMu.Lock()
+	cs.stopFetchersLocked()
+	cs.commitLocked(ctx)
+	cs.owned = map[string]map[Partition]*partState{}
+	cs.oldParts = map[string][]string{}
+	cs.oldCons = map[string][]string{}
+	cs.balMu.Unlock()
+	if err := cs.register(ctx); err != nil {
+		cs.c.log.Error("GROUP("+cs.group+"): register again failed", "err", err)
 	}
 }
 
@@ -509,9 +524,18 @@ func (cs *Consumer) rebalanceOnce(ctx context.Context) bool {
 	if cs.closing.Load() {
 		return true
 	}
-	ok, err := cs.rebalanceLocked(ctx)
+	ok, modified, err := cs.rebalanceLocked(ctx)
 	if err != nil {
 		cs.c.log.Warn("GROUP("+cs.group+"): rebalance error", "consumer", cs.idString, "err", err)
+	}
+	if !ok && !modified {
+		// Nothing changed yet (typically ZooKeeper is unreachable): keep
+		// fetching what we own, as the Java client does while its ZkClient
+		// waits for the connection, and try again later.
+		if cs.fetchStop == nil {
+			cs.startFetchersLocked()
+		}
+		return false
 	}
 	if !ok {
 		cs.stopFetchersLocked()
@@ -524,17 +548,19 @@ func (cs *Consumer) rebalanceOnce(ctx context.Context) bool {
 	return ok
 }
 
-func (cs *Consumer) rebalanceLocked(ctx context.Context) (bool, error) {
+// rebalanceLocked reports whether it succeeded and whether it changed any
+// state (stopped fetchers, released or claimed partitions) before failing.
+func (cs *Consumer) rebalanceLocked(ctx context.Context) (ok, modified bool, err error) {
 	consumers, err := cs.consumersPerTopic(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	parts := map[string][]string{}
 	var changed []string
 	for _, t := range cs.topics() {
 		ps, err := cs.c.subPartitions(ctx, t)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if len(ps) > 0 {
 			parts[t] = ps
@@ -547,7 +573,7 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (bool, error) {
 		if cs.fetchStop == nil {
 			cs.startFetchersLocked()
 		}
-		return true, nil
+		return true, false, nil
 	}
 	cs.stopFetchersLocked()
 	cs.commitLocked(ctx)
@@ -580,11 +606,11 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (bool, error) {
 				continue
 			}
 			if ok, err := cs.claim(ctx, t, p); !ok {
-				return false, err
+				return false, true, err
 			}
 			st, err := cs.initialState(ctx, t, p)
 			if err != nil {
-				return false, err
+				return false, true, err
 			}
 			mine[p] = st
 		}
@@ -594,7 +620,7 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (bool, error) {
 	cs.oldParts = parts
 	cs.oldCons = consumers
 	cs.startFetchersLocked()
-	return true, nil
+	return true, true, nil
 }
 
 func equalStrings(a, b []string) bool {
@@ -794,7 +820,7 @@ func (cs *Consumer) Close(ctx context.Context) error {
 // resolve picks the address a partition is read from: the Router's answer,
 // or the master, or a random slave while the master is absent.
 func (cs *Consumer) resolve(ctx context.Context, topic string, p Partition) (string, error) {
-	reps, err := cs.c.Replicas(ctx)
+	reps, err := cs.replicas(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -811,6 +837,23 @@ func (cs *Consumer) resolve(ctx context.Context, topic string, p Partition) (str
 		return "", fmt.Errorf("client: no broker for id %d", p.BrokerID)
 	}
 	return r.Addr, nil
+}
+
+// replicas reads the brokers from ZooKeeper, or returns the last good copy
+// when ZooKeeper cannot be read, so fetching goes on through a ZooKeeper
+// outage.
+func (cs *Consumer) replicas(ctx context.Context) (map[int][]Replica, error) {
+	reps, err := cs.c.Replicas(ctx)
+	cs.repMu.Lock()
+	defer cs.repMu.Unlock()
+	if err == nil {
+		cs.repCache = reps
+		return reps, nil
+	}
+	if cs.repCache != nil {
+		return cs.repCache, nil
+	}
+	return nil, err
 }
 
 // sleepCtx waits d or until ctx ends; false when ctx ended.
