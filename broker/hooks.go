@@ -17,7 +17,10 @@ import (
 // configured topic at Start, for each added or changed topic on Reload and
 // the first time a put creates a partition of a topic not yet registered;
 // SetConfigChecksum on Reload when the file changed; UnregisterAll from
-// Close before it stops serving, after which it makes no further calls.
+// Close before it stops serving. A synchronous master whose slave keeps
+// failing also calls UnregisterAll, and RegisterBroker and RegisterTopic
+// again once the slave answers (spec §5.3), so registering after
+// UnregisterAll must work.
 // Calls may come from several goroutines at once and must return when ctx
 // ends; the broker logs their errors and keeps serving.
 type Registry interface {

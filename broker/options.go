@@ -39,8 +39,15 @@ type Options struct {
 	// acknowledged only when the slave stored it too. "" = none.
 	SyncSlave string
 	// SyncTimeout bounds one forwarded sync (sendToSlaveTimeoutInMills);
-	// default 10s.
+	// default 2s as in MetaQ.
 	SyncTimeout time.Duration
+	// SyncFailureThreshold is slaveContinuousFailureThreshold: after this
+	// many failed syncs in a row the master unregisters from ZooKeeper (so
+	// producers go elsewhere) and probes the slave every SyncProbeInterval
+	// (checkSlaveIntervalInMills) until it answers, then registers again.
+	// Defaults 100 and 100ms, as in MetaQ.
+	SyncFailureThreshold int
+	SyncProbeInterval    time.Duration
 
 	// MaxMessageSize is the largest put/sync body accepted, in bytes; a larger
 	// declared body closes the connection without reading it. Default
@@ -83,7 +90,13 @@ func (o *Options) validate() error {
 		o.ListenAddr = fmt.Sprintf(":%d", o.Config.System.ServerPort)
 	}
 	if o.SyncTimeout <= 0 {
-		o.SyncTimeout = 10 * time.Second
+		o.SyncTimeout = 2 * time.Second
+	}
+	if o.SyncFailureThreshold <= 0 {
+		o.SyncFailureThreshold = 100
+	}
+	if o.SyncProbeInterval <= 0 {
+		o.SyncProbeInterval = 100 * time.Millisecond
 	}
 	if o.MaxMessageSize <= 0 || o.MaxMessageSize > HardMaxMessageSize {
 		o.MaxMessageSize = HardMaxMessageSize

@@ -100,8 +100,12 @@ func (b *Broker) resolvePartition(cmd *wire.Put) int32 {
 func (b *Broker) checkPut(ctx context.Context, cmd *wire.Put, p int32) (int, string) {
 	topic := cmd.Topic
 	if b.isClosed(topic, int(cmd.Partition)) {
-		return wire.StatusForbidden, b.putError(topic, cmd.Partition,
-			"partition["+strconv.Itoa(b.brokerID())+"-"+strconv.Itoa(int(cmd.Partition))+"] has been closed")
+		closed := "partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed"
+		if b.syncOut != nil {
+			// A MetaQ samsa master answers the bare text, capitalised.
+			return wire.StatusForbidden, "P" + closed[1:]
+		}
+		return wire.StatusForbidden, b.putError(topic, cmd.Partition, closed)
 	}
 	te := b.topicEntry(topic)
 	tc, accepted := te.tc, te.ok

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/store"
@@ -84,6 +85,9 @@ type syncClient struct {
 	partMu sync.Mutex
 	parts  map[string]*sync.Mutex
 
+	failures atomic.Int64 // failed syncs in a row
+	degraded atomic.Bool  // unregistered, probing the slave
+
 	mu      sync.Mutex // guards the fields below
 	nc      net.Conn
 	pending map[int32]chan *wire.Result
@@ -109,6 +113,64 @@ func (s *syncClient) partLock(topic string, p int) *sync.Mutex {
 	return m
 }
 
+// noteResult counts failed syncs in a row; at SyncFailureThreshold the
+// master leaves ZooKeeper and starts probing the slave (spec §5.3).
+func (s *syncClient) noteResult(ok bool) {
+	if ok {
+		s.failures.Store(0)
+		return
+	}
+	if s.failures.Add(1) < int64(s.b.opts.SyncFailureThreshold) {
+		return
+	}
+	if !s.degraded.CompareAndSwap(false, true) {
+		return
+	}
+	s.b.log.Error("SYNC: slave keeps failing; unregistering from ZooKeeper until it answers again",
+		"slave", s.addr, "failures", s.failures.Load())
+	if !s.b.goFunc(s.probeLoop) {
+		s.degraded.Store(false)
+	}
+}
+
+// probeLoop unregisters the broker, then sends a probe sync every
+// SyncProbeInterval until the slave stores one, and registers again.
+func (s *syncClient) probeLoop() {
+	b := s.b
+	if r := b.opts.Registry; r != nil {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		if err := r.UnregisterAll(ctx); err != nil {
+			b.log.Warn("SYNC: unregister failed", "err", err)
+		}
+		cancel()
+		b.forgetRegistrations()
+	}
+	body := []byte("test")
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-time.After(b.opts.SyncProbeInterval):
+		}
+		err := s.send(b.ctx, &wire.Sync{Topic: slaveStatusTopic, Partition: 0, MsgID: b.ids.next(), Checksum: wire.Checksum(body), Body: body})
+		if err != nil {
+			continue
+		}
+		b.log.Info("SYNC: slave answers again; registering", "slave", s.addr)
+		s.failures.Store(0)
+		if r := b.opts.Registry; r != nil {
+			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+			if err := r.RegisterBroker(ctx); err != nil {
+				b.log.Warn("SYNC: register failed", "err", err)
+			}
+			b.registerConfiguredTopics(ctx, b.cfg.Load())
+			cancel()
+		}
+		s.degraded.Store(false)
+		return
+	}
+}
+
 // errSlaveDisconnected is MetaQ's text, trailing space included.
 var errSlaveDisconnected = errors.New("Slave is disconnected ")
 
@@ -125,6 +187,7 @@ func (s *syncClient) putReplicated(ctx context.Context, topic string, p int, fla
 	}()
 	as, lerr := s.b.store.Append(ctx, topic, p, []store.Message{{ID: id, Flag: flag, Body: body}})
 	serr := <-slaveDone
+	s.noteResult(serr == nil)
 	if serr != nil {
 		s.b.log.Warn("SYNC: slave did not store the message", "slave", s.addr, "topic", topic, "partition", p, "err", serr)
 		if errors.Is(serr, errSlaveDisconnected) {

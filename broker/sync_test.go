@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"metaq/broker/wire"
 	"metaq/internal/clock"
+	"metaq/internal/testutil"
 )
 
 // TestSyncPair runs a synchronous master and its slave: an acknowledged
@@ -144,5 +146,48 @@ func TestSyncPipelinedInOrder(t *testing.T) {
 		if want := strconv.Itoa((i / 2) * 25); f[0] != strconv.Itoa(1000+i) || f[2] != want {
 			t.Fatalf("sync %d answered %q, want id %d offset %s", i, r.Body, 1000+i, want)
 		}
+	}
+}
+
+// TestSyncMasterLeavesZooKeeper: after SyncFailureThreshold failed syncs in
+// a row the master unregisters, probes the slave with the status topic and
+// registers again when it answers.
+func TestSyncMasterLeavesZooKeeper(t *testing.T) {
+	cfg := vectorConfig(t)
+	slave := startBroker(t, cfg, func(o *Options) { o.SyncReceiver = true })
+	reg := &fakeRegistry{}
+	master := startBroker(t, cfg, func(o *Options) {
+		o.SyncSlave = slave.Addr().String()
+		o.Registry = reg
+		o.SyncFailureThreshold = 3
+		o.SyncProbeInterval = 20 * time.Millisecond
+	})
+	mc := dial(t, master.Addr())
+	mustPut(t, mc, "test", 0, "ok")
+	slave.ClosePartitions("test", 0, 0)
+	for i := range 3 {
+		mc.sendCmd(putCmd("test", 0, "x", int32(i)))
+		if r := mc.result(); r.Code != 500 {
+			t.Fatalf("put %d: %s", i, r)
+		}
+	}
+	// The probe uses _metaq_slave_status_test, which the slave accepts: the
+	// master registers again.
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		reg.mu.Lock()
+		defer reg.mu.Unlock()
+		if reg.unreg != 1 || reg.brokers != 2 {
+			return fmt.Errorf("unregister %d register %d", reg.unreg, reg.brokers)
+		}
+		return nil
+	})
+	if n, ok := reg.topic("test"); !ok || n != 2 {
+		t.Fatalf("topic not registered again: %d %v", n, ok)
+	}
+	// Closed partition on a sync master: MetaQ's bare text.
+	master.ClosePartitions("test", 1, 1)
+	mc.sendCmd(putCmd("test", 1, "x", 9))
+	if r := mc.result(); r.Code != 403 || string(r.Body) != "Partition[0-1] has been closed" {
+		t.Fatalf("closed on sync master: %s", r)
 	}
 }

@@ -186,6 +186,15 @@ func (b *Broker) registerTopic(ctx context.Context, topic string, tc config.Topi
 	return true
 }
 
+// forgetRegistrations is called after UnregisterAll: topics register again
+// at the next registerConfiguredTopics or put.
+func (b *Broker) forgetRegistrations() {
+	b.topics.mu.Lock()
+	b.topics.registered = make(map[string]int)
+	b.topics.mu.Unlock()
+	b.tcache.Store(nil)
+}
+
 // registerConfiguredTopics registers every literal configured topic and
 // every topic with partitions in the store, as MetaQ does at start-up.
 func (b *Broker) registerConfiguredTopics(ctx context.Context, cfg *config.Server) {
