@@ -46,7 +46,12 @@ type topicEntry struct {
 type topicCache struct {
 	cfg *config.Server
 	m   sync.Map // string -> *topicEntry
+	n   atomic.Int64
 }
+
+// maxCachedTopics bounds the cache: clients can name any topic in a get,
+// and unknown names must not grow memory without limit.
+const maxCachedTopics = 100000
 
 func (b *Broker) topicEntry(name string) *topicEntry {
 	cfg := b.cfg.Load()
@@ -64,11 +69,11 @@ func (b *Broker) topicEntry(name string) *topicEntry {
 	}
 	e := &topicEntry{}
 	e.tc, e.ok = b.lookupTopic(cfg, name)
-	if len(name) <= 255 {
-		// Unbounded names from clients are not cached.
+	if len(name) <= 255 && c.n.Load() < maxCachedTopics {
 		if old, loaded := c.m.LoadOrStore(name, e); loaded {
 			return old.(*topicEntry)
 		}
+		c.n.Add(1)
 	}
 	return e
 }
