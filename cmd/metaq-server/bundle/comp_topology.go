@@ -115,10 +115,18 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	if b.Registry != nil {
 		reg := b.Registry
-		viewRoot := viewRootFor(reg.Paths().Root, o.Site)
+		root := reg.Paths().Root
 		offsets = topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 			var out []topology.ConsumerOffset
-			for _, root := range []string{reg.Paths().Root, viewRoot} {
+			// Java consumers pinned to a site keep their offsets under that
+			// site's view root: read the real root and every site's view.
+			roots := []string{root, viewRootFor(root, o.Site)}
+			for site := range t.Sites() {
+				if site != o.Site {
+					roots = append(roots, viewRootFor(root, site))
+				}
+			}
+			for _, root := range roots {
 				gos, err := reg.OffsetsUnder(ctx, root)
 				if err != nil {
 					return out, err
@@ -130,21 +138,25 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			}
 			return out, nil
 		})
-		sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRoot, Logger: log})
-		if err != nil {
-			cancel()
-			t.Close()
-			return err
+		// Every bundle runs the views of every site and writes those it is
+		// keeper of, so a site whose bundles are all down still gets its view
+		// pointed back at the master by a bundle elsewhere.
+		newWriter := func(site string) (topology.ViewWriter, error) {
+			sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRootFor(root, site), Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			return topology.ViewWriterFunc(func(ctx context.Context, targets map[int]string) error {
+				_, err := sv.Apply(ctx, targets)
+				return err
+			}), nil
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			err := t.RunView(rctx, topology.ViewWriterFunc(func(ctx context.Context, targets map[int]string) error {
-				_, err := sv.Apply(ctx, targets)
-				return err
-			}), topology.ViewOptions{Site: o.Site})
+			err := t.RunViews(rctx, newWriter, []string{o.Site}, topology.ViewOptions{})
 			if err != nil && rctx.Err() == nil {
-				log.Warn("TOPOLOGY: site view stopped", "err", err)
+				log.Warn("TOPOLOGY: site views stopped", "err", err)
 			}
 		}()
 	}
