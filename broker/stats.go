@@ -78,6 +78,9 @@ func (s *statsCounters) realtime(topic string, k int, v int64) {
 	}
 	c := m[topic]
 	if c == nil {
+		if len(m) >= maxCachedTopics {
+			return // topic names come from clients: bound the memory
+		}
 		c = &rtCounter{}
 		m[topic] = c
 	}
