@@ -4,6 +4,7 @@ import (
 	"crypto/md5"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 )
 
 // Strategy is how a consumer group splits a topic's partitions (MetaQ's
@@ -88,7 +89,7 @@ func buildRing(consumers []string) []ketamaPoint {
 	byHash := make(map[uint32]string, len(consumers)*160)
 	for _, c := range consumers {
 		for i := 0; i < 160/4; i++ {
-			d := md5.Sum([]byte(c + "-" + itoa(i)))
+			d := md5.Sum([]byte(c + "-" + strconv.Itoa(i)))
 			for h := 0; h < 4; h++ {
 				k := uint32(d[3+h*4])<<24 | uint32(d[2+h*4])<<16 | uint32(d[1+h*4])<<8 | uint32(d[h*4])
 				byHash[k] = c
@@ -124,13 +125,6 @@ func assignConsist(consumer string, consumers, partitions []string) []string {
 		}
 	}
 	return out
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }
 
 // pickReplica is Cluster.getBrokerRandom: the master if there is one,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -86,11 +87,11 @@ func TestAssignCoversOnce(t *testing.T) {
 		for nc := 1; nc <= 6; nc++ {
 			var cons, parts []string
 			for i := 0; i < nc; i++ {
-				cons = append(cons, "grp_10.1.1.1-"+itoa(i)+"-x")
+				cons = append(cons, "grp_10.1.1.1-"+strconv.Itoa(i)+"-x")
 			}
 			for b := 0; b < 3; b++ {
 				for p := 0; p < 5; p++ {
-					parts = append(parts, itoa(b)+"-"+itoa(p))
+					parts = append(parts, strconv.Itoa(b)+"-"+strconv.Itoa(p))
 				}
 			}
 			owner := map[string]string{}

@@ -60,8 +60,9 @@ type conn struct {
 	codec codec
 	log   *slog.Logger
 
-	wmu sync.Mutex // serialises writes to nc
-	buf []byte     // write buffer, guarded by wmu
+	wmu     sync.Mutex   // serialises writes to nc
+	buf     []byte       // bytes not yet written, guarded by wmu
+	waiting atomic.Int32 // writers waiting for wmu
 
 	mu      sync.Mutex // guards pending, err
 	pending map[int32]chan frame
@@ -213,8 +214,17 @@ func (c *conn) start(ctx context.Context, build func(dst []byte, opaque int32) [
 	c.pending[op] = ch
 	c.mu.Unlock()
 
+	// Writers that queue up behind one another share one write: a writer
+	// that sees another waiting leaves its bytes in buf for that one to
+	// send. The last in line always writes, so nothing is left behind.
+	c.waiting.Add(1)
 	c.wmu.Lock()
-	c.buf = build(c.buf[:0], op)
+	c.waiting.Add(-1)
+	c.buf = build(c.buf, op)
+	if c.waiting.Load() > 0 && len(c.buf) < 256<<10 {
+		c.wmu.Unlock()
+		return &call{c: c, op: op, ch: ch}, nil
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.nc.SetWriteDeadline(dl)
 	} else {
@@ -222,11 +232,18 @@ func (c *conn) start(ctx context.Context, build func(dst []byte, opaque int32) [
 	}
 	n, err := c.nc.Write(c.buf)
 	full := n == len(c.buf)
+	if cap(c.buf) > 1<<20 {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(err)
 		// The broker acts only on a complete frame, so a request cut short
-		// cannot have been run and is safe to retry.
+		// cannot have been run and is safe to retry. Requests of writers
+		// that left their bytes to us fail through their pending channel
+		// as "outcome unknown", which never retries them.
 		return nil, &ConnError{Addr: c.addr, Written: full && n > 0, Err: err}
 	}
 	c.lastIO.Store(time.Now().UnixNano())

@@ -953,7 +953,8 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 				continue
 			}
 			log.Warn("PARTITION: corrupt record, moving to the nearest valid offset", "from", bad, "to", n)
-			st.set(n, lastIDAfter(st))
+			_, id := st.get()
+			st.set(n, id)
 			continue
 		case err != nil:
 			var ce *ConnError
@@ -992,11 +993,6 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			}
 		}
 	}
-}
-
-func lastIDAfter(st *partState) int64 {
-	_, id := st.get()
-	return id
 }
 
 // localIP returns the first non-loopback IPv4 address, as MetaQ's
