@@ -73,3 +73,58 @@ func TestConsumerSessionExpiry(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return rcv.has([]int64{r.ID}) })
 }
+
+// TestReadsFromSlaveWhileMasterAbsent checks the default choice without a
+// Router (Cluster.getBrokerRandom): the master while it is registered, a
+// slave of the same broker id once the master is gone.
+func TestReadsFromSlaveWhileMasterAbsent(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := testRoot()
+	master := newTestBroker(t, 0, zk, root, 1<<20, map[string]int{"fo": 1})
+	slave := newTestBroker(t, 0, "", "", 1<<20, map[string]int{"fo": 1})
+	c := newTestClient(t, zk, root)
+	ctx := context.Background()
+	send := func(addr, payload string) SendResult {
+		sc, err := New(ctx, Config{Brokers: []string{addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		p, _ := NewProducer(sc)
+		defer p.Close(ctx)
+		r, err := p.Send(ctx, &Message{Topic: "fo", Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Same record sizes on both, different payloads, so the reader shows
+	// where it read from; a real slave holds byte-identical records.
+	m1 := send(master.addr, "master-1")
+	send(slave.addr, "slave--1")
+	s2 := send(slave.addr, "slave--2")
+	// Register the slave as an async slave would (spec §3.1).
+	if err := c.zk.createEphemeral(ctx, root+"/brokers/ids/0/slave0", []byte("meta://"+slave.addr)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.zk.createEphemeral(ctx, root+"/brokers/topics-sub/fo/0-s0", []byte(`{"numParts":1,"broker":"0-s0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	rcv := newReceived()
+	cs, _ := NewConsumer(c, "fog", WithMaxFetchDelay(50*time.Millisecond))
+	cs.Subscribe("fo", rcv.handler)
+	if err := cs.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return rcv.has([]int64{m1.ID}) })
+	master.Stop()
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error { return rcv.has([]int64{s2.ID}) })
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	for _, m := range rcv.msgs {
+		if string(m.Payload) == "slave--1" {
+			t.Fatal("read the slave while the master was up")
+		}
+	}
+}
