@@ -106,6 +106,9 @@ func (s *Server) blocks() []block {
 			{"compression", s.Replication.Compression},
 			{"bandwidthBytesPerSec", strconv.FormatInt(s.Replication.BandwidthBytesPerSec, 10)},
 			{"stuckAfterMs", ms(s.Replication.StuckAfter)},
+			{"tlsCert", s.Replication.TLSCert},
+			{"tlsKey", s.Replication.TLSKey},
+			{"tlsCA", s.Replication.TLSCA},
 		}},
 	)
 	return out

@@ -57,7 +57,7 @@ var topicInertKeys = []string{"topic", "filterClassNames"}
 var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject"}
-var replicationKeys = []string{"listen", "compression", "bandwidthBytesPerSec", "stuckAfterMs"}
+var replicationKeys = []string{"listen", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads
 // (MetamorphosisSlaveBroker.putSlaveProperties) followed by this project's.

@@ -555,7 +555,11 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Compression:          r.oneOf("compression", DefaultCompression, compressions),
 		BandwidthBytesPerSec: r.integer("bandwidthBytesPerSec", 0, 0, math.MaxInt64),
 		StuckAfter:           r.millis("stuckAfterMs", DefaultStuckAfter, 1),
+		TLSCert:              r.str("tlsCert", ""),
+		TLSKey:               r.str("tlsKey", ""),
+		TLSCA:                r.str("tlsCA", ""),
 	}
+	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 
 	if !derivedOK {
 		_, admin := base.sectionKey(sectionSite, "adminAddr")

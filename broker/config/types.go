@@ -163,12 +163,15 @@ type NATS struct {
 
 // Replication is the optional [replication] section on the master side:
 // listen address and codec. Keys: listen, compression (zstd|s2|none|auto),
-// bandwidthBytesPerSec, stuckAfterMs.
+// bandwidthBytesPerSec, stuckAfterMs, tlsCert, tlsKey, tlsCA.
 type Replication struct {
 	Listen               string // default 0 = <serverPort+1> on the serving host
 	Compression          string
 	BandwidthBytesPerSec int64
 	StuckAfter           time.Duration
+	// TLSCert and TLSKey make the replication listener serve TLS; with TLSCA
+	// set, slaves must present a certificate signed by it (mutual TLS).
+	TLSCert, TLSKey, TLSCA string
 }
 
 // Slave is a loaded async_slave.properties (spec §4.5) plus this project's

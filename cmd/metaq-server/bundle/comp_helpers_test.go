@@ -38,6 +38,8 @@ type siteSpec struct {
 	extraOverlay string
 	// autoSync sets autoSyncMasterConfig=true on a slave.
 	autoSync bool
+	// slaveExtra is appended to a slave's async_slave.properties.
+	slaveExtra string
 }
 
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
@@ -119,6 +121,7 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 	if s.slave {
 		props := filepath.Join(dir, "async_slave.properties")
 		p := fmt.Sprintf("slaveId=%d\nslaveGroup=meta-slave-group-%s\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=%t\n", s.slaveID, s.name, s.autoSync)
+		p += s.slaveExtra
 		if s.masterAddr != "" {
 			p += "masterAddress=" + s.masterAddr + "\n"
 		}

@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -44,7 +45,14 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	if err != nil {
 		return err
 	}
+	var serverTLS *tls.Config
+	if cfg.Replication.TLSCert != "" {
+		if serverTLS, err = georeplicator.ServerTLS(cfg.Replication.TLSCert, cfg.Replication.TLSKey, cfg.Replication.TLSCA); err != nil {
+			return err
+		}
+	}
 	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
+		TLS:                  serverTLS,
 		Listen:               cfg.Replication.Listen,
 		BrokerID:             cfg.System.BrokerID,
 		Source:               b.Store,
