@@ -191,7 +191,27 @@ func TestGroupRebalanceJoinLeaveNoLoss(t *testing.T) {
 	rcv := newReceived()
 	opts := []ConsumerOption{WithCommitInterval(100 * time.Millisecond), WithMaxFetchDelay(50 * time.Millisecond)}
 	a, _ := NewConsumer(c, "grp", append(opts, WithConsumerID("a"))...)
-	a.Subscribe("events", rcv.handler)
+	// Exclusive checks that two members never handle one partition at the
+	// same time, which owning it twice would allow.
+	var exMu sync.Mutex
+	active := map[Partition]string{}
+	overlaps := 0
+	exclusive := func(name string) Handler {
+		return func(ctx context.Context, m *Message) error {
+			exMu.Lock()
+			if o, busy := active[m.Partition]; busy && o != name {
+				overlaps++
+			}
+			active[m.Partition] = name
+			exMu.Unlock()
+			time.Sleep(200 * time.Microsecond)
+			exMu.Lock()
+			delete(active, m.Partition)
+			exMu.Unlock()
+			return rcv.handler(ctx, m)
+		}
+	}
+	a.Subscribe("events", exclusive("a"))
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +222,7 @@ func TestGroupRebalanceJoinLeaveNoLoss(t *testing.T) {
 	// A second Go consumer (its own Client, as another process would have).
 	c2 := newTestClient(t, zk, root)
 	b, _ := NewConsumer(c2, "grp", append(opts, WithConsumerID("b"))...)
-	b.Subscribe("events", rcv.handler)
+	b.Subscribe("events", exclusive("b"))
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -284,6 +304,11 @@ func TestGroupRebalanceJoinLeaveNoLoss(t *testing.T) {
 		t.Fatalf("only %d sent", len(ids))
 	}
 	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error { return rcv.has(ids) })
+	exMu.Lock()
+	if overlaps > 0 {
+		t.Fatalf("%d messages handled while another member handled the same partition", overlaps)
+	}
+	exMu.Unlock()
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
