@@ -321,8 +321,7 @@ func (c *conn) send(f outFrame) {
 func (c *conn) noAnswer() { <-c.slots }
 
 func (c *conn) sendResult(code int, body string, opaque int32) {
-	r := wire.Result{Code: code, Body: []byte(body), Opaque: opaque}
-	c.send(outFrame{head: r.AppendTo(make([]byte, 0, 32+len(body)))})
+	c.send(outFrame{head: wire.AppendResult(make([]byte, 0, 40+len(body)), code, body, opaque)})
 }
 
 func (c *conn) writeLoop() {

@@ -239,6 +239,9 @@ func TestEncodeForms(t *testing.T) {
 			t.Errorf("got %q want %q", got, c.want)
 		}
 	}
+	if got := string(AppendResult(nil, 404, "not found", 99)); got != "result 404 9 99\r\nnot found" {
+		t.Errorf("AppendResult: %q", got)
+	}
 }
 
 func TestTxIDString(t *testing.T) {

@@ -167,6 +167,19 @@ func (c *Result) AppendTo(b []byte) []byte {
 	return append(b, c.Body...)
 }
 
+// AppendResult appends a result frame with a text body, without building a
+// Result.
+func AppendResult(b []byte, code int, body string, opaque int32) []byte {
+	b = append(b, "result "...)
+	b = appendInt(b, int64(code))
+	b = appendSP(b)
+	b = appendInt(b, int64(len(body)))
+	b = appendSP(b)
+	b = appendInt(b, int64(opaque))
+	b = appendCRLF(b)
+	return append(b, body...)
+}
+
 // AppendTo appends the value frame.
 func (c *Value) AppendTo(b []byte) []byte {
 	b = AppendValueHeader(b, len(c.Data), c.Opaque)
