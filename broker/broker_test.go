@@ -493,6 +493,9 @@ func TestStatsCounters(t *testing.T) {
 	if got := brk.Stats("offsets"); !strings.Contains(got, "test part 0 min_offset 0 max_offset 50\r\n") {
 		t.Errorf("offsets:\n%s", got)
 	}
+	if got := brk.Stats("config"); got != string(brk.Config().Raw) {
+		t.Errorf("Stats(config) is not the config file")
+	}
 	if got := brk.Stats("slave"); got != "STATS\r\nmaster meta://127.0.0.1:1\r\npartitions 2\r\nfetching true\r\nEND\r\n" {
 		t.Errorf("slave:\n%q", got)
 	}

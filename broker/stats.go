@@ -173,9 +173,12 @@ func (w *lineWriter) line(vals ...string) {
 }
 
 // Stats returns the body of `stats <item>` exactly as the protocol sends it
-// (spec §1.9), "STATS\r\n" ... "END\r\n". Item "config" is not a STATS
-// body: use Config().Raw.
+// (spec §1.9): "STATS\r\n" ... "END\r\n", except for item "config", whose
+// answer is the raw bytes of the configuration file in effect.
 func (b *Broker) Stats(item string) string {
+	if item == "config" {
+		return string(b.cfg.Load().Raw)
+	}
 	w := &lineWriter{}
 	w.sb.WriteString("STATS\r\n")
 	switch {
