@@ -544,6 +544,12 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Subject:        r.str("subject", DefaultNATSSubject),
 	}
 	checkTLSPair(r, s.NATS.TLSCert, s.NATS.TLSKey)
+	// The embedded server has no authentication: whoever reaches it can push
+	// configuration. It is for one machine; several machines run NATS.
+	if s.NATS.URL == "" && !isLoopbackAddr(s.NATS.EmbeddedListen) {
+		k, _ := r.raw("embeddedListen")
+		r.bad(k, "a loopback address: the embedded NATS server has no authentication; across machines run a NATS cluster and set [nats] url")
+	}
 
 	r = reader(sectionReplication, replicationKeys)
 	host := s.System.HostName

@@ -314,6 +314,7 @@ func TestErrors(t *testing.T) {
 		{"gossip key wrong length", base.set("gossip", "key", "AAEC"), "gossip", "key", "AAEC", "16, 24 or 32"},
 		{"gossip probeIntervalMs bad", base.set("gossip", "probeIntervalMs", "0"), "gossip", "probeIntervalMs", "0", "1.."},
 		{"nats embeddedListen bad", base.set("nats", "embeddedListen", "4222"), "nats", "embeddedListen", "4222", "host:port"},
+		{"nats embedded beyond loopback", base.set("nats", "embeddedListen", "0.0.0.0:4222"), "nats", "embeddedListen", "0.0.0.0:4222", "no authentication"},
 		{"nats tlsCert without key", base.set("nats", "tlsCert", "/c.pem"), "nats", "tlsCert", "/c.pem", "together"},
 		{"nats tlsKey without cert", base.set("nats", "tlsKey", "/k.pem"), "nats", "tlsKey", "/k.pem", "together"},
 		{"replication listen bad", base.set("replication", "listen", "x"), "replication", "listen", "x", "host:port"},
