@@ -88,6 +88,7 @@ func New(opts Options) (*Broker, error) {
 	if opts.SyncSlave != "" {
 		b.syncOut = newSyncClient(b, opts.SyncSlave)
 	}
+	b.retention = newRetention(b)
 	return b, nil
 }
 
@@ -120,7 +121,6 @@ func (b *Broker) Start(ctx context.Context) error {
 
 	cfg := b.cfg.Load()
 	b.applyPolicies(cfg)
-	b.retention = newRetention(b)
 	b.retention.reschedule(cfg)
 
 	if r := b.opts.Registry; r != nil {
@@ -251,9 +251,7 @@ func (b *Broker) Close() error {
 	for _, c := range conns {
 		c.close()
 	}
-	if b.retention != nil {
-		b.retention.stop()
-	}
+	b.retention.stop()
 	if b.syncOut != nil {
 		b.syncOut.close()
 	}

@@ -263,7 +263,7 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 
 	b.cfg.Store(&eff)
 	b.applyPolicies(&eff)
-	if b.retention != nil {
+	if b.isStarted() {
 		b.retention.reschedule(&eff)
 	}
 	if r := b.opts.Registry; r != nil && b.isStarted() {
