@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -17,7 +18,7 @@ import (
 
 func testRoot() string { return fmt.Sprintf("/metaq-test-client-%d", rand.Int64()) }
 
-func newTestClient(t *testing.T, zk, root string) *Client {
+func newTestClient(t testing.TB, zk, root string) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -578,14 +579,17 @@ func TestRetriableClassifier(t *testing.T) {
 	}
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
+	if _, bench := t.(*testing.B); bench {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 

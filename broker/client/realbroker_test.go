@@ -18,7 +18,7 @@ import (
 // realBroker runs the project's broker in process over a store in a temp
 // dir, registered in the test ZooKeeper.
 type realBroker struct {
-	t    *testing.T
+	t    testing.TB
 	cfg  *config.Server
 	dir  string
 	addr string
@@ -27,7 +27,7 @@ type realBroker struct {
 	b    *broker.Broker
 }
 
-func startRealBroker(t *testing.T, zk, root string, topics map[string]int) *realBroker {
+func startRealBroker(t testing.TB, zk, root string, topics map[string]int) *realBroker {
 	t.Helper()
 	dir := t.TempDir()
 	// The registry advertises serverPort, so listen on a port picked now.
@@ -222,5 +222,34 @@ func TestRealBrokerEndToEnd(t *testing.T) {
 		if IDTime(m.ID).Before(mark) {
 			t.Fatalf("%s: id time %v before mark %v", p, IDTime(m.ID), mark)
 		}
+	}
+}
+
+// BenchmarkRealBrokerSendAsync1k measures async sends of 1 KiB messages to
+// the project's broker (store on the temp dir's disk, default flushing).
+func BenchmarkRealBrokerSendAsync1k(b *testing.B) {
+	zk := testutil.ZooKeeper(b)
+	root := testRoot()
+	startRealBroker(b, zk, root, map[string]int{"bench": 4})
+	c := newTestClient(b, zk, root)
+	ctx := context.Background()
+	p, _ := NewProducer(c, WithMaxInFlight(512))
+	defer p.Close(ctx)
+	payload := make([]byte, 1024)
+	for i := 0; i < 100; i++ { // warm-up
+		if _, err := p.Send(ctx, &Message{Topic: "bench", Payload: payload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := p.SendAsync(ctx, &Message{Topic: "bench", Payload: payload}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
