@@ -446,7 +446,11 @@ func (m *Manager) Put(conn ConnID, key, topic string, partition int, flag int32,
 func (m *Manager) afterWriteLocked(decision bool) error {
 	switch {
 	case decision && m.opts.FlushAtCommit == 1:
-		return m.j.flush(true)
+		if err := m.j.flush(true); err != nil {
+			return err
+		}
+		m.dirty = false
+		return nil
 	case decision && m.opts.FlushAtCommit == 2:
 		m.dirty = true
 		return m.j.flush(false)

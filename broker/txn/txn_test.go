@@ -374,3 +374,72 @@ func TestParseKey(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushAtCommitModes: in every mode a prepare is handed to the OS before
+// it is answered (a process crash loses nothing); mode 1 fsyncs at once and
+// mode 2 within a second, mode 0 leaves it to the OS.
+func TestFlushAtCommitModes(t *testing.T) {
+	for _, mode := range []int{0, 1, 2} {
+		t.Run(strconv.Itoa(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+			var id atomic.Int64
+			m, err := Open(Options{Dir: dir, Store: newMemStore(), NextID: func() int64 { return id.Add(1) }, FlushAtCommit: mode, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			_ = m.Begin(1, xk, 0)
+			mustPut(t, m, 1, xk, "test", 0, "p")
+			if _, err := m.Prepare(1, xk); err != nil {
+				t.Fatal(err)
+			}
+			ns, _ := listJournals(dir)
+			entries, _, err := readJournal(journalName(dir, ns[len(ns)-1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			prepared := 0
+			for _, e := range entries {
+				if e.kind == kindPrepare && e.rec.Key == xk {
+					prepared++
+				}
+			}
+			if prepared != 1 {
+				t.Fatalf("prepare entries in the file = %d, want 1 (written before the answer)", prepared)
+			}
+			m.mu.Lock()
+			dirty := m.dirty
+			m.mu.Unlock()
+			switch mode {
+			case 1:
+				if dirty {
+					t.Fatal("mode 1 left the prepare unsynced")
+				}
+			case 2:
+				if !dirty {
+					t.Fatal("mode 2 synced at once; it should wait for the one-second flush")
+				}
+				testutilEventuallyClean(t, m, clk)
+			}
+		})
+	}
+}
+
+// testutilEventuallyClean advances the fake clock until the once-a-second
+// flush of mode 2 has run.
+func testutilEventuallyClean(t *testing.T, m *Manager, clk *clock.Fake) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		clk.Advance(600 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+		m.mu.Lock()
+		dirty := m.dirty
+		m.mu.Unlock()
+		if !dirty {
+			return
+		}
+	}
+	t.Fatal("mode 2 never fsynced the journal")
+}
