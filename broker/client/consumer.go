@@ -340,6 +340,7 @@ func (cs *Consumer) Start(ctx context.Context) error {
 				select {
 				case <-time.After(cs.c.cfg.ZKSyncTime):
 				case <-ctx.Done():
+					cs.abortStart()
 					return ctx.Err()
 				}
 			}
@@ -353,6 +354,20 @@ func (cs *Consumer) Start(ctx context.Context) error {
 	cs.wg.Add(1)
 	go cs.commitLoop()
 	return nil
+}
+
+// abortStart undoes a Start that gave up: it stops fetching and leaves the
+// group. The consumer cannot be started again.
+func (cs *Consumer) abortStart() {
+	ctx, cancel := context.WithTimeout(context.Background(), cs.c.cfg.RequestTimeout)
+	defer cancel()
+	cs.balMu.Lock()
+	defer cs.balMu.Unlock()
+	cs.stopFetchersLocked()
+	cs.commitLocked(ctx)
+	cs.releaseAllLocked(ctx)
+	cs.owned = map[string]map[Partition]*partState{}
+	cs.c.zk.deleteNode(ctx, cs.c.cfg.ZKRoot+"/consumers/"+cs.group+"/ids/"+cs.idString)
 }
 
 // register writes <root>/consumers/<group>/ids/<idString> with the topics.
