@@ -48,7 +48,7 @@
 // checkpointed, changed partition ends and the timestamp of the last
 // keepalive (the master's RTT sample). Only durable data is read
 // (store.ReadLog). A frame is sent as soon as data is durable; a frame
-// under 64 KiB waits at most slaveMaxDelayInMills/10 for company, so a
+// under 64 KiB waits at most slaveMaxDelayInMills/10 (and 20 ms) for company, so a
 // record reaches the wire well within slaveMaxDelayInMills. Idle links carry
 // a keepalive every Keepalive (1 s); a peer silent for 4 keepalives (at
 // least 2 s) is dropped. A token bucket caps bytes per second per link. The

@@ -102,19 +102,12 @@ func (x *logIndex) run(ctx context.Context, idle time.Duration) {
 			cancel()
 			continue
 		}
-		x.mu.Lock()
-		if x.gen == gen {
-			for _, e := range entries {
-				x.addLocked(e)
-			}
-			x.pos = next
-		}
-		x.mu.Unlock()
+		x.feed(gen, pos, next, entries)
 		if _, durable := x.src.LogBounds(); durable-next > scanBehind {
-			// Far behind (a backlog after a restart): scan at a quarter duty
+			// Far behind (a backlog after a restart): scan at a low duty
 			// cycle so the index never competes with shipping for the CPU.
 			// Until it catches up, Lag under-reports messages (IndexBehind).
-			sleepCtx(ctx, 3*time.Since(t0))
+			sleepCtx(ctx, 7*time.Since(t0))
 		}
 	}
 }
@@ -128,6 +121,22 @@ func (x *logIndex) behind(durable int64) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.pos < durable
+}
+
+// feed adds entries read from [pos, next) if the index is exactly at pos
+// (gen < 0: any generation). The shipper feeds what it reads, so a slave
+// that keeps up costs no second read of the log.
+func (x *logIndex) feed(gen int, pos, next int64, entries []store.LogEntry) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if (gen >= 0 && x.gen != gen) || x.pos != pos || x.pos < 0 {
+		return false
+	}
+	for _, e := range entries {
+		x.addLocked(e)
+	}
+	x.pos = next
+	return true
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

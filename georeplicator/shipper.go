@@ -538,10 +538,11 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		frameStart = pos // end of the last frame built: where the next batch must start
 		raw        []byte
 	)
-	// Linger bounds how long a small frame waits for company; a tenth of
-	// slaveMaxDelayInMills keeps the promise "flushed at least every
-	// slaveMaxDelayInMills" with room for the link.
-	linger := ss.delay / 10
+	// Linger bounds how long a small frame waits for company: a tenth of
+	// slaveMaxDelayInMills, at most 20 ms, keeps the promise "flushed at
+	// least every slaveMaxDelayInMills" with room for the link, and keeps
+	// the added latency small.
+	linger := min(ss.delay/10, 20*time.Millisecond)
 	for ctx.Err() == nil {
 		ss.mu.Lock()
 		if ss.rewindTo >= 0 {
@@ -557,6 +558,7 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		if err != nil {
 			return fmt.Errorf("georeplicator: read log at %d: %w", pos, err)
 		}
+		s.idx.feed(-1, pos, next, entries)
 		if len(entries) == 0 && next > pos {
 			// ReadLog passed over entries without records (partition
 			// definitions, deletions); the next frame covers that range.
@@ -582,6 +584,7 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 			if err != nil || len(more) == 0 {
 				break
 			}
+			s.idx.feed(-1, next, n2, more)
 			entries = append(entries, more...)
 			next = n2
 			size = entriesSize(entries)
