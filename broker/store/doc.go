@@ -18,7 +18,7 @@
 //
 //	<Dir>/log/00000000000000000000.log   log segment, named by the log position
 //	<Dir>/log/00000000001073741900.log   of its first byte (20 digits, zero padded)
-//	<Dir>/log/00000000001073741900.idx   index summary of a sealed segment
+//	<Dir>/log/00000000001073741900.idx   index summary of a segment (see below)
 //	<Dir>/log/<segment>.log.<pos>.bad    copy of a quarantined (corrupt) range
 //	<Dir>/log/<segment>.log.arc | .zip   segment archived by retention
 //	<Dir>/checkpoint                     partition table + index state (atomic)
@@ -59,7 +59,9 @@
 //     written when a partition is created AND again for every live partition
 //     at the start of each new segment, so any suffix of the log describes
 //     its own partitions (the key table survives retention and a lost
-//     checkpoint). 10,000 partitions cost about 0.6 MB per segment.
+//     checkpoint). 10,000 partitions cost about 0.6 MB per segment. A
+//     define whose end is below the partition's current end records a fence
+//     (see Recovery): replay cuts the partition back to that end.
 //
 //   - type 3, delete: pid was deleted (DeletePartition); its data is dead.
 //
@@ -69,8 +71,11 @@
 // (partition offset, log position); a chunk's length is the next chunk's
 // offset minus its own. Reads binary-search it and pread the log, so no file
 // descriptor is held per partition (10,000 partitions would not fit in
-// `ulimit -n` with MetaQ's layout). Memory is 16 bytes per append call:
-// about 1.5% of the log for 1 KiB single-message puts, less with batches.
+// `ulimit -n` with MetaQ's layout; the store holds one descriptor per log
+// segment). Memory is 16 bytes per append call (up to twice that while a
+// slice grows): about 1.5% of the log for 1 KiB single-message puts, e.g.
+// 160 MB for a 10 GB log, and far less when puts carry several messages.
+// Retention frees the entries of trimmed data.
 // Each partition also keeps its virtual segment boundaries (see NearestOffset)
 // and a sparse time index: one (time, offset) pair when a chunk is at least
 // one second newer than the previous pair AND 64 chunks came since, so it
@@ -83,8 +88,11 @@
 // segment is sealed (32 bytes per entry: pid, length, offset, position,
 // time) plus the checkpoint, which holds the partition table, each
 // partition's Min, end and segment boundaries, the quarantined ranges and
-// the log position P up to which that state is complete. Index data is never
-// fsynced on the append path: it is rebuilt from the log after a crash.
+// the log position P up to which that state is complete. A checkpoint (with
+// an .idx of the active segment covering up to P) is written after each
+// segment roll, before retention removes files, and by Close. Index data is
+// never fsynced on the append path: it is rebuilt from the log after a
+// crash, scanning at most from the last roll.
 //
 // # Writes, group commit and fsync rules
 //
@@ -147,7 +155,7 @@
 //     ordinary result of a crash during a write.
 //   - corruption: a valid entry exists after X (at Y, found by searching
 //     for the magic and checking the crc). The bytes [X, Y) are copied to
-//     <segment>.<X>.bad, logged with path and offset, and remembered as a
+//     <segment>.log.<X>.bad, logged with path and offset, and remembered as a
 //     quarantined range (kept in the checkpoint): ReadLog skips it and it
 //     is never served. A partition whose chunk was lost there is fenced:
 //     its later chunks no longer start at its end, so they are dropped from
@@ -209,13 +217,15 @@
 // further appends; Health reports the error. After a failed fdatasync the
 // log and the indexes are also cut back to the last durable position, so
 // nothing unacknowledged stays readable (the kernel may have dropped those
-// pages). Data stored before is not touched and stays readable. Reopening
+// pages); records acknowledged unfsynced under UnflushThreshold > 0 go too,
+// as that policy allows. Data stored before is not touched and stays readable. Reopening
 // the store after the cause is fixed recovers as after a crash.
 //
 // # Locks
 //
-// Store.mu (partition table) may be held while taking partition.mu.
-// Store.segMu (segment list) and Store.durMu are never held while taking
-// another lock. Read copies chunk positions under partition.mu and then
-// reads the files under segMu, so retention cannot deadlock with readers.
+// Lock order: Store.segMu (segment list), then Store.mu (partition table),
+// then partition.mu. durMu, healthMu, polMu and closeMu are leaves. Read
+// copies chunk positions under partition.mu, releases it, and only then
+// reads the files under segMu; the writer goroutine takes partition.mu and
+// Store.mu one at a time and segMu alone.
 package store

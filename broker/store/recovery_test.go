@@ -341,3 +341,32 @@ func TestCorruptionFoundWhileReading(t *testing.T) {
 		t.Fatal("damage not quarantined at the next start-up")
 	}
 }
+
+// A crash between creating a segment and writing its define entries leaves
+// an empty last segment: the next chunk of a partition then starts exactly
+// where its previous chunk (at the end of the previous file) ends. Reads must
+// not treat the two as one file region.
+func TestChunksAdjacentAcrossSegments(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 4096}
+	s := openT(t, opts)
+	var want []byte
+	for len(logFiles(t, dir, segSuffix)) < 2 {
+		a := mustAppend(t, s, "adj", 0, strings.Repeat("a", 300))
+		want = AppendRecord(want, a[0].ID, 0, []byte(strings.Repeat("a", 300)))
+	}
+	s.Close()
+	segs := logFiles(t, dir, segSuffix)
+	os.Truncate(segs[len(segs)-1], 0) // killed before the defines were written
+	os.Remove(filepath.Join(dir, ckptName))
+	s2 := openT(t, opts)
+	a := mustAppend(t, s2, "adj", 0, "next")
+	want = AppendRecord(want, a[0].ID, 0, []byte("next"))
+	got, err := s2.Read("adj", 0, 0, 1<<20)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read across the segment end: %d bytes (want %d), %v", len(got), len(want), err)
+	}
+	if info, _ := s2.Partition("adj", 0); info.Max != int64(len(want)) {
+		t.Fatalf("partition fenced: %+v", info)
+	}
+}

@@ -344,9 +344,13 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	defer func() { *bp = buf[:0] }()
 	for i := 0; i < len(pieces); {
 		// Chunks that sit back to back in the log are read with one pread.
+		// Never across a segment end: positions are contiguous from one
+		// segment to the next, files are not.
 		j := i + 1
 		end := pieces[i].pos + entryHeaderLen + pieces[i].n
-		for j < len(pieces) && pieces[j].pos == end && end-pieces[i].pos < 4<<20 {
+		segEnd := s.segmentEnd(pieces[i].pos)
+		for j < len(pieces) && pieces[j].pos == end && end-pieces[i].pos < 4<<20 &&
+			pieces[j].pos+entryHeaderLen+pieces[j].n <= segEnd {
 			end = pieces[j].pos + entryHeaderLen + pieces[j].n
 			j++
 		}
@@ -422,10 +426,23 @@ func (s *Store) readLog(b []byte, pos int64) error {
 	if g == nil {
 		return ErrLogTruncated
 	}
-	if _, err := g.f.ReadAt(b, pos-g.start); err != nil && !(err == io.EOF) {
+	if n, err := g.f.ReadAt(b, pos-g.start); n < len(b) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		return fmt.Errorf("read %s at %d: %w", g.path, pos-g.start, err)
 	}
 	return nil
+}
+
+// segmentEnd returns the end position of the segment holding pos (0 if none).
+func (s *Store) segmentEnd(pos int64) int64 {
+	s.segMu.RLock()
+	defer s.segMu.RUnlock()
+	if g := s.segmentLocked(pos); g != nil {
+		return g.end()
+	}
+	return 0
 }
 
 // segmentLocked returns the segment holding pos, or nil.

@@ -119,9 +119,15 @@ func (s *Store) intervalTick() {
 	s.syncNow()
 }
 
-// resolveLocked finds or creates (at start) the partition of key. New
-// partitions are appended to created; the caller writes their define entry.
+// resolve finds or creates (at start) the partition of key. Only the writer
+// creates partitions; the caller writes the define entry of a new one.
 func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
+	s.mu.RLock()
+	p := s.parts[key]
+	s.mu.RUnlock()
+	if p != nil {
+		return p, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.parts[key]; p != nil {
@@ -129,7 +135,7 @@ func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
 	}
 	pid := s.nextPid
 	s.nextPid++
-	p := newPartition(key, pid, start)
+	p = newPartition(key, pid, start)
 	s.parts[key] = p
 	s.byPid[pid] = p
 	return p, true
