@@ -82,7 +82,10 @@ func crashChild(dir string) {
 
 type tLogWriter struct{ t testing.TB }
 
-func (w tLogWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w tLogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 // testLogger logs warnings and errors of the store into the test log.
 func testLogger(t testing.TB) *slog.Logger {
