@@ -54,6 +54,20 @@ type outFrame struct {
 	head []byte
 	data []byte
 	held int64 // bytes of the connection's byte budget to give back once written
+	n    int   // requests this frame answers (0 means 1): in-flight tokens to return
+}
+
+func (f *outFrame) tokens() int {
+	if f.n > 0 {
+		return f.n
+	}
+	return 1
+}
+
+func (c *conn) releaseSlots(n int) {
+	for range n {
+		<-c.slots
+	}
 }
 
 func (b *Broker) newConn(nc net.Conn) *conn {
@@ -313,7 +327,7 @@ func (c *conn) send(f outFrame) {
 	select {
 	case c.out <- f:
 	case <-c.ctx.Done():
-		<-c.slots
+		c.releaseSlots(f.tokens())
 	}
 }
 
@@ -342,7 +356,7 @@ func (c *conn) writeLoop() {
 		for {
 			err := writeFrame(w, f)
 			c.bytes.release(f.held)
-			<-c.slots
+			c.releaseSlots(f.tokens())
 			if err != nil {
 				c.writeFailed(err)
 				return

@@ -176,19 +176,27 @@ func (b *Broker) putBatch(c *conn, p int32, puts []*wire.Put) {
 		}
 		return
 	}
+	// All answers of the batch go out as one frame (one writer hand-off).
+	out := make([]byte, 0, 48*len(puts))
 	ok := puts[:0:0]
 	for _, cmd := range puts {
 		b.stats.cmdPut.Add(1)
 		if code, body := b.checkPut(b.ctx, cmd, p); code != wire.StatusOK {
 			b.countPut(cmd, code)
-			c.sendResult(code, body, cmd.Opaque)
+			out = wire.AppendResult(out, code, body, cmd.Opaque)
 			continue
 		}
 		ok = append(ok, cmd)
 	}
-	if len(ok) == 0 {
-		return
+	if len(ok) > 0 {
+		out = b.appendPuts(out, p, ok)
 	}
+	c.send(outFrame{head: out, n: len(puts)})
+}
+
+// appendPuts stores accepted puts of one partition with one store call and
+// appends their answers to out.
+func (b *Broker) appendPuts(out []byte, p int32, ok []*wire.Put) []byte {
 	topic := ok[0].Topic
 	msgs := make([]store.Message, len(ok))
 	for i, cmd := range ok {
@@ -203,15 +211,24 @@ func (b *Broker) putBatch(c *conn, p int32, puts []*wire.Put) {
 	if err != nil {
 		b.logAppendError(topic, p, err)
 	}
-	for i, cmd := range ok {
-		if err != nil {
-			b.countPut(cmd, wire.StatusInternalServerError)
-			c.sendResult(wire.StatusInternalServerError, b.putError(topic, p, ""), cmd.Opaque)
-			continue
+	n := int64(len(ok))
+	if err != nil {
+		b.stats.putFailed.Add(n)
+		b.stats.realtimeN(topic, statPutFailed, n, n)
+		failed := b.putError(topic, p, "")
+		for _, cmd := range ok {
+			out = wire.AppendResult(out, wire.StatusInternalServerError, failed, cmd.Opaque)
 		}
-		b.countPut(cmd, wire.StatusOK)
-		c.sendResult(wire.StatusOK, putAnswer(as[i], p), cmd.Opaque)
+		return out
 	}
+	var size int64
+	for i, cmd := range ok {
+		size += int64(len(cmd.Body))
+		out = wire.AppendResult(out, wire.StatusOK, putAnswer(as[i], p), cmd.Opaque)
+	}
+	b.stats.realtimeN(topic, statPut, n, n)
+	b.stats.realtimeN(topic, statMessageSize, n, size)
+	return out
 }
 
 func (b *Broker) logAppendError(topic string, p int32, err error) {

@@ -65,7 +65,12 @@ func newStatsCounters(c clock.Clock) *statsCounters {
 
 // realtime adds one event with value v to counter k of topic.
 func (s *statsCounters) realtime(topic string, k int, v int64) {
-	if s.enabled != nil && !s.enabled(topic) {
+	s.realtimeN(topic, k, 1, v)
+}
+
+// realtimeN adds n events with total value v to counter k of topic.
+func (s *statsCounters) realtimeN(topic string, k int, n, v int64) {
+	if n == 0 || (s.enabled != nil && !s.enabled(topic)) {
 		return
 	}
 	s.mu.Lock()
@@ -84,7 +89,7 @@ func (s *statsCounters) realtime(topic string, k int, v int64) {
 		c = &rtCounter{}
 		m[topic] = c
 	}
-	c.count++
+	c.count += n
 	c.value += v
 }
 
