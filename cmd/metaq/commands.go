@@ -160,6 +160,7 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	site := fs.String("site", "", "this consumer's site (for a router)")
 	prefer := fs.String("prefer", "master-only", "read preference: master-only, local-first, nearest-healthy")
 	maxLag := fs.Duration("max-lag", 0, "largest replica lag accepted")
+	quiet := fs.Bool("q", false, "no progress line on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	if err := cs.Start(ctx); err != nil {
 		return err
 	}
-	prog := newProgress(g.stderr, g.verbose)
+	prog := newProgress(g.stderr, !*quiet)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for ctx.Err() == nil {
