@@ -230,7 +230,7 @@ func TestRealBrokerEndToEnd(t *testing.T) {
 func BenchmarkRealBrokerSendAsync1k(b *testing.B) {
 	zk := testutil.ZooKeeper(b)
 	root := testRoot()
-	startRealBroker(b, zk, root, map[string]int{"bench": 4})
+	startRealBroker(b, zk, root, map[string]int{"bench": 16})
 	c := newTestClient(b, zk, root)
 	ctx := context.Background()
 	p, _ := NewProducer(c, WithMaxInFlight(512))
