@@ -28,6 +28,7 @@ build:
 ## ZooKeeper (started here when METAQ_TEST_ZK is unset), then short fuzz runs.
 test:
 	@set -e; \
+	bash .ci/deps.sh; \
 	if [ -z "$$METAQ_TEST_ZK" ]; then \
 		zkdir=$$(mktemp -d); \
 		port=$$(bash .ci/freeport.sh); \

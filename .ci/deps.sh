@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests use when they are missing:
+# ZooKeeper (registry, client and bundle tests), chromium (the dashboard page
+# is rendered headless; with CI set its test fails instead of skipping) and
+# iproute2 (network namespaces of the WAN tests). Needs root only when
+# something is missing.
+set -euo pipefail
+need=()
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v chromium >/dev/null || need+=(chromium)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo ".ci/deps.sh: missing ${need[*]}; run as root or install them" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
