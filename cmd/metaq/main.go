@@ -37,7 +37,7 @@ var commands = map[string]command{
 	"produce":    {"send stdin lines or generated messages", runProduce},
 	"consume":    {"consume a topic to stdout (group or broadcast)", runConsume},
 	"fetch":      {"fetch one partition from an offset or a time", runFetch},
-	"find":       {"find a message by its id", runFind},
+	"find":       {"find a message by its id (needs wall-clock ids: this project's brokers, not Java 1.4.6)", runFind},
 	"topics":     {"list topics and their brokers", runTopics},
 	"partitions": {"list a topic's partitions with min and max offsets", runPartitions},
 	"offsets":    {"show or reset a group's offsets", runOffsets},
@@ -56,16 +56,16 @@ type globals struct {
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper servers, comma separated (zk.zkConnect)")
 	fs.StringVar(&g.root, "root", g.root, "ZooKeeper root (zk.zkRoot)")
-	fs.StringVar(&g.brokers, "brokers", g.brokers, "static brokers host:port,... (used when -zk is empty)")
+	fs.StringVar(&g.brokers, "brokers", g.brokers, "static brokers host:port,...: no ZooKeeper (partition -1 on produce)")
 	fs.BoolVar(&g.verbose, "v", g.verbose, "log client state changes to stderr")
 }
 
 func (g *globals) client(ctx context.Context) (*client.Client, error) {
 	cfg := client.Config{ZKRoot: g.root}
-	if g.zk != "" {
-		cfg.ZKServers = strings.Split(g.zk, ",")
-	} else if g.brokers != "" {
+	if g.brokers != "" {
 		cfg.Brokers = strings.Split(g.brokers, ",")
+	} else {
+		cfg.ZKServers = strings.Split(g.zk, ",")
 	}
 	if g.verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
