@@ -30,7 +30,8 @@ type Decoder struct {
 	// MaxLineSize bounds the header line.
 	MaxLineSize int
 
-	line []byte // scratch for a header line that spans buffer refills
+	line   []byte   // scratch for a header line that spans buffer refills
+	fields []string // scratch for the split header; the strings are not reused
 }
 
 // NewDecoder returns a Decoder with the default limits.
@@ -95,19 +96,34 @@ func Split(line string) []string {
 }
 
 func javaSplit(s string, sep byte) []string {
-	if s == "" {
-		return []string{""}
+	if r := javaSplitInto(nil, s, sep); len(r) > 0 {
+		return r
 	}
-	parts := strings.Split(s, string(sep))
-	n := len(parts)
-	for n > 0 && parts[n-1] == "" {
+	return nil
+}
+
+// javaSplitInto is javaSplit appending to dst[:0], so that a Decoder can
+// reuse one slice for every header line.
+func javaSplitInto(dst []string, s string, sep byte) []string {
+	dst = dst[:0]
+	if s == "" {
+		return append(dst, "")
+	}
+	for {
+		i := strings.IndexByte(s, sep)
+		if i < 0 {
+			dst = append(dst, s)
+			break
+		}
+		dst = append(dst, s[:i])
+		s = s[i+1:]
+	}
+	n := len(dst)
+	for n > 0 && dst[n-1] == "" {
 		n--
 	}
-	if n == 0 {
-		// Java: a string made only of separators splits to an empty array.
-		return nil
-	}
-	return parts[:n]
+	// Java: a string made only of separators splits to an empty array.
+	return dst[:n]
 }
 
 func (d *Decoder) decodeLine(line string) (Command, error) {
@@ -116,7 +132,8 @@ func (d *Decoder) decodeLine(line string) (Command, error) {
 		// it for the fields that matter, and names would be mangled.
 		line = strings.ToValidUTF8(line, "\uFFFD")
 	}
-	sa := Split(line)
+	d.fields = javaSplitInto(d.fields, line, ' ')
+	sa := d.fields
 	if len(sa) == 0 {
 		return nil, fatalf(nil, "blank command line")
 	}
