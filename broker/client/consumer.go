@@ -894,6 +894,15 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 		delay = min(delay*2, cs.opt.maxFetchDelay)
 		return ok
 	}
+	// warn limits repeated failure logs to one every 30s per partition.
+	var lastWarn time.Time
+	warn := func() bool {
+		if time.Since(lastWarn) < 30*time.Second {
+			return false
+		}
+		lastWarn = time.Now()
+		return true
+	}
 	maxSize := cs.opt.fetchSize
 	addr := ""
 	var routed time.Time
@@ -901,7 +910,9 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 		if addr == "" || (cs.opt.router != nil && time.Since(routed) > cs.opt.routeInterval) {
 			a, err := cs.resolve(ctx, st.topic, st.p)
 			if err != nil {
-				log.Warn("PARTITION: no broker", "err", err)
+				if warn() {
+					log.Warn("PARTITION: no broker", "err", err)
+				}
 				if !backoff() {
 					return
 				}
@@ -976,7 +987,9 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			if errors.As(err, &ce) {
 				addr = "" // resolve again: the master may have moved
 			}
-			log.Warn("PARTITION: fetch failed", "err", err)
+			if warn() {
+				log.Warn("PARTITION: fetch failed", "err", err)
+			}
 			if !backoff() {
 				return
 			}
