@@ -136,6 +136,7 @@ func (c *conn) readLoop() bool {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	d := wire.NewDecoder(r)
 	d.MaxBodySize = c.b.opts.MaxMessageSize
+	d.Alloc = allocBody
 	for {
 		select {
 		case c.slots <- struct{}{}:

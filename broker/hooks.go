@@ -73,6 +73,9 @@ type SlaveStats interface {
 
 // Store is the part of *store.Store the broker uses; *store.Store implements
 // it. Tests substitute failing implementations through it.
+//
+// Append must not keep any msgs[i].Body after it returns (it copies them
+// into records): the broker reuses the buffers of plain puts.
 type Store interface {
 	SetPolicy(topic string, p store.Policy)
 	Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error)

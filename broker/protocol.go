@@ -192,6 +192,12 @@ func (b *Broker) putBatch(c *conn, p int32, puts []*wire.Put) {
 		out = b.appendPuts(out, p, ok)
 	}
 	c.send(outFrame{head: out, n: len(puts)})
+	// Answered and copied by the store (Store.Append keeps no body): the
+	// buffers can take the next bodies.
+	for _, cmd := range puts {
+		freeBody(cmd.Body)
+		cmd.Body = nil
+	}
 }
 
 // appendPuts stores accepted puts of one partition with one store call and

@@ -29,6 +29,10 @@ type Decoder struct {
 	MaxBodySize int
 	// MaxLineSize bounds the header line.
 	MaxLineSize int
+	// Alloc, when set, provides the buffer for a body of n bytes (it must
+	// return a slice of length n). A broker uses it to recycle put bodies;
+	// nil allocates a new slice.
+	Alloc func(n int) []byte
 
 	line   []byte   // scratch for a header line that spans buffer refills
 	fields []string // scratch for the split header; the strings are not reused
@@ -245,7 +249,12 @@ func (d *Decoder) readBody(cmd, lenField string) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	body := make([]byte, n)
+	var body []byte
+	if d.Alloc != nil {
+		body = d.Alloc(int(n))[:n]
+	} else {
+		body = make([]byte, n)
+	}
 	if _, err := io.ReadFull(d.r, body); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
