@@ -180,6 +180,9 @@
 //
 // After the scan the last segment is fdatasynced once (what survived a
 // process crash sits in the page cache) and everything on disk is durable.
+// Open then appends a define entry for every live partition to the active
+// segment, because a crash during a roll can leave a new segment without
+// its leading defines.
 // A clean Close flushes, writes the .idx of the active segment and a final
 // checkpoint at the log end, so the next Open scans nothing.
 //

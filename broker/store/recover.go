@@ -57,6 +57,22 @@ func (s *Store) recover() error {
 		p.durable = p.end
 		p.wEnd = p.end
 	}
+	// Re-state every live partition in the active segment: a crash during a
+	// roll can leave it without its leading define entries, and once older
+	// segments are retained away a scan must still know every partition.
+	if len(s.parts) > 0 {
+		var buf []byte
+		for _, p := range s.parts {
+			buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.end, ms: s.w.lastMs}, encodeDefine(p.key.topic, p.key.num))
+		}
+		if err := s.writeLocked(buf); err != nil {
+			return err
+		}
+		if err := last.f.Datasync(); err != nil {
+			return fmt.Errorf("store: fdatasync %s: %w", last.path, err)
+		}
+		s.durablePos = s.w.pos
+	}
 	return nil
 }
 
