@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +128,101 @@ func TestReadsFromSlaveWhileMasterAbsent(t *testing.T) {
 			t.Fatal("read the slave while the master was up")
 		}
 	}
+}
+
+// TestGroupChurn starts four members at once and stops two at once while
+// messages flow; the owners must settle on exactly what Assign gives each
+// member, and nothing sent may be missed.
+func TestGroupChurn(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := testRoot()
+	newTestBroker(t, 0, zk, root, 1<<20, map[string]int{"churn": 4})
+	newTestBroker(t, 1, zk, root, 1<<20, map[string]int{"churn": 3})
+	admin := newTestClient(t, zk, root)
+	ctx := context.Background()
+	prod, _ := NewProducer(admin)
+	defer prod.Close(ctx)
+	var mu sync.Mutex
+	var sent []int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if r, err := prod.Send(ctx, &Message{Topic: "churn", Payload: []byte(fmt.Sprint(i))}); err == nil {
+				mu.Lock()
+				sent = append(sent, r.ID)
+				mu.Unlock()
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	rcv := newReceived()
+	names := []string{"m1", "m2", "m3", "m4"}
+	members := map[string]*Consumer{}
+	var wg sync.WaitGroup
+	for _, n := range names {
+		c := newTestClient(t, zk, root)
+		cs, _ := NewConsumer(c, "cg", WithConsumerID(n), WithStrategy(StrategyConsist),
+			WithMaxFetchDelay(50*time.Millisecond), WithCommitInterval(100*time.Millisecond))
+		cs.Subscribe("churn", rcv.handler)
+		members[n] = cs
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cs.Start(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	all := []string{"0-0", "0-1", "0-2", "0-3", "1-0", "1-1", "1-2"}
+	settled := func(live []string) func() error {
+		return func() error {
+			o := owners(t, admin, "cg", "churn")
+			var ids []string
+			for _, n := range live {
+				ids = append(ids, "cg_"+n)
+			}
+			want := map[string]string{}
+			for _, id := range ids {
+				for _, p := range Assign(StrategyConsist, id, ids, all) {
+					want[p] = id
+				}
+			}
+			if len(o) != len(want) {
+				return fmt.Errorf("owners %v, want %v", o, want)
+			}
+			for p, id := range want {
+				if o[p] != id {
+					return fmt.Errorf("owners %v, want %v", o, want)
+				}
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, settled(names))
+	for _, n := range []string{"m2", "m3"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			members[n].Close(ctx)
+		}()
+	}
+	wg.Wait()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, settled([]string{"m1", "m4"}))
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	<-done
+	mu.Lock()
+	ids := append([]int64(nil), sent...)
+	mu.Unlock()
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error { return rcv.has(ids) })
+	members["m1"].Close(ctx)
+	members["m4"].Close(ctx)
 }
