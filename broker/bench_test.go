@@ -1,0 +1,57 @@
+package broker
+
+import (
+	"bufio"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"metaq/broker/wire"
+)
+
+// benchPut pipelines b.N puts of size bytes over one connection (up to 128
+// in flight) to an in-process broker with group commit, and reads every
+// answer.
+func benchPut(b *testing.B, size int) {
+	cfg := vectorConfig(b)
+	brk := startBroker(b, cfg, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	cl := dial(b, brk.Addr())
+	body := []byte(strings.Repeat("x", size))
+	frame := (&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body, Opaque: 1}).AppendTo(nil)
+	const window = 128
+	done := make(chan error, 1)
+	go func() {
+		d := wire.NewDecoder(bufio.NewReaderSize(cl.nc, 256<<10))
+		for i := 0; i < b.N; i++ {
+			c, err := d.Decode()
+			if err != nil {
+				done <- err
+				return
+			}
+			if r, ok := c.(*wire.Result); !ok || !r.OK() {
+				done <- fmt.Errorf("put answered %v", c)
+				return
+			}
+		}
+		done <- nil
+	}()
+	w := bufio.NewWriterSize(cl.nc, 256<<10)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Write(frame)
+		if i%window == window-1 {
+			w.Flush()
+		}
+	}
+	w.Flush()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkPut100(b *testing.B) { benchPut(b, 100) }
+func BenchmarkPut1k(b *testing.B)  { benchPut(b, 1024) }
+func BenchmarkPut64k(b *testing.B) { benchPut(b, 64<<10) }
