@@ -11,7 +11,8 @@ import (
 
 // TestAssignJavaVectors compares Assign with outputs of the Java client's
 // own DefaultLoadBalanceStrategy and ConsisHashStrategy code
-// (testdata/BalanceVectors.java generated testdata/balance_vectors.txt).
+// (testdata/balance_vectors.txt was produced by running the MetaQ 1.4.6 client's
+// own strategy code under a JDK; the generator is not part of this repository).
 func TestAssignJavaVectors(t *testing.T) {
 	f, err := os.Open("testdata/balance_vectors.txt")
 	if err != nil {
