@@ -23,6 +23,10 @@ func (s *Store) Retain(topic string, now time.Time) (int, error) {
 	if s.isClosed() {
 		return 0, ErrClosed
 	}
+	// One retention pass at a time: two passes would pick the same dead
+	// segments.
+	s.retainMu.Lock()
+	defer s.retainMu.Unlock()
 	pol := s.policy(topic)
 	if pol.MaxAge > 0 {
 		cutoff := now.Add(-pol.MaxAge)

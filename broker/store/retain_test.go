@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,5 +176,49 @@ func TestRetainEverythingExpired(t *testing.T) {
 	a := mustAppend(t, s, "x", 0, "next")
 	if a[0].Offset != info.Max {
 		t.Fatalf("append after expiry at %d, want %d", a[0].Offset, info.Max)
+	}
+}
+
+func TestRetainConcurrent(t *testing.T) {
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := openT(t, Options{SegmentBytes: 4096, Clock: fc})
+	s.SetPolicy("x", Policy{MaxAge: time.Minute})
+	s.SetPolicy("y", Policy{MaxAge: time.Minute})
+	fill(t, s, "x", 2, 40)
+	fill(t, s, "y", 2, 40)
+	fc.Advance(time.Hour)
+	want := fill(t, s, "y", 1, 3) // new data stays
+	s.segMu.RLock()
+	before := len(s.segs)
+	s.segMu.RUnlock()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			n, err := s.Retain([]string{"x", "y"}[i%2], fc.Now())
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	s.segMu.RLock()
+	after := len(s.segs)
+	s.segMu.RUnlock()
+	if total != before-after || total == 0 {
+		t.Fatalf("removed %d in total, segments %d -> %d", total, before, after)
+	}
+	got := readAll(t, s, "y", 0)
+	if !bytes.HasSuffix(got, want[0]) {
+		t.Fatal("new data lost")
+	}
+	if err := s.Health(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -73,6 +73,7 @@ type Store struct {
 	polMu    sync.RWMutex
 	policies map[string]Policy
 
+	retainMu   sync.Mutex // serialises Retain
 	segMu      sync.RWMutex
 	segs       []*segment
 	quarantine []posRange
