@@ -743,3 +743,49 @@ func TestGarbageConnections(t *testing.T) {
 		t.Fatalf("health after garbage: %v", err)
 	}
 }
+
+// TestReloadUnderLoad reloads repeatedly while a producer and a consumer
+// run; the topic present in every version keeps working throughout.
+func TestReloadUnderLoad(t *testing.T) {
+	cfg := vectorConfig(t)
+	alt := parseConfig(t, iniWith(t, "\n[topic=extra]\nnumPartitions=2\n"))
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = &fakeRegistry{} })
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	go func() {
+		cl := dial(t, brk.Addr())
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				errs <- nil
+				return
+			default:
+			}
+			cl.sendCmd(putCmd("test", int32(i%2), "x", int32(i)))
+			if r := cl.result(); !r.OK() {
+				errs <- fmt.Errorf("put during reload: %s", r)
+				return
+			}
+			cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: int32(i % 2), MaxSize: 100, Opaque: 1})
+			if _, ok := cl.read().(*wire.Value); !ok {
+				errs <- errors.New("get during reload")
+				return
+			}
+		}
+	}()
+	for i := range 30 {
+		c := cfg
+		if i%2 == 0 {
+			c = alt
+		}
+		if _, err := brk.Reload(c); err != nil {
+			t.Fatal(err)
+		}
+		brk.Stats("")
+		brk.Stats("topics")
+	}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
