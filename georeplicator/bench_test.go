@@ -273,3 +273,55 @@ func BenchmarkWANLag(b *testing.B) {
 		g.closeAll()
 	}
 }
+
+// BenchmarkWANRawTCP is the baseline: one plain TCP stream (BBR) pushing 32
+// MB of bytes through the same emulated link, no replication at all. It shows
+// what the link and the userspace relay deliver on this machine right now.
+func BenchmarkWANRawTCP(b *testing.B) {
+	w := setupWAN(b, "30ms", "1", fmt.Sprintf("%dmbit", *benchLinkMbit))
+	link := float64(*benchLinkMbit) * 1e6 / 8
+	const total = 32 << 20
+	for i := 0; i < b.N; i++ {
+		ln := w.listen(b)
+		done := make(chan error, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				done <- err
+				return
+			}
+			defer c.Close()
+			setCongestion(c, "bbr")
+			buf := randomBytes(256<<10, 5)
+			for sent := 0; sent < total; sent += len(buf) {
+				if _, err := c.Write(buf); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		c, err := w.dial(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		buf := make([]byte, 256<<10)
+		got := 0
+		for got < total {
+			n, err := c.Read(buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += n
+		}
+		el := time.Since(start)
+		c.Close()
+		ln.Close()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(total)/el.Seconds()/1e6, "MB/s")
+		b.ReportMetric(float64(total)/el.Seconds()/link, "goodput/link")
+	}
+}

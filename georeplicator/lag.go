@@ -16,7 +16,7 @@ type PartitionLag struct {
 	Messages  int64 // records not yet on the slave
 	// Seconds is the age of the oldest record not yet on the slave (0 when caught up).
 	Seconds float64
-	// Stuck: behind, with no progress on this partition for StuckAfter.
+	// Stuck: behind, while the slave has made no progress for StuckAfter.
 	Stuck bool
 }
 
@@ -95,14 +95,18 @@ func (s *Shipper) Lag() []GroupLag {
 		for _, pi := range parts {
 			k := pkey{pi.Topic, pi.Partition}
 			pl := PartitionLag{Topic: pi.Topic, Partition: pi.Partition, MasterEnd: pi.Durable, SlaveEnd: -1}
+			// The slave applies the log in order, so a partition whose next
+			// records lie further on is waiting its turn, not stuck: a
+			// partition is stuck when it is behind and the slave's log
+			// position has not moved for StuckAfter.
 			since := sp.FirstSeen
+			if sp.LastProgress.After(since) {
+				since = sp.LastProgress
+			}
 			from := pi.Min
 			if pp, ok := c.parts[k]; ok {
 				pl.SlaveEnd = pp.End
 				from = pp.End
-				if pp.LastProgress.After(since) {
-					since = pp.LastProgress
-				}
 			}
 			if pi.Durable > from {
 				pl.Bytes = pi.Durable - from
