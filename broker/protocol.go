@@ -228,9 +228,15 @@ func (b *Broker) appendPuts(out []byte, p int32, ok []*wire.Put) []byte {
 		return out
 	}
 	var size int64
+	var scratch [64]byte
 	for i, cmd := range ok {
 		size += int64(len(cmd.Body))
-		out = wire.AppendResult(out, wire.StatusOK, putAnswer(as[i], p), cmd.Opaque)
+		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
+		ans = append(ans, ' ')
+		ans = strconv.AppendInt(ans, int64(p), 10)
+		ans = append(ans, ' ')
+		ans = strconv.AppendInt(ans, as[i].Offset, 10)
+		out = wire.AppendResult(out, wire.StatusOK, ans, cmd.Opaque)
 	}
 	b.stats.realtimeN(topic, statPut, n, n)
 	b.stats.realtimeN(topic, statMessageSize, n, size)

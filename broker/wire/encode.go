@@ -169,7 +169,7 @@ func (c *Result) AppendTo(b []byte) []byte {
 
 // AppendResult appends a result frame with a text body, without building a
 // Result.
-func AppendResult(b []byte, code int, body string, opaque int32) []byte {
+func AppendResult[T string | []byte](b []byte, code int, body T, opaque int32) []byte {
 	b = append(b, "result "...)
 	b = appendInt(b, int64(code))
 	b = appendSP(b)
