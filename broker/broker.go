@@ -131,12 +131,12 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 
 	b.goFunc(func() { b.acceptLoop(ln) })
+	// Close waits for every goroutine of b.wg, so the watcher of ctx must not
+	// be one of them: context.AfterFunc runs Close on its own goroutine.
+	stop := context.AfterFunc(ctx, func() { b.Close() })
 	b.goFunc(func() {
-		select {
-		case <-ctx.Done():
-			b.Close()
-		case <-b.ctx.Done():
-		}
+		<-b.ctx.Done()
+		stop()
 	})
 	return nil
 }

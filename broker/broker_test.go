@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
 )
@@ -787,5 +788,37 @@ func TestReloadUnderLoad(t *testing.T) {
 	close(stop)
 	if err := <-errs; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartContextCancelCloses: cancelling the context given to Start closes
+// the broker (and does not deadlock waiting for its own watcher).
+func TestStartContextCancelCloses(t *testing.T) {
+	cfg := vectorConfig(t)
+	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := b.Addr().String()
+	cancel()
+	done := make(chan struct{})
+	go func() { b.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return after the start context was cancelled")
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("broker still accepts connections after its context was cancelled")
 	}
 }
