@@ -77,7 +77,7 @@
 // partition the bytes, messages and seconds (age of the oldest record not
 // on the slave) behind, and "stuck" (behind with no progress for
 // StuckAfter). Messages and seconds come from a compact index of the log
-// (index.go): exact for the newest 4096 entries per partition,
+// (index.go): exact for the newest 1024 entries per partition,
 // interpolated for older ones. Shipper.StatsLines renders it for `stats
 // slave`; Receiver.Status and Receiver.StatsLines give the slave's view
 // (slave-status).

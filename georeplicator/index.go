@@ -30,7 +30,7 @@ type mark struct {
 	off, end  int64
 	cumBefore int64 // messages in the partition before off (since the index began)
 	n         int64
-	t0, t1    time.Time
+	t0, t1    int64 // append times of the first and last entry, unix ns (compact: 48 bytes a mark)
 }
 
 type marks struct {
@@ -38,8 +38,10 @@ type marks struct {
 	total int64
 }
 
-// maxMarks per partition before the older half is merged pairwise.
-const maxMarks = 8192
+// maxMarks per partition before the older half is merged pairwise. Marks
+// exist only for data some slave lacks, so this bounds the index of a slave
+// that is far behind (about 48 bytes a mark).
+const maxMarks = 2048
 
 func newLogIndex(src LogSource) *logIndex {
 	return &logIndex{src: src, from: -1, pos: -1, need: -1, part: map[pkey]*marks{}}
@@ -157,7 +159,7 @@ func (x *logIndex) addLocked(e store.LogEntry) {
 		x.part[k] = m
 	}
 	end := e.Offset + int64(len(e.Records))
-	m.ms = append(m.ms, mark{off: e.Offset, end: end, cumBefore: m.total, n: int64(n), t0: e.Time, t1: e.Time})
+	m.ms = append(m.ms, mark{off: e.Offset, end: end, cumBefore: m.total, n: int64(n), t0: e.Time.UnixNano(), t1: e.Time.UnixNano()})
 	m.total += int64(n)
 	if len(m.ms) > maxMarks {
 		m.compact()
@@ -197,12 +199,24 @@ func (x *logIndex) lag(k pkey, slaveEnd int64) (int64, time.Time) {
 	}
 	mk := m.ms[i]
 	if slaveEnd <= mk.off {
-		return m.total - mk.cumBefore, mk.t0
+		return m.total - mk.cumBefore, time.Unix(0, mk.t0)
 	}
 	frac := float64(slaveEnd-mk.off) / float64(mk.end-mk.off)
 	done := mk.cumBefore + int64(float64(mk.n)*frac)
-	t := mk.t0.Add(time.Duration(float64(mk.t1.Sub(mk.t0)) * frac))
+	t := time.Unix(0, mk.t0+int64(float64(mk.t1-mk.t0)*frac))
 	return m.total - done, t
+}
+
+// trimAll drops every mark (no slave is known, so none is needed); a slave
+// that connects later makes the index rebuild from its position.
+func (x *logIndex) trimAll() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.part = map[pkey]*marks{}
+	if x.pos >= 0 {
+		x.from = x.pos
+		x.need = x.pos
+	}
 }
 
 // trim drops marks every slave has, and moves from up to minPos so a slave

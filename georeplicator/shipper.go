@@ -179,6 +179,8 @@ func (s *Shipper) persistLoop() {
 			}
 			if pos, ok := s.prog.minApplied(); ok {
 				s.idx.trim(pos, s.prog.minPartitionApplied())
+			} else {
+				s.idx.trimAll()
 			}
 		}
 	}
@@ -305,7 +307,6 @@ func (s *Shipper) serve(c net.Conn) error {
 		ss.lim = rate.NewLimiter(rate.Limit(bw), burst)
 	}
 	ss.chooser.init(mode, bw)
-	s.idx.want(start)
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive}
@@ -325,6 +326,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	c.SetDeadline(time.Time{})
 	s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
 	defer s.prog.disconnect(key)
+	s.idx.want(start) // after connect: from now on the index keeps what this slave lacks
 	ss.log.Info("slave connected", "start", start, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
 	if truncated {
