@@ -10,16 +10,37 @@ func LocalHost() string {
 	if err != nil {
 		return "127.0.0.1"
 	}
-	var v6 string
+	list := make([]ifaceAddrs, 0, len(ifaces))
 	for _, ifc := range ifaces {
 		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			list = append(list, ifaceAddrs{flags: ifc.Flags})
 			continue
 		}
 		addrs, err := ifc.Addrs()
 		if err != nil {
 			continue
 		}
-		for _, a := range addrs {
+		list = append(list, ifaceAddrs{flags: ifc.Flags, addrs: addrs})
+	}
+	return pickHost(list)
+}
+
+// ifaceAddrs is one interface as pickHost sees it; kept apart from
+// net.Interface so the selection can be exercised with chosen addresses.
+type ifaceAddrs struct {
+	flags net.Flags
+	addrs []net.Addr
+}
+
+// pickHost applies LocalHost's selection rule to a list of interfaces in
+// system order.
+func pickHost(ifaces []ifaceAddrs) string {
+	var v6 string
+	for _, ifc := range ifaces {
+		if ifc.flags&net.FlagUp == 0 || ifc.flags&net.FlagLoopback != 0 {
+			continue
+		}
+		for _, a := range ifc.addrs {
 			ipn, ok := a.(*net.IPNet)
 			if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
 				continue
