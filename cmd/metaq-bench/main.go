@@ -70,7 +70,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	if err := run(o); err != nil {
+	if err := dispatch(o); err != nil {
 		fmt.Fprintln(os.Stderr, "metaq-bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// shortLoad is a run just long enough to see messages go through; the
+// tests check counts, never speed.
+func shortLoad(consumers int) options {
+	return options{
+		producers:  2,
+		consumers:  consumers,
+		inflight:   16,
+		size:       100,
+		duration:   300 * time.Millisecond,
+		warmup:     100 * time.Millisecond,
+		topic:      "bench",
+		partitions: 2,
+	}
+}
+
+func checkResult(t *testing.T, name string, o options, res result) {
+	t.Helper()
+	if res.puts == 0 {
+		t.Errorf("%s: no acknowledged publishes in the measured window", name)
+	}
+	if res.failed != 0 {
+		t.Errorf("%s: %d publishes failed", name, res.failed)
+	}
+	if int64(len(res.lat)) != res.puts {
+		t.Errorf("%s: %d latencies for %d acknowledged publishes", name, len(res.lat), res.puts)
+	}
+	if o.consumers > 0 {
+		if res.consumed == 0 {
+			t.Errorf("%s: nothing consumed in the measured window", name)
+		}
+		if res.cbytes != res.consumed*int64(o.size) {
+			t.Errorf("%s: consumed %d bytes for %d messages of %d B", name, res.cbytes, res.consumed, o.size)
+		}
+	}
+}
+
+func TestJetStreamPeer(t *testing.T) {
+	o := shortLoad(1)
+	tg, err := startJetStream(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.close()
+	res, err := runLoad(o, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, "jetstream", o, res)
+}
+
+func TestNSQPeer(t *testing.T) {
+	if _, err := findNSQD(""); err != nil {
+		t.Skip(err)
+	}
+	o := shortLoad(1)
+	tg, err := startNSQ(o, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.close()
+	res, err := runLoad(o, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, "nsq", o, res)
+}
+
+func TestCompareJetStream(t *testing.T) {
+	o := shortLoad(0)
+	var out bytes.Buffer
+	cs, err := runCompare(o, []string{"jetstream"}, 2, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two rounds, the second in reverse order.
+	want := []string{"metaq", "jetstream", "jetstream", "metaq"}
+	if len(cs) != len(want) {
+		t.Fatalf("got %d runs, want %d", len(cs), len(want))
+	}
+	for i, c := range cs {
+		if c.name != want[i] {
+			t.Errorf("run %d is %s, want %s", i, c.name, want[i])
+		}
+		checkResult(t, c.name, o, c.res)
+	}
+	if !strings.Contains(out.String(), "ratio metaq/jetstream: produce ") {
+		t.Errorf("summary has no ratio line:\n%s", out.String())
+	}
+}
+
+func TestUnknownPeer(t *testing.T) {
+	if _, err := startPeer("kafka", shortLoad(0)); err == nil {
+		t.Error("unknown peer accepted")
+	}
+}
