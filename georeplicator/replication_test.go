@@ -406,3 +406,41 @@ func TestSilentLinkIsDetected(t *testing.T) {
 	g.proxy.SetStall(false)
 	g.waitConverged(10 * time.Second)
 }
+
+// TestWindowKeepsManyFramesInFlight checks the flow control: over a slow link
+// the master keeps several frames unacknowledged (streaming, not one request
+// per batch) but never more than the slave's window.
+func TestWindowKeepsManyFramesInFlight(t *testing.T) {
+	g := newRig(t, kinds()[1])
+	g.rcOpts.Compression = ModeNone // wire bytes ≈ log bytes, so log positions measure the window
+	g.rcOpts.Window = minWindow
+	body := make([]byte, 1000)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	for i := 0; i < 10000; i++ { // ~10 MB
+		g.put("bulk", i%3, body)
+	}
+	g.startMaster()
+	g.proxy.SetRate(4 << 20)
+	g.startSlave()
+	var maxInFlight int64
+	testutil.Eventually(t, 30*time.Second, 5*time.Millisecond, func() error {
+		l := g.sh.Lag()
+		if len(l) == 0 {
+			return errors.New("no slave yet")
+		}
+		if d := l[0].SentPos - l[0].AppliedPos; d > maxInFlight {
+			maxInFlight = d
+		}
+		return g.converged()
+	})
+	frame := int64(g.shOpts.FrameBytes)
+	if maxInFlight < 4*frame {
+		t.Fatalf("at most %d bytes in flight: the master waits for acks instead of streaming", maxInFlight)
+	}
+	if limit := int64(minWindow)*11/10 + 2*frame; maxInFlight > limit {
+		t.Fatalf("%d bytes in flight, window is %d", maxInFlight, minWindow)
+	}
+	t.Logf("max in flight %d bytes (window %d, frame %d)", maxInFlight, minWindow, frame)
+}
