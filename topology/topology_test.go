@@ -199,8 +199,10 @@ func TestGossipJoinMetadataDownUp(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error { return wantAlive(hf.t, "bj-1-m", "sh-1-s1") })
 
-	// The event stream saw hf suspect (at bj or reported by the probe that
-	// found it), down, and up again, with site events.
+	// The event stream saw hf down and up again, with site events. Suspect
+	// is not required here: with three members sh's probe may find hf
+	// first, and bj then hears of it only by gossip (TestSuspectThenDown
+	// asserts suspicion where bj is the only prober).
 	seen := map[string]bool{}
 	timeout := time.After(2 * time.Second)
 	for !(seen["node-down"] && seen["site-down"] && seen["node-up"] && seen["site-up"]) {
@@ -242,6 +244,27 @@ func TestWrongKeyOrLabelCannotJoin(t *testing.T) {
 	defer c.close(false)
 	if _, err := c.Join(context.Background(), a.t.Addr()); err == nil {
 		t.Fatal("join with another label succeeded")
+	}
+	// Positive control: the same options with a's key and label join, so
+	// the refusals above come from the key and the label.
+	opts.Key, opts.Label = testKey, "metaq-test"
+	opts.Site, opts.SlaveID = "sh", 1
+	d, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.close(false)
+	if n, err := d.Join(context.Background(), a.t.Addr()); err != nil || n != 1 {
+		t.Fatalf("join with the right key and label: %d %v", n, err)
+	}
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error { return wantAlive(a.t, "sh-1-s1") })
+	for _, m := range a.t.Members() {
+		if m.Meta.Site == "hf" {
+			t.Fatalf("a refused member is in the pool: %+v", m)
+		}
 	}
 }
 
@@ -306,4 +329,43 @@ func TestRunViewsKeeper(t *testing.T) {
 
 	hf.t.close(false)
 	testutil.Eventually(t, bj.t.DetectionTime()+5*time.Second, 20*time.Millisecond, want("hf", "bj-1-m", "meta://127.0.0.1:18123"))
+}
+
+// TestSuspectThenDown stops a member without leaving (its listeners close,
+// so it answers no probe) in a pool of two, where the survivor is the only
+// prober: the survivor must deliver NodeSuspect and SiteSuspect for it, and
+// only then NodeDown and SiteDown.
+func TestSuspectThenDown(t *testing.T) {
+	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123", Join: []string{bj.t.Addr()}})
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(bj.t, "bj-1-m", "hf-1-s0") })
+	events, cancel := bj.t.Subscribe(1024)
+	defer cancel()
+
+	hf.t.close(false)
+	var order []string
+	timeout := time.After(bj.t.DetectionTime() + 5*time.Second)
+	for len(order) == 0 || order[len(order)-1] != "site-down" {
+		select {
+		case ev := <-events:
+			if ev.Site != "hf" {
+				continue
+			}
+			order = append(order, ev.Kind.String())
+			if ev.Kind == NodeSuspect {
+				if ev.Member.Name != "hf-1-s0" || ev.Member.State != StateSuspect {
+					t.Fatalf("suspect event for %+v", ev.Member)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("events for hf: %v", order)
+		}
+	}
+	want := []string{"node-suspect", "site-suspect", "node-down", "site-down"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("events for hf %v, want %v", order, want)
+	}
+	if m, _ := memberOf(bj.t, "hf-1-s0"); m.State != StateDown {
+		t.Fatalf("hf finally %v", m.State)
+	}
 }
