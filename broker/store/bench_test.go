@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -229,4 +230,139 @@ func BenchmarkStore(b *testing.B) {
 	var rc, ri benchResult
 	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, &rc) })
 	b.Run("read/interleaved-16", func(b *testing.B) { readLoad(b, true, &ri) })
+}
+
+// BenchmarkScaling measures the same loads as BenchmarkStore in alternating
+// one-second rounds (disk 64 KiB, disk 8 KiB, then every partition count
+// and batch size, five times over) and reports the median of each, so that
+// drift in a shared machine's disk and CPU hits every configuration alike.
+// Run it with -benchtime=1x; the medians and ratios are its metrics.
+func BenchmarkScaling(b *testing.B) {
+	const rounds = 5
+	const roundTime = time.Second
+	type cfg struct {
+		name         string
+		parts, batch int
+		s            *Store
+		mbps         []float64
+	}
+	var cfgs []*cfg
+	for _, batch := range []int{1, 16} {
+		for _, parts := range []int{16, 1024, 10000} {
+			cfgs = append(cfgs, &cfg{name: fmt.Sprintf("p%d_b%d", parts, batch), parts: parts, batch: batch})
+		}
+	}
+	ctx := context.Background()
+	for _, c := range cfgs {
+		s, err := Open(Options{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		var wg sync.WaitGroup
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for p := w; p < c.parts; p += 16 {
+					s.CreatePartition("bench", p, 0)
+				}
+			}(w)
+		}
+		wg.Wait()
+		c.s = s
+	}
+	appendFor := func(c *cfg, d time.Duration) float64 {
+		msgs := make([]Message, c.batch)
+		for i := range msgs {
+			msgs[i] = Message{Body: benchBody}
+		}
+		deadline := time.Now().Add(d)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		records := 0
+		start := time.Now()
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				rnd := rand.New(rand.NewSource(time.Now().UnixNano() + int64(w)))
+				n := 0
+				for time.Now().Before(deadline) {
+					if _, err := c.s.Append(ctx, "bench", rnd.Intn(c.parts), msgs); err != nil {
+						b.Error(err)
+						return
+					}
+					n += c.batch
+				}
+				mu.Lock()
+				records += n
+				mu.Unlock()
+			}(w)
+		}
+		wg.Wait()
+		return float64(records) * benchRecord / time.Since(start).Seconds() / 1e6
+	}
+	diskFor := func(f File, pos *int64, syncEvery int64, d time.Duration) float64 {
+		buf := make([]byte, benchRecord)
+		deadline := time.Now().Add(d)
+		start, n := time.Now(), 0
+		for time.Now().Before(deadline) {
+			for i := 0; i < 64; i++ {
+				if _, err := f.WriteAt(buf, *pos); err != nil {
+					b.Fatal(err)
+				}
+				*pos += benchRecord
+				n++
+				if *pos%syncEvery == 0 {
+					if err := f.Datasync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		return float64(n) * benchRecord / time.Since(start).Seconds() / 1e6
+	}
+	f, err := OSFS{}.OpenFile(filepath.Join(b.TempDir(), "baseline"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var pos int64
+	var disk64, disk8 []float64
+	// warm-up
+	diskFor(f, &pos, 64<<10, 200*time.Millisecond)
+	for _, c := range cfgs {
+		appendFor(c, 200*time.Millisecond)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for r := 0; r < rounds; r++ {
+			disk64 = append(disk64, diskFor(f, &pos, 64<<10, roundTime))
+			disk8 = append(disk8, diskFor(f, &pos, 8<<10, roundTime))
+			for _, c := range cfgs {
+				c.mbps = append(c.mbps, appendFor(c, roundTime))
+			}
+		}
+	}
+	b.StopTimer()
+	med := func(x []float64) float64 {
+		y := append([]float64(nil), x...)
+		sort.Float64s(y)
+		return y[len(y)/2]
+	}
+	d64, d8 := med(disk64), med(disk8)
+	b.ReportMetric(d64, "MB/s_disk64K")
+	b.ReportMetric(d8, "MB/s_disk8K")
+	m := map[string]float64{}
+	for _, c := range cfgs {
+		m[c.name] = med(c.mbps)
+		b.ReportMetric(m[c.name], "MB/s_"+c.name)
+	}
+	b.ReportMetric(m["p10000_b1"]/m["p16_b1"], "ratio10000/16_b1")
+	b.ReportMetric(m["p10000_b16"]/m["p16_b16"], "ratio10000/16_b16")
+	b.ReportMetric(m["p16_b1"]/d64, "xdisk64K_p16_b1")
+	b.ReportMetric(m["p16_b1"]/d8, "xdisk8K_p16_b1")
+	b.ReportMetric(m["p16_b16"]/d64, "xdisk64K_p16_b16")
+	b.ReportMetric(m["p10000_b16"]/d64, "xdisk64K_p10000_b16")
 }

@@ -144,7 +144,9 @@
 // the partition's bytes since the previous boundary reach SegmentBytes
 // (MetaQ's mayBeRoll). An offset inside the partition answers the start of
 // its virtual segment (0 while there is only one); >= Max answers Max; below
-// Min answers Min.
+// Min answers Min. A Read run may cross a virtual segment boundary (MetaQ's
+// stops at the end of its file); clients take whole records from any run,
+// so this only makes runs longer.
 //
 // # Recovery
 //

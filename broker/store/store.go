@@ -329,8 +329,11 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	pid := p.pid
 	want := min(int64(maxBytes), p.end-offset)
-	for i := p.chunkIndexLocked(offset); i < len(p.chunks) && total < want; i++ {
+	for i := max(p.chunkIndexLocked(offset), 0); i < len(p.chunks) && total < want; i++ {
 		c := p.chunks[i]
+		if c.off > offset+total {
+			break // a hole in the index: never serve bytes from elsewhere
+		}
 		n := p.chunkLenLocked(i)
 		skip := max(offset-c.off, 0)
 		take := min(n-skip, want-total)
