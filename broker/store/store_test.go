@@ -569,3 +569,35 @@ func TestDeletePartition(t *testing.T) {
 	}
 	_ = os.Getenv
 }
+
+func TestDeleteAndRecreateInOneBatch(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	mustAppend(t, s, "db", 0, "old")
+	// Queue the delete and the next append together so the writer sees
+	// them in one batch (the writer is busy with a flush meanwhile).
+	var wg sync.WaitGroup
+	var a []Appended
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Flush() }()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); s.DeletePartition("db", 0) }()
+	go func() {
+		defer wg.Done()
+		time.Sleep(time.Millisecond)
+		a = mustAppend(t, s, "db", 0, "new")
+	}()
+	wg.Wait()
+	got := decodeAll(t, readAll(t, s, "db", 0))
+	if len(got) == 0 || string(got[len(got)-1].Body) != "new" || got[len(got)-1].ID != a[0].ID {
+		t.Fatalf("after delete+append: %+v", got)
+	}
+	s.Close()
+	s2 := openT(t, Options{Dir: dir})
+	got2 := decodeAll(t, readAll(t, s2, "db", 0))
+	if len(got2) != len(got) || string(got2[len(got2)-1].Body) != "new" {
+		t.Fatalf("after reopen: %+v", got2)
+	}
+}

@@ -181,9 +181,15 @@ func (s *Store) process(batch []*request) {
 			}
 		case reqDelete:
 			needSync, r.synced = true, true
-			s.mu.RLock()
+			// Out of the table at once, so a later request of this batch
+			// for the same key creates a new partition instead of writing
+			// into the deleted one.
+			s.mu.Lock()
 			p := s.parts[r.key]
-			s.mu.RUnlock()
+			if p != nil {
+				delete(s.parts, r.key)
+			}
+			s.mu.Unlock()
 			if p == nil {
 				r.err = ErrNoPartition
 				continue
@@ -248,6 +254,11 @@ func (s *Store) process(batch []*request) {
 				delete(s.parts, p.key)
 				delete(s.byPid, p.pid)
 			}
+			for _, p := range deleted {
+				if s.parts[p.key] == nil {
+					s.parts[p.key] = p
+				}
+			}
 			s.mu.Unlock()
 			for _, r := range batch {
 				if r.err == nil {
@@ -272,9 +283,6 @@ func (s *Store) process(batch []*request) {
 		if len(deleted) > 0 {
 			s.mu.Lock()
 			for _, p := range deleted {
-				if s.parts[p.key] == p {
-					delete(s.parts, p.key)
-				}
 				delete(s.byPid, p.pid)
 				delete(w.dirty, p)
 			}
