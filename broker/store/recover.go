@@ -52,6 +52,13 @@ func (s *Store) recover() error {
 	}
 	s.w.active = last
 	s.w.pos = last.end()
+	// Ids must keep rising within a partition across restarts even if the
+	// wall clock stepped back: start past the newest append time seen (one
+	// millisecond more covers a sequence that borrowed the next one).
+	if s.w.lastMs > 0 {
+		s.w.ids.lastMs = s.w.lastMs - idEpoch + 1
+		s.w.ids.seq = 0
+	}
 	s.durablePos = s.w.pos
 	for _, p := range s.parts {
 		p.durable = p.end

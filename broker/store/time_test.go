@@ -112,3 +112,20 @@ func TestClosedAndContext(t *testing.T) {
 		t.Fatal("Open with BrokerID 1024 succeeded")
 	}
 }
+
+func TestIDsRiseAcrossRestartWithClockBack(t *testing.T) {
+	dir := t.TempDir()
+	fc := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := openT(t, Options{Dir: dir, Clock: fc})
+	a := mustAppend(t, s, "id", 0, "a", "b", "c")
+	s.Close()
+	fc2 := clock.NewFake(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)) // a year back
+	s2 := openT(t, Options{Dir: dir, Clock: fc2})
+	b := mustAppend(t, s2, "id", 0, "d")
+	if b[0].ID <= a[2].ID {
+		t.Fatalf("id after restart %d <= %d", b[0].ID, a[2].ID)
+	}
+	if off, _ := s2.OffsetForTime("id", 0, time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC)); off != 0 {
+		t.Fatalf("OffsetForTime = %d", off)
+	}
+}
