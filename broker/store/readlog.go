@@ -40,6 +40,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		}
 		limit := min(durable, g.end()) - g.start
 		r := newSegReader(g.f, limit)
+		r.window = min(max(maxBytes+entryHeaderLen, 64<<10), 1<<20)
 		x := pos - g.start
 		var err error
 		for x < limit && (total == 0 || total < maxBytes) {

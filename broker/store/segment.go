@@ -75,6 +75,7 @@ func openSegment(fs FS, dir string, start int64, create bool) (*segment, error) 
 type segReader struct {
 	f      File
 	size   int64
+	window int // bytes read ahead per call; 0 = 1 MiB
 	buf    []byte
 	bstart int64
 	data   []byte
@@ -91,7 +92,11 @@ func (r *segReader) bytes(x int64, n int) ([]byte, error) {
 		o := x - r.bstart
 		return r.data[o : o+int64(n)], nil
 	}
-	want := int64(max(n, 1<<20))
+	win := r.window
+	if win <= 0 {
+		win = 1 << 20
+	}
+	want := int64(max(n, win))
 	if x+want > r.size {
 		want = r.size - x
 	}
