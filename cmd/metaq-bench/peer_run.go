@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -164,6 +166,9 @@ func runCompare(o options, peers []string, rounds int, w io.Writer) ([]compared,
 			slices.Reverse(order)
 		}
 		for _, name := range order {
+			if len(out) > 0 {
+				settle()
+			}
 			var t target
 			var err error
 			if name == "metaq" {
@@ -185,6 +190,16 @@ func runCompare(o options, peers []string, rounds int, w io.Writer) ([]compared,
 	}
 	printRatios(w, o, names, out)
 	return out, nil
+}
+
+// settle gives the next run of a comparison the same start as the first:
+// the previous run's garbage collected and its unsynced writes (a peer that
+// does not fsync leaves them in the page cache) written back, so they are
+// not paid for by whoever runs next.
+func settle() {
+	runtime.GC()
+	syscall.Sync()
+	time.Sleep(time.Second)
 }
 
 func rate(n int64, d time.Duration) float64 {
