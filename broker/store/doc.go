@@ -179,7 +179,10 @@
 // define entry with the new end goes into the log), the error is logged with
 // the log position, and the checkpoint is deleted so that the next start-up
 // scans the whole log, quarantines the damage and, replaying that define
-// entry, reaches the same partitions. ReadLog also checks every entry.
+// entry, reaches the same partitions. ReadLog checks every entry too: it
+// skips a damaged one (resyncing at the next valid entry), quarantines the
+// range in memory, fences the partition that owned the chunk there, and goes
+// on with the other partitions' entries.
 // Offsets after a fence are reused, as after a torn-tail truncation; a
 // replica that already holds them sees ErrOffsetMismatch from AppendRaw.
 //

@@ -1,7 +1,8 @@
 package store
 
 import (
-	"fmt"
+	"context"
+	"sort"
 	"time"
 )
 
@@ -9,14 +10,17 @@ import (
 // durable ones, and the position after the last. ErrLogTruncated if pos < first.
 // Only data of live partitions is returned; definitions, deletions, data of
 // deleted partitions and quarantined ranges are skipped (the returned
-// position still moves past them). pos must be a position ReadLog or
-// LogBounds returned; another position gives ErrCorrupt.
+// position still moves past them). pos should be a position ReadLog or
+// LogBounds returned; from any other, reading starts at the next valid
+// entry. Damage met on the way is skipped, logged and quarantined (see
+// doc.go); it never stops the other partitions' entries.
 func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 	if s.isClosed() {
 		return nil, pos, ErrClosed
 	}
 	durable := s.durable()
 	var out []LogEntry
+	var damaged []posRange
 	total := 0
 	for pos < durable && (total == 0 || total < maxBytes) {
 		s.segMu.RLock()
@@ -42,7 +46,6 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		r := newSegReader(g.f, limit)
 		r.window = min(max(maxBytes+entryHeaderLen, 64<<10), 1<<20)
 		x := pos - g.start
-		var err error
 		for x < limit && (total == 0 || total < maxBytes) {
 			if q := s.quarantinedAt(g.start + x); q > 0 {
 				x = q - g.start
@@ -50,13 +53,24 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 			}
 			h, payload, n, derr := r.entryAt(x)
 			if derr != nil {
-				if g.start+x > pos {
-					// a boundary we found ourselves, not one the caller
-					// passed in: this is damage
-					s.corruptionFound(g.start+x, derr)
+				// Skip to the next valid entry so that replication of the
+				// other partitions goes on; the damaged partition was (or
+				// will be, on its next Read) fenced, so none of its later
+				// chunks is live.
+				y := r.resync(x + 1)
+				if y < 0 {
+					y = limit
 				}
-				err = fmt.Errorf("store: read log at %d (%s+%d): %w", g.start+x, g.path, x, derr)
-				break
+				if g.start+x > pos || g.start+x == s.segs[0].start {
+					// A boundary we found ourselves, not one the caller
+					// passed in: this is damage.
+					s.corruptionFound(g.start+x, derr)
+					damaged = append(damaged, posRange{g.start + x, g.start + y})
+					x = y
+					break // fence the owner before looking at later entries
+				}
+				x = y
+				continue
 			}
 			if h.typ == entryData {
 				if e, ok := s.liveEntry(h, payload, g.start+x); ok {
@@ -67,11 +81,16 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 			x += int64(n)
 		}
 		s.segMu.RUnlock()
-		if err != nil {
-			if len(out) > 0 {
-				return out, g.start + x, nil
+		if len(damaged) > 0 {
+			s.segMu.Lock()
+			s.quarantine = append(s.quarantine, damaged...)
+			s.segMu.Unlock()
+			for _, d := range damaged {
+				if p, off, ok := s.chunkAt(d.from); ok {
+					s.submit(context.Background(), &request{kind: reqFence, p: p, at: off})
+				}
 			}
-			return nil, pos, err
+			damaged = nil
 		}
 		pos = g.start + x
 	}
@@ -113,4 +132,21 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (LogEntry, b
 		Records:   append([]byte(nil), payload...),
 		Time:      time.UnixMilli(h.ms),
 	}, true
+}
+
+// chunkAt finds the partition whose index has a chunk at log position pos.
+func (s *Store) chunkAt(pos int64) (*partition, int64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, p := range s.parts {
+		p.mu.RLock()
+		i := sort.Search(len(p.chunks), func(i int) bool { return p.chunks[i].pos >= pos })
+		if i < len(p.chunks) && p.chunks[i].pos == pos {
+			off := p.chunks[i].off
+			p.mu.RUnlock()
+			return p, off, true
+		}
+		p.mu.RUnlock()
+	}
+	return nil, 0, false
 }

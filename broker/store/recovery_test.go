@@ -385,3 +385,47 @@ func TestChunksAdjacentAcrossSegments(t *testing.T) {
 		t.Fatalf("partition fenced: %+v", info)
 	}
 }
+
+func TestCorruptionFoundByReadLog(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir}
+	s := openT(t, opts)
+	want := fill(t, s, "rl", 3, 20)
+	s.Close()
+	seg := logFiles(t, dir, segSuffix)[0]
+	pos := entryPositions(t, seg, 1)[7]
+	b, _ := os.ReadFile(seg)
+	b[pos+entryHeaderLen+2] ^= 0x01
+	os.WriteFile(seg, b, 0o644)
+
+	s2 := openT(t, opts)
+	first, _ := s2.LogBounds()
+	got := map[int][]byte{}
+	for p := first; ; {
+		ents, next, err := s2.ReadLog(p, 512)
+		if err != nil {
+			t.Fatalf("ReadLog at %d: %v", p, err)
+		}
+		for _, e := range ents {
+			if e.Offset != int64(len(got[e.Partition])) {
+				t.Fatalf("partition %d shipped at %d after %d bytes", e.Partition, e.Offset, len(got[e.Partition]))
+			}
+			got[e.Partition] = append(got[e.Partition], e.Records...)
+		}
+		if next == p {
+			break
+		}
+		p = next
+	}
+	// the other partitions replicate in full; partition 1 stops before
+	// the damage and is fenced there
+	if !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[2], want[2]) {
+		t.Fatal("undamaged partitions not shipped in full")
+	}
+	if len(decodeAll(t, got[1])) != 7 || !bytes.Equal(got[1], want[1][:len(got[1])]) {
+		t.Fatalf("partition 1 shipped %d records", len(decodeAll(t, got[1])))
+	}
+	if info, _ := s2.Partition("rl", 1); info.Max != int64(len(got[1])) {
+		t.Fatalf("partition 1 not fenced at the damage: %+v", info)
+	}
+}
