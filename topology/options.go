@@ -71,6 +71,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock stamps events and member state changes. Default clock.Real.
 	Clock clock.Clock
+
+	// transport, when set, replaces memberlist's own UDP/TCP transport (Bind
+	// is then ignored); tests use it to make a member stop answering.
+	transport memberlist.Transport
 }
 
 // Timing holds memberlist's failure-detection intervals.

@@ -215,6 +215,9 @@ func (t *Topology) Start(ctx context.Context) error {
 	conf.Delegate = delegate{t}
 	conf.Events = eventDelegate{t}
 	conf.Ping = pingDelegate{t}
+	if t.opts.transport != nil {
+		conf.Transport = t.opts.transport
+	}
 	conf.Logger = newMemberlistLogger(t.opts.Logger, func(name string) {
 		t.enqueue(rawEvent{kind: rawSuspect, name: name})
 	})
