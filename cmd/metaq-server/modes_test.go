@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	be "encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/registry"
 	"metaq/internal/testutil"
 )
 
@@ -318,17 +320,38 @@ func slaveStatus(t *testing.T, s *server) (map[string]any, string) {
 }
 
 // TestSlaveFromCommandLine starts a master and `start slave -f server.ini
-// -s async_slave.properties` with ZooKeeper off (masterAddress), and checks
+// -s async_slave.properties`, with ZooKeeper off (masterAddress) and, when a
+// test ZooKeeper is given, on (the slave finds its master there), and checks
 // that the slave copies the master's messages and that slave-status reports
 // the link.
 func TestSlaveFromCommandLine(t *testing.T) {
+	t.Run("zk-off", func(t *testing.T) { testSlaveFromCommandLine(t, "") })
+	t.Run("zk", func(t *testing.T) { testSlaveFromCommandLine(t, testutil.ZooKeeper(t)) })
+}
+
+func testSlaveFromCommandLine(t *testing.T, zk string) {
 	topics := "[topic=orders]\nnumPartitions=2\n"
 	replPort := freePort(t)
-	master := newServer(t, "", topics+fmt.Sprintf("\n[replication]\nlisten=127.0.0.1:%d\n", replPort))
-	slave := newServer(t, "", topics)
+	master := newServer(t, zk, topics+fmt.Sprintf("\n[replication]\nlisten=127.0.0.1:%d\n", replPort))
+	slave := newServer(t, zk, topics)
 	props := filepath.Join(slave.dir, "conf", "async_slave.properties")
-	os.WriteFile(props, []byte(fmt.Sprintf("slaveId=0\nslaveGroup=meta-slave-group\nslaveMaxDelayInMills=100\n"+
-		"autoSyncMasterConfig=false\nmasterAddress=127.0.0.1:%d\ncompression=none\n", replPort)), 0o644)
+	propText := "slaveId=0\nslaveGroup=meta-slave-group\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=false\ncompression=none\n"
+	var reg *registry.Registry
+	if zk == "" {
+		propText += fmt.Sprintf("masterAddress=127.0.0.1:%d\n", replPort)
+	} else {
+		// Same root as the master; no masterAddress: ZooKeeper tells.
+		slave.root = master.root
+		slave.write(t, topics)
+		var err error
+		reg, err = registry.New(context.Background(), registry.Options{Connect: zk, Root: master.root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { reg.Close() })
+		t.Cleanup(func() { removeTree(reg, master.root) }) // runs before Close
+	}
+	os.WriteFile(props, []byte(propText), 0o644)
 
 	master.startMode(t, "")
 	mw := dialWire(t, master.addr())
@@ -364,6 +387,13 @@ func TestSlaveFromCommandLine(t *testing.T) {
 	}
 	if n, _ := st["AppliedPos"].(float64); n <= 0 {
 		t.Fatalf("slave-status applied position %v: %s", st["AppliedPos"], raw)
+	}
+	if reg != nil {
+		ctx := context.Background()
+		url, _, err := reg.Get(ctx, reg.Paths().Broker(3, 0))
+		if err != nil || string(url) != "meta://"+slave.addr() {
+			t.Fatalf("slave0 node = %q %v, want meta://%s", url, err, slave.addr())
+		}
 	}
 
 	// The status follows the link: with the master stopped it is no longer
