@@ -34,7 +34,7 @@ func (c *txnComponent) Start(_ context.Context, b *Bundle) error {
 		NextID:        b.Store.NextID,
 		FlushAtCommit: cfg.System.FlushTxLogAtCommit,
 		MaxTimeout:    time.Duration(cfg.System.MaxTxTimeoutInSeconds) * time.Second,
-		Logger:        b.Logger().With("component", "txn"),
+		Logger:        b.Logger(),
 	})
 	if err != nil {
 		return fmt.Errorf("transactions: %w", err)
