@@ -138,7 +138,9 @@ func (s *server) startMode(t *testing.T, mode string, more ...string) int {
 	if mode != "" {
 		args = append(args, mode)
 	}
-	args = append(append(args, "-f", s.ini), more...)
+	// -listen keeps the MetaQ port on loopback (the default is every
+	// interface, as MetaQ's).
+	args = append(append(args, "-f", s.ini, "-listen", s.addr()), more...)
 	code, out, errOut := cli(t, args...)
 	if code != 0 {
 		log, _ := os.ReadFile(filepath.Join(s.logDir, "metaServer.log"))
@@ -168,7 +170,7 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("put: %d %q %v", code, body, err)
 	}
 
-	code, out, errOut := cli(t, "restart", "-f", s.ini)
+	code, out, errOut := cli(t, "restart", "-f", s.ini, "-listen", s.addr())
 	if code != 0 {
 		t.Fatalf("restart: exit %d\n%s%s", code, out, errOut)
 	}
@@ -203,7 +205,7 @@ func TestRestart(t *testing.T) {
 	}
 	// restart of a stopped server just starts it.
 	s.stop(t)
-	if code, out, errOut := cli(t, "restart", "-f", s.ini); code != 0 {
+	if code, out, errOut := cli(t, "restart", "-f", s.ini, "-listen", s.addr()); code != 0 {
 		t.Fatalf("restart of a stopped server: exit %d\n%s%s", code, out, errOut)
 	}
 	p3 := s.pid(t)
@@ -219,7 +221,7 @@ func TestForeground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(binary, "start", "-f", s.ini, "--foreground")
+	cmd := exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "--foreground")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
