@@ -822,3 +822,21 @@ func TestStartContextCancelCloses(t *testing.T) {
 		t.Fatal("broker still accepts connections after its context was cancelled")
 	}
 }
+
+func TestDefaultListenAddr(t *testing.T) {
+	for _, c := range []struct {
+		host string
+		want string
+	}{
+		{"", ":8123"},
+		{"127.0.0.1", "127.0.0.1:8123"},
+		{"localhost", "localhost:8123"},
+		{"[::1]", "[::1]:8123"},
+		{"metaq-1.bj.example.net", ":8123"},
+		{"198.51.100.7", ":8123"},
+	} {
+		if got := defaultListenAddr(c.host, 8123); got != c.want {
+			t.Errorf("defaultListenAddr(%q) = %q, want %q", c.host, got, c.want)
+		}
+	}
+}

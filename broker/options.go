@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"metaq/broker/config"
@@ -87,7 +90,7 @@ func (o *Options) validate() error {
 		o.Clock = clock.Real{}
 	}
 	if o.ListenAddr == "" {
-		o.ListenAddr = fmt.Sprintf(":%d", o.Config.System.ServerPort)
+		o.ListenAddr = defaultListenAddr(o.Config.System.HostName, o.Config.System.ServerPort)
 	}
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = 2 * time.Second
@@ -117,4 +120,14 @@ func (o *Options) validate() error {
 		return fmt.Errorf("broker: brokerId %d outside 0..1023", id)
 	}
 	return nil
+}
+
+// defaultListenAddr is every interface, as MetaQ listens, except when the
+// broker advertises a loopback hostName: nobody elsewhere could use it, so it
+// is not exposed beyond this machine either.
+func defaultListenAddr(hostName string, port int) string {
+	if ip := net.ParseIP(strings.Trim(hostName, "[]")); (ip != nil && ip.IsLoopback()) || hostName == "localhost" {
+		return net.JoinHostPort(strings.Trim(hostName, "[]"), strconv.Itoa(port))
+	}
+	return fmt.Sprintf(":%d", port)
 }
