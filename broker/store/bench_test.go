@@ -233,13 +233,13 @@ func BenchmarkStore(b *testing.B) {
 }
 
 // BenchmarkScaling measures the same loads as BenchmarkStore in alternating
-// one-second rounds (disk 64 KiB, disk 8 KiB, then every partition count
-// and batch size, five times over) and reports the median of each, so that
+// half-second rounds (disk 64 KiB, disk 8 KiB, then every partition count
+// and batch size, eleven times over) and reports the median of each, so that
 // drift in a shared machine's disk and CPU hits every configuration alike.
 // Run it with -benchtime=1x; the medians and ratios are its metrics.
 func BenchmarkScaling(b *testing.B) {
-	const rounds = 5
-	const roundTime = time.Second
+	const rounds = 11
+	const roundTime = 500 * time.Millisecond
 	type cfg struct {
 		name         string
 		parts, batch int
