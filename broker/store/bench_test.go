@@ -227,6 +227,10 @@ func BenchmarkStore(b *testing.B) {
 			b.Run(name, func(b *testing.B) { appendLoad(b, parts, 8, batch, res, base, &disk, d8) })
 		}
 	}
+	// Single-record puts from more connections: more records share each fsync.
+	b.Run("append/writers=64/batch=1/partitions=1024", func(b *testing.B) {
+		appendLoad(b, 1024, 64, 1, &benchResult{}, nil, &disk, &disk8)
+	})
 	var rc, ri benchResult
 	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, &rc) })
 	b.Run("read/interleaved-16", func(b *testing.B) { readLoad(b, true, &ri) })
