@@ -7,7 +7,7 @@ import "time"
 // whenever the link, not the CPU, is the bottleneck - any WAN link. s2 wins
 // when the link is faster than zstd can compress: a LAN. So, per frame:
 //
-//  1. Smoothed RTT (from keepalive echoes) below autoLANRTT, and no
+//  1. Smoothed RTT (from keepalive echoes) below autoLANRTT (ShipperOptions.AutoLANRTT), and no
 //     bandwidth cap or a cap of at least autoFastLink: s2.
 //  2. A bandwidth cap of at least autoFastLink bytes/s: s2.
 //  3. Otherwise (including before the first RTT sample): zstd.
@@ -27,13 +27,14 @@ const (
 type codecChooser struct {
 	mode       Mode
 	bw         int64
+	lanRTT     time.Duration
 	frames     int
 	noneUntil  int
 	raw, wire  int
 	windowSeen int
 }
 
-func (c *codecChooser) init(m Mode, bw int64) { c.mode, c.bw = m, bw }
+func (c *codecChooser) init(m Mode, bw int64) { c.mode, c.bw, c.lanRTT = m, bw, autoLANRTT }
 
 // pick returns the codec for the next frame.
 func (c *codecChooser) pick(rtt time.Duration) Codec {
@@ -50,7 +51,7 @@ func (c *codecChooser) pick(rtt time.Duration) Codec {
 		return CodecNone
 	}
 	fast := c.bw == 0 || c.bw >= autoFastLink
-	if rtt > 0 && rtt < autoLANRTT && fast {
+	if rtt > 0 && rtt < c.lanRTT && fast {
 		return CodecS2
 	}
 	if c.bw >= autoFastLink {

@@ -282,7 +282,7 @@ func defaultParts() []pkey {
 
 // partitionDigest reads a whole partition and returns its bounds, the
 // SHA-256 of its bytes and its record ids.
-func partitionDigest(s testStore, topic string, part int) (min, max int64, sum [32]byte, ids []int64, err error) {
+func partitionDigest(s testStore, topic string, part int) (lo, hi int64, sum [32]byte, ids []int64, err error) {
 	info, err := s.Partition(topic, part)
 	if err != nil {
 		return 0, 0, sum, nil, err
@@ -290,7 +290,8 @@ func partitionDigest(s testStore, topic string, part int) (min, max int64, sum [
 	h := sha256.New()
 	var all []byte
 	for off := info.Min; off < info.Max; {
-		b, err := s.Read(topic, part, off, 1<<20)
+		// Stop at the Max read above: the store may grow meanwhile.
+		b, err := s.Read(topic, part, off, int(min(1<<20, info.Max-off)))
 		if err != nil {
 			return 0, 0, sum, nil, err
 		}
@@ -298,8 +299,14 @@ func partitionDigest(s testStore, topic string, part int) (min, max int64, sum [
 		all = append(all, b...)
 		off += int64(len(b))
 	}
-	for b := all; len(b) >= recordHeaderLen; {
+	for b := all; len(b) > 0; {
+		if len(b) < recordHeaderLen {
+			return 0, 0, sum, nil, fmt.Errorf("partial record header at the end of %s-%d", topic, part)
+		}
 		l := int(binary.BigEndian.Uint32(b))
+		if recordHeaderLen+l > len(b) {
+			return 0, 0, sum, nil, fmt.Errorf("partial record at the end of %s-%d", topic, part)
+		}
 		ids = append(ids, int64(binary.BigEndian.Uint64(b[8:])))
 		b = b[recordHeaderLen+l:]
 	}

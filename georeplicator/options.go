@@ -80,6 +80,9 @@ type ShipperOptions struct {
 	StateFile string
 	// TLS, when set, serves TLS; set ClientAuth to tls.RequireAndVerifyClientCert for mutual TLS.
 	TLS *tls.Config
+	// AutoLANRTT is the round trip below which mode auto treats a link as a
+	// LAN and picks s2 (see auto.go). Default 2ms.
+	AutoLANRTT time.Duration
 	// CongestionControl is the TCP congestion control asked for on slave
 	// connections (Linux). Default "bbr"; "system" keeps the host default. If
 	// the kernel lacks it, the host default is used and a warning logged once.
@@ -116,6 +119,9 @@ func (o *ShipperOptions) validate() error {
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = time.Second
+	}
+	if o.AutoLANRTT <= 0 {
+		o.AutoLANRTT = autoLANRTT
 	}
 	switch o.CongestionControl {
 	case "":

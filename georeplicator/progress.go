@@ -124,7 +124,10 @@ func (p *progress) getLocked(k slaveKey) *slaveProgress {
 	return sp
 }
 
-func (p *progress) connect(k slaveKey, addr string, start int64, truncated bool, m Mode) {
+// connect records a new connection of slave k and returns its number;
+// disconnect with an older number (a connection the slave replaced) leaves
+// the slave connected.
+func (p *progress) connect(k slaveKey, addr string, start int64, truncated bool, m Mode) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sp := p.getLocked(k)
@@ -134,12 +137,13 @@ func (p *progress) connect(k slaveKey, addr string, start int64, truncated bool,
 	if sp.Applied < 0 {
 		sp.Applied = start
 	}
+	return sp.Connects
 }
 
-func (p *progress) disconnect(k slaveKey) {
+func (p *progress) disconnect(k slaveKey, conn int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if sp := p.m[k]; sp != nil {
+	if sp := p.m[k]; sp != nil && sp.Connects == conn {
 		sp.Connected = false
 	}
 }

@@ -51,11 +51,22 @@ func TestReplicateConverges(t *testing.T) {
 }
 
 func TestCodecsConverge(t *testing.T) {
-	for _, mode := range []Mode{ModeNone, ModeS2, ModeAuto} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, c := range []struct {
+		mode  Mode
+		delay time.Duration // one way, added by the proxy
+		want  string
+	}{
+		{ModeNone, 0, "none"}, {ModeS2, 0, "s2"}, {ModeZstd, 0, "zstd"},
+		// auto: a LAN round trip picks s2, a WAN one zstd. The LAN threshold is
+		// raised so a busy test machine's loopback still counts as a LAN.
+		{ModeAuto, 0, "s2"}, {ModeAuto, 40 * time.Millisecond, "zstd"},
+	} {
+		t.Run(fmt.Sprintf("%s/%v", c.mode, c.delay), func(t *testing.T) {
 			g := newRig(t, kinds()[1])
-			g.rcOpts.Compression = mode
+			g.rcOpts.Compression = c.mode
+			g.shOpts.AutoLANRTT = 30 * time.Millisecond
 			g.startMaster()
+			g.proxy.SetDelay(c.delay)
 			g.startSlave()
 			// Let the first RTT sample arrive: auto decides by it.
 			testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
@@ -67,12 +78,8 @@ func TestCodecsConverge(t *testing.T) {
 			g.load(300, defaultParts())
 			g.waitConverged(20 * time.Second)
 			l := g.sh.Lag()[0]
-			if l.Mode != string(mode) {
-				t.Fatalf("mode %q, want %q", l.Mode, mode)
-			}
-			want := map[Mode]string{ModeNone: "none", ModeS2: "s2", ModeAuto: "s2"}[mode] // loopback RTT < 2ms: auto picks s2
-			if l.Codec != want {
-				t.Fatalf("codec %q, want %q", l.Codec, want)
+			if l.Mode != string(c.mode) || l.Codec != c.want {
+				t.Fatalf("mode %q codec %q (rtt %v), want mode %q codec %q", l.Mode, l.Codec, l.RTT, c.mode, c.want)
 			}
 		})
 	}

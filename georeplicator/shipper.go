@@ -29,8 +29,9 @@ type Shipper struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	sessions map[slaveKey]*session // the current connection of each slave
 
 	prog *progress
 	idx  *logIndex
@@ -44,7 +45,7 @@ func NewShipper(opts ShipperOptions) (*Shipper, error) {
 		return nil, err
 	}
 	s := &Shipper{opts: opts, log: opts.Logger.With("component", "georeplicator", "role", "master"),
-		quit: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+		quit: make(chan struct{}), conns: map[net.Conn]struct{}{}, sessions: map[slaveKey]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	p, err := loadProgress(opts.StateFile, opts.Clock)
 	if err != nil {
@@ -307,6 +308,7 @@ func (s *Shipper) serve(c net.Conn) error {
 		ss.lim = rate.NewLimiter(rate.Limit(bw), burst)
 	}
 	ss.chooser.init(mode, bw)
+	ss.chooser.lanRTT = s.opts.AutoLANRTT
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive}
@@ -324,8 +326,24 @@ func (s *Shipper) serve(c net.Conn) error {
 		}
 	}
 	c.SetDeadline(time.Time{})
-	s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
-	defer s.prog.disconnect(key)
+	// A slave has one stream: a new connection replaces one the master has
+	// not yet noticed is dead (the slave reconnected after a cut).
+	s.mu.Lock()
+	if old := s.sessions[key]; old != nil {
+		old.log.Info("slave reconnected; closing its previous connection")
+		old.conn.Close()
+	}
+	s.sessions[key] = ss
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.sessions[key] == ss {
+			delete(s.sessions, key)
+		}
+		s.mu.Unlock()
+	}()
+	connNo := s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
+	defer s.prog.disconnect(key, connNo)
 	s.idx.want(start) // after connect: from now on the index keeps what this slave lacks
 	ss.log.Info("slave connected", "start", start, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
