@@ -28,6 +28,11 @@ type Bundle struct {
 	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
 	Samsa map[string]string
 
+	samsaRecover recoverSettings // ModeSamsa: the recover* keys
+	// afterRecover, when set (tests), runs after the samsa offset recovery
+	// and before the broker starts and registers in ZooKeeper.
+	afterRecover func()
+
 	// Store is the storage engine.
 	Store *store.Store
 	// Broker serves the MetaQ protocol.
@@ -86,6 +91,9 @@ func New(opts Options) (*Bundle, error) {
 			return nil, fmt.Errorf("bundle: %s: samsa needs slave=<host:port>", opts.PluginPath)
 		}
 		b.Samsa = props
+		if b.samsaRecover, err = parseRecoverSettings(props); err != nil {
+			return nil, fmt.Errorf("bundle: %s: %w", opts.PluginPath, err)
+		}
 	}
 	return b, nil
 }
@@ -152,6 +160,10 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		reg = b.Registry
 	} else {
 		b.log.Info("BUNDLE: ZooKeeper disabled, running standalone", "mode", b.opts.Mode.String())
+	}
+
+	if err = b.recoverSamsaOffsets(ctx); err != nil {
+		return err
 	}
 
 	bo := broker.Options{
