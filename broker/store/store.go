@@ -38,7 +38,7 @@ type PartitionInfo struct {
 	Partition int
 	Min       int64 // first retained offset
 	Max       int64 // readable end: a Read must start below it (the durable end, as MetaQ's flushed size)
-	Durable   int64 // end of the last fsynced record (<= Max)
+	Durable   int64 // end of the last fsynced record; equals Max (the readable end is the durable end)
 	Written   int64 // end of the last written record (>= Max); AppendRaw appends here
 	Messages  int64 // records appended since start-up (MetaQ's message_count)
 	Bytes     int64 // Max - Min
