@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -369,4 +370,58 @@ func BenchmarkScaling(b *testing.B) {
 	b.ReportMetric(m["p16_b1"]/d8, "xdisk8K_p16_b1")
 	b.ReportMetric(m["p16_b16"]/d64, "xdisk64K_p16_b16")
 	b.ReportMetric(m["p10000_b16"]/d64, "xdisk64K_p10000_b16")
+}
+
+// BenchmarkOpenAfterCleanClose measures start-up after a clean shutdown on a
+// 256 MiB log of 1 KiB single-record chunks over 1,024 partitions (the
+// worst case for index size), reporting ms per GiB of log and the heap the
+// indexes take per GiB.
+func BenchmarkOpenAfterCleanClose(b *testing.B) {
+	dir := b.TempDir()
+	const logBytes = 256 << 20
+	s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.SetPolicy("open", Policy{UnflushThreshold: 1 << 20}) // no fsync per append while filling
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			msg := []Message{{Body: benchBody}}
+			for i := w; i < logBytes/benchRecord; i += 8 {
+				if _, err := s.Append(ctx, "open", i%1024, msg); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	b.ResetTimer()
+	var heap uint64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap = after.HeapAlloc - before.HeapAlloc
+		s.Close()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	gib := float64(logBytes) / (1 << 30)
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/gib, "ms/GiB")
+	b.ReportMetric(float64(heap)/gib/(1<<20), "heapMiB/GiB")
 }
