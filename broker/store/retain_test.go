@@ -222,3 +222,51 @@ func TestRetainConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The partition table lives in the log: after the segments holding a
+// partition's creation are retained away and the checkpoint is lost, the
+// defines repeated at each segment start still describe it.
+func TestPartitionTableSurvivesRetention(t *testing.T) {
+	dir := t.TempDir()
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := Options{Dir: dir, SegmentBytes: 4096, Clock: fc}
+	s := openT(t, opts)
+	s.SetPolicy("quiet", Policy{MaxAge: time.Hour})
+	s.SetPolicy("busy", Policy{MaxAge: time.Hour})
+	a := mustAppend(t, s, "quiet", 0, "only record")
+	if err := s.CreatePartition("empty", 3, 500); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, "busy", 2, 40)
+	fc.Advance(2 * time.Hour)
+	want := fill(t, s, "busy", 2, 30)
+	for _, topic := range []string{"quiet", "busy"} {
+		if _, err := s.Retain(topic, fc.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := s.LogBounds()
+	if first == 0 {
+		t.Fatal("no segment was removed")
+	}
+	s.Close()
+	os.Remove(filepath.Join(dir, ckptName))
+	s2 := openT(t, opts)
+	q, err := s2.Partition("quiet", 0)
+	if err != nil || q.Min != a[0].Offset+int64(RecordHeaderLen+len("only record")) || q.Max != q.Min {
+		t.Fatalf("quiet-0 after retention and a lost checkpoint: %+v %v", q, err)
+	}
+	e, err := s2.Partition("empty", 3)
+	if err != nil || e.Min != 500 || e.Max != 500 {
+		t.Fatalf("empty-3: %+v %v", e, err)
+	}
+	for p, w := range want {
+		got := readAll(t, s2, "busy", p)
+		if !bytes.HasSuffix(got, w) {
+			t.Fatalf("busy-%d lost its recent data", p)
+		}
+	}
+	if a2 := mustAppend(t, s2, "quiet", 0, "next"); a2[0].Offset != q.Max {
+		t.Fatalf("quiet-0 continues at %d, want %d", a2[0].Offset, q.Max)
+	}
+}
