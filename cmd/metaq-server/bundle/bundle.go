@@ -29,6 +29,7 @@ type Bundle struct {
 	Samsa map[string]string
 
 	samsaRecover recoverSettings // ModeSamsa: the recover* keys
+	samsaSync    samsaSync       // ModeSamsa: the sync timeout and slave-probe keys
 	// afterRecover, when set (tests), runs after the samsa offset recovery
 	// and before the broker starts and registers in ZooKeeper.
 	afterRecover func()
@@ -91,6 +92,9 @@ func New(opts Options) (*Bundle, error) {
 			return nil, fmt.Errorf("bundle: %s: samsa needs slave=<host:port>", opts.PluginPath)
 		}
 		b.Samsa = props
+		if b.samsaSync, err = parseSamsaSync(props); err != nil {
+			return nil, fmt.Errorf("bundle: %s: %w", opts.PluginPath, err)
+		}
 		if b.samsaRecover, err = parseRecoverSettings(props); err != nil {
 			return nil, fmt.Errorf("bundle: %s: %w", opts.PluginPath, err)
 		}
@@ -177,11 +181,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	}
 	if b.Samsa != nil {
 		bo.SyncSlave = b.Samsa["slave"]
-		if ms, ok := b.Samsa["sendToSlaveTimeoutInMills"]; ok {
-			if d, perr := parseMillis(ms); perr == nil {
-				bo.SyncTimeout = d
-			}
-		}
+		bo.SyncTimeout = b.samsaSync.timeout
+		bo.SyncFailureThreshold = b.samsaSync.failureThreshold
+		bo.SyncProbeInterval = b.samsaSync.probeInterval
 	}
 	b.Broker, err = broker.New(bo)
 	if err != nil {

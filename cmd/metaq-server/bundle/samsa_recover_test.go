@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
@@ -325,5 +326,25 @@ func TestRecoverOffsetsErrors(t *testing.T) {
 	data, _, _ = zk.Get(ctx, bad)
 	if string(data) != "150-0" {
 		t.Errorf("t-0 = %q", data)
+	}
+}
+
+func TestParseSamsaSync(t *testing.T) {
+	s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1", "sendToSlaveTimeoutInMills": "1500",
+		"checkSlaveIntervalInMills": "250", "slaveContinuousFailureThreshold": "7"})
+	if err != nil || s.timeout != 1500*time.Millisecond || s.probeInterval != 250*time.Millisecond || s.failureThreshold != 7 {
+		t.Fatalf("parseSamsaSync = %+v, %v", s, err)
+	}
+	if s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1"}); err != nil || s != (samsaSync{}) {
+		t.Fatalf("defaults = %+v, %v", s, err)
+	}
+	for _, bad := range []map[string]string{
+		{"sendToSlaveTimeoutInMills": "soon"},
+		{"checkSlaveIntervalInMills": "0"},
+		{"slaveContinuousFailureThreshold": "-1"},
+	} {
+		if _, err := parseSamsaSync(bad); err == nil {
+			t.Errorf("parseSamsaSync(%v) accepted a bad value", bad)
+		}
 	}
 }
