@@ -348,3 +348,21 @@ func TestParseSamsaSync(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleSamsaProperties: conf/samsa_master.properties loads and every
+// value in it is accepted.
+func TestSampleSamsaProperties(t *testing.T) {
+	props, err := loadProperties("../../../conf/samsa_master.properties")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if props["slave"] != "127.0.0.1:8223" || props["recoverOffset"] != "false" {
+		t.Fatalf("props = %v", props)
+	}
+	if _, err := parseSamsaSync(props); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseRecoverSettings(props); err != nil {
+		t.Fatal(err)
+	}
+}
