@@ -291,7 +291,15 @@ func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at i
 	r := &request{kind: reqRaw, key: pkey{topic, partition}, at: at, payload: records, records: n,
 		policy: s.policy(topic)}
 	if err := s.submit(ctx, r); err != nil {
-		return r.end, fmt.Errorf("store: append raw %s-%d at %d: %w", topic, partition, at, err)
+		// After a cancelled wait the writer may still be filling r in: read
+		// r.end only once it has finished with r.
+		var end int64
+		select {
+		case <-r.done:
+			end = r.end
+		default:
+		}
+		return end, fmt.Errorf("store: append raw %s-%d at %d: %w", topic, partition, at, err)
 	}
 	return r.end, nil
 }
