@@ -83,6 +83,17 @@ func ParseSlave(file string, data []byte) (*Slave, []Warning, error) {
 // continuations and escapes (\t \n \r \f \uXXXX, \x for x). It returns
 // key/value pairs in file order. MetaQ reads the file as GBK; only comments
 // hold non-ASCII text in practice, and those are skipped byte for byte.
+// ParseProperties returns the key/value pairs of a Java properties file as a
+// map (a repeated key keeps its last value), for MetaQ's plugin files such
+// as samsa_master.properties.
+func ParseProperties(data []byte) map[string]string {
+	out := map[string]string{}
+	for _, kv := range parseProperties(data) {
+		out[kv[0]] = kv[1]
+	}
+	return out
+}
+
 func parseProperties(data []byte) [][2]string {
 	var out [][2]string
 	text := strings.ReplaceAll(string(data), "\r\n", "\n")

@@ -1,37 +1,22 @@
 package bundle
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"metaq/broker/config"
 )
 
-// loadProperties reads a Java properties file of key=value (or key: value)
-// lines with # and ! comments, enough for MetaQ's plugin files (spec §4.5).
+// loadProperties reads a MetaQ plugin file (Java properties, spec §4.5).
 func loadProperties(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	props := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == '!' {
-			continue
-		}
-		i := strings.IndexAny(line, "=:")
-		if i < 0 {
-			props[line] = ""
-			continue
-		}
-		props[strings.TrimSpace(line[:i])] = strings.TrimSpace(line[i+1:])
-	}
-	return props, sc.Err()
+	return config.ParseProperties(data), nil
 }
 
 func parseMillis(s string) (time.Duration, error) {
