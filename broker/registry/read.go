@@ -235,33 +235,11 @@ func (r *Registry) ConsumerOffsets(ctx context.Context, group, topic string) ([]
 	}
 	var out []Offset
 	for _, t := range topics {
-		dir := r.paths.ConsumerOffsets(group, t)
-		parts, err := r.Children(ctx, dir)
-		if errors.Is(err, ErrNoNode) {
-			continue
-		}
+		offs, err := r.topicOffsets(ctx, r.paths.ConsumerOffsets(group, t), t)
 		if err != nil {
-			return nil, fmt.Errorf("registry: offsets of group %s topic %s: %w", group, t, err)
+			return nil, err
 		}
-		for _, p := range parts {
-			b, n, ok := ParsePartition(p)
-			if !ok {
-				continue
-			}
-			data, _, err := r.Get(ctx, dir+"/"+p)
-			if errors.Is(err, ErrNoNode) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("registry: offset %s/%s: %w", dir, p, err)
-			}
-			msgID, off, err := ParseOffset(string(data))
-			if err != nil {
-				r.log.Warn("REGISTRY: unreadable consumer offset", "path", dir+"/"+p, "value", string(data))
-				continue
-			}
-			out = append(out, Offset{Topic: t, Partition: p, BrokerID: b, Part: n, MsgID: msgID, Offset: off})
-		}
+		out = append(out, offs...)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -297,4 +275,38 @@ func (r *Registry) Groups(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(kids)
 	return kids, nil
+}
+
+// topicOffsets reads one topic's offset nodes under dir
+// (<root>/consumers/<group>/offsets/<topic>). A missing dir is no offsets;
+// unreadable values are logged and left out.
+func (r *Registry) topicOffsets(ctx context.Context, dir, topic string) ([]Offset, error) {
+	parts, err := r.Children(ctx, dir)
+	if errors.Is(err, ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: offsets %s: %w", dir, err)
+	}
+	var out []Offset
+	for _, p := range parts {
+		b, n, ok := ParsePartition(p)
+		if !ok {
+			continue
+		}
+		data, _, err := r.Get(ctx, dir+"/"+p)
+		if errors.Is(err, ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("registry: offset %s/%s: %w", dir, p, err)
+		}
+		msgID, off, err := ParseOffset(string(data))
+		if err != nil {
+			r.log.Warn("REGISTRY: unreadable consumer offset", "path", dir+"/"+p, "value", string(data))
+			continue
+		}
+		out = append(out, Offset{Topic: topic, Partition: p, BrokerID: b, Part: n, MsgID: msgID, Offset: off})
+	}
+	return out, nil
 }

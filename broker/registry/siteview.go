@@ -370,32 +370,9 @@ func (r *Registry) OffsetsUnder(ctx context.Context, root string) ([]GroupOffset
 		}
 		sort.Strings(topics)
 		for _, t := range topics {
-			dir := p.ConsumerOffsets(g, t)
-			kids, err := r.Children(ctx, dir)
-			if errors.Is(err, ErrNoNode) {
-				continue
-			}
+			offs, err := r.topicOffsets(ctx, p.ConsumerOffsets(g, t), t)
 			if err != nil {
-				return nil, fmt.Errorf("registry: offsets %s: %w", dir, err)
-			}
-			var offs []Offset
-			for _, k := range kids {
-				b, n, ok := ParsePartition(k)
-				if !ok {
-					continue
-				}
-				data, _, err := r.Get(ctx, dir+"/"+k)
-				if errors.Is(err, ErrNoNode) {
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("registry: offset %s/%s: %w", dir, k, err)
-				}
-				msgID, off, err := ParseOffset(string(data))
-				if err != nil {
-					continue
-				}
-				offs = append(offs, Offset{Topic: t, Partition: k, BrokerID: b, Part: n, MsgID: msgID, Offset: off})
+				return nil, err
 			}
 			sort.Slice(offs, func(i, j int) bool {
 				if offs[i].BrokerID != offs[j].BrokerID {
