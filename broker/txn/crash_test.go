@@ -2,20 +2,15 @@ package txn
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"metaq/broker"
-	"metaq/broker/config"
-	"metaq/broker/store"
 	"metaq/broker/wire"
 )
 
@@ -29,26 +24,7 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("child process of TestPreparedXASurvivesSIGKILL")
 	}
-	cfg, _, err := config.Parse("server.ini", []byte(e2eINI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(store.Options{Dir: filepath.Join(dir, "data")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Open(Options{Dir: filepath.Join(dir, "transactions"), Store: st, NextID: st.NextID, FlushAtCommit: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := broker.New(broker.Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.SetTxHandler(NewHandler(m, b))
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := openSite(t, dir).brk
 	fmt.Printf("ADDR %s\n", b.Addr())
 	select {} // until SIGKILL
 }

@@ -36,7 +36,8 @@ type site struct {
 	brk *broker.Broker
 }
 
-func startSite(t *testing.T, dir string) *site {
+// openSite opens a store, transaction manager and started broker on dir.
+func openSite(t testing.TB, dir string) *site {
 	t.Helper()
 	cfg, _, err := config.Parse("server.ini", []byte(e2eINI))
 	if err != nil {
@@ -58,7 +59,12 @@ func startSite(t *testing.T, dir string) *site {
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s := &site{st: st, m: m, brk: b}
+	return &site{st: st, m: m, brk: b}
+}
+
+func startSite(t *testing.T, dir string) *site {
+	t.Helper()
+	s := openSite(t, dir)
 	t.Cleanup(s.stop)
 	return s
 }
