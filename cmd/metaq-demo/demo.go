@@ -334,6 +334,9 @@ func (d *demo) Close() error {
 	return errors.Join(errs...)
 }
 
+// Dir is the folder of the config sets, data and logs.
+func (d *demo) Dir() string { return d.dir }
+
 func (d *demo) site(name string) *site {
 	for _, s := range d.sites {
 		if s.name == name {

@@ -15,6 +15,15 @@ import (
 	"time"
 )
 
+// TestMain lets the netns mode re-run this test binary inside a
+// namespace as it re-runs the demo binary.
+func TestMain(m *testing.M) {
+	if internalMain(os.Args[1:]) {
+		return
+	}
+	os.Exit(m.Run())
+}
+
 var dashRE = regexp.MustCompile(`(?m)^  (bj|hf|gz)  http://(127\.0\.0\.1:\d+)/$`)
 
 // TestDemoOnce runs the tour on free ports and checks what it reports: every
@@ -25,7 +34,7 @@ func TestDemoOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := run(ctx, []string{"--once", "--dir", dir, "--base-port", "0", "--messages", "300"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"--once", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "300"}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	s := out.String()
@@ -65,13 +74,13 @@ func TestDemoOnce(t *testing.T) {
 	}
 	// A second run in the same folder starts clean.
 	out.Reset()
-	if err := run(ctx, []string{"--once", "--dir", dir, "--base-port", "0", "--messages", "10"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"--once", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "10"}, &out, &errOut); err != nil {
 		t.Fatalf("second run: %v\n%s", err, out.String())
 	}
 	// A folder the demo did not make is refused.
 	other := t.TempDir()
 	os.WriteFile(filepath.Join(other, "keep.txt"), []byte("x"), 0o644)
-	if err := run(ctx, []string{"--once", "--dir", other, "--base-port", "0"}, &out, &errOut); err == nil {
+	if err := run(ctx, []string{"--once", "--no-netns", "--dir", other, "--base-port", "0"}, &out, &errOut); err == nil {
 		t.Error("the demo used a non-empty folder it did not make")
 	}
 }
@@ -88,7 +97,7 @@ func TestDemoInterrupt(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	dir := filepath.Join(t.TempDir(), "demo-data")
-	cmd := exec.Command(bin, "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
+	cmd := exec.Command(bin, "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -11,6 +11,13 @@
 // by masterAddress) and bj runs an embedded NATS server for configsync.
 // Every site's config set is written under --dir (default ./demo-data), and
 // each bundle logs to <dir>/<site>/bundle.log.
+//
+// Run as root with `ip netns` and the wanemu scripts at hand, the demo puts
+// each site in its own network namespace instead (198.18.0.1-3, joined by
+// links with 30 ms one-way delay and a 50 Mbit/s cap), runs each bundle as
+// a metaq-server child process, and forwards the dashboards to 127.0.0.1.
+// --no-netns keeps the in-process mode; the demo says why when it falls
+// back to it.
 package main
 
 import (
@@ -20,11 +27,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
 
 func main() {
+	if internalMain(os.Args[1:]) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -42,7 +53,7 @@ func main() {
 // run parses flags, starts the sites, runs the tour and, unless --once,
 // keeps printing the lag report until ctx ends. Everything it started is
 // stopped before it returns.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("metaq-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := defaultOptions()
@@ -52,23 +63,46 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Messages, "messages", o.Messages, "sample messages produced at bj")
 	fs.DurationVar(&o.WANDelay, "wan-delay", o.WANDelay, "one-way delay added between sites")
 	fs.DurationVar(&o.Every, "every", o.Every, "how often the lag report is printed while running")
+	fs.BoolVar(&o.NoNetns, "no-netns", false, "run the sites in this process even when network namespaces are available")
+	fs.StringVar(&o.Loss, "loss", o.Loss, "netns mode: packet loss on each WAN link, in percent")
+	fs.StringVar(&o.Rate, "rate", o.Rate, "netns mode: bandwidth cap of each WAN link (tc syntax; 0 = none)")
+	fs.StringVar(&o.WANemu, "wanemu", os.Getenv("METAQ_WANEMU"), "netns mode: folder of the wanemu scripts (default: found above the module as shared/tools/wanemu)")
+	fs.StringVar(&o.ServerBin, "server-bin", "", "netns mode: metaq-server binary to run (default: built from this module into a temporary folder)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms]")
+		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms] [--no-netns] [--loss 0]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	d, err := startDemo(ctx, o, stdout)
-	if err != nil {
-		return err
+	if _, err := strconv.ParseFloat(o.Loss, 64); err != nil {
+		return fmt.Errorf("--loss %q: a percentage such as 0 or 0.5", o.Loss)
 	}
+	var d runner
+	if ns, why := netnsUsable(o); ns {
+		nd, err := startNetnsDemo(ctx, o, stdout)
+		if err != nil {
+			return err
+		}
+		d = nd
+	} else {
+		fmt.Fprintf(stdout, "network namespaces: off (%s); the sites run in this process behind an in-process WAN proxy\n", why)
+		pd, err := startDemo(ctx, o, stdout)
+		if err != nil {
+			return err
+		}
+		d = pd
+	}
+	var closeErr error
 	defer func() {
 		fmt.Fprintln(stdout, "stopping the three sites...")
-		if err := d.Close(); err != nil {
-			fmt.Fprintln(stderr, "metaq-demo: close:", err)
+		if closeErr = d.Close(); closeErr != nil {
+			fmt.Fprintln(stderr, "metaq-demo: close:", closeErr)
+			if err == nil {
+				err = closeErr
+			}
 		}
-		fmt.Fprintln(stdout, "stopped; config sets and logs are in", d.dir)
+		fmt.Fprintln(stdout, "stopped; config sets and logs are in", d.Dir())
 	}()
 	if err := d.Tour(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -84,6 +118,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// runner is a started demo: in process or in network namespaces.
+type runner interface {
+	Tour(ctx context.Context) error
+	Follow(ctx context.Context)
+	Close() error
+	Dir() string
+}
+
 // Options configure the demo.
 type Options struct {
 	Dir      string
@@ -92,8 +134,18 @@ type Options struct {
 	Messages int
 	WANDelay time.Duration
 	Every    time.Duration
+	// NoNetns keeps the in-process mode even as root.
+	NoNetns bool
+	// Loss (percent) and Rate (tc syntax) shape the netns mode's links.
+	Loss string
+	Rate string
+	// WANemu is the folder of the wanemu scripts; ServerBin a prebuilt
+	// metaq-server (netns mode).
+	WANemu    string
+	ServerBin string
 }
 
 func defaultOptions() Options {
-	return Options{Dir: "demo-data", BasePort: 8123, Messages: 1000, WANDelay: 30 * time.Millisecond, Every: 5 * time.Second}
+	return Options{Dir: "demo-data", BasePort: 8123, Messages: 1000, WANDelay: 30 * time.Millisecond, Every: 5 * time.Second,
+		Loss: "0", Rate: "50mbit"}
 }

@@ -1,0 +1,877 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
+
+	"metaq/configsync"
+	"metaq/topology"
+)
+
+// Netns mode: every site is a network namespace built by the wanemu
+// scripts, with its address 198.18.0.i (RFC 2544 benchmarking range: it
+// never leaves the namespaces) and a link to every other site through a
+// userspace relay that adds the delay and loss; tbf caps the rate. Each
+// bundle is a metaq-server child process inside its namespace; the tour's
+// clients run in short-lived copies of this binary inside the namespaces
+// (see step.go), and the demo itself reaches the dashboards, admin
+// endpoints and NATS with sockets opened inside a namespace (nsDial).
+
+// Ports every site uses inside its own namespace (the namespaces do not
+// share ports, so the bundle defaults serve all three).
+const (
+	nsServerPort = 8123
+	nsReplPort   = nsServerPort + 1
+	nsAdminPort  = nsServerPort + 2
+	nsGossipPort = nsServerPort + 3
+	nsNATSPort   = nsServerPort + 4
+	nsDashPort   = 8120
+)
+
+// staleFile, in the demo folder, names a netns run so that a demo killed
+// before its cleanup has its namespaces and relay removed by the next start.
+const staleFile = ".metaq-demo-netns"
+
+// netnsUsable says whether the netns mode can run, and why not.
+func netnsUsable(o Options) (bool, string) {
+	if o.NoNetns {
+		return false, "--no-netns"
+	}
+	if runtime.GOOS != "linux" {
+		return false, "network namespaces need Linux"
+	}
+	if os.Geteuid() != 0 {
+		return false, "not root; run as root for network namespaces with emulated WAN links"
+	}
+	if err := exec.Command("ip", "netns", "list").Run(); err != nil {
+		return false, fmt.Sprintf("`ip netns` is unavailable: %v", err)
+	}
+	if wanemuDir(o) == "" {
+		return false, "the wanemu scripts were not found; set --wanemu or $METAQ_WANEMU"
+	}
+	if o.ServerBin == "" && moduleRoot() == "" {
+		return false, "not inside the metaq module, so metaq-server cannot be built; set --server-bin"
+	}
+	return true, ""
+}
+
+// wanemuDir is --wanemu, or shared/tools/wanemu (or tools/wanemu) in the
+// module root or a folder above it.
+func wanemuDir(o Options) string {
+	if o.WANemu != "" {
+		if _, err := os.Stat(filepath.Join(o.WANemu, "setup.sh")); err == nil {
+			return o.WANemu
+		}
+		return ""
+	}
+	start := moduleRoot()
+	if start == "" {
+		start, _ = os.Getwd()
+	}
+	for d := start; ; d = filepath.Dir(d) {
+		for _, sub := range []string{"shared/tools/wanemu", "tools/wanemu"} {
+			p := filepath.Join(d, sub)
+			if _, err := os.Stat(filepath.Join(p, "setup.sh")); err == nil {
+				return p
+			}
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// moduleRoot is the folder of the metaq module's go.mod, "" outside it.
+func moduleRoot() string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return ""
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return ""
+	}
+	if b, err := os.ReadFile(mod); err != nil || !bytes.HasPrefix(b, []byte("module metaq\n")) {
+		return ""
+	}
+	return filepath.Dir(mod)
+}
+
+// child is a process the demo started; pid is also its process group.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+type nsSite struct {
+	name    string
+	slave   bool
+	slaveID int
+	ns      string
+	ip      string
+	dir     string
+	proc    *child
+	fwd     net.Listener // host-side dashboard forwarder
+}
+
+func (s *nsSite) metaqAddr() string { return net.JoinHostPort(s.ip, strconv.Itoa(nsServerPort)) }
+
+// netnsDemo is the three-site deployment in network namespaces.
+type netnsDemo struct {
+	o       Options
+	out     io.Writer
+	dir     string
+	tmp     string // metaq-server binary and the wanemu run folder
+	self    string
+	wanemu  string
+	prefix  string
+	env     []string
+	up      bool // setup.sh ran
+	sites   []*nsSite
+	shared  []byte
+	nats    *child
+	trickle *child
+
+	mu       sync.Mutex
+	children []*child
+	fwdWG    sync.WaitGroup
+}
+
+func (n *netnsDemo) printf(format string, args ...any) { fmt.Fprintf(n.out, format, args...) }
+
+// Dir is the folder of the config sets, data and logs.
+func (n *netnsDemo) Dir() string { return n.dir }
+
+func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("demo: own binary: %w", err)
+	}
+	wan := wanemuDir(o)
+	removeStale(o.Dir, wan, out)
+	dir, err := prepareDir(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "metaq-demo-")
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self, wanemu: wan,
+		prefix: fmt.Sprintf("mqd%d-", os.Getpid()%1000000)}
+	defer func() {
+		if err != nil {
+			if cerr := n.Close(); cerr != nil {
+				fmt.Fprintln(out, "cleanup:", cerr)
+			}
+		}
+	}()
+	n.env = append(os.Environ(), "SITES=bj hf gz", "PREFIX="+n.prefix,
+		"DELAY="+durationTC(o.WANDelay), "LOSS="+o.Loss, "RATE="+o.Rate, "WAN_RUNDIR="+filepath.Join(tmp, "wanemu"))
+	for i, name := range []string{"bj", "hf", "gz"} {
+		n.sites = append(n.sites, &nsSite{name: name, slave: i > 0, slaveID: i, ns: n.prefix + name,
+			ip: fmt.Sprintf("198.18.0.%d", i+1), dir: filepath.Join(dir, name)})
+	}
+	n.shared = []byte(sharedServerINI())
+	n.printf("MetaQ three-site demo in network namespaces: bj (master), hf and gz (async slaves); WAN links %v one way, loss %s%%, rate %s\n",
+		o.WANDelay, o.Loss, o.Rate)
+	n.printf("config sets, data and logs: %s\n", dir)
+
+	bin := o.ServerBin
+	if bin == "" {
+		bin = filepath.Join(tmp, "metaq-server")
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/metaq-server")
+		cmd.Dir = moduleRoot()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("demo: build metaq-server: %w\n%s", err, b)
+		}
+		n.printf("built metaq-server in %v\n", time.Since(start).Round(100*time.Millisecond))
+	}
+
+	// Record the run before building anything, so a demo killed halfway is
+	// cleaned up by the next start.
+	stale := fmt.Sprintf("%s\n%s\n", n.prefix, filepath.Join(tmp, "wanemu"))
+	if err := os.WriteFile(filepath.Join(dir, staleFile), []byte(stale), 0o644); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	n.up = true
+	setup := exec.CommandContext(ctx, "bash", filepath.Join(wan, "setup.sh"))
+	setup.Env = n.env
+	if b, err := setup.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("demo: wanemu setup: %w\n%s", err, b)
+	}
+	n.printf("namespaces %sbj, %shf, %sgz (198.18.0.1-3) joined by emulated WAN links\n\n", n.prefix, n.prefix, n.prefix)
+
+	// configsync's NATS server: the bundle refuses an embedded NATS listener
+	// beyond loopback (it has no authentication), and the slaves must reach
+	// it across the WAN, so the demo runs it in bj's namespace itself.
+	bj := n.sites[0]
+	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	natsAddr := net.JoinHostPort(bj.ip, strconv.Itoa(nsNATSPort))
+	if n.nats, err = n.spawn(bj.ns, "nats", filepath.Join(dir, "nats", "nats.log"),
+		n.self, internalNATS, natsAddr, filepath.Join(dir, "nats", "store")); err != nil {
+		return nil, err
+	}
+	if err := n.waitListen(ctx, bj.ns, natsAddr, n.nats, 15*time.Second); err != nil {
+		return nil, fmt.Errorf("demo: NATS in %s: %w", bj.ns, err)
+	}
+
+	for _, s := range n.sites {
+		if err := n.startSite(s, "nats://"+natsAddr); err != nil {
+			return nil, err
+		}
+		if err := n.waitListen(ctx, s.ns, s.metaqAddr(), s.proc, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("demo: site %s: %w (see %s)", s.name, err, filepath.Join(s.dir, "bundle.log"))
+		}
+		if err := n.waitListen(ctx, s.ns, net.JoinHostPort("127.0.0.1", strconv.Itoa(nsDashPort)), s.proc, 15*time.Second); err != nil {
+			return nil, fmt.Errorf("demo: site %s dashboard: %w", s.name, err)
+		}
+	}
+	rtt, err := n.roundTrip(ctx, n.sites[1], bj)
+	if err != nil {
+		return nil, err
+	}
+	n.printf("WAN round trip hf -> bj: %v (one TCP connect from inside %s)\n", rtt.Round(time.Millisecond), n.sites[1].ns)
+	for i, s := range n.sites {
+		ps, err := portsFor(o.BasePort, i)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.forward(s, ps.dash); err != nil {
+			return nil, err
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITE\tROLE\tNETNS\tMETAQ\tPID\tDASHBOARD\tCONFIG")
+	for _, s := range n.sites {
+		role := "master"
+		if s.slave {
+			role = "slave" + strconv.Itoa(s.slaveID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\tmeta://%s\t%d\thttp://%s/\t%s\n", s.name, role, s.ns, s.metaqAddr(), s.proc.cmd.Process.Pid,
+			s.fwd.Addr(), filepath.Join(s.dir, "conf"))
+	}
+	tw.Flush()
+	return n, nil
+}
+
+// durationTC writes d as tc and wanlink read it (30ms).
+func durationTC(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+// removeStale tears down the namespaces and relay of an earlier run in dir
+// that ended without cleaning up (killed by SIGKILL, for example).
+func removeStale(dir, wan string, out io.Writer) {
+	b, err := os.ReadFile(filepath.Join(dir, staleFile))
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "mqd") {
+		return
+	}
+	list, _ := exec.Command("ip", "netns", "list").Output()
+	_, runErr := os.Stat(lines[1])
+	if !strings.Contains(string(list), lines[0]) && runErr != nil {
+		return
+	}
+	fmt.Fprintf(out, "removing namespaces %s* left by an earlier run\n", lines[0])
+	cmd := exec.Command("bash", filepath.Join(wan, "teardown.sh"))
+	cmd.Env = append(os.Environ(), "SITES=bj hf gz", "PREFIX="+lines[0], "WAN_RUNDIR="+lines[1])
+	cmd.Run()
+	if tmp := filepath.Dir(lines[1]); strings.HasPrefix(filepath.Base(tmp), "metaq-demo-") {
+		os.RemoveAll(tmp)
+	}
+}
+
+func (n *netnsDemo) overlay(s *nsSite, natsURL string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, ";; Site overlay of %s (network namespace %s): keys here override server.ini on this site only.\n", s.name, s.ns)
+	fmt.Fprintf(&b, "[system]\nhostName=%s\nserverPort=%d\ndashboardHttpPort=%d\ndataPath=%s\n\n", s.ip, nsServerPort, nsDashPort, filepath.Join(s.dir, "data"))
+	fmt.Fprintf(&b, ";; Dashboard and admin stay on the namespace's loopback; the demo forwards\n;; the dashboard to the host's 127.0.0.1.\n")
+	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, nsDashPort, nsAdminPort)
+	fmt.Fprintf(&b, "[replication]\nlisten=%s:%d\n\n", s.ip, nsReplPort)
+	fmt.Fprintf(&b, "[gossip]\nbind=%s:%d\n", s.ip, nsGossipPort)
+	if s.slave {
+		fmt.Fprintf(&b, "join=%s:%d\n", n.sites[0].ip, nsGossipPort)
+	}
+	fmt.Fprintf(&b, "\n[nats]\n;; The demo's NATS server in bj's namespace (across the WAN for hf and gz).\nurl=%s\n", natsURL)
+	return b.String()
+}
+
+// startSite writes a site's config set and starts its metaq-server.
+func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
+	conf := filepath.Join(s.dir, "conf")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	files := map[string]string{"server.ini": string(n.shared), "site.ini": n.overlay(s, natsURL)}
+	args := []string{n.binPath(), "start"}
+	if s.slave {
+		files["async_slave.properties"] = fmt.Sprintf(`# %s replicates bj (brokerId 0).
+slaveId=%d
+slaveGroup=meta-slave-group-%s
+slaveMaxDelayInMills=200
+autoSyncMasterConfig=false
+# ZooKeeper is off: bj's replication address, across the emulated WAN.
+masterAddress=%s:%d
+compression=zstd
+`, s.name, s.slaveID, s.name, n.sites[0].ip, nsReplPort)
+		args = append(args, "slave", "-s", filepath.Join(conf, "async_slave.properties"))
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	args = append(args, "-f", filepath.Join(conf, "server.ini"), "--foreground")
+	c, err := n.spawn(s.ns, "site "+s.name, filepath.Join(s.dir, "bundle.log"), args...)
+	if err != nil {
+		return err
+	}
+	s.proc = c
+	return nil
+}
+
+func (n *netnsDemo) binPath() string {
+	if n.o.ServerBin != "" {
+		if abs, err := filepath.Abs(n.o.ServerBin); err == nil {
+			return abs
+		}
+		return n.o.ServerBin
+	}
+	return filepath.Join(n.tmp, "metaq-server")
+}
+
+// nsCommand is argv run inside namespace ns, in its own process group and
+// killed if the demo dies (Pdeathsig survives the exec of ip and of argv).
+func nsCommand(ns string, argv ...string) *exec.Cmd {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// spawn starts a long-running child in ns logging to logPath.
+func (n *netnsDemo) spawn(ns, name, logPath string, argv ...string) (*child, error) {
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	cmd := nsCommand(ns, argv...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("demo: start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		lf.Close()
+		close(c.done)
+	}()
+	n.mu.Lock()
+	n.children = append(n.children, c)
+	n.mu.Unlock()
+	return c, nil
+}
+
+// stop ends a child's process group: SIGTERM, then SIGKILL after grace.
+func (c *child) stop(grace time.Duration) {
+	pid := c.cmd.Process.Pid
+	select {
+	case <-c.done:
+	default:
+		syscall.Kill(-pid, syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(grace):
+			syscall.Kill(-pid, syscall.SIGKILL)
+			<-c.done
+		}
+	}
+	// The leader is gone; anything it left in its group goes too.
+	syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// waitListen waits until addr accepts connections inside ns, failing early
+// when the child that should open it exits.
+func (n *netnsDemo) waitListen(ctx context.Context, ns, addr string, c *child, timeout time.Duration) error {
+	dial := nsDial(ns)
+	return waitFor(ctx, timeout, func() error {
+		select {
+		case <-c.done:
+			return fmt.Errorf("%s exited: %v", c.name, c.err)
+		default:
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		conn, err := dial(dctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+		return nil
+	})
+}
+
+// roundTrip times a TCP connect from inside from to to's MetaQ port: one
+// round trip across the emulated WAN (the fastest of three).
+func (n *netnsDemo) roundTrip(ctx context.Context, from, to *nsSite) (time.Duration, error) {
+	best := time.Duration(math.MaxInt64)
+	dial := nsDial(from.ns)
+	for range 3 {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := time.Now()
+		c, err := dial(dctx, "tcp", to.metaqAddr())
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("demo: %s cannot reach %s across the WAN: %w", from.name, to.metaqAddr(), err)
+		}
+		c.Close()
+		best = min(best, took)
+	}
+	return best, nil
+}
+
+// forward serves a site's dashboard (on its namespace's loopback) on the
+// host's 127.0.0.1:port (a free port when port is 0).
+func (n *netnsDemo) forward(s *nsSite, port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("demo: dashboard forwarder for %s (try --base-port 0): %w", s.name, err)
+	}
+	s.fwd = ln
+	dial := nsDial(s.ns)
+	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(nsDashPort))
+	n.fwdWG.Add(1)
+	go func() {
+		defer n.fwdWG.Done()
+		var conns sync.WaitGroup
+		defer conns.Wait()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				up, err := dial(ctx, "tcp", target)
+				cancel()
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() {
+					io.Copy(up, c)
+					up.(*net.TCPConn).CloseWrite()
+					close(done)
+				}()
+				io.Copy(c, up)
+				c.Close()
+				<-done
+			}()
+		}
+	}()
+	return nil
+}
+
+// inNetns runs f on an OS thread switched into the named network namespace.
+// Sockets created by f stay in that namespace after the thread switches back.
+func inNetns(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open(filepath.Join("/var/run/netns", name))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("setns %s: %w", name, err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: the runtime ends it with this goroutine
+			// rather than reuse a thread in the wrong namespace.
+			errc <- fmt.Errorf("restore netns: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// nsDial dials from inside namespace ns.
+func nsDial(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := inNetns(ns, func() (err error) {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+}
+
+// natsDialer gives nats.go connections opened inside a namespace.
+type natsDialer struct{ ns string }
+
+func (d natsDialer) Dial(network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return nsDial(d.ns)(ctx, network, addr)
+}
+
+// httpGet fetches url from inside ns.
+func httpGet(ctx context.Context, ns, url string) ([]byte, error) {
+	tr := &http.Transport{DialContext: nsDial(ns), DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+// lagDoc reads bj's lag report from its dashboard.
+func (n *netnsDemo) lagDoc(ctx context.Context) (topology.LagDocument, error) {
+	var doc topology.LagDocument
+	b, err := httpGet(ctx, n.sites[0].ns, fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort))
+	if err != nil {
+		return doc, err
+	}
+	err = json.Unmarshal(b, &doc)
+	return doc, err
+}
+
+// stat reads one broker counter from a site's admin endpoint.
+func (n *netnsDemo) stat(ctx context.Context, s *nsSite, name string) int64 {
+	b, err := httpGet(ctx, s.ns, fmt.Sprintf("http://127.0.0.1:%d/stats", nsAdminPort))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), " "); ok && k == name {
+			v, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// step runs one tour step in a copy of this binary inside ns and decodes
+// its JSON answer into res.
+func (n *netnsDemo) step(ctx context.Context, ns string, req stepRequest, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	cmd := nsCommand(ns, n.self, internalStep, string(body))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("demo: step %s in %s: %w", req.Op, ns, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return ctx.Err()
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // anything it left behind
+	if err != nil {
+		return fmt.Errorf("demo: step %s in %s: %v: %s", req.Op, ns, err, strings.TrimSpace(stderr.String()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), res); err != nil {
+		return fmt.Errorf("demo: step %s in %s: answer %q: %w", req.Op, ns, stdout.String(), err)
+	}
+	return nil
+}
+
+func (n *netnsDemo) site(name string) *nsSite {
+	for _, s := range n.sites {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (n *netnsDemo) addrs() map[string]string {
+	m := map[string]string{}
+	for _, s := range n.sites {
+		m[s.name] = s.metaqAddr()
+	}
+	return m
+}
+
+// Tour runs the same five steps as the in-process demo, each client inside
+// the namespace of the site it belongs to.
+func (n *netnsDemo) Tour(ctx context.Context) error {
+	bj, hf := n.site("bj"), n.site("hf")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	// 1. Produce at bj, from inside bj.
+	start := time.Now()
+	var pr produceResult
+	if err := n.step(ctx, bj.ns, stepRequest{Op: "produce", Addr: bj.metaqAddr(), Topic: sampleTopic, N: n.o.Messages, From: "bj"}, &pr); err != nil {
+		return err
+	}
+	n.printf("\n[1/5] produced %d messages to %s at bj (from inside %s) in %v\n", pr.Sent, sampleTopic, bj.ns, time.Since(start).Round(time.Millisecond))
+
+	// 2. Replication: every slave holds bj's records at bj's offsets.
+	start = time.Now()
+	var cr compareResult
+	if err := n.step(ctx, bj.ns, stepRequest{Op: "compare", Addrs: n.addrs(), Topic: sampleTopic, N: 4, Timeout: 30 * time.Second}, &cr); err != nil {
+		return fmt.Errorf("demo: replication: %w", err)
+	}
+	n.printf("[2/5] replicated: hf and gz hold bj's %d bytes of %s across the WAN, record for record at the same offsets (crc32 %08x), %v after the last put\n",
+		cr.Bytes, sampleTopic, cr.Sum, time.Since(start).Round(time.Millisecond))
+
+	// 3. Consume at hf, pinned to hf's replica by the router.
+	bjGets, hfGets := n.stat(ctx, bj, "cmd_get"), n.stat(ctx, hf, "cmd_get")
+	var cons consumeResult
+	if err := n.step(ctx, hf.ns, stepRequest{Op: "consume", Addr: bj.metaqAddr(), Local: hf.metaqAddr(), Site: "hf", Topic: sampleTopic,
+		N: n.o.Messages, Partitions: 4, RouteURL: fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort),
+		OffsetFile: filepath.Join(hf.dir, "consumer-offsets"), Timeout: 60 * time.Second}, &cons); err != nil {
+		return err
+	}
+	n.printf("[3/5] consumer group demo-hf at hf (local-first, routed by hf's view of the gossip pool) read %d messages; hf served %d gets, bj served %d gets\n",
+		cons.Read, n.stat(ctx, hf, "cmd_get")-hfGets, n.stat(ctx, bj, "cmd_get")-bjGets)
+
+	// 4. configsync: push a new topic to every site over the demo's NATS.
+	nc, err := nats.Connect("nats://"+net.JoinHostPort(bj.ip, strconv.Itoa(nsNATSPort)), nats.SetCustomDialer(natsDialer{ns: bj.ns}),
+		nats.Name("metaq-demo"), nats.Timeout(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("demo: configsync: connect NATS: %w", err)
+	}
+	defer nc.Close()
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{Conn: nc})
+	if err != nil {
+		return fmt.Errorf("demo: configsync: %w", err)
+	}
+	defer cs.Close()
+	newINI := append(append([]byte{}, n.shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\n")...)
+	start = time.Now()
+	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf", "gz"}, Timeout: 15 * time.Second})
+	if err != nil {
+		return fmt.Errorf("demo: configsync push: %w", err)
+	}
+	took := time.Since(start)
+	var parts []string
+	for _, s := range rep.Sites {
+		r := rep.Results[s]
+		if r.OK {
+			parts = append(parts, fmt.Sprintf("%s ok (topics added: %s)", s, strings.Join(r.TopicsAdded, ",")))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s FAILED: %s", s, r.Error))
+		}
+	}
+	n.printf("[4/5] configsync pushed version %d adding topic %s in %v: %s\n", rep.Version, pushedTopic, took.Round(time.Millisecond), strings.Join(parts, "; "))
+	start = time.Now()
+	for _, s := range n.sites {
+		if err := n.step(ctx, s.ns, stepRequest{Op: "produce", Addr: bj.metaqAddr(), Topic: pushedTopic, N: 1, From: "from-" + s.name}, &pr); err != nil {
+			return fmt.Errorf("demo: publish to %s from %s: %w", pushedTopic, s.name, err)
+		}
+	}
+	n.printf("      a producer in each of bj, hf and gz published to %s through the master in %v\n", pushedTopic, time.Since(start).Round(time.Millisecond))
+	if err := n.step(ctx, bj.ns, stepRequest{Op: "compare", Addrs: n.addrs(), Topic: pushedTopic, N: 2, Timeout: 30 * time.Second}, &cr); err != nil {
+		return fmt.Errorf("demo: replication of %s: %w", pushedTopic, err)
+	}
+
+	// 5. The lag report, as bj sees the pool.
+	var doc topology.LagDocument
+	if err := waitFor(ctx, 20*time.Second, func() error {
+		var err error
+		if doc, err = n.lagDoc(ctx); err != nil {
+			return err
+		}
+		if len(doc.Groups) < 2 {
+			return fmt.Errorf("lag report has %d slave groups", len(doc.Groups))
+		}
+		for _, g := range doc.Groups {
+			if g.State != topology.LagOK || g.Bytes != 0 {
+				return fmt.Errorf("%s is %s, %d bytes behind", g.SlaveGroup, g.State, g.Bytes)
+			}
+		}
+		return nil
+	}); err != nil {
+		n.printf("      (lag not settled: %v)\n", err)
+	}
+	n.printf("[5/5] lag report at bj:\n\n")
+	printLag(n.out, doc)
+	n.printf("\nDashboards (page, /api/snapshot, /lag, /metrics), forwarded from each namespace's 127.0.0.1:%d:\n", nsDashPort)
+	for _, s := range n.sites {
+		n.printf("  %s  http://%s/\n", s.name, s.fwd.Addr())
+	}
+	n.printf("Inside a site: ip netns exec %sbj <command>  (bj 198.18.0.1, hf 198.18.0.2, gz 198.18.0.3, MetaQ port %d)\n", n.prefix, nsServerPort)
+	n.printf("Config sets: %s/<site>/conf (server.ini shared, site.ini per site)\n", n.dir)
+	return nil
+}
+
+// Follow keeps a producer in bj sending a trickle and prints bj's lag
+// report every Options.Every until ctx ends.
+func (n *netnsDemo) Follow(ctx context.Context) {
+	bj := n.sites[0]
+	body, _ := json.Marshal(stepRequest{Op: "trickle", Addr: bj.metaqAddr(), Topic: sampleTopic})
+	c, err := n.spawn(bj.ns, "trickle", filepath.Join(n.dir, "trickle.log"), n.self, internalStep, string(body))
+	if err != nil {
+		n.printf("trickle producer: %v\n", err)
+	}
+	n.trickle = c
+	t := time.NewTicker(n.o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		doc, err := n.lagDoc(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.printf("%s  lag report: %v\n", time.Now().Format("15:04:05"), err)
+			}
+			continue
+		}
+		var rows []string
+		for _, g := range doc.Groups {
+			rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
+		}
+		sites := make([]string, 0, len(doc.Sites))
+		for s, st := range doc.Sites {
+			sites = append(sites, s+":"+st)
+		}
+		sort.Strings(sites)
+		n.printf("%s  sites %s  lag %s\n", time.Now().Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+	}
+}
+
+// Close stops the trickle, the sites (slaves first), the NATS server and
+// the forwarders, tears the namespaces and relay down, and checks that
+// nothing it started is left.
+func (n *netnsDemo) Close() error {
+	var errs []error
+	if n.trickle != nil {
+		n.trickle.stop(5 * time.Second)
+	}
+	for i := len(n.sites) - 1; i >= 0; i-- {
+		if s := n.sites[i]; s.proc != nil {
+			s.proc.stop(20 * time.Second)
+		}
+	}
+	if n.nats != nil {
+		n.nats.stop(10 * time.Second)
+	}
+	for _, s := range n.sites {
+		if s.fwd != nil {
+			s.fwd.Close()
+		}
+	}
+	n.fwdWG.Wait()
+	n.mu.Lock()
+	children := append([]*child(nil), n.children...)
+	n.mu.Unlock()
+	for _, c := range children {
+		c.stop(5 * time.Second)
+		if err := syscall.Kill(c.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("%s (pid %d) is still running", c.name, c.cmd.Process.Pid))
+		}
+		if err := syscall.Kill(-c.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("process group %d of %s still has members", c.cmd.Process.Pid, c.name))
+		}
+	}
+	if n.up {
+		cmd := exec.Command("bash", filepath.Join(n.wanemu, "teardown.sh"))
+		cmd.Env = n.env
+		if b, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("wanemu teardown: %w\n%s", err, b))
+		}
+		list, err := exec.Command("ip", "netns", "list").Output()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ip netns list: %w", err))
+		}
+		var left []string
+		for _, l := range strings.Split(string(list), "\n") {
+			if strings.HasPrefix(l, n.prefix) {
+				left = append(left, strings.Fields(l)[0])
+			}
+		}
+		if len(left) > 0 {
+			errs = append(errs, fmt.Errorf("namespaces left behind: %s", strings.Join(left, " ")))
+		}
+		if len(errs) == 0 {
+			os.Remove(filepath.Join(n.dir, staleFile))
+			n.printf("removed namespaces %sbj, %shf, %sgz and the WAN relay; no process of the demo is left\n", n.prefix, n.prefix, n.prefix)
+		}
+	}
+	if n.tmp != "" && len(errs) == 0 {
+		os.RemoveAll(n.tmp)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("demo: %w", errors.Join(errs...))
+	}
+	return nil
+}
