@@ -39,6 +39,7 @@ func TestDemoOnce(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{
+		"network namespaces: off (--no-netns); the sites run in this process",
 		"[1/5] produced 300 messages to orders at bj",
 		"[2/5] replicated: hf and gz hold bj's",
 		"read 300 messages;",

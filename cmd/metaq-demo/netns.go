@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sys/unix"
 
 	"metaq/configsync"
 	"metaq/topology"
@@ -370,14 +369,6 @@ func (n *netnsDemo) binPath() string {
 	return filepath.Join(n.tmp, "metaq-server")
 }
 
-// nsCommand is argv run inside namespace ns, in its own process group and
-// killed if the demo dies (Pdeathsig survives the exec of ip and of argv).
-func nsCommand(ns string, argv ...string) *exec.Cmd {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
 // spawn starts a long-running child in ns logging to logPath.
 func (n *netnsDemo) spawn(ns, name, logPath string, argv ...string) (*child, error) {
 	lf, err := os.Create(logPath)
@@ -505,44 +496,6 @@ func (n *netnsDemo) forward(s *nsSite, port int) error {
 		}
 	}()
 	return nil
-}
-
-// inNetns runs f on an OS thread switched into the named network namespace.
-// Sockets created by f stay in that namespace after the thread switches back.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/var/run/netns", name))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime ends it with this goroutine
-			// rather than reuse a thread in the wrong namespace.
-			errc <- fmt.Errorf("restore netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }
 
 // nsDial dials from inside namespace ns.
@@ -687,7 +640,7 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 	if err := n.step(ctx, bj.ns, stepRequest{Op: "compare", Addrs: n.addrs(), Topic: sampleTopic, N: 4, Timeout: 30 * time.Second}, &cr); err != nil {
 		return fmt.Errorf("demo: replication: %w", err)
 	}
-	n.printf("[2/5] replicated: hf and gz hold bj's %d bytes of %s across the WAN, record for record at the same offsets (crc32 %08x), %v after the last put\n",
+	n.printf("[2/5] replicated: hf and gz hold bj's %d bytes of %s, record for record at the same offsets (crc32 %08x); confirmed %v after the last put, reading each copy from bj's namespace across the WAN\n",
 		cr.Bytes, sampleTopic, cr.Sum, time.Since(start).Round(time.Millisecond))
 
 	// 3. Consume at hf, pinned to hf's replica by the router.
