@@ -17,7 +17,9 @@
 // links with 30 ms one-way delay and a 50 Mbit/s cap), runs each bundle as
 // a metaq-server child process, and forwards the dashboards to 127.0.0.1.
 // --no-netns keeps the in-process mode; the demo says why when it falls
-// back to it.
+// back to it. The children die with the demo even when it is killed
+// (parent-death signal); namespaces and the relay left by a killed demo are
+// removed by the next start in the same --dir.
 package main
 
 import (

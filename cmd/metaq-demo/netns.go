@@ -407,8 +407,9 @@ func (c *child) stop(grace time.Duration) {
 			<-c.done
 		}
 	}
-	// The leader is gone; anything it left in its group goes too.
-	syscall.Kill(-pid, syscall.SIGKILL)
+	// No group-wide kill once the leader is reaped: its id could then name
+	// someone else's group. ip netns exec execs the program in place, so
+	// the group held only the leader; Close checks that it is empty.
 }
 
 // waitListen waits until addr accepts connections inside ns, failing early
@@ -592,7 +593,6 @@ func (n *netnsDemo) step(ctx context.Context, ns string, req stepRequest, res an
 		<-done
 		return ctx.Err()
 	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // anything it left behind
 	if err != nil {
 		return fmt.Errorf("demo: step %s in %s: %v: %s", req.Op, ns, err, strings.TrimSpace(stderr.String()))
 	}
