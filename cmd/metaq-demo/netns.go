@@ -288,6 +288,9 @@ func durationTC(d time.Duration) string {
 // removeStale tears down the namespaces and relay of an earlier run in dir
 // that ended without cleaning up (killed by SIGKILL, for example).
 func removeStale(dir, wan string, out io.Writer) {
+	if _, err := os.Stat(filepath.Join(dir, marker)); err != nil {
+		return // not the demo's folder
+	}
 	b, err := os.ReadFile(filepath.Join(dir, staleFile))
 	if err != nil {
 		return
