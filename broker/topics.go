@@ -134,6 +134,13 @@ func policyOf(tc config.Topic) store.Policy {
 func (b *Broker) applyPolicies(cfg *config.Server) {
 	seen := map[string]bool{}
 	for _, tc := range cfg.Topics {
+		// MetaQ loads group.<g>=<class> filters from Java classes (spec
+		// §7.5); there is no JVM here, so say that those groups get every
+		// record rather than silently ignoring the setting.
+		for group, class := range tc.Filters {
+			b.log.Warn("BROKER: server-side consumer filters are not supported; the group gets every message",
+				"topic", tc.Name, "group", group, "class", class)
+		}
 		if isLiteral(tc.Name) && !seen[tc.Name] {
 			seen[tc.Name] = true
 			b.setPolicy(tc.Name, tc)
