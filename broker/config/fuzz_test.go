@@ -10,7 +10,7 @@ import (
 // FuzzParse: no input makes the loader panic, and whatever loads can be
 // described.
 func FuzzParse(f *testing.F) {
-	for _, p := range []string{"testdata/metaq-1.4.6-server.ini", "testdata/metaq-1.4.6-sample.server.ini", "testdata/vectors-server.ini", "../../conf/server.ini"} {
+	for _, p := range []string{"testdata/metaq-style-server.ini", "testdata/metaq-style-sample.server.ini", "testdata/vectors-server.ini", "../../conf/server.ini"} {
 		if data, err := os.ReadFile(p); err == nil {
 			f.Add(data)
 		}
@@ -51,7 +51,7 @@ func FuzzParseCron(f *testing.F) {
 }
 
 func FuzzSlave(f *testing.F) {
-	if data, err := os.ReadFile("testdata/metaq-1.4.6-async_slave.properties"); err == nil {
+	if data, err := os.ReadFile("testdata/metaq-style-async_slave.properties"); err == nil {
 		f.Add(data)
 	}
 	f.Add([]byte("slaveId=1\\\n  2\nslaveGroup=\\u0041\n"))

@@ -583,13 +583,14 @@ func TestTopicFor(t *testing.T) {
 	}
 }
 
-// TestJavaSamples loads MetaQ 1.4.6's own files unchanged: its shipped
-// conf/server.ini and sample.server.ini (GBK comments) and
-// async_slave.properties (GBK, CRLF). None has a key we do not know, so no
-// warnings either.
+// TestJavaSamples loads files written in the shape of MetaQ 1.4.6's shipped
+// conf/server.ini, sample.server.ini (GBK comments, blank values inherited
+// from [system]) and async_slave.properties (GBK, CRLF), plus the server.ini
+// the spec's vectors were verified with. None has a key we do not know, so no
+// warnings either. TestJavaConfDir loads the real shipped files when given.
 func TestJavaSamples(t *testing.T) {
 	t.Run("server.ini", func(t *testing.T) {
-		s, w, err := Load("testdata/metaq-1.4.6-server.ini")
+		s, w, err := Load("testdata/metaq-style-server.ini")
 		if err != nil || len(w) != 0 {
 			t.Fatalf("err %v, warnings %v", err, w)
 		}
@@ -604,7 +605,7 @@ func TestJavaSamples(t *testing.T) {
 		}
 	})
 	t.Run("sample.server.ini", func(t *testing.T) {
-		s, w, err := Load("testdata/metaq-1.4.6-sample.server.ini")
+		s, w, err := Load("testdata/metaq-style-sample.server.ini")
 		if err != nil || len(w) != 0 {
 			t.Fatalf("err %v, warnings %v", err, w)
 		}
@@ -619,11 +620,11 @@ func TestJavaSamples(t *testing.T) {
 		}
 	})
 	t.Run("async_slave.properties", func(t *testing.T) {
-		sl, w, err := LoadSlave("testdata/metaq-1.4.6-async_slave.properties")
+		sl, w, err := LoadSlave("testdata/metaq-style-async_slave.properties")
 		if err != nil || len(w) != 0 {
 			t.Fatalf("err %v, warnings %v", err, w)
 		}
-		want := Slave{File: "testdata/metaq-1.4.6-async_slave.properties", SlaveID: 0, SlaveGroup: "meta-slave-group",
+		want := Slave{File: "testdata/metaq-style-async_slave.properties", SlaveID: 0, SlaveGroup: "meta-slave-group",
 			SlaveMaxDelay: 500 * time.Millisecond, AutoSyncMasterConfig: true, Compression: "zstd"}
 		if !reflect.DeepEqual(*sl, want) {
 			t.Errorf("got %+v", *sl)
@@ -638,6 +639,24 @@ func TestJavaSamples(t *testing.T) {
 			t.Errorf("test topic: %+v", tp)
 		}
 	})
+}
+
+// TestJavaConfDir loads MetaQ's own shipped files unchanged from the folder
+// named by METAQ_JAVA_CONF_DIR (metamorphosis-server-wrapper/conf of a MetaQ
+// 1.4.6 checkout); they are not part of this repository.
+func TestJavaConfDir(t *testing.T) {
+	dir := os.Getenv("METAQ_JAVA_CONF_DIR")
+	if dir == "" {
+		t.Skip("METAQ_JAVA_CONF_DIR is not set (a MetaQ 1.4.6 checkout's metamorphosis-server-wrapper/conf)")
+	}
+	for _, name := range []string{"server.ini", "sample.server.ini"} {
+		if _, w, err := Load(filepath.Join(dir, name)); err != nil || len(w) != 0 {
+			t.Errorf("%s: err %v, warnings %v", name, err, w)
+		}
+	}
+	if _, w, err := LoadSlave(filepath.Join(dir, "async_slave.properties")); err != nil || len(w) != 0 {
+		t.Errorf("async_slave.properties: err %v, warnings %v", err, w)
+	}
 }
 
 // TestConfFiles loads the repository's samples.
