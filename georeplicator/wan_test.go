@@ -7,12 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"metaq/internal/netns"
 )
 
 // wanLink is an emulated WAN between two network namespaces built with the
@@ -79,49 +78,11 @@ func setupWAN(t testing.TB, delay string, loss string, rate string) *wanLink {
 		masterAddr: "198.18.0.1", slaveAddr: "198.18.0.2"}
 }
 
-// inNetns runs f on an OS thread switched into the named network namespace.
-// Sockets created by f stay in that namespace after the thread switches back.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/var/run/netns", name))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime ends it with this goroutine
-			// rather than reuse a thread in the wrong namespace.
-			errc <- fmt.Errorf("restore netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // listen opens the master's replication listener inside the master site.
 func (w *wanLink) listen(t testing.TB) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(w.masterNS, func() (err error) {
+	if err := netns.Do(w.masterNS, func() (err error) {
 		ln, err = net.Listen("tcp", net.JoinHostPort(w.masterAddr, "0"))
 		return err
 	}); err != nil {
@@ -133,7 +94,7 @@ func (w *wanLink) listen(t testing.TB) net.Listener {
 // dial connects from inside the slave site.
 func (w *wanLink) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := inNetns(w.slaveNS, func() (err error) {
+	err := netns.Do(w.slaveNS, func() (err error) {
 		d := net.Dialer{KeepAlive: 15 * time.Second}
 		c, err = d.DialContext(ctx, network, addr)
 		return err

@@ -398,23 +398,11 @@ func (d *demo) Tour(ctx context.Context) error {
 		return fmt.Errorf("demo: configsync: %w", err)
 	}
 	defer cs.Close()
-	newINI := append(append([]byte{}, d.shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\n")...)
-	start = time.Now()
-	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf", "gz"}, Timeout: 15 * time.Second})
+	line, err := pushNewTopic(ctx, cs, d.shared)
 	if err != nil {
-		return fmt.Errorf("demo: configsync push: %w", err)
+		return err
 	}
-	took := time.Since(start)
-	var parts []string
-	for _, s := range rep.Sites {
-		r := rep.Results[s]
-		if r.OK {
-			parts = append(parts, fmt.Sprintf("%s ok (topics added: %s)", s, strings.Join(r.TopicsAdded, ",")))
-		} else {
-			parts = append(parts, fmt.Sprintf("%s FAILED: %s", s, r.Error))
-		}
-	}
-	d.printf("[4/5] configsync pushed version %d adding topic %s in %v: %s\n", rep.Version, pushedTopic, took.Round(time.Millisecond), strings.Join(parts, "; "))
+	d.printf("%s", line)
 	start = time.Now()
 	for _, s := range d.sites {
 		if err := produce(ctx, s.bjAddr, pushedTopic, 1, "from-"+s.name); err != nil {
@@ -432,15 +420,7 @@ func (d *demo) Tour(ctx context.Context) error {
 	var doc topology.LagDocument
 	if err := waitFor(ctx, 20*time.Second, func() error {
 		doc = bj.b.Topology().Document(ctx, nil)
-		if len(doc.Groups) < 2 {
-			return fmt.Errorf("lag report has %d slave groups", len(doc.Groups))
-		}
-		for _, g := range doc.Groups {
-			if g.State != topology.LagOK || g.Bytes != 0 {
-				return fmt.Errorf("%s is %s, %d bytes behind", g.SlaveGroup, g.State, g.Bytes)
-			}
-		}
-		return nil
+		return lagSettled(doc)
 	}); err != nil {
 		d.printf("      (lag not settled: %v)\n", err)
 	}
@@ -662,4 +642,39 @@ func waitFor(ctx context.Context, timeout time.Duration, fn func() error) error 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// pushNewTopic publishes shared plus a [topic=pushedTopic] section to the
+// three sites and returns the tour's step-4 line with each site's answer.
+func pushNewTopic(ctx context.Context, cs *configsync.Client, shared []byte) (string, error) {
+	newINI := append(append([]byte{}, shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\n")...)
+	start := time.Now()
+	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf", "gz"}, Timeout: 15 * time.Second})
+	if err != nil {
+		return "", fmt.Errorf("demo: configsync push: %w", err)
+	}
+	took := time.Since(start)
+	var parts []string
+	for _, s := range rep.Sites {
+		r := rep.Results[s]
+		if r.OK {
+			parts = append(parts, fmt.Sprintf("%s ok (topics added: %s)", s, strings.Join(r.TopicsAdded, ",")))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s FAILED: %s", s, r.Error))
+		}
+	}
+	return fmt.Sprintf("[4/5] configsync pushed version %d adding topic %s in %v: %s\n", rep.Version, pushedTopic, took.Round(time.Millisecond), strings.Join(parts, "; ")), nil
+}
+
+// lagSettled is nil once the lag report lists both slave groups, caught up.
+func lagSettled(doc topology.LagDocument) error {
+	if len(doc.Groups) < 2 {
+		return fmt.Errorf("lag report has %d slave groups", len(doc.Groups))
+	}
+	for _, g := range doc.Groups {
+		if g.State != topology.LagOK || g.Bytes != 0 {
+			return fmt.Errorf("%s is %s, %d bytes behind", g.SlaveGroup, g.State, g.Bytes)
+		}
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"metaq/configsync"
+	"metaq/internal/netns"
 	"metaq/topology"
 )
 
@@ -506,7 +507,7 @@ func (n *netnsDemo) forward(s *nsSite, port int) error {
 func nsDial(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := inNetns(ns, func() (err error) {
+		err := netns.Do(ns, func() (err error) {
 			d := net.Dialer{Timeout: 10 * time.Second}
 			c, err = d.DialContext(ctx, network, addr)
 			return err
@@ -669,23 +670,11 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 		return fmt.Errorf("demo: configsync: %w", err)
 	}
 	defer cs.Close()
-	newINI := append(append([]byte{}, n.shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\n")...)
-	start = time.Now()
-	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf", "gz"}, Timeout: 15 * time.Second})
+	line, err := pushNewTopic(ctx, cs, n.shared)
 	if err != nil {
-		return fmt.Errorf("demo: configsync push: %w", err)
+		return err
 	}
-	took := time.Since(start)
-	var parts []string
-	for _, s := range rep.Sites {
-		r := rep.Results[s]
-		if r.OK {
-			parts = append(parts, fmt.Sprintf("%s ok (topics added: %s)", s, strings.Join(r.TopicsAdded, ",")))
-		} else {
-			parts = append(parts, fmt.Sprintf("%s FAILED: %s", s, r.Error))
-		}
-	}
-	n.printf("[4/5] configsync pushed version %d adding topic %s in %v: %s\n", rep.Version, pushedTopic, took.Round(time.Millisecond), strings.Join(parts, "; "))
+	n.printf("%s", line)
 	start = time.Now()
 	for _, s := range n.sites {
 		if err := n.step(ctx, s.ns, stepRequest{Op: "produce", Addr: bj.metaqAddr(), Topic: pushedTopic, N: 1, From: "from-" + s.name}, &pr); err != nil {
@@ -704,15 +693,7 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 		if doc, err = n.lagDoc(ctx); err != nil {
 			return err
 		}
-		if len(doc.Groups) < 2 {
-			return fmt.Errorf("lag report has %d slave groups", len(doc.Groups))
-		}
-		for _, g := range doc.Groups {
-			if g.State != topology.LagOK || g.Bytes != 0 {
-				return fmt.Errorf("%s is %s, %d bytes behind", g.SlaveGroup, g.State, g.Bytes)
-			}
-		}
-		return nil
+		return lagSettled(doc)
 	}); err != nil {
 		n.printf("      (lag not settled: %v)\n", err)
 	}
