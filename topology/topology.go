@@ -149,6 +149,8 @@ type Topology struct {
 	dropped atomic.Int64
 
 	kick    chan struct{} // buffered 1: refresh metadata now
+	self    chan struct{} // closed once this node is in its own member table
+	selfOne sync.Once
 	quit    chan struct{}
 	wg      sync.WaitGroup
 	started atomic.Bool
@@ -185,6 +187,7 @@ func New(opts Options) (*Topology, error) {
 		sites:   make(map[string]SiteState),
 		subs:    make(map[chan Event]struct{}),
 		kick:    make(chan struct{}, 1),
+		self:    make(chan struct{}),
 		quit:    make(chan struct{}),
 	}
 	b, err := EncodeMeta(t.computeMeta())
@@ -234,6 +237,15 @@ func (t *Topology) Start(ctx context.Context) error {
 	t.mu.Lock()
 	t.ml = ml
 	t.mu.Unlock()
+	// memberlist reports our own join through the event loop; wait for it so
+	// Members, Reports and the routers see this bundle as soon as Start
+	// returns.
+	select {
+	case <-t.self:
+	case <-ctx.Done():
+		t.Close()
+		return fmt.Errorf("topology: start: %w", ctx.Err())
+	}
 	t.log.Info("TOPOLOGY: gossip started", "addr", t.Addr(), "site", t.opts.Site, "role", t.opts.Role.String(),
 		"encrypted", len(t.opts.Key) > 0, "label", t.opts.Label)
 	if len(t.opts.Join) > 0 {
@@ -472,6 +484,9 @@ func (t *Topology) apply(e rawEvent) []Event {
 			t.members[e.name] = m
 		}
 		m.Addr, m.Meta = e.addr, meta
+		if m.Local {
+			t.selfOne.Do(func() { close(t.self) })
+		}
 		if m.State != StateAlive {
 			m.State, m.Since = StateAlive, now
 			out = append(out, Event{Kind: NodeUp, Site: meta.Site, Member: copyMember(m), Time: now})

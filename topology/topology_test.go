@@ -369,3 +369,15 @@ func TestSuspectThenDown(t *testing.T) {
 		t.Fatalf("hf finally %v", m.State)
 	}
 }
+
+// Start returns only once the bundle sees itself: a report or route asked for
+// right after Start must not find an empty pool.
+func TestStartSeesItself(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		n := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+		if err := wantAlive(n.t, "bj-1-m"); err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		n.t.Close()
+	}
+}
