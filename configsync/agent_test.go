@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"metaq/broker/config"
+	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -501,10 +501,9 @@ func TestDiffText(t *testing.T) {
 // TestAgentStartsBeforeNATS: a bundle starts while NATS is unreachable; its
 // agent connects when the server appears and applies the desired version.
 func TestAgentStartsBeforeNATS(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	must(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	store := t.TempDir()
 
 	dir := t.TempDir()

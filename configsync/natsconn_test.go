@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"metaq/broker/config"
+	"metaq/internal/freeport"
 )
 
 // writeCert creates a key pair signed by parent (self-signed when parent is
@@ -99,10 +101,9 @@ func TestConnectHonoursTLSAndCreds(t *testing.T) {
 }
 
 func TestConnectWaitsForServerUntilContextEnds(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	must(t, err)
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	start := time.Now()

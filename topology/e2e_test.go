@@ -11,7 +11,6 @@ package topology_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/freeport"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 	"metaq/topology"
@@ -30,12 +30,11 @@ import (
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // site is one in-process broker: config, store and broker, restartable on

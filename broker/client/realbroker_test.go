@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -31,12 +31,10 @@ func startRealBroker(t testing.TB, zk, root string, topics map[string]int) *real
 	t.Helper()
 	dir := t.TempDir()
 	// The registry advertises serverPort, so listen on a port picked now.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	ini := fmt.Sprintf(`[system]
 brokerId=0
 hostName=127.0.0.1

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"metaq/internal/freeport"
 )
 
 // NSQ speaks a small framed TCP protocol; the few commands the load needs
@@ -54,15 +56,6 @@ func findNSQD(flagValue string) (string, error) {
 	return "", errors.New("nsq: nsqd not found (set -nsqd, or build it from the Go module github.com/nsqio/nsq v1.3.0; see COMPARE.md)")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func nsqTopic(o options, p int) string { return fmt.Sprintf("%s-p%d", o.topic, p) }
 
 // startNSQ runs nsqd as a child process on loopback with a fresh temporary
@@ -80,8 +73,8 @@ func startNSQ(o options, binFlag string) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	tcpPort, err1 := freePort()
-	httpPort, err2 := freePort()
+	tcpPort, err1 := freeport.One()
+	httpPort, err2 := freeport.One()
 	if err := errors.Join(err1, err2); err != nil {
 		os.RemoveAll(dir)
 		return target{}, fmt.Errorf("nsq: %w", err)

@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	"metaq/broker/client"
 	"metaq/cmd/metaq-server/bundle"
 	"metaq/configsync"
+	"metaq/internal/freeport"
 	"metaq/internal/netproxy"
 	"metaq/topology"
 )
@@ -157,13 +157,9 @@ func prepareDir(dir string) (string, error) {
 // ports when base is 0.
 func portsFor(base, i int) (sitePorts, error) {
 	if base == 0 {
-		var ps [6]int
-		for k := range ps {
-			p, err := freePort()
-			if err != nil {
-				return sitePorts{}, err
-			}
-			ps[k] = p
+		ps, err := freeport.Pick(6)
+		if err != nil {
+			return sitePorts{}, fmt.Errorf("demo: %w", err)
 		}
 		return sitePorts{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}, nil
 	}
@@ -172,15 +168,6 @@ func portsFor(base, i int) (sitePorts, error) {
 		return sitePorts{}, fmt.Errorf("demo: --base-port %d out of range", base)
 	}
 	return sitePorts{s, s + 1, s + 2, s + 3, s + 4, s - 3}, nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("demo: pick a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func hostPort(url string) string {

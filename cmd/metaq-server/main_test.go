@@ -24,6 +24,7 @@ import (
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -65,12 +66,11 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 type server struct {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -24,12 +24,10 @@ func startBroker(t *testing.T, zk string) string {
 	t.Helper()
 	root := fmt.Sprintf("/metaq-test-cli-%d", rand.Int64())
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	ini := fmt.Sprintf(`[system]
 brokerId=0
 hostName=127.0.0.1

@@ -141,15 +141,16 @@ type LagSample struct {
 
 // Server is the dashboard HTTP server.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	ln      net.Listener
-	srv     *http.Server
-	mu      sync.Mutex
-	history []LagSample
-	closing atomic.Bool
-	quit    chan struct{}
-	wg      sync.WaitGroup
+	opts     Options
+	log      *slog.Logger
+	ln       net.Listener
+	srv      *http.Server
+	sampleMu sync.Mutex // serialises Sample
+	mu       sync.Mutex // guards history
+	history  []LagSample
+	closing  atomic.Bool
+	quit     chan struct{}
+	wg       sync.WaitGroup
 }
 
 //go:embed index.html
@@ -283,6 +284,9 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Sample records the current lag rows into the history (the sample loop
 // calls it; tests call it directly).
 func (s *Server) Sample(ctx context.Context) {
+	// One sample at a time, so history stays in the order taken.
+	s.sampleMu.Lock()
+	defer s.sampleMu.Unlock()
 	snap := s.opts.Source.Snapshot(ctx)
 	t := snap.Time
 	if t.IsZero() {

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
 // fakeSource returns a snapshot whose lag grows by one second per call, so
@@ -65,6 +68,13 @@ func get(t *testing.T, url, token string) (int, string) {
 func TestAPIAndHistory(t *testing.T) {
 	src := &fakeSource{}
 	s := startServer(t, Options{Addr: "127.0.0.1:0", Source: src, SampleEvery: time.Hour, HistoryLen: 3})
+	// The start-up sample is taken by the sampler goroutine.
+	testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if len(s.History()) == 0 {
+			return errors.New("no start-up sample yet")
+		}
+		return nil
+	})
 	for i := 0; i < 5; i++ {
 		s.Sample(context.Background())
 	}

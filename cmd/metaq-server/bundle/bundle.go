@@ -43,7 +43,8 @@ type Bundle struct {
 	// Admin is the admin HTTP endpoint; nil when disabled.
 	Admin *Admin
 
-	comps    []Component
+	comps    []Component      // set in Start before any reader runs; never changed after
+	nStarted int              // comps[:nStarted] started; Start and Close only
 	slave    slaveStatsHolder // `stats slave`, filled by the replication component
 	started  time.Time
 	reloadMu sync.Mutex // one reload at a time
@@ -193,6 +194,10 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("bundle: start broker: %w", err)
 	}
 
+	// Set once, before anything (the admin endpoint, the dashboard's
+	// sampler) can read it; components report "not running" until started.
+	b.comps = append(builtinComponents(b), b.opts.Components...)
+
 	adminAddr := cfg.Site.AdminAddr
 	if b.opts.AdminAddr != "" {
 		adminAddr = b.opts.AdminAddr
@@ -204,12 +209,11 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	b.comps = append(builtinComponents(b), b.opts.Components...)
-	for i, c := range b.comps {
+	for _, c := range b.comps {
 		if err = c.Start(ctx, b); err != nil {
-			b.comps = b.comps[:i] // only the started ones are closed
 			return fmt.Errorf("bundle: start %s: %w", c.Name(), err)
 		}
+		b.nStarted++ // only the started ones are closed
 		b.log.Info("BUNDLE: started component", "name", c.Name())
 	}
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
@@ -242,7 +246,7 @@ func (b *Bundle) Close() error {
 	}
 	defer close(b.closed)
 	var errs []error
-	for i := len(b.comps) - 1; i >= 0; i-- {
+	for i := b.nStarted - 1; i >= 0; i-- {
 		if err := b.comps[i].Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", b.comps[i].Name(), err))
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -31,12 +32,11 @@ type testEnv struct {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func newEnv(t *testing.T, topics string) *testEnv {
