@@ -185,9 +185,13 @@ type putQueue struct {
 	key     string
 	p       int32 // resolved partition
 	items   []*wire.Put
-	syncs   []*wire.Sync // a sync queue holds these instead
+	syncs   []*wire.Sync  // a sync queue holds these instead
+	wake    chan struct{} // buffered 1: items were added
 	running bool
 }
+
+// maxPendingBatches bounds a queue's batches in the store at once.
+const maxPendingBatches = 8
 
 // enqueueSync queues a sync on its partition's sync queue.
 func (c *conn) enqueueSync(cmd *wire.Sync) {
@@ -216,24 +220,34 @@ func (c *conn) enqueuePut(cmd *wire.Put) {
 	c.pmu.Lock()
 	q := c.putqs[key]
 	if q == nil {
-		q = &putQueue{key: key, p: p}
+		q = &putQueue{key: key, p: p, wake: make(chan struct{}, 1)}
 		c.putqs[key] = q
 	}
 	q.items = append(q.items, cmd)
 	start := !q.running
 	q.running = true
 	c.pmu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 	if start {
 		c.wg.Add(1)
 		go c.drain(q)
 	}
 }
 
+// drain stores a queue's puts in arrival order. Without sync replication
+// it does not wait for one batch's group commit before queueing the next
+// in the store (up to maxPendingBatches): puts that arrive while a commit
+// runs are written meanwhile and share the next one. Answers go out batch
+// by batch as their commits return.
 func (c *conn) drain(q *putQueue) {
 	defer c.wg.Done()
+	var pending []*pendingPuts
 	for {
 		c.pmu.Lock()
-		if len(q.items) == 0 && len(q.syncs) == 0 {
+		if len(q.items) == 0 && len(q.syncs) == 0 && len(pending) == 0 {
 			q.running = false
 			delete(c.putqs, q.key)
 			c.pmu.Unlock()
@@ -246,11 +260,26 @@ func (c *conn) drain(q *putQueue) {
 			c.b.handleSync(c, cmd)
 			continue
 		}
-		n := min(len(q.items), maxPutBatch)
-		batch := q.items[:n:n]
-		q.items = q.items[n:]
+		if len(q.items) > 0 && (len(pending) < maxPendingBatches || c.b.syncOut != nil) {
+			n := min(len(q.items), maxPutBatch)
+			batch := q.items[:n:n]
+			q.items = q.items[n:]
+			c.pmu.Unlock()
+			if c.b.syncOut != nil {
+				c.b.putEach(c, q.p, batch)
+			} else {
+				pending = append(pending, c.b.startPuts(q.p, batch))
+			}
+			continue
+		}
 		c.pmu.Unlock()
-		c.b.putBatch(c, q.p, batch)
+		select {
+		case <-pending[0].done():
+			c.b.finishPuts(c, pending[0])
+			pending[0] = nil
+			pending = pending[1:]
+		case <-q.wake:
+		}
 	}
 }
 

@@ -49,6 +49,18 @@ func (h *hookStore) Append(ctx context.Context, topic string, p int, msgs []stor
 	return h.Store.Append(ctx, topic, p, msgs)
 }
 
+func (h *hookStore) AppendAsync(ctx context.Context, topic string, p int, msgs []store.Message) *store.PendingAppend {
+	h.mu.Lock()
+	f := h.append
+	h.mu.Unlock()
+	if f != nil {
+		if err := f(topic); err != nil {
+			return store.FailedAppend(err)
+		}
+	}
+	return h.Store.AppendAsync(ctx, topic, p, msgs)
+}
+
 func (h *hookStore) Health() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -79,6 +79,9 @@ type SlaveStats interface {
 type Store interface {
 	SetPolicy(topic string, p store.Policy)
 	Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error)
+	// AppendAsync queues an append behind the caller's earlier ones
+	// without waiting for its group commit.
+	AppendAsync(ctx context.Context, topic string, partition int, msgs []store.Message) *store.PendingAppend
 	Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error)
 	NearestOffset(topic string, partition int, offset int64) (int64, error)
 	Partition(topic string, partition int) (store.PartitionInfo, error)

@@ -165,72 +165,90 @@ func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, 
 // putBatch stores plain puts of one connection resolved to partition p, in
 // order: each is checked (and a failure answered) on its own, then the
 // accepted ones are appended with one store call and answered.
-func (b *Broker) putBatch(c *conn, p int32, puts []*wire.Put) {
-	if b.syncOut != nil {
-		// Sync replication goes message by message under a partition lock.
-		for _, cmd := range puts {
-			b.stats.cmdPut.Add(1)
-			code, body := b.putResolved(b.ctx, cmd, p)
-			b.countPut(cmd, code)
-			c.sendResult(code, body, cmd.Opaque)
-		}
-		return
+// pendingPuts is one batch of a connection's puts to a partition whose
+// accepted puts are in the store's queue (see conn.drain).
+type pendingPuts struct {
+	p     int32
+	n     int    // puts the batch answers
+	out   []byte // answers of the puts refused before the store
+	ok    []*wire.Put
+	size  int64 // body bytes of ok
+	store *store.PendingAppend
+}
+
+// done is closed once the batch can be answered.
+func (pp *pendingPuts) done() <-chan struct{} {
+	if pp.store == nil {
+		return closedChan
 	}
-	// All answers of the batch go out as one frame (one writer hand-off).
-	out := make([]byte, 0, 48*len(puts))
-	ok := puts[:0:0]
+	return pp.store.Done()
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// startPuts checks a batch of puts to partition p and queues the accepted
+// ones in the store with one call, without waiting for their group commit:
+// the connection's next batch can then join the same commit.
+func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
+	pp := &pendingPuts{p: p, n: len(puts), out: make([]byte, 0, 48*len(puts))}
 	for _, cmd := range puts {
 		b.stats.cmdPut.Add(1)
 		if code, body := b.checkPut(b.ctx, cmd, p); code != wire.StatusOK {
 			b.countPut(cmd, code)
-			out = wire.AppendResult(out, code, body, cmd.Opaque)
+			pp.out = wire.AppendResult(pp.out, code, body, cmd.Opaque)
 			continue
 		}
-		ok = append(ok, cmd)
+		pp.ok = append(pp.ok, cmd)
 	}
-	if len(ok) > 0 {
-		out = b.appendPuts(out, p, ok)
+	if len(pp.ok) > 0 {
+		msgs := make([]store.Message, len(pp.ok))
+		for i, cmd := range pp.ok {
+			msgs[i] = store.Message{Flag: cmd.Flag, Body: cmd.Body}
+			pp.size += int64(len(cmd.Body))
+		}
+		// The broker's context, not the connection's: puts that reached
+		// the store complete even if their client goes away.
+		pp.store = b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs)
 	}
-	c.send(outFrame{head: out, n: len(puts)})
-	// Answered and copied by the store (Store.Append keeps no body): the
-	// buffers can take the next bodies.
+	// Encoded by the store (it keeps no body): the buffers can take the
+	// next bodies.
 	for _, cmd := range puts {
 		freeBody(cmd.Body)
 		cmd.Body = nil
 	}
+	return pp
 }
 
-// appendPuts stores accepted puts of one partition with one store call and
-// appends their answers to out.
-func (b *Broker) appendPuts(out []byte, p int32, ok []*wire.Put) []byte {
-	topic := ok[0].Topic
-	msgs := make([]store.Message, len(ok))
-	for i, cmd := range ok {
-		msgs[i] = store.Message{Flag: cmd.Flag, Body: cmd.Body}
+// finishPuts waits for a batch started by startPuts and answers all of it
+// as one frame (one writer hand-off).
+func (b *Broker) finishPuts(c *conn, pp *pendingPuts) {
+	out := pp.out
+	if pp.store != nil {
+		as, err := pp.store.Result()
+		out = b.answerPuts(out, pp, as, err)
 	}
-	// The broker's context, not the connection's: puts that reached the
-	// store complete even if their client goes away.
-	as, err := b.store.Append(b.ctx, topic, int(p), msgs)
-	if err == nil && len(as) != len(msgs) {
-		err = fmt.Errorf("store returned %d results for %d messages", len(as), len(msgs))
+	c.send(outFrame{head: out, n: pp.n})
+}
+
+// answerPuts appends the answers of a batch's stored puts to out.
+func (b *Broker) answerPuts(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
+	topic, p := pp.ok[0].Topic, pp.p
+	if err == nil && len(as) != len(pp.ok) {
+		err = fmt.Errorf("store returned %d results for %d messages", len(as), len(pp.ok))
 	}
+	n := int64(len(pp.ok))
 	if err != nil {
 		b.logAppendError(topic, p, err)
-	}
-	n := int64(len(ok))
-	if err != nil {
 		b.stats.putFailed.Add(n)
 		b.stats.realtimeN(topic, statPutFailed, n, n)
 		failed := b.putError(topic, p, "")
-		for _, cmd := range ok {
+		for _, cmd := range pp.ok {
 			out = wire.AppendResult(out, wire.StatusInternalServerError, failed, cmd.Opaque)
 		}
 		return out
 	}
-	var size int64
 	var scratch [64]byte
-	for i, cmd := range ok {
-		size += int64(len(cmd.Body))
+	for i, cmd := range pp.ok {
 		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
 		ans = append(ans, ' ')
 		ans = strconv.AppendInt(ans, int64(p), 10)
@@ -239,8 +257,19 @@ func (b *Broker) appendPuts(out []byte, p int32, ok []*wire.Put) []byte {
 		out = wire.AppendResult(out, wire.StatusOK, ans, cmd.Opaque)
 	}
 	b.stats.realtimeN(topic, statPut, n, n)
-	b.stats.realtimeN(topic, statMessageSize, n, size)
+	b.stats.realtimeN(topic, statMessageSize, n, pp.size)
 	return out
+}
+
+// putEach stores puts one at a time: sync replication goes message by
+// message under a partition lock.
+func (b *Broker) putEach(c *conn, p int32, puts []*wire.Put) {
+	for _, cmd := range puts {
+		b.stats.cmdPut.Add(1)
+		code, body := b.putResolved(b.ctx, cmd, p)
+		b.countPut(cmd, code)
+		c.sendResult(code, body, cmd.Opaque)
+	}
 }
 
 func (b *Broker) logAppendError(topic string, p int32, err error) {

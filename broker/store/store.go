@@ -85,13 +85,17 @@ type Store struct {
 	healthMu  sync.Mutex
 	healthErr error
 
-	closeMu   sync.RWMutex
-	closed    bool
-	reqs      chan *request
-	quit      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	closeMu sync.RWMutex
+	closed  bool
+	reqs    chan *request
+	quit    chan struct{}
+	done    chan struct{}
+	// The writer's group commits are fdatasynced by its syncer goroutine.
+	syncJobs   chan *syncJob
+	syncDone   chan *syncJob
+	syncerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
 
 	w writerState
 
@@ -119,6 +123,10 @@ func Open(opts Options) (*Store, error) {
 		reqs:     make(chan *request, 1024),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
+		// One job in flight: neither send ever waits.
+		syncJobs:   make(chan *syncJob, 1),
+		syncDone:   make(chan *syncJob, 1),
+		syncerDone: make(chan struct{}),
 	}
 	s.w.ids.broker = int64(opts.BrokerID)
 	s.w.dirty = make(map[*partition]struct{})
@@ -130,6 +138,7 @@ func Open(opts Options) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	go s.syncer(s.syncJobs)
 	go s.run()
 	return s, nil
 }
@@ -174,24 +183,30 @@ func checkKey(topic string, partition int) error {
 
 // submit queues r for the writer and waits for its answer.
 func (s *Store) submit(ctx context.Context, r *request) error {
-	r.done = make(chan struct{})
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
-		return ErrClosed
+	if err := s.enqueue(ctx, r); err != nil {
+		return err
 	}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
-	}
-	s.closeMu.RUnlock()
 	// Once queued the request is carried out even if ctx ends: the caller
 	// learns the outcome unless it stops waiting.
 	select {
 	case <-r.done:
 		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// enqueue hands r to the writer; it waits only while the queue is full.
+func (s *Store) enqueue(ctx context.Context, r *request) error {
+	r.done = make(chan struct{})
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.reqs <- r:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -215,19 +230,52 @@ func (s *Store) CreatePartition(topic string, partition int, start int64) error 
 // Append stores msgs in order in one partition (creating it at offset 0) and
 // returns where each landed. Under group commit it returns after fsync.
 func (s *Store) Append(ctx context.Context, topic string, partition int, msgs []Message) ([]Appended, error) {
-	if err := checkKey(topic, partition); err != nil {
-		return nil, err
+	pa := s.AppendAsync(ctx, topic, partition, msgs)
+	select {
+	case <-pa.Done():
+		return pa.Result()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("store: append %s-%d: %w", topic, partition, ctx.Err())
+	}
+}
+
+// PendingAppend is an append handed to the writer by AppendAsync.
+type PendingAppend struct {
+	topic     string
+	partition int
+	r         *request
+	recOffs   []int32
+	err       error // refused before it reached the writer
+}
+
+// FailedAppend is a PendingAppend that failed with err before reaching a
+// store (for wrappers that refuse an append themselves).
+func FailedAppend(err error) *PendingAppend { return &PendingAppend{err: err} }
+
+// closedChan is Done of an append refused before it was queued.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// AppendAsync is Append without the wait: the records are encoded (the
+// bodies are not referenced after it returns) and queued behind every
+// append queued before, so a caller keeps its order across calls while
+// several of its appends share one group commit. ctx bounds only the wait
+// for room in the queue.
+func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, msgs []Message) *PendingAppend {
+	pa := &PendingAppend{topic: topic, partition: partition}
+	if pa.err = checkKey(topic, partition); pa.err != nil {
+		return pa
 	}
 	if len(msgs) == 0 {
-		return nil, nil
+		return pa
 	}
-	if err := s.Health(); err != nil {
-		return nil, err
+	if pa.err = s.Health(); pa.err != nil {
+		return pa
 	}
 	size := 0
 	for i, m := range msgs {
 		if len(m.Body) > MaxRecordBody {
-			return nil, fmt.Errorf("%w: message %d body %d bytes exceeds %d", ErrBadArgument, i, len(m.Body), MaxRecordBody)
+			pa.err = fmt.Errorf("%w: message %d body %d bytes exceeds %d", ErrBadArgument, i, len(m.Body), MaxRecordBody)
+			return pa
 		}
 		size += RecordHeaderLen + len(m.Body)
 	}
@@ -241,15 +289,37 @@ func (s *Store) Append(ctx context.Context, topic string, partition int, msgs []
 		ids[i] = m.ID
 		payload = AppendRecord(payload, m.ID, m.Flag, m.Body)
 	}
-	pol := s.policy(topic)
 	r := &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
-		records: len(msgs), policy: pol}
-	if err := s.submit(ctx, r); err != nil {
-		return nil, fmt.Errorf("store: append %s-%d: %w", topic, partition, err)
+		records: len(msgs), policy: s.policy(topic)}
+	if err := s.enqueue(ctx, r); err != nil {
+		pa.err = fmt.Errorf("store: append %s-%d: %w", topic, partition, err)
+		return pa
 	}
-	out := make([]Appended, len(msgs))
-	for i := range msgs {
-		out[i] = Appended{ID: r.ids[i], Offset: r.offset + int64(recOffs[i])}
+	pa.r, pa.recOffs = r, recOffs
+	return pa
+}
+
+// Done is closed when the append's outcome is known.
+func (pa *PendingAppend) Done() <-chan struct{} {
+	if pa.r == nil {
+		return closedChan
+	}
+	return pa.r.done
+}
+
+// Result waits for the append and returns what Append returns.
+func (pa *PendingAppend) Result() ([]Appended, error) {
+	if pa.r == nil {
+		return nil, pa.err
+	}
+	<-pa.r.done
+	r := pa.r
+	if r.err != nil {
+		return nil, fmt.Errorf("store: append %s-%d: %w", pa.topic, pa.partition, r.err)
+	}
+	out := make([]Appended, len(pa.recOffs))
+	for i, o := range pa.recOffs {
+		out[i] = Appended{ID: r.ids[i], Offset: r.offset + int64(o)}
 	}
 	return out, nil
 }

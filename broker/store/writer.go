@@ -61,16 +61,50 @@ type writerState struct {
 	deadline  time.Time
 	timer     <-chan time.Time
 	segIdx    []idxEntry // data chunks of the active segment, for its .idx
+	inflight  *syncJob   // the group commit being fdatasynced, if any
+	waiting   []*request // written since, answered by the next commit
+}
+
+// syncJob is one group commit's fdatasync, run by the syncer goroutine
+// while the writer goes on writing the next batch into the page cache: the
+// next commit then starts as soon as this one returns, instead of after the
+// writer has also written its batch. At most one is in flight.
+type syncJob struct {
+	f     File
+	path  string
+	pos   int64                // log end the sync covers
+	parts map[*partition]int64 // partition ends it makes durable
+	reqs  []*request           // answered when it returns
+	err   error                // set by the syncer
+	took  time.Duration        // set by the syncer
+}
+
+// syncer runs the writer's fdatasyncs, one at a time; it stops when jobs
+// is closed (by the writer, on its way out).
+func (s *Store) syncer(jobs <-chan *syncJob) {
+	defer close(s.syncerDone)
+	for j := range jobs {
+		start := time.Now()
+		j.err = j.f.Datasync()
+		j.took = time.Since(start)
+		s.syncDone <- j
+	}
 }
 
 func (s *Store) run() {
 	defer close(s.done)
+	defer func() {
+		close(s.syncJobs)
+		<-s.syncerDone
+	}()
 	batch := make([]*request, 0, 256)
 	for {
 		select {
 		case r := <-s.reqs:
 			batch = s.gather(append(batch[:0], r))
 			s.process(batch)
+		case j := <-s.syncDone:
+			s.completeSync(j)
 		case <-s.w.timer:
 			s.w.timer = nil
 			s.intervalTick()
@@ -87,6 +121,7 @@ func (s *Store) run() {
 				}
 				break
 			}
+			s.finishInflight()
 			return
 		}
 	}
@@ -150,6 +185,17 @@ func (s *Store) process(batch []*request) {
 		return
 	}
 	w := &s.w
+	pipelined := true
+	for _, r := range batch {
+		if r.kind != reqAppend && r.kind != reqRaw {
+			pipelined = false
+		}
+	}
+	if !pipelined {
+		// Partition creation, deletion, fences, flushes and checkpoints
+		// see every earlier commit finished.
+		s.finishInflight()
+	}
 	ms := s.clk.Now().UnixMilli()
 	if ms < w.lastMs {
 		ms = w.lastMs // keep append times monotonic in the log
@@ -294,6 +340,15 @@ func (s *Store) process(batch []*request) {
 			}
 		}
 	}
+	if needSync && pipelined {
+		s.commit(batch)
+		if cap(buf) > 2*s.opts.MaxBatchBytes {
+			buf = nil
+		}
+		w.buf = buf[:0]
+		s.maybeRoll()
+		return
+	}
 	var syncErr error
 	if needSync {
 		syncErr = s.syncNow()
@@ -312,6 +367,98 @@ func (s *Store) process(batch []*request) {
 	}
 	w.buf = buf[:0]
 	s.maybeRoll()
+}
+
+// commit queues batch, already written, for the next group commit and
+// starts it unless one is in flight: the writer then goes back to writing
+// whatever arrives while that fdatasync runs, and the next commit covers
+// all of it as soon as the one in flight returns. The batch is answered
+// when its commit returns.
+func (s *Store) commit(batch []*request) {
+	w := &s.w
+	for _, r := range batch {
+		if r.err == nil {
+			// Even those that asked for no sync: as in syncNow's path, a
+			// batch that syncs is answered after the sync.
+			w.waiting = append(w.waiting, r)
+		} else {
+			close(r.done)
+		}
+	}
+	if w.inflight == nil {
+		s.startSync()
+	}
+}
+
+// startSync hands the fdatasync of everything written so far to the
+// syncer, with the requests waiting for it.
+func (s *Store) startSync() {
+	w := &s.w
+	if len(w.waiting) == 0 {
+		return
+	}
+	j := &syncJob{f: w.active.f, path: w.active.path, pos: w.pos, parts: make(map[*partition]int64, len(w.dirty)), reqs: w.waiting}
+	w.waiting = nil
+	for p := range w.dirty {
+		p.mu.RLock()
+		j.parts[p] = p.end
+		p.mu.RUnlock()
+		delete(w.dirty, p)
+	}
+	clear(w.unflushed)
+	w.deadline = time.Time{}
+	w.timer = nil
+	w.inflight = j
+	s.syncJobs <- j
+}
+
+// finishInflight waits until no group commit is in flight or waiting.
+func (s *Store) finishInflight() {
+	for s.w.inflight != nil {
+		s.completeSync(<-s.syncDone)
+	}
+}
+
+// completeSync publishes a finished group commit's durable ends, answers
+// its requests and starts the next commit. After a failed sync it rolls
+// back as syncNow does, which also cuts what was written since: those
+// requests fail too.
+func (s *Store) completeSync(j *syncJob) {
+	w := &s.w
+	w.inflight = nil
+	if j.err != nil {
+		err := s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", j.path, j.err))
+		s.rollbackUnsynced(j.parts)
+		for _, r := range j.reqs {
+			if r.err == nil && r.synced {
+				r.err = err
+			}
+			close(r.done)
+		}
+		for _, r := range w.waiting {
+			if r.err == nil {
+				r.err = err
+			}
+			close(r.done)
+		}
+		w.waiting = nil
+		return
+	}
+	if j.took > time.Second {
+		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
+	}
+	for p, end := range j.parts {
+		p.mu.Lock()
+		if end > p.durable {
+			p.durable = end
+		}
+		p.mu.Unlock()
+	}
+	s.setDurable(j.pos)
+	for _, r := range j.reqs {
+		close(r.done)
+	}
+	s.startSync()
 }
 
 // writeLocked appends b to the active segment. On error it cuts the
@@ -334,6 +481,10 @@ func (s *Store) writeLocked(b []byte) error {
 // syncNow fdatasyncs the active segment and publishes the new durable ends.
 func (s *Store) syncNow() error {
 	w := &s.w
+	s.finishInflight()
+	if err := s.Health(); err != nil {
+		return err
+	}
 	if w.pos == s.durable() && len(w.dirty) == 0 {
 		return nil
 	}
@@ -343,7 +494,7 @@ func (s *Store) syncNow() error {
 		// may have dropped the dirty pages): stop taking appends, and drop
 		// what was written since the last good sync so it is not served.
 		herr := s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", w.active.path, err))
-		s.rollbackUnsynced()
+		s.rollbackUnsynced(nil)
 		return herr
 	}
 	if d := time.Since(start); d > time.Second {
@@ -391,8 +542,12 @@ func (s *Store) fence(p *partition, off int64) bool {
 	return true
 }
 
-// rollbackUnsynced cuts the log and the indexes back to the durable end.
-func (s *Store) rollbackUnsynced() {
+// rollbackUnsynced cuts the log and the indexes back to the durable end:
+// every dirty partition, and those of a failed commit (synced, not durable).
+func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
+	for p := range synced {
+		s.w.dirty[p] = struct{}{}
+	}
 	w := &s.w
 	d := s.durable()
 	if d < w.active.start {
