@@ -73,7 +73,7 @@ func diskBaseline(b *testing.B, syncEvery int64, res *benchResult) {
 
 // appendLoad: writers goroutines each append batch records per call to
 // random partitions of one topic under group commit.
-func appendLoad(b *testing.B, parts, writers, batch int, res, base16, disk64, disk8 *benchResult) {
+func appendLoad(b *testing.B, parts, writers, batch, window int, res, base16, disk64, disk8 *benchResult) {
 	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -107,6 +107,13 @@ func appendLoad(b *testing.B, parts, writers, batch int, res, base16, disk64, di
 			go func(w int) {
 				defer wg.Done()
 				rnd := rand.New(rand.NewSource(int64(w)))
+				if window > 0 {
+					left := per
+					if _, err := pipelinedWriter(s, parts, window, rnd, func() bool { left--; return left >= 0 }); err != nil {
+						b.Error(err)
+					}
+					return
+				}
 				for i := 0; i < per; i++ {
 					if _, err := s.Append(ctx, "bench", rnd.Intn(parts), msgs); err != nil {
 						b.Error(err)
@@ -134,6 +141,37 @@ func appendLoad(b *testing.B, parts, writers, batch int, res, base16, disk64, di
 	if disk8 != nil && disk8.mbps > 0 {
 		b.ReportMetric(res.mbps/disk8.mbps, "xdisk8K")
 	}
+}
+
+// pipelinedWriter appends single records to random partitions with
+// AppendAsync, keeping up to window appends in flight (as a broker
+// connection does for a pipelining producer), until more reports false.
+// It returns the records acknowledged.
+func pipelinedWriter(s *Store, parts, window int, rnd *rand.Rand, more func() bool) (int, error) {
+	msg := []Message{{Body: benchBody}}
+	ctx := context.Background()
+	var pending []*PendingAppend
+	n := 0
+	wait := func() error {
+		_, err := pending[0].Result()
+		pending = pending[1:]
+		n++
+		return err
+	}
+	for more() {
+		if len(pending) == window {
+			if err := wait(); err != nil {
+				return n, err
+			}
+		}
+		pending = append(pending, s.AppendAsync(ctx, "bench", rnd.Intn(parts), msg))
+	}
+	for len(pending) > 0 {
+		if err := wait(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // readLoad reads one partition sequentially from the page cache, one
@@ -225,12 +263,25 @@ func BenchmarkStore(b *testing.B) {
 			if batch == 1 {
 				d8 = &disk8 // what the disk does with the same bytes per fsync
 			}
-			b.Run(name, func(b *testing.B) { appendLoad(b, parts, 8, batch, res, base, &disk, d8) })
+			b.Run(name, func(b *testing.B) { appendLoad(b, parts, 8, batch, 0, res, base, &disk, d8) })
 		}
+	}
+	// Single-record appends from 8 writers that pipeline (64 in flight
+	// each, AppendAsync), as the broker's connections do: many records
+	// share each fsync.
+	var pipe16 benchResult
+	for _, parts := range []int{16, 10000} {
+		res, base := &pipe16, (*benchResult)(nil)
+		if parts != 16 {
+			res, base = &benchResult{}, &pipe16
+		}
+		b.Run(fmt.Sprintf("append/writers=8/pipelined=64/batch=1/partitions=%d", parts), func(b *testing.B) {
+			appendLoad(b, parts, 8, 1, 64, res, base, &disk, nil)
+		})
 	}
 	// Single-record puts from more connections: more records share each fsync.
 	b.Run("append/writers=64/batch=1/partitions=1024", func(b *testing.B) {
-		appendLoad(b, 1024, 64, 1, &benchResult{}, nil, &disk, &disk8)
+		appendLoad(b, 1024, 64, 1, 0, &benchResult{}, nil, &disk, &disk8)
 	})
 	var rc, ri benchResult
 	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, &rc) })
@@ -248,6 +299,7 @@ func BenchmarkScaling(b *testing.B) {
 	type cfg struct {
 		name         string
 		parts, batch int
+		window       int // > 0: single records, AppendAsync with this many in flight
 		s            *Store
 		mbps         []float64
 	}
@@ -256,6 +308,9 @@ func BenchmarkScaling(b *testing.B) {
 		for _, parts := range []int{16, 1024, 10000} {
 			cfgs = append(cfgs, &cfg{name: fmt.Sprintf("p%d_b%d", parts, batch), parts: parts, batch: batch})
 		}
+	}
+	for _, parts := range []int{16, 10000} {
+		cfgs = append(cfgs, &cfg{name: fmt.Sprintf("p%d_pipe64", parts), parts: parts, batch: 1, window: 64})
 	}
 	ctx := context.Background()
 	for _, c := range cfgs {
@@ -293,7 +348,13 @@ func BenchmarkScaling(b *testing.B) {
 				defer wg.Done()
 				rnd := rand.New(rand.NewSource(time.Now().UnixNano() + int64(w)))
 				n := 0
-				for time.Now().Before(deadline) {
+				if c.window > 0 {
+					var err error
+					if n, err = pipelinedWriter(c.s, c.parts, c.window, rnd, func() bool { return time.Now().Before(deadline) }); err != nil {
+						b.Error(err)
+					}
+				}
+				for c.window == 0 && time.Now().Before(deadline) {
 					if _, err := c.s.Append(ctx, "bench", rnd.Intn(c.parts), msgs); err != nil {
 						b.Error(err)
 						return
@@ -370,6 +431,9 @@ func BenchmarkScaling(b *testing.B) {
 	b.ReportMetric(m["p16_b1"]/d8, "xdisk8K_p16_b1")
 	b.ReportMetric(m["p16_b16"]/d64, "xdisk64K_p16_b16")
 	b.ReportMetric(m["p10000_b16"]/d64, "xdisk64K_p10000_b16")
+	b.ReportMetric(m["p10000_pipe64"]/m["p16_pipe64"], "ratio10000/16_pipe64")
+	b.ReportMetric(m["p16_pipe64"]/d64, "xdisk64K_p16_pipe64")
+	b.ReportMetric(m["p10000_pipe64"]/d64, "xdisk64K_p10000_pipe64")
 }
 
 // BenchmarkOpenAfterCleanClose measures start-up after a clean shutdown on a
