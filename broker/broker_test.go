@@ -840,3 +840,29 @@ func TestDefaultListenAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestPutsAnsweredBeforeAPartialFrame: puts that arrived whole are stored
+// and answered while the next frame is still incomplete (the reader hands
+// puts to their queues before it blocks on the socket), so a client whose
+// kernel holds back a frame's tail cannot stall its earlier puts.
+func TestPutsAnsweredBeforeAPartialFrame(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	cl := dial(t, brk.Addr())
+	var buf []byte
+	for i := range 3 {
+		buf = putCmd("test", int32(i%2), "whole "+strconv.Itoa(i), int32(i)).AppendTo(buf)
+	}
+	tail := putCmd("test", 0, "the partial one", 3).AppendTo(nil)
+	cut := len(tail) - 5 // the header and part of the body
+	cl.send(append(buf, tail[:cut]...))
+	for range 3 {
+		if r := cl.result(); !r.OK() || r.Opaque > 2 {
+			t.Fatalf("answer before the partial frame completed: %s", r)
+		}
+	}
+	cl.expectSilence(100 * time.Millisecond)
+	cl.send(tail[cut:])
+	if r := cl.result(); !r.OK() || r.Opaque != 3 {
+		t.Fatalf("answer to the completed frame: %s", r)
+	}
+}

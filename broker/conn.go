@@ -133,11 +133,31 @@ func (c *conn) close() {
 // answers still owed should be sent before closing (EOF, quit, malformed
 // input) rather than the connection being unusable (I/O error, Close).
 func (c *conn) readLoop() bool {
-	r := bufio.NewReaderSize(c.nc, 64<<10)
+	// Puts decoded from what one read brought are handed to their queues
+	// together, before the reader can block (on the socket or for an
+	// in-flight slot): a queue then takes them as one batch.
+	var woken []*putQueue // queues given puts since the last wake-up
+	wake := func() {
+		for _, q := range woken {
+			select {
+			case q.wake <- struct{}{}:
+			default:
+			}
+		}
+		woken = woken[:0]
+	}
+	defer wake()
+	r := bufio.NewReaderSize(readerFunc(func(p []byte) (int, error) {
+		wake()
+		return c.nc.Read(p)
+	}), 64<<10)
 	d := wire.NewDecoder(r)
 	d.MaxBodySize = c.b.opts.MaxMessageSize
 	d.Alloc = allocBody
 	for {
+		if len(c.slots) == cap(c.slots) {
+			wake()
+		}
 		select {
 		case c.slots <- struct{}{}:
 		case <-c.ctx.Done():
@@ -151,7 +171,9 @@ func (c *conn) readLoop() bool {
 		switch x := cmd.(type) {
 		case *wire.Put:
 			if x.TxKey == "" {
-				c.enqueuePut(x)
+				if q := c.enqueuePut(x); q != nil {
+					woken = append(woken, q)
+				}
 				continue
 			}
 		case *wire.Sync:
@@ -171,6 +193,11 @@ func (c *conn) readLoop() bool {
 		c.dispatch(cmd)
 	}
 }
+
+// readerFunc adapts a function to io.Reader.
+type readerFunc func(p []byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // maxPutBatch bounds the puts appended with one store call.
 const maxPutBatch = 256
@@ -213,8 +240,10 @@ func (c *conn) enqueueSync(cmd *wire.Sync) {
 }
 
 // enqueuePut queues a plain put (its in-flight slot already taken) on its
-// partition's queue, starting the drainer if none runs.
-func (c *conn) enqueuePut(cmd *wire.Put) {
+// partition's queue, starting the drainer if none runs. It returns the
+// queue when its running drainer must be woken (the caller does it once per
+// read, see readLoop).
+func (c *conn) enqueuePut(cmd *wire.Put) *putQueue {
 	p := c.b.resolvePartition(cmd)
 	key := cmd.Topic + "\x00" + strconv.Itoa(int(p))
 	c.pmu.Lock()
@@ -226,15 +255,17 @@ func (c *conn) enqueuePut(cmd *wire.Put) {
 	q.items = append(q.items, cmd)
 	start := !q.running
 	q.running = true
+	first := len(q.items) == 1
 	c.pmu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 	if start {
 		c.wg.Add(1)
 		go c.drain(q)
+		return nil
 	}
+	if first {
+		return q
+	}
+	return nil
 }
 
 // drain stores a queue's puts in arrival order. Without sync replication
