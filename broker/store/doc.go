@@ -108,7 +108,17 @@
 //   - if any request in the batch belongs to a topic with
 //     UnflushThreshold <= 0 (group commit), or is Flush/CreatePartition/
 //     DeletePartition: fdatasync once, then acknowledge every request of the
-//     batch. Concurrent appends therefore share one fsync.
+//     batch. Concurrent appends therefore share one fsync. The group
+//     commits of append batches are pipelined: a syncer goroutine runs one
+//     commit's fdatasync while the writer goes on writing the batches that
+//     arrive meanwhile, and the next commit (covering all of them, with
+//     the partition ends taken when it starts) begins as soon as that
+//     fdatasync returns. At most one runs; every other request (create,
+//     delete, fence, flush, checkpoint, segment roll) first waits for it.
+//     If it fails, the rollback below cuts what was written after it too,
+//     and those appends fail as well. AppendAsync queues an append without
+//     waiting, so one caller (a broker connection) can have several in the
+//     same or consecutive commits, in order.
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its
