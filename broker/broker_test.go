@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -864,5 +865,85 @@ func TestPutsAnsweredBeforeAPartialFrame(t *testing.T) {
 	cl.send(tail[cut:])
 	if r := cl.result(); !r.OK() || r.Opaque != 3 {
 		t.Fatalf("answer to the completed frame: %s", r)
+	}
+}
+
+// stallFS holds every fdatasync while stalled is set, as a disk that stops
+// answering does.
+type stallFS struct {
+	store.OSFS
+	stalled atomic.Bool
+	entered chan struct{} // a sync started while stalled
+	release chan struct{} // closed to let held syncs return
+}
+
+type stallFile struct {
+	store.File
+	fs *stallFS
+}
+
+func (f *stallFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return stallFile{file, f}, nil
+}
+
+func (f stallFile) Datasync() error {
+	if f.fs.stalled.Load() {
+		select {
+		case f.fs.entered <- struct{}{}:
+		default:
+		}
+		<-f.fs.release
+	}
+	return f.File.Datasync()
+}
+
+// TestCloseWithStalledDisk: a put waiting for a group commit that never
+// returns is answered with an error (or its connection closed) once Close's
+// grace period ends, and Close returns; the put is never acknowledged.
+func TestCloseWithStalledDisk(t *testing.T) {
+	cfg := vectorConfig(t)
+	fs := &stallFS{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	st, err := store.Open(store.Options{Dir: t.TempDir(), BrokerID: cfg.System.BrokerID, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	defer close(fs.release)
+	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cl := dial(t, b.Addr())
+	cl.sendCmd(putCmd("test", 0, "before the stall", 1))
+	if r := cl.result(); !r.OK() {
+		t.Fatalf("put before the stall: %s", r)
+	}
+	fs.stalled.Store(true)
+	cl.sendCmd(putCmd("test", 0, "during the stall", 2))
+	select {
+	case <-fs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the put's group commit never started")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(closeGrace + 10*time.Second):
+		t.Fatal("Close did not return while the disk was stalled")
+	}
+	cl.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	cmd, err := cl.d.Decode()
+	if err == nil {
+		if r, ok := cmd.(*wire.Result); !ok || r.OK() || r.Opaque != 2 {
+			t.Fatalf("answer to the stalled put: %v, want an error result", cmd)
+		}
 	}
 }

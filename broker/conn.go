@@ -307,10 +307,15 @@ func (c *conn) drain(q *putQueue) {
 		select {
 		case <-pending[0].done():
 			c.b.finishPuts(c, pending[0])
-			pending[0] = nil
-			pending = pending[1:]
+		case <-c.b.ctx.Done():
+			// Shut down past the grace period with the store still busy
+			// (a stalled disk): answer instead of waiting for it.
+			c.b.failPuts(c, pending[0], c.b.ctx.Err())
 		case <-q.wake:
+			continue
 		}
+		pending[0] = nil
+		pending = pending[1:]
 	}
 }
 

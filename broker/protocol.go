@@ -230,6 +230,16 @@ func (b *Broker) finishPuts(c *conn, pp *pendingPuts) {
 	c.send(outFrame{head: out, n: pp.n})
 }
 
+// failPuts answers a batch started by startPuts with err, without waiting
+// for the store.
+func (b *Broker) failPuts(c *conn, pp *pendingPuts, err error) {
+	out := pp.out
+	if pp.store != nil {
+		out = b.answerPuts(out, pp, nil, fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, err))
+	}
+	c.send(outFrame{head: out, n: pp.n})
+}
+
 // answerPuts appends the answers of a batch's stored puts to out.
 func (b *Broker) answerPuts(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
 	topic, p := pp.ok[0].Topic, pp.p
