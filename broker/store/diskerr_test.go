@@ -141,9 +141,12 @@ func TestPipelinedCommit(t *testing.T) {
 			ffs := &faultFS{}
 			s := openT(t, Options{Dir: dir, FS: ffs})
 			want := fill(t, s, "e", 2, 5)
+			gate := make(chan error)
 			ffs.mu.Lock()
-			ffs.gate, ffs.entered = make(chan error), make(chan struct{}, 4)
+			ffs.gate, ffs.entered = gate, make(chan struct{}, 4)
 			ffs.mu.Unlock()
+			// Should the test stop early, release held syncs so Close returns.
+			t.Cleanup(func() { close(gate) })
 			before := map[int]PartitionInfo{}
 			for p := range want {
 				before[p], _ = s.Partition("e", p)
