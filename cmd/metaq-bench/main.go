@@ -217,25 +217,41 @@ type result struct {
 }
 
 func (s *stats) stop() result {
-	s.measuring.Store(false)
-	el := time.Since(s.t0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.measuring.Store(false)
+	el := time.Since(s.t0)
 	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...)}
+}
+
+// observeConsume counts one consumed message of n payload bytes. Message
+// and byte counts change together under mu, so stop sees both or neither.
+func (s *stats) observeConsume(n int64) {
+	if !s.measuring.Load() {
+		return
+	}
+	s.mu.Lock()
+	if s.measuring.Load() {
+		s.consumed.Add(1)
+		s.cbytes.Add(n)
+	}
+	s.mu.Unlock()
 }
 
 func (s *stats) observePut(d time.Duration, ok bool) {
 	if !s.measuring.Load() {
 		return
 	}
-	if !ok {
-		s.failed.Add(1)
-		return
-	}
-	s.puts.Add(1)
 	s.mu.Lock()
-	s.lat = append(s.lat, d)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.measuring.Load():
+	case !ok:
+		s.failed.Add(1)
+	default:
+		s.puts.Add(1) // with its latency, under mu: stop sees both or neither
+		s.lat = append(s.lat, d)
+	}
 }
 
 func (r result) print(o options) {
@@ -367,10 +383,7 @@ func consume(ctx context.Context, o options, addr string, n int, st *stats) erro
 					break
 				}
 				offsets[p] += int64(20 + l)
-				if st.measuring.Load() {
-					st.consumed.Add(1)
-					st.cbytes.Add(int64(l))
-				}
+				st.observeConsume(int64(l))
 				data = data[20+l:]
 			}
 		case *wire.Result:

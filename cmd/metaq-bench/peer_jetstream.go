@@ -194,10 +194,7 @@ func jsConsume(ctx context.Context, o options, url string, n int, st *stats) err
 			return fmt.Errorf("jetstream: consumer on %s: %w", name, err)
 		}
 		cc, err := c.Consume(func(m jetstream.Msg) {
-			if st.measuring.Load() {
-				st.consumed.Add(1)
-				st.cbytes.Add(int64(len(m.Data())))
-			}
+			st.observeConsume(int64(len(m.Data())))
 		}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			// Most consume errors (a missed heartbeat, a pull timing out)
 			// are recovered by the library; report them and go on.

@@ -336,10 +336,7 @@ func nsqSubscribe(ctx context.Context, addr, topic string, st *stats) error {
 			if len(data) < nsqMsgHeader {
 				return fmt.Errorf("nsq: short message frame (%d bytes)", len(data))
 			}
-			if st.measuring.Load() {
-				st.consumed.Add(1)
-				st.cbytes.Add(int64(len(data) - nsqMsgHeader))
-			}
+			st.observeConsume(int64(len(data) - nsqMsgHeader))
 			copy(fin[4:20], data[10:26])
 			w.Write(fin)
 		case nsqFrameResponse:
