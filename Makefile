@@ -8,6 +8,7 @@ BUILD    ?= build
 # exceeded" at the deadline while a worker is still busy (golang/go#75804).
 # FUZZEXECS is the default; FUZZ_EXECS_SLOW sets it for targets whose every
 # execution opens a store on disk (about ten seconds of fuzzing each here).
+# Minimising a new input is bounded by a count too (-fuzzminimizetime).
 FUZZEXECS ?= 100000
 FUZZ_EXECS_SLOW ?= ./broker/store:FuzzRecovery=3000
 # Fuzz targets as <package>:<FuzzName>. A target whose package does not
@@ -77,7 +78,7 @@ fuzz:
 		for slow in $(FUZZ_EXECS_SLOW); do \
 			if [ "$${slow%%=*}" = "$$t" ]; then n=$${slow##*=}; fi; done; \
 		echo "fuzz: $$t for $$n executions"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$${n}x" "$$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$${n}x" -fuzzminimizetime 2000x "$$pkg"; \
 	done
 
 ## integ: only the tests that need ZooKeeper, against a fresh one
