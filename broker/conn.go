@@ -298,19 +298,23 @@ func (c *conn) drain(q *putQueue) {
 			c.pmu.Unlock()
 			if c.b.syncOut != nil {
 				c.b.putEach(c, q.p, batch)
+				continue
+			}
+			if pp := c.b.startPuts(q.p, batch); pp.store != nil {
+				pending = append(pending, pp)
 			} else {
-				pending = append(pending, c.b.startPuts(q.p, batch))
+				c.b.finishPuts(c, pp, nil) // all refused: nothing to wait for
 			}
 			continue
 		}
 		c.pmu.Unlock()
 		select {
-		case <-pending[0].done():
-			c.b.finishPuts(c, pending[0])
+		case <-pending[0].store.Done():
+			c.b.finishPuts(c, pending[0], nil)
 		case <-c.b.ctx.Done():
 			// Shut down past the grace period with the store still busy
 			// (a stalled disk): answer instead of waiting for it.
-			c.b.failPuts(c, pending[0], c.b.ctx.Err())
+			c.b.finishPuts(c, pending[0], c.b.ctx.Err())
 		case <-q.wake:
 			continue
 		}

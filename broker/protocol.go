@@ -162,29 +162,17 @@ func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, 
 	return wire.StatusOK, putAnswer(as[0], p)
 }
 
-// putBatch stores plain puts of one connection resolved to partition p, in
-// order: each is checked (and a failure answered) on its own, then the
-// accepted ones are appended with one store call and answered.
-// pendingPuts is one batch of a connection's puts to a partition whose
-// accepted puts are in the store's queue (see conn.drain).
+// pendingPuts is one batch of a connection's puts to partition p, in order:
+// each was checked (and a refusal answered) on its own, and the accepted
+// ones are in the store's queue as one append (see conn.drain).
 type pendingPuts struct {
 	p     int32
 	n     int    // puts the batch answers
 	out   []byte // answers of the puts refused before the store
 	ok    []*wire.Put
-	size  int64 // body bytes of ok
-	store *store.PendingAppend
+	size  int64                // body bytes of ok
+	store *store.PendingAppend // nil when every put was refused
 }
-
-// done is closed once the batch can be answered.
-func (pp *pendingPuts) done() <-chan struct{} {
-	if pp.store == nil {
-		return closedChan
-	}
-	return pp.store.Done()
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // startPuts checks a batch of puts to partition p and queues the accepted
 // ones in the store with one call, without waiting for their group commit:
@@ -219,23 +207,20 @@ func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
 	return pp
 }
 
-// finishPuts waits for a batch started by startPuts and answers all of it
-// as one frame (one writer hand-off).
-func (b *Broker) finishPuts(c *conn, pp *pendingPuts) {
+// finishPuts answers all of a batch started by startPuts as one frame (one
+// writer hand-off): with the store's result, waiting for it, or, when
+// abandon is not nil, with that error without waiting.
+func (b *Broker) finishPuts(c *conn, pp *pendingPuts, abandon error) {
 	out := pp.out
 	if pp.store != nil {
-		as, err := pp.store.Result()
+		var as []store.Appended
+		err := abandon
+		if err == nil {
+			as, err = pp.store.Result()
+		} else {
+			err = fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, err)
+		}
 		out = b.answerPuts(out, pp, as, err)
-	}
-	c.send(outFrame{head: out, n: pp.n})
-}
-
-// failPuts answers a batch started by startPuts with err, without waiting
-// for the store.
-func (b *Broker) failPuts(c *conn, pp *pendingPuts, err error) {
-	out := pp.out
-	if pp.store != nil {
-		out = b.answerPuts(out, pp, nil, fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, err))
 	}
 	c.send(outFrame{head: out, n: pp.n})
 }
