@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"metaq/broker/config"
-	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -501,9 +500,7 @@ func TestDiffText(t *testing.T) {
 // TestAgentStartsBeforeNATS: a bundle starts while NATS is unreachable; its
 // agent connects when the server appears and applies the desired version.
 func TestAgentStartsBeforeNATS(t *testing.T) {
-	port, err := freeport.One()
-	must(t, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	store := t.TempDir()
 
 	dir := t.TempDir()

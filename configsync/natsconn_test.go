@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"metaq/broker/config"
-	"metaq/internal/freeport"
+	"metaq/internal/testutil"
 )
 
 // writeCert creates a key pair signed by parent (self-signed when parent is
@@ -101,13 +101,11 @@ func TestConnectHonoursTLSAndCreds(t *testing.T) {
 }
 
 func TestConnectWaitsForServerUntilContextEnds(t *testing.T) {
-	port, err := freeport.One()
-	must(t, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)) // nothing listens there
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = Connect(ctx, "nats://"+addr, config.NATS{}, "t", nil)
+	_, err := Connect(ctx, "nats://"+addr, config.NATS{}, "t", nil)
 	if err == nil || time.Since(start) < 500*time.Millisecond {
 		t.Fatalf("err %v after %v", err, time.Since(start))
 	}

@@ -50,7 +50,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	defer cancel()
 	t.Cleanup(func() { removeRoot(zkAddr, root) })
 
-	replAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	replAddr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	var mu sync.Mutex
 	var shipper *georeplicator.Shipper
 	var receiver *georeplicator.Receiver

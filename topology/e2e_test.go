@@ -22,20 +22,10 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
-	"metaq/internal/freeport"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 	"metaq/topology"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := freeport.One()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // site is one in-process broker: config, store and broker, restartable on
 // the same port and data directory.
@@ -60,7 +50,7 @@ type site struct {
 
 func newSite(t *testing.T, brokerID int, zkAddr, root string, zk bool) *site {
 	t.Helper()
-	s := &site{dir: t.TempDir(), port: freePort(t), zk: zk}
+	s := &site{dir: t.TempDir(), port: testutil.FreePort(t), zk: zk}
 	ini := fmt.Sprintf(`[system]
 brokerId=%d
 hostName=127.0.0.1

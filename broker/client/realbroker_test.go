@@ -11,7 +11,6 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
-	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -31,10 +30,7 @@ func startRealBroker(t testing.TB, zk, root string, topics map[string]int) *real
 	t.Helper()
 	dir := t.TempDir()
 	// The registry advertises serverPort, so listen on a port picked now.
-	port, err := freeport.One()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testutil.FreePort(t)
 	ini := fmt.Sprintf(`[system]
 brokerId=0
 hostName=127.0.0.1

@@ -24,7 +24,6 @@ import (
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
-	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -64,15 +63,6 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := freeport.One()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 type server struct {
 	dir, ini, logDir, root, zk string
 	port, adminPort            int
@@ -81,7 +71,7 @@ type server struct {
 func newServer(t *testing.T, zk, topics string) *server {
 	b := make([]byte, 6)
 	rand.Read(b)
-	s := &server{dir: t.TempDir(), zk: zk, root: "/metaq-test-" + hex.EncodeToString(b), port: freePort(t), adminPort: freePort(t)}
+	s := &server{dir: t.TempDir(), zk: zk, root: "/metaq-test-" + hex.EncodeToString(b), port: testutil.FreePort(t), adminPort: testutil.FreePort(t)}
 	s.ini = filepath.Join(s.dir, "conf", "server.ini")
 	s.logDir = filepath.Join(s.dir, "logs")
 	os.MkdirAll(filepath.Dir(s.ini), 0o755)

@@ -333,7 +333,7 @@ func TestSlaveFromCommandLine(t *testing.T) {
 
 func testSlaveFromCommandLine(t *testing.T, zk string) {
 	topics := "[topic=orders]\nnumPartitions=2\n"
-	replPort := freePort(t)
+	replPort := testutil.FreePort(t)
 	master := newServer(t, zk, topics+fmt.Sprintf("\n[replication]\nlisten=127.0.0.1:%d\n", replPort))
 	slave := newServer(t, zk, topics)
 	props := filepath.Join(slave.dir, "conf", "async_slave.properties")

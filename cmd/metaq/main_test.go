@@ -14,7 +14,6 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
-	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -24,10 +23,7 @@ func startBroker(t *testing.T, zk string) string {
 	t.Helper()
 	root := fmt.Sprintf("/metaq-test-cli-%d", rand.Int64())
 	dir := t.TempDir()
-	port, err := freeport.One()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testutil.FreePort(t)
 	ini := fmt.Sprintf(`[system]
 brokerId=0
 hostName=127.0.0.1

@@ -5,7 +5,20 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"metaq/internal/freeport"
 )
+
+// FreePort returns a loopback port nothing listens on (TCP or UDP), for a
+// server that must know its port before it binds (see internal/freeport).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freeport.One()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // Eventually calls fn every step until it returns nil or timeout passes, then
 // fails the test with fn's last error.

@@ -109,7 +109,7 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	ini := filepath.Join(dir, "server.ini")
 	if err := os.WriteFile(ini, []byte(shared), 0o644); err != nil {
 		t.Fatal(err)

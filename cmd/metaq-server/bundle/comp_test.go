@@ -186,7 +186,7 @@ func TestReplicationThroughZooKeeper(t *testing.T) {
 func TestConfigSyncComponent(t *testing.T) {
 	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=test]\n")
-	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
 	cs := mustComp[*configSyncComponent](t, master)
 	if cs.NATSURL() == "" {

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"metaq/broker/registry"
-	"metaq/internal/freeport"
 	"metaq/internal/testutil"
 )
 
@@ -30,15 +29,6 @@ type testEnv struct {
 	port               int
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := freeport.One()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func newEnv(t *testing.T, topics string) *testEnv {
 	t.Helper()
 	b := make([]byte, 6)
@@ -47,7 +37,7 @@ func newEnv(t *testing.T, topics string) *testEnv {
 		dir:  t.TempDir(),
 		root: "/metaq-test-" + hex.EncodeToString(b),
 		zk:   testutil.ZooKeeper(t),
-		port: freePort(t),
+		port: testutil.FreePort(t),
 	}
 	e.ini = filepath.Join(e.dir, "server.ini")
 	e.writeINI(t, topics)

@@ -74,7 +74,7 @@ func multiSite(t *testing.T, zk string) {
 		})
 	}
 	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n")
-	natsListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
 	bjShip := mustComp[*shipperComponent](t, bj)

@@ -12,6 +12,7 @@ import (
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/testutil"
 )
 
 // TestOffsetMatcher: each saved value ends on the last record, in log
@@ -194,7 +195,7 @@ func TestSamsaRecoverOffset(t *testing.T) {
 	}
 
 	props := filepath.Join(e.dir, "samsa_master.properties")
-	os.WriteFile(props, []byte("slave=127.0.0.1:"+strconv.Itoa(freePort(t))+
+	os.WriteFile(props, []byte("slave=127.0.0.1:"+strconv.Itoa(testutil.FreePort(t))+
 		"\nrecoverOffset=true\nrecoverParallel=true\nrecoverParallelHint=2\n"), 0o644)
 	startSamsa := func() *Bundle {
 		b, err := New(Options{ConfigPath: e.ini, Mode: ModeSamsa, PluginPath: props, Logger: testLogger(t),

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"metaq/internal/testutil"
 )
 
 // TestMasterAndSlaveRegistration starts a master bundle and an async-slave
@@ -19,7 +21,7 @@ func TestMasterAndSlaveRegistration(t *testing.T) {
 	master := me.start(t)
 
 	// The slave: same root and brokerId, its own port and data.
-	se := &testEnv{dir: t.TempDir(), root: me.root, zk: me.zk, port: freePort(t)}
+	se := &testEnv{dir: t.TempDir(), root: me.root, zk: me.zk, port: testutil.FreePort(t)}
 	se.ini = filepath.Join(se.dir, "server.ini")
 	se.writeINI(t, "[topic=test]\nnumPartitions=2\n")
 	props := filepath.Join(se.dir, "async_slave.properties")
