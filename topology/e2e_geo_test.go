@@ -107,24 +107,9 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	defer hf.stop()
 	defer bj.stop()
 
-	gossip := func(o topology.Options) *topology.Topology {
-		o.Key, o.Label, o.Timing, o.RefreshInterval = []byte("0123456789abcdef"), "metaq-e2e", topology.FastTiming(), 50*time.Millisecond
-		if o.Bind == "" {
-			o.Bind = "127.0.0.1:0"
-		}
-		tp, err := topology.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tp.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tp.Close() })
-		return tp
-	}
-	gBJ := gossip(topology.Options{Site: "bj", Role: topology.RoleMaster, BrokerID: 1, ServeURL: "meta://" + bj.addr(), ReplAddr: replAddr,
+	gBJ := startGossip(t, ctx, topology.Options{Site: "bj", Role: topology.RoleMaster, BrokerID: 1, ServeURL: "meta://" + bj.addr(), ReplAddr: replAddr,
 		Lag: shipperLag(func() *georeplicator.Shipper { mu.Lock(); defer mu.Unlock(); return shipper }), LaggingAfter: time.Second})
-	gSH := gossip(topology.Options{Site: "sh", Role: topology.RoleMaster, BrokerID: 2, ServeURL: "meta://" + sh.addr(), Join: []string{gBJ.Addr()}})
+	gSH := startGossip(t, ctx, topology.Options{Site: "sh", Role: topology.RoleMaster, BrokerID: 2, ServeURL: "meta://" + sh.addr(), Join: []string{gBJ.Addr()}})
 	hfHealth := topology.HealthFunc(func() topology.Health {
 		mu.Lock()
 		defer mu.Unlock()
@@ -132,7 +117,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	})
 	hfOpts := topology.Options{Site: "hf", Role: topology.RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://" + hf.addr(),
 		Join: []string{gBJ.Addr()}, Health: hfHealth}
-	gHF := gossip(hfOpts)
+	gHF := startGossip(t, ctx, hfOpts)
 	hfOpts.Bind = gHF.Addr()
 
 	report := func(tp *topology.Topology) (topology.Report, bool) {
@@ -262,7 +247,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	// hf returns with its data and checkpoint, catches up, and the consumer
 	// returns to it.
 	hf.start(t)
-	gHF = gossip(hfOpts)
+	gHF = startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, routedTo(hf.addr()))
 	produce("d", 100)
 

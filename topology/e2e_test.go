@@ -214,6 +214,25 @@ func (a *answers) last() (string, []string) {
 	return a.seq[len(a.seq)-1], append([]string(nil), a.seq...)
 }
 
+// startGossip starts one bundle's gossip member with the e2e tests' key,
+// label and fast timing, closed when the test ends.
+func startGossip(t *testing.T, ctx context.Context, o topology.Options) *topology.Topology {
+	t.Helper()
+	o.Key, o.Label, o.Timing, o.RefreshInterval = []byte("0123456789abcdef"), "metaq-e2e", topology.FastTiming(), 50*time.Millisecond
+	if o.Bind == "" {
+		o.Bind = "127.0.0.1:0"
+	}
+	tp, err := topology.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Close() })
+	return tp
+}
+
 func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 	zkAddr := testutil.ZooKeeper(t)
 	root := fmt.Sprintf("/metaq-test-e2e-%d", time.Now().UnixNano())
@@ -234,24 +253,9 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 	defer sh.stop()
 
 	// Gossip: one member per bundle.
-	gossip := func(o topology.Options) *topology.Topology {
-		o.Key, o.Label, o.Timing, o.RefreshInterval = []byte("0123456789abcdef"), "metaq-e2e", topology.FastTiming(), 50*time.Millisecond
-		if o.Bind == "" {
-			o.Bind = "127.0.0.1:0"
-		}
-		tp, err := topology.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tp.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tp.Close() })
-		return tp
-	}
-	gBJ := gossip(topology.Options{Site: "bj", Role: topology.RoleMaster, BrokerID: 1, ServeURL: "meta://" + bj.addr(),
+	gBJ := startGossip(t, ctx, topology.Options{Site: "bj", Role: topology.RoleMaster, BrokerID: 1, ServeURL: "meta://" + bj.addr(),
 		Lag: syncLag{bj, hf}})
-	gSH := gossip(topology.Options{Site: "sh", Role: topology.RoleMaster, BrokerID: 2, ServeURL: "meta://" + sh.addr(), Join: []string{gBJ.Addr()}})
+	gSH := startGossip(t, ctx, topology.Options{Site: "sh", Role: topology.RoleMaster, BrokerID: 2, ServeURL: "meta://" + sh.addr(), Join: []string{gBJ.Addr()}})
 	// Consumers reach hf through a proxy so the test can see them connect.
 	hfProxy, err := netproxy.New(hf.addr())
 	if err != nil {
@@ -259,7 +263,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 	}
 	defer hfProxy.Close()
 	hfOpts := topology.Options{Site: "hf", Role: topology.RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://" + hfProxy.Addr(), Join: []string{gBJ.Addr()}}
-	gHF := gossip(hfOpts)
+	gHF := startGossip(t, ctx, hfOpts)
 	hfOpts.Bind = gHF.Addr()
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if s := gSH.Sites(); s["bj"] != topology.StateAlive || s["hf"] != topology.StateAlive || s["sh"] != topology.StateAlive {
@@ -371,7 +375,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 
 	// hf returns on the same port and data; the consumer moves back.
 	hf.start(t)
-	gHF = gossip(hfOpts)
+	gHF = startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if last, seq := router.last(); last != hfProxy.Addr() {
 			return fmt.Errorf("consumer not routed back to hf; answers %v", seq)
