@@ -2,15 +2,7 @@ package configsync
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,46 +15,16 @@ import (
 	"metaq/internal/testutil"
 )
 
-// writeCert creates a key pair signed by parent (self-signed when parent is
-// nil) and writes cert and key as PEM files.
-func writeCert(t *testing.T, dir, name string, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IsCA:         isCA, BasicConstraintsValid: true,
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	kb, err := x509.MarshalECPrivateKey(key)
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, name+"-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	must(t, err)
-	return cert, key
-}
-
 // TestConnectHonoursTLSAndCreds runs a NATS server that demands client
 // certificates: a client with [nats] tlsCert/tlsKey/tlsCA gets in and can
 // push, one without is refused, and a credentials file is actually read.
 func TestConnectHonoursTLSAndCreds(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := writeCert(t, dir, "ca", true, nil, nil)
-	writeCert(t, dir, "server", false, ca, caKey)
-	writeCert(t, dir, "client", false, ca, caKey)
+	ca, caKey := testutil.WriteCert(t, dir, "ca", true, nil, nil)
+	testutil.WriteCert(t, dir, "server", false, ca, caKey)
+	testutil.WriteCert(t, dir, "client", false, ca, caKey)
 	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: filepath.Join(dir, "server.pem"),
-		KeyFile: filepath.Join(dir, "server-key.pem"), CaFile: filepath.Join(dir, "ca.pem"), Verify: true})
+		KeyFile: filepath.Join(dir, "server.key"), CaFile: filepath.Join(dir, "ca.pem"), Verify: true})
 	must(t, err)
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(), TLS: true, TLSVerify: true, TLSConfig: tc, TLSTimeout: 2})
@@ -76,7 +38,7 @@ func TestConnectHonoursTLSAndCreds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	good := config.NATS{TLSCert: filepath.Join(dir, "client.pem"), TLSKey: filepath.Join(dir, "client-key.pem"),
+	good := config.NATS{TLSCert: filepath.Join(dir, "client.pem"), TLSKey: filepath.Join(dir, "client.key"),
 		TLSCA: filepath.Join(dir, "ca.pem")}
 	c, err := NewClient(ctx, ClientOptions{URL: url, NATS: good})
 	must(t, err)

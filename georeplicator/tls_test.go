@@ -1,16 +1,7 @@
 package georeplicator
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,45 +10,12 @@ import (
 	"metaq/internal/testutil"
 )
 
-// writeCert creates a key pair signed by ca (self-signed when ca is nil) and
-// writes <name>.pem and <name>.key into dir.
-func writeCert(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		IsCA:         isCA, BasicConstraintsValid: true,
-	}
-	parent, signer := tmpl, key
-	if ca != nil {
-		parent, signer = ca, caKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := writeCert(t, dir, "ca", nil, nil, true)
-	writeCert(t, dir, "master", ca, caKey, false)
-	writeCert(t, dir, "slave", ca, caKey, false)
-	writeCert(t, dir, "rogue", nil, nil, false) // not signed by the CA
+	ca, caKey := testutil.WriteCert(t, dir, "ca", true, nil, nil)
+	testutil.WriteCert(t, dir, "master", false, ca, caKey)
+	testutil.WriteCert(t, dir, "slave", false, ca, caKey)
+	testutil.WriteCert(t, dir, "rogue", false, nil, nil) // not signed by the CA
 	p := func(n string) string { return filepath.Join(dir, n) }
 
 	srv, err := ServerTLS(p("master.pem"), p("master.key"), p("ca.pem"))

@@ -2,20 +2,12 @@ package bundle
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"metaq/georeplicator"
+	"metaq/internal/testutil"
 )
 
 // testPKI writes a CA, a server certificate for 127.0.0.1 and a client
@@ -24,45 +16,11 @@ type testPKI struct{ ca, serverCert, serverKey, clientCert, clientKey string }
 
 func newTestPKI(t *testing.T, dir string) testPKI {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "metaq test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ip bool) (string, string) {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		if ip {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kb, _ := x509.MarshalECPrivateKey(k)
-		return write(cn+".crt", "CERTIFICATE", der), write(cn+".key", "EC PRIVATE KEY", kb)
-	}
-	p := testPKI{ca: write("ca.crt", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "bj", x509.ExtKeyUsageServerAuth, true)
-	p.clientCert, p.clientKey = leaf(3, "hf", x509.ExtKeyUsageClientAuth, false)
-	return p
+	ca, caKey := testutil.WriteCert(t, dir, "ca", true, nil, nil)
+	testutil.WriteCert(t, dir, "bj", false, ca, caKey)
+	testutil.WriteCert(t, dir, "hf", false, ca, caKey)
+	p := func(name string) string { return filepath.Join(dir, name) }
+	return testPKI{ca: p("ca.pem"), serverCert: p("bj.pem"), serverKey: p("bj.key"), clientCert: p("hf.pem"), clientKey: p("hf.key")}
 }
 
 // TestReplicationMutualTLS: with [replication] tlsCert/tlsKey/tlsCA on the
