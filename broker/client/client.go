@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"metaq/broker/registry"
 )
 
 // Config is what producers and consumers of one Client share: where the
@@ -201,16 +203,8 @@ func (c *Client) Replicas(ctx context.Context) (map[int][]Replica, error) {
 		}
 		var reps []Replica
 		for _, k := range kids {
-			var slave = -1
-			switch {
-			case k == "master":
-			case strings.HasPrefix(k, "slave"):
-				n, err := strconv.Atoi(k[len("slave"):])
-				if err != nil {
-					continue
-				}
-				slave = n
-			default:
+			slave, ok := registry.ParseBrokerNode(k)
+			if !ok {
 				continue
 			}
 			d, ok, err := c.zk.get(ctx, base+"/"+s+"/"+k)

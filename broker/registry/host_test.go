@@ -87,3 +87,18 @@ func trimBrackets(s string) string {
 	}
 	return s
 }
+
+func TestParseBrokerNode(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		slave int
+		ok    bool
+	}{
+		{"master", -1, true}, {"slave0", 0, true}, {"slave12", 12, true},
+		{"master_config_checksum", 0, false}, {"slave", 0, false}, {"slavex", 0, false}, {"topics", 0, false},
+	} {
+		if s, ok := ParseBrokerNode(c.name); s != c.slave || ok != c.ok {
+			t.Errorf("ParseBrokerNode(%q) = %d, %v; want %d, %v", c.name, s, ok, c.slave, c.ok)
+		}
+	}
+}

@@ -46,6 +46,24 @@ func (p Paths) Broker(id, slaveID int) string {
 	return p.BrokerID(id) + "/slave" + strconv.Itoa(slaveID)
 }
 
+// ParseBrokerNode reads a child name of ids/<id>: "master" gives -1,
+// "slave<n>" gives n; any other name (master_config_checksum, a stray
+// node) gives ok false.
+func ParseBrokerNode(name string) (slaveID int, ok bool) {
+	if name == "master" {
+		return -1, true
+	}
+	rest, found := strings.CutPrefix(name, "slave")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
 // MasterConfigChecksum is <root>/brokers/ids/<id>/master_config_checksum.
 func (p Paths) MasterConfigChecksum(id int) string {
 	return p.BrokerID(id) + "/master_config_checksum"

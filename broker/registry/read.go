@@ -44,16 +44,8 @@ func (r *Registry) Brokers(ctx context.Context) ([]Broker, error) {
 		}
 		b := Broker{ID: id, Slaves: map[int]string{}}
 		for _, k := range kids {
-			var slave = -1
-			switch {
-			case k == "master":
-			case strings.HasPrefix(k, "slave"):
-				n, err := strconv.Atoi(k[len("slave"):])
-				if err != nil {
-					continue
-				}
-				slave = n
-			default:
+			slave, ok := ParseBrokerNode(k)
+			if !ok {
 				continue
 			}
 			data, _, err := r.Get(ctx, r.paths.BrokerID(id)+"/"+k)
