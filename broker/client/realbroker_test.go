@@ -7,100 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"metaq/broker"
-	"metaq/broker/config"
-	"metaq/broker/registry"
-	"metaq/broker/store"
+	"metaq/broker/brokertest"
 	"metaq/internal/testutil"
 )
-
-// realBroker runs the project's broker in process over a store in a temp
-// dir, registered in the test ZooKeeper.
-type realBroker struct {
-	t    testing.TB
-	cfg  *config.Server
-	dir  string
-	addr string
-	st   *store.Store
-	reg  *registry.Registry
-	b    *broker.Broker
-}
-
-func startRealBroker(t testing.TB, zk, root string, topics map[string]int) *realBroker {
-	t.Helper()
-	dir := t.TempDir()
-	// The registry advertises serverPort, so listen on a port picked now.
-	port := testutil.FreePort(t)
-	ini := fmt.Sprintf(`[system]
-brokerId=0
-hostName=127.0.0.1
-serverPort=%d
-numPartitions=1
-unflushThreshold=0
-unflushInterval=10000
-maxSegmentSize=4096
-maxTransferSize=1048576
-deletePolicy=delete,168
-dataPath=%s
-[zookeeper]
-zk.zkConnect=%s
-zk.zkRoot=%s
-zk.zkSyncTimeMs=100
-`, port, dir, zk, root)
-	for name, n := range topics {
-		ini += fmt.Sprintf("[topic=%s]\nnumPartitions=%d\n", name, n)
-	}
-	cfg, _, err := config.Parse("server.ini", []byte(ini))
-	if err != nil {
-		t.Fatalf("parse config: %v", err)
-	}
-	rb := &realBroker{t: t, cfg: cfg, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	rb.start()
-	t.Cleanup(rb.stop)
-	return rb
-}
-
-func (rb *realBroker) start() {
-	rb.t.Helper()
-	var err error
-	rb.st, err = store.Open(store.Options{Dir: rb.dir, BrokerID: 0, SegmentBytes: rb.cfg.System.MaxSegmentSize})
-	if err != nil {
-		rb.t.Fatalf("open store: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	rb.reg, err = registry.New(ctx, registry.Options{Connect: rb.cfg.ZooKeeper.Connect, Root: rb.cfg.ZooKeeper.Root,
-		SyncTime: 100 * time.Millisecond, SessionTimeout: 4 * time.Second, Host: "127.0.0.1", Port: rb.cfg.System.ServerPort})
-	if err != nil {
-		rb.t.Fatalf("registry: %v", err)
-	}
-	var b *broker.Broker
-	for i := 0; i < 50; i++ { // the old port may linger briefly
-		b, err = broker.New(broker.Options{Config: rb.cfg, Store: rb.st, Registry: rb.reg, ListenAddr: rb.addr, Logger: testLogger(rb.t)})
-		if err == nil {
-			// Start ties the broker to its context: it must outlive this call.
-			if err = b.Start(context.Background()); err == nil {
-				break
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		rb.t.Fatalf("start broker: %v", err)
-	}
-	rb.b = b
-	rb.addr = b.Addr().String()
-}
-
-func (rb *realBroker) stop() {
-	if rb.b == nil {
-		return
-	}
-	rb.b.Close()
-	rb.reg.Close()
-	rb.st.Close()
-	rb.b = nil
-}
 
 // TestRealBrokerEndToEnd runs the client against the project's broker:
 // produce, a consumer group with committed offsets, a time lookup over the
@@ -108,7 +17,7 @@ func (rb *realBroker) stop() {
 func TestRealBrokerEndToEnd(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	rb := startRealBroker(t, zk, root, map[string]int{"real": 3})
+	rb := brokertest.Start(t, zk, root, map[string]int{"real": 3}, testLogger(t))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -149,9 +58,9 @@ func TestRealBrokerEndToEnd(t *testing.T) {
 	go func() {
 		defer close(done)
 		time.Sleep(20 * time.Millisecond)
-		rb.stop()
+		rb.Stop()
 		time.Sleep(200 * time.Millisecond)
-		rb.start()
+		rb.Restart()
 	}()
 	send(200, 800)
 	<-done
@@ -224,7 +133,7 @@ func TestRealBrokerEndToEnd(t *testing.T) {
 func BenchmarkRealBrokerSendAsync1k(b *testing.B) {
 	zk := testutil.ZooKeeper(b)
 	root := testRoot()
-	startRealBroker(b, zk, root, map[string]int{"bench": 16})
+	brokertest.Start(b, zk, root, map[string]int{"bench": 16}, testLogger(b))
 	c := newTestClient(b, zk, root)
 	ctx := context.Background()
 	p, _ := NewProducer(c, WithMaxInFlight(512))

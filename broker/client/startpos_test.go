@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/brokertest"
 	"metaq/internal/testutil"
 )
 
@@ -59,7 +60,7 @@ func TestRandomSelector(t *testing.T) {
 func TestRandomSelectorThroughProducer(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	startRealBroker(t, zk, root, map[string]int{"rnd": 3})
+	brokertest.Start(t, zk, root, map[string]int{"rnd": 3}, testLogger(t))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	waitPartitions(t, c, "rnd", 3)
@@ -99,7 +100,7 @@ func waitPartitions(t *testing.T, c *Client, topic string, n int) {
 func TestStartPositionsRealBroker(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	startRealBroker(t, zk, root, map[string]int{"sp": 1})
+	brokertest.Start(t, zk, root, map[string]int{"sp": 1}, testLogger(t))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	waitPartitions(t, c, "sp", 1)

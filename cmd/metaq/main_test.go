@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"metaq/broker"
-	"metaq/broker/config"
-	"metaq/broker/registry"
-	"metaq/broker/store"
+	"metaq/broker/brokertest"
 	"metaq/internal/testutil"
 )
 
@@ -22,47 +19,7 @@ import (
 func startBroker(t *testing.T, zk string) string {
 	t.Helper()
 	root := fmt.Sprintf("/metaq-test-cli-%d", rand.Int64())
-	dir := t.TempDir()
-	port := testutil.FreePort(t)
-	ini := fmt.Sprintf(`[system]
-brokerId=0
-hostName=127.0.0.1
-serverPort=%d
-numPartitions=1
-unflushThreshold=0
-unflushInterval=10000
-maxSegmentSize=4096
-maxTransferSize=1048576
-deletePolicy=delete,168
-dataPath=%s
-[zookeeper]
-zk.zkConnect=%s
-zk.zkRoot=%s
-zk.zkSyncTimeMs=100
-[topic=cli]
-numPartitions=2
-`, port, dir, zk, root)
-	cfg, _, err := config.Parse("server.ini", []byte(ini))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(store.Options{Dir: dir, SegmentBytes: cfg.System.MaxSegmentSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.New(context.Background(), registry.Options{Connect: zk, Root: root, SyncTime: 100 * time.Millisecond,
-		Host: "127.0.0.1", Port: port, ConnectionTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := broker.New(broker.Options{Config: cfg, Store: st, Registry: reg, ListenAddr: fmt.Sprintf("127.0.0.1:%d", port)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(); reg.Close(); st.Close() })
+	brokertest.Start(t, zk, root, map[string]int{"cli": 2}, nil)
 	return root
 }
 
