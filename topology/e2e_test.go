@@ -173,15 +173,7 @@ func removeRoot(zkAddr, root string) {
 		return
 	}
 	defer r.Close()
-	var rm func(string)
-	rm = func(p string) {
-		kids, _ := r.Children(context.Background(), p)
-		for _, k := range kids {
-			rm(p + "/" + k)
-		}
-		r.Delete(context.Background(), p)
-	}
-	rm(root)
+	r.DeleteTree(context.Background(), root)
 }
 
 // answers records the distinct successive answers of the router the

@@ -77,17 +77,8 @@ func TestJavaViewFlipsWithSiteHealth(t *testing.T) {
 	}
 	tool := newReg(registry.Options{})
 	t.Cleanup(func() {
-		c := context.Background()
-		var rm func(string)
-		rm = func(p string) {
-			kids, _ := tool.Children(c, p)
-			for _, k := range kids {
-				rm(p + "/" + k)
-			}
-			tool.Delete(c, p)
-		}
-		rm(root)
-		rm(viewRoot)
+		tool.DeleteTree(context.Background(), root)
+		tool.DeleteTree(context.Background(), viewRoot)
 	})
 	// The real root: broker 1's master in bj and its slave in hf.
 	for _, o := range []registry.Options{{BrokerID: 1, Port: 18123}, {BrokerID: 1, Slave: true, SlaveID: 0, Port: 28123}} {

@@ -149,6 +149,24 @@ func (r *Registry) Delete(ctx context.Context, path string) error {
 	return err
 }
 
+// DeleteTree removes path and everything below it; a missing node is not an
+// error.
+func (r *Registry) DeleteTree(ctx context.Context, path string) error {
+	kids, err := r.Children(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, k := range kids {
+		if err := r.DeleteTree(ctx, path+"/"+k); err != nil {
+			return err
+		}
+	}
+	return r.Delete(ctx, path)
+}
+
 // createParents creates every missing ancestor of path as a persistent node.
 func (r *Registry) createParents(ctx context.Context, path string) error {
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")

@@ -56,16 +56,7 @@ func cleanupRoot(t *testing.T, root string) {
 			return
 		}
 		defer r.Close()
-		ctx := context.Background()
-		var rm func(string)
-		rm = func(p string) {
-			kids, _ := r.Children(ctx, p)
-			for _, k := range kids {
-				rm(p + "/" + k)
-			}
-			r.Delete(ctx, p)
-		}
-		rm(root)
+		r.DeleteTree(context.Background(), root)
 	})
 }
 
@@ -584,5 +575,31 @@ func TestWatches(t *testing.T) {
 	}
 	if _, _, err := r.Get(ctx, root+"/w/a"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Get after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestDeleteTree(t *testing.T) {
+	root := testRoot(t)
+	r := newRegistry(t, testOptions(t, root))
+	ctx := context.Background()
+	for _, p := range []string{root + "/a/b/c", root + "/a/d", root + "/e"} {
+		if err := r.EnsurePath(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.DeleteTree(ctx, root+"/a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := r.Exists(ctx, root+"/a"); err != nil || ok {
+		t.Fatalf("%s/a after DeleteTree: exists %v, err %v", root, ok, err)
+	}
+	if ok, _, err := r.Exists(ctx, root+"/e"); err != nil || !ok {
+		t.Fatalf("sibling %s/e: exists %v, err %v", root, ok, err)
+	}
+	if err := r.DeleteTree(ctx, root+"/missing"); err != nil {
+		t.Fatalf("DeleteTree of a missing node: %v", err)
+	}
+	if err := r.DeleteTree(ctx, root); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -323,16 +323,7 @@ func (v *SiteView) childInts(ctx context.Context, path string) ([]int, error) {
 }
 
 func (v *SiteView) deleteTree(ctx context.Context, path string) error {
-	kids, err := v.children(ctx, path)
-	if err != nil {
-		return err
-	}
-	for _, k := range kids {
-		if err := v.deleteTree(ctx, path+"/"+k); err != nil {
-			return err
-		}
-	}
-	if err := v.r.Delete(ctx, path); err != nil {
+	if err := v.r.DeleteTree(ctx, path); err != nil {
 		return fmt.Errorf("registry: site view delete %s: %w", path, err)
 	}
 	return nil

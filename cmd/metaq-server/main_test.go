@@ -192,7 +192,7 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	t.Cleanup(func() { removeTree(reg, s.root) }) // runs before Close
+	t.Cleanup(func() { reg.DeleteTree(context.Background(), s.root) }) // runs before Close
 
 	pid := s.start(t)
 	if code, out, _ := cli(t, "status", "-f", s.ini); code != 0 || !strings.Contains(out, fmt.Sprintf("pid %d", pid)) ||
@@ -319,7 +319,7 @@ func TestQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	t.Cleanup(func() { removeTree(reg, s.root) }) // runs before Close
+	t.Cleanup(func() { reg.DeleteTree(context.Background(), s.root) }) // runs before Close
 	reg.CommitOffset(ctx, "billing", "orders", 3, 0, 6393882542080, 58)
 	reg.SetPersistent(ctx, reg.Paths().ConsumerOffsets("billing", "orders")+"/3-1", []byte("-1-0"))
 	code, out, errOut := cli(t, "query", "-f", s.ini, "-group", "billing")
@@ -338,17 +338,4 @@ func TestQuery(t *testing.T) {
 	if code, _, _ := cli(t, "query", "-f", s.ini, "-group", "nobody"); code == 0 {
 		t.Error("query of an unknown group exited 0")
 	}
-}
-
-func removeTree(r *registry.Registry, root string) {
-	ctx := context.Background()
-	var rm func(string)
-	rm = func(p string) {
-		kids, _ := r.Children(ctx, p)
-		for _, k := range kids {
-			rm(p + "/" + k)
-		}
-		r.Delete(ctx, p)
-	}
-	rm(root)
 }

@@ -351,7 +351,7 @@ func testSlaveFromCommandLine(t *testing.T, zk string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { reg.Close() })
-		t.Cleanup(func() { removeTree(reg, master.root) }) // runs before Close
+		t.Cleanup(func() { reg.DeleteTree(context.Background(), master.root) }) // runs before Close
 	}
 	os.WriteFile(props, []byte(propText), 0o644)
 

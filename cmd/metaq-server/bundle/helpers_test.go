@@ -114,16 +114,7 @@ func removeTree(zk, root string) {
 		return
 	}
 	defer r.Close()
-	ctx := context.Background()
-	var rm func(string)
-	rm = func(p string) {
-		kids, _ := r.Children(ctx, p)
-		for _, k := range kids {
-			rm(p + "/" + k)
-		}
-		r.Delete(ctx, p)
-	}
-	rm(root)
+	r.DeleteTree(context.Background(), root)
 }
 
 // metaConn is a minimal MetaQ protocol client (spec §1), one request at a time.
