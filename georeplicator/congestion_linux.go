@@ -12,8 +12,19 @@ import (
 // here) while BBR keeps the link full, so the master asks for BBR on the
 // sockets it sends from whatever the host default is.
 func setCongestion(c net.Conn, algo string) error {
+	if algo == "" {
+		return nil
+	}
+	return tcpSockopt(c, func(fd int) error {
+		return unix.SetsockoptString(fd, syscall.IPPROTO_TCP, unix.TCP_CONGESTION, algo)
+	})
+}
+
+// tcpSockopt runs set on c's socket; a connection that is not TCP (a test
+// pipe) is left alone.
+func tcpSockopt(c net.Conn, set func(fd int) error) error {
 	tc, ok := c.(*net.TCPConn)
-	if !ok || algo == "" {
+	if !ok {
 		return nil
 	}
 	raw, err := tc.SyscallConn()
@@ -21,10 +32,7 @@ func setCongestion(c net.Conn, algo string) error {
 		return err
 	}
 	var serr error
-	err = raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptString(int(fd), syscall.IPPROTO_TCP, unix.TCP_CONGESTION, algo)
-	})
-	if err != nil {
+	if err := raw.Control(func(fd uintptr) { serr = set(int(fd)) }); err != nil {
 		return err
 	}
 	return serr
@@ -39,20 +47,7 @@ func setCongestion(c net.Conn, algo string) error {
 const notSentLowat = 128 << 10
 
 func setNotSentLowat(c net.Conn) error {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	raw, err := tc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, notSentLowat)
+	return tcpSockopt(c, func(fd int) error {
+		return unix.SetsockoptInt(fd, syscall.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, notSentLowat)
 	})
-	if err != nil {
-		return err
-	}
-	return serr
 }
