@@ -151,9 +151,9 @@ func checkAddr(s string) error {
 	return nil
 }
 
-// isLoopbackAddr reports whether a listen address stays on this machine.
+// IsLoopbackAddr reports whether a listen address stays on this machine.
 // An empty host (":8120") listens on every interface.
-func isLoopbackAddr(s string) bool {
+func IsLoopbackAddr(s string) bool {
 	host, _, err := net.SplitHostPort(s)
 	if err != nil || host == "" {
 		return false

@@ -501,9 +501,9 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
 	}
-	if s.Site.Token == "" && (!isLoopbackAddr(s.Site.DashboardAddr) || !isLoopbackAddr(s.Site.AdminAddr)) {
+	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
 		k, ok := r.raw("dashboardAddr")
-		if !ok || isLoopbackAddr(k.Value) {
+		if !ok || IsLoopbackAddr(k.Value) {
 			k, _ = r.raw("adminAddr")
 		}
 		r.bad(k, "a loopback address, or a [site] token= when listening beyond this machine")
@@ -546,7 +546,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	checkTLSPair(r, s.NATS.TLSCert, s.NATS.TLSKey)
 	// The embedded server has no authentication: whoever reaches it can push
 	// configuration. It is for one machine; several machines run NATS.
-	if s.NATS.URL == "" && !isLoopbackAddr(s.NATS.EmbeddedListen) {
+	if s.NATS.URL == "" && !IsLoopbackAddr(s.NATS.EmbeddedListen) {
 		k, _ := r.raw("embeddedListen")
 		r.bad(k, "a loopback address: the embedded NATS server has no authentication; across machines run a NATS cluster and set [nats] url")
 	}

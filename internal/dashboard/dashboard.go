@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/broker/config"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -164,7 +166,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:8120"
 	}
-	if !isLoopback(opts.Addr) && opts.Token == "" {
+	if !config.IsLoopbackAddr(opts.Addr) && opts.Token == "" {
 		return nil, fmt.Errorf("dashboard: listen address %s is not loopback: set [site] token", opts.Addr)
 	}
 	if opts.SampleEvery <= 0 {
@@ -181,19 +183,6 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Server{opts: opts, log: opts.Logger.With("component", "dashboard"), quit: make(chan struct{})}, nil
-}
-
-// isLoopback reports whether a listen address only accepts local peers.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Handler returns the dashboard's routes, wrapped in the token check.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"metaq/broker/config"
 )
 
 // Admin is the bundle's admin HTTP endpoint, which replaces MetaQ's JMX
@@ -38,7 +40,7 @@ type Admin struct {
 }
 
 func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
-	if !isLoopback(addr) && token == "" {
+	if !config.IsLoopbackAddr(addr) && token == "" {
 		return nil, fmt.Errorf("bundle: admin address %s is not loopback: set [site] token", addr)
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -184,17 +186,4 @@ func (a *Admin) slaveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
-}
-
-// isLoopback reports whether a listen address binds only loopback.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
