@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,21 +243,12 @@ func (m *Manager) recover() error {
 	if len(ns) > 0 {
 		next = ns[len(ns)-1] + 1
 	}
-	if err := writeSnapshot(m.opts.Dir, next, m.snapshotLocked()); err != nil {
+	if err := m.startJournalLocked(next); err != nil {
 		return err
 	}
 	for _, n := range ns {
 		os.Remove(journalName(m.opts.Dir, n))
 	}
-	fi, err := os.Stat(journalName(m.opts.Dir, next))
-	if err != nil {
-		return fmt.Errorf("txn: stat journal: %w", err)
-	}
-	j, err := openJournalFile(m.opts.Dir, next, fi.Size())
-	if err != nil {
-		return err
-	}
-	m.j = j
 	return nil
 }
 
@@ -835,22 +825,30 @@ func (m *Manager) maybeCompactLocked() error {
 	if err := old.close(); err != nil {
 		return err
 	}
-	next := old.n + 1
-	if err := writeSnapshot(m.opts.Dir, next, m.snapshotLocked()); err != nil {
+	if err := m.startJournalLocked(old.n + 1); err != nil {
 		return err
 	}
-	fi, err := os.Stat(journalName(m.opts.Dir, next))
+	if err := os.Remove(journalName(m.opts.Dir, old.n)); err != nil {
+		m.log.Warn("remove old journal", "path", journalName(m.opts.Dir, old.n), "err", err)
+	}
+	return nil
+}
+
+// startJournalLocked writes the live transactions to journal file n and
+// continues the journal there.
+func (m *Manager) startJournalLocked(n int) error {
+	if err := writeSnapshot(m.opts.Dir, n, m.snapshotLocked()); err != nil {
+		return err
+	}
+	fi, err := os.Stat(journalName(m.opts.Dir, n))
 	if err != nil {
 		return fmt.Errorf("txn: stat journal: %w", err)
 	}
-	j, err := openJournalFile(m.opts.Dir, next, fi.Size())
+	j, err := openJournalFile(m.opts.Dir, n, fi.Size())
 	if err != nil {
 		return err
 	}
 	m.j = j
-	if err := os.Remove(journalName(m.opts.Dir, old.n)); err != nil {
-		m.log.Warn("remove old journal", "path", filepath.Join(m.opts.Dir, "redo."+strconv.Itoa(old.n)), "err", err)
-	}
 	return nil
 }
 
