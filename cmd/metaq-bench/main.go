@@ -77,64 +77,6 @@ func main() {
 	}
 }
 
-func run(o options) error {
-	addr := o.addr
-	if addr == "" {
-		a, stop, err := startBroker(o)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addr = a
-	}
-	fmt.Printf("target %s: %d producers x %d in flight, %d consumers, %d B messages, %d partitions, warm-up %v, run %v\n",
-		addr, o.producers, o.inflight, o.consumers, o.size, o.partitions, o.warmup, o.duration)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st := &stats{}
-	var wg sync.WaitGroup
-	errCh := make(chan error, o.producers+o.consumers)
-	for i := range o.producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := produce(ctx, o, addr, i, st); err != nil && ctx.Err() == nil {
-				errCh <- err
-			}
-		}()
-	}
-	for i := range o.consumers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := consume(ctx, o, addr, i, st); err != nil && ctx.Err() == nil {
-				errCh <- err
-			}
-		}()
-	}
-	select {
-	case err := <-errCh:
-		cancel()
-		wg.Wait()
-		return err
-	case <-time.After(o.warmup):
-	}
-	st.start()
-	select {
-	case err := <-errCh:
-		cancel()
-		wg.Wait()
-		return err
-	case <-time.After(o.duration):
-	}
-	res := st.stop()
-	cancel()
-	wg.Wait()
-	res.print(o)
-	return nil
-}
-
 func startBroker(o options) (string, func(), error) {
 	dir := o.dataDir
 	cleanup := func() {}

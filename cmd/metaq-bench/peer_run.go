@@ -38,29 +38,33 @@ type target struct {
 	close   func()
 }
 
-// dispatch picks the mode from the peer flags; without them it is main.go's
-// run against our broker.
+// dispatch picks the mode from the peer flags: -compare, one -peer, or
+// (without them) our broker alone.
 func dispatch(o options) error {
-	switch {
-	case *peerFlag != "" && *compareFlag != "":
+	if *peerFlag != "" && *compareFlag != "" {
 		return fmt.Errorf("-peer and -compare are exclusive")
-	case *peerFlag != "":
-		t, err := startPeer(*peerFlag, o)
-		if err != nil {
-			return err
-		}
-		defer t.close()
-		res, err := runLoad(o, t)
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
-		res.print(o)
-		return nil
-	case *compareFlag != "":
+	}
+	if *compareFlag != "" {
 		_, err := runCompare(o, strings.Split(*compareFlag, ","), *roundsFlag, os.Stdout)
 		return err
 	}
-	return run(o)
+	var t target
+	var err error
+	if *peerFlag != "" {
+		t, err = startPeer(*peerFlag, o)
+	} else {
+		t, err = oursTarget(o)
+	}
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	res, err := runLoad(o, t)
+	if err != nil {
+		return fmt.Errorf("%s: %w", t.name, err)
+	}
+	res.print(o)
+	return nil
 }
 
 // startPeer starts the named peer broker for the load of o.
@@ -92,7 +96,7 @@ func oursTarget(o options) (target, error) {
 }
 
 // runLoad runs o's producers and consumers against t: warm-up, then the
-// measured window. It is the same schedule as main.go's run.
+// measured window.
 func runLoad(o options, t target) (result, error) {
 	fmt.Printf("target %s %s: %d producers x %d in flight, %d consumers, %d B messages, %d partitions, warm-up %v, run %v\n",
 		t.name, t.addr, o.producers, o.inflight, o.consumers, o.size, o.partitions, o.warmup, o.duration)
