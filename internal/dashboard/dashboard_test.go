@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,17 +51,8 @@ func startServer(t *testing.T, opts Options) *Server {
 
 func get(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, body := testutil.HTTPDo(t, "GET", url, token)
+	return code, string(body)
 }
 
 func TestAPIAndHistory(t *testing.T) {

@@ -2,12 +2,37 @@
 package testutil
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	"metaq/internal/freeport"
 )
+
+// HTTPDo sends a bodyless request, with "Authorization: Bearer token" when
+// token is set, and returns the status and body.
+func HTTPDo(t testing.TB, method, url, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
 
 // FreePort returns a loopback port nothing listens on (TCP or UDP), for a
 // server that must know its port before it binds (see internal/freeport).

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"hash/crc32"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 
 	"metaq/broker"
 	"metaq/broker/registry"
+	"metaq/internal/testutil"
 )
 
 // The registry is the broker's ZooKeeper registry as it is, no adapter.
@@ -88,17 +87,8 @@ func TestReloadRegistersTopics(t *testing.T) {
 
 func adminDo(t *testing.T, b *Bundle, method, path, token string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+b.AdminAddr()+path, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	code, body := testutil.HTTPDo(t, method, "http://"+b.AdminAddr()+path, token)
+	return code, string(body)
 }
 
 // TestAdminEndpoint drives status, stats, close/open-partitions and

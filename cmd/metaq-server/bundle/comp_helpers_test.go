@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -203,25 +201,9 @@ func waitCaughtUp(t *testing.T, master, slave *Bundle, topic string, timeout tim
 	})
 }
 
-// httpGet fetches url with an optional bearer token.
-func httpGet(t *testing.T, url, token string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, body
-}
-
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	code, body := httpGet(t, url, "")
+	code, body := testutil.HTTPDo(t, "GET", url, "")
 	if code != 200 {
 		t.Fatalf("GET %s: %d %s", url, code, body)
 	}

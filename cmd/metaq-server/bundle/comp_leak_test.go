@@ -26,8 +26,8 @@ func TestComponentsStopTheirGoroutines(t *testing.T) {
 		masterAddr: master.ReplicationAddr(), natsURL: master.NATSURL(), join: []string{master.Topology().Addr()}})
 	produce(t, master.Broker.Addr().String(), "test", 20, "g")
 	waitCaughtUp(t, master, slave, "test", 20*time.Second)
-	httpGet(t, "http://"+master.DashboardAddr()+"/metrics", "")
-	httpGet(t, "http://"+slave.DashboardAddr()+"/lag", "")
+	testutil.HTTPDo(t, "GET", "http://"+master.DashboardAddr()+"/metrics", "")
+	testutil.HTTPDo(t, "GET", "http://"+slave.DashboardAddr()+"/lag", "")
 	if err := slave.Close(); err != nil {
 		t.Fatal(err)
 	}

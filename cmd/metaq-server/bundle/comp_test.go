@@ -269,21 +269,21 @@ func TestTopologyAndDashboard(t *testing.T) {
 
 	dash := mustComp[*dashboardComponent](t, master)
 	base := "http://" + dash.Addr()
-	if code, _ := httpGet(t, base+"/api/snapshot", ""); code != http.StatusUnauthorized {
+	if code, _ := testutil.HTTPDo(t, "GET", base+"/api/snapshot", ""); code != http.StatusUnauthorized {
 		t.Errorf("snapshot without the token: %d", code)
 	}
-	code, body := httpGet(t, base+"/api/snapshot", "s3cret")
+	code, body := testutil.HTTPDo(t, "GET", base+"/api/snapshot", "s3cret")
 	if code != 200 || !strings.Contains(string(body), `"name": "test"`) || !strings.Contains(string(body), `"site": "bj"`) {
 		t.Errorf("snapshot: %d %s", code, body)
 	}
 	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
-		code, body := httpGet(t, base+"/lag", "s3cret")
+		code, body := testutil.HTTPDo(t, "GET", base+"/lag", "s3cret")
 		if code != 200 || !strings.Contains(string(body), `"slaveGroup": "meta-slave-group-hf"`) && !strings.Contains(string(body), `"slaveGroup":"meta-slave-group-hf"`) {
 			return fmt.Errorf("/lag: %d %s", code, body)
 		}
 		return nil
 	})
-	_, metrics := httpGet(t, base+"/metrics", "s3cret")
+	_, metrics := testutil.HTTPDo(t, "GET", base+"/metrics", "s3cret")
 	for _, want := range []string{"metaq_broker_up 1", "metaq_partition_bytes{partition=\"0\",topic=\"test\"}",
 		"metaq_replication_slave_connected{slave_group=\"meta-slave-group-hf\",slave_id=\"1\"} 1",
 		"metaq_replication_lag_bytes", "metaq_configsync_version", "metaq_gossip_members", "metaq_site_up{site=\"hf\"} 1"} {
@@ -304,7 +304,7 @@ func TestTopologyAndDashboard(t *testing.T) {
 	if snap.Role != "slave" {
 		t.Errorf("slave snapshot role %q", snap.Role)
 	}
-	_, sm := httpGet(t, "http://"+sd.Addr()+"/metrics", "")
+	_, sm := testutil.HTTPDo(t, "GET", "http://"+sd.Addr()+"/metrics", "")
 	if !strings.Contains(string(sm), "metaq_replication_connected 1") {
 		t.Errorf("slave /metrics lacks metaq_replication_connected 1")
 	}
