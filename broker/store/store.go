@@ -244,7 +244,6 @@ type PendingAppend struct {
 	topic     string
 	partition int
 	r         *request
-	recOffs   []int32
 	err       error // refused before it reached the writer
 }
 
@@ -295,7 +294,7 @@ func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, ms
 		pa.err = fmt.Errorf("store: append %s-%d: %w", topic, partition, err)
 		return pa
 	}
-	pa.r, pa.recOffs = r, recOffs
+	pa.r = r
 	return pa
 }
 
@@ -317,8 +316,8 @@ func (pa *PendingAppend) Result() ([]Appended, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("store: append %s-%d: %w", pa.topic, pa.partition, r.err)
 	}
-	out := make([]Appended, len(pa.recOffs))
-	for i, o := range pa.recOffs {
+	out := make([]Appended, len(r.recOffs))
+	for i, o := range r.recOffs {
 		out[i] = Appended{ID: r.ids[i], Offset: r.offset + int64(o)}
 	}
 	return out, nil
