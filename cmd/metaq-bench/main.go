@@ -77,7 +77,7 @@ func main() {
 	}
 }
 
-func startBroker(o options) (string, func(), error) {
+func startBroker(o options, listen string) (string, func(), error) {
 	dir := o.dataDir
 	cleanup := func() {}
 	if dir == "" {
@@ -115,7 +115,7 @@ numPartitions=%d
 		cleanup()
 		return "", nil, err
 	}
-	b, err := broker.New(broker.Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0",
+	b, err := broker.New(broker.Options{Config: cfg, Store: st, ListenAddr: listen,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		st.Close()

@@ -19,9 +19,9 @@ import (
 // main parses it.
 var (
 	peerFlag = flag.String("peer", "",
-		"run the load against a peer broker instead of ours: jetstream (embedded NATS server, file storage on a temp dir) or nsq (nsqd from -nsqd, disk-backed)")
+		"run the load against a peer broker instead of ours: jetstream (embedded NATS server, file storage on a temp dir), nsq (nsqd from -nsqd, disk-backed) or metaq-java (the command of -metaq-java)")
 	compareFlag = flag.String("compare", "",
-		"comma-separated peers (jetstream,nsq) to run right after our broker with the same flags, then print throughput ratios")
+		"comma-separated peers (jetstream,nsq,metaq-java) to run right after our broker with the same flags, then print throughput ratios")
 	roundsFlag = flag.Int("rounds", 1,
 		"with -compare: repeat the sequence this many times, every other round peers first, and sum the rounds for the ratios")
 	nsqdFlag = flag.String("nsqd", "",
@@ -74,8 +74,10 @@ func startPeer(name string, o options) (target, error) {
 		return startJetStream(o)
 	case "nsq":
 		return startNSQ(o, *nsqdFlag)
+	case "metaq-java":
+		return startMetaQJava(o, *javaCmdFlag)
 	}
-	return target{}, fmt.Errorf("unknown peer %q (want jetstream or nsq)", name)
+	return target{}, fmt.Errorf("unknown peer %q (want jetstream, nsq or metaq-java)", name)
 }
 
 // oursTarget starts our broker in process (or targets -addr) and drives it
@@ -83,7 +85,7 @@ func startPeer(name string, o options) (target, error) {
 func oursTarget(o options) (target, error) {
 	t := target{name: "metaq", addr: o.addr, close: func() {}}
 	if o.addr == "" {
-		a, stop, err := startBroker(o)
+		a, stop, err := startBroker(o, "127.0.0.1:0")
 		if err != nil {
 			return target{}, err
 		}
