@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/internal/hostaddr"
 )
 
 // closeGrace bounds how long Close waits for requests already read.
@@ -124,6 +125,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.retention.reschedule(cfg)
 
 	if r := b.opts.Registry; r != nil {
+		r.SetURL(b.url)
 		if err := r.RegisterBroker(ctx); err != nil {
 			b.log.Error("BROKER: register in ZooKeeper failed", "err", err)
 		}
@@ -331,19 +333,7 @@ func advertisedURL(host string, addr net.Addr) string {
 		host = ip
 	}
 	if host == "" {
-		host = firstNonLoopback()
+		host = hostaddr.Local()
 	}
 	return "meta://" + net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-func firstNonLoopback() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }

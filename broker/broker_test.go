@@ -608,6 +608,28 @@ func TestCloseOrderAndIdempotence(t *testing.T) {
 	}
 }
 
+// TestRegistersListenerURL checks that the broker advertises the port it
+// listens on, not serverPort, when the two differ (metaq-server -listen).
+func TestRegistersListenerURL(t *testing.T) {
+	reg := &fakeRegistry{}
+	cfg := vectorConfig(t)
+	cfg.System.HostName = "127.0.0.1"
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	port := brk.Addr().(*net.TCPAddr).Port
+	if port == cfg.System.ServerPort {
+		t.Fatalf("listener took serverPort %d; the test needs them to differ", port)
+	}
+	want := "meta://127.0.0.1:" + strconv.Itoa(port)
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if len(reg.urls) != 1 || reg.urls[0] != want {
+		t.Fatalf("registered %q, want [%s]", reg.urls, want)
+	}
+	if brk.URL() != want {
+		t.Fatalf("broker URL %q, want %s", brk.URL(), want)
+	}
+}
+
 func TestFirstPutRegistersTopic(t *testing.T) {
 	reg := &fakeRegistry{}
 	cfg := parseConfig(t, iniWith(t, "\n[topic=pat-*]\nnumPartitions=3\n"))

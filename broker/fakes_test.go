@@ -87,15 +87,24 @@ func (h *hookStore) retainedTopics() []string {
 type fakeRegistry struct {
 	mu        sync.Mutex
 	brokers   int
+	url       string   // set by SetURL
+	urls      []string // the URL at each RegisterBroker
 	topics    map[string]int
 	checksums []uint32
 	unreg     int
+}
+
+func (f *fakeRegistry) SetURL(url string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.url = url
 }
 
 func (f *fakeRegistry) RegisterBroker(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.brokers++
+	f.urls = append(f.urls, f.url)
 	return nil
 }
 

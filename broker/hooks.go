@@ -24,6 +24,9 @@ import (
 // Calls may come from several goroutines at once and must return when ctx
 // ends; the broker logs their errors and keeps serving.
 type Registry interface {
+	// SetURL sets the meta://host:port RegisterBroker advertises: the
+	// broker calls it with its listener's address before registering.
+	SetURL(url string)
 	RegisterBroker(ctx context.Context) error
 	SetConfigChecksum(ctx context.Context, sum uint32) error
 	RegisterTopic(ctx context.Context, topic string, numPartitions int, acceptPublish, acceptSubscribe bool) error

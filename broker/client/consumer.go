@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"metaq/internal/hostaddr"
 )
 
 // Handler handles one message of a push consumer. It is called from the
@@ -234,10 +235,10 @@ func NewConsumer(c *Client, group string, opts ...ConsumerOption) (*Consumer, er
 		return nil, errors.New("client: without ZooKeeper a consumer needs WithPartitions")
 	}
 	if o.broadcast {
-		group = group + "-" + strings.NewReplacer(".", "-", ":", "-").Replace(localIP())
+		group = group + "-" + strings.NewReplacer(".", "-", ":", "-").Replace(hostaddr.Local())
 	}
 	if o.consumerID == "" {
-		o.consumerID = fmt.Sprintf("%s-%d-%s", localIP(), os.Getpid(), uuid())
+		o.consumerID = fmt.Sprintf("%s-%d-%s", hostaddr.Local(), os.Getpid(), uuid())
 	}
 	cs := &Consumer{c: c, opt: o, group: group, idString: group + "_" + o.consumerID,
 		handlers: map[string]Handler{}, owned: map[string]map[Partition]*partState{},
@@ -1021,20 +1022,6 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			}
 		}
 	}
-}
-
-// localIP returns the first non-loopback IPv4 address, as MetaQ's
-// RemotingUtils.getLocalHost, or 127.0.0.1.
-func localIP() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
 
 // uuid returns a random RFC 4122 version 4 UUID string.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"net"
 	"strconv"
 	"strings"
 )
@@ -128,7 +129,8 @@ func ParseBrokerString(s string) (id, slaveID int, ok bool) {
 
 // BrokerURL is the value of a broker node: meta://<host>:<port>.
 func BrokerURL(host string, port int) string {
-	return "meta://" + host + ":" + strconv.Itoa(port)
+	// An IPv6 literal gets its brackets here (whether or not it came with them).
+	return "meta://" + net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), strconv.Itoa(port))
 }
 
 // TopicJSON is the value of a topics-pub/topics-sub node. Java clients parse

@@ -7,12 +7,15 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"metaq/internal/hostaddr"
 )
 
 func (r *Registry) master() bool { return r.opts.SlaveID < 0 }
 
-// URL is the meta://host:port this broker advertises: the one given to
-// RegisterBrokerAs, else built from Options.Host (or LocalHost) and Port.
+// URL is the meta://host:port this broker advertises: the one set by SetURL
+// (the broker's listener), else built from Options.Host (or hostaddr.Local)
+// and Port.
 func (r *Registry) URL() string {
 	r.urlMu.Lock()
 	u := r.url
@@ -22,9 +25,18 @@ func (r *Registry) URL() string {
 	}
 	host := r.opts.Host
 	if host == "" {
-		host = LocalHost()
+		host = hostaddr.Local()
 	}
 	return BrokerURL(host, r.opts.Port)
+}
+
+// SetURL sets the meta://host:port that RegisterBroker writes from now on,
+// including the re-registrations after a session expiry. The broker sets
+// the address it actually listens on, which may differ from serverPort.
+func (r *Registry) SetURL(url string) {
+	r.urlMu.Lock()
+	r.url = url
+	r.urlMu.Unlock()
 }
 
 // RegisterBroker writes the broker's own nodes (spec §3.1): the ephemeral
@@ -52,9 +64,7 @@ func (r *Registry) RegisterBroker(ctx context.Context) error {
 // (meta://host:port) and the config checksum given by the caller, as the
 // broker knows them after it started listening or reloaded.
 func (r *Registry) RegisterBrokerAs(ctx context.Context, url string, checksum uint32) error {
-	r.urlMu.Lock()
-	r.url = url
-	r.urlMu.Unlock()
+	r.SetURL(url)
 	r.regMu.Lock()
 	r.state.checksum = checksum
 	r.regMu.Unlock()

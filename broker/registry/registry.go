@@ -54,7 +54,7 @@ type Options struct {
 	Slave bool
 	// SlaveID is the async slave's slaveId (>= 0); ignored unless Slave.
 	SlaveID int
-	// Host is the advertised host ([system] hostName); "" = LocalHost().
+	// Host is the advertised host ([system] hostName); "" = hostaddr.Local().
 	Host string
 	// Port is [system] serverPort, advertised in meta://host:port.
 	Port int
@@ -123,7 +123,7 @@ type Registry struct {
 	state regState // guarded by regMu
 
 	urlMu sync.Mutex
-	url   string // set by RegisterBrokerAs
+	url   string // set by SetURL
 
 	sessionMu    sync.Mutex
 	sessionID    int64         // last session we saw established

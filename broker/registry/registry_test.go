@@ -191,6 +191,27 @@ func TestRegisterMatchesVector(t *testing.T) {
 	}
 }
 
+// TestSetURLIsRegistered checks that the URL the broker sets (its listener,
+// which may not be on serverPort) is the one written, instead of Host:Port.
+func TestSetURLIsRegistered(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	o := testOptions(t, root)
+	r := newRegistry(t, o)
+	r.SetURL("meta://127.0.0.1:40999")
+	if err := r.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := r.Brokers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs) != 1 || bs[0].Master != "meta://127.0.0.1:40999" {
+		t.Fatalf("Brokers = %+v, want the master at meta://127.0.0.1:40999 (Options.Port is %d)", bs, o.Port)
+	}
+}
+
 func sorted(s []string) []string {
 	out := append([]string(nil), s...)
 	for i := range out {

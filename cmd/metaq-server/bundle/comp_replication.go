@@ -16,6 +16,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/hostaddr"
 )
 
 // replicationNode is the ephemeral znode under <root>/brokers/ids/<id> in
@@ -170,7 +171,7 @@ func advertiseAddr(listen string, cfg *config.Server) string {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = cfg.System.HostName
 		if host == "" {
-			host = registry.LocalHost()
+			host = hostaddr.Local()
 		}
 	}
 	return net.JoinHostPort(host, port)

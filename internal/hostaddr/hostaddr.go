@@ -1,11 +1,16 @@
-package registry
+// Package hostaddr picks the address this machine goes by when no host name
+// is configured: the one a broker advertises when [system] hostName is blank,
+// its replication listener's advertised address, and the host part of a
+// consumer id, as MetaQ's RemotingUtils.getLocalHost. One rule for all of
+// them, so a broker and its registry never disagree.
+package hostaddr
 
 import "net"
 
-// LocalHost returns the address a broker advertises when hostName is not set:
-// the first non-loopback IPv4 address of an up interface, else the first
-// such IPv6 address in brackets, else 127.0.0.1 (RemotingUtils.getLocalHost).
-func LocalHost() string {
+// Local returns the first IPv4 address of an up, non-loopback interface that
+// is neither loopback nor link-local, else the first such IPv6 address, else
+// 127.0.0.1. An IPv6 address comes bare: net.JoinHostPort adds the brackets.
+func Local() string {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return "127.0.0.1"
@@ -32,7 +37,7 @@ type ifaceAddrs struct {
 	addrs []net.Addr
 }
 
-// pickHost applies LocalHost's selection rule to a list of interfaces in
+// pickHost applies Local's selection rule to a list of interfaces in
 // system order.
 func pickHost(ifaces []ifaceAddrs) string {
 	var v6 string
@@ -49,7 +54,7 @@ func pickHost(ifaces []ifaceAddrs) string {
 				return ip4.String()
 			}
 			if v6 == "" {
-				v6 = "[" + ipn.IP.String() + "]"
+				v6 = ipn.IP.String()
 			}
 		}
 	}
