@@ -19,6 +19,10 @@ const (
 
 var bodyPools [18]sync.Pool // index = log2(size); 64 KiB is index 16
 
+// slotPool recycles the *[]byte holders the body pools store, so that
+// returning a buffer does not allocate a new holder each time.
+var slotPool = sync.Pool{New: func() any { return new([]byte) }}
+
 // poolClass returns the index of the smallest pooled size >= n.
 func poolClass(n int) int {
 	if n <= minPooledBody {
@@ -34,7 +38,11 @@ func allocBody(n int) []byte {
 	}
 	c := poolClass(n)
 	if v := bodyPools[c].Get(); v != nil {
-		return (*v.(*[]byte))[:n]
+		slot := v.(*[]byte)
+		b := (*slot)[:n]
+		*slot = nil
+		slotPool.Put(slot)
+		return b
 	}
 	return make([]byte, n, 1<<c)
 }
@@ -46,6 +54,7 @@ func freeBody(b []byte) {
 	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
 		return // not one of ours
 	}
-	b = b[:0]
-	bodyPools[bits.Len(uint(c-1))].Put(&b)
+	slot := slotPool.Get().(*[]byte)
+	*slot = b[:0]
+	bodyPools[bits.Len(uint(c-1))].Put(slot)
 }

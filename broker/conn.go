@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -42,8 +41,8 @@ type conn struct {
 	bytes *byteBudget       // fetched data held before it is written
 	wg    sync.WaitGroup    // workers and put-queue drainers
 
-	pmu   sync.Mutex           // guards putqs and the queues in it
-	putqs map[string]*putQueue // plain puts by topic and partition
+	pmu   sync.Mutex             // guards putqs and the queues in it
+	putqs map[queueKey]*putQueue // plain puts and syncs by topic and partition
 
 	closeOnce sync.Once
 }
@@ -83,7 +82,7 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
-		putqs:  make(map[string]*putQueue),
+		putqs:  make(map[queueKey]*putQueue),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes),
 	}
 	c.log = b.log.With("conn", id, "remote", c.remote)
@@ -209,7 +208,7 @@ const maxPutBatch = 256
 // per burst, its messages to a partition keep their order, and a slow
 // partition does not hold up the connection's other partitions.
 type putQueue struct {
-	key     string
+	key     queueKey
 	p       int32 // resolved partition
 	items   []*wire.Put
 	syncs   []*wire.Sync  // a sync queue holds these instead
@@ -217,12 +216,20 @@ type putQueue struct {
 	running bool
 }
 
+// queueKey names a connection's put queue: a struct, so finding the queue
+// of every put allocates nothing.
+type queueKey struct {
+	topic     string
+	partition int32
+	sync      bool // the queue of sync commands (sync replication)
+}
+
 // maxPendingBatches bounds a queue's batches in the store at once.
 const maxPendingBatches = 8
 
 // enqueueSync queues a sync on its partition's sync queue.
 func (c *conn) enqueueSync(cmd *wire.Sync) {
-	key := "sync\x00" + cmd.Topic + "\x00" + strconv.Itoa(int(cmd.Partition))
+	key := queueKey{topic: cmd.Topic, partition: cmd.Partition, sync: true}
 	c.pmu.Lock()
 	q := c.putqs[key]
 	if q == nil {
@@ -245,7 +252,7 @@ func (c *conn) enqueueSync(cmd *wire.Sync) {
 // read, see readLoop).
 func (c *conn) enqueuePut(cmd *wire.Put) *putQueue {
 	p := c.b.resolvePartition(cmd)
-	key := cmd.Topic + "\x00" + strconv.Itoa(int(p))
+	key := queueKey{topic: cmd.Topic, partition: p}
 	c.pmu.Lock()
 	q := c.putqs[key]
 	if q == nil {
