@@ -55,27 +55,20 @@ func startMetaQJava(o options, tmpl string) (target, error) {
 	// exec: the shell becomes the broker, so the signal reaches it.
 	cmd := exec.Command("sh", "-c", "exec "+line)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	proc, err := startChild(cmd)
+	if err != nil {
 		logf.Close()
 		os.RemoveAll(dir)
 		os.Remove(logPath)
 		return target{}, fmt.Errorf("metaq-java: start %q: %w", line, err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
+		proc.stop(syscall.SIGTERM, 30*time.Second)
 		logf.Close()
 		os.RemoveAll(dir)
 		os.Remove(logPath)
 	}
-	if err := putReady(addr, o.topic, exited); err != nil {
+	if err := putReady(addr, o.topic, proc.exited); err != nil {
 		logf.Sync()
 		tail := logTail(logPath, 2048)
 		stop()

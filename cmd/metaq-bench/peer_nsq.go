@@ -86,23 +86,16 @@ func startNSQ(o options, binFlag string) (target, error) {
 		"--data-path="+dir, "--mem-queue-size=0", "--log-level=fatal",
 		fmt.Sprintf("--max-msg-size=%d", max(o.size+1024, 1<<20)))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	proc, err := startChild(cmd)
+	if err != nil {
 		os.RemoveAll(dir)
 		return target{}, fmt.Errorf("nsq: start %s: %w", bin, err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	stop := func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
+		proc.stop(os.Interrupt, 10*time.Second)
 		os.RemoveAll(dir)
 	}
-	if err := nsqReady(httpAddr, exited); err != nil {
+	if err := nsqReady(httpAddr, proc.exited); err != nil {
 		stop()
 		return target{}, err
 	}
