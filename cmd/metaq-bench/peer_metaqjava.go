@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,13 +73,7 @@ func startMetaQJava(o options, tmpl string) (target, error) {
 		stop()
 		return target{}, fmt.Errorf("metaq-java: %q: %w; its output ended with:\n%s", line, err, tail)
 	}
-	return target{
-		name:    "metaq-java",
-		addr:    addr,
-		produce: func(ctx context.Context, n int, st *stats) error { return produce(ctx, o, addr, n, st) },
-		consume: func(ctx context.Context, n int, st *stats) error { return consume(ctx, o, addr, n, st) },
-		close:   stop,
-	}, nil
+	return metaqTarget(o, "metaq-java", addr, stop), nil
 }
 
 // putReady waits until the broker at addr stores a put to topic partition 0:

@@ -83,18 +83,26 @@ func startPeer(name string, o options) (target, error) {
 // oursTarget starts our broker in process (or targets -addr) and drives it
 // with main.go's produce and consume.
 func oursTarget(o options) (target, error) {
-	t := target{name: "metaq", addr: o.addr, close: func() {}}
-	if o.addr == "" {
-		a, stop, err := startBroker(o, "127.0.0.1:0")
-		if err != nil {
-			return target{}, err
-		}
-		t.addr, t.close = a, stop
+	if o.addr != "" {
+		return metaqTarget(o, "metaq", o.addr, func() {}), nil
 	}
-	addr := t.addr
-	t.produce = func(ctx context.Context, n int, st *stats) error { return produce(ctx, o, addr, n, st) }
-	t.consume = func(ctx context.Context, n int, st *stats) error { return consume(ctx, o, addr, n, st) }
-	return t, nil
+	addr, stop, err := startBroker(o, "127.0.0.1:0")
+	if err != nil {
+		return target{}, err
+	}
+	return metaqTarget(o, "metaq", addr, stop), nil
+}
+
+// metaqTarget drives a broker that speaks the MetaQ protocol at addr (ours
+// or the Java one) with main.go's produce and consume.
+func metaqTarget(o options, name, addr string, close func()) target {
+	return target{
+		name:    name,
+		addr:    addr,
+		produce: func(ctx context.Context, n int, st *stats) error { return produce(ctx, o, addr, n, st) },
+		consume: func(ctx context.Context, n int, st *stats) error { return consume(ctx, o, addr, n, st) },
+		close:   close,
+	}
 }
 
 // runLoad runs o's producers and consumers against t: warm-up, then the
