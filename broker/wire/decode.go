@@ -34,8 +34,9 @@ type Decoder struct {
 	// nil allocates a new slice.
 	Alloc func(n int) []byte
 
-	line   []byte   // scratch for a header line that spans buffer refills
+	line   []byte   // scratch for the header line
 	fields []string // scratch for the split header; the strings are not reused
+	topic  string   // the last topic of a plain put, reused while it repeats
 }
 
 // NewDecoder returns a Decoder with the default limits.
@@ -52,12 +53,16 @@ func (d *Decoder) Decode() (Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.decodeLine(line)
+	if c, ok, err := d.decodePlainPut(line); ok {
+		return c, err
+	}
+	return d.decodeLine(string(line))
 }
 
-// readLine returns the header line without CRLF. Only CRLF ends a line: a
-// lone LF stays in the line (MetaQ's LINE_MATCHER searches for "\r\n").
-func (d *Decoder) readLine() (string, error) {
+// readLine returns the header line without CRLF, in the Decoder's scratch
+// buffer (valid until the next call). Only CRLF ends a line: a lone LF stays
+// in the line (MetaQ's LINE_MATCHER searches for "\r\n").
+func (d *Decoder) readLine() ([]byte, error) {
 	d.line = d.line[:0]
 	for {
 		chunk, err := d.r.ReadSlice('\n')
@@ -65,30 +70,30 @@ func (d *Decoder) readLine() (string, error) {
 			d.line = append(d.line, chunk...)
 			if n := len(d.line); n >= 2 && d.line[n-2] == '\r' {
 				if n-2 > d.MaxLineSize {
-					return "", fatalf(nil, "header line of %d bytes exceeds %d", n-2, d.MaxLineSize)
+					return nil, fatalf(nil, "header line of %d bytes exceeds %d", n-2, d.MaxLineSize)
 				}
-				return string(d.line[:n-2]), nil
+				return d.line[:n-2], nil
 			}
 			if len(d.line) > d.MaxLineSize+1 {
-				return "", fatalf(nil, "header line exceeds %d bytes", d.MaxLineSize)
+				return nil, fatalf(nil, "header line exceeds %d bytes", d.MaxLineSize)
 			}
 			continue
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			d.line = append(d.line, chunk...)
 			if len(d.line) > d.MaxLineSize+1 {
-				return "", fatalf(nil, "header line exceeds %d bytes", d.MaxLineSize)
+				return nil, fatalf(nil, "header line exceeds %d bytes", d.MaxLineSize)
 			}
 			continue
 		}
 		d.line = append(d.line, chunk...)
 		if errors.Is(err, io.EOF) {
 			if len(d.line) == 0 {
-				return "", io.EOF
+				return nil, io.EOF
 			}
-			return "", io.ErrUnexpectedEOF
+			return nil, io.ErrUnexpectedEOF
 		}
-		return "", err
+		return nil, err
 	}
 }
 
@@ -243,6 +248,12 @@ func (d *Decoder) readBody(cmd, lenField string) ([]byte, error) {
 	if n < 0 {
 		return nil, fatalf(nil, "%s: negative body length %d", cmd, n)
 	}
+	return d.readBodyN(cmd, n)
+}
+
+// readBodyN reads a body of n bytes, n >= 0, after checking it against
+// MaxBodySize.
+func (d *Decoder) readBodyN(cmd string, n int32) ([]byte, error) {
 	if int(n) > d.MaxBodySize {
 		return nil, &FatalError{Msg: fmt.Sprintf("%s: body length %d exceeds the limit %d", cmd, n, d.MaxBodySize), TooLarge: true}
 	}

@@ -1,0 +1,121 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// decodeBoth decodes frame with the plain-put path and with the general
+// decoder alone. ok reports whether the plain-put path took the line.
+func decodeBoth(t *testing.T, frame []byte, maxBody int) (fast, general Command, fastErr, generalErr error, ok bool) {
+	t.Helper()
+	a := NewDecoder(bufio.NewReader(bytes.NewReader(frame)))
+	a.MaxBodySize = maxBody
+	line, err := a.readLine()
+	if err != nil {
+		return nil, nil, nil, nil, false
+	}
+	fast, ok, fastErr = a.decodePlainPut(line)
+	b := NewDecoder(bufio.NewReader(bytes.NewReader(frame)))
+	b.MaxBodySize = maxBody
+	line, err = b.readLine()
+	if err != nil {
+		t.Fatalf("second read of %q: %v", frame, err)
+	}
+	general, generalErr = b.decodeLine(string(line))
+	return fast, general, fastErr, generalErr, ok
+}
+
+// checkSame fails unless the plain-put path, when it takes the frame,
+// decodes it exactly as the general decoder does.
+func checkSame(t *testing.T, frame []byte) bool {
+	t.Helper()
+	fast, general, fastErr, generalErr, ok := decodeBoth(t, frame, 64)
+	if !ok {
+		return false
+	}
+	if (fastErr == nil) != (generalErr == nil) {
+		t.Fatalf("%q: plain-put path error %v, general decoder %v", frame, fastErr, generalErr)
+	}
+	if fastErr != nil {
+		var f1, f2 *FatalError
+		if errors.As(fastErr, &f1) != errors.As(generalErr, &f2) || (f1 != nil && f1.TooLarge != f2.TooLarge) {
+			t.Fatalf("%q: plain-put path error %v, general decoder %v", frame, fastErr, generalErr)
+		}
+		return true
+	}
+	if !reflect.DeepEqual(fast, general) {
+		t.Fatalf("%q: plain-put path %#v, general decoder %#v", frame, fast, general)
+	}
+	return true
+}
+
+func TestPlainPutMatchesGeneralDecoder(t *testing.T) {
+	taken := []string{
+		"put test 0 5 0 1\r\nhello",
+		"put test 3 5 7 907060870 -2147483648\r\nhello",
+		"put test -1 0 0 -1 2147483647\r\n",
+		"put test 007 5 -0 -1 1\r\nhello",
+		"put test 0 5 0 1\r\nhel", // body cut short
+		"put test 0 65 0 1\r\n",   // body over the limit
+	}
+	declined := []string{
+		"put test 0 5 0 TX:abc:1 1\r\nhello",    // transactional, old form
+		"put test 0 5 0 12 TX:abc:1 1\r\nhello", // transactional
+		"put test  0 5 0 1\r\nhello",            // empty field
+		"put test 0 5 0 1 \r\nhello",            // trailing space (Java drops it)
+		"put t\u00e9st 0 5 0 1\r\nhello",        // non-ASCII
+		"put test 0 5 0 2147483648 1\r\nhello",  // int32 overflow
+		"put test 0 -5 0 1\r\nhello",            // negative length
+		"put test 0 5 0\r\nhello",               // too few fields
+		"put test 0 5 0 1 2 3\r\nhello",         // too many
+		"putx test 0 5 0 1\r\nhello",            // another word
+		"put test 0 5 0 +1 1\r\nhello",          // '+' checksum: a TxKey to MetaQ
+		"put test 0 5 0 -1 +1\r\nhello",         // '+' is left to the general decoder
+		"put test 0 05x 0 1\r\nhello",           // not a number
+		"get test g 0 0 1024 1\r\n",             // another command
+	}
+	for _, s := range taken {
+		if !checkSame(t, []byte(s)) {
+			t.Errorf("%q: not taken by the plain-put path", s)
+		}
+	}
+	for _, s := range declined {
+		if _, _, _, _, ok := decodeBoth(t, []byte(s), 64); ok {
+			t.Errorf("%q: taken by the plain-put path, want the general decoder", s)
+		}
+	}
+	// A cut-short body and an oversized one are errors on both paths.
+	for _, s := range taken[4:] {
+		if _, _, fastErr, _, ok := decodeBoth(t, []byte(s), 64); !ok || fastErr == nil {
+			t.Errorf("%q: plain-put path ok=%v err=%v, want an error", s, ok, fastErr)
+		}
+	}
+}
+
+func TestInternTopicReusesString(t *testing.T) {
+	var d Decoder
+	a := d.internTopic([]byte("bench"))
+	b := d.internTopic([]byte("bench"))
+	if a != "bench" || b != "bench" || d.internTopic([]byte("other")) != "other" {
+		t.Fatalf("interned %q %q", a, b)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { d.internTopic([]byte("other")) }); allocs != 0 {
+		t.Fatalf("a repeated topic allocates %v times", allocs)
+	}
+}
+
+// FuzzPlainPut checks that the plain-put path decodes every line it takes
+// exactly as the general decoder does.
+func FuzzPlainPut(f *testing.F) {
+	for _, s := range []string{"put test 0 5 0 1\r\nhello", "put test 3 5 7 907060870 -2147483648\r\nhello",
+		"put test 0 5 0 TX:abc:1 1\r\nhello", "put t -1 0 0 -1 1\r\n", "put t 0 2 0 +5 1\r\nhi"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		checkSame(t, frame)
+	})
+}
