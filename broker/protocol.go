@@ -192,6 +192,10 @@ func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
 		msgs := make([]store.Message, len(pp.ok))
 		for i, cmd := range pp.ok {
 			msgs[i] = store.Message{Flag: cmd.Flag, Body: cmd.Body}
+			if cmd.Checksum != wire.NoChecksum {
+				// checkPut verified it: the same CRC the record carries.
+				msgs[i].Checksum, msgs[i].ChecksumSet = uint32(cmd.Checksum), true
+			}
 			pp.size += int64(len(cmd.Body))
 		}
 		// The broker's context, not the connection's: puts that reached

@@ -27,9 +27,14 @@ func RecordChecksum(body []byte) uint32 { return crc32.ChecksumIEEE(body) & 0x7F
 
 // AppendRecord appends the encoded record to dst.
 func AppendRecord(dst []byte, id int64, flag int32, body []byte) []byte {
+	return appendRecordSum(dst, id, flag, RecordChecksum(body), body)
+}
+
+// appendRecordSum is AppendRecord with the body's checksum already known.
+func appendRecordSum(dst []byte, id int64, flag int32, sum uint32, body []byte) []byte {
 	var h [RecordHeaderLen]byte
 	binary.BigEndian.PutUint32(h[0:], uint32(len(body)))
-	binary.BigEndian.PutUint32(h[4:], RecordChecksum(body))
+	binary.BigEndian.PutUint32(h[4:], sum)
 	binary.BigEndian.PutUint64(h[8:], uint64(id))
 	binary.BigEndian.PutUint32(h[16:], uint32(flag))
 	dst = append(dst, h[:]...)

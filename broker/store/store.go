@@ -24,6 +24,11 @@ type Message struct {
 	Flag int32
 	// Body is the put body (attribute section + payload) exactly as received.
 	Body []byte
+	// Checksum, when ChecksumSet, is RecordChecksum(Body), already verified
+	// by the caller (a put's checksum field): the store does not compute it
+	// a second time.
+	Checksum    uint32
+	ChecksumSet bool
 }
 
 // Appended is where one message landed.
@@ -286,7 +291,11 @@ func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, ms
 	for i, m := range msgs {
 		recOffs[i] = int32(len(payload))
 		ids[i] = m.ID
-		payload = AppendRecord(payload, m.ID, m.Flag, m.Body)
+		sum := m.Checksum
+		if !m.ChecksumSet {
+			sum = RecordChecksum(m.Body)
+		}
+		payload = appendRecordSum(payload, m.ID, m.Flag, sum, m.Body)
 	}
 	r := &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
 		records: len(msgs), policy: s.policy(topic)}

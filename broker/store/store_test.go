@@ -601,3 +601,26 @@ func TestDeleteAndRecreateInOneBatch(t *testing.T) {
 		t.Fatalf("after reopen: %+v", got2)
 	}
 }
+
+// TestAppendKnownChecksum checks that a checksum the caller already verified
+// is the one stored, and that records without one get it computed: both read
+// back as the same valid records.
+func TestAppendKnownChecksum(t *testing.T) {
+	s := openT(t, Options{})
+	body := []byte("verified by the caller")
+	msgs := []Message{
+		{ID: 7, Flag: 1, Body: body, Checksum: RecordChecksum(body), ChecksumSet: true},
+		{ID: 8, Flag: 1, Body: body},
+	}
+	if _, err := s.Append(context.Background(), "k", 0, msgs); err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	got := readAll(t, s, "k", 0)
+	want := AppendRecord(AppendRecord(nil, 7, 1, body), 8, 1, body)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("stored %x, want %x", got, want)
+	}
+	if n, err := VerifyRecords(got); n != 2 || err != nil {
+		t.Fatalf("VerifyRecords = %d, %v", n, err)
+	}
+}
