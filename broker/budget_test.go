@@ -43,25 +43,3 @@ func TestByteBudget(t *testing.T) {
 		t.Fatalf("avail %d", b.avail)
 	}
 }
-
-func TestBodyPool(t *testing.T) {
-	for _, n := range []int{1, 255, 256, 257, 1000, 1024, 1025, 65536, 65537, 1 << 20} {
-		b := allocBody(n)
-		if len(b) != n {
-			t.Fatalf("allocBody(%d) has length %d", n, len(b))
-		}
-		for i := range b {
-			b[i] = 0xAB
-		}
-		freeBody(b)
-		b2 := allocBody(n)
-		if len(b2) != n {
-			t.Fatalf("reused allocBody(%d) has length %d", n, len(b2))
-		}
-		freeBody(b2)
-	}
-	freeBody(make([]byte, 300)) // not a pool size: ignored
-	if b := allocBody(300); cap(b) != 512 {
-		t.Fatalf("allocBody(300) cap %d, want 512", cap(b))
-	}
-}

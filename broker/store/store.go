@@ -285,7 +285,7 @@ func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, ms
 	}
 	// Records are encoded (and their body CRC computed) here, in parallel
 	// across callers; the writer only patches in offsets and ids.
-	payload := make([]byte, 0, size)
+	payload := payloads.Get(size)[:0]
 	recOffs := make([]int32, len(msgs))
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {

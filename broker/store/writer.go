@@ -4,7 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"metaq/internal/bufpool"
 )
+
+// payloads recycles the encoded records of appends: AppendAsync fills one,
+// the writer copies it into its write buffer and gives it back.
+var payloads = bufpool.New(4<<10, 8<<20)
 
 type reqKind int
 
@@ -268,8 +274,14 @@ func (s *Store) process(batch []*request) {
 			r.offset = p.wEnd
 			pos := base + int64(len(buf))
 			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: p.wEnd, ms: ms}, r.payload)
-			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: int64(len(r.payload)), ms: ms, records: int64(r.records)})
-			p.wEnd += int64(len(r.payload))
+			n := int64(len(r.payload))
+			if r.kind == reqAppend {
+				// Copied into the write buffer; AppendAsync made it.
+				payloads.Put(r.payload)
+				r.payload = nil
+			}
+			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
+			p.wEnd += n
 			r.end = p.wEnd
 			if r.policy.UnflushThreshold <= 0 {
 				needSync, r.synced = true, true
