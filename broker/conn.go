@@ -132,11 +132,17 @@ func (c *conn) close() {
 // answers still owed should be sent before closing (EOF, quit, malformed
 // input) rather than the connection being unusable (I/O error, Close).
 func (c *conn) readLoop() bool {
-	// Puts decoded from what one read brought are handed to their queues
-	// together, before the reader can block (on the socket or for an
-	// in-flight slot): a queue then takes them as one batch.
+	// Plain puts decoded from what one read brought are handed to their
+	// queues together (one lock), before the reader can block on the socket
+	// or for an in-flight slot: a queue then takes them as one batch.
+	var held []*wire.Put  // plain puts not yet handed to their queues
 	var woken []*putQueue // queues given puts since the last wake-up
-	wake := func() {
+	handOff := func() {
+		if len(held) > 0 {
+			woken = c.enqueuePuts(held, woken)
+			clear(held)
+			held = held[:0]
+		}
 		for _, q := range woken {
 			select {
 			case q.wake <- struct{}{}:
@@ -145,9 +151,9 @@ func (c *conn) readLoop() bool {
 		}
 		woken = woken[:0]
 	}
-	defer wake()
+	defer handOff()
 	r := bufio.NewReaderSize(readerFunc(func(p []byte) (int, error) {
-		wake()
+		handOff()
 		return c.nc.Read(p)
 	}), 64<<10)
 	d := wire.NewDecoder(r)
@@ -155,7 +161,7 @@ func (c *conn) readLoop() bool {
 	d.Alloc = allocBody
 	for {
 		if len(c.slots) == cap(c.slots) {
-			wake()
+			handOff()
 		}
 		select {
 		case c.slots <- struct{}{}:
@@ -170,8 +176,8 @@ func (c *conn) readLoop() bool {
 		switch x := cmd.(type) {
 		case *wire.Put:
 			if x.TxKey == "" {
-				if q := c.enqueuePut(x); q != nil {
-					woken = append(woken, q)
+				if held = append(held, x); len(held) == maxHeldPuts {
+					handOff() // a long read: let the store start on these
 				}
 				continue
 			}
@@ -246,33 +252,42 @@ func (c *conn) enqueueSync(cmd *wire.Sync) {
 	}
 }
 
-// enqueuePut queues a plain put (its in-flight slot already taken) on its
-// partition's queue, starting the drainer if none runs. It returns the
-// queue when its running drainer must be woken (the caller does it once per
-// read, see readLoop).
-func (c *conn) enqueuePut(cmd *wire.Put) *putQueue {
-	p := c.b.resolvePartition(cmd)
-	key := queueKey{topic: cmd.Topic, partition: p}
+// maxHeldPuts bounds the puts the reader decodes before handing them to
+// their queues.
+const maxHeldPuts = 64
+
+// enqueuePuts queues plain puts (their in-flight slots already taken) on
+// their partitions' queues, in order, starting a drainer for each queue
+// without one. It appends to woken the queues whose running drainer must
+// be woken (the caller does it once per read, see readLoop).
+func (c *conn) enqueuePuts(puts []*wire.Put, woken []*putQueue) []*putQueue {
+	var start []*putQueue
+	var q *putQueue
 	c.pmu.Lock()
-	q := c.putqs[key]
-	if q == nil {
-		q = &putQueue{key: key, p: p, wake: make(chan struct{}, 1)}
-		c.putqs[key] = q
+	for _, cmd := range puts {
+		key := queueKey{topic: cmd.Topic, partition: c.b.resolvePartition(cmd)}
+		if q == nil || q.key != key {
+			q = c.putqs[key]
+			if q == nil {
+				q = &putQueue{key: key, p: key.partition, wake: make(chan struct{}, 1)}
+				c.putqs[key] = q
+			}
+		}
+		q.items = append(q.items, cmd)
+		switch {
+		case !q.running:
+			q.running = true
+			start = append(start, q)
+		case len(q.items) == 1:
+			woken = append(woken, q)
+		}
 	}
-	q.items = append(q.items, cmd)
-	start := !q.running
-	q.running = true
-	first := len(q.items) == 1
 	c.pmu.Unlock()
-	if start {
+	for _, q := range start {
 		c.wg.Add(1)
 		go c.drain(q)
-		return nil
 	}
-	if first {
-		return q
-	}
-	return nil
+	return woken
 }
 
 // drain stores a queue's puts in arrival order. Without sync replication
