@@ -214,6 +214,34 @@ func (r result) print(o options) {
 	}
 }
 
+// sendTimes remembers when each outstanding publish was sent, by the key
+// its acknowledgement names (an opaque, a message). A plain map under a
+// mutex: unlike a sync.Map it allocates nothing per publish, and the load
+// generator's own cost is taken from the brokers' shared cores.
+type sendTimes[K comparable] struct {
+	mu sync.Mutex
+	m  map[K]time.Time
+}
+
+func newSendTimes[K comparable](n int) *sendTimes[K] {
+	return &sendTimes[K]{m: make(map[K]time.Time, n)}
+}
+
+func (s *sendTimes[K]) put(k K, t time.Time) {
+	s.mu.Lock()
+	s.m[k] = t
+	s.mu.Unlock()
+}
+
+// take removes k's send time and returns it.
+func (s *sendTimes[K]) take(k K) (time.Time, bool) {
+	s.mu.Lock()
+	t, ok := s.m[k]
+	delete(s.m, k)
+	s.mu.Unlock()
+	return t, ok
+}
+
 // produce runs one pipelined producer connection.
 func produce(ctx context.Context, o options, addr string, n int, st *stats) error {
 	nc, err := net.Dial("tcp", addr)
@@ -225,7 +253,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	body := []byte(strings.Repeat("m", o.size))
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
-	var sent sync.Map // opaque -> time.Time
+	sent := newSendTimes[int32](o.inflight)
 	readErr := make(chan error, 1)
 	go func() {
 		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
@@ -240,8 +268,8 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 				readErr <- fmt.Errorf("unexpected %s", cmd.Name())
 				return
 			}
-			if t, ok := sent.LoadAndDelete(r.Opaque); ok {
-				st.observePut(time.Since(t.(time.Time)), r.OK())
+			if t, ok := sent.take(r.Opaque); ok {
+				st.observePut(time.Since(t), r.OK())
 				if !r.OK() {
 					fmt.Fprintf(os.Stderr, "put failed: %s\n", r)
 				}
@@ -266,7 +294,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 			opaque++
 			part = (part + 1) % int32(max(o.partitions, 1))
 			buf = (&wire.Put{Topic: o.topic, Partition: part, Checksum: sum, Body: body, Opaque: opaque}).AppendTo(buf[:0])
-			sent.Store(opaque, time.Now())
+			sent.put(opaque, time.Now())
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}

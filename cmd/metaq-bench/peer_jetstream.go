@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -110,12 +109,12 @@ func setupJetStream(url string, o options) error {
 // outstanding, partitions (streams) round robin per message as our
 // producers do.
 func jsProduce(ctx context.Context, o options, url string, n int, st *stats) error {
-	var sent sync.Map // *nats.Msg -> time.Time
+	sent := newSendTimes[*nats.Msg](o.inflight)
 	slots := make(chan struct{}, o.inflight)
 	pubErr := make(chan error, 1)
 	done := func(m *nats.Msg, ok bool) {
-		if t, found := sent.LoadAndDelete(m); found {
-			st.observePut(time.Since(t.(time.Time)), ok)
+		if t, found := sent.take(m); found {
+			st.observePut(time.Since(t), ok)
 			<-slots
 		}
 	}
@@ -160,7 +159,7 @@ func jsProduce(ctx context.Context, o options, url string, n int, st *stats) err
 		}
 		part = (part + 1) % parts
 		m := &nats.Msg{Subject: subjects[part], Data: body}
-		sent.Store(m, time.Now())
+		sent.put(m, time.Now())
 		if _, err := js.PublishMsgAsync(m); err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -102,3 +102,18 @@ func TestUnknownPeer(t *testing.T) {
 		t.Error("unknown peer accepted")
 	}
 }
+
+func TestSendTimes(t *testing.T) {
+	s := newSendTimes[int32](4)
+	t0 := time.Now()
+	s.put(7, t0)
+	if got, ok := s.take(7); !ok || !got.Equal(t0) {
+		t.Fatalf("take(7) = %v, %v; want %v, true", got, ok, t0)
+	}
+	if _, ok := s.take(7); ok {
+		t.Fatal("take(7) found it a second time")
+	}
+	if _, ok := s.take(8); ok {
+		t.Fatal("take(8) found a key never put")
+	}
+}
