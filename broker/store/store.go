@@ -99,6 +99,7 @@ type Store struct {
 	syncJobs   chan *syncJob
 	syncDone   chan *syncJob
 	syncerDone chan struct{}
+	sq         syncQueue
 	closeOnce  sync.Once
 	closeErr   error
 
@@ -128,9 +129,12 @@ func Open(opts Options) (*Store, error) {
 		reqs:     make(chan *request, 1024),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
-		// One job in flight: neither send ever waits.
+		// The writer sends a job only when none is in flight, so that send
+		// never waits. The syncer hands back jobs it chained itself too:
+		// room for many, so it does not wait for the writer before the
+		// next fdatasync.
 		syncJobs:   make(chan *syncJob, 1),
-		syncDone:   make(chan *syncJob, 1),
+		syncDone:   make(chan *syncJob, 64),
 		syncerDone: make(chan struct{}),
 	}
 	s.w.ids.broker = int64(opts.BrokerID)
