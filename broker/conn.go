@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -294,7 +295,7 @@ func (c *conn) enqueuePuts(puts []*wire.Put, woken []*putQueue) []*putQueue {
 // it does not wait for one batch's group commit before queueing the next
 // in the store (up to maxPendingBatches): puts that arrive while a commit
 // runs are written meanwhile and share the next one. Answers go out batch
-// by batch as their commits return.
+// by batch as their commits return, sent by the store (see startPuts).
 func (c *conn) drain(q *putQueue) {
 	defer c.wg.Done()
 	var pending []*pendingPuts
@@ -322,21 +323,25 @@ func (c *conn) drain(q *putQueue) {
 				c.b.putEach(c, q.p, batch)
 				continue
 			}
-			if pp := c.b.startPuts(q.p, batch); pp.store != nil {
+			if pp := c.b.startPuts(c, q.p, batch); pp.store != nil {
 				pending = append(pending, pp)
-			} else {
-				c.b.finishPuts(c, pp, nil) // all refused: nothing to wait for
 			}
 			continue
 		}
 		c.pmu.Unlock()
+		// The store answers a batch when its commit returns; waiting here
+		// bounds the batches in the store and keeps the drainer (and the
+		// connection's wait group) until every answer is sent.
 		select {
 		case <-pending[0].store.Done():
-			c.b.finishPuts(c, pending[0], nil)
 		case <-c.b.ctx.Done():
 			// Shut down past the grace period with the store still busy
 			// (a stalled disk): answer instead of waiting for it.
-			c.b.finishPuts(c, pending[0], c.b.ctx.Err())
+			pp := pending[0]
+			err := fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, c.b.ctx.Err())
+			if !c.b.answerBatch(c, pp, nil, err) {
+				<-pp.store.Done() // the store is answering it right now
+			}
 		case <-q.wake:
 			continue
 		}
@@ -414,7 +419,9 @@ func (c *conn) worker(cmd wire.Command) {
 func (c *conn) closing() bool { return c.ctx.Err() != nil }
 
 // send queues an answer; it consumes the in-flight token taken for the
-// request, which the writer returns once the answer is written.
+// request, which the writer returns once the answer is written. It never
+// waits for the writer: every frame in out holds at least one of the
+// MaxInFlight tokens, and out has room for MaxInFlight frames.
 func (c *conn) send(f outFrame) {
 	select {
 	case c.out <- f:

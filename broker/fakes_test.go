@@ -49,16 +49,20 @@ func (h *hookStore) Append(ctx context.Context, topic string, p int, msgs []stor
 	return h.Store.Append(ctx, topic, p, msgs)
 }
 
-func (h *hookStore) AppendAsync(ctx context.Context, topic string, p int, msgs []store.Message) *store.PendingAppend {
+func (h *hookStore) AppendAsync(ctx context.Context, topic string, p int, msgs []store.Message, notify func([]store.Appended, error)) *store.PendingAppend {
 	h.mu.Lock()
 	f := h.append
 	h.mu.Unlock()
 	if f != nil {
 		if err := f(topic); err != nil {
-			return store.FailedAppend(err)
+			pa := store.FailedAppend(err)
+			if notify != nil {
+				notify(pa.Result())
+			}
+			return pa
 		}
 	}
-	return h.Store.AppendAsync(ctx, topic, p, msgs)
+	return h.Store.AppendAsync(ctx, topic, p, msgs, notify)
 }
 
 func (h *hookStore) Health() error {

@@ -83,8 +83,10 @@ type Store interface {
 	SetPolicy(topic string, p store.Policy)
 	Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error)
 	// AppendAsync queues an append behind the caller's earlier ones
-	// without waiting for its group commit.
-	AppendAsync(ctx context.Context, topic string, partition int, msgs []store.Message) *store.PendingAppend
+	// without waiting for its group commit. notify, when not nil, gets the
+	// outcome once, quickly and without blocking, before Done is closed
+	// (see store.Store.AppendAsync).
+	AppendAsync(ctx context.Context, topic string, partition int, msgs []store.Message, notify func([]store.Appended, error)) *store.PendingAppend
 	Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error)
 	NearestOffset(topic string, partition int, offset int64) (int64, error)
 	Partition(topic string, partition int) (store.PartitionInfo, error)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
@@ -172,12 +173,18 @@ type pendingPuts struct {
 	ok    []*wire.Put
 	size  int64                // body bytes of ok
 	store *store.PendingAppend // nil when every put was refused
+	// answered is set by whoever sends the batch's answers: the store's
+	// notify when the commit returns, or a shutdown that stops waiting.
+	answered atomic.Bool
 }
 
 // startPuts checks a batch of puts to partition p and queues the accepted
 // ones in the store with one call, without waiting for their group commit:
-// the connection's next batch can then join the same commit.
-func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
+// the connection's next batch can then join the same commit. The batch is
+// answered as one frame the moment its commit returns, by the store's
+// notify on the store's goroutine (no goroutine of ours has to be woken and
+// scheduled first), or at once when every put is refused.
+func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) *pendingPuts {
 	pp := &pendingPuts{p: p, n: len(puts), out: make([]byte, 0, 48*len(puts))}
 	for _, cmd := range puts {
 		b.stats.cmdPut.Add(1)
@@ -200,7 +207,11 @@ func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
 		}
 		// The broker's context, not the connection's: puts that reached
 		// the store complete even if their client goes away.
-		pp.store = b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs)
+		pp.store = b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs, func(as []store.Appended, err error) {
+			b.answerBatch(c, pp, as, err)
+		})
+	} else {
+		b.answerBatch(c, pp, nil, nil)
 	}
 	// Encoded by the store (it keeps no body): the buffers can take the
 	// next bodies.
@@ -211,22 +222,20 @@ func (b *Broker) startPuts(p int32, puts []*wire.Put) *pendingPuts {
 	return pp
 }
 
-// finishPuts answers all of a batch started by startPuts as one frame (one
-// writer hand-off): with the store's result, waiting for it, or, when
-// abandon is not nil, with that error without waiting.
-func (b *Broker) finishPuts(c *conn, pp *pendingPuts, abandon error) {
+// answerBatch sends the answers of all of a batch started by startPuts as
+// one frame (one writer hand-off), with the store's result as, err. It
+// reports false, sending nothing, when the batch was answered already.
+// It never blocks (see conn.send), as the store's notify must not.
+func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err error) bool {
+	if !pp.answered.CompareAndSwap(false, true) {
+		return false
+	}
 	out := pp.out
-	if pp.store != nil {
-		var as []store.Appended
-		err := abandon
-		if err == nil {
-			as, err = pp.store.Result()
-		} else {
-			err = fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, err)
-		}
+	if len(pp.ok) > 0 {
 		out = b.answerPuts(out, pp, as, err)
 	}
 	c.send(outFrame{head: out, n: pp.n})
+	return true
 }
 
 // answerPuts appends the answers of a batch's stored puts to out.

@@ -164,7 +164,7 @@ func pipelinedWriter(s *Store, parts, window int, rnd *rand.Rand, more func() bo
 				return n, err
 			}
 		}
-		pending = append(pending, s.AppendAsync(ctx, "bench", rnd.Intn(parts), msg))
+		pending = append(pending, s.AppendAsync(ctx, "bench", rnd.Intn(parts), msg, nil))
 	}
 	for len(pending) > 0 {
 		if err := wait(); err != nil {

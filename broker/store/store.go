@@ -239,7 +239,7 @@ func (s *Store) CreatePartition(topic string, partition int, start int64) error 
 // Append stores msgs in order in one partition (creating it at offset 0) and
 // returns where each landed. Under group commit it returns after fsync.
 func (s *Store) Append(ctx context.Context, topic string, partition int, msgs []Message) ([]Appended, error) {
-	pa := s.AppendAsync(ctx, topic, partition, msgs)
+	pa := s.AppendAsync(ctx, topic, partition, msgs, nil)
 	select {
 	case <-pa.Done():
 		return pa.Result()
@@ -268,7 +268,22 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // append queued before, so a caller keeps its order across calls while
 // several of its appends share one group commit. ctx bounds only the wait
 // for room in the queue.
-func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, msgs []Message) *PendingAppend {
+//
+// notify, when not nil, is called exactly once with what Result returns,
+// just before Done is closed: on the store's writer goroutine, or before
+// AppendAsync returns when the append is refused before it is queued. It
+// runs on the writer's path to every later commit, so it must be quick and
+// must not block. It lets a caller answer as soon as the commit returns,
+// without a goroutine of its own waiting on Done.
+func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, msgs []Message, notify func([]Appended, error)) *PendingAppend {
+	pa := s.appendAsync(ctx, topic, partition, msgs, notify)
+	if pa.r == nil && notify != nil {
+		notify(nil, pa.err)
+	}
+	return pa
+}
+
+func (s *Store) appendAsync(ctx context.Context, topic string, partition int, msgs []Message, notify func([]Appended, error)) *PendingAppend {
 	pa := &PendingAppend{topic: topic, partition: partition}
 	if pa.err = checkKey(topic, partition); pa.err != nil {
 		return pa
@@ -303,6 +318,9 @@ func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, ms
 	}
 	r := &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
 		records: len(msgs), policy: s.policy(topic)}
+	if notify != nil {
+		r.notify = func() { notify(pa.outcome(r)) }
+	}
 	if err := s.enqueue(ctx, r); err != nil {
 		pa.err = fmt.Errorf("store: append %s-%d: %w", topic, partition, err)
 		return pa
@@ -325,7 +343,11 @@ func (pa *PendingAppend) Result() ([]Appended, error) {
 		return nil, pa.err
 	}
 	<-pa.r.done
-	r := pa.r
+	return pa.outcome(pa.r)
+}
+
+// outcome is Result of a finished request r.
+func (pa *PendingAppend) outcome(r *request) ([]Appended, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("store: append %s-%d: %w", pa.topic, pa.partition, r.err)
 	}

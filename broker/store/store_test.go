@@ -624,3 +624,59 @@ func TestAppendKnownChecksum(t *testing.T) {
 		t.Fatalf("VerifyRecords = %d, %v", n, err)
 	}
 }
+
+// TestAppendAsyncNotify checks that notify gets the append's outcome once,
+// before Done is closed, and at once for an append refused before queueing.
+func TestAppendAsyncNotify(t *testing.T) {
+	s := openT(t, Options{})
+	ctx := context.Background()
+	type outcome struct {
+		as       []Appended
+		err      error
+		doneSeen bool
+	}
+	got := make(chan outcome, 2)
+	var pa *PendingAppend
+	var mu sync.Mutex
+	mu.Lock() // notify may run before AppendAsync returns pa
+	pa = s.AppendAsync(ctx, "n", 0, []Message{{Body: []byte("a")}, {Body: []byte("b")}}, func(as []Appended, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-pa.Done():
+			got <- outcome{as, err, true}
+		default:
+			got <- outcome{as, err, false}
+		}
+	})
+	mu.Unlock()
+	o := <-got
+	if o.err != nil || len(o.as) != 2 || o.as[1].Offset <= o.as[0].Offset {
+		t.Fatalf("notify got %+v, %v", o.as, o.err)
+	}
+	if o.doneSeen {
+		t.Fatal("Done was closed before notify ran")
+	}
+	as, err := pa.Result()
+	if err != nil || len(as) != 2 || as[0] != o.as[0] || as[1] != o.as[1] {
+		t.Fatalf("Result %+v, %v; notify had %+v", as, err, o.as)
+	}
+	select {
+	case o := <-got:
+		t.Fatalf("notify called twice: %+v", o)
+	default:
+	}
+
+	called := 0
+	var notified error
+	pa2 := s.AppendAsync(ctx, "", 0, []Message{{Body: []byte("x")}}, func(_ []Appended, err error) {
+		called++
+		notified = err
+	})
+	if called != 1 || notified == nil {
+		t.Fatalf("refused append: notify called %d times with %v before AppendAsync returned", called, notified)
+	}
+	if _, err := pa2.Result(); err == nil || err.Error() != notified.Error() {
+		t.Fatalf("refused append: Result %v, notify %v", err, notified)
+	}
+}

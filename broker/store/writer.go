@@ -42,7 +42,17 @@ type request struct {
 	end    int64 // partition end after the request
 	err    error
 	done   chan struct{}
-	synced bool // must wait for fsync before done
+	synced bool   // must wait for fsync before done
+	notify func() // called just before done is closed (see AppendAsync)
+}
+
+// finish publishes the request's outcome: notify runs, then done is
+// closed, so whoever waits on done sees what notify did.
+func (r *request) finish() {
+	if r.notify != nil {
+		r.notify()
+	}
+	close(r.done)
 }
 
 // pendingChunk is a data entry of the current batch, applied to its
@@ -214,7 +224,7 @@ func (s *Store) process(batch []*request) {
 	if err := s.Health(); err != nil {
 		for _, r := range batch {
 			r.err = err
-			close(r.done)
+			r.finish()
 		}
 		return
 	}
@@ -350,7 +360,7 @@ func (s *Store) process(batch []*request) {
 				if r.err == nil {
 					r.err = herr
 				}
-				close(r.done)
+				r.finish()
 			}
 			w.buf = buf[:0]
 			return
@@ -400,7 +410,7 @@ func (s *Store) process(batch []*request) {
 		if r.kind == reqCheckpoint && r.err == nil {
 			r.err = s.writeCheckpoint()
 		}
-		close(r.done)
+		r.finish()
 	}
 	if cap(buf) > 2*s.opts.MaxBatchBytes {
 		buf = nil // do not pin one huge batch's buffer forever
@@ -422,7 +432,7 @@ func (s *Store) commit(batch []*request) {
 	q.mu.Lock()
 	for _, r := range batch {
 		if r.err != nil {
-			close(r.done)
+			r.finish()
 			continue
 		}
 		if j == nil {
@@ -493,14 +503,14 @@ func (s *Store) completeSync(j *syncJob) {
 			if r.err == nil && r.synced {
 				r.err = err
 			}
-			close(r.done)
+			r.finish()
 		}
 		if next != nil {
 			for _, r := range next.reqs {
 				if r.err == nil {
 					r.err = err
 				}
-				close(r.done)
+				r.finish()
 			}
 		}
 		return
@@ -517,7 +527,7 @@ func (s *Store) completeSync(j *syncJob) {
 	}
 	s.setDurable(j.pos)
 	for _, r := range j.reqs {
-		close(r.done)
+		r.finish()
 	}
 }
 
