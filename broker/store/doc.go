@@ -112,13 +112,16 @@
 //     commits of append batches are pipelined: a syncer goroutine runs one
 //     commit's fdatasync while the writer goes on writing the batches that
 //     arrive meanwhile, and the next commit (covering all of them, with
-//     the partition ends taken when it starts) begins as soon as that
-//     fdatasync returns. At most one runs; every other request (create,
-//     delete, fence, flush, checkpoint, segment roll) first waits for it.
-//     If it fails, the rollback below cuts what was written after it too,
-//     and those appends fail as well. AppendAsync queues an append without
+//     the partition ends taken as each batch joins it) is started by the
+//     syncer itself as soon as that fdatasync returns. At most one runs;
+//     every other request (create, delete, fence, flush, checkpoint,
+//     segment roll) first waits for it. If it fails, nothing more is
+//     synced: the rollback below cuts what was written after it too, and
+//     those appends fail as well. AppendAsync queues an append without
 //     waiting, so one caller (a broker connection) can have several in the
-//     same or consecutive commits, in order.
+//     same or consecutive commits, in order; its notify function hears the
+//     outcome on the writer goroutine, without a goroutine of the caller's
+//     having to wake first.
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its

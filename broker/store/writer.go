@@ -428,11 +428,15 @@ func (s *Store) commit(batch []*request) {
 	w := &s.w
 	var j *syncJob
 	start := false
+	for _, r := range batch {
+		if r.err != nil {
+			r.finish() // before taking q.mu: finish runs the caller's notify
+		}
+	}
 	q := &s.sq
 	q.mu.Lock()
 	for _, r := range batch {
 		if r.err != nil {
-			r.finish()
 			continue
 		}
 		if j == nil {
