@@ -211,18 +211,23 @@ func TestAbsurdSizeNotRead(t *testing.T) {
 // with its own opaque.
 func TestPipelinedOutOfOrder(t *testing.T) {
 	cfg := parseConfig(t, iniWith(t, "\n[topic=slow]\nnumPartitions=1\n"))
+	// Topic "slow" could not be registered at start, and ZooKeeper hangs
+	// when its first put tries again: that put waits, the rest of the
+	// connection does not.
 	release := make(chan struct{})
-	var hs *hookStore
-	brk := startBroker(t, cfg, func(o *Options) {
-		hs = &hookStore{Store: o.Store}
-		hs.append = func(topic string) error {
-			if topic == "slow" {
-				<-release
-			}
+	var started atomic.Bool
+	reg := &fakeRegistry{register: func(topic string) error {
+		if topic != "slow" {
 			return nil
 		}
-		o.Store = hs
-	})
+		if !started.Load() {
+			return errors.New("zookeeper unavailable")
+		}
+		<-release
+		return nil
+	}}
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	started.Store(true)
 	cl := dial(t, brk.Addr())
 	var buf []byte
 	buf = putCmd("slow", 0, "first", 101).AppendTo(buf)
@@ -261,6 +266,74 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 	}
 	if r := seen[103].(*wire.Result); string(r.Body) != Version {
 		t.Fatalf("version: %s", r)
+	}
+}
+
+// TestPutOrderAcrossRegistration: a partition's puts wait in a queue while
+// its topic's first put registers it, and go straight to the store once it
+// is registered; those sent during the switch keep their order.
+func TestPutOrderAcrossRegistration(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=late]\nnumPartitions=1\n"))
+	release := make(chan struct{})
+	var started atomic.Bool
+	reg := &fakeRegistry{register: func(topic string) error {
+		if topic != "late" {
+			return nil
+		}
+		if !started.Load() {
+			return errors.New("zookeeper unavailable")
+		}
+		<-release
+		return nil
+	}}
+	// The queued puts then take a while to reach the store, so the later
+	// bursts arrive while the queue is still draining.
+	var slowed atomic.Bool
+	brk := startBroker(t, cfg, func(o *Options) {
+		o.Registry = reg
+		o.Store = &hookStore{Store: o.Store, append: func(topic string) error {
+			if topic == "late" && slowed.CompareAndSwap(false, true) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			return nil
+		}}
+	})
+	started.Store(true)
+	cl := dial(t, brk.Addr())
+	const n = 200
+	var buf []byte
+	for i := 1; i <= n/2; i++ {
+		buf = putCmd("late", 0, fmt.Sprintf("m%03d", i), int32(i)).AppendTo(buf)
+	}
+	cl.send(buf)
+	time.Sleep(50 * time.Millisecond) // the first put is registering the topic
+	close(release)
+	buf = buf[:0]
+	for i := n/2 + 1; i <= n; i++ {
+		buf = putCmd("late", 0, fmt.Sprintf("m%03d", i), int32(i)).AppendTo(buf)
+		if i%10 == 0 {
+			cl.send(buf) // in bursts, while the queue drains
+			buf = buf[:0]
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	offsets := make(map[int32]int64, n)
+	for len(offsets) < n {
+		r := cl.result()
+		if !r.OK() {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		f := strings.Fields(string(r.Body))
+		off, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			t.Fatalf("put %d answer %q", r.Opaque, r.Body)
+		}
+		offsets[r.Opaque] = off
+	}
+	for i := int32(2); i <= n; i++ {
+		if offsets[i] <= offsets[i-1] {
+			t.Fatalf("put %d stored at %d, before put %d at %d", i, offsets[i], i-1, offsets[i-1])
+		}
 	}
 }
 

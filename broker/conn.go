@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,9 +16,13 @@ import (
 )
 
 // conn is one client connection. One reader goroutine decodes requests.
-// Plain puts go to a queue per partition, drained by one goroutine per
-// busy partition (see putQueue): a connection's puts to a partition are
-// stored in the order sent, in batches. Every other request runs on a
+// Plain puts go from the reader straight to the store, a batch per
+// partition for what one read brought, and are answered by the store when
+// their group commit returns (see storePuts): a connection's puts to a
+// partition are stored in the order sent. On a sync-replication master, and
+// for a slave's sync commands, they go to a queue per partition instead,
+// drained by one goroutine per busy partition (see putQueue). Every other
+// request runs on a
 // worker goroutine of the connection, concurrently, so answers go back by
 // opaque, possibly out of order. One writer goroutine serialises the
 // answers and coalesces them into few writes. The requests in progress or
@@ -40,10 +45,11 @@ type conn struct {
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	bytes *byteBudget       // fetched data held before it is written
-	wg    sync.WaitGroup    // workers and put-queue drainers
+	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches in the store
 
-	pmu   sync.Mutex             // guards putqs and the queues in it
-	putqs map[queueKey]*putQueue // plain puts and syncs by topic and partition
+	pmu    sync.Mutex                // guards putqs, the queues in it, and stored
+	putqs  map[queueKey]*putQueue    // queued puts and syncs by topic and partition
+	stored map[*pendingPuts]struct{} // put batches in the store, not yet answered
 
 	closeOnce sync.Once
 }
@@ -84,6 +90,7 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
 		putqs:  make(map[queueKey]*putQueue),
+		stored: make(map[*pendingPuts]struct{}),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes),
 	}
 	c.log = b.log.With("conn", id, "remote", c.remote)
@@ -107,19 +114,46 @@ func (c *conn) serve() {
 	if graceful {
 		// quit or EOF: let in-flight requests finish and their answers go out
 		// (bounded by the write timeout), then close.
-		c.wg.Wait()
+		c.waitRequests()
 		close(c.out)
 		<-writerDone
 		c.close()
 	} else {
 		c.close()
-		c.wg.Wait()
+		c.waitRequests()
 		<-writerDone
 	}
 	if h := c.b.txHandler(); h != nil {
 		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
 	}
 	c.log.Debug("CONN: closed")
+}
+
+// waitRequests waits until every request of the connection is finished and
+// answered. Once the broker's shutdown grace period is over (its context is
+// done) with puts still in the store (a stalled disk), it answers those with
+// an error instead of waiting for the store.
+func (c *conn) waitRequests() {
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-c.b.ctx.Done():
+	}
+	c.pmu.Lock()
+	stuck := make([]*pendingPuts, 0, len(c.stored))
+	for pp := range c.stored {
+		stuck = append(stuck, pp)
+	}
+	c.pmu.Unlock()
+	for _, pp := range stuck {
+		c.b.answerBatch(c, pp, nil, fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, c.b.ctx.Err()))
+	}
+	<-done
 }
 
 func (c *conn) close() {
@@ -133,24 +167,17 @@ func (c *conn) close() {
 // answers still owed should be sent before closing (EOF, quit, malformed
 // input) rather than the connection being unusable (I/O error, Close).
 func (c *conn) readLoop() bool {
-	// Plain puts decoded from what one read brought are handed to their
-	// queues together (one lock), before the reader can block on the socket
-	// or for an in-flight slot: a queue then takes them as one batch.
-	var held []*wire.Put  // plain puts not yet handed to their queues
-	var woken []*putQueue // queues given puts since the last wake-up
+	// Plain puts decoded from what one read brought are handed on together
+	// before the reader can block on the socket or for an in-flight slot:
+	// one store call per partition, or one lock for the queues.
+	var held []*wire.Put // plain puts not yet handed on
 	handOff := func() {
-		if len(held) > 0 {
-			woken = c.enqueuePuts(held, woken)
-			clear(held)
-			held = held[:0]
+		if len(held) == 0 {
+			return
 		}
-		for _, q := range woken {
-			select {
-			case q.wake <- struct{}{}:
-			default:
-			}
-		}
-		woken = woken[:0]
+		c.storePuts(held)
+		clear(held)
+		held = held[:0]
 	}
 	defer handOff()
 	r := bufio.NewReaderSize(readerFunc(func(p []byte) (int, error) {
@@ -208,18 +235,16 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 // maxPutBatch bounds the puts appended with one store call.
 const maxPutBatch = 256
 
-// putQueue holds the plain puts of one connection for one partition, in
-// arrival order. One goroutine at a time drains it, appending everything
-// that accumulated while the previous append waited for its fsync with a
-// single store call. So a pipelining producer costs one store round trip
-// per burst, its messages to a partition keep their order, and a slow
-// partition does not hold up the connection's other partitions.
+// putQueue holds, in arrival order, the plain puts of one connection for
+// one partition that may have to wait (see storePuts), or a slave's sync
+// commands. One goroutine at a time drains it, so a partition's messages
+// keep their order and a slow partition does not hold up the connection's
+// other partitions or its reader.
 type putQueue struct {
 	key     queueKey
 	p       int32 // resolved partition
 	items   []*wire.Put
-	syncs   []*wire.Sync  // a sync queue holds these instead
-	wake    chan struct{} // buffered 1: items were added
+	syncs   []*wire.Sync // a sync queue holds these instead
 	running bool
 }
 
@@ -230,9 +255,6 @@ type queueKey struct {
 	partition int32
 	sync      bool // the queue of sync commands (sync replication)
 }
-
-// maxPendingBatches bounds a queue's batches in the store at once.
-const maxPendingBatches = 8
 
 // enqueueSync queues a sync on its partition's sync queue.
 func (c *conn) enqueueSync(cmd *wire.Sync) {
@@ -253,100 +275,100 @@ func (c *conn) enqueueSync(cmd *wire.Sync) {
 	}
 }
 
-// maxHeldPuts bounds the puts the reader decodes before handing them to
-// their queues.
+// maxHeldPuts bounds the puts the reader decodes before handing them on.
 const maxHeldPuts = 64
 
-// enqueuePuts queues plain puts (their in-flight slots already taken) on
-// their partitions' queues, in order, starting a drainer for each queue
-// without one. It appends to woken the queues whose running drainer must
-// be woken (the caller does it once per read, see readLoop).
-func (c *conn) enqueuePuts(puts []*wire.Put, woken []*putQueue) []*putQueue {
-	var start []*putQueue
-	var q *putQueue
-	c.pmu.Lock()
+// storePuts appends a read's plain puts to the store straight from the
+// reader, one call per partition (in order of first appearance), without
+// waiting for their group commit: the store answers each batch when its
+// commit returns (see startPuts). With no goroutine between the reader and
+// the store a put reaches the page cache a scheduling hop sooner, and under
+// a pipelined load that round trip bounds how much each group commit
+// carries: handing every batch to a drainer goroutine instead gave 14-18%
+// fewer msgs/s (COMPARE.md, run K). The in-flight slots bound the batches in the
+// store; a full store queue blocks the reader, which pushes back on the
+// client.
+//
+// A partition's puts go to its queue and drainer instead (see putQueue) when
+// they may have to wait there: on a sync-replication master (each put waits
+// for the slave), for a topic not yet registered in ZooKeeper (its first
+// put registers it), and while the queue still holds earlier puts, which
+// keeps the partition's order.
+func (c *conn) storePuts(puts []*wire.Put) {
+	var keys []queueKey
+	var groups [][]*wire.Put
 	for _, cmd := range puts {
 		key := queueKey{topic: cmd.Topic, partition: c.b.resolvePartition(cmd)}
-		if q == nil || q.key != key {
-			q = c.putqs[key]
-			if q == nil {
-				q = &putQueue{key: key, p: key.partition, wake: make(chan struct{}, 1)}
-				c.putqs[key] = q
-			}
+		i := slices.Index(keys, key)
+		if i < 0 {
+			i = len(keys)
+			keys = append(keys, key)
+			groups = append(groups, nil)
 		}
-		q.items = append(q.items, cmd)
-		switch {
-		case !q.running:
+		groups[i] = append(groups[i], cmd)
+	}
+	var start []*putQueue
+	for i, g := range groups {
+		key := keys[i]
+		direct := c.b.syncOut == nil && c.b.topicEntry(key.topic).ready.Load()
+		c.pmu.Lock()
+		q := c.putqs[key]
+		if direct && q == nil {
+			c.pmu.Unlock()
+			for len(g) > 0 {
+				n := min(len(g), maxPutBatch)
+				c.b.startPuts(c, key.partition, g[:n:n])
+				g = g[n:]
+			}
+			continue
+		}
+		if q == nil {
+			q = &putQueue{key: key, p: key.partition}
+			c.putqs[key] = q
+		}
+		q.items = append(q.items, g...)
+		if !q.running {
 			q.running = true
 			start = append(start, q)
-		case len(q.items) == 1:
-			woken = append(woken, q)
 		}
+		c.pmu.Unlock()
 	}
-	c.pmu.Unlock()
 	for _, q := range start {
 		c.wg.Add(1)
 		go c.drain(q)
 	}
-	return woken
 }
 
-// drain stores a queue's puts in arrival order. Without sync replication
-// it does not wait for one batch's group commit before queueing the next
-// in the store (up to maxPendingBatches): puts that arrive while a commit
-// runs are written meanwhile and share the next one. Answers go out batch
-// by batch as their commits return, sent by the store (see startPuts).
+// drain stores or applies a queue's puts or syncs in arrival order until
+// the queue is empty. Once it has removed the queue, every put it took is
+// in the store (or answered), so the reader's later direct appends for the
+// partition come after them.
 func (c *conn) drain(q *putQueue) {
 	defer c.wg.Done()
-	var pending []*pendingPuts
 	for {
 		c.pmu.Lock()
-		if len(q.items) == 0 && len(q.syncs) == 0 && len(pending) == 0 {
-			q.running = false
-			delete(c.putqs, q.key)
-			c.pmu.Unlock()
-			return
-		}
-		if len(q.syncs) > 0 {
+		switch {
+		case len(q.syncs) > 0:
 			cmd := q.syncs[0]
 			q.syncs = q.syncs[1:]
 			c.pmu.Unlock()
 			c.b.handleSync(c, cmd)
-			continue
-		}
-		if len(q.items) > 0 && (len(pending) < maxPendingBatches || c.b.syncOut != nil) {
+		case len(q.items) > 0:
 			n := min(len(q.items), maxPutBatch)
 			batch := q.items[:n:n]
 			q.items = q.items[n:]
 			c.pmu.Unlock()
 			if c.b.syncOut != nil {
 				c.b.putEach(c, q.p, batch)
-				continue
+			} else {
+				c.b.startPuts(c, q.p, batch)
 			}
-			if pp := c.b.startPuts(c, q.p, batch); pp.store != nil {
-				pending = append(pending, pp)
-			}
-			continue
+		default:
+			q.running = false
+			delete(c.putqs, q.key)
+			c.pmu.Unlock()
+			return
 		}
-		c.pmu.Unlock()
-		// The store answers a batch when its commit returns; waiting here
-		// bounds the batches in the store and keeps the drainer (and the
-		// connection's wait group) until every answer is sent.
-		select {
-		case <-pending[0].store.Done():
-		case <-c.b.ctx.Done():
-			// Shut down past the grace period with the store still busy
-			// (a stalled disk): answer instead of waiting for it.
-			pp := pending[0]
-			err := fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, c.b.ctx.Err())
-			if !c.b.answerBatch(c, pp, nil, err) {
-				<-pp.store.Done() // the store is answering it right now
-			}
-		case <-q.wake:
-			continue
-		}
-		pending[0] = nil
-		pending = pending[1:]
 	}
 }
 

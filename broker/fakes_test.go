@@ -96,6 +96,9 @@ type fakeRegistry struct {
 	topics    map[string]int
 	checksums []uint32
 	unreg     int
+	// register, when set, runs first in RegisterTopic (unlocked, so it may
+	// block) and its error is returned.
+	register func(topic string) error
 }
 
 func (f *fakeRegistry) SetURL(url string) {
@@ -120,6 +123,11 @@ func (f *fakeRegistry) SetConfigChecksum(ctx context.Context, sum uint32) error 
 }
 
 func (f *fakeRegistry) RegisterTopic(ctx context.Context, topic string, n int, pub, sub bool) error {
+	if f.register != nil {
+		if err := f.register(topic); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.topics == nil {

@@ -167,12 +167,11 @@ func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, 
 // each was checked (and a refusal answered) on its own, and the accepted
 // ones are in the store's queue as one append (see conn.drain).
 type pendingPuts struct {
-	p     int32
-	n     int    // puts the batch answers
-	out   []byte // answers of the puts refused before the store
-	ok    []*wire.Put
-	size  int64                // body bytes of ok
-	store *store.PendingAppend // nil when every put was refused
+	p    int32
+	n    int    // puts the batch answers
+	out  []byte // answers of the puts refused before the store
+	ok   []*wire.Put
+	size int64 // body bytes of ok
 	// answered is set by whoever sends the batch's answers: the store's
 	// notify when the commit returns, or a shutdown that stops waiting.
 	answered atomic.Bool
@@ -184,8 +183,9 @@ type pendingPuts struct {
 // answered as one frame the moment its commit returns, by the store's
 // notify on the store's goroutine (no goroutine of ours has to be woken and
 // scheduled first), or at once when every put is refused.
-func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) *pendingPuts {
+func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) {
 	pp := &pendingPuts{p: p, n: len(puts), out: make([]byte, 0, 48*len(puts))}
+	c.wg.Add(1) // done by answerBatch
 	for _, cmd := range puts {
 		b.stats.cmdPut.Add(1)
 		if code, body := b.checkPut(b.ctx, cmd, p); code != wire.StatusOK {
@@ -205,9 +205,12 @@ func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) *pendingPuts {
 			}
 			pp.size += int64(len(cmd.Body))
 		}
+		c.pmu.Lock()
+		c.stored[pp] = struct{}{} // before the store can answer it
+		c.pmu.Unlock()
 		// The broker's context, not the connection's: puts that reached
 		// the store complete even if their client goes away.
-		pp.store = b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs, func(as []store.Appended, err error) {
+		b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs, func(as []store.Appended, err error) {
 			b.answerBatch(c, pp, as, err)
 		})
 	} else {
@@ -219,23 +222,26 @@ func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) *pendingPuts {
 		freeBody(cmd.Body)
 		cmd.Body = nil
 	}
-	return pp
 }
 
 // answerBatch sends the answers of all of a batch started by startPuts as
-// one frame (one writer hand-off), with the store's result as, err. It
-// reports false, sending nothing, when the batch was answered already.
-// It never blocks (see conn.send), as the store's notify must not.
-func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err error) bool {
+// one frame (one writer hand-off), with the store's result as, err, once:
+// the store's notify and a shutdown that stops waiting for the store
+// (conn.waitRequests) may both try. It never blocks (see conn.send), as the
+// store's notify must not.
+func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err error) {
 	if !pp.answered.CompareAndSwap(false, true) {
-		return false
+		return
 	}
+	c.pmu.Lock()
+	delete(c.stored, pp)
+	c.pmu.Unlock()
 	out := pp.out
 	if len(pp.ok) > 0 {
 		out = b.answerPuts(out, pp, as, err)
 	}
 	c.send(outFrame{head: out, n: pp.n})
-	return true
+	c.wg.Done()
 }
 
 // answerPuts appends the answers of a batch's stored puts to out.
