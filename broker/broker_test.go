@@ -206,28 +206,33 @@ func TestAbsurdSizeNotRead(t *testing.T) {
 	mustPut(t, cl, "test", 0, body)
 }
 
-// TestPipelinedOutOfOrder sends several requests in one write; the first
-// put is held in the store, so the later ones are answered before it, each
-// with its own opaque.
-func TestPipelinedOutOfOrder(t *testing.T) {
-	cfg := parseConfig(t, iniWith(t, "\n[topic=slow]\nnumPartitions=1\n"))
-	// Topic "slow" could not be registered at start, and ZooKeeper hangs
-	// when its first put tries again: that put waits, the rest of the
-	// connection does not.
-	release := make(chan struct{})
-	var started atomic.Bool
-	reg := &fakeRegistry{register: func(topic string) error {
-		if topic != "slow" {
+// stallingRegistry is a registry where topic could not be registered at
+// start and, once armed, registering it again hangs until release is
+// closed: what ZooKeeper trouble does to a topic's first put.
+func stallingRegistry(topic string) (reg *fakeRegistry, arm func(), release chan struct{}) {
+	release = make(chan struct{})
+	var armed atomic.Bool
+	reg = &fakeRegistry{register: func(name string) error {
+		if name != topic {
 			return nil
 		}
-		if !started.Load() {
+		if !armed.Load() {
 			return errors.New("zookeeper unavailable")
 		}
 		<-release
 		return nil
 	}}
+	return reg, func() { armed.Store(true) }, release
+}
+
+// TestPipelinedOutOfOrder sends several requests in one write; the first
+// put waits (its topic's registration hangs), so the later ones are
+// answered before it, each with its own opaque.
+func TestPipelinedOutOfOrder(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=slow]\nnumPartitions=1\n"))
+	reg, arm, release := stallingRegistry("slow")
 	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
-	started.Store(true)
+	arm()
 	cl := dial(t, brk.Addr())
 	var buf []byte
 	buf = putCmd("slow", 0, "first", 101).AppendTo(buf)
@@ -274,18 +279,7 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 // is registered; those sent during the switch keep their order.
 func TestPutOrderAcrossRegistration(t *testing.T) {
 	cfg := parseConfig(t, iniWith(t, "\n[topic=late]\nnumPartitions=1\n"))
-	release := make(chan struct{})
-	var started atomic.Bool
-	reg := &fakeRegistry{register: func(topic string) error {
-		if topic != "late" {
-			return nil
-		}
-		if !started.Load() {
-			return errors.New("zookeeper unavailable")
-		}
-		<-release
-		return nil
-	}}
+	reg, arm, release := stallingRegistry("late")
 	// The queued puts then take a while to reach the store, so the later
 	// bursts arrive while the queue is still draining.
 	var slowed atomic.Bool
@@ -298,7 +292,7 @@ func TestPutOrderAcrossRegistration(t *testing.T) {
 			return nil
 		}}
 	})
-	started.Store(true)
+	arm()
 	cl := dial(t, brk.Addr())
 	const n = 200
 	var buf []byte
