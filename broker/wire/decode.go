@@ -56,6 +56,9 @@ func (d *Decoder) Decode() (Command, error) {
 	if c, ok, err := d.decodePlainPut(line); ok {
 		return c, err
 	}
+	if c, ok, err := d.decodePlainResult(line); ok {
+		return c, err
+	}
 	return d.decodeLine(string(line))
 }
 

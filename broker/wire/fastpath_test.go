@@ -8,9 +8,24 @@ import (
 	"testing"
 )
 
+// fastPath is one of the Decoder's fast paths.
+type fastPath func(d *Decoder, line []byte) (Command, bool, error)
+
+var (
+	plainPut    fastPath = (*Decoder).decodePlainPut
+	plainResult fastPath = (*Decoder).decodePlainResult
+)
+
 // decodeBoth decodes frame with the plain-put path and with the general
 // decoder alone. ok reports whether the plain-put path took the line.
 func decodeBoth(t *testing.T, frame []byte, maxBody int) (fast, general Command, fastErr, generalErr error, ok bool) {
+	t.Helper()
+	return decodeBothWith(t, plainPut, frame, maxBody)
+}
+
+// decodeBothWith decodes frame with the fast path fp and with the general
+// decoder alone. ok reports whether fp took the line.
+func decodeBothWith(t *testing.T, fp fastPath, frame []byte, maxBody int) (fast, general Command, fastErr, generalErr error, ok bool) {
 	t.Helper()
 	a := NewDecoder(bufio.NewReader(bytes.NewReader(frame)))
 	a.MaxBodySize = maxBody
@@ -18,7 +33,7 @@ func decodeBoth(t *testing.T, frame []byte, maxBody int) (fast, general Command,
 	if err != nil {
 		return nil, nil, nil, nil, false
 	}
-	fast, ok, fastErr = a.decodePlainPut(line)
+	fast, ok, fastErr = fp(a, line)
 	b := NewDecoder(bufio.NewReader(bytes.NewReader(frame)))
 	b.MaxBodySize = maxBody
 	line, err = b.readLine()
@@ -33,7 +48,14 @@ func decodeBoth(t *testing.T, frame []byte, maxBody int) (fast, general Command,
 // decodes it exactly as the general decoder does.
 func checkSame(t *testing.T, frame []byte) bool {
 	t.Helper()
-	fast, general, fastErr, generalErr, ok := decodeBoth(t, frame, 64)
+	return checkSameWith(t, plainPut, frame)
+}
+
+// checkSameWith fails unless the fast path fp, when it takes the frame,
+// decodes it exactly as the general decoder does.
+func checkSameWith(t *testing.T, fp fastPath, frame []byte) bool {
+	t.Helper()
+	fast, general, fastErr, generalErr, ok := decodeBothWith(t, fp, frame, 64)
 	if !ok {
 		return false
 	}
@@ -117,5 +139,51 @@ func FuzzPlainPut(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		checkSame(t, frame)
+	})
+}
+
+func TestPlainResultMatchesGeneralDecoder(t *testing.T) {
+	taken := []string{
+		"result 200 30 7\r\n-5468924126146068480 0 1048576",
+		"result 500 0 -2147483648\r\n",
+		"result 200 3 1\r\nab", // body cut short
+		"result 200 65 1\r\n",  // body over the limit
+	}
+	declined := []string{
+		"result 200 3 1 extra\r\nabc", // MetaQ ignores the extra field; the general decoder keeps that rule
+		"result  200 3 1\r\nabc",
+		"result 200 3\r\nabc",
+		"result 200 -3 1\r\nabc",
+		"result 2x0 3 1\r\nabc",
+		"result 200 3 +1\r\nabc",
+		"resultx 200 3 1\r\nabc",
+		"put test 0 5 0 1\r\nhello",
+	}
+	for _, s := range taken {
+		if !checkSameWith(t, plainResult, []byte(s)) {
+			t.Errorf("%q: not taken by the plain-result path", s)
+		}
+	}
+	for _, s := range declined {
+		if _, _, _, _, ok := decodeBothWith(t, plainResult, []byte(s), 64); ok {
+			t.Errorf("%q: taken by the plain-result path, want the general decoder", s)
+		}
+	}
+	for _, s := range taken[2:] {
+		if _, _, fastErr, _, ok := decodeBothWith(t, plainResult, []byte(s), 64); !ok || fastErr == nil {
+			t.Errorf("%q: plain-result path ok=%v err=%v, want an error", s, ok, fastErr)
+		}
+	}
+}
+
+// FuzzPlainResult checks that the plain-result path decodes every line it
+// takes exactly as the general decoder does.
+func FuzzPlainResult(f *testing.F) {
+	for _, s := range []string{"result 200 30 7\r\n-5468924126146068480 0 1048576", "result 500 0 -1\r\n",
+		"result 200 3 1 x\r\nabc", "result 403 5 2\r\nhello"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		checkSameWith(t, plainResult, frame)
 	})
 }
