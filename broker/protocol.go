@@ -165,7 +165,7 @@ func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, 
 
 // pendingPuts is one batch of a connection's puts to partition p, in order:
 // each was checked (and a refusal answered) on its own, and the accepted
-// ones are in the store's queue as one append (see conn.drain).
+// ones are in the store's queue as one append (see conn.storePuts).
 type pendingPuts struct {
 	p    int32
 	n    int    // puts the batch answers

@@ -1,5 +1,7 @@
 package wire
 
+import "bytes"
+
 // The two frames a pipelined producer's connection carries by the hundred
 // thousand per second, a plain put and its result, are decoded straight
 // from the line's bytes when they have exactly the usual form. Anything
@@ -40,23 +42,20 @@ func splitFields(line []byte, start int, f [][]byte) (n int, ok bool) {
 // non-ASCII bytes, an empty or non-decimal field, an int32 overflow): the
 // general decoder then gives that line MetaQ's exact answer or error.
 func (d *Decoder) decodePlainPut(line []byte) (Command, bool, error) {
-	if len(line) < 4 || line[0] != 'p' || line[1] != 'u' || line[2] != 't' || line[3] != ' ' {
+	const prefix = "put "
+	if !bytes.HasPrefix(line, []byte(prefix)) {
 		return nil, false, nil
 	}
 	var f [6][]byte
-	n, ok := splitFields(line, 4, f[:])
+	n, ok := splitFields(line, len(prefix), f[:])
 	// Fields after the command: topic, partition, bodyLen, flag, then
 	// opaque (6 in all) or checksum and opaque (7 in all).
 	if !ok || (n != 5 && n != 6) {
 		return nil, false, nil
 	}
 	var nums [5]int32
-	for i := 1; i < n; i++ {
-		v, ok := parseDecimal32(f[i])
-		if !ok {
-			return nil, false, nil
-		}
-		nums[i-1] = v
+	if !parseDecimals(f[1:n], nums[:]) {
+		return nil, false, nil
 	}
 	size := nums[1]
 	if size < 0 {
@@ -81,7 +80,7 @@ func (d *Decoder) decodePlainPut(line []byte) (Command, bool, error) {
 // with decimal fields.
 func (d *Decoder) decodePlainResult(line []byte) (Command, bool, error) {
 	const prefix = "result "
-	if len(line) < len(prefix) || string(line[:len(prefix)]) != prefix {
+	if !bytes.HasPrefix(line, []byte(prefix)) {
 		return nil, false, nil
 	}
 	var f [3][]byte
@@ -89,12 +88,8 @@ func (d *Decoder) decodePlainResult(line []byte) (Command, bool, error) {
 		return nil, false, nil
 	}
 	var nums [3]int32
-	for i := range nums {
-		v, ok := parseDecimal32(f[i])
-		if !ok {
-			return nil, false, nil
-		}
-		nums[i] = v
+	if !parseDecimals(f[:], nums[:]) {
+		return nil, false, nil
 	}
 	if nums[1] < 0 {
 		return nil, false, nil
@@ -113,6 +108,19 @@ func (d *Decoder) internTopic(b []byte) string {
 		d.topic = string(b)
 	}
 	return d.topic
+}
+
+// parseDecimals parses each of fields into nums with parseDecimal32 and
+// reports whether all of them parsed.
+func parseDecimals(fields [][]byte, nums []int32) bool {
+	for i, b := range fields {
+		v, ok := parseDecimal32(b)
+		if !ok {
+			return false
+		}
+		nums[i] = v
+	}
+	return true
 }
 
 // parseDecimal32 parses an optional '-' and 1-10 ASCII digits within the
