@@ -40,13 +40,13 @@ type Broker struct {
 	stats  *statsCounters
 	ids    idGen
 
-	mu       sync.Mutex
-	ln       net.Listener
-	url      string
-	conns    map[*conn]struct{}
-	nextConn atomic.Uint64
-	started  bool
-	started0 time.Time
+	mu        sync.Mutex
+	ln        net.Listener
+	url       string
+	conns     map[*conn]struct{}
+	nextConn  atomic.Uint64
+	started   bool
+	startedAt time.Time
 
 	syncOut *syncClient // nil unless Options.SyncSlave
 
@@ -113,7 +113,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	b.ln = ln
 	b.started = true
-	b.started0 = b.opts.Clock.Now()
+	b.startedAt = b.opts.Clock.Now()
 	b.url = advertisedURL(b.cfg.Load().System.HostName, ln.Addr())
 	b.mu.Unlock()
 

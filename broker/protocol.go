@@ -304,9 +304,10 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.stats.cmdGet.Add(1)
 	b.stats.realtime(cmd.Topic, statGet, 1)
-	code, body, data, held := b.get(c, cmd)
+	code, body, data := b.get(c, cmd)
 	if data != nil {
-		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: held})
+		// The data holds len(data) bytes of the connection's budget until written.
+		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: int64(len(data))})
 		return
 	}
 	if code == wire.StatusNotFound || code == wire.StatusMoved || code == wire.StatusForbidden {
@@ -316,14 +317,9 @@ func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	c.sendResult(code, body, cmd.Opaque)
 }
 
-// get returns the answer to a get: a code and text, or data (with the
-// bytes of the connection's budget it holds until written).
-func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte, int64) {
-	code, body, data := b.get0(c, cmd)
-	return code, body, data, int64(len(data))
-}
-
-func (b *Broker) get0(c *conn, cmd *wire.Get) (int, string, []byte) {
+// get returns the answer to a get: a code and text, or data, which holds
+// len(data) bytes of the connection's byte budget.
+func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 	if b.isClosed(cmd.Topic, int(cmd.Partition)) {
 		return wire.StatusForbidden, "Partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed", nil
 	}

@@ -276,7 +276,7 @@ func (b *Broker) systemStats(w *lineWriter) {
 	}
 	uptime := int64(0)
 	if b.isStarted() {
-		uptime = int64(b.opts.Clock.Since(b.started0) / time.Second)
+		uptime = int64(b.opts.Clock.Since(b.startedAt) / time.Second)
 	}
 	slave := false
 	if b.opts.SlaveStats != nil {

@@ -72,7 +72,7 @@ func (s *Store) recover() error {
 		for _, p := range s.parts {
 			buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.end, ms: s.w.lastMs}, encodeDefine(p.key.topic, p.key.num))
 		}
-		if err := s.writeLocked(buf); err != nil {
+		if err := s.writeActive(buf); err != nil {
 			return err
 		}
 		if err := last.f.Datasync(); err != nil {

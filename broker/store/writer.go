@@ -340,7 +340,7 @@ func (s *Store) process(batch []*request) {
 		}
 	}
 	if len(buf) > 0 {
-		if err := s.writeLocked(buf); err != nil {
+		if err := s.writeActive(buf); err != nil {
 			herr := s.setUnhealthy(err)
 			for _, pc := range w.pend {
 				pc.p.wEnd = pc.p.end
@@ -535,9 +535,10 @@ func (s *Store) completeSync(j *syncJob) {
 	}
 }
 
-// writeLocked appends b to the active segment. On error it cuts the
-// segment back to its previous size so no partial entry stays behind.
-func (s *Store) writeLocked(b []byte) error {
+// writeActive appends b to the active segment; only the writer goroutine
+// (or recovery, before it starts) calls it. On error it cuts the segment
+// back to its previous size so no partial entry stays behind.
+func (s *Store) writeActive(b []byte) error {
 	w := &s.w
 	g := w.active
 	size := g.size.Load()
@@ -684,7 +685,7 @@ func (s *Store) maybeRoll() {
 		buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: w.lastMs}, encodeDefine(p.key.topic, p.key.num))
 	}
 	s.mu.RUnlock()
-	if err := s.writeLocked(buf); err != nil {
+	if err := s.writeActive(buf); err != nil {
 		s.setUnhealthy(err)
 		return
 	}
