@@ -38,7 +38,10 @@ type Broker struct {
 	closed atomic.Pointer[closedSet]  // partitions closed by an operator
 	tx     atomic.Pointer[txHolder]
 	stats  *statsCounters
-	ids    idGen
+	// puts is the put route's store step (put.go): the store, or the
+	// syncMaster in front of it on a synchronous-replication master.
+	puts  batchStore
+	samsa *syncMaster // nil unless Options.SyncSlave
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -47,8 +50,6 @@ type Broker struct {
 	nextConn  atomic.Uint64
 	started   bool
 	startedAt time.Time
-
-	syncOut *syncClient // nil unless Options.SyncSlave
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -77,8 +78,6 @@ func New(opts Options) (*Broker, error) {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
-	b.ids.brokerID = int64(opts.Config.System.BrokerID)
-	b.ids.clock = opts.Clock
 	b.stats = newStatsCounters(opts.Clock)
 	b.stats.enabled = b.statTopic
 	b.cfg.Store(opts.Config)
@@ -86,8 +85,20 @@ func New(opts Options) (*Broker, error) {
 	if opts.TxHandler != nil {
 		b.tx.Store(&txHolder{opts.TxHandler})
 	}
+	b.puts = localStore{opts.Store}
 	if opts.SyncSlave != "" {
-		b.syncOut = newSyncClient(b, opts.SyncSlave)
+		b.samsa = newSyncMaster(opts.Store, syncMasterOptions{
+			Addr:             opts.SyncSlave,
+			BrokerID:         opts.Config.System.BrokerID,
+			Clock:            opts.Clock,
+			Timeout:          opts.SyncTimeout,
+			FailureThreshold: opts.SyncFailureThreshold,
+			ProbeInterval:    opts.SyncProbeInterval,
+			Logger:           b.log,
+			OnSlaveLost:      b.leaveRegistry,
+			OnSlaveBack:      b.rejoinRegistry,
+		})
+		b.puts = b.samsa
 	}
 	b.retention = newRetention(b)
 	return b, nil
@@ -254,8 +265,8 @@ func (b *Broker) Close() error {
 		c.close()
 	}
 	b.retention.stop()
-	if b.syncOut != nil {
-		b.syncOut.close()
+	if b.samsa != nil {
+		b.samsa.close()
 	}
 	b.wg.Wait()
 	b.log.Info("BROKER: closed")
@@ -336,4 +347,34 @@ func advertisedURL(host string, addr net.Addr) string {
 		host = hostaddr.Local()
 	}
 	return "meta://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// leaveRegistry takes the broker out of ZooKeeper, so that producers go
+// elsewhere, while its synchronous slave does not answer.
+func (b *Broker) leaveRegistry(ctx context.Context) {
+	r := b.opts.Registry
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.UnregisterAll(ctx); err != nil {
+		b.log.Warn("SYNC: unregister failed", "err", err)
+	}
+	b.forgetRegistrations()
+}
+
+// rejoinRegistry registers the broker and its topics again once its
+// synchronous slave answers.
+func (b *Broker) rejoinRegistry(ctx context.Context) {
+	r := b.opts.Registry
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.RegisterBroker(ctx); err != nil {
+		b.log.Warn("SYNC: register failed", "err", err)
+	}
+	b.registerConfiguredTopics(ctx, b.cfg.Load())
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -16,21 +15,19 @@ import (
 )
 
 // conn is one client connection. One reader goroutine decodes requests.
-// Plain puts go from the reader straight to the store, a batch per
-// partition for what one read brought, and are answered by the store when
-// their group commit returns (see storePuts): a connection's puts to a
-// partition are stored in the order sent. On a sync-replication master, and
-// for a slave's sync commands, they go to a queue per partition instead,
-// drained by one goroutine per busy partition (see putQueue). Every other
-// request runs on a
-// worker goroutine of the connection, concurrently, so answers go back by
-// opaque, possibly out of order. One writer goroutine serialises the
-// answers and coalesces them into few writes. The requests in progress or
-// waiting to be written are bounded by Options.MaxInFlight and the fetched
-// bytes by Options.MaxPendingBytes: when a bound is reached the reader
-// stops reading, which pushes back on the client through TCP instead of
-// buffering without limit. A client that stops reading its answers is cut
-// off after Options.WriteTimeout; other connections never wait for it.
+// Plain puts (and a sync master's syncs) take the put route (put.go): the
+// reader validates what one read brought and hands it to the store, a
+// batch per partition, answered by the store when the batch's group commit
+// returns, so a connection's puts to a partition are stored in the order
+// sent. Every other request runs on a worker goroutine of the connection,
+// concurrently, so answers go back by opaque, possibly out of order. One
+// writer goroutine serialises the answers and coalesces them into few
+// writes. The requests in progress or waiting to be written are bounded by
+// Options.MaxInFlight and the fetched bytes by Options.MaxPendingBytes:
+// when a bound is reached the reader stops reading, which pushes back on
+// the client through TCP instead of buffering without limit. A client that
+// stops reading its answers is cut off after Options.WriteTimeout; other
+// connections never wait for it.
 type conn struct {
 	b      *Broker
 	nc     net.Conn
@@ -45,11 +42,11 @@ type conn struct {
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	bytes *byteBudget       // fetched data held before it is written
-	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches in the store
+	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches not yet answered
 
-	pmu    sync.Mutex                // guards putqs, the queues in it, and stored
-	putqs  map[queueKey]*putQueue    // queued puts and syncs by topic and partition
-	stored map[*pendingPuts]struct{} // put batches in the store, not yet answered
+	queueMu sync.Mutex                // guards putqs, the queues in it, and stored
+	putqs   map[queueKey]*putQueue    // batches waiting for their topic's registration, by partition
+	stored  map[*pendingPuts]struct{} // put batches in the store, not yet answered
 
 	closeOnce sync.Once
 }
@@ -144,14 +141,14 @@ func (c *conn) waitRequests() {
 		return
 	case <-c.b.ctx.Done():
 	}
-	c.pmu.Lock()
+	c.queueMu.Lock()
 	stuck := make([]*pendingPuts, 0, len(c.stored))
 	for pp := range c.stored {
 		stuck = append(stuck, pp)
 	}
-	c.pmu.Unlock()
+	c.queueMu.Unlock()
 	for _, pp := range stuck {
-		c.b.answerBatch(c, pp, nil, fmt.Errorf("append %s-%d: %w", pp.ok[0].Topic, pp.p, c.b.ctx.Err()))
+		c.b.answerBatch(c, pp, nil, fmt.Errorf("append %s-%d: %w", pp.key.topic, pp.key.partition, c.b.ctx.Err()))
 	}
 	<-done
 }
@@ -167,15 +164,15 @@ func (c *conn) close() {
 // answers still owed should be sent before closing (EOF, quit, malformed
 // input) rather than the connection being unusable (I/O error, Close).
 func (c *conn) readLoop() bool {
-	// Plain puts decoded from what one read brought are handed on together
+	// The puts decoded from what one read brought are handed on together
 	// before the reader can block on the socket or for an in-flight slot:
-	// one store call per partition, or one lock for the queues.
-	var held []*wire.Put // plain puts not yet handed on
+	// one store call per partition.
+	var held []putReq // puts not yet handed on
 	handOff := func() {
 		if len(held) == 0 {
 			return
 		}
-		c.storePuts(held)
+		c.routePuts(held)
 		clear(held)
 		held = held[:0]
 	}
@@ -204,15 +201,23 @@ func (c *conn) readLoop() bool {
 		switch x := cmd.(type) {
 		case *wire.Put:
 			if x.TxKey == "" {
-				if held = append(held, x); len(held) == maxHeldPuts {
+				if held = append(held, putReqOf(x)); len(held) == maxHeldPuts {
 					handOff() // a long read: let the store start on these
 				}
 				continue
 			}
 		case *wire.Sync:
+			if !c.b.opts.SyncReceiver {
+				// A plain MetaQ broker has no processor for sync.
+				c.sendResult(wire.StatusServiceUnavailable, txtNoProcessor, x.Opaque)
+				continue
+			}
 			// A sync slave stores a master's records in order per connection
-			// and partition, as MetaQ's OrderedThreadPoolExecutor does.
-			c.enqueueSync(x)
+			// and partition, as MetaQ's OrderedThreadPoolExecutor does: the
+			// put route keeps that order.
+			if held = append(held, syncReqOf(x)); len(held) == maxHeldPuts {
+				handOff()
+			}
 			continue
 		case *wire.Quit:
 			<-c.slots
@@ -231,146 +236,6 @@ func (c *conn) readLoop() bool {
 type readerFunc func(p []byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
-
-// maxPutBatch bounds the puts appended with one store call.
-const maxPutBatch = 256
-
-// putQueue holds, in arrival order, the plain puts of one connection for
-// one partition that may have to wait (see storePuts), or a slave's sync
-// commands. One goroutine at a time drains it, so a partition's messages
-// keep their order and a slow partition does not hold up the connection's
-// other partitions or its reader.
-type putQueue struct {
-	key     queueKey
-	p       int32 // resolved partition
-	items   []*wire.Put
-	syncs   []*wire.Sync // a sync queue holds these instead
-	running bool
-}
-
-// queueKey names a connection's put queue: a struct, so finding the queue
-// of every put allocates nothing.
-type queueKey struct {
-	topic     string
-	partition int32
-	sync      bool // the queue of sync commands (sync replication)
-}
-
-// enqueueSync queues a sync on its partition's sync queue.
-func (c *conn) enqueueSync(cmd *wire.Sync) {
-	key := queueKey{topic: cmd.Topic, partition: cmd.Partition, sync: true}
-	c.pmu.Lock()
-	q := c.putqs[key]
-	if q == nil {
-		q = &putQueue{key: key, p: cmd.Partition}
-		c.putqs[key] = q
-	}
-	q.syncs = append(q.syncs, cmd)
-	start := !q.running
-	q.running = true
-	c.pmu.Unlock()
-	if start {
-		c.wg.Add(1)
-		go c.drain(q)
-	}
-}
-
-// maxHeldPuts bounds the puts the reader decodes before handing them on.
-const maxHeldPuts = 64
-
-// storePuts appends a read's plain puts to the store straight from the
-// reader, one call per partition (in order of first appearance), without
-// waiting for their group commit: the store answers each batch when its
-// commit returns (see startPuts). With no goroutine between the reader and
-// the store a put reaches the page cache a scheduling hop sooner, and under
-// a pipelined load that round trip bounds how much each group commit
-// carries: handing every batch to a drainer goroutine instead gave 14-18%
-// fewer msgs/s (COMPARE.md, run K). The in-flight slots bound the batches in the
-// store; a full store queue blocks the reader, which pushes back on the
-// client.
-//
-// A partition's puts go to its queue and drainer instead (see putQueue) when
-// they may have to wait there: on a sync-replication master (each put waits
-// for the slave), for a topic not yet registered in ZooKeeper (its first
-// put registers it), and while the queue still holds earlier puts, which
-// keeps the partition's order.
-func (c *conn) storePuts(puts []*wire.Put) {
-	var keys []queueKey
-	var groups [][]*wire.Put
-	for _, cmd := range puts {
-		key := queueKey{topic: cmd.Topic, partition: c.b.resolvePartition(cmd)}
-		i := slices.Index(keys, key)
-		if i < 0 {
-			i = len(keys)
-			keys = append(keys, key)
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], cmd)
-	}
-	var start []*putQueue
-	for i, g := range groups {
-		key := keys[i]
-		direct := c.b.syncOut == nil && c.b.topicEntry(key.topic).ready.Load()
-		c.pmu.Lock()
-		q := c.putqs[key]
-		if direct && q == nil {
-			c.pmu.Unlock()
-			for len(g) > 0 {
-				n := min(len(g), maxPutBatch)
-				c.b.startPuts(c, key.partition, g[:n:n])
-				g = g[n:]
-			}
-			continue
-		}
-		if q == nil {
-			q = &putQueue{key: key, p: key.partition}
-			c.putqs[key] = q
-		}
-		q.items = append(q.items, g...)
-		if !q.running {
-			q.running = true
-			start = append(start, q)
-		}
-		c.pmu.Unlock()
-	}
-	for _, q := range start {
-		c.wg.Add(1)
-		go c.drain(q)
-	}
-}
-
-// drain stores or applies a queue's puts or syncs in arrival order until
-// the queue is empty. Once it has removed the queue, every put it took is
-// in the store (or answered), so the reader's later direct appends for the
-// partition come after them.
-func (c *conn) drain(q *putQueue) {
-	defer c.wg.Done()
-	for {
-		c.pmu.Lock()
-		switch {
-		case len(q.syncs) > 0:
-			cmd := q.syncs[0]
-			q.syncs = q.syncs[1:]
-			c.pmu.Unlock()
-			c.b.handleSync(c, cmd)
-		case len(q.items) > 0:
-			n := min(len(q.items), maxPutBatch)
-			batch := q.items[:n:n]
-			q.items = q.items[n:]
-			c.pmu.Unlock()
-			if c.b.syncOut != nil {
-				c.b.putEach(c, q.p, batch)
-			} else {
-				c.b.startPuts(c, q.p, batch)
-			}
-		default:
-			q.running = false
-			delete(c.putqs, q.key)
-			c.pmu.Unlock()
-			return
-		}
-	}
-}
 
 // readFailed handles a decode error and reports whether answers still owed
 // should be sent before closing.

@@ -17,13 +17,18 @@
 //
 // # Requests and connections
 //
-// Each connection has one reader goroutine. Plain puts are queued per
-// partition and appended in order, in batches (one store call per burst);
-// syncs are queued the same way. Every other request runs on a worker
-// goroutine of the connection, so requests are processed concurrently and
-// answered by opaque, possibly out of order, as the Java broker's thread
-// pools do. One writer goroutine per connection serialises answers. The
-// in-flight requests (MaxInFlight) and the fetched bytes awaiting write
+// Each connection has one reader goroutine. Plain puts, and on a sync
+// slave the master's syncs, take the put route that put.go describes top
+// to bottom: the reader validates what one read brought (checkPut, the one
+// copy of the checks), registers a topic on its first put, and hands each
+// partition's batch to the store (or, on a sync master, to the syncMaster
+// in front of it), which answers the batch when its group commit returns.
+// A transaction's messages join the route at its commit
+// (Broker.StoreValidated). Every other request runs on a worker goroutine
+// of the connection, so requests are processed concurrently and answered
+// by opaque, possibly out of order, as the Java broker's thread pools do.
+// One writer goroutine per connection serialises answers. The in-flight
+// requests (MaxInFlight) and the fetched bytes awaiting write
 // (MaxPendingBytes) are bounded per connection, and a write that does not
 // progress within WriteTimeout closes that connection only. Malformed input
 // closes the connection without an answer, as MetaQ does; requests read
@@ -31,10 +36,11 @@
 //
 // # Lock order
 //
-// Locks are held briefly and not nested, with one exception: a synchronous
-// master holds a partition's lock (syncClient.parts) across the local append
-// and the sync round trip, and takes syncClient.mu and syncClient.wmu under
-// it. Broker.mu, topicTable.mu, statsCounters.mu, conn.pmu, byteBudget.mu
-// and retention.mu are leaves. Registry and Store calls are made without
-// any broker lock held.
+// Locks are held briefly and not nested: Broker.mu, topicTable.mu,
+// statsCounters.mu, conn.queueMu, byteBudget.mu, retention.mu and the
+// syncMaster's qmu, mu and wmu are leaves. Registry and Store calls are
+// made without any broker lock held. A put batch's answer is sent from the
+// store's notify (the store's writer goroutine, or a syncMaster partition
+// goroutine): it takes conn.queueMu and statsCounters.mu, one at a time,
+// and never waits for the connection's writer.
 package broker

@@ -1,13 +1,9 @@
 package broker
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
@@ -25,15 +21,10 @@ const (
 func (b *Broker) handle(c *conn, cmd wire.Command) {
 	switch cmd := cmd.(type) {
 	case *wire.Put:
+		// Plain puts take the put route from the reader (put.go): only
+		// those carrying a transaction key come here.
 		b.stats.cmdPut.Add(1)
-		if cmd.TxKey != "" {
-			b.handleTxPut(c, cmd)
-			return
-		}
-		// The broker's context, not the connection's: a put that reached the
-		// store completes even if its client goes away.
-		code, body := b.put(b.ctx, cmd)
-		c.sendResult(code, body, cmd.Opaque)
+		b.handleTxPut(c, cmd)
 	case *wire.Get:
 		b.handleGet(c, cmd)
 	case *wire.Offset:
@@ -44,254 +35,10 @@ func (b *Broker) handle(c *conn, cmd wire.Command) {
 		b.handleStats(c, cmd)
 	case *wire.Transaction:
 		b.handleTransaction(c, cmd)
-	case *wire.Sync:
-		b.handleSync(c, cmd)
 	default:
 		c.log.Warn("CONN: unexpected command", "cmd", cmd.Name())
 		c.noAnswer()
 	}
-}
-
-func (b *Broker) putError(topic string, p int32, detail string) string {
-	s := "Put message to [broker '" + b.URL() + "'] [partition '" + topic + "-" + strconv.Itoa(int(p)) + "'] failed."
-	if detail != "" {
-		s += "Detail:" + detail
-	}
-	return s
-}
-
-// put stores one non-transactional message (spec §1.5) and returns the
-// answer's code and body.
-func (b *Broker) put(ctx context.Context, cmd *wire.Put) (int, string) {
-	code, body := b.put0(ctx, cmd)
-	b.countPut(cmd, code)
-	return code, body
-}
-
-func (b *Broker) countPut(cmd *wire.Put, code int) {
-	if code != wire.StatusOK {
-		b.stats.putFailed.Add(1)
-		b.stats.realtime(cmd.Topic, statPutFailed, 1)
-		return
-	}
-	b.stats.realtime(cmd.Topic, statPut, 1)
-	b.stats.realtime(cmd.Topic, statMessageSize, int64(len(cmd.Body)))
-}
-
-// resolvePartition returns the put's partition, choosing one at random
-// for -1 (spec §1.5 step 2) among the topic's partitions.
-func (b *Broker) resolvePartition(cmd *wire.Put) int32 {
-	if cmd.Partition != -1 {
-		return cmd.Partition
-	}
-	te := b.topicEntry(cmd.Topic)
-	n := b.cfg.Load().System.NumPartitions
-	if te.ok {
-		n = te.tc.NumPartitions
-	}
-	if n <= 0 {
-		return -1
-	}
-	return int32(rand.IntN(n))
-}
-
-// checkPut runs steps 1, 3, 4 and 5 of spec §1.5 (everything but the
-// append) for the put resolved to partition p, and returns an error
-// answer, or 200 and "".
-func (b *Broker) checkPut(ctx context.Context, cmd *wire.Put, p int32) (int, string) {
-	topic := cmd.Topic
-	if b.isClosed(topic, int(cmd.Partition)) {
-		closed := "partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed"
-		if b.syncOut != nil {
-			// A MetaQ samsa master answers the bare text, capitalised.
-			return wire.StatusForbidden, "P" + closed[1:]
-		}
-		return wire.StatusForbidden, b.putError(topic, cmd.Partition, closed)
-	}
-	te := b.topicEntry(topic)
-	tc, accepted := te.tc, te.ok
-	if !accepted {
-		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
-	}
-	if p < 0 || int(p) >= tc.NumPartitions {
-		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
-	}
-	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
-		b.log.Warn("TOPIC("+topic+"): put refused, checksum mismatch", "partition", p, "bytes", len(cmd.Body), "checksum", cmd.Checksum)
-		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
-	}
-	if max := b.cfg.Load().System.MaxTransferSize; max > 0 && len(cmd.Body) > max-20 {
-		// Spec §11: such a message can never be fetched by a Java consumer.
-		// Said once per topic and configuration, not per message.
-		if te.oversizeWarned.CompareAndSwap(false, true) {
-			b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched by MetaQ consumers", "bytes", len(cmd.Body), "maxTransferSize", max)
-		}
-	}
-	b.ensureTopic(ctx, topic, te)
-	return wire.StatusOK, ""
-}
-
-func putAnswer(a store.Appended, p int32) string {
-	return strconv.FormatInt(a.ID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(a.Offset, 10)
-}
-
-func (b *Broker) put0(ctx context.Context, cmd *wire.Put) (int, string) {
-	return b.putResolved(ctx, cmd, b.resolvePartition(cmd))
-}
-
-func (b *Broker) putResolved(ctx context.Context, cmd *wire.Put, p int32) (int, string) {
-	if code, body := b.checkPut(ctx, cmd, p); code != wire.StatusOK {
-		return code, body
-	}
-	topic := cmd.Topic
-	if b.syncOut != nil {
-		a, slaveErr, err := b.syncOut.putReplicated(ctx, topic, int(p), cmd.Flag, cmd.Body)
-		if err != nil {
-			if slaveErr {
-				return wire.StatusInternalServerError, err.Error()
-			}
-			b.logAppendError(topic, p, err)
-			return wire.StatusInternalServerError, b.putError(topic, p, "")
-		}
-		return wire.StatusOK, putAnswer(a, p)
-	}
-	as, err := b.store.Append(ctx, topic, int(p), []store.Message{{Flag: cmd.Flag, Body: cmd.Body}})
-	if err != nil {
-		b.logAppendError(topic, p, err)
-		return wire.StatusInternalServerError, b.putError(topic, p, "")
-	}
-	return wire.StatusOK, putAnswer(as[0], p)
-}
-
-// pendingPuts is one batch of a connection's puts to partition p, in order:
-// each was checked (and a refusal answered) on its own, and the accepted
-// ones are in the store's queue as one append (see conn.storePuts).
-type pendingPuts struct {
-	p    int32
-	n    int    // puts the batch answers
-	out  []byte // answers of the puts refused before the store
-	ok   []*wire.Put
-	size int64 // body bytes of ok
-	// answered is set by whoever sends the batch's answers: the store's
-	// notify when the commit returns, or a shutdown that stops waiting.
-	answered atomic.Bool
-}
-
-// startPuts checks a batch of puts to partition p and queues the accepted
-// ones in the store with one call, without waiting for their group commit:
-// the connection's next batch can then join the same commit. The batch is
-// answered as one frame the moment its commit returns, by the store's
-// notify on the store's goroutine (no goroutine of ours has to be woken and
-// scheduled first), or at once when every put is refused.
-func (b *Broker) startPuts(c *conn, p int32, puts []*wire.Put) {
-	pp := &pendingPuts{p: p, n: len(puts), out: make([]byte, 0, 48*len(puts))}
-	c.wg.Add(1) // done by answerBatch
-	for _, cmd := range puts {
-		b.stats.cmdPut.Add(1)
-		if code, body := b.checkPut(b.ctx, cmd, p); code != wire.StatusOK {
-			b.countPut(cmd, code)
-			pp.out = wire.AppendResult(pp.out, code, body, cmd.Opaque)
-			continue
-		}
-		pp.ok = append(pp.ok, cmd)
-	}
-	if len(pp.ok) > 0 {
-		msgs := make([]store.Message, len(pp.ok))
-		for i, cmd := range pp.ok {
-			msgs[i] = store.Message{Flag: cmd.Flag, Body: cmd.Body}
-			if cmd.Checksum != wire.NoChecksum {
-				// checkPut verified it: the same CRC the record carries.
-				msgs[i].Checksum, msgs[i].ChecksumSet = uint32(cmd.Checksum), true
-			}
-			pp.size += int64(len(cmd.Body))
-		}
-		c.pmu.Lock()
-		c.stored[pp] = struct{}{} // before the store can answer it
-		c.pmu.Unlock()
-		// The broker's context, not the connection's: puts that reached
-		// the store complete even if their client goes away.
-		b.store.AppendAsync(b.ctx, pp.ok[0].Topic, int(p), msgs, func(as []store.Appended, err error) {
-			b.answerBatch(c, pp, as, err)
-		})
-	} else {
-		b.answerBatch(c, pp, nil, nil)
-	}
-	// Encoded by the store (it keeps no body): the buffers can take the
-	// next bodies.
-	for _, cmd := range puts {
-		freeBody(cmd.Body)
-		cmd.Body = nil
-	}
-}
-
-// answerBatch sends the answers of all of a batch started by startPuts as
-// one frame (one writer hand-off), with the store's result as, err, once:
-// the store's notify and a shutdown that stops waiting for the store
-// (conn.waitRequests) may both try. It never blocks (see conn.send), as the
-// store's notify must not.
-func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err error) {
-	if !pp.answered.CompareAndSwap(false, true) {
-		return
-	}
-	c.pmu.Lock()
-	delete(c.stored, pp)
-	c.pmu.Unlock()
-	out := pp.out
-	if len(pp.ok) > 0 {
-		out = b.answerPuts(out, pp, as, err)
-	}
-	c.send(outFrame{head: out, n: pp.n})
-	c.wg.Done()
-}
-
-// answerPuts appends the answers of a batch's stored puts to out.
-func (b *Broker) answerPuts(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
-	topic, p := pp.ok[0].Topic, pp.p
-	if err == nil && len(as) != len(pp.ok) {
-		err = fmt.Errorf("store returned %d results for %d messages", len(as), len(pp.ok))
-	}
-	n := int64(len(pp.ok))
-	if err != nil {
-		b.logAppendError(topic, p, err)
-		b.stats.putFailed.Add(n)
-		b.stats.realtimeN(topic, statPutFailed, n, n)
-		failed := b.putError(topic, p, "")
-		for _, cmd := range pp.ok {
-			out = wire.AppendResult(out, wire.StatusInternalServerError, failed, cmd.Opaque)
-		}
-		return out
-	}
-	var scratch [64]byte
-	for i, cmd := range pp.ok {
-		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
-		ans = append(ans, ' ')
-		ans = strconv.AppendInt(ans, int64(p), 10)
-		ans = append(ans, ' ')
-		ans = strconv.AppendInt(ans, as[i].Offset, 10)
-		out = wire.AppendResult(out, wire.StatusOK, ans, cmd.Opaque)
-	}
-	b.stats.realtimeN(topic, statPut, n, n)
-	b.stats.realtimeN(topic, statMessageSize, n, pp.size)
-	return out
-}
-
-// putEach stores puts one at a time: sync replication goes message by
-// message under a partition lock.
-func (b *Broker) putEach(c *conn, p int32, puts []*wire.Put) {
-	for _, cmd := range puts {
-		b.stats.cmdPut.Add(1)
-		code, body := b.putResolved(b.ctx, cmd, p)
-		b.countPut(cmd, code)
-		c.sendResult(code, body, cmd.Opaque)
-	}
-}
-
-func (b *Broker) logAppendError(topic string, p int32, err error) {
-	if errors.Is(err, context.Canceled) && b.closing.Load() {
-		b.log.Info("TOPIC("+topic+"): append cancelled by shutdown", "partition", p)
-		return
-	}
-	b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
 }
 
 func (b *Broker) brokerID() int { return b.cfg.Load().System.BrokerID }
@@ -461,26 +208,4 @@ func (b *Broker) handleTxPut(c *conn, cmd *wire.Put) {
 	}
 	res.Opaque = cmd.Opaque
 	c.send(outFrame{head: res.AppendTo(nil)})
-}
-
-// CheckPut runs the checks a put gets before it is stored (closed
-// partition, accepted topic, partition range, checksum) and returns the
-// answer code and text MetaQ gives when one fails, or 200 and "". A
-// TxHandler uses it for transactional puts; partition -1 is not resolved.
-func (b *Broker) CheckPut(cmd *wire.Put) (int, string) {
-	topic, p := cmd.Topic, cmd.Partition
-	if b.isClosed(topic, int(p)) {
-		return wire.StatusForbidden, b.putError(topic, p, "partition["+strconv.Itoa(b.brokerID())+"-"+strconv.Itoa(int(p))+"] has been closed")
-	}
-	tc, ok := b.topicFor(topic)
-	if !ok {
-		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
-	}
-	if p < 0 || int(p) >= tc.NumPartitions {
-		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
-	}
-	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
-		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
-	}
-	return wire.StatusOK, ""
 }

@@ -5,166 +5,259 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/clock"
 )
 
 // slaveStatusTopic is the internal topic a MetaQ sync slave accepts for
-// the master's health probes (spec §5.3).
+// the master's health probes.
 const slaveStatusTopic = "_metaq_slave_status_test"
 
-// handleSync stores a record sent by a synchronous-replication master under
-// the master's id (spec §1.14). On a broker that is not a sync receiver it
-// answers 503 as a plain MetaQ broker does.
-func (b *Broker) handleSync(c *conn, cmd *wire.Sync) {
-	if !b.opts.SyncReceiver {
-		c.sendResult(wire.StatusServiceUnavailable, txtNoProcessor, cmd.Opaque)
-		return
-	}
-	b.stats.cmdPut.Add(1)
-	code, body := b.syncStore(b.ctx, cmd)
-	if code != wire.StatusOK {
-		b.stats.putFailed.Add(1)
-		b.stats.realtime(cmd.Topic, statPutFailed, 1)
-	}
-	c.sendResult(code, body, cmd.Opaque)
-}
+// syncMaster is the put route's store step on a synchronous-replication
+// master (MetaQ's samsa): in front of the broker's store, it has every
+// message stored twice, in the local store and on the slave, sent over one
+// pipelined MetaQ-protocol connection as `sync` with an id it picks, and
+// answers a message as stored only when both did. It owns the ids, the
+// connection to the slave and the slave's health: after FailureThreshold
+// failed syncs in a row it calls OnSlaveLost, probes the slave, and calls
+// OnSlaveBack once the slave stores a probe again.
+//
+// A partition's batches are replicated one after the other by one
+// goroutine per busy partition, each batch's syncs written in order before
+// its local append, so ids and offsets rise in the same order on both
+// sides and a slow slave holds up neither the caller nor other partitions.
+type syncMaster struct {
+	local Store
+	opts  syncMasterOptions
+	log   *slog.Logger
+	ids   idGen
 
-func (b *Broker) syncStore(ctx context.Context, cmd *wire.Sync) (int, string) {
-	topic, p := cmd.Topic, cmd.Partition
-	pid := strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(p))
-	if b.isClosed(topic, int(p)) {
-		return wire.StatusForbidden, b.putError(topic, p, "Partition["+pid+"] has been closed")
-	}
-	n := 0
-	te := b.topicEntry(topic)
-	tc, ok := te.tc, te.ok
-	switch {
-	case ok:
-		n = tc.NumPartitions
-	case topic == slaveStatusTopic:
-		n = 1
-	default:
-		return wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic)
-	}
-	if p < 0 || int(p) >= n {
-		return wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p)))
-	}
-	if cmd.Checksum != wire.NoChecksum && wire.Checksum(cmd.Body) != cmd.Checksum {
-		return wire.StatusInternalServerError, b.putError(topic, p, txtChecksum)
-	}
-	if ok {
-		b.ensureTopic(ctx, topic, te)
-	}
-	as, err := b.store.Append(ctx, topic, int(p), []store.Message{{ID: cmd.MsgID, Flag: cmd.Flag, Body: cmd.Body}})
-	if err != nil {
-		b.log.Error("TOPIC("+topic+"): sync append failed", "partition", p, "err", err)
-		return wire.StatusInternalServerError, b.putError(topic, p, err.Error())
-	}
-	b.stats.realtime(topic, statPut, 1)
-	b.stats.realtime(topic, statMessageSize, int64(len(cmd.Body)))
-	return wire.StatusOK, strconv.FormatInt(cmd.MsgID, 10) + " " + strconv.Itoa(int(p)) + " " + strconv.FormatInt(as[0].Offset, 10)
-}
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // partition drainers and the probe loop
 
-// syncClient is the master side of synchronous replication: one pipelined
-// MetaQ-protocol connection to the slave, over which every put is sent as
-// `sync` with the id the master chose. Puts to one partition are
-// serialised (the id is taken, the record is sent to the slave and stored
-// locally under the partition's lock) so ids and offsets rise in the same
-// order on both sides.
-type syncClient struct {
-	b    *Broker
-	addr string
-
-	partMu sync.Mutex
-	parts  map[string]*sync.Mutex
+	qmu    sync.Mutex // guards queues and closed
+	queues map[partKey]*syncQueue
+	closed bool
 
 	failures atomic.Int64 // failed syncs in a row
-	degraded atomic.Bool  // unregistered, probing the slave
+	degraded atomic.Bool  // the slave was given up, probing it
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex // guards the connection fields below
 	nc      net.Conn
 	pending map[int32]chan *wire.Result
 	opaque  int32
-	closed  bool
+	ncDone  bool       // close was called: no new connection
 	wmu     sync.Mutex // serialises writes on nc
 	readers sync.WaitGroup
 }
 
-func newSyncClient(b *Broker, addr string) *syncClient {
-	return &syncClient{b: b, addr: addr, parts: make(map[string]*sync.Mutex), pending: make(map[int32]chan *wire.Result)}
+// syncMasterOptions configure a syncMaster.
+type syncMasterOptions struct {
+	Addr             string // the slave's MetaQ-protocol host:port
+	BrokerID         int
+	Clock            clock.Clock
+	Timeout          time.Duration // one sync's round trip
+	FailureThreshold int
+	ProbeInterval    time.Duration
+	Logger           *slog.Logger
+	// OnSlaveLost and OnSlaveBack run on the probe goroutine; their ctx
+	// ends when the syncMaster is closed.
+	OnSlaveLost func(ctx context.Context)
+	OnSlaveBack func(ctx context.Context)
 }
 
-func (s *syncClient) partLock(topic string, p int) *sync.Mutex {
-	k := topic + "-" + strconv.Itoa(p)
-	s.partMu.Lock()
-	defer s.partMu.Unlock()
-	m := s.parts[k]
-	if m == nil {
-		m = &sync.Mutex{}
-		s.parts[k] = m
+type partKey struct {
+	topic     string
+	partition int
+}
+
+// syncQueue is one partition's batches waiting to be replicated.
+type syncQueue struct {
+	key     partKey
+	jobs    []syncJob
+	running bool
+}
+
+type syncJob struct {
+	ctx  context.Context
+	msgs []store.Message // bodies copied: the caller reuses its buffers
+	done func([]store.Appended, error)
+}
+
+func newSyncMaster(local Store, opts syncMasterOptions) *syncMaster {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &syncMaster{
+		local:   local,
+		opts:    opts,
+		log:     opts.Logger,
+		ctx:     ctx,
+		cancel:  cancel,
+		queues:  make(map[partKey]*syncQueue),
+		pending: make(map[int32]chan *wire.Result),
 	}
-	return m
+	s.ids.brokerID = int64(opts.BrokerID)
+	s.ids.clock = opts.Clock
+	return s
 }
 
-// noteResult counts failed syncs in a row; at SyncFailureThreshold the
-// master leaves ZooKeeper and starts probing the slave (spec §5.3).
-func (s *syncClient) noteResult(ok bool) {
+// slaveError is a message the slave did not store; its text is the answer.
+type slaveError struct{ text string }
+
+func (e *slaveError) Error() string { return e.text }
+
+// storeBatch queues the batch on its partition (see batchStore).
+func (s *syncMaster) storeBatch(ctx context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+	cp := make([]store.Message, len(msgs))
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Body)
+	}
+	buf := make([]byte, 0, n)
+	for i, m := range msgs {
+		cp[i] = m
+		buf = append(buf, m.Body...)
+		cp[i].Body = buf[len(buf)-len(m.Body) : len(buf) : len(buf)]
+	}
+	key := partKey{topic, partition}
+	s.qmu.Lock()
+	if s.closed {
+		s.qmu.Unlock()
+		done(nil, fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed))
+		return
+	}
+	q := s.queues[key]
+	if q == nil {
+		q = &syncQueue{key: key}
+		s.queues[key] = q
+	}
+	q.jobs = append(q.jobs, syncJob{ctx: ctx, msgs: cp, done: done})
+	start := !q.running
+	q.running = true
+	if start {
+		s.wg.Add(1)
+	}
+	s.qmu.Unlock()
+	if start {
+		go s.drain(q)
+	}
+}
+
+// drain replicates a partition's batches in order until its queue is empty.
+func (s *syncMaster) drain(q *syncQueue) {
+	defer s.wg.Done()
+	for {
+		s.qmu.Lock()
+		if len(q.jobs) == 0 {
+			q.running = false
+			delete(s.queues, q.key)
+			s.qmu.Unlock()
+			return
+		}
+		j := q.jobs[0]
+		q.jobs = q.jobs[1:]
+		s.qmu.Unlock()
+		s.replicate(q.key, j)
+	}
+}
+
+// replicate sends a batch's messages to the slave and appends them
+// locally, then reports each message's outcome: stored when both stored it.
+func (s *syncMaster) replicate(k partKey, j syncJob) {
+	msgs := j.msgs
+	waits := make([]func() error, len(msgs))
+	for i := range msgs {
+		if msgs[i].ID == 0 {
+			msgs[i].ID = s.ids.next()
+		}
+		m := &msgs[i]
+		waits[i] = s.start(j.ctx, &wire.Sync{Topic: k.topic, Partition: int32(k.partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
+	}
+	as, lerr := s.local.Append(j.ctx, k.topic, k.partition, msgs)
+	errs := make(messageErrors, len(msgs))
+	failed := false
+	for i, wait := range waits {
+		serr := wait()
+		s.noteResult(serr == nil)
+		switch {
+		case serr != nil:
+			s.log.Warn("SYNC: slave did not store the message", "slave", s.opts.Addr, "topic", k.topic, "partition", k.partition, "err", serr)
+			text := fmt.Sprintf("Put message to [slave 'meta://%s'] [partition '%s-%d'] failed", s.opts.Addr, k.topic, k.partition)
+			if errors.Is(serr, errSlaveDisconnected) {
+				text = errSlaveDisconnected.Error()
+			}
+			errs[i] = &slaveError{text: text}
+			failed = true
+		case lerr != nil:
+			errs[i] = lerr
+			failed = true
+		}
+	}
+	if !failed {
+		j.done(as, nil)
+		return
+	}
+	if len(as) != len(msgs) {
+		as = make([]store.Appended, len(msgs))
+	}
+	j.done(as, errs)
+}
+
+// noteResult counts failed syncs in a row; at FailureThreshold the master
+// gives the slave up (OnSlaveLost) and starts probing it.
+func (s *syncMaster) noteResult(ok bool) {
 	if ok {
 		s.failures.Store(0)
 		return
 	}
-	if s.failures.Add(1) < int64(s.b.opts.SyncFailureThreshold) {
+	if s.failures.Add(1) < int64(s.opts.FailureThreshold) {
 		return
 	}
 	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
-	s.b.log.Error("SYNC: slave keeps failing; unregistering from ZooKeeper until it answers again",
-		"slave", s.addr, "failures", s.failures.Load())
-	if !s.b.goFunc(s.probeLoop) {
-		s.degraded.Store(false)
+	s.log.Error("SYNC: slave keeps failing; leaving ZooKeeper until it answers again",
+		"slave", s.opts.Addr, "failures", s.failures.Load())
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.closed {
+		return
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.probeLoop()
+	}()
 }
 
-// probeLoop unregisters the broker, then sends a probe sync every
-// SyncProbeInterval until the slave stores one, and registers again.
-func (s *syncClient) probeLoop() {
-	b := s.b
-	if r := b.opts.Registry; r != nil {
-		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-		if err := r.UnregisterAll(ctx); err != nil {
-			b.log.Warn("SYNC: unregister failed", "err", err)
-		}
-		cancel()
-		b.forgetRegistrations()
+// probeLoop runs OnSlaveLost, then sends a probe sync every ProbeInterval
+// until the slave stores one, and runs OnSlaveBack.
+func (s *syncMaster) probeLoop() {
+	if s.opts.OnSlaveLost != nil {
+		s.opts.OnSlaveLost(s.ctx)
 	}
 	body := []byte("test")
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-s.ctx.Done():
 			return
-		case <-time.After(b.opts.SyncProbeInterval):
+		case <-time.After(s.opts.ProbeInterval):
 		}
-		err := s.send(b.ctx, &wire.Sync{Topic: slaveStatusTopic, Partition: 0, MsgID: b.ids.next(), Checksum: wire.Checksum(body), Body: body})
-		if err != nil {
+		probe := &wire.Sync{Topic: slaveStatusTopic, Partition: 0, MsgID: s.ids.next(), Checksum: wire.Checksum(body), Body: body}
+		if err := s.start(s.ctx, probe)(); err != nil {
 			continue
 		}
-		b.log.Info("SYNC: slave answers again; registering", "slave", s.addr)
+		s.log.Info("SYNC: slave answers again", "slave", s.opts.Addr)
 		s.failures.Store(0)
-		if r := b.opts.Registry; r != nil {
-			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-			if err := r.RegisterBroker(ctx); err != nil {
-				b.log.Warn("SYNC: register failed", "err", err)
-			}
-			b.registerConfiguredTopics(ctx, b.cfg.Load())
-			cancel()
+		if s.opts.OnSlaveBack != nil {
+			s.opts.OnSlaveBack(s.ctx)
 		}
 		s.degraded.Store(false)
 		return
@@ -174,83 +267,61 @@ func (s *syncClient) probeLoop() {
 // errSlaveDisconnected is MetaQ's text, trailing space included.
 var errSlaveDisconnected = errors.New("Slave is disconnected ")
 
-// putReplicated stores a message locally and on the slave. slaveErr tells
-// whether err is the slave's failure (its text is then the answer body).
-func (s *syncClient) putReplicated(ctx context.Context, topic string, p int, flag int32, body []byte) (store.Appended, bool, error) {
-	mu := s.partLock(topic, p)
-	mu.Lock()
-	defer mu.Unlock()
-	id := s.b.ids.next()
-	slaveDone := make(chan error, 1)
-	go func() {
-		slaveDone <- s.send(ctx, &wire.Sync{Topic: topic, Partition: int32(p), Flag: flag, MsgID: id, Checksum: wire.Checksum(body), Body: body})
-	}()
-	as, lerr := s.b.store.Append(ctx, topic, p, []store.Message{{ID: id, Flag: flag, Body: body}})
-	serr := <-slaveDone
-	s.noteResult(serr == nil)
-	if serr != nil {
-		s.b.log.Warn("SYNC: slave did not store the message", "slave", s.addr, "topic", topic, "partition", p, "err", serr)
-		if errors.Is(serr, errSlaveDisconnected) {
-			return store.Appended{}, true, serr
-		}
-		return store.Appended{}, true, fmt.Errorf("Put message to [slave 'meta://%s'] [partition '%s-%d'] failed", s.addr, topic, p)
-	}
-	if lerr != nil {
-		return store.Appended{}, false, lerr
-	}
-	return as[0], false, nil
-}
-
-// send sends one sync and waits for the slave's 200.
-func (s *syncClient) send(ctx context.Context, cmd *wire.Sync) error {
+// start writes one sync to the slave and returns the wait for its answer:
+// nil once the slave answered 200.
+func (s *syncMaster) start(ctx context.Context, cmd *wire.Sync) (wait func() error) {
 	ch := make(chan *wire.Result, 1)
 	nc, err := s.register(cmd, ch)
 	if err != nil {
-		return err
+		return func() error { return err }
 	}
-	defer s.unregister(cmd.Opaque)
-	timeout := s.b.opts.SyncTimeout
+	timeout := s.opts.Timeout
+	deadline := time.Now().Add(timeout)
 	s.wmu.Lock()
-	nc.SetWriteDeadline(time.Now().Add(timeout))
+	nc.SetWriteDeadline(deadline)
 	_, err = nc.Write(cmd.AppendTo(nil))
 	s.wmu.Unlock()
 	if err != nil {
+		s.unregister(cmd.Opaque)
 		s.drop(nc, err)
-		return fmt.Errorf("broker: sync to %s: %w", s.addr, err)
+		return func() error { return fmt.Errorf("broker: sync to %s: %w", s.opts.Addr, err) }
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		if r == nil {
-			return errSlaveDisconnected
+	return func() error {
+		defer s.unregister(cmd.Opaque)
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case r := <-ch:
+			if r == nil {
+				return errSlaveDisconnected
+			}
+			if !r.OK() {
+				return fmt.Errorf("broker: slave answered %d %s", r.Code, r.Body)
+			}
+			return nil
+		case <-t.C:
+			return fmt.Errorf("broker: sync to %s timed out after %v", s.opts.Addr, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		if !r.OK() {
-			return fmt.Errorf("broker: slave answered %d %s", r.Code, r.Body)
-		}
-		return nil
-	case <-t.C:
-		return fmt.Errorf("broker: sync to %s timed out after %v", s.addr, timeout)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
 // register takes an opaque for cmd and returns the connection, dialling it
 // if needed.
-func (s *syncClient) register(cmd *wire.Sync, ch chan *wire.Result) (net.Conn, error) {
+func (s *syncMaster) register(cmd *wire.Sync, ch chan *wire.Result) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.ncDone {
 		return nil, errSlaveDisconnected
 	}
 	if s.nc == nil {
-		nc, err := net.DialTimeout("tcp", s.addr, s.b.opts.SyncTimeout)
+		nc, err := net.DialTimeout("tcp", s.opts.Addr, s.opts.Timeout)
 		if err != nil {
-			s.b.log.Warn("SYNC: cannot connect to slave", "slave", s.addr, "err", err)
+			s.log.Warn("SYNC: cannot connect to slave", "slave", s.opts.Addr, "err", err)
 			return nil, errSlaveDisconnected
 		}
-		s.b.log.Info("SYNC: connected to slave", "slave", s.addr)
+		s.log.Info("SYNC: connected to slave", "slave", s.opts.Addr)
 		s.nc = nc
 		s.readers.Add(1)
 		go s.readLoop(nc)
@@ -261,13 +332,13 @@ func (s *syncClient) register(cmd *wire.Sync, ch chan *wire.Result) (net.Conn, e
 	return s.nc, nil
 }
 
-func (s *syncClient) unregister(op int32) {
+func (s *syncMaster) unregister(op int32) {
 	s.mu.Lock()
 	delete(s.pending, op)
 	s.mu.Unlock()
 }
 
-func (s *syncClient) readLoop(nc net.Conn) {
+func (s *syncMaster) readLoop(nc net.Conn) {
 	defer s.readers.Done()
 	d := wire.NewDecoder(bufio.NewReader(nc))
 	for {
@@ -291,14 +362,14 @@ func (s *syncClient) readLoop(nc net.Conn) {
 }
 
 // drop forgets a broken connection and fails every request pending on it.
-func (s *syncClient) drop(nc net.Conn, err error) {
+func (s *syncMaster) drop(nc net.Conn, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nc != nc {
 		return
 	}
-	if !s.closed {
-		s.b.log.Warn("SYNC: lost connection to slave", "slave", s.addr, "err", err)
+	if !s.ncDone {
+		s.log.Warn("SYNC: lost connection to slave", "slave", s.opts.Addr, "err", err)
 	}
 	nc.Close()
 	s.nc = nil
@@ -308,13 +379,20 @@ func (s *syncClient) drop(nc net.Conn, err error) {
 	}
 }
 
-func (s *syncClient) close() {
-	s.mu.Lock()
+// close fails the batches still queued, stops the probe loop, closes the
+// connection and waits for every goroutine of the syncMaster.
+func (s *syncMaster) close() {
+	s.qmu.Lock()
 	s.closed = true
+	s.qmu.Unlock()
+	s.cancel()
+	s.mu.Lock()
+	s.ncDone = true
 	nc := s.nc
 	s.mu.Unlock()
 	if nc != nil {
 		s.drop(nc, errors.New("closed"))
 	}
+	s.wg.Wait()
 	s.readers.Wait()
 }

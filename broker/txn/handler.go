@@ -12,9 +12,10 @@ import (
 )
 
 // PutChecker runs the checks a plain put gets (closed partition, accepted
-// topic, partition range, checksum); *broker.Broker implements it.
+// topic, partition range, checksum) and returns the refusal, or nil;
+// *broker.Broker implements it.
 type PutChecker interface {
-	CheckPut(cmd *wire.Put) (code int, text string)
+	CheckPut(cmd *wire.Put) *wire.Result
 }
 
 // Handler answers `transaction` commands and transactional puts for a
@@ -85,8 +86,8 @@ func (h *Handler) Put(ctx context.Context, c broker.TxConn, cmd *wire.Put) *wire
 	if cmd.Partition == -1 {
 		return wire.NewResult(wire.StatusInternalServerError, "Invalid partition for transaction command:-1", 0)
 	}
-	if code, text := h.check.CheckPut(cmd); code != wire.StatusOK {
-		return wire.NewResult(code, text, 0)
+	if res := h.check.CheckPut(cmd); res != nil {
+		return res
 	}
 	id, err := h.m.Put(conn, key, cmd.Topic, int(cmd.Partition), cmd.Flag, cmd.Body)
 	if err != nil {

@@ -1,0 +1,465 @@
+package broker
+
+// The put route. Every message a client asks this broker to store takes
+// it, top to bottom in this file:
+//
+//  1. read: a connection's reader collects the plain puts (and, on a sync
+//     slave, the master's syncs) that one read brought and hands them on
+//     together (conn.readLoop -> conn.routePuts), grouped by partition.
+//  2. validate: checkPut, the one copy of the checks (closed partition,
+//     accepted topic, partition range, checksum), answers a refusal as a
+//     *wire.Result.
+//  3. register: the first put to a topic under a configuration pushes its
+//     policy to the store and registers it in ZooKeeper (ensureTopic). That
+//     may wait, so until it is done the partition's batches queue on the
+//     connection (putQueue) and keep their order.
+//  4. batch: a connection's accepted puts to one partition from one read
+//     go to the store as one call (storeBatch).
+//  5. store: b.puts stores the batch without waiting for its group commit
+//     and answers it, as one frame, from the store's notify when the commit
+//     returns (answerBatch). b.puts is the store itself, or on a
+//     synchronous-replication master the syncMaster in front of it, which
+//     has the slave store every message too (sync.go).
+//
+// A transaction's messages were validated when they were put; at commit
+// they join the route at step 3 (Broker.StoreValidated).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// putReq is one message on the put route: a client's plain put, or a
+// record a synchronous-replication master sent with `sync` under the id it
+// chose.
+type putReq struct {
+	topic     string
+	partition int32 // as sent; -1 asks the broker to pick one
+	flag      int32
+	checksum  int32 // wire.NoChecksum when absent
+	id        int64 // a sync's id; 0 lets the store assign one
+	opaque    int32
+	body      []byte
+	sync      bool
+}
+
+func putReqOf(cmd *wire.Put) putReq {
+	return putReq{topic: cmd.Topic, partition: cmd.Partition, flag: cmd.Flag, checksum: cmd.Checksum, opaque: cmd.Opaque, body: cmd.Body}
+}
+
+func syncReqOf(cmd *wire.Sync) putReq {
+	return putReq{topic: cmd.Topic, partition: cmd.Partition, flag: cmd.Flag, checksum: cmd.Checksum, id: cmd.MsgID, opaque: cmd.Opaque, body: cmd.Body, sync: true}
+}
+
+// maxHeldPuts bounds the puts the reader decodes before handing them on.
+const maxHeldPuts = 64
+
+// maxPutBatch bounds the puts stored with one store call.
+const maxPutBatch = 256
+
+// queueKey names a connection's batches to one partition: a struct, so
+// grouping a read's puts allocates nothing per put. Syncs and plain puts
+// are batched apart because their failures read differently.
+type queueKey struct {
+	topic     string
+	partition int32 // resolved
+	sync      bool
+}
+
+// routePuts is step 1: it takes the puts one read brought, in order,
+// groups them by partition (in order of first appearance), validates them
+// and hands each partition's batch on. The reader calls it with no lock
+// held, before it can block on the socket or for an in-flight slot.
+//
+// The reader stores the batches itself rather than handing them to a
+// goroutine: with no goroutine between the reader and the store a put
+// reaches the page cache a scheduling hop sooner, and under a pipelined
+// load that round trip bounds how much each group commit carries (a
+// drainer goroutine per partition gave 14-18% fewer msgs/s, COMPARE.md run
+// K). The in-flight slots bound the batches in the store; a full store
+// queue blocks the reader, which pushes back on the client.
+func (c *conn) routePuts(reqs []putReq) {
+	var keys []queueKey
+	var groups [][]*putReq
+	for i := range reqs {
+		r := &reqs[i]
+		key := queueKey{topic: r.topic, partition: c.b.resolvePartition(r), sync: r.sync}
+		k := slices.Index(keys, key)
+		if k < 0 {
+			k = len(keys)
+			keys = append(keys, key)
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	for i, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), maxPutBatch)
+			c.routeBatch(c.b.newBatch(keys[i], g[:n:n]))
+			g = g[n:]
+		}
+	}
+}
+
+// resolvePartition returns the put's partition, choosing one at random
+// among the topic's partitions for -1 (MetaQ's producer sends -1 to let
+// the broker pick).
+func (b *Broker) resolvePartition(r *putReq) int32 {
+	if r.partition != -1 || r.sync {
+		return r.partition
+	}
+	te := b.topicEntry(r.topic)
+	n := b.cfg.Load().System.NumPartitions
+	if te.ok {
+		n = te.tc.NumPartitions
+	}
+	if n <= 0 {
+		return -1
+	}
+	return int32(rand.IntN(n))
+}
+
+// pendingPuts is one batch of a connection's puts to one partition, in
+// order: the refused ones already answered in out, the accepted ones as
+// msgs for one store call.
+type pendingPuts struct {
+	key     queueKey
+	te      *topicEntry
+	n       int    // puts the batch answers
+	out     []byte // answers of the refused puts
+	msgs    []store.Message
+	opaques []int32 // of msgs
+	size    int64   // body bytes of msgs
+	// answered is set by whoever sends the batch's answers: the store's
+	// notify when the commit returns, or a shutdown that stops waiting.
+	answered atomic.Bool
+}
+
+// newBatch is step 2 for a batch: it validates each put on its own,
+// answering a refusal at once, and keeps the accepted ones in order.
+func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
+	te := b.topicEntry(key.topic)
+	pp := &pendingPuts{
+		key: key, te: te, n: len(reqs),
+		out:     make([]byte, 0, 48*len(reqs)), // room for every answer
+		msgs:    make([]store.Message, 0, len(reqs)),
+		opaques: make([]int32, 0, len(reqs)),
+	}
+	for _, r := range reqs {
+		b.stats.cmdPut.Add(1)
+		if res := b.checkPut(r, key.partition, te); res != nil {
+			b.stats.putFailed.Add(1)
+			b.stats.realtime(r.topic, statPutFailed, 1)
+			pp.out = res.AppendTo(pp.out)
+			freeBody(r.body)
+			continue
+		}
+		m := store.Message{ID: r.id, Flag: r.flag, Body: r.body}
+		if r.checksum != wire.NoChecksum {
+			// checkPut verified it: the same CRC the record carries.
+			m.Checksum, m.ChecksumSet = uint32(r.checksum), true
+		}
+		pp.msgs = append(pp.msgs, m)
+		pp.opaques = append(pp.opaques, r.opaque)
+		pp.size += int64(len(r.body))
+	}
+	return pp
+}
+
+// checkPut is the put route's validation, the one copy of the checks a
+// message gets before it is stored, resolved to partition p: closed
+// partitions, accepted topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
+// nil.
+func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
+	topic := r.topic
+	if b.isClosed(topic, int(r.partition)) {
+		closed := "artition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(r.partition)) + "] has been closed"
+		var body string
+		switch {
+		case r.sync:
+			body = b.putError(topic, r.partition, "P"+closed)
+		case b.opts.SyncSlave != "":
+			// A MetaQ samsa master answers the bare text, capitalised.
+			body = "P" + closed
+		default:
+			body = b.putError(topic, r.partition, "p"+closed)
+		}
+		return wire.NewResult(wire.StatusForbidden, body, r.opaque)
+	}
+	n := 0
+	switch {
+	case te.ok:
+		n = te.tc.NumPartitions
+	case r.sync && topic == slaveStatusTopic:
+		n = 1 // the master's health probe
+	default:
+		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "The server do not accept topic "+topic), r.opaque)
+	}
+	if p < 0 || int(p) >= n {
+		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p))), r.opaque)
+	}
+	if r.checksum != wire.NoChecksum && wire.Checksum(r.body) != r.checksum {
+		b.log.Warn("TOPIC("+topic+"): put refused, checksum mismatch", "partition", p, "bytes", len(r.body), "checksum", r.checksum)
+		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, txtChecksum), r.opaque)
+	}
+	if max := b.cfg.Load().System.MaxTransferSize; te.ok && max > 0 && len(r.body) > max-20 {
+		// Such a message can never be fetched by a Java consumer, whose
+		// fetch buffer is maxTransferSize including the 20-byte header.
+		// Said once per topic and configuration, not per message.
+		if te.oversizeWarned.CompareAndSwap(false, true) {
+			b.log.Warn("TOPIC("+topic+"): message larger than maxTransferSize-20 cannot be fetched by MetaQ consumers", "bytes", len(r.body), "maxTransferSize", max)
+		}
+	}
+	return nil
+}
+
+// CheckPut runs checkPut for a put that carries a transaction key, at its
+// own partition (-1 is not resolved): the TxHandler calls it before it
+// keeps the message for the commit.
+func (b *Broker) CheckPut(cmd *wire.Put) *wire.Result {
+	r := putReqOf(cmd)
+	return b.checkPut(&r, cmd.Partition, b.topicEntry(cmd.Topic))
+}
+
+// needsRegistration reports whether a batch must wait for step 3: its
+// topic is accepted and not yet registered under this configuration.
+func (pp *pendingPuts) needsRegistration() bool { return pp.te.ok && !pp.te.ready.Load() }
+
+// putQueue holds, in arrival order, a connection's batches to one
+// partition while the first waits for its topic's registration, and those
+// that came behind it. One goroutine drains it (conn.drain), so a
+// partition keeps its order and a slow registration holds up neither the
+// connection's other partitions nor its reader.
+type putQueue struct {
+	key     queueKey
+	batches []*pendingPuts
+}
+
+// routeBatch sends a validated batch on to steps 3 to 5: straight to the
+// store when its topic is registered and no earlier batch of the partition
+// is still queued, otherwise behind them on the partition's queue.
+func (c *conn) routeBatch(pp *pendingPuts) {
+	c.wg.Add(1) // done by answerBatch
+	if len(pp.msgs) == 0 {
+		c.b.answerBatch(c, pp, nil, nil)
+		return
+	}
+	c.queueMu.Lock()
+	q := c.putqs[pp.key]
+	if q == nil && !pp.needsRegistration() {
+		c.queueMu.Unlock()
+		c.b.storeBatch(c, pp)
+		return
+	}
+	start := q == nil
+	if start {
+		q = &putQueue{key: pp.key}
+		c.putqs[pp.key] = q
+	}
+	q.batches = append(q.batches, pp)
+	c.queueMu.Unlock()
+	if start {
+		c.wg.Add(1)
+		go c.drain(q)
+	}
+}
+
+// drain registers the queue's topic and stores its batches in arrival
+// order until the queue is empty. Once it has removed the queue every
+// batch it took is in the store, so the reader's later batches for the
+// partition, which go straight to the store, come after them.
+func (c *conn) drain(q *putQueue) {
+	defer c.wg.Done()
+	for {
+		c.queueMu.Lock()
+		if len(q.batches) == 0 {
+			delete(c.putqs, q.key)
+			c.queueMu.Unlock()
+			return
+		}
+		pp := q.batches[0]
+		q.batches = q.batches[1:]
+		c.queueMu.Unlock()
+		c.b.ensureTopic(c.b.ctx, pp.key.topic, pp.te)
+		c.b.storeBatch(c, pp)
+	}
+}
+
+// batchStore is step 5: it stores one partition's batch and calls done
+// exactly once with the outcome, quickly and without blocking, possibly
+// before it returns. It keeps no msgs[i].Body after it returns. On
+// failure err is either one error for the whole batch, or messageErrors
+// with one entry per message (the stored ones nil, their results in as).
+type batchStore interface {
+	storeBatch(ctx context.Context, topic string, partition int, msgs []store.Message, done func(as []store.Appended, err error))
+}
+
+// localStore is the batchStore of a broker without a synchronous slave:
+// the store itself, which answers from its writer goroutine when the
+// batch's group commit returns.
+type localStore struct{ s Store }
+
+func (l localStore) storeBatch(ctx context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+	l.s.AppendAsync(ctx, topic, partition, msgs, done)
+}
+
+// messageErrors fails some messages of a batch: one entry per message,
+// nil for those stored.
+type messageErrors []error
+
+func (e messageErrors) Error() string {
+	var parts []string
+	for i, err := range e {
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("message %d: %v", i, err))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// storeBatch hands a batch to the store without waiting for its group
+// commit, so the connection's next batch can join the same commit.
+func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
+	c.queueMu.Lock()
+	c.stored[pp] = struct{}{} // before the store can answer it
+	c.queueMu.Unlock()
+	// The broker's context, not the connection's: puts that reached the
+	// store complete even if their client goes away.
+	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
+		b.answerBatch(c, pp, as, err)
+	})
+	// The store keeps no body: the buffers can take the next bodies.
+	for i := range pp.msgs {
+		freeBody(pp.msgs[i].Body)
+		pp.msgs[i].Body = nil
+	}
+}
+
+// answerBatch sends the answers of a whole batch as one frame (one writer
+// hand-off), with the store's result as, err, once: the store's notify and
+// a shutdown that stops waiting for the store (conn.waitRequests) may both
+// try. It never blocks (see conn.send), as the store's notify must not.
+func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err error) {
+	if !pp.answered.CompareAndSwap(false, true) {
+		return
+	}
+	c.queueMu.Lock()
+	delete(c.stored, pp)
+	c.queueMu.Unlock()
+	out := pp.out
+	if len(pp.opaques) > 0 {
+		out = b.answerStored(out, pp, as, err)
+	}
+	c.send(outFrame{head: out, n: pp.n})
+	c.wg.Done()
+}
+
+// answerStored appends the answers of a batch's stored puts to out:
+// `<id> <partition> <offset>` for each stored one.
+func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
+	topic, p := pp.key.topic, pp.key.partition
+	n := len(pp.opaques)
+	var each messageErrors
+	if err == nil && len(as) != n {
+		err = fmt.Errorf("store returned %d results for %d messages", len(as), n)
+	}
+	if err != nil && (!errors.As(err, &each) || len(each) != n || len(as) != n) {
+		each = nil
+	}
+	var scratch [64]byte
+	var stored, size int64
+	for i, opaque := range pp.opaques {
+		failed := err
+		if err != nil && each != nil {
+			failed = each[i]
+		}
+		if failed != nil {
+			out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			continue
+		}
+		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
+		ans = append(ans, ' ')
+		ans = strconv.AppendInt(ans, int64(p), 10)
+		ans = append(ans, ' ')
+		ans = strconv.AppendInt(ans, as[i].Offset, 10)
+		out = wire.AppendResult(out, wire.StatusOK, ans, opaque)
+		stored++
+	}
+	if stored > 0 {
+		// The bodies are gone by now: a batch stored in part (a
+		// synchronous slave failing some) counts an average size.
+		size = pp.size * stored / int64(n)
+	}
+	if failed := int64(n) - stored; failed > 0 {
+		b.stats.putFailed.Add(failed)
+		b.stats.realtimeN(topic, statPutFailed, failed, failed)
+	}
+	if stored > 0 {
+		b.stats.realtimeN(topic, statPut, stored, stored)
+		b.stats.realtimeN(topic, statMessageSize, stored, size)
+	}
+	return out
+}
+
+// storeFailure is the answer text of a message the store step did not
+// store: a synchronous slave's own text, or MetaQ's put failure.
+func (b *Broker) storeFailure(pp *pendingPuts, err error) string {
+	var se *slaveError
+	if errors.As(err, &se) {
+		return se.text
+	}
+	topic, p := pp.key.topic, pp.key.partition
+	b.logAppendError(topic, p, err)
+	if pp.key.sync {
+		return b.putError(topic, p, err.Error())
+	}
+	return b.putError(topic, p, "")
+}
+
+func (b *Broker) logAppendError(topic string, p int32, err error) {
+	if errors.Is(err, context.Canceled) && b.closing.Load() {
+		b.log.Info("TOPIC("+topic+"): append cancelled by shutdown", "partition", p)
+		return
+	}
+	b.log.Error("TOPIC("+topic+"): append failed", "partition", p, "err", err)
+}
+
+func (b *Broker) putError(topic string, p int32, detail string) string {
+	s := "Put message to [broker '" + b.URL() + "'] [partition '" + topic + "-" + strconv.Itoa(int(p)) + "'] failed."
+	if detail != "" {
+		s += "Detail:" + detail
+	}
+	return s
+}
+
+// StoreValidated stores messages validated when they arrived, a
+// transaction's at its commit, through the rest of the put route: the
+// topic's registration and the store step (so that a
+// synchronous slave gets them too). It waits for the group commit.
+func (b *Broker) StoreValidated(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error) {
+	te := b.topicEntry(topic)
+	if te.ok {
+		b.ensureTopic(ctx, topic, te)
+	}
+	type outcome struct {
+		as  []store.Appended
+		err error
+	}
+	ch := make(chan outcome, 1)
+	b.puts.storeBatch(ctx, topic, partition, msgs, func(as []store.Appended, err error) { ch <- outcome{as, err} })
+	select {
+	case o := <-ch:
+		return o.as, o.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("broker: store %d messages in %s-%d: %w", len(msgs), topic, partition, ctx.Err())
+	}
+}
