@@ -42,6 +42,7 @@ type Broker struct {
 	// syncMaster in front of it on a synchronous-replication master.
 	puts  batchStore
 	samsa *syncMaster // nil unless Options.SyncSlave
+	gate  writeGate   // client writes refused, by holder
 
 	mu        sync.Mutex
 	ln        net.Listener

@@ -34,11 +34,27 @@
 // closes the connection without an answer, as MetaQ does; requests read
 // before it are still answered.
 //
+// # Write gate
+//
+// Broker.RefuseWrites(holder, Refusal) makes the broker refuse client
+// writes until AllowWrites(holder): plain puts, transactional puts (through
+// CheckPut) and transaction commits (StoreValidated) are answered, at the
+// put route's validation step, with MetaQ's put failure text ending in
+// "Detail:<Reason>", code 403, or 503 when Refusal.Retry says the
+// condition should pass by itself. Several holders may refuse at once
+// ("replica", a failover fence, a full disk); writes pass only once all
+// withdrew, and a final refusal is answered before a retriable one.
+// Replication is not a client write: a sync master's `sync` commands and
+// the georeplicator's appends (which bypass the broker) are never gated.
+// A bundle running as an async or gregor slave refuses from before its
+// broker serves, since a replica keeps its master's offsets and a put
+// stored there would make it diverge. Writes already past the gate finish.
+//
 // # Lock order
 //
 // Locks are held briefly and not nested: Broker.mu, topicTable.mu,
-// statsCounters.mu, conn.queueMu, byteBudget.mu, retention.mu and the
-// syncMaster's qmu, mu and wmu are leaves. Registry and Store calls are
+// statsCounters.mu, conn.queueMu, byteBudget.mu, retention.mu,
+// writeGate.mu and the syncMaster's qmu, mu and wmu are leaves. Registry and Store calls are
 // made without any broker lock held. A put batch's answer is sent from the
 // store's notify (the store's writer goroutine, or a syncMaster partition
 // goroutine): it takes conn.queueMu and statsCounters.mu, one at a time,

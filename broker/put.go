@@ -6,9 +6,9 @@ package broker
 //  1. read: a connection's reader collects the plain puts (and, on a sync
 //     slave, the master's syncs) that one read brought and hands them on
 //     together (conn.readLoop -> conn.routePuts), grouped by partition.
-//  2. validate: checkPut, the one copy of the checks (closed partition,
-//     accepted topic, partition range, checksum), answers a refusal as a
-//     *wire.Result.
+//  2. validate: checkPut, the one copy of the checks (the write gate,
+//     closed partition, accepted topic, partition range, checksum),
+//     answers a refusal as a *wire.Result.
 //  3. register: the first put to a topic under a configuration pushes its
 //     policy to the store and registers it in ZooKeeper (ensureTopic). That
 //     may wait, so until it is done the partition's batches queue on the
@@ -176,11 +176,15 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 }
 
 // checkPut is the put route's validation, the one copy of the checks a
-// message gets before it is stored, resolved to partition p: closed
-// partitions, accepted topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
+// message gets before it is stored, resolved to partition p: the write
+// gate (client writes only, see Refusal), closed partitions, accepted
+// topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
 // nil.
 func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
 	topic := r.topic
+	if ref := b.writeRefusal(); ref != nil && !r.sync {
+		return wire.NewResult(ref.code(), b.putError(topic, p, ref.Reason), r.opaque)
+	}
 	if b.isClosed(topic, int(r.partition)) {
 		closed := "artition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(r.partition)) + "] has been closed"
 		var body string
@@ -443,9 +447,12 @@ func (b *Broker) putError(topic string, p int32, detail string) string {
 
 // StoreValidated stores messages validated when they arrived, a
 // transaction's at its commit, through the rest of the put route: the
-// topic's registration and the store step (so that a
+// write gate, the topic's registration and the store step (so that a
 // synchronous slave gets them too). It waits for the group commit.
 func (b *Broker) StoreValidated(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error) {
+	if ref := b.writeRefusal(); ref != nil {
+		return nil, fmt.Errorf("broker: store %d messages in %s-%d: %w", len(msgs), topic, partition, ref)
+	}
 	te := b.topicEntry(topic)
 	if te.ok {
 		b.ensureTopic(ctx, topic, te)

@@ -190,6 +190,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
+	b.refuseReplicaWrites(ctx)
 	if err = b.Broker.Start(ctx); err != nil {
 		return fmt.Errorf("bundle: start broker: %w", err)
 	}

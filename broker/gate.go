@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"metaq/broker/wire"
+)
+
+// Refusal is why the broker refuses client writes. While one is in effect
+// every plain put, transactional put and transaction commit is answered
+// with it (code 403, or 503 when Retry) inside MetaQ's put failure text,
+// `Put message to [broker '<url>'] [partition '<topic>-<n>'] failed.Detail:<Reason>`,
+// and nothing is stored. Replication into the store (a sync master's
+// `sync` commands, the georeplicator) is not a client write and passes.
+//
+// MetaQ's Java producer treats every failed put alike (it tries again, up
+// to three times, picking the partition again, and reports the failure),
+// while this project's client retries only 503: use Retry when the
+// condition is expected to pass by itself soon (a site switching over, a
+// disk being freed), and leave it unset when the client has to go
+// elsewhere (a slave).
+type Refusal struct {
+	Reason string // said to the client, e.g. "this broker is a slave of meta://host:8123"
+	Retry  bool   // 503 rather than 403
+}
+
+func (r *Refusal) code() int {
+	if r.Retry {
+		return wire.StatusServiceUnavailable
+	}
+	return wire.StatusForbidden
+}
+
+// Error makes a Refusal the error of a write refused in-process
+// (Broker.StoreValidated).
+func (r *Refusal) Error() string { return "broker: writes refused: " + r.Reason }
+
+// writeGate is the set of refusals in effect, by holder. Several parts of
+// a deployment may refuse writes independently (the slave role, a failover
+// fence, a full disk); writes pass only once every holder has withdrawn.
+// The put route reads the refusal in effect with one atomic load.
+type writeGate struct {
+	mu      sync.Mutex
+	holders map[string]Refusal
+	// current is the refusal answered, nil while writes pass: the first
+	// holder in name order among those that do not Retry, else among all.
+	current atomic.Pointer[Refusal]
+}
+
+// RefuseWrites makes the broker refuse client writes with r until
+// AllowWrites(holder) (see Refusal). holder names who refuses ("slave",
+// "failover", "disk"); calling again for the same holder replaces its
+// reason. Writes already past the gate finish.
+func (b *Broker) RefuseWrites(holder string, r Refusal) {
+	g := &b.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.holders == nil {
+		g.holders = make(map[string]Refusal)
+	}
+	g.holders[holder] = r
+	g.updateLocked()
+	b.log.Warn("BROKER: refusing client writes", "holder", holder, "reason", r.Reason, "retry", r.Retry)
+}
+
+// AllowWrites withdraws holder's refusal; writes pass again once no holder
+// refuses them.
+func (b *Broker) AllowWrites(holder string) {
+	g := &b.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.holders[holder]; !ok {
+		return
+	}
+	delete(g.holders, holder)
+	g.updateLocked()
+	b.log.Info("BROKER: client writes no longer refused", "holder", holder, "refusing", len(g.holders))
+}
+
+// WriteRefusal returns the refusal client writes get, or nil while they
+// are accepted.
+func (b *Broker) WriteRefusal() *Refusal {
+	if r := b.gate.current.Load(); r != nil {
+		cp := *r
+		return &cp
+	}
+	return nil
+}
+
+func (b *Broker) writeRefusal() *Refusal { return b.gate.current.Load() }
+
+// updateLocked recomputes current; the caller holds g.mu.
+func (g *writeGate) updateLocked() {
+	var pick *Refusal
+	for _, h := range slices.Sorted(maps.Keys(g.holders)) {
+		r := g.holders[h]
+		if pick == nil || (pick.Retry && !r.Retry) {
+			pick = &r
+		}
+	}
+	g.current.Store(pick)
+}

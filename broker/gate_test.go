@@ -1,0 +1,73 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// TestWriteGate: while a holder refuses writes, plain puts (pipelined,
+// partition -1 included) and in-process stores get the refusal in MetaQ's
+// put failure text and nothing is stored; a retriable refusal answers 503,
+// a final one wins over it (403); syncs from a samsa master still pass;
+// writes are accepted again once every holder withdrew.
+func TestWriteGate(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.SyncReceiver = true })
+	cl := dial(t, brk.Addr())
+	if r := brk.WriteRefusal(); r != nil {
+		t.Fatalf("refusal before any holder: %+v", r)
+	}
+	brk.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of meta://master:8123"})
+	var buf []byte
+	for i, p := range []int32{0, 1, -1} {
+		buf = putCmd("test", p, "stray", int32(i+1)).AppendTo(buf)
+	}
+	cl.send(buf)
+	for range 3 {
+		r := cl.result()
+		if r.Code != wire.StatusForbidden || !strings.HasPrefix(string(r.Body), "Put message to [broker '"+brk.URL()+"'] [partition 'test-") ||
+			!strings.HasSuffix(string(r.Body), "] failed.Detail:this broker is a slave of meta://master:8123") {
+			t.Fatalf("put %d to a refusing broker: %s", r.Opaque, r)
+		}
+	}
+	_, err := brk.StoreValidated(context.Background(), "test", 0, []store.Message{{Body: []byte("tx")}})
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.Reason != "this broker is a slave of meta://master:8123" {
+		t.Fatalf("StoreValidated while refusing: %v", err)
+	}
+	// A sync slave still stores its master's records.
+	body := []byte("from the master")
+	cl.sendCmd(&wire.Sync{Topic: "test", Partition: 1, MsgID: 77, Checksum: wire.Checksum(body), Body: body, Opaque: 9})
+	if r := cl.result(); !r.OK() || string(r.Body) != "77 1 0" {
+		t.Fatalf("sync while refusing client writes: %s", r)
+	}
+
+	brk.RefuseWrites("failover", Refusal{Reason: "switching over", Retry: true})
+	cl.sendCmd(putCmd("test", 0, "stray", 10))
+	if r := cl.result(); r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "slave of") {
+		t.Fatalf("a final refusal must win over a retriable one: %s", r)
+	}
+	brk.AllowWrites("slave")
+	cl.sendCmd(putCmd("test", 0, "stray", 11))
+	if r := cl.result(); r.Code != wire.StatusServiceUnavailable || !strings.HasSuffix(string(r.Body), "failed.Detail:switching over") {
+		t.Fatalf("retriable refusal: %s", r)
+	}
+	if partitionEnd(t, brk, "test", 0) != -1 {
+		t.Fatal("a refused put was stored")
+	}
+	brk.AllowWrites("failover")
+	brk.AllowWrites("nobody") // withdrawing twice or for an unknown holder is harmless
+	if r := brk.WriteRefusal(); r != nil {
+		t.Fatalf("refusal after every holder withdrew: %+v", r)
+	}
+	if _, _, off := mustPut(t, cl, "test", 0, "accepted"); off != 0 {
+		t.Fatalf("first accepted put at offset %d", off)
+	}
+	if _, err := brk.StoreValidated(context.Background(), "test", 0, []store.Message{{Body: []byte("tx")}}); err != nil {
+		t.Fatalf("StoreValidated: %v", err)
+	}
+}

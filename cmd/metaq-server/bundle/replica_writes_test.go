@@ -1,0 +1,133 @@
+package bundle
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/wire"
+	"metaq/georeplicator"
+)
+
+// wireConn sends MetaQ commands one at a time and decodes the answers.
+type wireConn struct {
+	t      *testing.T
+	nc     net.Conn
+	dec    *wire.Decoder
+	opaque int32
+}
+
+func dialWire(t *testing.T, addr string) *wireConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &wireConn{t: t, nc: nc, dec: wire.NewDecoder(bufio.NewReader(nc))}
+}
+
+// do sends cmd with the next opaque and returns the answer.
+func (w *wireConn) do(cmd wire.Command) wire.Command {
+	w.t.Helper()
+	w.opaque++
+	switch c := cmd.(type) {
+	case *wire.Put:
+		c.Opaque = w.opaque
+	case *wire.Transaction:
+		c.Opaque = w.opaque
+	case *wire.Get:
+		c.Opaque = w.opaque
+	}
+	w.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := w.nc.Write(cmd.AppendTo(nil)); err != nil {
+		w.t.Fatal(err)
+	}
+	resp, err := w.dec.Decode()
+	if err != nil {
+		w.t.Fatalf("%s: %v", cmd.Name(), err)
+	}
+	return resp
+}
+
+func (w *wireConn) result(cmd wire.Command) *wire.Result {
+	w.t.Helper()
+	r, ok := w.do(cmd).(*wire.Result)
+	if !ok {
+		w.t.Fatalf("%s: answer is not a result", cmd.Name())
+	}
+	return r
+}
+
+// TestSlaveRefusesWrites: an async slave answers a client's put, and a
+// transactional put, with 403 naming its master, stores nothing, and keeps
+// replicating byte-identically afterwards.
+func TestSlaveRefusesWrites(t *testing.T) {
+	shared := sharedINI("", "", "[topic=test]\nnumPartitions=2\n")
+	root := t.TempDir()
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	ship := mustComp[*shipperComponent](t, master)
+	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(), natsURL: "nats://127.0.0.1:1"})
+	produce(t, master.Broker.Addr().String(), "test", 20, "before")
+	waitCaughtUp(t, master, slave, "test", 20*time.Second)
+
+	sc := dialWire(t, slave.Broker.Addr().String())
+	body := []byte("stray")
+	for _, p := range []int32{0, 1, -1} {
+		r := sc.result(&wire.Put{Topic: "test", Partition: p, Checksum: wire.Checksum(body), Body: body})
+		if r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "failed.Detail:this broker is a slave") ||
+			!strings.Contains(string(r.Body), ship.Addr()) {
+			t.Errorf("put to partition %d of the slave: %s", p, r)
+		}
+	}
+	// A transaction gets no further: its put is refused the same way.
+	key := "TX:hf:1"
+	id, err := wire.ParseTxKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := sc.result(&wire.Transaction{TxKey: key, Tx: id, SessionID: "hf", Type: wire.TxBegin}); !r.OK() {
+		t.Fatalf("begin: %s", r)
+	}
+	if r := sc.result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), TxKey: key, Tx: id, Body: body}); r.Code != wire.StatusForbidden {
+		t.Errorf("transactional put to the slave: %s", r)
+	}
+	if r := sc.result(&wire.Transaction{TxKey: key, Tx: id, SessionID: "hf", Type: wire.TxCommitOnePhase}); !r.OK() {
+		t.Fatalf("commit: %s", r)
+	}
+
+	produce(t, master.Broker.Addr().String(), "test", 20, "after")
+	waitCaughtUp(t, master, slave, "test", 10*time.Second)
+	for p := range 2 {
+		mb, err := master.Store.Read("test", p, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := slave.Store.Read("test", p, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(mb, sb) {
+			t.Errorf("partition %d differs: master %d bytes, slave %d bytes", p, len(mb), len(sb))
+		}
+		if bytes.Contains(sb, body) {
+			t.Errorf("partition %d of the slave holds the refused put", p)
+		}
+	}
+	st, err := slave.SlaveStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs, ok := st.(georeplicator.ReceiverStatus); !ok || !rs.Connected {
+		t.Errorf("slave-status after the refused puts = %#v", st)
+	}
+	// The master still takes puts.
+	mc := dialWire(t, master.Broker.Addr().String())
+	if r := mc.result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body}); !r.OK() {
+		t.Fatalf("put to the master: %s", r)
+	}
+}
