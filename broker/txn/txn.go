@@ -56,7 +56,10 @@ func (e *notStartedError) Unwrap() error { return ErrNotStarted }
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("txn: closed")
 
-// Store is what transactions need from the storage engine.
+// Store is what transactions need from the storage engine. A broker's
+// bundle gives Append the broker's put route (broker.Broker.StoreValidated),
+// so committed messages pass its write gate and reach a synchronous slave;
+// tests may give the store itself.
 type Store interface {
 	Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error)
 	Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error)

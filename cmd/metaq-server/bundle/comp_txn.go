@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/txn"
 )
 
@@ -30,7 +31,7 @@ func (c *txnComponent) Start(_ context.Context, b *Bundle) error {
 	}
 	mgr, err := txn.Open(txn.Options{
 		Dir:           filepath.Join(dir, "transactions"),
-		Store:         b.Store,
+		Store:         txnStore{b},
 		NextID:        b.Store.NextID,
 		FlushAtCommit: cfg.System.FlushTxLogAtCommit,
 		MaxTimeout:    time.Duration(cfg.System.MaxTxTimeoutInSeconds) * time.Second,
@@ -75,4 +76,22 @@ func (c *txnComponent) Status() any {
 	}
 	local, xa := mgr.Count()
 	return map[string]any{"running": true, "local": local, "xa": xa}
+}
+
+// txnStore is what the transaction manager writes to and reads from: a
+// commit's messages take the broker's put route from its registration step
+// on (Broker.StoreValidated), so the write gate applies and a samsa master's
+// slave gets them like every other put; recovery reads the store.
+type txnStore struct{ b *Bundle }
+
+func (s txnStore) Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error) {
+	return s.b.Broker.StoreValidated(ctx, topic, partition, msgs)
+}
+
+func (s txnStore) Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error) {
+	return s.b.Store.Read(topic, partition, offset, maxBytes)
+}
+
+func (s txnStore) Partition(topic string, partition int) (store.PartitionInfo, error) {
+	return s.b.Store.Partition(topic, partition)
 }

@@ -34,6 +34,17 @@ func dialWire(t *testing.T, addr string) *wireConn {
 // do sends cmd with the next opaque and returns the answer.
 func (w *wireConn) do(cmd wire.Command) wire.Command {
 	w.t.Helper()
+	w.send(cmd)
+	resp, err := w.dec.Decode()
+	if err != nil {
+		w.t.Fatalf("%s: %v", cmd.Name(), err)
+	}
+	return resp
+}
+
+// send sends cmd with the next opaque.
+func (w *wireConn) send(cmd wire.Command) {
+	w.t.Helper()
 	w.opaque++
 	switch c := cmd.(type) {
 	case *wire.Put:
@@ -47,11 +58,6 @@ func (w *wireConn) do(cmd wire.Command) wire.Command {
 	if _, err := w.nc.Write(cmd.AppendTo(nil)); err != nil {
 		w.t.Fatal(err)
 	}
-	resp, err := w.dec.Decode()
-	if err != nil {
-		w.t.Fatalf("%s: %v", cmd.Name(), err)
-	}
-	return resp
 }
 
 func (w *wireConn) result(cmd wire.Command) *wire.Result {
