@@ -44,9 +44,12 @@ type conn struct {
 	bytes *byteBudget       // fetched data held before it is written
 	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches not yet answered
 
-	queueMu sync.Mutex                // guards putqs, the queues in it, and stored
-	putqs   map[queueKey]*putQueue    // batches waiting for their topic's registration, by partition
-	stored  map[*pendingPuts]struct{} // put batches in the store, not yet answered
+	// waiting holds, by partition, the put batches waiting for their
+	// topic's registration and those that came behind them (see routeBatch).
+	waiting *serialQueues[queueKey, *pendingPuts]
+
+	storedMu sync.Mutex
+	stored   map[*pendingPuts]struct{} // put batches in the store, not yet answered
 
 	closeOnce sync.Once
 }
@@ -86,10 +89,10 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
-		putqs:  make(map[queueKey]*putQueue),
 		stored: make(map[*pendingPuts]struct{}),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes),
 	}
+	c.waiting = newSerialQueues(&c.wg, c.registerAndStore)
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -141,12 +144,12 @@ func (c *conn) waitRequests() {
 		return
 	case <-c.b.ctx.Done():
 	}
-	c.queueMu.Lock()
+	c.storedMu.Lock()
 	stuck := make([]*pendingPuts, 0, len(c.stored))
 	for pp := range c.stored {
 		stuck = append(stuck, pp)
 	}
-	c.queueMu.Unlock()
+	c.storedMu.Unlock()
 	for _, pp := range stuck {
 		c.b.answerBatch(c, pp, nil, fmt.Errorf("append %s-%d: %w", pp.key.topic, pp.key.partition, c.b.ctx.Err()))
 	}

@@ -52,11 +52,14 @@
 //
 // # Lock order
 //
-// Locks are held briefly and not nested: Broker.mu, topicTable.mu,
-// statsCounters.mu, conn.queueMu, byteBudget.mu, retention.mu,
-// writeGate.mu and the syncMaster's qmu, mu and wmu are leaves. Registry and Store calls are
-// made without any broker lock held. A put batch's answer is sent from the
-// store's notify (the store's writer goroutine, or a syncMaster partition
-// goroutine): it takes conn.queueMu and statsCounters.mu, one at a time,
-// and never waits for the connection's writer.
+// Locks are held briefly and, with one exception, not nested: a
+// synchronous master holds syncMaster.closeMu while it queues a batch
+// (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
+// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu,
+// retention.mu, writeGate.mu and the syncMaster's mu and wmu are leaves.
+// Registry and Store calls are made without any broker lock held. A put
+// batch's answer is sent from the store's notify (the store's writer
+// goroutine, or a syncMaster partition goroutine): it takes conn.storedMu
+// and statsCounters.mu, one at a time, and never waits for the
+// connection's writer.
 package broker

@@ -12,7 +12,7 @@ package broker
 //  3. register: the first put to a topic under a configuration pushes its
 //     policy to the store and registers it in ZooKeeper (ensureTopic). That
 //     may wait, so until it is done the partition's batches queue on the
-//     connection (putQueue) and keep their order.
+//     connection (conn.waiting) and keep their order.
 //  4. batch: a connection's accepted puts to one partition from one read
 //     go to the store as one call (storeBatch).
 //  5. store: b.puts stores the batch without waiting for its group commit
@@ -238,64 +238,28 @@ func (b *Broker) CheckPut(cmd *wire.Put) *wire.Result {
 // topic is accepted and not yet registered under this configuration.
 func (pp *pendingPuts) needsRegistration() bool { return pp.te.ok && !pp.te.ready.Load() }
 
-// putQueue holds, in arrival order, a connection's batches to one
-// partition while the first waits for its topic's registration, and those
-// that came behind it. One goroutine drains it (conn.drain), so a
-// partition keeps its order and a slow registration holds up neither the
-// connection's other partitions nor its reader.
-type putQueue struct {
-	key     queueKey
-	batches []*pendingPuts
-}
-
 // routeBatch sends a validated batch on to steps 3 to 5: straight to the
 // store when its topic is registered and no earlier batch of the partition
-// is still queued, otherwise behind them on the partition's queue.
+// is still waiting, otherwise behind them on the connection's queue for
+// the partition, whose goroutine registers the topic first. A slow
+// registration holds up neither the connection's other partitions nor its
+// reader.
 func (c *conn) routeBatch(pp *pendingPuts) {
 	c.wg.Add(1) // done by answerBatch
 	if len(pp.msgs) == 0 {
 		c.b.answerBatch(c, pp, nil, nil)
 		return
 	}
-	c.queueMu.Lock()
-	q := c.putqs[pp.key]
-	if q == nil && !pp.needsRegistration() {
-		c.queueMu.Unlock()
+	if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
 		c.b.storeBatch(c, pp)
-		return
-	}
-	start := q == nil
-	if start {
-		q = &putQueue{key: pp.key}
-		c.putqs[pp.key] = q
-	}
-	q.batches = append(q.batches, pp)
-	c.queueMu.Unlock()
-	if start {
-		c.wg.Add(1)
-		go c.drain(q)
 	}
 }
 
-// drain registers the queue's topic and stores its batches in arrival
-// order until the queue is empty. Once it has removed the queue every
-// batch it took is in the store, so the reader's later batches for the
-// partition, which go straight to the store, come after them.
-func (c *conn) drain(q *putQueue) {
-	defer c.wg.Done()
-	for {
-		c.queueMu.Lock()
-		if len(q.batches) == 0 {
-			delete(c.putqs, q.key)
-			c.queueMu.Unlock()
-			return
-		}
-		pp := q.batches[0]
-		q.batches = q.batches[1:]
-		c.queueMu.Unlock()
-		c.b.ensureTopic(c.b.ctx, pp.key.topic, pp.te)
-		c.b.storeBatch(c, pp)
-	}
+// registerAndStore is steps 3 to 5 for a batch that waited on the
+// connection's queue.
+func (c *conn) registerAndStore(_ queueKey, pp *pendingPuts) {
+	c.b.ensureTopic(c.b.ctx, pp.key.topic, pp.te)
+	c.b.storeBatch(c, pp)
 }
 
 // batchStore is step 5: it stores one partition's batch and calls done
@@ -333,9 +297,9 @@ func (e messageErrors) Error() string {
 // storeBatch hands a batch to the store without waiting for its group
 // commit, so the connection's next batch can join the same commit.
 func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
-	c.queueMu.Lock()
+	c.storedMu.Lock()
 	c.stored[pp] = struct{}{} // before the store can answer it
-	c.queueMu.Unlock()
+	c.storedMu.Unlock()
 	// The broker's context, not the connection's: puts that reached the
 	// store complete even if their client goes away.
 	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
@@ -356,9 +320,9 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	if !pp.answered.CompareAndSwap(false, true) {
 		return
 	}
-	c.queueMu.Lock()
+	c.storedMu.Lock()
 	delete(c.stored, pp)
-	c.queueMu.Unlock()
+	c.storedMu.Unlock()
 	out := pp.out
 	if len(pp.opaques) > 0 {
 		out = b.answerStored(out, pp, as, err)

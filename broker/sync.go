@@ -41,11 +41,12 @@ type syncMaster struct {
 
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // partition drainers and the probe loop
+	wg     sync.WaitGroup // partition goroutines and the probe loop
 
-	qmu    sync.Mutex // guards queues and closed
-	queues map[partKey]*syncQueue
-	closed bool
+	queues *serialQueues[partKey, syncJob] // a partition's batches, replicated in order
+
+	closeMu sync.Mutex // guards closed, and starting goroutines
+	closed  bool
 
 	failures atomic.Int64 // failed syncs in a row
 	degraded atomic.Bool  // the slave was given up, probing it
@@ -79,13 +80,6 @@ type partKey struct {
 	partition int
 }
 
-// syncQueue is one partition's batches waiting to be replicated.
-type syncQueue struct {
-	key     partKey
-	jobs    []syncJob
-	running bool
-}
-
 type syncJob struct {
 	ctx  context.Context
 	msgs []store.Message // bodies copied: the caller reuses its buffers
@@ -100,9 +94,9 @@ func newSyncMaster(local Store, opts syncMasterOptions) *syncMaster {
 		log:     opts.Logger,
 		ctx:     ctx,
 		cancel:  cancel,
-		queues:  make(map[partKey]*syncQueue),
 		pending: make(map[int32]chan *wire.Result),
 	}
+	s.queues = newSerialQueues(&s.wg, s.replicate)
 	s.ids.brokerID = int64(opts.BrokerID)
 	s.ids.clock = opts.Clock
 	return s
@@ -126,46 +120,13 @@ func (s *syncMaster) storeBatch(ctx context.Context, topic string, partition int
 		buf = append(buf, m.Body...)
 		cp[i].Body = buf[len(buf)-len(m.Body) : len(buf) : len(buf)]
 	}
-	key := partKey{topic, partition}
-	s.qmu.Lock()
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.closed {
-		s.qmu.Unlock()
 		done(nil, fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed))
 		return
 	}
-	q := s.queues[key]
-	if q == nil {
-		q = &syncQueue{key: key}
-		s.queues[key] = q
-	}
-	q.jobs = append(q.jobs, syncJob{ctx: ctx, msgs: cp, done: done})
-	start := !q.running
-	q.running = true
-	if start {
-		s.wg.Add(1)
-	}
-	s.qmu.Unlock()
-	if start {
-		go s.drain(q)
-	}
-}
-
-// drain replicates a partition's batches in order until its queue is empty.
-func (s *syncMaster) drain(q *syncQueue) {
-	defer s.wg.Done()
-	for {
-		s.qmu.Lock()
-		if len(q.jobs) == 0 {
-			q.running = false
-			delete(s.queues, q.key)
-			s.qmu.Unlock()
-			return
-		}
-		j := q.jobs[0]
-		q.jobs = q.jobs[1:]
-		s.qmu.Unlock()
-		s.replicate(q.key, j)
-	}
+	s.queues.push(partKey{topic, partition}, syncJob{ctx: ctx, msgs: cp, done: done}, true)
 }
 
 // replicate sends a batch's messages to the slave and appends them
@@ -225,8 +186,8 @@ func (s *syncMaster) noteResult(ok bool) {
 	}
 	s.log.Error("SYNC: slave keeps failing; leaving ZooKeeper until it answers again",
 		"slave", s.opts.Addr, "failures", s.failures.Load())
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.closed {
 		return
 	}
@@ -382,9 +343,9 @@ func (s *syncMaster) drop(nc net.Conn, err error) {
 // close fails the batches still queued, stops the probe loop, closes the
 // connection and waits for every goroutine of the syncMaster.
 func (s *syncMaster) close() {
-	s.qmu.Lock()
+	s.closeMu.Lock()
 	s.closed = true
-	s.qmu.Unlock()
+	s.closeMu.Unlock()
 	s.cancel()
 	s.mu.Lock()
 	s.ncDone = true

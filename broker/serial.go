@@ -1,0 +1,62 @@
+package broker
+
+import "sync"
+
+// serialQueues runs the jobs queued under one key one after another, in
+// the order queued, on one goroutine per key that has jobs; jobs of
+// different keys run concurrently. A key's goroutine exits once its queue
+// is empty. The put route uses it to keep a partition's order where a step
+// may wait: a topic's registration (per connection) and a synchronous
+// slave's round trips (per partition).
+type serialQueues[K comparable, J any] struct {
+	run func(K, J)      // runs one job
+	wg  *sync.WaitGroup // counts the goroutines
+
+	mu sync.Mutex
+	m  map[K][]J // queued, not yet running; a key is present while its goroutine runs
+}
+
+func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, run func(K, J)) *serialQueues[K, J] {
+	return &serialQueues[K, J]{run: run, wg: wg, m: make(map[K][]J)}
+}
+
+// push queues j behind key's earlier jobs. When key has no jobs and
+// mustWait is false it queues nothing and returns false: the caller runs j
+// itself, and nothing of key's can run before it.
+func (q *serialQueues[K, J]) push(key K, j J, mustWait bool) bool {
+	q.mu.Lock()
+	jobs, busy := q.m[key]
+	if !busy && !mustWait {
+		q.mu.Unlock()
+		return false
+	}
+	q.m[key] = append(jobs, j)
+	q.mu.Unlock()
+	if !busy {
+		q.wg.Add(1)
+		go q.drain(key)
+	}
+	return true
+}
+
+// drain runs key's jobs until its queue is empty, then removes the key:
+// every job it took has run by then, so whatever comes for key afterwards
+// comes after them.
+func (q *serialQueues[K, J]) drain(key K) {
+	defer q.wg.Done()
+	for {
+		q.mu.Lock()
+		jobs := q.m[key]
+		if len(jobs) == 0 {
+			delete(q.m, key)
+			q.mu.Unlock()
+			return
+		}
+		j := jobs[0]
+		var zero J
+		jobs[0] = zero
+		q.m[key] = jobs[1:]
+		q.mu.Unlock()
+		q.run(key, j)
+	}
+}
