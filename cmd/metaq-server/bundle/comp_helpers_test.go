@@ -128,15 +128,7 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 		}
 		opts.Mode, opts.PluginPath = ModeSlave, props
 	}
-	b, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return startBundle(t, opts)
 }
 
 func mustComp[T Component](t *testing.T, b *Bundle) T {

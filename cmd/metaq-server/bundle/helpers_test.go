@@ -74,12 +74,18 @@ zk.zkSyncTimeMs=100
 
 func (e *testEnv) start(t *testing.T) *Bundle {
 	t.Helper()
-	b, err := New(Options{
+	return startBundle(t, Options{
 		ConfigPath: e.ini,
 		Logger:     testLogger(t),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
 		AdminAddr:  "127.0.0.1:0",
 	})
+}
+
+// startBundle builds and starts a bundle, closed when the test ends.
+func startBundle(t *testing.T, opts Options) *Bundle {
+	t.Helper()
+	b, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

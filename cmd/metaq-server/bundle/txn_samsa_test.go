@@ -2,7 +2,6 @@ package bundle
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,15 +31,7 @@ func startPairBundle(t *testing.T, mode Mode, props string) *Bundle {
 			t.Fatal(err)
 		}
 	}
-	b, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return startBundle(t, opts)
 }
 
 // TestTransactionsOnSamsaPair: on a synchronously replicated master, a
