@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"metaq/broker/wire"
 	"metaq/georeplicator"
+	"metaq/internal/testutil"
 )
 
 // wireConn sends MetaQ commands one at a time and decodes the answers.
@@ -135,5 +138,27 @@ func TestSlaveRefusesWrites(t *testing.T) {
 	mc := dialWire(t, master.Broker.Addr().String())
 	if r := mc.result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body}); !r.OK() {
 		t.Fatalf("put to the master: %s", r)
+	}
+}
+
+// TestSlaveRefusalNamesRegisteredMaster: with ZooKeeper, a slave's refusal
+// names the meta:// URL its master registered.
+func TestSlaveRefusalNamesRegisteredMaster(t *testing.T) {
+	me := newEnv(t, "[topic=test]\nnumPartitions=1\n")
+	me.start(t)
+	se := &testEnv{dir: t.TempDir(), root: me.root, zk: me.zk, port: testutil.FreePort(t)}
+	se.ini = filepath.Join(se.dir, "server.ini")
+	se.writeINI(t, "[topic=test]\nnumPartitions=1\n")
+	props := filepath.Join(se.dir, "async_slave.properties")
+	if err := os.WriteFile(props, []byte("slaveId=0\nslaveGroup=meta-slave-group\nautoSyncMasterConfig=false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	slave := startBundle(t, Options{ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testLogger(t),
+		ListenAddr: "127.0.0.1:" + strconv.Itoa(se.port), AdminAddr: "off"})
+	body := []byte("stray")
+	r := dialWire(t, slave.Broker.Addr().String()).result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body})
+	want := "failed.Detail:this broker is a slave of broker 0 and takes no puts; send them to its master meta://127.0.0.1:" + strconv.Itoa(me.port)
+	if r.Code != wire.StatusForbidden || !strings.HasSuffix(string(r.Body), want) {
+		t.Fatalf("put to the slave: %s", r)
 	}
 }
