@@ -52,6 +52,10 @@ type Broker struct {
 	started   bool
 	startedAt time.Time
 
+	limits   connLimits  // open connections, in all and per address
+	mem      *byteBudget // the bytes all connections hold (Options.MaxBufferedBytes)
+	limitLog *limitLogs
+
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // every goroutine of the broker
@@ -79,6 +83,11 @@ func New(opts Options) (*Broker, error) {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	b.limits = connLimits{max: opts.MaxConnections, perAddr: opts.MaxConnectionsPerAddress}
+	b.mem = newByteBudget(opts.MaxBufferedBytes, nil)
+	b.mem.onWait = b.relievePressure
+	b.mem.recheck = min(max(opts.StallTimeout/2, 10*time.Millisecond), time.Second)
+	b.limitLog = newLimitLogs()
 	b.stats = newStatsCounters(opts.Clock)
 	b.stats.enabled = b.statTopic
 	b.cfg.Store(opts.Config)
@@ -131,6 +140,9 @@ func (b *Broker) Start(ctx context.Context) error {
 
 	b.log.Info("BROKER: listening", "addr", ln.Addr().String(), "url", b.url,
 		"brokerId", b.cfg.Load().System.BrokerID, "syncReceiver", b.opts.SyncReceiver, "syncSlave", b.opts.SyncSlave)
+	b.log.Info("BROKER: limits", "maxConnections", b.opts.MaxConnections, "maxConnectionsPerAddress", b.opts.MaxConnectionsPerAddress,
+		"idleTimeout", b.opts.IdleTimeout, "readTimeout", b.opts.ReadTimeout, "writeTimeout", b.opts.WriteTimeout,
+		"maxBufferedBytes", b.opts.MaxBufferedBytes, "maxConnectionBufferedBytes", b.opts.MaxPendingBytes)
 
 	cfg := b.cfg.Load()
 	b.applyPolicies(cfg)
@@ -193,11 +205,17 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			continue
 		}
 		delay = 0
-		c := b.newConn(nc)
+		ip := remoteIP(nc)
+		if cause := b.limits.admit(ip); cause != "" {
+			b.refuse(nc, cause)
+			continue
+		}
+		c := b.newConn(nc, ip)
 		b.mu.Lock()
 		if b.closing.Load() {
 			b.mu.Unlock()
 			nc.Close()
+			b.limits.done(ip)
 			return
 		}
 		b.conns[c] = struct{}{}
@@ -212,6 +230,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.mu.Lock()
 			delete(b.conns, c)
 			b.mu.Unlock()
+			b.limits.done(c.ip)
 			b.stats.connections.Add(-1)
 		}()
 	}
@@ -250,9 +269,8 @@ func (b *Broker) Close() error {
 	// Stop reading requests; those already read finish and are answered
 	// (bounded by the grace period), then everything still running is
 	// cancelled.
-	now := time.Now()
 	for _, c := range conns {
-		c.nc.SetReadDeadline(now)
+		c.stopReading()
 	}
 	drained := make(chan struct{})
 	go func() { b.connWG.Wait(); close(drained) }()

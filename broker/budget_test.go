@@ -7,7 +7,7 @@ import (
 )
 
 func TestByteBudget(t *testing.T) {
-	b := newByteBudget(100)
+	b := newByteBudget(100, nil)
 	ctx := context.Background()
 	if err := b.acquire(ctx, 60); err != nil {
 		t.Fatal(err)

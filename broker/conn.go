@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/wire"
@@ -23,25 +25,31 @@ import (
 // concurrently, so answers go back by opaque, possibly out of order. One
 // writer goroutine serialises the answers and coalesces them into few
 // writes. The requests in progress or waiting to be written are bounded by
-// Options.MaxInFlight and the fetched bytes by Options.MaxPendingBytes:
-// when a bound is reached the reader stops reading, which pushes back on
-// the client through TCP instead of buffering without limit. A client that
-// stops reading its answers is cut off after Options.WriteTimeout; other
+// Options.MaxInFlight, and the bytes of fetched data and put bodies by the
+// connection's byte budget and the broker's (see byteBudget): when a bound
+// is reached the reader stops reading, which pushes back on the client
+// through TCP instead of buffering without limit. A client that stops
+// reading its answers is cut off after Options.WriteTimeout; other
 // connections never wait for it.
 type conn struct {
 	b      *Broker
 	nc     net.Conn
 	id     uint64
 	remote string
+	ip     netip.Addr // the remote address counted by connLimits
 	log    *slog.Logger
 
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
+	// readCtx is ctx, also cancelled when Broker.Close stops reading: the
+	// reader's waits for the byte budget end then too.
+	readCtx    context.Context
+	stopReader context.CancelFunc
 
 	slots chan struct{}     // in-flight tokens
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
-	bytes *byteBudget       // fetched data held before it is written
+	bytes *byteBudget       // fetched data not yet written and put bodies not yet stored
 	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches not yet answered
 
 	// waiting holds, by partition, the put batches waiting for their
@@ -52,7 +60,30 @@ type conn struct {
 	stored   map[*pendingPuts]struct{} // put batches in the store, not yet answered
 
 	closeOnce sync.Once
+
+	// stopRead is set by Broker.Close, which stops reading with a read
+	// deadline in the past: the reader must not move it again.
+	stopRead atomic.Bool
+	// writingSince is when the writer last started or made progress on a
+	// write that has not finished (unix nanoseconds), 0 while it waits for
+	// answers. See Broker.relievePressure.
+	writingSince atomic.Int64
+	// timedOut says why the last socket read timed out (reader goroutine only).
+	timedOut timeoutCause
+	// syncPeer: a synchronous master's link (it sent sync), which sends no
+	// heartbeats and may be quiet for long; never closed as idle (reader
+	// goroutine only).
+	syncPeer bool
 }
+
+// timeoutCause is why a connection's read timed out.
+type timeoutCause int
+
+const (
+	notTimedOut timeoutCause = iota
+	idleTimedOut
+	requestTimedOut
+)
 
 // outFrame is one answer: a header (and small body) plus optional bulk
 // data written without copying. release returns the in-flight token.
@@ -76,7 +107,7 @@ func (c *conn) releaseSlots(n int) {
 	}
 }
 
-func (b *Broker) newConn(nc net.Conn) *conn {
+func (b *Broker) newConn(nc net.Conn, ip netip.Addr) *conn {
 	ctx, cancel := context.WithCancel(b.ctx)
 	id := b.nextConn.Add(1)
 	c := &conn{
@@ -84,15 +115,17 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		nc:     nc,
 		id:     id,
 		remote: nc.RemoteAddr().String(),
+		ip:     ip,
 		ctx:    ctx,
 		cancel: cancel,
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
 		stored: make(map[*pendingPuts]struct{}),
-		bytes:  newByteBudget(b.opts.MaxPendingBytes),
+		bytes:  newByteBudget(b.opts.MaxPendingBytes, b.mem),
 	}
 	c.waiting = newSerialQueues(&c.wg, c.registerAndStore)
+	c.readCtx, c.stopReader = context.WithCancel(ctx)
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -126,6 +159,11 @@ func (c *conn) serve() {
 	if h := c.b.txHandler(); h != nil {
 		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
 	}
+	// Answers the writer never took still hold their bytes: give back
+	// everything the connection held.
+	if n := c.bytes.detach(); n > 0 {
+		c.log.Debug("CONN: released buffered bytes at close", "bytes", n)
+	}
 	c.log.Debug("CONN: closed")
 }
 
@@ -158,6 +196,7 @@ func (c *conn) waitRequests() {
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		c.stopReader()
 		c.cancel()
 		c.nc.Close()
 	})
@@ -180,26 +219,55 @@ func (c *conn) readLoop() bool {
 		held = held[:0]
 	}
 	defer handOff()
+	var frame frameClock
 	r := bufio.NewReaderSize(readerFunc(func(p []byte) (int, error) {
 		handOff()
-		return c.nc.Read(p)
+		return c.readSocket(p, &frame)
 	}), 64<<10)
 	d := wire.NewDecoder(r)
 	d.MaxBodySize = c.b.opts.MaxMessageSize
-	d.Alloc = allocBody
+	// A body's bytes are reserved before it is read (see byteBudget); the
+	// reader waits here while the budgets are used up, after handing on
+	// the puts it holds so that they can give theirs back.
+	var reserved int64 // by the frame being decoded
+	d.Alloc = func(n int) []byte {
+		if !c.bytes.tryAcquire(int64(n)) {
+			handOff()
+			if err := c.bytes.acquire(c.readCtx, int64(n)); err != nil {
+				c.bytes.acquireOver(int64(n)) // closing: keep the count right
+			}
+		}
+		reserved += int64(n)
+		return allocBody(n)
+	}
 	for {
 		if len(c.slots) == cap(c.slots) {
 			handOff()
 		}
 		select {
 		case c.slots <- struct{}{}:
-		case <-c.ctx.Done():
-			return false
+		case <-c.readCtx.Done():
+			// Close stopped reading (answer what was read), or the
+			// connection is closing.
+			return !c.closing()
 		}
+		frame.next(r.Buffered() > 0)
 		cmd, err := d.Decode()
+		got := reserved
+		reserved = 0
 		if err != nil {
+			c.bytes.release(got)
 			<-c.slots
 			return c.readFailed(err)
+		}
+		// From here the reservation belongs to the command's body and is
+		// given back where the body is done with (see bodyLen).
+		if n := bodyLen(cmd); n != got {
+			if n < got {
+				c.bytes.release(got - n)
+			} else {
+				c.bytes.acquireOver(n - got)
+			}
 		}
 		switch x := cmd.(type) {
 		case *wire.Put:
@@ -212,12 +280,14 @@ func (c *conn) readLoop() bool {
 		case *wire.Sync:
 			if !c.b.opts.SyncReceiver {
 				// A plain MetaQ broker has no processor for sync.
+				c.bytes.release(bodyLen(cmd))
 				c.sendResult(wire.StatusServiceUnavailable, txtNoProcessor, x.Opaque)
 				continue
 			}
 			// A sync slave stores a master's records in order per connection
 			// and partition, as MetaQ's OrderedThreadPoolExecutor does: the
 			// put route keeps that order.
+			c.syncPeer = true
 			if held = append(held, syncReqOf(x)); len(held) == maxHeldPuts {
 				handOff()
 			}
@@ -227,6 +297,7 @@ func (c *conn) readLoop() bool {
 			return true
 		case *wire.Result, *wire.Value:
 			// Responses sent to the broker match no pending request: gecko drops them.
+			c.bytes.release(bodyLen(cmd))
 			<-c.slots
 			c.log.Debug("CONN: dropped a response frame sent by the client", "cmd", cmd.Name())
 			continue
@@ -262,6 +333,11 @@ func (c *conn) readFailed(err error) bool {
 			// Close stopped reading: answer what was read, then close.
 			return true
 		}
+		if c.timedOut != notTimedOut {
+			// Idle, or too slow to send a request: answer what was read.
+			c.timedOutRead()
+			return true
+		}
 		if !c.closing() {
 			c.log.Debug("CONN: read failed", "err", err)
 		}
@@ -289,7 +365,7 @@ func (c *conn) dispatch(cmd wire.Command) {
 
 func (c *conn) worker(cmd wire.Command) {
 	defer c.wg.Done()
-	c.b.handle(c, cmd)
+	c.handle(cmd)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -298,12 +374,19 @@ func (c *conn) worker(cmd wire.Command) {
 			if !ok {
 				return
 			}
-			c.b.handle(c, cmd)
+			c.handle(cmd)
 			idle.Reset(workerIdle)
 		case <-idle.C:
 			return
 		}
 	}
+}
+
+// handle runs one request on a worker and gives back its body's bytes.
+func (c *conn) handle(cmd wire.Command) {
+	held := bodyLen(cmd)
+	c.b.handle(c, cmd)
+	c.bytes.release(held)
 }
 
 func (c *conn) closing() bool { return c.ctx.Err() != nil }
@@ -342,8 +425,9 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(wt))
+		c.writingSince.Store(time.Now().UnixNano())
 		for {
-			err := writeFrame(w, f)
+			err := c.writeFrame(w, f)
 			c.bytes.release(f.held)
 			c.releaseSlots(f.tokens())
 			if err != nil {
@@ -360,7 +444,9 @@ func (c *conn) writeLoop() {
 			}
 			break
 		}
-		if err := w.Flush(); err != nil {
+		err := w.Flush()
+		c.writingSince.Store(0)
+		if err != nil {
 			c.writeFailed(err)
 			return
 		}
@@ -370,13 +456,22 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func writeFrame(w *bufio.Writer, f outFrame) error {
+// writePiece is how much of a large answer is written at a time, so that
+// writingSince shows whether the client takes its answers at all.
+const writePiece = 256 << 10
+
+func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
 	if _, err := w.Write(f.head); err != nil {
 		return err
 	}
-	if len(f.data) > 0 {
-		if _, err := w.Write(f.data); err != nil {
+	for data := f.data; len(data) > 0; {
+		n := min(len(data), writePiece)
+		if _, err := w.Write(data[:n]); err != nil {
 			return err
+		}
+		data = data[n:]
+		if len(data) > 0 {
+			c.writingSince.Store(time.Now().UnixNano())
 		}
 	}
 	return nil

@@ -28,11 +28,31 @@
 // of the connection, so requests are processed concurrently and answered
 // by opaque, possibly out of order, as the Java broker's thread pools do.
 // One writer goroutine per connection serialises answers. The in-flight
-// requests (MaxInFlight) and the fetched bytes awaiting write
-// (MaxPendingBytes) are bounded per connection, and a write that does not
-// progress within WriteTimeout closes that connection only. Malformed input
-// closes the connection without an answer, as MetaQ does; requests read
-// before it are still answered.
+// requests (MaxInFlight) are bounded per connection, and a write that does
+// not progress within WriteTimeout closes that connection only. Malformed
+// input closes the connection without an answer, as MetaQ does; requests
+// read before it are still answered.
+//
+// # Resource limits
+//
+// The [limits] section of server.ini (Options override it) bounds what
+// clients make the broker hold. The accept loop refuses connections over
+// MaxConnections or MaxConnectionsPerAddress (connLimits). The reader's
+// socket reads carry a deadline: IdleTimeout between requests (unless
+// answers are still owed), and ReadTimeout for the time spent waiting for
+// one request's bytes (frameClock), which cuts off slowloris clients. Get
+// answers not yet written and put bodies not yet stored reserve their bytes
+// in a byte budget per connection (MaxPendingBytes) that draws from one for
+// the broker (MaxBufferedBytes), before the data exists: a get reserves
+// before it reads the store and releases once written; a body reserves
+// before it is read from the socket and releases once the store has copied
+// it. From half the broker's budget in use, get answers shrink to 1 MiB
+// (the first record stays whole). When a budget is used up gets wait and
+// the reader stops reading, which pushes back through TCP. While requests
+// wait for the broker's budget, connections that hold some of it and take
+// none of their answers for StallTimeout are closed (relievePressure). A
+// closing connection gives back whatever it still holds
+// (byteBudget.detach).
 //
 // # Write gate
 //
@@ -55,8 +75,10 @@
 // Locks are held briefly and, with one exception, not nested: a
 // synchronous master holds syncMaster.closeMu while it queues a batch
 // (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
-// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu,
-// retention.mu, writeGate.mu and the syncMaster's mu and wmu are leaves.
+// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
+// connection's budget and the broker's are never locked together),
+// connLimits.mu, retention.mu, writeGate.mu and the syncMaster's mu and wmu
+// are leaves.
 // Registry and Store calls are made without any broker lock held. A put
 // batch's answer is sent from the store's notify (the store's writer
 // goroutine, or a syncMaster partition goroutine): it takes conn.storedMu

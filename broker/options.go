@@ -59,13 +59,38 @@ type Options struct {
 	// MaxInFlight bounds the requests one connection may have in progress;
 	// the reader stops reading while it is reached. Default 256.
 	MaxInFlight int
-	// MaxPendingBytes bounds the fetched data one connection holds before
-	// it is written (a get reserves min(maxSize, maxTransferSize) while it
-	// reads); gets wait when it is used up. Default 32 MiB.
+	// The limits below default to the [limits] section of Config (where a
+	// zero count or timeout means none); a positive value here wins.
+
+	// MaxPendingBytes bounds the bytes one connection holds: fetched data
+	// before it is written (a get reserves what it may return, and returns
+	// at most this much) and put bodies before they are stored. Config:
+	// maxConnectionBufferedBytes.
 	MaxPendingBytes int64
+	// MaxBufferedBytes bounds the same bytes for all connections together.
+	// Config: maxBufferedBytes.
+	MaxBufferedBytes int64
+	// MaxConnections bounds the open client connections; a connection over
+	// it is closed at once. It is kept at or below three quarters of the
+	// process's open-file limit. Config: maxConnections.
+	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections from one IP address.
+	// Config: maxConnectionsPerAddress.
+	MaxConnectionsPerAddress int
+	// IdleTimeout closes a connection that sent nothing and awaits no
+	// answer for this long. Config: idleTimeoutMs.
+	IdleTimeout time.Duration
+	// ReadTimeout bounds the time a client may spend sending one request
+	// once it has started it. Config: readTimeoutMs.
+	ReadTimeout time.Duration
 	// WriteTimeout bounds one response write; a client that does not read
-	// for this long is disconnected. Default 30s.
+	// for this long is disconnected. Config: writeTimeoutMs.
 	WriteTimeout time.Duration
+	// StallTimeout: while the broker's budget is used up and requests wait
+	// for it, a connection holding some of it whose client has taken none of
+	// its answers for this long is closed, so that clients that read are
+	// served before WriteTimeout frees the memory. Default 5s.
+	StallTimeout time.Duration
 	// Version is the string `version` answers; default Version.
 	Version string
 }
@@ -107,12 +132,7 @@ func (o *Options) validate() error {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 256
 	}
-	if o.MaxPendingBytes <= 0 {
-		o.MaxPendingBytes = 32 << 20
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 30 * time.Second
-	}
+	o.applyLimits(o.Config.Limits)
 	if o.Version == "" {
 		o.Version = Version
 	}
@@ -121,6 +141,35 @@ func (o *Options) validate() error {
 	}
 	return nil
 }
+
+// applyLimits fills the limits left zero from the [limits] section, and
+// from the defaults where that is zero too (a Config built by hand).
+func (o *Options) applyLimits(l config.Limits) {
+	pick := func(opt, cfg, def int64) int64 {
+		switch {
+		case opt > 0:
+			return opt
+		case cfg > 0:
+			return cfg
+		}
+		return def
+	}
+	o.MaxPendingBytes = pick(o.MaxPendingBytes, l.MaxConnectionBufferedBytes, config.DefaultMaxConnectionBufferedBytes)
+	o.MaxBufferedBytes = pick(o.MaxBufferedBytes, l.MaxBufferedBytes, max(config.DefaultMaxBufferedBytes, o.MaxPendingBytes))
+	o.MaxBufferedBytes = max(o.MaxBufferedBytes, o.MaxPendingBytes)
+	o.MaxConnections = int(pick(int64(o.MaxConnections), int64(l.MaxConnections), 0))
+	o.MaxConnectionsPerAddress = int(pick(int64(o.MaxConnectionsPerAddress), int64(l.MaxConnectionsPerAddress), 0))
+	o.IdleTimeout = time.Duration(pick(int64(o.IdleTimeout), int64(l.IdleTimeout), 0))
+	o.ReadTimeout = time.Duration(pick(int64(o.ReadTimeout), int64(l.ReadTimeout), 0))
+	o.WriteTimeout = time.Duration(pick(int64(o.WriteTimeout), int64(l.WriteTimeout), int64(config.DefaultWriteTimeout)))
+	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), 0, int64(defaultStallTimeout)))
+	if fdCap := fileLimit() * 3 / 4; fdCap > 0 && (o.MaxConnections == 0 || o.MaxConnections > fdCap) {
+		o.MaxConnections = fdCap
+	}
+}
+
+// defaultStallTimeout is Options.StallTimeout's default.
+const defaultStallTimeout = 5 * time.Second
 
 // defaultListenAddr is every interface, as MetaQ listens, except when the
 // broker advertises a loopback hostName: nobody elsewhere could use it, so it

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"strconv"
@@ -84,29 +85,32 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 	if mt := b.cfg.Load().System.MaxTransferSize; mt > 0 && max > mt {
 		max = mt
 	}
+	// One answer holds at most the connection's share of the byte budget:
+	// the client fetches the rest next time, as after any short answer.
+	// The share holds a record of the largest message, so none is cut off
+	// for good.
+	if share := c.bytes.total; int64(max) > share {
+		max = int(share)
+	}
+	// While the broker's budget is half used, answers are smaller, so that
+	// many clients that do not read fill it much more slowly: at most
+	// pressuredAnswer, or the first record whole if it is longer (a MetaQ
+	// consumer that gets no whole record several times skips a record,
+	// spec §7.6).
+	limit := max
+	if b.underPressure() {
+		max = min(max, pressuredAnswer)
+	}
 	for range 3 {
 		if code, body, ok := b.outOfRange(cmd.Offset, info.Min, info.Max); ok {
 			return code, body, nil
 		}
-		// Reserve what the read may return; keep only what it returned.
-		want := int64(max)
-		if rest := info.Max - cmd.Offset; rest > 0 && rest < want {
-			// The run may go past the readable end up to the segment's
-			// end (spec §2.3), but rarely by much: reserve the expected size.
-			want = rest
-		}
-		if err := c.bytes.acquire(c.ctx, want); err != nil {
-			return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
-		}
-		data, err := b.store.Read(cmd.Topic, int(cmd.Partition), cmd.Offset, max)
-		if d := int64(len(data)) - want; err == nil && len(data) > 0 {
-			if d < 0 {
-				c.bytes.release(-d)
-			} else if d > 0 {
-				c.bytes.acquireOver(d)
+		data, err := b.readReserved(c, cmd, max, info.Max)
+		if err == nil && max < limit {
+			if need := firstRecordLen(data); need > len(data) && need <= limit {
+				c.bytes.release(int64(len(data)))
+				data, err = b.readReserved(c, cmd, need, info.Max)
 			}
-		} else {
-			c.bytes.release(want)
 		}
 		var re *store.RangeError
 		switch {
@@ -126,6 +130,91 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 		}
 	}
 	return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
+}
+
+// pressuredAnswer bounds a get's answer while the broker's byte budget is
+// half used: MetaQ's default fetch size.
+const pressuredAnswer = 1 << 20
+
+// underPressure reports whether half the broker's byte budget is in use.
+func (b *Broker) underPressure() bool {
+	return b.mem.used()*2 >= b.opts.MaxBufferedBytes
+}
+
+// firstRecordLen is the length of the record data starts with (20 bytes of
+// header and its body), or 0 when data is too short to tell.
+func firstRecordLen(data []byte) int {
+	if len(data) < 4 {
+		return 0
+	}
+	n := int32(binary.BigEndian.Uint32(data))
+	if n < 0 {
+		return 0
+	}
+	return 20 + int(n)
+}
+
+// readReserved reads up to max bytes of the get's partition, holding them
+// in the connection's byte budget until the answer is written: it reserves
+// what the read may return before reading, and keeps only what it
+// returned. On error nothing stays reserved.
+func (b *Broker) readReserved(c *conn, cmd *wire.Get, max int, end int64) ([]byte, error) {
+	want := int64(max)
+	if rest := end - cmd.Offset; rest > 0 && rest < want {
+		// The run may go past the readable end up to the segment's end
+		// (spec §2.3), but rarely by much: reserve the expected size.
+		want = rest
+	}
+	if err := c.bytes.acquire(c.ctx, want); err != nil {
+		return nil, err
+	}
+	data, err := b.readAnswer(cmd.Topic, cmd.Partition, cmd.Offset, max, int(want))
+	if err != nil {
+		data = nil
+	}
+	if int64(len(data)) > want {
+		// The run went past the end seen before the read: answer what was
+		// reserved, the client fetches the rest next time.
+		data = data[:want]
+	}
+	c.bytes.release(want - int64(len(data)))
+	return data, err
+}
+
+// readPiece is the most a get reads from the store with one call. A store
+// read briefly needs about twice what it returns (its scratch buffer and
+// the answer); reading a large answer piece by piece into one buffer keeps
+// that extra to one piece, so the byte budget stays close to the memory
+// used.
+const readPiece = 4 << 20
+
+// readAnswer reads up to max bytes at offset as a get returns them. An
+// answer up to readPiece is the store's own buffer; a longer one is
+// assembled from pieces, stopping early where the store does (the end of
+// what is readable, or damage); expect is its likely length.
+func (b *Broker) readAnswer(topic string, partition int32, offset int64, limit, expect int) ([]byte, error) {
+	if limit <= readPiece {
+		return b.store.Read(topic, int(partition), offset, limit)
+	}
+	first, err := b.store.Read(topic, int(partition), offset, readPiece)
+	if err != nil || len(first) < readPiece {
+		return first, err
+	}
+	out := make([]byte, len(first), min(limit, max(expect, 2*readPiece)))
+	copy(out, first)
+	for len(out) < limit {
+		want := min(limit-len(out), readPiece)
+		piece, err := b.store.Read(topic, int(partition), offset+int64(len(out)), want)
+		if err != nil {
+			// The answer so far is good: the client asks again from its end.
+			break
+		}
+		out = append(out, piece...)
+		if len(piece) < want {
+			break
+		}
+	}
+	return out, nil
 }
 
 // outOfRange applies the 301/404 rules of spec §1.6 step 4.

@@ -104,10 +104,24 @@ func (c *conn) routePuts(reqs []putReq) {
 	for i, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
-			c.routeBatch(c.b.newBatch(keys[i], g[:n:n]))
+			held := reqBodies(g[:n])
+			pp := c.b.newBatch(keys[i], g[:n:n])
+			// The refused bodies are gone; storeBatch gives back the rest.
+			c.bytes.release(held - pp.size)
+			c.routeBatch(pp)
 			g = g[n:]
 		}
 	}
+}
+
+// reqBodies is the bytes the bodies of reqs hold in the connection's byte
+// budget (see conn.readLoop).
+func reqBodies(reqs []*putReq) int64 {
+	var n int64
+	for _, r := range reqs {
+		n += int64(len(r.body))
+	}
+	return n
 }
 
 // resolvePartition returns the put's partition, choosing one at random
@@ -305,11 +319,13 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
 		b.answerBatch(c, pp, as, err)
 	})
-	// The store keeps no body: the buffers can take the next bodies.
+	// The store keeps no body: the buffers can take the next bodies, and
+	// their bytes go back to the connection's byte budget.
 	for i := range pp.msgs {
 		freeBody(pp.msgs[i].Body)
 		pp.msgs[i].Body = nil
 	}
+	c.bytes.release(pp.size)
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer

@@ -110,6 +110,15 @@ func (s *Server) blocks() []block {
 			{"tlsKey", s.Replication.TLSKey},
 			{"tlsCA", s.Replication.TLSCA},
 		}},
+		block{sectionLimits, []entry{
+			{"maxConnections", itoa(s.Limits.MaxConnections)},
+			{"maxConnectionsPerAddress", itoa(s.Limits.MaxConnectionsPerAddress)},
+			{"idleTimeoutMs", ms(s.Limits.IdleTimeout)},
+			{"readTimeoutMs", ms(s.Limits.ReadTimeout)},
+			{"writeTimeoutMs", ms(s.Limits.WriteTimeout)},
+			{"maxBufferedBytes", strconv.FormatInt(s.Limits.MaxBufferedBytes, 10)},
+			{"maxConnectionBufferedBytes", strconv.FormatInt(s.Limits.MaxConnectionBufferedBytes, 10)},
+		}},
 	)
 	return out
 }

@@ -10,6 +10,7 @@ const (
 	sectionGossip      = "gossip"
 	sectionNATS        = "nats"
 	sectionReplication = "replication"
+	sectionLimits      = "limits"
 	topicPrefix        = "topic="
 	filterKeyPrefix    = "group."
 )
@@ -57,6 +58,10 @@ var topicInertKeys = []string{"topic", "filterClassNames"}
 var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject"}
+var limitsKeys = []string{
+	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
+	"maxBufferedBytes", "maxConnectionBufferedBytes",
+}
 var replicationKeys = []string{"listen", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads

@@ -46,6 +46,20 @@ const (
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultSlaveGroupPrefix          = "meta-slave-group"
 	DefaultSlaveMaxDelay             = 500 * time.Millisecond
+
+	// [limits]. Kafka's connections.max.idle.ms is 10 minutes; MetaQ's Java
+	// client sends a heartbeat after 10 s without traffic, so a healthy
+	// client is never idle for long.
+	DefaultMaxConnections             = 10000
+	DefaultMaxConnectionsPerAddress   = 1000
+	DefaultIdleTimeout                = 10 * time.Minute
+	DefaultReadTimeout                = time.Minute
+	DefaultWriteTimeout               = 30 * time.Second
+	DefaultMaxBufferedBytes           = 256 << 20
+	DefaultMaxConnectionBufferedBytes = 32 << 20
+	// MinConnectionBufferedBytes holds one record of the largest message
+	// (16 MiB body plus its 20-byte header), so every record can be fetched.
+	MinConnectionBufferedBytes = 16<<20 + 20
 )
 
 // Port offsets from serverPort for the listeners of one bundle.
@@ -182,7 +196,7 @@ func build(file string, data []byte, base *rawIni, overlayFile string, overlay *
 	for _, sec := range base.Sections {
 		switch {
 		case sec.Name == sectionSystem, sec.Name == sectionZooKeeper, sec.Name == sectionSite,
-			sec.Name == sectionGossip, sec.Name == sectionNATS, sec.Name == sectionReplication:
+			sec.Name == sectionGossip, sec.Name == sectionNATS, sec.Name == sectionReplication, sec.Name == sectionLimits:
 		case strings.HasPrefix(sec.Name, topicPrefix):
 			if t, ok := buildTopic(sectionReader{sec: sec, file: file, p: p}, s.System); ok {
 				s.Topics = append(s.Topics, t)
@@ -567,6 +581,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 
+	s.Limits = buildLimits(reader(sectionLimits, limitsKeys))
+
 	if !derivedOK {
 		_, admin := base.sectionKey(sectionSite, "adminAddr")
 		_, gossip := base.sectionKey(sectionGossip, "bind")
@@ -578,6 +594,21 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 			sr.bad(k, "a port at most 65531, so serverPort+1..+4 (replication, admin, gossip, NATS) are ports too, or all four addresses set explicitly")
 		}
 	}
+}
+
+func buildLimits(r sectionReader) Limits {
+	l := Limits{
+		MaxConnections:           int(r.integer("maxConnections", DefaultMaxConnections, 0, math.MaxInt32)),
+		MaxConnectionsPerAddress: int(r.integer("maxConnectionsPerAddress", DefaultMaxConnectionsPerAddress, 0, math.MaxInt32)),
+		IdleTimeout:              r.millis("idleTimeoutMs", DefaultIdleTimeout, 0),
+		ReadTimeout:              r.millis("readTimeoutMs", DefaultReadTimeout, 0),
+		WriteTimeout:             r.millis("writeTimeoutMs", DefaultWriteTimeout, 1),
+		MaxConnectionBufferedBytes: r.integer("maxConnectionBufferedBytes", DefaultMaxConnectionBufferedBytes,
+			MinConnectionBufferedBytes, math.MaxInt64),
+	}
+	l.MaxBufferedBytes = r.integer("maxBufferedBytes", max(DefaultMaxBufferedBytes, l.MaxConnectionBufferedBytes),
+		l.MaxConnectionBufferedBytes, math.MaxInt64)
+	return l
 }
 
 func checkTLSPair(r sectionReader, cert, key string) {

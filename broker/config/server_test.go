@@ -66,6 +66,13 @@ func TestDefaults(t *testing.T) {
 		{"replication.compression", s.Replication.Compression, "zstd"},
 		{"replication.bandwidthBytesPerSec", s.Replication.BandwidthBytesPerSec, int64(0)},
 		{"replication.stuckAfterMs", s.Replication.StuckAfter, 30 * time.Second},
+		{"limits.maxConnections", s.Limits.MaxConnections, 10000},
+		{"limits.maxConnectionsPerAddress", s.Limits.MaxConnectionsPerAddress, 1000},
+		{"limits.idleTimeoutMs", s.Limits.IdleTimeout, 10 * time.Minute},
+		{"limits.readTimeoutMs", s.Limits.ReadTimeout, time.Minute},
+		{"limits.writeTimeoutMs", s.Limits.WriteTimeout, 30 * time.Second},
+		{"limits.maxBufferedBytes", s.Limits.MaxBufferedBytes, int64(256 << 20)},
+		{"limits.maxConnectionBufferedBytes", s.Limits.MaxConnectionBufferedBytes, int64(32 << 20)},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -164,6 +171,16 @@ func TestKeys(t *testing.T) {
 		{"replication", "compression", "auto", func(s *Server) any { return s.Replication.Compression }, "auto"},
 		{"replication", "bandwidthBytesPerSec", "50*1000*1000/8", func(s *Server) any { return s.Replication.BandwidthBytesPerSec }, int64(6250000)},
 		{"replication", "stuckAfterMs", "1500", func(s *Server) any { return s.Replication.StuckAfter }, 1500 * time.Millisecond},
+		{"limits", "maxConnections", "0", func(s *Server) any { return s.Limits.MaxConnections }, 0},
+		{"limits", "maxConnections", "500", func(s *Server) any { return s.Limits.MaxConnections }, 500},
+		{"limits", "maxConnectionsPerAddress", "20", func(s *Server) any { return s.Limits.MaxConnectionsPerAddress }, 20},
+		{"limits", "idleTimeoutMs", "60000", func(s *Server) any { return s.Limits.IdleTimeout }, time.Minute},
+		{"limits", "idleTimeoutMs", "0", func(s *Server) any { return s.Limits.IdleTimeout }, time.Duration(0)},
+		{"limits", "readTimeoutMs", "5000", func(s *Server) any { return s.Limits.ReadTimeout }, 5 * time.Second},
+		{"limits", "writeTimeoutMs", "1000", func(s *Server) any { return s.Limits.WriteTimeout }, time.Second},
+		{"limits", "maxBufferedBytes", "1024*1024*1024", func(s *Server) any { return s.Limits.MaxBufferedBytes }, int64(1 << 30)},
+		{"limits", "maxConnectionBufferedBytes", "64*1024*1024",
+			func(s *Server) any { return [2]int64{s.Limits.MaxConnectionBufferedBytes, s.Limits.MaxBufferedBytes} }, [2]int64{64 << 20, 256 << 20}},
 	}
 	for _, c := range cases {
 		t.Run(c.section+"/"+c.key+"="+c.value, func(t *testing.T) {
@@ -321,6 +338,11 @@ func TestErrors(t *testing.T) {
 		{"replication compression bad", base.set("replication", "compression", "gzip"), "replication", "compression", "gzip", "zstd, s2, none, auto"},
 		{"replication bandwidth negative", base.set("replication", "bandwidthBytesPerSec", "-1"), "replication", "bandwidthBytesPerSec", "-1", "0.."},
 		{"replication stuckAfterMs bad", base.set("replication", "stuckAfterMs", "soon"), "replication", "stuckAfterMs", "soon", "integer"},
+		{"limits maxConnections negative", base.set("limits", "maxConnections", "-1"), "limits", "maxConnections", "-1", "0.."},
+		{"limits idleTimeoutMs bad", base.set("limits", "idleTimeoutMs", "10m"), "limits", "idleTimeoutMs", "10m", "integer"},
+		{"limits writeTimeoutMs zero", base.set("limits", "writeTimeoutMs", "0"), "limits", "writeTimeoutMs", "0", "1.."},
+		{"limits connection share too small", base.set("limits", "maxConnectionBufferedBytes", "1048576"), "limits", "maxConnectionBufferedBytes", "1048576", "16777236.."},
+		{"limits buffered below share", base.set("limits", "maxBufferedBytes", "20000000"), "limits", "maxBufferedBytes", "20000000", "33554432.."},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

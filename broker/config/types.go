@@ -43,6 +43,8 @@ type Server struct {
 	Gossip      Gossip
 	NATS        NATS
 	Replication Replication
+	// Limits is the optional [limits] section: connection and memory bounds.
+	Limits Limits
 }
 
 // System is the [system] section (spec §4.2). Durations are converted from
@@ -172,6 +174,32 @@ type Replication struct {
 	// TLSCert and TLSKey make the replication listener serve TLS; with TLSCA
 	// set, slaves must present a certificate signed by it (mutual TLS).
 	TLSCert, TLSKey, TLSCA string
+}
+
+// Limits is the optional [limits] section: what one client, or many, may
+// make the broker hold. Keys: maxConnections, maxConnectionsPerAddress,
+// idleTimeoutMs, readTimeoutMs, writeTimeoutMs, maxBufferedBytes,
+// maxConnectionBufferedBytes. A zero count or timeout means no limit.
+type Limits struct {
+	// MaxConnections bounds the open client connections; the broker lowers
+	// it further to three quarters of its open-file limit.
+	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections from one IP address.
+	MaxConnectionsPerAddress int
+	// IdleTimeout closes a connection that sent nothing and waits for no
+	// answer for this long.
+	IdleTimeout time.Duration
+	// ReadTimeout bounds the time a client takes to send one whole request
+	// once it has started it (a slowloris client is cut off).
+	ReadTimeout time.Duration
+	// WriteTimeout closes a connection that does not read its answers.
+	WriteTimeout time.Duration
+	// MaxBufferedBytes bounds, broker-wide, the get answers not yet written
+	// and the put bodies being read or not yet stored.
+	MaxBufferedBytes int64
+	// MaxConnectionBufferedBytes is the share of MaxBufferedBytes one
+	// connection may hold; it also caps the bytes one get returns.
+	MaxConnectionBufferedBytes int64
 }
 
 // Slave is a loaded async_slave.properties (spec §4.5) plus this project's

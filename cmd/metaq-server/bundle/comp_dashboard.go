@@ -266,6 +266,8 @@ type bundleCollector struct {
 	recvConnected, recvApplied, recvMaster    *prometheus.Desc
 	recvWire, recvRaw, recvReconnects         *prometheus.Desc
 	cfgVersion, cfgPending, cfgError          *prometheus.Desc
+	connRefused, connClosed                   *prometheus.Desc
+	buffered, bufferedPeak, bufferedLimit     *prometheus.Desc
 }
 
 func newBundleCollector(b *Bundle) *bundleCollector {
@@ -298,6 +300,11 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		cfgVersion:     d("metaq_configsync_version", "server.ini version this site runs (0 = not from configsync)."),
 		cfgPending:     d("metaq_configsync_pending_restart", "Keys of the running server.ini that wait for a restart."),
 		cfgError:       d("metaq_configsync_apply_failed", "1 when the last pushed version failed to apply here."),
+		connRefused:    d("metaq_broker_connections_refused_total", "Connections refused by a [limits] bound.", "limit"),
+		connClosed:     d("metaq_broker_connections_closed_total", "Connections the broker closed to bound its resources.", "reason"),
+		buffered:       d("metaq_broker_buffered_bytes", "Bytes of get answers not yet written and put bodies not yet stored."),
+		bufferedPeak:   d("metaq_broker_buffered_bytes_peak", "The most buffered bytes held at once since start."),
+		bufferedLimit:  d("metaq_broker_buffered_bytes_limit", "[limits] maxBufferedBytes."),
 	}
 }
 
@@ -305,7 +312,7 @@ func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.conns, c.puts, c.gets, c.putFailed, c.getMiss, c.partBytes, c.partMsgs, c.partMax,
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
 		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects,
-		c.cfgVersion, c.cfgPending, c.cfgError} {
+		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit} {
 		ch <- d
 	}
 }
@@ -332,6 +339,15 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(c.gets, float64(st["cmd_get"]))
 	ct(c.putFailed, float64(st["put_failed"]))
 	ct(c.getMiss, float64(st["get_miss"]))
+	res := b.Broker.Resources()
+	ct(c.connRefused, float64(res.RefusedMaxConnections), "maxConnections")
+	ct(c.connRefused, float64(res.RefusedPerAddress), "maxConnectionsPerAddress")
+	ct(c.connClosed, float64(res.ClosedIdle), "idle")
+	ct(c.connClosed, float64(res.ClosedReadTimeout), "read_timeout")
+	ct(c.connClosed, float64(res.ClosedStalled), "stalled")
+	g(c.buffered, float64(res.BufferedBytes))
+	g(c.bufferedPeak, float64(res.BufferedBytesPeak))
+	g(c.bufferedLimit, float64(res.MaxBufferedBytes))
 	for _, p := range b.Store.Partitions() {
 		part := strconv.Itoa(p.Partition)
 		g(c.partBytes, float64(p.Bytes), p.Topic, part)

@@ -286,7 +286,9 @@ func TestTopologyAndDashboard(t *testing.T) {
 	_, metrics := testutil.HTTPDo(t, "GET", base+"/metrics", "s3cret")
 	for _, want := range []string{"metaq_broker_up 1", "metaq_partition_bytes{partition=\"0\",topic=\"test\"}",
 		"metaq_replication_slave_connected{slave_group=\"meta-slave-group-hf\",slave_id=\"1\"} 1",
-		"metaq_replication_lag_bytes", "metaq_configsync_version", "metaq_gossip_members", "metaq_site_up{site=\"hf\"} 1"} {
+		"metaq_replication_lag_bytes", "metaq_configsync_version", "metaq_gossip_members", "metaq_site_up{site=\"hf\"} 1",
+		"metaq_broker_connections_refused_total{limit=\"maxConnections\"} 0", "metaq_broker_connections_closed_total{reason=\"idle\"} 0",
+		"metaq_broker_buffered_bytes_limit 2.68435456e+08"} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
