@@ -191,3 +191,52 @@ func TestSyncMasterLeavesZooKeeper(t *testing.T) {
 		t.Fatalf("closed on sync master: %s", r)
 	}
 }
+
+// TestSyncPairPipelined: puts pipelined on one connection to a sync master
+// are replicated a batch at a time with their syncs pipelined; both sides
+// end with the same bytes, and each partition's offsets follow the order
+// sent.
+func TestSyncPairPipelined(t *testing.T) {
+	cfg := vectorConfig(t)
+	slave := startBroker(t, cfg, func(o *Options) { o.SyncReceiver = true })
+	master := startBroker(t, cfg, func(o *Options) { o.SyncSlave = slave.Addr().String() })
+	mc := dial(t, master.Addr())
+	const n = 300
+	var buf []byte
+	for i := range n {
+		buf = putCmd("test", int32(i%2), fmt.Sprintf("m%04d", i), int32(i)).AppendTo(buf)
+	}
+	mc.send(buf)
+	offs := map[int32]int64{}
+	for range n {
+		r := mc.result()
+		if !r.OK() {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		f := strings.Fields(string(r.Body))
+		off, _ := strconv.ParseInt(f[2], 10, 64)
+		offs[r.Opaque] = off
+	}
+	for i := 2; i < n; i++ {
+		if offs[int32(i)] <= offs[int32(i-2)] {
+			t.Fatalf("put %d at offset %d, not after put %d at %d", i, offs[int32(i)], i-2, offs[int32(i-2)])
+		}
+	}
+	for p := range 2 {
+		md, err := master.store.Read("test", p, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd, err := slave.store.Read("test", p, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(md) != string(sd) {
+			t.Fatalf("partition %d: master %d bytes, slave %d bytes", p, len(md), len(sd))
+		}
+		recs, _ := parseRecords(t, md)
+		if len(recs) != n/2 {
+			t.Fatalf("partition %d holds %d records", p, len(recs))
+		}
+	}
+}
