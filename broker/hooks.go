@@ -58,7 +58,9 @@ type TxHandler interface {
 	// Put answers a put that carries a transaction key (cmd.TxKey != "").
 	// The broker has verified nothing but the frame: the handler checks the
 	// partition (-1 is refused), the topic and the checksum, for which it can
-	// use Broker.CheckPut.
+	// use Broker.CheckPut (which also answers the write gate's refusal).
+	// Messages stored at commit should go through Broker.StoreValidated, so
+	// that they take the put route (the gate, a synchronous slave).
 	Put(ctx context.Context, c TxConn, cmd *wire.Put) *wire.Result
 	// ConnClosed is called once when connection c closes.
 	ConnClosed(c TxConn)

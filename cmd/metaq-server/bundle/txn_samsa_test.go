@@ -36,7 +36,8 @@ func startPairBundle(t *testing.T, mode Mode, props string) *Bundle {
 
 // TestTransactionsOnSamsaPair: on a synchronously replicated master, a
 // committed local transaction and a committed XA transaction reach the
-// slave like every other put: both stores hold the same bytes.
+// slave like every other put: both stores hold the same bytes. The slave
+// itself refuses a client's put.
 func TestTransactionsOnSamsaPair(t *testing.T) {
 	gregor := startPairBundle(t, ModeGregor, "")
 	samsa := startPairBundle(t, ModeSamsa, "slave="+gregor.Broker.Addr().String()+"\n")
@@ -98,5 +99,13 @@ func TestTransactionsOnSamsaPair(t *testing.T) {
 	}
 	if !bytes.Equal(mb, sb) {
 		t.Fatalf("master and slave differ: master %d bytes, slave %d bytes", len(mb), len(sb))
+	}
+
+	// The gregor slave refuses a client's put: it holds the master's offsets.
+	if r := dialWire(t, gregor.Broker.Addr().String()).result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(plain), Body: plain}); r.Code != wire.StatusForbidden {
+		t.Fatalf("put to the gregor slave: %s", r)
+	}
+	if sb2, _ := gregor.Store.Read("test", 0, 0, 1<<20); !bytes.Equal(sb2, sb) {
+		t.Fatalf("the gregor slave stored a client's put")
 	}
 }
