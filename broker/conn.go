@@ -50,7 +50,7 @@ type conn struct {
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	bytes *byteBudget       // fetched data not yet written and put bodies not yet stored
-	wg    sync.WaitGroup    // workers, put-queue drainers, and put batches not yet answered
+	wg    sync.WaitGroup    // workers, goroutines of waiting, and put batches not yet answered
 
 	// waiting holds, by partition, the put batches waiting for their
 	// topic's registration and those that came behind them (see routeBatch).
