@@ -13,9 +13,17 @@ import (
 // benchPut pipelines b.N puts of size bytes over one connection (up to 128
 // in flight) to an in-process broker with group commit, and reads every
 // answer.
-func benchPut(b *testing.B, size int) {
+func benchPut(b *testing.B, size int) { benchPutTo(b, size, nil) }
+
+// benchPutTo is benchPut to a broker whose options mod changes.
+func benchPutTo(b *testing.B, size int, mod func(*Options)) {
 	cfg := vectorConfig(b)
-	brk := startBroker(b, cfg, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	brk := startBroker(b, cfg, func(o *Options) {
+		o.Logger = slog.New(slog.DiscardHandler)
+		if mod != nil {
+			mod(o)
+		}
+	})
 	cl := dial(b, brk.Addr())
 	body := []byte(strings.Repeat("x", size))
 	frame := (&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body, Opaque: 1}).AppendTo(nil)
@@ -55,3 +63,13 @@ func benchPut(b *testing.B, size int) {
 func BenchmarkPut100(b *testing.B) { benchPut(b, 100) }
 func BenchmarkPut1k(b *testing.B)  { benchPut(b, 1024) }
 func BenchmarkPut64k(b *testing.B) { benchPut(b, 64<<10) }
+
+// BenchmarkPutSyncPair1k is BenchmarkPut1k to a synchronous-replication
+// master (samsa) whose slave runs in the same process.
+func BenchmarkPutSyncPair1k(b *testing.B) {
+	slave := startBroker(b, vectorConfig(b), func(o *Options) {
+		o.SyncReceiver = true
+		o.Logger = slog.New(slog.DiscardHandler)
+	})
+	benchPutTo(b, 1024, func(o *Options) { o.SyncSlave = slave.Addr().String() })
+}
