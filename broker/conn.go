@@ -124,7 +124,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr) *conn {
 		stored: make(map[*pendingPuts]struct{}),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes, b.mem),
 	}
-	c.waiting = newSerialQueues(&c.wg, c.registerAndStore)
+	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
 	c.readCtx, c.stopReader = context.WithCancel(ctx)
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {

@@ -269,11 +269,13 @@ func (c *conn) routeBatch(pp *pendingPuts) {
 	}
 }
 
-// registerAndStore is steps 3 to 5 for a batch that waited on the
+// registerAndStore is steps 3 to 5 for batches that waited on the
 // connection's queue.
-func (c *conn) registerAndStore(_ queueKey, pp *pendingPuts) {
-	c.b.ensureTopic(c.b.ctx, pp.key.topic, pp.te)
-	c.b.storeBatch(c, pp)
+func (c *conn) registerAndStore(_ queueKey, pps []*pendingPuts) {
+	for _, pp := range pps {
+		c.b.ensureTopic(c.b.ctx, pp.key.topic, pp.te)
+		c.b.storeBatch(c, pp)
+	}
 }
 
 // batchStore is step 5: it stores one partition's batch and calls done

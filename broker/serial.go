@@ -4,20 +4,23 @@ import "sync"
 
 // serialQueues runs the jobs queued under one key one after another, in
 // the order queued, on one goroutine per key that has jobs; jobs of
-// different keys run concurrently. A key's goroutine exits once its queue
-// is empty. The put route uses it to keep a partition's order where a step
-// may wait: a topic's registration (per connection) and a synchronous
-// slave's round trips (per partition).
+// different keys run concurrently. The goroutine takes every job queued
+// so far (at most max) at once, so a run that waits lets the jobs queued
+// meanwhile go together in the next. A key's goroutine exits once its
+// queue is empty. The put route uses it to keep a partition's order where
+// a step may wait: a topic's registration (per connection) and a
+// synchronous slave's round trips (per partition).
 type serialQueues[K comparable, J any] struct {
-	run func(K, J)      // runs one job
+	run func(K, []J)    // runs jobs, in order
+	max int             // jobs per run
 	wg  *sync.WaitGroup // counts the goroutines
 
 	mu sync.Mutex
 	m  map[K][]J // queued, not yet running; a key is present while its goroutine runs
 }
 
-func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, run func(K, J)) *serialQueues[K, J] {
-	return &serialQueues[K, J]{run: run, wg: wg, m: make(map[K][]J)}
+func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, max int, run func(K, []J)) *serialQueues[K, J] {
+	return &serialQueues[K, J]{run: run, max: max, wg: wg, m: make(map[K][]J)}
 }
 
 // push queues j behind key's earlier jobs. When key has no jobs and
@@ -52,11 +55,13 @@ func (q *serialQueues[K, J]) drain(key K) {
 			q.mu.Unlock()
 			return
 		}
-		j := jobs[0]
-		var zero J
-		jobs[0] = zero
-		q.m[key] = jobs[1:]
+		n := min(len(jobs), q.max)
+		if n == len(jobs) {
+			q.m[key] = nil // still present: the key's goroutine runs
+		} else {
+			q.m[key] = jobs[n:]
+		}
 		q.mu.Unlock()
-		q.run(key, j)
+		q.run(key, jobs[:n:n])
 	}
 }

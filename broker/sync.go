@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,6 @@ type partKey struct {
 }
 
 type syncJob struct {
-	ctx  context.Context
 	msgs []store.Message // bodies copied: the caller reuses its buffers
 	done func([]store.Appended, error)
 }
@@ -96,7 +96,7 @@ func newSyncMaster(local Store, opts syncMasterOptions) *syncMaster {
 		cancel:  cancel,
 		pending: make(map[int32]chan *wire.Result),
 	}
-	s.queues = newSerialQueues(&s.wg, s.replicate)
+	s.queues = newSerialQueues(&s.wg, maxSyncJobs, s.replicate)
 	s.ids.brokerID = int64(opts.BrokerID)
 	s.ids.clock = opts.Clock
 	return s
@@ -107,8 +107,9 @@ type slaveError struct{ text string }
 
 func (e *slaveError) Error() string { return e.text }
 
-// storeBatch queues the batch on its partition (see batchStore).
-func (s *syncMaster) storeBatch(ctx context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+// storeBatch queues the batch on its partition (see batchStore). ctx is
+// not used: a queued batch completes (see replicate).
+func (s *syncMaster) storeBatch(_ context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
 	cp := make([]store.Message, len(msgs))
 	n := 0
 	for _, m := range msgs {
@@ -126,24 +127,35 @@ func (s *syncMaster) storeBatch(ctx context.Context, topic string, partition int
 		done(nil, fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed))
 		return
 	}
-	s.queues.push(partKey{topic, partition}, syncJob{ctx: ctx, msgs: cp, done: done}, true)
+	s.queues.push(partKey{topic, partition}, syncJob{msgs: cp, done: done}, true)
 }
 
-// replicate sends a batch's messages to the slave and appends them
-// locally, then reports each message's outcome: stored when both stored it.
-func (s *syncMaster) replicate(k partKey, j syncJob) {
-	msgs := j.msgs
+// maxSyncJobs bounds the batches a partition replicates together.
+const maxSyncJobs = 64
+
+// replicate sends the messages of a partition's queued batches to the
+// slave, pipelined and in order, and appends them locally with one call,
+// then reports each message's outcome to its batch: stored when both
+// stored it. It runs on the syncMaster's context: a batch in the queue
+// completes unless the broker closes.
+func (s *syncMaster) replicate(k partKey, jobs []syncJob) {
+	msgs := jobs[0].msgs
+	if len(jobs) > 1 {
+		msgs = nil
+		for _, j := range jobs {
+			msgs = append(msgs, j.msgs...)
+		}
+	}
 	waits := make([]func() error, len(msgs))
 	for i := range msgs {
 		if msgs[i].ID == 0 {
 			msgs[i].ID = s.ids.next()
 		}
 		m := &msgs[i]
-		waits[i] = s.start(j.ctx, &wire.Sync{Topic: k.topic, Partition: int32(k.partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
+		waits[i] = s.start(s.ctx, &wire.Sync{Topic: k.topic, Partition: int32(k.partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
 	}
-	as, lerr := s.local.Append(j.ctx, k.topic, k.partition, msgs)
+	as, lerr := s.local.Append(s.ctx, k.topic, k.partition, msgs)
 	errs := make(messageErrors, len(msgs))
-	failed := false
 	for i, wait := range waits {
 		serr := wait()
 		s.noteResult(serr == nil)
@@ -155,20 +167,23 @@ func (s *syncMaster) replicate(k partKey, j syncJob) {
 				text = errSlaveDisconnected.Error()
 			}
 			errs[i] = &slaveError{text: text}
-			failed = true
 		case lerr != nil:
 			errs[i] = lerr
-			failed = true
 		}
-	}
-	if !failed {
-		j.done(as, nil)
-		return
 	}
 	if len(as) != len(msgs) {
 		as = make([]store.Appended, len(msgs))
 	}
-	j.done(as, errs)
+	for _, j := range jobs {
+		n := len(j.msgs)
+		jas, jerrs := as[:n:n], errs[:n:n]
+		as, errs = as[n:], errs[n:]
+		if slices.ContainsFunc(jerrs, func(err error) bool { return err != nil }) {
+			j.done(jas, jerrs)
+		} else {
+			j.done(jas, nil)
+		}
+	}
 }
 
 // noteResult counts failed syncs in a row; at FailureThreshold the master
