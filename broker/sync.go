@@ -30,10 +30,11 @@ const slaveStatusTopic = "_metaq_slave_status_test"
 // failed syncs in a row it calls OnSlaveLost, probes the slave, and calls
 // OnSlaveBack once the slave stores a probe again.
 //
-// A partition's batches are replicated one after the other by one
-// goroutine per busy partition, each batch's syncs written in order before
-// its local append, so ids and offsets rise in the same order on both
-// sides and a slow slave holds up neither the caller nor other partitions.
+// A partition's batches are replicated in order by one goroutine per busy
+// partition, those queued while the previous ones waited together, their
+// syncs written in order before their local append, so ids and offsets
+// rise in the same order on both sides and a slow slave holds up neither
+// the caller nor other partitions.
 type syncMaster struct {
 	local Store
 	opts  syncMasterOptions
