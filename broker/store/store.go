@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -108,6 +107,10 @@ type Store struct {
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
+
+	// fencedAtScan: partitions whose data after a lost chunk recovery
+	// dropped (recovery only).
+	fencedAtScan map[*partition]bool
 }
 
 // Open opens or creates the store under opts.Dir and recovers it.
@@ -156,7 +159,7 @@ func (s *Store) closeFiles() {
 	s.segMu.Lock()
 	defer s.segMu.Unlock()
 	for _, g := range s.segs {
-		g.f.Close()
+		g.close()
 	}
 	s.segs = nil
 }
@@ -441,18 +444,30 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	pid := p.pid
 	want := min(int64(maxBytes), p.end-offset)
-	for i := max(p.chunkIndexLocked(offset), 0); i < len(p.chunks) && total < want; i++ {
-		c := p.chunks[i]
+	p.mu.RUnlock()
+	ents, err := s.chunks(p, offset, want)
+	if err != nil && len(ents) == 0 {
+		if errors.Is(err, ErrLogTruncated) {
+			p.mu.RLock()
+			e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+			p.mu.RUnlock()
+			return nil, e
+		}
+		return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
+	}
+	for _, c := range ents {
 		if c.off > offset+total {
 			break // a hole in the index: never serve bytes from elsewhere
 		}
-		n := p.chunkLenLocked(i)
+		n := int64(c.n)
 		skip := max(offset-c.off, 0)
 		take := min(n-skip, want-total)
+		if take <= 0 {
+			break
+		}
 		pieces = append(pieces, piece{c.off, c.pos, n, skip, take})
 		total += take
 	}
-	p.mu.RUnlock()
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
@@ -525,13 +540,7 @@ var readBufs = sync.Pool{New: func() any { return new([]byte) }}
 // whole log and quarantines the damage.
 func (s *Store) corruptionFound(pos int64, err error) {
 	s.log.Error("STORE: corrupt log entry found while reading; it is not served", "position", pos, "err", err)
-	if s.noCheckpoint.CompareAndSwap(false, true) {
-		path := filepath.Join(s.dir, ckptName)
-		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			s.log.Error("STORE: cannot remove checkpoint", "path", path, "err", rerr)
-		}
-		s.fs.SyncDir(s.dir)
-	}
+	s.dropCheckpoint()
 }
 
 // readLog fills b from log position pos (within one segment).
@@ -583,45 +592,13 @@ func (s *Store) NearestOffset(topic string, partition int, offset int64) (int64,
 
 // OffsetForTime returns the offset of the first record appended at or after
 // t: Max when none was. Chunk times never decrease along the log, so the
-// sparse time index narrows the range and a binary search over the chunk
-// headers in it finds the exact chunk.
+// index blocks' first times narrow the search to one block.
 func (s *Store) OffsetForTime(topic string, partition int, t time.Time) (int64, error) {
 	p := s.lookup(topic, partition)
 	if p == nil {
 		return 0, ErrNoPartition
 	}
-	ms := t.UnixMilli()
-	p.mu.RLock()
-	lo := max(p.chunkIndexLocked(p.min), 0)
-	if lo < len(p.chunks) && p.chunks[lo].off < p.min {
-		lo++
-	}
-	hi := p.chunkIndexLocked(p.durable-1) + 1
-	j := sort.Search(len(p.times), func(i int) bool { return p.times[i].ms >= ms })
-	if j > 0 {
-		lo = max(lo, p.chunkIndexLocked(p.times[j-1].off))
-	}
-	if j < len(p.times) {
-		hi = min(hi, p.chunkIndexLocked(p.times[j].off)+1)
-	}
-	var cands []chunkRef
-	if lo < hi {
-		cands = append(cands, p.chunks[lo:hi]...)
-	}
-	end := p.durable
-	p.mu.RUnlock()
-	var hb [entryHeaderLen]byte
-	k := sort.Search(len(cands), func(i int) bool {
-		if err := s.readLog(hb[:], cands[i].pos); err != nil {
-			return false // removed meanwhile: older than anything left
-		}
-		h, err := parseEntryHeader(hb[:])
-		return err == nil && h.ms >= ms
-	})
-	if k < len(cands) {
-		return cands[k].off, nil
-	}
-	return end, nil
+	return s.offsetForTime(p, t.UnixMilli())
 }
 
 // Partition returns one partition's bounds.
