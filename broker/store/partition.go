@@ -26,9 +26,9 @@ type partition struct {
 	pid uint32
 
 	mu       sync.RWMutex
-	min      int64 // first retained offset
-	end      int64 // end of the last written chunk
-	durable  int64 // end of the last fsynced chunk
+	min      int64      // first retained offset
+	end      int64      // end of the last written chunk
+	durable  int64      // end of the last fsynced chunk
 	blocks   []blockRef // index blocks on disk, ascending and contiguous in offset
 	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
 	segs     []int64    // virtual MetaQ segment starts (spec §1.7), ascending

@@ -2,8 +2,8 @@ package store
 
 import (
 	"archive/zip"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"

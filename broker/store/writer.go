@@ -77,7 +77,7 @@ type writerState struct {
 	unflushed map[string]int
 	deadline  time.Time
 	timer     <-chan time.Time
-	jobs      int        // group commits started or queued, not yet completed
+	jobs      int // group commits started or queued, not yet completed
 }
 
 // syncJob is one group commit's fdatasync, run by the syncer goroutine
