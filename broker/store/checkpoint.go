@@ -234,13 +234,19 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 	}
 	segs := make([]*segment, len(c.segs))
 	vouched := make(map[*segment]uint32, len(c.segs))
+	var torn []*segment
 	for i, cg := range c.segs {
 		g := byStart[cg.start]
 		if g == nil {
 			continue // removed by retention after the checkpoint; no block may use it
 		}
 		if !g.idxOK || g.idxSize < idxHeaderLen+int64(cg.idxN)*idxEntryLen {
-			return fmt.Errorf("index %s is missing or shorter than the checkpoint says", idxPathOf(g.path))
+			if g.end() > c.pos {
+				return fmt.Errorf("index %s of the segment being written is missing or torn", idxPathOf(g.path))
+			}
+			s.log.Warn("STORE: index file missing or shorter than the checkpoint says; rebuilding it from the log",
+				"index", idxPathOf(g.path), "size", g.idxSize, "entries", cg.idxN)
+			torn = append(torn, g)
 		}
 		segs[i] = g
 		vouched[g] = cg.idxN
@@ -273,6 +279,12 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		}
 		s.parts[cp.key] = p
 		s.byPid[cp.pid] = p
+	}
+	for _, g := range torn {
+		if err := s.rebuildIdx(g, g.idxGen.Load()); err != nil {
+			return err
+		}
+		vouched[g] = g.idxN
 	}
 	// The part of each .idx the checkpoint does not vouch for (written
 	// after it) is cut away; the scan from pos writes it again.

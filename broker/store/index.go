@@ -188,6 +188,7 @@ func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
 func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) {
 	var out []idxEntry
 	x := off
+	repaired := false
 	for x < off+want {
 		p.mu.RLock()
 		if x >= p.end {
@@ -210,10 +211,14 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		b := p.blocks[i]
 		pid := p.pid
 		p.mu.RUnlock()
+		gen := b.g.idxGen.Load()
 		ents, err := s.readBlock(pid, b)
 		if err != nil {
-			if errors.Is(err, errIndexDamaged) {
-				s.indexDamaged(err)
+			if errors.Is(err, errIndexDamaged) && !repaired {
+				repaired = true
+				if s.repairBlock(b, gen, err) == nil {
+					continue
+				}
 			}
 			return out, err
 		}
@@ -302,6 +307,10 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 // ms, or p's durable end. Blocks carry their first chunk's time and times
 // never decrease along the log, so one block is read at most.
 func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
+	return s.offsetForTime1(p, ms, true)
+}
+
+func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error) {
 	p.mu.RLock()
 	lo, end, pid := p.min, p.durable, p.pid
 	// The first chunk at or after ms is in block j-1, or it is next: block
@@ -326,10 +335,13 @@ func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 	}
 	b := p.blocks[j-1]
 	p.mu.RUnlock()
+	gen := b.g.idxGen.Load()
 	ents, err := s.readBlock(pid, b)
 	if err != nil {
-		if errors.Is(err, errIndexDamaged) {
-			s.indexDamaged(err)
+		if errors.Is(err, errIndexDamaged) && retry {
+			if s.repairBlock(b, gen, err) == nil {
+				return s.offsetForTime1(p, ms, false)
+			}
 		}
 		return 0, err
 	}
@@ -340,3 +352,160 @@ func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 }
 
 func clampTime(off, lo, end int64) int64 { return min(max(off, lo), end) }
+
+// rebuildIdx rewrites sealed segment g's .idx from its log and points the
+// blocks every partition has in g at the new file: start-up does it for a
+// missing or torn .idx, a reader for a block that failed its checks. The
+// new file holds, per partition, the chunks of the offset range its
+// blocks in g covered; they are published under each partition's lock
+// against its range at that moment (retention or a fence may have moved
+// it meanwhile).
+func (s *Store) rebuildIdx(g *segment, gen uint64) error {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	if g.idxGen.Load() != gen {
+		return nil // rebuilt meanwhile
+	}
+	s.log.Warn("STORE: rebuilding a segment index from the log", "segment", g.path)
+	byPid := map[uint32][]idxEntry{}
+	size := g.size.Load()
+	r := newSegReader(g.f, size)
+	for x := int64(0); x < size; {
+		h, payload, n, err := r.entryAt(x)
+		if err != nil {
+			return fmt.Errorf("store: rebuild index of %s at %d: %w", g.path, x, err)
+		}
+		if h.typ == entryData {
+			byPid[h.pid] = append(byPid[h.pid], idxEntry{pid: h.pid, n: uint32(len(payload)), off: h.off, pos: g.start + x, ms: h.ms})
+		}
+		x += int64(n)
+	}
+	// The chunks each partition's blocks in g cover, as a contiguous chain.
+	type rebuilt struct {
+		p    *partition
+		ents []idxEntry
+		at   uint32
+	}
+	var parts []rebuilt
+	s.mu.RLock()
+	for _, p := range s.parts {
+		p.mu.RLock()
+		i0, i1 := p.blocksIn(g)
+		var lo, hi int64
+		if i0 < i1 {
+			lo, hi = p.blocks[i0].off, p.blockEndLocked(i1-1)
+		}
+		p.mu.RUnlock()
+		if i0 == i1 {
+			continue
+		}
+		var chain []idxEntry
+		for _, e := range byPid[p.pid] {
+			if e.off < lo || e.off >= hi || p.deadByFence(e.off, int64(e.n), e.pos) {
+				continue
+			}
+			if len(chain) > 0 && e.off != chain[len(chain)-1].off+int64(chain[len(chain)-1].n) {
+				continue // a dead chunk (fenced) under a live one's offsets
+			}
+			if len(chain) == 0 && e.off != lo {
+				continue
+			}
+			chain = append(chain, e)
+		}
+		if len(chain) == 0 || chain[len(chain)-1].off+int64(chain[len(chain)-1].n) != hi {
+			s.mu.RUnlock()
+			return fmt.Errorf("store: rebuild index of %s: the log does not hold %s-%d's chunks [%d, %d)",
+				g.path, p.key.topic, p.key.num, lo, hi)
+		}
+		parts = append(parts, rebuilt{p: p, ents: chain})
+	}
+	s.mu.RUnlock()
+	b := idxHeader(g.start)
+	n := uint32(0)
+	for i := range parts {
+		parts[i].at = n
+		b = encodeEntries(b, parts[i].ents)
+		n += uint32(len(parts[i].ents))
+	}
+	path := idxPathOf(g.path)
+	if err := writeFileAtomic(s.fs, path, b); err != nil {
+		return fmt.Errorf("store: rebuild index %s: %w", path, err)
+	}
+	f, err := s.fs.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("store: rebuild index %s: %w", path, err)
+	}
+	g.idxMu.Lock()
+	if g.removed {
+		g.idxMu.Unlock()
+		f.Close()
+		return ErrLogTruncated
+	}
+	old := g.idx
+	g.idx, g.idxN, g.idxSize, g.idxOK = f, n, int64(len(b)), true
+	g.idxGen.Add(1)
+	g.idxMu.Unlock()
+	old.Close()
+	for _, x := range parts {
+		x.p.mu.Lock()
+		i0, i1 := x.p.blocksIn(g)
+		if i0 < i1 {
+			lo, hi := x.p.blocks[i0].off, x.p.blockEndLocked(i1-1)
+			var nb []blockRef
+			for k := 0; k < len(x.ents); k += s.opts.blockEntries {
+				blk := x.ents[k:min(k+s.opts.blockEntries, len(x.ents))]
+				for len(blk) > 0 && blk[len(blk)-1].off >= hi {
+					blk = blk[:len(blk)-1]
+				}
+				if len(blk) == 0 || blk[len(blk)-1].off+int64(blk[len(blk)-1].n) <= lo {
+					continue
+				}
+				nb = append(nb, blockRef{g: g, off: blk[0].off, ms: blk[0].ms, at: x.at + uint32(k), n: uint32(len(blk)),
+					crc: crc32.Checksum(encodeEntries(nil, blk), castagnoli)})
+			}
+			x.p.blocks = append(append(append([]blockRef(nil), x.p.blocks[:i0]...), nb...), x.p.blocks[i1:]...)
+		}
+		x.p.mu.Unlock()
+	}
+	return nil
+}
+
+// deadByFence reports whether a fence made the chunk dead.
+func (p *partition) deadByFence(off, n, pos int64) bool {
+	for _, f := range p.fences {
+		if pos < f.pos && off+n > f.off {
+			return true
+		}
+	}
+	return false
+}
+
+// repairBlock handles block b that failed its checks: a sealed segment's
+// .idx is rebuilt from the log at once (and the caller retries); damage in
+// the active segment's .idx cannot be, so the checkpoint goes and the next
+// start-up rebuilds it.
+func (s *Store) repairBlock(b blockRef, gen uint64, cause error) error {
+	s.log.Error("STORE: index block damaged", "err", cause)
+	s.segMu.RLock()
+	active := len(s.segs) > 0 && s.segs[len(s.segs)-1] == b.g
+	s.segMu.RUnlock()
+	if active {
+		s.indexDamaged(cause)
+		return cause
+	}
+	if err := s.rebuildIdx(b.g, gen); err != nil {
+		s.indexDamaged(err)
+		return err
+	}
+	return nil
+}
+
+// blocksIn returns the range [i0, i1) of p's blocks held by segment g.
+func (p *partition) blocksIn(g *segment) (int, int) {
+	i0 := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].g.start >= g.start })
+	i1 := i0
+	for i1 < len(p.blocks) && p.blocks[i1].g == g {
+		i1++
+	}
+	return i0, i1
+}

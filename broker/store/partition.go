@@ -100,15 +100,7 @@ func (p *partition) nearestLocked(off int64) int64 {
 // liveLocked reports whether the chunk at log position pos with offset off
 // is still served by p (ReadLog's test, without an index lookup).
 func (p *partition) liveLocked(off, n, pos int64) bool {
-	if off < p.min || off+n > p.end {
-		return false
-	}
-	for _, f := range p.fences {
-		if pos < f.pos && off+n > f.off {
-			return false
-		}
-	}
-	return true
+	return off >= p.min && off+n <= p.end && !p.deadByFence(off, n, pos)
 }
 
 func (p *partition) infoLocked() PartitionInfo {

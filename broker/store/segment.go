@@ -32,6 +32,7 @@ type segment struct {
 	// idxMu (a leaf lock) guards reading idx against its closing.
 	idxMu   sync.RWMutex
 	removed bool
+	idxGen  atomic.Uint64 // bumped when rebuildIdx replaces the file
 }
 
 func (g *segment) end() int64 { return g.start + g.size.Load() }

@@ -78,6 +78,7 @@ type Store struct {
 	policies map[string]Policy
 
 	retainMu   sync.Mutex // serialises Retain
+	rebuildMu  sync.Mutex // serialises index rebuilds (rebuildIdx)
 	segMu      sync.RWMutex
 	segs       []*segment
 	quarantine []posRange
