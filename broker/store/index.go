@@ -37,6 +37,10 @@ const (
 	// blockEntries is the size of an index block: 1,024 entries, 32 KiB.
 	// Memory costs 40 bytes per block, 0.04 bytes per chunk.
 	blockEntries = 1024
+	// tailBudget bounds the entries all tails hold together (16 MiB): with
+	// thousands of busy partitions, tails are written out early as short
+	// blocks rather than holding up to a block each.
+	tailBudget = 512 << 10
 )
 
 // blockRef locates one index block of a partition.

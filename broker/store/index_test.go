@@ -266,3 +266,21 @@ func offsetsOf(ents []idxEntry) []int64 {
 	}
 	return o
 }
+
+// With many partitions the tails together stay within the budget.
+func TestTailBudget(t *testing.T) {
+	s := openT(t, Options{blockEntries: 64, tailBudget: 200})
+	for i := 0; i < 40; i++ {
+		for p := 0; p < 50; p++ {
+			mustAppend(t, s, "b", p, "x")
+		}
+		if tails, _ := indexSize(s); tails > 200+200/4+50 {
+			t.Fatalf("round %d: tails hold %d entries, budget 200", i, tails)
+		}
+	}
+	for p := 0; p < 50; p++ {
+		if got := decodeAll(t, readAll(t, s, "b", p)); len(got) != 40 {
+			t.Fatalf("b-%d: %d records", p, len(got))
+		}
+	}
+}

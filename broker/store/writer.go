@@ -67,17 +67,18 @@ type pendingChunk struct {
 
 // writerState is owned by the writer goroutine (and by recovery before it starts).
 type writerState struct {
-	active    *segment
-	pos       int64 // log end written
-	buf       []byte
-	ids       idGen
-	lastMs    int64
-	pend      []pendingChunk
-	dirty     map[*partition]struct{}
-	unflushed map[string]int
-	deadline  time.Time
-	timer     <-chan time.Time
-	jobs      int // group commits started or queued, not yet completed
+	active     *segment
+	pos        int64 // log end written
+	buf        []byte
+	ids        idGen
+	lastMs     int64
+	pend       []pendingChunk
+	dirty      map[*partition]struct{}
+	unflushed  map[string]int
+	deadline   time.Time
+	timer      <-chan time.Time
+	jobs       int // group commits started or queued, not yet completed
+	sinceSweep int // chunks indexed since the last sweepTails
 }
 
 // syncJob is one group commit's fdatasync, run by the syncer goroutine
@@ -375,6 +376,11 @@ func (s *Store) process(batch []*request) {
 			pc.p.mu.Unlock()
 			w.dirty[pc.p] = struct{}{}
 		}
+		w.sinceSweep += len(w.pend)
+		if w.sinceSweep >= s.opts.tailBudget/4 && idxErr == nil {
+			w.sinceSweep = 0
+			idxErr = s.sweepTails()
+		}
 		if idxErr != nil {
 			// The chunks stay indexed in memory; the disk is failing, so
 			// take no more appends.
@@ -639,6 +645,40 @@ func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
 		p.mu.Unlock()
 		delete(w.dirty, p)
 	}
+}
+
+// sweepTails bounds the index entries held in memory with many busy
+// partitions: when all tails together exceed the budget, the tails of at
+// least half the average length are written out as (short) blocks, which
+// frees at least half of the entries.
+func (s *Store) sweepTails() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	total, busy := 0, 0
+	for _, p := range s.parts {
+		p.mu.RLock()
+		if n := len(p.tail); n > 0 {
+			total += n
+			busy++
+		}
+		p.mu.RUnlock()
+	}
+	if total <= s.opts.tailBudget {
+		return nil
+	}
+	cut := max(total/busy/2, 1)
+	for _, p := range s.parts {
+		p.mu.Lock()
+		var err error
+		if len(p.tail) >= cut {
+			err = s.flushTailLocked(p, s.w.active)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
