@@ -24,6 +24,8 @@ type ckptPart struct {
 	pid      uint32
 	key      pkey
 	min, end int64
+	base     int64
+	records  int64
 	segs     []int64
 	fences   []fenceRef
 	blocks   []ckptBlock
@@ -73,6 +75,8 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(p.key.num)))
 		b = binary.BigEndian.AppendUint64(b, uint64(p.min))
 		b = binary.BigEndian.AppendUint64(b, uint64(p.end))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.base))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.records))
 		b = binary.BigEndian.AppendUint32(b, uint32(len(p.segs)))
 		for _, x := range p.segs {
 			b = binary.BigEndian.AppendUint64(b, uint64(x))
@@ -156,6 +160,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		p.key.topic = string(d.take(int(d.u16())))
 		p.key.num = int(int32(d.u32()))
 		p.min, p.end = d.i64(), d.i64()
+		p.base, p.records = d.i64(), d.i64()
 		ns := d.count(8)
 		for j := 0; j < ns && d.err == nil; j++ {
 			p.segs = append(p.segs, d.i64())
@@ -266,6 +271,7 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		}
 		p := newPartition(cp.key, cp.pid, cp.min)
 		p.end = cp.end
+		p.base, p.records = cp.base, cp.records
 		p.segs = cp.segs
 		p.fences = cp.fences
 		p.blocks = make([]blockRef, len(cp.blocks))
@@ -325,7 +331,7 @@ func (s *Store) writeCheckpoint() error {
 	c.nextPid = s.nextPid
 	for _, p := range s.parts {
 		p.mu.RLock()
-		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, segs: append([]int64(nil), p.segs...),
+		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
 			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
 		for _, b := range p.blocks {
 			i, ok := segIdx[b.g]

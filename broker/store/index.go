@@ -295,6 +295,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 			p.blocks[i] = b
 		}
 	}
+	p.records -= p.recordsInLocked(p.end - off)
 	p.end, p.wEnd = off, off
 	p.durable = min(p.durable, off)
 	p.min = min(p.min, off)

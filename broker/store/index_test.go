@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"metaq/internal/clock"
 )
 
 // indexSize counts the index entries a store keeps in memory: tails, and
@@ -283,4 +285,38 @@ func TestTailBudget(t *testing.T) {
 			t.Fatalf("b-%d: %d records", p, len(got))
 		}
 	}
+}
+
+// Backlog gives the time of the chunk holding an offset from the index and
+// counts records by the partition's mean size, also after a restart.
+func TestBacklog(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	fc := clock.NewFake(t0)
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Clock: fc, blockEntries: 4, SegmentBytes: 4096}
+	s := openT(t, opts)
+	var offs []int64
+	for i := 0; i < 50; i++ {
+		a := mustAppend(t, s, "g", 0, "0123456789", "abcdefghij")
+		offs = append(offs, a[0].Offset)
+		fc.Advance(time.Second)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		for _, i := range []int{0, 7, 31, 49} {
+			n, at, err := s.Backlog("g", 0, offs[i])
+			if err != nil || n != int64(2*(50-i)) || !at.Equal(t0.Add(time.Duration(i)*time.Second)) {
+				t.Fatalf("Backlog from chunk %d = %d %v %v, want %d at %v", i, n, at, err, 2*(50-i), t0.Add(time.Duration(i)*time.Second))
+			}
+		}
+		info, _ := s.Partition("g", 0)
+		if n, at, err := s.Backlog("g", 0, info.Max); n != 0 || !at.IsZero() || err != nil {
+			t.Fatalf("Backlog at the end = %d %v %v", n, at, err)
+		}
+	}
+	check(s)
+	s.Close()
+	check(openT(t, opts))
+	os.Remove(filepath.Join(dir, ckptName))
+	check(openT(t, opts))
 }

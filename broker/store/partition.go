@@ -33,7 +33,11 @@ type partition struct {
 	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
 	segs     []int64    // virtual MetaQ segment starts (spec §1.7), ascending
 	fences   []fenceRef
-	messages int64
+	messages int64 // records appended since start-up
+	// records is the number of records in [base, end): with the bytes
+	// they take it gives the mean record size Backlog counts with.
+	records int64
+	base    int64
 	deleted  bool
 
 	// writer-owned: end including requests of the batch being built.
@@ -41,22 +45,30 @@ type partition struct {
 }
 
 func newPartition(key pkey, pid uint32, start int64) *partition {
-	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}}
+	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}, base: start}
 }
 
-// addChunkLocked records a chunk of n bytes at the partition end, logged at
-// pos in the active segment. With segBytes <= 0 the virtual segment
-// boundaries are left alone. The caller flushes the tail once it is full.
+// addChunkLocked records a chunk of n bytes holding records records at the
+// partition end, logged at pos in the active segment. The caller flushes
+// the tail once it is full.
 func (p *partition) addChunkLocked(pos int64, n int64, ms int64, records int64, segBytes int64) {
 	off := p.end
 	p.tail = append(p.tail, idxEntry{pid: p.pid, n: uint32(n), off: off, pos: pos, ms: ms})
 	p.end = off + n
-	p.messages += records
+	p.records += records
 	// MetaQ rolls its segment file after an append that leaves it at or
 	// beyond maxSegmentSize; the next file starts at the new end.
 	if segBytes > 0 && p.end-p.segs[len(p.segs)-1] >= segBytes {
 		p.segs = append(p.segs, p.end)
 	}
+}
+
+// recordsIn estimates the records in n bytes of p from its mean record size.
+func (p *partition) recordsInLocked(n int64) int64 {
+	if p.records <= 0 || p.end <= p.base || n <= 0 {
+		return 0
+	}
+	return max((n*p.records+(p.end-p.base)/2)/(p.end-p.base), 1)
 }
 
 // tailIndexLocked returns the index of the tail entry holding off, or -1

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -247,10 +248,20 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment)
 			}
 			return nil
 		}
-		p.addChunkLocked(pos, int64(len(payload)), h.ms, 0, s.opts.SegmentBytes)
+		p.addChunkLocked(pos, int64(len(payload)), h.ms, countRecords(payload), s.opts.SegmentBytes)
 		if len(p.tail) >= s.opts.blockEntries {
 			return s.flushTailLocked(p, g)
 		}
 	}
 	return nil
+}
+
+// countRecords counts the records of a verified data payload.
+func countRecords(b []byte) int64 {
+	n := int64(0)
+	for len(b) >= RecordHeaderLen {
+		b = b[RecordHeaderLen+int(binary.BigEndian.Uint32(b)):]
+		n++
+	}
+	return n
 }

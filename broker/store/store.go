@@ -602,6 +602,35 @@ func (s *Store) OffsetForTime(topic string, partition int, t time.Time) (int64, 
 	return s.offsetForTime(p, t.UnixMilli())
 }
 
+// Backlog answers how far behind a reader at offset from is in one
+// partition (the replication shipper's lag): the records from from to the
+// durable end and the append time of the chunk holding from (zero when
+// from is at or beyond the end). The time is exact, from the index (one
+// block read at most); the count is the bytes divided by the partition's
+// mean record size, exact when records are of one size.
+func (s *Store) Backlog(topic string, partition int, from int64) (int64, time.Time, error) {
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return 0, time.Time{}, ErrNoPartition
+	}
+	p.mu.RLock()
+	from = max(from, p.min)
+	end := p.durable
+	msgs := p.recordsInLocked(end - from)
+	p.mu.RUnlock()
+	if from >= end {
+		return 0, time.Time{}, nil
+	}
+	ents, err := s.chunks(p, from, 1)
+	if err != nil {
+		return msgs, time.Time{}, err
+	}
+	if len(ents) == 0 {
+		return msgs, time.Time{}, nil
+	}
+	return msgs, time.UnixMilli(ents[0].ms), nil
+}
+
 // Partition returns one partition's bounds.
 func (s *Store) Partition(topic string, partition int) (PartitionInfo, error) {
 	p := s.lookup(topic, partition)

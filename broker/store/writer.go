@@ -370,6 +370,7 @@ func (s *Store) process(batch []*request) {
 		for _, pc := range w.pend {
 			pc.p.mu.Lock()
 			pc.p.addChunkLocked(pc.pos, pc.n, pc.ms, pc.records, segBytes)
+			pc.p.messages += pc.records
 			if len(pc.p.tail) >= s.opts.blockEntries && idxErr == nil {
 				idxErr = s.flushTailLocked(pc.p, w.active)
 			}
