@@ -38,7 +38,7 @@ type partition struct {
 	// they take it gives the mean record size Backlog counts with.
 	records int64
 	base    int64
-	deleted  bool
+	deleted bool
 
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
