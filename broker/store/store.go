@@ -475,13 +475,17 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	buf := *bp
 	defer func() { *bp = buf[:0] }()
 	for i := 0; i < len(pieces); {
-		// Chunks that sit back to back in the log are read with one pread.
+		// Chunks that sit close together in the log (back to back, or with
+		// other partitions' entries of at most readGap between them) are
+		// read with one pread of up to 4 MiB: a partition interleaved with
+		// a few others costs a few system calls per get, not one per chunk.
 		// Never across a segment end: positions are contiguous from one
 		// segment to the next, files are not.
 		j := i + 1
 		end := pieces[i].pos + entryHeaderLen + pieces[i].n
 		segEnd := s.segmentEnd(pieces[i].pos)
-		for j < len(pieces) && pieces[j].pos == end && end-pieces[i].pos < 4<<20 &&
+		for j < len(pieces) && pieces[j].pos >= end && pieces[j].pos-end <= readGap &&
+			pieces[j].pos+entryHeaderLen+pieces[j].n-pieces[i].pos <= 4<<20 &&
 			pieces[j].pos+entryHeaderLen+pieces[j].n <= segEnd {
 			end = pieces[j].pos + entryHeaderLen + pieces[j].n
 			j++
@@ -531,6 +535,9 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	return out, nil
 }
+
+// readGap is the most bytes of other entries one pread of Read spans.
+const readGap = 64 << 10
 
 // readBufs recycles Read's scratch buffers: fresh memory is slow to touch
 // and every get would otherwise allocate one.
