@@ -97,15 +97,16 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ResetTimer()
 	// 1. A quarter of the backlog, clean stop, fresh start-up.
 	t0 := time.Now()
-	run("fill", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, total/4))
+	run("gen", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, total/4))
 	drop()
 	s1 := run("open")
 	b.Logf("quarter: %.0f records, open %.3f s (%s), RSS %.1f MB, heap %.1f MB",
 		s1["records"], s1["open_s"], cold, s1["rss"]/1e6, s1["heap"]/1e6)
-	// 2. The rest, killed with SIGKILL while appending (after a few
-	// seconds more than the target, so the active segment holds data the
-	// last checkpoint does not cover).
-	_, cmd, sc := child("fill", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, total), backlogChildEnv+"_KILL=1")
+	// 2. The rest, then appends through the store killed with SIGKILL
+	// after a few seconds (so the active segment holds data the last
+	// checkpoint does not cover).
+	run("gen", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, total))
+	_, cmd, sc := child("fill", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, 0), backlogChildEnv+"_KILL=1")
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), "READY") {
 			break
@@ -195,16 +196,28 @@ func backlogChild(mode string) {
 		_, end := s.LogBounds()
 		n := max((target-end)/chunk, 0)
 		var done atomic.Int64
+		if kill {
+			fmt.Println("READY")
+		}
 		fillStore(s, parts, body, func() bool {
 			x := done.Add(1)
-			if x == n && kill {
-				fmt.Println("READY")
-			}
 			if x%(10<<20) == 0 {
 				fmt.Fprintf(os.Stderr, "backlog: %d of %d records, %v\n", x, n, time.Since(start).Round(time.Second))
 			}
 			return kill || x <= n
 		})
+	case "gen":
+		target, _ := strconv.ParseInt(env("TARGET"), 10, 64)
+		if err := genLog(s, parts, body, target); err != nil {
+			fail(err)
+		}
+		// Reopen: start-up indexes what was written behind its back (the
+		// crash-recovery path, from the last checkpoint on).
+		start = time.Now()
+		if s, err = Open(Options{Dir: dir}); err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(os.Stderr, "backlog: indexed the new log in %v\n", time.Since(start).Round(time.Millisecond))
 	case "open":
 		runtime.GC()
 		debug.FreeOSMemory()
@@ -222,6 +235,82 @@ func backlogChild(mode string) {
 	if err := s.Close(); err != nil {
 		fail(err)
 	}
+}
+
+// genLog closes s and writes log segments after its end directly, as the
+// writer would (a define entry per partition at each segment start, then
+// one single-record data entry per put, rotating over the partitions),
+// until the log holds target bytes.
+func genLog(s *Store, parts, body int, target int64) error {
+	for i := 0; i < parts; i++ {
+		if err := s.CreatePartition("backlog", i, 0); err != nil {
+			return err
+		}
+	}
+	type gp struct {
+		pid uint32
+		end int64
+	}
+	var ps []gp
+	for i := 0; i < parts; i++ {
+		p := s.lookup("backlog", i)
+		ps = append(ps, gp{p.pid, p.end})
+	}
+	pos := s.w.pos
+	segBytes := s.opts.SegmentBytes
+	lastMs := s.w.lastMs
+	if err := s.Close(); err != nil {
+		return err
+	}
+	msg := make([]byte, body)
+	for i := range msg {
+		msg[i] = byte('a' + i%26)
+	}
+	var ids idGen
+	rec := make([]byte, 0, RecordHeaderLen+body)
+	buf := make([]byte, 0, 8<<20)
+	t0 := time.Now()
+	for k := 0; pos < target; k++ {
+		path := filepath.Join(s.logDir, segName(pos))
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		ms := max(time.Now().UnixMilli(), lastMs)
+		buf = buf[:0]
+		for i, p := range ps {
+			buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.end, ms: ms}, encodeDefine("backlog", i))
+		}
+		size := int64(0)
+		for i := 0; size+int64(len(buf)) < segBytes && pos+size+int64(len(buf)) < target; i++ {
+			if i%4096 == 0 {
+				ms = max(time.Now().UnixMilli(), ms)
+			}
+			p := &ps[i%parts]
+			rec = appendRecordSum(rec[:0], ids.next(ms), 0, RecordChecksum(msg), msg)
+			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: p.end, ms: ms}, rec)
+			p.end += int64(len(rec))
+			if len(buf) >= 4<<20 {
+				if _, err := f.Write(buf); err != nil {
+					return err
+				}
+				size += int64(len(buf))
+				buf = buf[:0]
+			}
+		}
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		size += int64(len(buf))
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		f.Close()
+		pos += size
+		lastMs = ms
+		fmt.Fprintf(os.Stderr, "backlog: segment %d written, log at %.2f GB, %v\n", k, float64(pos)/1e9, time.Since(t0).Round(time.Second))
+	}
+	return nil
 }
 
 // fillStore appends single records to random partitions from 8 goroutines
