@@ -354,17 +354,18 @@ func (s *Store) writeCheckpoint() error {
 // flushTails writes every partition's tail into g's .idx (the writer at a
 // roll or a checkpoint, or recovery at the end of a segment).
 func (s *Store) flushTails(g *segment) error {
+	return s.flushTailsOf(s.partitionList(), g, 1)
+}
+
+// partitionList returns the partitions of the table.
+func (s *Store) partitionList() []*partition {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	ps := make([]*partition, 0, len(s.parts))
 	for _, p := range s.parts {
-		p.mu.Lock()
-		err := s.flushTailLocked(p, g)
-		p.mu.Unlock()
-		if err != nil {
-			return err
-		}
+		ps = append(ps, p)
 	}
-	return nil
+	return ps
 }
 
 // sealed is called by the writer when g stopped being the active segment:

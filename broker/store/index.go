@@ -149,6 +149,48 @@ func (s *Store) flushTailLocked(p *partition, g *segment) error {
 	return nil
 }
 
+// flushTailsOf writes the tails of ps (those of at least min entries) into
+// g's .idx with ONE write, as consecutive blocks: a sweep or a roll with
+// thousands of partitions costs one system call, not one per partition.
+// Only the writer goroutine (or recovery) calls it: it alone appends to
+// tails, so a tail cannot change between the copy and the publish.
+func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
+	type pend struct {
+		p   *partition
+		ref blockRef
+	}
+	var todo []pend
+	var buf []byte
+	at := g.idxN
+	for _, p := range ps {
+		p.mu.RLock()
+		if n := len(p.tail); n > 0 && n >= min {
+			start := len(buf)
+			buf = encodeEntries(buf, p.tail)
+			todo = append(todo, pend{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n),
+				crc: crc32.Checksum(buf[start:], castagnoli)}})
+			at += uint32(n)
+		}
+		p.mu.RUnlock()
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	pos := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
+	if _, err := g.idx.WriteAt(buf, pos); err != nil {
+		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
+	}
+	g.idxN = at
+	g.idxSize = pos + int64(len(buf))
+	for _, x := range todo {
+		x.p.mu.Lock()
+		x.p.blocks = append(x.p.blocks, x.ref)
+		x.p.tail = nil
+		x.p.mu.Unlock()
+	}
+	return nil
+}
+
 // errIndexDamaged marks an index block that fails its checks: the log is
 // fine, the .idx is not (it is rebuilt from the log at the next start-up).
 var errIndexDamaged = errors.New("index block damaged")

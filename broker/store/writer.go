@@ -653,10 +653,9 @@ func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
 // least half the average length are written out as (short) blocks, which
 // frees at least half of the entries.
 func (s *Store) sweepTails() error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	ps := s.partitionList()
 	total, busy := 0, 0
-	for _, p := range s.parts {
+	for _, p := range ps {
 		p.mu.RLock()
 		if n := len(p.tail); n > 0 {
 			total += n
@@ -667,19 +666,7 @@ func (s *Store) sweepTails() error {
 	if total <= s.opts.tailBudget {
 		return nil
 	}
-	cut := max(total/busy/2, 1)
-	for _, p := range s.parts {
-		p.mu.Lock()
-		var err error
-		if len(p.tail) >= cut {
-			err = s.flushTailLocked(p, s.w.active)
-		}
-		p.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.flushTailsOf(ps, s.w.active, max(total/busy/2, 1))
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
