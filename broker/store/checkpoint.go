@@ -322,7 +322,9 @@ func (s *Store) writeCheckpoint() error {
 	segIdx := make(map[*segment]uint32)
 	s.segMu.RLock()
 	for i, g := range s.segs {
+		g.idxMu.RLock() // rebuildIdx may replace a sealed segment's .idx
 		c.segs = append(c.segs, ckptSeg{start: g.start, idxN: g.idxN})
+		g.idxMu.RUnlock()
 		segIdx[g] = uint32(i)
 	}
 	c.quarantine = append(c.quarantine, s.quarantine...)

@@ -23,8 +23,9 @@ type segment struct {
 	size  atomic.Int64
 
 	// idx is the segment's .idx file (see index.go). idxN (entries) and
-	// idxSize are owned by the writer goroutine (and recovery); removed is
-	// set under Store.segMu when retention takes the segment away.
+	// idxSize are written by the writer goroutine (and recovery) while the
+	// segment is active, and once sealed only by rebuildIdx, under idxMu;
+	// removed is set under idxMu when retention takes the segment away.
 	idx     File
 	idxN    uint32
 	idxSize int64
