@@ -49,11 +49,7 @@ type GroupLag struct {
 	Frames       int64
 	Rewinds      int64 // frames the slave rejected and asked for again
 	Truncated    bool  // the slave's position had been removed by retention at its last connect
-	// IndexBehind is always false: Messages and Seconds come from the
-	// master store's partition index (Source.Backlog), which is never
-	// behind. Kept for readers of the JSON.
-	IndexBehind bool
-	Partitions  []PartitionLag
+	Partitions   []PartitionLag
 }
 
 // Lag reports every known slave's lag, sorted by group then slave id. It is
