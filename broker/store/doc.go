@@ -97,9 +97,7 @@
 // memory (by first offset, or first time: append times never decrease
 // along the log, the writer keeps them monotonic) and read ONE block (one
 // pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
-// that spans several blocks reads them in order and asks the kernel to read
-// the next ones ahead (posix_fadvise WILLNEED), since a partition's blocks
-// are spread over its segments' .idx files. Reads then pread the log;
+// that spans several blocks reads them in order. Reads then pread the log;
 // chunks close together in the log (up to 64 KiB of other partitions'
 // entries between them) are read with one pread of at most 4 MiB. No file
 // descriptor is held per partition (10,000 partitions would not fit in

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // FS is the file-system seam of the store: every file the store touches is
@@ -95,16 +93,6 @@ func (f osFile) Datasync() error {
 		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: serr}
 	}
 	return nil
-}
-
-// WillNeed asks the kernel to start reading [off, off+n) into the page
-// cache (posix_fadvise WILLNEED), so reads of scattered index blocks that
-// will be needed soon overlap instead of waiting one after another. A hint:
-// errors are ignored.
-func (f osFile) WillNeed(off, n int64) {
-	if sc, err := f.File.SyscallConn(); err == nil {
-		sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, unix.FADV_WILLNEED) })
-	}
 }
 
 func (f osFile) Size() (int64, error) {

@@ -235,8 +235,6 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 	var out []idxEntry
 	x := off
 	repaired := false
-	prefetched := false
-	var next []blockRef
 	for x < off+want {
 		p.mu.RLock()
 		if x >= p.end {
@@ -258,22 +256,7 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		}
 		b := p.blocks[i]
 		pid := p.pid
-		if !prefetched {
-			// The blocks this read needs and as many again for the next
-			// one (a consumer reads on): a partition's blocks are spread
-			// over its segments' .idx files, so the kernel's readahead
-			// does not see them coming.
-			prefetched = true
-			end := off + 2*want
-			for k := i + 1; k < len(p.blocks) && k <= i+16 && p.blocks[k].off < end; k++ {
-				next = append(next, p.blocks[k])
-			}
-		}
 		p.mu.RUnlock()
-		if len(next) > 0 {
-			s.willNeed(next)
-			next = nil
-		}
 		gen := b.g.idxGen.Load()
 		ents, err := s.readBlock(pid, b)
 		if err != nil {
@@ -300,17 +283,6 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		}
 	}
 	return out, nil
-}
-
-// willNeed hints the kernel to read the given index blocks.
-func (s *Store) willNeed(bs []blockRef) {
-	for _, b := range bs {
-		b.g.idxMu.RLock()
-		if f, ok := b.g.idx.(interface{ WillNeed(off, n int64) }); ok && !b.g.removed {
-			f.WillNeed(int64(idxHeaderLen)+int64(b.at)*idxEntryLen, int64(b.n)*idxEntryLen)
-		}
-		b.g.idxMu.RUnlock()
-	}
 }
 
 // indexDamaged handles an index block that fails its checks: the
