@@ -383,3 +383,33 @@ func TestRebuildUnderLoad(t *testing.T) {
 	s.Close()
 	checkParts(t, openT(t, opts), "u", want)
 }
+
+// After a crash, recovery reads the log only from the last checkpoint (the
+// last segment roll) on: the sealed segments are neither read nor
+// re-indexed, whatever their size.
+func TestCrashRecoveryReadsSinceCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 32 << 10, blockEntries: 8}
+	s := openT(t, opts)
+	want := fill(t, s, "c", 3, 400)
+	segs := logFiles(t, dir, segSuffix)
+	if len(segs) < 5 {
+		t.Fatalf("want several segments, have %d", len(segs))
+	}
+	// The process dies now: copy the files as they are (what it wrote is
+	// in the page cache, as after kill -9), without Close.
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	active, err := os.Stat(filepath.Join(crashed, "log", filepath.Base(segs[len(segs)-1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfs := &countFS{}
+	s2 := openT(t, Options{Dir: crashed, SegmentBytes: 32 << 10, blockEntries: 8, FS: cfs})
+	if n := cfs.logRead.Load(); n == 0 || n > active.Size() {
+		t.Fatalf("recovery read %d log bytes; the segment written since the last checkpoint has %d", n, active.Size())
+	}
+	checkParts(t, s2, "c", want)
+}
