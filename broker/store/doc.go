@@ -123,8 +123,13 @@
 // file is fdatasynced; a sealed segment's .idx is fdatasynced when it is
 // sealed. So a checkpoint never refers to index bytes that are not on
 // disk. It is written after each segment roll, before retention removes
-// files, and by Close. Index data is never fsynced on the append path: it
-// is rebuilt from the log after a crash.
+// files, and by Close. Its size is 36 bytes per block plus the partitions
+// (5.5 MB for the 154 million single-message chunks of BenchmarkBacklog),
+// written once per roll; with 10,000 busy partitions and a week of hourly
+// segments it would reach about 60 MB per roll, the point where the
+// directory of sealed segments should move into their .idx files. Index
+// data is never fsynced on the append path: it is rebuilt from the log
+// after a crash.
 //
 // # Writes, group commit and fsync rules
 //
