@@ -192,7 +192,7 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
 }
 
 // errIndexDamaged marks an index block that fails its checks: the log is
-// fine, the .idx is not (it is rebuilt from the log at the next start-up).
+// fine, the .idx is not (see repairBlock).
 var errIndexDamaged = errors.New("index block damaged")
 
 // readBlock reads and checks block b of partition pid.
