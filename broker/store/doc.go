@@ -98,7 +98,7 @@
 // along the log, the writer keeps them monotonic) and read ONE block (one
 // pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
 // that spans several blocks reads them in order. Reads then pread the log;
-// chunks close together in the log (up to 64 KiB of other partitions'
+// chunks close together in the log (up to 4 KiB of other partitions'
 // entries between them) are read with one pread of at most 4 MiB. No file
 // descriptor is held per partition (10,000 partitions would not fit in
 // `ulimit -n` with MetaQ's layout): the store holds two per log segment,
