@@ -251,7 +251,17 @@ func (b *Broker) Close() error {
 	defer close(b.done)
 	if r := b.opts.Registry; r != nil && b.isStarted() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := r.UnregisterAll(ctx); err != nil {
+		// The wait after unregistering lets connected clients notice;
+		// with none connected there is nothing to wait for.
+		var err error
+		if u, ok := r.(interface {
+			UnregisterAllWhile(context.Context, func() bool) error
+		}); ok {
+			err = u.UnregisterAllWhile(ctx, b.hasConns)
+		} else {
+			err = r.UnregisterAll(ctx)
+		}
+		if err != nil {
 			b.log.Warn("BROKER: unregister failed", "err", err)
 		}
 		cancel()
@@ -290,6 +300,13 @@ func (b *Broker) Close() error {
 	b.wg.Wait()
 	b.log.Info("BROKER: closed")
 	return nil
+}
+
+// hasConns reports whether any client connection is open.
+func (b *Broker) hasConns() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.conns) > 0
 }
 
 func (b *Broker) isStarted() bool {

@@ -76,9 +76,11 @@
 // file, so lag survives master restarts. Shipper.Lag reports per slave and
 // partition the bytes, messages and seconds (age of the oldest record not
 // on the slave) behind, and "stuck" (behind with no progress for
-// StuckAfter). Messages and seconds come from a compact index of the log
-// (index.go): exact for the newest 1024 entries per partition,
-// interpolated for older ones. Shipper.StatsLines renders it for `stats
+// StuckAfter). Messages and seconds come from the master store's own
+// partition index (LogSource.Backlog): the seconds from the append time of
+// the first chunk the slave lacks (exact), the messages from the bytes and
+// the partition's mean record size (exact when records are of one size).
+// Shipper.StatsLines renders it for `stats
 // slave`; Receiver.Status and Receiver.StatsLines give the slave's view
 // (slave-status).
 //

@@ -265,38 +265,3 @@ func TestAutoChooser(t *testing.T) {
 		}
 	}
 }
-
-func TestLogIndexLag(t *testing.T) {
-	m := newMemStore()
-	x := newLogIndex(m)
-	t0 := time.Now()
-	// Feed entries directly: 3 records of 120 bytes per entry.
-	rec := makeRecord(1, make([]byte, 100))
-	three := bytes.Repeat(rec, 3)
-	for i := 0; i < maxMarks+100; i++ {
-		x.addLocked(store.LogEntry{Topic: "t", Partition: 0, Offset: int64(i * len(three)), Records: three,
-			Time: t0.Add(time.Duration(i) * time.Millisecond)})
-	}
-	total := int64(3 * (maxMarks + 100))
-	if n := len(x.part[pkey{"t", 0}].ms); n > maxMarks {
-		t.Fatalf("%d marks kept", n)
-	}
-	// Recent positions are exact.
-	end := int64((maxMarks + 90) * len(three))
-	msgs, at := x.lag(pkey{"t", 0}, end)
-	if msgs != 30 || !at.Equal(t0.Add(time.Duration(maxMarks+90)*time.Millisecond)) {
-		t.Fatalf("recent lag %d %v", msgs, at.Sub(t0))
-	}
-	// Old positions are interpolated but close.
-	msgs, _ = x.lag(pkey{"t", 0}, int64(100*len(three)))
-	if d := msgs - (total - 300); d < -3 || d > 3 {
-		t.Fatalf("old lag %d, want about %d", msgs, total-300)
-	}
-	if msgs, at := x.lag(pkey{"t", 0}, int64((maxMarks+100)*len(three))); msgs != 0 || !at.IsZero() {
-		t.Fatalf("caught up: %d %v", msgs, at)
-	}
-	x.trim(0, map[pkey]int64{{"t", 0}: end})
-	if n := len(x.part[pkey{"t", 0}].ms); n != 10 {
-		t.Fatalf("%d marks after trim", n)
-	}
-}

@@ -49,10 +49,7 @@ type GroupLag struct {
 	Frames       int64
 	Rewinds      int64 // frames the slave rejected and asked for again
 	Truncated    bool  // the slave's position had been removed by retention at its last connect
-	// IndexBehind: the master's lag index is still reading a backlog, so
-	// Messages (not Bytes) are lower bounds for now.
-	IndexBehind bool
-	Partitions  []PartitionLag
+	Partitions   []PartitionLag
 }
 
 // Lag reports every known slave's lag, sorted by group then slave id. It is
@@ -77,15 +74,13 @@ func (s *Shipper) Lag() []GroupLag {
 	}
 	s.prog.mu.Unlock()
 
-	idxBehind := s.idx.behind(durable)
 	out := make([]GroupLag, 0, len(snaps))
 	for _, c := range snaps {
 		sp := c.sp
 		g := GroupLag{Group: sp.key.Group, SlaveID: sp.key.SlaveID, Connected: sp.Connected, Addr: sp.Addr,
 			AppliedPos: sp.Applied, DurablePos: sp.Durable, SentPos: sp.Sent, MasterPos: durable,
 			LastAck: sp.LastAck, LastProgress: sp.LastProgress, RTT: sp.RTT, Mode: string(sp.Mode),
-			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated,
-			IndexBehind: idxBehind}
+			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated}
 		if sp.Frames > 0 {
 			g.Codec = sp.LastCodec.String()
 		}
@@ -110,7 +105,7 @@ func (s *Shipper) Lag() []GroupLag {
 			}
 			if pi.Durable > from {
 				pl.Bytes = pi.Durable - from
-				msgs, t := s.idx.lag(k, from)
+				msgs, t, _ := s.opts.Source.Backlog(pi.Topic, pi.Partition, from)
 				pl.Messages = msgs
 				if !t.IsZero() && now.After(t) {
 					pl.Seconds = now.Sub(t).Seconds()

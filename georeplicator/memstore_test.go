@@ -140,6 +140,35 @@ func (m *memStore) ReadLog(pos int64, maxBytes int) ([]store.LogEntry, int64, er
 	return out, next, nil
 }
 
+// Backlog counts the durable records of a partition from offset from, and
+// the time of the entry holding from.
+func (m *memStore) Backlog(topic string, part int, from int64) (int64, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	var first time.Time
+	for _, le := range m.log {
+		e := le.e
+		end := e.Offset + int64(len(e.Records))
+		if e.Topic != topic || e.Partition != part || end <= from || le.pos+entryLogSize(e) > m.durable {
+			continue
+		}
+		if first.IsZero() {
+			first = e.Time
+		}
+		recs := e.Records
+		for off := e.Offset; len(recs) >= 20; {
+			l := 20 + int(binary.BigEndian.Uint32(recs))
+			if off >= from {
+				n++
+			}
+			off += int64(l)
+			recs = recs[l:]
+		}
+	}
+	return n, first, nil
+}
+
 func (m *memStore) LogBounds() (int64, int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

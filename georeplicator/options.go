@@ -25,6 +25,9 @@ type LogSource interface {
 	WaitDurable(ctx context.Context, pos int64) error
 	// Partitions lists every partition with its bounds.
 	Partitions() []store.PartitionInfo
+	// Backlog returns the records of a partition from offset from to its
+	// durable end and the append time of the first of them (zero if none).
+	Backlog(topic string, partition int, from int64) (int64, time.Time, error)
 }
 
 // LogSink is the slave-side view of the store. *store.Store implements it.

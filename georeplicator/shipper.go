@@ -34,7 +34,6 @@ type Shipper struct {
 	sessions map[slaveKey]*session // the current connection of each slave
 
 	prog *progress
-	idx  *logIndex
 
 	ccWarned atomic.Bool
 }
@@ -52,7 +51,6 @@ func NewShipper(opts ShipperOptions) (*Shipper, error) {
 		return nil, err
 	}
 	s.prog = p
-	s.idx = newLogIndex(opts.Source)
 	return s, nil
 }
 
@@ -70,15 +68,6 @@ func (s *Shipper) Start() error {
 	}
 	s.ln = ln
 	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression)
-	// The index must cover every known group's position so lag in messages
-	// and seconds is right after a master restart.
-	if pos, ok := s.prog.minApplied(); ok {
-		s.idx.want(pos)
-	} else {
-		_, durable := s.opts.Source.LogBounds()
-		s.idx.want(durable)
-	}
-	s.goFunc(func() { s.idx.run(s.ctx, s.opts.Keepalive) })
 	s.goFunc(s.acceptLoop)
 	s.goFunc(s.persistLoop)
 	return nil
@@ -177,11 +166,6 @@ func (s *Shipper) persistLoop() {
 		case <-t.C():
 			if err := s.prog.saveIfDirty(); err != nil {
 				s.log.Warn("saving replication progress failed", "err", err)
-			}
-			if pos, ok := s.prog.minApplied(); ok {
-				s.idx.trim(pos, s.prog.minPartitionApplied())
-			} else {
-				s.idx.trimAll()
 			}
 		}
 	}
@@ -344,7 +328,6 @@ func (s *Shipper) serve(c net.Conn) error {
 	}()
 	connNo := s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
 	defer s.prog.disconnect(key, connNo)
-	s.idx.want(start) // after connect: from now on the index keeps what this slave lacks
 	ss.log.Info("slave connected", "start", start, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
 	if truncated {
@@ -578,7 +561,6 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		if err != nil {
 			return fmt.Errorf("georeplicator: read log at %d: %w", pos, err)
 		}
-		s.idx.feed(-1, pos, next, entries)
 		if len(entries) == 0 && next > pos {
 			// ReadLog passed over entries without records (partition
 			// definitions, deletions); the next frame covers that range.
@@ -604,7 +586,6 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 			if err != nil || len(more) == 0 {
 				break
 			}
-			s.idx.feed(-1, next, n2, more)
 			entries = append(entries, more...)
 			next = n2
 			size = entriesSize(entries)

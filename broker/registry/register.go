@@ -240,13 +240,33 @@ func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
 // (MetaMorphosisBroker.stop). RegisterBroker and RegisterTopic may be called
 // again afterwards (a samsa master does, once its slave is back).
 func (r *Registry) UnregisterAll(ctx context.Context) error {
+	return r.UnregisterAllWhile(ctx, nil)
+}
+
+// UnregisterAllWhile is UnregisterAll whose wait ends as soon as busy
+// (polled) reports false: with no client connected to the broker, nobody
+// is left to notice, so an idle broker stops at once. busy nil waits the
+// whole zkSyncTimeMs.
+func (r *Registry) UnregisterAllWhile(ctx context.Context, busy func() bool) error {
 	err := r.unregister(ctx)
-	if r.opts.SyncTime > 0 {
-		t := time.NewTimer(r.opts.SyncTime)
-		defer t.Stop()
+	if r.opts.SyncTime <= 0 {
+		return err
+	}
+	t := time.NewTimer(r.opts.SyncTime)
+	defer t.Stop()
+	var poll <-chan time.Time
+	if busy != nil {
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		poll = tk.C
+	}
+	for busy == nil || busy() {
 		select {
 		case <-t.C:
+			return err
 		case <-ctx.Done():
+			return err
+		case <-poll:
 		}
 	}
 	return err

@@ -446,6 +446,21 @@ func TestCleanStop(t *testing.T) {
 			t.Errorf("%s/test still has %v", tree, tb)
 		}
 	}
+	// While clients are connected the wait goes on; once none is, it ends
+	// before zkSyncTimeMs (an hour here).
+	long := testOptions(t, root)
+	long.SyncTime = time.Hour
+	idle := newRegistry(t, long)
+	if err := idle.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	polls := 0
+	if err := idle.UnregisterAllWhile(ctx, func() bool { polls++; return polls < 4 }); err != nil {
+		t.Fatal(err)
+	}
+	if polls != 4 {
+		t.Errorf("UnregisterAllWhile returned after %d polls of busy, want 4", polls)
+	}
 	// A master alone: ids/<id> itself is deleted.
 	if err := master.RegisterBroker(ctx); err != nil {
 		t.Fatal(err)

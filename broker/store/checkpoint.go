@@ -8,131 +8,64 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 )
-
-// idxEntry is one data chunk as written to a segment's .idx file.
-type idxEntry struct {
-	pid uint32
-	n   uint32
-	off int64
-	pos int64
-	ms  int64
-}
 
 const (
-	idxMagic     = 0x4D514958 // "MQIX"
-	ckptMagic    = 0x4D51434B // "MQCK"
-	formatV1     = 1
-	idxEntryLen  = 32
-	idxHeaderLen = 4 + 4 + 8 + 8 + 4
-	idxSuffix    = ".idx"
-	ckptName     = "checkpoint"
+	ckptMagic = 0x4D51434B // "MQCK"
+	ckptName  = "checkpoint"
 )
 
-func idxPath(g *segment) string { return strings.TrimSuffix(g.path, segSuffix) + idxSuffix }
-
-// writeIdx writes the index summary of g covering [g.start, g.start+covered).
-func (s *Store) writeIdx(g *segment, covered int64, ents []idxEntry) error {
-	b := make([]byte, idxHeaderLen, idxHeaderLen+len(ents)*idxEntryLen+4)
-	binary.BigEndian.PutUint32(b[0:], idxMagic)
-	binary.BigEndian.PutUint32(b[4:], formatV1)
-	binary.BigEndian.PutUint64(b[8:], uint64(g.start))
-	binary.BigEndian.PutUint64(b[16:], uint64(covered))
-	binary.BigEndian.PutUint32(b[24:], uint32(len(ents)))
-	var e [idxEntryLen]byte
-	for _, x := range ents {
-		binary.BigEndian.PutUint32(e[0:], x.pid)
-		binary.BigEndian.PutUint32(e[4:], x.n)
-		binary.BigEndian.PutUint64(e[8:], uint64(x.off))
-		binary.BigEndian.PutUint64(e[16:], uint64(x.pos))
-		binary.BigEndian.PutUint64(e[24:], uint64(x.ms))
-		b = append(b, e[:]...)
-	}
-	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	if err := writeFileAtomic(s.fs, idxPath(g), b); err != nil {
-		return fmt.Errorf("store: write index %s: %w", idxPath(g), err)
-	}
-	return nil
-}
-
-// readIdx loads g's .idx if it covers exactly covered bytes.
-func (s *Store) readIdx(g *segment, covered int64) ([]idxEntry, error) {
-	b, err := readFile(s.fs, idxPath(g))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) < idxHeaderLen+4 || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return nil, fmt.Errorf("%w: index %s checksum", ErrCorrupt, idxPath(g))
-	}
-	if binary.BigEndian.Uint32(b[0:]) != idxMagic || binary.BigEndian.Uint32(b[4:]) != formatV1 ||
-		int64(binary.BigEndian.Uint64(b[8:])) != g.start {
-		return nil, fmt.Errorf("%w: index %s header", ErrCorrupt, idxPath(g))
-	}
-	if c := int64(binary.BigEndian.Uint64(b[16:])); c != covered {
-		return nil, fmt.Errorf("index %s covers %d bytes, need %d: stale", idxPath(g), c, covered)
-	}
-	n := int(binary.BigEndian.Uint32(b[24:]))
-	if len(b) != idxHeaderLen+n*idxEntryLen+4 {
-		return nil, fmt.Errorf("%w: index %s length", ErrCorrupt, idxPath(g))
-	}
-	ents := make([]idxEntry, n)
-	for i := range ents {
-		e := b[idxHeaderLen+i*idxEntryLen:]
-		ents[i] = idxEntry{
-			pid: binary.BigEndian.Uint32(e[0:]),
-			n:   binary.BigEndian.Uint32(e[4:]),
-			off: int64(binary.BigEndian.Uint64(e[8:])),
-			pos: int64(binary.BigEndian.Uint64(e[16:])),
-			ms:  int64(binary.BigEndian.Uint64(e[24:])),
-		}
-		if ents[i].pos < g.start || ents[i].pos >= g.start+covered {
-			return nil, fmt.Errorf("%w: index %s entry %d outside the segment", ErrCorrupt, idxPath(g), i)
-		}
-	}
-	return ents, nil
-}
-
-// scanIdx rebuilds the data entries of g in [from, to) from the log itself.
-func (s *Store) scanIdx(g *segment, to int64) ([]idxEntry, error) {
-	r := newSegReader(g.f, to)
-	var ents []idxEntry
-	for x := int64(0); x < to; {
-		h, payload, n, err := r.entryAt(x)
-		if err != nil {
-			return nil, fmt.Errorf("store: rebuild index of %s at %d: %w", g.path, x, err)
-		}
-		if h.typ == entryData {
-			ents = append(ents, idxEntry{pid: h.pid, n: uint32(len(payload)), off: h.off, pos: g.start + x, ms: h.ms})
-		}
-		x += int64(n)
-	}
-	return ents, nil
-}
-
+// The checkpoint (format 2) holds everything start-up needs without
+// reading a segment or an index file: the partition table with each
+// partition's bounds, virtual segments, fences and index block directory,
+// the number of vouched-for entries in each segment's .idx, and the
+// quarantined ranges, all complete up to log position pos.
 type ckptPart struct {
 	pid      uint32
 	key      pkey
 	min, end int64
+	base     int64
+	records  int64
 	segs     []int64
+	fences   []fenceRef
+	blocks   []ckptBlock
+}
+
+type ckptBlock struct {
+	seg     uint32 // index into checkpoint.segs
+	off, ms int64
+	at, n   uint32
+	crc     uint32
+}
+
+type ckptSeg struct {
+	start int64
+	idxN  uint32
 }
 
 type checkpoint struct {
+	version    uint32
 	pos        int64
 	nextPid    uint32
 	quarantine []posRange
+	segs       []ckptSeg
 	parts      []ckptPart
 }
 
 func encodeCheckpoint(c *checkpoint) []byte {
 	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
-	b = binary.BigEndian.AppendUint32(b, formatV1)
+	b = binary.BigEndian.AppendUint32(b, formatV2)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
 	b = binary.BigEndian.AppendUint32(b, c.nextPid)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
 	for _, q := range c.quarantine {
 		b = binary.BigEndian.AppendUint64(b, uint64(q.from))
 		b = binary.BigEndian.AppendUint64(b, uint64(q.to))
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.segs)))
+	for _, g := range c.segs {
+		b = binary.BigEndian.AppendUint64(b, uint64(g.start))
+		b = binary.BigEndian.AppendUint32(b, g.idxN)
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.parts)))
 	for _, p := range c.parts {
@@ -142,9 +75,25 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(int32(p.key.num)))
 		b = binary.BigEndian.AppendUint64(b, uint64(p.min))
 		b = binary.BigEndian.AppendUint64(b, uint64(p.end))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.base))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.records))
 		b = binary.BigEndian.AppendUint32(b, uint32(len(p.segs)))
 		for _, x := range p.segs {
 			b = binary.BigEndian.AppendUint64(b, uint64(x))
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.fences)))
+		for _, f := range p.fences {
+			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
+			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
+		for _, k := range p.blocks {
+			b = binary.BigEndian.AppendUint32(b, k.seg)
+			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
+			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
+			b = binary.BigEndian.AppendUint32(b, k.at)
+			b = binary.BigEndian.AppendUint32(b, k.n)
+			b = binary.BigEndian.AppendUint32(b, k.crc)
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
@@ -170,33 +119,62 @@ func (d *decoder) u16() uint16 { return binary.BigEndian.Uint16(d.take(2)) }
 func (d *decoder) u32() uint32 { return binary.BigEndian.Uint32(d.take(4)) }
 func (d *decoder) i64() int64  { return int64(binary.BigEndian.Uint64(d.take(8))) }
 
+// count reads a count of items of at least size bytes each, refusing one
+// the rest of the input cannot hold.
+func (d *decoder) count(size int) int {
+	n := int(d.u32())
+	if n > len(d.b)/size {
+		d.err = errCkpt
+		return 0
+	}
+	return n
+}
+
+// decodeCheckpoint decodes a format-2 checkpoint. For a checkpoint of
+// another format it returns only the version (and no error), so the caller
+// can upgrade or refuse with a clear message.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 12 || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return nil, errCkpt
 	}
 	d := &decoder{b: b[:len(b)-4]}
-	if d.u32() != ckptMagic || d.u32() != formatV1 {
+	if d.u32() != ckptMagic {
 		return nil, errCkpt
 	}
-	c := &checkpoint{pos: d.i64(), nextPid: d.u32()}
-	nq := int(d.u32())
+	c := &checkpoint{version: d.u32()}
+	if c.version != formatV2 {
+		return c, nil
+	}
+	c.pos, c.nextPid = d.i64(), d.u32()
+	nq := d.count(16)
 	for i := 0; i < nq && d.err == nil; i++ {
 		c.quarantine = append(c.quarantine, posRange{d.i64(), d.i64()})
 	}
-	np := int(d.u32())
+	ng := d.count(12)
+	for i := 0; i < ng && d.err == nil; i++ {
+		c.segs = append(c.segs, ckptSeg{start: d.i64(), idxN: d.u32()})
+	}
+	np := d.count(4)
 	for i := 0; i < np && d.err == nil; i++ {
 		p := ckptPart{pid: d.u32()}
 		p.key.topic = string(d.take(int(d.u16())))
 		p.key.num = int(int32(d.u32()))
 		p.min, p.end = d.i64(), d.i64()
-		ns := int(d.u32())
-		if ns > len(d.b)/8 {
-			return nil, errCkpt
-		}
-		for j := 0; j < ns; j++ {
+		p.base, p.records = d.i64(), d.i64()
+		ns := d.count(8)
+		for j := 0; j < ns && d.err == nil; j++ {
 			p.segs = append(p.segs, d.i64())
 		}
-		if len(p.segs) == 0 || p.min > p.end {
+		nf := d.count(16)
+		for j := 0; j < nf && d.err == nil; j++ {
+			p.fences = append(p.fences, fenceRef{pos: d.i64(), off: d.i64()})
+		}
+		nb := d.count(32)
+		p.blocks = make([]ckptBlock, 0, nb)
+		for j := 0; j < nb && d.err == nil; j++ {
+			p.blocks = append(p.blocks, ckptBlock{seg: d.u32(), off: d.i64(), ms: d.i64(), at: d.u32(), n: d.u32(), crc: d.u32()})
+		}
+		if d.err == nil && (len(p.segs) == 0 || p.min > p.end) {
 			return nil, errCkpt
 		}
 		c.parts = append(c.parts, p)
@@ -207,40 +185,83 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	return c, nil
 }
 
-// loadCheckpoint restores the partition table and the indexes below the
-// checkpoint position from the checkpoint and the .idx files, and returns
-// the position from which recovery must scan the log. Anything missing or
-// inconsistent falls back to scanning from the first segment.
-func (s *Store) loadCheckpoint() int64 {
-	first := s.segs[0].start
+// errNewerFormat refuses a data directory written by a later version.
+var errNewerFormat = errors.New("written by a newer version of the store")
+
+// loadCheckpoint restores the partition table and the index block
+// directory from the checkpoint, and returns the position from which
+// recovery must scan the log. A missing or unusable checkpoint, or index
+// files that do not hold what it vouches for, fall back to scanning (and
+// re-indexing) the whole log; a format-1 directory is upgraded that way.
+func (s *Store) loadCheckpoint() (int64, error) {
 	b, err := readFile(s.fs, filepath.Join(s.dir, ckptName))
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("STORE: cannot read checkpoint, scanning the whole log", "err", err)
-		}
-		return first
-	}
-	c, err := decodeCheckpoint(b)
+	var c *checkpoint
 	if err == nil {
-		err = s.applyCheckpoint(c)
+		c, err = decodeCheckpoint(b)
 	}
-	if err != nil {
-		s.log.Warn("STORE: checkpoint not usable, scanning the whole log", "err", err)
-		s.parts = make(map[pkey]*partition)
-		s.byPid = make(map[uint32]*partition)
-		s.nextPid = 0
-		s.quarantine = nil
-		s.w.segIdx = nil
-		return first
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		s.log.Warn("STORE: checkpoint not usable, re-indexing the whole log", "err", err)
+	case c.version == formatV1:
+		s.log.Warn("STORE: data directory of format 1: upgrading in place, re-indexing the whole log once", "dir", s.dir)
+	case c.version != formatV2:
+		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 and 2); refusing to open it",
+			filepath.Join(s.dir, ckptName), c.version, errNewerFormat)
+	default:
+		if err := s.applyCheckpoint(c); err != nil {
+			s.log.Warn("STORE: checkpoint does not match the files, re-indexing the whole log", "err", err)
+		} else {
+			s.log.Info("STORE: loaded checkpoint", "position", c.pos, "partitions", len(c.parts))
+			return c.pos, nil
+		}
 	}
-	s.log.Info("STORE: loaded checkpoint", "position", c.pos, "partitions", len(c.parts))
-	return c.pos
+	s.parts = make(map[pkey]*partition)
+	s.byPid = make(map[uint32]*partition)
+	s.nextPid = 0
+	s.quarantine = nil
+	for _, g := range s.segs {
+		if err := s.resetIdx(g, 0); err != nil {
+			return 0, err
+		}
+	}
+	return s.segs[0].start, nil
 }
 
 func (s *Store) applyCheckpoint(c *checkpoint) error {
 	last := s.segs[len(s.segs)-1]
 	if c.pos < s.segs[0].start || c.pos > last.end() {
 		return fmt.Errorf("checkpoint position %d outside the log [%d, %d]", c.pos, s.segs[0].start, last.end())
+	}
+	byStart := make(map[int64]*segment, len(s.segs))
+	for _, g := range s.segs {
+		byStart[g.start] = g
+	}
+	segs := make([]*segment, len(c.segs))
+	vouched := make(map[*segment]uint32, len(c.segs))
+	var torn []*segment
+	for i, cg := range c.segs {
+		g := byStart[cg.start]
+		if g == nil {
+			continue // removed by retention after the checkpoint; no block may use it
+		}
+		if !g.idxOK || g.idxSize < idxHeaderLen+int64(cg.idxN)*idxEntryLen {
+			if g.end() > c.pos {
+				return fmt.Errorf("index %s of the segment being written is missing or torn", idxPathOf(g.path))
+			}
+			s.log.Warn("STORE: index file missing or shorter than the checkpoint says; rebuilding it from the log",
+				"index", idxPathOf(g.path), "size", g.idxSize, "entries", cg.idxN)
+			torn = append(torn, g)
+		}
+		segs[i] = g
+		vouched[g] = cg.idxN
+	}
+	for _, g := range s.segs {
+		if g.start < c.pos && g.end() <= c.pos && g != last {
+			if _, ok := vouched[g]; !ok {
+				return fmt.Errorf("segment %s is not in the checkpoint", g.path)
+			}
+		}
 	}
 	s.nextPid = c.nextPid
 	s.quarantine = c.quarantine
@@ -249,41 +270,33 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 			return errCkpt
 		}
 		p := newPartition(cp.key, cp.pid, cp.min)
+		p.end = cp.end
+		p.base, p.records = cp.base, cp.records
 		p.segs = cp.segs
+		p.fences = cp.fences
+		p.blocks = make([]blockRef, len(cp.blocks))
+		for i, k := range cp.blocks {
+			if int(k.seg) >= len(segs) || segs[k.seg] == nil || k.at+k.n > vouched[segs[k.seg]] || k.n == 0 ||
+				(i > 0 && k.off <= cp.blocks[i-1].off) || k.off > cp.end {
+				return fmt.Errorf("%w: block %d of %s-%d", errCkpt, i, cp.key.topic, cp.key.num)
+			}
+			p.blocks[i] = blockRef{g: segs[k.seg], off: k.off, ms: k.ms, at: k.at, n: k.n, crc: k.crc}
+			s.w.lastMs = max(s.w.lastMs, k.ms)
+		}
 		s.parts[cp.key] = p
 		s.byPid[cp.pid] = p
 	}
-	for _, g := range s.segs {
-		if g.start >= c.pos {
-			break
+	for _, g := range torn {
+		if err := s.rebuildIdx(g, g.idxGen.Load()); err != nil {
+			return err
 		}
-		covered := min(c.pos, g.end()) - g.start
-		ents, err := s.readIdx(g, covered)
-		if err != nil {
-			s.log.Info("STORE: rebuilding segment index from the log", "segment", g.path, "reason", err)
-			if ents, err = s.scanIdx(g, covered); err != nil {
-				return err
-			}
-			if g != last && covered == g.size.Load() {
-				if err := s.writeIdx(g, covered, ents); err != nil {
-					s.log.Warn("STORE: cannot write rebuilt index", "err", err)
-				}
-			}
-		}
-		s.w.segIdx = nil
-		for _, e := range ents {
-			s.w.lastMs = max(s.w.lastMs, e.ms)
-			p := s.byPid[e.pid]
-			if p == nil || e.off != p.end {
-				continue // deleted partition, retained-away or fenced chunk
-			}
-			p.addChunkLocked(e.pos, int64(e.n), e.ms, 0, 0)
-			s.w.segIdx = append(s.w.segIdx, e)
-		}
+		vouched[g] = g.idxN
 	}
-	for _, cp := range c.parts {
-		if p := s.byPid[cp.pid]; p.end != cp.end {
-			return fmt.Errorf("indexes of %s-%d end at %d, checkpoint says %d", cp.key.topic, cp.key.num, p.end, cp.end)
+	// The part of each .idx the checkpoint does not vouch for (written
+	// after it) is cut away; the scan from pos writes it again.
+	for _, g := range s.segs {
+		if err := s.resetIdx(g, vouched[g]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -291,47 +304,101 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 
 // writeCheckpoint records the state at the writer's position. Only the
 // writer goroutine (or Close after it stopped) calls it, after a sync, so
-// the state is consistent and the position durable.
+// the state is consistent and the position durable. Every tail is written
+// out as a block first and the active .idx fdatasynced, so the checkpoint
+// vouches only for index entries on disk.
 func (s *Store) writeCheckpoint() error {
 	w := &s.w
 	if s.noCheckpoint.Load() {
 		return nil
 	}
-	if err := s.writeIdx(w.active, w.pos-w.active.start, w.segIdx); err != nil {
+	if err := s.flushTails(w.active); err != nil {
 		return err
 	}
+	if err := w.active.idx.Datasync(); err != nil {
+		return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(w.active.path), err)
+	}
 	c := &checkpoint{pos: w.pos}
+	segIdx := make(map[*segment]uint32)
+	s.segMu.RLock()
+	for i, g := range s.segs {
+		g.idxMu.RLock() // rebuildIdx may replace a sealed segment's .idx
+		c.segs = append(c.segs, ckptSeg{start: g.start, idxN: g.idxN})
+		g.idxMu.RUnlock()
+		segIdx[g] = uint32(i)
+	}
+	c.quarantine = append(c.quarantine, s.quarantine...)
+	s.segMu.RUnlock()
 	s.mu.RLock()
 	c.nextPid = s.nextPid
 	for _, p := range s.parts {
 		p.mu.RLock()
-		c.parts = append(c.parts, ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, segs: append([]int64(nil), p.segs...)})
+		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
+			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
+		for _, b := range p.blocks {
+			i, ok := segIdx[b.g]
+			if !ok {
+				continue // its segment is gone: the block is below min
+			}
+			cp.blocks = append(cp.blocks, ckptBlock{seg: i, off: b.off, ms: b.ms, at: b.at, n: b.n, crc: b.crc})
+		}
 		p.mu.RUnlock()
+		c.parts = append(c.parts, cp)
 	}
 	s.mu.RUnlock()
 	sort.Slice(c.parts, func(i, j int) bool { return c.parts[i].pid < c.parts[j].pid })
-	s.segMu.RLock()
-	c.quarantine = append(c.quarantine, s.quarantine...)
-	s.segMu.RUnlock()
 	if err := writeFileAtomic(s.fs, filepath.Join(s.dir, ckptName), encodeCheckpoint(c)); err != nil {
 		return fmt.Errorf("store: write checkpoint: %w", err)
 	}
 	return nil
 }
 
-// sealed is called by the writer when g stopped being the active segment:
-// its index summary is written so start-up need not scan it.
-func (s *Store) sealed(g *segment) {
-	if err := s.writeIdx(g, g.size.Load(), s.w.segIdx); err != nil {
-		s.log.Warn("STORE: cannot write segment index (it will be rebuilt at start-up)", "err", err)
+// flushTails writes every partition's tail into g's .idx (the writer at a
+// roll or a checkpoint, or recovery at the end of a segment).
+func (s *Store) flushTails(g *segment) error {
+	return s.flushTailsOf(s.partitionList(), g, 1)
+}
+
+// partitionList returns the partitions of the table.
+func (s *Store) partitionList() []*partition {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ps := make([]*partition, 0, len(s.parts))
+	for _, p := range s.parts {
+		ps = append(ps, p)
 	}
-	s.w.segIdx = nil
+	return ps
+}
+
+// sealed is called by the writer when g stopped being the active segment:
+// the tails go into its .idx, which is made durable, so that no index
+// entry refers to a sealed segment from memory alone.
+func (s *Store) sealed(g *segment) error {
+	if err := s.flushTails(g); err != nil {
+		return err
+	}
+	if err := g.idx.Datasync(); err != nil {
+		return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(g.path), err)
+	}
+	return nil
 }
 
 // afterRoll is called by the writer once a new segment started.
 func (s *Store) afterRoll() {
 	if err := s.writeCheckpoint(); err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
+	}
+}
+
+// dropCheckpoint removes the checkpoint so the next start-up scans (and
+// re-indexes) the whole log, and writes no more.
+func (s *Store) dropCheckpoint() {
+	if s.noCheckpoint.CompareAndSwap(false, true) {
+		path := filepath.Join(s.dir, ckptName)
+		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			s.log.Error("STORE: cannot remove checkpoint", "path", path, "err", rerr)
+		}
+		s.fs.SyncDir(s.dir)
 	}
 }
 

@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if mode := os.Getenv(backlogChildEnv); mode != "" {
+		backlogChild(mode)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -18,10 +18,10 @@
 //
 //	<Dir>/log/00000000000000000000.log   log segment, named by the log position
 //	<Dir>/log/00000000001073741900.log   of its first byte (20 digits, zero padded)
-//	<Dir>/log/00000000001073741900.idx   index summary of a segment (see below)
+//	<Dir>/log/00000000001073741900.idx   the segment's index blocks (see below)
 //	<Dir>/log/<segment>.log.<pos>.bad    copy of a quarantined (corrupt) range
 //	<Dir>/log/<segment>.log.arc | .zip   segment archived by retention
-//	<Dir>/checkpoint                     partition table + index state (atomic)
+//	<Dir>/checkpoint                     partition table + index block directory (atomic)
 //
 // Log positions are global byte positions: segment N+1 starts exactly where
 // segment N ends, so a position names one byte in the whole log. A segment is
@@ -67,35 +67,69 @@
 //
 // # Indexes and memory
 //
-// Each partition keeps in memory one 16-byte entry per data chunk
-// (partition offset, log position); a chunk's length is the next chunk's
-// offset minus its own. Reads binary-search it and pread the log, so no file
-// descriptor is held per partition (10,000 partitions would not fit in
-// `ulimit -n` with MetaQ's layout; the store holds one descriptor per log
-// segment). Memory is 16 bytes per append call (up to twice that while a
-// slice grows): about 1.5% of the log for 1 KiB single-message puts, e.g.
-// 160 MB for a 10 GB log, and far less when puts carry several messages.
-// Retention frees the entries of trimmed data. The writer also keeps the
-// active segment's entries for its .idx (32 bytes per chunk, dropped at
-// the roll, when the .idx is written: about 32 MB for a 1 GiB segment of
-// 1 KiB chunks, and a short pause of the writer while it is written).
-// Each partition also keeps its virtual segment boundaries (see NearestOffset)
-// and a sparse time index: one (time, offset) pair when a chunk is at least
-// one second newer than the previous pair AND 64 chunks came since, so it
-// costs at most 1/64 of the chunk index. Append times never decrease along
-// the log (the writer keeps them monotonic), so OffsetForTime narrows the
-// range with the sparse index and binary-searches the chunk headers in it
-// (a few preads) for the exact first chunk appended at or after t.
+// Each partition's index is the list of its chunks (offset, log position,
+// length, append time) and lives on disk: every log segment has an .idx
+// file of 32-byte entries
 //
-// The on-disk compact form of the index is the .idx file written when a
-// segment is sealed (32 bytes per entry: pid, length, offset, position,
-// time) plus the checkpoint, which holds the partition table, each
-// partition's Min, end and segment boundaries, the quarantined ranges and
-// the log position P up to which that state is complete. A checkpoint (with
-// an .idx of the active segment covering up to P) is written after each
-// segment roll, before retention removes files, and by Close. Index data is
-// never fsynced on the append path: it is rebuilt from the log after a
-// crash, scanning at most from the last roll.
+//	pid uint32 | length uint32 | partition offset int64 | log position int64 | append time int64 (ms)
+//
+// after a 32-byte header (magic "MQIX", format 2, the segment's start).
+// Entries are written in blocks: a block holds up to 1,024 consecutive
+// chunks of ONE partition (32 KiB). A partition collects its newest chunks
+// in memory (its tail, at most one block, always in the active segment);
+// when the tail is full it is appended to the active segment's .idx as a
+// block, and at a segment roll and at every checkpoint all tails are
+// written out (a block may then be short). Memory keeps one 40-byte
+// reference per block (segment, first offset, first append time, entry
+// number, count, crc32c of the block's bytes).
+//
+// The memory rule: RSS grows with the number of partitions and with the
+// number of index blocks, not with retained messages one by one: 40 bytes
+// per 1,024 chunks (0.04 bytes per chunk, so at most 0.04 per message,
+// less when puts carry several messages), plus the tails. With many busy
+// partitions the tails are bounded by a budget (512 Ki entries, 16 MiB, in
+// all): past it the longer tails are written out early as short blocks,
+// which costs one reference per short block, about one per busy partition
+// per 256 Ki chunks. Measured in BENCH.md (BenchmarkBacklog): about 0.04
+// bytes of RSS per retained 100-byte message.
+//
+// Lookups: Read, OffsetForTime and Backlog search the block references in
+// memory (by first offset, or first time: append times never decrease
+// along the log, the writer keeps them monotonic) and read ONE block (one
+// pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
+// that spans several blocks reads them in order. Reads then pread the log;
+// chunks close together in the log (up to 4 KiB of other partitions'
+// entries between them) are read with one pread of at most 4 MiB. No file
+// descriptor is held per partition (10,000 partitions would not fit in
+// `ulimit -n` with MetaQ's layout): the store holds two per log segment,
+// the .log and the .idx.
+//
+// ReadLog (the replication shipper) reads the log itself in order and needs
+// no index lookup: a chunk is live when it lies in [Min, end) of its
+// partition and no fence made it dead (a fence, kept per partition and in
+// the checkpoint, records that chunks logged before position P at offsets
+// from O on were cut off; later chunks reuse those offsets).
+//
+// Each partition also keeps its virtual segment boundaries (see
+// NearestOffset, 8 bytes per SegmentBytes of its data) and the number of
+// records it holds, from which Backlog estimates a reader's lag in
+// messages (bytes over the mean record size).
+//
+// The checkpoint (format 2) holds the partition table, each partition's
+// Min, end, virtual segments, fences, record count and block references,
+// the number of entries of each segment's .idx it vouches for, the
+// quarantined ranges and the log position P up to which all of that is
+// complete. Before it is written the tails go to the active .idx and that
+// file is fdatasynced; a sealed segment's .idx is fdatasynced when it is
+// sealed. So a checkpoint never refers to index bytes that are not on
+// disk. It is written after each segment roll, before retention removes
+// files, and by Close. Its size is 36 bytes per block plus the partitions
+// (5.5 MB for the 154 million single-message chunks of BenchmarkBacklog),
+// written once per roll; with 10,000 busy partitions and a week of hourly
+// segments it would reach about 60 MB per roll, the point where the
+// directory of sealed segments should move into their .idx files. Index
+// data is never fsynced on the append path: it is rebuilt from the log
+// after a crash.
 //
 // # Writes, group commit and fsync rules
 //
@@ -163,10 +197,38 @@
 //
 // # Recovery
 //
-// Open loads the checkpoint (position P), loads the .idx of every segment
-// before P (a missing, short or stale .idx makes that segment be scanned
-// instead) and scans the log from P to its end, checking every entry's magic,
-// length and crc32c. At the first entry that fails at position X:
+// Open loads the checkpoint (position P) and with it the partition table
+// and every block reference: it reads neither a sealed segment nor its
+// index, so a start-up after a clean Close (P = the log end) takes the same
+// time whatever the retained size (milliseconds for tens of GB, BENCH.md).
+// Each segment's .idx must carry a valid header and at least the entries
+// the checkpoint vouches for; what lies beyond them (written after P) is
+// cut away. A sealed segment whose .idx is missing, torn or has a bad
+// header has that .idx rebuilt from its own log alone, and the blocks of
+// every partition in it re-pointed; nothing else is scanned. A block whose
+// bytes were damaged later fails its crc (or its structure: one partition,
+// contiguous offsets) when read; it is never trusted: the segment's .idx is
+// rebuilt from the log on the spot and the read retried (in the active
+// segment, which the writer is appending to, the checkpoint is removed
+// instead and the next start-up re-indexes). Then the log is scanned from
+// P to its end, checking every entry's magic, length and crc32c, and
+// re-indexing it (tails, blocks into the scanned segment's .idx) exactly
+// as the writer does.
+//
+// The crash bound: the checkpoint is written at each segment roll, so
+// after a crash recovery reads at most the active segment (SegmentBytes,
+// 1 GiB by default, plus one batch of at most MaxBatchBytes): a few seconds
+// at the disk's sequential read rate, whatever the retained size.
+//
+// A missing or unusable checkpoint, a checkpoint that does not match the
+// files, or a data directory of format 1 (whole-segment .idx summaries and
+// a checkpoint without block directory, as written before this format)
+// makes Open re-index the whole log once, rewriting every .idx and then the
+// checkpoint in format 2: an old directory is upgraded in place. A
+// checkpoint of a later format is refused with an error naming the file
+// and the format, and nothing is changed.
+//
+// At the first entry that fails the checks at position X:
 //
 //   - torn tail: no valid entry exists anywhere after X. The segment is
 //     truncated at X (later empty segments are removed). This is the
@@ -180,9 +242,6 @@
 //     its index and never served; the partition continues from the end of
 //     its last trusted chunk. Partitions not touched by the damage are
 //     unaffected.
-//
-// Every sealed segment the scan went through gets a fresh .idx, so a
-// summary written before damage was found is never trusted again.
 //
 // Damage below the checkpoint (bit rot after a clean start-up) is not seen
 // by recovery, so Read checks the crc of every chunk it serves (crc32c is
@@ -198,13 +257,16 @@
 // on with the other partitions' entries.
 // Offsets after a fence are reused, as after a torn-tail truncation; a
 // replica that already holds them sees ErrOffsetMismatch from AppendRaw.
+// Cutting a partition's index back (a fence at run time, its replay at
+// start-up, the rollback after a failed fdatasync) is one function,
+// cutIndexLocked.
 //
 // After the scan the last segment is fdatasynced once (what survived a
 // process crash sits in the page cache) and everything on disk is durable.
 // Open then appends a define entry for every live partition to the active
 // segment, because a crash during a roll can leave a new segment without
 // its leading defines.
-// A clean Close flushes, writes the .idx of the active segment and a final
+// A clean Close flushes, writes the tails into the active .idx and a final
 // checkpoint at the log end, so the next Open scans nothing.
 //
 // # Retention
@@ -213,19 +275,29 @@
 //
 //  1. Retain(topic, now) trims each partition of the topic logically: Min
 //     moves up to the first chunk appended at or after now-MaxAge
-//     (OffsetForTime), the index entries below are freed, and a read below
-//     Min gets a *RangeError carrying the new Min (the broker answers 301).
-//     The age test is per chunk, not per MetaQ segment, and a partition
-//     whose data all expired becomes empty at its end (Min = Max) instead of
-//     keeping its last segment as MetaQ does: in a shared log, keeping one
-//     slow partition's old last segment would pin every log segment its
-//     chunks are spread over. MaxAge 0 keeps a topic's data forever.
+//     (OffsetForTime), the index block references wholly below it are
+//     freed, and a read below Min gets a *RangeError carrying the new Min
+//     (the broker answers 301). The age test is per chunk, not per MetaQ
+//     segment: MetaQ deletes a partition's segment file (maxSegmentSize,
+//     1 GiB) once its LAST message is older than the limit, so it keeps up
+//     to one segment of expired data per partition and frees a whole file
+//     at a time; here Min moves chunk by chunk, so expired data stops being
+//     served sooner (a consumer reading it gets 301 and the new Min, as
+//     MetaQ's after its file went), while the disk space comes back per log
+//     segment (step 2), which holds every partition's data of its period.
+//     A partition whose data all expired becomes empty at its end (Min =
+//     Max) instead of keeping its last segment as MetaQ does: in a shared
+//     log, keeping one slow partition's old last segment would pin every
+//     log segment its chunks are spread over. MaxAge 0 keeps a topic's data
+//     forever.
 //  2. Then the oldest sealed log segments that hold no live chunk of any
 //     partition (every chunk in them is below its partition's Min, or of a
 //     deleted partition) are removed, or renamed to <segment>.arc, or zipped
 //     into <segment>.zip (one entry named after the file, as MetaQ's
 //     ArchiveDeletePolicy) when a topic with data in them asks for
-//     archiving. Segments go only from the front, so the log stays
+//     archiving; the segment's .idx is removed with it in every case (an
+//     archived segment is no longer indexed). Segments go only from the
+//     front, so the log stays
 //     contiguous, and the active segment is never removed. A topic that
 //     keeps data forever therefore keeps the segments its data sits in.
 //
@@ -243,13 +315,18 @@
 // nothing unacknowledged stays readable (the kernel may have dropped those
 // pages); records acknowledged unfsynced under UnflushThreshold > 0 go too,
 // as that policy allows. Data stored before is not touched and stays readable. Reopening
-// the store after the cause is fixed recovers as after a crash.
+// the store after the cause is fixed recovers as after a crash. A failed
+// write of an index block stops appends the same way (the chunks stay
+// indexed in memory).
 //
 // # Locks
 //
-// Lock order: Store.segMu (segment list), then Store.mu (partition table),
-// then partition.mu. durMu, healthMu, polMu and closeMu are leaves. Read
-// copies chunk positions under partition.mu, releases it, and only then
-// reads the files under segMu; the writer goroutine takes partition.mu and
-// Store.mu one at a time and segMu alone.
+// Lock order: rebuildMu (index rebuilds), then Store.segMu (segment list),
+// then Store.mu (partition table), then partition.mu, then segment.idxMu
+// (guards reading a segment's .idx against its closing). durMu, healthMu,
+// polMu and closeMu are leaves. Read copies block references under
+// partition.mu, releases it, and only then reads the .idx and the log; only
+// cutIndexLocked (rare: fences, rollback) reads a block while holding
+// partition.mu, through idxMu alone. The writer goroutine takes
+// partition.mu and Store.mu one at a time and segMu alone.
 package store

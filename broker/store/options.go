@@ -36,6 +36,11 @@ type Options struct {
 	// MaxBatchBytes caps the bytes the writer gathers into one write+fsync;
 	// default 4 MiB.
 	MaxBatchBytes int
+
+	// blockEntries is the size of an index block, tailBudget the index
+	// entries all partitions' tails may hold together (tests make them small).
+	blockEntries int
+	tailBudget   int
 }
 
 // DefaultSegmentBytes is MetaQ's maxSegmentSize default (1 GiB).
@@ -62,6 +67,12 @@ func (o *Options) validate() error {
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
+	}
+	if o.blockEntries <= 0 {
+		o.blockEntries = blockEntries
+	}
+	if o.tailBudget <= 0 {
+		o.tailBudget = tailBudget
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = 4 << 20 // enough for 64 KiB+ per fsync with many writers

@@ -10,67 +10,52 @@ type pkey struct {
 	num   int
 }
 
-// chunkRef locates one data entry of a partition: its first partition
-// offset and the log position of its entry header. The chunk's length is
-// the next chunk's off minus its own (the partition end for the last one).
-type chunkRef struct {
-	off int64
+// fenceRef records that p was cut back to off when the log had reached
+// pos: its chunks at positions below pos with offsets at or above off are
+// dead (ReadLog must not ship them), while later chunks reuse the offsets.
+type fenceRef struct {
 	pos int64
-}
-
-// timeRef is one sparse time-index point: the first chunk appended at ms.
-type timeRef struct {
-	ms  int64
 	off int64
 }
 
-// partition is the in-memory index of one partition. Fields under mu are
-// read by any goroutine; wEnd is owned by the writer goroutine.
+// partition is the index of one partition: its sealed chunks in on-disk
+// blocks (see index.go), the newest ones in tail. Fields under mu are read
+// by any goroutine; wEnd is owned by the writer goroutine.
 type partition struct {
 	key pkey
 	pid uint32
 
-	mu        sync.RWMutex
-	min       int64 // first retained offset
-	end       int64 // end of the last written chunk
-	durable   int64 // end of the last fsynced chunk
-	chunks    []chunkRef
-	segs      []int64 // virtual MetaQ segment starts (spec §1.7), ascending
-	times     []timeRef
-	messages  int64
-	deleted   bool
-	sinceTime int // chunks since the last time point
+	mu       sync.RWMutex
+	min      int64      // first retained offset
+	end      int64      // end of the last written chunk
+	durable  int64      // end of the last fsynced chunk
+	blocks   []blockRef // index blocks on disk, ascending and contiguous in offset
+	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
+	segs     []int64    // virtual MetaQ segment starts (spec §1.7), ascending
+	fences   []fenceRef
+	messages int64 // records appended since start-up
+	// records is the number of records in [base, end): with the bytes
+	// they take it gives the mean record size Backlog counts with.
+	records int64
+	base    int64
+	deleted bool
 
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
 }
 
 func newPartition(key pkey, pid uint32, start int64) *partition {
-	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}}
+	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}, base: start}
 }
 
-// The sparse time index takes a point when a chunk is at least
-// timeIndexStepMs newer than the last point AND timeIndexStepChunks chunks
-// were added since, so it never costs more than 1/64 of the chunk index and
-// never more than one point per second.
-const (
-	timeIndexStepMs     = 1000
-	timeIndexStepChunks = 64
-)
-
-// addChunkLocked records a chunk of n bytes at the partition end. With
-// segBytes <= 0 the virtual segment boundaries are left alone (replay below
-// a checkpoint, which already holds them).
+// addChunkLocked records a chunk of n bytes holding records records at the
+// partition end, logged at pos in the active segment. The caller flushes
+// the tail once it is full.
 func (p *partition) addChunkLocked(pos int64, n int64, ms int64, records int64, segBytes int64) {
 	off := p.end
-	p.chunks = append(p.chunks, chunkRef{off: off, pos: pos})
+	p.tail = append(p.tail, idxEntry{pid: p.pid, n: uint32(n), off: off, pos: pos, ms: ms})
 	p.end = off + n
-	p.messages += records
-	p.sinceTime++
-	if len(p.times) == 0 || (ms >= p.times[len(p.times)-1].ms+timeIndexStepMs && p.sinceTime >= timeIndexStepChunks) {
-		p.times = append(p.times, timeRef{ms: ms, off: off})
-		p.sinceTime = 0
-	}
+	p.records += records
 	// MetaQ rolls its segment file after an append that leaves it at or
 	// beyond maxSegmentSize; the next file starts at the new end.
 	if segBytes > 0 && p.end-p.segs[len(p.segs)-1] >= segBytes {
@@ -78,18 +63,35 @@ func (p *partition) addChunkLocked(pos int64, n int64, ms int64, records int64, 
 	}
 }
 
-// chunkIndexLocked returns the index of the chunk holding off (the last
-// chunk with chunk.off <= off), or -1.
-func (p *partition) chunkIndexLocked(off int64) int {
-	i := sort.Search(len(p.chunks), func(i int) bool { return p.chunks[i].off > off })
-	return i - 1
+// recordsIn estimates the records in n bytes of p from its mean record size.
+func (p *partition) recordsInLocked(n int64) int64 {
+	if p.records <= 0 || p.end <= p.base || n <= 0 {
+		return 0
+	}
+	return max((n*p.records+(p.end-p.base)/2)/(p.end-p.base), 1)
 }
 
-func (p *partition) chunkLenLocked(i int) int64 {
-	if i+1 < len(p.chunks) {
-		return p.chunks[i+1].off - p.chunks[i].off
+// tailIndexLocked returns the index of the tail entry holding off, or -1
+// when off is below the tail.
+func (p *partition) tailIndexLocked(off int64) int {
+	return sort.Search(len(p.tail), func(i int) bool { return p.tail[i].off > off }) - 1
+}
+
+// blockIndexLocked returns the index of the block holding off (the last
+// block starting at or below it), or -1.
+func (p *partition) blockIndexLocked(off int64) int {
+	return sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].off > off }) - 1
+}
+
+// blockEndLocked is the partition offset where block i ends.
+func (p *partition) blockEndLocked(i int) int64 {
+	switch {
+	case i+1 < len(p.blocks):
+		return p.blocks[i+1].off
+	case len(p.tail) > 0:
+		return p.tail[0].off
 	}
-	return p.end - p.chunks[i].off
+	return p.end
 }
 
 // nearestLocked answers spec §1.7 against the readable end.
@@ -105,6 +107,12 @@ func (p *partition) nearestLocked(off int64) int64 {
 		return p.min
 	}
 	return p.segs[i]
+}
+
+// liveLocked reports whether the chunk at log position pos with offset off
+// is still served by p (ReadLog's test, without an index lookup).
+func (p *partition) liveLocked(off, n, pos int64) bool {
+	return off >= p.min && off+n <= p.end && !p.deadByFence(off, n, pos)
 }
 
 func (p *partition) infoLocked() PartitionInfo {

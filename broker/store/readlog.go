@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"sort"
 	"time"
 )
 
@@ -118,8 +117,7 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (LogEntry, b
 		return LogEntry{}, false
 	}
 	p.mu.RLock()
-	i := p.chunkIndexLocked(h.off)
-	ok := i >= 0 && p.chunks[i].pos == pos && p.chunks[i].off == h.off
+	ok := !p.deleted && p.liveLocked(h.off, int64(len(payload)), pos)
 	key := p.key
 	p.mu.RUnlock()
 	if !ok {
@@ -134,19 +132,56 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (LogEntry, b
 	}, true
 }
 
-// chunkAt finds the partition whose index has a chunk at log position pos.
+// chunkAt finds the partition whose index has a chunk at log position pos:
+// the tails in memory, else the entries of the segment's .idx (a rare
+// path: damage met by ReadLog).
 func (s *Store) chunkAt(pos int64) (*partition, int64, bool) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	for _, p := range s.parts {
 		p.mu.RLock()
-		i := sort.Search(len(p.chunks), func(i int) bool { return p.chunks[i].pos >= pos })
-		if i < len(p.chunks) && p.chunks[i].pos == pos {
-			off := p.chunks[i].off
-			p.mu.RUnlock()
-			return p, off, true
+		for _, e := range p.tail {
+			if e.pos == pos {
+				p.mu.RUnlock()
+				s.mu.RUnlock()
+				return p, e.off, true
+			}
 		}
 		p.mu.RUnlock()
+	}
+	s.mu.RUnlock()
+	s.segMu.RLock()
+	g := s.segmentLocked(pos)
+	s.segMu.RUnlock()
+	if g == nil {
+		return nil, 0, false
+	}
+	g.idxMu.RLock()
+	var b []byte
+	if !g.removed {
+		if size, err := g.idx.Size(); err == nil && size > idxHeaderLen {
+			b = make([]byte, size-idxHeaderLen)
+			if n, _ := g.idx.ReadAt(b, idxHeaderLen); n < len(b) {
+				b = b[:n]
+			}
+		}
+	}
+	g.idxMu.RUnlock()
+	for len(b) >= idxEntryLen {
+		e := decodeEntry32(b)
+		b = b[idxEntryLen:]
+		if e.pos != pos {
+			continue
+		}
+		s.mu.RLock()
+		p := s.byPid[e.pid]
+		s.mu.RUnlock()
+		if p == nil {
+			return nil, 0, false
+		}
+		p.mu.RLock()
+		live := p.liveLocked(e.off, int64(e.n), pos)
+		p.mu.RUnlock()
+		return p, e.off, live
 	}
 	return nil, 0, false
 }

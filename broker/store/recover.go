@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -19,11 +20,13 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
+		s.segs = []*segment{g}
+		if g.idxOK, err = s.openIdx(g); err != nil {
+			return err
+		}
 		if err := s.fs.SyncDir(s.logDir); err != nil {
-			g.f.Close()
 			return fmt.Errorf("store: sync %s: %w", s.logDir, err)
 		}
-		s.segs = []*segment{g}
 	}
 	for _, st := range starts {
 		g, err := openSegment(s.fs, s.logDir, st, false)
@@ -31,6 +34,9 @@ func (s *Store) recover() error {
 			return err
 		}
 		s.segs = append(s.segs, g)
+		if g.idxOK, err = s.openIdx(g); err != nil {
+			return err
+		}
 	}
 	for i := 1; i < len(s.segs); i++ {
 		if prev := s.segs[i-1]; prev.end() != s.segs[i].start {
@@ -40,7 +46,10 @@ func (s *Store) recover() error {
 				ErrCorrupt, prev.path, prev.end(), s.segs[i].path, s.segs[i].start)
 		}
 	}
-	from := s.loadCheckpoint()
+	from, err := s.loadCheckpoint()
+	if err != nil {
+		return err
+	}
 	if err := s.scan(from); err != nil {
 		return err
 	}
@@ -63,7 +72,13 @@ func (s *Store) recover() error {
 	for _, p := range s.parts {
 		p.durable = p.end
 		p.wEnd = p.end
+		if s.fencedAtScan[p] {
+			// Its chunks after the lost one stay in the log with offsets
+			// that new appends will reuse: they are dead.
+			p.fences = append(p.fences, fenceRef{pos: s.w.pos, off: p.end})
+		}
 	}
+	s.fencedAtScan = nil
 	// Re-state every live partition in the active segment: a crash during a
 	// roll can leave it without its leading define entries, and once older
 	// segments are retained away a scan must still know every partition.
@@ -84,8 +99,11 @@ func (s *Store) recover() error {
 }
 
 // scan replays the log from position from to its end.
+// Data chunks go into the partitions' tails, and full tails into the
+// scanned segment's .idx, exactly as the writer does; at the end of a
+// sealed segment every tail is written out and its .idx made durable.
 func (s *Store) scan(from int64) error {
-	fenced := make(map[*partition]bool)
+	s.fencedAtScan = make(map[*partition]bool)
 	for i := 0; i < len(s.segs); i++ {
 		g := s.segs[i]
 		if g.end() <= from && i < len(s.segs)-1 {
@@ -93,14 +111,13 @@ func (s *Store) scan(from int64) error {
 		}
 		size := g.size.Load()
 		x := max(from-g.start, 0)
-		if g.start >= from {
-			s.w.segIdx = nil // a fresh segment; else the checkpoint loaded its first part
-		}
 		r := newSegReader(g.f, size)
 		for x < size {
 			h, payload, n, err := r.entryAt(x)
 			if err == nil {
-				s.applyEntry(h, payload, g.start+x, fenced)
+				if err := s.applyEntry(h, payload, g.start+x, g); err != nil {
+					return err
+				}
 				x += int64(n)
 				continue
 			}
@@ -121,11 +138,8 @@ func (s *Store) scan(from int64) error {
 			x = y
 		}
 		if i < len(s.segs)-1 {
-			// A sealed segment was scanned: write its index summary so the
-			// next start-up need not scan it again (and never trusts a
-			// summary written before damage was found in it).
-			if err := s.writeIdx(g, size, s.w.segIdx); err != nil {
-				s.log.Warn("STORE: cannot write segment index", "err", err)
+			if err := s.sealed(g); err != nil {
+				return err
 			}
 		}
 	}
@@ -153,9 +167,11 @@ func (s *Store) truncateTail(i int, x int64) error {
 	}
 	g.size.Store(x)
 	for _, h := range s.segs[i+1:] {
-		h.f.Close()
-		if err := s.fs.Remove(h.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("store: remove %s: %w", h.path, err)
+		h.close()
+		for _, path := range []string{h.path, idxPathOf(h.path)} {
+			if err := s.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("store: remove %s: %w", path, err)
+			}
 		}
 	}
 	s.segs = s.segs[:i+1]
@@ -178,25 +194,9 @@ func (s *Store) quarantineRange(g *segment, x, y int64, cause error) {
 		"copy", bad, "err", cause)
 }
 
-// fenceReplay cuts p back to off during recovery (see Store.fence).
-func (s *Store) fenceReplay(p *partition, off int64) {
-	i := p.chunkIndexLocked(off - 1)
-	p.chunks = p.chunks[:i+1]
-	p.end = off
-	p.min = min(p.min, off)
-	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
-		p.segs = p.segs[:len(p.segs)-1]
-	}
-	if p.segs[0] > off {
-		p.segs[0] = off
-	}
-	for len(p.times) > 0 && p.times[len(p.times)-1].off >= off {
-		p.times = p.times[:len(p.times)-1]
-	}
-}
-
 // applyEntry replays one valid log entry into the partition table.
-func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[*partition]bool) {
+// Full tails are written into g, the segment being scanned.
+func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment) error {
 	if h.pid >= s.nextPid {
 		s.nextPid = h.pid + 1
 	}
@@ -205,7 +205,7 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 	case entryDefine:
 		topic, num, err := decodeDefine(payload)
 		if err != nil || checkKey(topic, num) != nil {
-			return
+			return nil
 		}
 		key := pkey{topic, num}
 		if p := s.byPid[h.pid]; p != nil {
@@ -213,9 +213,12 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 			// end at that point. Lower than ours: the partition was fenced
 			// there at run time; cut it back the same way.
 			if h.off < p.end {
-				s.fenceReplay(p, h.off)
+				if err := s.cutIndexLocked(p, h.off); err != nil {
+					return fmt.Errorf("store: replay fence of %s-%d at %d: %w", p.key.topic, p.key.num, h.off, err)
+				}
+				p.fences = append(p.fences, fenceRef{pos: pos, off: h.off})
 			}
-			return
+			return nil
 		}
 		if old := s.parts[key]; old != nil {
 			delete(s.byPid, old.pid)
@@ -233,19 +236,32 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, fenced map[
 	case entryData:
 		p := s.byPid[h.pid]
 		if p == nil {
-			return // partition deleted
+			return nil // partition deleted
 		}
 		if h.off != p.end {
 			// A chunk of this partition was lost in a quarantined range:
 			// what follows cannot be served contiguously.
-			if !fenced[p] {
-				fenced[p] = true
+			if !s.fencedAtScan[p] {
+				s.fencedAtScan[p] = true
 				s.log.Error("STORE: partition data after a quarantined range is not served",
 					"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "end", p.end, "next", h.off)
 			}
-			return
+			return nil
 		}
-		p.addChunkLocked(pos, int64(len(payload)), h.ms, 0, s.opts.SegmentBytes)
-		s.w.segIdx = append(s.w.segIdx, idxEntry{pid: h.pid, n: uint32(len(payload)), off: h.off, pos: pos, ms: h.ms})
+		p.addChunkLocked(pos, int64(len(payload)), h.ms, countRecords(payload), s.opts.SegmentBytes)
+		if len(p.tail) >= s.opts.blockEntries {
+			return s.flushTailLocked(p, g)
+		}
 	}
+	return nil
+}
+
+// countRecords counts the records of a verified data payload.
+func countRecords(b []byte) int64 {
+	n := int64(0)
+	for len(b) >= RecordHeaderLen {
+		b = b[RecordHeaderLen+int(binary.BigEndian.Uint32(b)):]
+		n++
+	}
+	return n
 }

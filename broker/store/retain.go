@@ -3,6 +3,7 @@ package store
 import (
 	"archive/zip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -63,12 +64,15 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	if newMin <= p.min {
 		return
 	}
-	i := max(p.chunkIndexLocked(newMin), 0)
-	if i < len(p.chunks) && p.chunks[i].off < newMin {
-		i++ // newMin is a chunk start; be safe if not
+	// Blocks wholly below newMin go (copied so the dropped part of the
+	// array is freed); the block holding newMin stays.
+	i := 0
+	for i < len(p.blocks) && p.blockEndLocked(i) <= newMin {
+		i++
 	}
-	// copy so the dropped part of the arrays is freed
-	p.chunks = append([]chunkRef(nil), p.chunks[i:]...)
+	if i > 0 {
+		p.blocks = append([]blockRef(nil), p.blocks[i:]...)
+	}
 	segs := []int64{newMin}
 	for _, x := range p.segs {
 		if x > newMin {
@@ -76,13 +80,6 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 		}
 	}
 	p.segs = segs
-	var times []timeRef
-	for _, x := range p.times {
-		if x.off >= newMin {
-			times = append(times, x)
-		}
-	}
-	p.times = times
 	s.log.Info("STORE: retention moved partition start", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
 		"from", p.min, "to", newMin)
 	p.min = newMin
@@ -95,15 +92,16 @@ func (s *Store) removeDeadSegments() (int, error) {
 	s.mu.RLock()
 	for _, p := range s.parts {
 		p.mu.RLock()
-		i := p.chunkIndexLocked(p.min)
-		if i >= 0 && i < len(p.chunks) && p.chunks[i].off < p.min {
-			i++
+		first := int64(-1) // the start of the segment holding p's first live chunk
+		if i := p.blockIndexLocked(p.min); i >= 0 && p.min < p.blockEndLocked(i) {
+			first = p.blocks[i].g.start
+		} else if i < 0 && len(p.blocks) > 0 && p.min < p.end {
+			first = p.blocks[0].g.start
+		} else if k := p.tailIndexLocked(p.min); len(p.tail) > 0 && p.min < p.end {
+			first = p.tail[max(k, 0)].pos
 		}
-		if i < 0 {
-			i = 0
-		}
-		if i < len(p.chunks) && (low < 0 || p.chunks[i].pos < low) {
-			low = p.chunks[i].pos
+		if first >= 0 && (low < 0 || first < low) {
+			low = first
 		}
 		p.mu.RUnlock()
 	}
@@ -132,7 +130,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 	removed := 0
 	var firstErr error
 	for _, g := range dead {
-		g.f.Close()
+		g.close()
 		var err error
 		switch {
 		case archive && compress:
@@ -142,7 +140,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 		default:
 			err = s.fs.Remove(g.path)
 		}
-		if rerr := s.fs.Remove(idxPath(g)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		if rerr := s.fs.Remove(idxPathOf(g.path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
 			err = rerr
 		}
 		if err != nil {
@@ -166,16 +164,14 @@ func (s *Store) removeDeadSegments() (int, error) {
 func (s *Store) archivePolicy(dead []*segment) (archive, compress bool) {
 	topics := map[string]bool{}
 	for _, g := range dead {
-		ents, err := s.readIdx(g, g.size.Load())
+		pids, err := s.segmentPids(g)
 		if err != nil {
-			if ents, err = s.scanIdx(g, g.size.Load()); err != nil {
-				// unreadable: keep the bytes, archiving is the safe choice
-				return true, false
-			}
+			// unreadable: keep the bytes, archiving is the safe choice
+			return true, false
 		}
 		s.mu.RLock()
-		for _, e := range ents {
-			if p := s.byPid[e.pid]; p != nil {
+		for pid := range pids {
+			if p := s.byPid[pid]; p != nil {
 				topics[p.key.topic] = true
 			}
 		}
@@ -228,4 +224,40 @@ func (s *Store) zipSegment(g *segment) error {
 		return err
 	}
 	return s.fs.Remove(g.path)
+}
+
+// segmentPids returns the partitions with data in segment g, from its
+// .idx (every chunk has an entry there; entries of chunks cut back since
+// only add a topic), or from the log when the .idx cannot be read.
+func (s *Store) segmentPids(g *segment) (map[uint32]bool, error) {
+	pids := map[uint32]bool{}
+	g.idxMu.RLock()
+	var b []byte
+	var err error
+	if g.removed {
+		err = ErrLogTruncated
+	} else {
+		b = make([]byte, int64(g.idxN)*idxEntryLen)
+		_, err = g.idx.ReadAt(b, idxHeaderLen)
+	}
+	g.idxMu.RUnlock()
+	if err == nil {
+		for ; len(b) >= idxEntryLen; b = b[idxEntryLen:] {
+			pids[binary.BigEndian.Uint32(b)] = true
+		}
+		return pids, nil
+	}
+	size := g.size.Load()
+	r := newSegReader(g.f, size)
+	for x := int64(0); x < size; {
+		h, _, n, err := r.entryAt(x)
+		if err != nil {
+			return nil, fmt.Errorf("store: read %s at %d: %w", g.path, x, err)
+		}
+		if h.typ == entryData {
+			pids[h.pid] = true
+		}
+		x += int64(n)
+	}
+	return pids, nil
 }

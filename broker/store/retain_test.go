@@ -20,7 +20,7 @@ func TestRetention(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			opts := Options{Dir: dir, SegmentBytes: 4096, Clock: fc}
+			opts := Options{Dir: dir, SegmentBytes: 4096, Clock: fc, blockEntries: 4}
 			s := openT(t, opts)
 			pol := Policy{MaxAge: time.Hour, Archive: mode != "delete", ArchiveCompress: mode == "zip"}
 			s.SetPolicy("old", pol)
@@ -87,6 +87,27 @@ func TestRetention(t *testing.T) {
 			}
 			if _, _, err := s.ReadLog(0, 100); !errors.Is(err, ErrLogTruncated) {
 				t.Fatalf("ReadLog below first: %v", err)
+			}
+			// The index files went with their segments, and so did every
+			// in-memory reference to their blocks.
+			idx := logFiles(t, dir, idxSuffix)
+			if len(idx) != len(segs) {
+				t.Fatalf("%d .idx files for %d segments after retention", len(idx), len(segs))
+			}
+			for _, f := range idx {
+				if _, err := os.Stat(strings.TrimSuffix(f, idxSuffix) + segSuffix); err != nil {
+					t.Fatalf("index %s left without its segment", f)
+				}
+			}
+			for _, info := range s.Partitions() {
+				p := s.lookup(info.Topic, info.Partition)
+				p.mu.RLock()
+				for _, b := range p.blocks {
+					if b.g.removed {
+						t.Fatalf("%s-%d keeps a block of a removed segment", info.Topic, info.Partition)
+					}
+				}
+				p.mu.RUnlock()
 			}
 			switch mode {
 			case "delete":

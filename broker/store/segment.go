@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -20,9 +21,33 @@ type segment struct {
 	path  string
 	f     File
 	size  atomic.Int64
+
+	// idx is the segment's .idx file (see index.go). idxN (entries) and
+	// idxSize are written by the writer goroutine (and recovery) while the
+	// segment is active, and once sealed only by rebuildIdx, under idxMu;
+	// removed is set under idxMu when retention takes the segment away.
+	idx     File
+	idxN    uint32
+	idxSize int64
+	idxOK   bool // the file had a valid format-2 header at open
+	// idxMu (a leaf lock) guards reading idx against its closing.
+	idxMu   sync.RWMutex
+	removed bool
+	idxGen  atomic.Uint64 // bumped when rebuildIdx replaces the file
 }
 
 func (g *segment) end() int64 { return g.start + g.size.Load() }
+
+// close closes the segment's files.
+func (g *segment) close() {
+	g.f.Close()
+	g.idxMu.Lock()
+	g.removed = true
+	if g.idx != nil {
+		g.idx.Close()
+	}
+	g.idxMu.Unlock()
+}
 
 const segSuffix = ".log"
 

@@ -12,7 +12,7 @@ import (
 func TestOffsetForTime(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	fc := clock.NewFake(t0)
-	s := openT(t, Options{Clock: fc})
+	s := openT(t, Options{Clock: fc, blockEntries: 16})
 	type point struct {
 		at  time.Time
 		off int64
@@ -32,10 +32,10 @@ func TestOffsetForTime(t *testing.T) {
 	info, _ := s.Partition("tm", 0)
 	p := s.lookup("tm", 0)
 	p.mu.RLock()
-	nTimes, nChunks := len(p.times), len(p.chunks)
+	nBlocks, nTail := len(p.blocks), len(p.tail)
 	p.mu.RUnlock()
-	if nTimes < 3 || nTimes > nChunks/timeIndexStepChunks+1 {
-		t.Fatalf("sparse index has %d points for %d chunks", nTimes, nChunks)
+	if nBlocks != 400/16 || nTail != 0 {
+		t.Fatalf("index has %d blocks and %d tail entries for 400 chunks in blocks of 16", nBlocks, nTail)
 	}
 	want := func(q time.Time) int64 {
 		for _, x := range pts {
@@ -63,7 +63,7 @@ func TestOffsetForTime(t *testing.T) {
 	// the answers survive a restart (times come from the log)
 	dir := s.dir
 	s.Close()
-	s2 := openT(t, Options{Dir: dir, Clock: fc})
+	s2 := openT(t, Options{Dir: dir, Clock: fc, blockEntries: 16})
 	for _, i := range []int{0, 1, 77, 150, 399} {
 		got, _ := s2.OffsetForTime("tm", 0, pts[i].at)
 		if w := want(pts[i].at); got != w {

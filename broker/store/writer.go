@@ -67,18 +67,18 @@ type pendingChunk struct {
 
 // writerState is owned by the writer goroutine (and by recovery before it starts).
 type writerState struct {
-	active    *segment
-	pos       int64 // log end written
-	buf       []byte
-	ids       idGen
-	lastMs    int64
-	pend      []pendingChunk
-	dirty     map[*partition]struct{}
-	unflushed map[string]int
-	deadline  time.Time
-	timer     <-chan time.Time
-	segIdx    []idxEntry // data chunks of the active segment, for its .idx
-	jobs      int        // group commits started or queued, not yet completed
+	active     *segment
+	pos        int64 // log end written
+	buf        []byte
+	ids        idGen
+	lastMs     int64
+	pend       []pendingChunk
+	dirty      map[*partition]struct{}
+	unflushed  map[string]int
+	deadline   time.Time
+	timer      <-chan time.Time
+	jobs       int // group commits started or queued, not yet completed
+	sinceSweep int // chunks indexed since the last sweepTails
 }
 
 // syncJob is one group commit's fdatasync, run by the syncer goroutine
@@ -366,12 +366,26 @@ func (s *Store) process(batch []*request) {
 			return
 		}
 		segBytes := s.opts.SegmentBytes
+		var idxErr error
 		for _, pc := range w.pend {
 			pc.p.mu.Lock()
 			pc.p.addChunkLocked(pc.pos, pc.n, pc.ms, pc.records, segBytes)
+			pc.p.messages += pc.records
+			if len(pc.p.tail) >= s.opts.blockEntries && idxErr == nil {
+				idxErr = s.flushTailLocked(pc.p, w.active)
+			}
 			pc.p.mu.Unlock()
 			w.dirty[pc.p] = struct{}{}
-			w.segIdx = append(w.segIdx, idxEntry{pid: pc.p.pid, n: uint32(pc.n), off: pc.p.end - pc.n, pos: pc.pos, ms: pc.ms})
+		}
+		w.sinceSweep += len(w.pend)
+		if w.sinceSweep >= s.opts.tailBudget/4 && idxErr == nil {
+			w.sinceSweep = 0
+			idxErr = s.sweepTails()
+		}
+		if idxErr != nil {
+			// The chunks stay indexed in memory; the disk is failing, so
+			// take no more appends.
+			s.setUnhealthy(idxErr)
 		}
 		for _, p := range created {
 			w.dirty[p] = struct{}{}
@@ -595,25 +609,16 @@ func (s *Store) syncNow() error {
 func (s *Store) fence(p *partition, off int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := p.chunkIndexLocked(off)
-	if p.deleted || i < 0 || p.chunks[i].off != off || p.wEnd != p.end {
+	if p.deleted || off < p.min || off >= p.end || p.wEnd != p.end {
+		return false
+	}
+	if err := s.cutIndexLocked(p, off); err != nil {
+		s.log.Error("STORE: cannot fence partition", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off, "err", err)
 		return false
 	}
 	s.log.Error("STORE: partition fenced at a damaged chunk; later data is not served",
-		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off, "dropped", p.end-off)
-	p.chunks = p.chunks[:i]
-	p.end, p.wEnd = off, off
-	p.durable = min(p.durable, off)
-	p.min = min(p.min, off)
-	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
-		p.segs = p.segs[:len(p.segs)-1]
-	}
-	if p.segs[0] > off {
-		p.segs[0] = off
-	}
-	for len(p.times) > 0 && p.times[len(p.times)-1].off >= off {
-		p.times = p.times[:len(p.times)-1]
-	}
+		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off)
+	p.fences = append(p.fences, fenceRef{pos: s.w.pos, off: off})
 	return true
 }
 
@@ -635,23 +640,33 @@ func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
 	w.pos = d
 	for p := range w.dirty {
 		p.mu.Lock()
-		i := p.chunkIndexLocked(p.durable - 1)
-		p.chunks = p.chunks[:i+1]
-		p.end, p.wEnd = p.durable, p.durable
-		for len(p.segs) > 1 && p.segs[len(p.segs)-1] > p.end {
-			p.segs = p.segs[:len(p.segs)-1]
-		}
-		for len(p.times) > 0 && p.times[len(p.times)-1].off >= p.end {
-			p.times = p.times[:len(p.times)-1]
+		if err := s.cutIndexLocked(p, p.durable); err != nil {
+			s.log.Error("STORE: cannot cut the index back", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "err", err)
 		}
 		p.mu.Unlock()
 		delete(w.dirty, p)
 	}
-	k := len(w.segIdx)
-	for k > 0 && w.segIdx[k-1].pos >= d {
-		k--
+}
+
+// sweepTails bounds the index entries held in memory with many busy
+// partitions: when all tails together exceed the budget, the tails of at
+// least half the average length are written out as (short) blocks, which
+// frees at least half of the entries.
+func (s *Store) sweepTails() error {
+	ps := s.partitionList()
+	total, busy := 0, 0
+	for _, p := range ps {
+		p.mu.RLock()
+		if n := len(p.tail); n > 0 {
+			total += n
+			busy++
+		}
+		p.mu.RUnlock()
 	}
-	w.segIdx = w.segIdx[:k]
+	if total <= s.opts.tailBudget {
+		return nil
+	}
+	return s.flushTailsOf(ps, s.w.active, max(total/busy/2, 1))
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
@@ -667,7 +682,18 @@ func (s *Store) maybeRoll() {
 	old := w.active
 	g, err := openSegment(s.fs, s.logDir, w.pos, true)
 	if err == nil {
-		err = s.fs.SyncDir(s.logDir)
+		if _, err = s.openIdx(g); err == nil {
+			err = s.resetIdx(g, 0)
+		}
+		if err == nil {
+			err = s.fs.SyncDir(s.logDir)
+		}
+		if err != nil {
+			g.close()
+		}
+	}
+	if err == nil {
+		err = s.sealed(old)
 	}
 	if err != nil {
 		s.setUnhealthy(fmt.Errorf("store: roll log: %w", err))
@@ -677,8 +703,11 @@ func (s *Store) maybeRoll() {
 	s.segs = append(s.segs, g)
 	s.segMu.Unlock()
 	w.active = g
+	if err != nil {
+		s.setUnhealthy(fmt.Errorf("store: roll log: %w", err))
+		return
+	}
 	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path)
-	s.sealed(old)
 	buf := w.buf[:0]
 	s.mu.RLock()
 	for _, p := range s.parts {

@@ -1,0 +1,558 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"sort"
+	"strings"
+)
+
+// The per-partition index lives on disk: every log segment has an .idx
+// file of 32-byte entries (one per data chunk) written in blocks, each
+// block holding up to blockEntries consecutive chunks of ONE partition.
+// Memory keeps one blockRef per block (its first offset and time, where it
+// is and its crc) and, per partition, the chunks written since its last
+// block (the tail, at most one block's worth, always in the active
+// segment). See doc.go.
+
+// idxEntry is one data chunk as written to a segment's .idx file.
+type idxEntry struct {
+	pid uint32
+	n   uint32 // payload bytes
+	off int64  // partition offset of the chunk's first record
+	pos int64  // log position of the entry header
+	ms  int64  // append time
+}
+
+const (
+	idxMagic     = 0x4D514958 // "MQIX"
+	formatV1     = 1          // .idx = whole-segment summary; checkpoint without blocks
+	formatV2     = 2          // .idx = per-partition blocks; checkpoint holds the block directory
+	idxEntryLen  = 32
+	idxHeaderLen = 32
+	idxSuffix    = ".idx"
+	// blockEntries is the size of an index block: 1,024 entries, 32 KiB.
+	// Memory costs 40 bytes per block, 0.04 bytes per chunk.
+	blockEntries = 1024
+	// tailBudget bounds the entries all tails hold together (16 MiB): with
+	// thousands of busy partitions, tails are written out early as short
+	// blocks rather than holding up to a block each.
+	tailBudget = 512 << 10
+)
+
+// blockRef locates one index block of a partition.
+type blockRef struct {
+	g   *segment // segment whose .idx holds the block (and whose log holds its chunks)
+	off int64    // partition offset of the first chunk
+	ms  int64    // append time of the first chunk
+	at  uint32   // entry number of the first entry in the .idx
+	n   uint32   // entries
+	crc uint32   // crc32c of the block's bytes
+}
+
+func idxPathOf(logPath string) string { return strings.TrimSuffix(logPath, segSuffix) + idxSuffix }
+
+func idxHeader(start int64) []byte {
+	b := make([]byte, idxHeaderLen)
+	binary.BigEndian.PutUint32(b[0:], idxMagic)
+	binary.BigEndian.PutUint32(b[4:], formatV2)
+	binary.BigEndian.PutUint64(b[8:], uint64(start))
+	return b
+}
+
+// openIdx opens g's .idx (creating it when missing). It reports whether
+// the file holds a valid format-2 header for g; the entries themselves are
+// trusted only as far as the checkpoint vouches for them.
+func (s *Store) openIdx(g *segment) (ok bool, err error) {
+	path := idxPathOf(g.path)
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("store: open index %s: %w", path, err)
+	}
+	g.idx = f
+	size, err := f.Size()
+	if err != nil {
+		return false, fmt.Errorf("store: stat index %s: %w", path, err)
+	}
+	g.idxSize = size
+	if size < idxHeaderLen {
+		return false, nil
+	}
+	var h [idxHeaderLen]byte
+	if _, err := f.ReadAt(h[:], 0); err != nil {
+		return false, nil
+	}
+	return binary.BigEndian.Uint32(h[0:]) == idxMagic && binary.BigEndian.Uint32(h[4:]) == formatV2 &&
+		int64(binary.BigEndian.Uint64(h[8:])) == g.start, nil
+}
+
+// resetIdx cuts g's .idx to its header and n entries (the part a
+// checkpoint vouches for); n = 0 rewrites the header.
+func (s *Store) resetIdx(g *segment, n uint32) error {
+	size := int64(idxHeaderLen) + int64(n)*idxEntryLen
+	if err := g.idx.Truncate(size); err != nil {
+		return fmt.Errorf("store: truncate index %s: %w", idxPathOf(g.path), err)
+	}
+	if n == 0 {
+		if _, err := g.idx.WriteAt(idxHeader(g.start), 0); err != nil {
+			return fmt.Errorf("store: write index %s: %w", idxPathOf(g.path), err)
+		}
+	}
+	g.idxN = n
+	g.idxSize = size
+	return nil
+}
+
+func encodeEntries(dst []byte, ents []idxEntry) []byte {
+	var e [idxEntryLen]byte
+	for _, x := range ents {
+		binary.BigEndian.PutUint32(e[0:], x.pid)
+		binary.BigEndian.PutUint32(e[4:], x.n)
+		binary.BigEndian.PutUint64(e[8:], uint64(x.off))
+		binary.BigEndian.PutUint64(e[16:], uint64(x.pos))
+		binary.BigEndian.PutUint64(e[24:], uint64(x.ms))
+		dst = append(dst, e[:]...)
+	}
+	return dst
+}
+
+func decodeEntry32(e []byte) idxEntry {
+	return idxEntry{
+		pid: binary.BigEndian.Uint32(e[0:]),
+		n:   binary.BigEndian.Uint32(e[4:]),
+		off: int64(binary.BigEndian.Uint64(e[8:])),
+		pos: int64(binary.BigEndian.Uint64(e[16:])),
+		ms:  int64(binary.BigEndian.Uint64(e[24:])),
+	}
+}
+
+// flushTailLocked writes p's tail as a block of the active segment's .idx
+// (the writer goroutine, or recovery, holds the right to write it; the
+// caller holds p.mu for writing).
+func (s *Store) flushTailLocked(p *partition, g *segment) error {
+	if len(p.tail) == 0 {
+		return nil
+	}
+	b := encodeEntries(make([]byte, 0, len(p.tail)*idxEntryLen), p.tail)
+	at := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
+	if _, err := g.idx.WriteAt(b, at); err != nil {
+		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), at, err)
+	}
+	p.blocks = append(p.blocks, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: g.idxN,
+		n: uint32(len(p.tail)), crc: crc32.Checksum(b, castagnoli)})
+	g.idxN += uint32(len(p.tail))
+	g.idxSize = at + int64(len(b))
+	p.tail = nil
+	return nil
+}
+
+// flushTailsOf writes the tails of ps (those of at least min entries) into
+// g's .idx with ONE write, as consecutive blocks: a sweep or a roll with
+// thousands of partitions costs one system call, not one per partition.
+// Only the writer goroutine (or recovery) calls it: it alone appends to
+// tails, so a tail cannot change between the copy and the publish.
+func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
+	type pend struct {
+		p   *partition
+		ref blockRef
+	}
+	var todo []pend
+	var buf []byte
+	at := g.idxN
+	for _, p := range ps {
+		p.mu.RLock()
+		if n := len(p.tail); n > 0 && n >= min {
+			start := len(buf)
+			buf = encodeEntries(buf, p.tail)
+			todo = append(todo, pend{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n),
+				crc: crc32.Checksum(buf[start:], castagnoli)}})
+			at += uint32(n)
+		}
+		p.mu.RUnlock()
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	pos := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
+	if _, err := g.idx.WriteAt(buf, pos); err != nil {
+		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
+	}
+	g.idxN = at
+	g.idxSize = pos + int64(len(buf))
+	for _, x := range todo {
+		x.p.mu.Lock()
+		x.p.blocks = append(x.p.blocks, x.ref)
+		x.p.tail = nil
+		x.p.mu.Unlock()
+	}
+	return nil
+}
+
+// errIndexDamaged marks an index block that fails its checks: the log is
+// fine, the .idx is not (see repairBlock).
+var errIndexDamaged = errors.New("index block damaged")
+
+// readBlock reads and checks block b of partition pid.
+func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
+	buf := make([]byte, int(b.n)*idxEntryLen)
+	at := int64(idxHeaderLen) + int64(b.at)*idxEntryLen
+	b.g.idxMu.RLock()
+	gone := b.g.removed
+	var err error
+	if !gone {
+		_, err = b.g.idx.ReadAt(buf, at)
+	}
+	b.g.idxMu.RUnlock()
+	if gone {
+		return nil, ErrLogTruncated
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read index %s at %d: %w: %w", idxPathOf(b.g.path), at, errIndexDamaged, err)
+	}
+	if crc32.Checksum(buf, castagnoli) != b.crc {
+		return nil, fmt.Errorf("store: index %s at %d: %w: crc", idxPathOf(b.g.path), at, errIndexDamaged)
+	}
+	ents := make([]idxEntry, b.n)
+	next := b.off
+	for i := range ents {
+		e := decodeEntry32(buf[i*idxEntryLen:])
+		if e.pid != pid || e.off != next || e.pos < b.g.start {
+			return nil, fmt.Errorf("store: index %s at %d: %w: entry %d", idxPathOf(b.g.path), at, errIndexDamaged, i)
+		}
+		next = e.off + int64(e.n)
+		ents[i] = e
+	}
+	return ents, nil
+}
+
+// chunks returns p's chunks in order, from the one holding off on, until
+// they cover want bytes from off or reach the partition end. Index blocks
+// are read without holding p.mu.
+func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) {
+	var out []idxEntry
+	x := off
+	repaired := false
+	for x < off+want {
+		p.mu.RLock()
+		if x >= p.end {
+			p.mu.RUnlock()
+			break
+		}
+		if k := p.tailIndexLocked(x); k >= 0 {
+			for ; k < len(p.tail) && x < off+want; k++ {
+				out = append(out, p.tail[k])
+				x = p.tail[k].off + int64(p.tail[k].n)
+			}
+			p.mu.RUnlock()
+			break
+		}
+		i := p.blockIndexLocked(x)
+		if i < 0 {
+			p.mu.RUnlock()
+			break
+		}
+		b := p.blocks[i]
+		pid := p.pid
+		p.mu.RUnlock()
+		gen := b.g.idxGen.Load()
+		ents, err := s.readBlock(pid, b)
+		if err != nil {
+			if errors.Is(err, errIndexDamaged) && !repaired {
+				repaired = true
+				if s.repairBlock(b, gen, err) == nil {
+					continue
+				}
+			}
+			return out, err
+		}
+		k := sort.Search(len(ents), func(i int) bool { return ents[i].off > x }) - 1
+		if k < 0 {
+			break
+		}
+		progressed := false
+		for ; k < len(ents) && x < off+want; k++ {
+			out = append(out, ents[k])
+			x = ents[k].off + int64(ents[k].n)
+			progressed = true
+		}
+		if !progressed {
+			break
+		}
+	}
+	return out, nil
+}
+
+// indexDamaged handles an index block that fails its checks: the
+// checkpoint goes, so the next start-up rebuilds every index from the log.
+func (s *Store) indexDamaged(err error) {
+	s.log.Error("STORE: index block damaged; it will be rebuilt from the log at the next start-up", "err", err)
+	s.dropCheckpoint()
+}
+
+// cutIndexLocked drops p's chunks at and after off (a chunk boundary) from
+// its index and makes off its end: the one way the index is cut back, for
+// a fence at run time, its replay at start-up, and the rollback after a
+// failed fdatasync. Blocks past off are dropped; the block holding off is
+// shortened, which reads it. The caller holds p.mu for writing.
+func (s *Store) cutIndexLocked(p *partition, off int64) error {
+	notStart := fmt.Errorf("offset %d of %s-%d is not a chunk start", off, p.key.topic, p.key.num)
+	switch {
+	case off == p.end:
+	case off > p.end:
+		return notStart
+	case (len(p.blocks) == 0 || off <= p.blocks[0].off) && (len(p.tail) == 0 || off <= p.tail[0].off):
+		// At or below everything indexed (retention dropped what was
+		// below): nothing stays.
+		p.blocks, p.tail = nil, nil
+	case len(p.tail) > 0 && off >= p.tail[0].off:
+		k := p.tailIndexLocked(off)
+		if p.tail[k].off != off {
+			return notStart
+		}
+		p.tail = p.tail[:k]
+	default:
+		i := p.blockIndexLocked(off)
+		if i < 0 {
+			return notStart
+		}
+		b := p.blocks[i]
+		ents, err := s.readBlock(p.pid, b)
+		if err != nil {
+			return err
+		}
+		k := sort.Search(len(ents), func(j int) bool { return ents[j].off >= off })
+		if k == len(ents) || ents[k].off != off {
+			return notStart
+		}
+		p.tail = nil
+		p.blocks = p.blocks[:i+1]
+		if k == 0 {
+			p.blocks = p.blocks[:i]
+		} else {
+			b.n = uint32(k)
+			b.crc = crc32.Checksum(encodeEntries(nil, ents[:k]), castagnoli)
+			p.blocks[i] = b
+		}
+	}
+	p.records -= p.recordsInLocked(p.end - off)
+	p.end, p.wEnd = off, off
+	p.durable = min(p.durable, off)
+	p.min = min(p.min, off)
+	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
+		p.segs = p.segs[:len(p.segs)-1]
+	}
+	if p.segs[0] > off {
+		p.segs[0] = off
+	}
+	return nil
+}
+
+// offsetForTime returns the offset of p's first chunk appended at or after
+// ms, or p's durable end. Blocks carry their first chunk's time and times
+// never decrease along the log, so one block is read at most.
+func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
+	return s.offsetForTime1(p, ms, true)
+}
+
+func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error) {
+	p.mu.RLock()
+	lo, end, pid := p.min, p.durable, p.pid
+	// The first chunk at or after ms is in block j-1, or it is next: block
+	// j's first chunk, or the tail's first such, or none (end).
+	j := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ms >= ms })
+	next := end
+	if j < len(p.blocks) {
+		next = p.blocks[j].off
+	} else if k := sort.Search(len(p.tail), func(i int) bool { return p.tail[i].ms >= ms }); k > 0 {
+		// The tail's first chunk is older than ms, so every block is too.
+		if k < len(p.tail) {
+			next = p.tail[k].off
+		}
+		p.mu.RUnlock()
+		return clampTime(next, lo, end), nil
+	} else if len(p.tail) > 0 {
+		next = p.tail[0].off
+	}
+	if j == 0 || p.blockEndLocked(j-1) <= lo {
+		p.mu.RUnlock()
+		return clampTime(next, lo, end), nil
+	}
+	b := p.blocks[j-1]
+	p.mu.RUnlock()
+	gen := b.g.idxGen.Load()
+	ents, err := s.readBlock(pid, b)
+	if err != nil {
+		if errors.Is(err, errIndexDamaged) && retry {
+			if s.repairBlock(b, gen, err) == nil {
+				return s.offsetForTime1(p, ms, false)
+			}
+		}
+		return 0, err
+	}
+	if k := sort.Search(len(ents), func(i int) bool { return ents[i].ms >= ms }); k < len(ents) {
+		return clampTime(ents[k].off, lo, end), nil
+	}
+	return clampTime(next, lo, end), nil
+}
+
+func clampTime(off, lo, end int64) int64 { return min(max(off, lo), end) }
+
+// rebuildIdx rewrites sealed segment g's .idx from its log and points the
+// blocks every partition has in g at the new file: start-up does it for a
+// missing or torn .idx, a reader for a block that failed its checks. The
+// new file holds, per partition, the chunks of the offset range its
+// blocks in g covered; they are published under each partition's lock
+// against its range at that moment (retention or a fence may have moved
+// it meanwhile).
+func (s *Store) rebuildIdx(g *segment, gen uint64) error {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	if g.idxGen.Load() != gen {
+		return nil // rebuilt meanwhile
+	}
+	s.log.Warn("STORE: rebuilding a segment index from the log", "segment", g.path)
+	byPid := map[uint32][]idxEntry{}
+	size := g.size.Load()
+	r := newSegReader(g.f, size)
+	for x := int64(0); x < size; {
+		h, payload, n, err := r.entryAt(x)
+		if err != nil {
+			return fmt.Errorf("store: rebuild index of %s at %d: %w", g.path, x, err)
+		}
+		if h.typ == entryData {
+			byPid[h.pid] = append(byPid[h.pid], idxEntry{pid: h.pid, n: uint32(len(payload)), off: h.off, pos: g.start + x, ms: h.ms})
+		}
+		x += int64(n)
+	}
+	// The chunks each partition's blocks in g cover, as a contiguous chain.
+	type rebuilt struct {
+		p    *partition
+		ents []idxEntry
+		at   uint32
+	}
+	var parts []rebuilt
+	s.mu.RLock()
+	for _, p := range s.parts {
+		p.mu.RLock()
+		i0, i1 := p.blocksIn(g)
+		var lo, hi int64
+		if i0 < i1 {
+			lo, hi = p.blocks[i0].off, p.blockEndLocked(i1-1)
+		}
+		p.mu.RUnlock()
+		if i0 == i1 {
+			continue
+		}
+		var chain []idxEntry
+		for _, e := range byPid[p.pid] {
+			if e.off < lo || e.off >= hi || p.deadByFence(e.off, int64(e.n), e.pos) {
+				continue
+			}
+			if len(chain) > 0 && e.off != chain[len(chain)-1].off+int64(chain[len(chain)-1].n) {
+				continue // a dead chunk (fenced) under a live one's offsets
+			}
+			if len(chain) == 0 && e.off != lo {
+				continue
+			}
+			chain = append(chain, e)
+		}
+		if len(chain) == 0 || chain[len(chain)-1].off+int64(chain[len(chain)-1].n) != hi {
+			s.mu.RUnlock()
+			return fmt.Errorf("store: rebuild index of %s: the log does not hold %s-%d's chunks [%d, %d)",
+				g.path, p.key.topic, p.key.num, lo, hi)
+		}
+		parts = append(parts, rebuilt{p: p, ents: chain})
+	}
+	s.mu.RUnlock()
+	b := idxHeader(g.start)
+	n := uint32(0)
+	for i := range parts {
+		parts[i].at = n
+		b = encodeEntries(b, parts[i].ents)
+		n += uint32(len(parts[i].ents))
+	}
+	path := idxPathOf(g.path)
+	if err := writeFileAtomic(s.fs, path, b); err != nil {
+		return fmt.Errorf("store: rebuild index %s: %w", path, err)
+	}
+	f, err := s.fs.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("store: rebuild index %s: %w", path, err)
+	}
+	g.idxMu.Lock()
+	if g.removed {
+		g.idxMu.Unlock()
+		f.Close()
+		return ErrLogTruncated
+	}
+	old := g.idx
+	g.idx, g.idxN, g.idxSize, g.idxOK = f, n, int64(len(b)), true
+	g.idxGen.Add(1)
+	g.idxMu.Unlock()
+	old.Close()
+	for _, x := range parts {
+		x.p.mu.Lock()
+		i0, i1 := x.p.blocksIn(g)
+		if i0 < i1 {
+			lo, hi := x.p.blocks[i0].off, x.p.blockEndLocked(i1-1)
+			var nb []blockRef
+			for k := 0; k < len(x.ents); k += s.opts.blockEntries {
+				blk := x.ents[k:min(k+s.opts.blockEntries, len(x.ents))]
+				for len(blk) > 0 && blk[len(blk)-1].off >= hi {
+					blk = blk[:len(blk)-1]
+				}
+				if len(blk) == 0 || blk[len(blk)-1].off+int64(blk[len(blk)-1].n) <= lo {
+					continue
+				}
+				nb = append(nb, blockRef{g: g, off: blk[0].off, ms: blk[0].ms, at: x.at + uint32(k), n: uint32(len(blk)),
+					crc: crc32.Checksum(encodeEntries(nil, blk), castagnoli)})
+			}
+			x.p.blocks = append(append(append([]blockRef(nil), x.p.blocks[:i0]...), nb...), x.p.blocks[i1:]...)
+		}
+		x.p.mu.Unlock()
+	}
+	return nil
+}
+
+// deadByFence reports whether a fence made the chunk dead.
+func (p *partition) deadByFence(off, n, pos int64) bool {
+	for _, f := range p.fences {
+		if pos < f.pos && off+n > f.off {
+			return true
+		}
+	}
+	return false
+}
+
+// repairBlock handles block b that failed its checks: a sealed segment's
+// .idx is rebuilt from the log at once (and the caller retries); damage in
+// the active segment's .idx cannot be, so the checkpoint goes and the next
+// start-up rebuilds it.
+func (s *Store) repairBlock(b blockRef, gen uint64, cause error) error {
+	s.log.Error("STORE: index block damaged", "err", cause)
+	s.segMu.RLock()
+	active := len(s.segs) > 0 && s.segs[len(s.segs)-1] == b.g
+	s.segMu.RUnlock()
+	if active {
+		s.indexDamaged(cause)
+		return cause
+	}
+	if err := s.rebuildIdx(b.g, gen); err != nil {
+		s.indexDamaged(err)
+		return err
+	}
+	return nil
+}
+
+// blocksIn returns the range [i0, i1) of p's blocks held by segment g.
+func (p *partition) blocksIn(g *segment) (int, int) {
+	i0 := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].g.start >= g.start })
+	i1 := i0
+	for i1 < len(p.blocks) && p.blocks[i1].g == g {
+		i1++
+	}
+	return i0, i1
+}

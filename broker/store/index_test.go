@@ -1,0 +1,415 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/internal/clock"
+)
+
+// indexSize counts the index entries a store keeps in memory: tails, and
+// blocks (each standing for up to blockEntries entries on disk).
+func indexSize(s *Store) (tails, blocks int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, p := range s.parts {
+		p.mu.RLock()
+		tails += len(p.tail)
+		blocks += len(p.blocks)
+		p.mu.RUnlock()
+	}
+	return tails, blocks
+}
+
+// The memory rule: a partition keeps at most one block of entries in
+// memory, everything older is one reference per block.
+func TestIndexMemoryIsOneRefPerBlock(t *testing.T) {
+	s := openT(t, Options{SegmentBytes: 256 << 10, blockEntries: 32})
+	want := fill(t, s, "m", 3, 700)
+	tails, blocks := indexSize(s)
+	if tails > 3*32 {
+		t.Fatalf("tails hold %d entries, want at most one block per partition", tails)
+	}
+	if chunks := 3 * 700; blocks < (chunks-tails)/32 || blocks > (chunks-tails)/32+3*countSegs(s) {
+		t.Fatalf("%d blocks for %d chunks of which %d in tails", blocks, chunks, tails)
+	}
+	checkParts(t, s, "m", want)
+}
+
+func countSegs(s *Store) int {
+	s.segMu.RLock()
+	defer s.segMu.RUnlock()
+	return len(s.segs)
+}
+
+// A torn or missing .idx of a sealed segment is rebuilt from that
+// segment's log alone at start-up; nothing else is scanned.
+func TestTornIndexRebuiltFromItsSegment(t *testing.T) {
+	for _, damage := range []string{"missing", "torn", "bad header"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{Dir: dir, SegmentBytes: 32 << 10, blockEntries: 8}
+			s := openT(t, opts)
+			want := fill(t, s, "x", 4, 300)
+			s.Close()
+			idx := logFiles(t, dir, idxSuffix)
+			if len(idx) < 4 {
+				t.Fatalf("want several segments, have %d", len(idx))
+			}
+			victim := idx[1]
+			switch damage {
+			case "missing":
+				os.Remove(victim)
+			case "torn":
+				st, _ := os.Stat(victim)
+				os.Truncate(victim, st.Size()/2+3)
+			case "bad header":
+				b, _ := os.ReadFile(victim)
+				b[5] ^= 0xff
+				os.WriteFile(victim, b, 0o644)
+			}
+			cfs := &countFS{}
+			opts.FS = cfs
+			s2 := openT(t, opts)
+			seg, _ := os.Stat(strings.TrimSuffix(victim, idxSuffix) + segSuffix)
+			if n := cfs.logRead.Load(); n != seg.Size() {
+				t.Fatalf("start-up read %d log bytes, want only the damaged index's segment (%d)", n, seg.Size())
+			}
+			checkParts(t, s2, "x", want)
+			s2.Close()
+			cfs2 := &countFS{}
+			opts.FS = cfs2
+			s3 := openT(t, opts)
+			if n := cfs2.logRead.Load(); n != 0 {
+				t.Fatalf("clean start-up after the rebuild read %d log bytes", n)
+			}
+			checkParts(t, s3, "x", want)
+		})
+	}
+}
+
+// A block whose bytes were damaged after start-up fails its crc when read:
+// it is never trusted, its segment's index is rebuilt from the log on the
+// spot and the read is answered correctly.
+func TestDamagedIndexBlockWhileServing(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 32 << 10, blockEntries: 8}
+	s := openT(t, opts)
+	want := fill(t, s, "d", 3, 300)
+	t0 := time.Now()
+	s.Close()
+	s = openT(t, opts)
+	idx := logFiles(t, dir, idxSuffix)
+	b, _ := os.ReadFile(idx[0])
+	for i := idxHeaderLen + 5; i < len(b); i += 97 {
+		b[i] ^= 0x40 // offsets, positions, times, lengths: all over the file
+	}
+	if err := os.WriteFile(idx[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkParts(t, s, "d", want)
+	if got, err := s.OffsetForTime("d", 1, t0.Add(-time.Hour)); err != nil || got != 0 {
+		t.Fatalf("OffsetForTime after repair = %d, %v", got, err)
+	}
+	s.Close()
+	checkParts(t, openT(t, opts), "d", want)
+}
+
+// A directory written by the format-1 store (whole-segment .idx summaries,
+// a checkpoint without block directory; testdata/v1store, written by that
+// code) is upgraded in place: its data is served unchanged, its files are
+// rewritten in format 2, and the next start-up scans nothing.
+func TestOpenFormat1Directory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("testdata/v1store")); err != nil {
+		t.Fatal(err)
+	}
+	ck, _ := os.ReadFile(filepath.Join(dir, ckptName))
+	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV1 {
+		t.Fatalf("testdata checkpoint has format %d", v)
+	}
+	opts := Options{Dir: dir, SegmentBytes: 8192}
+	check := func(s *Store) {
+		t.Helper()
+		for p := 0; p < 3; p++ {
+			recs := decodeAll(t, readAll(t, s, "old", p))
+			if len(recs) != 60 {
+				t.Fatalf("old-%d: %d records, want 60", p, len(recs))
+			}
+			for i, r := range recs {
+				body := fmt.Sprintf("v1-%d-%d-%s", p, i, strings.Repeat("x", 69))
+				if r.ID != int64(1000+i*10+p) || string(r.Body) != body {
+					t.Fatalf("old-%d record %d: id %d body %q", p, i, r.ID, r.Body)
+				}
+			}
+		}
+	}
+	s := openT(t, opts)
+	check(s)
+	s.Close()
+	ck, _ = os.ReadFile(filepath.Join(dir, ckptName))
+	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV2 {
+		t.Fatalf("checkpoint still has format %d after the upgrade", v)
+	}
+	for _, f := range logFiles(t, dir, idxSuffix) {
+		b, _ := os.ReadFile(f)
+		if len(b) < idxHeaderLen || binary.BigEndian.Uint32(b[4:]) != formatV2 {
+			t.Fatalf("%s not upgraded", f)
+		}
+	}
+	cfs := &countFS{}
+	opts.FS = cfs
+	s = openT(t, opts)
+	if n := cfs.logRead.Load(); n != 0 {
+		t.Fatalf("start-up after the upgrade read %d log bytes", n)
+	}
+	check(s)
+	mustAppend(t, s, "old", 0, "new")
+}
+
+// A checkpoint of a later format is refused with a message saying so, and
+// nothing in the directory is changed.
+func TestRefuseNewerFormat(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	mustAppend(t, s, "n", 0, "a")
+	s.Close()
+	p := filepath.Join(dir, ckptName)
+	b, _ := os.ReadFile(p)
+	binary.BigEndian.PutUint32(b[4:], 3)
+	binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	os.WriteFile(p, b, 0o644)
+	before := snapshot(t, dir)
+	_, err := Open(Options{Dir: dir})
+	if !errors.Is(err, errNewerFormat) || !strings.Contains(err.Error(), "format 3") || !strings.Contains(err.Error(), p) {
+		t.Fatalf("Open of a format-3 directory: %v", err)
+	}
+	if after := snapshot(t, dir); after != before {
+		t.Fatalf("refused open changed the directory:\n%s\n%s", before, after)
+	}
+}
+
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var out strings.Builder
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := os.ReadFile(path)
+			fmt.Fprintf(&out, "%s %d %x\n", path, len(b), crc32.ChecksumIEEE(b))
+		}
+		return nil
+	})
+	return out.String()
+}
+
+// Chunks a fence made dead stay in the log with offsets the partition
+// reuses; ReadLog must skip them, also after a restart (fences are kept
+// in the checkpoint).
+func TestFencedChunksNotShipped(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, blockEntries: 4}
+	s := openT(t, opts)
+	fill(t, s, "f", 1, 10)
+	p := s.lookup("f", 0)
+	p.mu.RLock()
+	ents, err := s.chunks(p, 0, p.end)
+	p.mu.RUnlock()
+	if err != nil || len(ents) != 10 {
+		t.Fatalf("chunks: %d %v", len(ents), err)
+	}
+	cut := ents[6].off
+	if err := s.submit(t.Context(), &request{kind: reqFence, p: p, at: cut}); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("after-fence", 300) // grows the partition past the dead chunks
+	a := mustAppend(t, s, "f", 0, big)
+	if a[0].Offset != cut {
+		t.Fatalf("append after fence at %d, want %d", a[0].Offset, cut)
+	}
+	shipped := func(s *Store) []int64 {
+		first, _ := s.LogBounds()
+		es, _, err := s.ReadLog(first, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var offs []int64
+		for _, e := range es {
+			offs = append(offs, e.Offset)
+		}
+		return offs
+	}
+	want := fmt.Sprint(append(offsetsOf(ents[:6]), cut))
+	if got := fmt.Sprint(shipped(s)); got != want {
+		t.Fatalf("ReadLog shipped %s, want %s", got, want)
+	}
+	s.Close()
+	s = openT(t, opts)
+	if got := fmt.Sprint(shipped(s)); got != want {
+		t.Fatalf("after restart ReadLog shipped %s, want %s", got, want)
+	}
+	if got := decodeAll(t, readAll(t, s, "f", 0)); !bytes.Equal(got[6].Body, []byte(big)) || len(got) != 7 {
+		t.Fatalf("partition after fence: %d records", len(got))
+	}
+}
+
+func offsetsOf(ents []idxEntry) []int64 {
+	var o []int64
+	for _, e := range ents {
+		o = append(o, e.off)
+	}
+	return o
+}
+
+// With many partitions the tails together stay within the budget.
+func TestTailBudget(t *testing.T) {
+	s := openT(t, Options{blockEntries: 64, tailBudget: 200})
+	for i := 0; i < 40; i++ {
+		for p := 0; p < 50; p++ {
+			mustAppend(t, s, "b", p, "x")
+		}
+		if tails, _ := indexSize(s); tails > 200+200/4+50 {
+			t.Fatalf("round %d: tails hold %d entries, budget 200", i, tails)
+		}
+	}
+	for p := 0; p < 50; p++ {
+		if got := decodeAll(t, readAll(t, s, "b", p)); len(got) != 40 {
+			t.Fatalf("b-%d: %d records", p, len(got))
+		}
+	}
+}
+
+// Backlog gives the time of the chunk holding an offset from the index and
+// counts records by the partition's mean size, also after a restart.
+func TestBacklog(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	fc := clock.NewFake(t0)
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Clock: fc, blockEntries: 4, SegmentBytes: 4096}
+	s := openT(t, opts)
+	var offs []int64
+	for i := 0; i < 50; i++ {
+		a := mustAppend(t, s, "g", 0, "0123456789", "abcdefghij")
+		offs = append(offs, a[0].Offset)
+		fc.Advance(time.Second)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		for _, i := range []int{0, 7, 31, 49} {
+			n, at, err := s.Backlog("g", 0, offs[i])
+			if err != nil || n != int64(2*(50-i)) || !at.Equal(t0.Add(time.Duration(i)*time.Second)) {
+				t.Fatalf("Backlog from chunk %d = %d %v %v, want %d at %v", i, n, at, err, 2*(50-i), t0.Add(time.Duration(i)*time.Second))
+			}
+		}
+		info, _ := s.Partition("g", 0)
+		if n, at, err := s.Backlog("g", 0, info.Max); n != 0 || !at.IsZero() || err != nil {
+			t.Fatalf("Backlog at the end = %d %v %v", n, at, err)
+		}
+	}
+	check(s)
+	s.Close()
+	check(openT(t, opts))
+	os.Remove(filepath.Join(dir, ckptName))
+	check(openT(t, opts))
+}
+
+// Rebuilding a damaged .idx while appends roll segments and write
+// checkpoints, and readers read: every read stays correct (run with -race).
+func TestRebuildUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 16 << 10, blockEntries: 4}
+	s := openT(t, opts)
+	want := fill(t, s, "u", 3, 120)
+	var mu sync.Mutex
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // more data, more rolls and checkpoints
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			body := fmt.Sprintf("more-%d", i)
+			a, err := s.Append(t.Context(), "u", i%3, []Message{{Body: []byte(body)}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			want[i%3] = AppendRecord(want[i%3], a[0].ID, 0, []byte(body))
+			mu.Unlock()
+		}
+	}()
+	for round := 0; round < 5; round++ {
+		idx := logFiles(t, dir, idxSuffix)
+		b, _ := os.ReadFile(idx[round%2])
+		for i := idxHeaderLen + 3; i < len(b); i += 61 {
+			b[i] ^= 0x21
+		}
+		os.WriteFile(idx[round%2], b, 0o644)
+		mu.Lock()
+		snap := map[int][]byte{}
+		for p, w := range want {
+			snap[p] = append([]byte(nil), w...)
+		}
+		mu.Unlock()
+		for p, w := range snap {
+			got := readAll(t, s, "u", p)
+			if len(got) < len(w) || !bytes.Equal(got[:len(w)], w) {
+				t.Fatalf("round %d: u-%d differs from what was appended", round, p)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+	s.segMu.RLock()
+	rebuilt := s.segs[0].idxGen.Load() + s.segs[1].idxGen.Load()
+	s.segMu.RUnlock()
+	if rebuilt < 2 {
+		t.Fatalf("damaged indexes rebuilt %d times, want at least 2", rebuilt)
+	}
+	s.Close()
+	checkParts(t, openT(t, opts), "u", want)
+}
+
+// After a crash, recovery reads the log only from the last checkpoint (the
+// last segment roll) on: the sealed segments are neither read nor
+// re-indexed, whatever their size.
+func TestCrashRecoveryReadsSinceCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 32 << 10, blockEntries: 8}
+	s := openT(t, opts)
+	want := fill(t, s, "c", 3, 400)
+	segs := logFiles(t, dir, segSuffix)
+	if len(segs) < 5 {
+		t.Fatalf("want several segments, have %d", len(segs))
+	}
+	// The process dies now: copy the files as they are (what it wrote is
+	// in the page cache, as after kill -9), without Close.
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	active, err := os.Stat(filepath.Join(crashed, "log", filepath.Base(segs[len(segs)-1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfs := &countFS{}
+	s2 := openT(t, Options{Dir: crashed, SegmentBytes: 32 << 10, blockEntries: 8, FS: cfs})
+	if n := cfs.logRead.Load(); n == 0 || n > active.Size() {
+		t.Fatalf("recovery read %d log bytes; the segment written since the last checkpoint has %d", n, active.Size())
+	}
+	checkParts(t, s2, "c", want)
+}
