@@ -40,6 +40,11 @@ func newShipperComponent() *shipperComponent { return &shipperComponent{} }
 
 func (c *shipperComponent) Name() string { return compShipper }
 
+// startsBeforeServing: the replication address is published before the
+// broker's master node, so a slave that sees the master also sees how to
+// reach the compressed stream, and never picks the MetaQ method by mistake.
+func (c *shipperComponent) startsBeforeServing() bool { return true }
+
 func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	cfg := b.Config()
 	mode, err := georeplicator.ParseMode(cfg.Replication.Compression)
@@ -52,9 +57,18 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			return err
 		}
 	}
+	ln, err := listenReplication(b, cfg)
+	if err != nil {
+		return err
+	}
+	if serverTLS == nil && !config.IsLoopbackAddr(ln.Addr().String()) {
+		b.Logger().Warn("REPLICATION: the log is served without TLS to any host that reaches "+ln.Addr().String()+
+			", as the MetaQ port serves it; set [replication] tlsCert, tlsKey and tlsCA for mutual TLS, a loopback listen, or enable=false",
+			"addr", ln.Addr().String())
+	}
 	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
 		TLS:                  serverTLS,
-		Listen:               cfg.Replication.Listen,
+		Listener:             ln,
 		BrokerID:             cfg.System.BrokerID,
 		Source:               b.Store,
 		Compression:          mode,
@@ -67,9 +81,11 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		Logger: b.Logger(),
 	})
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.System.DataPath, "replication"), 0o755); err != nil {
+		s.Close()
 		return fmt.Errorf("replication: %w", err)
 	}
 	if err := s.Start(); err != nil {
@@ -159,6 +175,34 @@ func (c *shipperComponent) Status() any {
 		return map[string]any{"running": false}
 	}
 	return map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
+}
+
+// listenReplication opens the replication listener on [replication] listen
+// (by default, as the MetaQ port binds, at serverPort+1). When that port is
+// not one the operator wrote and it is taken (for example by another broker
+// on this host with the next serverPort), the system picks a free one:
+// slaves find the address in ZooKeeper, not by the port convention.
+func listenReplication(b *Bundle, cfg *config.Server) (net.Listener, error) {
+	addr := cfg.Replication.Listen
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if readConfigKeys(cfg).hasKey("replication", "listen") {
+		return nil, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err2 != nil {
+		return nil, fmt.Errorf("replication: listen on %s: %w", addr, errors.Join(err, err2))
+	}
+	where := "published in ZooKeeper for the slaves"
+	if b.Registry == nil {
+		where = "which slaves cannot find with ZooKeeper off"
+	}
+	b.Logger().Warn("REPLICATION: serverPort+1 is taken; listening on a port the system chose, "+where+". Set [replication] listen to fix the port, or enable=false",
+		"wanted", addr, "err", err, "addr", ln.Addr().String())
+	return ln, nil
 }
 
 // advertiseAddr turns a listen address into one other hosts can dial: an
