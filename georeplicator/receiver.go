@@ -58,8 +58,9 @@ type ReceiverStatus struct {
 // Receiver is the slave side: it connects to the master, applies the shipped
 // log to the local store and keeps a durable cursor. Start, then Close.
 type Receiver struct {
-	opts ReceiverOptions
-	log  *slog.Logger
+	opts   ReceiverOptions
+	log    *slog.Logger
+	causes *causeLog
 
 	closing atomic.Bool
 	started atomic.Bool
@@ -69,6 +70,7 @@ type Receiver struct {
 
 	mu      sync.Mutex // guards the fields below
 	conn    net.Conn
+	tried   string // the address of the last connection attempt
 	st      ReceiverStatus
 	applied int64
 	durable int64
@@ -96,6 +98,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	}
 	r := &Receiver{opts: opts, applied: pos, durable: pos, dec: d,
 		log: opts.Logger.With("component", "georeplicator", "role", "slave", "slave", fmt.Sprintf("SLAVE(%s/%d)", opts.Group, opts.SlaveID))}
+	r.causes = newCauseLog(r.log)
 	r.st.AppliedPos, r.st.DurablePos, r.st.MasterPos = pos, pos, -1
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
@@ -192,6 +195,13 @@ func orDash(s string) string {
 	return s
 }
 
+// lastAddr is the address the last connection attempt went to.
+func (r *Receiver) lastAddr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tried
+}
+
 func (r *Receiver) setErr(err error) {
 	r.mu.Lock()
 	r.st.LastError = err.Error()
@@ -210,7 +220,7 @@ func (r *Receiver) run() {
 		}
 		if err != nil {
 			r.setErr(err)
-			r.log.Warn("replication stream ended", "err", err)
+			r.causes.report("link", r.lastAddr(), err, "")
 		}
 		r.mu.Lock()
 		r.st.Connected = false
@@ -240,8 +250,11 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 	defer cancel()
 	addr, err := r.opts.Resolver.MasterAddr(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("georeplicator: resolve master: %w", err)
+		return nil, "", fmt.Errorf("georeplicator: %w: %w", errResolve, err)
 	}
+	r.mu.Lock()
+	r.tried = addr
+	r.mu.Unlock()
 	dial := r.opts.Dial
 	if dial == nil {
 		d := net.Dialer{KeepAlive: 15 * time.Second}
@@ -303,13 +316,13 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	f, err := readFrame(conn, nil)
 	if err != nil {
-		return false, fmt.Errorf("georeplicator: read welcome: %w", err)
+		return false, fmt.Errorf("georeplicator: %s: %w: read welcome: %w", addr, errNoHandshake, err)
 	}
 	if f.typ == typeError {
-		return false, fmt.Errorf("georeplicator: master refused: %s", f.wire)
+		return false, fmt.Errorf("georeplicator: %w: %s", errRefused, f.wire)
 	}
 	if f.typ != typeWelcome {
-		return false, fmt.Errorf("%w: expected welcome, got type %d", ErrProtocol, f.typ)
+		return false, fmt.Errorf("georeplicator: %s: %w: %w: expected welcome, got type %d", addr, errNoHandshake, ErrProtocol, f.typ)
 	}
 	w, err := decodeWelcome(f.wire)
 	if err != nil {
@@ -330,6 +343,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 			"requested", resume, "start", w.Start)
 	}
 	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable)
+	r.causes.clear("link")
 
 	// The first ack tells the master every local partition end, so its lag
 	// figures are right from the start.

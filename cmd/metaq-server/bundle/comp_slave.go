@@ -1,0 +1,386 @@
+package bundle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"metaq/broker/registry"
+	"metaq/georeplicator"
+)
+
+// Replication methods of an async slave.
+const (
+	methodStream = "stream" // the master's compressed log stream (georeplicator.Receiver)
+	methodMetaQ  = "metaq"  // MetaQ's own async-slave method: get as slaveGroup (georeplicator.MetaQPuller)
+)
+
+// receiverComponent is the slave side (ModeSlave, async_slave.properties).
+// It copies the master with the compressed stream when the master offers
+// one (masterAddress is set, or the master publishes
+// ids/<brokerId>/replication in ZooKeeper), and otherwise with MetaQ's own
+// method, which every MetaQ 1.4.6 master serves. It follows the master's
+// ZooKeeper entries and changes method when the master does.
+type receiverComponent struct {
+	b      *Bundle
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	method string
+	reason string
+	r      *georeplicator.Receiver
+	p      *georeplicator.MetaQPuller
+	master *zkMetaQMaster
+}
+
+func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
+
+func (c *receiverComponent) Name() string { return compReceiver }
+
+func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
+	sl := b.Slave
+	c.b = b
+	dir := filepath.Join(b.Config().System.DataPath, "replication")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("replication: %w", err)
+	}
+	if sl.MasterAddress != "" {
+		return c.switchTo(methodStream, "masterAddress="+sl.MasterAddress+" is set in "+sl.File)
+	}
+	if b.Registry == nil {
+		return errors.New("replication: ZooKeeper is off and async_slave.properties has no masterAddress")
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.master = newZKMetaQMaster(sctx, b.Registry, b.Config().System.BrokerID)
+	method, reason, watch, err := c.decide(ctx, nil)
+	if err != nil {
+		cancel()
+		return err
+	}
+	if method != "" {
+		if err := c.switchTo(method, reason); err != nil {
+			cancel()
+			return err
+		}
+	} else {
+		b.Logger().Warn("REPLICATION: "+reason+"; waiting for it", "slave", sl.SlaveID)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.supervise(sctx, watch)
+	}()
+	return nil
+}
+
+// decide reads the master's entries under ids/<brokerId>: the replication
+// address means our master with its stream, a master node without it a
+// MetaQ master (or ours with [replication] enable=false). watch, when not
+// nil and not fired, is kept instead of setting a new one.
+func (c *receiverComponent) decide(ctx context.Context, watch registry.Watch) (string, string, registry.Watch, error) {
+	r := c.b.Registry
+	base := r.Paths().BrokerID(c.b.Config().System.BrokerID)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var kids []string
+	var err error
+	if watch == nil || fired(watch) {
+		kids, watch, err = r.ChildrenW(ctx, base)
+		if errors.Is(err, registry.ErrNoNode) {
+			var ok bool
+			ok, watch, err = r.ExistsW(ctx, base)
+			if err == nil && ok {
+				watch = closedWatch() // created meanwhile: look again
+			}
+		}
+	} else {
+		kids, err = r.Children(ctx, base)
+		if errors.Is(err, registry.ErrNoNode) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return "", "", nil, fmt.Errorf("replication: read %s: %w", base, err)
+	}
+	switch {
+	case slices.Contains(kids, replicationNode):
+		return methodStream, "the master publishes its replication address at " + base + "/" + replicationNode, watch, nil
+	case slices.Contains(kids, "master"):
+		return methodMetaQ, "the master at " + base + "/master publishes no replication address (a MetaQ 1.4.6 master, or [replication] enable=false): copying it with MetaQ's get as group " + c.b.Slave.SlaveGroup, watch, nil
+	}
+	return "", "no master registered at " + base + "/master", watch, nil
+}
+
+func fired(w registry.Watch) bool {
+	select {
+	case <-w:
+		return true
+	default:
+		return false
+	}
+}
+
+func closedWatch() registry.Watch {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// supervise follows the master's entries. A change of method is confirmed
+// after zk.zkSyncTimeMs (as MetaQ's slave waits before acting on the
+// master's node), so a master that stops cleanly, removing its replication
+// address just before its master node, does not flip the slave to MetaQ's
+// method on its way out. Without a master the running method stays: it
+// retries by itself.
+func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch) {
+	settle := max(c.b.Config().ZooKeeper.SyncTime, 100*time.Millisecond)
+	for {
+		t := time.NewTimer(10 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-watch:
+		case <-t.C:
+		}
+		t.Stop()
+		method, reason, w, err := c.decide(ctx, watch)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.b.Logger().Warn("REPLICATION: cannot read the master's entries", "err", err)
+			}
+			watch = closedWatch()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		watch = w
+		c.mu.Lock()
+		cur := c.method
+		c.mu.Unlock()
+		if method == "" || method == cur {
+			continue
+		}
+		if cur != "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(settle):
+			}
+			if m2, r2, _, err := c.decide(ctx, watch); err != nil || m2 != method {
+				continue
+			} else {
+				reason = r2
+			}
+		}
+		if err := c.switchTo(method, reason); err != nil {
+			c.b.Logger().Error("REPLICATION: cannot start the "+method+" method", "err", err)
+		}
+	}
+}
+
+// switchTo stops the running method and starts another.
+func (c *receiverComponent) switchTo(method, reason string) error {
+	b, sl := c.b, c.b.Slave
+	c.mu.Lock()
+	oldR, oldP := c.r, c.p
+	c.r, c.p = nil, nil
+	c.mu.Unlock()
+	if oldR != nil {
+		oldR.Close()
+	}
+	if oldP != nil {
+		oldP.Close()
+	}
+	log := b.Logger()
+	var lines func() []string
+	switch method {
+	case methodStream:
+		r, err := c.newReceiver()
+		if err != nil {
+			return err
+		}
+		if err := r.Start(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.r = r
+		c.mu.Unlock()
+		lines = r.StatsLines
+	case methodMetaQ:
+		p, err := georeplicator.NewMetaQPuller(georeplicator.MetaQOptions{
+			Sink:     b.Store,
+			Master:   c.master,
+			Group:    sl.SlaveGroup,
+			SlaveID:  sl.SlaveID,
+			MaxDelay: sl.SlaveMaxDelay,
+			Logger:   log,
+		})
+		if err != nil {
+			return err
+		}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.p = p
+		c.mu.Unlock()
+		lines = p.StatsLines
+	}
+	c.mu.Lock()
+	c.method, c.reason = method, reason
+	c.mu.Unlock()
+	b.slave.set(func() []string {
+		return append([]string{"method " + method, "method_reason " + reason}, lines()...)
+	})
+	log.Info("REPLICATION: slave method "+method, "why", reason)
+	return nil
+}
+
+func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
+	b, sl := c.b, c.b.Slave
+	cfg := b.Config()
+	var res georeplicator.Resolver
+	if sl.MasterAddress != "" {
+		res = georeplicator.StaticResolver(sl.MasterAddress)
+	} else {
+		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
+	}
+	var mode georeplicator.Mode
+	if sl.Compression != "" {
+		m, err := georeplicator.ParseMode(sl.Compression)
+		if err != nil {
+			return nil, err
+		}
+		mode = m
+	}
+	opts := georeplicator.ReceiverOptions{
+		Sink:                 b.Store,
+		Resolver:             res,
+		BrokerID:             cfg.System.BrokerID,
+		SlaveID:              sl.SlaveID,
+		Group:                sl.SlaveGroup,
+		MaxDelay:             sl.SlaveMaxDelay,
+		Compression:          mode,
+		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
+		CheckpointFile:       filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint"),
+		Logger:               b.Logger(),
+	}
+	if sl.TLSCert != "" || sl.TLSCA != "" {
+		tc, err := georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")
+		if err != nil {
+			return nil, err
+		}
+		opts.TLS = tc
+	}
+	if sl.AutoSyncMasterConfig {
+		opts.AutoSyncMasterConfig = true
+		opts.OnMasterConfig = func(ctx context.Context, data []byte) error {
+			return syncMasterConfig(ctx, b, data)
+		}
+	}
+	return georeplicator.NewReceiver(opts)
+}
+
+// Receiver returns the running stream receiver (nil while the MetaQ method
+// runs, before Start or after Close).
+func (c *receiverComponent) Receiver() *georeplicator.Receiver {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.r
+}
+
+// Method returns the method in use ("" while none runs) and why.
+func (c *receiverComponent) Method() (string, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.method, c.reason
+}
+
+// Connected reports whether the running method currently reaches the master.
+func (c *receiverComponent) Connected() bool {
+	c.mu.Lock()
+	r, p := c.r, c.p
+	c.mu.Unlock()
+	switch {
+	case r != nil:
+		return r.Status().Connected
+	case p != nil:
+		return p.Status().Connected
+	}
+	return false
+}
+
+func (c *receiverComponent) Close() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	r, p, b := c.r, c.p, c.b
+	c.r, c.p = nil, nil
+	c.method = ""
+	c.mu.Unlock()
+	if b != nil {
+		b.slave.set(nil)
+	}
+	var err error
+	if r != nil {
+		err = r.Close()
+	}
+	if p != nil {
+		err = errors.Join(err, p.Close())
+	}
+	if c.master != nil {
+		c.master.wait()
+	}
+	return err
+}
+
+// SlaveStatus answers slave-status: the running method's status with
+// Method and MethodReason added.
+func (c *receiverComponent) SlaveStatus() any {
+	c.mu.Lock()
+	r, p, method, reason := c.r, c.p, c.method, c.reason
+	c.mu.Unlock()
+	var st any = map[string]any{"Running": false}
+	switch {
+	case r != nil:
+		st = r.Status()
+	case p != nil:
+		st = p.Status()
+	}
+	m := map[string]any{}
+	if data, err := json.Marshal(st); err == nil {
+		json.Unmarshal(data, &m)
+	}
+	m["Method"], m["MethodReason"] = method, reason
+	return m
+}
+
+// Status is the same report for /status.
+func (c *receiverComponent) Status() any { return c.SlaveStatus() }
+
+// zkMasterResolver reads the master's replication address from ZooKeeper,
+// ids/<id>/replication.
+func zkMasterResolver(r *registry.Registry, brokerID int) georeplicator.Resolver {
+	path := r.Paths().BrokerID(brokerID) + "/" + replicationNode
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		data, _, err := r.Get(ctx, path)
+		if err != nil || len(data) == 0 {
+			return "", fmt.Errorf("replication: the master of broker %d publishes no replication address at %s: %w", brokerID, path, err)
+		}
+		return string(data), nil
+	})
+}
