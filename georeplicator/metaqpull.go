@@ -417,7 +417,10 @@ func (p *MetaQPuller) follow(ctx context.Context, pool *metaqPool, mp *metaqPart
 				mp.mu.Lock()
 				mp.st.Offset, mp.st.Stopped = offset, ""
 				mp.mu.Unlock()
+				delay, attempt = 0, 0
+				continue
 			}
+			offset = -1
 		} else {
 			var next int64
 			var caughtUp bool

@@ -75,6 +75,9 @@ func New(opts Options) (*Bundle, error) {
 			cfg.System.DataLogPath = opts.DataPath
 		}
 	}
+	if opts.Adjust != nil {
+		opts.Adjust(cfg)
+	}
 	b.cfg.Store(cfg)
 	switch opts.Mode {
 	case ModeSlave:
@@ -320,6 +323,9 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	if b.opts.DataPath != "" {
 		cfg.System.DataPath = old.System.DataPath
 		cfg.System.DataLogPath = old.System.DataLogPath
+	}
+	if b.opts.Adjust != nil {
+		b.opts.Adjust(cfg)
 	}
 	// The broker registers new and changed topics and the new checksum.
 	changes, err := b.Broker.Reload(cfg)
