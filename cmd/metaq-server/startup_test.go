@@ -146,3 +146,91 @@ func TestTwoBrokersOneFolder(t *testing.T) {
 		}
 	}
 }
+
+// longSession rewrites a test server.ini for a 30 s ZooKeeper session: a
+// process killed with -9 leaves its ephemeral nodes for that long.
+func longSession(t *testing.T, s *server) {
+	t.Helper()
+	data, err := os.ReadFile(s.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1))
+	if err := os.WriteFile(s.ini, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKilledBrokersResume: a slave killed with -9 and started again copies
+// new messages long before its old ZooKeeper session (30 s) could have
+// expired; a master killed with -9 answers clients and ships again just as
+// soon. Neither waits for the ephemeral nodes its previous process left.
+func TestKilledBrokersResume(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	topics := "[topic=orders]\n"
+	master := newServer(t, zk, topics)
+	slave := newServer(t, zk, topics)
+	slave.root = master.root
+	slave.write(t, topics)
+	longSession(t, master)
+	longSession(t, slave)
+	props := filepath.Join(slave.dir, "conf", "async_slave.properties")
+	os.WriteFile(props, []byte("slaveId=0\nslaveGroup=meta-slave-group\nslaveMaxDelayInMills=100\n"), 0o644)
+
+	master.startMode(t, "")
+	spid := slave.startMode(t, "slave", "-s", props)
+	mw := dialWire(t, master.addr())
+	put := func(p string) {
+		t.Helper()
+		if code, body, err := mw.putMsg("orders", 0, p); err != nil || code != 200 {
+			t.Fatalf("put %s: %d %q %v", p, code, body, err)
+		}
+	}
+	has := func(s *server, n int) func() error {
+		return func() error {
+			w := dialWire(t, s.addr())
+			defer w.c.Close()
+			if got := w.getAll(t, "orders", 0); len(got) != n {
+				return fmt.Errorf("%s holds %d messages, want %d", s.addr(), len(got), n)
+			}
+			return nil
+		}
+	}
+	put("one")
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, has(slave, 1))
+
+	syscall.Kill(spid, syscall.SIGKILL)
+	waitGone(t, spid)
+	put("two")
+	start := time.Now()
+	slave.startMode(t, "slave", "-s", props)
+	testutil.Eventually(t, 12*time.Second, 50*time.Millisecond, has(slave, 2))
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the slave copied again only %v after its restart: it waited for its old session", took)
+	}
+	t.Logf("slave copying again %v after its restart", time.Since(start))
+
+	mpid := master.pid(t)
+	syscall.Kill(mpid, syscall.SIGKILL)
+	waitGone(t, mpid)
+	mw.c.Close()
+	start = time.Now()
+	master.startMode(t, "")
+	mw = dialWire(t, master.addr())
+	put("three")
+	testutil.Eventually(t, 12*time.Second, 50*time.Millisecond, has(slave, 3))
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the master served and shipped again only %v after its restart: it waited for its old session", took)
+	}
+	t.Logf("master serving and shipping again %v after its restart", time.Since(start))
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("pid %d still alive", pid)
+		}
+		return nil
+	})
+}
