@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"metaq/broker/store"
+	"metaq/broker/wire"
 )
 
 // MetaQ's async-slave method (spec §5.1, MetaQ's metaslave SubscribeHandler):
@@ -42,8 +43,13 @@ type MetaQMaster interface {
 	Addr(ctx context.Context) (string, error)
 	// Partitions returns the master's topics and partition counts.
 	Partitions(ctx context.Context) (map[string]int, error)
-	// Changed fires when the address or the partitions may have changed
-	// since the last calls. It may return the same channel until it fires.
+	// ConfigVersion identifies the master's server.ini (its
+	// master_config_checksum): when it changes, autoSyncMasterConfig asks
+	// for the file again.
+	ConfigVersion(ctx context.Context) (string, error)
+	// Changed fires when the address, the partitions or the config version
+	// may have changed since the last calls. It may return the same channel
+	// until it fires.
 	Changed() <-chan struct{}
 }
 
@@ -68,6 +74,10 @@ type MetaQOptions struct {
 	// Resync re-reads the partitions this often even without a change
 	// notice. Default 30s.
 	Resync time.Duration
+	// OnMasterConfig, when set (autoSyncMasterConfig=true), receives the
+	// master's server.ini (`stats config`, as MetaQ's slave asks for it)
+	// when the method starts and whenever the master's config changes.
+	OnMasterConfig func(ctx context.Context, serverIni []byte) error
 	// Dial, when set, opens connections instead of net.Dialer.
 	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	Logger *slog.Logger // nil = discard
@@ -144,6 +154,7 @@ type MetaQPuller struct {
 	parts   map[pkey]*metaqPart
 	pool    *metaqPool
 	started bool
+	confVer string // the master config version last handed to OnMasterConfig
 }
 
 // metaqPart is one partition's fetch loop.
@@ -321,6 +332,12 @@ func (p *MetaQPuller) sync() error {
 		p.pool = newMetaqPool(addr, p.opts.Connections, p.opts.RequestTimeout, p.opts.Dial)
 		p.st.MasterAddr = addr
 	}
+	pool := p.pool
+	p.mu.Unlock()
+	if err := p.syncConfig(ctx, pool); err != nil {
+		p.warn.report("config", pool.addr, err, "")
+	}
+	p.mu.Lock()
 	want := map[pkey]bool{}
 	for topic, n := range parts {
 		for i := 0; i < n; i++ {
@@ -352,6 +369,44 @@ func (p *MetaQPuller) sync() error {
 		})
 		p.log.Info("following partitions of the master", "count", len(added), "first", fmt.Sprintf("%s-%d", added[0].Topic, added[0].Partition))
 	}
+	return nil
+}
+
+// syncConfig is autoSyncMasterConfig: when the master's config version is
+// new, ask for its server.ini with `stats config` (up to 3 tries, as
+// SubscribeHandler.tryReloadConfig) and hand it to OnMasterConfig.
+func (p *MetaQPuller) syncConfig(ctx context.Context, pool *metaqPool) error {
+	if p.opts.OnMasterConfig == nil {
+		return nil
+	}
+	ver, err := p.opts.Master.ConfigVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("georeplicator: the master's config version: %w", err)
+	}
+	p.mu.Lock()
+	same := p.confVer == ver && ver != ""
+	p.mu.Unlock()
+	if same {
+		return nil
+	}
+	var ans metaqAnswer
+	for try := 0; try < 3; try++ {
+		if ans, err = pool.do(ctx, &wire.Stats{Item: "config", HasItem: true, Opaque: metaqOpaque.Add(1), HasOpaque: true}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if ans.code != 200 || len(ans.body) == 0 {
+		return fmt.Errorf("georeplicator: stats config at master %s: %d %s", pool.addr, ans.code, ans.body)
+	}
+	if err := p.opts.OnMasterConfig(ctx, ans.body); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.confVer = ver
+	p.mu.Unlock()
 	return nil
 }
 

@@ -101,6 +101,26 @@ func (m *zkMetaQMaster) Partitions(ctx context.Context) (map[string]int, error) 
 	return out, nil
 }
 
+// ConfigVersion is the master's master_config_checksum (watched).
+func (m *zkMetaQMaster) ConfigVersion(ctx context.Context) (string, error) {
+	path := m.r.Paths().MasterConfigChecksum(m.id)
+	var data []byte
+	var err error
+	if m.armed(path) {
+		data, _, err = m.r.Get(ctx, path)
+	} else {
+		var w registry.Watch
+		data, w, err = m.r.GetW(ctx, path)
+		if err == nil {
+			m.watch(path, w)
+		}
+	}
+	if errors.Is(err, registry.ErrNoNode) {
+		return "", nil // a master without one: fetch the file every time
+	}
+	return string(data), err
+}
+
 // Changed fires when a watched node changes.
 func (m *zkMetaQMaster) Changed() <-chan struct{} {
 	m.mu.Lock()

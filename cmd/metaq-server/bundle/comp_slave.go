@@ -219,14 +219,18 @@ func (c *receiverComponent) switchTo(method, reason string) error {
 		c.mu.Unlock()
 		lines = r.StatsLines
 	case methodMetaQ:
-		p, err := georeplicator.NewMetaQPuller(georeplicator.MetaQOptions{
+		mo := georeplicator.MetaQOptions{
 			Sink:     b.Store,
 			Master:   c.master,
 			Group:    sl.SlaveGroup,
 			SlaveID:  sl.SlaveID,
 			MaxDelay: sl.SlaveMaxDelay,
 			Logger:   log,
-		})
+		}
+		if sl.AutoSyncMasterConfig {
+			mo.OnMasterConfig = func(ctx context.Context, data []byte) error { return syncMasterConfig(ctx, b, data) }
+		}
+		p, err := georeplicator.NewMetaQPuller(mo)
 		if err != nil {
 			return err
 		}
@@ -348,25 +352,52 @@ func (c *receiverComponent) Close() error {
 	return err
 }
 
-// SlaveStatus answers slave-status: the running method's status with
-// Method and MethodReason added.
-func (c *receiverComponent) SlaveStatus() any {
-	c.mu.Lock()
-	r, p, method, reason := c.r, c.p, c.method, c.reason
-	c.mu.Unlock()
+// SlaveReport is slave-status: the method in use, why, and that method's
+// status (Stream or MetaQ). As JSON the status's fields are at the top
+// level, next to Method and MethodReason.
+type SlaveReport struct {
+	Method       string
+	MethodReason string
+	Stream       *georeplicator.ReceiverStatus
+	MetaQ        *georeplicator.MetaQStatus
+}
+
+// MarshalJSON flattens the running method's status into the report.
+func (r SlaveReport) MarshalJSON() ([]byte, error) {
 	var st any = map[string]any{"Running": false}
 	switch {
-	case r != nil:
-		st = r.Status()
-	case p != nil:
-		st = p.Status()
+	case r.Stream != nil:
+		st = r.Stream
+	case r.MetaQ != nil:
+		st = r.MetaQ
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
 	}
 	m := map[string]any{}
-	if data, err := json.Marshal(st); err == nil {
-		json.Unmarshal(data, &m)
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
 	}
-	m["Method"], m["MethodReason"] = method, reason
-	return m
+	m["Method"], m["MethodReason"] = r.Method, r.MethodReason
+	return json.Marshal(m)
+}
+
+// SlaveStatus answers slave-status with a SlaveReport.
+func (c *receiverComponent) SlaveStatus() any {
+	c.mu.Lock()
+	r, p := c.r, c.p
+	rep := SlaveReport{Method: c.method, MethodReason: c.reason}
+	c.mu.Unlock()
+	switch {
+	case r != nil:
+		st := r.Status()
+		rep.Stream = &st
+	case p != nil:
+		st := p.Status()
+		rep.MetaQ = &st
+	}
+	return rep
 }
 
 // Status is the same report for /status.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -130,7 +131,15 @@ func slaveMethod(t *testing.T, b *Bundle) (string, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := st.(map[string]any)
+	// As the admin endpoint serves it.
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
 	method, _ := m["Method"].(string)
 	return method, m
 }
@@ -256,6 +265,11 @@ func TestMetaQMethod(t *testing.T) {
 			if _, err := slave.Store.Partition(k[:i], p); err != nil {
 				return fmt.Errorf("slave lacks %s: %v", k, err)
 			}
+		}
+		// MetaQ's async_slave.properties says autoSyncMasterConfig=true: the
+		// slave took the master's new server.ini (stats config), as MetaQ's does.
+		if got, _ := os.ReadFile(ss.ini); !bytes.Equal(got, ini) {
+			return fmt.Errorf("slave's server.ini is not the master's")
 		}
 		return sameLog(master, slave)
 	})
