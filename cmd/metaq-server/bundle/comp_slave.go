@@ -44,6 +44,10 @@ func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
 
 func (c *receiverComponent) Name() string { return compReceiver }
 
+// startsBeforeServing: `stats slave` is answered from the first connection
+// on, and replication does not wait for the broker's registration.
+func (c *receiverComponent) startsBeforeServing() bool { return true }
+
 func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 	sl := b.Slave
 	c.b = b
@@ -178,11 +182,15 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 				return
 			case <-time.After(settle):
 			}
-			if m2, r2, _, err := c.decide(ctx, watch); err != nil || m2 != method {
+			m2, r2, w2, err := c.decide(ctx, watch)
+			if err != nil {
 				continue
-			} else {
-				reason = r2
 			}
+			watch = w2
+			if m2 != method {
+				continue
+			}
+			reason = r2
 		}
 		if err := c.switchTo(method, reason); err != nil {
 			c.b.Logger().Error("REPLICATION: cannot start the "+method+" method", "err", err)
