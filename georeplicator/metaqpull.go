@@ -592,6 +592,12 @@ func (p *MetaQPuller) fetch(ctx context.Context, pool *metaqPool, k pkey, offset
 		if n == 0 {
 			// One record larger than the fetch: grow it, as the Java
 			// consumer does.
+			if len(ans.body) < *size {
+				// Less than asked and no whole record: the record is still
+				// being written, or larger than the master's maxTransferSize.
+				// Retried, as MetaQ's slave retries for ever.
+				return offset, false, fmt.Errorf("georeplicator: %s at %d: the master sent %d bytes, not one whole record; a record larger than its maxTransferSize cannot be copied", k, offset, len(ans.body))
+			}
 			if *size >= maxFetchSize {
 				return offset, false, &partStop{fmt.Sprintf("a record of %s at %d is larger than %d bytes", k, offset, maxFetchSize)}
 			}
