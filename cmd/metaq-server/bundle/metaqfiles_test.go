@@ -274,3 +274,32 @@ func TestMetaQMethod(t *testing.T) {
 		return sameLog(master, slave)
 	})
 }
+
+// TestSlaveFollowsMethodChange: the slave changes method when its master
+// does: the stream from our master, MetaQ's get once the master comes back
+// without a replication listener (as when a Java master takes over), and
+// the copy stays byte-identical across the change.
+func TestSlaveFollowsMethodChange(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := uniqueRoot(t, zk)
+	ms, ss := metaqFiles(t, ""), metaqFiles(t, "")
+	master := ms.start(t, ModeMaster, zk, root)
+	putN(t, addrString(master.Broker), "test", 0, 20, "stream")
+	slave := ss.start(t, ModeSlave, zk, root)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error { return sameLog(master, slave) })
+	if m, st := slaveMethod(t, slave); m != methodStream {
+		t.Fatalf("slave-status %v", st)
+	}
+
+	master.Close()
+	ini, _ := os.ReadFile(ms.ini)
+	os.WriteFile(ms.ini, append(ini, "\n[replication]\nenable=false\n"...), 0o644)
+	master = ms.start(t, ModeMaster, zk, root)
+	putN(t, addrString(master.Broker), "test", 0, 20, "metaq")
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if m, _ := slaveMethod(t, slave); m != methodMetaQ {
+			return fmt.Errorf("slave method %q", m)
+		}
+		return sameLog(master, slave)
+	})
+}
