@@ -113,8 +113,9 @@
 // (see Resolver) before the master node appears.
 //
 // Slave: the stream when masterAddress is set or the master publishes its
-// replication address, else MetaQPuller; the choice follows the master's
-// ZooKeeper entries and is reported in the log and in slave-status.
+// replication address, else MetaQPuller (also while the published address
+// cannot be reached: ReceiverStatus.DialFailures); the choice follows the
+// master's ZooKeeper entries and is reported in the log and in slave-status.
 // NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
 // BrokerID, SlaveID, Group, MaxDelay, Compression, BandwidthBytesPerSec,
 // CheckpointFile: <dataPath>/replication.checkpoint, TLS: ClientTLS(...),

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,10 +50,14 @@ type ReceiverStatus struct {
 	Reconnects                           int64
 	Skipped                              int64 // entries already present (verified identical) after a restart
 	Truncated                            bool  // the master had removed our position; streaming restarted at its first entry
-	Codec                                string
-	LastApply                            time.Time
-	LastError                            string
-	LastErrorAt                          time.Time
+	// DialFailures counts the attempts in a row, since the last connection,
+	// that could not reach the master's address at all (nothing listens, no
+	// route, no answer to the TCP connect); a refused handshake is not one.
+	DialFailures int
+	Codec        string
+	LastApply    time.Time
+	LastError    string
+	LastErrorAt  time.Time
 }
 
 // Receiver is the slave side: it connects to the master, applies the shipped
@@ -195,6 +200,9 @@ func orDash(s string) string {
 	return s
 }
 
+// Tried returns the address the last connection attempt went to.
+func (r *Receiver) Tried() string { return r.lastAddr() }
+
 // lastAddr is the address the last connection attempt went to.
 func (r *Receiver) lastAddr() string {
 	r.mu.Lock()
@@ -287,6 +295,11 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 func (r *Receiver) session() (progressed bool, err error) {
 	conn, addr, err := r.dial(r.ctx)
 	if err != nil {
+		if !errors.Is(err, errResolve) && !strings.Contains(err.Error(), "tls handshake") {
+			r.mu.Lock()
+			r.st.DialFailures++
+			r.mu.Unlock()
+		}
 		return false, err
 	}
 	r.mu.Lock()
@@ -334,6 +347,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
+	r.st.DialFailures = 0
 	if w.Truncated {
 		r.st.Truncated = true
 	}

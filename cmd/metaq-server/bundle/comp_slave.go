@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,9 @@ type receiverComponent struct {
 	r      *georeplicator.Receiver
 	p      *georeplicator.MetaQPuller
 	master *zkMetaQMaster
+	// fellBack: MetaQ's get runs because the stream could not reach the
+	// master's replication address (not because the master has none).
+	fellBack bool
 }
 
 func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
@@ -138,16 +142,30 @@ func closedWatch() registry.Watch {
 	return ch
 }
 
+// unreachableAfter is how many attempts in a row must fail to reach the
+// master's published replication address before the slave copies with
+// MetaQ's get instead, through the MetaQ port its clients use too (a
+// firewall that only lets the MetaQ port through, a master advertising an
+// address this site cannot route to).
+const unreachableAfter = 3
+
+// reprobeEvery is how often a slave that fell back to MetaQ's get checks
+// whether the replication address is reachable again (a variable for tests).
+var reprobeEvery = time.Minute
+
 // supervise follows the master's entries. A change of method is confirmed
 // after zk.zkSyncTimeMs (as MetaQ's slave waits before acting on the
 // master's node), so a master that stops cleanly, removing its replication
 // address just before its master node, does not flip the slave to MetaQ's
 // method on its way out. Without a master the running method stays: it
-// retries by itself.
+// retries by itself. A stream that cannot reach the master's address falls
+// back to MetaQ's get, and returns once the address answers again; a
+// master that refuses the handshake is reported, never worked around.
 func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch) {
 	settle := max(c.b.Config().ZooKeeper.SyncTime, 100*time.Millisecond)
+	var lastRead, lastProbe time.Time
 	for {
-		t := time.NewTimer(10 * time.Second)
+		t := time.NewTimer(2 * time.Second)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -156,6 +174,23 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 		case <-t.C:
 		}
 		t.Stop()
+		c.mu.Lock()
+		cur, r, fellBack := c.method, c.r, c.fellBack
+		c.mu.Unlock()
+		if r != nil {
+			if st := r.Status(); st.DialFailures >= unreachableAfter {
+				reason := fmt.Sprintf("the master's replication address %s cannot be reached from here (%s): copying it with MetaQ's get on its MetaQ port until it can; open that address to this site, or set [replication] listen on the master to one that is",
+					r.Tried(), st.LastError)
+				c.fallBack(reason)
+				lastProbe = time.Now()
+				continue
+			}
+		}
+		if !fired(watch) && time.Since(lastRead) < 10*time.Second &&
+			!(fellBack && time.Since(lastProbe) >= reprobeEvery) {
+			continue
+		}
+		lastRead = time.Now()
 		method, reason, w, err := c.decide(ctx, watch)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -170,10 +205,18 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 			continue
 		}
 		watch = w
-		c.mu.Lock()
-		cur := c.method
-		c.mu.Unlock()
-		if method == "" || method == cur {
+		if method == methodStream && fellBack {
+			if time.Since(lastProbe) < reprobeEvery {
+				continue
+			}
+			lastProbe = time.Now()
+			if !c.streamReachable(ctx) {
+				continue
+			}
+			reason = "the master's replication address answers again"
+			cur = "" // switch back without waiting
+		}
+		if method == "" || (method == cur && !(method == methodStream && fellBack)) {
 			continue
 		}
 		if cur != "" {
@@ -196,6 +239,36 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 			c.b.Logger().Error("REPLICATION: cannot start the "+method+" method", "err", err)
 		}
 	}
+}
+
+// fallBack replaces a stream that cannot reach the master with MetaQ's get.
+func (c *receiverComponent) fallBack(reason string) {
+	if err := c.switchTo(methodMetaQ, reason); err != nil {
+		c.b.Logger().Error("REPLICATION: cannot start the "+methodMetaQ+" method", "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.fellBack = true
+	c.mu.Unlock()
+	c.b.Logger().Warn("REPLICATION: " + reason)
+}
+
+// streamReachable reports whether the published replication address
+// accepts a TCP connection.
+func (c *receiverComponent) streamReachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	addr, err := zkMasterResolver(c.b.Registry, c.b.Config().System.BrokerID).MasterAddr(ctx)
+	if err != nil {
+		return false
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // switchTo stops the running method and starts another.
@@ -251,7 +324,7 @@ func (c *receiverComponent) switchTo(method, reason string) error {
 		lines = p.StatsLines
 	}
 	c.mu.Lock()
-	c.method, c.reason = method, reason
+	c.method, c.reason, c.fellBack = method, reason, false
 	c.mu.Unlock()
 	b.slave.set(func() []string {
 		return append([]string{"method " + method, "method_reason " + reason}, lines()...)

@@ -303,3 +303,44 @@ func TestSlaveFollowsMethodChange(t *testing.T) {
 		return sameLog(master, slave)
 	})
 }
+
+// TestUnreachableStreamFallsBack: when the replication address the master
+// publishes cannot be reached from the slave (a firewall that lets only the
+// MetaQ port through), the slave copies with MetaQ's get through the MetaQ
+// port, says so, and returns to the stream once the address answers.
+func TestUnreachableStreamFallsBack(t *testing.T) {
+	old := reprobeEvery
+	reprobeEvery = time.Second
+	t.Cleanup(func() { reprobeEvery = old })
+	zk := testutil.ZooKeeper(t)
+	root := uniqueRoot(t, zk)
+	ms, ss := metaqFiles(t, ""), metaqFiles(t, "")
+	master := ms.start(t, ModeMaster, zk, root)
+	putN(t, addrString(master.Broker), "test", 0, 20, "one")
+	zkc := zkClient(t, &testEnv{zk: zk, root: root})
+	node := root + "/brokers/ids/0/replication"
+	real := mustComp[*shipperComponent](t, master).Addr()
+	blocked := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	if err := zkc.SetPersistent(context.Background(), node, []byte(blocked)); err != nil {
+		t.Fatal(err)
+	}
+
+	slave := ss.start(t, ModeSlave, zk, root)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if m, st := slaveMethod(t, slave); m != methodMetaQ || !strings.Contains(st["MethodReason"].(string), blocked) {
+			return fmt.Errorf("slave-status %v", st)
+		}
+		return sameLog(master, slave)
+	})
+
+	if err := zkc.SetPersistent(context.Background(), node, []byte(real)); err != nil {
+		t.Fatal(err)
+	}
+	putN(t, addrString(master.Broker), "test", 0, 20, "two")
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if m, st := slaveMethod(t, slave); m != methodStream || st["Connected"] != true {
+			return fmt.Errorf("slave-status %v", st)
+		}
+		return sameLog(master, slave)
+	})
+}
