@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"metaq/broker"
@@ -216,6 +217,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		}
 	}
 	if err = b.Broker.Start(ctx); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+1..+4: replication, admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set those listeners)", err)
+		}
 		return fmt.Errorf("bundle: start broker: %w", err)
 	}
 
