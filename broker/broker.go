@@ -148,6 +148,11 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.applyPolicies(cfg)
 	b.retention.reschedule(cfg)
 
+	// Serve before registering: a client that dials the port (not found
+	// through ZooKeeper) is answered even while registration waits for a
+	// node held by another session.
+	b.goFunc(func() { b.acceptLoop(ln) })
+
 	if r := b.opts.Registry; r != nil {
 		r.SetURL(b.url)
 		if err := r.RegisterBroker(ctx); err != nil {
@@ -156,7 +161,6 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.registerConfiguredTopics(ctx, cfg)
 	}
 
-	b.goFunc(func() { b.acceptLoop(ln) })
 	// Close waits for every goroutine of b.wg, so the watcher of ctx must not
 	// be one of them: context.AfterFunc runs Close on its own goroutine.
 	stop := context.AfterFunc(ctx, func() { b.Close() })

@@ -13,8 +13,10 @@
 //
 // # Connection and handshake
 //
-// The slave dials the master's replication address (found by a Resolver;
-// default serverPort+1), optionally over mutual TLS, and sends hello:
+// The slave dials the master's replication address (found by a Resolver:
+// masterAddress, or the master's ZooKeeper entry ids/<brokerId>/replication;
+// the listener's default is serverPort+1), optionally over mutual TLS, and
+// sends hello:
 // protocol version, brokerId, slaveId, slaveGroup, codec preference, the
 // master log position it resumes from (-1 when it has none), its window in
 // bytes (>= 4 MiB), an optional bandwidth cap, slaveMaxDelayInMills and
@@ -70,6 +72,22 @@
 // cannot fill (retention removed data the slave never got), stop the stream
 // with a DivergedError that is reported, never written around.
 //
+// # MetaQ's method
+//
+// A master that publishes no replication address (a MetaQ 1.4.6 Java
+// master, or ours with [replication] enable=false) is copied by
+// MetaQPuller the way MetaQ's own async slave does it (metaslave
+// SubscribeHandler): a consumer of group slaveGroup that reads every
+// partition of the master with get, from this slave's end of it (or from
+// the master's first offset, asked with `offset ... 0`), stores the whole,
+// checksum-verified records of each answer at the same offsets, backs off
+// by slaveMaxDelayInMills/10 per empty fetch, and follows the master's
+// topics and partition counts (MetaQMaster, over ZooKeeper in the bundle).
+// A partition whose local bytes cannot continue the master's (a gap, or a
+// slave ahead of its master) stops with the reason, never written around.
+// Failures of either method are logged at WARN once per distinct cause,
+// with the address tried and what to change; repeats go to DEBUG.
+//
 // # Lag
 //
 // The master keeps every slave's progress in memory and in a small state
@@ -86,14 +104,21 @@
 //
 // # Wiring (cmd/metaq-server)
 //
-// Master: NewShipper(ShipperOptions{Listen: Replication.Listen or
-// host:serverPort+1, BrokerID, Source: the *store.Store, Compression,
+// Master (every master bundle unless [replication] enable=false):
+// NewShipper(ShipperOptions{Listener: on Replication.Listen (default
+// serverPort+1 on the MetaQ port's interfaces; a free port when that one is
+// taken and not written in the file), BrokerID, Source: the *store.Store, Compression,
 // BandwidthBytesPerSec, StuckAfter, StateFile: <dataPath>/replication.json,
 // ConfigBytes: the running server.ini bytes}), Start, Close on shutdown
-// after the listeners and before the store. Register the replication
-// address in ZooKeeper (see Resolver).
+// after the listeners and before the store. It starts before the broker
+// serves and registers, and publishes the replication address in ZooKeeper
+// (see Resolver) before the master node appears.
 //
-// Slave: NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
+// Slave: the stream when masterAddress is set or the master publishes its
+// replication address, else MetaQPuller (also while the published address
+// cannot be reached: ReceiverStatus.DialFailures); the choice follows the
+// master's ZooKeeper entries and is reported in the log and in slave-status.
+// NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
 // BrokerID, SlaveID, Group, MaxDelay, Compression, BandwidthBytesPerSec,
 // CheckpointFile: <dataPath>/replication.checkpoint, TLS: ClientTLS(...),
 // AutoSyncMasterConfig, OnMasterConfig: write the file (temp, rename) and

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,17 +50,22 @@ type ReceiverStatus struct {
 	Reconnects                           int64
 	Skipped                              int64 // entries already present (verified identical) after a restart
 	Truncated                            bool  // the master had removed our position; streaming restarted at its first entry
-	Codec                                string
-	LastApply                            time.Time
-	LastError                            string
-	LastErrorAt                          time.Time
+	// DialFailures counts the attempts in a row, since the last connection,
+	// that could not reach the master's address at all (nothing listens, no
+	// route, no answer to the TCP connect); a refused handshake is not one.
+	DialFailures int
+	Codec        string
+	LastApply    time.Time
+	LastError    string
+	LastErrorAt  time.Time
 }
 
 // Receiver is the slave side: it connects to the master, applies the shipped
 // log to the local store and keeps a durable cursor. Start, then Close.
 type Receiver struct {
-	opts ReceiverOptions
-	log  *slog.Logger
+	opts   ReceiverOptions
+	log    *slog.Logger
+	causes *causeLog
 
 	closing atomic.Bool
 	started atomic.Bool
@@ -69,6 +75,7 @@ type Receiver struct {
 
 	mu      sync.Mutex // guards the fields below
 	conn    net.Conn
+	tried   string // the address of the last connection attempt
 	st      ReceiverStatus
 	applied int64
 	durable int64
@@ -96,6 +103,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	}
 	r := &Receiver{opts: opts, applied: pos, durable: pos, dec: d,
 		log: opts.Logger.With("component", "georeplicator", "role", "slave", "slave", fmt.Sprintf("SLAVE(%s/%d)", opts.Group, opts.SlaveID))}
+	r.causes = newCauseLog(r.log)
 	r.st.AppliedPos, r.st.DurablePos, r.st.MasterPos = pos, pos, -1
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
@@ -192,6 +200,16 @@ func orDash(s string) string {
 	return s
 }
 
+// Tried returns the address the last connection attempt went to.
+func (r *Receiver) Tried() string { return r.lastAddr() }
+
+// lastAddr is the address the last connection attempt went to.
+func (r *Receiver) lastAddr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tried
+}
+
 func (r *Receiver) setErr(err error) {
 	r.mu.Lock()
 	r.st.LastError = err.Error()
@@ -210,7 +228,7 @@ func (r *Receiver) run() {
 		}
 		if err != nil {
 			r.setErr(err)
-			r.log.Warn("replication stream ended", "err", err)
+			r.causes.report("link", r.lastAddr(), err, "")
 		}
 		r.mu.Lock()
 		r.st.Connected = false
@@ -240,8 +258,11 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 	defer cancel()
 	addr, err := r.opts.Resolver.MasterAddr(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("georeplicator: resolve master: %w", err)
+		return nil, "", fmt.Errorf("georeplicator: %w: %w", errResolve, err)
 	}
+	r.mu.Lock()
+	r.tried = addr
+	r.mu.Unlock()
 	dial := r.opts.Dial
 	if dial == nil {
 		d := net.Dialer{KeepAlive: 15 * time.Second}
@@ -274,6 +295,11 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 func (r *Receiver) session() (progressed bool, err error) {
 	conn, addr, err := r.dial(r.ctx)
 	if err != nil {
+		if !errors.Is(err, errResolve) && !strings.Contains(err.Error(), "tls handshake") {
+			r.mu.Lock()
+			r.st.DialFailures++
+			r.mu.Unlock()
+		}
 		return false, err
 	}
 	r.mu.Lock()
@@ -303,13 +329,13 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	f, err := readFrame(conn, nil)
 	if err != nil {
-		return false, fmt.Errorf("georeplicator: read welcome: %w", err)
+		return false, fmt.Errorf("georeplicator: %s: %w: read welcome: %w", addr, errNoHandshake, err)
 	}
 	if f.typ == typeError {
-		return false, fmt.Errorf("georeplicator: master refused: %s", f.wire)
+		return false, fmt.Errorf("georeplicator: %w: %s", errRefused, f.wire)
 	}
 	if f.typ != typeWelcome {
-		return false, fmt.Errorf("%w: expected welcome, got type %d", ErrProtocol, f.typ)
+		return false, fmt.Errorf("georeplicator: %s: %w: %w: expected welcome, got type %d", addr, errNoHandshake, ErrProtocol, f.typ)
 	}
 	w, err := decodeWelcome(f.wire)
 	if err != nil {
@@ -321,6 +347,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
+	r.st.DialFailures = 0
 	if w.Truncated {
 		r.st.Truncated = true
 	}
@@ -330,6 +357,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 			"requested", resume, "start", w.Start)
 	}
 	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable)
+	r.causes.clear("link")
 
 	// The first ack tells the master every local partition end, so its lag
 	// figures are right from the start.

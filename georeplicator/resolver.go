@@ -15,9 +15,9 @@ import (
 //
 // With ZooKeeper on, the bundle supplies a Resolver backed by broker/registry
 // that reads <root>/brokers/ids/<brokerId>/replication (written by the master,
-// ephemeral, value host:port of its replication listener) and, when that node
-// is missing (an older master), derives the address from
-// <root>/brokers/ids/<brokerId>/master with AddrFromMasterURL.
+// ephemeral, value host:port of its replication listener). A master without
+// that node (a MetaQ master) is copied with MetaQPuller instead; guessing
+// serverPort+1 of its url would dial whatever listens there.
 // With ZooKeeper off it is StaticResolver(config.Slave.MasterAddress).
 type Resolver interface {
 	MasterAddr(ctx context.Context) (string, error)

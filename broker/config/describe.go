@@ -102,6 +102,7 @@ func (s *Server) blocks() []block {
 			{"subject", s.NATS.Subject},
 		}},
 		block{sectionReplication, []entry{
+			{"enable", strconv.FormatBool(s.Replication.Enable)},
 			{"listen", s.Replication.Listen},
 			{"compression", s.Replication.Compression},
 			{"bandwidthBytesPerSec", strconv.FormatInt(s.Replication.BandwidthBytesPerSec, 10)},

@@ -83,7 +83,7 @@ func TestDescribe(t *testing.T) {
 		"[system]\nbrokerId=0\n", "maxSegmentSize=1073741824\n", "deleteWhen=0 0 6,18 * * ?\n",
 		"[zookeeper]\nzk.zkConnect=127.0.0.1:2181\n", "zk.zkRoot=/meta\n",
 		"[topic=test]\nnumPartitions=1\n", "[topic=meta-*]\nnumPartitions=4\n", "group.g1=com.example.F\n",
-		"[replication]\nlisten=127.0.0.1:8124\n", "; slaveGroup=meta-slave-group_1\n", "; slaveMaxDelayInMills=500\n",
+		"[replication]\nenable=true\nlisten=:8124\n", "; slaveGroup=meta-slave-group_1\n", "; slaveMaxDelayInMills=500\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

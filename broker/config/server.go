@@ -566,11 +566,14 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	}
 
 	r = reader(sectionReplication, replicationKeys)
-	host := s.System.HostName
-	if host == "" {
-		host = "127.0.0.1"
+	// Slaves on other hosts dial it, so it binds like the MetaQ port: every
+	// interface, unless hostName is a loopback address nobody else can use.
+	host := strings.Trim(s.System.HostName, "[]")
+	if ip := net.ParseIP(host); !(ip != nil && ip.IsLoopback()) && host != "localhost" {
+		host = ""
 	}
 	s.Replication = Replication{
+		Enable:               r.boolean("enable", true),
 		Listen:               r.addr("listen", net.JoinHostPort(host, port(replicationPortOffset))),
 		Compression:          r.oneOf("compression", DefaultCompression, compressions),
 		BandwidthBytesPerSec: r.integer("bandwidthBytesPerSec", 0, 0, math.MaxInt64),

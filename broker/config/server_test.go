@@ -62,7 +62,7 @@ func TestDefaults(t *testing.T) {
 		{"nats.embeddedListen", s.NATS.EmbeddedListen, "127.0.0.1:8127"},
 		{"nats.bucket", s.NATS.Bucket, "metaq_config"},
 		{"nats.subject", s.NATS.Subject, "metaq.config"},
-		{"replication.listen", s.Replication.Listen, "127.0.0.1:8124"},
+		{"replication.listen", s.Replication.Listen, ":8124"},
 		{"replication.compression", s.Replication.Compression, "zstd"},
 		{"replication.bandwidthBytesPerSec", s.Replication.BandwidthBytesPerSec, int64(0)},
 		{"replication.stuckAfterMs", s.Replication.StuckAfter, 30 * time.Second},
@@ -212,7 +212,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort+k", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "9000").set("system", "dashboardHttpPort", "9100"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen, s.Site.DashboardAddr}
-		want := []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
+		want := []string{":9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -220,14 +220,19 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort=0 gives free ports", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "0"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen}
-		want := []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+		want := []string{":0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 	})
-	t.Run("replication follows hostName", func(t *testing.T) {
+	t.Run("replication follows a loopback hostName", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "hostName", "127.0.0.5"))
 		if s.Replication.Listen != "127.0.0.5:8124" {
+			t.Errorf("listen %q", s.Replication.Listen)
+		}
+		// Any other hostName: every interface, as the MetaQ port.
+		s, _ = mustParse(t, minimalDoc().set("system", "hostName", "mq1.example.net"))
+		if s.Replication.Listen != ":8124" {
 			t.Errorf("listen %q", s.Replication.Listen)
 		}
 	})

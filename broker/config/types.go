@@ -167,6 +167,9 @@ type NATS struct {
 // listen address and codec. Keys: listen, compression (zstd|s2|none|auto),
 // bandwidthBytesPerSec, stuckAfterMs, tlsCert, tlsKey, tlsCA.
 type Replication struct {
+	// Enable runs the master side on a master bundle; default true, so a
+	// MetaQ server.ini without this section ships to slave sites too.
+	Enable               bool
 	Listen               string // default 0 = <serverPort+1> on the serving host
 	Compression          string
 	BandwidthBytesPerSec int64

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"metaq/internal/hostaddr"
 )
 
@@ -45,10 +47,11 @@ func (r *Registry) SetURL(url string) {
 // master_config_checksum. They are written again after every session expiry
 // until UnregisterAll.
 //
-// The broker node is created without overwrite, as MetaQ does. When it is
-// held by another session — typically this broker's previous process, killed
-// before its session expired — RegisterBroker waits up to the session timeout
-// for that session to expire, and then fails with ErrBrokerNodeHeld.
+// The broker node is created without overwrite, as MetaQ does. A node left
+// by this broker's previous process (see Options.SessionFile) is replaced at
+// once. When it is held by another session, RegisterBroker waits up to the
+// session timeout for that session to expire, and then fails with
+// ErrBrokerNodeHeld.
 func (r *Registry) RegisterBroker(ctx context.Context) error {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
@@ -84,12 +87,23 @@ func (r *Registry) registerBrokerLocked(ctx context.Context) error {
 		if !errors.Is(err, ErrNodeExists) {
 			return fmt.Errorf("registry: register broker %s: %w", path, err)
 		}
-		_, st, err := r.Get(ctx, path)
+		old, st, err := r.Get(ctx, path)
 		if errors.Is(err, ErrNoNode) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("registry: register broker %s: %w", path, err)
+		}
+		if st.EphemeralOwner != r.conn.SessionID() && r.leftByUs(st.EphemeralOwner, old, url) {
+			// Our previous process died without closing its session: the
+			// node is stale, no need to wait for the session to expire.
+			err := r.call(ctx, func() error { return r.conn.Delete(path, st.Version) })
+			if err != nil && !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+				return fmt.Errorf("registry: remove the stale broker node %s: %w", path, err)
+			}
+			r.log.Info("REGISTRY: replaced the broker node left by this broker's previous process",
+				"path", path, "old_session", fmt.Sprintf("0x%x", st.EphemeralOwner))
+			continue
 		}
 		if st.EphemeralOwner == r.conn.SessionID() {
 			// Ours already (a retry after a lost reply): keep it, refresh the value.

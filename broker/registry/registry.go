@@ -66,6 +66,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Dialer replaces net.DialTimeout for the ZooKeeper connection (proxies, tests).
 	Dialer func(network, address string, timeout time.Duration) (net.Conn, error)
+
+	// SessionFile, when set, records the ids of this broker's ZooKeeper
+	// sessions. It must live in a directory only this broker uses (its data
+	// directory). A broker node still held by one of those sessions with
+	// this broker's own url was left by its previous process (killed before
+	// its session expired): RegisterBroker replaces it instead of waiting
+	// for the session timeout.
+	SessionFile string
 }
 
 func (o *Options) validate() error {
@@ -131,6 +139,9 @@ type Registry struct {
 	firstSession chan struct{} // closed at the first StateHasSession
 	firstOnce    sync.Once
 
+	// previous are this broker's earlier sessions, read from SessionFile.
+	previous map[int64]bool
+
 	resync  chan struct{} // buffered 1: a new session needs re-registration
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -168,6 +179,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	r.state.checksum = opts.ConfigChecksum
 	r.state.topics = make(map[string]topicReg)
+	r.previous = readSessionFile(opts.SessionFile, r.log)
 
 	servers := strings.Split(opts.Connect, ",")
 	dialer := opts.Dialer
@@ -190,6 +202,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	case <-r.firstSession:
 		r.log.Info("REGISTRY: connected", "zk", opts.Connect, "root", opts.Root,
 			"session", fmt.Sprintf("0x%x", conn.SessionID()))
+		r.recordSession()
 		return r, nil
 	case <-timer.C:
 		err = fmt.Errorf("%w: %s within %v", ErrNoSession, opts.Connect, opts.ConnectionTimeout)
@@ -266,6 +279,7 @@ func (r *Registry) resyncLoop() {
 			return
 		case <-r.resync:
 		}
+		r.recordSession()
 		for attempt := 0; ; attempt++ {
 			err := r.reregister()
 			if err == nil {

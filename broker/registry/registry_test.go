@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -637,5 +638,64 @@ func TestDeleteTree(t *testing.T) {
 	}
 	if err := r.DeleteTree(ctx, root); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOwnStaleNodeReplaced: a broker killed before its session expired
+// left its master node; its next process (same data directory, hence the
+// same SessionFile, and the same url) replaces the node at once instead of
+// waiting for the old session's 30 s timeout. Another broker, whose
+// SessionFile does not name that session, still waits and is refused.
+func TestOwnStaleNodeReplaced(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	sessions := filepath.Join(t.TempDir(), "data", "zookeeper.session")
+
+	tap := &zktest.Tap{}
+	first := testOptions(t, root)
+	first.SessionTimeout = 30 * time.Second
+	first.SessionFile = sessions
+	first.Dialer = tap.Dial
+	a := newRegistry(t, first)
+	a.SetURL("meta://127.0.0.1:8123")
+	if err := a.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	tap.Block() // kill -9: the session lives on in ZooKeeper for 30 s
+
+	second := testOptions(t, root)
+	second.SessionTimeout = 30 * time.Second
+	second.SessionFile = sessions
+	b := newRegistry(t, second)
+	b.SetURL("meta://127.0.0.1:8123")
+	start := time.Now()
+	if err := b.RegisterBroker(ctx); err != nil {
+		t.Fatalf("RegisterBroker over our own stale node: %v", err)
+	}
+	if err := b.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %v: waited for the old session instead of replacing its node", took)
+	}
+	for _, p := range []string{"/brokers/ids/0/master", "/brokers/topics-pub/orders/0-m"} {
+		if _, st, err := b.Get(ctx, root+p); err != nil || st.EphemeralOwner != b.SessionID() {
+			t.Errorf("%s owner 0x%x, want 0x%x (%v)", p, st.EphemeralOwner, b.SessionID(), err)
+		}
+	}
+
+	// Another broker with the same id but not this data directory is not
+	// taken for the previous process: it waits, then is refused.
+	other := testOptions(t, root)
+	other.SessionTimeout = time.Second
+	other.SessionFile = filepath.Join(t.TempDir(), "zookeeper.session")
+	c := newRegistry(t, other)
+	c.SetURL("meta://127.0.0.1:8123")
+	if err := c.RegisterBroker(ctx); !errors.Is(err, ErrBrokerNodeHeld) {
+		t.Fatalf("a broker of another data directory: %v, want ErrBrokerNodeHeld", err)
 	}
 }

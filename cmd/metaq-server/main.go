@@ -105,7 +105,7 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.config, "f", "conf/server.ini", "server.ini `path`")
 	fs.StringVar(&c.plugin, "s", "", "properties `file` of the mode: async_slave.properties (slave) or samsa_master.properties (samsa)")
 	fs.StringVar(&c.logDir, "logdir", "", "log and pid `dir` (default $METAQ_LOG_DIR or <server.ini dir>/../logs)")
-	fs.StringVar(&c.pidFile, "pidfile", "", "pid `file` (default <logdir>/.run.pid)")
+	fs.StringVar(&c.pidFile, "pidfile", "", "pid `file` (default <logdir>/.run.pid for conf/server.ini, else <logdir>/.<config name>.run.pid)")
 	fs.BoolVar(&c.fg, "foreground", false, "start: run in the foreground instead of detaching")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging")
 	fs.StringVar(&c.topic, "topic", "", "topic")
@@ -231,8 +231,7 @@ func start(ctx context.Context, c *common, modeName string, args []string) error
 	if !c.fg {
 		// Check the configuration here, so that mistakes are printed to the
 		// operator and not only into the log.
-		cfg, _, err := config.Load(c.config)
-		if err != nil {
+		if _, _, err := config.Load(c.config); err != nil {
 			return err
 		}
 		childArgs := []string{"start"}
@@ -241,14 +240,7 @@ func start(ctx context.Context, c *common, modeName string, args []string) error
 		}
 		childArgs = append(childArgs, args...)
 		childArgs = append(childArgs, "--foreground")
-		admin := ctl.NewAdmin(cfg)
-		ready := func() error { _, err := admin.Do(ctx, "GET", "/status", nil); return err }
-		if c.admin == "off" || (c.admin == "" && cfg.Site.AdminAddr == "off") {
-			ready = nil
-		} else if c.admin != "" {
-			admin.Base = "http://" + c.admin
-		}
-		pid, err := ctl.Daemonize(c.files(), childArgs, ready, c.timeout)
+		pid, err := ctl.Daemonize(c.files(), childArgs, c.timeout)
 		if err != nil {
 			return err
 		}
@@ -278,6 +270,11 @@ func start(ctx context.Context, c *common, modeName string, args []string) error
 	if err != nil {
 		return err
 	}
+	b.OnStarted(func() {
+		if err := ctl.NotifyReady(); err != nil {
+			logger.Warn("metaq-server: cannot report readiness", "err", err)
+		}
+	})
 	if err := b.Run(ctx); err != nil {
 		logger.Error("metaq-server failed", "err", err)
 		return err

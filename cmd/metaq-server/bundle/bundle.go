@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"metaq/broker"
@@ -43,14 +45,15 @@ type Bundle struct {
 	// Admin is the admin HTTP endpoint; nil when disabled.
 	Admin *Admin
 
-	comps    []Component      // set in Start before any reader runs; never changed after
-	nStarted int              // comps[:nStarted] started; Start and Close only
-	slave    slaveStatsHolder // `stats slave`, filled by the replication component
-	started  time.Time
-	reloadMu sync.Mutex // one reload at a time
-	closing  atomic.Bool
-	closeErr error
-	closed   chan struct{}
+	comps     []Component      // set in Start before any reader runs; never changed after
+	nStarted  int              // comps[:nStarted] started; Start and Close only
+	slave     slaveStatsHolder // `stats slave`, filled by the replication component
+	started   time.Time
+	reloadMu  sync.Mutex // one reload at a time
+	onStarted func()     // set by OnStarted, called by Run
+	closing   atomic.Bool
+	closeErr  error
+	closed    chan struct{}
 }
 
 // New loads the configuration (and the mode's properties file) and checks
@@ -72,6 +75,9 @@ func New(opts Options) (*Bundle, error) {
 		if cfg.System.DataLogPath == "" {
 			cfg.System.DataLogPath = opts.DataPath
 		}
+	}
+	if opts.Adjust != nil {
+		opts.Adjust(cfg)
 	}
 	b.cfg.Store(cfg)
 	switch opts.Mode {
@@ -154,6 +160,8 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			ConfigChecksum:    cfg.Checksum,
 			Logger:            b.log,
 			Dialer:            b.opts.ZooKeeperDialer,
+			// In the data directory, which belongs to this broker alone.
+			SessionFile: filepath.Join(cfg.System.DataPath, "zookeeper.session"),
 		}
 		if b.Slave != nil {
 			ro.Slave, ro.SlaveID = true, b.Slave.SlaveID
@@ -190,14 +198,30 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
+	// A replica refuses client writes before anything can reach the broker.
 	b.refuseReplicaWrites(ctx)
-	if err = b.Broker.Start(ctx); err != nil {
-		return fmt.Errorf("bundle: start broker: %w", err)
-	}
 
 	// Set once, before anything (the admin endpoint, the dashboard's
 	// sampler) can read it; components report "not running" until started.
-	b.comps = append(builtinComponents(b), b.opts.Components...)
+	b.comps = orderComponents(append(builtinComponents(b), b.opts.Components...))
+
+	// The components that answer commands or publish what clients and
+	// slaves read next to the broker's znodes start before the port opens:
+	// a client connecting the moment it can must find them ready.
+	for _, c := range b.comps {
+		if !startsBeforeServing(c) {
+			break
+		}
+		if err = b.startComponent(ctx, c); err != nil {
+			return err
+		}
+	}
+	if err = b.Broker.Start(ctx); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+1..+4: replication, admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set those listeners)", err)
+		}
+		return fmt.Errorf("bundle: start broker: %w", err)
+	}
 
 	adminAddr := cfg.Site.AdminAddr
 	if b.opts.AdminAddr != "" {
@@ -210,15 +234,22 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	for _, c := range b.comps {
-		if err = c.Start(ctx, b); err != nil {
-			return fmt.Errorf("bundle: start %s: %w", c.Name(), err)
+	for _, c := range b.comps[b.nStarted:] {
+		if err = b.startComponent(ctx, c); err != nil {
+			return err
 		}
-		b.nStarted++ // only the started ones are closed
-		b.log.Info("BUNDLE: started component", "name", c.Name())
 	}
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
 		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
+	return nil
+}
+
+func (b *Bundle) startComponent(ctx context.Context, c Component) error {
+	if err := c.Start(ctx, b); err != nil {
+		return fmt.Errorf("bundle: start %s: %w", c.Name(), err)
+	}
+	b.nStarted++ // only the started ones are closed
+	b.log.Info("BUNDLE: started component", "name", c.Name())
 	return nil
 }
 
@@ -296,6 +327,9 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	if b.opts.DataPath != "" {
 		cfg.System.DataPath = old.System.DataPath
 		cfg.System.DataLogPath = old.System.DataLogPath
+	}
+	if b.opts.Adjust != nil {
+		b.opts.Adjust(cfg)
 	}
 	// The broker registers new and changed topics and the new checksum.
 	changes, err := b.Broker.Reload(cfg)

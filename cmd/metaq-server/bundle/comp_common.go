@@ -96,10 +96,11 @@ func (ck configKeys) hasKey(section, key string) bool {
 	return ck[strings.ToLower(section)][key]
 }
 
-// shipperEnabled: the master side of replication runs on a master bundle
-// whose configuration has a [replication] section.
-func (b *Bundle) shipperEnabled(ck configKeys) bool {
-	return b.opts.Mode == ModeMaster && ck.has("replication")
+// shipperEnabled: the master side of replication runs on every master
+// bundle unless [replication] enable=false, so a MetaQ server.ini with no
+// [replication] section ships to slave sites too.
+func (b *Bundle) shipperEnabled(configKeys) bool {
+	return b.opts.Mode == ModeMaster && b.Config().Replication.Enable
 }
 
 // slaveStats returns what the broker answers `stats slave` from: the

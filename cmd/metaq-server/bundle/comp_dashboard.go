@@ -219,6 +219,12 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 				s.Lag = append(s.Lag, dashboard.LagRow{Group: b.Slave.SlaveGroup, Site: cfg.Site.Name,
 					Bytes: max(0, rs.MasterPos-rs.AppliedPos), State: state})
 			}
+		} else if method, _ := rc.Method(); method == methodMetaQ {
+			var err error
+			if !rc.Connected() {
+				err = errString("not connected to the master (MetaQ method)")
+			}
+			health("replication", err)
 		}
 	}
 	if cc, ok := findComp[*configSyncComponent](b); ok {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"metaq/broker/config"
-	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/internal/hostaddr"
 )
@@ -40,6 +39,11 @@ func newShipperComponent() *shipperComponent { return &shipperComponent{} }
 
 func (c *shipperComponent) Name() string { return compShipper }
 
+// startsBeforeServing: the replication address is published before the
+// broker's master node, so a slave that sees the master also sees how to
+// reach the compressed stream, and never picks the MetaQ method by mistake.
+func (c *shipperComponent) startsBeforeServing() bool { return true }
+
 func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	cfg := b.Config()
 	mode, err := georeplicator.ParseMode(cfg.Replication.Compression)
@@ -52,9 +56,18 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			return err
 		}
 	}
+	ln, err := listenReplication(b, cfg)
+	if err != nil {
+		return err
+	}
+	if serverTLS == nil && !config.IsLoopbackAddr(ln.Addr().String()) {
+		b.Logger().Warn("REPLICATION: the log is served without TLS to any host that reaches "+ln.Addr().String()+
+			", as the MetaQ port serves it; set [replication] tlsCert, tlsKey and tlsCA for mutual TLS, a loopback listen, or enable=false",
+			"addr", ln.Addr().String())
+	}
 	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
 		TLS:                  serverTLS,
-		Listen:               cfg.Replication.Listen,
+		Listener:             ln,
 		BrokerID:             cfg.System.BrokerID,
 		Source:               b.Store,
 		Compression:          mode,
@@ -67,9 +80,11 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		Logger: b.Logger(),
 	})
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.System.DataPath, "replication"), 0o755); err != nil {
+		s.Close()
 		return fmt.Errorf("replication: %w", err)
 	}
 	if err := s.Start(); err != nil {
@@ -161,6 +176,34 @@ func (c *shipperComponent) Status() any {
 	return map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
 }
 
+// listenReplication opens the replication listener on [replication] listen
+// (by default, as the MetaQ port binds, at serverPort+1). When that port is
+// not one the operator wrote and it is taken (for example by another broker
+// on this host with the next serverPort), the system picks a free one:
+// slaves find the address in ZooKeeper, not by the port convention.
+func listenReplication(b *Bundle, cfg *config.Server) (net.Listener, error) {
+	addr := cfg.Replication.Listen
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if readConfigKeys(cfg).hasKey("replication", "listen") {
+		return nil, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err2 != nil {
+		return nil, fmt.Errorf("replication: listen on %s: %w", addr, errors.Join(err, err2))
+	}
+	where := "published in ZooKeeper for the slaves"
+	if b.Registry == nil {
+		where = "which slaves cannot find with ZooKeeper off"
+	}
+	b.Logger().Warn("REPLICATION: serverPort+1 is taken; listening on a port the system chose, "+where+". Set [replication] listen to fix the port, or enable=false",
+		"wanted", addr, "err", err, "addr", ln.Addr().String())
+	return ln, nil
+}
+
 // advertiseAddr turns a listen address into one other hosts can dial: an
 // unspecified host becomes [system] hostName (or this host's address).
 func advertiseAddr(listen string, cfg *config.Server) string {
@@ -175,128 +218,6 @@ func advertiseAddr(listen string, cfg *config.Server) string {
 		}
 	}
 	return net.JoinHostPort(host, port)
-}
-
-// receiverComponent is the slave side: it replicates the master's log into
-// this bundle's store (ModeSlave, async_slave.properties).
-type receiverComponent struct {
-	mu sync.Mutex
-	b  *Bundle
-	r  *georeplicator.Receiver
-}
-
-func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
-
-func (c *receiverComponent) Name() string { return compReceiver }
-
-func (c *receiverComponent) Start(_ context.Context, b *Bundle) error {
-	cfg, sl := b.Config(), b.Slave
-	var res georeplicator.Resolver
-	switch {
-	case sl.MasterAddress != "":
-		res = georeplicator.StaticResolver(sl.MasterAddress)
-	case b.Registry != nil:
-		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
-	default:
-		return errors.New("replication: ZooKeeper is off and async_slave.properties has no masterAddress")
-	}
-	var mode georeplicator.Mode
-	if sl.Compression != "" {
-		m, err := georeplicator.ParseMode(sl.Compression)
-		if err != nil {
-			return err
-		}
-		mode = m
-	}
-	dir := filepath.Join(cfg.System.DataPath, "replication")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("replication: %w", err)
-	}
-	opts := georeplicator.ReceiverOptions{
-		Sink:                 b.Store,
-		Resolver:             res,
-		BrokerID:             cfg.System.BrokerID,
-		SlaveID:              sl.SlaveID,
-		Group:                sl.SlaveGroup,
-		MaxDelay:             sl.SlaveMaxDelay,
-		Compression:          mode,
-		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
-		CheckpointFile:       filepath.Join(dir, "slave.checkpoint"),
-		Logger:               b.Logger(),
-	}
-	if sl.TLSCert != "" || sl.TLSCA != "" {
-		tc, err := georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")
-		if err != nil {
-			return err
-		}
-		opts.TLS = tc
-	}
-	if sl.AutoSyncMasterConfig {
-		opts.AutoSyncMasterConfig = true
-		opts.OnMasterConfig = func(ctx context.Context, data []byte) error {
-			return syncMasterConfig(ctx, b, data)
-		}
-	}
-	r, err := georeplicator.NewReceiver(opts)
-	if err != nil {
-		return err
-	}
-	if err := r.Start(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.b, c.r = b, r
-	c.mu.Unlock()
-	b.slave.set(r.StatsLines)
-	return nil
-}
-
-// Receiver returns the running receiver (nil before Start or after Close).
-func (c *receiverComponent) Receiver() *georeplicator.Receiver {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.r
-}
-
-func (c *receiverComponent) Close() error {
-	c.mu.Lock()
-	r, b := c.r, c.b
-	c.r = nil
-	c.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	b.slave.set(nil)
-	return r.Close()
-}
-
-// SlaveStatus answers slave-status.
-func (c *receiverComponent) SlaveStatus() any {
-	r := c.Receiver()
-	if r == nil {
-		return map[string]any{"running": false}
-	}
-	return r.Status()
-}
-
-// Status is the same report for /status.
-func (c *receiverComponent) Status() any { return c.SlaveStatus() }
-
-// zkMasterResolver reads the master's replication address from ZooKeeper:
-// ids/<id>/replication, or ids/<id>/master's url with the port convention
-// serverPort+1 when the master publishes no replication node.
-func zkMasterResolver(r *registry.Registry, brokerID int) georeplicator.Resolver {
-	base := r.Paths().BrokerID(brokerID)
-	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
-		if data, _, err := r.Get(ctx, base+"/"+replicationNode); err == nil && len(data) > 0 {
-			return string(data), nil
-		}
-		data, _, err := r.Get(ctx, base+"/master")
-		if err != nil {
-			return "", fmt.Errorf("replication: master of broker %d not registered: %w", brokerID, err)
-		}
-		return georeplicator.AddrFromMasterURL(string(data), 1)
-	})
 }
 
 // syncMasterConfig is autoSyncMasterConfig: the master's server.ini replaces

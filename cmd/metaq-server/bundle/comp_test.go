@@ -16,7 +16,6 @@ import (
 	"metaq/broker/client"
 	"metaq/broker/wire"
 	"metaq/configsync"
-	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
@@ -129,7 +128,7 @@ func TestReplicationComponents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs, ok := st.(georeplicator.ReceiverStatus); !ok || !rs.Connected || rs.MasterAddr != ship.Addr() {
+	if rep, ok := st.(SlaveReport); !ok || rep.Method != methodStream || rep.Stream == nil || !rep.Stream.Connected || rep.Stream.MasterAddr != ship.Addr() {
 		t.Errorf("slave-status = %#v", st)
 	}
 	if _, err := master.SlaveStatus(); err == nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
@@ -51,7 +50,7 @@ func TestReplicationMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs := st.(georeplicator.ReceiverStatus); rs.Connected {
+	if rs := st.(SlaveReport).Stream; rs == nil || rs.Connected {
 		t.Fatalf("slave without a client certificate is connected: %#v", rs)
 	}
 	if b, err := bad.Store.Read("test", 0, 0, 1<<20); err == nil && len(b) > 0 {

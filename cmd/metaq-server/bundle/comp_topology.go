@@ -96,8 +96,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	o.Health = topology.HealthFunc(func() topology.Health {
 		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
 		if hasReceiver {
-			r := recv.Receiver()
-			h.ReplicationOK = r != nil && r.Status().Connected
+			h.ReplicationOK = recv.Connected() // either method
 		}
 		if hasShipper {
 			h.ReplicationOK = ship.Shipper() != nil

@@ -23,6 +23,10 @@ func newTxnComponent() *txnComponent { return &txnComponent{} }
 
 func (c *txnComponent) Name() string { return compTxn }
 
+// startsBeforeServing: transaction commands must find the handler from the
+// first connection on.
+func (c *txnComponent) startsBeforeServing() bool { return true }
+
 func (c *txnComponent) Start(_ context.Context, b *Bundle) error {
 	cfg := b.Config()
 	dir := cfg.System.DataLogPath

@@ -36,3 +36,34 @@ type StatusReporter interface {
 type SlaveStatusReporter interface {
 	SlaveStatus() any
 }
+
+// beforeServing is implemented by built-in components that must run before
+// the broker accepts connections and registers in ZooKeeper: the ones that
+// answer protocol commands (transactions) and the ones whose znodes a peer
+// reads together with the broker's (the replication address).
+type beforeServing interface {
+	startsBeforeServing() bool
+}
+
+func startsBeforeServing(c Component) bool {
+	e, ok := c.(beforeServing)
+	return ok && e.startsBeforeServing()
+}
+
+// orderComponents moves the components that start before serving to the
+// front, keeping the order within both groups, so the started ones are
+// always a prefix (Close stops them in reverse).
+func orderComponents(comps []Component) []Component {
+	out := make([]Component, 0, len(comps))
+	for _, c := range comps {
+		if startsBeforeServing(c) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range comps {
+		if !startsBeforeServing(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

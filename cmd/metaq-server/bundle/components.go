@@ -4,10 +4,12 @@ package bundle
 // in start order (they stop in reverse), each behind its own config section:
 //
 //   - transactions: always (the journal under <dataLogPath>/transactions);
-//   - replication-master: a master with a [replication] section ships its
-//     log to slave sites on [replication] listen;
+//   - replication-master: every master, unless [replication] enable=false,
+//     ships its log to slave sites on [replication] listen (default
+//     serverPort+1) and publishes that address in ZooKeeper;
 //   - replication-slave: an async slave (`start slave`, async_slave.properties)
-//     replicates its master, found through ZooKeeper or masterAddress;
+//     replicates its master, found through ZooKeeper or masterAddress, with
+//     the compressed stream or, from a master without one, MetaQ's get;
 //   - configsync: with a [nats] section, the site's config agent (and, with no
 //     [nats] url on the master, the embedded NATS server);
 //   - dashboard: with dashboardHttpPort or [site] dashboardAddr written, the
@@ -15,6 +17,8 @@ package bundle
 //   - topology: with a [gossip] section, gossip membership, the read router,
 //     the site's ZooKeeper view (ZooKeeper on) and lag reports.
 //
+// These three start before the broker accepts connections and registers in
+// ZooKeeper (see beforeServing); the others after the admin endpoint.
 // The dashboard starts before topology so that topology can gossip the
 // dashboard's address; the dashboard reaches topology at request time.
 func builtinComponents(b *Bundle) []Component {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"metaq/broker/config"
 )
 
 // Mode is the role the bundle starts in, as `metaServer.sh start [mode]` (spec §8).
@@ -73,6 +75,11 @@ type Options struct {
 	AdminAddr string
 	// DataPath overrides [system] dataPath (tests).
 	DataPath string
+	// Adjust, when set, changes the loaded configuration (at start and at
+	// every reload) without touching the files: tests run several bundles
+	// from one unchanged MetaQ server.ini on one host, with their own ports
+	// and ZooKeeper.
+	Adjust func(*config.Server)
 
 	// ZooKeeperDialer replaces the registry's net.DialTimeout (fault
 	// injection in tests, e.g. broker/registry/zktest).

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"metaq/broker/wire"
-	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
@@ -131,7 +130,7 @@ func TestSlaveRefusesWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs, ok := st.(georeplicator.ReceiverStatus); !ok || !rs.Connected {
+	if rep, ok := st.(SlaveReport); !ok || rep.Stream == nil || !rep.Stream.Connected {
 		t.Errorf("slave-status after the refused puts = %#v", st)
 	}
 	// The master still takes puts.

@@ -7,6 +7,10 @@ import (
 	"syscall"
 )
 
+// OnStarted sets a function Run calls once Start has succeeded (a daemon's
+// start-up report). Call it before Run.
+func (b *Bundle) OnStarted(fn func()) { b.onStarted = fn }
+
 // Run starts the bundle and serves until ctx ends or SIGTERM/SIGINT arrives,
 // then stops it cleanly. SIGHUP reloads server.ini (a failed reload is
 // logged and changes nothing).
@@ -16,6 +20,9 @@ func (b *Bundle) Run(ctx context.Context) error {
 	defer signal.Stop(sigs)
 	if err := b.Start(ctx); err != nil {
 		return err
+	}
+	if b.onStarted != nil {
+		b.onStarted()
 	}
 	for {
 		select {

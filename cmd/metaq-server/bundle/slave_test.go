@@ -52,6 +52,8 @@ func TestMasterAndSlaveRegistration(t *testing.T) {
 		"/brokers/topics-pub/test/0-s0":         {"E", `{"numParts":2,"broker":"0-s0"}`},
 		"/brokers/topics-sub/test/0-s0":         {"E", `{"numParts":2,"broker":"0-s0"}`},
 		"/brokers/ids/0/master_config_checksum": {"E", strconv.FormatUint(uint64(master.Config().Checksum), 10)},
+		// Every master offers the compressed stream, with no [replication] section too.
+		"/brokers/ids/0/replication": {"E", mustComp[*shipperComponent](t, master).Addr()},
 	}
 	for path, w := range want {
 		data, st, err := zk.Get(context.Background(), me.root+path)
@@ -68,8 +70,8 @@ func TestMasterAndSlaveRegistration(t *testing.T) {
 		}
 	}
 	kids, _ := zk.Children(context.Background(), me.root+"/brokers/ids/0")
-	if len(kids) != 3 {
-		t.Errorf("ids/0 children = %v, want master, master_config_checksum, slave0", kids)
+	if len(kids) != 4 {
+		t.Errorf("ids/0 children = %v, want master, master_config_checksum, replication, slave0", kids)
 	}
 
 	if err := master.Close(); err != nil {

@@ -92,8 +92,20 @@ func TestDefaultFiles(t *testing.T) {
 	if f.PID != "/opt/metaq/logs/.run.pid" || f.Log != "/opt/metaq/logs/metaServer.log" {
 		t.Errorf("DefaultFiles = %+v", f)
 	}
-	if f := DefaultFiles("x.ini", "/var/log/mq", "/run/mq.pid"); f.PID != "/run/mq.pid" || f.Log != "/var/log/mq/metaServer.log" {
+	if f := DefaultFiles("x.ini", "/var/log/mq", "/run/mq.pid"); f.PID != "/run/mq.pid" || f.Log != "/var/log/mq/x.log" {
 		t.Errorf("DefaultFiles with overrides = %+v", f)
+	}
+	// Brokers whose files share a folder, or whose folders are siblings,
+	// never share a pid or log file.
+	for _, c := range []struct{ ini, pid, log string }{
+		{"/etc/metaq/bj.ini", "/etc/logs/.bj.run.pid", "/etc/logs/bj.log"},
+		{"/etc/metaq/bj-slave.ini", "/etc/logs/.bj-slave.run.pid", "/etc/logs/bj-slave.log"},
+		{"/etc/metaq/bj/server.ini", "/etc/metaq/logs/.bj.run.pid", "/etc/metaq/logs/bj.log"},
+		{"/etc/metaq/hf/server.ini", "/etc/metaq/logs/.hf.run.pid", "/etc/metaq/logs/hf.log"},
+	} {
+		if f := DefaultFiles(c.ini, "", ""); f.PID != c.pid || f.Log != c.log {
+			t.Errorf("DefaultFiles(%s) = %+v, want %s and %s", c.ini, f, c.pid, c.log)
+		}
 	}
 }
 

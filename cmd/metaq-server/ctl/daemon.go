@@ -71,12 +71,37 @@ func dirOf(p string) string {
 	return "."
 }
 
+// ReadyFDEnv names the environment variable through which Daemonize tells
+// the child the descriptor to report readiness on (see NotifyReady).
+const ReadyFDEnv = "METAQ_READY_FD"
+
+// NotifyReady tells the starting `metaq-server start` that this process is
+// up: it writes to the descriptor named by ReadyFDEnv and closes it. Without
+// that variable (a foreground start) it does nothing.
+func NotifyReady() error {
+	v := os.Getenv(ReadyFDEnv)
+	if v == "" {
+		return nil
+	}
+	os.Unsetenv(ReadyFDEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return fmt.Errorf("ctl: bad %s=%q", ReadyFDEnv, v)
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	defer f.Close()
+	if _, err := f.WriteString("ready\n"); err != nil {
+		return fmt.Errorf("ctl: report readiness: %w", err)
+	}
+	return nil
+}
+
 // Daemonize starts this executable again with args (which must make it run
 // in the foreground), detached in its own session, with stdout and stderr
-// appended to the log file. It then waits until ready returns nil (the
-// server answers), the child exits (an error with the end of the log), or
-// timeout passes.
-func Daemonize(files Files, args []string, ready func() error, timeout time.Duration) (int, error) {
+// appended to the log file. It then waits until the child reports that its
+// bundle is up (NotifyReady), or exits, or timeout passes. Readiness comes
+// from the child itself, not from probing a port another process may hold.
+func Daemonize(files Files, args []string, timeout time.Duration) (int, error) {
 	if pid, err := ReadPID(files.PID); err == nil {
 		return pid, fmt.Errorf("ctl: already running with pid %d", pid)
 	}
@@ -98,30 +123,61 @@ func Daemonize(files Files, args []string, ready func() error, timeout time.Dura
 		return 0, fmt.Errorf("ctl: %w", err)
 	}
 	defer devnull.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return 0, fmt.Errorf("ctl: %w", err)
+	}
+	defer readyR.Close()
 	cmd := exec.Command(exe, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.ExtraFiles = []*os.File{readyW} // fd 3 in the child
+	cmd.Env = append(os.Environ(), ReadyFDEnv+"=3")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	readyW.Close() // the child holds the only write end now
+	if err != nil {
 		return 0, fmt.Errorf("ctl: start %s: %w", exe, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
+	ready := make(chan bool, 1)
+	go func() {
+		// "ready" arrives when the bundle is up; EOF without it means the
+		// child closed the pipe by exiting. Either way this goroutine ends,
+		// at the latest when readyR is closed on return.
+		buf := make([]byte, 16)
+		n, _ := io.ReadFull(readyR, buf[:6])
+		ready <- string(buf[:n]) == "ready\n"
+	}()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		select {
-		case err := <-exited:
-			return 0, fmt.Errorf("ctl: server exited during start-up (%v); log %s:\n%s", err, files.Log, logTail(files.Log, start))
-		case <-deadline:
-			return cmd.Process.Pid, fmt.Errorf("ctl: server pid %d not ready after %v; see %s", cmd.Process.Pid, timeout, files.Log)
-		case <-tick.C:
-			if ready == nil || ready() == nil {
+		case ok := <-ready:
+			if ok {
 				// The child keeps running in its own session after we exit.
 				return cmd.Process.Pid, nil
 			}
+			ready = nil // closed without a word: wait for the exit status
+		case err := <-exited:
+			tail := logTail(files.Log, start)
+			return 0, fmt.Errorf("ctl: server exited during start-up (%v)%s\nlog %s:\n%s", err, lastError(tail), files.Log, tail)
+		case <-deadline.C:
+			return cmd.Process.Pid, fmt.Errorf("ctl: server pid %d not ready after %v; see %s", cmd.Process.Pid, timeout, files.Log)
 		}
 	}
+}
+
+// lastError returns ": <message>" of the last error the log tail holds.
+func lastError(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if strings.HasPrefix(l, "metaq-server ") || strings.Contains(l, "level=ERROR") {
+			return ": " + strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 func logTail(path string, from int64) string {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"metaq/broker/config"
 )
@@ -20,23 +21,48 @@ type Files struct {
 // DefaultFiles derives the files from the server.ini path: logDir (if set),
 // else $METAQ_LOG_DIR, else <dir of server.ini>/../logs. pidFile overrides
 // the pid file.
+//
+// MetaQ's layout, conf/server.ini, keeps MetaQ's names (.run.pid and
+// metaServer.log). Any other layout names them after the configuration, so
+// brokers whose files share a directory (/etc/metaq/bj.ini and
+// /etc/metaq/bj-slave.ini), or whose folders are siblings
+// (/etc/metaq/bj/server.ini and /etc/metaq/hf/server.ini), each get their
+// own: .bj.run.pid and bj.log, .bj-slave.run.pid, .hf.run.pid and so on.
 func DefaultFiles(configPath, logDir, pidFile string) Files {
+	abs, err := filepath.Abs(configPath)
+	if err != nil {
+		abs = configPath
+	}
 	if logDir == "" {
 		logDir = os.Getenv("METAQ_LOG_DIR")
 	}
 	if logDir == "" {
-		abs, err := filepath.Abs(configPath)
-		if err != nil {
-			abs = configPath
-		}
 		logDir = filepath.Join(filepath.Dir(abs), "..", "logs")
 	}
 	logDir = filepath.Clean(logDir)
-	f := Files{Dir: logDir, PID: filepath.Join(logDir, ".run.pid"), Log: filepath.Join(logDir, "metaServer.log")}
+	pid, log := ".run.pid", "metaServer.log"
+	if name := instanceName(abs); name != "" {
+		pid, log = "."+name+".run.pid", name+".log"
+	}
+	f := Files{Dir: logDir, PID: filepath.Join(logDir, pid), Log: filepath.Join(logDir, log)}
 	if pidFile != "" {
 		f.PID = pidFile
 	}
 	return f
+}
+
+// instanceName is "" for MetaQ's conf/server.ini; otherwise the file's name
+// without its extension, or for a server.ini its folder's name.
+func instanceName(configPath string) string {
+	base := filepath.Base(configPath)
+	dir := filepath.Base(filepath.Dir(configPath))
+	if base == "server.ini" {
+		if dir == "conf" || dir == "." || dir == string(filepath.Separator) {
+			return ""
+		}
+		return dir
+	}
+	return strings.TrimSuffix(base, filepath.Ext(base))
 }
 
 // AdminURL is the base URL of a server's admin endpoint from its config
