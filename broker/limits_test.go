@@ -145,6 +145,10 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	const n = 2000
 	brk := startBroker(t, vectorConfig(t), func(o *Options) {
 		o.IdleTimeout = 500 * time.Millisecond
+		// All n come from one address; the per-address default (1,000)
+		// would refuse half of them when they are dialled faster than the
+		// idle timeout closes the first ones.
+		o.MaxConnectionsPerAddress = 2 * n
 		o.Logger = slog.New(slog.DiscardHandler) // 2,000 connections' logs
 	})
 	conns := make([]net.Conn, 0, n)
