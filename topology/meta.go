@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -126,6 +127,15 @@ type Meta struct {
 	Lag []LagSummary `json:"lag,omitempty"`
 	// LagTruncated is true when Lag entries were left out to fit the size limit.
 	LagTruncated bool `json:"lagTruncated,omitempty"`
+	// ZKConnect and ZKRoot name this bundle's site ensemble (zk.zkConnect
+	// without a chroot, and the effective root): what other bundles need to
+	// keep this site's view for Java consumers while its own bundles are down.
+	// Empty when ZooKeeper is off.
+	ZKConnect string `json:"zkConnect,omitempty"`
+	ZKRoot    string `json:"zkRoot,omitempty"`
+	// Views lists the sites whose ensembles this bundle holds a session to
+	// right now, so it can write their views (see viewKeeper).
+	Views []string `json:"views,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -136,6 +146,11 @@ const metaVersion = 1
 // maxMetaString bounds each string so that a master's identity always fits
 // with room for lag entries.
 const maxMetaString = 100
+
+// maxMetaEnsemble bounds the ensemble fields (connect string and root) and
+// the views list together; they are gossiped after the lag entries, which
+// give way to them.
+const maxMetaEnsemble = 160
 
 // ErrMetaTooLarge is returned by EncodeMeta when the metadata cannot fit in
 // MetaMaxSize even without lag entries (strings too long).
@@ -156,7 +171,11 @@ const (
 //	version u8 | flags u8 | brokerId uvarint | slaveId varint |
 //	site, serveURL, replAddr, httpAddr (uvarint length + bytes) |
 //	nLag uvarint | nLag × (group str, slaveId varint, partitions uvarint,
-//	bytes uvarint, messages uvarint, behind ms uvarint, state u8)
+//	bytes uvarint, messages uvarint, behind ms uvarint, state u8) |
+//	zkConnect, zkRoot, views joined by "," (uvarint length + bytes)
+//
+// The ensemble fields come last so that a decoder that predates them (it
+// stops after the lag entries) still reads the rest.
 //
 // Lag entries that do not fit are left out and the truncated flag is set, so
 // a master with many slave groups still gossips its identity and health.
@@ -165,6 +184,14 @@ func EncodeMeta(m Meta) ([]byte, error) {
 		if len(s) > maxMetaString {
 			return nil, fmt.Errorf("%w: field %.20q... is %d bytes (max %d)", ErrMetaTooLarge, s, len(s), maxMetaString)
 		}
+	}
+	views := strings.Join(m.Views, ",")
+	if n := len(m.ZKConnect) + len(m.ZKRoot) + len(views); n > maxMetaEnsemble {
+		return nil, fmt.Errorf("%w: ZooKeeper connect string, root and views are %d bytes (max %d)", ErrMetaTooLarge, n, maxMetaEnsemble)
+	}
+	var tail []byte
+	for _, s := range []string{m.ZKConnect, m.ZKRoot, views} {
+		tail = appendString(tail, s)
 	}
 	var flags byte
 	if m.Role == RoleSlave {
@@ -184,7 +211,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	}
 	var entries [][]byte
 	truncated := m.LagTruncated
-	size := len(head) + binary.MaxVarintLen16
+	size := len(head) + binary.MaxVarintLen16 + len(tail)
 	for _, l := range m.Lag {
 		e := appendString(nil, truncate(l.SlaveGroup, maxMetaString))
 		e = binary.AppendVarint(e, int64(l.SlaveID))
@@ -207,6 +234,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	for _, e := range entries {
 		out = append(out, e...)
 	}
+	out = append(out, tail...)
 	if len(out) > MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes", ErrMetaTooLarge, len(out))
 	}
@@ -250,6 +278,13 @@ func DecodeMeta(b []byte) (Meta, error) {
 			d.err = errMetaCorrupt
 		}
 		m.Lag = append(m.Lag, l)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		m.ZKConnect = d.string()
+		m.ZKRoot = d.string()
+		if v := d.string(); v != "" {
+			m.Views = strings.Split(v, ",")
+		}
 	}
 	if d.err != nil {
 		return Meta{}, d.err

@@ -22,6 +22,11 @@ func TestMetaRoundTrip(t *testing.T) {
 				{SlaveGroup: "hf", SlaveID: 1, Partitions: 8, State: LagDown},
 			},
 		}},
+		{"with ensemble and views", Meta{
+			Site: "hf", Role: RoleSlave, BrokerID: 2, SlaveID: 1, ServeURL: "meta://127.0.0.1:9123",
+			Health:    Health{StorageOK: true, ReplicationOK: true},
+			ZKConnect: "zk-1.hf.example.net:2181,zk-2.hf.example.net:2181", ZKRoot: "/meta", Views: []string{"bj", "hf"},
+		}},
 		{"slave unhealthy", Meta{
 			Site: "hf", Role: RoleSlave, BrokerID: 1023, SlaveID: 7,
 			ServeURL: "meta://127.0.0.1:9123", Health: Health{StorageOK: false, ReplicationOK: true},

@@ -33,6 +33,11 @@ type Options struct {
 	// HTTPAddr is where /lag is served (dashboardHttpPort), gossiped so that
 	// tools can find any bundle's report.
 	HTTPAddr string
+	// ZKConnect and ZKRoot are this bundle's ZooKeeper ensemble and root,
+	// gossiped so that bundles of other sites can keep this site's view
+	// when its own bundles are down. Empty when ZooKeeper is off.
+	ZKConnect string
+	ZKRoot    string
 
 	// Bind is the gossip listen address host:port ([gossip] bind). Port 0
 	// picks a free port (tests). Default 127.0.0.1:0.
@@ -174,14 +179,16 @@ func (o *Options) validate() error {
 
 func (o *Options) staticMeta() Meta {
 	return Meta{
-		Site:     o.Site,
-		Role:     o.Role,
-		BrokerID: o.BrokerID,
-		SlaveID:  o.SlaveID,
-		ServeURL: o.ServeURL,
-		ReplAddr: o.ReplAddr,
-		HTTPAddr: o.HTTPAddr,
-		Health:   Health{StorageOK: true, ReplicationOK: true},
+		Site:      o.Site,
+		Role:      o.Role,
+		BrokerID:  o.BrokerID,
+		SlaveID:   o.SlaveID,
+		ServeURL:  o.ServeURL,
+		ReplAddr:  o.ReplAddr,
+		HTTPAddr:  o.HTTPAddr,
+		ZKConnect: o.ZKConnect,
+		ZKRoot:    o.ZKRoot,
+		Health:    Health{StorageOK: true, ReplicationOK: true},
 	}
 }
 

@@ -134,6 +134,7 @@ type Topology struct {
 	log  *slog.Logger
 
 	ml   *memberlist.Memberlist // set by Start, nil before
+	addr string                 // set by Start with ml: the gossip address
 	meta atomic.Pointer[[]byte] // encoded local metadata served to memberlist
 
 	// qmu guards queue, which memberlist's callbacks append to while holding
@@ -147,6 +148,8 @@ type Topology struct {
 	sites   map[string]SiteState
 	subs    map[chan Event]struct{}
 	dropped atomic.Int64
+
+	views atomic.Pointer[[]string] // SetViewReach: sites whose views this bundle can write
 
 	kick    chan struct{} // buffered 1: refresh metadata now
 	self    chan struct{} // closed once this node is in its own member table
@@ -234,8 +237,12 @@ func (t *Topology) Start(ctx context.Context) error {
 		t.Close()
 		return fmt.Errorf("topology: start gossip on %s: %w", t.opts.Bind, err)
 	}
+	// The local node's address never changes; read it before the refresh
+	// loop can see ml, because UpdateNode rewrites the node LocalNode returns.
+	n := ml.LocalNode()
+	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	t.mu.Lock()
-	t.ml = ml
+	t.ml, t.addr = ml, addr
 	t.mu.Unlock()
 	// memberlist reports our own join through the event loop; wait for it so
 	// Members, Reports and the routers see this bundle as soon as Start
@@ -286,12 +293,9 @@ func (t *Topology) Join(ctx context.Context, addrs ...string) (int, error) {
 // Addr returns the gossip address others reach this node at (host:port),
 // "" before Start.
 func (t *Topology) Addr() string {
-	ml := t.memberlist()
-	if ml == nil {
-		return ""
-	}
-	n := ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.addr
 }
 
 // Name returns this node's gossip name.
@@ -620,6 +624,9 @@ func (t *Topology) computeMeta() Meta {
 	}
 	if t.opts.Lag != nil {
 		m.Lag = SummarizeLag(t.opts.Lag.Lag(), t.opts.LaggingAfter)
+	}
+	if v := t.views.Load(); v != nil {
+		m.Views = *v
 	}
 	return m
 }

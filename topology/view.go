@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -55,16 +56,27 @@ func viewTargets(members []Member, site string, maxLag time.Duration) map[int]st
 	return out
 }
 
-// IsViewKeeper reports whether this bundle should write site's view: the
-// alive member of that site with the smallest name, or, while the site has
-// none, the alive member with the smallest name in the pool. Every bundle
-// computes the same answer from converged gossip, so one writes at a time.
+// IsViewKeeper reports whether this bundle should write site's view now
+// (see viewKeeper). Every bundle computes the same answer from converged
+// gossip, so one writes at a time.
 func (t *Topology) IsViewKeeper(site string) bool {
 	return viewKeeper(t.Members(), site) == t.opts.Name
 }
 
+// ViewKeeper returns the name of the member that keeps site's view, "" when
+// no alive member can.
+func (t *Topology) ViewKeeper(site string) string { return viewKeeper(t.Members(), site) }
+
+// viewKeeper picks the one writer of site's view among the alive members.
+// Members that gossip which ensembles they hold a session to (Meta.Views) are
+// candidates for exactly those sites: the site's own members first, then
+// every other member, each group by name, so the view is kept by its own
+// site while any of its bundles is up and reaches its ensemble, and by the
+// first other site that reaches it otherwise. When no member gossips Views
+// (bundles without ZooKeeper, older versions) the rule is the site's first
+// alive member, else the pool's first.
 func viewKeeper(members []Member, site string) string {
-	var inSite, all []string
+	var inSite, all, canIn, canOut []string
 	for _, m := range members {
 		if m.State != StateAlive {
 			continue
@@ -73,16 +85,69 @@ func viewKeeper(members []Member, site string) string {
 		if m.Meta.Site == site {
 			inSite = append(inSite, m.Name)
 		}
+		if slices.Contains(m.Meta.Views, site) {
+			if m.Meta.Site == site {
+				canIn = append(canIn, m.Name)
+			} else {
+				canOut = append(canOut, m.Name)
+			}
+		}
 	}
-	pick := inSite
-	if len(pick) == 0 {
-		pick = all
+	for _, pick := range [][]string{canIn, canOut} {
+		if len(pick) > 0 {
+			return slices.Min(pick)
+		}
 	}
-	if len(pick) == 0 {
-		return ""
+	for _, m := range members {
+		if m.State == StateAlive && len(m.Meta.Views) > 0 {
+			// Members that say which ensembles they reach, but none reaches
+			// this one: nobody can write it.
+			return ""
+		}
 	}
-	sort.Strings(pick)
-	return pick[0]
+	for _, pick := range [][]string{inSite, all} {
+		if len(pick) > 0 {
+			return slices.Min(pick)
+		}
+	}
+	return ""
+}
+
+// Ensemble is a site's ZooKeeper ensemble as its bundles gossip it.
+type Ensemble struct {
+	Connect string
+	Root    string
+}
+
+// Ensembles returns the ZooKeeper ensemble of every site a bundle has
+// gossiped one for, down members included: a site's view must still be kept
+// after all its bundles died. An alive member's word wins over a down one's.
+func (t *Topology) Ensembles() map[string]Ensemble {
+	out := map[string]Ensemble{}
+	alive := map[string]bool{}
+	for _, m := range t.Members() {
+		if m.Meta.ZKConnect == "" || (alive[m.Meta.Site] && m.State != StateAlive) {
+			continue
+		}
+		out[m.Meta.Site] = Ensemble{Connect: m.Meta.ZKConnect, Root: m.Meta.ZKRoot}
+		alive[m.Meta.Site] = alive[m.Meta.Site] || m.State == StateAlive
+	}
+	return out
+}
+
+// SetViewReach sets the sites whose ZooKeeper ensembles this bundle holds a
+// session to (its own site's included), gossiped so that viewKeeper only
+// picks a writer that can write. It refreshes the metadata when the set
+// changed.
+func (t *Topology) SetViewReach(sites []string) {
+	v := slices.Clone(sites)
+	slices.Sort(v)
+	v = slices.Compact(v)
+	if old := t.views.Load(); old != nil && slices.Equal(*old, v) {
+		return
+	}
+	t.views.Store(&v)
+	t.Refresh()
 }
 
 // ViewWriter applies view targets to ZooKeeper. registry.SiteView adapted

@@ -219,6 +219,12 @@ func (r *Registry) Paths() Paths { return r.paths }
 // SessionID returns the current ZooKeeper session id (0 while there is none).
 func (r *Registry) SessionID() int64 { return r.conn.SessionID() }
 
+// Connected reports whether the registry holds a ZooKeeper session right now.
+func (r *Registry) Connected() bool { return r.conn.State() == zk.StateHasSession }
+
+// Connect returns the ensemble's connect string (without a chroot).
+func (r *Registry) Connect() string { return r.opts.Connect }
+
 // SyncTime returns zk.zkSyncTimeMs.
 func (r *Registry) SyncTime() time.Duration { return r.opts.SyncTime }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +23,12 @@ type SiteViewOptions struct {
 	// ViewRoot is the view's root, e.g. SiteViewRoot("hf"). It must differ
 	// from the registry's own (real) root.
 	ViewRoot string
+	// Sources are other registries whose real roots are read together with
+	// the view registry's own. With one ZooKeeper ensemble per site, a bundle
+	// of another site that keeps this site's view (its own bundles being
+	// down, their registrations expired) adds its own registry: that is where
+	// it finds the master's entry and the topics' partition counts.
+	Sources []*Registry
 	// Logger receives the view's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -54,11 +62,12 @@ type SiteViewOptions struct {
 //
 // Apply is safe for concurrent use (calls are serialised).
 type SiteView struct {
-	r    *Registry
-	src  Paths
-	view Paths
-	log  *slog.Logger
-	mu   sync.Mutex
+	r       *Registry
+	sources []*Registry // r first, then SiteViewOptions.Sources
+	src     Paths
+	view    Paths
+	log     *slog.Logger
+	mu      sync.Mutex
 }
 
 // NewSiteView returns a SiteView that mirrors r's root into opts.ViewRoot.
@@ -74,7 +83,8 @@ func NewSiteView(r *Registry, opts SiteViewOptions) (*SiteView, error) {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &SiteView{r: r, src: r.Paths(), view: Paths{Root: root}, log: l.With("component", "siteview", "view", root)}, nil
+	sources := append([]*Registry{r}, opts.Sources...)
+	return &SiteView{r: r, sources: sources, src: r.Paths(), view: Paths{Root: root}, log: l.With("component", "siteview", "view", root)}, nil
 }
 
 // Root returns the view's root.
@@ -95,56 +105,9 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	v.mu.Lock()
 	defer v.mu.Unlock()
 
-	brokers, err := v.r.Brokers(ctx)
+	want, parts, err := v.readSources(ctx, targets)
 	if err != nil {
-		return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
-	}
-	want := map[int]string{}
-	for _, b := range brokers {
-		switch {
-		case b.Master != "":
-			want[b.ID] = b.Master
-		case len(b.Slaves) > 0:
-			ids := make([]int, 0, len(b.Slaves))
-			for s := range b.Slaves {
-				ids = append(ids, s)
-			}
-			sort.Ints(ids)
-			want[b.ID] = b.Slaves[ids[0]]
-		}
-	}
-	for id, url := range targets {
-		if url != "" {
-			want[id] = url
-		}
-	}
-
-	// Topic registrations per tree: topic -> id -> numParts.
-	trees := []Tree{TreeTopicsSub, TreeTopicsPub, TreeTopics}
-	parts := map[Tree]map[string]map[int]int{}
-	for _, tree := range trees {
-		parts[tree] = map[string]map[int]int{}
-		topics, err := v.r.Topics(ctx, tree)
-		if err != nil {
-			return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
-		}
-		for _, topic := range topics {
-			tbs, err := v.r.TopicBrokers(ctx, tree, topic)
-			if err != nil {
-				return nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
-			}
-			for _, tb := range tbs {
-				if _, ok := want[tb.BrokerID]; !ok {
-					continue
-				}
-				m := parts[tree][topic]
-				if m == nil {
-					m = map[int]int{}
-					parts[tree][topic] = m
-				}
-				m[tb.BrokerID] = max(m[tb.BrokerID], tb.NumParts)
-			}
-		}
+		return nil, err
 	}
 
 	// Broker entries.
@@ -188,7 +151,7 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	for _, c := range changes {
 		changed[c.BrokerID] = true
 	}
-	for _, tree := range trees {
+	for _, tree := range viewTrees {
 		dir := v.view.Root + "/brokers/" + string(tree)
 		viewTopics, err := v.children(ctx, dir)
 		if err != nil {
@@ -212,6 +175,83 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	}
 	sort.Slice(changes, func(i, j int) bool { return changes[i].BrokerID < changes[j].BrokerID })
 	return changes, nil
+}
+
+var viewTrees = []Tree{TreeTopicsSub, TreeTopicsPub, TreeTopics}
+
+// readSources reads the brokers and topic registrations of every source's
+// real root and returns each broker id's url (a master entry found in any
+// source wins over slave entries; targets win over both) and, per tree, topic
+// and broker id, the largest partition count registered.
+func (v *SiteView) readSources(ctx context.Context, targets map[int]string) (map[int]string, map[Tree]map[string]map[int]int, error) {
+	masters := map[int]string{}
+	slaves := map[int]map[int]string{}
+	for _, src := range v.sources {
+		brokers, err := src.Brokers(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("registry: site view %s: read %s: %w", v.view.Root, src.opts.Connect, err)
+		}
+		for _, b := range brokers {
+			if b.Master != "" && masters[b.ID] == "" {
+				masters[b.ID] = b.Master
+			}
+			for s, url := range b.Slaves {
+				if slaves[b.ID] == nil {
+					slaves[b.ID] = map[int]string{}
+				}
+				if _, ok := slaves[b.ID][s]; !ok {
+					slaves[b.ID][s] = url
+				}
+			}
+		}
+	}
+	want := map[int]string{}
+	for id, url := range masters {
+		want[id] = url
+	}
+	for id, ss := range slaves {
+		if _, ok := want[id]; ok || len(ss) == 0 {
+			continue
+		}
+		// As the Java client would pick while the master is absent: the
+		// first slave.
+		want[id] = ss[slices.Min(slices.Collect(maps.Keys(ss)))]
+	}
+	for id, url := range targets {
+		if url != "" {
+			want[id] = url
+		}
+	}
+
+	// Topic registrations per tree: topic -> id -> numParts.
+	parts := map[Tree]map[string]map[int]int{}
+	for _, tree := range viewTrees {
+		parts[tree] = map[string]map[int]int{}
+		for _, src := range v.sources {
+			topics, err := src.Topics(ctx, tree)
+			if err != nil {
+				return nil, nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
+			}
+			for _, topic := range topics {
+				tbs, err := src.TopicBrokers(ctx, tree, topic)
+				if err != nil {
+					return nil, nil, fmt.Errorf("registry: site view %s: %w", v.view.Root, err)
+				}
+				for _, tb := range tbs {
+					if _, ok := want[tb.BrokerID]; !ok {
+						continue
+					}
+					m := parts[tree][topic]
+					if m == nil {
+						m = map[int]int{}
+						parts[tree][topic] = m
+					}
+					m[tb.BrokerID] = max(m[tb.BrokerID], tb.NumParts)
+				}
+			}
+		}
+	}
+	return want, parts, nil
 }
 
 // syncTopic makes one view topic directory hold exactly <id>-m for each id

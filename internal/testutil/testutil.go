@@ -5,6 +5,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +79,48 @@ func ZooKeeper(t testing.TB) string {
 		t.Skipf("%s is not set: this test needs a real ZooKeeper (bash .ci/run starts one)", ZKEnv)
 	}
 	return addr
+}
+
+// ZK2Env names the environment variable that holds a second, separate
+// ZooKeeper server, for tests of one ensemble per site.
+const ZK2Env = "METAQ_TEST_ZK2"
+
+// SecondZooKeeper returns the address of a ZooKeeper server other than
+// ZooKeeper(t)'s: METAQ_TEST_ZK2 when set, otherwise one started for this
+// test with the repository's .ci/zookeeper.sh and stopped when it ends. It
+// skips the test when METAQ_TEST_ZK is not set or no server can be started.
+func SecondZooKeeper(t testing.TB) string {
+	t.Helper()
+	ZooKeeper(t)
+	if addr := os.Getenv(ZK2Env); addr != "" {
+		return addr
+	}
+	script := ""
+	for dir, _ := os.Getwd(); dir != "" && script == ""; {
+		if _, err := os.Stat(filepath.Join(dir, ".ci", "zookeeper.sh")); err == nil {
+			script = filepath.Join(dir, ".ci", "zookeeper.sh")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	if script == "" {
+		t.Skipf("%s is not set and .ci/zookeeper.sh was not found to start a second ZooKeeper", ZK2Env)
+	}
+	dir, err := os.MkdirTemp("", "metaq-zk2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := FreePort(t)
+	out, err := exec.Command("bash", script, "start", strconv.Itoa(port), dir).Output()
+	t.Cleanup(func() {
+		exec.Command("bash", script, "stop", dir).Run()
+		os.RemoveAll(dir)
+	})
+	if err != nil {
+		t.Skipf("%s is not set and a second ZooKeeper did not start: %v", ZK2Env, err)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -72,6 +72,9 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	if cfg.Gossip.Advertise != "" {
 		o.Advertise = cfg.Gossip.Advertise
 	}
+	if b.Registry != nil {
+		o.ZKConnect, o.ZKRoot = b.Registry.Connect(), b.Registry.Paths().Root
+	}
 	if cfg.Gossip.ProbeInterval > 0 && cfg.Gossip.ProbeInterval < time.Second {
 		o.RefreshInterval = 5 * cfg.Gossip.ProbeInterval
 	}
@@ -139,21 +142,23 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		})
 		// Every bundle runs the views of every site and writes those it is
 		// keeper of, so a site whose bundles are all down still gets its view
-		// pointed back at the master by a bundle elsewhere.
-		newWriter := func(site string) (topology.ViewWriter, error) {
-			sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRootFor(root, site), Logger: log})
-			if err != nil {
-				return nil, err
-			}
-			return topology.ViewWriterFunc(func(ctx context.Context, targets map[int]string) error {
-				_, err := sv.Apply(ctx, targets)
-				return err
-			}), nil
+		// pointed back at the master by a bundle elsewhere, in that site's
+		// own ensemble.
+		base := registry.Options{
+			SessionTimeout:    cfg.ZooKeeper.SessionTimeout,
+			ConnectionTimeout: min(cfg.ZooKeeper.ConnectionTimeout, 10*time.Second),
+			Logger:            log,
+			Dialer:            b.opts.ZooKeeperDialer,
 		}
-		c.wg.Add(1)
+		views := newSiteViews(t, reg, o.Site, base, log)
+		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()
-			err := t.RunViews(rctx, newWriter, []string{o.Site}, topology.ViewOptions{})
+			views.run(rctx, min(max(cfg.Gossip.ProbeInterval*5, 100*time.Millisecond), time.Second))
+		}()
+		go func() {
+			defer c.wg.Done()
+			err := t.RunViews(rctx, views.writer, []string{o.Site}, topology.ViewOptions{})
 			if err != nil && rctx.Err() == nil {
 				log.Warn("TOPOLOGY: site views stopped", "err", err)
 			}
