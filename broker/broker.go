@@ -33,7 +33,7 @@ type Broker struct {
 	store Store
 
 	cfg    atomic.Pointer[config.Server]
-	topics topicTable                 // retired topics, policies, registrations
+	topics topicTable                 // policies, registrations, closed partitions
 	tcache atomic.Pointer[topicCache] // per-config topic lookups
 	closed atomic.Pointer[closedSet]  // partitions closed by an operator
 	tx     atomic.Pointer[txHolder]

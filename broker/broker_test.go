@@ -512,11 +512,18 @@ func TestReload(t *testing.T) {
 	if r := cl.result(); !bytes.Equal(r.Body, data) {
 		t.Fatal("stats config does not serve the reloaded file")
 	}
-	// A topic removed by a reload stays accepted until restart.
+	// A topic removed by a reload is unregistered and refused, as a topic
+	// missing from server.ini.
 	if _, err := brk.Reload(parseConfig(t, cfg.Raw)); err != nil {
 		t.Fatal(err)
 	}
-	mustPut(t, cl, "fresh", 1, "still accepted")
+	if _, ok := reg.topic("fresh"); ok {
+		t.Error("removed topic fresh is still registered")
+	}
+	cl.sendCmd(putCmd("fresh", 1, "refused", 6))
+	if r := cl.result(); r.Code == 200 {
+		t.Fatalf("put to removed topic fresh accepted: %s", r)
+	}
 	cl.sendCmd(putCmd("test", 3, "x", 5))
 	if r := cl.result(); r.Code != 500 {
 		t.Fatalf("numPartitions back to 2, put to 3: %s", r)

@@ -137,6 +137,13 @@ func (f *fakeRegistry) RegisterTopic(ctx context.Context, topic string, n int, p
 	return nil
 }
 
+func (f *fakeRegistry) UnregisterTopic(ctx context.Context, topic string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.topics, topic)
+	return nil
+}
+
 func (f *fakeRegistry) UnregisterAll(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

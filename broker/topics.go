@@ -3,7 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
-	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,13 +14,11 @@ import (
 )
 
 // topicTable holds what the broker knows about topics beyond the current
-// config: topics removed by a reload (MetaQ keeps accepting them until a
-// restart), the topics already registered in ZooKeeper and the topics whose
+// config: the topics already registered in ZooKeeper and the topics whose
 // store policy was set. Its mutex also serialises changes of the closed
 // partitions.
 type topicTable struct {
 	mu         sync.RWMutex
-	retired    []config.Topic          // removed by Reload, still accepted
 	registered map[string]int          // topic -> numPartitions registered
 	policySet  map[string]bool         // topic -> SetPolicy done
 	closed     map[string]map[int]bool // topic -> closed partitions
@@ -79,36 +77,15 @@ func (b *Broker) topicEntry(name string) *topicEntry {
 }
 
 // topicFor finds the topic settings for a concrete topic name: the first
-// matching [topic=...] section of the current config, else a section
-// removed by a reload.
+// matching [topic=...] section of the current config. A topic whose section
+// a reload removed is refused, as a topic missing from MetaQ's server.ini.
 func (b *Broker) topicFor(name string) (config.Topic, bool) {
 	e := b.topicEntry(name)
 	return e.tc, e.ok
 }
 
 func (b *Broker) lookupTopic(cfg *config.Server, name string) (config.Topic, bool) {
-	if tc, ok := cfg.TopicFor(name); ok {
-		return tc, true
-	}
-	b.topics.mu.RLock()
-	defer b.topics.mu.RUnlock()
-	for _, tc := range b.topics.retired {
-		if fullMatch(tc, name) {
-			return tc, true
-		}
-	}
-	return config.Topic{}, false
-}
-
-func fullMatch(tc config.Topic, name string) bool {
-	if tc.Name == name {
-		return true
-	}
-	re, err := regexp.Compile("^(?:" + strings.TrimSuffix(strings.TrimPrefix(tc.Pattern, "^"), "$") + ")$")
-	if err != nil {
-		return false
-	}
-	return re.MatchString(name)
+	return cfg.TopicFor(name)
 }
 
 // isLiteral reports whether a [topic=...] name is a plain topic name (no
@@ -228,11 +205,18 @@ func (b *Broker) registerConfiguredTopics(ctx context.Context, cfg *config.Serve
 	}
 }
 
+// topicUnregisterer is the optional part of a Registry that removes one
+// topic's registration (registry.Registry has it).
+type topicUnregisterer interface {
+	UnregisterTopic(ctx context.Context, topic string) error
+}
+
 // Reload re-applies the [topic=...] sections of cfg (spec §4.6): new topics
 // are accepted and registered at once, numPartitions changes take effect
 // for put checks and random partition choice, policies are pushed to the
-// store and retention is re-scheduled. Removed topics stay accepted until a
-// restart. [system] and [zookeeper] changes are reported in
+// store and retention is re-scheduled. Topics no section matches any more
+// are unregistered from ZooKeeper and refused from now on (their data stays
+// in the store until retention removes it). [system] and [zookeeper] changes are reported in
 // Changes.RestartKeys and not applied; `stats config` and the config
 // checksum follow the new file.
 func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
@@ -249,21 +233,13 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 	eff.ZooKeeper = old.ZooKeeper
 
 	b.topics.mu.Lock()
-	for _, name := range ch.TopicsRemoved {
-		for _, tc := range old.Topics {
-			if tc.Name == name {
-				b.topics.retired = append(b.topics.retired, tc)
-			}
+	var removed []string
+	for name := range b.topics.registered {
+		if _, ok := eff.TopicFor(name); !ok {
+			removed = append(removed, name)
+			delete(b.topics.registered, name)
 		}
 	}
-	// A topic added back is no longer retired.
-	keep := b.topics.retired[:0]
-	for _, tc := range b.topics.retired {
-		if _, ok := eff.TopicFor(tc.Name); !ok {
-			keep = append(keep, tc)
-		}
-	}
-	b.topics.retired = keep
 	// Policies are re-pushed below; topics first seen by a put get theirs then.
 	b.topics.policySet = make(map[string]bool)
 	b.topics.mu.Unlock()
@@ -279,6 +255,16 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 		if eff.Checksum != old.Checksum {
 			if err := r.SetConfigChecksum(ctx, eff.Checksum); err != nil {
 				b.log.Warn("BROKER: update config checksum in ZooKeeper failed", "err", err)
+			}
+		}
+		if u, ok := r.(topicUnregisterer); ok {
+			sort.Strings(removed)
+			for _, name := range removed {
+				if err := u.UnregisterTopic(ctx, name); err != nil {
+					b.log.Warn("TOPIC("+name+"): unregister from ZooKeeper failed", "err", err)
+				} else {
+					b.log.Info("TOPIC(" + name + "): removed from server.ini: unregistered, puts are refused")
+				}
 			}
 		}
 		changed := append(append([]string{}, ch.TopicsAdded...), ch.TopicsChanged...)

@@ -359,6 +359,17 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 		return fail(fmt.Errorf("configsync: version %d would rename site %q to %q: set [site] name in the site's overlay",
 			v.Version, a.o.Running.Site.Name, cfg.Site.Name))
 	}
+	if tc, ok := a.o.Reloader.(TopicCounter); ok && !v.AllowTopicRemoval {
+		counts := tc.TopicMessages()
+		if removed := nonEmptyRemoved(counts, cfg); len(removed) > 0 {
+			parts := make([]string, len(removed))
+			for i, t := range removed {
+				parts[i] = fmt.Sprintf("%s (%d messages)", t, counts[t])
+			}
+			return fail(fmt.Errorf("%w: version %d removes %s; push it with --allow-topic-removal to remove them anyway",
+				ErrTopicRemoval, v.Version, strings.Join(parts, ", ")))
+		}
+	}
 	backup := a.o.ConfigPath + ".prev"
 	if prevVersion > 0 {
 		backup = a.o.ConfigPath + ".v" + strconv.FormatUint(prevVersion, 10)
@@ -414,8 +425,13 @@ func (a *Agent) succeed(v *Version, cfg *config.Server, res *Result) {
 
 // recordState writes site.<name> with a fresh heartbeat.
 func (a *Agent) recordState(ctx context.Context) {
+	var counts map[string]int64
+	if tc, ok := a.o.Reloader.(TopicCounter); ok {
+		counts = tc.TopicMessages()
+	}
 	a.mu.Lock()
 	a.state.Heartbeat = time.Now().UTC()
+	a.state.TopicMessages = counts
 	b, err := json.Marshal(a.state)
 	a.mu.Unlock()
 	if err != nil {
@@ -433,6 +449,14 @@ func (a *Agent) recordState(ctx context.Context) {
 func (a *Agent) onRequest(m *nats.Msg) {
 	var req request
 	if err := json.Unmarshal(m.Data, &req); err != nil || m.Reply == "" {
+		return
+	}
+	if req.Topics {
+		res := Result{Site: a.o.Site, TopicMessages: map[string]int64{}}
+		if tc, ok := a.o.Reloader.(TopicCounter); ok {
+			res.TopicMessages = tc.TopicMessages()
+		}
+		a.respond(m.Reply, res)
 		return
 	}
 	a.mu.Lock()

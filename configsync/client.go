@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -103,6 +104,10 @@ type PushOptions struct {
 	// OnPlan, when set, is called with the per-site diff before anything is
 	// published.
 	OnPlan func([]SitePlan)
+	// AllowTopicRemoval publishes a version that removes topics still
+	// holding messages at some site; without it Push refuses with
+	// ErrTopicRemoval and names them with their message counts.
+	AllowTopicRemoval bool
 
 	rollbackOf uint64
 }
@@ -182,6 +187,11 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	if o.OnPlan != nil {
 		o.OnPlan(rep.Plans)
 	}
+	if !o.AllowTopicRemoval {
+		if err := c.checkTopicRemoval(ctx, sites, newCfg); err != nil {
+			return nil, err
+		}
+	}
 	if o.DryRun {
 		return rep, nil
 	}
@@ -195,13 +205,13 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	}
 	defer sub.Unsubscribe()
 
-	if cur != nil && cur.SHA256 == rep.SHA256 {
+	if cur != nil && cur.SHA256 == rep.SHA256 && (cur.AllowTopicRemoval || !o.AllowTopicRemoval) {
 		// Same bytes: no new version; still collect every site's answer
 		// about the current one so the operator sees where it stands.
 		rep.Version, rep.Unchanged = cur.Version, true
 	} else {
 		v := &Version{Version: rep.Previous + 1, SHA256: rep.SHA256, Data: o.Data, File: o.File,
-			PushedAt: time.Now().UTC(), PushedBy: c.host, RollbackOf: o.rollbackOf}
+			PushedAt: time.Now().UTC(), PushedBy: c.host, RollbackOf: o.rollbackOf, AllowTopicRemoval: o.AllowTopicRemoval}
 		if err := c.publish(ctx, v, cur, rev); err != nil {
 			return nil, err
 		}
@@ -290,6 +300,77 @@ func (c *Client) gather(ctx context.Context, rep *PushReport, inbox string, answ
 			delete(pending, res.Site)
 		}
 	}
+}
+
+// checkTopicRemoval returns ErrTopicRemoval, naming each topic and how many
+// messages each site holds of it, when newCfg drops a topic that a site
+// (an expected one or any the bucket knows) reported holding messages.
+func (c *Client) checkTopicRemoval(ctx context.Context, sites []string, newCfg *config.Server) error {
+	known, err := c.knownSites(ctx)
+	if err != nil {
+		return err
+	}
+	all := slices.Compact(slices.Sorted(slices.Values(append(known, sites...))))
+	counts := c.topicCounts(ctx, all, 3*time.Second)
+	held := map[string][]string{} // topic -> "<n> at <site>"
+	for _, s := range all {
+		tm, ok := counts[s]
+		if !ok {
+			// No live answer: what the site recorded with its last heartbeat.
+			st, err := c.siteState(ctx, s)
+			if err != nil {
+				continue
+			}
+			tm = st.TopicMessages
+		}
+		for _, t := range nonEmptyRemoved(tm, newCfg) {
+			held[t] = append(held[t], fmt.Sprintf("%d at %s", tm[t], s))
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, t := range slices.Sorted(maps.Keys(held)) {
+		parts = append(parts, fmt.Sprintf("%s holds %s messages", t, strings.Join(held[t], ", ")))
+	}
+	return fmt.Errorf("%w: %s; nothing was published: push again with --allow-topic-removal to remove them (their messages stay on disk until retention deletes them; puts to them are refused)",
+		ErrTopicRemoval, strings.Join(parts, "; "))
+}
+
+// topicCounts asks every site's agent for its message count per topic and
+// returns the answers that arrived within wait.
+func (c *Client) topicCounts(ctx context.Context, sites []string, wait time.Duration) map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	if len(sites) == 0 {
+		return out
+	}
+	inbox := c.nc.NewInbox()
+	answers := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		return out
+	}
+	defer sub.Unsubscribe()
+	req, _ := json.Marshal(request{Topics: true})
+	for _, s := range sites {
+		_ = c.nc.PublishRequest(siteSubject(c.subject, s), inbox, req)
+	}
+	_ = c.nc.Flush()
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for len(out) < len(sites) {
+		select {
+		case <-ctx.Done():
+			return out
+		case m := <-answers:
+			var res Result
+			if json.Unmarshal(m.Data, &res) == nil && res.TopicMessages != nil && slices.Contains(sites, res.Site) {
+				out[res.Site] = res.TopicMessages
+			}
+		}
+	}
+	return out
 }
 
 // plan computes, per site, what the new configuration changes compared with
@@ -445,6 +526,8 @@ type RollbackOptions struct {
 	DryRun  bool
 	Timeout time.Duration
 	OnPlan  func([]SitePlan)
+	// AllowTopicRemoval: see PushOptions.
+	AllowTopicRemoval bool
 }
 
 // Rollback publishes an older version's bytes as a new version (history is
@@ -469,5 +552,5 @@ func (c *Client) Rollback(ctx context.Context, o RollbackOptions) (*PushReport, 
 		return nil, fmt.Errorf("configsync: rollback: %w", err)
 	}
 	return c.Push(ctx, PushOptions{File: old.File, Data: old.Data, Sites: o.Sites, DryRun: o.DryRun,
-		Timeout: o.Timeout, OnPlan: o.OnPlan, rollbackOf: to})
+		Timeout: o.Timeout, OnPlan: o.OnPlan, AllowTopicRemoval: o.AllowTopicRemoval, rollbackOf: to})
 }

@@ -2,6 +2,7 @@ package configsync
 
 import (
 	"context"
+	"sort"
 
 	"metaq/broker/config"
 )
@@ -27,4 +28,28 @@ type ReloaderFunc func(ctx context.Context, cfg *config.Server) (config.Changes,
 // Reload calls f(ctx, cfg).
 func (f ReloaderFunc) Reload(ctx context.Context, cfg *config.Server) (config.Changes, error) {
 	return f(ctx, cfg)
+}
+
+// TopicCounter is the optional part of a Reloader that counts the messages
+// the site stores per configured topic. With it, the agent refuses a version
+// that removes a topic still holding messages unless the version allows it,
+// and records the counts in its site state for pushers to check first.
+type TopicCounter interface {
+	TopicMessages() map[string]int64
+}
+
+// nonEmptyRemoved returns, sorted, the topics of counts that hold messages
+// and that no section of cfg matches any more.
+func nonEmptyRemoved(counts map[string]int64, cfg *config.Server) []string {
+	var out []string
+	for topic, n := range counts {
+		if n <= 0 {
+			continue
+		}
+		if _, ok := cfg.TopicFor(topic); !ok {
+			out = append(out, topic)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

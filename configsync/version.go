@@ -36,6 +36,10 @@ var (
 	// ErrVersionNotFound is returned by Rollback when the requested version is
 	// in neither version.<N> nor the history of the desired key.
 	ErrVersionNotFound = errors.New("configsync: version not found")
+	// ErrTopicRemoval is returned by Push and Rollback, before anything is
+	// published, when the version removes topics that still hold messages
+	// and AllowTopicRemoval is not set; agents refuse such a version too.
+	ErrTopicRemoval = errors.New("configsync: the new version removes topics that still hold messages")
 	// ErrSitesFailed is returned by Push and Rollback when a site reported an
 	// error or did not answer in time; the per-site results say which.
 	ErrSitesFailed = errors.New("configsync: not every site applied the version")
@@ -52,6 +56,9 @@ type Version struct {
 	PushedBy string    `json:"pushedBy,omitempty"` // host that pushed
 	// RollbackOf is the version whose bytes this one republishes (0 for a push).
 	RollbackOf uint64 `json:"rollbackOf,omitempty"`
+	// AllowTopicRemoval lets this version remove topics that still hold
+	// messages at a site; without it an agent refuses such a version.
+	AllowTopicRemoval bool `json:"allowTopicRemoval,omitempty"`
 }
 
 // Check reports whether Data matches SHA256.
@@ -78,6 +85,10 @@ type SiteState struct {
 	Error         string    `json:"error,omitempty"`
 	FailedVersion uint64    `json:"failedVersion,omitempty"`
 	Heartbeat     time.Time `json:"heartbeat"`
+	// TopicMessages counts the messages this site stores per configured
+	// topic, refreshed with the heartbeat, so that a push that removes a
+	// topic can say what it would leave behind before it publishes.
+	TopicMessages map[string]int64 `json:"topicMessages,omitempty"`
 	// HeartbeatInterval is how often the agent refreshes Heartbeat.
 	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
 }
@@ -107,11 +118,17 @@ type Result struct {
 	RestartKeys    []string `json:"restartKeys,omitempty"`    // keys this version changed that need a restart
 	PendingRestart []string `json:"pendingRestart,omitempty"` // all keys waiting for a restart
 	Unchanged      bool     `json:"unchanged,omitempty"`      // the site already ran these bytes
+	// TopicMessages answers a topic-count request (request.Topics): the
+	// messages the site holds per configured topic.
+	TopicMessages map[string]int64 `json:"topicMessages,omitempty"`
 }
 
 // request is what a pusher sends on <subject>.<site>.
 type request struct {
 	Version uint64 `json:"version"`
+	// Topics asks for the site's message count per topic instead (read
+	// only: it changes nothing on the site).
+	Topics bool `json:"topics,omitempty"`
 }
 
 func hashHex(b []byte) string {

@@ -247,6 +247,20 @@ func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
 	return nil
 }
 
+// UnregisterTopic deletes this broker's nodes of topic and stops registering
+// it again after session expiries: the topic was removed from server.ini by a
+// reload, and MetaQ's clients must stop publishing to it.
+func (r *Registry) UnregisterTopic(ctx context.Context, topic string) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	delete(r.state.topics, topic)
+	if err := r.deleteTopicLocked(ctx, topic); err != nil {
+		return err
+	}
+	r.log.Info("REGISTRY: unregistered topic", "topic", topic, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID))
+	return nil
+}
+
 // UnregisterAll deletes the broker's and its topics' nodes (ids/<id> itself is
 // deleted, or set to "" while slaves still hang below it), stops
 // re-registering after session expiries, and then waits zk.zkSyncTimeMs (or

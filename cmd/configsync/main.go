@@ -1,10 +1,10 @@
 // Command configsync pushes a server.ini to every site of a MetaQ deployment
 // and reports what each site did with it.
 //
-//	configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s]
+//	configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
 //	configsync status [--json]
 //	configsync diff [-f conf/server.ini]
-//	configsync rollback [--to VERSION] [--sites ...] [--timeout 10s]
+//	configsync rollback [--to VERSION] [--sites ...] [--timeout 10s] [--allow-topic-removal]
 //
 // The NATS server, credentials, TLS files, bucket and subject come from the
 // [nats] section of -f (default conf/server.ini, its overlay followed when
@@ -40,10 +40,10 @@ func main() {
 }
 
 const usage = `usage:
-  configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s]
+  configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
   configsync status [--json]
   configsync diff [-f conf/server.ini]
-  configsync rollback [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s]
+  configsync rollback [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s] [--allow-topic-removal]
 common flags: -f FILE (NATS settings from its [nats] section), --nats URL, --creds FILE,
   --tls-cert FILE --tls-key FILE --tls-ca FILE, --bucket NAME, --subject PREFIX, -v
 `
@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		timeout = fs.Duration("timeout", 10*time.Second, "how long to wait for the sites' answers")
 		asJSON  = fs.Bool("json", false, "status: print JSON")
 		to      = fs.Uint64("to", 0, "rollback: version to restore (default: the one before the desired version)")
+		allowRm = fs.Bool("allow-topic-removal", false, "push, rollback: remove topics even when they still hold messages")
 	)
 	switch cmd {
 	case "push", "status", "diff", "rollback":
@@ -173,11 +174,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "push":
 		fmt.Fprintf(stdout, "validated %s (%d bytes)\n", c.file, len(data))
 		rep, err := client.Push(ctx, configsync.PushOptions{File: c.file, Data: data, Sites: siteList,
-			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout)})
+			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm})
 		return report(stdout, stderr, rep, err, *timeout)
 	case "rollback":
 		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: *to, Sites: siteList, DryRun: *dryRun,
-			Timeout: *timeout, OnPlan: printPlan(stdout)})
+			Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm})
 		return report(stdout, stderr, rep, err, *timeout)
 	case "status":
 		return status(ctx, client, stdout, stderr, *asJSON)

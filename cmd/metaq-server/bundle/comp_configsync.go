@@ -52,12 +52,8 @@ func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 	agent, err := configsync.NewAgent(configsync.Options{
 		ConfigPath: b.opts.ConfigPath,
 		URL:        url,
-		Reloader: configsync.ReloaderFunc(func(ctx context.Context, _ *config.Server) (config.Changes, error) {
-			// The agent wrote the new file already; Reload reads it with
-			// this site's overlay, exactly as a SIGHUP would.
-			return b.Reload(ctx)
-		}),
-		Logger: log,
+		Reloader:   bundleReloader{b},
+		Logger:     log,
 	})
 	if err != nil {
 		c.closeEmbedded()
@@ -71,6 +67,29 @@ func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 	c.agent = agent
 	c.mu.Unlock()
 	return nil
+}
+
+// bundleReloader applies a pushed version through Bundle.Reload and counts
+// the site's messages per topic for configsync's topic-removal guard.
+type bundleReloader struct{ b *Bundle }
+
+// Reload re-reads the file the agent wrote, with this site's overlay,
+// exactly as a SIGHUP would.
+func (r bundleReloader) Reload(ctx context.Context, _ *config.Server) (config.Changes, error) {
+	return r.b.Reload(ctx)
+}
+
+// TopicMessages counts the stored messages of every topic the running
+// configuration serves.
+func (r bundleReloader) TopicMessages() map[string]int64 {
+	cfg := r.b.Config()
+	out := map[string]int64{}
+	for _, p := range r.b.Store.Partitions() {
+		if _, ok := cfg.TopicFor(p.Topic); ok {
+			out[p.Topic] += p.Messages
+		}
+	}
+	return out
 }
 
 // Agent returns the running agent (nil before Start or after Close).
