@@ -157,9 +157,8 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	strategy := fs.String("strategy", "DEFAULT", "balancing strategy: DEFAULT or CONSIST")
 	max := fs.Int64("n", 0, "stop after this many messages (0: until interrupted)")
 	full := fs.Bool("full", false, "print partition, offset, id and time with each payload")
-	site := fs.String("site", "", "this consumer's site (for a router)")
-	prefer := fs.String("prefer", "master-only", "read preference: master-only, local-first, nearest-healthy")
-	maxLag := fs.Duration("max-lag", 0, "largest replica lag accepted")
+	var route routeFlags
+	route.register(fs)
 	quiet := fs.Bool("q", false, "no progress line on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -171,14 +170,18 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	pref, err := client.ParseReadPreference(*prefer)
+	router, pref, err := route.router(ctx, g.stderr, g.verbose)
 	if err != nil {
-		return err
+		return fmt.Errorf("consume: %w", err)
 	}
 	// One consumer per run: the process-wide duplicate filter would only
 	// hide replays an operator asked for with "offsets -reset".
-	opts := []client.ConsumerOption{client.WithStart(sp), client.WithSite(*site), client.WithReadPreference(pref),
-		client.WithMaxLag(*maxLag), client.WithoutDuplicateFilter()}
+	opts := []client.ConsumerOption{client.WithStart(sp), client.WithSite(route.site), client.WithReadPreference(pref),
+		client.WithMaxLag(route.maxLag), client.WithoutDuplicateFilter()}
+	if router != nil {
+		defer router.Close()
+		opts = append(opts, client.WithRouter(router), client.WithRouteInterval(time.Second))
+	}
 	if *id != "" {
 		opts = append(opts, client.WithConsumerID(*id))
 	}
@@ -265,6 +268,8 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 	count := fs.Int("n", 10, "number of messages to print (0: until the end)")
 	maxSize := fs.Int("max-size", 1<<20, "get maxSize in bytes")
 	full := fs.Bool("full", true, "print partition, offset, id and time with each payload")
+	var route routeFlags
+	route.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -275,11 +280,45 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	router, pref, err := route.router(ctx, g.stderr, g.verbose)
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	if router != nil {
+		defer router.Close()
+	}
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	// Each get asks the router again, as a pinned consumer does, so a
+	// fetch that runs long follows the site's health both ways.
+	lastAddr := ""
+	addrFor := func() string {
+		if router == nil {
+			return ""
+		}
+		reps, err := c.Replicas(ctx)
+		if err != nil {
+			return ""
+		}
+		addr, err := router.Route(ctx, client.RouteRequest{Topic: *topic, BrokerID: p.BrokerID, Partition: p.Partition,
+			Site: route.site, Preference: pref, MaxLag: route.maxLag, Replicas: reps[p.BrokerID]})
+		if err != nil {
+			addr = "" // no route: the master, as the client picks it
+		}
+		addr = strings.TrimPrefix(addr, "meta://")
+		if addr != lastAddr {
+			shown := addr
+			if shown == "" {
+				shown = "the master (no healthy replica in the pool view)"
+			}
+			fmt.Fprintf(g.stderr, "reading %s from %s\n", p, shown)
+			lastAddr = addr
+		}
+		return addr
+	}
 	off := *offset
 	if *at != "" {
 		t, err := parseTime(*at)
@@ -292,12 +331,15 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 	}
 	printed := 0
 	for *count == 0 || printed < *count {
-		r, err := c.Fetch(ctx, client.FetchRequest{Topic: *topic, Partition: p, Offset: off, MaxSize: *maxSize})
+		r, err := c.Fetch(ctx, client.FetchRequest{Topic: *topic, Partition: p, Offset: off, MaxSize: *maxSize, Addr: addrFor()})
 		if err != nil && len(r.Messages) == 0 {
 			return err
 		}
 		for i := range r.Messages {
 			if *count > 0 && printed >= *count {
+				// Stopped inside this answer: the next offset is past the
+				// last message printed, not past the whole answer.
+				r.NextOffset = r.Messages[i].Offset
 				break
 			}
 			fmt.Fprintln(g.stdout, formatMessage(&r.Messages[i], *full))
