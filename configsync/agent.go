@@ -429,9 +429,11 @@ func (a *Agent) recordState(ctx context.Context) {
 	if tc, ok := a.o.Reloader.(TopicCounter); ok {
 		counts = tc.TopicMessages()
 	}
+	overlayKeys, overlay := overlayOf(a.o.OverlayPath)
 	a.mu.Lock()
 	a.state.Heartbeat = time.Now().UTC()
 	a.state.TopicMessages = counts
+	a.state.OverlayKeys, a.state.Overlay = overlayKeys, string(overlay)
 	b, err := json.Marshal(a.state)
 	a.mu.Unlock()
 	if err != nil {

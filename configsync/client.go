@@ -120,6 +120,22 @@ type SitePlan struct {
 	Changes config.Changes
 	// Note explains a plan that could not be computed precisely.
 	Note string
+	// Shadowed lists the keys this version changes that the site's overlay
+	// sets: they change nothing there and are left out of Changes.
+	Shadowed []string
+}
+
+// withoutOverlaid splits keys into those the overlay does not set and those
+// it does.
+func withoutOverlaid(keys, overlay []string) (kept, shadowed []string) {
+	for _, k := range keys {
+		if slices.Contains(overlay, k) {
+			shadowed = append(shadowed, k)
+		} else {
+			kept = append(kept, k)
+		}
+	}
+	return kept, shadowed
 }
 
 // PushReport is the outcome of Push or Rollback.
@@ -183,7 +199,7 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	}
 	sites = slices.Compact(slices.Sorted(slices.Values(sites)))
 	rep.Sites = sites
-	rep.Plans = c.plan(ctx, sites, newCfg)
+	rep.Plans = c.plan(ctx, sites, o.Data, newCfg)
 	if o.OnPlan != nil {
 		o.OnPlan(rep.Plans)
 	}
@@ -375,8 +391,8 @@ func (c *Client) topicCounts(ctx context.Context, sites []string, wait time.Dura
 
 // plan computes, per site, what the new configuration changes compared with
 // the version the site last reported.
-func (c *Client) plan(ctx context.Context, sites []string, newCfg *config.Server) []SitePlan {
-	cache := map[uint64]*config.Server{}
+func (c *Client) plan(ctx context.Context, sites []string, newData []byte, newCfg *config.Server) []SitePlan {
+	cache := map[uint64]*Version{}
 	var plans []SitePlan
 	for _, s := range sites {
 		p := SitePlan{Site: s}
@@ -391,21 +407,39 @@ func (c *Client) plan(ctx context.Context, sites []string, newCfg *config.Server
 			old, ok := cache[st.Version]
 			if !ok {
 				v, err := c.Version(ctx, st.Version)
-				if err == nil {
-					old, _, err = config.Parse(v.File, v.Data)
-				}
 				if err != nil {
 					p.Note = fmt.Sprintf("cannot read version %d: %v", st.Version, err)
 				}
-				cache[st.Version] = old
+				cache[st.Version] = v
+				old = v
 			}
 			if old != nil {
-				p.Changes = config.Diff(old, newCfg)
+				p.Changes = siteChanges(old, newData, newCfg, st)
+				p.Changes.RestartKeys, p.Shadowed = withoutOverlaid(p.Changes.RestartKeys, st.OverlayKeys)
 			}
 		}
 		plans = append(plans, p)
 	}
 	return plans
+}
+
+// siteChanges is what going from version old to the new bytes changes on a
+// site: both read with the public part of the site's overlay, as the site
+// reads them, so keys the overlay sets (and the defaults derived from them,
+// such as the listeners at serverPort+N) do not show up as changes.
+func siteChanges(old *Version, newData []byte, newCfg *config.Server, st *SiteState) config.Changes {
+	if st.Overlay != "" {
+		oc, _, oerr := config.ParseWithOverlay(old.File, old.Data, "site overlay", []byte(st.Overlay))
+		nc, _, nerr := config.ParseWithOverlay(old.File, newData, "site overlay", []byte(st.Overlay))
+		if oerr == nil && nerr == nil {
+			return config.Diff(oc, nc)
+		}
+	}
+	oc, _, err := config.Parse(old.File, old.Data)
+	if err != nil {
+		return config.Changes{}
+	}
+	return config.Diff(oc, newCfg)
 }
 
 func short(s string) string {

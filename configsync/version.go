@@ -89,6 +89,12 @@ type SiteState struct {
 	// topic, refreshed with the heartbeat, so that a push that removes a
 	// topic can say what it would leave behind before it publishes.
 	TopicMessages map[string]int64 `json:"topicMessages,omitempty"`
+	// OverlayKeys names the "section.key"s the site's overlay sets (names
+	// only, see OverlayKeys), for the pusher's per-site preview.
+	OverlayKeys []string `json:"overlayKeys,omitempty"`
+	// Overlay is the site's overlay without the lines that may hold
+	// secrets (PublicOverlay).
+	Overlay string `json:"overlay,omitempty"`
 	// HeartbeatInterval is how often the agent refreshes Heartbeat.
 	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/broker/registry"
 	"metaq/configsync"
 )
 
@@ -56,7 +58,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.file, "f", "conf/server.ini", "server.ini to push, diff, or read [nats] settings from")
-	fs.StringVar(&c.url, "nats", "", "NATS URL (default: [nats] url, else the embedded server's listen address)")
+	fs.StringVar(&c.url, "nats", "", "NATS URL (default: [nats] url, else the local bundle's, else the ones recorded in ZooKeeper)")
 	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (default [nats] credsFile)")
 	fs.StringVar(&c.cert, "tls-cert", "", "TLS client certificate (default [nats] tlsCert)")
 	fs.StringVar(&c.key, "tls-key", "", "TLS client key (default [nats] tlsKey)")
@@ -67,39 +69,104 @@ func (c *common) register(fs *flag.FlagSet) {
 }
 
 // clientOptions builds the connection settings from the file's [nats]
-// section (overlay followed when it can be read) and the override flags.
-func (c *common) clientOptions(stderr io.Writer) configsync.ClientOptions {
+// section (overlay followed when it can be read) and the override flags. The
+// NATS servers come from, in order: --nats; the file's [nats] url; the local
+// bundle's configuration ($METAQ_CONF, default /etc/metaq/server.ini, with its
+// overlay); the urls the bundles recorded in the file's ZooKeeper; and only
+// then the embedded server's address of the file (serverPort+4), which is
+// right only on the host of a bundle that embeds NATS.
+func (c *common) clientOptions(ctx context.Context, stderr io.Writer) configsync.ClientOptions {
 	var n config.NATS
-	url := ""
-	if cfg, _, err := config.Load(c.file); err == nil {
-		n, url = cfg.NATS, configsync.ServerURL(cfg)
+	var cfg *config.Server
+	if got, _, err := config.Load(c.file); err == nil {
+		cfg = got
 	} else if data, rerr := os.ReadFile(c.file); rerr == nil {
 		// Without the overlay (not on this host), the shared file still
 		// names the servers.
-		if cfg, _, err := config.Parse(c.file, data); err == nil {
-			n, url = cfg.NATS, configsync.ServerURL(cfg)
-		}
+		cfg, _, _ = config.Parse(c.file, data)
+	}
+	if cfg != nil {
+		n = cfg.NATS
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
 			*dst = v
 		}
 	}
-	set(&url, c.url)
+	url, source := c.url, "--nats"
+	if url == "" {
+		url, source = findNATS(ctx, c.file, cfg)
+		if source != "" {
+			fmt.Fprintf(stderr, "NATS: %s (%s)\n", url, source)
+		}
+	}
 	set(&n.CredsFile, c.creds)
 	set(&n.TLSCert, c.cert)
 	set(&n.TLSKey, c.key)
 	set(&n.TLSCA, c.ca)
 	set(&n.Bucket, c.bucket)
 	set(&n.Subject, c.subject)
-	if url == "" {
-		url = "nats://127.0.0.1:8127"
-	}
 	logger := slog.New(slog.DiscardHandler)
 	if c.verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	return configsync.ClientOptions{URL: url, NATS: n, Logger: logger}
+}
+
+// localBundleConfig is the configuration of the bundle on this host.
+func localBundleConfig() string {
+	if p := os.Getenv("METAQ_CONF"); p != "" {
+		return p
+	}
+	return "/etc/metaq/server.ini"
+}
+
+// findNATS looks for the deployment's NATS servers when --nats is not given
+// and returns them with where they were found ("" when from the file's own
+// [nats] url).
+func findNATS(ctx context.Context, file string, cfg *config.Server) (string, string) {
+	if cfg != nil && cfg.NATS.URL != "" {
+		return cfg.NATS.URL, ""
+	}
+	if p := localBundleConfig(); p != file {
+		if local, _, err := config.Load(p); err == nil {
+			if local.NATS.URL != "" {
+				return local.NATS.URL, "[nats] url of the local bundle's " + p
+			}
+			if u := configsync.ServerURL(local); reachable(u) {
+				return u, "embedded server of the local bundle's " + p
+			}
+		}
+	}
+	if cfg != nil && cfg.ZooKeeper.Enable {
+		zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		reg, err := registry.New(zctx, registry.Options{Connect: cfg.ZooKeeper.Connect, Root: cfg.ZooKeeper.Root,
+			ConnectionTimeout: 5 * time.Second, SessionTimeout: 10 * time.Second})
+		if err == nil {
+			urls, err := configsync.RecordedNATS(zctx, reg)
+			reg.Close()
+			if err == nil && urls != "" {
+				return urls, "recorded by the bundles in ZooKeeper " + cfg.ZooKeeper.Connect
+			}
+		}
+	}
+	if cfg != nil {
+		return configsync.ServerURL(cfg), "no [nats] url in " + file + ", none in the local bundle or ZooKeeper: trying the embedded server's address; use --nats"
+	}
+	return "nats://127.0.0.1:8127", "default; use --nats"
+}
+
+// reachable reports whether a TCP connection to the first server of a NATS
+// url opens within a second.
+func reachable(url string) bool {
+	u := strings.TrimPrefix(strings.SplitN(url, ",", 2)[0], "nats://")
+	conn, err := net.DialTimeout("tcp", u, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -143,8 +210,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	fileGiven := false
+	fs.Visit(func(f *flag.Flag) { fileGiven = fileGiven || f.Name == "f" })
 	var data []byte
-	if cmd == "push" || cmd == "diff" {
+	if cmd == "push" || (cmd == "diff" && fileGiven) {
 		var err error
 		if data, err = os.ReadFile(c.file); err != nil {
 			fmt.Fprintf(stderr, "configsync: %v\n", err)
@@ -162,7 +231,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	client, err := configsync.NewClient(cctx, c.clientOptions(stderr))
+	client, err := configsync.NewClient(cctx, c.clientOptions(cctx, stderr))
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -183,8 +252,51 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "status":
 		return status(ctx, client, stdout, stderr, *asJSON)
 	default:
+		if !fileGiven {
+			return diffDeployed(ctx, client, stdout, stderr)
+		}
 		return diff(ctx, client, c.file, data, stdout, stderr)
 	}
+}
+
+// diffDeployed is `configsync diff` without -f: what every site runs against
+// the desired version.
+func diffDeployed(ctx context.Context, c *configsync.Client, stdout, stderr io.Writer) int {
+	st, err := c.Status(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if st.Desired == nil {
+		fmt.Fprintln(stdout, "no version pushed yet")
+		return 0
+	}
+	d, err := c.Desired(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if len(st.Sites) == 0 {
+		fmt.Fprintf(stdout, "desired v%d; no site has reported yet\n", d.Version)
+		return 0
+	}
+	for _, s := range st.Sites {
+		switch {
+		case s.SHA256 == d.SHA256:
+			fmt.Fprintf(stdout, "%s runs desired v%d\n", s.Site, d.Version)
+		case s.Version == 0:
+			fmt.Fprintf(stdout, "%s runs a file not published by configsync (sha256 %.12s), desired is v%d\n", s.Site, s.SHA256, d.Version)
+		default:
+			v, err := c.Version(ctx, s.Version)
+			if err != nil {
+				fmt.Fprintf(stdout, "%s runs v%d (not readable: %v), desired is v%d\n", s.Site, s.Version, err, d.Version)
+				continue
+			}
+			fmt.Fprintf(stdout, "%s runs v%d, desired is v%d:\n", s.Site, s.Version, d.Version)
+			fmt.Fprint(stdout, configsync.DiffText(fmt.Sprintf("%s v%d", s.Site, s.Version), fmt.Sprintf("desired v%d", d.Version), v.Data, d.Data))
+		}
+	}
+	return 0
 }
 
 func printPlan(w io.Writer) func([]configsync.SitePlan) {
@@ -200,7 +312,11 @@ func printPlan(w io.Writer) func([]configsync.SitePlan) {
 				fmt.Fprintf(tw, "  %s\t%s\n", p.Site, p.Note)
 				continue
 			}
-			fmt.Fprintf(tw, "  %s\tfrom v%d:\t%s\n", p.Site, p.Running, p.Changes)
+			line := p.Changes.String()
+			if len(p.Shadowed) > 0 {
+				line += " (the site's overlay sets " + strings.Join(p.Shadowed, ", ") + ": unchanged there)"
+			}
+			fmt.Fprintf(tw, "  %s\tfrom v%d:\t%s\n", p.Site, p.Running, line)
 		}
 		tw.Flush()
 	}

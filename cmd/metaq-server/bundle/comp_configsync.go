@@ -2,7 +2,9 @@ package bundle
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"time"
 
 	"metaq/broker/config"
 	"metaq/configsync"
@@ -66,6 +68,19 @@ func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.agent = agent
 	c.mu.Unlock()
+	if b.Registry != nil {
+		// So that `configsync push` finds the servers from the deployment's
+		// ZooKeeper when the pushed file names none.
+		name := cfg.Site.Name + "-" + strconv.Itoa(cfg.System.BrokerID) + "-m"
+		if b.Slave != nil {
+			name = cfg.Site.Name + "-" + strconv.Itoa(cfg.System.BrokerID) + "-s" + strconv.Itoa(b.Slave.SlaveID)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := configsync.RecordNATS(rctx, b.Registry, name, url); err != nil {
+			log.Warn("CONFIGSYNC: cannot record the NATS url in ZooKeeper", "err", err)
+		}
+		cancel()
+	}
 	return nil
 }
 

@@ -1,0 +1,88 @@
+package configsync
+
+import (
+	"os"
+	"sort"
+	"strings"
+)
+
+// OverlayKeys lists the "section.key" names an overlay file sets (only the
+// names: an overlay holds secrets such as tokens and the gossip key, which
+// never leave the site). A key the overlay sets is the overlay's on that
+// site whatever the shared file says, so a push changing it changes nothing
+// there; the pusher's per-site preview leaves such keys out.
+func OverlayKeys(data []byte) []string {
+	seen := map[string]bool{}
+	section := ""
+	for line := range strings.SplitSeq(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == ';' || line[0] == '#':
+		case line[0] == '[':
+			if end := strings.LastIndexByte(line, ']'); end > 0 {
+				section = strings.TrimSpace(line[1:end])
+			}
+		default:
+			key := line
+			if i := strings.IndexAny(line, "=:"); i >= 0 {
+				key = line[:i]
+			}
+			if key = strings.TrimSpace(key); key != "" && section != "" {
+				seen[section+"."+key] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// secretKey reports whether an overlay key may hold a secret (a token, the
+// gossip key, a password): such lines never leave the site.
+func secretKey(key string) bool {
+	k := strings.ToLower(key)
+	for _, s := range []string{"token", "key", "secret", "password", "creds"} {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// PublicOverlay returns the overlay file without the lines of keys that may
+// hold secrets (secretKey). The pusher applies it to preview what a version
+// changes on the site; the keys left out are still named by OverlayKeys.
+func PublicOverlay(data []byte) []byte {
+	var b strings.Builder
+	for line := range strings.SplitSeq(string(data), "\n") {
+		t := strings.TrimSpace(line)
+		if t != "" && t[0] != ';' && t[0] != '#' && t[0] != '[' {
+			key := t
+			if i := strings.IndexAny(t, "=:"); i >= 0 {
+				key = t[:i]
+			}
+			if secretKey(strings.TrimSpace(key)) {
+				continue
+			}
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
+
+// overlayOf reads the overlay file at path and returns its key names and its
+// public part; nil when there is none.
+func overlayOf(path string) ([]string, []byte) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil
+	}
+	return OverlayKeys(data), PublicOverlay(data)
+}
