@@ -80,10 +80,24 @@ func (c *Client) Close() {
 	}
 }
 
+// ParseShared parses a shared server.ini without its overlay; when the file
+// sets no brokerId (the sites' overlays do), it is read with brokerId 0.
+func ParseShared(file string, data []byte) (*config.Server, []config.Warning, error) {
+	cfg, warns, err := config.Parse(file, data)
+	if err == nil || slices.Contains(OverlayKeys(data), "system.brokerId") {
+		return cfg, warns, err
+	}
+	return config.ParseWithOverlay(file, data, "(brokerId left to the sites' overlays)", []byte("[system]\nbrokerId=0\n"))
+}
+
 // Validate parses data with the broker's own loader, so push rejects exactly
 // what a broker would refuse to start with.
+//
+// A shared file may leave brokerId to each site's overlay (deploy/'s layout):
+// it is then checked with a stand-in brokerId, and each agent checks it
+// again with its real overlay before applying it.
 func Validate(file string, data []byte) (*config.Server, []config.Warning, error) {
-	cfg, warns, err := config.Parse(file, data)
+	cfg, warns, err := ParseShared(file, data)
 	if err != nil {
 		return nil, warns, fmt.Errorf("configsync: %s is invalid: %w", file, err)
 	}
@@ -435,7 +449,7 @@ func siteChanges(old *Version, newData []byte, newCfg *config.Server, st *SiteSt
 			return config.Diff(oc, nc)
 		}
 	}
-	oc, _, err := config.Parse(old.File, old.Data)
+	oc, _, err := ParseShared(old.File, old.Data)
 	if err != nil {
 		return config.Changes{}
 	}

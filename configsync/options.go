@@ -81,12 +81,10 @@ func (o *Options) validate() error {
 		if err != nil {
 			return fmt.Errorf("configsync: agent: %w", err)
 		}
-		base, _, err := config.Parse(o.ConfigPath, data)
-		if err != nil {
-			return fmt.Errorf("configsync: agent: %w", err)
-		}
+		// The shared file alone may lack what the overlay supplies (brokerId
+		// is the overlay's in deploy/): only look up the overlay's name in it.
 		if o.OverlayPath == "" {
-			o.OverlayPath = resolveOverlay(o.ConfigPath, base.Site.Overlay)
+			o.OverlayPath = resolveOverlay(o.ConfigPath, siteOverlayName(data))
 		}
 		var ov []byte
 		if o.OverlayPath != "" {

@@ -86,3 +86,24 @@ func overlayOf(path string) ([]string, []byte) {
 	}
 	return OverlayKeys(data), PublicOverlay(data)
 }
+
+// siteOverlayName returns the value of "overlay" in the [site] section of a
+// server.ini, without validating the rest of the file.
+func siteOverlayName(data []byte) string {
+	section := ""
+	for line := range strings.SplitSeq(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == ';' || line[0] == '#':
+		case line[0] == '[':
+			if end := strings.LastIndexByte(line, ']'); end > 0 {
+				section = strings.ToLower(strings.TrimSpace(line[1:end]))
+			}
+		case section == "site":
+			if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "overlay" {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return ""
+}

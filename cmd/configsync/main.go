@@ -83,7 +83,7 @@ func (c *common) clientOptions(ctx context.Context, stderr io.Writer) configsync
 	} else if data, rerr := os.ReadFile(c.file); rerr == nil {
 		// Without the overlay (not on this host), the shared file still
 		// names the servers.
-		cfg, _, _ = config.Parse(c.file, data)
+		cfg, _, _ = configsync.ParseShared(c.file, data)
 	}
 	if cfg != nil {
 		n = cfg.NATS
