@@ -32,9 +32,23 @@ func embedsNATS(b *Bundle, ck configKeys) bool {
 	return cfg.NATS.URL == "" && (b.opts.Mode == ModeMaster || ck.hasKey("nats", "embeddedListen"))
 }
 
+// configSyncOwnsConfig reports whether configsync writes this bundle's
+// server.ini. Then autoSyncMasterConfig is ignored: two writers of the file
+// would undo each other's versions, and configsync's are versioned,
+// validated with the overlay and reported per site.
+func configSyncOwnsConfig(b *Bundle) bool {
+	_, ok := findComp[*configSyncComponent](b)
+	return ok
+}
+
 func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 	cfg := b.Config()
 	log := b.Logger().With("component", "configsync")
+	if b.Slave != nil && b.Slave.AutoSyncMasterConfig {
+		b.Logger().Warn("REPLICATION: autoSyncMasterConfig=true is ignored: configsync owns server.ini on this bundle "+
+			"(its configuration has a [nats] section); set autoSyncMasterConfig=false, or remove [nats] to copy the master's file instead",
+			"slaveConfig", b.opts.PluginPath)
+	}
 	url := cfg.NATS.URL
 	if embedsNATS(b, readConfigKeys(cfg)) {
 		eo := configsync.EmbeddedOptionsFor(cfg, log)

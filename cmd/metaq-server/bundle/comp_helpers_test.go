@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,11 @@ type siteSpec struct {
 	autoSync bool
 	// slaveExtra is appended to a slave's async_slave.properties.
 	slaveExtra string
+	// noNATS leaves [nats] out of the overlay (no configsync agent when
+	// the shared file has none either).
+	noNATS bool
+	// logger replaces the test logger.
+	logger *slog.Logger
 }
 
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
@@ -91,11 +97,13 @@ func overlayINI(s siteSpec, dir string, port int) string {
 	if len(s.join) > 0 {
 		fmt.Fprintf(&b, "join=%s\n", strings.Join(s.join, ","))
 	}
-	b.WriteString("\n[nats]\n")
-	if s.slave {
-		fmt.Fprintf(&b, "url=%s\n", s.natsURL)
-	} else {
-		fmt.Fprintf(&b, "embeddedListen=%s\n", s.natsListen)
+	if !s.noNATS {
+		b.WriteString("\n[nats]\n")
+		if s.slave {
+			fmt.Fprintf(&b, "url=%s\n", s.natsURL)
+		} else {
+			fmt.Fprintf(&b, "embeddedListen=%s\n", s.natsListen)
+		}
 	}
 	b.WriteString("\n" + s.extraOverlay)
 	return b.String()
@@ -115,7 +123,11 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 	if err := os.WriteFile(filepath.Join(dir, "site.ini"), []byte(overlayINI(s, dir, port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{ConfigPath: ini, Logger: testLogger(t), ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
+	log := s.logger
+	if log == nil {
+		log = testLogger(t)
+	}
+	opts := Options{ConfigPath: ini, Logger: log, ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
 	if s.slave {
 		props := filepath.Join(dir, "async_slave.properties")
 		p := fmt.Sprintf("slaveId=%d\nslaveGroup=meta-slave-group-%s\nslaveMaxDelayInMills=100\nautoSyncMasterConfig=%t\n", s.slaveID, s.name, s.autoSync)

@@ -308,7 +308,7 @@ func (c *receiverComponent) switchTo(method, reason string) error {
 			MaxDelay: sl.SlaveMaxDelay,
 			Logger:   log,
 		}
-		if sl.AutoSyncMasterConfig {
+		if sl.AutoSyncMasterConfig && !configSyncOwnsConfig(b) {
 			mo.OnMasterConfig = func(ctx context.Context, data []byte) error { return syncMasterConfig(ctx, b, data) }
 		}
 		p, err := georeplicator.NewMetaQPuller(mo)
@@ -369,7 +369,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 		}
 		opts.TLS = tc
 	}
-	if sl.AutoSyncMasterConfig {
+	if sl.AutoSyncMasterConfig && !configSyncOwnsConfig(b) {
 		opts.AutoSyncMasterConfig = true
 		opts.OnMasterConfig = func(ctx context.Context, data []byte) error {
 			return syncMasterConfig(ctx, b, data)

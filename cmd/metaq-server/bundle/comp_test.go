@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,8 +332,14 @@ func TestAutoSyncMasterConfig(t *testing.T) {
 	root := t.TempDir()
 	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
 	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
-	slave := startSite(t, filepath.Join(root, "hf"), sharedINI("", "", "[topic=test]\n"), siteSpec{name: "hf", slave: true, slaveID: 1,
-		masterAddr: master.ReplicationAddr(), natsURL: master.NATSURL(), autoSync: true})
+	// Without configsync on the slave: with it, configsync owns server.ini
+	// (TestAutoSyncYieldsToConfigsync).
+	slaveINI := strings.Replace(sharedINI("", "", "[topic=test]\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	slave := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: master.ReplicationAddr(), noNATS: true, autoSync: true})
+	if _, ok := findComp[*configSyncComponent](slave); ok {
+		t.Fatal("the slave runs configsync")
+	}
 	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
 		tc, ok := slave.Config().TopicFor("extra")
 		if !ok || tc.NumPartitions != 3 {
@@ -346,4 +354,47 @@ func TestAutoSyncMasterConfig(t *testing.T) {
 	if slave.Config().Site.Name != "hf" || slave.Config().System.DataPath != filepath.Join(root, "hf", "data") {
 		t.Errorf("slave lost its overlay: site %q data %q", slave.Config().Site.Name, slave.Config().System.DataPath)
 	}
+}
+
+// TestAutoSyncYieldsToConfigsync: with autoSyncMasterConfig=true and a
+// [nats] section, configsync owns server.ini: the slave warns at start and
+// keeps its own file.
+func TestAutoSyncYieldsToConfigsync(t *testing.T) {
+	root := t.TempDir()
+	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
+	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	var logs syncBuffer
+	slaveINI := sharedINI("", "", "[topic=test]\n")
+	slave := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: master.ReplicationAddr(), natsURL: master.NATSURL(), autoSync: true,
+		logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !strings.Contains(logs.String(), "autoSyncMasterConfig=true is ignored: configsync owns server.ini") {
+		t.Errorf("no warning at start:\n%s", logs.String())
+	}
+	produce(t, master.Broker.Addr().String(), "test", 1, "x")
+	waitCaughtUp(t, master, slave, "test", 15*time.Second)
+	if _, ok := slave.Config().TopicFor("extra"); ok {
+		t.Error("the slave took the master's file although configsync owns it")
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "hf", "server.ini")); string(got) != slaveINI {
+		t.Error("the slave's server.ini was replaced")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
