@@ -63,10 +63,19 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 
 	next := lineSource(*n, *size)
 	prog := newProgress(g.stderr, !*quiet && *n > 1000)
-	var sent, failed atomic.Int64
+	var sent, failed, sentBytes atomic.Int64
 	var firstErr error
 	var errMu sync.Mutex
-	report := func(r client.SendResult, err error) {
+	var reportResult func(client.SendResult, error)
+	report := func(m *client.Message) func(client.SendResult, error) {
+		return func(r client.SendResult, err error) {
+			if err == nil {
+				sentBytes.Add(int64(len(m.Payload)))
+			}
+			reportResult(r, err)
+		}
+	}
+	reportResult = func(r client.SendResult, err error) {
 		if err != nil {
 			failed.Add(1)
 			errMu.Lock()
@@ -97,11 +106,17 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 			m.HasAttribute, m.Attribute = true, *attr
 		}
 		if *async {
-			if err := p.SendAsync(ctx, m, report); err != nil {
+			if err := p.SendAsync(ctx, m, report(m)); err != nil {
+				failed.Add(1)
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
 				break
 			}
 		} else {
-			report(p.Send(ctx, m))
+			report(m)(p.Send(ctx, m))
 		}
 		prog.update("sent", sent.Load(), fmt.Sprintf(", failed %d", failed.Load()))
 	}
@@ -109,6 +124,9 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 	defer cancel()
 	p.Flush(fctx)
 	prog.done("sent", sent.Load(), fmt.Sprintf(", failed %d", failed.Load()))
+	// What was sent, always: a run that sent nothing must say so.
+	fmt.Fprintf(g.stderr, "produce: sent %d messages (%d payload bytes) to %s, %d failed\n",
+		sent.Load(), sentBytes.Load(), *topic, failed.Load())
 	if failed.Load() > 0 {
 		return fmt.Errorf("produce: %d messages failed, first: %v", failed.Load(), firstErr)
 	}
@@ -292,6 +310,11 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer c.Close()
+	bp, done, err := g.bindPartition(ctx, c, p)
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	defer done()
 	// Each get asks the router again, as a pinned consumer does, so a
 	// fetch that runs long follows the site's health both ways.
 	lastAddr := ""
@@ -325,17 +348,18 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 		if err != nil {
 			return err
 		}
-		if off, err = c.OffsetForTime(ctx, *topic, p, t); err != nil {
+		if off, err = bp.C.OffsetForTime(ctx, *topic, bp.P, t); err != nil {
 			return err
 		}
 	}
 	printed := 0
 	for *count == 0 || printed < *count {
-		r, err := c.Fetch(ctx, client.FetchRequest{Topic: *topic, Partition: p, Offset: off, MaxSize: *maxSize, Addr: addrFor()})
+		r, err := bp.C.Fetch(ctx, client.FetchRequest{Topic: *topic, Partition: bp.P, Offset: off, MaxSize: *maxSize, Addr: addrFor()})
 		if err != nil && len(r.Messages) == 0 {
 			return err
 		}
 		for i := range r.Messages {
+			r.Messages[i].Partition = bp.Shown
 			if *count > 0 && printed >= *count {
 				// Stopped inside this answer: the next offset is past the
 				// last message printed, not past the whole answer.
@@ -392,19 +416,21 @@ func runFind(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer c.Close()
-	parts, err := c.Partitions(ctx, *topic)
+	parts, done, err := g.partitionsOf(ctx, c, *topic)
 	if err != nil {
 		return err
 	}
-	for _, p := range parts {
-		if p.BrokerID != brokerID && len(parts) > 1 && p.Partition >= 0 {
+	defer done()
+	for _, bp := range parts {
+		if bp.Shown.BrokerID != brokerID && len(parts) > 1 && bp.Shown.Partition >= 0 {
 			continue // ids carry the broker that stored them
 		}
-		m, ok, err := findInPartition(ctx, c, *topic, p, id, at.Add(-*window))
+		m, ok, err := findInPartition(ctx, bp.C, *topic, bp.P, id, at.Add(-*window))
 		if err != nil {
 			return err
 		}
 		if ok {
+			m.Partition = bp.Shown
 			fmt.Fprintln(g.stdout, formatMessage(&m, true))
 			return nil
 		}
@@ -498,19 +524,20 @@ func runPartitions(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer c.Close()
-	parts, err := c.Partitions(ctx, *topic)
+	parts, done, err := g.partitionsOf(ctx, c, *topic)
 	if err != nil {
 		return err
 	}
+	defer done()
 	fmt.Fprintln(g.stdout, "PARTITION\tMIN\tMAX")
-	for _, p := range parts {
-		lo, err1 := c.EarliestOffset(ctx, *topic, p)
-		hi, err2 := c.LatestOffset(ctx, *topic, p)
+	for _, bp := range parts {
+		lo, err1 := bp.C.EarliestOffset(ctx, *topic, bp.P)
+		hi, err2 := bp.C.LatestOffset(ctx, *topic, bp.P)
 		if err := errors.Join(err1, err2); err != nil {
-			fmt.Fprintf(g.stdout, "%s\terror: %v\n", p, err)
+			fmt.Fprintf(g.stdout, "%s\terror: %v\n", bp.Shown, err)
 			continue
 		}
-		fmt.Fprintf(g.stdout, "%s\t%d\t%d\n", p, lo, hi)
+		fmt.Fprintf(g.stdout, "%s\t%d\t%d\n", bp.Shown, lo, hi)
 	}
 	return nil
 }
