@@ -3,10 +3,12 @@ package ctl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,6 +85,25 @@ func TestStopEscalates(t *testing.T) {
 	}
 	if err := Stop(context.Background(), path, 2, 10*time.Millisecond, func(string, ...any) {}); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("Stop with nothing running: %v", err)
+	}
+}
+
+// TestStopQuiet: a server that stops at the first SIGTERM gets one line,
+// with no try count.
+func TestStopQuiet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ".run.pid")
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	os.WriteFile(path, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	var lines []string
+	if err := Stop(context.Background(), path, 5, 5*time.Second, func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1 || strings.Contains(lines[0], "try") || strings.Contains(lines[0], "/5") {
+		t.Errorf("a normal stop logged %q", lines)
 	}
 }
 

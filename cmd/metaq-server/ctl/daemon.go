@@ -208,7 +208,12 @@ func Stop(ctx context.Context, pidFile string, tries int, wait time.Duration, lo
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("ctl: signal %d: %w", pid, err)
 		}
-		logf("stopping metaq-server (pid %d), try %d/%d", pid, i, tries)
+		if i == 1 {
+			logf("stopping metaq-server (pid %d)", pid)
+		} else {
+			// Only a stop that takes longer than one wait says so.
+			logf("metaq-server (pid %d) still running after %v, SIGTERM again (%d/%d)", pid, time.Duration(i-1)*wait, i, tries)
+		}
 		deadline := time.Now().Add(wait)
 		for time.Now().Before(deadline) {
 			if !alive(pid) {
