@@ -118,7 +118,9 @@ const ViewRootPrefix = "/meta-view-"
 // ConsumerLagReport is one consumer group's backlog on one topic, as read
 // through one ZooKeeper root.
 type ConsumerLagReport struct {
-	// Site is the site whose view root the group uses, "" for the real root.
+	// Site is the site whose consumers the group's offsets belong to: the
+	// site of the view root it uses, or of the ZooKeeper its real root was
+	// read from; "" when unknown.
 	Site       string `json:"site"`
 	Root       string `json:"root"`
 	Group      string `json:"group"`
@@ -165,7 +167,7 @@ func EndOffsets(groups []GroupLag) map[TopicPartition]int64 {
 }
 
 func consumerLag(brokerID int, ends map[TopicPartition]int64, offs []ConsumerOffset) []ConsumerLagReport {
-	type key struct{ root, group, topic string }
+	type key struct{ site, root, group, topic string }
 	agg := map[key]*ConsumerLagReport{}
 	for _, o := range offs {
 		if o.BrokerID != brokerID {
@@ -175,11 +177,11 @@ func consumerLag(brokerID int, ends map[TopicPartition]int64, offs []ConsumerOff
 		if !ok {
 			continue
 		}
-		k := key{o.Root, o.Group, o.Topic}
+		k := key{o.Site, o.Root, o.Group, o.Topic}
 		r := agg[k]
 		if r == nil {
-			r = &ConsumerLagReport{Root: o.Root, Group: o.Group, Topic: o.Topic, BrokerID: brokerID}
-			if strings.HasPrefix(o.Root, ViewRootPrefix) {
+			r = &ConsumerLagReport{Root: o.Root, Site: o.Site, Group: o.Group, Topic: o.Topic, BrokerID: brokerID}
+			if r.Site == "" && strings.HasPrefix(o.Root, ViewRootPrefix) {
 				r.Site = strings.TrimPrefix(o.Root, ViewRootPrefix)
 			}
 			agg[k] = r

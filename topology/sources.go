@@ -66,7 +66,11 @@ func (f LagFunc) Lag() []GroupLag { return f() }
 type ConsumerOffset struct {
 	// Root is the ZooKeeper root the offset was read under: the real root or
 	// a site view root (/meta-view-<site>).
-	Root      string `json:"root"`
+	Root string `json:"root"`
+	// Site is the site whose consumers committed it: the view's site, or,
+	// for the real root, the site whose ZooKeeper it was read from. ""
+	// derives it from a /meta-view-<site> root.
+	Site      string `json:"site,omitempty"`
 	Group     string `json:"group"`
 	Topic     string `json:"topic"`
 	BrokerID  int    `json:"brokerId"`

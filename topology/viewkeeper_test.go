@@ -43,3 +43,28 @@ func TestViewKeeperNeedsASession(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerLagSiteLabel: offsets carry their site, whatever the root is
+// called, and groups of the same name at two sites stay apart.
+func TestConsumerLagSiteLabel(t *testing.T) {
+	ends := map[TopicPartition]int64{{"t", 0}: 100}
+	offs := []ConsumerOffset{
+		{Root: "/prod-view-hf", Site: "hf", Group: "g", Topic: "t", BrokerID: 1, Partition: 0, Offset: 40},
+		{Root: "/meta", Site: "gz", Group: "g", Topic: "t", BrokerID: 1, Partition: 0, Offset: 90},
+		{Root: "/meta", Site: "bj", Group: "g", Topic: "t", BrokerID: 1, Partition: 0, Offset: 100},
+		{Root: "/meta-view-sh", Group: "g", Topic: "t", BrokerID: 1, Partition: 0, Offset: 0},
+	}
+	got := map[string]int64{}
+	for _, r := range consumerLag(1, ends, offs) {
+		got[r.Site+" "+r.Root] = r.Bytes
+	}
+	want := map[string]int64{"hf /prod-view-hf": 60, "gz /meta": 10, "bj /meta": 0, "sh /meta-view-sh": 100}
+	if len(got) != len(want) {
+		t.Fatalf("reports %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %d bytes, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+}

@@ -118,24 +118,34 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	if b.Registry != nil {
 		reg := b.Registry
 		root := reg.Paths().Root
+		var views *siteViews
 		offsets = topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 			var out []topology.ConsumerOffset
-			// Java consumers pinned to a site keep their offsets under that
-			// site's view root: read the real root and every site's view.
-			roots := []string{root, viewRootFor(root, o.Site)}
-			for site := range t.Sites() {
-				if site != o.Site {
-					roots = append(roots, viewRootFor(root, site))
-				}
-			}
-			for _, root := range roots {
+			read := func(reg *registry.Registry, root, site string) error {
 				gos, err := reg.OffsetsUnder(ctx, root)
 				if err != nil {
-					return out, err
+					return err
 				}
 				for _, g := range gos {
-					out = append(out, topology.ConsumerOffset{Root: g.Root, Group: g.Group, Topic: g.Topic,
+					out = append(out, topology.ConsumerOffset{Root: g.Root, Site: site, Group: g.Group, Topic: g.Topic,
 						BrokerID: g.BrokerID, Partition: g.Part, Offset: g.Offset.Offset})
+				}
+				return nil
+			}
+			// The real root holds this site's consumers (with one ensemble
+			// per site); Java consumers pinned to a site keep their offsets
+			// under that site's view root, in that site's ensemble.
+			if err := read(reg, root, o.Site); err != nil {
+				return out, err
+			}
+			for site := range t.Sites() {
+				if r, rroot, remote := views.registryFor(site); remote {
+					if err := read(r, rroot, site); err != nil {
+						continue // that site's ensemble is unreachable now
+					}
+					read(r, viewRootFor(rroot, site), site)
+				} else if err := read(reg, viewRootFor(root, site), site); err != nil {
+					return out, err
 				}
 			}
 			return out, nil
@@ -150,7 +160,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			Logger:            log,
 			Dialer:            b.opts.ZooKeeperDialer,
 		}
-		views := newSiteViews(t, reg, o.Site, base, log)
+		views = newSiteViews(t, reg, o.Site, base, log)
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,6 +122,20 @@ func TestSiteViewPerSiteZooKeeper(t *testing.T) {
 		})
 	}
 	consumed(20)
+
+	// bj reports that group's lag from the offsets it committed in hf's
+	// ensemble, labelled with hf's site.
+	metricsURL := "http://" + mustComp[*dashboardComponent](t, bj).Addr() + "/metrics"
+	testutil.Eventually(t, 30*time.Second, 200*time.Millisecond, func() error {
+		_, body := testutil.HTTPDo(t, "GET", metricsURL, "")
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "metaq_consumer_lag_bytes{") && strings.Contains(line, `group="hf-readers"`) &&
+				strings.Contains(line, `site="hf"`) && strings.Contains(line, `root="`+view+`"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no consumer lag series for hf-readers at site hf in bj's /metrics")
+	})
 
 	// hf's bundle dies: bj keeps hf's view, in hf's ensemble.
 	hfURL := hf.Broker.URL()

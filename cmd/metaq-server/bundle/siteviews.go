@@ -161,6 +161,17 @@ func (s *siteViews) close() {
 	s.wg.Wait()
 }
 
+// registryFor returns the session to site's own ensemble and its root when
+// it is not this bundle's ensemble (remote), else this bundle's registry.
+func (s *siteViews) registryFor(site string) (*registry.Registry, string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.remote[site]; r != nil && r.reg != nil && r.reg.Connected() {
+		return r.reg, r.ens.Root, true
+	}
+	return s.own, s.own.Paths().Root, false
+}
+
 // writer returns the view writer RunViews uses for site. It looks up the
 // session at every Apply, so a keeper picks up a session opened later.
 func (s *siteViews) writer(site string) (topology.ViewWriter, error) {
