@@ -101,6 +101,9 @@ func (o *Options) validate() error {
 		o.OverlayPath = resolveOverlay(o.ConfigPath, o.Running.Site.Overlay)
 	}
 	if o.Site == "" {
+		o.Site = o.Running.NATS.Agent
+	}
+	if o.Site == "" {
 		o.Site = o.Running.Site.Name
 	}
 	if err := ValidSite(o.Site); err != nil {

@@ -100,6 +100,7 @@ func (s *Server) blocks() []block {
 			{"tlsCA", s.NATS.TLSCA},
 			{"bucket", s.NATS.Bucket},
 			{"subject", s.NATS.Subject},
+			{"agent", s.NATS.Agent},
 		}},
 		block{sectionReplication, []entry{
 			{"enable", strconv.FormatBool(s.Replication.Enable)},

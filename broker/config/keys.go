@@ -57,7 +57,7 @@ var topicInertKeys = []string{"topic", "filterClassNames"}
 
 var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
-var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject"}
+var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent"}
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxConnectionBufferedBytes",

@@ -556,6 +556,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		TLSCA:          r.str("tlsCA", ""),
 		Bucket:         r.str("bucket", DefaultNATSBucket),
 		Subject:        r.str("subject", DefaultNATSSubject),
+		Agent:          r.str("agent", ""),
 	}
 	checkTLSPair(r, s.NATS.TLSCert, s.NATS.TLSKey)
 	// The embedded server has no authentication: whoever reaches it can push

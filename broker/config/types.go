@@ -161,6 +161,10 @@ type NATS struct {
 	TLSCA          string
 	Bucket         string // JetStream KV bucket, default "metaq_config"
 	Subject        string // subject prefix, default "metaq.config"
+	// Agent is the name this bundle's configsync agent reports and answers
+	// pushes as; default the [site] name. A site with more than one broker
+	// gives each bundle its own (bj-1, bj-2) in its overlay.
+	Agent string
 }
 
 // Replication is the optional [replication] section on the master side:

@@ -12,14 +12,15 @@
 // Every site's config set is written under --dir (default ./demo-data), and
 // each bundle logs to <dir>/<site>/bundle.log.
 //
-// Run as root with `ip netns` and the wanemu scripts at hand, the demo puts
+// Run as root with `ip netns` (and tc for the rate cap), the demo puts
 // each site in its own network namespace instead (198.18.0.1-3, joined by
 // links with 30 ms one-way delay and a 50 Mbit/s cap), runs each bundle as
 // a metaq-server child process, and forwards the dashboards to 127.0.0.1.
 // --no-netns keeps the in-process mode; the demo says why when it falls
 // back to it. The children die with the demo even when it is killed
-// (parent-death signal); namespaces and the relay left by a killed demo are
-// removed by the next start in the same --dir.
+// (parent-death signal), and so do the WAN relays (internal/wan, in the
+// demo's own process); namespaces left by a killed demo are removed by the
+// next start in the same --dir.
 package main
 
 import (
@@ -68,7 +69,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fs.BoolVar(&o.NoNetns, "no-netns", false, "run the sites in this process even when network namespaces are available")
 	fs.StringVar(&o.Loss, "loss", o.Loss, "netns mode: packet loss on each WAN link, in percent")
 	fs.StringVar(&o.Rate, "rate", o.Rate, "netns mode: bandwidth cap of each WAN link (tc syntax; 0 = none)")
-	fs.StringVar(&o.WANemu, "wanemu", os.Getenv("METAQ_WANEMU"), "netns mode: folder of the wanemu scripts (default: found above the module as shared/tools/wanemu)")
 	fs.StringVar(&o.ServerBin, "server-bin", "", "netns mode: metaq-server binary to run (default: built from this module into a temporary folder)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms] [--no-netns] [--loss 0]")
@@ -141,9 +141,7 @@ type Options struct {
 	// Loss (percent) and Rate (tc syntax) shape the netns mode's links.
 	Loss string
 	Rate string
-	// WANemu is the folder of the wanemu scripts; ServerBin a prebuilt
-	// metaq-server (netns mode).
-	WANemu    string
+	// ServerBin is a prebuilt metaq-server (netns mode).
 	ServerBin string
 }
 

@@ -26,13 +26,14 @@ import (
 
 	"metaq/configsync"
 	"metaq/internal/netns"
+	"metaq/internal/wan"
 	"metaq/topology"
 )
 
-// Netns mode: every site is a network namespace built by the wanemu
-// scripts, with its address 198.18.0.i (RFC 2544 benchmarking range: it
+// Netns mode: every site is a network namespace built by internal/wan,
+// with its address 198.18.0.i (RFC 2544 benchmarking range: it
 // never leaves the namespaces) and a link to every other site through a
-// userspace relay that adds the delay and loss; tbf caps the rate. Each
+// relay in this process that adds the delay and loss; tbf caps the rate. Each
 // bundle is a metaq-server child process inside its namespace; the tour's
 // clients run in short-lived copies of this binary inside the namespaces
 // (see step.go), and the demo itself reaches the dashboards, admin
@@ -67,39 +68,16 @@ func netnsUsable(o Options) (bool, string) {
 	if err := exec.Command("ip", "netns", "list").Run(); err != nil {
 		return false, fmt.Sprintf("`ip netns` is unavailable: %v", err)
 	}
-	if wanemuDir(o) == "" {
-		return false, "the wanemu scripts were not found; set --wanemu or $METAQ_WANEMU"
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return false, "no /dev/net/tun for the WAN links"
+	}
+	if _, err := exec.LookPath("tc"); err != nil && o.Rate != "" && o.Rate != "0" {
+		return false, "no tc command for the links' rate cap (or use --rate 0)"
 	}
 	if o.ServerBin == "" && moduleRoot() == "" {
 		return false, "not inside the metaq module, so metaq-server cannot be built; set --server-bin"
 	}
 	return true, ""
-}
-
-// wanemuDir is --wanemu, or shared/tools/wanemu (or tools/wanemu) in the
-// module root or a folder above it.
-func wanemuDir(o Options) string {
-	if o.WANemu != "" {
-		if _, err := os.Stat(filepath.Join(o.WANemu, "setup.sh")); err == nil {
-			return o.WANemu
-		}
-		return ""
-	}
-	start := moduleRoot()
-	if start == "" {
-		start, _ = os.Getwd()
-	}
-	for d := start; ; d = filepath.Dir(d) {
-		for _, sub := range []string{"shared/tools/wanemu", "tools/wanemu"} {
-			p := filepath.Join(d, sub)
-			if _, err := os.Stat(filepath.Join(p, "setup.sh")); err == nil {
-				return p
-			}
-		}
-		if filepath.Dir(d) == d {
-			return ""
-		}
-	}
 }
 
 // moduleRoot is the folder of the metaq module's go.mod, "" outside it.
@@ -144,12 +122,10 @@ type netnsDemo struct {
 	o       Options
 	out     io.Writer
 	dir     string
-	tmp     string // metaq-server binary and the wanemu run folder
+	tmp     string // the metaq-server binary
 	self    string
-	wanemu  string
 	prefix  string
-	env     []string
-	up      bool // setup.sh ran
+	wan     *wan.Net // the namespaces and their links, nil before they exist
 	sites   []*nsSite
 	shared  []byte
 	nats    *child
@@ -170,8 +146,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	if err != nil {
 		return nil, fmt.Errorf("demo: own binary: %w", err)
 	}
-	wan := wanemuDir(o)
-	removeStale(o.Dir, wan, out)
+	removeStale(o.Dir, out)
 	dir, err := prepareDir(o.Dir)
 	if err != nil {
 		return nil, err
@@ -180,7 +155,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self, wanemu: wan,
+	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self,
 		prefix: fmt.Sprintf("mqd%d-", os.Getpid()%1000000)}
 	defer func() {
 		if err != nil {
@@ -189,8 +164,6 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 			}
 		}
 	}()
-	n.env = append(os.Environ(), "SITES=bj hf gz", "PREFIX="+n.prefix,
-		"DELAY="+durationTC(o.WANDelay), "LOSS="+o.Loss, "RATE="+o.Rate, "WAN_RUNDIR="+filepath.Join(tmp, "wanemu"))
 	for i, name := range []string{"bj", "hf", "gz"} {
 		n.sites = append(n.sites, &nsSite{name: name, slave: i > 0, slaveID: i, ns: n.prefix + name,
 			ip: fmt.Sprintf("198.18.0.%d", i+1), dir: filepath.Join(dir, name)})
@@ -214,15 +187,14 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 
 	// Record the run before building anything, so a demo killed halfway is
 	// cleaned up by the next start.
-	stale := fmt.Sprintf("%s\n%s\n", n.prefix, filepath.Join(tmp, "wanemu"))
+	stale := fmt.Sprintf("%s\n%s\n", n.prefix, tmp)
 	if err := os.WriteFile(filepath.Join(dir, staleFile), []byte(stale), 0o644); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	n.up = true
-	setup := exec.CommandContext(ctx, "bash", filepath.Join(wan, "setup.sh"))
-	setup.Env = n.env
-	if b, err := setup.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("demo: wanemu setup: %w\n%s", err, b)
+	loss, _ := strconv.ParseFloat(o.Loss, 64)
+	if n.wan, err = wan.Setup([]string{"bj", "hf", "gz"}, wan.Options{Prefix: n.prefix, Delay: o.WANDelay,
+		Loss: loss / 100, Rate: o.Rate}); err != nil {
+		return nil, fmt.Errorf("demo: WAN links: %w", err)
 	}
 	n.printf("namespaces %sbj, %shf, %sgz (198.18.0.1-3) joined by emulated WAN links\n\n", n.prefix, n.prefix, n.prefix)
 
@@ -281,14 +253,9 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	return n, nil
 }
 
-// durationTC writes d as tc and wanlink read it (30ms).
-func durationTC(d time.Duration) string {
-	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
-}
-
-// removeStale tears down the namespaces and relay of an earlier run in dir
-// that ended without cleaning up (killed by SIGKILL, for example).
-func removeStale(dir, wan string, out io.Writer) {
+// removeStale removes the namespaces of an earlier run in dir that was
+// killed before its cleanup (the relays died with it).
+func removeStale(dir string, out io.Writer) {
 	if _, err := os.Stat(filepath.Join(dir, marker)); err != nil {
 		return // not the demo's folder
 	}
@@ -301,15 +268,13 @@ func removeStale(dir, wan string, out io.Writer) {
 		return
 	}
 	list, _ := exec.Command("ip", "netns", "list").Output()
-	_, runErr := os.Stat(lines[1])
-	if !strings.Contains(string(list), lines[0]) && runErr != nil {
-		return
+	if strings.Contains(string(list), lines[0]) {
+		fmt.Fprintf(out, "removing namespaces %s* left by an earlier run\n", lines[0])
+		if err := wan.RemoveStale(lines[0]); err != nil {
+			fmt.Fprintln(out, err)
+		}
 	}
-	fmt.Fprintf(out, "removing namespaces %s* left by an earlier run\n", lines[0])
-	cmd := exec.Command("bash", filepath.Join(wan, "teardown.sh"))
-	cmd.Env = append(os.Environ(), "SITES=bj hf gz", "PREFIX="+lines[0], "WAN_RUNDIR="+lines[1])
-	cmd.Run()
-	if tmp := filepath.Dir(lines[1]); strings.HasPrefix(filepath.Base(tmp), "metaq-demo-") {
+	if tmp := lines[1]; strings.HasPrefix(filepath.Base(tmp), "metaq-demo-") {
 		os.RemoveAll(tmp)
 	}
 }
@@ -780,11 +745,9 @@ func (n *netnsDemo) Close() error {
 			errs = append(errs, fmt.Errorf("process group %d of %s still has members", c.cmd.Process.Pid, c.name))
 		}
 	}
-	if n.up {
-		cmd := exec.Command("bash", filepath.Join(n.wanemu, "teardown.sh"))
-		cmd.Env = n.env
-		if b, err := cmd.CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("wanemu teardown: %w\n%s", err, b))
+	if n.wan != nil {
+		if err := n.wan.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		list, err := exec.Command("ip", "netns", "list").Output()
 		if err != nil {

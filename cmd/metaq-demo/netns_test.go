@@ -29,7 +29,7 @@ var (
 func needNetns(t *testing.T) {
 	t.Helper()
 	if ok, why := netnsUsable(defaultOptions()); !ok {
-		t.Skipf("netns mode unavailable (%s): run the tests as root on Linux with `ip netns` and the wanemu scripts", why)
+		t.Skipf("netns mode unavailable (%s): run the tests as root on Linux with `ip netns`", why)
 	}
 }
 
@@ -268,7 +268,7 @@ func TestDemoNetnsSignal(t *testing.T) {
 		t.Fatalf("no namespace left after SIGKILL, so the stale cleanup is untested:\n%s", list)
 	}
 	var next bytes.Buffer
-	removeStale(dir, wanemuDir(defaultOptions()), &next)
+	removeStale(dir, &next)
 	if !strings.Contains(next.String(), "removing namespaces "+prefix) {
 		t.Errorf("no stale cleanup: %q", next.String())
 	}

@@ -1,0 +1,205 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/configsync"
+	"metaq/internal/testutil"
+	"metaq/topology"
+)
+
+// TestTwoBrokersPerSite grows the seed deployment the MetaQ way: two
+// masters at bj (brokerIds 1 and 2, the same topics, so producers spread
+// partitions over both), each with an async slave at hf and one at gz: six
+// bundles in one gossip pool and one ZooKeeper.
+//
+//   - every slave ends byte-identical to its own master;
+//   - the lag report lists one row per slave group and broker id, all ok;
+//   - a consumer on hf's view reads everything from hf's two replicas, and
+//     neither master serves a get;
+//   - one configsync push reaches all six bundles (each answers as its own
+//     agent, [nats] agent=<site>-<brokerId>).
+func TestTwoBrokersPerSite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	zk := testutil.ZooKeeper(t)
+	dir := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() {
+		for _, r := range []string{zkRoot, zkRoot + "-view-bj", zkRoot + "-view-hf", zkRoot + "-view-gz"} {
+			removeTree(zk, r)
+		}
+	})
+	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	ident := func(site string, id int) string {
+		return fmt.Sprintf("[system]\nbrokerId=%d\n[nats]\nagent=%s-%d\n", id, site, id)
+	}
+
+	masters := map[int]*Bundle{}
+	var join []string
+	var natsURL string
+	for _, id := range []int{1, 2} {
+		spec := siteSpec{name: "bj", natsListen: natsListen, join: join, extraOverlay: ident("bj", id)}
+		if id == 2 {
+			spec.natsListen, spec.slave, spec.natsURL = "", false, natsURL
+			spec.extraOverlay += "url=" + natsURL + "\n"
+		}
+		masters[id] = startSite(t, filepath.Join(dir, fmt.Sprintf("bj-%d", id)), shared, spec)
+		if id == 1 {
+			natsURL = mustComp[*configSyncComponent](t, masters[1]).NATSURL()
+			join = []string{mustComp[*topologyComponent](t, masters[1]).Topology().Addr()}
+		}
+	}
+	type slaveKey struct {
+		site string
+		id   int
+	}
+	slaves := map[slaveKey]*Bundle{}
+	for i, site := range []string{"hf", "gz"} {
+		for _, id := range []int{1, 2} {
+			slaves[slaveKey{site, id}] = startSite(t, filepath.Join(dir, fmt.Sprintf("%s-%d", site, id)), shared, siteSpec{
+				name: site, slave: true, slaveID: i + 1, masterAddr: mustComp[*shipperComponent](t, masters[id]).Addr(),
+				natsURL: natsURL, join: join, extraOverlay: ident(site, id)})
+		}
+	}
+
+	// Producers spread over both masters through ZooKeeper.
+	const n = 120
+	produceWith(t, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}, "orders", n, "o")
+	for id, m := range masters {
+		var got int64
+		for _, p := range m.Store.Partitions() {
+			got += p.Messages
+		}
+		if got == 0 {
+			t.Fatalf("master %d received no message: partitions are not spread over both", id)
+		}
+	}
+	for k, s := range slaves {
+		waitCaughtUp(t, masters[k.id], s, "orders", 20*time.Second)
+		for p := range 2 {
+			mb, _ := masters[k.id].Store.Read("orders", p, 0, 1<<20)
+			sb, _ := s.Store.Read("orders", p, 0, 1<<20)
+			if string(mb) != string(sb) {
+				t.Fatalf("%s slave of broker %d: partition %d differs from its master", k.site, k.id, p)
+			}
+		}
+	}
+
+	// Lag per slave group and broker id.
+	lagURL := "http://" + mustComp[*dashboardComponent](t, masters[1]).Addr() + "/lag"
+	testutil.Eventually(t, 20*time.Second, 100*time.Millisecond, func() error {
+		var doc topology.LagDocument
+		getJSON(t, lagURL, &doc)
+		var rows []string
+		for _, g := range doc.Groups {
+			if g.State != topology.LagOK || g.Bytes != 0 {
+				return fmt.Errorf("broker %d group %s: %s, %d bytes", g.BrokerID, g.SlaveGroup, g.State, g.Bytes)
+			}
+			rows = append(rows, fmt.Sprintf("%d/%s@%s", g.BrokerID, g.SlaveGroup, g.Site))
+		}
+		sort.Strings(rows)
+		want := "[1/meta-slave-group-gz@gz 1/meta-slave-group-hf@hf 2/meta-slave-group-gz@gz 2/meta-slave-group-hf@hf]"
+		if fmt.Sprint(rows) != want {
+			return fmt.Errorf("lag rows %v, want %s", rows, want)
+		}
+		return nil
+	})
+
+	// Site-pinned reads: hf's view points each broker id at hf's replica of it.
+	view := zkRoot + "-view-hf"
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		for _, id := range []int{1, 2} {
+			want := slaves[slaveKey{"hf", id}].Broker.URL()
+			data, _, err := zc.Get(ctx, fmt.Sprintf("%s/brokers/ids/%d/master", view, id))
+			if err != nil || string(data) != want {
+				return fmt.Errorf("view master of %d = %q %v, want %s", id, data, err, want)
+			}
+		}
+		return nil
+	})
+	gets := map[int]int64{}
+	for id, m := range masters {
+		gets[id] = statInt(m, "cmd_get")
+	}
+	cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: view, ZKSyncTime: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cons, err := client.NewConsumer(cl, "hf-readers", client.WithStart(client.StartEarliest()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	cons.Subscribe("orders", func(_ context.Context, m *client.Message) error {
+		mu.Lock()
+		got[string(m.Payload)] = true
+		mu.Unlock()
+		return nil
+	})
+	if err := cons.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != n {
+			return fmt.Errorf("consumed %d of %d", len(got), n)
+		}
+		return nil
+	})
+	cons.Close(context.Background())
+	for id, m := range masters {
+		if d := statInt(m, "cmd_get") - gets[id]; d != 0 {
+			t.Errorf("master %d served %d gets to the consumer pinned to hf", id, d)
+		}
+		if statInt(slaves[slaveKey{"hf", id}], "cmd_get") == 0 {
+			t.Errorf("hf's replica of broker %d served no get", id)
+		}
+	}
+
+	// One push, six bundles.
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	agents := []string{"bj-1", "bj-2", "gz-1", "gz-2", "hf-1", "hf-2"}
+	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: []byte(shared + "\n[topic=payments]\nnumPartitions=1\n"),
+		Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatalf("push: %v (%+v)", err, rep)
+	}
+	if fmt.Sprint(rep.Sites) != fmt.Sprint(agents) {
+		t.Errorf("push waited for %v, want every bundle %v", rep.Sites, agents)
+	}
+	for _, a := range agents {
+		if r := rep.Results[a]; !r.OK || fmt.Sprint(r.TopicsAdded) != "[payments]" {
+			t.Errorf("%s: %+v", a, r)
+		}
+	}
+	all := []*Bundle{masters[1], masters[2]}
+	for _, s := range slaves {
+		all = append(all, s)
+	}
+	for _, b := range all {
+		if _, ok := b.Config().TopicFor("payments"); !ok {
+			t.Errorf("%s broker %d does not run payments", b.Config().Site.Name, b.Config().System.BrokerID)
+		}
+	}
+}

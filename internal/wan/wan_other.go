@@ -1,0 +1,38 @@
+//go:build !linux
+
+package wan
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Options describe the links (see the Linux implementation).
+type Options struct {
+	Prefix string
+	Delay  time.Duration
+	Loss   float64
+	Rate   string
+	MTU    int
+	Logger *slog.Logger
+}
+
+// Site is one emulated site.
+type Site struct {
+	Name, NS, Addr string
+}
+
+// Net is a set of emulated sites.
+type Net struct{ Sites []Site }
+
+var errLinux = errors.New("wan: network namespaces need Linux")
+
+// Setup needs Linux.
+func Setup(names []string, o Options) (*Net, error) { return nil, errLinux }
+
+// Close does nothing.
+func (n *Net) Close() error { return nil }
+
+// RemoveStale needs Linux.
+func RemoveStale(prefix string) error { return errLinux }
