@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,26 +9,30 @@ import (
 	"testing"
 )
 
-// TestDeployLayout loads deploy/common/server.ini with each site's overlay
+// TestDeployLayout loads deploy/common/server.ini with each host's overlay
 // and slave properties as they are installed (/etc/metaq/{server.ini,
-// site.ini,async_slave.properties}) and checks which components each site's
-// bundle runs.
+// site.ini,async_slave.properties}) and checks which components each
+// bundle runs: two brokers per site (brokerIds 1 and 2, set only in the
+// overlays), masters at bj, slaves at hf and gz, one configsync agent each.
 func TestDeployLayout(t *testing.T) {
 	deploy := filepath.Join("..", "..", "..", "deploy")
 	shared, err := os.ReadFile(filepath.Join(deploy, "common", "server.ini"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]string{
-		"bj": {compTxn, compShipper, compConfig, compDashboard, compTopology},
-		"hf": {compTxn, compReceiver, compConfig, compDashboard, compTopology},
-		"gz": {compTxn, compReceiver, compConfig, compDashboard, compTopology},
+	if strings.Contains(string(shared), "\nbrokerId=") {
+		t.Error("the shared server.ini sets brokerId: it belongs to each host's overlay")
 	}
-	for site, comps := range want {
-		t.Run(site, func(t *testing.T) {
+	master := []string{compTxn, compShipper, compConfig, compDashboard, compTopology}
+	slave := []string{compTxn, compReceiver, compConfig, compDashboard, compTopology}
+	want := map[string][]string{"bj-1": master, "bj-2": master, "hf-1": slave, "hf-2": slave, "gz-1": slave, "gz-2": slave}
+	for host, comps := range want {
+		site, idText, _ := strings.Cut(host, "-")
+		id := int(idText[0] - '0')
+		t.Run(host, func(t *testing.T) {
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "server.ini"), shared, 0o644)
-			ov, err := os.ReadFile(filepath.Join(deploy, site, "site.ini"))
+			ov, err := os.ReadFile(filepath.Join(deploy, host, "site.ini"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +41,7 @@ func TestDeployLayout(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "site.ini"), []byte(ovs), 0o644)
 			opts := Options{ConfigPath: filepath.Join(dir, "server.ini")}
 			if site != "bj" {
-				props, err := os.ReadFile(filepath.Join(deploy, site, "async_slave.properties"))
+				props, err := os.ReadFile(filepath.Join(deploy, host, "async_slave.properties"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -48,8 +53,11 @@ func TestDeployLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg := b.Config()
-			if cfg.Site.Name != site || cfg.System.BrokerID != 1 || cfg.System.HostName != "metaq-1."+site+".example.net" {
+			if cfg.Site.Name != site || cfg.System.BrokerID != id || cfg.System.HostName != fmt.Sprintf("metaq-%d.%s.example.net", id, site) {
 				t.Errorf("site %q broker %d host %q", cfg.Site.Name, cfg.System.BrokerID, cfg.System.HostName)
+			}
+			if cfg.NATS.Agent != host {
+				t.Errorf("configsync agent %q, want %q", cfg.NATS.Agent, host)
 			}
 			if !strings.Contains(cfg.ZooKeeper.Connect, "zk-1."+site+".example.net") || !strings.HasPrefix(cfg.NATS.URL, "nats://nats-1."+site) {
 				t.Errorf("zk %q nats %q", cfg.ZooKeeper.Connect, cfg.NATS.URL)
@@ -67,7 +75,7 @@ func TestDeployLayout(t *testing.T) {
 			if embedsNATS(b, readConfigKeys(cfg)) {
 				t.Error("a deployed site must use its NATS cluster, not an embedded server")
 			}
-			if b.Slave != nil && (b.Slave.MasterAddress != "metaq-1.bj.example.net:8124" || b.Slave.AutoSyncMasterConfig) {
+			if b.Slave != nil && (b.Slave.MasterAddress != fmt.Sprintf("metaq-%d.bj.example.net:8124", id) || b.Slave.AutoSyncMasterConfig) {
 				t.Errorf("slave properties: %+v", b.Slave)
 			}
 		})
