@@ -30,9 +30,14 @@
 //	                 diff can find old bytes even after the bucket's per-key
 //	                 history has rolled over.
 //	site.<name>      the [SiteState] an agent last recorded: version, hash,
-//	                 applied when, keys pending a restart, last error and a
-//	                 heartbeat. It outlives the agent, so status also covers
-//	                 sites that are down.
+//	                 applied when, keys pending a restart, last error, a
+//	                 heartbeat, its messages per topic and its overlay without
+//	                 secret lines (for the pusher's checks and preview). It
+//	                 outlives the agent, so status also covers sites that are
+//	                 down.
+//
+// <name> is the agent's name: [config.NATS].Agent, default the [site] name.
+// A site with several brokers gives each bundle its own (bj-1, bj-2).
 //
 // Pushes never rewrite the operator's file: the bytes stored are the bytes
 // read (ini.v1 drops ";;" comments and blank lines when it writes), and the
@@ -86,6 +91,23 @@
 // bytes back (atomically, as above), the broker keeps running its previous
 // configuration, and the error is recorded in site.<name> and sent to the
 // pusher.
+//
+// # Removing topics
+//
+// A version without a topic's section makes every broker unregister the
+// topic from ZooKeeper and refuse puts to it. Before publishing such a
+// version, Push asks every agent how many messages it holds per topic (a
+// {"topics":true} request, answered read-only; the heartbeat's counts when
+// an agent does not answer) and refuses with [ErrTopicRemoval], naming the
+// counts, unless AllowTopicRemoval is set; an agent refuses such a version
+// too, so a count that grew meanwhile is still caught.
+//
+// # Finding the servers
+//
+// Bundles record the NATS urls their agents use under <zkRoot>/configsync/nats
+// ([RecordNATS]); the configsync command falls back to them ([RecordedNATS])
+// when neither --nats, the file's [nats] url nor the local bundle's
+// configuration names a server.
 //
 // # Site-specific settings: the overlay file
 //

@@ -63,10 +63,16 @@
 // (registry.SiteView.SeedOffsets does that without overwriting any).
 //
 // The view's nodes are persistent so that a view survives the bundle that
-// wrote it; one bundle (IsViewKeeper: the first alive member of the site by
-// name, or of the pool when the site is down) writes it at a time. Every
-// bundle runs RunViews, which keeps each site's view while it is that
-// site's keeper.
+// wrote it. A site's view lives in that site's own ZooKeeper ensemble (one
+// ensemble per site), so it must be kept by a bundle that holds a session to
+// it: every bundle gossips its site's ensemble (Meta.ZKConnect, ZKRoot) and
+// the sites whose ensembles it reaches now (Meta.Views, SetViewReach), and
+// one bundle writes each view at a time (IsViewKeeper): the site's first
+// alive member by name that reaches the ensemble, else the first other alive
+// member that does. So the view follows its site's health even while all of
+// that site's bundles are down. Ensembles lists the gossiped ensembles,
+// down members included. Every bundle runs RunViews, which keeps each
+// site's view while it is that site's keeper.
 //
 // # Locks
 //
