@@ -48,6 +48,7 @@ type Bundle struct {
 	comps     []Component      // set in Start before any reader runs; never changed after
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
+	msgs      msgCounter       // messages held per partition, for the dashboard
 	started   time.Time
 	reloadMu  sync.Mutex // one reload at a time
 	onStarted func()     // set by OnStarted, called by Run

@@ -144,9 +144,18 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 
 	// Topics and partitions, from the store.
 	byTopic := map[string][]dashboard.Partition{}
+	keep := map[msgKey]bool{}
 	for _, p := range b.Store.Partitions() {
-		byTopic[p.Topic] = append(byTopic[p.Topic], dashboard.Partition{Partition: p.Partition, Min: p.Min, Max: p.Max, Bytes: p.Bytes, Messages: p.Messages})
+		// Messages held (counted from the log), not the store's count since
+		// start-up: a restarted slave holds what it replicated before.
+		msgs, complete := b.msgs.count(b.Store, p)
+		if !complete {
+			msgs = max(msgs, p.Messages)
+		}
+		keep[msgKey{p.Topic, p.Partition}] = true
+		byTopic[p.Topic] = append(byTopic[p.Topic], dashboard.Partition{Partition: p.Partition, Min: p.Min, Max: p.Max, Bytes: p.Bytes, Messages: msgs})
 	}
+	b.msgs.forget(keep)
 	names := make([]string, 0, len(byTopic))
 	for n := range byTopic {
 		names = append(names, n)
