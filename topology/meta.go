@@ -189,9 +189,11 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	if n := len(m.ZKConnect) + len(m.ZKRoot) + len(views); n > maxMetaEnsemble {
 		return nil, fmt.Errorf("%w: ZooKeeper connect string, root and views are %d bytes (max %d)", ErrMetaTooLarge, n, maxMetaEnsemble)
 	}
-	var tail []byte
-	for _, s := range []string{m.ZKConnect, m.ZKRoot, views} {
-		tail = appendString(tail, s)
+	var tail []byte // left out when empty: the bytes of the format before it
+	if m.ZKConnect != "" || m.ZKRoot != "" || views != "" {
+		for _, s := range []string{m.ZKConnect, m.ZKRoot, views} {
+			tail = appendString(tail, s)
+		}
 	}
 	var flags byte
 	if m.Role == RoleSlave {
