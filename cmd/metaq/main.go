@@ -56,7 +56,7 @@ type globals struct {
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.zk, "zk", g.zk, "ZooKeeper servers, comma separated (zk.zkConnect)")
 	fs.StringVar(&g.root, "root", g.root, "ZooKeeper root (zk.zkRoot)")
-	fs.StringVar(&g.brokers, "brokers", g.brokers, "static brokers host:port,...: no ZooKeeper (partition -1 on produce)")
+	fs.StringVar(&g.brokers, "brokers", g.brokers, "static brokers host:port,...: no ZooKeeper (partition -1 on produce; fetch, find and partitions name each broker by the brokerId it reports)")
 	fs.BoolVar(&g.verbose, "v", g.verbose, "log client state changes to stderr")
 }
 
