@@ -78,11 +78,6 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	must(t, err)
 	must(t, agent.Start(context.Background()))
 	defer agent.Close()
-	reg, err := registry.New(context.Background(), registry.Options{Connect: zk, Root: root})
-	must(t, err)
-	must(t, configsync.RecordNATS(context.Background(), reg, "bj-0-m", ns.ClientURL()))
-	reg.Close()
-
 	cmd := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), args, &out, &errb)
@@ -90,6 +85,15 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	}
 	opFile := filepath.Join(t.TempDir(), "server.ini") // no overlay next to it
 	must(t, os.WriteFile(opFile, sharedFile(zk, root, ";; v1\n"), 0o644))
+	// Nothing names a server yet: a clear refusal, not serverPort+4 of the file.
+	if code, _, errOut := cmd("status", "-f", opFile); code != 2 || !strings.Contains(errOut, "no NATS server found") {
+		t.Fatalf("status with no NATS server anywhere: %d %s", code, errOut)
+	}
+
+	reg, err := registry.New(context.Background(), registry.Options{Connect: zk, Root: root})
+	must(t, err)
+	must(t, configsync.RecordNATS(context.Background(), reg, "bj-0-m", ns.ClientURL()))
+	reg.Close()
 	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
 	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(errOut, "recorded by the bundles in ZooKeeper") {
 		t.Fatalf("push without --nats: %d\n%s\n%s", code, out, errOut)

@@ -72,14 +72,16 @@ func (c *common) register(fs *flag.FlagSet) {
 // section (overlay followed when it can be read) and the override flags. The
 // NATS servers come from, in order: --nats; the file's [nats] url; the local
 // bundle's configuration ($METAQ_CONF, default /etc/metaq/server.ini, with its
-// overlay); the urls the bundles recorded in the file's ZooKeeper; and only
-// then the embedded server's address of the file (serverPort+4), which is
-// right only on the host of a bundle that embeds NATS.
-func (c *common) clientOptions(ctx context.Context, stderr io.Writer) configsync.ClientOptions {
+// overlay); the urls the bundles recorded in the file's ZooKeeper; and, when
+// the file is read with its overlay (it is this host's bundle's), the
+// embedded server it runs. The shared file's serverPort+4 alone is never
+// taken for the deployment's NATS.
+func (c *common) clientOptions(ctx context.Context, stderr io.Writer) (configsync.ClientOptions, error) {
 	var n config.NATS
 	var cfg *config.Server
+	withOverlay := false
 	if got, _, err := config.Load(c.file); err == nil {
-		cfg = got
+		cfg, withOverlay = got, true
 	} else if data, rerr := os.ReadFile(c.file); rerr == nil {
 		// Without the overlay (not on this host), the shared file still
 		// names the servers.
@@ -95,7 +97,10 @@ func (c *common) clientOptions(ctx context.Context, stderr io.Writer) configsync
 	}
 	url, source := c.url, "--nats"
 	if url == "" {
-		url, source = findNATS(ctx, c.file, cfg)
+		var err error
+		if url, source, err = findNATS(ctx, c.file, cfg, withOverlay); err != nil {
+			return configsync.ClientOptions{}, err
+		}
 		if source != "" {
 			fmt.Fprintf(stderr, "NATS: %s (%s)\n", url, source)
 		}
@@ -110,7 +115,7 @@ func (c *common) clientOptions(ctx context.Context, stderr io.Writer) configsync
 	if c.verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
-	return configsync.ClientOptions{URL: url, NATS: n, Logger: logger}
+	return configsync.ClientOptions{URL: url, NATS: n, Logger: logger}, nil
 }
 
 // localBundleConfig is the configuration of the bundle on this host.
@@ -123,18 +128,19 @@ func localBundleConfig() string {
 
 // findNATS looks for the deployment's NATS servers when --nats is not given
 // and returns them with where they were found ("" when from the file's own
-// [nats] url).
-func findNATS(ctx context.Context, file string, cfg *config.Server) (string, string) {
+// [nats] url). withOverlay says whether cfg was read with its overlay (only
+// then is its embedded-server address this host's bundle's).
+func findNATS(ctx context.Context, file string, cfg *config.Server, withOverlay bool) (string, string, error) {
 	if cfg != nil && cfg.NATS.URL != "" {
-		return cfg.NATS.URL, ""
+		return cfg.NATS.URL, "", nil
 	}
 	if p := localBundleConfig(); p != file {
 		if local, _, err := config.Load(p); err == nil {
 			if local.NATS.URL != "" {
-				return local.NATS.URL, "[nats] url of the local bundle's " + p
+				return local.NATS.URL, "[nats] url of the local bundle's " + p, nil
 			}
 			if u := configsync.ServerURL(local); reachable(u) {
-				return u, "embedded server of the local bundle's " + p
+				return u, "embedded server of the local bundle's " + p, nil
 			}
 		}
 	}
@@ -147,14 +153,18 @@ func findNATS(ctx context.Context, file string, cfg *config.Server) (string, str
 			urls, err := configsync.RecordedNATS(zctx, reg)
 			reg.Close()
 			if err == nil && urls != "" {
-				return urls, "recorded by the bundles in ZooKeeper " + cfg.ZooKeeper.Connect
+				return urls, "recorded by the bundles in ZooKeeper " + cfg.ZooKeeper.Connect, nil
 			}
 		}
 	}
-	if cfg != nil {
-		return configsync.ServerURL(cfg), "no [nats] url in " + file + ", none in the local bundle or ZooKeeper: trying the embedded server's address; use --nats"
+	if cfg != nil && withOverlay {
+		// The file is this host's bundle's own configuration.
+		if u := configsync.ServerURL(cfg); reachable(u) {
+			return u, "embedded server of the bundle configured by " + file, nil
+		}
 	}
-	return "nats://127.0.0.1:8127", "default; use --nats"
+	return "", "", fmt.Errorf("configsync: no NATS server found: %s has no [nats] url, the local bundle's configuration (%s, $METAQ_CONF) names none, and no bundle recorded one in the file's ZooKeeper; use --nats",
+		file, localBundleConfig())
 }
 
 // reachable reports whether a TCP connection to the first server of a NATS
@@ -231,7 +241,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	client, err := configsync.NewClient(cctx, c.clientOptions(cctx, stderr))
+	opts, err := c.clientOptions(cctx, stderr)
+	if err != nil {
+		cancel()
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	client, err := configsync.NewClient(cctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
