@@ -133,13 +133,22 @@ func TestCodecsRoundTrip(t *testing.T) {
 
 func TestMessagesRoundTrip(t *testing.T) {
 	h := hello{Version: 1, BrokerID: -1, SlaveID: 3, Group: "meta-slave-group", Codec: ModeAuto, Resume: -1,
-		Window: 8 << 20, RateCap: 6_250_000, MaxDelay: 500 * time.Millisecond, WantConf: true}
-	if got, err := decodeHello(h.encode()); err != nil || got != h {
+		Window: 8 << 20, RateCap: 6_250_000, MaxDelay: 500 * time.Millisecond, WantConf: true,
+		MasterLog: "abc", Generation: 4, Ends: []partEnd{{"t", 2, 77}}}
+	if got, err := decodeHello(h.encode()); err != nil || !reflect.DeepEqual(got, h) {
 		t.Fatalf("hello %+v %v", got, err)
 	}
-	w := welcome{Version: 1, BrokerID: 7, Start: 123, First: 100, Durable: 999, Truncated: true, Keepalive: time.Second}
+	w := welcome{Version: 1, BrokerID: 7, Start: 123, First: 100, Durable: 999, Truncated: true, Keepalive: time.Second,
+		LogID: "def", Generation: 5, ByEnds: true}
 	if got, err := decodeWelcome(w.encode()); err != nil || got != w {
 		t.Fatalf("welcome %+v %v", got, err)
+	}
+	// A peer from before log identities sends neither tail.
+	old := hello{Version: 1, BrokerID: 7, Group: "g", Resume: 5}
+	ob := old.encode()
+	ob = ob[:len(ob)-2-8-4] // drop the empty MasterLog, Generation, no Ends
+	if got, err := decodeHello(ob); err != nil || !reflect.DeepEqual(got, old) {
+		t.Fatalf("hello without tail %+v %v", got, err)
 	}
 	a := ack{Seq: 9, Applied: 1 << 40, Durable: 77, Echo: 5, Parts: []partEnd{{"t", 0, 10}, {"u", 1023, 1 << 35}}}
 	if got, err := decodeAck(a.encode()); err != nil || !reflect.DeepEqual(got, a) {

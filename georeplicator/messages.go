@@ -23,6 +23,15 @@ type hello struct {
 	RateCap  int64         // the slave's bandwidth cap in bytes/s; 0 = none
 	MaxDelay time.Duration // slaveMaxDelayInMills: longest a durable record may wait before it is sent
 	WantConf bool          // send the master's server.ini (autoSyncMasterConfig)
+
+	// Optional tail (older slaves send none). MasterLog is the master log
+	// Resume refers to ("" = unknown: trust Resume); a master with another
+	// log starts at the lowest position covering Ends, this slave's
+	// partition ends. Generation is the highest master generation the
+	// slave knows.
+	MasterLog  string
+	Generation uint64
+	Ends       []partEnd
 }
 
 func (h hello) encode() []byte {
@@ -41,7 +50,32 @@ func (h hello) encode() []byte {
 		f |= 1
 	}
 	e.u8(f)
+	e.str(h.MasterLog)
+	e.u64(h.Generation)
+	encodeEnds(&e, h.Ends)
 	return e.b
+}
+
+func encodeEnds(e *enc, ends []partEnd) {
+	e.u32(uint32(len(ends)))
+	for _, p := range ends {
+		e.str(p.Topic)
+		e.u32(uint32(p.Partition))
+		e.i64(p.End)
+	}
+}
+
+func decodeEnds(d *dec) []partEnd {
+	n := int(d.u32())
+	if d.err == nil && n > len(d.b)/14 {
+		d.err = fmt.Errorf("%w: %d partition ends claimed", ErrProtocol, n)
+		return nil
+	}
+	var ends []partEnd
+	for i := 0; i < n && d.err == nil; i++ {
+		ends = append(ends, partEnd{Topic: d.str(), Partition: int(int32(d.u32())), End: d.i64()})
+	}
+	return ends
 }
 
 func decodeHello(p []byte) (hello, error) {
@@ -58,6 +92,11 @@ func decodeHello(p []byte) (hello, error) {
 		MaxDelay: time.Duration(d.u32()) * time.Millisecond,
 	}
 	h.WantConf = d.u8()&1 != 0
+	if d.err == nil && len(d.b) > 0 {
+		h.MasterLog = d.str()
+		h.Generation = d.u64()
+		h.Ends = decodeEnds(&d)
+	}
 	return h, d.err
 }
 
@@ -70,6 +109,13 @@ type welcome struct {
 	Durable   int64 // master's durable log end at handshake
 	Truncated bool  // the requested position was below First: Start = First
 	Keepalive time.Duration
+
+	// Optional tail. LogID names the master's log (Start and the other
+	// positions are in it); Generation is the master's generation; ByEnds
+	// says Start was found from the slave's partition ends.
+	LogID      string
+	Generation uint64
+	ByEnds     bool
 }
 
 func (w welcome) encode() []byte {
@@ -85,6 +131,13 @@ func (w welcome) encode() []byte {
 	}
 	e.u8(f)
 	e.u32(uint32(w.Keepalive / time.Millisecond))
+	e.str(w.LogID)
+	e.u64(w.Generation)
+	f = 0
+	if w.ByEnds {
+		f |= 1
+	}
+	e.u8(f)
 	return e.b
 }
 
@@ -93,6 +146,11 @@ func decodeWelcome(p []byte) (welcome, error) {
 	w := welcome{Version: d.u16(), BrokerID: int32(d.u32()), Start: d.i64(), First: d.i64(), Durable: d.i64()}
 	w.Truncated = d.u8()&1 != 0
 	w.Keepalive = time.Duration(d.u32()) * time.Millisecond
+	if d.err == nil && len(d.b) > 0 {
+		w.LogID = d.str()
+		w.Generation = d.u64()
+		w.ByEnds = d.u8()&1 != 0
+	}
 	return w, d.err
 }
 
@@ -118,25 +176,14 @@ func (a ack) encode() []byte {
 	e.i64(a.Applied)
 	e.i64(a.Durable)
 	e.i64(a.Echo)
-	e.u32(uint32(len(a.Parts)))
-	for _, p := range a.Parts {
-		e.str(p.Topic)
-		e.u32(uint32(p.Partition))
-		e.i64(p.End)
-	}
+	encodeEnds(&e, a.Parts)
 	return e.b
 }
 
 func decodeAck(p []byte) (ack, error) {
 	d := dec{b: p}
 	a := ack{Seq: d.u64(), Applied: d.i64(), Durable: d.i64(), Echo: d.i64()}
-	n := int(d.u32())
-	if d.err == nil && n > len(d.b)/14 {
-		return a, fmt.Errorf("%w: ack claims %d partitions", ErrProtocol, n)
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		a.Parts = append(a.Parts, partEnd{Topic: d.str(), Partition: int(int32(d.u32())), End: d.i64()})
-	}
+	a.Parts = decodeEnds(&d)
 	return a, d.err
 }
 

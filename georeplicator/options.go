@@ -92,8 +92,26 @@ type ShipperOptions struct {
 	CongestionControl string
 	// ConfigBytes returns the master's server.ini bytes for autoSyncMasterConfig. nil = not offered.
 	ConfigBytes func() ([]byte, error)
-	Logger      *slog.Logger // nil = discard
-	Clock       clock.Clock  // nil = real
+
+	// LogID names this master's log and Generation the master generation it
+	// serves (Identity). Both go into the handshake. A slave that followed
+	// a log with another LogID resumes by its partition ends; a slave that
+	// knows a newer generation is refused and the master steps down.
+	LogID      string
+	Generation uint64
+	// Sites is the number of sites of this brokerId, master included. When
+	// above 1 the master holds a lease: it is confirmed while it and enough
+	// slaves for a majority of Sites acked within Lease, and reports
+	// through OnFence when that changes. Default 0: no lease.
+	Sites int
+	// Lease is how long a slave's ack confirms the master. Default 4 keepalives, at least 2s.
+	Lease time.Duration
+	// OnFence is called (from a Shipper goroutine, never concurrently) when
+	// the master must stop acknowledging writes (fenced) or may again.
+	OnFence func(Fence)
+
+	Logger *slog.Logger // nil = discard
+	Clock  clock.Clock  // nil = real
 }
 
 func (o *ShipperOptions) validate() error {
@@ -135,6 +153,12 @@ func (o *ShipperOptions) validate() error {
 	if o.DefaultMaxDelay <= 0 {
 		o.DefaultMaxDelay = 500 * time.Millisecond // MetaQ's slaveMaxDelayInMills default
 	}
+	if o.Lease <= 0 {
+		o.Lease = idleTimeout(o.Keepalive)
+	}
+	if o.Sites < 0 {
+		return fmt.Errorf("georeplicator: negative Sites %d", o.Sites)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -167,6 +191,11 @@ type ReceiverOptions struct {
 	Window int
 	// CheckpointFile holds the master log position applied and durable here. Required.
 	CheckpointFile string
+	// Identity, when set, is this site's generation record: the hello
+	// carries the highest generation known here (a master with an older
+	// one is refused and steps down) and a newer one from the master is
+	// recorded. nil = no generation check.
+	Identity *IdentityStore
 	// CheckpointInterval is how often the applied position is made durable. Default 200ms.
 	CheckpointInterval time.Duration
 	// TLS, when set, dials with TLS (with Certificates for mutual TLS).

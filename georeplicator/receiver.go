@@ -79,6 +79,10 @@ type Receiver struct {
 	st      ReceiverStatus
 	applied int64
 	durable int64
+	// masterLog is the master log applied and durable are positions in.
+	masterLog string
+	// logSwitched: masterLog changed since the last checkpoint.
+	logSwitched bool
 
 	// Partition ends as applied in this session. Written by the apply
 	// goroutines of one frame (one per partition), hence endMu.
@@ -93,7 +97,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	pos, err := loadCheckpoint(opts.CheckpointFile)
+	pos, masterLog, err := loadCheckpoint(opts.CheckpointFile)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +105,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{opts: opts, applied: pos, durable: pos, dec: d,
+	r := &Receiver{opts: opts, applied: pos, durable: pos, masterLog: masterLog, dec: d,
 		log: opts.Logger.With("component", "georeplicator", "role", "slave", "slave", fmt.Sprintf("SLAVE(%s/%d)", opts.Group, opts.SlaveID))}
 	r.causes = newCauseLog(r.log)
 	r.st.AppliedPos, r.st.DurablePos, r.st.MasterPos = pos, pos, -1
@@ -309,7 +313,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		return false, nil
 	}
 	r.conn = conn
-	resume := r.applied
+	resume, masterLog := r.applied, r.masterLog
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
@@ -322,7 +326,18 @@ func (r *Receiver) session() (progressed bool, err error) {
 
 	h := hello{Version: protocolVersion, BrokerID: int32(r.opts.BrokerID), SlaveID: int32(r.opts.SlaveID),
 		Group: r.opts.Group, Codec: r.opts.Compression, Resume: resume, Window: uint32(r.opts.Window),
-		RateCap: r.opts.BandwidthBytesPerSec, MaxDelay: r.opts.MaxDelay, WantConf: r.opts.AutoSyncMasterConfig}
+		RateCap: r.opts.BandwidthBytesPerSec, MaxDelay: r.opts.MaxDelay, WantConf: r.opts.AutoSyncMasterConfig,
+		MasterLog: masterLog}
+	if r.opts.Identity != nil {
+		h.Generation = r.opts.Identity.Generation()
+	}
+	if masterLog != "" {
+		// Should this master keep another log (a failover), it resumes us by
+		// partition ends.
+		for _, pi := range r.opts.Sink.Partitions() {
+			h.Ends = append(h.Ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
+		}
+	}
 	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout))
 	if _, err := writeFrame(conn, header{typ: typeHello}, h.encode(), nil); err != nil {
 		return false, fmt.Errorf("georeplicator: send hello: %w", err)
@@ -341,9 +356,20 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if id := r.opts.Identity; id != nil {
+		if known := id.Generation(); w.Generation < known {
+			return false, fmt.Errorf("georeplicator: master %s serves generation %d, older than %d known here: not following it", addr, w.Generation, known)
+		}
+		if _, err := id.Observe(w.Generation); err != nil {
+			return false, err
+		}
+	}
 	conn.SetDeadline(time.Time{})
 	applied := w.Start
 	r.mu.Lock()
+	if w.LogID != "" && w.LogID != r.masterLog {
+		r.masterLog, r.logSwitched = w.LogID, true
+	}
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
@@ -356,7 +382,8 @@ func (r *Receiver) session() (progressed bool, err error) {
 		r.log.Warn("master no longer has our position; continuing from its first retained entry",
 			"requested", resume, "start", w.Start)
 	}
-	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable)
+	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
+		"masterLog", w.LogID, "generation", w.Generation, "byPartitionEnds", w.ByEnds)
 	r.causes.clear("link")
 
 	// The first ack tells the master every local partition end, so its lag
@@ -683,15 +710,21 @@ func (r *Receiver) checkpointLoop() {
 // store (which covers everything appended before the snapshot), then write it.
 func (r *Receiver) checkpointNow() error {
 	r.mu.Lock()
-	pos, durable := r.applied, r.durable
+	pos, durable, masterLog, switched := r.applied, r.durable, r.masterLog, r.logSwitched
+	r.logSwitched = false
 	r.mu.Unlock()
-	if pos == durable {
+	if pos == durable && !switched {
 		return nil
 	}
 	if err := r.opts.Sink.Flush(); err != nil {
 		return fmt.Errorf("georeplicator: flush before checkpoint: %w", err)
 	}
-	if err := saveCheckpoint(r.opts.CheckpointFile, pos, r.opts.Clock.Now()); err != nil {
+	if err := saveCheckpoint(r.opts.CheckpointFile, pos, masterLog, r.opts.Clock.Now()); err != nil {
+		if switched {
+			r.mu.Lock()
+			r.logSwitched = true
+			r.mu.Unlock()
+		}
 		return err
 	}
 	r.mu.Lock()

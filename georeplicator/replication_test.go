@@ -171,7 +171,7 @@ func TestSlaveRestart(t *testing.T) {
 		var cp int64
 		testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
 			var err error
-			if cp, err = loadCheckpoint(g.rcOpts.CheckpointFile); err != nil || cp != g.rc.Status().AppliedPos {
+			if cp, _, err = loadCheckpoint(g.rcOpts.CheckpointFile); err != nil || cp != g.rc.Status().AppliedPos {
 				return fmt.Errorf("checkpoint %d, applied %d, %v", cp, g.rc.Status().AppliedPos, err)
 			}
 			return nil
@@ -181,7 +181,7 @@ func TestSlaveRestart(t *testing.T) {
 		g.stopSlave(true)
 		// Pretend the slave crashed right after an old checkpoint: its store is
 		// ahead of the cursor, so the master resends entries the slave has.
-		if err := saveCheckpoint(g.rcOpts.CheckpointFile, cp, time.Now()); err != nil {
+		if err := saveCheckpoint(g.rcOpts.CheckpointFile, cp, "", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		g.load(100, defaultParts())

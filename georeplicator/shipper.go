@@ -36,6 +36,9 @@ type Shipper struct {
 	prog *progress
 
 	ccWarned atomic.Bool
+
+	fenceMu sync.Mutex
+	fence   Fence
 }
 
 // NewShipper validates opts and loads the progress state file.
@@ -70,6 +73,7 @@ func (s *Shipper) Start() error {
 	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression)
 	s.goFunc(s.acceptLoop)
 	s.goFunc(s.persistLoop)
+	s.goFunc(s.leaseLoop)
 	return nil
 }
 
@@ -201,6 +205,9 @@ type session struct {
 	rtt       time.Duration
 	lastEcho  int64
 
+	lastAck     atomic.Int64 // unix ns of the last ack: the slave confirms this master (lease)
+	connectedAt time.Time
+
 	chooser codecChooser
 }
 
@@ -259,9 +266,20 @@ func (s *Shipper) serve(c net.Conn) error {
 			return refuse(err.Error())
 		}
 	}
+	if h.Generation > s.opts.Generation {
+		s.ObserveGeneration(h.Generation, "slave "+c.RemoteAddr().String())
+		return refuse(fmt.Sprintf("master generation %d is older than the slave's %d", s.opts.Generation, h.Generation))
+	}
 	first, durable := s.opts.Source.LogBounds()
 	start, truncated := h.Resume, false
-	if start < first {
+	byEnds := h.MasterLog != "" && s.opts.LogID != "" && h.MasterLog != s.opts.LogID
+	if byEnds {
+		// The slave's position is in another master's log (a failover):
+		// only partition offsets mean the same here.
+		if start, truncated, err = s.startForEnds(h.Ends); err != nil {
+			return refuse(err.Error())
+		}
+	} else if start < first {
 		truncated = h.Resume >= 0 // -1 is an empty slave asking for everything
 		start = first
 	}
@@ -285,7 +303,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
 	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
-		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), rewindTo: -1,
+		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), rewindTo: -1, connectedAt: s.opts.Clock.Now(),
 		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
 	if bw > 0 {
 		burst := s.opts.FrameBytes + headerLen + 4096
@@ -295,7 +313,8 @@ func (s *Shipper) serve(c net.Conn) error {
 	ss.chooser.lanRTT = s.opts.AutoLANRTT
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
-		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive}
+		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive,
+		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds}
 	if _, err := writeFrame(c, header{typ: typeWelcome}, w.encode(), nil); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
 	}
@@ -328,7 +347,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}()
 	connNo := s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
 	defer s.prog.disconnect(key, connNo)
-	ss.log.Info("slave connected", "start", start, "truncated", truncated, "codec", mode,
+	ss.log.Info("slave connected", "start", start, "byPartitionEnds", byEnds, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
 	if truncated {
 		ss.log.Warn("slave position removed by retention; streaming from the first retained entry",
@@ -390,6 +409,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 			rtt := ss.rtt
 			ss.mu.Unlock()
 			ss.s.prog.ack(ss.key, a, rtt)
+			ss.lastAck.Store(now.UnixNano())
 			signal(ss.ackWake)
 		case typeRewind:
 			d := dec{b: f.wire}

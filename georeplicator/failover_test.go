@@ -1,0 +1,360 @@
+package georeplicator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
+)
+
+// site is one site of a failover test: a store, its identity, and either a
+// Shipper (master) or a Receiver (slave).
+type site struct {
+	t     *testing.T
+	k     storeKind
+	name  string
+	dir   string
+	st    testStore
+	id    *IdentityStore
+	sh    *Shipper
+	rc    *Receiver
+	proxy *netproxy.Proxy // in front of sh: what the other sites dial
+	fence atomic.Pointer[Fence]
+	// master is where this site's receiver dials (a proxy's address).
+	master atomic.Pointer[string]
+}
+
+func newSite(t *testing.T, k storeKind, root, name string) *site {
+	t.Helper()
+	s := &site{t: t, k: k, name: name, dir: filepath.Join(root, name)}
+	s.st = k.open(t, filepath.Join(s.dir, "store"))
+	id, err := OpenIdentity(filepath.Join(s.dir, "replication.identity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.id = id
+	t.Cleanup(func() {
+		s.stopSlave()
+		s.stopMaster()
+		if s.proxy != nil {
+			s.proxy.Close()
+		}
+		k.close(s.st)
+	})
+	return s
+}
+
+const (
+	testKeepalive = 50 * time.Millisecond
+	testLease     = 400 * time.Millisecond
+)
+
+// startMaster starts a Shipper at the site's identity; sites > 1 holds a lease.
+func (s *site) startMaster(sites int, onFence func(*site, Fence)) {
+	s.t.Helper()
+	id := s.id.Get()
+	sh, err := NewShipper(ShipperOptions{Listen: "127.0.0.1:0", BrokerID: 7, Source: s.st, Keepalive: testKeepalive,
+		StuckAfter: time.Hour, FrameBytes: 16 << 10, LogID: id.LogID, Generation: id.Generation,
+		Sites: sites, Lease: testLease, OnFence: func(f Fence) {
+			s.fence.Store(&f)
+			if onFence != nil {
+				onFence(s, f)
+			}
+		}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.sh = sh
+	if s.proxy == nil {
+		if s.proxy, err = netproxy.New(sh.Addr()); err != nil {
+			s.t.Fatal(err)
+		}
+	} else {
+		s.proxy.SetTarget(sh.Addr())
+	}
+}
+
+func (s *site) stopMaster() {
+	if s.sh != nil {
+		s.sh.Close()
+		s.sh = nil
+		s.fence.Store(nil)
+	}
+}
+
+// confirmed reports whether this site is a master that may acknowledge writes.
+func (s *site) confirmed() bool {
+	f := s.fence.Load()
+	return f != nil && !f.Fenced
+}
+
+// follow makes the site a slave of m (through m's proxy).
+func (s *site) follow(m *site) {
+	s.t.Helper()
+	addr := m.proxy.Addr()
+	s.master.Store(&addr)
+	if s.rc != nil {
+		return
+	}
+	rc, err := NewReceiver(ReceiverOptions{Sink: s.st, BrokerID: 7, SlaveID: 1, Group: s.name, MaxDelay: 50 * time.Millisecond,
+		Resolver: ResolverFunc(func(context.Context) (string, error) { return *s.master.Load(), nil }),
+		Identity: s.id, CheckpointFile: filepath.Join(s.dir, "replication.checkpoint"),
+		CheckpointInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := rc.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.rc = rc
+}
+
+func (s *site) stopSlave() {
+	if s.rc != nil {
+		s.rc.Close()
+		s.rc = nil
+	}
+}
+
+// promote makes a slave site master at the next generation.
+func (s *site) promote(sites int, onFence func(*site, Fence)) {
+	s.t.Helper()
+	s.stopSlave()
+	ends := map[string]int64{}
+	for _, p := range s.st.Partitions() {
+		ends[PartKey(p.Topic, p.Partition)] = p.Max
+	}
+	if err := s.id.Promote(s.id.Generation()+1, ends); err != nil {
+		s.t.Fatal(err)
+	}
+	s.startMaster(sites, onFence)
+}
+
+// sameAs checks that every partition of m is byte-identical here.
+func (s *site) sameAs(m *site) error {
+	parts := m.st.Partitions()
+	if len(parts) == 0 {
+		return errors.New("master has no partitions")
+	}
+	for _, p := range parts {
+		mlo, mhi, msum, _, err := partitionDigest(m.st, p.Topic, p.Partition)
+		if err != nil {
+			return fmt.Errorf("%s %s-%d: %v", m.name, p.Topic, p.Partition, err)
+		}
+		lo, hi, sum, _, err := partitionDigest(s.st, p.Topic, p.Partition)
+		if err != nil {
+			return fmt.Errorf("%s %s-%d: %v", s.name, p.Topic, p.Partition, err)
+		}
+		if lo != mlo || hi != mhi || sum != msum {
+			return fmt.Errorf("%s-%d: %s [%d,%d) %s [%d,%d) same bytes %t", p.Topic, p.Partition, s.name, lo, hi, m.name, mlo, mhi, sum == msum)
+		}
+	}
+	return nil
+}
+
+func putSome(t *testing.T, s *site, n int, tag string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		for _, p := range defaultParts() {
+			s.k.put(t, s.st, p.Topic, p.Partition, [][]byte{fmt.Appendf(nil, "%s-%d-%s-%d", tag, i, p.Topic, p.Partition)})
+		}
+	}
+}
+
+// TestFollowNewMasterByPartitionEnds: after hf is promoted, gz (which
+// followed bj's log) resumes on hf's log by its partition ends, with
+// nothing duplicated or missing, although hf's log positions differ from
+// bj's.
+func TestFollowNewMasterByPartitionEnds(t *testing.T) {
+	forKinds(t, func(t *testing.T, k storeKind) {
+		root := t.TempDir()
+		bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+		// hf's log gets a partition of its own first, so its positions
+		// cannot line up with bj's.
+		k.put(t, hf.st, "hf-local", 0, [][]byte{make([]byte, 3000)})
+		bj.startMaster(0, nil)
+		putSome(t, bj, 40, "bj")
+		hf.follow(bj)
+		gz.follow(bj)
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(bj), gz.sameAs(bj)) })
+		// gz is behind hf when bj is lost: it missed the last records.
+		gz.stopSlave()
+		putSome(t, bj, 5, "bj-late")
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+		bj.stopMaster()
+
+		hf.promote(0, nil)
+		putSome(t, hf, 10, "hf")
+		gz.follow(hf)
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return gz.sameAs(hf) })
+		st := gz.rc.Status()
+		if st.LastError != "" && !strings.Contains(st.LastError, "connection") && !strings.Contains(st.LastError, "refused") {
+			t.Fatalf("gz replication error: %s", st.LastError)
+		}
+		if got := gz.id.Generation(); got != 1 {
+			t.Fatalf("gz knows generation %d, want 1", got)
+		}
+		// gz's checkpoint now refers to hf's log.
+		if _, lg, err := loadCheckpoint(filepath.Join(gz.dir, "replication.checkpoint")); err != nil || lg != hf.id.LogID() {
+			testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+				if _, lg, err := loadCheckpoint(filepath.Join(gz.dir, "replication.checkpoint")); err != nil || lg != hf.id.LogID() {
+					return fmt.Errorf("checkpoint log %q (%v), want hf's %q", lg, err, hf.id.LogID())
+				}
+				return nil
+			})
+		}
+	})
+}
+
+// TestCutOffMasterStopsAcknowledging: bj, cut off from hf and gz but alive,
+// loses its lease and is fenced; hf, promoted, is confirmed only after bj's
+// lease ran out; at no moment are both confirmed.
+func TestCutOffMasterStopsAcknowledging(t *testing.T) {
+	k := kinds()[1] // the lease does not depend on the store
+	root := t.TempDir()
+	bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+	var (
+		mu          sync.Mutex
+		overlaps    []string
+		promotedAt  time.Time
+		confirmedAt time.Time // hf's first confirmation
+	)
+	sites := []*site{bj, hf, gz}
+	check := func(s *site, f Fence) {
+		if f.Fenced {
+			return
+		}
+		if s == hf {
+			mu.Lock()
+			if confirmedAt.IsZero() {
+				confirmedAt = time.Now()
+			}
+			mu.Unlock()
+		}
+		for _, o := range sites {
+			if o != s && o.confirmed() {
+				mu.Lock()
+				overlaps = append(overlaps, fmt.Sprintf("%s confirmed while %s is", s.name, o.name))
+				mu.Unlock()
+			}
+		}
+	}
+	bj.startMaster(3, check)
+	hf.follow(bj)
+	gz.follow(bj)
+	putSome(t, bj, 5, "bj")
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !bj.confirmed() {
+			return fmt.Errorf("bj not confirmed: %+v", bj.sh.Fence())
+		}
+		return nil
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // watches for two confirmed masters between callbacks
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if bj.confirmed() && hf.confirmed() {
+				mu.Lock()
+				overlaps = append(overlaps, "bj and hf confirmed together")
+				mu.Unlock()
+			}
+		}
+	}()
+	// Cut bj off: nothing reaches it or leaves it any more (a black hole,
+	// so it notices only by the lease), but it runs on. gz moves to hf at
+	// once, while bj still counts gz's last ack.
+	bj.proxy.SetRefuse(true)
+	bj.proxy.SetStall(true)
+	mu.Lock()
+	promotedAt = time.Now()
+	mu.Unlock()
+	hf.promote(3, check)
+	gz.stopSlave()
+	gz.follow(hf)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if bj.confirmed() {
+			return errors.New("bj still confirmed")
+		}
+		if !hf.confirmed() {
+			return fmt.Errorf("hf not confirmed: %+v", hf.sh.Fence())
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(overlaps) > 0 {
+		t.Fatalf("two masters confirmed at once: %v", overlaps)
+	}
+	// The promoted master waits out the lease bj may still hold (bj
+	// counts acks up to the moment it was cut off, shortly before).
+	if d := confirmedAt.Sub(promotedAt); d < testLease {
+		t.Fatalf("hf confirmed %s after its promotion, before a lease (%s) passed", d, testLease)
+	}
+	if f := bj.sh.Fence(); !f.Fenced || f.SteppedDown {
+		t.Fatalf("bj fence %+v, want a lost lease", f)
+	}
+}
+
+// TestMasterStepsDownOnNewerGeneration: a slave that knows a newer
+// generation than its master's is refused and the master steps down for
+// good; gossip or ZooKeeper do the same through ObserveGeneration.
+func TestMasterStepsDownOnNewerGeneration(t *testing.T) {
+	k := kinds()[1]
+	root := t.TempDir()
+	bj, hf := newSite(t, k, root, "bj"), newSite(t, k, root, "hf")
+	if _, err := hf.id.Observe(2); err != nil {
+		t.Fatal(err)
+	}
+	var fences atomic.Int32
+	bj.startMaster(0, func(*site, Fence) { fences.Add(1) })
+	putSome(t, bj, 2, "bj")
+	hf.follow(bj)
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if f := bj.sh.Fence(); !f.SteppedDown || f.Newer != 2 {
+			return fmt.Errorf("bj fence %+v", f)
+		}
+		if st := hf.rc.Status(); !strings.Contains(st.LastError, "older than the slave's 2") {
+			return fmt.Errorf("hf error %q", st.LastError)
+		}
+		return nil
+	})
+	if len(hf.st.Partitions()) != 0 {
+		t.Fatal("hf applied data from a stale master")
+	}
+	bj.sh.ObserveGeneration(3, "gossip") // a step-down is final: no second report
+	if n := fences.Load(); n != 1 {
+		t.Fatalf("%d fence reports, want 1", n)
+	}
+	// A slave that knows generation 2 does not follow a master of generation 1.
+	gz := newSite(t, k, root, "gz")
+	gz.id.Promote(1, nil)
+	gz.startMaster(0, nil)
+	hf.stopSlave()
+	hf.follow(gz)
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if st := hf.rc.Status(); !strings.Contains(st.LastError, "older than the slave's 2") {
+			return fmt.Errorf("hf error %q", st.LastError)
+		}
+		return nil
+	})
+}
