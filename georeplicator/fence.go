@@ -92,7 +92,6 @@ func (s *Shipper) leaseLoop() {
 		}
 		s.setFence(Fence{Fenced: true, Reason: fmt.Sprintf("only %d of %d sites confirmed this master within %s", confirmed, s.opts.Sites, s.opts.Lease)})
 	}
-	s.setFence(Fence{Fenced: true, Reason: "waiting for a majority of sites to confirm this master"})
 	t := s.opts.Clock.NewTicker(max(s.opts.Keepalive/2, 10*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -102,6 +101,14 @@ func (s *Shipper) leaseLoop() {
 		case <-t.C():
 			check()
 		}
+	}
+}
+
+// fenceAtStart fences a master that holds a lease before Start returns, so
+// that it never acknowledges a write before a majority confirmed it.
+func (s *Shipper) fenceAtStart() {
+	if s.opts.Sites > 1 {
+		s.setFence(Fence{Fenced: true, Reason: "waiting for a majority of sites to confirm this master"})
 	}
 }
 

@@ -73,6 +73,7 @@ func (s *Shipper) Start() error {
 	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression)
 	s.goFunc(s.acceptLoop)
 	s.goFunc(s.persistLoop)
+	s.fenceAtStart()
 	s.goFunc(s.leaseLoop)
 	return nil
 }

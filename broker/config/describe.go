@@ -111,6 +111,8 @@ func (s *Server) blocks() []block {
 			{"tlsCert", s.Replication.TLSCert},
 			{"tlsKey", s.Replication.TLSKey},
 			{"tlsCA", s.Replication.TLSCA},
+			{"fenceSites", itoa(s.Replication.FenceSites)},
+			{"leaseMs", ms(s.Replication.Lease)},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

@@ -44,6 +44,7 @@ const (
 	DefaultNATSSubject               = "metaq.config"
 	DefaultCompression               = "zstd"
 	DefaultStuckAfter                = 30 * time.Second
+	DefaultLease                     = 4 * time.Second
 	DefaultSlaveGroupPrefix          = "meta-slave-group"
 	DefaultSlaveMaxDelay             = 500 * time.Millisecond
 
@@ -582,6 +583,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		TLSCert:              r.str("tlsCert", ""),
 		TLSKey:               r.str("tlsKey", ""),
 		TLSCA:                r.str("tlsCA", ""),
+		FenceSites:           int(r.integer("fenceSites", 0, 0, 64)),
+		Lease:                r.millis("leaseMs", DefaultLease, 100),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 

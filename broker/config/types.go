@@ -181,6 +181,13 @@ type Replication struct {
 	// TLSCert and TLSKey make the replication listener serve TLS; with TLSCA
 	// set, slaves must present a certificate signed by it (mutual TLS).
 	TLSCert, TLSKey, TLSCA string
+	// FenceSites (fenceSites) is the number of sites of this brokerId, the
+	// master's included. Above 1 the master acknowledges writes only while
+	// a majority of them confirmed it within Lease (leaseMs), so that two
+	// masters never acknowledge writes at once after a failover. 0 (the
+	// default) = no lease: the master acknowledges whatever it can reach.
+	FenceSites int
+	Lease      time.Duration
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

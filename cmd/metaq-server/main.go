@@ -42,6 +42,7 @@ commands:
   stop | restart | status | reload        -f server.ini
   stats [-item X]                         -f server.ini
   slave-status                            -f server.ini
+  promote [--force]                       -f server.ini (at a slave site: become master)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -97,6 +98,7 @@ type common struct {
 	listen   string
 	admin    string
 	dataPath string
+	force    bool
 }
 
 func newFlags(name string) *common {
@@ -120,6 +122,7 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.listen, "listen", "", "start: MetaQ protocol listen address (default :<serverPort>)")
 	fs.StringVar(&c.admin, "admin", "", `start: admin listen address (default [site] adminAddr; "off" disables)`)
 	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
+	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
 	return c
 }
 
@@ -179,6 +182,12 @@ func run(cmd string, args []string) error {
 		return err
 	case "slave-status":
 		return adminCall(ctx, c, "GET", "/slave-status", nil)
+	case "promote":
+		q := url.Values{}
+		if c.force {
+			q.Set("force", "true")
+		}
+		return adminCall(ctx, c, "POST", "/promote", q)
 	case "close-partitions", "open-partitions":
 		if c.topic == "" {
 			return errors.New("-topic is required")

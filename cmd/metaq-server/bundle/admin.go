@@ -28,6 +28,7 @@ import (
 //	POST /close-partitions?topic=T&start=a&end=b  answer 403 on those partitions
 //	POST /open-partitions?topic=T[&start=a&end=b] reopen them (all when no range)
 //	GET  /slave-status                            async-slave replication status (JSON)
+//	POST /promote[?force=true]                    make this slave site master (JSON report)
 type Admin struct {
 	b     *Bundle
 	ln    net.Listener
@@ -54,6 +55,7 @@ func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
 	a.mux.HandleFunc("POST /close-partitions", a.partitions(true))
 	a.mux.HandleFunc("POST /open-partitions", a.partitions(false))
 	a.mux.HandleFunc("GET /slave-status", a.slaveStatus)
+	a.mux.HandleFunc("POST /promote", a.servePromote)
 	a.srv = &http.Server{
 		Handler:           a.auth(a.mux),
 		ReadHeaderTimeout: 10 * time.Second,

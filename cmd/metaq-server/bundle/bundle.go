@@ -49,6 +49,7 @@ type Bundle struct {
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
 	msgs      msgCounter       // messages held per partition, for the dashboard
+	failover  failoverState    // replication identity; the shipper of a promotion
 	started   time.Time
 	reloadMu  sync.Mutex // one reload at a time
 	onStarted func()     // set by OnStarted, called by Run
@@ -279,6 +280,9 @@ func (b *Bundle) Close() error {
 	}
 	defer close(b.closed)
 	var errs []error
+	if err := b.closeFailover(); err != nil {
+		errs = append(errs, fmt.Errorf("close promoted shipper: %w", err))
+	}
 	for i := b.nStarted - 1; i >= 0; i-- {
 		if err := b.comps[i].Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", b.comps[i].Name(), err))

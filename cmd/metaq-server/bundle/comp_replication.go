@@ -65,7 +65,18 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			", as the MetaQ port serves it; set [replication] tlsCert, tlsKey and tlsCA for mutual TLS, a loopback listen, or enable=false",
 			"addr", ln.Addr().String())
 	}
+	id, err := b.identity()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ident := id.Get()
 	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
+		LogID:                ident.LogID,
+		Generation:           ident.Generation,
+		Sites:                cfg.Replication.FenceSites,
+		Lease:                cfg.Replication.Lease,
+		OnFence:              b.onFence,
 		TLS:                  serverTLS,
 		Listener:             ln,
 		BrokerID:             cfg.System.BrokerID,

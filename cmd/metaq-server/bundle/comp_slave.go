@@ -350,7 +350,12 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 		}
 		mode = m
 	}
+	id, err := b.identity()
+	if err != nil {
+		return nil, err
+	}
 	opts := georeplicator.ReceiverOptions{
+		Identity:             id,
 		Sink:                 b.Store,
 		Resolver:             res,
 		BrokerID:             cfg.System.BrokerID,

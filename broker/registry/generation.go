@@ -1,0 +1,83 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// generationNode is the persistent node under <root>/brokers/ids/<id> that
+// holds the brokerId's master generation (a decimal number): every change
+// of master raises it (see georeplicator.Identity).
+const generationNode = "generation"
+
+// GenerationPath is <root>/brokers/ids/<id>/generation.
+func (p Paths) GenerationPath(brokerID int) string { return p.BrokerID(brokerID) + "/" + generationNode }
+
+// Generation reads the brokerId's master generation; 0 when none was ever raised.
+func (r *Registry) Generation(ctx context.Context, brokerID int) (uint64, error) {
+	gen, _, err := r.readGeneration(ctx, brokerID)
+	if errors.Is(err, ErrNoNode) {
+		return 0, nil
+	}
+	return gen, err
+}
+
+func (r *Registry) readGeneration(ctx context.Context, brokerID int) (uint64, int32, error) {
+	path := r.paths.GenerationPath(brokerID)
+	data, st, err := r.Get(ctx, path)
+	if err != nil {
+		return 0, 0, err
+	}
+	gen, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("registry: %s holds %q, not a generation: %w", path, data, err)
+	}
+	return gen, st.Version, nil
+}
+
+// RaiseGeneration sets the brokerId's generation to one above both the
+// stored one and known, with a compare-and-set on the node's version, and
+// returns it: of two sites raising at once, each gets its own number.
+func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint64) (uint64, error) {
+	path := r.paths.GenerationPath(brokerID)
+	for {
+		cur, version, err := r.readGeneration(ctx, brokerID)
+		if errors.Is(err, ErrNoNode) {
+			next := known + 1
+			if err := r.createParents(ctx, path); err != nil {
+				return 0, err
+			}
+			err := r.call(ctx, func() error {
+				_, err := r.conn.Create(path, []byte(strconv.FormatUint(next, 10)), 0, openACL)
+				return err
+			})
+			if errors.Is(err, ErrNodeExists) {
+				continue // another site raised it first
+			}
+			if err != nil {
+				return 0, fmt.Errorf("registry: create %s: %w", path, err)
+			}
+			return next, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		next := max(cur, known) + 1
+		err = r.call(ctx, func() error {
+			_, err := r.conn.Set(path, []byte(strconv.FormatUint(next, 10)), version)
+			return err
+		})
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("registry: set %s: %w", path, err)
+		}
+		return next, nil
+	}
+}

@@ -1,0 +1,240 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"metaq/broker"
+	"metaq/georeplicator"
+	"metaq/topology"
+)
+
+// failoverHolder is the write gate holder of a master that replication has
+// fenced (a lost lease, or a newer generation elsewhere).
+const failoverHolder = "failover"
+
+// failoverState is what a bundle keeps about mastership of its brokerId:
+// the site's replication identity (log id, generation) and, after a
+// promotion at run time, the shipper it started.
+type failoverState struct {
+	mu       sync.Mutex
+	id       *georeplicator.IdentityStore
+	promoted *shipperComponent
+	// promoting: a promotion is in progress (one at a time).
+	promoting bool
+}
+
+// identity opens <dataPath>/replication/identity.json once.
+func (b *Bundle) identity() (*georeplicator.IdentityStore, error) {
+	f := &b.failover
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id != nil {
+		return f.id, nil
+	}
+	dir := filepath.Join(b.Config().System.DataPath, "replication")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	id, err := georeplicator.OpenIdentity(filepath.Join(dir, "identity.json"))
+	if err != nil {
+		return nil, err
+	}
+	f.id = id
+	return id, nil
+}
+
+// onFence applies the shipper's fence to the broker's write gate: a fenced
+// master answers puts 503 (retriable: producers that follow ZooKeeper find
+// the master of the newest generation).
+func (b *Bundle) onFence(f georeplicator.Fence) {
+	if !f.Fenced {
+		b.Broker.AllowWrites(failoverHolder)
+		return
+	}
+	reason := "this master is fenced: " + f.Reason
+	if f.SteppedDown {
+		reason = fmt.Sprintf("this broker is no longer master (generation %d took over); send puts to the new master", f.Newer)
+	}
+	b.Broker.RefuseWrites(failoverHolder, broker.Refusal{Reason: reason, Retry: true})
+}
+
+// PromoteReport is what `metaq-server promote` prints.
+type PromoteReport struct {
+	Generation uint64 `json:"generation"`
+	Forced     bool   `json:"forced"`
+	// BehindBytes is how far this site was known to be behind its old
+	// master when it stopped following it: the master's durable log end as
+	// last reported to this site minus what it applied.
+	BehindBytes int64 `json:"behindBytes"`
+	MasterPos   int64 `json:"masterLogPos"`
+	AppliedPos  int64 `json:"appliedLogPos"`
+	// Lag is the old master's last lag report for this site's slave group
+	// as gossip brought it (messages and bytes not yet here), when topology
+	// runs; nil otherwise.
+	Lag *topology.Report `json:"lag,omitempty"`
+	// Ends is each partition's end at promotion ("topic-partition").
+	Ends  map[string]int64    `json:"ends"`
+	Took  time.Duration       `json:"tookNs"`
+	Fence georeplicator.Fence `json:"fence"`
+}
+
+// ErrMasterReachable refuses a promotion while the master is alive and
+// reachable (use force).
+var ErrMasterReachable = errors.New("the master is alive and reachable from this site")
+
+// Promote makes this slave site the master of its brokerId at the next
+// generation: it stops following the old master, records the generation
+// and each partition's end (a returning old master cuts what it holds
+// beyond them), starts shipping its log to the other sites, and takes
+// writes (after the lease, when [replication] fenceSites is set). It
+// refuses while the master is reachable unless force.
+func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error) {
+	start := time.Now()
+	f := &b.failover
+	f.mu.Lock()
+	if f.promoting || f.promoted != nil {
+		f.mu.Unlock()
+		return PromoteReport{}, errors.New("promote: this site is already master (or being promoted)")
+	}
+	f.promoting = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.promoting = false
+		f.mu.Unlock()
+	}()
+
+	rc := compOf[*receiverComponent](b)
+	if rc == nil || rc.Receiver() == nil {
+		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
+	}
+	st := rc.Receiver().Status()
+	if st.Connected && !force {
+		return PromoteReport{}, fmt.Errorf("promote: %w (%s, connected); stop it first or use --force", ErrMasterReachable, st.MasterAddr)
+	}
+	rep := PromoteReport{Forced: force, MasterPos: st.MasterPos, AppliedPos: st.AppliedPos,
+		BehindBytes: max(0, st.MasterPos-st.AppliedPos)}
+	rep.Lag = b.lastKnownLag()
+	if err := rc.Close(); err != nil {
+		b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
+	}
+	if err := b.Store.Flush(); err != nil {
+		return rep, fmt.Errorf("promote: flush: %w", err)
+	}
+	id, err := b.identity()
+	if err != nil {
+		return rep, err
+	}
+	rep.Ends = map[string]int64{}
+	for _, p := range b.Store.Partitions() {
+		rep.Ends[georeplicator.PartKey(p.Topic, p.Partition)] = p.Max
+	}
+	gen, err := b.nextGeneration(ctx, id.Generation())
+	if err != nil {
+		return rep, err
+	}
+	if err := id.Promote(gen, rep.Ends); err != nil {
+		return rep, err
+	}
+	rep.Generation = gen
+	sc := newShipperComponent()
+	if err := sc.Start(ctx, b); err != nil {
+		return rep, fmt.Errorf("promote: start shipping: %w", err)
+	}
+	f.mu.Lock()
+	f.promoted = sc
+	f.mu.Unlock()
+	b.Broker.AllowWrites(replicaHolder)
+	if s := sc.Shipper(); s != nil {
+		rep.Fence = s.Fence()
+	}
+	rep.Took = time.Since(start)
+	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
+		"behindBytes", rep.BehindBytes, "took", rep.Took)
+	return rep, nil
+}
+
+// nextGeneration is one above the highest generation known here and, with
+// ZooKeeper on, in ZooKeeper (raised there with a compare-and-set, so two
+// sites promoted at once cannot take the same generation).
+func (b *Bundle) nextGeneration(ctx context.Context, known uint64) (uint64, error) {
+	if b.Registry == nil {
+		return known + 1, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	gen, err := b.Registry.RaiseGeneration(ctx, b.Config().System.BrokerID, known)
+	if err != nil {
+		return 0, fmt.Errorf("promote: raise the generation in ZooKeeper: %w", err)
+	}
+	return gen, nil
+}
+
+// lastKnownLag is this site's slave group's lag from the last lag report
+// gossip brought here, nil without topology or a report.
+func (b *Bundle) lastKnownLag() *topology.Report {
+	tc := compOf[*topologyComponent](b)
+	if tc == nil || tc.Topology() == nil || b.Slave == nil {
+		return nil
+	}
+	for _, r := range tc.Topology().Reports() {
+		if r.BrokerID == b.Config().System.BrokerID && r.SlaveID == b.Slave.SlaveID {
+			return &r
+		}
+	}
+	return nil
+}
+
+// promotedShipper is the shipper a promotion started, nil without one.
+func (b *Bundle) promotedShipper() *shipperComponent {
+	b.failover.mu.Lock()
+	defer b.failover.mu.Unlock()
+	return b.failover.promoted
+}
+
+// servePromote is POST /promote[?force=true] on the admin endpoint: the
+// PromoteReport, or 409 while the master is reachable.
+func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
+	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+	rep, err := a.b.Promote(r.Context(), force)
+	switch {
+	case errors.Is(err, ErrMasterReachable):
+		http.Error(w, err.Error(), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+// closeFailover stops a shipper started by a promotion.
+func (b *Bundle) closeFailover() error {
+	f := &b.failover
+	f.mu.Lock()
+	sc := f.promoted
+	f.promoted = nil
+	f.mu.Unlock()
+	if sc == nil {
+		return nil
+	}
+	return sc.Close()
+}
+
+// compOf returns the bundle's component of type T, nil when not running.
+func compOf[T Component](b *Bundle) T {
+	var zero T
+	for _, c := range b.comps {
+		if t, ok := c.(T); ok {
+			return t
+		}
+	}
+	return zero
+}

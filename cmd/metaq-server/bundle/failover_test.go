@@ -1,0 +1,183 @@
+package bundle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
+)
+
+// failoverINI is the shared server.ini of these tests: topic orders with two
+// partitions, gossip off, replication keys added.
+func failoverINI(replication string) string {
+	s := sharedINI("", "", "[topic=orders]\nnumPartitions=2\n")
+	s = strings.Replace(s, "[gossip]\n", "[gossip]\nenable=false\n", 1)
+	return strings.Replace(s, "[replication]\n", "[replication]\n"+replication, 1)
+}
+
+// TestPromoteSlaveSite: hf refuses to be promoted while bj is reachable;
+// once bj is gone, `promote` makes hf master at generation 1 at run time (it
+// takes puts at once), and gz, moved to hf, resumes on hf's log by its
+// partition ends and holds hf's bytes.
+func TestPromoteSlaveSite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL})
+
+	produce(t, bj.Broker.Addr().String(), "orders", 100, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+
+	ctx := context.Background()
+	if _, err := hf.Promote(ctx, false); !errors.Is(err, ErrMasterReachable) {
+		t.Fatalf("promote with bj reachable: %v, want ErrMasterReachable", err)
+	}
+	if code, body := testutil.HTTPDo(t, "POST", "http://"+hf.AdminAddr()+"/promote", ""); code != http.StatusConflict {
+		t.Fatalf("POST /promote with bj reachable: %d %s", code, body)
+	}
+	bj.Close()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := mustComp[*receiverComponent](t, hf).Receiver().Status(); st.Connected {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	code, body := testutil.HTTPDo(t, "POST", "http://"+hf.AdminAddr()+"/promote", "")
+	var rep PromoteReport
+	if err := json.Unmarshal(body, &rep); code != http.StatusOK || err != nil {
+		t.Fatalf("POST /promote: %d %s (%v)", code, body, err)
+	}
+	if rep.Generation != 1 || rep.BehindBytes != 0 || rep.Ends["orders-0"]+rep.Ends["orders-1"] == 0 {
+		t.Fatalf("promote report %+v", rep)
+	}
+	if _, err := hf.Promote(ctx, true); err == nil {
+		t.Fatal("a second promotion succeeded")
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 50, "hf")
+
+	// gz's link now leads to hf (its master address moved).
+	toGZ.SetTarget(hf.promotedShipper().Addr())
+	toGZ.CutAll()
+	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+	for p := range 2 {
+		hb, _ := hf.Store.Read("orders", p, 0, 1<<20)
+		gb, _ := gz.Store.Read("orders", p, 0, 1<<20)
+		if string(hb) != string(gb) {
+			t.Fatalf("gz partition %d differs from hf", p)
+		}
+	}
+	id, err := gz.identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := id.Generation(); g != 1 {
+		t.Fatalf("gz knows generation %d, want 1", g)
+	}
+}
+
+// TestCutOffMasterRefusesPuts: with fenceSites=3, bj acknowledges puts only
+// while a majority of the sites confirm it. Cut off from hf and gz (a black
+// hole: nothing closes), it refuses puts with a retriable answer within the
+// lease; hf, promoted, takes puts once gz follows it and the lease has run
+// out; at no moment do both take puts.
+func TestCutOffMasterRefusesPuts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("fenceSites=3\nleaseMs=500\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
+		t.Fatalf("bj takes puts before any slave confirmed it: %+v", r)
+	}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL})
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r != nil {
+			return fmt.Errorf("bj refuses: %s", r.Reason)
+		}
+		return nil
+	})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	var both atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if bj.Broker.WriteRefusal() == nil && hf.Broker.WriteRefusal() == nil {
+				both.Store(true)
+			}
+		}
+	}()
+	for _, p := range []*netproxy.Proxy{toHF, toGZ} {
+		p.SetRefuse(true)
+		p.SetStall(true)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry || !strings.Contains(r.Reason, "fenced") {
+			return fmt.Errorf("bj refusal %+v", r)
+		}
+		return nil
+	})
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := mustComp[*receiverComponent](t, hf).Receiver().Status(); st.Connected {
+			return errors.New("hf has not noticed that bj went silent")
+		}
+		return nil
+	})
+	if _, err := hf.Promote(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	toGZ.SetTarget(hf.promotedShipper().Addr())
+	toGZ.SetStall(false)
+	toGZ.SetRefuse(false)
+	toGZ.CutAll()
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := hf.Broker.WriteRefusal(); r != nil {
+			return fmt.Errorf("hf refuses: %s", r.Reason)
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+	close(stop)
+	wg.Wait()
+	if both.Load() {
+		t.Fatal("bj and hf took puts at the same time")
+	}
+	if bj.Broker.WriteRefusal() == nil {
+		t.Fatal("bj, still cut off, takes puts again")
+	}
+}
