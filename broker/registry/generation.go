@@ -16,7 +16,9 @@ import (
 const generationNode = "generation"
 
 // GenerationPath is <root>/brokers/ids/<id>/generation.
-func (p Paths) GenerationPath(brokerID int) string { return p.BrokerID(brokerID) + "/" + generationNode }
+func (p Paths) GenerationPath(brokerID int) string {
+	return p.BrokerID(brokerID) + "/" + generationNode
+}
 
 // Generation reads the brokerId's master generation; 0 when none was ever raised.
 func (r *Registry) Generation(ctx context.Context, brokerID int) (uint64, error) {
