@@ -116,7 +116,12 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		// Ephemeral nodes die with the session; the registry re-creates its
 		// own, this one is ours.
 		pctx, cancel := context.WithCancel(context.Background())
-		c.cancel = cancel
+		watched := make(chan struct{})
+		go func() { // ended by cancel in Close, which waits for it
+			defer close(watched)
+			b.watchGeneration(pctx, s, max(cfg.Replication.Lease/4, 100*time.Millisecond))
+		}()
+		c.cancel = func() { cancel(); <-watched }
 		b.Registry.OnNewSession(func() {
 			if pctx.Err() != nil {
 				return

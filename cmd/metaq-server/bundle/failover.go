@@ -66,6 +66,27 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 	b.Broker.RefuseWrites(failoverHolder, broker.Refusal{Reason: reason, Retry: true})
 }
 
+// watchGeneration polls the brokerId's generation in ZooKeeper while s
+// runs and tells s about a newer one (another site was promoted): s then
+// steps down and the broker refuses puts. It returns when ctx ends.
+func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
+		if err == nil {
+			s.ObserveGeneration(gen, "ZooKeeper")
+		} else if ctx.Err() == nil {
+			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // PromoteReport is what `metaq-server promote` prints.
 type PromoteReport struct {
 	Generation uint64 `json:"generation"`
