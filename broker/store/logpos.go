@@ -1,6 +1,9 @@
 package store
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // LogPosition returns the log position of the entry that holds offset in
 // the partition, or of its first retained entry when offset is below it:
@@ -30,4 +33,36 @@ func (s *Store) LogPosition(topic string, partition int, offset int64) (int64, e
 		return s.durable(), nil
 	}
 	return ents[0].pos, nil
+}
+
+// TruncatePartition cuts the partition back to offset, which must be the
+// start of one of its entries or its end: the records from offset on are no
+// longer served and later appends reuse their offsets. The cut is durable
+// when it returns (a define entry with the new end is fsynced; recovery
+// replays it, so a crash does not bring the records back). A former master
+// rejoining as a slave uses it to drop the tail the new master never had.
+func (s *Store) TruncatePartition(topic string, partition int, offset int64) error {
+	p := s.lookup(topic, partition)
+	if p == nil {
+		return ErrNoPartition
+	}
+	p.mu.RLock()
+	end := p.end
+	p.mu.RUnlock()
+	if offset == end {
+		return nil
+	}
+	if offset < 0 || offset > end {
+		return fmt.Errorf("%w: cut %s-%d at %d outside [0, %d]", ErrBadArgument, topic, partition, offset, end)
+	}
+	if err := s.submit(context.Background(), &request{kind: reqFence, p: p, at: offset}); err != nil {
+		return fmt.Errorf("store: cut %s-%d at %d: %w", topic, partition, offset, err)
+	}
+	p.mu.RLock()
+	end = p.end
+	p.mu.RUnlock()
+	if end != offset {
+		return fmt.Errorf("%w: cannot cut %s-%d at %d: not the start of an entry (the end is %d)", ErrBadArgument, topic, partition, offset, end)
+	}
+	return nil
 }
