@@ -1,9 +1,11 @@
 package georeplicator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -62,7 +64,7 @@ func (s *site) startMaster(sites int, onFence func(*site, Fence)) {
 	s.t.Helper()
 	id := s.id.Get()
 	sh, err := NewShipper(ShipperOptions{Listen: "127.0.0.1:0", BrokerID: 7, Source: s.st, Keepalive: testKeepalive,
-		StuckAfter: time.Hour, FrameBytes: 16 << 10, LogID: id.LogID, Generation: id.Generation,
+		StuckAfter: time.Hour, FrameBytes: 16 << 10, LogID: id.LogID, Generation: id.Generation, PromotionEnds: id.Ends,
 		Sites: sites, Lease: testLease, OnFence: func(f Fence) {
 			s.fence.Store(&f)
 			if onFence != nil {
@@ -357,4 +359,54 @@ func TestMasterStepsDownOnNewerGeneration(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFailbackCutsUnreplicatedTail: bj stored records hf never got, then
+// hf was promoted and took writes of its own at the same offsets. bj,
+// rejoining as a slave of hf, saves those records aside, cuts them (for
+// good: they do not come back when its store reopens), and then holds
+// exactly hf's bytes.
+func TestFailbackCutsUnreplicatedTail(t *testing.T) {
+	k := kinds()[0] // the file store: the cut is the store's
+	root := t.TempDir()
+	bj, hf := newSite(t, k, root, "bj"), newSite(t, k, root, "hf")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 20, "bj")
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+	hf.stopSlave()
+	putSome(t, bj, 5, "bj-unreplicated") // acknowledged at bj only
+	bj.stopMaster()
+
+	hf.promote(0, nil)
+	putSome(t, hf, 7, "hf")
+	bj.follow(hf)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := bj.sameAs(hf); err != nil {
+			return fmt.Errorf("%w (bj: %+v)", err, bj.rc.Status())
+		}
+		return nil
+	})
+	if got, want := bj.rc.Status().Unreplicated, int64(5*len(defaultParts())); got != want {
+		t.Fatalf("%d records saved aside, want %d", got, want)
+	}
+	tails, err := ListTails(filepath.Join(bj.dir, "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tails) != len(defaultParts()) {
+		t.Fatalf("%d tail files, want %d: %+v", len(tails), len(defaultParts()), tails)
+	}
+	for _, f := range tails {
+		data, _ := os.ReadFile(f.Path)
+		if f.Records != 5 || f.Generation != 1 || !bytes.Contains(data, []byte("bj-unreplicated-4-"+f.Topic)) {
+			t.Fatalf("tail %+v holds %q", f, data)
+		}
+	}
+	bj.stopSlave()
+	k.close(bj.st)
+	bj.st = k.open(t, filepath.Join(bj.dir, "store"))
+	if err := bj.sameAs(hf); err != nil {
+		t.Fatalf("after reopening bj's store: %v", err)
+	}
 }

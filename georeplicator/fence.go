@@ -3,6 +3,8 @@ package georeplicator
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -112,6 +114,23 @@ func (s *Shipper) fenceAtStart() {
 	}
 }
 
+// promotionEnds lists PromotionEnds for the welcome.
+func (s *Shipper) promotionEnds() []partEnd {
+	var out []partEnd
+	for k, end := range s.opts.PromotionEnds {
+		i := strings.LastIndexByte(k, '-')
+		if i <= 0 {
+			continue
+		}
+		n, err := strconv.Atoi(k[i+1:])
+		if err != nil {
+			continue
+		}
+		out = append(out, partEnd{Topic: k[:i], Partition: n, End: end})
+	}
+	return out
+}
+
 // positionLocator is implemented by stores that can map a partition offset
 // to a log position (*store.Store); others are scanned.
 type positionLocator interface {
@@ -131,6 +150,9 @@ func (s *Shipper) startForEnds(ends []partEnd) (start int64, truncated bool, err
 	start = durable
 	for _, p := range s.opts.Source.Partitions() {
 		from, ok := have[pkey{p.Topic, p.Partition}]
+		if pe, cut := s.opts.PromotionEnds[PartKey(p.Topic, p.Partition)]; ok && cut && from > pe {
+			from = pe // the slave cuts what it holds beyond (see Receiver.cutTail)
+		}
 		if !ok || from < p.Min {
 			truncated = truncated || ok
 			from = p.Min

@@ -139,8 +139,8 @@ func TestMessagesRoundTrip(t *testing.T) {
 		t.Fatalf("hello %+v %v", got, err)
 	}
 	w := welcome{Version: 1, BrokerID: 7, Start: 123, First: 100, Durable: 999, Truncated: true, Keepalive: time.Second,
-		LogID: "def", Generation: 5, ByEnds: true}
-	if got, err := decodeWelcome(w.encode()); err != nil || got != w {
+		LogID: "def", Generation: 5, ByEnds: true, PromotionEnds: []partEnd{{"t", 1, 99}}}
+	if got, err := decodeWelcome(w.encode()); err != nil || !reflect.DeepEqual(got, w) {
 		t.Fatalf("welcome %+v %v", got, err)
 	}
 	// A peer from before log identities sends neither tail.

@@ -116,6 +116,10 @@ type welcome struct {
 	LogID      string
 	Generation uint64
 	ByEnds     bool
+	// PromotionEnds (with ByEnds) are each partition's end when this master
+	// was promoted: a slave holding more (a former master's unreplicated
+	// tail) cuts it and saves it aside before it follows.
+	PromotionEnds []partEnd
 }
 
 func (w welcome) encode() []byte {
@@ -138,6 +142,7 @@ func (w welcome) encode() []byte {
 		f |= 1
 	}
 	e.u8(f)
+	encodeEnds(&e, w.PromotionEnds)
 	return e.b
 }
 
@@ -150,6 +155,7 @@ func decodeWelcome(p []byte) (welcome, error) {
 		w.LogID = d.str()
 		w.Generation = d.u64()
 		w.ByEnds = d.u8()&1 != 0
+		w.PromotionEnds = decodeEnds(&d)
 	}
 	return w, d.err
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"time"
 
 	"metaq/broker/store"
@@ -99,6 +100,11 @@ type ShipperOptions struct {
 	// knows a newer generation is refused and the master steps down.
 	LogID      string
 	Generation uint64
+	// PromotionEnds are each partition's end when this master was promoted
+	// (Identity.Ends, keyed by PartKey). A slave that resumes by partition
+	// ends is resumed from at most these, and told them: what it holds
+	// beyond them this master never had, and it cuts that tail.
+	PromotionEnds map[string]int64
 	// Sites is the number of sites of this brokerId, master included. When
 	// above 1 the master holds a lease: it is confirmed while it and enough
 	// slaves for a majority of Sites acked within Lease, and reports
@@ -196,6 +202,11 @@ type ReceiverOptions struct {
 	// one is refused and steps down) and a newer one from the master is
 	// recorded. nil = no generation check.
 	Identity *IdentityStore
+	// TailDir is where records this slave holds beyond what its (new)
+	// master had at its promotion are saved before they are cut from the
+	// store (a former master's unreplicated tail). Default: the directory
+	// of CheckpointFile + "/unreplicated".
+	TailDir string
 	// CheckpointInterval is how often the applied position is made durable. Default 200ms.
 	CheckpointInterval time.Duration
 	// TLS, when set, dials with TLS (with Certificates for mutual TLS).
@@ -254,6 +265,9 @@ func (o *ReceiverOptions) validate() error {
 	}
 	if o.CheckpointInterval <= 0 {
 		o.CheckpointInterval = 200 * time.Millisecond
+	}
+	if o.TailDir == "" {
+		o.TailDir = filepath.Join(filepath.Dir(o.CheckpointFile), "unreplicated")
 	}
 	if o.BackoffMin <= 0 {
 		o.BackoffMin = 100 * time.Millisecond

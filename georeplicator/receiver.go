@@ -54,6 +54,7 @@ type ReceiverStatus struct {
 	// that could not reach the master's address at all (nothing listens, no
 	// route, no answer to the TCP connect); a refused handshake is not one.
 	DialFailures int
+	Unreplicated int64 // records cut and saved aside: held here, never on the new master (see TailDir)
 	Codec        string
 	LastApply    time.Time
 	LastError    string
@@ -331,7 +332,13 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if r.opts.Identity != nil {
 		h.Generation = r.opts.Identity.Generation()
 	}
-	if masterLog != "" {
+	if masterLog == "" && r.opts.Identity != nil && len(r.opts.Sink.Partitions()) > 0 {
+		// No checkpoint, but data (a former master rejoining as a slave):
+		// our positions are in our own log, so the master resumes us by
+		// partition ends, and tells us where its own history begins.
+		h.MasterLog = r.opts.Identity.LogID()
+	}
+	if h.MasterLog != "" {
 		// Should this master keep another log (a failover), it resumes us by
 		// partition ends.
 		for _, pi := range r.opts.Sink.Partitions() {
@@ -361,6 +368,11 @@ func (r *Receiver) session() (progressed bool, err error) {
 			return false, fmt.Errorf("georeplicator: master %s serves generation %d, older than %d known here: not following it", addr, w.Generation, known)
 		}
 		if _, err := id.Observe(w.Generation); err != nil {
+			return false, err
+		}
+	}
+	if w.ByEnds && len(w.PromotionEnds) > 0 {
+		if err := r.cutTail(w.PromotionEnds, w.Generation); err != nil {
 			return false, err
 		}
 	}

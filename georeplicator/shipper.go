@@ -316,6 +316,9 @@ func (s *Shipper) serve(c net.Conn) error {
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive,
 		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds}
+	if byEnds {
+		w.PromotionEnds = s.promotionEnds()
+	}
 	if _, err := writeFrame(c, header{typ: typeWelcome}, w.encode(), nil); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
 	}

@@ -74,6 +74,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	s, err := georeplicator.NewShipper(georeplicator.ShipperOptions{
 		LogID:                ident.LogID,
 		Generation:           ident.Generation,
+		PromotionEnds:        ident.Ends,
 		Sites:                cfg.Replication.FenceSites,
 		Lease:                cfg.Replication.Lease,
 		OnFence:              b.onFence,

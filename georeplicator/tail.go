@@ -1,0 +1,143 @@
+package georeplicator
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// partitionCutter is implemented by sinks that can cut a partition back
+// durably (*store.Store).
+type partitionCutter interface {
+	TruncatePartition(topic string, partition int, offset int64) error
+}
+
+// TailFile is one saved unreplicated tail: the records a site held beyond
+// what the master of Generation had when it was promoted.
+type TailFile struct {
+	Path       string
+	Topic      string
+	Partition  int
+	From, To   int64 // partition offsets the records had here
+	Generation uint64
+	Records    int
+}
+
+// tailName is <topic>-<partition>-<from>-<to>-gen<generation>.records.
+func tailName(topic string, part int, from, to int64, gen uint64) string {
+	return fmt.Sprintf("%s-%d-%d-%d-gen%d.records", topic, part, from, to, gen)
+}
+
+// ListTails reads the saved tails in dir (none when it does not exist).
+func ListTails(dir string) ([]TailFile, error) {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("georeplicator: list unreplicated tails: %w", err)
+	}
+	var out []TailFile
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".records")
+		if !ok {
+			continue
+		}
+		f, ok := parseTailName(name)
+		if !ok {
+			continue
+		}
+		f.Path = filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("georeplicator: read %s: %w", f.Path, err)
+		}
+		if f.Records, err = countRecords(data); err != nil {
+			return nil, fmt.Errorf("georeplicator: %s: %w", f.Path, err)
+		}
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func parseTailName(name string) (TailFile, bool) {
+	// The topic may hold '-': the four last fields are numbers.
+	parts := strings.Split(name, "-")
+	if len(parts) < 5 || !strings.HasPrefix(parts[len(parts)-1], "gen") {
+		return TailFile{}, false
+	}
+	n := len(parts)
+	part, e1 := strconv.Atoi(parts[n-4])
+	from, e2 := strconv.ParseInt(parts[n-3], 10, 64)
+	to, e3 := strconv.ParseInt(parts[n-2], 10, 64)
+	gen, e4 := strconv.ParseUint(strings.TrimPrefix(parts[n-1], "gen"), 10, 64)
+	if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+		return TailFile{}, false
+	}
+	return TailFile{Topic: strings.Join(parts[:n-4], "-"), Partition: part, From: from, To: to, Generation: gen}, true
+}
+
+// cutTail saves aside and cuts every local partition that holds more than
+// the master had when it was promoted: those records were never
+// replicated, and the new master reuses their offsets. The file is durable
+// before the cut, so a crash in between loses nothing (the next connection
+// saves the same tail again).
+func (r *Receiver) cutTail(ends []partEnd, gen uint64) error {
+	sink := r.opts.Sink
+	var todo []partEnd
+	for _, e := range ends {
+		info, err := sink.Partition(e.Topic, e.Partition)
+		if err != nil || info.Written <= e.End {
+			continue
+		}
+		todo = append(todo, e)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	cutter, ok := sink.(partitionCutter)
+	if !ok {
+		e := todo[0]
+		return &DivergedError{e.Topic, e.Partition, e.End, "holds records the new master never had, and this store cannot cut them"}
+	}
+	if err := sink.Flush(); err != nil {
+		return fmt.Errorf("georeplicator: flush before cutting the unreplicated tail: %w", err)
+	}
+	for _, e := range todo {
+		info, err := sink.Partition(e.Topic, e.Partition)
+		if err != nil {
+			return fmt.Errorf("georeplicator: partition %s-%d: %w", e.Topic, e.Partition, err)
+		}
+		var tail []byte
+		for off := e.End; off < info.Max; {
+			b, err := sink.Read(e.Topic, e.Partition, off, int(min(info.Max-off, 4<<20)))
+			if err != nil || len(b) == 0 {
+				return &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot read the unreplicated tail: %v", err)}
+			}
+			tail = append(tail, b...)
+			off += int64(len(b))
+		}
+		n, err := countRecords(tail)
+		if err != nil {
+			return &DivergedError{e.Topic, e.Partition, e.End, "the new master's end is not a record boundary here"}
+		}
+		path := filepath.Join(r.opts.TailDir, tailName(e.Topic, e.Partition, e.End, info.Max, gen))
+		if err := writeFileAtomic(path, tail); err != nil {
+			return fmt.Errorf("georeplicator: save the unreplicated tail of %s-%d: %w", e.Topic, e.Partition, err)
+		}
+		if err := cutter.TruncatePartition(e.Topic, e.Partition, e.End); err != nil {
+			return &DivergedError{e.Topic, e.Partition, e.End, fmt.Sprintf("cannot cut the unreplicated tail: %v", err)}
+		}
+		r.log.Warn("REPLICATION: cut records the new master never had; saved aside",
+			"partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", e.End, "to", info.Max,
+			"records", n, "file", path, "generation", gen)
+		r.mu.Lock()
+		r.st.Unreplicated += int64(n)
+		r.mu.Unlock()
+	}
+	return nil
+}
