@@ -43,6 +43,7 @@ commands:
   stats [-item X]                         -f server.ini
   slave-status                            -f server.ini
   promote [--force]                       -f server.ini (at a slave site: become master)
+  unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -99,6 +100,8 @@ type common struct {
 	admin    string
 	dataPath string
 	force    bool
+	publish  bool
+	brokers  string
 }
 
 func newFlags(name string) *common {
@@ -123,6 +126,8 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.admin, "admin", "", `start: admin listen address (default [site] adminAddr; "off" disables)`)
 	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
 	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
+	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
+	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
 	return c
 }
 
@@ -182,6 +187,19 @@ func run(cmd string, args []string) error {
 		return err
 	case "slave-status":
 		return adminCall(ctx, c, "GET", "/slave-status", nil)
+	case "unreplicated":
+		cfg, err := c.load()
+		if err != nil {
+			return err
+		}
+		if c.dataPath != "" {
+			cfg.System.DataPath = c.dataPath
+		}
+		if c.publish {
+			return publishUnreplicated(ctx, os.Stdout, cfg, c.brokers)
+		}
+		_, err = listUnreplicated(os.Stdout, unreplicatedDir(cfg))
+		return err
 	case "promote":
 		q := url.Values{}
 		if c.force {
