@@ -29,6 +29,35 @@
 // does not have are created at their first shipped offset, so offsets still
 // equal the master's.
 //
+// # Failover: log identity, generations, fencing (identity.go, fence.go, tail.go)
+//
+// Log positions mean something only within one site's log; partition
+// offsets are the same everywhere. Each site's data directory keeps an
+// Identity: its own log id, the highest master generation it has seen and,
+// on a promoted site, each partition's end at its promotion. Both ends of
+// the handshake carry them (optional tails of hello and welcome, which
+// older peers neither send nor read). A slave whose checkpoint names
+// another log than the master's (it followed the master before a
+// failover, or it is a former master without a checkpoint) also sends its
+// partition ends; the master starts the stream at the lowest log position
+// that covers every one of them (Store.LogPosition) and the receiver
+// verifies and skips what it holds. Ends beyond the master's promotion ends
+// are records the new master never had: the slave saves them in
+// <TailDir>/<topic>-<partition>-<from>-<to>-gen<g>.records (fsynced), then
+// cuts them with Store.TruncatePartition, so they are never served as if
+// replicated (`metaq-server unreplicated` lists and re-publishes them).
+//
+// A master refuses a slave that knows a newer generation and steps down
+// (Fence.SteppedDown; also through ObserveGeneration from ZooKeeper or
+// gossip); a slave does not follow a master of an older generation than it
+// knows. With Sites > 1 a master holds a lease: it is confirmed while
+// itself and enough slaves for a majority acked within Lease, and fenced
+// otherwise (the bundle then answers puts 503). A master starts fenced, is
+// confirmed no earlier than Lease plus a keepalive after it started, and
+// counts a slave only once that long has passed since the slave connected:
+// by then the old master, which counts acks only from connected slaves,
+// has lost its own lease, so two masters are never confirmed together.
+//
 // # Frames
 //
 // Every message is a frame (see frame.go): a 32-byte header with magic,
