@@ -173,6 +173,12 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	f.mu.Lock()
 	f.promoted = sc
 	f.mu.Unlock()
+	if b.Registry != nil {
+		// Producers and consumers that follow ZooKeeper move here.
+		if err := b.Registry.BecomeMaster(ctx); err != nil {
+			return rep, fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
+		}
+	}
 	b.Broker.AllowWrites(replicaHolder)
 	if s := sc.Shipper(); s != nil {
 		rep.Fence = s.Fence()

@@ -7,20 +7,24 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"metaq/broker/client"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
 
 // failoverINI is the shared server.ini of these tests: topic orders with two
 // partitions, gossip off, replication keys added.
-func failoverINI(replication string) string {
-	s := sharedINI("", "", "[topic=orders]\nnumPartitions=2\n")
+func failoverINI(replication string) string { return failoverINIZK("", "", replication) }
+
+func failoverINIZK(zk, root, replication string) string {
+	s := sharedINI(zk, root, "[topic=orders]\nnumPartitions=2\n")
 	s = strings.Replace(s, "[gossip]\n", "[gossip]\nenable=false\n", 1)
 	return strings.Replace(s, "[replication]\n", "[replication]\n"+replication, 1)
 }
@@ -179,5 +183,79 @@ func TestCutOffMasterRefusesPuts(t *testing.T) {
 	}
 	if bj.Broker.WriteRefusal() == nil {
 		t.Fatal("bj, still cut off, takes puts again")
+	}
+}
+
+// TestPromoteSlaveSiteZooKeeper: with ZooKeeper on, the promoted site
+// registers as master of the brokerId at generation 1, and a Go producer
+// that follows ZooKeeper, started before bj was lost, sends to hf without
+// a restart; the offsets hf assigns continue bj's.
+func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	shared := failoverINIZK(zk, zkRoot, "")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://" + natsListen})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	send := func(tag string, n int) []client.SendResult {
+		var out []client.SendResult
+		for i := range n {
+			r, err := p.Send(ctx, &client.Message{Topic: "orders", Payload: []byte(fmt.Sprintf("%s-%d", tag, i))})
+			if err != nil {
+				t.Fatalf("send %s-%d: %v", tag, i, err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	send("bj", 20)
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	ends := map[int]int64{}
+	for _, pi := range hf.Store.Partitions() {
+		ends[pi.Partition] = pi.Max
+	}
+	bj.Close()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Receiver().Status().Connected {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	rep, err := hf.Promote(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation != 1 {
+		t.Fatalf("generation %d", rep.Generation)
+	}
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	if data, _, err := zc.Get(ctx, zkRoot+"/brokers/ids/0/master"); err != nil || string(data) != hf.Broker.URL() {
+		t.Fatalf("ids/0/master = %q %v, want %s", data, err, hf.Broker.URL())
+	}
+	if g, err := zc.Generation(ctx, 0); err != nil || g != 1 {
+		t.Fatalf("generation in ZooKeeper %d %v", g, err)
+	}
+	for _, r := range send("hf", 20) {
+		if r.Offset < ends[r.Partition.Partition] {
+			t.Fatalf("hf stored at %d in partition %d, below bj's end %d", r.Offset, r.Partition.Partition, ends[r.Partition.Partition])
+		}
 	}
 }
