@@ -332,7 +332,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if r.opts.Identity != nil {
 		h.Generation = r.opts.Identity.Generation()
 	}
-	if masterLog == "" && r.opts.Identity != nil && len(r.opts.Sink.Partitions()) > 0 {
+	if masterLog == "" && resume < 0 && r.opts.Identity != nil && len(r.opts.Sink.Partitions()) > 0 {
 		// No checkpoint, but data (a former master rejoining as a slave):
 		// our positions are in our own log, so the master resumes us by
 		// partition ends, and tells us where its own history begins.
