@@ -32,6 +32,8 @@ type site struct {
 	fence atomic.Pointer[Fence]
 	// master is where this site's receiver dials (a proxy's address).
 	master atomic.Pointer[string]
+	// onPromote, when set before follow, is the receiver's OnPromote.
+	onPromote func(pos int64)
 }
 
 func newSite(t *testing.T, k storeKind, root, name string) *site {
@@ -111,7 +113,7 @@ func (s *site) follow(m *site) {
 	}
 	rc, err := NewReceiver(ReceiverOptions{Sink: s.st, BrokerID: 7, SlaveID: 1, Group: s.name, MaxDelay: 50 * time.Millisecond,
 		Resolver: ResolverFunc(func(context.Context) (string, error) { return *s.master.Load(), nil }),
-		Identity: s.id, CheckpointFile: filepath.Join(s.dir, "replication.checkpoint"),
+		Identity: s.id, CheckpointFile: filepath.Join(s.dir, "replication.checkpoint"), OnPromote: s.onPromote,
 		CheckpointInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 	if err != nil {
 		s.t.Fatal(err)
@@ -409,4 +411,62 @@ func TestFailbackCutsUnreplicatedTail(t *testing.T) {
 	if err := bj.sameAs(hf); err != nil {
 		t.Fatalf("after reopening bj's store: %v", err)
 	}
+}
+
+// TestHandover: bj, its writes stopped, waits until hf holds its whole
+// durable log and hands mastership over; hf becomes master at generation
+// 1 with exactly bj's bytes, and gz follows hf by partition ends.
+func TestHandover(t *testing.T) {
+	forKinds(t, func(t *testing.T, k storeKind) {
+		root := t.TempDir()
+		bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+		bj.startMaster(0, nil)
+		putSome(t, bj, 30, "bj")
+		var promoted sync.WaitGroup
+		var handedAt atomic.Int64
+		hf.onPromote = func(pos int64) {
+			promoted.Add(1) // before handedAt: the test waits once it sees handedAt
+			handedAt.Store(pos)
+			go func() { // waited on below
+				defer promoted.Done()
+				hf.promote(0, nil)
+			}()
+		}
+		hf.follow(bj)
+		gz.follow(bj)
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(bj), gz.sameAs(bj)) })
+		if _, err := bj.sh.Handover(context.Background(), func(g string, _ int) bool { return g == "nobody" },
+			func() (int64, error) { return 0, nil }); err == nil {
+			t.Fatal("handover to no slave succeeded")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		name, err := bj.sh.Handover(ctx, func(g string, _ int) bool { return g == "hf" }, func() (int64, error) {
+			_, d := bj.st.LogBounds()
+			return d, nil
+		})
+		if err != nil || !strings.HasPrefix(name, "hf/") {
+			t.Fatalf("handover: %q %v", name, err)
+		}
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if handedAt.Load() == 0 {
+				return errors.New("hf not told to take over yet")
+			}
+			return nil
+		})
+		promoted.Wait()
+		if g := hf.id.Generation(); g != 1 {
+			t.Fatalf("hf at generation %d", g)
+		}
+		if _, d := bj.st.LogBounds(); handedAt.Load() != d {
+			t.Fatalf("handed over at %d, bj's durable end is %d", handedAt.Load(), d)
+		}
+		if err := hf.sameAs(bj); err != nil {
+			t.Fatalf("hf after the handover: %v", err)
+		}
+		bj.stopMaster()
+		gz.follow(hf)
+		putSome(t, hf, 3, "hf")
+		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return gz.sameAs(hf) })
+	})
 }

@@ -202,6 +202,10 @@ type ReceiverOptions struct {
 	// one is refused and steps down) and a newer one from the master is
 	// recorded. nil = no generation check.
 	Identity *IdentityStore
+	// OnPromote is called when the master hands mastership over to this
+	// slave (a planned switchover) once it holds everything up to pos. It
+	// must not block: it starts the promotion, which closes this Receiver.
+	OnPromote func(pos int64)
 	// TailDir is where records this slave holds beyond what its (new)
 	// master had at its promotion are saved before they are cut from the
 	// store (a former master's unreplicated tail). Default: the directory

@@ -549,6 +549,22 @@ func (r *Receiver) session() (progressed bool, err error) {
 					}
 				})
 			}
+		case typePromote:
+			d := dec{b: f.wire}
+			pos := d.i64()
+			if d.err != nil {
+				return progressed, d.err
+			}
+			if applied < pos || r.opts.OnPromote == nil {
+				r.log.Error("REPLICATION: master handed mastership over, but this slave cannot take it",
+					"applied", applied, "masterDurable", pos, "promotable", r.opts.OnPromote != nil)
+				continue
+			}
+			if err := r.checkpointNow(); err != nil {
+				return progressed, err
+			}
+			r.log.Warn("REPLICATION: master handed mastership over to this site", "at", pos)
+			r.opts.OnPromote(pos)
 		case typeError:
 			return progressed, fmt.Errorf("georeplicator: master error: %s", f.wire)
 		default:

@@ -209,6 +209,10 @@ type session struct {
 	lastAck     atomic.Int64 // unix ns of the last ack: the slave confirms this master (lease)
 	connectedAt time.Time
 
+	promoteWake chan struct{} // cap 1: Handover asks the stream to send promote
+	promoteAt   atomic.Int64
+	done        chan struct{} // closed when the session ends
+
 	chooser codecChooser
 }
 
@@ -305,6 +309,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
 	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
 		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), rewindTo: -1, connectedAt: s.opts.Clock.Now(),
+		promoteWake: make(chan struct{}, 1), done: make(chan struct{}),
 		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
 	if bw > 0 {
 		burst := s.opts.FrameBytes + headerLen + 4096
@@ -342,6 +347,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	s.sessions[key] = ss
 	s.mu.Unlock()
+	defer close(ss.done)
 	defer func() {
 		s.mu.Lock()
 		if s.sessions[key] == ss {
@@ -505,6 +511,15 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			}
 			return err
 		case <-tick.C:
+			continue
+		case <-ss.promoteWake:
+			var e enc
+			e.i64(ss.promoteAt.Load())
+			var err error
+			if scratch, err = writeFrame(ss.conn, header{typ: typePromote}, e.b, scratch); err != nil {
+				return err
+			}
+			ss.log.Warn("REPLICATION: handed mastership over to this slave", "durable", ss.promoteAt.Load())
 			continue
 		case f = <-frames:
 		}
