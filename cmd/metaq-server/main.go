@@ -44,6 +44,7 @@ commands:
   slave-status                            -f server.ini
   promote [--force]                       -f server.ini (at a slave site: become master)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
+  switchover -to <slave>                  -f server.ini (at the master: hand over to a slave, nothing lost)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -100,6 +101,7 @@ type common struct {
 	admin    string
 	dataPath string
 	force    bool
+	to       string
 	publish  bool
 	brokers  string
 }
@@ -126,6 +128,7 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.admin, "admin", "", `start: admin listen address (default [site] adminAddr; "off" disables)`)
 	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
 	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
+	fs.StringVar(&c.to, "to", "", "switchover: the slave that takes over (slave group, its last '-' field, or slaveId)")
 	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
 	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
 	return c
@@ -200,6 +203,11 @@ func run(cmd string, args []string) error {
 		}
 		_, err = listUnreplicated(os.Stdout, unreplicatedDir(cfg))
 		return err
+	case "switchover":
+		if c.to == "" {
+			return errors.New("-to is required")
+		}
+		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}})
 	case "promote":
 		q := url.Values{}
 		if c.force {

@@ -29,6 +29,7 @@ import (
 //	POST /open-partitions?topic=T[&start=a&end=b] reopen them (all when no range)
 //	GET  /slave-status                            async-slave replication status (JSON)
 //	POST /promote[?force=true]                    make this slave site master (JSON report)
+//	POST /switchover?to=<slave>                   hand mastership to a caught-up slave (JSON report)
 type Admin struct {
 	b     *Bundle
 	ln    net.Listener
@@ -56,6 +57,7 @@ func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
 	a.mux.HandleFunc("POST /open-partitions", a.partitions(false))
 	a.mux.HandleFunc("GET /slave-status", a.slaveStatus)
 	a.mux.HandleFunc("POST /promote", a.servePromote)
+	a.mux.HandleFunc("POST /switchover", a.serveSwitchover)
 	a.srv = &http.Server{
 		Handler:           a.auth(a.mux),
 		ReadHeaderTimeout: 10 * time.Second,

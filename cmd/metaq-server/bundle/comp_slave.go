@@ -356,6 +356,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	}
 	opts := georeplicator.ReceiverOptions{
 		Identity:             id,
+		OnPromote:            b.promoteOnHandover,
 		Sink:                 b.Store,
 		Resolver:             res,
 		BrokerID:             cfg.System.BrokerID,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,9 @@ type failoverState struct {
 	promoted *shipperComponent
 	// promoting: a promotion is in progress (one at a time).
 	promoting bool
+	// handovers are promotions a master's handover started (owned here,
+	// waited for by closeFailover).
+	handovers sync.WaitGroup
 }
 
 // identity opens <dataPath>/replication/identity.json once.
@@ -124,6 +128,10 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	if f.promoting || f.promoted != nil {
 		f.mu.Unlock()
 		return PromoteReport{}, errors.New("promote: this site is already master (or being promoted)")
+	}
+	if b.closing.Load() {
+		f.mu.Unlock()
+		return PromoteReport{}, errors.New("promote: the bundle is stopping")
 	}
 	f.promoting = true
 	f.mu.Unlock()
@@ -242,9 +250,11 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// closeFailover stops a shipper started by a promotion.
+// closeFailover waits for a promotion a handover started and stops a
+// shipper started by a promotion.
 func (b *Bundle) closeFailover() error {
 	f := &b.failover
+	f.handovers.Wait()
 	f.mu.Lock()
 	sc := f.promoted
 	f.promoted = nil
@@ -264,4 +274,109 @@ func compOf[T Component](b *Bundle) T {
 		}
 	}
 	return zero
+}
+
+// switchoverHolder is the write gate holder while a master hands over.
+const switchoverHolder = "switchover"
+
+// promoteOnHandover is the receiver's OnPromote: the master handed
+// mastership over (a planned switchover), and this site holds everything
+// it had. The promotion closes the receiver, so it runs on its own
+// goroutine, which closeFailover waits for.
+func (b *Bundle) promoteOnHandover(pos int64) {
+	f := &b.failover
+	f.handovers.Add(1)
+	go func() {
+		defer f.handovers.Done()
+		rep, err := b.Promote(context.Background(), true)
+		if err != nil {
+			b.log.Error("FAILOVER: taking over from the master failed", "at", pos, "err", err)
+			return
+		}
+		b.log.Warn("FAILOVER: took over from the master (switchover)", "generation", rep.Generation, "at", pos, "took", rep.Took)
+	}()
+}
+
+// SwitchoverReport is what `metaq-server switchover` prints.
+type SwitchoverReport struct {
+	To string `json:"to"` // the slave that took over (group/slaveId)
+	// DurableEnd is the log end the new master held when told to take over.
+	DurableEnd int64 `json:"durableEnd"`
+	// WritesStopped is how long this master had refused puts when it handed
+	// over; producers reach the new master once it has registered (and,
+	// with fenceSites, waited out the lease).
+	WritesStopped time.Duration `json:"writesStoppedNs"`
+	Generation    uint64        `json:"newGeneration"`
+}
+
+// Switchover hands mastership to the slave named to (its slave group, the
+// group's last "-" field, or its slaveId) with nothing lost: this master
+// refuses puts (503, retriable), waits until that slave holds its whole
+// durable log, tells it to take over, and steps down (it keeps refusing
+// puts; restart it as a slave of the new master). If the slave does not
+// catch up within ctx, puts are taken again here.
+func (b *Bundle) Switchover(ctx context.Context, to string) (SwitchoverReport, error) {
+	rep := SwitchoverReport{}
+	sc := b.promotedShipper()
+	if sc == nil {
+		sc = compOf[*shipperComponent](b)
+	}
+	var s *georeplicator.Shipper
+	if sc != nil {
+		s = sc.Shipper()
+	}
+	if s == nil {
+		return rep, errors.New("switchover: this site is not a master shipping its log")
+	}
+	id, err := b.identity()
+	if err != nil {
+		return rep, err
+	}
+	match := func(group string, slaveID int) bool {
+		return group == to || strings.HasSuffix(group, "-"+to) || strconv.Itoa(slaveID) == to
+	}
+	start := time.Now()
+	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
+	durableEnd := func() (int64, error) {
+		if err := b.Store.Flush(); err != nil {
+			return 0, err
+		}
+		_, d := b.Store.LogBounds()
+		rep.DurableEnd = d
+		return d, nil
+	}
+	name, err := s.Handover(ctx, match, durableEnd)
+	if err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
+	}
+	rep.To, rep.WritesStopped = name, time.Since(start)
+	rep.Generation = id.Generation() + 1
+	s.ObserveGeneration(rep.Generation, "switchover to "+name)
+	b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
+	if b.Registry != nil {
+		// Clients leave at once, and the new master can take the master node.
+		if err := b.Registry.UnregisterAll(ctx); err != nil {
+			b.log.Warn("FAILOVER: unregistering after the switchover", "err", err)
+		}
+	}
+	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
+	return rep, nil
+}
+
+// serveSwitchover is POST /switchover?to=<slave> on the admin endpoint.
+func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		http.Error(w, "to is required", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	defer cancel()
+	rep, err := a.b.Switchover(ctx, to)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }

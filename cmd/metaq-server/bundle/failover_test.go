@@ -259,3 +259,61 @@ func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
 		}
 	}
 }
+
+// TestSwitchover: `switchover -to hf` at bj stops puts at bj, waits until
+// hf holds bj's whole durable log, and hands over: hf becomes master with
+// every message bj acknowledged, bj refuses puts, gz follows hf.
+func TestSwitchover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL})
+	produce(t, bj.Broker.Addr().String(), "orders", 200, "bj")
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, s := range []*Bundle{hf, gz} {
+			if !mustComp[*receiverComponent](t, s).Receiver().Status().Connected {
+				return errors.New("a slave is not connected yet")
+			}
+		}
+		return nil
+	})
+
+	start := time.Now()
+	code, body := testutil.HTTPDo(t, "POST", "http://"+bj.AdminAddr()+"/switchover?to=hf", "")
+	var rep SwitchoverReport
+	if err := json.Unmarshal(body, &rep); code != http.StatusOK || err != nil {
+		t.Fatalf("POST /switchover: %d %s (%v)", code, body, err)
+	}
+	if !strings.HasPrefix(rep.To, "meta-slave-group-hf/") || rep.Generation != 1 {
+		t.Fatalf("switchover report %+v", rep)
+	}
+	testutil.Eventually(t, 15*time.Second, 5*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil || hf.Broker.WriteRefusal() != nil {
+			return errors.New("hf does not take puts yet")
+		}
+		return nil
+	})
+	t.Logf("writes stopped at bj for %s before the handover; hf took puts %s after the command", rep.WritesStopped, time.Since(start))
+	if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
+		t.Fatalf("bj after the switchover: %+v", r)
+	}
+	for p := range 2 {
+		bb, _ := bj.Store.Read("orders", p, 0, 1<<20)
+		hb, _ := hf.Store.Read("orders", p, 0, 1<<20)
+		if len(bb) == 0 || string(bb) != string(hb) {
+			t.Fatalf("partition %d: hf holds %d bytes, bj %d", p, len(hb), len(bb))
+		}
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	toGZ.SetTarget(hf.promotedShipper().Addr())
+	toGZ.CutAll()
+	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+}
