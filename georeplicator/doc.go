@@ -58,6 +58,12 @@
 // by then the old master, which counts acks only from connected slaves,
 // has lost its own lease, so two masters are never confirmed together.
 //
+// A planned switchover (switchover.go): with client writes stopped, the
+// master's Handover waits until the chosen slave reports its whole durable
+// log checkpointed, then sends it promote (the durable end); the slave
+// checkpoints and calls OnPromote, which makes it master at the next
+// generation, and the old master steps down.
+//
 // # Frames
 //
 // Every message is a frame (see frame.go): a 32-byte header with magic,
