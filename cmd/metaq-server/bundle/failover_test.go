@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/store"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
@@ -316,4 +317,105 @@ func TestSwitchover(t *testing.T) {
 	toGZ.SetTarget(hf.promotedShipper().Addr())
 	toGZ.CutAll()
 	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+}
+
+// TestSwitchoverZooKeeperNoLoss: a Go producer that follows ZooKeeper
+// sends throughout `switchover -to hf`; every message it had acknowledged
+// is at hf afterwards, it moves to hf without a restart, and the longest
+// gap between two acknowledgements (the write downtime) is logged.
+func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	shared := failoverINIZK(zk, zkRoot, "")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://" + natsListen})
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !mustComp[*receiverComponent](t, hf).Receiver().Status().Connected {
+			return errors.New("hf not connected")
+		}
+		return nil
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p, err := client.NewProducer(cl, client.WithRetries(50), client.WithRetryBackoff(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	var (
+		mu     sync.Mutex
+		acked  []string
+		maxGap time.Duration
+		last   = time.Now()
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m := fmt.Sprintf("msg-%d", i)
+			if _, err := p.Send(ctx, &client.Message{Topic: "orders", Payload: []byte(m)}); err != nil {
+				continue // not acknowledged: may be lost
+			}
+			now := time.Now()
+			mu.Lock()
+			acked = append(acked, m)
+			maxGap = max(maxGap, now.Sub(last))
+			last = now
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // traffic before the switchover
+	rep, err := bj.Switchover(ctx, "hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(last) > 100*time.Millisecond || hf.Broker.WriteRefusal() != nil {
+			return errors.New("no acknowledgements from hf yet")
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond) // traffic after
+	close(stop)
+	<-done
+	held := map[string]bool{}
+	for part := range 2 {
+		b, _ := hf.Store.Read("orders", part, 0, 64<<20)
+		for len(b) > 0 {
+			r, n, err := store.DecodeRecord(b)
+			if err != nil {
+				t.Fatalf("hf orders-%d: %v", part, err)
+			}
+			held[string(r.Body)] = true
+			b = b[n:]
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range acked {
+		if !held[m] {
+			t.Fatalf("%s was acknowledged but is not at hf", m)
+		}
+	}
+	t.Logf("%d messages acknowledged; writes stopped at bj for %s; longest gap between acknowledgements %s", len(acked), rep.WritesStopped, maxGap)
 }
