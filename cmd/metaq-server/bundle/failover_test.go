@@ -419,3 +419,31 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 	}
 	t.Logf("%d messages acknowledged; writes stopped at bj for %s; longest gap between acknowledgements %s", len(acked), rep.WritesStopped, maxGap)
 }
+
+// TestMasterStepsDownOnZooKeeperGeneration: a master that finds a newer
+// generation of its brokerId in ZooKeeper (another site was promoted)
+// steps down and refuses puts.
+func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"), siteSpec{name: "bj", natsListen: natsListen})
+	if r := bj.Broker.WriteRefusal(); r != nil {
+		t.Fatalf("bj refuses puts at start: %s", r.Reason)
+	}
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	if _, err := zc.RaiseGeneration(context.Background(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r == nil || !strings.Contains(r.Reason, "no longer master") {
+			return fmt.Errorf("bj refusal %+v", r)
+		}
+		return nil
+	})
+}
