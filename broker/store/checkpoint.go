@@ -404,7 +404,7 @@ func (s *Store) dropCheckpoint() {
 
 // shutdown runs after the writer stopped: final fsync and checkpoint.
 func (s *Store) shutdown() error {
-	if s.Health() != nil {
+	if s.fatal() != nil {
 		return nil
 	}
 	if err := s.syncNow(); err != nil {

@@ -74,7 +74,7 @@ func TestDiskErrors(t *testing.T) {
 		write, syn error
 		cause      error
 	}{
-		{"ENOSPC on write", syscall.ENOSPC, nil, syscall.ENOSPC},
+		{"ENOSPC on fdatasync", nil, syscall.ENOSPC, syscall.ENOSPC},
 		{"EIO on write", syscall.EIO, nil, syscall.EIO},
 		{"EIO on fdatasync", nil, syscall.EIO, syscall.EIO},
 	}

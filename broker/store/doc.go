@@ -56,12 +56,19 @@
 //   - type 2, define: binds pid (a small number) to topic and partition;
 //     payload = uint16 topic length, topic, int32 partition; "partition
 //     offset" is the partition's end when the entry was written. A define is
-//     written when a partition is created AND again for every live partition
-//     at the start of each new segment, so any suffix of the log describes
-//     its own partitions (the key table survives retention and a lost
-//     checkpoint). 10,000 partitions cost about 0.6 MB per segment. A
-//     define whose end is below the partition's current end records a fence
-//     (see Recovery): replay cuts the partition back to that end.
+//     written when a partition is created (and again after its first
+//     records) AND again for every live partition at the start of each new
+//     segment, so any suffix of the log describes its own partitions (the
+//     key table survives retention and a lost checkpoint). 10,000
+//     partitions cost about 0.6 MB per segment. A define is also written
+//     when damage makes a hole in a partition at run time, and when a
+//     replica skips records its master lost (SkipTo): a define whose end is
+//     above the partition's replayed end says the offsets in between were
+//     handed out and lost (a hole, see Recovery). One below it is a fence
+//     written by an older version: replay cuts the partition back there.
+//
+//     A data entry whose offset is below its partition's end fills a hole
+//     (Repair, or the intact records of a damaged entry).
 //
 //   - type 3, delete: pid was deleted (DeletePartition); its data is dead.
 //
@@ -106,9 +113,10 @@
 //
 // ReadLog (the replication shipper) reads the log itself in order and needs
 // no index lookup: a chunk is live when it lies in [Min, end) of its
-// partition and no fence made it dead (a fence, kept per partition and in
-// the checkpoint, records that chunks logged before position P at offsets
-// from O on were cut off; later chunks reuse those offsets).
+// partition, not in one of its holes, and no fence made it dead (a fence,
+// written by older versions at damage, kept per partition and in the
+// checkpoint, records that chunks logged before position P at offsets from
+// O on were cut off; later chunks reuse those offsets).
 //
 // Each partition also keeps its virtual segment boundaries (see
 // NearestOffset, 8 bytes per SegmentBytes of its data) and the number of
@@ -148,7 +156,7 @@
 //     arrive meanwhile, and the next commit (covering all of them, with
 //     the partition ends taken as each batch joins it) is started by the
 //     syncer itself as soon as that fdatasync returns. At most one runs;
-//     every other request (create, delete, fence, flush, checkpoint,
+//     every other request (create, delete, hole, repair, flush, checkpoint,
 //     segment roll) first waits for it. If it fails, nothing more is
 //     synced: the rollback below cuts what was written after it too, and
 //     those appends fail as well. AppendAsync queues an append without
@@ -233,33 +241,65 @@
 //   - torn tail: no valid entry exists anywhere after X. The segment is
 //     truncated at X (later empty segments are removed). This is the
 //     ordinary result of a crash during a write.
+//
 //   - corruption: a valid entry exists after X (at Y, found by searching
 //     for the magic and checking the crc). The bytes [X, Y) are copied to
 //     <segment>.log.<X>.bad, logged with path and offset, and remembered as a
 //     quarantined range (kept in the checkpoint): ReadLog skips it and it
-//     is never served. A partition whose chunk was lost there is fenced:
-//     its later chunks no longer start at its end, so they are dropped from
-//     its index and never served; the partition continues from the end of
-//     its last trusted chunk. Partitions not touched by the damage are
-//     unaffected.
+//     is never served. Only the records in it are lost: a partition whose
+//     chunk was there gets a hole, an index entry with pos = holePos over
+//     the lost offsets (so the index stays contiguous), and its later
+//     chunks stay readable at their offsets (Read inside a hole answers
+//     *DamagedError with the next readable offset; the broker answers 301
+//     there). Offsets are never handed out twice: the hole ends where the
+//     partition's next chunk, or its next define entry, says it went on.
+//     When nothing later names the partition (damage in the active
+//     segment), the damaged entry's own header gives the end if it still
+//     parses and spans exactly [X, Y); otherwise every partition's end is
+//     moved up by the range's payload size, a hole that may hold nothing.
+//     Partitions not touched by the damage are unaffected.
+//
+//     One entry may hold many records (a connection's pipelined puts, up
+//     to 256). When the entry's header is intact, the records that still
+//     pass their own checksum (spec §1.10) before and after the ones that
+//     fail are written back into the hole as Repair does (salvage.go), so
+//     only the damaged records are lost. When no record fails (the damage
+//     is in a header, an id or a flag, which no record checksum covers)
+//     the whole entry stays lost.
+//
+//     A partition whose creating define was in the damage keeps its data:
+//     the scan holds chunks of a pid it does not know (and that was not
+//     deleted) until a later define names it (a new partition writes its
+//     define again after its first records, and each segment starts with
+//     them), then places them.
 //
 // Damage below the checkpoint (bit rot after a clean start-up) is not seen
 // by recovery, so Read checks the crc of every chunk it serves (crc32c is
 // hardware-assisted; the cost is in BENCH.md). A chunk that fails is never
-// served: the partition is fenced at it at once (the writer cuts the
-// partition's index back to the chunk start, appends continue there, and a
-// define entry with the new end goes into the log), the error is logged with
-// the log position, and the checkpoint is deleted so that the next start-up
-// scans the whole log, quarantines the damage and, replaying that define
-// entry, reaches the same partitions. ReadLog checks every entry too: it
-// skips a damaged one (resyncing at the next valid entry), quarantines the
-// range in memory, fences the partition that owned the chunk there, and goes
-// on with the other partitions' entries.
-// Offsets after a fence are reused, as after a torn-tail truncation; a
-// replica that already holds them sees ErrOffsetMismatch from AppendRaw.
-// Cutting a partition's index back (a fence at run time, its replay at
-// start-up, the rollback after a failed fdatasync) is one function,
-// cutIndexLocked.
+// served: its range is quarantined, its offsets become a hole at once (the
+// chunk's index entry stays; the partition's list of holes masks it), its
+// intact records are written back as in recovery, the writer appends a
+// define entry with the partition's end, and the error is logged with the
+// log position. ReadLog checks every entry too and does the same for the
+// chunk it finds damaged, then goes on with the other entries. Before the
+// first chunk after lost records ReadLog returns a hole marker (a LogEntry
+// without records at that chunk's offset): a replica that lacks them
+// continues at the master's offsets (SkipTo), one that holds them keeps
+// them.
+//
+// Repair(topic, partition, off, records) fills a hole with the records a
+// replica still holds: verified (framing, crc), fitting in the hole, and
+// appended to the log as a data entry whose offset is below the
+// partition's end; they are served from there (the partition's list of
+// fills). Holes, fills and adopted chunks live in memory: while a store
+// has any, it writes no checkpoint, so every start-up scans the whole log
+// and finds them again (an undamaged store starts from its checkpoint).
+//
+// Logs written before holes existed may hold fence entries (a define below
+// the partition's end): replay cuts the partition back there (the
+// chunks after it are dead, fences are kept per partition and in the
+// checkpoint). Cutting a partition's index back (such a fence, the rollback
+// after a failed fdatasync) is one function, cutIndexLocked.
 //
 // After the scan the last segment is fdatasynced once (what survived a
 // process crash sits in the page cache) and everything on disk is durable.
@@ -307,17 +347,29 @@
 //
 // # Disk errors
 //
-// All file access goes through FS. When a write or fsync fails (ENOSPC, EIO)
-// the writer truncates the partial batch away, fails the batch's appends
-// with an error wrapping ErrUnhealthy and the cause, and the store refuses
-// further appends; Health reports the error. After a failed fdatasync the
-// log and the indexes are also cut back to the last durable position, so
-// nothing unacknowledged stays readable (the kernel may have dropped those
-// pages); records acknowledged unfsynced under UnflushThreshold > 0 go too,
-// as that policy allows. Data stored before is not touched and stays readable. Reopening
-// the store after the cause is fixed recovers as after a crash. A failed
-// write of an index block stops appends the same way (the chunks stay
-// indexed in memory).
+// All file access goes through FS. When a write fails the writer truncates
+// the partial batch away and fails the batch's appends. A full disk
+// (ENOSPC, EDQUOT on write) only refuses: the error wraps ErrNoSpace, Health
+// reports it, nothing written before is touched, and every later append
+// tries again, so the store accepts appends by itself once there is room.
+// ProbeSpace tries without an append (a 64 KiB write past the end, cut off
+// again), for the broker, whose write gate refuses puts meanwhile. A roll
+// that cannot create the next segment (no space, no descriptor) is not
+// fatal either: the active segment grows and the roll is retried after the
+// next append. The store keeps four file descriptors in reserve (see
+// reserveFS) and gives one back when an open fails with EMFILE/ENFILE, so
+// rolls and checkpoints go on when client connections used up the rest.
+//
+// Any other write error, a failed write of an index block other than for
+// lack of space (the chunks stay indexed in memory), and any failed
+// fdatasync (ENOSPC included: the kernel may have dropped the pages) stop
+// the store: appends fail with an error wrapping ErrUnhealthy and the cause
+// until it is reopened. After a failed fdatasync the log and the indexes
+// are also cut back to the last durable position, so nothing
+// unacknowledged stays readable; records acknowledged unfsynced under
+// UnflushThreshold > 0 go too, as that policy allows. Data stored before is
+// not touched and stays readable. Reopening the store after the cause is
+// fixed recovers as after a crash.
 //
 // # Locks
 //

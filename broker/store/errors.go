@@ -21,6 +21,9 @@ var (
 	ErrLogTruncated = errors.New("store: log position removed by retention")
 	// ErrUnhealthy: a disk error (ENOSPC, EIO) made the store refuse appends; Health tells why.
 	ErrUnhealthy = errors.New("store: unhealthy")
+	// ErrNoSpace: the disk is full; the append was refused and nothing was
+	// written. Appends are accepted again once there is room.
+	ErrNoSpace = errors.New("store: no space left on device")
 	// ErrBadArgument: an argument is invalid (empty topic, negative partition, maxBytes <= 0).
 	ErrBadArgument = errors.New("store: bad argument")
 )
@@ -37,6 +40,26 @@ func (e *RangeError) Error() string {
 // Unwrap makes errors.Is(err, ErrOffsetOutOfRange) hold.
 func (e *RangeError) Unwrap() error { return ErrOffsetOutOfRange }
 
+// DamagedError: a read started inside a range of the partition whose
+// records were lost to damage (a hole). Next is the first offset after it;
+// a reader moves there (the broker answers 301 Next, as for a retention
+// gap). It wraps ErrCorrupt.
+type DamagedError struct {
+	Offset, Next int64
+	Err          error // the check that failed, when found by this read
+}
+
+func (e *DamagedError) Error() string {
+	s := fmt.Sprintf("store: offset %d is in a damaged range; records continue at %d", e.Offset, e.Next)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap makes errors.Is(err, ErrCorrupt) hold.
+func (e *DamagedError) Unwrap() error { return ErrCorrupt }
+
 // unhealthyError wraps the disk error that stopped the store.
 type unhealthyError struct{ cause error }
 
@@ -44,3 +67,11 @@ func (e *unhealthyError) Error() string { return "store: unhealthy: " + e.cause.
 func (e *unhealthyError) Unwrap() []error {
 	return []error{ErrUnhealthy, e.cause}
 }
+
+// noSpaceError wraps the write error of a full disk.
+type noSpaceError struct{ cause error }
+
+func (e *noSpaceError) Error() string {
+	return "store: refusing appends while the disk is full: " + e.cause.Error()
+}
+func (e *noSpaceError) Unwrap() []error { return []error{ErrNoSpace, e.cause} }

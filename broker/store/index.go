@@ -219,7 +219,7 @@ func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
 	next := b.off
 	for i := range ents {
 		e := decodeEntry32(buf[i*idxEntryLen:])
-		if e.pid != pid || e.off != next || e.pos < b.g.start {
+		if e.pid != pid || e.off != next || (e.pos < b.g.start && !e.hole()) {
 			return nil, fmt.Errorf("store: index %s at %d: %w: entry %d", idxPathOf(b.g.path), at, errIndexDamaged, i)
 		}
 		next = e.off + int64(e.n)

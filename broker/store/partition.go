@@ -40,12 +40,201 @@ type partition struct {
 	base    int64
 	deleted bool
 
+	// Damage (see doc.go, Recovery). lost holds the offset ranges whose
+	// records were lost to damage, holes the part of them not repaired
+	// (what Damaged reports), fills the chunks written back into them
+	// (Repair, salvage), ascending by offset. The index itself keeps a
+	// hole marker (pos holePos) where recovery found records missing, so
+	// it stays contiguous; a chunk found damaged while serving keeps its
+	// index entry and is masked by holes. Rare, so plain slices.
+	lost  []offRange
+	holes []offRange
+	fills []idxEntry
+	// adoptedLow is the lowest log position of chunks adopted after their
+	// partition's definition was lost (-1: none); see adoptOrphans.
+	adoptedLow int64
+
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
 }
 
+// holePos is the pos of an index entry that marks a hole: offsets whose
+// records were lost, never served and never handed out again.
+const holePos = -1
+
+// offRange is a range of partition offsets [from, to).
+type offRange struct{ from, to int64 }
+
+func (e idxEntry) hole() bool { return e.pos < 0 }
+
+// damagedLocked reports whether p has any damage state (then the store
+// scans the whole log at start-up, where it is rebuilt).
+func (p *partition) damagedLocked() bool {
+	return len(p.lost) > 0 || len(p.fills) > 0 || p.adoptedLow >= 0
+}
+
+// addHoleLocked records that the offsets [p.end, to) were lost: a hole
+// marker goes into the index and p continues at to, so no offset is handed
+// out twice. ms keeps the index's times ascending.
+func (p *partition) addHoleLocked(to, ms int64) bool {
+	if to <= p.end {
+		return false
+	}
+	p.tail = append(p.tail, idxEntry{pid: p.pid, n: uint32(to - p.end), off: p.end, pos: holePos, ms: ms})
+	p.markLostLocked(p.end, to)
+	p.end = to
+	return true
+}
+
+// markLostLocked adds [from, to) to the lost and the unrepaired ranges.
+func (p *partition) markLostLocked(from, to int64) {
+	p.lost = addRange(p.lost, offRange{from, to})
+	p.holes = addRange(p.holes, offRange{from, to})
+}
+
+// addRange inserts r into the sorted list rs, merging neighbours.
+func addRange(rs []offRange, r offRange) []offRange {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].from > r.from })
+	rs = append(rs, offRange{})
+	copy(rs[i+1:], rs[i:])
+	rs[i] = r
+	out := rs[:1]
+	for _, x := range rs[1:] {
+		if last := &out[len(out)-1]; x.from <= last.to {
+			last.to = max(last.to, x.to)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// holeRoomLocked returns how many unrepaired bytes follow off in its hole
+// (0 when off is not in one).
+func (p *partition) holeRoomLocked(off int64) int64 {
+	for _, h := range p.holes {
+		if off >= h.from && off < h.to {
+			return h.to - off
+		}
+	}
+	return 0
+}
+
+// inHolesLocked reports whether [off, off+n) overlaps an unrepaired hole.
+func (p *partition) inHolesLocked(off, n int64) bool {
+	for _, h := range p.holes {
+		if off < h.to && off+n > h.from {
+			return true
+		}
+	}
+	return false
+}
+
+// lostEndsAtLocked reports whether a lost range ends at off (ReadLog ships
+// a hole marker before the chunk there).
+func (p *partition) lostEndsAtLocked(off int64) bool {
+	for _, h := range p.lost {
+		if h.to == off {
+			return true
+		}
+	}
+	return false
+}
+
+// fillLocked records a chunk of n bytes at log position pos written back
+// into the hole at off; it must fit in the unrepaired part.
+func (p *partition) fillLocked(off, n, pos, ms int64) bool {
+	if n <= 0 || p.holeRoomLocked(off) < n {
+		return false
+	}
+	i := sort.Search(len(p.fills), func(i int) bool { return p.fills[i].off > off })
+	p.fills = append(p.fills, idxEntry{})
+	copy(p.fills[i+1:], p.fills[i:])
+	p.fills[i] = idxEntry{pid: p.pid, n: uint32(n), off: off, pos: pos, ms: ms}
+	var holes []offRange
+	for _, h := range p.holes {
+		if off >= h.to || off+n <= h.from {
+			holes = append(holes, h)
+			continue
+		}
+		if h.from < off {
+			holes = append(holes, offRange{h.from, off})
+		}
+		if off+n < h.to {
+			holes = append(holes, offRange{off + n, h.to})
+		}
+	}
+	p.holes = holes
+	return true
+}
+
+// overlayLocked turns index entries into what is served: a chunk found
+// damaged while serving becomes a hole, and a hole is split into the
+// chunks written back into it and what is still missing.
+func (p *partition) overlayLocked(ents []idxEntry) []idxEntry {
+	if len(p.lost) == 0 {
+		return ents
+	}
+	var out []idxEntry
+	for _, e := range ents {
+		off, end := e.off, e.off+int64(e.n)
+		if !e.hole() && !p.inHolesLocked(off, int64(e.n)) {
+			out = append(out, e)
+			continue
+		}
+		// [off, end) is (partly) lost: fills where written back, the
+		// rest holes
+		for x := off; x < end; {
+			if f, ok := p.fillAtLocked(x); ok && f.off+int64(f.n) <= end {
+				out = append(out, f)
+				x = f.off + int64(f.n)
+				continue
+			}
+			next := end
+			for _, f := range p.fills {
+				if f.off > x && f.off < next {
+					next = f.off
+				}
+			}
+			out = append(out, idxEntry{pid: p.pid, n: uint32(next - x), off: x, pos: holePos})
+			x = next
+		}
+	}
+	return out
+}
+
+// fillAtLocked returns the fill starting at off.
+func (p *partition) fillAtLocked(off int64) (idxEntry, bool) {
+	i := sort.Search(len(p.fills), func(i int) bool { return p.fills[i].off >= off })
+	if i < len(p.fills) && p.fills[i].off == off {
+		return p.fills[i], true
+	}
+	return idxEntry{}, false
+}
+
+// trimDamageLocked drops damage state below the partition's new min.
+func (p *partition) trimDamageLocked(min int64) {
+	clip := func(rs []offRange) []offRange {
+		var out []offRange
+		for _, r := range rs {
+			if r.to > min {
+				out = append(out, offRange{max(r.from, min), r.to})
+			}
+		}
+		return out
+	}
+	p.lost, p.holes = clip(p.lost), clip(p.holes)
+	var fills []idxEntry
+	for _, f := range p.fills {
+		if f.off+int64(f.n) > min {
+			fills = append(fills, f)
+		}
+	}
+	p.fills = fills
+}
+
 func newPartition(key pkey, pid uint32, start int64) *partition {
-	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}, base: start}
+	return &partition{key: key, pid: pid, min: start, end: start, durable: start, wEnd: start, segs: []int64{start}, base: start, adoptedLow: -1}
 }
 
 // addChunkLocked records a chunk of n bytes holding records records at the

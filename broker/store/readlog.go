@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"time"
 )
 
@@ -52,10 +51,9 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 			}
 			h, payload, n, derr := r.entryAt(x)
 			if derr != nil {
-				// Skip to the next valid entry so that replication of the
-				// other partitions goes on; the damaged partition was (or
-				// will be, on its next Read) fenced, so none of its later
-				// chunks is live.
+				// Skip to the next valid entry so that replication goes on;
+				// the damaged chunk becomes a hole of its partition, whose
+				// later chunks are shipped after a hole marker.
 				y := r.resync(x + 1)
 				if y < 0 {
 					y = limit
@@ -63,16 +61,21 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 				if g.start+x > pos || g.start+x == s.segs[0].start {
 					// A boundary we found ourselves, not one the caller
 					// passed in: this is damage.
-					s.corruptionFound(g.start+x, derr)
+					s.log.Error("STORE: damaged log entry skipped by replication", "position", g.start+x, "err", derr)
 					damaged = append(damaged, posRange{g.start + x, g.start + y})
 					x = y
-					break // fence the owner before looking at later entries
+					break // mark the hole before looking at later entries
 				}
 				x = y
 				continue
 			}
 			if h.typ == entryData {
-				if e, ok := s.liveEntry(h, payload, g.start+x); ok {
+				if e, marker, ok := s.liveEntry(h, payload, g.start+x); ok {
+					if marker {
+						// The records before this chunk were lost: a
+						// replica that lacks them continues past them too.
+						out = append(out, LogEntry{Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Time: e.Time})
+					}
 					out = append(out, e)
 					total += len(payload)
 				}
@@ -81,13 +84,15 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		}
 		s.segMu.RUnlock()
 		if len(damaged) > 0 {
-			s.segMu.Lock()
-			s.quarantine = append(s.quarantine, damaged...)
-			s.segMu.Unlock()
 			for _, d := range damaged {
-				if p, off, ok := s.chunkAt(d.from); ok {
-					s.submit(context.Background(), &request{kind: reqFence, p: p, at: off})
+				if p, off, n, ok := s.chunkAt(d.from); ok {
+					s.damageFound(p, off, d.from, n, ErrCorrupt)
+					continue
 				}
+				s.corruptionFound(d.from, ErrCorrupt)
+				s.segMu.Lock()
+				s.quarantine = append(s.quarantine, d)
+				s.segMu.Unlock()
 			}
 			damaged = nil
 		}
@@ -108,20 +113,23 @@ func (s *Store) quarantinedAt(pos int64) int64 {
 }
 
 // liveEntry turns a data entry into a LogEntry if its partition still
-// serves that chunk.
-func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (LogEntry, bool) {
+// serves that chunk; marker reports that records lost to damage end where
+// it starts.
+func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (e LogEntry, marker, ok bool) {
 	s.mu.RLock()
 	p := s.byPid[h.pid]
 	s.mu.RUnlock()
 	if p == nil {
-		return LogEntry{}, false
+		return LogEntry{}, false, false
 	}
+	n := int64(len(payload))
 	p.mu.RLock()
-	ok := !p.deleted && p.liveLocked(h.off, int64(len(payload)), pos)
+	ok = !p.deleted && p.liveLocked(h.off, n, pos) && !p.inHolesLocked(h.off, n)
+	marker = ok && p.lostEndsAtLocked(h.off)
 	key := p.key
 	p.mu.RUnlock()
 	if !ok {
-		return LogEntry{}, false
+		return LogEntry{}, false, false
 	}
 	return LogEntry{
 		Topic:     key.topic,
@@ -129,21 +137,21 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (LogEntry, b
 		Offset:    h.off,
 		Records:   append([]byte(nil), payload...),
 		Time:      time.UnixMilli(h.ms),
-	}, true
+	}, marker, true
 }
 
-// chunkAt finds the partition whose index has a chunk at log position pos:
-// the tails in memory, else the entries of the segment's .idx (a rare
-// path: damage met by ReadLog).
-func (s *Store) chunkAt(pos int64) (*partition, int64, bool) {
+// chunkAt finds the partition whose index has a chunk at log position pos,
+// with its offset and length: the tails and fills in memory, else the
+// entries of the segment's .idx (a rare path: damage met by ReadLog).
+func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 	s.mu.RLock()
 	for _, p := range s.parts {
 		p.mu.RLock()
-		for _, e := range p.tail {
+		for _, e := range append(p.tail[:len(p.tail):len(p.tail)], p.fills...) {
 			if e.pos == pos {
 				p.mu.RUnlock()
 				s.mu.RUnlock()
-				return p, e.off, true
+				return p, e.off, int64(e.n), true
 			}
 		}
 		p.mu.RUnlock()
@@ -153,7 +161,7 @@ func (s *Store) chunkAt(pos int64) (*partition, int64, bool) {
 	g := s.segmentLocked(pos)
 	s.segMu.RUnlock()
 	if g == nil {
-		return nil, 0, false
+		return nil, 0, 0, false
 	}
 	g.idxMu.RLock()
 	var b []byte
@@ -176,12 +184,12 @@ func (s *Store) chunkAt(pos int64) (*partition, int64, bool) {
 		p := s.byPid[e.pid]
 		s.mu.RUnlock()
 		if p == nil {
-			return nil, 0, false
+			return nil, 0, 0, false
 		}
 		p.mu.RLock()
 		live := p.liveLocked(e.off, int64(e.n), pos)
 		p.mu.RUnlock()
-		return p, e.off, live
+		return p, e.off, int64(e.n), live
 	}
-	return nil, 0, false
+	return nil, 0, 0, false
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -68,17 +69,21 @@ func (s *Store) recover() error {
 		s.w.ids.lastMs = s.w.lastMs - idEpoch + 1
 		s.w.ids.seq = 0
 	}
+	if err := s.writeSalvaged(); err != nil {
+		return err
+	}
 	s.durablePos = s.w.pos
+	damaged := false
 	for _, p := range s.parts {
 		p.durable = p.end
 		p.wEnd = p.end
-		if s.fencedAtScan[p] {
-			// Its chunks after the lost one stay in the log with offsets
-			// that new appends will reuse: they are dead.
-			p.fences = append(p.fences, fenceRef{pos: s.w.pos, off: p.end})
-		}
+		damaged = damaged || p.damagedLocked()
 	}
-	s.fencedAtScan = nil
+	if damaged {
+		// Holes and repairs live in memory: no checkpoint while there are
+		// any, so every start-up scans the log and finds them again.
+		s.dropCheckpoint()
+	}
 	// Re-state every live partition in the active segment: a crash during a
 	// roll can leave it without its leading define entries, and once older
 	// segments are retained away a scan must still know every partition.
@@ -103,7 +108,12 @@ func (s *Store) recover() error {
 // scanned segment's .idx, exactly as the writer does; at the end of a
 // sealed segment every tail is written out and its .idx made durable.
 func (s *Store) scan(from int64) error {
-	s.fencedAtScan = make(map[*partition]bool)
+	lost := make(map[*partition]int64) // see noteLoss
+	defer s.settleLoss(lost)
+	s.w.orphans = make(map[uint32][]orphan)
+	s.w.deadPids = make(map[uint32]bool)
+	s.w.scanPid0 = s.nextPid
+	defer s.dropOrphans()
 	for i := 0; i < len(s.segs); i++ {
 		g := s.segs[i]
 		if g.end() <= from && i < len(s.segs)-1 {
@@ -115,7 +125,7 @@ func (s *Store) scan(from int64) error {
 		for x < size {
 			h, payload, n, err := r.entryAt(x)
 			if err == nil {
-				if err := s.applyEntry(h, payload, g.start+x, g); err != nil {
+				if err := s.applyEntry(h, payload, g.start+x, g, lost); err != nil {
 					return err
 				}
 				x += int64(n)
@@ -135,6 +145,7 @@ func (s *Store) scan(from int64) error {
 				y = size
 			}
 			s.quarantineRange(g, x, y, err)
+			s.noteLoss(r, x, y, lost)
 			x = y
 		}
 		if i < len(s.segs)-1 {
@@ -196,7 +207,7 @@ func (s *Store) quarantineRange(g *segment, x, y int64, cause error) {
 
 // applyEntry replays one valid log entry into the partition table.
 // Full tails are written into g, the segment being scanned.
-func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment) error {
+func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment, lost map[*partition]int64) error {
 	if h.pid >= s.nextPid {
 		s.nextPid = h.pid + 1
 	}
@@ -209,9 +220,17 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment)
 		}
 		key := pkey{topic, num}
 		if p := s.byPid[h.pid]; p != nil {
-			// A re-definition (at a segment start) states the partition's
-			// end at that point. Lower than ours: the partition was fenced
-			// there at run time; cut it back the same way.
+			// A re-definition (at a segment start, after damage found at
+			// run time, after a new partition's first records, or where a
+			// replica skipped records its master lost) states the
+			// partition's end at that point. Higher than ours: the records
+			// in between were lost. Lower: a fence written by an older
+			// version, which cut the partition back there.
+			delete(lost, p)
+			if h.off > p.end {
+				s.holeReplay(p, h.off, h.ms)
+				return s.flushFullTail(p, g)
+			}
 			if h.off < p.end {
 				if err := s.cutIndexLocked(p, h.off); err != nil {
 					return fmt.Errorf("store: replay fence of %s-%d at %d: %w", p.key.topic, p.key.num, h.off, err)
@@ -222,13 +241,30 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment)
 		}
 		if old := s.parts[key]; old != nil {
 			delete(s.byPid, old.pid)
+			delete(lost, old)
 		}
-		p := newPartition(key, h.pid, h.off)
+		start := h.off
+		orphans := s.w.orphans[h.pid]
+		if len(orphans) > 0 {
+			start = min(start, orphans[0].off)
+		}
+		p := newPartition(key, h.pid, start)
 		s.parts[key] = p
 		s.byPid[h.pid] = p
+		if len(orphans) > 0 {
+			if err := s.adoptOrphans(p, orphans, g); err != nil {
+				return err
+			}
+			if h.off > p.end {
+				s.holeReplay(p, h.off, h.ms)
+				return s.flushFullTail(p, g)
+			}
+		}
 	case entryDelete:
+		s.w.deadPids[h.pid] = true
 		if p := s.byPid[h.pid]; p != nil {
 			delete(s.byPid, h.pid)
+			delete(lost, p)
 			if s.parts[p.key] == p {
 				delete(s.parts, p.key)
 			}
@@ -236,22 +272,30 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment)
 	case entryData:
 		p := s.byPid[h.pid]
 		if p == nil {
+			if h.pid >= s.w.scanPid0 && !s.w.deadPids[h.pid] {
+				// Its definition was lost to damage: keep the chunk until
+				// a later definition names the partition.
+				s.w.orphans[h.pid] = append(s.w.orphans[h.pid], orphan{pos: pos, off: h.off, n: int64(len(payload)), ms: h.ms, records: countRecords(payload)})
+			}
 			return nil // partition deleted
 		}
-		if h.off != p.end {
-			// A chunk of this partition was lost in a quarantined range:
-			// what follows cannot be served contiguously.
-			if !s.fencedAtScan[p] {
-				s.fencedAtScan[p] = true
-				s.log.Error("STORE: partition data after a quarantined range is not served",
-					"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "end", p.end, "next", h.off)
-			}
+		n := int64(len(payload))
+		if h.off < p.end {
+			// records written back into a hole (Repair, or the intact
+			// records of a damaged entry), or bytes no longer served
+			p.fillLocked(h.off, n, pos, h.ms)
 			return nil
 		}
-		p.addChunkLocked(pos, int64(len(payload)), h.ms, countRecords(payload), s.opts.SegmentBytes)
-		if len(p.tail) >= s.opts.blockEntries {
-			return s.flushTailLocked(p, g)
+		delete(lost, p)
+		if h.off > p.end {
+			// the records in between were lost in a quarantined range
+			s.holeReplay(p, h.off, h.ms)
+			if err := s.flushFullTail(p, g); err != nil {
+				return err
+			}
 		}
+		p.addChunkLocked(pos, n, h.ms, countRecords(payload), s.opts.SegmentBytes)
+		return s.flushFullTail(p, g)
 	}
 	return nil
 }
@@ -264,4 +308,145 @@ func countRecords(b []byte) int64 {
 		n++
 	}
 	return n
+}
+
+// flushFullTail writes p's tail into g's .idx once it holds a block.
+func (s *Store) flushFullTail(p *partition, g *segment) error {
+	if len(p.tail) >= s.opts.blockEntries {
+		return s.flushTailLocked(p, g)
+	}
+	return nil
+}
+
+// holeReplay records during recovery that p's records before off were
+// lost: p continues at off.
+func (s *Store) holeReplay(p *partition, off, ms int64) {
+	from := p.end
+	if p.addHoleLocked(off, ms) {
+		s.log.Error("STORE: records lost in a quarantined range are not served; the rest of the partition is",
+			"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "from", from, "to", off)
+	}
+}
+
+// noteLoss works out which offsets the quarantined range [x, y) of the
+// segment read by r may have held, so that none is handed out again. When
+// the range is exactly one data entry whose header still names a partition
+// at its end, that partition lost exactly that chunk (and its records that
+// pass their own checksum are kept, see salvage). Otherwise any partition
+// may have lost up to the range's payload bytes. lost holds the end each
+// partition must reach at least; an entry of the partition met later in
+// the scan states its real end and replaces the guess.
+func (s *Store) noteLoss(r *segReader, x, y int64, lost map[*partition]int64) {
+	if hb, err := r.bytes(x, entryHeaderLen); err == nil {
+		if h, err := parseEntryHeader(hb); err == nil && h.typ == entryData && x+entryHeaderLen+int64(h.length) == y {
+			if p := s.byPid[h.pid]; p != nil && h.off == p.end {
+				lost[p] = max(lost[p], h.off+int64(h.length))
+				if payload, err := r.bytes(x+entryHeaderLen, int(h.length)); err == nil {
+					s.salvageLater(p, h.off, payload)
+				}
+				return
+			}
+		}
+	}
+	if y-x <= entryHeaderLen {
+		return
+	}
+	for _, p := range s.parts {
+		lost[p] = max(lost[p], p.end+y-x-entryHeaderLen)
+	}
+}
+
+// settleLoss moves every partition still in lost up to its bound,
+// leaving a hole.
+func (s *Store) settleLoss(lost map[*partition]int64) {
+	for p, end := range lost {
+		if s.parts[p.key] == p {
+			s.holeReplay(p, end, s.w.lastMs)
+		}
+	}
+}
+
+// salvaged is a run of intact records of a damaged entry, put back once
+// recovery has made the entry's range a hole.
+type salvaged struct {
+	p       *partition
+	off     int64
+	records []byte
+}
+
+// salvageLater keeps the intact records of the damaged payload of p's
+// chunk at off (see salvage) for writeSalvaged.
+func (s *Store) salvageLater(p *partition, off int64, payload []byte) {
+	a, b := salvage(payload)
+	if a > 0 {
+		s.w.salvaged = append(s.w.salvaged, salvaged{p, off, bytes.Clone(payload[:a])})
+	}
+	if b < len(payload) {
+		s.w.salvaged = append(s.w.salvaged, salvaged{p, off + int64(b), bytes.Clone(payload[b:])})
+	}
+	if a > 0 || b < len(payload) {
+		s.log.Warn("STORE: intact records of a damaged entry are kept", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
+			"damaged", fmt.Sprintf("[%d, %d)", off+int64(a), off+int64(b)), "kept", a+len(payload)-b)
+	}
+}
+
+// writeSalvaged appends the salvaged records to the log as data entries
+// filling their places in the holes (as Repair does). Recovery calls it
+// after the scan; what a replay already filled is skipped.
+func (s *Store) writeSalvaged() error {
+	for _, sv := range s.w.salvaged {
+		p, n := sv.p, int64(len(sv.records))
+		if s.parts[p.key] != p || p.holeRoomLocked(sv.off) < n {
+			continue
+		}
+		pos := s.w.pos
+		buf := appendEntry(nil, entryHeader{typ: entryData, pid: p.pid, off: sv.off, ms: s.w.lastMs}, sv.records)
+		if err := s.writeActive(buf); err != nil {
+			return err
+		}
+		p.fillLocked(sv.off, n, pos, s.w.lastMs)
+	}
+	s.w.salvaged = nil
+	return nil
+}
+
+// orphan is a data chunk met during the scan before any definition of its
+// partition (the one that created it was lost to damage).
+type orphan struct {
+	pos, off, n, ms, records int64
+}
+
+// adoptOrphans adds the chunks p had before its first surviving
+// definition. Their index entries go into g's .idx although their bytes
+// are in earlier segments, so p counts as damaged (no checkpoint: the
+// next start-up scans again) and retention keeps those segments.
+func (s *Store) adoptOrphans(p *partition, orphans []orphan, g *segment) error {
+	for _, o := range orphans {
+		if o.off < p.end {
+			continue
+		}
+		if o.off > p.end {
+			s.holeReplay(p, o.off, o.ms)
+		}
+		p.addChunkLocked(o.pos, o.n, o.ms, o.records, s.opts.SegmentBytes)
+		if p.adoptedLow < 0 || o.pos < p.adoptedLow {
+			p.adoptedLow = o.pos
+		}
+		if err := s.flushFullTail(p, g); err != nil {
+			return err
+		}
+	}
+	delete(s.w.orphans, p.pid)
+	s.log.Warn("STORE: a partition's definition was lost to damage; its data is kept", "partition",
+		fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "chunks", len(orphans))
+	return nil
+}
+
+// dropOrphans reports chunks whose partition was never named again.
+func (s *Store) dropOrphans() {
+	for pid, chunks := range s.w.orphans {
+		s.log.Error("STORE: data of a partition whose definition was lost to damage cannot be placed",
+			"pid", pid, "chunks", len(chunks))
+	}
+	s.w.orphans, s.w.deadPids = nil, nil
 }

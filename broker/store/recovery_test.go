@@ -251,61 +251,108 @@ func TestMidLogCorruption(t *testing.T) {
 			s2 := openT(t, opts)
 			// partitions 0 and 2 are untouched
 			checkParts(t, s2, "m", map[int][]byte{0: want[0], 2: want[2]})
-			// partition 1 is served up to the damaged chunk, never beyond
-			got := readAll(t, s2, "m", 1)
-			if !bytes.Equal(got, want[1][:len(got)]) {
-				t.Fatal("partition 1 serves bytes that differ from what was written")
-			}
-			if _, err := VerifyRecords(got); err != nil {
-				t.Fatal(err)
-			}
-			if len(decodeAll(t, got)) != 10 {
-				t.Fatalf("partition 1 keeps %d records, want the 10 before the damage", len(decodeAll(t, got)))
-			}
+			// partition 1 loses only the damaged chunk: the records after
+			// it stay readable at their offsets
+			checkHoles(t, s2, "m", 1, want[1], 10)
 			bads := logFiles(t, dir, ".bad")
 			if len(bads) != 1 || !strings.Contains(bads[0], fmt.Sprintf(".%d.bad", bad)) {
 				t.Fatalf("quarantine copies: %v", bads)
 			}
-			// ReadLog skips the damage and never ships the fenced data
+			// ReadLog skips the damage, ships a hole marker and the rest
 			first, _ := s2.LogBounds()
 			ents, _, err := s2.ReadLog(first, 1<<30)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var p1 []byte
-			for _, e := range ents {
-				if e.Partition == 1 {
-					if e.Offset != int64(len(p1)) {
-						t.Fatalf("ReadLog ships partition 1 at %d after %d bytes", e.Offset, len(p1))
-					}
-					p1 = append(p1, e.Records...)
-				}
-			}
-			if !bytes.Equal(p1, got) {
-				t.Fatal("ReadLog's partition 1 differs from Read's")
-			}
-			// the partition continues from its trusted end, and all of it
+			checkShipped(t, ents, 1, want[1], 10)
+			// the partition continues at its old end, and all of it
 			// survives a clean and an unclean restart
 			a := mustAppend(t, s2, "m", 1, "continues")
-			if a[0].Offset != int64(len(got)) {
-				t.Fatalf("append at %d, want %d", a[0].Offset, len(got))
+			if a[0].Offset != int64(len(want[1])) {
+				t.Fatalf("append at %d, want %d", a[0].Offset, len(want[1]))
 			}
-			got = AppendRecord(got, a[0].ID, 0, []byte("continues"))
+			w1 := AppendRecord(bytes.Clone(want[1]), a[0].ID, 0, []byte("continues"))
 			s2.Close()
 			s3 := openT(t, opts)
-			checkParts(t, s3, "m", map[int][]byte{0: want[0], 1: got, 2: want[2]})
+			checkParts(t, s3, "m", map[int][]byte{0: want[0], 2: want[2]})
+			checkHoles(t, s3, "m", 1, w1, 10)
 			s3.Close()
 			os.Remove(filepath.Join(dir, ckptName))
 			s4 := openT(t, opts)
-			checkParts(t, s4, "m", map[int][]byte{0: want[0], 1: got, 2: want[2]})
+			checkParts(t, s4, "m", map[int][]byte{0: want[0], 2: want[2]})
+			checkHoles(t, s4, "m", 1, w1, 10)
 			if _, err := s4.Append(context.Background(), "m", 1, []Message{{Body: []byte("x")}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s4.Health(); err != nil {
 				t.Fatal(err)
 			}
-			_ = errors.Is
 		})
+	}
+}
+
+// checkHoles checks that partition part serves every record of want
+// except record number lostRec (counted from 0), at its offset, and that
+// the store reports exactly that record's range as damaged.
+func checkHoles(t *testing.T, s *Store, topic string, part int, want []byte, lostRec int) {
+	t.Helper()
+	got := readRecords(t, s, topic, part)
+	var from, to int64
+	for i, x := 0, 0; x < len(want); i++ {
+		_, n, err := DecodeRecord(want[x:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := got[int64(x)]
+		switch {
+		case i == lostRec && ok:
+			t.Fatalf("damaged record %d at %d served", i, x)
+		case i == lostRec:
+			from, to = int64(x), int64(x+n)
+		case !ok || !bytes.Equal(r, want[x:x+n]):
+			t.Fatalf("%s-%d: record %d at %d not served as written", topic, part, i, x)
+		}
+		x += n
+	}
+	if len(got) != len(decodeAll(t, want))-1 {
+		t.Fatalf("%s-%d: %d records served", topic, part, len(got))
+	}
+	d := s.Damaged()
+	if len(d) != 1 || d[0] != (Damage{Topic: topic, Partition: part, From: from, To: to}) {
+		t.Fatalf("damage reported %v, want %s-%d [%d, %d)", d, topic, part, from, to)
+	}
+}
+
+// checkShipped checks ReadLog's entries of partition part: every record of
+// want but number lostRec, in offset order, with a hole marker before the
+// records after the lost one.
+func checkShipped(t *testing.T, ents []LogEntry, part int, want []byte, lostRec int) {
+	t.Helper()
+	var got []byte
+	next := int64(0)
+	markers := 0
+	for _, e := range ents {
+		if e.Partition != part {
+			continue
+		}
+		if len(e.Records) == 0 {
+			markers++
+			got = append(got, want[next:e.Offset]...) // what the marker skips
+			next = e.Offset
+			continue
+		}
+		if e.Offset != next {
+			t.Fatalf("partition %d shipped at %d, expected %d", part, e.Offset, next)
+		}
+		got = append(got, e.Records...)
+		next += int64(len(e.Records))
+	}
+	wantMarkers := 0
+	if lostRec < len(decodeAll(t, want)) {
+		wantMarkers = 1
+	}
+	if markers != wantMarkers || !bytes.Equal(got, want) {
+		t.Fatalf("partition %d: %d hole markers, %d of %d bytes", part, markers, len(got), len(want))
 	}
 }
 
@@ -330,23 +377,27 @@ func TestCorruptionFoundWhileReading(t *testing.T) {
 	if len(recs) != 5 || !bytes.Equal(got, want[0][:len(got)]) {
 		t.Fatalf("served %d records before the damage, want 5", len(recs))
 	}
-	if _, err := s2.Read("q", 0, int64(len(got)), 100); !errors.Is(err, ErrOffsetOutOfRange) {
-		t.Fatalf("read at the damaged chunk after the fence: %v", err)
+	var de *DamagedError
+	if _, err := s2.Read("q", 0, int64(len(got)), 100); !errors.As(err, &de) || de.Next <= int64(len(got)) {
+		t.Fatalf("read at the damaged chunk: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ckptName)); !os.IsNotExist(err) {
 		t.Fatal("checkpoint kept after damage was found")
 	}
-	a := mustAppend(t, s2, "q", 0, "after fence")
-	if a[0].Offset != int64(len(got)) {
-		t.Fatalf("append after fence at %d, want %d", a[0].Offset, len(got))
+	checkHoles(t, s2, "q", 0, want[0], 5)
+	a := mustAppend(t, s2, "q", 0, "after damage")
+	if a[0].Offset != int64(len(want[0])) {
+		t.Fatalf("append after damage at %d, want %d", a[0].Offset, len(want[0]))
 	}
-	got = AppendRecord(got, a[0].ID, 0, []byte("after fence"))
-	checkParts(t, s2, "q", map[int][]byte{0: got, 1: want[1]})
+	w0 := AppendRecord(bytes.Clone(want[0]), a[0].ID, 0, []byte("after damage"))
+	checkHoles(t, s2, "q", 0, w0, 5)
+	checkParts(t, s2, "q", map[int][]byte{1: want[1]})
 	s2.Close()
 	// the next start-up scans everything, quarantines the damage and
 	// reaches the same partitions
 	s3 := openT(t, opts)
-	checkParts(t, s3, "q", map[int][]byte{0: got, 1: want[1]})
+	checkHoles(t, s3, "q", 0, w0, 5)
+	checkParts(t, s3, "q", map[int][]byte{1: want[1]})
 	if len(logFiles(t, dir, ".bad")) != 1 {
 		t.Fatal("damage not quarantined at the next start-up")
 	}
@@ -400,32 +451,22 @@ func TestCorruptionFoundByReadLog(t *testing.T) {
 
 	s2 := openT(t, opts)
 	first, _ := s2.LogBounds()
-	got := map[int][]byte{}
+	var ents []LogEntry
 	for p := first; ; {
-		ents, next, err := s2.ReadLog(p, 512)
+		e, next, err := s2.ReadLog(p, 512)
 		if err != nil {
 			t.Fatalf("ReadLog at %d: %v", p, err)
 		}
-		for _, e := range ents {
-			if e.Offset != int64(len(got[e.Partition])) {
-				t.Fatalf("partition %d shipped at %d after %d bytes", e.Partition, e.Offset, len(got[e.Partition]))
-			}
-			got[e.Partition] = append(got[e.Partition], e.Records...)
-		}
+		ents = append(ents, e...)
 		if next == p {
 			break
 		}
 		p = next
 	}
-	// the other partitions replicate in full; partition 1 stops before
-	// the damage and is fenced there
-	if !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[2], want[2]) {
-		t.Fatal("undamaged partitions not shipped in full")
-	}
-	if len(decodeAll(t, got[1])) != 7 || !bytes.Equal(got[1], want[1][:len(got[1])]) {
-		t.Fatalf("partition 1 shipped %d records", len(decodeAll(t, got[1])))
-	}
-	if info, _ := s2.Partition("rl", 1); info.Max != int64(len(got[1])) {
-		t.Fatalf("partition 1 not fenced at the damage: %+v", info)
-	}
+	// the other partitions replicate in full; partition 1 loses only the
+	// damaged chunk, which becomes a hole
+	checkShipped(t, ents, 0, want[0], 1<<20)
+	checkShipped(t, ents, 2, want[2], 1<<20)
+	checkShipped(t, ents, 1, want[1], 7)
+	checkHoles(t, s2, "rl", 1, want[1], 7)
 }

@@ -80,6 +80,7 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 		}
 	}
 	p.segs = segs
+	p.trimDamageLocked(newMin)
 	s.log.Info("STORE: retention moved partition start", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
 		"from", p.min, "to", newMin)
 	p.min = newMin
@@ -98,7 +99,22 @@ func (s *Store) removeDeadSegments() (int, error) {
 		} else if i < 0 && len(p.blocks) > 0 && p.min < p.end {
 			first = p.blocks[0].g.start
 		} else if k := p.tailIndexLocked(p.min); len(p.tail) > 0 && p.min < p.end {
-			first = p.tail[max(k, 0)].pos
+			for _, e := range p.tail[max(k, 0):] {
+				if !e.hole() {
+					first = e.pos
+					break
+				}
+			}
+		}
+		if p.adoptedLow >= 0 && (first < 0 || p.adoptedLow < first) {
+			first = p.adoptedLow
+		}
+		for _, f := range p.fills {
+			// records written back into holes sit later in the log than
+			// the chunks around them
+			if f.off+int64(f.n) > p.min && (first < 0 || f.pos < first) {
+				first = f.pos
+			}
 		}
 		if first >= 0 && (low < 0 || first < low) {
 			low = first

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"metaq/internal/clock"
@@ -64,6 +66,7 @@ type posRange struct{ from, to int64 }
 type Store struct {
 	opts   Options
 	fs     FS
+	fds    *reserveFS // fs, with descriptors in reserve
 	log    *slog.Logger
 	clk    clock.Clock
 	dir    string
@@ -87,8 +90,9 @@ type Store struct {
 	durablePos int64
 	durCh      chan struct{}
 
-	healthMu  sync.Mutex
-	healthErr error
+	healthMu   sync.Mutex
+	healthErr  error // fatal: appends refused until reopened
+	blockedErr error // disk full: cleared by the next write that succeeds
 
 	closeMu sync.RWMutex
 	closed  bool
@@ -108,10 +112,6 @@ type Store struct {
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
-
-	// fencedAtScan: partitions whose data after a lost chunk recovery
-	// dropped (recovery only).
-	fencedAtScan map[*partition]bool
 }
 
 // Open opens or creates the store under opts.Dir and recovers it.
@@ -121,7 +121,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s := &Store{
 		opts:     opts,
-		fs:       opts.FS,
+		fds:      newReserveFS(opts.FS),
 		log:      opts.Logger,
 		clk:      opts.Clock,
 		dir:      opts.Dir,
@@ -141,6 +141,7 @@ func Open(opts Options) (*Store, error) {
 		syncDone:   make(chan *syncJob, 64),
 		syncerDone: make(chan struct{}),
 	}
+	s.fs = s.fds
 	s.w.ids.broker = int64(opts.BrokerID)
 	s.w.dirty = make(map[*partition]struct{})
 	s.w.unflushed = make(map[string]int)
@@ -157,6 +158,7 @@ func Open(opts Options) (*Store, error) {
 }
 
 func (s *Store) closeFiles() {
+	s.fds.close()
 	s.segMu.Lock()
 	defer s.segMu.Unlock()
 	for _, g := range s.segs {
@@ -295,7 +297,7 @@ func (s *Store) appendAsync(ctx context.Context, topic string, partition int, ms
 	if len(msgs) == 0 {
 		return pa
 	}
-	if pa.err = s.Health(); pa.err != nil {
+	if pa.err = s.fatal(); pa.err != nil {
 		return pa
 	}
 	size := 0
@@ -377,7 +379,7 @@ func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at i
 	if err != nil {
 		return 0, fmt.Errorf("store: append raw %s-%d at %d: %w", topic, partition, at, err)
 	}
-	if err := s.Health(); err != nil {
+	if err := s.fatal(); err != nil {
 		return 0, err
 	}
 	if n == 0 {
@@ -421,6 +423,12 @@ func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at i
 // ErrCorrupt when there are none, and the store makes the next start-up scan
 // the whole log so the damage is quarantined (see doc.go).
 func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error) {
+	return s.read(topic, partition, offset, maxBytes, false)
+}
+
+// read is Read; retried is set on the second try after damage was found
+// and the intact records around it were written back.
+func (s *Store) read(topic string, partition int, offset int64, maxBytes int, retried bool) ([]byte, error) {
 	if maxBytes <= 0 {
 		return nil, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
 	}
@@ -456,9 +464,25 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 		}
 		return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
 	}
+	p.mu.RLock()
+	ents = p.overlayLocked(ents)
+	p.mu.RUnlock()
+	for len(ents) > 0 && ents[0].off+int64(ents[0].n) <= offset {
+		ents = ents[1:] // before offset: pieces of a chunk the overlay split
+	}
+	if len(ents) > 0 && ents[0].hole() && ents[0].off <= offset {
+		next := ents[0].off + int64(ents[0].n)
+		for _, c := range ents[1:] {
+			if !c.hole() {
+				break
+			}
+			next = c.off + int64(c.n)
+		}
+		return nil, &DamagedError{Offset: offset, Next: next}
+	}
 	for _, c := range ents {
-		if c.off > offset+total {
-			break // a hole in the index: never serve bytes from elsewhere
+		if c.off > offset+total || c.hole() {
+			break // a hole: never serve bytes from elsewhere
 		}
 		n := int64(c.n)
 		skip := max(offset-c.off, 0)
@@ -520,14 +544,16 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 				err = fmt.Errorf("%w: entry does not match the index", ErrCorrupt)
 			}
 			if err != nil {
-				s.corruptionFound(pc.pos, err)
-				// Fence the partition at the damaged chunk so new appends
-				// do not land behind data that will never be served.
-				s.submit(context.Background(), &request{kind: reqFence, p: p, at: pc.off})
+				s.damageFound(p, pc.off, pc.pos, pc.n, err)
 				if len(out) > 0 {
 					return out, nil
 				}
-				return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
+				if !retried {
+					// the intact records around the damage may have been
+					// written back: read again, once
+					return s.read(topic, partition, offset, maxBytes, true)
+				}
+				return nil, &DamagedError{Offset: offset, Next: pc.off + pc.n, Err: err}
 			}
 			out = append(out, e[entryHeaderLen+pc.skip:entryHeaderLen+pc.skip+pc.take]...)
 		}
@@ -546,6 +572,47 @@ const readGap = 4 << 10
 // readBufs recycles Read's scratch buffers: fresh memory is slow to touch
 // and every get would otherwise allocate one.
 var readBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// damageFound handles a damaged chunk of p (at offset off, log position
+// pos, n payload bytes) met while serving: its log range is quarantined,
+// the chunk's offsets become a hole (the rest of p stays readable at its
+// offsets), the records of the entry that pass their own checksum are
+// written back (see salvage), and the writer records p's end in the log so
+// that the full scan at the next start-up reaches the same state.
+func (s *Store) damageFound(p *partition, off, pos, n int64, cause error) {
+	s.corruptionFound(pos, cause)
+	s.segMu.Lock()
+	if s.quarantinedAt(pos) == 0 {
+		s.quarantine = append(s.quarantine, posRange{pos, pos + entryHeaderLen + n})
+	}
+	s.segMu.Unlock()
+	if s.submit(context.Background(), &request{kind: reqHole, p: p, at: off, n: n}) != nil {
+		return
+	}
+	e := make([]byte, entryHeaderLen+n)
+	if s.readLog(e, pos) != nil {
+		return
+	}
+	payload := e[entryHeaderLen:]
+	a, b := salvage(payload)
+	for _, piece := range []struct {
+		off  int64
+		recs []byte
+	}{{off, payload[:a]}, {off + int64(b), payload[b:]}} {
+		if len(piece.recs) == 0 {
+			continue
+		}
+		r := &request{kind: reqFill, key: p.key, at: piece.off, payload: piece.recs, records: 1}
+		if err := s.submit(context.Background(), r); err != nil {
+			s.log.Warn("STORE: cannot keep the intact records of a damaged entry", "err", err)
+			return
+		}
+	}
+	if a > 0 || b < len(payload) {
+		s.log.Warn("STORE: intact records of a damaged entry are kept", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
+			"damaged", fmt.Sprintf("[%d, %d)", off+int64(a), off+int64(b)), "kept", a+len(payload)-b)
+	}
+}
 
 // corruptionFound handles damage met while serving: the damaged entry is
 // not served, and the checkpoint is removed so the next start-up scans the
@@ -737,11 +804,65 @@ func (s *Store) Flush() error {
 	return s.submit(context.Background(), &request{kind: reqFlush})
 }
 
-// Health is nil while the store accepts appends, else the disk error that stopped it.
+// Health is nil while the store accepts appends, else why not: the disk
+// error that stopped it for good (a failed fdatasync), or, while the disk
+// is full, an error wrapping ErrNoSpace that goes away by itself once an
+// append (or ProbeSpace) finds room again.
 func (s *Store) Health() error {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
+	if s.healthErr != nil {
+		return s.healthErr
+	}
+	return s.blockedErr
+}
+
+// ProbeSpace is nil once the store accepts appends again after a full
+// disk refused one: it tries a small write (see probeSpace) rather than
+// waiting for an append to do so, for a caller that refuses client writes
+// meanwhile. It returns the error that stopped the store, if one did.
+func (s *Store) ProbeSpace(ctx context.Context) error {
+	if err := s.fatal(); err != nil {
+		return err
+	}
+	if s.Health() == nil {
+		return nil
+	}
+	return s.submit(ctx, &request{kind: reqProbe})
+}
+
+// fatal is the error that stopped the store for good, or nil.
+func (s *Store) fatal() error {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	return s.healthErr
+}
+
+// writeFailed handles a failed write (already cut back, so nothing partial
+// stays). A full disk (ENOSPC, EDQUOT) only refuses this batch: nothing
+// written before is touched and the next append tries again. Anything else
+// stops the store.
+func (s *Store) writeFailed(err error) error {
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return s.setUnhealthy(err)
+	}
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.blockedErr == nil {
+		s.log.Error("STORE: disk full, refusing appends until there is room", "dir", s.dir, "err", err)
+	}
+	s.blockedErr = &noSpaceError{cause: err}
+	return s.blockedErr
+}
+
+// writeOK clears a full-disk refusal once a write succeeded.
+func (s *Store) writeOK() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.blockedErr != nil {
+		s.log.Info("STORE: disk has room again, accepting appends", "dir", s.dir)
+		s.blockedErr = nil
+	}
 }
 
 func (s *Store) setUnhealthy(err error) error {
@@ -766,4 +887,104 @@ func (s *Store) Close() error {
 		s.closeFiles()
 	})
 	return s.closeErr
+}
+
+// Damage is a range of a partition whose records were lost to damage on
+// disk: never served, never handed out again (see doc.go, Recovery).
+type Damage struct {
+	Topic     string
+	Partition int
+	From, To  int64 // partition offsets [From, To)
+}
+
+// Damaged lists the damaged ranges of every partition, sorted. A store with
+// any is degraded: it serves and accepts appends, but records were lost
+// (until repaired from a replica, see Repair).
+func (s *Store) Damaged() []Damage {
+	s.mu.RLock()
+	var out []Damage
+	for _, p := range s.parts {
+		p.mu.RLock()
+		for _, h := range p.holes {
+			out = append(out, Damage{Topic: p.key.topic, Partition: p.key.num, From: h.from, To: h.to})
+		}
+		p.mu.RUnlock()
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.Partition != b.Partition {
+			return a.Partition < b.Partition
+		}
+		return a.From < b.From
+	})
+	return out
+}
+
+// Degraded is nil while no partition has a damaged range, else an error
+// naming them (at most ten). The store still serves and accepts appends.
+func (s *Store) Degraded() error {
+	d := s.Damaged()
+	if len(d) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: degraded: %d damaged range(s), records lost:", len(d))
+	for i, x := range d {
+		if i == 10 {
+			b.WriteString(" ...")
+			break
+		}
+		fmt.Fprintf(&b, " %s-%d [%d, %d)", x.Topic, x.Partition, x.From, x.To)
+	}
+	return errors.New(b.String())
+}
+
+// SkipTo moves a partition's end up to at, leaving the offsets below it a
+// hole: a replica uses it when its master lost records there (a hole
+// marker from ReadLog), so its offsets keep matching the master's. A
+// missing partition is created at at.
+func (s *Store) SkipTo(ctx context.Context, topic string, partition int, at int64) error {
+	if err := checkKey(topic, partition); err != nil {
+		return err
+	}
+	if at < 0 {
+		return fmt.Errorf("%w: offset %d", ErrBadArgument, at)
+	}
+	if err := s.fatal(); err != nil {
+		return err
+	}
+	if err := s.submit(ctx, &request{kind: reqSkip, key: pkey{topic, partition}, at: at}); err != nil {
+		return fmt.Errorf("store: skip %s-%d to %d: %w", topic, partition, at, err)
+	}
+	return nil
+}
+
+// Repair writes records into a damaged range of a partition at off:
+// whole, verified records (framing and CRC), exactly the bytes the
+// partition held there, as fetched from a replica. They may cover the
+// range in part; the rest stays damaged. The records are appended to the
+// log (the damaged bytes are never touched) and served at their offsets
+// from then on.
+func (s *Store) Repair(ctx context.Context, topic string, partition int, off int64, records []byte) error {
+	n, err := VerifyRecords(records)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: no records", ErrBadArgument)
+	}
+	if err != nil {
+		return fmt.Errorf("store: repair %s-%d at %d: %w", topic, partition, off, err)
+	}
+	if err := s.fatal(); err != nil {
+		return err
+	}
+	r := &request{kind: reqFill, key: pkey{topic, partition}, at: off, payload: records, records: n}
+	if err := s.submit(ctx, r); err != nil {
+		return fmt.Errorf("store: repair %s-%d at %d: %w", topic, partition, off, err)
+	}
+	s.log.Warn("STORE: damaged range repaired", "partition", fmt.Sprintf("%s-%d", topic, partition),
+		"from", off, "to", off+int64(len(records)))
+	return nil
 }

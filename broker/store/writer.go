@@ -2,8 +2,10 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"metaq/internal/bufpool"
@@ -22,15 +24,20 @@ const (
 	reqDelete
 	reqFlush
 	reqCheckpoint
-	reqFence
+	reqFence // what older versions did at damage; kept to reproduce their logs in tests
+	reqHole
+	reqSkip
+	reqFill
+	reqProbe
 )
 
 // request is one unit of work for the writer goroutine.
 type request struct {
 	kind    reqKind
 	key     pkey
-	p       *partition // reqFence
-	at      int64      // reqCreate: start; reqRaw: expected partition end
+	p       *partition // reqHole
+	at      int64      // reqCreate: start; reqRaw: expected partition end; reqHole, reqFill: chunk offset; reqSkip: new end
+	n       int64      // reqHole: chunk length
 	payload []byte
 	recOffs []int32 // reqAppend: record starts in payload
 	ids     []int64 // reqAppend: preset ids (0 = assign); the writer fills them in
@@ -63,10 +70,22 @@ type pendingChunk struct {
 	n       int64
 	ms      int64
 	records int64
+	fill    bool // a repair (reqFill): the chunk goes into the hole at fillOff
+	fillOff int64
 }
 
 // writerState is owned by the writer goroutine (and by recovery before it starts).
 type writerState struct {
+	// needDefines: the active segment still lacks its leading defines
+	// (a roll's write failed); the next write puts them first.
+	needDefines bool
+	rollFailing bool       // logged once until a roll succeeds
+	salvaged    []salvaged // recovery: intact records of damaged entries (see salvage)
+	// recovery's scan: chunks of partitions whose definition was lost, the
+	// pids deleted, the first pid not known before the scan
+	orphans    map[uint32][]orphan
+	deadPids   map[uint32]bool
+	scanPid0   uint32
 	active     *segment
 	pos        int64 // log end written
 	buf        []byte
@@ -221,7 +240,7 @@ func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
 }
 
 func (s *Store) process(batch []*request) {
-	if err := s.Health(); err != nil {
+	if err := s.fatal(); err != nil {
 		for _, r := range batch {
 			r.err = err
 			r.finish()
@@ -250,10 +269,17 @@ func (s *Store) process(batch []*request) {
 	w.pend = w.pend[:0]
 	var created, deleted []*partition
 	needSync := false
+	if w.needDefines {
+		// A roll could not write the new segment's leading defines (the
+		// disk was full): they go first now.
+		buf = s.appendDefines(buf)
+	}
 	for _, r := range batch {
 		switch r.kind {
 		case reqFlush, reqCheckpoint:
 			needSync, r.synced = true, true
+		case reqProbe:
+			r.err = s.probeSpace()
 		case reqFence:
 			// Applied before the batch's appends take their offsets, and
 			// recorded in the log as a define entry with the new end so a
@@ -262,6 +288,37 @@ func (s *Store) process(batch []*request) {
 			if s.fence(r.p, r.at) {
 				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: r.p.pid, off: r.at, ms: ms}, encodeDefine(r.p.key.topic, r.p.key.num))
 			}
+		case reqHole:
+			// The partition's end goes into the log as a define entry: if
+			// the damaged chunk was its last, the full scan at the next
+			// start-up learns from it that those offsets were handed out.
+			needSync, r.synced = true, true
+			if s.markHole(r.p, r.at, r.n) {
+				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: r.p.pid, off: r.p.wEnd, ms: ms}, encodeDefine(r.p.key.topic, r.p.key.num))
+			}
+		case reqSkip:
+			needSync, r.synced = true, true
+			p, isNew := s.resolve(r.key, r.at)
+			if isNew {
+				created = append(created, p)
+			} else if r.err = s.skip(p, r.at, ms); r.err != nil {
+				continue
+			}
+			buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: r.at, ms: ms}, encodeDefine(r.key.topic, r.key.num))
+			r.end = r.at
+		case reqFill:
+			needSync, r.synced = true, true
+			p := s.lookup(r.key.topic, r.key.num)
+			if p == nil {
+				r.err = ErrNoPartition
+				continue
+			}
+			if r.err = s.checkFill(p, r.at, int64(len(r.payload))); r.err != nil {
+				continue
+			}
+			pos := base + int64(len(buf))
+			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: r.at, ms: ms}, r.payload)
+			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: int64(len(r.payload)), ms: ms, records: int64(r.records), fill: true, fillOff: r.at})
 		case reqCreate:
 			needSync, r.synced = true, true
 			p, isNew := s.resolve(r.key, r.at)
@@ -321,6 +378,12 @@ func (s *Store) process(batch []*request) {
 			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
 			p.wEnd += n
 			r.end = p.wEnd
+			if isNew {
+				// The partition's define again, after its first records: if
+				// damage takes the first one, recovery still learns where
+				// the partition went on before the next segment restates it.
+				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: ms}, encodeDefine(r.key.topic, r.key.num))
+			}
 			if r.policy.UnflushThreshold <= 0 {
 				needSync, r.synced = true, true
 				continue
@@ -341,7 +404,7 @@ func (s *Store) process(batch []*request) {
 	}
 	if len(buf) > 0 {
 		if err := s.writeActive(buf); err != nil {
-			herr := s.setUnhealthy(err)
+			herr := s.writeFailed(err)
 			for _, pc := range w.pend {
 				pc.p.wEnd = pc.p.end
 			}
@@ -369,6 +432,12 @@ func (s *Store) process(batch []*request) {
 		var idxErr error
 		for _, pc := range w.pend {
 			pc.p.mu.Lock()
+			if pc.fill {
+				pc.p.fillLocked(pc.fillOff, pc.n, pc.pos, pc.ms)
+				pc.p.mu.Unlock()
+				s.dropCheckpoint() // fills live in memory: the next start-up scans them
+				continue
+			}
 			pc.p.addChunkLocked(pc.pos, pc.n, pc.ms, pc.records, segBytes)
 			pc.p.messages += pc.records
 			if len(pc.p.tail) >= s.opts.blockEntries && idxErr == nil {
@@ -383,9 +452,12 @@ func (s *Store) process(batch []*request) {
 			idxErr = s.sweepTails()
 		}
 		if idxErr != nil {
-			// The chunks stay indexed in memory; the disk is failing, so
-			// take no more appends.
-			s.setUnhealthy(idxErr)
+			// The chunks stay indexed in memory; the disk is full (appends
+			// are refused until there is room) or failing (no more).
+			s.writeFailed(idxErr)
+		} else {
+			w.needDefines = false
+			s.writeOK()
 		}
 		for _, p := range created {
 			w.dirty[p] = struct{}{}
@@ -571,7 +643,7 @@ func (s *Store) writeActive(b []byte) error {
 func (s *Store) syncNow() error {
 	w := &s.w
 	s.finishInflight()
-	if err := s.Health(); err != nil {
+	if err := s.fatal(); err != nil {
 		return err
 	}
 	if w.pos == s.durable() && len(w.dirty) == 0 {
@@ -622,6 +694,55 @@ func (s *Store) fence(p *partition, off int64) bool {
 	return true
 }
 
+// markHole makes p's damaged chunk at off (n bytes) a hole: it is no
+// longer served, everything after it stays readable at its offsets, and
+// appends go on at p's end, so no offset is handed out twice. The index
+// keeps the chunk's entry; the hole masks it (overlayLocked).
+func (s *Store) markHole(p *partition, off, n int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted || off < p.min || off+n > p.end || p.inHolesLocked(off, n) {
+		return false
+	}
+	p.markLostLocked(off, off+n)
+	s.log.Error("STORE: damaged records are not served; the rest of the partition is",
+		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "from", off, "to", off+n)
+	s.dropCheckpoint() // the hole lives in memory: the next start-up scans it
+	return true
+}
+
+// skip moves p's end up to at, leaving a hole (a replica follows its
+// master past records the master lost).
+func (s *Store) skip(p *partition, at, ms int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.wEnd != p.end || at < p.end {
+		return fmt.Errorf("skip to %d, partition end is %d: %w", at, p.wEnd, ErrOffsetMismatch)
+	}
+	if p.addHoleLocked(at, ms) {
+		p.wEnd = at
+		s.w.dirty[p] = struct{}{}
+		s.dropCheckpoint()
+		s.log.Warn("STORE: partition continues past records lost on its source",
+			"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "to", at)
+	}
+	return nil
+}
+
+// checkFill tells whether records of n bytes can fill p's hole at off.
+func (s *Store) checkFill(p *partition, off, n int64) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	room := p.holeRoomLocked(off)
+	if room == 0 {
+		return fmt.Errorf("%w: offset %d is not in a damaged range", ErrBadArgument, off)
+	}
+	if n > room {
+		return fmt.Errorf("%w: %d bytes do not fit the %d bytes of damaged range at %d", ErrBadArgument, n, room, off)
+	}
+	return nil
+}
+
 // rollbackUnsynced cuts the log and the indexes back to the durable end:
 // every dirty partition, and those of a failed commit (synced, not durable).
 func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
@@ -670,10 +791,12 @@ func (s *Store) sweepTails() error {
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
-// the next one with a define entry for every live partition.
+// the next one with a define entry for every live partition. A roll that
+// cannot be done (no space, no descriptor) is not fatal: the active
+// segment takes the next appends and the roll is tried again after them.
 func (s *Store) maybeRoll() {
 	w := &s.w
-	if w.active.size.Load() < s.opts.SegmentBytes || s.Health() != nil {
+	if w.active.size.Load() < s.opts.SegmentBytes || s.fatal() != nil || w.needDefines {
 		return
 	}
 	if err := s.syncNow(); err != nil {
@@ -688,34 +811,38 @@ func (s *Store) maybeRoll() {
 		if err == nil {
 			err = s.fs.SyncDir(s.logDir)
 		}
+		if err == nil {
+			err = s.sealed(old)
+		}
 		if err != nil {
 			g.close()
+			s.fs.Remove(g.path)
+			s.fs.Remove(idxPathOf(g.path))
 		}
 	}
-	if err == nil {
-		err = s.sealed(old)
-	}
 	if err != nil {
-		s.setUnhealthy(fmt.Errorf("store: roll log: %w", err))
+		if !w.rollFailing {
+			s.log.Warn("STORE: cannot roll the log segment; retrying after each append", "err", err)
+		}
+		w.rollFailing = true
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			s.writeFailed(err)
+		}
 		return
+	}
+	if w.rollFailing {
+		s.log.Info("STORE: log segment rolled again")
+		w.rollFailing = false
 	}
 	s.segMu.Lock()
 	s.segs = append(s.segs, g)
 	s.segMu.Unlock()
 	w.active = g
-	if err != nil {
-		s.setUnhealthy(fmt.Errorf("store: roll log: %w", err))
-		return
-	}
 	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path)
-	buf := w.buf[:0]
-	s.mu.RLock()
-	for _, p := range s.parts {
-		buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: w.lastMs}, encodeDefine(p.key.topic, p.key.num))
-	}
-	s.mu.RUnlock()
+	buf := s.appendDefines(w.buf[:0])
 	if err := s.writeActive(buf); err != nil {
-		s.setUnhealthy(err)
+		w.needDefines = true
+		s.writeFailed(err)
 		return
 	}
 	w.buf = buf[:0]
@@ -723,4 +850,42 @@ func (s *Store) maybeRoll() {
 		return
 	}
 	s.afterRoll()
+}
+
+// appendDefines appends a define entry for every live partition at its
+// writer end.
+func (s *Store) appendDefines(buf []byte) []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, p := range s.parts {
+		buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: s.w.lastMs}, encodeDefine(p.key.topic, p.key.num))
+	}
+	return buf
+}
+
+// probeBlock is what probeSpace writes: 64 KiB, room for a few batches.
+var probeBlock = make([]byte, 64<<10)
+
+// probeSpace checks, while appends are refused for a full disk, whether
+// there is room again: it writes probeBlock past the end of the active
+// segment and cuts it off again (a crash in between leaves a tail that
+// recovery cuts as torn). On success appends are accepted again.
+func (s *Store) probeSpace() error {
+	s.healthMu.Lock()
+	blocked := s.blockedErr != nil
+	s.healthMu.Unlock()
+	if !blocked {
+		return nil
+	}
+	g := s.w.active
+	size := g.size.Load()
+	_, err := g.f.WriteAt(probeBlock, size)
+	if terr := g.f.Truncate(size); terr != nil {
+		return s.setUnhealthy(fmt.Errorf("store: cut the space probe from %s: %w", g.path, terr))
+	}
+	if err != nil {
+		return s.writeFailed(fmt.Errorf("store: probe for room in %s: %w", g.path, err))
+	}
+	s.writeOK()
+	return nil
 }
