@@ -56,12 +56,14 @@ type Broker struct {
 	mem      *byteBudget // the bytes all connections hold (Options.MaxBufferedBytes)
 	limitLog *limitLogs
 
-	ctx     context.Context // cancelled by Close
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // every goroutine of the broker
-	connWG  sync.WaitGroup // connection goroutines only
-	closing atomic.Bool
-	done    chan struct{}
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine of the broker
+	// diskProbing is set while writes are refused for a full disk (diskFull).
+	diskProbing atomic.Bool
+	connWG      sync.WaitGroup // connection goroutines only
+	closing     atomic.Bool
+	done        chan struct{}
 
 	retention *retention
 }

@@ -113,9 +113,14 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 			}
 		}
 		var re *store.RangeError
+		var de *store.DamagedError
 		switch {
 		case err == nil && len(data) > 0:
 			return 0, "", data
+		case errors.As(err, &de):
+			// Records lost to disk damage: the client moves past them, as
+			// past a retention gap (spec §1.6 301).
+			return wire.StatusMoved, strconv.FormatInt(de.Next, 10), nil
 		case err == nil:
 			// Never send `value 0` (spec §1.6, §7.6).
 			return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil

@@ -405,10 +405,26 @@ func (b *Broker) storeFailure(pp *pendingPuts, err error) string {
 	}
 	topic, p := pp.key.topic, pp.key.partition
 	b.logAppendError(topic, p, err)
+	if errors.Is(err, store.ErrNoSpace) {
+		b.diskFull()
+	}
 	if pp.key.sync {
 		return b.putError(topic, p, err.Error())
 	}
-	return b.putError(topic, p, "")
+	return b.putError(topic, p, appendDetail(err))
+}
+
+// appendDetail is the reason a put answer gives for a store error the
+// client can act on (a full disk, a stopped store); "" for the others,
+// whose detail stays in the broker's log.
+func appendDetail(err error) string {
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return "no space left on device"
+	case errors.Is(err, store.ErrUnhealthy):
+		return "storage unavailable (disk error)"
+	}
+	return ""
 }
 
 func (b *Broker) logAppendError(topic string, p int32, err error) {
