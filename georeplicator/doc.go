@@ -103,9 +103,19 @@
 // position only after flushing its store (temp file, fsync, rename), so
 // after a crash it resumes at or before what it holds: entries it already
 // has are compared byte for byte with the shipped ones and skipped, so there
-// are no duplicates and no gaps. Bytes that differ, or a gap the master
-// cannot fill (retention removed data the slave never got), stop the stream
-// with a DivergedError that is reported, never written around.
+// are no duplicates and no gaps. Every shipped record's checksum is
+// checked before it reaches the store; a bad one is asked for again. Bytes
+// that differ, or a gap the master cannot fill (retention removed data the
+// slave never got), stop that partition with a DivergedError that is
+// reported (ReceiverStatus.Diverged), never written around; the other
+// partitions keep replicating.
+//
+// Records the master lost to disk damage (store.Damaged) are not a gap: the
+// master ships a hole marker (an entry without records) before the first
+// chunk after them. A slave that holds the lost records keeps them (the
+// master can repair from it); one that does not continues at the marker's
+// offset (store.SkipTo), so offsets stay the master's, and takes the
+// records when the master ships its repair (store.Repair).
 //
 // # MetaQ's method
 //

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,10 +56,17 @@ type ReceiverStatus struct {
 	// route, no answer to the TCP connect); a refused handshake is not one.
 	DialFailures int
 	Unreplicated int64 // records cut and saved aside: held here, never on the new master (see TailDir)
-	Codec        string
-	LastApply    time.Time
-	LastError    string
-	LastErrorAt  time.Time
+	// Diverged lists the partitions whose replication stopped because the
+	// local bytes do not line up with the master's (one line each); the
+	// other partitions go on replicating.
+	Diverged []string
+	// Skips counts ranges the master lost to disk damage that this replica
+	// did not hold either: it continues past them at the master's offsets.
+	Skips       int64
+	Codec       string
+	LastApply   time.Time
+	LastError   string
+	LastErrorAt time.Time
 }
 
 // Receiver is the slave side: it connects to the master, applies the shipped
@@ -90,7 +98,11 @@ type Receiver struct {
 	endMu   sync.Mutex
 	ends    map[pkey]int64
 	changed map[pkey]int64
-	dec     *decoder // owned by the session goroutine
+	// diverged partitions are no longer applied (see apply); kept across
+	// sessions until the receiver restarts.
+	divMu    sync.Mutex
+	diverged map[pkey]*DivergedError
+	dec      *decoder // owned by the session goroutine
 }
 
 // NewReceiver validates opts and reads the checkpoint.
@@ -166,6 +178,12 @@ func (r *Receiver) Status() ReceiverStatus {
 	r.mu.Lock()
 	st := r.st
 	r.mu.Unlock()
+	r.divMu.Lock()
+	for _, d := range r.diverged {
+		st.Diverged = append(st.Diverged, d.Error())
+	}
+	r.divMu.Unlock()
+	slices.Sort(st.Diverged)
 	st.Partitions = len(r.opts.Sink.Partitions())
 	return st
 }
@@ -194,6 +212,7 @@ func (r *Receiver) StatsLines() []string {
 		fmt.Sprintf("raw_bytes %d", st.RawBytes),
 		fmt.Sprintf("corrupt_frames %d", st.Corrupt),
 		fmt.Sprintf("reconnects %d", st.Reconnects),
+		fmt.Sprintf("diverged_partitions %d", len(st.Diverged)),
 		fmt.Sprintf("last_error %s", le),
 	}
 }
@@ -573,11 +592,13 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 }
 
-// checkBatch verifies that every entry holds whole records.
+// checkBatch verifies that every entry holds whole records whose
+// checksums match, so nothing corrupt reaches the replica: a bad record
+// makes the receiver ask the master again.
 func checkBatch(b batch) error {
 	for _, e := range b.Entries {
-		if _, err := countRecords(e.Records); err != nil {
-			return fmt.Errorf("entry %s-%d@%d: %w", e.Topic, e.Partition, e.Offset, err)
+		if _, err := store.VerifyRecords(e.Records); err != nil {
+			return fmt.Errorf("%w: entry %s-%d@%d: %v", ErrCorruptFrame, e.Topic, e.Partition, e.Offset, err)
 		}
 	}
 	return nil
@@ -628,6 +649,50 @@ func (r *Receiver) applyBatch(ctx context.Context, entries []store.LogEntry) err
 // duplicate; anything else that does not line up is a DivergedError.
 func (r *Receiver) apply(ctx context.Context, e store.LogEntry) error {
 	k := pkey{e.Topic, e.Partition}
+	r.divMu.Lock()
+	skip := r.diverged[k] != nil
+	r.divMu.Unlock()
+	if skip {
+		return nil
+	}
+	err := r.applyEntry(ctx, k, e)
+	var de *DivergedError
+	if !errors.As(err, &de) {
+		return err
+	}
+	// Only this partition stops: the others keep replicating.
+	r.divMu.Lock()
+	if r.diverged == nil {
+		r.diverged = map[pkey]*DivergedError{}
+	}
+	r.diverged[k] = de
+	r.divMu.Unlock()
+	r.endMu.Lock()
+	delete(r.ends, k)
+	r.endMu.Unlock()
+	r.log.Error("partition diverged from the master; it is no longer replicated, the others are", "err", de)
+	r.setErr(de)
+	return nil
+}
+
+// Repairer is implemented by a LogSink that can fill a range it skipped
+// (see Skipper) once the master repaired it (*store.Store does).
+type Repairer interface {
+	Repair(ctx context.Context, topic string, partition int, off int64, records []byte) error
+}
+
+// errLocalHole: the local partition has no records at an offset (it
+// skipped records its master had lost).
+var errLocalHole = errors.New("georeplicator: local records lost there")
+
+// Skipper is implemented by a LogSink that can continue a partition past
+// records its master lost (*store.Store does).
+type Skipper interface {
+	SkipTo(ctx context.Context, topic string, partition int, at int64) error
+}
+
+// applyEntry writes one entry (see apply).
+func (r *Receiver) applyEntry(ctx context.Context, k pkey, e store.LogEntry) error {
 	sink := r.opts.Sink
 	r.endMu.Lock()
 	end, ok := r.ends[k]
@@ -647,10 +712,51 @@ func (r *Receiver) apply(ctx context.Context, e store.LogEntry) error {
 		}
 	}
 	recs, off := e.Records, e.Offset
+	if len(recs) == 0 {
+		// A hole marker: the master lost the records before off to disk
+		// damage. A replica that holds them keeps them (a repair can
+		// fetch them from here); one that does not continues at off.
+		if end >= off {
+			return nil
+		}
+		sk, ok := sink.(Skipper)
+		if !ok {
+			return &DivergedError{e.Topic, e.Partition, end, fmt.Sprintf("the master lost records before %d and this store cannot skip them", off)}
+		}
+		if err := sk.SkipTo(context.WithoutCancel(ctx), e.Topic, e.Partition, off); err != nil {
+			r.endMu.Lock()
+			delete(r.ends, k)
+			r.endMu.Unlock()
+			return fmt.Errorf("georeplicator: skip %s-%d to %d: %w", e.Topic, e.Partition, off, err)
+		}
+		r.log.Warn("continuing past records the master lost", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", end, "to", off)
+		r.mu.Lock()
+		r.st.Skips++
+		r.mu.Unlock()
+		r.endMu.Lock()
+		r.ends[k] = off
+		r.changed[k] = off
+		r.endMu.Unlock()
+		return nil
+	}
 	if end >= 0 && off < end {
 		overlap := min(end, off+int64(len(recs))) - off
 		if err := r.verify(e.Topic, e.Partition, off, recs[:overlap]); err != nil {
-			return err
+			// The master repaired records this replica had skipped (lost
+			// on the master before we got them): take them too.
+			if !errors.Is(err, errLocalHole) {
+				return err
+			}
+			rp, ok := sink.(Repairer)
+			if !ok || overlap != int64(len(recs)) {
+				return &DivergedError{e.Topic, e.Partition, off, err.Error()}
+			}
+			if rerr := rp.Repair(context.WithoutCancel(ctx), e.Topic, e.Partition, off, recs); rerr != nil {
+				return &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot fill the local damaged range with the master's repaired records: %v", rerr)}
+			}
+			r.log.Warn("filled a damaged range with records the master repaired", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition),
+				"from", off, "to", off+int64(len(recs)))
+			return nil
 		}
 		if overlap == int64(len(recs)) {
 			r.endMu.Lock()
@@ -702,6 +808,10 @@ func (r *Receiver) verify(topic string, part int, off int64, want []byte) error 
 				return fmt.Errorf("georeplicator: flush before verify: %w", ferr)
 			}
 			got, err = r.opts.Sink.Read(topic, part, off, len(want))
+		}
+		var de *store.DamagedError
+		if errors.As(err, &de) && de.Offset == off {
+			return fmt.Errorf("%w: %s-%d at %d", errLocalHole, topic, part, off)
 		}
 		if err != nil {
 			return &DivergedError{topic, part, off, fmt.Sprintf("cannot read local bytes: %v", err)}
