@@ -9,6 +9,7 @@
 //	metaq-server open-partitions -topic T [-start a -end b] -f server.ini
 //	metaq-server move-partitions -topic T -start a -end b -offset n -f server.ini   (server stopped)
 //	metaq-server delete-partitions -topic T -start a -end b -f server.ini          (server stopped)
+//	metaq-server repair -topic T -partition P -from host:port -f server.ini
 //	metaq-server query -f server.ini [-group G] [-topic T]
 //	metaq-server check -f server.ini [-s async_slave.properties]
 //
@@ -49,6 +50,7 @@ commands:
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
   delete-partitions -topic T -start a -end b -f server.ini
+  repair -topic T -partition P -from host:port -f server.ini
   query -f server.ini [-group G] [-topic T]
   check -f server.ini [-s async_slave.properties]
 Run "metaq-server <command> -h" for a command's flags.
@@ -104,6 +106,8 @@ type common struct {
 	to       string
 	publish  bool
 	brokers  string
+	part     int
+	from     string
 }
 
 func newFlags(name string) *common {
@@ -131,6 +135,8 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.to, "to", "", "switchover: the slave that takes over (slave group, its last '-' field, or slaveId)")
 	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
 	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
+	fs.IntVar(&c.part, "partition", -1, "repair: partition")
+	fs.StringVar(&c.from, "from", "", "repair: MetaQ `address` (host:port) of a replica holding the damaged records")
 	return c
 }
 
@@ -227,6 +233,11 @@ func run(cmd string, args []string) error {
 			q.Set("end", strconv.Itoa(c.end))
 		}
 		return adminCall(ctx, c, "POST", "/"+cmd, q)
+	case "repair":
+		if c.topic == "" || c.part < 0 || c.from == "" {
+			return errors.New("-topic, -partition and -from are required")
+		}
+		return adminCall(ctx, c, "POST", "/repair", url.Values{"topic": {c.topic}, "partition": {strconv.Itoa(c.part)}, "from": {c.from}})
 	case "move-partitions", "delete-partitions":
 		if c.topic == "" || c.start < 0 || c.end < c.start {
 			return errors.New("-topic, -start and -end (start <= end) are required")

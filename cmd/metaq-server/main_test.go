@@ -229,6 +229,13 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatalf("open-partitions: %d %s %s", code, out, errOut)
 	}
 	put(t, addr, "orders", 0, "again")
+	if code, out, errOut := cli(t, "repair", "-topic", "orders", "-partition", "0", "-from", "127.0.0.1:1", "-f", s.ini); code != 0 ||
+		!strings.Contains(out, "orders-0 has no damaged range") {
+		t.Errorf("repair of an undamaged partition: exit %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "repair", "-topic", "orders", "-f", s.ini); code == 0 || !strings.Contains(errOut, "-partition") {
+		t.Errorf("repair without -partition: exit %d %s", code, errOut)
+	}
 	if code, _, _ := cli(t, "slave-status", "-f", s.ini); code == 0 {
 		t.Error("slave-status on a master exited 0")
 	}

@@ -58,6 +58,7 @@ func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
 	a.mux.HandleFunc("GET /slave-status", a.slaveStatus)
 	a.mux.HandleFunc("POST /promote", a.servePromote)
 	a.mux.HandleFunc("POST /switchover", a.serveSwitchover)
+	a.mux.HandleFunc("POST /repair", a.repair)
 	a.srv = &http.Server{
 		Handler:           a.auth(a.mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -190,4 +191,29 @@ func (a *Admin) slaveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// repair fills a partition's damaged ranges from a replica (RepairFrom):
+// POST /repair?topic=T&partition=P&from=host:port.
+func (a *Admin) repair(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	topic, from := q.Get("topic"), q.Get("from")
+	part, err := strconv.Atoi(q.Get("partition"))
+	if topic == "" || from == "" || err != nil || part < 0 {
+		http.Error(w, "topic, partition and from (the replica's host:port) are required", http.StatusBadRequest)
+		return
+	}
+	done, err := RepairFrom(r.Context(), a.b.Store, from, topic, part)
+	for _, d := range done {
+		a.log.Warn("ADMIN: damaged range repaired from a replica", "topic", topic, "partition", part, "from", d.From, "to", d.To, "replica", from)
+		fmt.Fprintf(w, "repaired %s-%d [%d, %d) from %s\n", topic, part, d.From, d.To, from)
+	}
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprintf(w, "not repaired: %v\n", err)
+		return
+	}
+	if len(done) == 0 {
+		fmt.Fprintf(w, "%s-%d has no damaged range\n", topic, part)
+	}
 }

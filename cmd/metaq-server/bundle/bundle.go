@@ -358,19 +358,23 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 
 // Status is the admin /status answer.
 type Status struct {
-	PID            int            `json:"pid"`
-	Mode           string         `json:"mode"`
-	BrokerID       int            `json:"brokerId"`
-	SlaveID        int            `json:"slaveId"`
-	Addr           string         `json:"addr"`
-	URL            string         `json:"url"`
-	ConfigFile     string         `json:"configFile"`
-	ConfigChecksum uint32         `json:"configChecksum"`
-	Uptime         string         `json:"uptime"`
-	Healthy        bool           `json:"healthy"`
-	Health         string         `json:"health,omitempty"`
-	ZooKeeper      *ZKStatus      `json:"zookeeper,omitempty"`
-	Components     map[string]any `json:"components,omitempty"`
+	PID            int    `json:"pid"`
+	Mode           string `json:"mode"`
+	BrokerID       int    `json:"brokerId"`
+	SlaveID        int    `json:"slaveId"`
+	Addr           string `json:"addr"`
+	URL            string `json:"url"`
+	ConfigFile     string `json:"configFile"`
+	ConfigChecksum uint32 `json:"configChecksum"`
+	Uptime         string `json:"uptime"`
+	Healthy        bool   `json:"healthy"`
+	Health         string `json:"health,omitempty"`
+	// Degraded names the ranges of records lost to disk damage (the store
+	// serves everything else); Damaged lists them.
+	Degraded   string         `json:"degraded,omitempty"`
+	Damaged    []store.Damage `json:"damaged,omitempty"`
+	ZooKeeper  *ZKStatus      `json:"zookeeper,omitempty"`
+	Components map[string]any `json:"components,omitempty"`
 }
 
 // ZKStatus is the registry part of Status.
@@ -401,6 +405,11 @@ func (b *Bundle) Status() Status {
 		s.URL = b.Broker.URL()
 		if err := b.Broker.Health(); err != nil {
 			s.Healthy, s.Health = false, err.Error()
+		}
+	}
+	if b.Store != nil {
+		if err := b.Store.Degraded(); err != nil {
+			s.Degraded, s.Damaged = err.Error(), b.Store.Damaged()
 		}
 	}
 	if b.Registry != nil {

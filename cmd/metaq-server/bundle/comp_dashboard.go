@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -141,6 +142,7 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 		s.Health = append(s.Health, h)
 	}
 	health("broker", b.Broker.Health())
+	health("storage", b.Store.Degraded())
 
 	// Topics and partitions, from the store.
 	byTopic := map[string][]dashboard.Partition{}
@@ -216,8 +218,11 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 		if r := rc.Receiver(); r != nil {
 			rs := r.Status()
 			var err error
-			if !rs.Connected {
+			switch {
+			case !rs.Connected:
 				err = errString("not connected to the master: " + rs.LastError)
+			case len(rs.Diverged) > 0:
+				err = errString(fmt.Sprintf("%d partition(s) diverged, not replicated: %s", len(rs.Diverged), strings.Join(rs.Diverged, "; ")))
 			}
 			health("replication", err)
 			if topo == nil {
@@ -276,10 +281,12 @@ type bundleCollector struct {
 	b                                         *Bundle
 	up, conns, puts, gets, putFailed, getMiss *prometheus.Desc
 	partBytes, partMsgs, partMax              *prometheus.Desc
+	damagedBytes, damagedRanges               *prometheus.Desc
 	shipConnected, shipBytes, shipMsgs        *prometheus.Desc
 	shipSecs, shipWire, shipRaw               *prometheus.Desc
 	recvConnected, recvApplied, recvMaster    *prometheus.Desc
 	recvWire, recvRaw, recvReconnects         *prometheus.Desc
+	recvDiverged                              *prometheus.Desc
 	cfgVersion, cfgPending, cfgError          *prometheus.Desc
 	connRefused, connClosed                   *prometheus.Desc
 	buffered, bufferedPeak, bufferedLimit     *prometheus.Desc
@@ -300,6 +307,8 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		partBytes:      d("metaq_partition_bytes", "Retained bytes of a partition.", "topic", "partition"),
 		partMsgs:       d("metaq_partition_messages", "Messages appended to a partition since start.", "topic", "partition"),
 		partMax:        d("metaq_partition_max_offset", "Readable end offset of a partition.", "topic", "partition"),
+		damagedBytes:   d("metaq_store_damaged_bytes", "Bytes of a partition's records lost to disk damage (not served, not repaired).", "topic", "partition"),
+		damagedRanges:  d("metaq_store_damaged_ranges", "Damaged ranges in the store; above 0 the store is degraded."),
 		shipConnected:  d("metaq_replication_slave_connected", "1 while the slave is connected to this master.", "slave_group", "slave_id"),
 		shipBytes:      d("metaq_replication_master_lag_bytes", "Bytes the slave is behind, as this master measures.", "slave_group", "slave_id"),
 		shipMsgs:       d("metaq_replication_master_lag_messages", "Messages the slave is behind, as this master measures.", "slave_group", "slave_id"),
@@ -312,6 +321,7 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		recvWire:       d("metaq_replication_received_wire_bytes_total", "Bytes received on the replication link."),
 		recvRaw:        d("metaq_replication_received_raw_bytes_total", "Payload bytes received after decompression."),
 		recvReconnects: d("metaq_replication_reconnects_total", "Reconnects to the master."),
+		recvDiverged:   d("metaq_replication_diverged_partitions", "Partitions this slave stopped replicating because its bytes differ from the master's."),
 		cfgVersion:     d("metaq_configsync_version", "server.ini version this site runs (0 = not from configsync)."),
 		cfgPending:     d("metaq_configsync_pending_restart", "Keys of the running server.ini that wait for a restart."),
 		cfgError:       d("metaq_configsync_apply_failed", "1 when the last pushed version failed to apply here."),
@@ -324,9 +334,9 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 }
 
 func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.conns, c.puts, c.gets, c.putFailed, c.getMiss, c.partBytes, c.partMsgs, c.partMax,
+	for _, d := range []*prometheus.Desc{c.up, c.conns, c.puts, c.gets, c.putFailed, c.getMiss, c.partBytes, c.partMsgs, c.partMax, c.damagedBytes, c.damagedRanges,
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
-		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects,
+		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects, c.recvDiverged,
 		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit} {
 		ch <- d
 	}
@@ -369,6 +379,15 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.partMsgs, float64(p.Messages), p.Topic, part)
 		g(c.partMax, float64(p.Max), p.Topic, part)
 	}
+	dmg := b.Store.Damaged()
+	g(c.damagedRanges, float64(len(dmg)))
+	byPart := map[[2]string]int64{}
+	for _, d := range dmg {
+		byPart[[2]string{d.Topic, strconv.Itoa(d.Partition)}] += d.To - d.From
+	}
+	for k, n := range byPart {
+		g(c.damagedBytes, float64(n), k[0], k[1])
+	}
 	if sc, ok := findComp[*shipperComponent](b); ok {
 		if s := sc.Shipper(); s != nil {
 			for _, l := range s.Lag() {
@@ -391,6 +410,7 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 			ct(c.recvWire, float64(rs.WireBytes))
 			ct(c.recvRaw, float64(rs.RawBytes))
 			ct(c.recvReconnects, float64(rs.Reconnects))
+			g(c.recvDiverged, float64(len(rs.Diverged)))
 		}
 	}
 	if cc, ok := findComp[*configSyncComponent](b); ok {

@@ -311,6 +311,9 @@ func TestTopologyAndDashboard(t *testing.T) {
 	if !strings.Contains(string(sm), "metaq_replication_connected 1") {
 		t.Errorf("slave /metrics lacks metaq_replication_connected 1")
 	}
+	if !strings.Contains(string(sm), "metaq_replication_diverged_partitions 0") {
+		t.Errorf("slave /metrics lacks metaq_replication_diverged_partitions 0")
+	}
 
 	// Every component stops its goroutines: closing both bundles leaves the
 	// gossip, dashboard and replication listeners closed.

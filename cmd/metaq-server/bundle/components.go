@@ -15,7 +15,9 @@ package bundle
 //   - dashboard: with dashboardHttpPort or [site] dashboardAddr written, the
 //     dashboard, JSON API, /lag and Prometheus /metrics;
 //   - topology: with a [gossip] section, gossip membership, the read router,
-//     the site's ZooKeeper view (ZooKeeper on) and lag reports.
+//     the site's ZooKeeper view (ZooKeeper on) and lag reports;
+//   - repair: a master with ZooKeeper on refills ranges lost to disk damage
+//     from its registered slaves.
 //
 // These three start before the broker accepts connections and registers in
 // ZooKeeper (see beforeServing); the others after the admin endpoint.
@@ -39,6 +41,9 @@ func builtinComponents(b *Bundle) []Component {
 	}
 	if cfg.Gossip.Enable {
 		comps = append(comps, newTopologyComponent())
+	}
+	if b.opts.Mode != ModeSlave && b.Registry != nil {
+		comps = append(comps, newRepairComponent())
 	}
 	return comps
 }

@@ -1,0 +1,193 @@
+package bundle
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/internal/testutil"
+)
+
+// TestDamageReportedAndRepaired: a bundle whose store lost records to disk
+// damage says so with the range in /status, the dashboard and /metrics, and
+// `repair` (the admin endpoint) refills the range from a replica.
+func TestDamageReportedAndRepaired(t *testing.T) {
+	e, intact := damagedEnv(t)
+	b := e.start(t)
+	var st Status
+	_, body := adminDo(t, b, "GET", "/status", "")
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.Degraded, "e2e-0 [") || len(st.Damaged) != 1 {
+		t.Fatalf("status does not report the damage: %s", body)
+	}
+	dash := "http://" + mustComp[*dashboardComponent](t, b).Addr()
+	_, snap := testutil.HTTPDo(t, "GET", dash+"/api/snapshot", "")
+	var s struct{ Health []struct{ Name, Err string } }
+	json.Unmarshal(snap, &s)
+	found := false
+	for _, h := range s.Health {
+		found = found || h.Name == "storage" && strings.Contains(h.Err, "e2e-0 [")
+	}
+	if !found {
+		t.Fatalf("dashboard health: %s", snap)
+	}
+	_, metrics := testutil.HTTPDo(t, "GET", dash+"/metrics", "")
+	if !bytes.Contains(metrics, []byte("metaq_store_damaged_ranges 1")) ||
+		!bytes.Contains(metrics, []byte(`metaq_store_damaged_bytes{partition="0",topic="e2e"}`)) {
+		t.Fatal("/metrics lacks the damage")
+	}
+
+	replica, err := store.Open(store.Options{Dir: intact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	q := url.Values{"topic": {"e2e"}, "partition": {"0"}, "from": {serve(t, replica)}}
+	if code, body := adminDo(t, b, "POST", "/repair?"+q.Encode(), ""); code != 200 || !strings.Contains(body, "repaired e2e-0") {
+		t.Fatalf("repair: %d %s", code, body)
+	}
+	if st := b.Status(); st.Degraded != "" {
+		t.Fatalf("still degraded: %s", st.Degraded)
+	}
+	if !bytes.Equal(readPartition(t, b.Store, "e2e", 0), readPartition(t, replica, "e2e", 0)) {
+		t.Fatal("repaired partition differs from the replica's")
+	}
+}
+
+// damagedEnv runs a bundle, puts records, stops it and damages its store;
+// it returns the env and an intact copy of the store.
+func damagedEnv(t *testing.T) (*testEnv, string) {
+	t.Helper()
+	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n")
+	b := e.start(t)
+	mc, err := dialMeta(b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 60; i++ {
+		if _, _, err := mc.put("e2e", 0, []byte("record-"+strings.Repeat("z", 80)+string(rune('A'+i%26)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mc.Close()
+	b.Close()
+	data := filepath.Join(e.dir, "data")
+	intact := t.TempDir()
+	copyTree(t, data, intact)
+	segs, _ := filepath.Glob(filepath.Join(data, "log", "*.log"))
+	raw, _ := os.ReadFile(segs[0])
+	raw[len(raw)/2] ^= 0xFF
+	os.WriteFile(segs[0], raw, 0o644)
+	os.Remove(filepath.Join(data, "checkpoint"))
+	return e, intact
+}
+
+// TestMasterRepairsFromRegisteredSlave: a degraded master finds a slave of
+// its broker id in ZooKeeper and refills the damaged range from it by
+// itself.
+func TestMasterRepairsFromRegisteredSlave(t *testing.T) {
+	defer func(d time.Duration) { repairInterval = d }(repairInterval)
+	repairInterval = 50 * time.Millisecond
+	e, intact := damagedEnv(t)
+	replica, err := store.Open(store.Options{Dir: intact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	b := e.start(t)
+	if b.Status().Degraded == "" {
+		t.Fatal("not degraded")
+	}
+	zk := zkClient(t, e)
+	node := zk.Paths().BrokerID(0) + "/slave1"
+	if err := zk.EnsurePath(t.Context(), zk.Paths().BrokerID(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zk.CreateEphemeral(t.Context(), node, []byte("meta://"+serve(t, replica))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if d := b.Status().Degraded; d != "" {
+			return errors.New(d)
+		}
+		return nil
+	})
+	if !bytes.Equal(readPartition(t, b.Store, "e2e", 0), readPartition(t, replica, "e2e", 0)) {
+		t.Fatal("repaired partition differs from the replica's")
+	}
+}
+
+// TestFullDiskBundle runs a bundle on a small tmpfs (mounted here, as root)
+// until the disk is full: puts are refused naming the reason, /status turns
+// unhealthy, the broker stays registered in topics-pub (the documented
+// decision), nothing acknowledged is lost, and once room is freed puts are
+// accepted again without a restart.
+func TestFullDiskBundle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	e := newEnv(t, "[topic=full]\nnumPartitions=1\n")
+	data := filepath.Join(e.dir, "data")
+	os.MkdirAll(data, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", data).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+	ballast := filepath.Join(data, "ballast")
+	os.WriteFile(ballast, make([]byte, 768<<10), 0o644)
+	b := e.start(t)
+	mc, err := dialMeta(b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	body := bytes.Repeat([]byte("f"), 1000)
+	acked := map[int64]bool{}
+	var refusal string
+	for i := 0; i < 5000 && refusal == ""; i++ {
+		_, off, err := mc.put("full", 0, body)
+		if err != nil {
+			refusal = err.Error()
+			break
+		}
+		acked[off] = true
+	}
+	if !strings.Contains(refusal, "no space left on device") {
+		t.Fatalf("refusal on a full disk: %q", refusal)
+	}
+	st := b.Status()
+	if st.Healthy || !strings.Contains(st.Health, "no space left on device") {
+		t.Fatalf("status on a full disk: healthy=%v %q", st.Healthy, st.Health)
+	}
+	zk := zkClient(t, e)
+	if ok, _, err := zk.Exists(t.Context(), zk.Paths().TopicsPub()+"/full/0-m"); !ok || err != nil {
+		t.Fatalf("not registered in topics-pub while the disk is full: %v %v", ok, err)
+	}
+	os.Remove(ballast)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, off, err := mc.put("full", 0, body)
+		if err == nil {
+			acked[off] = true
+		}
+		return err
+	})
+	if st := b.Status(); !st.Healthy {
+		t.Fatalf("status after room was freed: %q", st.Health)
+	}
+	for off := range acked {
+		if d, err := b.Store.Read("full", 0, off, 1200); err != nil || !bytes.Contains(d, body) {
+			t.Fatalf("acknowledged record at %d: %v", off, err)
+		}
+	}
+	t.Logf("%d records acknowledged, refused with %q, accepted again after room was freed", len(acked), refusal)
+}
