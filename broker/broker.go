@@ -42,7 +42,11 @@ type Broker struct {
 	// syncMaster in front of it on a synchronous-replication master.
 	puts  batchStore
 	samsa *syncMaster // nil unless Options.SyncSlave
-	gate  writeGate   // client writes refused, by holder
+	// siteRep is the cross-site replication master that topics with
+	// minSyncSites wait for (syncsites.go); siteStats their state.
+	siteRep   atomic.Pointer[siteRepHolder]
+	siteStats siteSyncStats
+	gate      writeGate // client writes refused, by holder
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -110,6 +114,7 @@ func New(opts Options) (*Broker, error) {
 		})
 		b.puts = b.samsa
 	}
+	b.puts = siteSyncStore{b: b, next: b.puts}
 	b.retention = newRetention(b)
 	return b, nil
 }
