@@ -114,7 +114,11 @@ func New(opts Options) (*Broker, error) {
 		})
 		b.puts = b.samsa
 	}
-	b.puts = siteSyncStore{b: b, next: b.puts}
+	if !opts.SyncReceiver {
+		// On a samsa slave every put is the master's sync (client writes
+		// are refused): replication, which never waits for slave sites.
+		b.puts = siteSyncStore{b: b, next: b.puts}
+	}
 	b.retention = newRetention(b)
 	return b, nil
 }

@@ -15,8 +15,10 @@ package broker
 // once (and its end at INFO), and `stats sync_sites` shows the topic
 // degraded with the puts acknowledged that way. A put that passed the check
 // but whose sites do not fsync it within Options.SiteSyncTimeout (a site
-// was lost meanwhile) is answered as failed although stored here: the
-// client retries, at least once as with samsa.
+// was lost meanwhile) is answered as failed although stored here (the
+// client retries: at least once, as with samsa), or with syncDegrade=async
+// acknowledged and counted as degraded; the first such timeout is logged
+// at WARN, the recovery at INFO.
 
 import (
 	"context"
@@ -93,6 +95,7 @@ type siteSyncTopic struct {
 	degraded                  bool
 	degradedPuts, refusedPuts atomic.Int64
 	failedPuts                atomic.Int64
+	timingOut                 atomic.Bool // the last wait timed out: the next one logs at INFO when it ends in time
 }
 
 func (s *siteSyncStats) topic(name string) *siteSyncTopic {
@@ -220,13 +223,29 @@ func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition i
 			return
 		}
 		rep.AwaitDurable(n, timeout, func(werr error) {
+			st := b.siteStats.topic(topic)
 			if werr == nil {
+				if st.timingOut.CompareAndSwap(true, false) {
+					b.log.Info("TOPIC("+topic+"): slave sites fsync puts in time again", "minSyncSites", n)
+				}
 				done(as, err)
 				return
 			}
-			b.siteStats.topic(topic).failedPuts.Add(int64(len(msgs)))
-			b.log.Warn("TOPIC("+topic+"): put stored here but not at its slave sites in time; answered as failed", "partition", partition,
-				"messages", len(msgs), "minSyncSites", n, "err", werr)
+			degrade := tc.SyncDegrade == config.SyncDegradeAsync
+			if st.timingOut.CompareAndSwap(false, true) {
+				what := "answered as failed"
+				if degrade {
+					what = "acknowledged anyway (syncDegrade=async)"
+				}
+				b.log.Warn("TOPIC("+topic+"): puts stored here but not fsynced at their slave sites in time; "+what, "partition", partition,
+					"messages", len(msgs), "minSyncSites", n, "err", werr)
+			}
+			if degrade {
+				st.degradedPuts.Add(int64(len(msgs)))
+				done(as, err)
+				return
+			}
+			st.failedPuts.Add(int64(len(msgs)))
 			done(nil, &slaveError{text: b.putError(topic, int32(partition), "stored at the master but not fsynced at "+
 				strconv.Itoa(n)+" slave sites (minSyncSites) within "+timeout.String()+"; retry")})
 		})

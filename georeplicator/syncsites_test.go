@@ -61,6 +61,9 @@ const siteTopics = `
 [topic=sync]
 numPartitions=2
 minSyncSites=1
+; group commit anyway: minSyncSites implies it
+unflushThreshold=1000
+unflushInterval=60000
 [topic=async]
 numPartitions=2
 [topic=deg]
@@ -442,4 +445,29 @@ func BenchmarkSyncTopicPutWAN(b *testing.B) {
 	b.ReportMetric(ms(pct("async", 0.50)), "async-p50-ms")
 	b.ReportMetric(ms(pct("async", 0.99)), "async-p99-ms")
 	b.ReportMetric(float64(pct("sync", 0.50)-pct("async", 0.50))/float64(2*oneWay), "p50-cost-RTTs")
+}
+
+// TestSyncTopicTimeout: a slave site that is connected but does not fsync a
+// put within SiteSyncTimeout (its link stalled) has the put answered as
+// failed, naming minSyncSites, never as stored.
+func TestSyncTopicTimeout(t *testing.T) {
+	g := newSiteRig(t, 300*time.Millisecond)
+	hf := g.addSlave("hf", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := g.send(ctx, "sync", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	hf.proxy.SetStall(true)
+	_, err := g.send(ctx, "sync", []byte("stalled"))
+	var se *client.StatusError
+	if !errors.As(err, &se) || !strings.Contains(se.Text, "not fsynced at 1 slave sites") {
+		t.Fatalf("put whose site stalled: %v, want a failure naming the slave sites", err)
+	}
+	if st := syncTopic(g.b, "sync"); st.FailedPuts != 1 {
+		t.Fatalf("status %+v, want 1 failed put", st)
+	}
+	if n := g.logs.count("not fsynced at their slave sites in time"); n != 1 {
+		t.Fatalf("%d timeout warnings, want 1", n)
+	}
 }
