@@ -112,4 +112,18 @@ func TestSiteSyncRoute(t *testing.T) {
 	if s := tb.Stats("sync_sites"); !strings.Contains(s, "connected_sites 0\r\n") || !strings.Contains(s, "sync min_sync_sites 1 degrade refuse degraded false degraded_puts 0 refused_puts 1") {
 		t.Fatalf("stats sync_sites:\n%s", s)
 	}
+
+	// A reload (what a configsync push ends in) makes "plain" synchronous
+	// and degradable: with no site it is acknowledged, degraded.
+	cfg := parseConfig(t, []byte(syncSitesINI+"minSyncSites=1\nsyncDegrade=async\ndataPath="+tb.dir+"\n"))
+	if _, err := tb.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	c.sendCmd(putCmd("plain", 0, "degraded", 4))
+	if r := c.result(); r.Code != wire.StatusOK {
+		t.Fatalf("degraded put after the reload: %d %s", r.Code, r.Body)
+	}
+	if s := tb.Stats("sync_sites"); !strings.Contains(s, "plain min_sync_sites 1 degrade async degraded true degraded_puts 1") {
+		t.Fatalf("stats sync_sites after the reload:\n%s", s)
+	}
 }

@@ -97,15 +97,17 @@ func (w *siteWaits) add(pos int64, n int, timeout time.Duration, done func(error
 }
 
 // ack records that a slave fsynced the log up to synced and ends the waits
-// that now have their sites.
+// that now have their sites. The latest ack wins, so a slave that came
+// back with less (its store was replaced) no longer counts for what it lost.
 func (w *siteWaits) ack(k slaveKey, synced int64) {
 	var ready []*siteWait
 	w.mu.Lock()
-	if old, ok := w.synced[k]; ok && synced <= old {
+	old, ok := w.synced[k]
+	w.synced[k] = synced
+	if ok && synced <= old {
 		w.mu.Unlock()
 		return
 	}
-	w.synced[k] = synced
 	for sw := range w.waits {
 		if w.sitesAtLocked(sw.pos) >= sw.n {
 			ready = append(ready, sw)
