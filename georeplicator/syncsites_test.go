@@ -471,3 +471,36 @@ func TestSyncTopicTimeout(t *testing.T) {
 		t.Fatalf("%d timeout warnings, want 1", n)
 	}
 }
+
+// TestSiteWaitsCountGroups: a wait for two sites is not ended by two slaves
+// of one group, is ended by a slave of a second group, and times out with
+// ErrSitesTimeout otherwise; Close ends the rest with ErrClosed.
+func TestSiteWaitsCountGroups(t *testing.T) {
+	w := newSiteWaits()
+	got := make(chan error, 3)
+	w.add(100, 2, time.Hour, func(err error) { got <- err })
+	w.ack(slaveKey{"hf", 1}, 150)
+	w.ack(slaveKey{"hf", 2}, 150)
+	select {
+	case err := <-got:
+		t.Fatalf("two slaves of one site ended a wait for two sites: %v", err)
+	default:
+	}
+	if u := w.urgent.Load(); u != 100 {
+		t.Fatalf("urgent %d, want 100", u)
+	}
+	w.ack(slaveKey{"gz", 1}, 99)
+	w.ack(slaveKey{"gz", 1}, 100)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	w.add(200, 1, 10*time.Millisecond, func(err error) { got <- err })
+	if err := <-got; !errors.Is(err, ErrSitesTimeout) {
+		t.Fatalf("timeout: %v", err)
+	}
+	w.add(300, 1, time.Hour, func(err error) { got <- err })
+	w.close()
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Fatalf("close: %v", err)
+	}
+}
