@@ -385,20 +385,30 @@ func TestAsyncTopicUnaffectedBySyncTopic(t *testing.T) {
 }
 
 // BenchmarkSyncTopicPutWAN: the latency cost of a synchronous topic. One
-// master, one slave site behind the delay proxy at 30 ms one way (a 60 ms
-// round trip); every 5 ms one 1 KiB put to the synchronous topic and one to
-// an asynchronous topic start together (200 puts/s each, the same load),
-// b.N times. Reports put p50/p99 of each topic and the difference of the
-// p50s in WAN round trips (expected about 1).
+// master and its slave sites, each behind the in-process delay proxy at
+// 30 ms one way (a 60 ms round trip); every 5 ms one 1 KiB put to each
+// topic starts, all together (200 puts/s per topic, the same load), b.N
+// times. Reports put p50/p99 per topic and the difference of the p50s of
+// the minSyncSites=1 and the asynchronous topic in WAN round trips
+// (expected about 1). sites=2: master and one slave site, topics sync
+// (minSyncSites=1) and async; sites=3: two slave sites, and deg
+// (minSyncSites=2) too.
 //
 //	go test -run '^$' -bench BenchmarkSyncTopicPutWAN -benchtime 1000x ./georeplicator/
 func BenchmarkSyncTopicPutWAN(b *testing.B) {
+	b.Run("sites=2", func(b *testing.B) { benchSyncTopics(b, []string{"hf"}, []string{"sync", "async"}) })
+	b.Run("sites=3", func(b *testing.B) { benchSyncTopics(b, []string{"hf", "gz"}, []string{"sync", "deg", "async"}) })
+}
+
+func benchSyncTopics(b *testing.B, sites, topics []string) {
 	const oneWay = 30 * time.Millisecond
 	g := newSiteRig(b, 30*time.Second)
-	g.addSlave("hf", oneWay)
+	for _, s := range sites {
+		g.addSlave(s, oneWay)
+	}
 	ctx := context.Background()
 	payload := bytes.Repeat([]byte("x"), 1024)
-	for _, topic := range []string{"sync", "async"} { // connections, topic registration
+	for _, topic := range topics { // connections, topic registration
 		if _, err := g.send(ctx, topic, payload); err != nil {
 			b.Fatal(err)
 		}
@@ -413,7 +423,7 @@ func BenchmarkSyncTopicPutWAN(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		<-tick.C
-		for _, topic := range []string{"sync", "async"} {
+		for _, topic := range topics {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -440,10 +450,10 @@ func BenchmarkSyncTopicPutWAN(b *testing.B) {
 		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(pct("sync", 0.50)), "sync-p50-ms")
-	b.ReportMetric(ms(pct("sync", 0.99)), "sync-p99-ms")
-	b.ReportMetric(ms(pct("async", 0.50)), "async-p50-ms")
-	b.ReportMetric(ms(pct("async", 0.99)), "async-p99-ms")
+	for _, topic := range topics {
+		b.ReportMetric(ms(pct(topic, 0.50)), topic+"-p50-ms")
+		b.ReportMetric(ms(pct(topic, 0.99)), topic+"-p99-ms")
+	}
 	b.ReportMetric(float64(pct("sync", 0.50)-pct("async", 0.50))/float64(2*oneWay), "p50-cost-RTTs")
 }
 
