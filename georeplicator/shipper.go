@@ -653,8 +653,13 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		}
 		ss.chooser.observe(codec, len(raw), len(wire))
 		var flags byte
-		if s.waits.urgent.Load() > flagged {
+		if u := s.waits.urgent.Load(); u > flagged {
 			flags, flagged = flagSyncNow, next // a put waits for a record up to here
+			if len(entries) == 0 {
+				// Nothing readable up to u here: one empty flagged frame,
+				// not one per turn of this loop.
+				flagged = max(next, u)
+			}
 		}
 		f := &outFrame{h: header{typ: typeData, codec: codec, flags: flags, epoch: epoch, seq: seq, rawLen: uint32(len(raw))},
 			wire: wire, raw: len(raw), end: next}
