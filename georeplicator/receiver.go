@@ -84,7 +84,7 @@ type Receiver struct {
 	masterLog string
 	// logSwitched: masterLog changed since the last checkpoint.
 	logSwitched bool
-	synced  int64 // fsynced in the store (>= durable): see ack.Synced
+	synced      int64 // fsynced in the store (>= durable): see ack.Synced
 
 	// Partition ends as applied in this session. Written by the apply
 	// goroutines of one frame (one per partition), hence endMu.
