@@ -42,7 +42,11 @@ type Broker struct {
 	// syncMaster in front of it on a synchronous-replication master.
 	puts  batchStore
 	samsa *syncMaster // nil unless Options.SyncSlave
-	gate  writeGate   // client writes refused, by holder
+	// siteRep is the cross-site replication master that topics with
+	// minSyncSites wait for (syncsites.go); siteStats their state.
+	siteRep   atomic.Pointer[siteRepHolder]
+	siteStats siteSyncStats
+	gate      writeGate // client writes refused, by holder
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -111,6 +115,11 @@ func New(opts Options) (*Broker, error) {
 			OnSlaveBack:      b.rejoinRegistry,
 		})
 		b.puts = b.samsa
+	}
+	if !opts.SyncReceiver {
+		// On a samsa slave every put is the master's sync (client writes
+		// are refused): replication, which never waits for slave sites.
+		b.puts = siteSyncStore{b: b, next: b.puts}
 	}
 	b.retention = newRetention(b)
 	return b, nil

@@ -24,7 +24,12 @@
 // partition's batch to the store (or, on a sync master, to the syncMaster
 // in front of it), which answers the batch when its group commit returns.
 // A transaction's messages join the route at its commit
-// (Broker.StoreValidated). Every other request runs on a worker goroutine
+// (Broker.StoreValidated). In front of the store step (or of the
+// syncMaster), siteSyncStore holds the answers of topics with minSyncSites
+// until that many slave sites of the cross-site replication
+// (SiteReplicator, the georeplicator's Shipper) fsynced them; with too few
+// connected, checkPut refuses their puts with 503, or syncDegrade=async
+// lets them through with an alarm (syncsites.go). Every other request runs on a worker goroutine
 // of the connection, so requests are processed concurrently and answered
 // by opaque, possibly out of order, as the Java broker's thread pools do.
 // One writer goroutine per connection serialises answers. The in-flight
@@ -77,8 +82,8 @@
 // (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget and the broker's are never locked together),
-// connLimits.mu, retention.mu, writeGate.mu and the syncMaster's mu and wmu
-// are leaves.
+// connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
+// syncMaster's mu and wmu are leaves.
 // Registry and Store calls are made without any broker lock held. A put
 // batch's answer is sent from the store's notify (the store's writer
 // goroutine, or a syncMaster partition goroutine): it takes conn.storedMu

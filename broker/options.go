@@ -51,6 +51,10 @@ type Options struct {
 	// Defaults 100 and 100ms, as in MetaQ.
 	SyncFailureThreshold int
 	SyncProbeInterval    time.Duration
+	// SiteSyncTimeout bounds how long a put to a topic with minSyncSites
+	// waits for its slave sites to fsync it (see SetSiteReplicator);
+	// default 5s.
+	SiteSyncTimeout time.Duration
 
 	// MaxMessageSize is the largest put/sync body accepted, in bytes; a larger
 	// declared body closes the connection without reading it. Default
@@ -125,6 +129,9 @@ func (o *Options) validate() error {
 	}
 	if o.SyncProbeInterval <= 0 {
 		o.SyncProbeInterval = 100 * time.Millisecond
+	}
+	if o.SiteSyncTimeout <= 0 {
+		o.SiteSyncTimeout = 5 * time.Second
 	}
 	if o.MaxMessageSize <= 0 || o.MaxMessageSize > HardMaxMessageSize {
 		o.MaxMessageSize = HardMaxMessageSize

@@ -225,6 +225,9 @@ func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
 	if p < 0 || int(p) >= n {
 		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p))), r.opaque)
 	}
+	if res := b.checkSyncSites(r, p, te); res != nil {
+		return res
+	}
 	if r.checksum != wire.NoChecksum && wire.Checksum(r.body) != r.checksum {
 		b.log.Warn("TOPIC("+topic+"): put refused, checksum mismatch", "partition", p, "bytes", len(r.body), "checksum", r.checksum)
 		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, txtChecksum), r.opaque)

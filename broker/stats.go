@@ -215,6 +215,8 @@ func (b *Broker) Stats(item string) string {
 	case item == "reset":
 		b.stats.reset()
 		w.line("reset", "ok")
+	case item == "sync_sites" && b.siteReplicator() != nil:
+		b.syncSitesStats(w)
 	case item == "slave" && b.opts.SlaveStats != nil:
 		for _, l := range b.opts.SlaveStats.Lines() {
 			w.line(l)

@@ -97,8 +97,14 @@ func isLiteral(name string) bool {
 }
 
 func policyOf(tc config.Topic) store.Policy {
+	unflush := tc.UnflushThreshold
+	if tc.MinSyncSites > 0 {
+		// A synchronous topic's put is durable here before its slave
+		// sites are waited for (syncsites.go): group commit.
+		unflush = 0
+	}
 	return store.Policy{
-		UnflushThreshold: tc.UnflushThreshold,
+		UnflushThreshold: unflush,
 		UnflushInterval:  tc.UnflushInterval,
 		MaxAge:           tc.DeletePolicy.MaxAge,
 		Archive:          tc.DeletePolicy.Name == "archive",

@@ -82,8 +82,9 @@
 // unacknowledged wire bytes in flight (a WAN link's bandwidth-delay product,
 // 375 KB at 50 Mbit/s and 61 ms, fits many times), and the slave acks every
 // applied frame with the master log position applied, the position
-// checkpointed, changed partition ends and the timestamp of the last
-// keepalive (the master's RTT sample). Only durable data is read
+// checkpointed, changed partition ends, the timestamp of the last
+// keepalive (the master's RTT sample) and, last so that either side may
+// predate it, the position its store has fsynced (ack.Synced). Only durable data is read
 // (store.ReadLog). A frame is sent as soon as data is durable; a frame
 // under 64 KiB waits at most slaveMaxDelayInMills/10 (and 20 ms) for company, so a
 // record reaches the wire well within slaveMaxDelayInMills. Idle links carry
@@ -91,6 +92,22 @@
 // least 2 s) is dropped. A token bucket caps bytes per second per link. The
 // master asks for BBR congestion control on its sockets (CUBIC collapses
 // under WAN loss).
+//
+// # Synchronous topics
+//
+// A put to a topic with minSyncSites=N is answered by the broker only once
+// N slave sites (distinct slave groups) have fsynced it: the broker's put
+// route calls Shipper.AwaitDurable(N, timeout, done) when the put's group
+// commit returns, which waits for the master's durable log end of that
+// moment to be covered by the Synced position of slaves of N groups
+// (syncsites.go). While such a wait is open, the builders send what they
+// have at once instead of lingering, and mark the frames up to the awaited
+// position flagSyncNow (a header flag byte that older slaves ignore; they
+// still fsync at their next checkpoint); a slave flushes its store after
+// applying a flagged frame and acks with the new Synced. An idle stream
+// whose last frame went out before the wait began sends an empty flagged
+// frame. Shipper.ConnectedSites counts the slave groups connected now.
+// Other topics' data moves exactly as before.
 //
 // # Corruption, cuts and restarts
 //
@@ -155,7 +172,8 @@
 // taken and not written in the file), BrokerID, Source: the *store.Store, Compression,
 // BandwidthBytesPerSec, StuckAfter, StateFile: <dataPath>/replication.json,
 // ConfigBytes: the running server.ini bytes}), Start, Close on shutdown
-// after the listeners and before the store. It starts before the broker
+// after the listeners and before the store; Broker.SetSiteReplicator(the
+// shipper) once it runs, nil before it closes. It starts before the broker
 // serves and registers, and publishes the replication address in ZooKeeper
 // (see Resolver) before the master node appears.
 //

@@ -12,12 +12,16 @@ import (
 //
 //	0      1      2      3      4             8                   16
 //	+------+------+------+------+-------------+-------------------+
-//	|magic | type |codec | rsvd |   epoch     |     sequence      |
+//	|magic | type |codec |flags |   epoch     |     sequence      |
 //	+------+------+------+------+-------------+-------------------+
 //	16            20            24            28            32
 //	+-------------+-------------+-------------+-------------+
 //	|   rawLen    |  wireLen    | payload CRC | header CRC  |
 //	+-------------+-------------+-------------+-------------+
+//
+// flags (0 before synchronous topics; receivers that predate them ignore
+// the byte): flagSyncNow asks the slave to fsync what it applied and report
+// it in its next ack at once, because a put waits for it.
 //
 // payload CRC is CRC32C of the wireLen payload bytes as sent (compressed);
 // header CRC is CRC32C of bytes 0..27. The header has its own checksum so a
@@ -41,6 +45,11 @@ const (
 	typeError     byte = 8 // master → slave: refusal, then close
 )
 
+// Frame flags.
+const (
+	flagSyncNow byte = 1 << 0 // data: fsync after applying and ack the synced position
+)
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Sentinel errors of the framing layer.
@@ -56,6 +65,7 @@ var (
 type header struct {
 	typ     byte
 	codec   Codec
+	flags   byte
 	epoch   uint32
 	seq     uint64
 	rawLen  uint32
@@ -67,7 +77,7 @@ func (h *header) put(b []byte) {
 	b[0] = frameMagic
 	b[1] = h.typ
 	b[2] = byte(h.codec)
-	b[3] = 0
+	b[3] = h.flags
 	binary.BigEndian.PutUint32(b[4:], h.epoch)
 	binary.BigEndian.PutUint64(b[8:], h.seq)
 	binary.BigEndian.PutUint32(b[16:], h.rawLen)
@@ -86,6 +96,7 @@ func parseHeader(b []byte) (header, error) {
 	h := header{
 		typ:     b[1],
 		codec:   Codec(b[2]),
+		flags:   b[3],
 		epoch:   binary.BigEndian.Uint32(b[4:]),
 		seq:     binary.BigEndian.Uint64(b[8:]),
 		rawLen:  binary.BigEndian.Uint32(b[16:]),

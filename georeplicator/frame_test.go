@@ -150,9 +150,17 @@ func TestMessagesRoundTrip(t *testing.T) {
 	if got, err := decodeHello(ob); err != nil || !reflect.DeepEqual(got, old) {
 		t.Fatalf("hello without tail %+v %v", got, err)
 	}
-	a := ack{Seq: 9, Applied: 1 << 40, Durable: 77, Echo: 5, Parts: []partEnd{{"t", 0, 10}, {"u", 1023, 1 << 35}}}
+	a := ack{Seq: 9, Applied: 1 << 40, Durable: 77, Echo: 5, Parts: []partEnd{{"t", 0, 10}, {"u", 1023, 1 << 35}}, Synced: 1 << 39}
 	if got, err := decodeAck(a.encode()); err != nil || !reflect.DeepEqual(got, a) {
 		t.Fatalf("ack %+v %v", got, err)
+	}
+	// A slave that predates Synced sends none: it reads as Durable.
+	oldAck := a.encode()
+	oldAck = oldAck[:len(oldAck)-8]
+	want := a
+	want.Synced = a.Durable
+	if got, err := decodeAck(oldAck); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ack without synced %+v %v", got, err)
 	}
 	k := keepalive{SentAt: 1, Durable: 2}
 	if got, err := decodeKeepalive(k.encode()); err != nil || got != k {

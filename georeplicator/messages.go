@@ -174,6 +174,11 @@ type ack struct {
 	Durable int64  // master log position checkpointed on the slave
 	Echo    int64  // timestamp of the last keepalive seen, for RTT
 	Parts   []partEnd
+	// Synced is the master log position up to which the slave's store is
+	// fsynced (>= Durable): sent after the partitions, so a master that
+	// predates it reads the rest and ignores it; a slave that predates it
+	// sends none and Synced reads as Durable.
+	Synced int64
 }
 
 func (a ack) encode() []byte {
@@ -183,6 +188,7 @@ func (a ack) encode() []byte {
 	e.i64(a.Durable)
 	e.i64(a.Echo)
 	encodeEnds(&e, a.Parts)
+	e.i64(a.Synced)
 	return e.b
 }
 
@@ -190,6 +196,10 @@ func decodeAck(p []byte) (ack, error) {
 	d := dec{b: p}
 	a := ack{Seq: d.u64(), Applied: d.i64(), Durable: d.i64(), Echo: d.i64()}
 	a.Parts = decodeEnds(&d)
+	a.Synced = a.Durable
+	if d.err == nil && len(d.b) >= 8 {
+		a.Synced = max(d.i64(), a.Durable)
+	}
 	return a, d.err
 }
 

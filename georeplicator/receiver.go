@@ -92,6 +92,7 @@ type Receiver struct {
 	masterLog string
 	// logSwitched: masterLog changed since the last checkpoint.
 	logSwitched bool
+	synced      int64 // fsynced in the store (>= durable): see ack.Synced
 
 	// Partition ends as applied in this session. Written by the apply
 	// goroutines of one frame (one per partition), hence endMu.
@@ -118,7 +119,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{opts: opts, applied: pos, durable: pos, masterLog: masterLog, dec: d,
+	r := &Receiver{opts: opts, applied: pos, durable: pos, synced: pos, masterLog: masterLog, dec: d,
 		log: opts.Logger.With("component", "georeplicator", "role", "slave", "slave", fmt.Sprintf("SLAVE(%s/%d)", opts.Group, opts.SlaveID))}
 	r.causes = newCauseLog(r.log)
 	r.st.AppliedPos, r.st.DurablePos, r.st.MasterPos = pos, pos, -1
@@ -432,7 +433,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	sendAck := func() error {
 		r.mu.Lock()
-		a := ack{Seq: lastSeq, Applied: applied, Durable: r.durable, Echo: echo}
+		a := ack{Seq: lastSeq, Applied: applied, Durable: r.durable, Echo: echo, Synced: max(r.synced, r.durable)}
 		r.mu.Unlock()
 		r.endMu.Lock()
 		for k, e := range r.changed {
@@ -542,6 +543,16 @@ func (r *Receiver) session() (progressed bool, err error) {
 				for _, e := range b.Entries {
 					hook(e, now)
 				}
+			}
+			if f.flags&flagSyncNow != 0 {
+				// A put on the master waits for this frame: fsync now
+				// rather than at the next checkpoint.
+				if err := r.opts.Sink.Flush(); err != nil {
+					return progressed, fmt.Errorf("georeplicator: flush for a synchronous topic: %w", err)
+				}
+				r.mu.Lock()
+				r.synced = max(r.synced, applied)
+				r.mu.Unlock()
 			}
 			if err := sendAck(); err != nil {
 				return progressed, err
@@ -867,6 +878,7 @@ func (r *Receiver) checkpointNow() error {
 	}
 	r.mu.Lock()
 	r.durable = pos
+	r.synced = max(r.synced, pos)
 	r.st.DurablePos = pos
 	r.mu.Unlock()
 	return nil

@@ -33,7 +33,8 @@ type Shipper struct {
 	conns    map[net.Conn]struct{}
 	sessions map[slaveKey]*session // the current connection of each slave
 
-	prog *progress
+	prog  *progress
+	waits *siteWaits // synchronous topics' puts (syncsites.go)
 
 	ccWarned atomic.Bool
 
@@ -47,7 +48,8 @@ func NewShipper(opts ShipperOptions) (*Shipper, error) {
 		return nil, err
 	}
 	s := &Shipper{opts: opts, log: opts.Logger.With("component", "georeplicator", "role", "master"),
-		quit: make(chan struct{}), conns: map[net.Conn]struct{}{}, sessions: map[slaveKey]*session{}}
+		quit: make(chan struct{}), conns: map[net.Conn]struct{}{}, sessions: map[slaveKey]*session{},
+		waits: newSiteWaits()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	p, err := loadProgress(opts.StateFile, opts.Clock)
 	if err != nil {
@@ -119,6 +121,7 @@ func (s *Shipper) Close() error {
 	close(s.quit)
 	s.cancel()
 	s.wg.Wait()
+	s.waits.close()
 	return s.prog.save()
 }
 
@@ -197,6 +200,7 @@ type session struct {
 
 	ackWake    chan struct{} // cap 1: an ack arrived (window may have room)
 	rewindWake chan struct{} // cap 1: a rewind arrived (the builder restarts)
+	urgentWake chan struct{} // cap 1: a synchronous put waits (the builder stops lingering)
 
 	mu        sync.Mutex
 	epoch     uint32
@@ -308,7 +312,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
 	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
-		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), rewindTo: -1, connectedAt: s.opts.Clock.Now(),
+		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), urgentWake: make(chan struct{}, 1), rewindTo: -1, connectedAt: s.opts.Clock.Now(),
 		promoteWake: make(chan struct{}, 1), done: make(chan struct{}),
 		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
 	if bw > 0 {
@@ -420,6 +424,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 			ss.mu.Unlock()
 			ss.s.prog.ack(ss.key, a, rtt)
 			ss.lastAck.Store(now.UnixNano())
+			ss.s.waits.ack(ss.key, a.Synced)
 			signal(ss.ackWake)
 		case typeRewind:
 			d := dec{b: f.wire}
@@ -579,6 +584,11 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		epoch      uint32
 		frameStart = pos // end of the last frame built: where the next batch must start
 		raw        []byte
+		// flagged is the end of the last frame built with flagSyncNow:
+		// while a synchronous put waits beyond it, frames carry the flag,
+		// and an idle stream sends an empty one (the put's record went out
+		// in a frame built before its wait began).
+		flagged = pos
 	)
 	// Linger bounds how long a small frame waits for company: a tenth of
 	// slaveMaxDelayInMills, at most 20 ms, keeps the promise "flushed at
@@ -589,7 +599,7 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		ss.mu.Lock()
 		if ss.rewindTo >= 0 {
 			pos, epoch, seq = ss.rewindTo, ss.epoch, 0
-			frameStart = pos
+			frameStart, flagged = pos, pos
 			ss.rewindTo = -1
 		}
 		ss.mu.Unlock()
@@ -610,14 +620,15 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 			// Idle, but the slave does not know about the skipped range yet:
 			// an empty batch moves its position (and the lag) to the end.
 			next = pos
-		} else if len(entries) == 0 {
+		} else if len(entries) == 0 && s.waits.urgent.Load() <= flagged {
 			ss.waitData(ctx, pos, s.opts.Keepalive)
 			continue
 		}
-		// Linger for more when the frame is small and more may come soon.
+		// Linger for more when the frame is small and more may come soon,
+		// unless a synchronous put waits for what is there.
 		size := entriesSize(entries)
 		deadline := time.Now().Add(linger)
-		for len(entries) > 0 && size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 {
+		for len(entries) > 0 && size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 && s.waits.urgent.Load() <= flagged {
 			if ss.waitData(ctx, next, time.Until(deadline)) != nil {
 				break
 			}
@@ -641,7 +652,16 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 			codec, wire = CodecNone, append(wire[:0], raw...)
 		}
 		ss.chooser.observe(codec, len(raw), len(wire))
-		f := &outFrame{h: header{typ: typeData, codec: codec, epoch: epoch, seq: seq, rawLen: uint32(len(raw))},
+		var flags byte
+		if u := s.waits.urgent.Load(); u > flagged {
+			flags, flagged = flagSyncNow, next // a put waits for a record up to here
+			if len(entries) == 0 {
+				// Nothing readable up to u here: one empty flagged frame,
+				// not one per turn of this loop.
+				flagged = max(next, u)
+			}
+		}
+		f := &outFrame{h: header{typ: typeData, codec: codec, flags: flags, epoch: epoch, seq: seq, rawLen: uint32(len(raw))},
 			wire: wire, raw: len(raw), end: next}
 		select {
 		case <-ctx.Done():
@@ -659,8 +679,8 @@ func (ss *session) currentRTT() time.Duration {
 	return ss.rtt
 }
 
-// waitData waits until the log is durable beyond pos, a rewind arrives, or
-// d passes. It returns an error only when ctx ended.
+// waitData waits until the log is durable beyond pos, a rewind or a
+// synchronous put arrives, or d passes. It returns an error only when ctx ended.
 func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -672,6 +692,8 @@ func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) err
 		defer close(done)
 		select {
 		case <-ss.rewindWake:
+			cancel()
+		case <-ss.urgentWake:
 			cancel()
 		case <-wctx.Done():
 		}

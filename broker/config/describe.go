@@ -139,6 +139,10 @@ func topicEntries(t Topic) []entry {
 		{"acceptSubscribe", btoa(t.AcceptSubscribe)},
 		{"stat", btoa(t.Stat)},
 	}
+	if t.MinSyncSites > 0 || t.SyncDegrade == SyncDegradeAsync {
+		// Only when set, so a MetaQ file describes as MetaQ keys alone.
+		es = append(es, entry{"minSyncSites", itoa(t.MinSyncSites)}, entry{"syncDegrade", t.SyncDegrade})
+	}
 	groups := make([]string, 0, len(t.Filters))
 	for g := range t.Filters {
 		groups = append(groups, g)

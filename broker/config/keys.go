@@ -50,6 +50,8 @@ var zkKeys = []string{
 var topicKeys = []string{
 	"numPartitions", "unflushThreshold", "unflushInterval", "dataPath", "deletePolicy", "deleteWhen",
 	"acceptPublish", "acceptSubscribe", "stat",
+	// This project's: synchronous cross-site replication.
+	"minSyncSites", "syncDegrade",
 }
 
 // topicInertKeys are TopicConfig field names MetaQ accepts but never reads.

@@ -429,6 +429,8 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		AcceptPublish:    r.boolean("acceptPublish", sys.AcceptPublish),
 		AcceptSubscribe:  r.boolean("acceptSubscribe", sys.AcceptSubscribe),
 		Stat:             topicStat(r, sys.Stat),
+		MinSyncSites:     int(r.integer("minSyncSites", 0, 0, 64)),
+		SyncDegrade:      syncDegradeKey(r),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -444,6 +446,19 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		}
 	}
 	return t, true
+}
+
+func syncDegradeKey(r sectionReader) string {
+	k, ok := r.raw("syncDegrade")
+	if !ok {
+		return SyncDegradeRefuse
+	}
+	switch v := strings.ToLower(strings.TrimSpace(k.Value)); v {
+	case SyncDegradeRefuse, SyncDegradeAsync:
+		return v
+	}
+	r.bad(k, "refuse or async")
+	return SyncDegradeRefuse
 }
 
 // TopicFor returns the configuration that governs topic name: the section

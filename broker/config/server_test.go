@@ -850,3 +850,28 @@ func TestLineEndingsAndBOM(t *testing.T) {
 		})
 	}
 }
+
+func TestTopicMinSyncSites(t *testing.T) {
+	base := "[system]\nbrokerId=0\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=1000\nmaxSegmentSize=1048576\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=/tmp/x\n[zookeeper]\nzk.zkEnable=false\n"
+	s, _, err := Parse("server.ini", []byte(base+"[topic=plain]\n[topic=orders]\nminSyncSites=2\nsyncDegrade=async\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := s.TopicFor("plain")
+	orders, _ := s.TopicFor("orders")
+	if plain.MinSyncSites != 0 || plain.SyncDegrade != SyncDegradeRefuse || orders.MinSyncSites != 2 || orders.SyncDegrade != SyncDegradeAsync {
+		t.Fatalf("plain %d %q, orders %d %q", plain.MinSyncSites, plain.SyncDegrade, orders.MinSyncSites, orders.SyncDegrade)
+	}
+	_, _, err = Parse("server.ini", []byte(base+"[topic=orders]\nminSyncSites=-1\nsyncDegrade=maybe\n"))
+	if err == nil || !strings.Contains(err.Error(), "minSyncSites") || !strings.Contains(err.Error(), "refuse or async") {
+		t.Fatalf("bad values: %v", err)
+	}
+	// A change of minSyncSites is a topic change, applied by a reload.
+	s2, _, err := Parse("server.ini", []byte(base+"[topic=plain]\n[topic=orders]\nminSyncSites=1\nsyncDegrade=async\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := Diff(s, s2); len(c.TopicsChanged) != 1 || c.TopicsChanged[0] != "orders" || len(c.RestartKeys) != 0 {
+		t.Fatalf("diff %+v", c)
+	}
+}

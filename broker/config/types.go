@@ -104,11 +104,27 @@ type Topic struct {
 	AcceptPublish    bool
 	AcceptSubscribe  bool
 	Stat             bool
+	// MinSyncSites is minSyncSites: a put is acknowledged only once its
+	// record is durable here and at this many slave sites (distinct slave
+	// groups of the cross-site replication). 0, the default, replicates
+	// asynchronously as MetaQ does.
+	MinSyncSites int
+	// SyncDegrade is syncDegrade: what a put to a topic with MinSyncSites
+	// gets while fewer slave sites are connected: SyncDegradeRefuse (the
+	// default, a retriable refusal) or SyncDegradeAsync (stored and
+	// acknowledged without waiting, with an alarm).
+	SyncDegrade string
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
 
 	re *regexp.Regexp // compiled Pattern, set by the loader
 }
+
+// syncDegrade values.
+const (
+	SyncDegradeRefuse = "refuse"
+	SyncDegradeAsync  = "async"
+)
 
 // DeletePolicy is deletePolicy=name,age[,compress] (spec §2.4).
 type DeletePolicy struct {

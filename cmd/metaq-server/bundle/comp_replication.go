@@ -107,6 +107,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	c.advertise = advertiseAddr(s.Addr(), cfg)
 	c.mu.Unlock()
 	b.slave.set(s.StatsLines)
+	b.Broker.SetSiteReplicator(s) // topics with minSyncSites wait for the slave sites
 
 	if b.Registry != nil {
 		c.znode = b.Registry.Paths().BrokerID(cfg.System.BrokerID) + "/" + replicationNode
@@ -176,6 +177,7 @@ func (c *shipperComponent) Close() error {
 		cancel()
 	}
 	b.slave.set(nil)
+	b.Broker.SetSiteReplicator(nil)
 	if b.Registry != nil && c.znode != "" {
 		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = b.Registry.Delete(ctx, c.znode)

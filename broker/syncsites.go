@@ -1,0 +1,253 @@
+package broker
+
+// Synchronous cross-site replication per topic. A topic whose section sets
+// minSyncSites=N has its puts acknowledged only once their records are
+// durable here (the group commit) and fsynced at N slave sites (distinct
+// slave groups of the cross-site replication, a SiteReplicator). It is a
+// decorator on the put route's store step (siteSyncStore, in front of the
+// store or of the samsa syncMaster), like the syncMaster in front of the
+// store: other topics pass through it with one topic lookup.
+//
+// With fewer than N slave sites connected, a put is refused at validation
+// (checkPut) with 503 and a Detail saying how many are connected, which a
+// client may retry, unless the topic says syncDegrade=async: then it is
+// stored and acknowledged without waiting, the transition is logged at WARN
+// once (and its end at INFO), and `stats sync_sites` shows the topic
+// degraded with the puts acknowledged that way. A put that passed the check
+// but whose sites do not fsync it within Options.SiteSyncTimeout (a site
+// was lost meanwhile) is answered as failed although stored here (the
+// client retries: at least once, as with samsa), or with syncDegrade=async
+// acknowledged and counted as degraded; the first such timeout is logged
+// at WARN, the recovery at INFO.
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// SiteReplicator is the cross-site replication master as the put route
+// sees it (the georeplicator's Shipper implements it).
+type SiteReplicator interface {
+	// ConnectedSites is the number of slave sites (distinct slave groups)
+	// with a slave connected now.
+	ConnectedSites() int
+	// AwaitDurable calls done once n slave sites have fsynced the log up to
+	// its durable end as of the call, or with an error after timeout. done
+	// runs exactly once, possibly before AwaitDurable returns, and must not
+	// block.
+	AwaitDurable(n int, timeout time.Duration, done func(error))
+}
+
+type siteRepHolder struct{ r SiteReplicator }
+
+// SetSiteReplicator gives the put route the cross-site replication master
+// that topics with minSyncSites wait for; nil removes it (their puts are
+// then refused, or degraded, as with no slave site connected).
+func (b *Broker) SetSiteReplicator(r SiteReplicator) {
+	if r == nil {
+		b.siteRep.Store(nil)
+		return
+	}
+	b.siteRep.Store(&siteRepHolder{r})
+}
+
+func (b *Broker) siteReplicator() SiteReplicator {
+	if h := b.siteRep.Load(); h != nil {
+		return h.r
+	}
+	return nil
+}
+
+// connectedSites is the slave sites connected now (0 without a replicator).
+func (b *Broker) connectedSites() int {
+	if r := b.siteReplicator(); r != nil {
+		return r.ConnectedSites()
+	}
+	return 0
+}
+
+// SyncTopicStatus is one topic's synchronous replication, for status pages.
+type SyncTopicStatus struct {
+	Topic        string
+	MinSyncSites int
+	Degrade      string // config.SyncDegradeRefuse or config.SyncDegradeAsync
+	Degraded     bool   // acknowledging without its sites (syncDegrade=async)
+	DegradedPuts int64  // puts acknowledged while degraded
+	RefusedPuts  int64  // puts refused for too few connected sites
+	FailedPuts   int64  // puts whose sites did not fsync them in time
+}
+
+// siteSyncStats is the per-topic state behind SyncTopicStatus.
+type siteSyncStats struct {
+	mu     sync.Mutex
+	topics map[string]*siteSyncTopic
+}
+
+type siteSyncTopic struct {
+	degraded                  bool
+	degradedPuts, refusedPuts atomic.Int64
+	failedPuts                atomic.Int64
+	timingOut                 atomic.Bool // the last wait timed out: the next one logs at INFO when it ends in time
+}
+
+func (s *siteSyncStats) topic(name string) *siteSyncTopic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topics == nil {
+		s.topics = map[string]*siteSyncTopic{}
+	}
+	t := s.topics[name]
+	if t == nil {
+		t = &siteSyncTopic{}
+		s.topics[name] = t
+	}
+	return t
+}
+
+// setDegraded records whether topic acknowledges without its sites and
+// logs a change once.
+func (b *Broker) setDegraded(topic string, tc *config.Topic, degraded bool, connected int) {
+	t := b.siteStats.topic(topic)
+	b.siteStats.mu.Lock()
+	changed := t.degraded != degraded
+	t.degraded = degraded
+	b.siteStats.mu.Unlock()
+	switch {
+	case changed && degraded:
+		b.log.Warn("TOPIC("+topic+"): too few slave sites connected; acknowledging puts asynchronously (syncDegrade=async)",
+			"minSyncSites", tc.MinSyncSites, "connectedSites", connected)
+	case changed:
+		b.log.Info("TOPIC("+topic+"): slave sites back; puts wait for them again", "minSyncSites", tc.MinSyncSites, "connectedSites", connected)
+	}
+}
+
+// SyncTopics reports every topic seen with minSyncSites, sorted by name.
+func (b *Broker) SyncTopics() []SyncTopicStatus {
+	b.siteStats.mu.Lock()
+	names := make([]string, 0, len(b.siteStats.topics))
+	for n := range b.siteStats.topics {
+		names = append(names, n)
+	}
+	b.siteStats.mu.Unlock()
+	slices.Sort(names)
+	out := make([]SyncTopicStatus, 0, len(names))
+	for _, n := range names {
+		t := b.siteStats.topic(n)
+		tc, _ := b.topicFor(n)
+		b.siteStats.mu.Lock()
+		degraded := t.degraded
+		b.siteStats.mu.Unlock()
+		out = append(out, SyncTopicStatus{Topic: n, MinSyncSites: tc.MinSyncSites, Degrade: tc.SyncDegrade, Degraded: degraded,
+			DegradedPuts: t.degradedPuts.Load(), RefusedPuts: t.refusedPuts.Load(), FailedPuts: t.failedPuts.Load()})
+	}
+	return out
+}
+
+// syncSitesStats writes `stats sync_sites`: the connected slave sites, then
+// one line per synchronous topic.
+func (b *Broker) syncSitesStats(w *lineWriter) {
+	w.line("connected_sites", strconv.Itoa(b.connectedSites()))
+	for _, t := range b.SyncTopics() {
+		w.line(t.Topic, "min_sync_sites", strconv.Itoa(t.MinSyncSites), "degrade", t.Degrade,
+			"degraded", strconv.FormatBool(t.Degraded), "degraded_puts", strconv.FormatInt(t.DegradedPuts, 10),
+			"refused_puts", strconv.FormatInt(t.RefusedPuts, 10), "failed_puts", strconv.FormatInt(t.FailedPuts, 10))
+	}
+}
+
+// checkSyncSites is checkPut's step for synchronous topics: a client put to
+// a topic with minSyncSites and too few slave sites connected is refused
+// with 503 unless the topic degrades to asynchronous.
+func (b *Broker) checkSyncSites(r *putReq, p int32, te *topicEntry) *wire.Result {
+	n := te.tc.MinSyncSites
+	if r.sync || n <= 0 || te.tc.SyncDegrade == config.SyncDegradeAsync {
+		return nil
+	}
+	connected := b.connectedSites()
+	if connected >= n {
+		return nil
+	}
+	b.siteStats.topic(r.topic).refusedPuts.Add(1)
+	detail := "topic " + r.topic + " is acknowledged at " + strconv.Itoa(n) + " slave sites (minSyncSites) and " +
+		strconv.Itoa(connected) + " are connected; retry later"
+	return wire.NewResult(wire.StatusServiceUnavailable, b.putError(r.topic, p, detail), r.opaque)
+}
+
+// siteSyncStore is the put route's store step for topics with
+// minSyncSites, in front of next (see the top of this file).
+type siteSyncStore struct {
+	b    *Broker
+	next batchStore
+}
+
+func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+	te := s.b.topicEntry(topic)
+	if !te.ok || te.tc.MinSyncSites <= 0 {
+		s.next.storeBatch(ctx, topic, partition, msgs, done)
+		return
+	}
+	b, tc, n := s.b, &te.tc, te.tc.MinSyncSites
+	rep := b.siteReplicator()
+	connected := 0
+	if rep != nil {
+		connected = rep.ConnectedSites()
+	}
+	if connected < n {
+		if tc.SyncDegrade == config.SyncDegradeAsync {
+			b.setDegraded(topic, tc, true, connected)
+			b.siteStats.topic(topic).degradedPuts.Add(int64(len(msgs)))
+			s.next.storeBatch(ctx, topic, partition, msgs, done)
+			return
+		}
+		// Validation let it through (a transaction's commit, or the
+		// sites left since): refuse it before it is stored.
+		b.siteStats.topic(topic).refusedPuts.Add(int64(len(msgs)))
+		done(nil, &slaveError{text: b.putError(topic, int32(partition), "topic "+topic+" is acknowledged at "+
+			strconv.Itoa(n)+" slave sites (minSyncSites) and "+strconv.Itoa(connected)+" are connected; retry later")})
+		return
+	}
+	if tc.SyncDegrade == config.SyncDegradeAsync {
+		b.setDegraded(topic, tc, false, connected)
+	}
+	timeout := b.opts.SiteSyncTimeout
+	s.next.storeBatch(ctx, topic, partition, msgs, func(as []store.Appended, err error) {
+		if err != nil && len(as) == 0 {
+			done(as, err) // nothing stored: nothing to wait for
+			return
+		}
+		rep.AwaitDurable(n, timeout, func(werr error) {
+			st := b.siteStats.topic(topic)
+			if werr == nil {
+				if st.timingOut.CompareAndSwap(true, false) {
+					b.log.Info("TOPIC("+topic+"): slave sites fsync puts in time again", "minSyncSites", n)
+				}
+				done(as, err)
+				return
+			}
+			degrade := tc.SyncDegrade == config.SyncDegradeAsync
+			if st.timingOut.CompareAndSwap(false, true) {
+				what := "answered as failed"
+				if degrade {
+					what = "acknowledged anyway (syncDegrade=async)"
+				}
+				b.log.Warn("TOPIC("+topic+"): puts stored here but not fsynced at their slave sites in time; "+what, "partition", partition,
+					"messages", len(msgs), "minSyncSites", n, "err", werr)
+			}
+			if degrade {
+				st.degradedPuts.Add(int64(len(msgs)))
+				done(as, err)
+				return
+			}
+			st.failedPuts.Add(int64(len(msgs)))
+			done(nil, &slaveError{text: b.putError(topic, int32(partition), "stored at the master but not fsynced at "+
+				strconv.Itoa(n)+" slave sites (minSyncSites) within "+timeout.String()+"; retry")})
+		})
+	})
+}

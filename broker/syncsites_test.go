@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// fakeSites is a SiteReplicator whose waits end when the test says.
+type fakeSites struct {
+	mu        sync.Mutex
+	connected int
+	waits     []func(error)
+}
+
+func (f *fakeSites) ConnectedSites() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.connected
+}
+
+func (f *fakeSites) AwaitDurable(n int, _ time.Duration, done func(error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waits = append(f.waits, done)
+}
+
+func (f *fakeSites) pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waits)
+}
+
+func (f *fakeSites) release() {
+	f.mu.Lock()
+	w := f.waits
+	f.waits = nil
+	f.mu.Unlock()
+	for _, done := range w {
+		done(nil)
+	}
+}
+
+const syncSitesINI = `[system]
+brokerId=0
+numPartitions=1
+unflushThreshold=0
+unflushInterval=1000
+maxSegmentSize=1048576
+maxTransferSize=1048576
+deletePolicy=delete,168
+[zookeeper]
+zk.zkEnable=false
+[topic=sync]
+minSyncSites=1
+[topic=plain]
+`
+
+// TestSiteSyncRoute: a put to a topic with minSyncSites is answered only
+// once the replicator's wait ends, a put to another topic never waits, a
+// transaction's commit (StoreValidated) waits too, and `stats sync_sites`
+// shows the topic.
+func TestSiteSyncRoute(t *testing.T) {
+	tb := startBroker(t, parseConfig(t, []byte(syncSitesINI+"dataPath="+t.TempDir()+"\n")), nil)
+	sites := &fakeSites{connected: 1}
+	tb.SetSiteReplicator(sites)
+	c := dial(t, tb.Addr())
+
+	c.sendCmd(putCmd("plain", 0, "async", 1))
+	if r := c.result(); r.Code != wire.StatusOK || sites.pending() != 0 {
+		t.Fatalf("plain put: %+v, %d waits", r, sites.pending())
+	}
+	c.sendCmd(putCmd("sync", 0, "waits", 2))
+	c.expectSilence(200 * time.Millisecond)
+	if sites.pending() != 1 {
+		t.Fatalf("%d waits, want 1", sites.pending())
+	}
+	sites.release()
+	if r := c.result(); r.Code != wire.StatusOK || r.Opaque != 2 {
+		t.Fatalf("sync put after its sites: %+v", r)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := tb.StoreValidated(context.Background(), "sync", 0, []store.Message{{Body: []byte("tx")}})
+		done <- err
+	}()
+	for sites.pending() == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("commit answered before its sites: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	sites.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	sites.mu.Lock()
+	sites.connected = 0
+	sites.mu.Unlock()
+	c.sendCmd(putCmd("sync", 0, "refused", 3))
+	if r := c.result(); r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "minSyncSites") {
+		t.Fatalf("put without sites: %d %s", r.Code, r.Body)
+	}
+	if s := tb.Stats("sync_sites"); !strings.Contains(s, "connected_sites 0\r\n") || !strings.Contains(s, "sync min_sync_sites 1 degrade refuse degraded false degraded_puts 0 refused_puts 1") {
+		t.Fatalf("stats sync_sites:\n%s", s)
+	}
+
+	// A reload (what a configsync push ends in) makes "plain" synchronous
+	// and degradable: with no site it is acknowledged, degraded.
+	cfg := parseConfig(t, []byte(syncSitesINI+"minSyncSites=1\nsyncDegrade=async\ndataPath="+tb.dir+"\n"))
+	if _, err := tb.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	c.sendCmd(putCmd("plain", 0, "degraded", 4))
+	if r := c.result(); r.Code != wire.StatusOK {
+		t.Fatalf("degraded put after the reload: %d %s", r.Code, r.Body)
+	}
+	if s := tb.Stats("sync_sites"); !strings.Contains(s, "plain min_sync_sites 1 degrade async degraded true degraded_puts 1") {
+		t.Fatalf("stats sync_sites after the reload:\n%s", s)
+	}
+}
