@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/internal/bufpool"
@@ -44,6 +45,14 @@ type request struct {
 	done   chan struct{}
 	synced bool   // must wait for fsync before done
 	notify func() // called just before done is closed (see AppendAsync)
+
+	// group is set on the request AppendManyAsync queues: the parts the
+	// writer takes in its place, in order, all in the same batch. A part
+	// has no done channel; the last to finish finishes the group.
+	group   []*request
+	size    int // payload bytes, of all parts for a group
+	parent  *request
+	pending atomic.Int32 // parts of a group not yet finished
 }
 
 // finish publishes the request's outcome: notify runs, then done is
@@ -52,7 +61,12 @@ func (r *request) finish() {
 	if r.notify != nil {
 		r.notify()
 	}
-	close(r.done)
+	if r.done != nil {
+		close(r.done)
+	}
+	if g := r.parent; g != nil && g.pending.Add(-1) == 0 {
+		g.finish()
+	}
 }
 
 // pendingChunk is a data entry of the current batch, applied to its
@@ -145,7 +159,7 @@ func (s *Store) run() {
 	for {
 		select {
 		case r := <-s.reqs:
-			batch = s.gather(append(batch[:0], r))
+			batch = s.gather(addRequest(batch[:0], r))
 			s.process(batch)
 		case j := <-s.syncDone:
 			s.completeSync(j)
@@ -158,7 +172,7 @@ func (s *Store) run() {
 			for {
 				select {
 				case r := <-s.reqs:
-					batch = s.gather(append(batch[:0], r))
+					batch = s.gather(addRequest(batch[:0], r))
 					s.process(batch)
 					continue
 				default:
@@ -171,14 +185,25 @@ func (s *Store) run() {
 	}
 }
 
+// addRequest adds r to batch, or a group's parts in its place.
+func addRequest(batch []*request, r *request) []*request {
+	if r.group != nil {
+		return append(batch, r.group...)
+	}
+	return append(batch, r)
+}
+
 // gather adds every queued request to batch, up to MaxBatchBytes.
 func (s *Store) gather(batch []*request) []*request {
-	size := len(batch[0].payload)
+	size := 0
+	for _, r := range batch {
+		size += len(r.payload)
+	}
 	for size < s.opts.MaxBatchBytes && len(batch) < 4096 {
 		select {
 		case r := <-s.reqs:
-			batch = append(batch, r)
-			size += len(r.payload)
+			batch = addRequest(batch, r)
+			size += r.size
 		default:
 			return batch
 		}
@@ -314,8 +339,16 @@ func (s *Store) process(batch []*request) {
 			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: p.wEnd, ms: ms}, r.payload)
 			n := int64(len(r.payload))
 			if r.kind == reqAppend {
-				// Copied into the write buffer; AppendAsync made it.
-				payloads.Put(r.payload)
+				// Copied into the write buffer; AppendAsync made it. A
+				// group's parts share their parent's buffer, given back
+				// after the last part (all are in this batch).
+				switch g := r.parent; {
+				case g == nil:
+					payloads.Put(r.payload)
+				case r == g.group[len(g.group)-1]:
+					payloads.Put(g.payload)
+					g.payload = nil
+				}
 				r.payload = nil
 			}
 			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
