@@ -759,3 +759,32 @@ func TestAppendManyAsync(t *testing.T) {
 		t.Fatalf("closed store: notify called %d times", called)
 	}
 }
+
+// TestAppendStaleHint: an append whose partition was looked up before the
+// partition was deleted goes to the partition the key names now, never
+// into the deleted one.
+func TestAppendStaleHint(t *testing.T) {
+	s := openT(t, Options{})
+	mustAppend(t, s, "h", 0, "old", "older")
+	s.mu.RLock()
+	old, gen := s.parts[pkey{"h", 0}], s.partsGen.Load()
+	s.mu.RUnlock()
+	if err := s.DeletePartition("h", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, r := s.encodeAppend("h", 0, []Message{{Body: []byte("new")}})
+	r.hint, r.hintGen = old, gen
+	if err := s.submit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.offset != 0 {
+		t.Fatalf("append after the delete landed at %d, want 0 of a new partition", r.offset)
+	}
+	recs := decodeAll(t, readAll(t, s, "h", 0))
+	if len(recs) != 1 || string(recs[0].Body) != "new" {
+		t.Fatalf("partition after delete and append: %+v", recs)
+	}
+	if s.lookup("h", 0) == old {
+		t.Fatal("the deleted partition is back in the table")
+	}
+}

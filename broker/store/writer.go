@@ -49,6 +49,12 @@ type request struct {
 	// group is set on the request AppendManyAsync queues: the parts the
 	// writer takes in its place, in order, all in the same batch. A part
 	// has no done channel; the last to finish finishes the group.
+	// hint is the partition of key when the request was made, looked up
+	// by the caller to spare the writer a map lookup; it holds while
+	// partsGen is still hintGen (no partition has left the table since).
+	hint    *partition
+	hintGen uint64
+
 	group   []*request
 	size    int // payload bytes, of all parts for a group
 	parent  *request
@@ -303,6 +309,7 @@ func (s *Store) process(batch []*request) {
 			p := s.parts[r.key]
 			if p != nil {
 				delete(s.parts, r.key)
+				s.partsGen.Add(1)
 			}
 			s.mu.Unlock()
 			if p == nil {
@@ -316,7 +323,10 @@ func (s *Store) process(batch []*request) {
 			if r.kind == reqRaw {
 				start = r.at
 			}
-			p, isNew := s.resolve(r.key, start)
+			p, isNew := r.hint, false
+			if p == nil || r.hintGen != s.partsGen.Load() {
+				p, isNew = s.resolve(r.key, start)
+			}
 			if isNew {
 				created = append(created, p)
 				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: start, ms: ms}, encodeDefine(r.key.topic, r.key.num))
@@ -379,6 +389,7 @@ func (s *Store) process(batch []*request) {
 				pc.p.wEnd = pc.p.end
 			}
 			s.mu.Lock()
+			s.partsGen.Add(1)
 			for _, p := range created {
 				delete(s.parts, p.key)
 				delete(s.byPid, p.pid)
