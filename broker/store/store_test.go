@@ -788,3 +788,94 @@ func TestAppendStaleHint(t *testing.T) {
 		t.Fatal("the deleted partition is back in the table")
 	}
 }
+
+// raFS records the read-ahead advice given for log segments.
+type raFS struct {
+	OSFS
+	mu     sync.Mutex
+	advice [][2]int64 // off, n within a segment file
+}
+
+type raFile struct {
+	File
+	fs *raFS
+}
+
+func (r *raFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := r.OSFS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Ext(name) != segSuffix {
+		return f, err
+	}
+	return raFile{f, r}, nil
+}
+
+func (f raFile) WillNeed(off, n int64) {
+	f.fs.mu.Lock()
+	f.fs.advice = append(f.fs.advice, [2]int64{off, n})
+	f.fs.mu.Unlock()
+}
+
+func (r *raFS) take() [][2]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.advice
+	r.advice = nil
+	return a
+}
+
+// TestReadAhead: a large read of a partition dense in the log advises the
+// log right after it, as much as it passed over; a read of a partition
+// sparse among others, a small read, or one with read-ahead off does not.
+func TestReadAhead(t *testing.T) {
+	fsys := &raFS{}
+	s := openT(t, Options{FS: fsys})
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("d"), 1000)
+	msgs := make([]Message, 100)
+	for i := range msgs {
+		msgs[i] = Message{Body: body}
+	}
+	for range 30 { // 3 MB of partition "dense" alone
+		if _, err := s.Append(ctx, "dense", 0, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // then 8 partitions interleaved, 10 KB each per round
+		for p := range 8 {
+			if _, err := s.Append(ctx, "sparse", p, msgs[:10]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fsys.take()
+	b, err := s.Read("dense", 0, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := fsys.take()
+	ents, _ := s.chunks(s.lookup("dense", 0), int64(len(b)-1), 1)
+	if len(adv) != 1 || len(ents) == 0 {
+		t.Fatalf("dense 1 MiB read: advice %v", adv)
+	}
+	end := ents[0].pos + entryHeaderLen + int64(ents[0].n) // log end of the read's last chunk
+	end -= s.segs[0].start                                 // within the one segment file
+	if adv[0][0] != end || adv[0][1] < 1<<20 || adv[0][1] > readAheadMax {
+		t.Fatalf("dense read ended at log %d: advice %v", end, adv)
+	}
+	if _, err := s.Read("dense", 0, 0, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read("sparse", 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if adv := fsys.take(); len(adv) != 0 {
+		t.Fatalf("small or sparse reads advised %v", adv)
+	}
+	s.noReadAhead.Store(true)
+	if _, err := s.Read("dense", 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if adv := fsys.take(); len(adv) != 0 {
+		t.Fatalf("read-ahead off advised %v", adv)
+	}
+}
