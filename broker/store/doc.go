@@ -99,7 +99,15 @@
 // pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
 // that spans several blocks reads them in order. Reads then pread the log;
 // chunks close together in the log (up to 4 KiB of other partitions'
-// entries between them) are read with one pread of at most 4 MiB. No file
+// entries between them) are read with one pread of at most 4 MiB. A Read
+// that passed over at least 256 KiB of log, at least half of it its own
+// partition's chunks (a consumer catching up on a partition among a few),
+// asks the kernel for the log right after it (posix_fadvise WILLNEED, as
+// much as it passed over, at most 8 MiB, within the segment), so the disk
+// reads the next get's data while this one is checked and sent; the
+// kernel's own read-ahead window (128 KiB) would leave the disk idle
+// between gets. Behind a sparse partition it would mostly read other
+// partitions' data, so it is not asked. No file
 // descriptor is held per partition (10,000 partitions would not fit in
 // `ulimit -n` with MetaQ's layout): the store holds two per log segment,
 // the .log and the .idx.
@@ -155,7 +163,13 @@
 //     waiting, so one caller (a broker connection) can have several in the
 //     same or consecutive commits, in order; its notify function hears the
 //     outcome on the writer goroutine, without a goroutine of the caller's
-//     having to wake first.
+//     having to wake first. AppendManyAsync queues the appends of several
+//     partitions as one request (one encode buffer, one queue hand-off, one
+//     notify; the writer takes its parts in order into the same batch), so
+//     a caller whose messages spread over thousands of partitions pays the
+//     hand-off once per call, not once per partition; it also looks up the
+//     partitions in the caller's goroutine, and the writer uses them unless
+//     a partition left the table meanwhile (partsGen).
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its
