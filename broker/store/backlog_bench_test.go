@@ -136,10 +136,8 @@ func BenchmarkBacklog(b *testing.B) {
 	b.Logf("put throughput with the backlog %.0f msgs/s, empty store %.0f msgs/s: ratio %.3f",
 		s3["put_backlog"], s3["put_empty"], s3["put_backlog"]/s3["put_empty"])
 	b.Logf("random get (16 KiB at old offsets, %s): p50 %.3f ms, p99 %.3f ms", cold, s3["get_p50"]*1e3, s3["get_p99"]*1e3)
-	b.Logf("sequential read of old data (1 MiB gets, %s, medians of 3 rounds): %.1f MB/s of partition data, %.1f MB/s of log passed over; disk %.1f MB/s: log ratio %.2f",
+	b.Logf("sequential read of old data (1 MiB gets, %s): %.1f MB/s of partition data, %.1f MB/s of log passed over; disk %.1f MB/s: log ratio %.2f",
 		cold, s3["seq_mbps"], s3["seq_log_mbps"], s3["disk_mbps"], s3["seq_log_mbps"]/s3["disk_mbps"])
-	b.Logf("  the same without Read's read-ahead: %.1f MB/s of partition data, %.1f MB/s of log: log ratio %.2f",
-		s3["seq_noahead_mbps"], s3["seq_noahead_log_mbps"], s3["seq_noahead_log_mbps"]/s3["disk_mbps"])
 	b.ReportMetric(s3["records"], "records")
 	b.ReportMetric(s3["rss"]/1e6, "RSS-MB")
 	b.ReportMetric(slope, "RSS-B/record")
@@ -417,42 +415,30 @@ func measureBacklog(s *Store, parts, body int, cold bool) {
 			logSpan = float64(last[0].pos - first[0].pos)
 		}
 	}
-	seqRead := func(readAhead bool) (float64, float64) {
-		drop()
-		s.noReadAhead.Store(!readAhead)
-		t := time.Now()
-		for off := p.Min; off < p.Min+want; {
-			b, err := s.Read(p.Topic, p.Partition, off, 1<<20)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "read:", err)
-				os.Exit(5)
-			}
-			off += int64(len(b))
+	drop()
+	t := time.Now()
+	for off := p.Min; off < p.Min+want; {
+		b, err := s.Read(p.Topic, p.Partition, off, 1<<20)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "read:", err)
+			os.Exit(5)
 		}
-		d := time.Since(t).Seconds()
-		return float64(want) / d / 1e6, logSpan / d / 1e6
+		off += int64(len(b))
 	}
-	// Alternating rounds without and with Read's read-ahead, medians.
-	var offs, offLogs, ons, onLogs []float64
-	for range 3 {
-		a, b := seqRead(false)
-		offs, offLogs = append(offs, a), append(offLogs, b)
-		a, b = seqRead(true)
-		ons, onLogs = append(ons, a), append(onLogs, b)
-	}
-	seqOff, seqLogOff, seq, seqLog := median(offs), median(offLogs), median(ons), median(onLogs)
+	d := time.Since(t).Seconds()
+	seq, seqLog := float64(want)/d/1e6, logSpan/d/1e6
 	drop()
 	s.segMu.RLock()
 	g := s.segs[len(s.segs)/2]
 	s.segMu.RUnlock()
 	buf := make([]byte, 1<<20)
 	size := min(g.size.Load(), 2<<30)
-	t := time.Now()
+	t = time.Now()
 	for x := int64(0); x < size; x += int64(len(buf)) {
 		g.f.ReadAt(buf, x)
 	}
 	disk := float64(size) / time.Since(t).Seconds() / 1e6
-	fmt.Printf("STAT seq_mbps=%f seq_log_mbps=%f seq_noahead_mbps=%f seq_noahead_log_mbps=%f disk_mbps=%f\n", seq, seqLog, seqOff, seqLogOff, disk)
+	fmt.Printf("STAT seq_mbps=%f seq_log_mbps=%f disk_mbps=%f\n", seq, seqLog, disk)
 	// Put throughput: the backlogged store against an empty one in the
 	// same process, alternating 2-second rounds, medians.
 	empty, err := Open(Options{Dir: filepath.Join(os.TempDir(), fmt.Sprintf("backlog-empty-%d", os.Getpid()))})

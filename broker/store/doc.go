@@ -99,15 +99,7 @@
 // pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
 // that spans several blocks reads them in order. Reads then pread the log;
 // chunks close together in the log (up to 4 KiB of other partitions'
-// entries between them) are read with one pread of at most 4 MiB. A Read
-// that passed over at least 256 KiB of log, at least half of it its own
-// partition's chunks (a consumer catching up on a partition among a few),
-// asks the kernel for the log right after it (posix_fadvise WILLNEED, as
-// much as it passed over, at most 8 MiB, within the segment), so the disk
-// reads the next get's data while this one is checked and sent; the
-// kernel's own read-ahead window (128 KiB) would leave the disk idle
-// between gets. Behind a sparse partition it would mostly read other
-// partitions' data, so it is not asked. No file
+// entries between them) are read with one pread of at most 4 MiB. No file
 // descriptor is held per partition (10,000 partitions would not fit in
 // `ulimit -n` with MetaQ's layout): the store holds two per log segment,
 // the .log and the .idx.

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // FS is the file-system seam of the store: every file the store touches is
@@ -95,22 +93,6 @@ func (f osFile) Datasync() error {
 		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: serr}
 	}
 	return nil
-}
-
-// WillNeed asks the kernel to start reading [off, off+n) into the page
-// cache without waiting for it (posix_fadvise POSIX_FADV_WILLNEED). Advice
-// only: an error is ignored.
-func (f osFile) WillNeed(off, n int64) {
-	sc, err := f.File.SyscallConn()
-	if err != nil {
-		return
-	}
-	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, unix.FADV_WILLNEED) })
-}
-
-// readAheader is a File that can start reading a range ahead of its use.
-type readAheader interface {
-	WillNeed(off, n int64)
 }
 
 func (f osFile) Size() (int64, error) {

@@ -69,9 +69,6 @@ type Store struct {
 	dir    string
 	logDir string
 
-	// noReadAhead turns Read's read-ahead off (a benchmark's comparison).
-	noReadAhead atomic.Bool
-
 	mu    sync.RWMutex // partition table
 	parts map[pkey]*partition
 	// partsGen counts removals from parts (under mu), which make the
@@ -565,7 +562,6 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 	}
 	var pieces []piece
 	total := int64(0)
-	read := int64(0) // log bytes the preads take
 	p.mu.RLock()
 	if offset < p.min || offset >= p.durable {
 		e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
@@ -599,12 +595,7 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 			pieces = make([]piece, 0, len(ents))
 		}
 		pieces = append(pieces, piece{c.off, c.pos, n, skip, take})
-		read += entryHeaderLen + n
 		total += take
-	}
-	if len(pieces) > 0 {
-		last := pieces[len(pieces)-1]
-		s.readAhead(pieces[0].pos, last.pos+entryHeaderLen+last.n, read)
 	}
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
@@ -671,42 +662,6 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 		i = j
 	}
 	return out, nil
-}
-
-// readAheadMin is the least log a Read must pass over (from its first
-// chunk to its last) to start reading ahead: a consumer catching up with
-// 1 MiB gets, not one following the tail a few records at a time.
-const readAheadMin = 256 << 10
-
-// readAheadMax bounds how far one Read reads ahead.
-const readAheadMax = 8 << 20
-
-// readAhead starts reading, into the page cache, the log that follows a
-// Read that passed over [from, to) and read `read` bytes of it, so that a
-// consumer's next get finds its data there: the disk works while the
-// consumer and Read's checks use the CPU. The kernel's own read-ahead
-// (128 KiB windows) stops a cold sequential read of old data every few
-// hundred KiB instead. Only when the Read's partition was most of what it
-// passed over (its chunks dense in the log, as a partition among a few
-// is): ahead of a sparse partition it would mostly read others' data.
-func (s *Store) readAhead(from, to, read int64) {
-	span := to - from
-	if s.noReadAhead.Load() || span < readAheadMin || read*2 < span {
-		return
-	}
-	s.segMu.RLock()
-	g := s.segmentLocked(to - 1)
-	var n, at int64
-	var ra readAheader
-	if g != nil {
-		ra, _ = g.f.(readAheader)
-		n, at = min(span, readAheadMax, g.end()-to), to-g.start
-	}
-	s.segMu.RUnlock()
-	// A segment retention closes meanwhile fails the advice, harmlessly.
-	if ra != nil && n > 0 {
-		ra.WillNeed(at, n)
-	}
 }
 
 // readGap is the most bytes of other entries one pread of Read spans: a
