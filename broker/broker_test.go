@@ -1123,6 +1123,10 @@ func TestPutsOverManyPartitionsOneStoreCall(t *testing.T) {
 			t.Fatalf("put %d: at %d-%d found %q, %v", opaque, s.part, s.off, r.Body, err)
 		}
 	}
+	// Counted once each, whether a batch or a whole read was answered.
+	if rt := brk.Stats("realtime"); !strings.Contains(rt, "realtime_put Count=60,") {
+		t.Errorf("realtime_put after 60 stored puts (1 + 59):\n%s", rt)
+	}
 	// One write of 60 puts arrives in one read, or a few.
 	if single, many := cs.single.Load(), cs.many.Load(); single != 0 || many == 0 || many > 4 {
 		t.Fatalf("store calls for %d puts over 30 partitions: %d AppendAsync, %d AppendManyAsync", n, single, many)

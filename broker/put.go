@@ -426,6 +426,11 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	c.storedMu.Unlock()
 	out := make([]byte, 0, size)
+	type topicTally struct {
+		topic string
+		putTally
+	}
+	var tallies []topicTally // a read's puts are mostly to one topic
 	for i, pp := range pps {
 		if !won[i] {
 			continue
@@ -438,9 +443,21 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 			} else {
 				o.Err = fmt.Errorf("store returned %d outcomes for %d batches", len(outs), len(pps))
 			}
-			out = b.answerStored(out, pp, o.Appended, o.Err)
+			var t putTally
+			out, t = b.answerStored(out, pp, o.Appended, o.Err)
+			k := slices.IndexFunc(tallies, func(x topicTally) bool { return x.topic == pp.key.topic })
+			if k < 0 {
+				k = len(tallies)
+				tallies = append(tallies, topicTally{topic: pp.key.topic})
+			}
+			tallies[k].stored += t.stored
+			tallies[k].failed += t.failed
+			tallies[k].size += t.size
 		}
 		n += pp.n
+	}
+	for _, t := range tallies {
+		b.countPuts(t.topic, t.putTally)
 	}
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
@@ -468,7 +485,9 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 		out = make([]byte, 0, 48*pp.n)
 	}
 	if len(pp.opaques) > 0 {
-		out = b.answerStored(out, pp, as, err)
+		var t putTally
+		out, t = b.answerStored(out, pp, as, err)
+		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
 	c.wg.Done()
@@ -476,8 +495,8 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 
 // answerStored appends the answers of a batch's stored puts to out:
 // `<id> <partition> <offset>` for each stored one.
-func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
-	topic, p := pp.key.topic, pp.key.partition
+func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) ([]byte, putTally) {
+	p := pp.key.partition
 	n := len(pp.opaques)
 	var each messageErrors
 	if err == nil && len(as) != n {
@@ -510,15 +529,24 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		// synchronous slave failing some) counts an average size.
 		size = pp.size * stored / int64(n)
 	}
-	if failed := int64(n) - stored; failed > 0 {
-		b.stats.putFailed.Add(failed)
-		b.stats.realtimeN(topic, statPutFailed, failed, failed)
+	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
+}
+
+// putTally is what answered puts add to a topic's statistics.
+type putTally struct{ stored, failed, size int64 }
+
+// countPuts adds t to topic's statistics: once per answer frame, not per
+// partition batch, since it takes the statistics' lock on the store's
+// writer goroutine.
+func (b *Broker) countPuts(topic string, t putTally) {
+	if t.failed > 0 {
+		b.stats.putFailed.Add(t.failed)
+		b.stats.realtimeN(topic, statPutFailed, t.failed, t.failed)
 	}
-	if stored > 0 {
-		b.stats.realtimeN(topic, statPut, stored, stored)
-		b.stats.realtimeN(topic, statMessageSize, stored, size)
+	if t.stored > 0 {
+		b.stats.realtimeN(topic, statPut, t.stored, t.stored)
+		b.stats.realtimeN(topic, statMessageSize, t.stored, t.size)
 	}
-	return out
 }
 
 // storeFailure is the answer text of a message the store step did not
