@@ -1043,3 +1043,92 @@ func TestCloseWithStalledDisk(t *testing.T) {
 		}
 	}
 }
+
+// countingStore counts the store calls of the put route.
+type countingStore struct {
+	*store.Store
+	single, many atomic.Int32
+}
+
+func (s *countingStore) AppendAsync(ctx context.Context, topic string, partition int, msgs []store.Message, notify func([]store.Appended, error)) *store.PendingAppend {
+	s.single.Add(1)
+	return s.Store.AppendAsync(ctx, topic, partition, msgs, notify)
+}
+
+func (s *countingStore) AppendManyAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome)) {
+	s.many.Add(1)
+	s.Store.AppendManyAsync(ctx, appends, notify)
+}
+
+// TestPutsOverManyPartitionsOneStoreCall: the puts one read brings to many
+// partitions reach the store together (one call per read, not one per
+// partition), each answered with its own partition and offset, a refused
+// one among them answered alone, and every stored message where its answer
+// says.
+func TestPutsOverManyPartitionsOneStoreCall(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=wide]\nnumPartitions=64\n"))
+	var cs *countingStore
+	brk := startBroker(t, cfg, func(o *Options) {
+		cs = &countingStore{Store: o.Store.(*store.Store)}
+		o.Store = cs
+	})
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "wide", 0, "first") // registers the topic
+	cs.single.Store(0)
+	cs.many.Store(0)
+	const n = 60
+	var buf []byte
+	for i := range n {
+		p := int32(i % 30)
+		if i == 7 {
+			p = 64 // out of range: refused
+		}
+		buf = putCmd("wide", p, "m"+strconv.Itoa(i), int32(i)).AppendTo(buf)
+	}
+	cl.send(buf)
+	type stored struct {
+		part int
+		off  int64
+	}
+	got := map[int32]stored{}
+	for range n {
+		r := cl.result()
+		if r.Opaque == 7 {
+			if r.OK() {
+				t.Fatalf("put to partition 64 of 64 accepted: %s", r)
+			}
+			continue
+		}
+		if !r.OK() {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		f := strings.Split(string(r.Body), " ")
+		part, _ := strconv.Atoi(f[1])
+		off, _ := strconv.ParseInt(f[2], 10, 64)
+		if part != int(r.Opaque)%30 {
+			t.Fatalf("put %d answered partition %d", r.Opaque, part)
+		}
+		got[r.Opaque] = stored{part, off}
+	}
+	if len(got) != n-1 {
+		t.Fatalf("%d puts answered as stored, want %d", len(got), n-1)
+	}
+	for opaque, s := range got {
+		b, err := brk.store.Read("wide", s.part, s.off, 1<<10)
+		if err != nil {
+			t.Fatalf("put %d: read %d at %d: %v", opaque, s.part, s.off, err)
+		}
+		r, _, err := store.DecodeRecord(b)
+		if err != nil || string(r.Body) != "m"+strconv.Itoa(int(opaque)) {
+			t.Fatalf("put %d: at %d-%d found %q, %v", opaque, s.part, s.off, r.Body, err)
+		}
+	}
+	// Counted once each, whether a batch or a whole read was answered.
+	if rt := brk.Stats("realtime"); !strings.Contains(rt, "realtime_put Count=60,") {
+		t.Errorf("realtime_put after 60 stored puts (1 + 59):\n%s", rt)
+	}
+	// One write of 60 puts arrives in one read, or a few.
+	if single, many := cs.single.Load(), cs.many.Load(); single != 0 || many == 0 || many > 4 {
+		t.Fatalf("store calls for %d puts over 30 partitions: %d AppendAsync, %d AppendManyAsync", n, single, many)
+	}
+}

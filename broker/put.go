@@ -14,7 +14,12 @@ package broker
 //     may wait, so until it is done the partition's batches queue on the
 //     connection (conn.waiting) and keep their order.
 //  4. batch: a connection's accepted puts to one partition from one read
-//     go to the store as one call (storeBatch).
+//     go to the store as one call (storeBatch); when the store step takes
+//     several partitions at once (groupStore: the store itself, not a
+//     samsa master), all of a read's batches that need no registration go
+//     as one call and are answered as one frame (storeBatches), so a
+//     topic of 10,000 partitions costs one hand-off per read, not one per
+//     partition.
 //  5. store: b.puts stores the batch without waiting for its group commit
 //     and answers it, as one frame, from the store's notify when the commit
 //     returns (answerBatch). b.puts is the store itself, or on a
@@ -101,6 +106,8 @@ func (c *conn) routePuts(reqs []putReq) {
 		}
 		groups[k] = append(groups[k], r)
 	}
+	gs, _ := c.b.puts.(groupStore)
+	var direct []*pendingPuts // batches for one store call, when gs can take them
 	for i, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
@@ -108,9 +115,19 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(keys[i], g[:n:n])
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			c.routeBatch(pp)
+			if gs == nil || len(pp.msgs) == 0 {
+				c.routeBatch(pp)
+			} else {
+				c.wg.Add(1) // done by answerBatches or answerBatch
+				if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
+					direct = append(direct, pp)
+				}
+			}
 			g = g[n:]
 		}
+	}
+	if len(direct) > 0 {
+		c.b.storeBatches(c, gs, direct)
 	}
 }
 
@@ -164,7 +181,6 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 	te := b.topicEntry(key.topic)
 	pp := &pendingPuts{
 		key: key, te: te, n: len(reqs),
-		out:     make([]byte, 0, 48*len(reqs)), // room for every answer
 		msgs:    make([]store.Message, 0, len(reqs)),
 		opaques: make([]int32, 0, len(reqs)),
 	}
@@ -173,6 +189,9 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 		if res := b.checkPut(r, key.partition, te); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
+			if pp.out == nil {
+				pp.out = make([]byte, 0, 48*len(reqs)) // room for every answer
+			}
 			pp.out = res.AppendTo(pp.out)
 			freeBody(r.body)
 			continue
@@ -299,6 +318,40 @@ func (l localStore) storeBatch(ctx context.Context, topic string, partition int,
 	l.s.AppendAsync(ctx, topic, partition, msgs, done)
 }
 
+// groupStore is a batchStore that also takes the batches of several
+// partitions with one call and answers them with one done: with a read's
+// puts spread over many partitions (a topic of 10,000), the broker then
+// pays one store hand-off and one answer frame per read, not one per
+// partition. The put route uses it when b.puts has it.
+type groupStore interface {
+	storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome))
+}
+
+// manyAppender is a Store that queues several partitions' appends at once
+// (store.Store.AppendManyAsync).
+type manyAppender interface {
+	AppendManyAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome))
+}
+
+func (l localStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	if m, ok := l.s.(manyAppender); ok {
+		m.AppendManyAsync(ctx, appends, done)
+		return
+	}
+	// A Store without it: one AppendAsync each, done after the last.
+	outs := make([]store.AppendOutcome, len(appends))
+	var left atomic.Int32
+	left.Store(int32(len(appends)))
+	for i, a := range appends {
+		l.s.AppendAsync(ctx, a.Topic, a.Partition, a.Msgs, func(as []store.Appended, err error) {
+			outs[i] = store.AppendOutcome{Appended: as, Err: err}
+			if left.Add(-1) == 0 {
+				done(outs)
+			}
+		})
+	}
+}
+
 // messageErrors fails some messages of a batch: one entry per message,
 // nil for those stored.
 type messageErrors []error
@@ -333,6 +386,92 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.bytes.release(pp.size)
 }
 
+// storeBatches is storeBatch for the batches of several partitions that
+// one read brought: one store call, answered with one frame (answerBatches).
+func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
+	c.storedMu.Lock()
+	for _, pp := range pps {
+		c.stored[pp] = struct{}{} // before the store can answer it
+	}
+	c.storedMu.Unlock()
+	appends := make([]store.PartitionAppend, len(pps))
+	for i, pp := range pps {
+		appends[i] = store.PartitionAppend{Topic: pp.key.topic, Partition: int(pp.key.partition), Msgs: pp.msgs}
+	}
+	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
+		b.answerBatches(c, pps, outs)
+	})
+	for _, pp := range pps {
+		for i := range pp.msgs {
+			freeBody(pp.msgs[i].Body)
+			pp.msgs[i].Body = nil
+		}
+		c.bytes.release(pp.size)
+	}
+}
+
+// answerBatches is answerBatch for the batches of one storeBatches, with
+// their outcomes in order: the answers of every batch not already answered
+// (by a shutdown that stopped waiting) go out as one frame.
+func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendOutcome) {
+	won := make([]bool, len(pps))
+	size, n := 0, 0
+	for i, pp := range pps {
+		if won[i] = pp.answered.CompareAndSwap(false, true); won[i] {
+			size += len(pp.out) + 48*len(pp.opaques)
+		}
+	}
+	c.storedMu.Lock()
+	for i, pp := range pps {
+		if won[i] {
+			delete(c.stored, pp)
+		}
+	}
+	c.storedMu.Unlock()
+	out := make([]byte, 0, size)
+	type topicTally struct {
+		topic string
+		putTally
+	}
+	var tallies []topicTally // a read's puts are mostly to one topic
+	for i, pp := range pps {
+		if !won[i] {
+			continue
+		}
+		out = append(out, pp.out...)
+		if len(pp.opaques) > 0 {
+			var o store.AppendOutcome
+			if i < len(outs) {
+				o = outs[i]
+			} else {
+				o.Err = fmt.Errorf("store returned %d outcomes for %d batches", len(outs), len(pps))
+			}
+			var t putTally
+			out, t = b.answerStored(out, pp, o.Appended, o.Err)
+			k := slices.IndexFunc(tallies, func(x topicTally) bool { return x.topic == pp.key.topic })
+			if k < 0 {
+				k = len(tallies)
+				tallies = append(tallies, topicTally{topic: pp.key.topic})
+			}
+			tallies[k].stored += t.stored
+			tallies[k].failed += t.failed
+			tallies[k].size += t.size
+		}
+		n += pp.n
+	}
+	for _, t := range tallies {
+		b.countPuts(t.topic, t.putTally)
+	}
+	if n > 0 {
+		c.send(outFrame{head: out, n: n})
+	}
+	for i := range pps {
+		if won[i] {
+			c.wg.Done()
+		}
+	}
+}
+
 // answerBatch sends the answers of a whole batch as one frame (one writer
 // hand-off), with the store's result as, err, once: the store's notify and
 // a shutdown that stops waiting for the store (conn.waitRequests) may both
@@ -345,8 +484,13 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	delete(c.stored, pp)
 	c.storedMu.Unlock()
 	out := pp.out
+	if out == nil {
+		out = make([]byte, 0, 48*pp.n)
+	}
 	if len(pp.opaques) > 0 {
-		out = b.answerStored(out, pp, as, err)
+		var t putTally
+		out, t = b.answerStored(out, pp, as, err)
+		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
 	c.wg.Done()
@@ -354,8 +498,8 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 
 // answerStored appends the answers of a batch's stored puts to out:
 // `<id> <partition> <offset>` for each stored one.
-func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) []byte {
-	topic, p := pp.key.topic, pp.key.partition
+func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) ([]byte, putTally) {
+	p := pp.key.partition
 	n := len(pp.opaques)
 	var each messageErrors
 	if err == nil && len(as) != n {
@@ -388,15 +532,24 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		// synchronous slave failing some) counts an average size.
 		size = pp.size * stored / int64(n)
 	}
-	if failed := int64(n) - stored; failed > 0 {
-		b.stats.putFailed.Add(failed)
-		b.stats.realtimeN(topic, statPutFailed, failed, failed)
+	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
+}
+
+// putTally is what answered puts add to a topic's statistics.
+type putTally struct{ stored, failed, size int64 }
+
+// countPuts adds t to topic's statistics: once per answer frame, not per
+// partition batch, since it takes the statistics' lock on the store's
+// writer goroutine.
+func (b *Broker) countPuts(topic string, t putTally) {
+	if t.failed > 0 {
+		b.stats.putFailed.Add(t.failed)
+		b.stats.realtimeN(topic, statPutFailed, t.failed, t.failed)
 	}
-	if stored > 0 {
-		b.stats.realtimeN(topic, statPut, stored, stored)
-		b.stats.realtimeN(topic, statMessageSize, stored, size)
+	if t.stored > 0 {
+		b.stats.realtimeN(topic, statPut, t.stored, t.stored)
+		b.stats.realtimeN(topic, statMessageSize, t.stored, t.size)
 	}
-	return out
 }
 
 // storeFailure is the answer text of a message the store step did not

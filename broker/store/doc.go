@@ -163,7 +163,13 @@
 //     waiting, so one caller (a broker connection) can have several in the
 //     same or consecutive commits, in order; its notify function hears the
 //     outcome on the writer goroutine, without a goroutine of the caller's
-//     having to wake first.
+//     having to wake first. AppendManyAsync queues the appends of several
+//     partitions as one request (one encode buffer, one queue hand-off, one
+//     notify; the writer takes its parts in order into the same batch), so
+//     a caller whose messages spread over thousands of partitions pays the
+//     hand-off once per call, not once per partition; it also looks up the
+//     partitions in the caller's goroutine, and the writer uses them unless
+//     a partition left the table meanwhile (partsGen).
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its

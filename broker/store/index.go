@@ -272,6 +272,12 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		if k < 0 {
 			break
 		}
+		if out == nil {
+			// Room for the chunks want needs at this block's average chunk
+			// size, so a large read does not grow out a dozen times.
+			span := ents[len(ents)-1].off + int64(ents[len(ents)-1].n) - ents[0].off
+			out = make([]idxEntry, 0, min(want*int64(len(ents))/max(span, 1)+1, 1<<20))
+		}
 		progressed := false
 		for ; k < len(ents) && x < off+want; k++ {
 			out = append(out, ents[k])

@@ -72,10 +72,13 @@ type Store struct {
 	dir    string
 	logDir string
 
-	mu      sync.RWMutex // partition table
-	parts   map[pkey]*partition
-	byPid   map[uint32]*partition
-	nextPid uint32
+	mu    sync.RWMutex // partition table
+	parts map[pkey]*partition
+	// partsGen counts removals from parts (under mu), which make the
+	// partitions appends looked up before them stale (request.hint).
+	partsGen atomic.Uint64
+	byPid    map[uint32]*partition
+	nextPid  uint32
 
 	polMu    sync.RWMutex
 	policies map[string]Policy
@@ -214,6 +217,9 @@ func (s *Store) submit(ctx context.Context, r *request) error {
 // enqueue hands r to the writer; it waits only while the queue is full.
 func (s *Store) enqueue(ctx context.Context, r *request) error {
 	r.done = make(chan struct{})
+	if r.group == nil {
+		r.size = len(r.payload)
+	}
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
@@ -290,40 +296,10 @@ func (s *Store) AppendAsync(ctx context.Context, topic string, partition int, ms
 }
 
 func (s *Store) appendAsync(ctx context.Context, topic string, partition int, msgs []Message, notify func([]Appended, error)) *PendingAppend {
-	pa := &PendingAppend{topic: topic, partition: partition}
-	if pa.err = checkKey(topic, partition); pa.err != nil {
+	pa, r := s.encodeAppend(topic, partition, msgs)
+	if r == nil {
 		return pa
 	}
-	if len(msgs) == 0 {
-		return pa
-	}
-	if pa.err = s.fatal(); pa.err != nil {
-		return pa
-	}
-	size := 0
-	for i, m := range msgs {
-		if len(m.Body) > MaxRecordBody {
-			pa.err = fmt.Errorf("%w: message %d body %d bytes exceeds %d", ErrBadArgument, i, len(m.Body), MaxRecordBody)
-			return pa
-		}
-		size += RecordHeaderLen + len(m.Body)
-	}
-	// Records are encoded (and their body CRC computed) here, in parallel
-	// across callers; the writer only patches in offsets and ids.
-	payload := payloads.Get(size)[:0]
-	recOffs := make([]int32, len(msgs))
-	ids := make([]int64, len(msgs))
-	for i, m := range msgs {
-		recOffs[i] = int32(len(payload))
-		ids[i] = m.ID
-		sum := m.Checksum
-		if !m.ChecksumSet {
-			sum = RecordChecksum(m.Body)
-		}
-		payload = appendRecordSum(payload, m.ID, m.Flag, sum, m.Body)
-	}
-	r := &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
-		records: len(msgs), policy: s.policy(topic)}
 	if notify != nil {
 		r.notify = func() { notify(pa.outcome(r)) }
 	}
@@ -333,6 +309,155 @@ func (s *Store) appendAsync(ctx context.Context, topic string, partition int, ms
 	}
 	pa.r = r
 	return pa
+}
+
+// encodeAppend checks msgs and encodes them into the request that appends
+// them, or returns the PendingAppend refused with no request.
+func (s *Store) encodeAppend(topic string, partition int, msgs []Message) (*PendingAppend, *request) {
+	pa := &PendingAppend{topic: topic, partition: partition}
+	size := 0
+	if size, pa.err = s.checkAppend(topic, partition, msgs); pa.err != nil || size == 0 {
+		return pa, nil
+	}
+	// Records are encoded (and their body CRC computed) here, in parallel
+	// across callers; the writer only patches in offsets and ids.
+	payload := payloads.Get(size)[:0]
+	recOffs := make([]int32, len(msgs))
+	ids := make([]int64, len(msgs))
+	payload = encodeRecords(payload, recOffs, ids, msgs)
+	return pa, &request{kind: reqAppend, key: pkey{topic, partition}, payload: payload, recOffs: recOffs, ids: ids,
+		records: len(msgs), policy: s.policy(topic)}
+}
+
+// checkAppend checks an append and returns the bytes its records take (0
+// for no messages).
+func (s *Store) checkAppend(topic string, partition int, msgs []Message) (int, error) {
+	if err := checkKey(topic, partition); err != nil {
+		return 0, err
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if err := s.fatal(); err != nil {
+		return 0, err
+	}
+	size := 0
+	for i, m := range msgs {
+		if len(m.Body) > MaxRecordBody {
+			return 0, fmt.Errorf("%w: message %d body %d bytes exceeds %d", ErrBadArgument, i, len(m.Body), MaxRecordBody)
+		}
+		size += RecordHeaderLen + len(m.Body)
+	}
+	return size, nil
+}
+
+// encodeRecords appends msgs' records to payload, filling in where each
+// starts (relative to payload's length on entry) and its preset id.
+func encodeRecords(payload []byte, recOffs []int32, ids []int64, msgs []Message) []byte {
+	start := len(payload)
+	for i, m := range msgs {
+		recOffs[i] = int32(len(payload) - start)
+		ids[i] = m.ID
+		sum := m.Checksum
+		if !m.ChecksumSet {
+			sum = RecordChecksum(m.Body)
+		}
+		payload = appendRecordSum(payload, m.ID, m.Flag, sum, m.Body)
+	}
+	return payload
+}
+
+// PartitionAppend is one partition's messages in an AppendManyAsync.
+type PartitionAppend struct {
+	Topic     string
+	Partition int
+	Msgs      []Message
+}
+
+// AppendOutcome is what Result would return for one PartitionAppend.
+type AppendOutcome struct {
+	Appended []Appended
+	Err      error
+}
+
+// AppendManyAsync is AppendAsync for several partitions at once, with one
+// hand-off to the writer and one notify: a caller whose messages spread
+// over many partitions (a connection's puts to a topic of 10,000) pays the
+// queueing and the wake-up once, not once per partition. The appends are
+// queued in order behind the caller's earlier ones and are always
+// committed in the same batch, so they keep each partition's order as
+// separate AppendAsync calls would. notify, required, gets one outcome per
+// append (in order) exactly once, on the terms of AppendAsync's notify.
+// The bodies are not referenced after it returns.
+func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome)) {
+	outs := make([]AppendOutcome, len(appends))
+	sizes := make([]int, len(appends))
+	total, records := 0, 0
+	for i, a := range appends {
+		sizes[i], outs[i].Err = s.checkAppend(a.Topic, a.Partition, a.Msgs)
+		if outs[i].Err != nil {
+			outs[i].Err = fmt.Errorf("store: append %s-%d: %w", a.Topic, a.Partition, outs[i].Err)
+		}
+		total += sizes[i]
+		if sizes[i] > 0 {
+			records += len(a.Msgs)
+		}
+	}
+	if total == 0 {
+		notify(outs)
+		return
+	}
+	// One buffer and one pair of slices for every part: the writer gives
+	// the buffer back after it copied the group's last part (process).
+	payload := payloads.Get(total)[:0]
+	recOffs := make([]int32, records)
+	ids := make([]int64, records)
+	g := &request{kind: reqAppend, payload: payload, size: total}
+	parts := make([]request, 0, len(appends))
+	idx := make([]int, 0, len(appends)) // appends[idx[k]] is parts[k]
+	for i, a := range appends {
+		if sizes[i] == 0 {
+			continue
+		}
+		n, start := len(a.Msgs), len(payload)
+		payload = encodeRecords(payload, recOffs[:n:n], ids[:n:n], a.Msgs)
+		parts = append(parts, request{kind: reqAppend, key: pkey{a.Topic, a.Partition}, payload: payload[start:len(payload):len(payload)],
+			recOffs: recOffs[:n:n], ids: ids[:n:n], records: n, policy: s.policy(a.Topic), parent: g})
+		recOffs, ids = recOffs[n:], ids[n:]
+		idx = append(idx, i)
+	}
+	g.group = make([]*request, len(parts))
+	s.mu.RLock()
+	gen := s.partsGen.Load()
+	for k := range parts {
+		parts[k].size = len(parts[k].payload)
+		parts[k].hint, parts[k].hintGen = s.parts[parts[k].key], gen
+		g.group[k] = &parts[k]
+	}
+	s.mu.RUnlock()
+	g.pending.Store(int32(len(parts)))
+	g.notify = func() {
+		for k, i := range idx {
+			r := g.group[k]
+			if r.err != nil {
+				outs[i].Err = fmt.Errorf("store: append %s-%d: %w", r.key.topic, r.key.num, r.err)
+				continue
+			}
+			as := make([]Appended, len(r.recOffs))
+			for j, o := range r.recOffs {
+				as[j] = Appended{ID: r.ids[j], Offset: r.offset + int64(o)}
+			}
+			outs[i].Appended = as
+		}
+		notify(outs)
+	}
+	if err := s.enqueue(ctx, g); err != nil {
+		for _, i := range idx {
+			a := appends[i]
+			outs[i].Err = fmt.Errorf("store: append %s-%d: %w", a.Topic, a.Partition, err)
+		}
+		notify(outs)
+	}
 }
 
 // Done is closed when the append's outcome is known.
@@ -489,6 +614,9 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 		take := min(n-skip, want-total)
 		if take <= 0 {
 			break
+		}
+		if pieces == nil {
+			pieces = make([]piece, 0, len(ents))
 		}
 		pieces = append(pieces, piece{c.off, c.pos, n, skip, take})
 		total += take

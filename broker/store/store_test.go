@@ -680,3 +680,111 @@ func TestAppendAsyncNotify(t *testing.T) {
 		t.Fatalf("refused append: Result %v, notify %v", err, notified)
 	}
 }
+
+// TestAppendManyAsync: one call to several partitions keeps each
+// partition's order behind the caller's earlier appends, answers every
+// append once with its own offsets, and fails a refused one alone.
+func TestAppendManyAsync(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	ctx := context.Background()
+	s.AppendAsync(ctx, "m", 1, []Message{{Body: []byte("first")}}, nil)
+	got := make(chan []AppendOutcome, 2)
+	s.AppendManyAsync(ctx, []PartitionAppend{
+		{Topic: "m", Partition: 0, Msgs: []Message{{Body: []byte("a0")}, {Body: []byte("a1")}}},
+		{Topic: "m", Partition: 1, Msgs: []Message{{Body: []byte("b0")}}},
+		{Topic: "", Partition: 0, Msgs: []Message{{Body: []byte("bad")}}},
+		{Topic: "m", Partition: 0, Msgs: []Message{{Body: []byte("a2")}}},
+	}, func(outs []AppendOutcome) { got <- outs })
+	outs := <-got
+	if len(outs) != 4 {
+		t.Fatalf("%d outcomes for 4 appends", len(outs))
+	}
+	if outs[2].Err == nil || !errors.Is(outs[2].Err, ErrBadArgument) {
+		t.Fatalf("refused append: %v", outs[2].Err)
+	}
+	for _, i := range []int{0, 1, 3} {
+		if outs[i].Err != nil {
+			t.Fatalf("append %d: %v", i, outs[i].Err)
+		}
+	}
+	if len(outs[0].Appended) != 2 || len(outs[1].Appended) != 1 || len(outs[3].Appended) != 1 {
+		t.Fatalf("results per append: %+v", outs)
+	}
+	if !(outs[0].Appended[0].Offset < outs[0].Appended[1].Offset && outs[0].Appended[1].Offset < outs[3].Appended[0].Offset) {
+		t.Fatalf("partition 0 out of order: %+v then %+v", outs[0].Appended, outs[3].Appended)
+	}
+	want := map[int][]string{0: {"a0", "a1", "a2"}, 1: {"first", "b0"}}
+	for part, bodies := range want {
+		recs := decodeAll(t, readAll(t, s, "m", part))
+		if len(recs) != len(bodies) {
+			t.Fatalf("partition %d: %d records, want %d", part, len(recs), len(bodies))
+		}
+		for i, r := range recs {
+			if string(r.Body) != bodies[i] {
+				t.Fatalf("partition %d record %d: %q, want %q", part, i, r.Body, bodies[i])
+			}
+		}
+	}
+	// The answered offsets and ids are where the records are.
+	b, err := s.Read("m", 1, outs[1].Appended[0].Offset, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := DecodeRecord(b); err != nil || string(r.Body) != "b0" || r.ID != outs[1].Appended[0].ID {
+		t.Fatalf("at the answered offset: %+v, %v; answered %+v", r, err, outs[1].Appended[0])
+	}
+
+	// All refused: notify runs before the call returns.
+	called := 0
+	s.AppendManyAsync(ctx, []PartitionAppend{{Topic: "", Msgs: []Message{{Body: []byte("x")}}}}, func(outs []AppendOutcome) {
+		called++
+		if len(outs) != 1 || outs[0].Err == nil {
+			t.Errorf("all refused: %+v", outs)
+		}
+	})
+	if called != 1 {
+		t.Fatalf("all refused: notify called %d times", called)
+	}
+	// A closed store fails every append, once.
+	s.Close()
+	called = 0
+	s.AppendManyAsync(ctx, []PartitionAppend{{Topic: "m", Msgs: []Message{{Body: []byte("x")}}}, {Topic: "m", Partition: 1, Msgs: []Message{{Body: []byte("y")}}}}, func(outs []AppendOutcome) {
+		called++
+		if len(outs) != 2 || outs[0].Err == nil || outs[1].Err == nil {
+			t.Errorf("closed store: %+v", outs)
+		}
+	})
+	if called != 1 {
+		t.Fatalf("closed store: notify called %d times", called)
+	}
+}
+
+// TestAppendStaleHint: an append whose partition was looked up before the
+// partition was deleted goes to the partition the key names now, never
+// into the deleted one.
+func TestAppendStaleHint(t *testing.T) {
+	s := openT(t, Options{})
+	mustAppend(t, s, "h", 0, "old", "older")
+	s.mu.RLock()
+	old, gen := s.parts[pkey{"h", 0}], s.partsGen.Load()
+	s.mu.RUnlock()
+	if err := s.DeletePartition("h", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, r := s.encodeAppend("h", 0, []Message{{Body: []byte("new")}})
+	r.hint, r.hintGen = old, gen
+	if err := s.submit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if r.offset != 0 {
+		t.Fatalf("append after the delete landed at %d, want 0 of a new partition", r.offset)
+	}
+	recs := decodeAll(t, readAll(t, s, "h", 0))
+	if len(recs) != 1 || string(recs[0].Body) != "new" {
+		t.Fatalf("partition after delete and append: %+v", recs)
+	}
+	if s.lookup("h", 0) == old {
+		t.Fatal("the deleted partition is back in the table")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,20 @@ type request struct {
 	done   chan struct{}
 	synced bool   // must wait for fsync before done
 	notify func() // called just before done is closed (see AppendAsync)
+
+	// group is set on the request AppendManyAsync queues: the parts the
+	// writer takes in its place, in order, all in the same batch. A part
+	// has no done channel; the last to finish finishes the group.
+	// hint is the partition of key when the request was made, looked up
+	// by the caller to spare the writer a map lookup; it holds while
+	// partsGen is still hintGen (no partition has left the table since).
+	hint    *partition
+	hintGen uint64
+
+	group   []*request
+	size    int // payload bytes, of all parts for a group
+	parent  *request
+	pending atomic.Int32 // parts of a group not yet finished
 }
 
 // finish publishes the request's outcome: notify runs, then done is
@@ -59,7 +74,12 @@ func (r *request) finish() {
 	if r.notify != nil {
 		r.notify()
 	}
-	close(r.done)
+	if r.done != nil {
+		close(r.done)
+	}
+	if g := r.parent; g != nil && g.pending.Add(-1) == 0 {
+		g.finish()
+	}
 }
 
 // pendingChunk is a data entry of the current batch, applied to its
@@ -164,7 +184,7 @@ func (s *Store) run() {
 	for {
 		select {
 		case r := <-s.reqs:
-			batch = s.gather(append(batch[:0], r))
+			batch = s.gather(addRequest(batch[:0], r))
 			s.process(batch)
 		case j := <-s.syncDone:
 			s.completeSync(j)
@@ -177,7 +197,7 @@ func (s *Store) run() {
 			for {
 				select {
 				case r := <-s.reqs:
-					batch = s.gather(append(batch[:0], r))
+					batch = s.gather(addRequest(batch[:0], r))
 					s.process(batch)
 					continue
 				default:
@@ -190,14 +210,25 @@ func (s *Store) run() {
 	}
 }
 
+// addRequest adds r to batch, or a group's parts in its place.
+func addRequest(batch []*request, r *request) []*request {
+	if r.group != nil {
+		return append(batch, r.group...)
+	}
+	return append(batch, r)
+}
+
 // gather adds every queued request to batch, up to MaxBatchBytes.
 func (s *Store) gather(batch []*request) []*request {
-	size := len(batch[0].payload)
+	size := 0
+	for _, r := range batch {
+		size += len(r.payload)
+	}
 	for size < s.opts.MaxBatchBytes && len(batch) < 4096 {
 		select {
 		case r := <-s.reqs:
-			batch = append(batch, r)
-			size += len(r.payload)
+			batch = addRequest(batch, r)
+			size += r.size
 		default:
 			return batch
 		}
@@ -335,6 +366,7 @@ func (s *Store) process(batch []*request) {
 			p := s.parts[r.key]
 			if p != nil {
 				delete(s.parts, r.key)
+				s.partsGen.Add(1)
 			}
 			s.mu.Unlock()
 			if p == nil {
@@ -348,7 +380,10 @@ func (s *Store) process(batch []*request) {
 			if r.kind == reqRaw {
 				start = r.at
 			}
-			p, isNew := s.resolve(r.key, start)
+			p, isNew := r.hint, false
+			if p == nil || r.hintGen != s.partsGen.Load() {
+				p, isNew = s.resolve(r.key, start)
+			}
 			if isNew {
 				created = append(created, p)
 				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: start, ms: ms}, encodeDefine(r.key.topic, r.key.num))
@@ -371,8 +406,16 @@ func (s *Store) process(batch []*request) {
 			buf = appendEntry(buf, entryHeader{typ: entryData, pid: p.pid, off: p.wEnd, ms: ms}, r.payload)
 			n := int64(len(r.payload))
 			if r.kind == reqAppend {
-				// Copied into the write buffer; AppendAsync made it.
-				payloads.Put(r.payload)
+				// Copied into the write buffer; AppendAsync made it. A
+				// group's parts share their parent's buffer, given back
+				// after the last part (all are in this batch).
+				switch g := r.parent; {
+				case g == nil:
+					payloads.Put(r.payload)
+				case r == g.group[len(g.group)-1]:
+					payloads.Put(g.payload)
+					g.payload = nil
+				}
 				r.payload = nil
 			}
 			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
@@ -409,6 +452,7 @@ func (s *Store) process(batch []*request) {
 				pc.p.wEnd = pc.p.end
 			}
 			s.mu.Lock()
+			s.partsGen.Add(1)
 			for _, p := range created {
 				delete(s.parts, p.key)
 				delete(s.byPid, p.pid)
