@@ -354,9 +354,18 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := ReplicationSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0] // a slave proves with its current secret only
+	}
 	opts := georeplicator.ReceiverOptions{
 		Identity:             id,
 		OnPromote:            b.promoteOnHandover,
+		Secret:               secret,
 		Sink:                 b.Store,
 		Resolver:             res,
 		BrokerID:             cfg.System.BrokerID,
