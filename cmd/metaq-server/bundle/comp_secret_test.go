@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
@@ -55,8 +54,9 @@ func TestReplicationSharedSecret(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if rs := st.(georeplicator.ReceiverStatus); rs.Connected || !strings.Contains(rs.LastError, "shared secret differs") {
-			return fmt.Errorf("slave with another key: %#v", rs)
+		rep := st.(SlaveReport)
+		if rs := rep.Stream; rs == nil || rs.Connected || !strings.Contains(rs.LastError, "shared secret differs") {
+			return fmt.Errorf("slave with another key: %#v", rep)
 		}
 		return nil
 	})
