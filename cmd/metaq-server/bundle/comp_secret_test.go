@@ -89,3 +89,27 @@ func TestReplicationSharedSecret(t *testing.T) {
 		t.Fatal("stats config returns the token")
 	}
 }
+
+// TestSecretSlaveDoesNotFallBackToMetaQGet: MetaQ's get authenticates no one,
+// so a slave with [replication] secretFile never copies with it, and says why.
+func TestSecretSlaveDoesNotFallBackToMetaQGet(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	root := uniqueRoot(t, zk)
+	ms, ss := metaqFiles(t, "\n[replication]\nenable=false\n"), metaqFiles(t, "\n[replication]\nsecretFile=repl.key\n")
+	if err := os.WriteFile(filepath.Join(filepath.Dir(ss.ini), "repl.key"), []byte("the-deployment-replication-key-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	master := ms.start(t, ModeMaster, zk, root)
+	putN(t, addrString(master.Broker), "test", 0, 20, "secret")
+	slave := ss.start(t, ModeSlave, zk, root)
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		method, st := slaveMethod(t, slave)
+		if method != "" || !strings.Contains(fmt.Sprint(st["MethodReason"]), "secretFile is set") {
+			return fmt.Errorf("slave-status = %v", st)
+		}
+		return nil
+	})
+	if b, err := slave.Store.Read("test", 0, 0, 1<<20); err == nil && len(b) > 0 {
+		t.Fatalf("slave with a secret copied %d bytes with MetaQ's get", len(b))
+	}
+}
