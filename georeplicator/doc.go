@@ -165,6 +165,8 @@
 // replication address, else MetaQPuller (also while the published address
 // cannot be reached: ReceiverStatus.DialFailures); the choice follows the
 // master's ZooKeeper entries and is reported in the log and in slave-status.
+// A slave with a shared secret never uses MetaQPuller: MetaQ's get proves
+// nothing about the master.
 // NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
 // BrokerID, SlaveID, Group, MaxDelay, Compression, BandwidthBytesPerSec,
 // CheckpointFile: <dataPath>/replication.checkpoint, TLS: ClientTLS(...),
