@@ -37,8 +37,10 @@ func TestReplicationSharedSecret(t *testing.T) {
 
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
 	ship := mustComp[*shipperComponent](t, master)
-	good := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
-		masterAddr: ship.Addr(), natsURL: "nats://127.0.0.1:1", autoSync: true})
+	// Without configsync on this slave, which would own server.ini instead.
+	slaveINI := strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	good := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: ship.Addr(), noNATS: true, autoSync: true})
 	bad := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2,
 		masterAddr: ship.Addr(), natsURL: "nats://127.0.0.1:1", autoSync: true})
 
