@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/broker/config"
 	"metaq/broker/wire"
 	"metaq/internal/clock"
 )
@@ -185,10 +186,11 @@ func (w *lineWriter) line(vals ...string) {
 
 // Stats returns the body of `stats <item>` exactly as the protocol sends it
 // (spec §1.9): "STATS\r\n" ... "END\r\n", except for item "config", whose
-// answer is the raw bytes of the configuration file in effect.
+// answer is the raw bytes of the configuration file in effect without its
+// secrets (config.StripSecrets).
 func (b *Broker) Stats(item string) string {
 	if item == "config" {
-		return string(b.cfg.Load().Raw)
+		return string(config.StripSecrets(b.cfg.Load().Raw))
 	}
 	w := &lineWriter{}
 	w.sb.WriteString("STATS\r\n")
@@ -363,7 +365,10 @@ func (b *Broker) handleStats(c *conn, cmd *wire.Stats) {
 			c.sendResult(wire.StatusInternalServerError, "Config file not found:"+cfg.File, cmd.Opaque)
 			return
 		}
-		c.send(outFrame{head: (&wire.Result{Code: wire.StatusOK, Opaque: cmd.Opaque, Body: cfg.Raw}).AppendTo(nil)})
+		// The port is open to every client: secrets ([site] token, [gossip]
+		// key) are left out.
+		body := config.StripSecrets(cfg.Raw)
+		c.send(outFrame{head: (&wire.Result{Code: wire.StatusOK, Opaque: cmd.Opaque, Body: body}).AppendTo(nil)})
 		return
 	}
 	c.sendResult(wire.StatusOK, b.Stats(cmd.Item), cmd.Opaque)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +50,9 @@ type Agent struct {
 	processed uint64            // highest desired version handled, success or not
 	results   map[uint64]Result // recent results by version
 	waiters   map[uint64][]string
+	// trust is what the configuration in effect accepts (see sign.go): the
+	// running one at start, then each applied version's.
+	trust trust
 }
 
 // maxParkedVersions bounds the versions (and the pushers per version) the
@@ -68,8 +72,13 @@ func NewAgent(o Options) (*Agent, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	tr, err := trustOf(o.Running.NATS)
+	if err != nil {
+		return nil, err
+	}
 	host, _ := os.Hostname()
 	return &Agent{
+		trust:   tr,
 		o:       o,
 		log:     o.Logger.With("site", o.Site),
 		host:    host,
@@ -154,7 +163,7 @@ func (a *Agent) connect(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", a.o.URL, "in", backoff, "err", err)
+		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", redactURLs(a.o.URL), "in", backoff, "err", err)
 		select {
 		case <-a.quit:
 			return false
@@ -235,7 +244,9 @@ func (a *Agent) run(ctx context.Context) {
 	v := a.state.Version
 	a.mu.Unlock()
 	a.log.Info("CONFIGSYNC: agent started", "version", v, "bucket", a.o.NATS.Bucket,
-		"subject", siteSubject(a.o.NATS.Subject, a.o.Site))
+		"subject", siteSubject(a.o.NATS.Subject, a.o.Site), "trustedKeys", len(a.trust.keys),
+		"allowUnsigned", a.trust.allowUnsigned)
+	a.warnTrust()
 	close(a.ready)
 	hb := time.NewTicker(a.o.HeartbeatInterval)
 	defer hb.Stop()
@@ -294,9 +305,29 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 	}
 	a.mu.Lock()
 	done := v.Version <= a.processed
+	_, rejected := a.results[v.Version]
+	tr := a.trust
 	a.mu.Unlock()
 	if done {
 		a.answerWaiters()
+		return
+	}
+	if err := tr.check(v); err != nil {
+		// Not applied, and not counted as processed: a forged entry with a
+		// huge version number must not make the agent skip real pushes.
+		res := a.reject(v, err, !rejected)
+		a.mu.Lock()
+		a.results[v.Version] = res
+		for len(a.results) > maxParkedVersions { // forged versions must not grow memory
+			delete(a.results, slices.Min(slices.Collect(maps.Keys(a.results))))
+		}
+		replies := a.waiters[v.Version]
+		delete(a.waiters, v.Version)
+		a.mu.Unlock()
+		a.recordState(ctx)
+		for _, r := range replies {
+			a.respond(r, res)
+		}
 		return
 	}
 	res := a.apply(ctx, v)
@@ -397,6 +428,39 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 	return res
 }
 
+// reject records that v was refused without being applied; the site keeps
+// running what it runs. It logs only the first time.
+func (a *Agent) reject(v *Version, err error, log bool) Result {
+	a.mu.Lock()
+	a.state.Error = err.Error()
+	a.state.FailedVersion = v.Version
+	res := Result{Site: a.o.Site, Version: v.Version, Running: a.state.Version, Error: err.Error(),
+		PendingRestart: slices.Clone(a.state.PendingRestart)}
+	a.mu.Unlock()
+	if log {
+		a.log.Error("CONFIGSYNC: version rejected, previous configuration kept", "version", v.Version, "err", err)
+	}
+	return res
+}
+
+// warnTrust says, at start, what this site will do with pushes that are not
+// signed by a key it trusts, and whether its NATS link leaves the host in
+// the clear.
+func (a *Agent) warnTrust() {
+	if a.o.Conn == nil && insecureNATSLink(a.o.URL, a.o.NATS) {
+		a.log.Warn("CONFIGSYNC: INSECURE NATS LINK: the link to NATS leaves this host with neither TLS nor credentials; "+
+			"set [nats] tlsCA (and a tls:// url) and credsFile", "url", redactURLs(a.o.URL))
+	}
+	switch {
+	case a.trust.allowUnsigned:
+		a.log.Warn("CONFIGSYNC: INSECURE: [nats] allowUnsigned=true: anyone who can write to the NATS bucket can change this site's configuration; " +
+			"list the pushers' public keys in [nats] trustedKeys and remove allowUnsigned")
+	case len(a.trust.keys) == 0:
+		a.log.Warn("CONFIGSYNC: no [nats] trustedKeys: every pushed version will be refused; " +
+			"run `configsync keygen` and list the public key in this site's overlay")
+	}
+}
+
 // succeed records a successful apply of v; cfg is nil when the bytes were
 // already on disk.
 func (a *Agent) succeed(v *Version, cfg *config.Server, res *Result) {
@@ -404,10 +468,21 @@ func (a *Agent) succeed(v *Version, cfg *config.Server, res *Result) {
 	if cfg != nil {
 		pending = config.Diff(a.o.Running, cfg).RestartKeys
 	}
+	var tr *trust
+	if cfg != nil {
+		// The version's own [nats] trust settings (with the overlay) govern
+		// the next push: a signed push can rotate keys.
+		if t, err := trustOf(cfg.NATS); err == nil {
+			tr = &t
+		}
+	}
 	now := time.Now().UTC()
 	a.mu.Lock()
 	if cfg != nil {
 		a.state.PendingRestart = pending
+	}
+	if tr != nil {
+		a.trust = *tr
 	}
 	a.state.Version = v.Version
 	a.state.SHA256 = v.SHA256
@@ -462,8 +537,10 @@ func (a *Agent) onRequest(m *nats.Msg) {
 		return
 	}
 	a.mu.Lock()
-	if req.Version <= a.processed {
-		res := a.resultForLocked(req.Version)
+	if res, ok := a.results[req.Version]; ok || req.Version <= a.processed {
+		if !ok {
+			res = a.resultForLocked(req.Version)
+		}
 		a.mu.Unlock()
 		a.respond(m.Reply, res)
 		return

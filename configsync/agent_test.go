@@ -402,7 +402,7 @@ func TestAgentAppliesOnlyItsBucket(t *testing.T) {
 	e := startNATS(t)
 	s := newSite(t, "bj", 1, e.ClientURL())
 	ctx := context.Background()
-	other, err := NewClient(ctx, ClientOptions{URL: e.ClientURL(), NATS: config.NATS{Bucket: "other_bucket"}})
+	other, err := NewClient(ctx, ClientOptions{URL: e.ClientURL(), NATS: config.NATS{Bucket: "other_bucket"}, SigningKey: testKey})
 	must(t, err)
 	defer other.Close()
 	rep, err := other.Push(ctx, PushOptions{File: "x", Data: baseIni("[topic=foreign]\n"), Sites: []string{"bj"}, Timeout: 700 * time.Millisecond})

@@ -20,7 +20,7 @@ func BenchmarkPushThreeSites(b *testing.B) {
 	for i, n := range []string{"bj", "hf", "gz"} {
 		sites = append(sites, newSiteB(b, n, i+1, e.ClientURL()))
 	}
-	c, err := NewClient(context.Background(), ClientOptions{URL: e.ClientURL()})
+	c, err := NewClient(context.Background(), ClientOptions{URL: e.ClientURL(), SigningKey: testKey})
 	if err != nil {
 		b.Fatal(err)
 	}

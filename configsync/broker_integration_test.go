@@ -8,7 +8,9 @@ package configsync_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -60,8 +62,8 @@ func startBrokerSite(t testing.TB, name string, id int, natsURL, zkAddr, zkRoot 
 	t.Helper()
 	dir := t.TempDir()
 	s := &brokerSite{name: name, path: filepath.Join(dir, "server.ini")}
-	overlay := fmt.Sprintf("[system]\nbrokerId=%d\nserverPort=%d\ndataPath=%s\n\n[site]\nname=%s\n",
-		id, 20000+id*10, filepath.Join(dir, "data"), name)
+	overlay := fmt.Sprintf("[system]\nbrokerId=%d\nserverPort=%d\ndataPath=%s\n\n[site]\nname=%s\n\n[nats]\ntrustedKeys=%s\n",
+		id, 20000+id*10, filepath.Join(dir, "data"), name, config.FormatPublicKey(pushKey.Public().(ed25519.PublicKey)))
 	if zkAddr != "" {
 		// Each datacenter has its own ZooKeeper; here, its own root.
 		overlay += fmt.Sprintf("\n[zookeeper]\nzk.zkConnect=%s\nzk.zkEnable=true\nzk.zkRoot=%s/%s\n", zkAddr, zkRoot, name)
@@ -137,6 +139,9 @@ func check(t testing.TB, err error) {
 	}
 }
 
+// pushKey signs this file's pushes; every site trusts it.
+var pushKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, ed25519.SeedSize))
+
 func startBrokerSites(t testing.TB, zkAddr string) (*configsync.Client, []*brokerSite) {
 	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	check(t, err)
@@ -146,7 +151,7 @@ func startBrokerSites(t testing.TB, zkAddr string) (*configsync.Client, []*broke
 	for i, n := range []string{"bj", "hf", "gz"} {
 		sites = append(sites, startBrokerSite(t, n, i+1, ns.ClientURL(), zkAddr, root))
 	}
-	c, err := configsync.NewClient(context.Background(), configsync.ClientOptions{URL: ns.ClientURL()})
+	c, err := configsync.NewClient(context.Background(), configsync.ClientOptions{URL: ns.ClientURL(), SigningKey: pushKey})
 	check(t, err)
 	t.Cleanup(c.Close)
 	return c, sites

@@ -2,6 +2,7 @@ package configsync
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,15 @@ type ClientOptions struct {
 	Conn *nats.Conn
 	// Logger receives connection events. Nil discards.
 	Logger *slog.Logger
+	// SigningKey signs every version this client publishes (see sign.go).
+	// Required to publish unless AllowUnsigned.
+	SigningKey ed25519.PrivateKey
+	// AllowUnsigned lets Push and Rollback publish without a signing key,
+	// for sites that set [nats] allowUnsigned=true.
+	AllowUnsigned bool
+	// TrustedKeys are the keys, besides SigningKey's own, whose versions
+	// Rollback may republish. Default: parsed from NATS.TrustedKeys.
+	TrustedKeys []ed25519.PublicKey
 }
 
 // Client publishes versions and reads site state.
@@ -41,7 +51,19 @@ type Client struct {
 	kv      jetstream.KeyValue
 	subject string
 	host    string
+
+	key           ed25519.PrivateKey
+	allowUnsigned bool
+	trusted       []ed25519.PublicKey
 }
+
+// ErrSecretInFile: the file to push sets a secret key ([site] token,
+// [gossip] key).
+var ErrSecretInFile = errors.New("configsync: secret in the shared file")
+
+// ErrNoSigningKey: Push or Rollback without a signing key.
+var ErrNoSigningKey = errors.New("configsync: no signing key: pass --key FILE (made by `configsync keygen`), " +
+	"or --unsigned for sites that set [nats] allowUnsigned=true")
 
 // NewClient connects and binds to (or creates) the bucket.
 func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
@@ -50,7 +72,18 @@ func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
 	if o.URL == "" {
 		o.URL = o.NATS.URL
 	}
-	c := &Client{nc: o.Conn, subject: o.NATS.Subject}
+	c := &Client{nc: o.Conn, subject: o.NATS.Subject, key: o.SigningKey, allowUnsigned: o.AllowUnsigned,
+		trusted: slices.Clone(o.TrustedKeys)}
+	if c.trusted == nil {
+		keys, err := config.ParseTrustedKeys(o.NATS.TrustedKeys)
+		if err != nil {
+			return nil, fmt.Errorf("configsync: client: [nats] trustedKeys: %w", err)
+		}
+		c.trusted = keys
+	}
+	if c.key != nil {
+		c.trusted = append(c.trusted, c.key.Public().(ed25519.PublicKey))
+	}
 	c.host, _ = os.Hostname()
 	if c.nc == nil {
 		if o.URL == "" {
@@ -190,6 +223,12 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The bucket and every site would hold the secret: it belongs in each
+	// site's overlay, which is never pushed.
+	if keys := config.SecretKeysIn(o.Data); len(keys) > 0 {
+		return nil, fmt.Errorf("%w: %s sets %s; a push would store it in NATS and copy it to every site: move it to each site's overlay (site.ini)",
+			ErrSecretInFile, o.File, strings.Join(keys, ", "))
+	}
 	rep := &PushReport{SHA256: hashHex(o.Data), DryRun: o.DryRun, Warnings: warns, RollbackOf: o.rollbackOf,
 		Results: map[string]Result{}}
 
@@ -225,6 +264,9 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	if o.DryRun {
 		return rep, nil
 	}
+	if c.key == nil && !c.allowUnsigned {
+		return nil, ErrNoSigningKey
+	}
 
 	// Listen for answers before publishing, so none can be lost.
 	inbox := c.nc.NewInbox()
@@ -235,13 +277,19 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	}
 	defer sub.Unsubscribe()
 
-	if cur != nil && cur.SHA256 == rep.SHA256 && (cur.AllowTopicRemoval || !o.AllowTopicRemoval) {
+	// The same bytes need no new version, unless what the bucket holds is
+	// not signed by a key we trust (a forged entry the sites refused).
+	if cur != nil && cur.SHA256 == rep.SHA256 && (cur.AllowTopicRemoval || !o.AllowTopicRemoval) &&
+		(c.key == nil || cur.Verify(c.trusted) == nil) {
 		// Same bytes: no new version; still collect every site's answer
 		// about the current one so the operator sees where it stands.
 		rep.Version, rep.Unchanged = cur.Version, true
 	} else {
 		v := &Version{Version: rep.Previous + 1, SHA256: rep.SHA256, Data: o.Data, File: o.File,
 			PushedAt: time.Now().UTC(), PushedBy: c.host, RollbackOf: o.rollbackOf, AllowTopicRemoval: o.AllowTopicRemoval}
+		if c.key != nil {
+			v.Sign(c.key)
+		}
 		if err := c.publish(ctx, v, cur, rev); err != nil {
 			return nil, err
 		}
@@ -598,6 +646,11 @@ func (c *Client) Rollback(ctx context.Context, o RollbackOptions) (*PushReport, 
 	old, err := c.Version(ctx, to)
 	if err != nil {
 		return nil, fmt.Errorf("configsync: rollback: %w", err)
+	}
+	// Republishing signs the old bytes again: make sure they are what a
+	// trusted pusher published, not something written into the bucket.
+	if err := old.Verify(c.trusted); err != nil && !c.allowUnsigned {
+		return nil, fmt.Errorf("configsync: rollback: refusing to republish version %d: %w", to, err)
 	}
 	return c.Push(ctx, PushOptions{File: old.File, Data: old.Data, Sites: o.Sites, DryRun: o.DryRun,
 		Timeout: o.Timeout, OnPlan: o.OnPlan, AllowTopicRemoval: o.AllowTopicRemoval, rollbackOf: to})

@@ -24,8 +24,8 @@
 //
 //	desired          the version every site should run: a JSON [Version] holding
 //	                 the file's exact bytes, their SHA-256, the version number,
-//	                 when it was pushed and, for a rollback, which version it
-//	                 restores.
+//	                 when it was pushed, for a rollback which version it
+//	                 restores, and the pusher's signature.
 //	version.<N>      a copy of every version ever published, so rollback and
 //	                 diff can find old bytes even after the bucket's per-key
 //	                 history has rolled over.
@@ -68,21 +68,40 @@
 // stored with it. A message on another subject or from another bucket cannot
 // change a site.
 //
+// # Signed versions
+//
+// Anyone who can write to the bucket could otherwise change every site. The
+// pusher signs each version with an ed25519 private key ([ClientOptions]
+// SigningKey; `configsync keygen` makes one, `push --key` uses it) over its
+// number, the SHA-256 of its bytes and the version a rollback restores. An
+// agent applies a version only when the signature verifies with a key the
+// configuration in effect lists in [nats] trustedKeys (normally in the site's
+// overlay, which no push writes). Anything else is not applied, does not
+// count as processed (a forged huge version number cannot make the agent
+// skip real pushes) and is recorded in site.<name> as the site's error, so
+// `configsync status` shows it. Safe default: a site with no trusted key
+// refuses every push and warns at start; [nats] allowUnsigned=true accepts
+// unsigned versions with a loud warning at every start. Rollback re-signs old
+// bytes only when a trusted key signed them. A push refuses a file that sets
+// a secret key ([site] token, [gossip] key): the bucket and every site would
+// hold it.
+//
 // # Applying on a site
 //
 // The agent watches "desired" (the watch delivers the latest value first, so a
 // site that was down applies the newest version when it returns) and, for each
 // new version:
 //
-//  1. verifies the SHA-256 of the bytes;
-//  2. validates them again with config.ParseWithOverlay, merged with the site's
+//  1. checks the signature (see above);
+//  2. verifies the SHA-256 of the bytes;
+//  3. validates them again with config.ParseWithOverlay, merged with the site's
 //     overlay file (see below);
-//  3. copies the file it is replacing to server.ini.v<old version> (or
+//  4. copies the file it is replacing to server.ini.v<old version> (or
 //     server.ini.prev when the old version is unknown), keeping the newest
 //     [Options].KeepVersions copies;
-//  4. writes the new bytes atomically: temporary file in the same directory,
+//  5. writes the new bytes atomically: temporary file in the same directory,
 //     fsync, rename over server.ini, fsync of the directory;
-//  5. calls the [Reloader]. [topic=...] changes take effect in process;
+//  6. calls the [Reloader]. [topic=...] changes take effect in process;
 //     [system] and [zookeeper] changes cannot, and are reported as pending a
 //     restart (computed against the configuration the process started with, so
 //     a later push that reverts a key clears it again).

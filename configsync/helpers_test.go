@@ -3,6 +3,7 @@ package configsync
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,9 +44,15 @@ numPartitions=2
 ` + extra)
 }
 
+// testKey signs the tests' pushes; every test site trusts it.
+var (
+	testKey       = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	testPublicKey = config.FormatPublicKey(testKey.Public().(ed25519.PublicKey))
+)
+
 func overlayIni(site string, brokerID int) []byte {
-	return []byte(fmt.Sprintf(";; site-specific settings, never pushed\n[system]\nbrokerId=%d\nserverPort=%d\ndataPath=/var/metaq/%s\n\n[site]\nname=%s\n",
-		brokerID, 19000+brokerID*10, site, site))
+	return []byte(fmt.Sprintf(";; site-specific settings, never pushed\n[system]\nbrokerId=%d\nserverPort=%d\ndataPath=/var/metaq/%s\n\n[site]\nname=%s\n\n[nats]\ntrustedKeys=%s\n",
+		brokerID, 19000+brokerID*10, site, site, testPublicKey))
 }
 
 // recorder is a Reloader that keeps the configuration it was given, the way
@@ -177,7 +184,7 @@ func newClient(t *testing.T, url string) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := NewClient(ctx, ClientOptions{URL: url, Logger: testLogger(t)})
+	c, err := NewClient(ctx, ClientOptions{URL: url, Logger: testLogger(t), SigningKey: testKey})
 	must(t, err)
 	t.Cleanup(c.Close)
 	return c

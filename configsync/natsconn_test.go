@@ -40,7 +40,7 @@ func TestConnectHonoursTLSAndCreds(t *testing.T) {
 	defer cancel()
 	good := config.NATS{TLSCert: filepath.Join(dir, "client.pem"), TLSKey: filepath.Join(dir, "client.key"),
 		TLSCA: filepath.Join(dir, "ca.pem")}
-	c, err := NewClient(ctx, ClientOptions{URL: url, NATS: good})
+	c, err := NewClient(ctx, ClientOptions{URL: url, NATS: good, SigningKey: testKey})
 	must(t, err)
 	defer c.Close()
 	if _, err := c.Push(ctx, PushOptions{File: "server.ini", Data: baseIni(""), Sites: nil}); err != nil {

@@ -59,6 +59,11 @@ type Version struct {
 	// AllowTopicRemoval lets this version remove topics that still hold
 	// messages at a site; without it an agent refuses such a version.
 	AllowTopicRemoval bool `json:"allowTopicRemoval,omitempty"`
+	// Signature is the pusher's ed25519 signature (see sign.go); SignedBy
+	// names its public key, for messages only: agents check the signature
+	// against the keys they trust, never against this field.
+	Signature []byte `json:"signature,omitempty"`
+	SignedBy  string `json:"signedBy,omitempty"`
 }
 
 // Check reports whether Data matches SHA256.

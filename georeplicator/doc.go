@@ -24,6 +24,16 @@
 // position the stream starts at, its first and durable log positions, the
 // keepalive interval) or error (different brokerId, a position beyond the
 // master's durable end, unknown codec), then the config bytes if asked.
+// With a shared secret (ShipperOptions.Secret, ReceiverOptions.Secret;
+// [replication] secretFile) an auth step follows hello before anything else
+// (auth.go): the master challenges, the slave answers with an HMAC-SHA256
+// over both nonces and the hello, and the master proves the secret back. A
+// peer that fails gets an error frame naming the cause and nothing else: no
+// welcome, no server.ini, no log, no entry in the lag report. A slave with a
+// secret refuses a master without one. A listener on a non-loopback address
+// with neither TLS nor a secret, and a slave dialling another host that way,
+// log a loud warning at start.
+//
 // A position the master has removed by retention, or -1, starts the stream
 // at the master's first retained entry ("truncated"); partitions the slave
 // does not have are created at their first shipped offset, so offsets still
@@ -171,7 +181,9 @@
 // serverPort+1 on the MetaQ port's interfaces; a free port when that one is
 // taken and not written in the file), BrokerID, Source: the *store.Store, Compression,
 // BandwidthBytesPerSec, StuckAfter, StateFile: <dataPath>/replication.json,
-// ConfigBytes: the running server.ini bytes}), Start, Close on shutdown
+// Secret and PreviousSecrets: LoadSecrets([replication] secretFile),
+// ConfigBytes: the running server.ini bytes without secrets
+// (config.StripSecrets)}), Start, Close on shutdown
 // after the listeners and before the store; Broker.SetSiteReplicator(the
 // shipper) once it runs, nil before it closes. It starts before the broker
 // serves and registers, and publishes the replication address in ZooKeeper
@@ -181,9 +193,12 @@
 // replication address, else MetaQPuller (also while the published address
 // cannot be reached: ReceiverStatus.DialFailures); the choice follows the
 // master's ZooKeeper entries and is reported in the log and in slave-status.
+// A slave with a shared secret never uses MetaQPuller: MetaQ's get proves
+// nothing about the master.
 // NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
 // BrokerID, SlaveID, Group, MaxDelay, Compression, BandwidthBytesPerSec,
 // CheckpointFile: <dataPath>/replication.checkpoint, TLS: ClientTLS(...),
+// Secret: the first of LoadSecrets([replication] secretFile),
 // AutoSyncMasterConfig, OnMasterConfig: write the file (temp, rename) and
 // reload when the topic sections differ}), Start, Close before the store.
 package georeplicator

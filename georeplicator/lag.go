@@ -49,7 +49,12 @@ type GroupLag struct {
 	Frames       int64
 	Rewinds      int64 // frames the slave rejected and asked for again
 	Truncated    bool  // the slave's position had been removed by retention at its last connect
-	Partitions   []PartitionLag
+	// Auth is how the slave proved itself on its current or last connection
+	// in this master's run: "secret", "tls-client-cert", both joined by "+",
+	// or "none" (a listener without authentication); "" when it has not
+	// connected since the master started.
+	Auth       string
+	Partitions []PartitionLag
 }
 
 // Lag reports every known slave's lag, sorted by group then slave id. It is
@@ -80,7 +85,8 @@ func (s *Shipper) Lag() []GroupLag {
 		g := GroupLag{Group: sp.key.Group, SlaveID: sp.key.SlaveID, Connected: sp.Connected, Addr: sp.Addr,
 			AppliedPos: sp.Applied, DurablePos: sp.Durable, SentPos: sp.Sent, MasterPos: durable,
 			LastAck: sp.LastAck, LastProgress: sp.LastProgress, RTT: sp.RTT, Mode: string(sp.Mode),
-			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated}
+			RawBytes: sp.RawBytes, WireBytes: sp.WireBytes, Frames: sp.Frames, Rewinds: sp.Rewinds, Truncated: sp.Truncated,
+			Auth: sp.Auth}
 		if sp.Frames > 0 {
 			g.Codec = sp.LastCodec.String()
 		}

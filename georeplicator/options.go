@@ -84,6 +84,13 @@ type ShipperOptions struct {
 	StateFile string
 	// TLS, when set, serves TLS; set ClientAuth to tls.RequireAndVerifyClientCert for mutual TLS.
 	TLS *tls.Config
+	// Secret, when set, is the replication shared secret (see auth.go and
+	// LoadSecrets): a slave must prove it holds it before it is told
+	// anything, and the master proves it in turn.
+	Secret []byte
+	// PreviousSecrets are also accepted from slaves, so a new Secret can be
+	// rolled out one host at a time. Ignored without Secret.
+	PreviousSecrets [][]byte
 	// AutoLANRTT is the round trip below which mode auto treats a link as a
 	// LAN and picks s2 (see auto.go). Default 2ms.
 	AutoLANRTT time.Duration
@@ -121,6 +128,11 @@ type ShipperOptions struct {
 }
 
 func (o *ShipperOptions) validate() error {
+	for _, k := range append([][]byte{o.Secret}, o.PreviousSecrets...) {
+		if len(o.Secret) > 0 && len(k) < MinSecretLen {
+			return fmt.Errorf("georeplicator: shared secret of %d bytes, want at least %d", len(k), MinSecretLen)
+		}
+	}
 	if o.Listen == "" && o.Listener == nil {
 		return errors.New("georeplicator: ShipperOptions.Listen is required")
 	}
@@ -215,6 +227,9 @@ type ReceiverOptions struct {
 	CheckpointInterval time.Duration
 	// TLS, when set, dials with TLS (with Certificates for mutual TLS).
 	TLS *tls.Config
+	// Secret, when set, is the replication shared secret: the slave proves
+	// it holds it and replicates only from a master that proves the same.
+	Secret []byte
 	// AutoSyncMasterConfig asks for the master's server.ini at every connect and
 	// hands it to OnMasterConfig.
 	AutoSyncMasterConfig bool
@@ -236,6 +251,9 @@ type ReceiverOptions struct {
 const minWindow = 4 << 20
 
 func (o *ReceiverOptions) validate() error {
+	if len(o.Secret) > 0 && len(o.Secret) < MinSecretLen {
+		return fmt.Errorf("georeplicator: shared secret of %d bytes, want at least %d", len(o.Secret), MinSecretLen)
+	}
 	if o.Sink == nil {
 		return errors.New("georeplicator: ReceiverOptions.Sink is required")
 	}

@@ -53,6 +53,7 @@ type slaveProgress struct {
 	Rewinds      int64
 	Connects     int64
 	Truncated    bool
+	Auth         string // how the current or last connection authenticated (authMethod)
 }
 
 // progress holds every slave's progress, guarded by mu, and its state file.
@@ -77,6 +78,7 @@ type stateSlave struct {
 	FirstSeen    time.Time   `json:"firstSeen"`
 	LastProgress time.Time   `json:"lastProgress"`
 	Parts        []statePart `json:"partitions"`
+	Auth         string      `json:"auth,omitempty"`
 }
 
 type statePart struct {
@@ -104,7 +106,7 @@ func loadProgress(file string, clk clock.Clock) (*progress, error) {
 	}
 	for _, s := range st.Slaves {
 		sp := &slaveProgress{key: slaveKey{s.Group, s.SlaveID}, Applied: s.Applied, Durable: s.Durable,
-			FirstSeen: s.FirstSeen, LastProgress: s.LastProgress, Parts: map[pkey]*partProgress{}}
+			FirstSeen: s.FirstSeen, LastProgress: s.LastProgress, Parts: map[pkey]*partProgress{}, Auth: s.Auth}
 		for _, pp := range s.Parts {
 			sp.Parts[pkey{pp.Topic, pp.Partition}] = &partProgress{End: pp.End, LastProgress: pp.LastProgress}
 		}
@@ -255,7 +257,7 @@ func (p *progress) save() error {
 	st := stateFile{Version: 1}
 	for _, sp := range p.m {
 		ss := stateSlave{Group: sp.key.Group, SlaveID: sp.key.SlaveID, Applied: sp.Applied, Durable: sp.Durable,
-			FirstSeen: sp.FirstSeen, LastProgress: sp.LastProgress}
+			FirstSeen: sp.FirstSeen, LastProgress: sp.LastProgress, Auth: sp.Auth}
 		for k, pp := range sp.Parts {
 			ss.Parts = append(ss.Parts, statePart{Topic: k.Topic, Partition: k.Partition, End: pp.End, LastProgress: pp.LastProgress})
 		}

@@ -104,6 +104,8 @@ type Receiver struct {
 	divMu    sync.Mutex
 	diverged map[pkey]*DivergedError
 	dec      *decoder // owned by the session goroutine
+
+	warned sync.Map // master address -> true: insecure link warning logged
 }
 
 // NewReceiver validates opts and reads the checkpoint.
@@ -297,6 +299,7 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 	if err != nil {
 		return nil, addr, fmt.Errorf("georeplicator: dial master %s: %w", addr, err)
 	}
+	r.warnInsecureLink(addr)
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true) // acks are small and latency-sensitive
 	}
@@ -366,12 +369,16 @@ func (r *Receiver) session() (progressed bool, err error) {
 		}
 	}
 	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout))
-	if _, err := writeFrame(conn, header{typ: typeHello}, h.encode(), nil); err != nil {
+	helloBytes := h.encode()
+	if _, err := writeFrame(conn, header{typ: typeHello}, helloBytes, nil); err != nil {
 		return false, fmt.Errorf("georeplicator: send hello: %w", err)
 	}
-	f, err := readFrame(conn, nil)
+	f, err := readHandshakeFrame(conn)
 	if err != nil {
 		return false, fmt.Errorf("georeplicator: %s: %w: read welcome: %w", addr, errNoHandshake, err)
+	}
+	if f, err = r.authenticateMaster(conn, addr, f, helloBytes); err != nil {
+		return false, err
 	}
 	if f.typ == typeError {
 		return false, fmt.Errorf("georeplicator: %w: %s", errRefused, f.wire)

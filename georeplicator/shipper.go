@@ -72,7 +72,15 @@ func (s *Shipper) Start() error {
 		ln = tls.NewListener(ln, s.opts.TLS)
 	}
 	s.ln = ln
-	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression)
+	encrypted, authenticated := s.opts.security()
+	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression,
+		"tls", encrypted, "authenticated", authenticated)
+	s.warnInsecure(ln.Addr().String())
+	if authenticated {
+		for _, k := range s.prog.forgetUnauthenticated() {
+			s.log.Info("forgetting a slave that last connected without authentication", "slave", fmt.Sprintf("SLAVE(%s/%d)", k.Group, k.SlaveID))
+		}
+	}
 	s.goFunc(s.acceptLoop)
 	s.goFunc(s.persistLoop)
 	s.fenceAtStart()
@@ -248,7 +256,7 @@ func (s *Shipper) serve(c net.Conn) error {
 			return fmt.Errorf("tls handshake: %w", err)
 		}
 	}
-	f, err := readFrame(c, nil)
+	f, err := readHandshakeFrame(c)
 	if err != nil {
 		return fmt.Errorf("read hello: %w", err)
 	}
@@ -258,6 +266,11 @@ func (s *Shipper) serve(c net.Conn) error {
 	h, err := decodeHello(f.wire)
 	if err != nil {
 		return fmt.Errorf("decode hello: %w", err)
+	}
+	// Authentication comes first: a peer without the secret learns nothing
+	// (not even whether its brokerId is right) and is never registered.
+	if err := s.authenticateSlave(c, f.wire); err != nil {
+		return err
 	}
 	refuse := func(msg string) error {
 		writeFrame(c, header{typ: typeError}, []byte(msg), nil)
@@ -360,6 +373,7 @@ func (s *Shipper) serve(c net.Conn) error {
 		s.mu.Unlock()
 	}()
 	connNo := s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
+	s.prog.setAuth(key, s.authMethod(c))
 	defer s.prog.disconnect(key, connNo)
 	ss.log.Info("slave connected", "start", start, "byPartitionEnds", byEnds, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
@@ -426,6 +440,8 @@ func (ss *session) readAcks(ctx context.Context) error {
 			ss.lastAck.Store(now.UnixNano())
 			ss.s.waits.ack(ss.key, a.Synced)
 			signal(ss.ackWake)
+		case typeError:
+			return fmt.Errorf("%w: slave closed the link: %s", ErrProtocol, f.wire)
 		case typeRewind:
 			d := dec{b: f.wire}
 			pos := d.i64()

@@ -43,6 +43,9 @@ func TestMutualTLS(t *testing.T) {
 			g.load(20, defaultParts())
 			if c.ok {
 				g.waitConverged(10 * time.Second)
+				if lag := g.sh.Lag(); len(lag) != 1 || lag[0].Auth != "tls-client-cert" {
+					t.Fatalf("lag %+v, want the slave authenticated by its certificate", lag)
+				}
 				return
 			}
 			testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {

@@ -101,6 +101,8 @@ func (s *Server) blocks() []block {
 			{"bucket", s.NATS.Bucket},
 			{"subject", s.NATS.Subject},
 			{"agent", s.NATS.Agent},
+			{"trustedKeys", s.NATS.TrustedKeys},
+			{"allowUnsigned", btoa(s.NATS.AllowUnsigned)},
 		}},
 		block{sectionReplication, []entry{
 			{"enable", strconv.FormatBool(s.Replication.Enable)},
@@ -113,6 +115,7 @@ func (s *Server) blocks() []block {
 			{"tlsCA", s.Replication.TLSCA},
 			{"fenceSites", itoa(s.Replication.FenceSites)},
 			{"leaseMs", ms(s.Replication.Lease)},
+			{"secretFile", s.Replication.SecretFile},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

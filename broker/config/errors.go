@@ -75,6 +75,9 @@ func (p *problems) errorf(file, section, key, value, expected string, args ...an
 	if len(args) > 0 {
 		expected = fmt.Sprintf(expected, args...)
 	}
+	if IsSecretKey(section, key) && value != "" {
+		value = hiddenValue // errors end up in logs
+	}
 	p.errs = append(p.errs, &Error{File: file, Section: section, Key: key, Value: value, Expected: expected})
 }
 

@@ -101,10 +101,14 @@ func readIni(file string, data []byte, p *problems) *rawIni {
 			if len(vals) > 0 {
 				val = vals[len(vals)-1]
 			}
+			shown := val
+			if IsSecretKey(name, k.Name()) {
+				shown = hiddenValue // warnings end up in logs
+			}
 			if len(vals) > 1 {
-				p.warnf(file, name, k.Name(), "key appears %d times; the last value %q wins", len(vals), val)
+				p.warnf(file, name, k.Name(), "key appears %d times; the last value %q wins", len(vals), shown)
 			} else if _, dup := rs.get(k.Name()); dup {
-				p.warnf(file, name, k.Name(), "key appears more than once; the last value %q wins", val)
+				p.warnf(file, name, k.Name(), "key appears more than once; the last value %q wins", shown)
 			}
 			if k.Value() == "true" && bare[name+"\x00"+k.Name()] {
 				// AllowBooleanKeys reports a bare "key" line as "true";

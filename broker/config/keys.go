@@ -59,12 +59,12 @@ var topicInertKeys = []string{"topic", "filterClassNames"}
 
 var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
-var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent"}
+var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxConnectionBufferedBytes",
 }
-var replicationKeys = []string{"enable", "listen", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs"}
+var replicationKeys = []string{"enable", "listen", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads
 // (MetamorphosisSlaveBroker.putSlaveProperties) followed by this project's.

@@ -573,6 +573,13 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Bucket:         r.str("bucket", DefaultNATSBucket),
 		Subject:        r.str("subject", DefaultNATSSubject),
 		Agent:          r.str("agent", ""),
+		TrustedKeys:    r.str("trustedKeys", ""),
+		AllowUnsigned:  r.boolean("allowUnsigned", false),
+	}
+	if k, ok := r.raw("trustedKeys"); ok {
+		if _, err := ParseTrustedKeys(k.Value); err != nil {
+			r.bad(k, "a comma-separated list of ed25519:<base64> public keys as `configsync keygen` prints them (%v)", err)
+		}
 	}
 	checkTLSPair(r, s.NATS.TLSCert, s.NATS.TLSKey)
 	// The embedded server has no authentication: whoever reaches it can push
@@ -600,6 +607,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		TLSCA:                r.str("tlsCA", ""),
 		FenceSites:           int(r.integer("fenceSites", 0, 0, 64)),
 		Lease:                r.millis("leaseMs", DefaultLease, 100),
+		SecretFile:           r.str("secretFile", ""),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 

@@ -167,7 +167,7 @@ type Gossip struct {
 
 // NATS is the optional [nats] section used by configsync and control messages.
 // Keys: url ("" = embedded server), embeddedListen, credsFile, tlsCert, tlsKey,
-// tlsCA, bucket, subject.
+// tlsCA, bucket, subject, trustedKeys, allowUnsigned.
 type NATS struct {
 	URL            string
 	EmbeddedListen string // default 127.0.0.1:<serverPort+4>
@@ -181,11 +181,18 @@ type NATS struct {
 	// pushes as; default the [site] name. A site with more than one broker
 	// gives each bundle its own (bj-1, bj-2) in its overlay.
 	Agent string
+	// TrustedKeys lists the public keys ("ed25519:<base64>", comma
+	// separated, as `configsync keygen` prints them) whose signature a
+	// pushed server.ini must carry to be applied on this site.
+	TrustedKeys string
+	// AllowUnsigned makes the agent apply unsigned pushes too: anyone who
+	// can write to the bucket can then change the site. Off by default.
+	AllowUnsigned bool
 }
 
 // Replication is the optional [replication] section on the master side:
 // listen address and codec. Keys: listen, compression (zstd|s2|none|auto),
-// bandwidthBytesPerSec, stuckAfterMs, tlsCert, tlsKey, tlsCA.
+// bandwidthBytesPerSec, stuckAfterMs, tlsCert, tlsKey, tlsCA, secretFile.
 type Replication struct {
 	// Enable runs the master side on a master bundle; default true, so a
 	// MetaQ server.ini without this section ships to slave sites too.
@@ -204,6 +211,12 @@ type Replication struct {
 	// default) = no lease: the master acknowledges whatever it can reach.
 	FenceSites int
 	Lease      time.Duration
+	// SecretFile names the file holding the replication shared secret. Set
+	// on both sides (one shared server.ini sets it for the whole deployment),
+	// it makes master and slave prove to each other that they hold it
+	// before anything is sent. The secret itself never goes in server.ini.
+	// A relative path is taken from server.ini's directory.
+	SecretFile string
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

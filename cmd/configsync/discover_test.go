@@ -65,7 +65,13 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	siteDir := t.TempDir()
 	sitePath := filepath.Join(siteDir, "server.ini")
 	must(t, os.WriteFile(sitePath, sharedFile(zk, root, ""), 0o644))
-	overlay := "[system]\nserverPort=18123\n[site]\nname=bj\n[nats]\nurl=" + ns.ClientURL() + "\n"
+	// Pushes are signed; the site trusts the operator's key.
+	keyPEM, pub, err := configsync.GenerateKey()
+	must(t, err)
+	keyFile := filepath.Join(t.TempDir(), "push.key")
+	must(t, os.WriteFile(keyFile, keyPEM, 0o600))
+	t.Setenv("METAQ_CONFIGSYNC_KEY", keyFile)
+	overlay := "[system]\nserverPort=18123\n[site]\nname=bj\n[nats]\nurl=" + ns.ClientURL() + "\ntrustedKeys=" + pub + "\n"
 	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte(overlay), 0o644))
 	got, _, err := config.Load(sitePath)
 	must(t, err)

@@ -1,10 +1,17 @@
 // Command configsync pushes a server.ini to every site of a MetaQ deployment
 // and reports what each site did with it.
 //
-//	configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+//	configsync keygen -o push.key
+//	configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
 //	configsync status [--json]
 //	configsync diff [-f conf/server.ini]
-//	configsync rollback [--to VERSION] [--sites ...] [--timeout 10s] [--allow-topic-removal]
+//	configsync rollback --key push.key [--to VERSION] [--sites ...] [--timeout 10s] [--allow-topic-removal]
+//
+// keygen writes an ed25519 private key (mode 0600) and prints its public key
+// for [nats] trustedKeys; push and rollback sign every version with --key
+// (default $METAQ_CONFIGSYNC_KEY). Sites apply only versions signed by a key
+// they trust; --unsigned publishes without a signature, for sites that set
+// [nats] allowUnsigned=true.
 //
 // The NATS server, credentials, TLS files, bucket and subject come from the
 // [nats] section of -f (default conf/server.ini, its overlay followed when
@@ -42,10 +49,12 @@ func main() {
 }
 
 const usage = `usage:
-  configsync push -f conf/server.ini [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+  configsync keygen -o push.key
+  configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
   configsync status [--json]
   configsync diff [-f conf/server.ini]
-  configsync rollback [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+  configsync rollback --key push.key [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+signing: --key FILE (default $METAQ_CONFIGSYNC_KEY) signs pushes; --unsigned only for allowUnsigned sites
 common flags: -f FILE (NATS settings from its [nats] section), --nats URL, --creds FILE,
   --tls-cert FILE --tls-key FILE --tls-ca FILE, --bucket NAME, --subject PREFIX, -v
 `
@@ -196,8 +205,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		asJSON  = fs.Bool("json", false, "status: print JSON")
 		to      = fs.Uint64("to", 0, "rollback: version to restore (default: the one before the desired version)")
 		allowRm = fs.Bool("allow-topic-removal", false, "push, rollback: remove topics even when they still hold messages")
+		keyFile = fs.String("key", os.Getenv("METAQ_CONFIGSYNC_KEY"), "push, rollback: private key that signs the version (configsync keygen)")
+		noSign  = fs.Bool("unsigned", false, "push, rollback: publish without a signature (only sites with [nats] allowUnsigned=true apply it)")
+		out     = fs.String("o", "", "keygen: file to write the private key to")
 	)
 	switch cmd {
+	case "keygen":
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		return keygen(*out, stdout, stderr)
 	case "push", "status", "diff", "rollback":
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -246,6 +263,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cancel()
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if (cmd == "push" || cmd == "rollback") && !*dryRun {
+		switch {
+		case *noSign:
+			opts.AllowUnsigned = true
+			fmt.Fprintln(stderr, "warning: publishing an unsigned version: only sites with [nats] allowUnsigned=true apply it")
+		case *keyFile == "":
+			cancel()
+			fmt.Fprintln(stderr, configsync.ErrNoSigningKey)
+			return 2
+		default:
+			k, err := configsync.LoadSigningKey(*keyFile)
+			if err != nil {
+				cancel()
+				fmt.Fprintln(stderr, err)
+				return 2
+			}
+			opts.SigningKey = k
+		}
 	}
 	client, err := configsync.NewClient(cctx, opts)
 	cancel()
@@ -312,6 +348,38 @@ func diffDeployed(ctx context.Context, c *configsync.Client, stdout, stderr io.W
 			fmt.Fprint(stdout, configsync.DiffText(fmt.Sprintf("%s v%d", s.Site, s.Version), fmt.Sprintf("desired v%d", d.Version), v.Data, d.Data))
 		}
 	}
+	return 0
+}
+
+// keygen writes a new signing key to path (never over an existing file) and
+// prints the public key the sites must trust.
+func keygen(path string, stdout, stderr io.Writer) int {
+	if path == "" {
+		fmt.Fprintln(stderr, "configsync keygen: -o FILE is required")
+		return 2
+	}
+	priv, pub, err := configsync.GenerateKey()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		fmt.Fprintf(stderr, "configsync keygen: %v\n", err)
+		return 2
+	}
+	if _, err := f.Write(priv); err != nil {
+		f.Close()
+		fmt.Fprintf(stderr, "configsync keygen: %v\n", err)
+		return 1
+	}
+	if err := f.Close(); err != nil {
+		fmt.Fprintf(stderr, "configsync keygen: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "private key written to %s (keep it on the pushing host only)\n", path)
+	fmt.Fprintf(stdout, "public key: %s\n", pub)
+	fmt.Fprintf(stdout, "trust it on every site (site overlay):\n[nats]\ntrustedKeys=%s\n", pub)
 	return 0
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +46,27 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	defer ns.Close()
 	url := ns.ClientURL()
 
+	cmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	// The operator makes a signing key; the site trusts its public key.
+	keyFile := filepath.Join(t.TempDir(), "push.key")
+	code, out, errOut := cmd("keygen", "-o", keyFile)
+	m := regexp.MustCompile(`public key: (ed25519:\S+)`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("keygen: %d\n%s\n%s", code, out, errOut)
+	}
+	if code, _, errOut := cmd("keygen", "-o", keyFile); code != 2 || !strings.Contains(errOut, "exists") {
+		t.Fatalf("keygen over an existing key: %d %s", code, errOut)
+	}
+
 	// One site with an agent.
 	siteDir := t.TempDir()
 	sitePath := filepath.Join(siteDir, "server.ini")
 	must(t, os.WriteFile(sitePath, ini(url, ""), 0o644))
-	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte("[system]\nbrokerId=7\n[site]\nname=bj\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte("[system]\nbrokerId=7\n[site]\nname=bj\n[nats]\ntrustedKeys="+m[1]+"\n"), 0o644))
 	got, _, err := config.Load(sitePath)
 	must(t, err)
 	agent, err := configsync.NewAgent(configsync.Options{ConfigPath: sitePath, HeartbeatInterval: 100 * time.Millisecond,
@@ -68,14 +85,20 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	v1 := ini(url, ";; new topic\n[topic=orders]\n")
 	must(t, os.WriteFile(opFile, v1, 0o644))
 
-	cmd := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), args, &out, &errb)
-		return code, out.String(), errb.String()
+	// Without a key nothing is published.
+	code, _, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	if code != 2 || !strings.Contains(errOut, "no signing key") {
+		t.Fatalf("push without a key: %d %s", code, errOut)
 	}
+	// Unsigned: published, and refused by the site, which says why.
+	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s", "--unsigned")
+	if code != 1 || !strings.Contains(out, "version 1 is unsigned") {
+		t.Fatalf("unsigned push: %d\n%s\n%s", code, out, errOut)
+	}
+	t.Setenv("METAQ_CONFIGSYNC_KEY", keyFile)
 
-	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
-	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1: topics added: orders") {
+	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	if code != 0 || !strings.Contains(out, "published version 2") || !strings.Contains(out, "bj  ok  v2: topics added: orders") {
 		t.Fatalf("push: %d\n%s\n%s", code, out, errOut)
 	}
 	b, _ := os.ReadFile(sitePath)
@@ -85,11 +108,11 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 
 	code, out, _ = cmd("status", "-f", opFile, "--json")
 	var st configsync.Status
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 1 || st.Desired.Version != 1 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 2 || st.Desired.Version != 2 {
 		t.Fatalf("status: %d %s", code, out)
 	}
 	code, out, _ = cmd("status", "-f", opFile)
-	if code != 0 || !strings.Contains(out, "desired: v1") || !strings.Contains(out, "bj") {
+	if code != 0 || !strings.Contains(out, "desired: v2") || !strings.Contains(out, "bj") {
 		t.Fatalf("status: %d %s", code, out)
 	}
 
@@ -99,16 +122,16 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 		t.Fatalf("diff: %d %s", code, out)
 	}
 	code, out, _ = cmd("push", "-f", opFile, "--dry-run")
-	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "nothing published") {
+	if code != 0 || !strings.Contains(out, "bj  from v2:  topics added: audit") || !strings.Contains(out, "nothing published") {
 		t.Fatalf("dry run: %d %s", code, out)
 	}
 	code, out, errOut = cmd("push", "-f", opFile)
-	if code != 0 || !strings.Contains(out, "published version 2") {
-		t.Fatalf("push 2: %d %s %s", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "published version 3") {
+		t.Fatalf("push 3: %d %s %s", code, out, errOut)
 	}
 
 	code, out, errOut = cmd("rollback", "-f", opFile, "--timeout", "5s")
-	if code != 0 || !strings.Contains(out, "published version 3 = bytes of version 1") || !strings.Contains(out, "topics removed: audit") {
+	if code != 0 || !strings.Contains(out, "published version 4 = bytes of version 2") || !strings.Contains(out, "topics removed: audit") {
 		t.Fatalf("rollback: %d %s %s", code, out, errOut)
 	}
 	b, _ = os.ReadFile(sitePath)

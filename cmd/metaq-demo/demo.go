@@ -238,12 +238,12 @@ func (d *demo) overlay(s *site, natsURL string) string {
 	fmt.Fprintf(&b, ";; Site overlay of %s: keys here override server.ini on this site only.\n", s.name)
 	fmt.Fprintf(&b, "[system]\nhostName=127.0.0.1\nserverPort=%d\ndashboardHttpPort=%d\ndataPath=%s\n\n", p.server, p.dash, filepath.Join(s.dir, "data"))
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, p.dash, p.admin)
-	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:%d\n\n", p.repl)
+	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:%d\n;; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n", p.repl)
 	fmt.Fprintf(&b, "[gossip]\nbind=127.0.0.1:%d\n", p.gossip)
 	if s.slave {
 		fmt.Fprintf(&b, "join=127.0.0.1:%d\n", d.sites[0].ports.gossip)
 	}
-	fmt.Fprintf(&b, "\n[nats]\nembeddedListen=127.0.0.1:%d\n", p.nats)
+	fmt.Fprintf(&b, "\n[nats]\nembeddedListen=127.0.0.1:%d\ntrustedKeys=%s\n", p.nats, pushPublicKey())
 	if natsURL != "" {
 		fmt.Fprintf(&b, ";; bj's embedded NATS, across the WAN.\nurl=%s\n", natsURL)
 	}
@@ -273,6 +273,9 @@ compression=zstd
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
+	}
+	if err := writeReplicationKey(conf); err != nil {
+		return err
 	}
 	lf, err := os.Create(filepath.Join(s.dir, "bundle.log"))
 	if err != nil {
@@ -380,7 +383,7 @@ func (d *demo) Tour(ctx context.Context) error {
 		n, stat(hf, "cmd_get")-hfGets, stat(bj, "cmd_get")-bjGets)
 
 	// 4. configsync: push a new topic to every site.
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: bj.b.NATSURL()})
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: bj.b.NATSURL(), SigningKey: pushKey})
 	if err != nil {
 		return fmt.Errorf("demo: configsync: %w", err)
 	}

@@ -63,6 +63,14 @@ func TestDemoOnce(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+	// Replication ran authenticated: the slaves caught up (above) through a
+	// master that requires the shared secret.
+	if fi, err := os.Stat(filepath.Join(dir, "bj/conf/replication.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("bj/conf/replication.key: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "bj/bundle.log")); !strings.Contains(string(b), "authenticated=true") {
+		t.Errorf("bj's replication listener did not require authentication:\n%.2000s", b)
+	}
 	ms := dashRE.FindAllStringSubmatch(s, -1)
 	if len(ms) != 3 {
 		t.Fatalf("found %d dashboard URLs in the output", len(ms))

@@ -285,12 +285,13 @@ func (n *netnsDemo) overlay(s *nsSite, natsURL string) string {
 	fmt.Fprintf(&b, "[system]\nhostName=%s\nserverPort=%d\ndashboardHttpPort=%d\ndataPath=%s\n\n", s.ip, nsServerPort, nsDashPort, filepath.Join(s.dir, "data"))
 	fmt.Fprintf(&b, ";; Dashboard and admin stay on the namespace's loopback; the demo forwards\n;; the dashboard to the host's 127.0.0.1.\n")
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, nsDashPort, nsAdminPort)
-	fmt.Fprintf(&b, "[replication]\nlisten=%s:%d\n\n", s.ip, nsReplPort)
+	fmt.Fprintf(&b, "[replication]\nlisten=%s:%d\n;; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n", s.ip, nsReplPort)
 	fmt.Fprintf(&b, "[gossip]\nbind=%s:%d\n", s.ip, nsGossipPort)
 	if s.slave {
 		fmt.Fprintf(&b, "join=%s:%d\n", n.sites[0].ip, nsGossipPort)
 	}
 	fmt.Fprintf(&b, "\n[nats]\n;; The demo's NATS server in bj's namespace (across the WAN for hf and gz).\nurl=%s\n", natsURL)
+	fmt.Fprintf(&b, ";; Pushes must be signed by this key.\ntrustedKeys=%s\n", pushPublicKey())
 	return b.String()
 }
 
@@ -318,6 +319,9 @@ compression=zstd
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
+	}
+	if err := writeReplicationKey(conf); err != nil {
+		return err
 	}
 	args = append(args, "-f", filepath.Join(conf, "server.ini"), "--foreground")
 	c, err := n.spawn(s.ns, "site "+s.name, filepath.Join(s.dir, "bundle.log"), args...)
@@ -630,7 +634,7 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 		return fmt.Errorf("demo: configsync: connect NATS: %w", err)
 	}
 	defer nc.Close()
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{Conn: nc})
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{Conn: nc, SigningKey: pushKey})
 	if err != nil {
 		return fmt.Errorf("demo: configsync: %w", err)
 	}

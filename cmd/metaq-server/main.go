@@ -385,6 +385,11 @@ func check(c *common) error {
 	if err != nil {
 		return err
 	}
+	// The key file is read at start; a missing or readable-by-all one would
+	// stop the bundle there.
+	if _, err := bundle.ReplicationSecrets(cfg); err != nil {
+		return err
+	}
 	var slave *config.Slave
 	if c.plugin != "" {
 		slave, warnings, err = config.LoadSlave(c.plugin)

@@ -170,6 +170,17 @@ func TestCheck(t *testing.T) {
 	if !strings.Contains(out, "[topic=orders]") || !strings.Contains(out, "numPartitions=3") {
 		t.Errorf("check output lacks the topic:\n%s", out)
 	}
+	// A replication key file the bundle would refuse at start.
+	good, _ := os.ReadFile(s.ini)
+	os.WriteFile(filepath.Join(filepath.Dir(s.ini), "repl.key"), []byte("0123456789abcdef0123456789abcdef\n"), 0o644)
+	os.WriteFile(s.ini, append(bytes.Clone(good), "\n[replication]\nsecretFile=repl.key\n"...), 0o644)
+	if code, _, errOut := cli(t, "check", "-f", s.ini); code == 0 || !strings.Contains(errOut, "chmod 600") {
+		t.Errorf("check of a group-readable key file: exit %d %s", code, errOut)
+	}
+	os.Chmod(filepath.Join(filepath.Dir(s.ini), "repl.key"), 0o600)
+	if code, _, errOut := cli(t, "check", "-f", s.ini); code != 0 {
+		t.Errorf("check with a good key file: exit %d %s", code, errOut)
+	}
 	os.WriteFile(s.ini, []byte("[system]\nbrokerId=1\nserverPortt=1\n[zookeeper]\n"), 0o644)
 	code, _, errOut = cli(t, "check", "-f", s.ini)
 	if code == 0 {

@@ -7,8 +7,10 @@
 // chart lag over time.
 //
 // The listener is loopback unless the operator configures an address; any
-// other address requires a token, sent as `Authorization: Bearer <token>`, or
-// as ?token= for a browser's first visit (it is then kept in a cookie).
+// other address requires a token, sent as `Authorization: Bearer <token>`,
+// or, for a browser, typed once into the sign-in form (POST /login, token in
+// the body) and then kept in an HttpOnly cookie. A token in the URL
+// (?token=) is refused: URLs end up in access logs, proxies and history.
 package dashboard
 
 import (
@@ -231,13 +233,48 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if t := r.URL.Query().Get("token"); ok(t) {
-			http.SetCookie(w, &http.Cookie{Name: "metaq_token", Value: t, HttpOnly: true, SameSite: http.SameSiteStrictMode, Path: "/"})
-			next.ServeHTTP(w, r)
+		if r.URL.Path == "/login" {
+			s.login(w, r, ok)
 			return
 		}
-		http.Error(w, "dashboard: a token is required (Authorization: Bearer <token>)", http.StatusUnauthorized)
+		if r.URL.Query().Has("token") {
+			http.Error(w, "dashboard: a token in the URL is not accepted (URLs end up in logs and history); "+
+				"send Authorization: Bearer <token>, or sign in at /login", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/" {
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		http.Error(w, "dashboard: a token is required (Authorization: Bearer <token>, or sign in at /login)", http.StatusUnauthorized)
 	})
+}
+
+// loginForm asks a browser for the token once; the token travels in a POST
+// body, never in a URL.
+const loginForm = `<!doctype html><meta charset="utf-8"><title>MetaQ dashboard</title>
+<form method="post" action="/login"><label>Token <input type="password" name="token" autofocus></label>
+<button>Sign in</button></form>`
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request, ok func(string) bool) {
+	switch r.Method {
+	case http.MethodGet:
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, loginForm)
+	case http.MethodPost:
+		r.Body = http.MaxBytesReader(w, r.Body, 4096)
+		if err := r.ParseForm(); err != nil || !ok(r.PostForm.Get("token")) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, "<p>Wrong token.</p>"+loginForm)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "metaq_token", Value: r.PostForm.Get("token"), HttpOnly: true,
+			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Path: "/"})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	default:
+		http.Error(w, "dashboard: GET or POST /login", http.StatusMethodNotAllowed)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -106,8 +107,41 @@ func TestNonLoopbackNeedsToken(t *testing.T) {
 	if code, _ := get(t, base+"/api/snapshot", "s3cret"); code != 200 {
 		t.Fatalf("right token: %d", code)
 	}
-	if code, _ := get(t, base+"/?token=s3cret", ""); code != 200 {
-		t.Fatalf("token in query: %d", code)
+	// A token in the URL is refused, even the right one, and sets no cookie.
+	resp, err := http.Get(base + "/api/snapshot?token=s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Fatalf("token in query: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	// A browser signs in with the token in a POST body and gets a cookie.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = noRedirect.PostForm(base+"/login", url.Values{"token": {"wrong"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Fatalf("wrong token at /login: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	resp, err = noRedirect.PostForm(base+"/login", url.Values{"token": {"s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly {
+		t.Fatalf("sign in: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	req, _ := http.NewRequest("GET", base+"/api/snapshot", nil)
+	req.AddCookie(resp.Cookies()[0])
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("with the sign-in cookie: %d", resp.StatusCode)
 	}
 }
 

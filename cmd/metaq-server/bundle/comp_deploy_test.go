@@ -38,6 +38,7 @@ func TestDeployLayout(t *testing.T) {
 			}
 			// The placeholders an operator replaces.
 			ovs := strings.ReplaceAll(string(ov), "REPLACE_WITH_BASE64_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+			ovs = strings.ReplaceAll(ovs, "REPLACE_WITH_CONFIGSYNC_PUBLIC_KEY", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
 			os.WriteFile(filepath.Join(dir, "site.ini"), []byte(ovs), 0o644)
 			opts := Options{ConfigPath: filepath.Join(dir, "server.ini")}
 			if site != "bj" {

@@ -1,7 +1,9 @@
 package bundle
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/config"
 	"metaq/internal/testutil"
 )
 
@@ -83,6 +86,9 @@ bucket=metaq_config
 ` + topics
 }
 
+// pushKey signs the tests' configsync pushes; every test site trusts it.
+var pushKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{5}, ed25519.SeedSize))
+
 // overlayINI is one site's site.ini.
 func overlayINI(s siteSpec, dir string, port int) string {
 	gb := s.gossipBind
@@ -99,6 +105,7 @@ func overlayINI(s siteSpec, dir string, port int) string {
 	}
 	if !s.noNATS {
 		b.WriteString("\n[nats]\n")
+		fmt.Fprintf(&b, "trustedKeys=%s\n", config.FormatPublicKey(pushKey.Public().(ed25519.PublicKey)))
 		if s.slave {
 			fmt.Fprintf(&b, "url=%s\n", s.natsURL)
 		} else {

@@ -56,13 +56,21 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			return err
 		}
 	}
+	secrets, err := ReplicationSecrets(cfg)
+	if err != nil {
+		return err
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0]
+	}
 	ln, err := listenReplication(b, cfg)
 	if err != nil {
 		return err
 	}
-	if serverTLS == nil && !config.IsLoopbackAddr(ln.Addr().String()) {
+	if serverTLS == nil && secret == nil && !config.IsLoopbackAddr(ln.Addr().String()) {
 		b.Logger().Warn("REPLICATION: the log is served without TLS to any host that reaches "+ln.Addr().String()+
-			", as the MetaQ port serves it; set [replication] tlsCert, tlsKey and tlsCA for mutual TLS, a loopback listen, or enable=false",
+			", as the MetaQ port serves it; set [replication] secretFile, or tlsCert, tlsKey and tlsCA for mutual TLS, a loopback listen, or enable=false",
 			"addr", ln.Addr().String())
 	}
 	id, err := b.identity()
@@ -79,6 +87,8 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		Lease:                cfg.Replication.Lease,
 		OnFence:              b.onFence,
 		TLS:                  serverTLS,
+		Secret:               secret,
+		PreviousSecrets:      secrets[min(1, len(secrets)):],
 		Listener:             ln,
 		BrokerID:             cfg.System.BrokerID,
 		Source:               b.Store,
@@ -87,7 +97,8 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		StuckAfter:           cfg.Replication.StuckAfter,
 		StateFile:            filepath.Join(cfg.System.DataPath, "replication", "shipper.json"),
 		ConfigBytes: func() ([]byte, error) {
-			return b.Config().Raw, nil
+			// Secrets never travel: a slave keeps its own in its overlay.
+			return config.StripSecrets(b.Config().Raw), nil
 		},
 		Logger: b.Logger(),
 	})
@@ -237,6 +248,24 @@ func advertiseAddr(listen string, cfg *config.Server) string {
 		}
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// ReplicationSecrets loads [replication] secretFile (relative to server.ini's
+// directory): the current secret first, then older ones a master still
+// accepts. nil when it is not set. `metaq-server check` calls it too.
+func ReplicationSecrets(cfg *config.Server) ([][]byte, error) {
+	path := cfg.Replication.SecretFile
+	if path == "" {
+		return nil, nil
+	}
+	if !filepath.IsAbs(path) && cfg.File != "" {
+		path = filepath.Join(filepath.Dir(cfg.File), path)
+	}
+	secrets, err := georeplicator.LoadSecrets(path)
+	if err != nil {
+		return nil, fmt.Errorf("replication: [replication] secretFile: %w", err)
+	}
+	return secrets, nil
 }
 
 // syncMasterConfig is autoSyncMasterConfig: the master's server.ini replaces

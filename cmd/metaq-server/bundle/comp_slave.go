@@ -79,6 +79,9 @@ func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 			return err
 		}
 	} else {
+		c.mu.Lock()
+		c.reason = reason // slave-status says why nothing runs
+		c.mu.Unlock()
 		b.Logger().Warn("REPLICATION: "+reason+"; waiting for it", "slave", sl.SlaveID)
 	}
 	c.wg.Add(1)
@@ -121,6 +124,11 @@ func (c *receiverComponent) decide(ctx context.Context, watch registry.Watch) (s
 	switch {
 	case slices.Contains(kids, replicationNode):
 		return methodStream, "the master publishes its replication address at " + base + "/" + replicationNode, watch, nil
+	case slices.Contains(kids, "master") && c.b.Config().Replication.SecretFile != "":
+		// MetaQ's get proves nothing about the master: with a shared secret
+		// the slave copies only from a master that proves it.
+		return "", "the master at " + base + "/master publishes no replication address, and [replication] secretFile is set: " +
+			"this slave copies only from a master that proves the shared secret, not with MetaQ's get; give the master a replication listener and the same secretFile", watch, nil
 	case slices.Contains(kids, "master"):
 		return methodMetaQ, "the master at " + base + "/master publishes no replication address (a MetaQ 1.4.6 master, or [replication] enable=false): copying it with MetaQ's get as group " + c.b.Slave.SlaveGroup, watch, nil
 	}
@@ -178,7 +186,9 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 		cur, r, fellBack := c.method, c.r, c.fellBack
 		c.mu.Unlock()
 		if r != nil {
-			if st := r.Status(); st.DialFailures >= unreachableAfter {
+			// With a shared secret there is no falling back to MetaQ's get,
+			// which authenticates no one: the stream keeps retrying.
+			if st := r.Status(); st.DialFailures >= unreachableAfter && c.b.Config().Replication.SecretFile == "" {
 				reason := fmt.Sprintf("the master's replication address %s cannot be reached from here (%s): copying it with MetaQ's get on its MetaQ port until it can; open that address to this site, or set [replication] listen on the master to one that is",
 					r.Tried(), st.LastError)
 				c.fallBack(reason)
@@ -354,9 +364,18 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := ReplicationSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0] // a slave proves with its current secret only
+	}
 	opts := georeplicator.ReceiverOptions{
 		Identity:             id,
 		OnPromote:            b.promoteOnHandover,
+		Secret:               secret,
 		Sink:                 b.Store,
 		Resolver:             res,
 		BrokerID:             cfg.System.BrokerID,

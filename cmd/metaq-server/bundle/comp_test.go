@@ -204,7 +204,7 @@ func TestConfigSyncComponent(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL()})
+	cl, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL(), SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}

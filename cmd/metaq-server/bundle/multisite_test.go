@@ -198,7 +198,7 @@ func multiSite(t *testing.T, zk string) {
 
 	// configsync: push a new topic; every site runs it and a producer in
 	// every site publishes to it through the master.
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL})
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL, SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestBrokerIDOnlyInOverlay(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL()})
+	c, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL(), SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestTopicRemovalThroughConfigsync(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL})
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL, SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,7 +174,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	}
 
 	// One push, six bundles.
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL})
+	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL, SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}
