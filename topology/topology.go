@@ -461,19 +461,35 @@ func (t *Topology) eventLoop() {
 		t.queue = nil
 		t.qmu.Unlock()
 		for _, e := range batch {
-			for _, ev := range t.apply(e) {
-				t.emit(ev)
+			evs, subs := t.apply(e)
+			for _, ev := range evs {
+				t.emit(ev, subs)
 			}
 		}
 	}
 }
 
 // apply folds one raw memberlist event into the member table and returns the
-// events it causes.
-func (t *Topology) apply(e rawEvent) []Event {
-	now := t.opts.Clock.Now()
+// events it causes with the subscribers to tell. The subscribers are taken
+// with the change, under one lock: one that subscribed after the change was
+// made already sees it in the table and must not get its event as news.
+func (t *Topology) apply(e rawEvent) ([]Event, []chan Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	out := t.applyLocked(e)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	subs := make([]chan Event, 0, len(t.subs))
+	for ch := range t.subs {
+		subs = append(subs, ch)
+	}
+	return out, subs
+}
+
+// applyLocked is apply's change of the table; t.mu is held.
+func (t *Topology) applyLocked(e rawEvent) []Event {
+	now := t.opts.Clock.Now()
 	m := t.members[e.name]
 	var out []Event
 	switch e.kind {
@@ -549,7 +565,9 @@ func (t *Topology) siteChangeLocked(site string, now time.Time) []Event {
 	return []Event{{Kind: kind, Site: site, Time: now}}
 }
 
-func (t *Topology) emit(ev Event) {
+// emit logs ev, hands it to OnEvent and to subs (taken with the change by
+// apply).
+func (t *Topology) emit(ev Event, subs []chan Event) {
 	switch ev.Kind {
 	case NodeUpdate:
 		t.log.Debug("NODE("+ev.Member.Name+"): metadata updated", "site", ev.Site)
@@ -566,9 +584,7 @@ func (t *Topology) emit(ev Event) {
 	if t.opts.OnEvent != nil {
 		t.opts.OnEvent(ev)
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for ch := range t.subs {
+	for _, ch := range subs {
 		select {
 		case ch <- ev:
 		default:
