@@ -136,6 +136,10 @@ type Topology struct {
 	ml   *memberlist.Memberlist // set by Start, nil before
 	addr string                 // set by Start with ml: the gossip address
 	meta atomic.Pointer[[]byte] // encoded local metadata served to memberlist
+	// refreshMu serialises refreshNow; announced is the metadata last handed
+	// to memberlist's UpdateNode (nil before the first).
+	refreshMu sync.Mutex
+	announced []byte
 
 	// qmu guards queue, which memberlist's callbacks append to while holding
 	// their own locks: they must never wait on anything else of ours.
@@ -241,6 +245,11 @@ func (t *Topology) Start(ctx context.Context) error {
 	// loop can see ml, because UpdateNode rewrites the node LocalNode returns.
 	n := ml.LocalNode()
 	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	// What Create announced, read from NodeMeta during Create: the refresh
+	// loop gossips anything newer once it sees ml.
+	t.refreshMu.Lock()
+	t.announced = append([]byte(nil), n.Meta...)
+	t.refreshMu.Unlock()
 	t.mu.Lock()
 	t.ml, t.addr = ml, addr
 	t.mu.Unlock()
@@ -608,21 +617,28 @@ func (t *Topology) refreshLoop() {
 	}
 }
 
-// refreshNow recomputes the metadata and gossips it when it changed.
+// refreshNow recomputes the metadata and gossips it when it differs from
+// what memberlist last announced. It compares with the announced copy, not
+// with the one NodeMeta serves: memberlist.Create reads NodeMeta before
+// Start can hand its result to this loop, and metadata that changed in
+// between (a receiver connecting as the bundle starts) would otherwise be
+// served but never gossiped, leaving peers with the old copy for good.
 func (t *Topology) refreshNow() {
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
 	b, err := EncodeMeta(t.computeMeta())
 	if err != nil {
 		t.log.Error("TOPOLOGY: cannot encode metadata", "err", err)
 		return
 	}
-	if bytes.Equal(b, *t.meta.Load()) {
-		return
+	if !bytes.Equal(b, *t.meta.Load()) {
+		t.meta.Store(&b)
 	}
-	t.meta.Store(&b)
 	ml := t.memberlist()
-	if ml == nil {
+	if ml == nil || bytes.Equal(b, t.announced) {
 		return
 	}
+	t.announced = b
 	// UpdateNode waits until the update was handed to a peer. Keep the wait
 	// short: the metadata is gossiped regardless, and Close waits for this
 	// loop.

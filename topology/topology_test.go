@@ -436,3 +436,30 @@ func TestSubscribeAfterChange(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataChangedDuringStartIsGossiped: metadata that changes while
+// memberlist.Create runs, after it read NodeMeta and before Start hands the
+// memberlist to the refresh loop, still reaches the peers. The refresh loop
+// then stores the new copy but has no memberlist to announce it with; the
+// test puts hf in that state (new health stored, memberlist announcing the
+// old) and lets the loop run: bj must see the new health.
+func TestMetadataChangedDuringStartIsGossiped(t *testing.T) {
+	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123",
+		Join: []string{bj.t.Addr()}})
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(bj.t, "hf-1-s0") })
+
+	hf.health.set(Health{StorageOK: true, ReplicationOK: false})
+	b, err := EncodeMeta(hf.t.computeMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf.t.meta.Store(&b) // what the loop stored while it had no memberlist
+	hf.t.Refresh()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if m, _ := memberOf(bj.t, "hf-1-s0"); m.Meta.Health.ReplicationOK {
+			return fmt.Errorf("bj still sees hf's replication ok")
+		}
+		return nil
+	})
+}
