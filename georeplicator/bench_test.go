@@ -149,7 +149,7 @@ func waitApplied(b testing.TB, g *rig, timeout time.Duration, progress func(el t
 // BenchmarkWANThroughput ships a backlog over the emulated link (30 ms each
 // way, 1% loss, 50 Mbit/s) per codec and data kind. Run with -benchtime=1x.
 func BenchmarkWANThroughput(b *testing.B) {
-	w := setupWAN(b, "30ms", "1", fmt.Sprintf("%dmbit", *benchLinkMbit))
+	w := setupWAN(b, 30*time.Millisecond, 0.01, fmt.Sprintf("%dmbit", *benchLinkMbit))
 	link := float64(*benchLinkMbit) * 1e6 / 8
 	for _, d := range []struct {
 		name   string
@@ -186,7 +186,7 @@ func BenchmarkWANThroughput(b *testing.B) {
 // BenchmarkWANCatchUp measures how fast a slave catches up a backlog of
 // -wan.backlog MB of log-like data, printing a progress line every second.
 func BenchmarkWANCatchUp(b *testing.B) {
-	w := setupWAN(b, "30ms", "1", fmt.Sprintf("%dmbit", *benchLinkMbit))
+	w := setupWAN(b, 30*time.Millisecond, 0.01, fmt.Sprintf("%dmbit", *benchLinkMbit))
 	link := float64(*benchLinkMbit) * 1e6 / 8
 	for i := 0; i < b.N; i++ {
 		g := newWANRig(b, w)
@@ -224,7 +224,7 @@ func BenchmarkWANCatchUp(b *testing.B) {
 // messages, so wire bytes = payload bytes) and reports the replication lag
 // (append on the master to apply on the slave) p50/p99/max.
 func BenchmarkWANLag(b *testing.B) {
-	w := setupWAN(b, "30ms", "1", fmt.Sprintf("%dmbit", *benchLinkMbit))
+	w := setupWAN(b, 30*time.Millisecond, 0.01, fmt.Sprintf("%dmbit", *benchLinkMbit))
 	link := float64(*benchLinkMbit) * 1e6 / 8
 	for i := 0; i < b.N; i++ {
 		g := newWANRig(b, w)
@@ -278,7 +278,7 @@ func BenchmarkWANLag(b *testing.B) {
 // MB of bytes through the same emulated link, no replication at all. It shows
 // what the link and the userspace relay deliver on this machine right now.
 func BenchmarkWANRawTCP(b *testing.B) {
-	w := setupWAN(b, "30ms", "1", fmt.Sprintf("%dmbit", *benchLinkMbit))
+	w := setupWAN(b, 30*time.Millisecond, 0.01, fmt.Sprintf("%dmbit", *benchLinkMbit))
 	link := float64(*benchLinkMbit) * 1e6 / 8
 	const total = 32 << 20
 	for i := 0; i < b.N; i++ {

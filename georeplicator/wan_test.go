@@ -6,76 +6,60 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"metaq/internal/netns"
+	"metaq/internal/wan"
 )
 
 // wanLink is an emulated WAN between two network namespaces built with the
-// project's wanemu scripts: site m (master, 198.18.0.1) and site s (slave,
+// repository's internal/wan: site m (master, 198.18.0.1) and site s (slave,
 // 198.18.0.2), joined by a TUN link through a userspace relay that adds
 // delay and loss, with tbf capping the rate.
 type wanLink struct {
-	prefix     string
 	masterNS   string
 	slaveNS    string
 	masterAddr string
 	slaveAddr  string
 }
 
-// wanemuDir finds the wanemu scripts: $METAQ_WANEMU or ../../shared/tools/wanemu.
-func wanemuDir() string {
-	if d := os.Getenv("METAQ_WANEMU"); d != "" {
-		return d
-	}
-	d, _ := filepath.Abs(filepath.Join("..", "..", "shared", "tools", "wanemu"))
-	return d
-}
-
-// setupWAN builds the link or skips with the reason. delay is one way;
-// loss in percent; rate as tc writes it (50mbit). Everything is removed in
-// Cleanup, also when the test fails.
-func setupWAN(t testing.TB, delay string, loss string, rate string) *wanLink {
+// setupWAN builds the link or skips with the reason. delay is one way, loss
+// a fraction (0.01 is 1%), rate as tc writes it (50mbit). Everything is
+// removed in Cleanup, also when the test fails.
+func setupWAN(t testing.TB, delay time.Duration, loss float64, rate string) *wanLink {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("emulated WAN needs Linux network namespaces")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("emulated WAN needs root (network namespaces, TUN devices, tc); run the tests as root to include it")
+	}
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("emulated WAN needs the %s command: %v", tool, err)
+		}
 	}
 	if err := exec.Command("ip", "netns", "list").Run(); err != nil {
 		t.Skipf("emulated WAN needs `ip netns`, which is unavailable here: %v", err)
 	}
-	dir := wanemuDir()
-	if _, err := os.Stat(filepath.Join(dir, "setup.sh")); err != nil {
-		t.Skipf("emulated WAN needs the wanemu scripts (set METAQ_WANEMU): %v", err)
-	}
 	prefix := fmt.Sprintf("gr%d-", os.Getpid()%100000)
-	run := filepath.Join(t.TempDir(), "wanemu")
-	env := append(os.Environ(), "SITES=m s", "PREFIX="+prefix, "DELAY="+delay, "LOSS="+loss, "RATE="+rate,
-		"WAN_RUNDIR="+run)
-	teardown := func() {
-		cmd := exec.Command("bash", filepath.Join(dir, "teardown.sh"))
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("wanemu teardown: %v\n%s", err, out)
-		}
-	}
-	cmd := exec.Command("bash", filepath.Join(dir, "setup.sh"))
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
+	n, err := wan.Setup([]string{"m", "s"}, wan.Options{Prefix: prefix, Delay: delay, Loss: loss, Rate: rate})
 	if err != nil {
-		teardown()
-		t.Fatalf("wanemu setup: %v\n%s", err, out)
+		t.Fatalf("emulated WAN: %v", err)
 	}
 	t.Cleanup(func() {
-		teardown()
+		if err := n.Close(); err != nil {
+			t.Errorf("emulated WAN teardown: %v", err)
+		}
 		if b, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(b), prefix) {
 			t.Errorf("namespaces left behind: %s", b)
 		}
 	})
-	return &wanLink{prefix: prefix, masterNS: prefix + "m", slaveNS: prefix + "s",
-		masterAddr: "198.18.0.1", slaveAddr: "198.18.0.2"}
+	m, sl := n.Sites[0], n.Sites[1]
+	return &wanLink{masterNS: m.NS, slaveNS: sl.NS, masterAddr: m.Addr, slaveAddr: sl.Addr}
 }
 
 // listen opens the master's replication listener inside the master site.
@@ -116,7 +100,7 @@ func newWANRig(t testing.TB, w *wanLink) *rig {
 }
 
 func TestEmulatedWAN(t *testing.T) {
-	w := setupWAN(t, "30ms", "1", "50mbit")
+	w := setupWAN(t, 30*time.Millisecond, 0.01, "50mbit")
 	g := newWANRig(t, w)
 	// A backlog of log-like JSON and of random bytes, then live load.
 	g.load(3000, defaultParts())

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -105,12 +104,20 @@ func (p *pausableTransport) Shutdown() error {
 // suspects it, then resumes it before the suspicion times out: the survivor
 // delivers NodeSuspect and SiteSuspect, then NodeUp and SiteUp, and never
 // NodeDown.
+//
+// On a loaded machine a later probe of the resumed member can miss its
+// 50 ms ack and start a new suspicion, which the member refutes in turn:
+// the survivor then delivers the same four events again. That is the
+// behaviour under test repeated, so any number of whole refuted rounds
+// passes; a NodeDown, a round out of order or a member left suspect fails.
 func TestSuspectRefuted(t *testing.T) {
 	timing := FastTiming()
 	// Long suspicion (2 s with two members) so the member can answer again
-	// before it would be declared down.
+	// before it would be declared down. It is the suspecting member's
+	// timing that counts (bj's), and the paused member's for its own
+	// suspicion of bj while it hears nothing.
 	timing.SuspicionMult, timing.SuspicionMaxTimeoutMult = 20, 1
-	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123", Timing: timing})
 	tr := newPausableTransport(t)
 	hf, err := New(Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123",
 		Key: testKey, Label: "metaq-test", Timing: timing, RefreshInterval: 50 * time.Millisecond,
@@ -118,6 +125,10 @@ func TestSuspectRefuted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Subscribed before hf joins, bj's events for hf are the whole story:
+	// hf's arrival, then suspicions and their refutations.
+	events, cancel := bj.t.Subscribe(1024)
+	defer cancel()
 	if err := hf.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -126,60 +137,68 @@ func TestSuspectRefuted(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(bj.t, "bj-1-m", "hf-1-s0") })
-	events, cancel := bj.t.Subscribe(1024)
-	defer cancel()
 
-	tr.paused.Store(true)
 	var order []string
-	next := func(deadline <-chan time.Time) (Event, bool) {
-		for {
+	last := func() string {
+		if len(order) == 0 {
+			return ""
+		}
+		return order[len(order)-1]
+	}
+	// readUntil reads bj's events for hf until stop says so or within has
+	// passed (then it returns false).
+	readUntil := func(stop func() bool, within time.Duration) bool {
+		deadline := time.After(within)
+		for !stop() {
 			select {
 			case ev := <-events:
 				if ev.Site == "hf" && ev.Kind != NodeUpdate {
 					order = append(order, ev.Kind.String())
-					return ev, true
 				}
 			case <-deadline:
-				return Event{}, false
+				return false
 			}
 		}
+		return true
 	}
-	ev, ok := next(time.After(5 * time.Second))
-	if !ok || ev.Kind != NodeSuspect || ev.Member.Name != "hf-1-s0" || ev.Member.State != StateSuspect {
-		t.Fatalf("first event for the paused member: %v (events %v)", ev, order)
+	lastIs := func(kind string) func() bool { return func() bool { return last() == kind } }
+	never := func() bool { return false }
+
+	// The pause makes bj suspect hf (a loaded machine may have made it do
+	// so a moment before; either way hf is suspect and must refute it).
+	tr.paused.Store(true)
+	if !readUntil(lastIs("site-suspect"), 5*time.Second) {
+		t.Fatalf("events for hf while paused: %v", order)
 	}
 	if m, _ := memberOf(bj.t, "hf-1-s0"); m.State != StateSuspect && m.State != StateAlive {
 		t.Fatalf("member table has hf %v while suspect", m.State)
 	}
 	tr.paused.Store(false)
+	if !readUntil(lastIs("site-up"), 10*time.Second) {
+		t.Fatalf("events for hf after resuming: %v", order)
+	}
+	// Nothing but refuted suspicions follows: never down. A round still
+	// open when the quiet time ends gets time to finish.
+	readUntil(never, 3*time.Second)
+	readUntil(lastIs("site-up"), 10*time.Second)
 
-	deadline := time.After(10 * time.Second)
-	for !(contains(order, "node-up") && contains(order, "site-up")) {
-		if _, ok := next(deadline); !ok {
-			t.Fatalf("events for hf after resuming: %v", order)
+	joined := []string{"node-up", "site-up"}
+	round := []string{"node-suspect", "site-suspect", "node-up", "site-up"}
+	ok := len(order) >= len(joined)+len(round) && (len(order)-len(joined))%len(round) == 0
+	for i := 0; ok && i < len(order); i++ {
+		if i < len(joined) {
+			ok = order[i] == joined[i]
+		} else {
+			ok = order[i] == round[(i-len(joined))%len(round)]
 		}
 	}
-	// Nothing more: the suspicion was refuted, not followed by down.
-	quiet := time.After(3 * time.Second)
-	for {
-		if _, ok := next(quiet); !ok {
-			break
-		}
+	if !ok {
+		t.Fatalf("events for hf %v, want %v then %v (once, or repeated while the machine is loaded)", order, joined, round)
 	}
-	want := []string{"node-suspect", "site-suspect", "node-up", "site-up"}
-	if fmt.Sprint(order) != fmt.Sprint(want) {
-		t.Fatalf("events for hf %v, want %v", order, want)
+	if rounds := (len(order) - len(joined)) / len(round); rounds > 1 {
+		t.Logf("hf was suspected and refuted %d times (probes missed on a loaded machine)", rounds)
 	}
 	if err := wantAlive(bj.t, "hf-1-s0"); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

@@ -136,6 +136,10 @@ type Topology struct {
 	ml   *memberlist.Memberlist // set by Start, nil before
 	addr string                 // set by Start with ml: the gossip address
 	meta atomic.Pointer[[]byte] // encoded local metadata served to memberlist
+	// refreshMu serialises refreshNow; announced is the metadata last handed
+	// to memberlist's UpdateNode (nil before the first).
+	refreshMu sync.Mutex
+	announced []byte
 
 	// qmu guards queue, which memberlist's callbacks append to while holding
 	// their own locks: they must never wait on anything else of ours.
@@ -241,6 +245,11 @@ func (t *Topology) Start(ctx context.Context) error {
 	// loop can see ml, because UpdateNode rewrites the node LocalNode returns.
 	n := ml.LocalNode()
 	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	// What Create announced, read from NodeMeta during Create: the refresh
+	// loop gossips anything newer once it sees ml.
+	t.refreshMu.Lock()
+	t.announced = append([]byte(nil), n.Meta...)
+	t.refreshMu.Unlock()
 	t.mu.Lock()
 	t.ml, t.addr = ml, addr
 	t.mu.Unlock()
@@ -461,19 +470,35 @@ func (t *Topology) eventLoop() {
 		t.queue = nil
 		t.qmu.Unlock()
 		for _, e := range batch {
-			for _, ev := range t.apply(e) {
-				t.emit(ev)
+			evs, subs := t.apply(e)
+			for _, ev := range evs {
+				t.emit(ev, subs)
 			}
 		}
 	}
 }
 
 // apply folds one raw memberlist event into the member table and returns the
-// events it causes.
-func (t *Topology) apply(e rawEvent) []Event {
-	now := t.opts.Clock.Now()
+// events it causes with the subscribers to tell. The subscribers are taken
+// with the change, under one lock: one that subscribed after the change was
+// made already sees it in the table and must not get its event as news.
+func (t *Topology) apply(e rawEvent) ([]Event, []chan Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	out := t.applyLocked(e)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	subs := make([]chan Event, 0, len(t.subs))
+	for ch := range t.subs {
+		subs = append(subs, ch)
+	}
+	return out, subs
+}
+
+// applyLocked is apply's change of the table; t.mu is held.
+func (t *Topology) applyLocked(e rawEvent) []Event {
+	now := t.opts.Clock.Now()
 	m := t.members[e.name]
 	var out []Event
 	switch e.kind {
@@ -549,7 +574,9 @@ func (t *Topology) siteChangeLocked(site string, now time.Time) []Event {
 	return []Event{{Kind: kind, Site: site, Time: now}}
 }
 
-func (t *Topology) emit(ev Event) {
+// emit logs ev, hands it to OnEvent and to subs (taken with the change by
+// apply).
+func (t *Topology) emit(ev Event, subs []chan Event) {
 	switch ev.Kind {
 	case NodeUpdate:
 		t.log.Debug("NODE("+ev.Member.Name+"): metadata updated", "site", ev.Site)
@@ -566,9 +593,7 @@ func (t *Topology) emit(ev Event) {
 	if t.opts.OnEvent != nil {
 		t.opts.OnEvent(ev)
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for ch := range t.subs {
+	for _, ch := range subs {
 		select {
 		case ch <- ev:
 		default:
@@ -592,21 +617,28 @@ func (t *Topology) refreshLoop() {
 	}
 }
 
-// refreshNow recomputes the metadata and gossips it when it changed.
+// refreshNow recomputes the metadata and gossips it when it differs from
+// what memberlist last announced. It compares with the announced copy, not
+// with the one NodeMeta serves: memberlist.Create reads NodeMeta before
+// Start can hand its result to this loop, and metadata that changed in
+// between (a receiver connecting as the bundle starts) would otherwise be
+// served but never gossiped, leaving peers with the old copy for good.
 func (t *Topology) refreshNow() {
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
 	b, err := EncodeMeta(t.computeMeta())
 	if err != nil {
 		t.log.Error("TOPOLOGY: cannot encode metadata", "err", err)
 		return
 	}
-	if bytes.Equal(b, *t.meta.Load()) {
-		return
+	if !bytes.Equal(b, *t.meta.Load()) {
+		t.meta.Store(&b)
 	}
-	t.meta.Store(&b)
 	ml := t.memberlist()
-	if ml == nil {
+	if ml == nil || bytes.Equal(b, t.announced) {
 		return
 	}
+	t.announced = b
 	// UpdateNode waits until the update was handed to a peer. Keep the wait
 	// short: the metadata is gossiped regardless, and Close waits for this
 	// loop.

@@ -76,7 +76,9 @@ func startNode(t *testing.T, opts Options) *node {
 	n := &node{health: &fakeHealth{h: Health{StorageOK: true, ReplicationOK: true}}, lag: &fakeLag{}}
 	opts.Health, opts.Lag = n.health, n.lag
 	opts.Key, opts.Label = testKey, "metaq-test"
-	opts.Timing = FastTiming()
+	if opts.Timing == (Timing{}) {
+		opts.Timing = FastTiming()
+	}
 	if opts.RefreshInterval == 0 {
 		opts.RefreshInterval = 50 * time.Millisecond
 	}
@@ -380,4 +382,84 @@ func TestStartSeesItself(t *testing.T) {
 		}
 		n.t.Close()
 	}
+}
+
+// TestSubscribeAfterChange: a subscriber gets the events of changes made
+// after it subscribed, not of one already in the member table when it
+// subscribed (else "see the table, then follow the events" reads a member
+// arriving twice). bj's event goroutine is held between recording hf's
+// arrival and delivering its event; the test subscribes in that gap, then
+// makes hf change its metadata: the first hf event it gets is that update.
+func TestSubscribeAfterChange(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123",
+		OnEvent: func(ev Event) {
+			if ev.Site == "hf" && ev.Kind == NodeUp {
+				once.Do(func() {
+					close(held)
+					<-release
+				})
+			}
+		}})
+	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123",
+		Join: []string{bj.t.Addr()}})
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("bj never saw hf arrive")
+	}
+	if err := wantAlive(bj.t, "hf-1-s0"); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	events, cancel := bj.t.Subscribe(64)
+	defer cancel()
+	close(release)
+
+	hf.health.set(Health{StorageOK: false, ReplicationOK: true})
+	hf.t.Refresh()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Site != "hf" {
+				continue
+			}
+			if ev.Kind != NodeUpdate || ev.Member.Meta.Health.StorageOK {
+				t.Fatalf("first event for hf after subscribing: %v, want its metadata update", ev.Kind)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no event for hf's metadata update")
+		}
+	}
+}
+
+// TestMetadataChangedDuringStartIsGossiped: metadata that changes while
+// memberlist.Create runs, after it read NodeMeta and before Start hands the
+// memberlist to the refresh loop, still reaches the peers. The refresh loop
+// then stores the new copy but has no memberlist to announce it with; the
+// test puts hf in that state (new health stored, memberlist announcing the
+// old) and lets the loop run: bj must see the new health.
+func TestMetadataChangedDuringStartIsGossiped(t *testing.T) {
+	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123",
+		Join: []string{bj.t.Addr()}})
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return wantAlive(bj.t, "hf-1-s0") })
+
+	hf.health.set(Health{StorageOK: true, ReplicationOK: false})
+	b, err := EncodeMeta(hf.t.computeMeta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf.t.meta.Store(&b) // what the loop stored while it had no memberlist
+	hf.t.Refresh()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if m, _ := memberOf(bj.t, "hf-1-s0"); m.Meta.Health.ReplicationOK {
+			return fmt.Errorf("bj still sees hf's replication ok")
+		}
+		return nil
+	})
 }

@@ -167,14 +167,21 @@ func produce(t *testing.T, addr, topic string, n int, prefix string) {
 	produceWith(t, client.Config{Brokers: []string{addr}}, topic, n, prefix)
 }
 
+// sendTimeout bounds one put (finding the partition's master, writing, the
+// broker's fsync and its answer): only a broker that stopped answering
+// exceeds it. It bounds each send, not the batch: on a loaded machine every
+// put is slower and a batch's total grows with n, which says nothing about
+// whether the broker works.
+const sendTimeout = 30 * time.Second
+
 // produceWith sends n messages to topic with a client of configuration cfg
-// (static brokers or ZooKeeper).
+// (static brokers or ZooKeeper), one after the other.
 func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
 	t.Helper()
 	addr := fmt.Sprint(cfg.Brokers, cfg.ZKRoot)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 	c, err := client.New(ctx, cfg)
+	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +192,10 @@ func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix st
 	}
 	defer p.Close(context.Background())
 	for i := range n {
-		if _, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		_, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))})
+		cancel()
+		if err != nil {
 			t.Fatalf("send %s #%d to %s: %v", topic, i, addr, err)
 		}
 	}

@@ -75,7 +75,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 
 	// Producers spread over both masters through ZooKeeper.
 	const n = 60
-	produceSlow(t, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}, "orders", n, "o")
+	produceWith(t, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}, "orders", n, "o")
 	for id, m := range masters {
 		var got int64
 		for _, p := range m.Store.Partitions() {
@@ -200,29 +200,6 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	for _, b := range all {
 		if _, ok := b.Config().TopicFor("payments"); !ok {
 			t.Errorf("%s broker %d does not run payments", b.Config().Site.Name, b.Config().System.BrokerID)
-		}
-	}
-}
-
-// produceSlow is produceWith with room for a loaded machine: six bundles
-// share it here.
-func produceSlow(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c, err := client.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := client.NewProducer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	for i := range n {
-		if _, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
-			t.Fatalf("send %s #%d: %v", topic, i, err)
 		}
 	}
 }
