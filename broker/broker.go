@@ -119,7 +119,12 @@ func New(opts Options) (*Broker, error) {
 	if !opts.SyncReceiver {
 		// On a samsa slave every put is the master's sync (client writes
 		// are refused): replication, which never waits for slave sites.
-		b.puts = siteSyncStore{b: b, next: b.puts}
+		ss := siteSyncStore{b: b, next: b.puts}
+		if _, ok := b.puts.(groupStore); ok {
+			b.puts = siteSyncGroupStore{ss}
+		} else {
+			b.puts = ss
+		}
 	}
 	b.retention = newRetention(b)
 	return b, nil

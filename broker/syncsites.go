@@ -251,3 +251,34 @@ func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition i
 		})
 	})
 }
+
+// siteSyncGroupStore is siteSyncStore in front of a groupStore: it keeps
+// the one-call path for a read's batches when none of them is for a topic
+// with minSyncSites; otherwise each batch takes storeBatch, and done runs
+// once after the last.
+type siteSyncGroupStore struct{ siteSyncStore }
+
+func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	gs, grouped := s.next.(groupStore)
+	for _, a := range appends {
+		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
+			grouped = false
+			break
+		}
+	}
+	if grouped {
+		gs.storeGroup(ctx, appends, done)
+		return
+	}
+	outs := make([]store.AppendOutcome, len(appends))
+	var left atomic.Int32
+	left.Store(int32(len(appends)))
+	for i, a := range appends {
+		s.storeBatch(ctx, a.Topic, a.Partition, a.Msgs, func(as []store.Appended, err error) {
+			outs[i] = store.AppendOutcome{Appended: as, Err: err}
+			if left.Add(-1) == 0 {
+				done(outs)
+			}
+		})
+	}
+}
