@@ -65,7 +65,8 @@
 //     replica skips records its master lost (SkipTo): a define whose end is
 //     above the partition's replayed end says the offsets in between were
 //     handed out and lost (a hole, see Recovery). One below it is a fence
-//     written by an older version: replay cuts the partition back there.
+//     (TruncatePartition, or an older version at damage): replay cuts the
+//     partition back there.
 //
 //     A data entry whose offset is below its partition's end fills a hole
 //     (Repair, or the intact records of a damaged entry).
@@ -301,11 +302,12 @@
 // has any, it writes no checkpoint, so every start-up scans the whole log
 // and finds them again (an undamaged store starts from its checkpoint).
 //
-// Logs written before holes existed may hold fence entries (a define below
-// the partition's end): replay cuts the partition back there (the
+// A fence (a define below the partition's end: TruncatePartition, or an
+// older version at damage) cuts the partition back there on replay too (the
 // chunks after it are dead, fences are kept per partition and in the
-// checkpoint). Cutting a partition's index back (such a fence, the rollback
-// after a failed fdatasync) is one function, cutIndexLocked.
+// checkpoint), and drops its damage state from there on. Cutting a
+// partition's index back (a fence, the rollback after a failed fdatasync)
+// is one function, cutIndexLocked.
 //
 // After the scan the last segment is fdatasynced once (what survived a
 // process crash sits in the page cache) and everything on disk is durable.

@@ -316,3 +316,25 @@ func (p *partition) infoLocked() PartitionInfo {
 		Bytes:     p.durable - p.min,
 	}
 }
+
+// cutDamageLocked drops damage state at and above off (the partition was
+// cut back there: those offsets are handed out again).
+func (p *partition) cutDamageLocked(off int64) {
+	clip := func(rs []offRange) []offRange {
+		var out []offRange
+		for _, r := range rs {
+			if r.from < off {
+				out = append(out, offRange{r.from, min(r.to, off)})
+			}
+		}
+		return out
+	}
+	p.lost, p.holes = clip(p.lost), clip(p.holes)
+	var fills []idxEntry
+	for _, f := range p.fills {
+		if f.off+int64(f.n) <= off {
+			fills = append(fills, f)
+		}
+	}
+	p.fills = fills
+}

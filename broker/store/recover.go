@@ -235,6 +235,7 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment,
 				if err := s.cutIndexLocked(p, h.off); err != nil {
 					return fmt.Errorf("store: replay fence of %s-%d at %d: %w", p.key.topic, p.key.num, h.off, err)
 				}
+				p.cutDamageLocked(h.off)
 				p.fences = append(p.fences, fenceRef{pos: pos, off: h.off})
 			}
 			return nil

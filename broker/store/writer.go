@@ -25,7 +25,7 @@ const (
 	reqDelete
 	reqFlush
 	reqCheckpoint
-	reqFence // what older versions did at damage; kept to reproduce their logs in tests
+	reqFence // TruncatePartition (and what older versions did at damage)
 	reqHole
 	reqSkip
 	reqFill
@@ -734,6 +734,7 @@ func (s *Store) fence(p *partition, off int64) bool {
 	}
 	s.log.Error("STORE: partition fenced at a damaged chunk; later data is not served",
 		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off)
+	p.cutDamageLocked(off)
 	p.fences = append(p.fences, fenceRef{pos: s.w.pos, off: off})
 	return true
 }
