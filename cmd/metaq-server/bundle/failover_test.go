@@ -21,12 +21,11 @@ import (
 )
 
 // failoverINI is the shared server.ini of these tests: topic orders with two
-// partitions, gossip off, replication keys added.
+// partitions, gossip on, replication keys added.
 func failoverINI(replication string) string { return failoverINIZK("", "", replication) }
 
 func failoverINIZK(zk, root, replication string) string {
 	s := sharedINI(zk, root, "[topic=orders]\nnumPartitions=2\n")
-	s = strings.Replace(s, "[gossip]\n", "[gossip]\nenable=false\n", 1)
 	return strings.Replace(s, "[replication]\n", "[replication]\n"+replication, 1)
 }
 
