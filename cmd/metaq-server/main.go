@@ -102,6 +102,7 @@ type common struct {
 	dataPath string
 	force    bool
 	to       string
+	follow   string
 	publish  bool
 	brokers  string
 }
@@ -129,6 +130,7 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
 	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
 	fs.StringVar(&c.to, "to", "", "switchover: the slave that takes over (slave group, its last '-' field, or slaveId)")
+	fs.StringVar(&c.follow, "follow", "", "switchover without ZooKeeper: the new master's replication address, which this master then follows as a slave")
 	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
 	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
 	return c
@@ -207,7 +209,7 @@ func run(cmd string, args []string) error {
 		if c.to == "" {
 			return errors.New("-to is required")
 		}
-		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}})
+		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}, "follow": {c.follow}})
 	case "promote":
 		q := url.Values{}
 		if c.force {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/config"
 	"metaq/georeplicator"
 	"metaq/topology"
 )
@@ -28,6 +29,9 @@ type failoverState struct {
 	mu       sync.Mutex
 	id       *georeplicator.IdentityStore
 	promoted *shipperComponent
+	// demoted is the receiver a master started when it became a slave of
+	// the new master at run time.
+	demoted *receiverComponent
 	// promoting: a promotion is in progress (one at a time).
 	promoting bool
 	// handovers are promotions a master's handover started (owned here,
@@ -141,7 +145,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		f.mu.Unlock()
 	}()
 
-	rc := compOf[*receiverComponent](b)
+	rc := b.receiver()
 	if rc == nil || rc.Receiver() == nil {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
@@ -180,6 +184,9 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	}
 	f.mu.Lock()
 	f.promoted = sc
+	if f.demoted == rc {
+		f.demoted = nil
+	}
 	f.mu.Unlock()
 	if b.Registry != nil {
 		// Producers and consumers that follow ZooKeeper move here.
@@ -256,13 +263,17 @@ func (b *Bundle) closeFailover() error {
 	f := &b.failover
 	f.handovers.Wait()
 	f.mu.Lock()
-	sc := f.promoted
-	f.promoted = nil
+	sc, rc := f.promoted, f.demoted
+	f.promoted, f.demoted = nil, nil
 	f.mu.Unlock()
-	if sc == nil {
-		return nil
+	var err error
+	if rc != nil {
+		err = rc.Close()
 	}
-	return sc.Close()
+	if sc != nil {
+		err = errors.Join(err, sc.Close())
+	}
+	return err
 }
 
 // compOf returns the bundle's component of type T, nil when not running.
@@ -307,15 +318,19 @@ type SwitchoverReport struct {
 	// with fenceSites, waited out the lease).
 	WritesStopped time.Duration `json:"writesStoppedNs"`
 	Generation    uint64        `json:"newGeneration"`
+	// Following: this site became a slave of the new master.
+	Following bool `json:"following"`
 }
 
 // Switchover hands mastership to the slave named to (its slave group, the
 // group's last "-" field, or its slaveId) with nothing lost: this master
 // refuses puts (503, retriable), waits until that slave holds its whole
-// durable log, tells it to take over, and steps down (it keeps refusing
-// puts; restart it as a slave of the new master). If the slave does not
+// durable log, tells it to take over, and becomes a slave of the new
+// master (Demote): with ZooKeeper it finds the new master there, without
+// it at follow (the new master's replication address); with neither it
+// keeps refusing puts until restarted as a slave. If the slave does not
 // catch up within ctx, puts are taken again here.
-func (b *Bundle) Switchover(ctx context.Context, to string) (SwitchoverReport, error) {
+func (b *Bundle) Switchover(ctx context.Context, to, follow string) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
 	sc := b.promotedShipper()
 	if sc == nil {
@@ -353,15 +368,123 @@ func (b *Bundle) Switchover(ctx context.Context, to string) (SwitchoverReport, e
 	rep.To, rep.WritesStopped = name, time.Since(start)
 	rep.Generation = id.Generation() + 1
 	s.ObserveGeneration(rep.Generation, "switchover to "+name)
-	b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
-	if b.Registry != nil {
-		// Clients leave at once, and the new master can take the master node.
-		if err := b.Registry.UnregisterAll(ctx); err != nil {
-			b.log.Warn("FAILOVER: unregistering after the switchover", "err", err)
+	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
+	if b.Registry == nil && follow == "" {
+		b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
+		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until restarted as a slave of " + name)
+		return rep, nil
+	}
+	// The old master takes the slave id the new master leaves.
+	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
+	if err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s but cannot follow it: %w", name, err)
+	}
+	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name}); err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
+	}
+	b.Broker.AllowWrites(switchoverHolder)
+	rep.Following = true
+	return rep, nil
+}
+
+// Demotion says whom a former master follows.
+type Demotion struct {
+	SlaveID int // this site's slaveId from now on
+	// MasterAddress is the new master's replication address; "" finds it
+	// in ZooKeeper (ids/<brokerId>/replication).
+	MasterAddress string
+	NewMaster     string // named in the refusal puts get here
+	Group         string // slave group; default meta-slave-group-<site>
+}
+
+// Demote makes this master a slave of its brokerId's new master at run
+// time: puts are refused (403, naming the new master), the shipper stops,
+// the registration in ZooKeeper becomes the slave's, and a receiver
+// follows the new master. Records held beyond the new master's promotion
+// ends are cut and saved aside by the receiver (failback) before it
+// follows.
+func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
+	if d.MasterAddress == "" && b.Registry == nil {
+		return errors.New("demote: ZooKeeper is off: the new master's replication address is required")
+	}
+	if d.Group == "" {
+		d.Group = "meta-slave-group-" + b.Config().Site.Name
+	}
+	if d.NewMaster == "" {
+		d.NewMaster = d.MasterAddress
+	}
+	f := &b.failover
+	f.mu.Lock()
+	if f.demoted != nil || f.promoting || b.closing.Load() {
+		f.mu.Unlock()
+		return errors.New("demote: this site is already a slave, being promoted, or stopping")
+	}
+	sc := f.promoted
+	f.promoted = nil
+	f.mu.Unlock()
+	if sc == nil {
+		sc = compOf[*shipperComponent](b)
+	}
+	if sc == nil && b.receiver() != nil {
+		return errors.New("demote: this site is already a slave")
+	}
+	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
+		"this broker is no longer master of broker %d; it follows the new master %s: send puts there",
+		b.Config().System.BrokerID, d.NewMaster)})
+	if sc != nil {
+		if err := sc.Close(); err != nil {
+			b.log.Warn("FAILOVER: stopping the shipper", "err", err)
 		}
 	}
-	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
-	return rep, nil
+	// The shipper's fence no longer applies: the replica refusal stands.
+	b.Broker.AllowWrites(failoverHolder)
+	if err := b.Store.Flush(); err != nil {
+		return fmt.Errorf("demote: flush: %w", err)
+	}
+	if b.Registry != nil {
+		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
+			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
+		}
+	}
+	// Set before the receiver starts; the components that read it at run
+	// time (status, dashboard) see a slave from here on.
+	b.Slave = &config.Slave{
+		File:          "(demoted at run time)",
+		SlaveID:       d.SlaveID,
+		SlaveGroup:    d.Group,
+		SlaveMaxDelay: 500 * time.Millisecond,
+		MasterAddress: d.MasterAddress,
+	}
+	rc := newReceiverComponent()
+	if err := rc.Start(ctx, b); err != nil {
+		return fmt.Errorf("demote: follow the new master: %w", err)
+	}
+	f.mu.Lock()
+	f.demoted = rc
+	f.mu.Unlock()
+	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
+	return nil
+}
+
+// receiver is the running async-slave receiver: the one a demotion
+// started, else the configured one; nil on a master.
+func (b *Bundle) receiver() *receiverComponent {
+	b.failover.mu.Lock()
+	rc := b.failover.demoted
+	b.failover.mu.Unlock()
+	if rc != nil {
+		return rc
+	}
+	return compOf[*receiverComponent](b)
+}
+
+// demotedReceiver is the receiver a demotion started, nil without one.
+func (b *Bundle) demotedReceiver() *receiverComponent {
+	b.failover.mu.Lock()
+	defer b.failover.mu.Unlock()
+	return b.failover.demoted
 }
 
 // serveSwitchover is POST /switchover?to=<slave> on the admin endpoint.
@@ -373,7 +496,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
-	rep, err := a.b.Switchover(ctx, to)
+	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -260,9 +261,41 @@ func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
 	}
 }
 
+// wantFollowsByteIdentical waits until follower holds leader's whole log
+// of topic and checks both hold the same bytes in every partition.
+func wantFollowsByteIdentical(t *testing.T, leader, follower *Bundle, topic string) {
+	t.Helper()
+	waitCaughtUp(t, leader, follower, topic, 20*time.Second)
+	for _, p := range leader.Store.Partitions() {
+		if p.Topic != topic {
+			continue
+		}
+		lb, _ := leader.Store.Read(topic, p.Partition, 0, 64<<20)
+		fb, _ := follower.Store.Read(topic, p.Partition, 0, 64<<20)
+		if len(lb) == 0 || string(lb) != string(fb) {
+			t.Fatalf("%s-%d: the follower holds %d bytes, the leader %d, or they differ", topic, p.Partition, len(fb), len(lb))
+		}
+	}
+}
+
+// wantDemoted checks that a former master refuses puts for good (403)
+// naming the new master and runs a receiver.
+func wantDemoted(t *testing.T, old *Bundle, newMaster string) {
+	t.Helper()
+	r := old.Broker.WriteRefusal()
+	if r == nil || r.Retry || !strings.Contains(r.Reason, newMaster) {
+		t.Fatalf("the former master's write refusal %+v, want 403 naming %s", r, newMaster)
+	}
+	if old.demotedReceiver() == nil || old.promotedShipper() != nil || compOf[*shipperComponent](old).Shipper() != nil {
+		t.Fatal("the former master does not run a receiver, or still ships")
+	}
+}
+
 // TestSwitchover: `switchover -to hf` at bj stops puts at bj, waits until
 // hf holds bj's whole durable log, and hands over: hf becomes master with
-// every message bj acknowledged, bj refuses puts, gz follows hf.
+// every message bj acknowledged, bj becomes a slave of hf at run time
+// (refusing puts with 403 naming hf) and follows it byte-identically, gz
+// follows hf.
 func TestSwitchover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
@@ -286,13 +319,16 @@ func TestSwitchover(t *testing.T) {
 		return nil
 	})
 
+	// Without ZooKeeper bj follows the address it is given: a proxy aimed
+	// at hf's shipper once hf ships.
+	toNewMaster := wanProxy(t, "127.0.0.1:1")
 	start := time.Now()
-	code, body := testutil.HTTPDo(t, "POST", "http://"+bj.AdminAddr()+"/switchover?to=hf", "")
+	code, body := testutil.HTTPDo(t, "POST", "http://"+bj.AdminAddr()+"/switchover?to=hf&follow="+toNewMaster.Addr(), "")
 	var rep SwitchoverReport
 	if err := json.Unmarshal(body, &rep); code != http.StatusOK || err != nil {
 		t.Fatalf("POST /switchover: %d %s (%v)", code, body, err)
 	}
-	if !strings.HasPrefix(rep.To, "meta-slave-group-hf/") || rep.Generation != 1 {
+	if !strings.HasPrefix(rep.To, "meta-slave-group-hf/") || rep.Generation != 1 || !rep.Following {
 		t.Fatalf("switchover report %+v", rep)
 	}
 	testutil.Eventually(t, 15*time.Second, 5*time.Millisecond, func() error {
@@ -302,9 +338,8 @@ func TestSwitchover(t *testing.T) {
 		return nil
 	})
 	t.Logf("writes stopped at bj for %s before the handover; hf took puts %s after the command", rep.WritesStopped, time.Since(start))
-	if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
-		t.Fatalf("bj after the switchover: %+v", r)
-	}
+	wantDemoted(t, bj, "meta-slave-group-hf/")
+	toNewMaster.SetTarget(hf.promotedShipper().Addr())
 	for p := range 2 {
 		bb, _ := bj.Store.Read("orders", p, 0, 1<<20)
 		hb, _ := hf.Store.Read("orders", p, 0, 1<<20)
@@ -316,6 +351,8 @@ func TestSwitchover(t *testing.T) {
 	toGZ.SetTarget(hf.promotedShipper().Addr())
 	toGZ.CutAll()
 	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
 }
 
 // TestSwitchoverZooKeeperNoLoss: a Go producer that follows ZooKeeper
@@ -382,7 +419,7 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // traffic before the switchover
-	rep, err := bj.Switchover(ctx, "hf")
+	rep, err := bj.Switchover(ctx, "hf", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,6 +454,24 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 		}
 	}
 	t.Logf("%d messages acknowledged; writes stopped at bj for %s; longest gap between acknowledgements %s", len(acked), rep.WritesStopped, maxGap)
+	if !rep.Following {
+		t.Fatalf("switchover report %+v: bj does not follow hf", rep)
+	}
+	// bj found hf in ZooKeeper, registered as hf's former slaveId, and
+	// holds hf's log byte for byte, including what hf took after.
+	wantDemoted(t, bj, "meta-slave-group-hf/")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		kids, err := zc.Children(context.Background(), zc.Paths().BrokerID(0))
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(kids, "slave1") || !slices.Contains(kids, "master") {
+			return fmt.Errorf("ids/0 holds %v, want master and slave1", kids)
+		}
+		return nil
+	})
 }
 
 // TestMasterStepsDownOnZooKeeperGeneration: a master that finds a newer
