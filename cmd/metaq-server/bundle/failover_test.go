@@ -17,6 +17,7 @@ import (
 
 	"metaq/broker/client"
 	"metaq/broker/store"
+	"metaq/georeplicator"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
@@ -500,4 +501,54 @@ func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDemoteCutsUnreplicatedTail: bj, cut off from hf, acknowledges
+// records hf never gets; hf is promoted; bj, demoted at run time (no
+// restart), cuts those records, saves them aside, and then follows hf
+// byte-identically.
+func TestDemoteCutsUnreplicatedTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: "nats://" + natsListen})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	toHF.SetRefuse(true)
+	toHF.CutAll()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Receiver().Status().Connected {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	produce(t, bj.Broker.Addr().String(), "orders", 30, "bj-unreplicated")
+	if _, err := hf.Promote(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+
+	toNewMaster := wanProxy(t, hf.promotedShipper().Addr())
+	if err := bj.Demote(context.Background(), Demotion{SlaveID: 1, MasterAddress: toNewMaster.Addr(), NewMaster: "hf"}); err != nil {
+		t.Fatal(err)
+	}
+	wantDemoted(t, bj, "hf")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	tails, err := georeplicator.ListTails(filepath.Join(root, "bj", "data", "replication", "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := 0
+	for _, f := range tails {
+		saved += f.Records
+	}
+	if saved != 30 {
+		t.Fatalf("bj saved %d records aside (%+v), want the 30 hf never got", saved, tails)
+	}
 }
