@@ -106,6 +106,9 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		}
 		return h
 	})
+	o.Mastership = topology.MastershipFunc(func() topology.Mastership {
+		return b.mastership(topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr})
+	})
 	t, err := topology.New(o)
 	if err != nil {
 		return err
@@ -174,6 +177,11 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			}
 		}()
 	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.watchGossipGenerations(rctx, t, max(o.RefreshInterval, 50*time.Millisecond))
+	}()
 	c.mu.Lock()
 	c.t, c.cancel = t, cancel
 	c.router = topology.NewRouter(t)

@@ -30,8 +30,9 @@ type failoverState struct {
 	id       *georeplicator.IdentityStore
 	promoted *shipperComponent
 	// demoted is the receiver a master started when it became a slave of
-	// the new master at run time.
-	demoted *receiverComponent
+	// the new master at run time, as slave demotedID.
+	demoted   *receiverComponent
+	demotedID int
 	// promoting: a promotion is in progress (one at a time).
 	promoting bool
 	// handovers are promotions a master's handover started (owned here,
@@ -199,6 +200,8 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		rep.Fence = s.Fence()
 	}
 	rep.Took = time.Since(start)
+	b.slave.isSlave.Store(false)
+	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
 		"behindBytes", rep.BehindBytes, "took", rep.Took)
 	return rep, nil
@@ -462,8 +465,10 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 		return fmt.Errorf("demote: follow the new master: %w", err)
 	}
 	f.mu.Lock()
-	f.demoted = rc
+	f.demoted, f.demotedID = rc, d.SlaveID
 	f.mu.Unlock()
+	b.slave.isSlave.Store(true)
+	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
 }
@@ -502,4 +507,91 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// mastership is what gossip says this bundle is: static is the role it
+// started with; a promotion or a demotion at run time overrides it.
+func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
+	m := static
+	f := &b.failover
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id != nil { // opened by replication; a bundle without it has none
+		m.Generation = f.id.Generation()
+	}
+	switch {
+	case f.promoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleMaster, -1, f.promoted.Addr()
+	case f.demoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleSlave, f.demotedID, ""
+	}
+	return m
+}
+
+// refreshGossip gossips a changed mastership now rather than at the next
+// refresh.
+func (b *Bundle) refreshGossip() {
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		if t := tc.Topology(); t != nil {
+			t.Refresh()
+		}
+	}
+}
+
+// runningShipper is the shipper of a master: the one a promotion started,
+// else the configured one; nil on a slave or after a demotion.
+func (b *Bundle) runningShipper() *georeplicator.Shipper {
+	sc := b.promotedShipper()
+	if sc == nil && b.demotedReceiver() == nil {
+		sc = compOf[*shipperComponent](b)
+	}
+	if sc == nil {
+		return nil
+	}
+	return sc.Shipper()
+}
+
+// watchGossipGenerations tells the running shipper about a master of a
+// newer generation that gossip brings (another site was promoted, also
+// with ZooKeeper off or unreachable): this master then steps down and
+// refuses puts. It returns when ctx ends.
+func (b *Bundle) watchGossipGenerations(ctx context.Context, t *topology.Topology, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		m, ok := t.Master(b.Config().System.BrokerID)
+		if !ok || m.Meta.Generation == 0 {
+			continue
+		}
+		if s := b.runningShipper(); s != nil {
+			s.ObserveGeneration(m.Meta.Generation, "gossip from "+m.Meta.Site)
+		}
+	}
+}
+
+// gossipResolver finds the master to follow with ZooKeeper off: the master
+// of the highest generation gossip knows when a promotion made one (and it
+// is not older than what this site already followed), else static (the
+// masterAddress of async_slave.properties).
+func (b *Bundle) gossipResolver(static string) georeplicator.Resolver {
+	brokerID := b.Config().System.BrokerID
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		tc := compOf[*topologyComponent](b)
+		if tc == nil || tc.Topology() == nil {
+			return static, nil
+		}
+		m, ok := tc.Topology().Master(brokerID)
+		if !ok || m.Meta.Generation == 0 || m.Meta.ReplAddr == "" {
+			return static, nil
+		}
+		if id, err := b.identity(); err == nil && m.Meta.Generation < id.Generation() {
+			return static, nil
+		}
+		return m.Meta.ReplAddr, nil
+	})
 }

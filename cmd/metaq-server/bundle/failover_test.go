@@ -552,3 +552,51 @@ func TestDemoteCutsUnreplicatedTail(t *testing.T) {
 		t.Fatalf("bj saved %d records aside (%+v), want the 30 hf never got", saved, tails)
 	}
 }
+
+// TestGossipFollowsNewMaster (ZooKeeper off): bj is cut off from the other
+// sites' replication links but still gossips; hf is promoted with force.
+// bj learns hf's newer generation by gossip and refuses puts; gz, whose
+// async_slave.properties still names bj, follows hf because gossip says
+// hf is the master of the highest generation; hf no longer reports itself
+// a slave.
+func TestGossipFollowsNewMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+	if _, err := hf.SlaveStatus(); err != nil || !hf.slave.IsSlave() {
+		t.Fatalf("hf before the promotion: slave-status %v, stats slave says slave %t", err, hf.slave.IsSlave())
+	}
+
+	for _, p := range []*netproxy.Proxy{toHF, toGZ} {
+		p.SetRefuse(true)
+		p.CutAll()
+	}
+	rep, err := hf.Promote(context.Background(), true)
+	if err != nil || rep.Generation != 1 {
+		t.Fatalf("promote: %+v %v", rep, err)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
+			return fmt.Errorf("bj still takes puts (refusal %+v)", r)
+		}
+		return nil
+	})
+	if _, err := hf.SlaveStatus(); err == nil || hf.slave.IsSlave() {
+		t.Fatalf("hf after the promotion: slave-status %v, stats slave says slave %t", err, hf.slave.IsSlave())
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+}
