@@ -140,6 +140,10 @@ type Meta struct {
 	// brokerId (raised by every promotion): a slave follows the master of
 	// the highest one, and a master that sees a higher one steps down.
 	Generation uint64 `json:"generation,omitempty"`
+	// LogPos is how far this bundle's log goes: applied on a slave,
+	// written on a master. Automatic failover promotes the slave with the
+	// highest.
+	LogPos int64 `json:"logPos,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -194,14 +198,17 @@ func EncodeMeta(m Meta) ([]byte, error) {
 		return nil, fmt.Errorf("%w: ZooKeeper connect string, root and views are %d bytes (max %d)", ErrMetaTooLarge, n, maxMetaEnsemble)
 	}
 	var tail []byte // left out when empty: the bytes of the format before it
-	if m.ZKConnect != "" || m.ZKRoot != "" || views != "" || m.Generation > 0 {
+	if m.ZKConnect != "" || m.ZKRoot != "" || views != "" || m.Generation > 0 || m.LogPos > 0 {
 		for _, s := range []string{m.ZKConnect, m.ZKRoot, views} {
 			tail = appendString(tail, s)
 		}
 	}
-	if m.Generation > 0 {
-		// After the ensemble fields: decoders that predate it stop before.
+	if m.Generation > 0 || m.LogPos > 0 {
+		// After the ensemble fields: decoders that predate them stop before.
 		tail = binary.AppendUvarint(tail, m.Generation)
+		if m.LogPos > 0 {
+			tail = binary.AppendUvarint(tail, uint64(m.LogPos))
+		}
 	}
 	var flags byte
 	if m.Role == RoleSlave {
@@ -297,6 +304,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		if d.err == nil && len(d.b) > 0 {
 			m.Generation = d.uvarint()
+		}
+		if d.err == nil && len(d.b) > 0 {
+			m.LogPos = int64(d.uvarint())
 		}
 	}
 	if d.err != nil {

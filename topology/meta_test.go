@@ -35,6 +35,9 @@ func TestMetaRoundTrip(t *testing.T) {
 			Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://127.0.0.1:7123",
 			ZKConnect: "127.0.0.1:2181", ZKRoot: "/meta", Generation: 1 << 40,
 		}},
+		{"slave with a log position", Meta{
+			Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://127.0.0.1:7123", LogPos: 123456789,
+		}},
 		{"slave unhealthy", Meta{
 			Site: "hf", Role: RoleSlave, BrokerID: 1023, SlaveID: 7,
 			ServeURL: "meta://127.0.0.1:9123", Health: Health{StorageOK: false, ReplicationOK: true},

@@ -97,6 +97,7 @@ type Mastership struct {
 	SlaveID    int    // -1 for a master
 	Generation uint64 // the master generation this bundle knows
 	ReplAddr   string // the replication listener of a master, "" on a slave
+	LogPos     int64  // applied (slave) or written (master) log position
 }
 
 // MastershipSource reports the bundle's current Mastership; it overrides

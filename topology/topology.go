@@ -641,7 +641,7 @@ func (t *Topology) computeMeta() Meta {
 	}
 	if t.opts.Mastership != nil {
 		ms := t.opts.Mastership.Mastership()
-		m.Role, m.SlaveID, m.Generation, m.ReplAddr = ms.Role, ms.SlaveID, ms.Generation, ms.ReplAddr
+		m.Role, m.SlaveID, m.Generation, m.ReplAddr, m.LogPos = ms.Role, ms.SlaveID, ms.Generation, ms.ReplAddr, ms.LogPos
 		if ms.Role != RoleMaster {
 			m.Lag = nil
 		}

@@ -113,6 +113,8 @@ func (s *Server) blocks() []block {
 			{"tlsCA", s.Replication.TLSCA},
 			{"fenceSites", itoa(s.Replication.FenceSites)},
 			{"leaseMs", ms(s.Replication.Lease)},
+			{"autoFailover", btoa(s.Replication.AutoFailover)},
+			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

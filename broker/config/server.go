@@ -45,6 +45,7 @@ const (
 	DefaultCompression               = "zstd"
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
+	DefaultAutoFailoverAfter         = 30 * time.Second
 	DefaultSlaveGroupPrefix          = "meta-slave-group"
 	DefaultSlaveMaxDelay             = 500 * time.Millisecond
 
@@ -585,6 +586,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		TLSCA:                r.str("tlsCA", ""),
 		FenceSites:           int(r.integer("fenceSites", 0, 0, 64)),
 		Lease:                r.millis("leaseMs", DefaultLease, 100),
+		AutoFailover:         r.boolean("autoFailover", false),
+		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 

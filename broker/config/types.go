@@ -188,6 +188,13 @@ type Replication struct {
 	// default) = no lease: the master acknowledges whatever it can reach.
 	FenceSites int
 	Lease      time.Duration
+	// AutoFailover (autoFailover, default false) lets a slave site promote
+	// itself when a majority of the sites (by gossip) and its own
+	// ZooKeeper agree its master has been unreachable for AutoFailoverAfter
+	// (autoFailoverAfterMs, default 30000); only the most caught-up slave
+	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
+	AutoFailover      bool
+	AutoFailoverAfter time.Duration
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

@@ -177,11 +177,23 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			}
 		}()
 	}
+	every := max(o.RefreshInterval, 50*time.Millisecond)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		b.watchGossipGenerations(rctx, t, max(o.RefreshInterval, 50*time.Millisecond))
+		b.watchGossipGenerations(rctx, t, every)
 	}()
+	if rp := cfg.Replication; rp.AutoFailover && b.Slave != nil {
+		if b.Registry == nil {
+			log.Warn("FAILOVER: [replication] autoFailover=true needs ZooKeeper to agree the master is lost; it stays off")
+		} else {
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, every)
+			}()
+		}
+	}
 	c.mu.Lock()
 	c.t, c.cancel = t, cancel
 	c.router = topology.NewRouter(t)

@@ -513,6 +513,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 // started with; a promotion or a demotion at run time overrides it.
 func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 	m := static
+	pos := b.appliedPos()
 	f := &b.failover
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -525,7 +526,138 @@ func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 	case f.demoted != nil:
 		m.Role, m.SlaveID, m.ReplAddr = topology.RoleSlave, f.demotedID, ""
 	}
+	if m.Role == topology.RoleSlave {
+		m.LogPos = max(pos, 0)
+	}
 	return m
+}
+
+// appliedPos is the log position a slave applied, -1 on a master or
+// while no stream receiver runs.
+func (b *Bundle) appliedPos() int64 {
+	if b.promotedShipper() != nil {
+		return -1
+	}
+	rc := b.receiver()
+	if rc == nil {
+		return -1
+	}
+	r := rc.Receiver()
+	if r == nil {
+		return -1
+	}
+	return r.Status().AppliedPos
+}
+
+// runAutoFailover promotes this slave site when the master has been lost
+// (masterLost) for after without a break and this site is the candidate.
+// It returns when ctx ends or once this site is master.
+func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, after, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		if b.promotedShipper() != nil {
+			return
+		}
+		lost, why := b.masterLost(ctx, t)
+		if !lost {
+			if !since.IsZero() {
+				b.log.Info("FAILOVER: the master is reachable again; no automatic failover", "why", why)
+			}
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+			b.log.Warn("FAILOVER: the master looks lost; promoting automatically if it stays so", "after", after, "why", why)
+			continue
+		}
+		if time.Since(since) < after {
+			continue
+		}
+		if cand, me := b.failoverCandidate(t); !me {
+			b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
+			continue
+		}
+		rep, err := b.Promote(ctx, false)
+		if err != nil {
+			b.log.Error("FAILOVER: automatic promotion failed", "err", err)
+			since = time.Time{}
+			continue
+		}
+		b.log.Warn("FAILOVER: promoted automatically", "generation", rep.Generation, "behindBytes", rep.BehindBytes, "lostFor", time.Since(since))
+		return
+	}
+}
+
+// masterLost reports whether a majority of the sites of this brokerId (by
+// gossip: the master's site when its bundle is not alive there, a slave
+// site whose bundle gossips that it has lost its master) and this site's
+// ZooKeeper (no master node) agree that the master is unreachable, and why
+// (or why not).
+func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, string) {
+	rc := b.receiver()
+	if rc == nil || rc.Connected() {
+		return false, "this site reaches its master"
+	}
+	brokerID := b.Config().System.BrokerID
+	sites, agree := map[string]bool{}, map[string]bool{b.Config().Site.Name: true}
+	for _, m := range t.Members() {
+		if m.Meta.BrokerID != brokerID {
+			continue
+		}
+		sites[m.Meta.Site] = true
+		switch {
+		case m.Meta.Role == topology.RoleMaster && m.State != topology.StateAlive:
+			agree[m.Meta.Site] = true
+		case m.Meta.Role == topology.RoleSlave && m.State == topology.StateAlive && !m.Meta.Health.ReplicationOK:
+			agree[m.Meta.Site] = true
+		}
+	}
+	sites[b.Config().Site.Name] = true
+	total := max(len(sites), b.Config().Replication.FenceSites)
+	if 2*len(agree) <= total {
+		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
+	}
+	if b.Registry == nil {
+		return false, "ZooKeeper is off: automatic failover needs this site's ZooKeeper to agree"
+	}
+	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	path := b.Registry.Paths().Broker(brokerID, -1)
+	ok, _, err := b.Registry.Exists(zctx, path)
+	switch {
+	case err != nil:
+		return false, "this site's ZooKeeper cannot be read: " + err.Error()
+	case ok:
+		return false, "the master is still registered in this site's ZooKeeper at " + path
+	}
+	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
+}
+
+// failoverCandidate is the slave site automatic failover promotes: of the
+// alive slave sites of this brokerId that lost the master, the one with
+// the highest log position, ties to the lowest site name. me is true when
+// it is this site.
+func (b *Bundle) failoverCandidate(t *topology.Topology) (string, bool) {
+	brokerID, mySite := b.Config().System.BrokerID, b.Config().Site.Name
+	best, bestPos := mySite, b.appliedPos()
+	for _, m := range t.Members() {
+		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleSlave ||
+			m.State != topology.StateAlive || m.Meta.Health.ReplicationOK {
+			continue
+		}
+		if m.Meta.LogPos > bestPos || (m.Meta.LogPos == bestPos && m.Meta.Site < best) {
+			best, bestPos = m.Meta.Site, m.Meta.LogPos
+		}
+	}
+	return best, best == mySite
 }
 
 // refreshGossip gossips a changed mastership now rather than at the next

@@ -600,3 +600,65 @@ func TestGossipFollowsNewMaster(t *testing.T) {
 	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
 	wantFollowsByteIdentical(t, hf, gz, "orders")
 }
+
+// TestAutoFailover: with [replication] autoFailover=true, hf alone losing
+// bj (its link cut, gz still connected, bj registered in ZooKeeper) is
+// not promoted; once bj is gone, hf, the most caught-up slave site (gz,
+// cut off earlier, is behind though its name sorts first), promotes itself
+// and gz follows it; gz does not promote itself.
+func TestAutoFailover(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	shared := failoverINIZK(zk, zkRoot, "autoFailover=true\nautoFailoverAfterMs=500\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+
+	disconnect := func(p *netproxy.Proxy, s *Bundle) {
+		p.SetRefuse(true)
+		p.CutAll()
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if mustComp[*receiverComponent](t, s).Connected() {
+				return errors.New("still connected to bj")
+			}
+			return nil
+		})
+	}
+	// hf alone cannot reach bj: no majority, and bj is in ZooKeeper.
+	disconnect(toHF, hf)
+	time.Sleep(2 * time.Second) // four times autoFailoverAfterMs
+	if hf.promotedShipper() != nil {
+		t.Fatal("hf promoted itself while bj was alive and reachable from gz")
+	}
+	toHF.SetRefuse(false)
+
+	// gz falls behind, then bj is lost.
+	disconnect(toGZ, gz)
+	produce(t, bj.Broker.Addr().String(), "orders", 30, "bj-late")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	bj.Close()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil || hf.Broker.WriteRefusal() != nil {
+			return errors.New("hf is not master yet")
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+	if gz.promotedShipper() != nil {
+		t.Fatal("gz promoted itself too")
+	}
+}
