@@ -44,7 +44,7 @@ commands:
   slave-status                            -f server.ini
   promote [--force]                       -f server.ini (at a slave site: become master)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
-  switchover -to <slave>                  -f server.ini (at the master: hand over to a slave, nothing lost)
+  switchover -to <slave> [-follow addr]   -f server.ini (at the master: hand over to a slave, nothing lost, then follow it)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
