@@ -87,22 +87,24 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	ship, hasShipper := findComp[*shipperComponent](b)
 	if hasShipper {
 		o.ReplAddr = ship.Addr()
-		o.Lag = topology.LagFunc(func() []topology.GroupLag {
-			s := ship.Shipper()
-			if s == nil {
-				return nil
-			}
-			return topologyLag(s.Lag())
-		})
 	}
-	recv, hasReceiver := findComp[*receiverComponent](b)
+	// Lag and health follow the role as a promotion or a demotion changes
+	// it: the running shipper (configured or promoted), else the receiver.
+	o.Lag = topology.LagFunc(func() []topology.GroupLag {
+		s := b.runningShipper()
+		if s == nil {
+			return nil
+		}
+		return topologyLag(s.Lag())
+	})
 	o.Health = topology.HealthFunc(func() topology.Health {
 		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
-		if hasReceiver {
-			h.ReplicationOK = recv.Connected() // either method
-		}
-		if hasShipper {
-			h.ReplicationOK = ship.Shipper() != nil
+		switch rc := b.receiver(); {
+		case b.runningShipper() != nil:
+		case b.promotedShipper() == nil && rc != nil:
+			h.ReplicationOK = rc.Connected() // either method
+		case hasShipper || b.promotedShipper() != nil:
+			h.ReplicationOK = false // a master whose shipper stopped
 		}
 		return h
 	})

@@ -383,6 +383,13 @@ func (b *Bundle) Switchover(ctx context.Context, to, follow string) (SwitchoverR
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s but cannot follow it: %w", name, err)
 	}
+	// Keep shipping until the new master has the promote message: it
+	// disconnects when it takes over. Stopping the shipper before could
+	// drop the message on its way.
+	if err := waitDisconnected(ctx, s, name); err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
+	}
 	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name}); err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
@@ -726,4 +733,27 @@ func (b *Bundle) gossipResolver(static string) georeplicator.Resolver {
 		}
 		return m.Meta.ReplAddr, nil
 	})
+}
+
+// waitDisconnected waits until the slave named group/slaveId is no longer
+// connected to s.
+func waitDisconnected(ctx context.Context, s *georeplicator.Shipper, name string) error {
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		connected := false
+		for _, g := range s.Lag() {
+			if g.Connected && fmt.Sprintf("%s/%d", g.Group, g.SlaveID) == name {
+				connected = true
+			}
+		}
+		if !connected {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not take over: %w", name, ctx.Err())
+		case <-tk.C:
+		}
+	}
 }
