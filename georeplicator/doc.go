@@ -72,7 +72,12 @@
 // master's Handover waits until the chosen slave reports its whole durable
 // log checkpointed, then sends it promote (the durable end); the slave
 // checkpoints and calls OnPromote, which makes it master at the next
-// generation, and the old master steps down.
+// generation, and the old master steps down. The bundle then turns the old
+// master into a receiver of the new one at run time; that receiver is a
+// former master without a checkpoint, so it resumes by partition ends and
+// cuts any tail beyond the promotion ends as above. With ZooKeeper off, a
+// receiver's Resolver is how it follows a promoted master: the bundle's
+// asks gossip for the master of the highest generation.
 //
 // # Frames
 //

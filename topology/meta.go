@@ -136,6 +136,14 @@ type Meta struct {
 	// Views lists the sites whose ensembles this bundle holds a session to
 	// right now, so it can write their views (see viewKeeper).
 	Views []string `json:"views,omitempty"`
+	// Generation is the master generation this bundle knows for its
+	// brokerId (raised by every promotion): a slave follows the master of
+	// the highest one, and a master that sees a higher one steps down.
+	Generation uint64 `json:"generation,omitempty"`
+	// LogPos is how far this bundle's log goes: applied on a slave,
+	// written on a master. Automatic failover promotes the slave with the
+	// highest.
+	LogPos int64 `json:"logPos,omitempty"`
 }
 
 // MetaMaxSize is memberlist's limit on node metadata.
@@ -190,9 +198,16 @@ func EncodeMeta(m Meta) ([]byte, error) {
 		return nil, fmt.Errorf("%w: ZooKeeper connect string, root and views are %d bytes (max %d)", ErrMetaTooLarge, n, maxMetaEnsemble)
 	}
 	var tail []byte // left out when empty: the bytes of the format before it
-	if m.ZKConnect != "" || m.ZKRoot != "" || views != "" {
+	if m.ZKConnect != "" || m.ZKRoot != "" || views != "" || m.Generation > 0 || m.LogPos > 0 {
 		for _, s := range []string{m.ZKConnect, m.ZKRoot, views} {
 			tail = appendString(tail, s)
+		}
+	}
+	if m.Generation > 0 || m.LogPos > 0 {
+		// After the ensemble fields: decoders that predate them stop before.
+		tail = binary.AppendUvarint(tail, m.Generation)
+		if m.LogPos > 0 {
+			tail = binary.AppendUvarint(tail, uint64(m.LogPos))
 		}
 	}
 	var flags byte
@@ -286,6 +301,12 @@ func DecodeMeta(b []byte) (Meta, error) {
 		m.ZKRoot = d.string()
 		if v := d.string(); v != "" {
 			m.Views = strings.Split(v, ",")
+		}
+		if d.err == nil && len(d.b) > 0 {
+			m.Generation = d.uvarint()
+		}
+		if d.err == nil && len(d.b) > 0 {
+			m.LogPos = int64(d.uvarint())
 		}
 	}
 	if d.err != nil {

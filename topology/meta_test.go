@@ -27,6 +27,17 @@ func TestMetaRoundTrip(t *testing.T) {
 			Health:    Health{StorageOK: true, ReplicationOK: true},
 			ZKConnect: "zk-1.hf.example.net:2181,zk-2.hf.example.net:2181", ZKRoot: "/meta", Views: []string{"bj", "hf"},
 		}},
+		{"promoted master with a generation", Meta{
+			Site: "hf", Role: RoleMaster, BrokerID: 1, SlaveID: -1, ServeURL: "meta://127.0.0.1:9123",
+			ReplAddr: "127.0.0.1:9124", Health: Health{StorageOK: true, ReplicationOK: true}, Generation: 3,
+		}},
+		{"generation with ensemble", Meta{
+			Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://127.0.0.1:7123",
+			ZKConnect: "127.0.0.1:2181", ZKRoot: "/meta", Generation: 1 << 40,
+		}},
+		{"slave with a log position", Meta{
+			Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://127.0.0.1:7123", LogPos: 123456789,
+		}},
 		{"slave unhealthy", Meta{
 			Site: "hf", Role: RoleSlave, BrokerID: 1023, SlaveID: 7,
 			ServeURL: "meta://127.0.0.1:9123", Health: Health{StorageOK: false, ReplicationOK: true},

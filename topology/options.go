@@ -62,6 +62,9 @@ type Options struct {
 	// slave groups".
 	Health HealthSource
 	Lag    LagSource
+	// Mastership, when set, reports the role, slaveId, generation and
+	// replication address as they change at run time.
+	Mastership MastershipSource
 	// RefreshInterval is how often metadata is recomputed from Health and Lag
 	// and gossiped when it changed. Default 2s.
 	RefreshInterval time.Duration

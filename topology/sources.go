@@ -89,3 +89,25 @@ type OffsetFunc func(ctx context.Context) ([]ConsumerOffset, error)
 
 // ConsumerOffsets calls f.
 func (f OffsetFunc) ConsumerOffsets(ctx context.Context) ([]ConsumerOffset, error) { return f(ctx) }
+
+// Mastership is what this bundle is for its brokerId right now, when that
+// changes at run time (a promotion or a demotion).
+type Mastership struct {
+	Role       Role
+	SlaveID    int    // -1 for a master
+	Generation uint64 // the master generation this bundle knows
+	ReplAddr   string // the replication listener of a master, "" on a slave
+	LogPos     int64  // applied (slave) or written (master) log position
+}
+
+// MastershipSource reports the bundle's current Mastership; it overrides
+// Options.Role, SlaveID and ReplAddr in the gossiped metadata.
+type MastershipSource interface {
+	Mastership() Mastership
+}
+
+// MastershipFunc adapts a function to MastershipSource.
+type MastershipFunc func() Mastership
+
+// Mastership calls f.
+func (f MastershipFunc) Mastership() Mastership { return f() }

@@ -307,6 +307,20 @@ func (t *Topology) Addr() string {
 	return t.addr
 }
 
+// Master returns the alive master of brokerID with the highest generation
+// gossip knows, other than this bundle; ok is false when there is none.
+func (t *Topology) Master(brokerID int) (m Member, ok bool) {
+	for _, c := range t.Members() {
+		if c.Name == t.opts.Name || c.State != StateAlive || c.Meta.Role != RoleMaster || c.Meta.BrokerID != brokerID {
+			continue
+		}
+		if !ok || c.Meta.Generation > m.Meta.Generation {
+			m, ok = c, true
+		}
+	}
+	return m, ok
+}
+
 // Name returns this node's gossip name.
 func (t *Topology) Name() string { return t.opts.Name }
 
@@ -656,6 +670,13 @@ func (t *Topology) computeMeta() Meta {
 	}
 	if t.opts.Lag != nil {
 		m.Lag = SummarizeLag(t.opts.Lag.Lag(), t.opts.LaggingAfter)
+	}
+	if t.opts.Mastership != nil {
+		ms := t.opts.Mastership.Mastership()
+		m.Role, m.SlaveID, m.Generation, m.ReplAddr, m.LogPos = ms.Role, ms.SlaveID, ms.Generation, ms.ReplAddr, ms.LogPos
+		if ms.Role != RoleMaster {
+			m.Lag = nil
+		}
 	}
 	if v := t.views.Load(); v != nil {
 		m.Views = *v

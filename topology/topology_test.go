@@ -463,3 +463,48 @@ func TestMetadataChangedDuringStartIsGossiped(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAddrWhileMetadataChanges: Addr is read (the bundle logs and serves it)
+// while the refresh loop gossips changed metadata with UpdateNode, which
+// rewrites memberlist's local node; under -race this must stay quiet.
+func TestAddrWhileMetadataChanges(t *testing.T) {
+	n := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	want := n.t.Addr()
+	if want == "" {
+		t.Fatal("Addr is empty after Start")
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ok := false
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ok = !ok
+			n.health.set(Health{StorageOK: ok, ReplicationOK: true})
+			n.t.Refresh()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	updates := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && updates < 20 {
+		if got := n.t.Addr(); got != want {
+			t.Fatalf("Addr changed from %s to %s", want, got)
+		}
+		if m, ok := memberOf(n.t, "bj-1-m"); ok && !m.Meta.Health.StorageOK {
+			updates++
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+	if updates == 0 {
+		t.Fatal("the metadata never changed: the test did not exercise UpdateNode")
+	}
+}

@@ -116,6 +116,8 @@ func (s *Server) blocks() []block {
 			{"fenceSites", itoa(s.Replication.FenceSites)},
 			{"leaseMs", ms(s.Replication.Lease)},
 			{"secretFile", s.Replication.SecretFile},
+			{"autoFailover", btoa(s.Replication.AutoFailover)},
+			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

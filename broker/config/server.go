@@ -45,6 +45,7 @@ const (
 	DefaultCompression               = "zstd"
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
+	DefaultAutoFailoverAfter         = 30 * time.Second
 	DefaultSlaveGroupPrefix          = "meta-slave-group"
 	DefaultSlaveMaxDelay             = 500 * time.Millisecond
 
@@ -608,6 +609,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		FenceSites:           int(r.integer("fenceSites", 0, 0, 64)),
 		Lease:                r.millis("leaseMs", DefaultLease, 100),
 		SecretFile:           r.str("secretFile", ""),
+		AutoFailover:         r.boolean("autoFailover", false),
+		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 

@@ -217,6 +217,13 @@ type Replication struct {
 	// before anything is sent. The secret itself never goes in server.ini.
 	// A relative path is taken from server.ini's directory.
 	SecretFile string
+	// AutoFailover (autoFailover, default false) lets a slave site promote
+	// itself when a majority of the sites (by gossip) and its own
+	// ZooKeeper agree its master has been unreachable for AutoFailoverAfter
+	// (autoFailoverAfterMs, default 30000); only the most caught-up slave
+	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
+	AutoFailover      bool
+	AutoFailoverAfter time.Duration
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

@@ -45,7 +45,7 @@ commands:
   slave-status                            -f server.ini
   promote [--force]                       -f server.ini (at a slave site: become master)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
-  switchover -to <slave>                  -f server.ini (at the master: hand over to a slave, nothing lost)
+  switchover -to <slave> [-follow addr]   -f server.ini (at the master: hand over to a slave, nothing lost, then follow it)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -104,6 +104,7 @@ type common struct {
 	dataPath string
 	force    bool
 	to       string
+	follow   string
 	publish  bool
 	brokers  string
 	part     int
@@ -133,6 +134,7 @@ func newFlags(name string) *common {
 	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
 	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
 	fs.StringVar(&c.to, "to", "", "switchover: the slave that takes over (slave group, its last '-' field, or slaveId)")
+	fs.StringVar(&c.follow, "follow", "", "switchover without ZooKeeper: the new master's replication address, which this master then follows as a slave")
 	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
 	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
 	fs.IntVar(&c.part, "partition", -1, "repair: partition")
@@ -213,7 +215,7 @@ func run(cmd string, args []string) error {
 		if c.to == "" {
 			return errors.New("-to is required")
 		}
-		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}})
+		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}, "follow": {c.follow}})
 	case "promote":
 		q := url.Values{}
 		if c.force {

@@ -430,6 +430,12 @@ func (b *Bundle) Status() Status {
 // SlaveStatus answers slave-status: the async-slave component's report, or
 // an error when this bundle is not an async slave.
 func (b *Bundle) SlaveStatus() (any, error) {
+	if b.promotedShipper() != nil {
+		return nil, errors.New("bundle: not an async slave: this site was promoted to master")
+	}
+	if rc := b.demotedReceiver(); rc != nil {
+		return rc.SlaveStatus(), nil
+	}
 	for _, c := range b.comps {
 		if r, ok := c.(SlaveStatusReporter); ok {
 			return r.SlaveStatus(), nil

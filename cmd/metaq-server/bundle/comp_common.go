@@ -109,7 +109,7 @@ func (b *Bundle) shipperEnabled(configKeys) bool {
 // MetaQ).
 func (b *Bundle) slaveStats() broker.SlaveStats {
 	if b.opts.Mode == ModeSlave || b.shipperEnabled(readConfigKeys(b.Config())) {
-		b.slave.isSlave = b.opts.Mode == ModeSlave
+		b.slave.isSlave.Store(b.opts.Mode == ModeSlave)
 		return &b.slave
 	}
 	return nil
@@ -118,11 +118,11 @@ func (b *Bundle) slaveStats() broker.SlaveStats {
 // slaveStatsHolder lets the broker, which starts before the components,
 // answer `stats slave` from the replication component once it runs.
 type slaveStatsHolder struct {
-	isSlave bool
+	isSlave atomic.Bool // changes with a promotion or a demotion
 	lines   atomic.Pointer[func() []string]
 }
 
-func (h *slaveStatsHolder) IsSlave() bool { return h.isSlave }
+func (h *slaveStatsHolder) IsSlave() bool { return h.isSlave.Load() }
 
 func (h *slaveStatsHolder) Lines() []string {
 	if f := h.lines.Load(); f != nil {

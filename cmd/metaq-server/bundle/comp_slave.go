@@ -348,7 +348,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	cfg := b.Config()
 	var res georeplicator.Resolver
 	if sl.MasterAddress != "" {
-		res = georeplicator.StaticResolver(sl.MasterAddress)
+		res = b.gossipResolver(sl.MasterAddress)
 	} else {
 		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
 	}

@@ -87,24 +87,29 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	ship, hasShipper := findComp[*shipperComponent](b)
 	if hasShipper {
 		o.ReplAddr = ship.Addr()
-		o.Lag = topology.LagFunc(func() []topology.GroupLag {
-			s := ship.Shipper()
-			if s == nil {
-				return nil
-			}
-			return topologyLag(s.Lag())
-		})
 	}
-	recv, hasReceiver := findComp[*receiverComponent](b)
+	// Lag and health follow the role as a promotion or a demotion changes
+	// it: the running shipper (configured or promoted), else the receiver.
+	o.Lag = topology.LagFunc(func() []topology.GroupLag {
+		s := b.runningShipper()
+		if s == nil {
+			return nil
+		}
+		return topologyLag(s.Lag())
+	})
 	o.Health = topology.HealthFunc(func() topology.Health {
 		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
-		if hasReceiver {
-			h.ReplicationOK = recv.Connected() // either method
-		}
-		if hasShipper {
-			h.ReplicationOK = ship.Shipper() != nil
+		switch rc := b.receiver(); {
+		case b.runningShipper() != nil:
+		case b.promotedShipper() == nil && rc != nil:
+			h.ReplicationOK = rc.Connected() // either method
+		case hasShipper || b.promotedShipper() != nil:
+			h.ReplicationOK = false // a master whose shipper stopped
 		}
 		return h
+	})
+	o.Mastership = topology.MastershipFunc(func() topology.Mastership {
+		return b.mastership(topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr})
 	})
 	t, err := topology.New(o)
 	if err != nil {
@@ -173,6 +178,23 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 				log.Warn("TOPOLOGY: site views stopped", "err", err)
 			}
 		}()
+	}
+	every := max(o.RefreshInterval, 50*time.Millisecond)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.watchGossipGenerations(rctx, t, every)
+	}()
+	if rp := cfg.Replication; rp.AutoFailover && b.Slave != nil {
+		if b.Registry == nil {
+			log.Warn("FAILOVER: [replication] autoFailover=true needs ZooKeeper to agree the master is lost; it stays off")
+		} else {
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, every)
+			}()
+		}
 	}
 	c.mu.Lock()
 	c.t, c.cancel = t, cancel

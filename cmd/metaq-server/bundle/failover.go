@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/config"
 	"metaq/georeplicator"
 	"metaq/topology"
 )
@@ -28,6 +29,10 @@ type failoverState struct {
 	mu       sync.Mutex
 	id       *georeplicator.IdentityStore
 	promoted *shipperComponent
+	// demoted is the receiver a master started when it became a slave of
+	// the new master at run time, as slave demotedID.
+	demoted   *receiverComponent
+	demotedID int
 	// promoting: a promotion is in progress (one at a time).
 	promoting bool
 	// handovers are promotions a master's handover started (owned here,
@@ -141,7 +146,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		f.mu.Unlock()
 	}()
 
-	rc := compOf[*receiverComponent](b)
+	rc := b.receiver()
 	if rc == nil || rc.Receiver() == nil {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
@@ -180,6 +185,9 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	}
 	f.mu.Lock()
 	f.promoted = sc
+	if f.demoted == rc {
+		f.demoted = nil
+	}
 	f.mu.Unlock()
 	if b.Registry != nil {
 		// Producers and consumers that follow ZooKeeper move here.
@@ -192,6 +200,8 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		rep.Fence = s.Fence()
 	}
 	rep.Took = time.Since(start)
+	b.slave.isSlave.Store(false)
+	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
 		"behindBytes", rep.BehindBytes, "took", rep.Took)
 	return rep, nil
@@ -256,13 +266,17 @@ func (b *Bundle) closeFailover() error {
 	f := &b.failover
 	f.handovers.Wait()
 	f.mu.Lock()
-	sc := f.promoted
-	f.promoted = nil
+	sc, rc := f.promoted, f.demoted
+	f.promoted, f.demoted = nil, nil
 	f.mu.Unlock()
-	if sc == nil {
-		return nil
+	var err error
+	if rc != nil {
+		err = rc.Close()
 	}
-	return sc.Close()
+	if sc != nil {
+		err = errors.Join(err, sc.Close())
+	}
+	return err
 }
 
 // compOf returns the bundle's component of type T, nil when not running.
@@ -307,15 +321,19 @@ type SwitchoverReport struct {
 	// with fenceSites, waited out the lease).
 	WritesStopped time.Duration `json:"writesStoppedNs"`
 	Generation    uint64        `json:"newGeneration"`
+	// Following: this site became a slave of the new master.
+	Following bool `json:"following"`
 }
 
 // Switchover hands mastership to the slave named to (its slave group, the
 // group's last "-" field, or its slaveId) with nothing lost: this master
 // refuses puts (503, retriable), waits until that slave holds its whole
-// durable log, tells it to take over, and steps down (it keeps refusing
-// puts; restart it as a slave of the new master). If the slave does not
+// durable log, tells it to take over, and becomes a slave of the new
+// master (Demote): with ZooKeeper it finds the new master there, without
+// it at follow (the new master's replication address); with neither it
+// keeps refusing puts until restarted as a slave. If the slave does not
 // catch up within ctx, puts are taken again here.
-func (b *Bundle) Switchover(ctx context.Context, to string) (SwitchoverReport, error) {
+func (b *Bundle) Switchover(ctx context.Context, to, follow string) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
 	sc := b.promotedShipper()
 	if sc == nil {
@@ -353,15 +371,132 @@ func (b *Bundle) Switchover(ctx context.Context, to string) (SwitchoverReport, e
 	rep.To, rep.WritesStopped = name, time.Since(start)
 	rep.Generation = id.Generation() + 1
 	s.ObserveGeneration(rep.Generation, "switchover to "+name)
-	b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
-	if b.Registry != nil {
-		// Clients leave at once, and the new master can take the master node.
-		if err := b.Registry.UnregisterAll(ctx); err != nil {
-			b.log.Warn("FAILOVER: unregistering after the switchover", "err", err)
+	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
+	if b.Registry == nil && follow == "" {
+		b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
+		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until restarted as a slave of " + name)
+		return rep, nil
+	}
+	// The old master takes the slave id the new master leaves.
+	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
+	if err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s but cannot follow it: %w", name, err)
+	}
+	// Keep shipping until the new master has the promote message: it
+	// disconnects when it takes over. Stopping the shipper before could
+	// drop the message on its way.
+	if err := waitDisconnected(ctx, s, name); err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
+	}
+	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name}); err != nil {
+		b.Broker.AllowWrites(switchoverHolder)
+		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
+	}
+	b.Broker.AllowWrites(switchoverHolder)
+	rep.Following = true
+	return rep, nil
+}
+
+// Demotion says whom a former master follows.
+type Demotion struct {
+	SlaveID int // this site's slaveId from now on
+	// MasterAddress is the new master's replication address; "" finds it
+	// in ZooKeeper (ids/<brokerId>/replication).
+	MasterAddress string
+	NewMaster     string // named in the refusal puts get here
+	Group         string // slave group; default meta-slave-group-<site>
+}
+
+// Demote makes this master a slave of its brokerId's new master at run
+// time: puts are refused (403, naming the new master), the shipper stops,
+// the registration in ZooKeeper becomes the slave's, and a receiver
+// follows the new master. Records held beyond the new master's promotion
+// ends are cut and saved aside by the receiver (failback) before it
+// follows.
+func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
+	if d.MasterAddress == "" && b.Registry == nil {
+		return errors.New("demote: ZooKeeper is off: the new master's replication address is required")
+	}
+	if d.Group == "" {
+		d.Group = "meta-slave-group-" + b.Config().Site.Name
+	}
+	if d.NewMaster == "" {
+		d.NewMaster = d.MasterAddress
+	}
+	f := &b.failover
+	f.mu.Lock()
+	if f.demoted != nil || f.promoting || b.closing.Load() {
+		f.mu.Unlock()
+		return errors.New("demote: this site is already a slave, being promoted, or stopping")
+	}
+	sc := f.promoted
+	f.promoted = nil
+	f.mu.Unlock()
+	if sc == nil {
+		sc = compOf[*shipperComponent](b)
+	}
+	if sc == nil && b.receiver() != nil {
+		return errors.New("demote: this site is already a slave")
+	}
+	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
+		"this broker is no longer master of broker %d; it follows the new master %s: send puts there",
+		b.Config().System.BrokerID, d.NewMaster)})
+	if sc != nil {
+		if err := sc.Close(); err != nil {
+			b.log.Warn("FAILOVER: stopping the shipper", "err", err)
 		}
 	}
-	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
-	return rep, nil
+	// The shipper's fence no longer applies: the replica refusal stands.
+	b.Broker.AllowWrites(failoverHolder)
+	if err := b.Store.Flush(); err != nil {
+		return fmt.Errorf("demote: flush: %w", err)
+	}
+	if b.Registry != nil {
+		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
+			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
+		}
+	}
+	// Set before the receiver starts; the components that read it at run
+	// time (status, dashboard) see a slave from here on.
+	b.Slave = &config.Slave{
+		File:          "(demoted at run time)",
+		SlaveID:       d.SlaveID,
+		SlaveGroup:    d.Group,
+		SlaveMaxDelay: 500 * time.Millisecond,
+		MasterAddress: d.MasterAddress,
+	}
+	rc := newReceiverComponent()
+	if err := rc.Start(ctx, b); err != nil {
+		return fmt.Errorf("demote: follow the new master: %w", err)
+	}
+	f.mu.Lock()
+	f.demoted, f.demotedID = rc, d.SlaveID
+	f.mu.Unlock()
+	b.slave.isSlave.Store(true)
+	b.refreshGossip()
+	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
+	return nil
+}
+
+// receiver is the running async-slave receiver: the one a demotion
+// started, else the configured one; nil on a master.
+func (b *Bundle) receiver() *receiverComponent {
+	b.failover.mu.Lock()
+	rc := b.failover.demoted
+	b.failover.mu.Unlock()
+	if rc != nil {
+		return rc
+	}
+	return compOf[*receiverComponent](b)
+}
+
+// demotedReceiver is the receiver a demotion started, nil without one.
+func (b *Bundle) demotedReceiver() *receiverComponent {
+	b.failover.mu.Lock()
+	defer b.failover.mu.Unlock()
+	return b.failover.demoted
 }
 
 // serveSwitchover is POST /switchover?to=<slave> on the admin endpoint.
@@ -373,10 +508,252 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
-	rep, err := a.b.Switchover(ctx, to)
+	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// mastership is what gossip says this bundle is: static is the role it
+// started with; a promotion or a demotion at run time overrides it.
+func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
+	m := static
+	pos := b.appliedPos()
+	f := &b.failover
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id != nil { // opened by replication; a bundle without it has none
+		m.Generation = f.id.Generation()
+	}
+	switch {
+	case f.promoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleMaster, -1, f.promoted.Addr()
+	case f.demoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleSlave, f.demotedID, ""
+	}
+	if m.Role == topology.RoleSlave {
+		m.LogPos = max(pos, 0)
+	}
+	return m
+}
+
+// appliedPos is the log position a slave applied, -1 on a master or
+// while no stream receiver runs.
+func (b *Bundle) appliedPos() int64 {
+	if b.promotedShipper() != nil {
+		return -1
+	}
+	rc := b.receiver()
+	if rc == nil {
+		return -1
+	}
+	r := rc.Receiver()
+	if r == nil {
+		return -1
+	}
+	return r.Status().AppliedPos
+}
+
+// runAutoFailover promotes this slave site when the master has been lost
+// (masterLost) for after without a break and this site is the candidate.
+// It returns when ctx ends or once this site is master.
+func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, after, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		if b.promotedShipper() != nil {
+			return
+		}
+		lost, why := b.masterLost(ctx, t)
+		if !lost {
+			if !since.IsZero() {
+				b.log.Info("FAILOVER: the master is reachable again; no automatic failover", "why", why)
+			}
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+			b.log.Warn("FAILOVER: the master looks lost; promoting automatically if it stays so", "after", after, "why", why)
+			continue
+		}
+		if time.Since(since) < after {
+			continue
+		}
+		if cand, me := b.failoverCandidate(t); !me {
+			b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
+			continue
+		}
+		rep, err := b.Promote(ctx, false)
+		if err != nil {
+			b.log.Error("FAILOVER: automatic promotion failed", "err", err)
+			since = time.Time{}
+			continue
+		}
+		b.log.Warn("FAILOVER: promoted automatically", "generation", rep.Generation, "behindBytes", rep.BehindBytes, "lostFor", time.Since(since))
+		return
+	}
+}
+
+// masterLost reports whether a majority of the sites of this brokerId (by
+// gossip: the master's site when its bundle is not alive there, a slave
+// site whose bundle gossips that it has lost its master) and this site's
+// ZooKeeper (no master node) agree that the master is unreachable, and why
+// (or why not).
+func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, string) {
+	rc := b.receiver()
+	if rc == nil || rc.Connected() {
+		return false, "this site reaches its master"
+	}
+	brokerID := b.Config().System.BrokerID
+	sites, agree := map[string]bool{}, map[string]bool{b.Config().Site.Name: true}
+	for _, m := range t.Members() {
+		if m.Meta.BrokerID != brokerID {
+			continue
+		}
+		sites[m.Meta.Site] = true
+		switch {
+		case m.Meta.Role == topology.RoleMaster && m.State != topology.StateAlive:
+			agree[m.Meta.Site] = true
+		case m.Meta.Role == topology.RoleSlave && m.State == topology.StateAlive && !m.Meta.Health.ReplicationOK:
+			agree[m.Meta.Site] = true
+		}
+	}
+	sites[b.Config().Site.Name] = true
+	total := max(len(sites), b.Config().Replication.FenceSites)
+	if 2*len(agree) <= total {
+		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
+	}
+	if b.Registry == nil {
+		return false, "ZooKeeper is off: automatic failover needs this site's ZooKeeper to agree"
+	}
+	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	path := b.Registry.Paths().Broker(brokerID, -1)
+	ok, _, err := b.Registry.Exists(zctx, path)
+	switch {
+	case err != nil:
+		return false, "this site's ZooKeeper cannot be read: " + err.Error()
+	case ok:
+		return false, "the master is still registered in this site's ZooKeeper at " + path
+	}
+	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
+}
+
+// failoverCandidate is the slave site automatic failover promotes: of the
+// alive slave sites of this brokerId that lost the master, the one with
+// the highest log position, ties to the lowest site name. me is true when
+// it is this site.
+func (b *Bundle) failoverCandidate(t *topology.Topology) (string, bool) {
+	brokerID, mySite := b.Config().System.BrokerID, b.Config().Site.Name
+	best, bestPos := mySite, b.appliedPos()
+	for _, m := range t.Members() {
+		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleSlave ||
+			m.State != topology.StateAlive || m.Meta.Health.ReplicationOK {
+			continue
+		}
+		if m.Meta.LogPos > bestPos || (m.Meta.LogPos == bestPos && m.Meta.Site < best) {
+			best, bestPos = m.Meta.Site, m.Meta.LogPos
+		}
+	}
+	return best, best == mySite
+}
+
+// refreshGossip gossips a changed mastership now rather than at the next
+// refresh.
+func (b *Bundle) refreshGossip() {
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		if t := tc.Topology(); t != nil {
+			t.Refresh()
+		}
+	}
+}
+
+// runningShipper is the shipper of a master: the one a promotion started,
+// else the configured one; nil on a slave or after a demotion.
+func (b *Bundle) runningShipper() *georeplicator.Shipper {
+	sc := b.promotedShipper()
+	if sc == nil && b.demotedReceiver() == nil {
+		sc = compOf[*shipperComponent](b)
+	}
+	if sc == nil {
+		return nil
+	}
+	return sc.Shipper()
+}
+
+// watchGossipGenerations tells the running shipper about a master of a
+// newer generation that gossip brings (another site was promoted, also
+// with ZooKeeper off or unreachable): this master then steps down and
+// refuses puts. It returns when ctx ends.
+func (b *Bundle) watchGossipGenerations(ctx context.Context, t *topology.Topology, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		m, ok := t.Master(b.Config().System.BrokerID)
+		if !ok || m.Meta.Generation == 0 {
+			continue
+		}
+		if s := b.runningShipper(); s != nil {
+			s.ObserveGeneration(m.Meta.Generation, "gossip from "+m.Meta.Site)
+		}
+	}
+}
+
+// gossipResolver finds the master to follow with ZooKeeper off: the master
+// of the highest generation gossip knows when a promotion made one (and it
+// is not older than what this site already followed), else static (the
+// masterAddress of async_slave.properties).
+func (b *Bundle) gossipResolver(static string) georeplicator.Resolver {
+	brokerID := b.Config().System.BrokerID
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		tc := compOf[*topologyComponent](b)
+		if tc == nil || tc.Topology() == nil {
+			return static, nil
+		}
+		m, ok := tc.Topology().Master(brokerID)
+		if !ok || m.Meta.Generation == 0 || m.Meta.ReplAddr == "" {
+			return static, nil
+		}
+		if id, err := b.identity(); err == nil && m.Meta.Generation < id.Generation() {
+			return static, nil
+		}
+		return m.Meta.ReplAddr, nil
+	})
+}
+
+// waitDisconnected waits until the slave named group/slaveId is no longer
+// connected to s.
+func waitDisconnected(ctx context.Context, s *georeplicator.Shipper, name string) error {
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		connected := false
+		for _, g := range s.Lag() {
+			if g.Connected && fmt.Sprintf("%s/%d", g.Group, g.SlaveID) == name {
+				connected = true
+			}
+		}
+		if !connected {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not take over: %w", name, ctx.Err())
+		case <-tk.C:
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,17 +17,17 @@ import (
 
 	"metaq/broker/client"
 	"metaq/broker/store"
+	"metaq/georeplicator"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
 
 // failoverINI is the shared server.ini of these tests: topic orders with two
-// partitions, gossip off, replication keys added.
+// partitions, gossip on, replication keys added.
 func failoverINI(replication string) string { return failoverINIZK("", "", replication) }
 
 func failoverINIZK(zk, root, replication string) string {
 	s := sharedINI(zk, root, "[topic=orders]\nnumPartitions=2\n")
-	s = strings.Replace(s, "[gossip]\n", "[gossip]\nenable=false\n", 1)
 	return strings.Replace(s, "[replication]\n", "[replication]\n"+replication, 1)
 }
 
@@ -261,9 +262,41 @@ func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
 	}
 }
 
+// wantFollowsByteIdentical waits until follower holds leader's whole log
+// of topic and checks both hold the same bytes in every partition.
+func wantFollowsByteIdentical(t *testing.T, leader, follower *Bundle, topic string) {
+	t.Helper()
+	waitCaughtUp(t, leader, follower, topic, 20*time.Second)
+	for _, p := range leader.Store.Partitions() {
+		if p.Topic != topic {
+			continue
+		}
+		lb, _ := leader.Store.Read(topic, p.Partition, 0, 64<<20)
+		fb, _ := follower.Store.Read(topic, p.Partition, 0, 64<<20)
+		if len(lb) == 0 || string(lb) != string(fb) {
+			t.Fatalf("%s-%d: the follower holds %d bytes, the leader %d, or they differ", topic, p.Partition, len(fb), len(lb))
+		}
+	}
+}
+
+// wantDemoted checks that a former master refuses puts for good (403)
+// naming the new master and runs a receiver.
+func wantDemoted(t *testing.T, old *Bundle, newMaster string) {
+	t.Helper()
+	r := old.Broker.WriteRefusal()
+	if r == nil || r.Retry || !strings.Contains(r.Reason, newMaster) {
+		t.Fatalf("the former master's write refusal %+v, want 403 naming %s", r, newMaster)
+	}
+	if old.demotedReceiver() == nil || old.promotedShipper() != nil || compOf[*shipperComponent](old).Shipper() != nil {
+		t.Fatal("the former master does not run a receiver, or still ships")
+	}
+}
+
 // TestSwitchover: `switchover -to hf` at bj stops puts at bj, waits until
 // hf holds bj's whole durable log, and hands over: hf becomes master with
-// every message bj acknowledged, bj refuses puts, gz follows hf.
+// every message bj acknowledged, bj becomes a slave of hf at run time
+// (refusing puts with 403 naming hf) and follows it byte-identically, gz
+// follows hf.
 func TestSwitchover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
@@ -287,13 +320,16 @@ func TestSwitchover(t *testing.T) {
 		return nil
 	})
 
+	// Without ZooKeeper bj follows the address it is given: a proxy aimed
+	// at hf's shipper once hf ships.
+	toNewMaster := wanProxy(t, "127.0.0.1:1")
 	start := time.Now()
-	code, body := testutil.HTTPDo(t, "POST", "http://"+bj.AdminAddr()+"/switchover?to=hf", "")
+	code, body := testutil.HTTPDo(t, "POST", "http://"+bj.AdminAddr()+"/switchover?to=hf&follow="+toNewMaster.Addr(), "")
 	var rep SwitchoverReport
 	if err := json.Unmarshal(body, &rep); code != http.StatusOK || err != nil {
 		t.Fatalf("POST /switchover: %d %s (%v)", code, body, err)
 	}
-	if !strings.HasPrefix(rep.To, "meta-slave-group-hf/") || rep.Generation != 1 {
+	if !strings.HasPrefix(rep.To, "meta-slave-group-hf/") || rep.Generation != 1 || !rep.Following {
 		t.Fatalf("switchover report %+v", rep)
 	}
 	testutil.Eventually(t, 15*time.Second, 5*time.Millisecond, func() error {
@@ -303,9 +339,8 @@ func TestSwitchover(t *testing.T) {
 		return nil
 	})
 	t.Logf("writes stopped at bj for %s before the handover; hf took puts %s after the command", rep.WritesStopped, time.Since(start))
-	if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
-		t.Fatalf("bj after the switchover: %+v", r)
-	}
+	wantDemoted(t, bj, "meta-slave-group-hf/")
+	toNewMaster.SetTarget(hf.promotedShipper().Addr())
 	for p := range 2 {
 		bb, _ := bj.Store.Read("orders", p, 0, 1<<20)
 		hb, _ := hf.Store.Read("orders", p, 0, 1<<20)
@@ -317,6 +352,8 @@ func TestSwitchover(t *testing.T) {
 	toGZ.SetTarget(hf.promotedShipper().Addr())
 	toGZ.CutAll()
 	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
 }
 
 // TestSwitchoverZooKeeperNoLoss: a Go producer that follows ZooKeeper
@@ -383,7 +420,7 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // traffic before the switchover
-	rep, err := bj.Switchover(ctx, "hf")
+	rep, err := bj.Switchover(ctx, "hf", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,6 +455,24 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 		}
 	}
 	t.Logf("%d messages acknowledged; writes stopped at bj for %s; longest gap between acknowledgements %s", len(acked), rep.WritesStopped, maxGap)
+	if !rep.Following {
+		t.Fatalf("switchover report %+v: bj does not follow hf", rep)
+	}
+	// bj found hf in ZooKeeper, registered as hf's former slaveId, and
+	// holds hf's log byte for byte, including what hf took after.
+	wantDemoted(t, bj, "meta-slave-group-hf/")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		kids, err := zc.Children(context.Background(), zc.Paths().BrokerID(0))
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(kids, "slave1") || !slices.Contains(kids, "master") {
+			return fmt.Errorf("ids/0 holds %v, want master and slave1", kids)
+		}
+		return nil
+	})
 }
 
 // TestMasterStepsDownOnZooKeeperGeneration: a master that finds a newer
@@ -446,4 +501,164 @@ func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDemoteCutsUnreplicatedTail: bj, cut off from hf, acknowledges
+// records hf never gets; hf is promoted; bj, demoted at run time (no
+// restart), cuts those records, saves them aside, and then follows hf
+// byte-identically.
+func TestDemoteCutsUnreplicatedTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: "nats://" + natsListen})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	toHF.SetRefuse(true)
+	toHF.CutAll()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Receiver().Status().Connected {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	produce(t, bj.Broker.Addr().String(), "orders", 30, "bj-unreplicated")
+	if _, err := hf.Promote(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+
+	toNewMaster := wanProxy(t, hf.promotedShipper().Addr())
+	if err := bj.Demote(context.Background(), Demotion{SlaveID: 1, MasterAddress: toNewMaster.Addr(), NewMaster: "hf"}); err != nil {
+		t.Fatal(err)
+	}
+	wantDemoted(t, bj, "hf")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	tails, err := georeplicator.ListTails(filepath.Join(root, "bj", "data", "replication", "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := 0
+	for _, f := range tails {
+		saved += f.Records
+	}
+	if saved != 30 {
+		t.Fatalf("bj saved %d records aside (%+v), want the 30 hf never got", saved, tails)
+	}
+}
+
+// TestGossipFollowsNewMaster (ZooKeeper off): bj is cut off from the other
+// sites' replication links but still gossips; hf is promoted with force.
+// bj learns hf's newer generation by gossip and refuses puts; gz, whose
+// async_slave.properties still names bj, follows hf because gossip says
+// hf is the master of the highest generation; hf no longer reports itself
+// a slave.
+func TestGossipFollowsNewMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+	if _, err := hf.SlaveStatus(); err != nil || !hf.slave.IsSlave() {
+		t.Fatalf("hf before the promotion: slave-status %v, stats slave says slave %t", err, hf.slave.IsSlave())
+	}
+
+	for _, p := range []*netproxy.Proxy{toHF, toGZ} {
+		p.SetRefuse(true)
+		p.CutAll()
+	}
+	rep, err := hf.Promote(context.Background(), true)
+	if err != nil || rep.Generation != 1 {
+		t.Fatalf("promote: %+v %v", rep, err)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r == nil || !r.Retry {
+			return fmt.Errorf("bj still takes puts (refusal %+v)", r)
+		}
+		return nil
+	})
+	if _, err := hf.SlaveStatus(); err == nil || hf.slave.IsSlave() {
+		t.Fatalf("hf after the promotion: slave-status %v, stats slave says slave %t", err, hf.slave.IsSlave())
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+}
+
+// TestAutoFailover: with [replication] autoFailover=true, hf alone losing
+// bj (its link cut, gz still connected, bj registered in ZooKeeper) is
+// not promoted; once bj is gone, hf, the most caught-up slave site (gz,
+// cut off earlier, is behind though its name sorts first), promotes itself
+// and gz follows it; gz does not promote itself.
+func TestAutoFailover(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	shared := failoverINIZK(zk, zkRoot, "autoFailover=true\nautoFailoverAfterMs=500\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 50, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+
+	disconnect := func(p *netproxy.Proxy, s *Bundle) {
+		p.SetRefuse(true)
+		p.CutAll()
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if mustComp[*receiverComponent](t, s).Connected() {
+				return errors.New("still connected to bj")
+			}
+			return nil
+		})
+	}
+	// hf alone cannot reach bj: no majority, and bj is in ZooKeeper.
+	disconnect(toHF, hf)
+	time.Sleep(2 * time.Second) // four times autoFailoverAfterMs
+	if hf.promotedShipper() != nil {
+		t.Fatal("hf promoted itself while bj was alive and reachable from gz")
+	}
+	toHF.SetRefuse(false)
+
+	// gz falls behind, then bj is lost.
+	disconnect(toGZ, gz)
+	produce(t, bj.Broker.Addr().String(), "orders", 30, "bj-late")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	bj.Close()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil || hf.Broker.WriteRefusal() != nil {
+			return errors.New("hf is not master yet")
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 20, "hf")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+	if gz.promotedShipper() != nil {
+		t.Fatal("gz promoted itself too")
+	}
 }
