@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"metaq/broker/config"
+	"metaq/internal/atomicfile"
 )
 
 // Agent applies pushed versions of server.ini on one site. Create it with
@@ -405,17 +406,17 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 	if prevVersion > 0 {
 		backup = a.o.ConfigPath + ".v" + strconv.FormatUint(prevVersion, 10)
 	}
-	if err := writeFileAtomic(backup, old, 0o644); err != nil {
-		return fail(err)
+	if err := atomicfile.WriteFile(backup, old, 0o644); err != nil {
+		return fail(fmt.Errorf("configsync: keep previous version: %w", err))
 	}
-	if err := writeFileAtomic(a.o.ConfigPath, v.Data, 0o644); err != nil {
-		return fail(err)
+	if err := atomicfile.WriteFile(a.o.ConfigPath, v.Data, 0o644); err != nil {
+		return fail(fmt.Errorf("configsync: write version %d: %w", v.Version, err))
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.o.ReloadTimeout)
 	changes, err := a.o.Reloader.Reload(rctx, cfg)
 	cancel()
 	if err != nil {
-		if rerr := writeFileAtomic(a.o.ConfigPath, old, 0o644); rerr != nil {
+		if rerr := atomicfile.WriteFile(a.o.ConfigPath, old, 0o644); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("restore previous file: %w", rerr))
 		}
 		return fail(fmt.Errorf("configsync: reload version %d: %w", v.Version, err))
@@ -625,7 +626,10 @@ func (a *Agent) writeSidecar(sc sidecar) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(a.sidecarPath(), b, 0o644)
+	if err := atomicfile.WriteFile(a.sidecarPath(), b, 0o644); err != nil {
+		return fmt.Errorf("configsync: write version record: %w", err)
+	}
+	return nil
 }
 
 // pruneBackups keeps the newest KeepVersions <ConfigPath>.v<N> files.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"metaq/internal/atomicfile"
 	"metaq/internal/clock"
 )
 
@@ -289,36 +290,11 @@ func lessKey(a, b pkey) bool {
 	return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
 }
 
-// writeFileAtomic replaces path with data so that a crash leaves either the
-// old or the new content: temp file, fsync, rename, fsync the directory.
+// writeFileAtomic replaces path with data (see internal/atomicfile),
+// creating its directory first.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path, data, 0o644)
 }

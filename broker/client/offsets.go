@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"metaq/internal/atomicfile"
 )
 
 // OffsetRecord is a consumer group's position in one partition: the next
@@ -208,28 +210,8 @@ func (s *FileOffsetStore) Commit(_ context.Context, group string, recs []OffsetR
 	if err != nil {
 		return err
 	}
-	tmp := s.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := atomicfile.WriteFile(s.path, b, 0o644); err != nil {
 		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("client: sync offsets: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("client: rename offsets: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(s.path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
