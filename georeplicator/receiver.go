@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"metaq/broker/store"
+	"metaq/internal/routines"
 )
 
 // DivergedError means the slave holds bytes for a partition that differ from
@@ -76,11 +77,11 @@ type Receiver struct {
 	log    *slog.Logger
 	causes *causeLog
 
-	closing atomic.Bool
-	started atomic.Bool
-	wg      sync.WaitGroup
-	ctx     context.Context
-	cancel  context.CancelFunc
+	closing  atomic.Bool
+	started  atomic.Bool
+	routines routines.Group
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	mu      sync.Mutex // guards the fields below
 	conn    net.Conn
@@ -137,23 +138,9 @@ func (r *Receiver) Start() error {
 	r.mu.Lock()
 	r.st.Running = true
 	r.mu.Unlock()
-	r.goFunc(r.run)
-	r.goFunc(r.checkpointLoop)
+	r.routines.Go(r.run)
+	r.routines.Go(r.checkpointLoop)
 	return nil
-}
-
-func (r *Receiver) goFunc(f func()) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing.Load() {
-		return false
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		f()
-	}()
-	return true
 }
 
 // Close stops replication, waits for its goroutines and writes a final
@@ -164,13 +151,14 @@ func (r *Receiver) Close() error {
 		r.mu.Unlock()
 		return nil
 	}
+	r.routines.Stop()
 	if r.conn != nil {
 		r.conn.Close()
 	}
 	r.st.Running = false
 	r.mu.Unlock()
 	r.cancel()
-	r.wg.Wait()
+	r.routines.Wait()
 	err := r.checkpointNow()
 	r.dec.Close()
 	return err
@@ -579,7 +567,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		case typeConfig:
 			if len(f.wire) > 0 && r.opts.OnMasterConfig != nil {
 				conf := bytes.Clone(f.wire)
-				r.goFunc(func() {
+				r.routines.Go(func() {
 					if err := r.opts.OnMasterConfig(r.ctx, conf); err != nil {
 						r.log.Warn("applying the master's config failed", "err", err)
 						r.setErr(err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"metaq/broker/store"
+	"metaq/internal/routines"
 )
 
 // Shipper is the master side: it accepts slaves on the replication address
@@ -22,12 +23,12 @@ type Shipper struct {
 	opts ShipperOptions
 	log  *slog.Logger
 
-	ln      net.Listener
-	closing atomic.Bool
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	ctx     context.Context
-	cancel  context.CancelFunc
+	ln       net.Listener
+	closing  atomic.Bool
+	quit     chan struct{}
+	routines routines.Group
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -81,10 +82,10 @@ func (s *Shipper) Start() error {
 			s.log.Info("forgetting a slave that last connected without authentication", "slave", fmt.Sprintf("SLAVE(%s/%d)", k.Group, k.SlaveID))
 		}
 	}
-	s.goFunc(s.acceptLoop)
-	s.goFunc(s.persistLoop)
+	s.routines.Go(s.acceptLoop)
+	s.routines.Go(s.persistLoop)
 	s.fenceAtStart()
-	s.goFunc(s.leaseLoop)
+	s.routines.Go(s.leaseLoop)
 	return nil
 }
 
@@ -96,21 +97,6 @@ func (s *Shipper) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// goFunc starts an owned goroutine unless shutdown has begun.
-func (s *Shipper) goFunc(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing.Load() {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // Close stops accepting, disconnects every slave, saves progress and waits
 // for all goroutines. Idempotent.
 func (s *Shipper) Close() error {
@@ -119,6 +105,7 @@ func (s *Shipper) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
+	s.routines.Stop()
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -128,7 +115,7 @@ func (s *Shipper) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.cancel()
-	s.wg.Wait()
+	s.routines.Wait()
 	s.waits.close()
 	return s.prog.save()
 }
@@ -155,10 +142,8 @@ func (s *Shipper) acceptLoop() {
 			return
 		}
 		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
+		// Started under s.mu: Close stops the group under s.mu too.
+		s.routines.Go(func() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.conns, c)
@@ -168,7 +153,8 @@ func (s *Shipper) acceptLoop() {
 			if err := s.serve(c); err != nil && !s.closing.Load() {
 				s.log.Warn("slave connection ended", "remote", c.RemoteAddr().String(), "err", err)
 			}
-		}()
+		})
+		s.mu.Unlock()
 	}
 }
 
