@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -581,7 +582,7 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (ok, modified bool, err
 		if len(ps) > 0 {
 			parts[t] = ps
 		}
-		if !equalStrings(ps, cs.oldParts[t]) || !equalStrings(consumers[t], cs.oldCons[t]) {
+		if !slices.Equal(ps, cs.oldParts[t]) || !slices.Equal(consumers[t], cs.oldCons[t]) {
 			changed = append(changed, t)
 		}
 	}
@@ -637,18 +638,6 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (ok, modified bool, err
 	cs.oldCons = consumers
 	cs.startFetchersLocked()
 	return true, true, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (cs *Consumer) ownerPath(topic string, p Partition) string {

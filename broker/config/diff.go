@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -78,7 +79,7 @@ func Diff(old, new *Server) Changes {
 		switch {
 		case !ok:
 			c.TopicsAdded = append(c.TopicsAdded, name)
-		case !sameEntries(oe, nTopics[name]):
+		case !slices.Equal(oe, nTopics[name]):
 			c.TopicsChanged = append(c.TopicsChanged, name)
 		}
 	}
@@ -103,18 +104,6 @@ func blocksOf(s *Server) []block {
 		return nil
 	}
 	return s.blocks()
-}
-
-func sameEntries(a, b []entry) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func toMap(es []entry) map[string]string {
