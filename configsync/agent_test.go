@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -501,7 +502,7 @@ func TestAgentStartsBeforeNATS(t *testing.T) {
 	cfg, _, err := config.Load(path)
 	must(t, err)
 	rec := &recorder{cfg: cfg}
-	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: "nats://" + addr, Reloader: rec, Logger: testLogger(t)})
+	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: "nats://" + addr, Reloader: rec, Logger: testutil.Logger(t, slog.LevelDebug)})
 	must(t, err)
 	must(t, a.Start(context.Background())) // does not wait for NATS
 	defer a.Close()

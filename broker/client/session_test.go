@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestConsumerSessionExpiry(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := New(cctx, Config{ZKServers: []string{px.Addr()}, ZKRoot: root, ZKSessionTimeout: 4 * time.Second,
-		ZKSyncTime: 200 * time.Millisecond, RequestTimeout: 2 * time.Second, Logger: testLogger(t)})
+		ZKSyncTime: 200 * time.Millisecond, RequestTimeout: 2 * time.Second, Logger: testutil.Logger(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,18 @@ package bundle
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"testing"
+
+	"metaq/internal/testutil"
 )
 
 // TestGregorNeverRegisters: a gregor (synchronous) slave keeps out of
 // ZooKeeper even when zk.zkEnable is true (spec §5.3), and accepts `sync`.
 func TestGregorNeverRegisters(t *testing.T) {
 	e := newEnv(t, "[topic=test]\nnumPartitions=1\n")
-	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testLogger(t),
+	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})
 	if err != nil {
 		t.Fatal(err)

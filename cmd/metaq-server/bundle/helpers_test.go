@@ -76,7 +76,7 @@ func (e *testEnv) start(t *testing.T) *Bundle {
 	t.Helper()
 	return startBundle(t, Options{
 		ConfigPath: e.ini,
-		Logger:     testLogger(t),
+		Logger:     testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
 		AdminAddr:  "127.0.0.1:0",
 	})
@@ -94,13 +94,6 @@ func startBundle(t *testing.T, opts Options) *Bundle {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // zkClient opens a plain ZooKeeper session on the test root.

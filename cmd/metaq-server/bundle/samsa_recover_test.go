@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -198,7 +199,7 @@ func TestSamsaRecoverOffset(t *testing.T) {
 	os.WriteFile(props, []byte("slave=127.0.0.1:"+strconv.Itoa(testutil.FreePort(t))+
 		"\nrecoverOffset=true\nrecoverParallel=true\nrecoverParallelHint=2\n"), 0o644)
 	startSamsa := func() *Bundle {
-		b, err := New(Options{ConfigPath: e.ini, Mode: ModeSamsa, PluginPath: props, Logger: testLogger(t),
+		b, err := New(Options{ConfigPath: e.ini, Mode: ModeSamsa, PluginPath: props, Logger: testutil.Logger(t, slog.LevelInfo),
 			ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})
 		if err != nil {
 			t.Fatal(err)
@@ -313,7 +314,7 @@ func TestRecoverOffsetsErrors(t *testing.T) {
 	}
 	bad := e.root + "/consumers/g/offsets/t/3-0"
 	parts := []topicPartition{{"t", 0}, {"t", 1}}
-	res, err := recoverOffsets(ctx, failingNodes{zk, bad}, st, 3, parts, 1, testLogger(t))
+	res, err := recoverOffsets(ctx, failingNodes{zk, bad}, st, 3, parts, 1, testutil.Logger(t, slog.LevelInfo))
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("partition t-0")) {
 		t.Fatalf("err = %v", err)
 	}
