@@ -477,9 +477,10 @@ func TestPruneBackups(t *testing.T) {
 
 func TestDiffText(t *testing.T) {
 	for name, tc := range map[string]struct{ a, b, want string }{
-		"equal":   {"x\ny\n", "x\ny\n", ""},
-		"added":   {"a\nb\n", "a\nb\nc\n", "--- old\n+++ new\n a\n b\n+c\n"},
-		"changed": {"a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\ne\nf\ng\n", "--- old\n+++ new\n@@\n b\n c\n-d\n+D\n e\n f\n"},
+		"equal":            {"x\ny\n", "x\ny\n", ""},
+		"added":            {"a\nb\n", "a\nb\nc\n", "--- old\n+++ new\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"},
+		"changed":          {"a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\ne\nf\ng\n", "--- old\n+++ new\n@@ -2,5 +2,5 @@\n b\n c\n-d\n+D\n e\n f\n"},
+		"no final newline": {"a\nb", "a\nc", "--- old\n+++ new\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := DiffText("old", "new", []byte(tc.a), []byte(tc.b)); got != tc.want {
