@@ -22,6 +22,7 @@ import (
 
 	"metaq/broker/config"
 	"metaq/internal/atomicfile"
+	"metaq/internal/backoff"
 )
 
 // Agent applies pushed versions of server.ini on one site. Create it with
@@ -155,7 +156,7 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // connect dials NATS (unless a connection was supplied), binds the bucket
 // and subscribes to the site's subject, retrying until it works or Close.
 func (a *Agent) connect(ctx context.Context) bool {
-	backoff := 250 * time.Millisecond
+	wait := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		err := a.connectOnce(ctx)
 		if err == nil {
@@ -164,13 +165,13 @@ func (a *Agent) connect(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", redactURLs(a.o.URL), "in", backoff, "err", err)
+		d := wait.Next()
+		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", redactURLs(a.o.URL), "in", d, "err", err)
 		select {
 		case <-a.quit:
 			return false
-		case <-time.After(backoff):
+		case <-time.After(d):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"metaq/broker/store"
+	"metaq/internal/backoff"
 	"metaq/internal/routines"
 )
 
@@ -232,10 +232,12 @@ func (r *Receiver) setErr(err error) {
 	r.mu.Unlock()
 }
 
-// run connects, streams and reconnects with exponential backoff and full
+// run connects, streams and reconnects with exponential backoff and
 // jitter until Close.
 func (r *Receiver) run() {
-	attempt := 0
+	// Half fixed, half random: spreads reconnects of many slaves after a
+	// master restart while keeping a floor.
+	wait := backoff.Backoff{Min: r.opts.BackoffMin, Max: r.opts.BackoffMax, Jitter: true}
 	for !r.closing.Load() {
 		progressed, err := r.session()
 		if r.closing.Load() {
@@ -250,20 +252,12 @@ func (r *Receiver) run() {
 		r.st.Reconnects++
 		r.mu.Unlock()
 		if progressed {
-			attempt = 0
+			wait.Reset()
 		}
-		d := r.opts.BackoffMin << min(attempt, 20)
-		if d > r.opts.BackoffMax || d <= 0 {
-			d = r.opts.BackoffMax
-		}
-		attempt++
-		// Half fixed, half random: spreads reconnects of many slaves after a
-		// master restart while keeping a floor.
-		d = d/2 + rand.N(d/2+1)
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-time.After(d):
+		case <-time.After(wait.Next()):
 		}
 	}
 }

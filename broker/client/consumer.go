@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/internal/backoff"
 	"metaq/internal/hostaddr"
 )
 
@@ -877,13 +878,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // FetchRequestRunner for one request).
 func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 	log := cs.c.log.With("topic", st.topic, "partition", st.p.String(), "group", cs.group)
-	const minDelay = 20 * time.Millisecond
-	delay := minDelay
-	backoff := func() bool {
-		ok := sleepCtx(ctx, delay)
-		delay = min(delay*2, cs.opt.maxFetchDelay)
-		return ok
-	}
+	wait := backoff.Backoff{Min: 20 * time.Millisecond, Max: cs.opt.maxFetchDelay}
+	pause := func() bool { return sleepCtx(ctx, wait.Next()) }
 	// warn limits repeated failure logs to one every 30s per partition.
 	var lastWarn time.Time
 	warn := func() bool {
@@ -903,7 +899,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 				if warn() {
 					log.Warn("PARTITION: no broker", "err", err)
 				}
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
@@ -921,7 +917,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			if err != nil {
 				log.Warn("PARTITION: offset for time failed", "err", err)
 				addr = ""
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
@@ -965,7 +961,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			n, oerr := cs.c.NearestOffset(ctx, st.topic, cs.group, st.p, bad, addr)
 			if oerr != nil {
 				log.Warn("PARTITION: offset after corrupt record failed", "err", oerr)
-				backoff()
+				pause()
 				continue
 			}
 			log.Warn("PARTITION: corrupt record, moving to the nearest valid offset", "from", bad, "to", n)
@@ -980,7 +976,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			if warn() {
 				log.Warn("PARTITION: fetch failed", "err", err)
 			}
-			if !backoff() {
+			if !pause() {
 				return
 			}
 			continue
@@ -989,9 +985,9 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 		case 301:
 			log.Info("PARTITION: moved", "from", offset, "to", r.NextOffset)
 			st.set(r.NextOffset, lastID)
-			delay = minDelay
+			wait.Reset()
 		case 403, 404:
-			if !backoff() {
+			if !pause() {
 				return
 			}
 		case 200:
@@ -1000,12 +996,12 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 					maxSize *= 2 // one record is larger than the fetch size
 					continue
 				}
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
 			}
-			delay = minDelay
+			wait.Reset()
 			if r.Bytes < maxSize/2 && maxSize/2 >= cs.opt.fetchSize {
 				maxSize /= 2
 			}
