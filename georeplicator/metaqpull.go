@@ -321,11 +321,11 @@ func (p *MetaQPuller) sync() error {
 		old := p.pool
 		p.mu.Unlock()
 		if old != nil {
-			p.log.Info("master moved; restarting every partition", "from", old.addr, "to", addr)
+			p.log.Info("REPLICATION: master moved; restarting every partition", "from", old.addr, "to", addr)
 			p.stopAll()
 			old.close()
 		} else {
-			p.log.Info("copying the master with MetaQ's get", "master", addr, "group", p.opts.Group)
+			p.log.Info("REPLICATION: copying the master with MetaQ's get", "master", addr, "group", p.opts.Group)
 		}
 		p.mu.Lock()
 		p.pool = newMetaqPool(addr, p.opts.Connections, p.opts.RequestTimeout, p.opts.Dial)
@@ -366,7 +366,7 @@ func (p *MetaQPuller) sync() error {
 		sort.Slice(added, func(i, j int) bool {
 			return added[i].Topic < added[j].Topic || (added[i].Topic == added[j].Topic && added[i].Partition < added[j].Partition)
 		})
-		p.log.Info("following partitions of the master", "count", len(added), "first", fmt.Sprintf("%s-%d", added[0].Topic, added[0].Partition))
+		p.log.Info("REPLICATION: following partitions of the master", "count", len(added), "first", fmt.Sprintf("%s-%d", added[0].Topic, added[0].Partition))
 	}
 	return nil
 }
@@ -631,7 +631,7 @@ func (p *MetaQPuller) fetch(ctx context.Context, pool *metaqPool, k pkey, offset
 		if err := p.placeEmpty(k, v); err != nil {
 			return offset, false, err
 		}
-		p.log.Warn("the master no longer holds this partition's start; copying from its first offset", "partition", k.String(), "from", v)
+		p.log.Warn("REPLICATION: the master no longer holds this partition's start; copying from its first offset", "partition", k.String(), "from", v)
 		return v, false, nil
 	}
 	return offset, false, fmt.Errorf("georeplicator: get %s at %d from master %s: %d %s", k, offset, pool.addr, ans.code, ans.body)

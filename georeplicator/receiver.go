@@ -257,7 +257,7 @@ func (r *Receiver) run() {
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-time.After(wait.Next()):
+		case <-r.opts.Clock.After(wait.Next()):
 		}
 	}
 }
@@ -350,7 +350,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 			h.Ends = append(h.Ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
 		}
 	}
-	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout))
+	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout)) // socket deadlines are the kernel's: real time
 	helloBytes := h.encode()
 	if _, err := writeFrame(conn, header{typ: typeHello}, helloBytes, nil); err != nil {
 		return false, fmt.Errorf("georeplicator: send hello: %w", err)
@@ -400,10 +400,10 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	r.mu.Unlock()
 	if w.Truncated {
-		r.log.Warn("master no longer has our position; continuing from its first retained entry",
+		r.log.Warn("REPLICATION: master no longer has our position; continuing from its first retained entry",
 			"requested", resume, "start", w.Start)
 	}
-	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
+	r.log.Info("REPLICATION: connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
 		"masterLog", w.LogID, "generation", w.Generation, "byPartitionEnds", w.ByEnds)
 	r.causes.clear("link")
 
@@ -435,7 +435,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		return err
 	}
 	rewind := func(why error) error {
-		r.log.Warn("dropping frame and asking the master to resend", "from", applied, "err", why)
+		r.log.Warn("REPLICATION: dropping frame and asking the master to resend", "from", applied, "err", why)
 		r.setErr(why)
 		epoch++
 		lastSeq = 0
@@ -452,7 +452,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	idle := idleTimeout(w.Keepalive)
 	for {
-		conn.SetReadDeadline(time.Now().Add(idle))
+		conn.SetReadDeadline(time.Now().Add(idle)) // socket deadlines are the kernel's: real time
 		f, err := readFrame(conn, buf)
 		if err != nil {
 			if r.closing.Load() {
@@ -563,7 +563,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 				conf := bytes.Clone(f.wire)
 				r.routines.Go(func() {
 					if err := r.opts.OnMasterConfig(r.ctx, conf); err != nil {
-						r.log.Warn("applying the master's config failed", "err", err)
+						r.log.Warn("REPLICATION: applying the master's config failed", "err", err)
 						r.setErr(err)
 					}
 				})
@@ -670,7 +670,7 @@ func (r *Receiver) apply(ctx context.Context, e store.LogEntry) error {
 	r.endMu.Lock()
 	delete(r.ends, k)
 	r.endMu.Unlock()
-	r.log.Error("partition diverged from the master; it is no longer replicated, the others are", "err", de)
+	r.log.Error("REPLICATION: partition diverged from the master; it is no longer replicated, the others are", "err", de)
 	r.setErr(de)
 	return nil
 }
@@ -729,7 +729,7 @@ func (r *Receiver) applyEntry(ctx context.Context, k pkey, e store.LogEntry) err
 			r.endMu.Unlock()
 			return fmt.Errorf("georeplicator: skip %s-%d to %d: %w", e.Topic, e.Partition, off, err)
 		}
-		r.log.Warn("continuing past records the master lost", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", end, "to", off)
+		r.log.Warn("REPLICATION: continuing past records the master lost", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", end, "to", off)
 		r.mu.Lock()
 		r.st.Skips++
 		r.mu.Unlock()
@@ -754,7 +754,7 @@ func (r *Receiver) applyEntry(ctx context.Context, k pkey, e store.LogEntry) err
 			if rerr := rp.Repair(context.WithoutCancel(ctx), e.Topic, e.Partition, off, recs); rerr != nil {
 				return &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot fill the local damaged range with the master's repaired records: %v", rerr)}
 			}
-			r.log.Warn("filled a damaged range with records the master repaired", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition),
+			r.log.Warn("REPLICATION: filled a damaged range with records the master repaired", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition),
 				"from", off, "to", off+int64(len(recs)))
 			return nil
 		}
@@ -837,7 +837,7 @@ func (r *Receiver) checkpointLoop() {
 			return
 		case <-t.C():
 			if err := r.checkpointNow(); err != nil {
-				r.log.Warn("checkpoint failed", "err", err)
+				r.log.Warn("REPLICATION: checkpoint failed", "err", err)
 				r.setErr(err)
 			}
 		}
