@@ -21,25 +21,14 @@ import (
 	"metaq/topology"
 )
 
-// shipperLag adapts georeplicator's Shipper.Lag to topology's LagSource,
-// as the bundle does.
+// shipperLag is the shipper sh returns (nil before it starts) as a
+// LagSource.
 func shipperLag(sh func() *georeplicator.Shipper) topology.LagSource {
-	return topology.LagFunc(func() []topology.GroupLag {
-		s := sh()
-		if s == nil {
-			return nil
+	return topology.LagFunc(func() []georeplicator.GroupLag {
+		if s := sh(); s != nil {
+			return s.Lag()
 		}
-		var out []topology.GroupLag
-		for _, g := range s.Lag() {
-			tg := topology.GroupLag{SlaveGroup: g.Group, SlaveID: g.SlaveID, Connected: g.Connected}
-			for _, p := range g.Partitions {
-				tg.Partitions = append(tg.Partitions, topology.PartitionLag{Topic: p.Topic, Partition: p.Partition,
-					MasterEnd: p.MasterEnd, SlaveEnd: p.SlaveEnd, Bytes: p.Bytes, Messages: p.Messages,
-					Behind: time.Duration(p.Seconds * float64(time.Second)), Stuck: p.Stuck})
-			}
-			out = append(out, tg)
-		}
-		return out
+		return nil
 	})
 }
 

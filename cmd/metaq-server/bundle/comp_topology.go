@@ -87,12 +87,11 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	ship, hasShipper := findComp[*shipperComponent](b)
 	if hasShipper {
 		o.ReplAddr = ship.Addr()
-		o.Lag = topology.LagFunc(func() []topology.GroupLag {
-			s := ship.Shipper()
-			if s == nil {
-				return nil
+		o.Lag = topology.LagFunc(func() []georeplicator.GroupLag {
+			if s := ship.Shipper(); s != nil {
+				return s.Lag()
 			}
-			return topologyLag(s.Lag())
+			return nil
 		})
 	}
 	recv, hasReceiver := findComp[*receiverComponent](b)
@@ -242,20 +241,4 @@ func viewRootFor(root, site string) string {
 		return registry.SiteViewRoot(site)
 	}
 	return root + "-view-" + site
-}
-
-// topologyLag adapts the shipper's lag to topology's LagSource.
-func topologyLag(gs []georeplicator.GroupLag) []topology.GroupLag {
-	out := make([]topology.GroupLag, 0, len(gs))
-	for _, g := range gs {
-		tg := topology.GroupLag{SlaveGroup: g.Group, SlaveID: g.SlaveID, Connected: g.Connected}
-		for _, p := range g.Partitions {
-			tg.Partitions = append(tg.Partitions, topology.PartitionLag{
-				Topic: p.Topic, Partition: p.Partition, MasterEnd: p.MasterEnd, SlaveEnd: p.SlaveEnd,
-				Bytes: p.Bytes, Messages: p.Messages, Behind: time.Duration(p.Seconds * float64(time.Second)), Stuck: p.Stuck,
-			})
-		}
-		out = append(out, tg)
-	}
-	return out
 }
