@@ -150,6 +150,9 @@ type Site struct {
 	AdminAddr     string // listen address for the admin endpoint; default 127.0.0.1:<serverPort+2>
 	Token         string // required when DashboardAddr or AdminAddr is not loopback
 	Overlay       string // path of the per-site overlay file that configsync never overwrites
+	// Dashboard is true when [system] dashboardHttpPort or [site]
+	// dashboardAddr is written: the bundle then serves its dashboard.
+	Dashboard bool
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.
@@ -169,14 +172,20 @@ type Gossip struct {
 // Keys: url ("" = embedded server), embeddedListen, credsFile, tlsCert, tlsKey,
 // tlsCA, bucket, subject, trustedKeys, allowUnsigned.
 type NATS struct {
+	// Enabled is true when the section is written: the bundle then runs
+	// the configsync agent.
+	Enabled        bool
 	URL            string
 	EmbeddedListen string // default 127.0.0.1:<serverPort+4>
-	CredsFile      string
-	TLSCert        string
-	TLSKey         string
-	TLSCA          string
-	Bucket         string // JetStream KV bucket, default "metaq_config"
-	Subject        string // subject prefix, default "metaq.config"
+	// EmbeddedListenSet is true when embeddedListen is written: with no
+	// url, a slave then runs the embedded server too (a master always does).
+	EmbeddedListenSet bool
+	CredsFile         string
+	TLSCert           string
+	TLSKey            string
+	TLSCA             string
+	Bucket            string // JetStream KV bucket, default "metaq_config"
+	Subject           string // subject prefix, default "metaq.config"
 	// Agent is the name this bundle's configsync agent reports and answers
 	// pushes as; default the [site] name. A site with more than one broker
 	// gives each bundle its own (bj-1, bj-2) in its overlay.
@@ -196,8 +205,11 @@ type NATS struct {
 type Replication struct {
 	// Enable runs the master side on a master bundle; default true, so a
 	// MetaQ server.ini without this section ships to slave sites too.
-	Enable               bool
-	Listen               string // default 0 = <serverPort+1> on the serving host
+	Enable bool
+	Listen string // default 0 = <serverPort+1> on the serving host
+	// ListenSet is true when listen is written: the bundle then refuses to
+	// start on a taken port instead of picking a free one.
+	ListenSet            bool
 	Compression          string
 	BandwidthBytesPerSec int64
 	StuckAfter           time.Duration

@@ -217,7 +217,7 @@ func listenReplication(b *Bundle, cfg *config.Server) (net.Listener, error) {
 	if err == nil {
 		return ln, nil
 	}
-	if readConfigKeys(cfg).hasKey("replication", "listen") {
+	if cfg.Replication.ListenSet {
 		return nil, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
 	}
 	host, _, _ := net.SplitHostPort(addr)

@@ -25,40 +25,6 @@ import (
 // onto its own offsets, using the saved message id (msgId-offset, spec §3.2)
 // to find the record the group consumed last.
 
-// recoverSettings are the recover* keys of samsa_master.properties.
-type recoverSettings struct {
-	// Enabled is recoverOffset (default false).
-	Enabled bool
-	// Parallel is recoverParallel (default true).
-	Parallel bool
-	// Hint is recoverParallelHint: the number of workers when Parallel
-	// (default the number of CPUs).
-	Hint int
-}
-
-// parseRecoverSettings reads the recover* keys. Booleans follow Java's
-// Boolean.valueOf: "true" in any case is true, anything else false.
-func parseRecoverSettings(props map[string]string) (recoverSettings, error) {
-	s := recoverSettings{Parallel: true, Hint: runtime.NumCPU()}
-	if v, ok := props["recoverOffset"]; ok {
-		s.Enabled = strings.EqualFold(strings.TrimSpace(v), "true")
-	}
-	if v, ok := props["recoverParallel"]; ok && strings.TrimSpace(v) != "" {
-		s.Parallel = strings.EqualFold(strings.TrimSpace(v), "true")
-	}
-	if v, ok := props["recoverParallelHint"]; ok && strings.TrimSpace(v) != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n <= 0 {
-			return s, fmt.Errorf("bad recoverParallelHint %q (want a positive integer)", v)
-		}
-		s.Hint = n
-	}
-	if !s.Parallel {
-		s.Hint = 1
-	}
-	return s, nil
-}
-
 // offsetNodes is what recovery needs from ZooKeeper (*registry.Registry).
 type offsetNodes interface {
 	Paths() registry.Paths
@@ -417,7 +383,7 @@ func scanPartition(ctx context.Context, st partitionReader, tp topicPartition, f
 // start: registering with offsets that do not fit would make consumers skip
 // or repeat messages, and a second run is harmless.
 func (b *Bundle) recoverSamsaOffsets(ctx context.Context) error {
-	if b.Samsa == nil || !b.samsaRecover.Enabled {
+	if b.Samsa == nil || !b.Samsa.RecoverOffset {
 		return nil
 	}
 	if b.Registry == nil {
@@ -425,8 +391,15 @@ func (b *Bundle) recoverSamsaOffsets(ctx context.Context) error {
 		return nil
 	}
 	cfg := b.Config()
+	workers := 1
+	if b.Samsa.RecoverParallel {
+		workers = b.Samsa.RecoverParallelHint
+		if workers == 0 {
+			workers = runtime.NumCPU()
+		}
+	}
 	_, err := recoverOffsets(ctx, b.Registry, b.Store, cfg.System.BrokerID,
-		recoverTargets(cfg, b.Store), b.samsaRecover.Hint, b.log)
+		recoverTargets(cfg, b.Store), workers, b.log)
 	if err != nil {
 		return fmt.Errorf("bundle: samsa recoverOffset: %w", err)
 	}

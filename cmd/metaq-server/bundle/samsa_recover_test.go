@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
@@ -86,26 +85,6 @@ func TestParseSavedOffset(t *testing.T) {
 		s, ok := parseSavedOffset(tc.in)
 		if ok != tc.ok || (ok && (s.MsgID != tc.id || s.Offset != tc.of)) {
 			t.Errorf("%q: %+v %v", tc.in, s, ok)
-		}
-	}
-}
-
-func TestParseRecoverSettings(t *testing.T) {
-	s, err := parseRecoverSettings(map[string]string{"slave": "h:1"})
-	if err != nil || s.Enabled || !s.Parallel || s.Hint < 1 {
-		t.Errorf("defaults: %+v %v", s, err)
-	}
-	s, err = parseRecoverSettings(map[string]string{"recoverOffset": "TRUE", "recoverParallel": "true", "recoverParallelHint": "3"})
-	if err != nil || !s.Enabled || !s.Parallel || s.Hint != 3 {
-		t.Errorf("set: %+v %v", s, err)
-	}
-	s, err = parseRecoverSettings(map[string]string{"recoverOffset": "yes", "recoverParallel": "false", "recoverParallelHint": "8"})
-	if err != nil || s.Enabled || s.Parallel || s.Hint != 1 {
-		t.Errorf("sequential: %+v %v", s, err)
-	}
-	for _, bad := range []string{"0", "-2", "many"} {
-		if _, err := parseRecoverSettings(map[string]string{"recoverParallelHint": bad}); err == nil {
-			t.Errorf("recoverParallelHint=%s accepted", bad)
 		}
 	}
 }
@@ -328,43 +307,5 @@ func TestRecoverOffsetsErrors(t *testing.T) {
 	data, _, _ = zk.Get(ctx, bad)
 	if string(data) != "150-0" {
 		t.Errorf("t-0 = %q", data)
-	}
-}
-
-func TestParseSamsaSync(t *testing.T) {
-	s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1", "sendToSlaveTimeoutInMills": "1500",
-		"checkSlaveIntervalInMills": "250", "slaveContinuousFailureThreshold": "7"})
-	if err != nil || s.timeout != 1500*time.Millisecond || s.probeInterval != 250*time.Millisecond || s.failureThreshold != 7 {
-		t.Fatalf("parseSamsaSync = %+v, %v", s, err)
-	}
-	if s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1"}); err != nil || s != (samsaSync{}) {
-		t.Fatalf("defaults = %+v, %v", s, err)
-	}
-	for _, bad := range []map[string]string{
-		{"sendToSlaveTimeoutInMills": "soon"},
-		{"checkSlaveIntervalInMills": "0"},
-		{"slaveContinuousFailureThreshold": "-1"},
-	} {
-		if _, err := parseSamsaSync(bad); err == nil {
-			t.Errorf("parseSamsaSync(%v) accepted a bad value", bad)
-		}
-	}
-}
-
-// TestSampleSamsaProperties: conf/samsa_master.properties loads and every
-// value in it is accepted.
-func TestSampleSamsaProperties(t *testing.T) {
-	props, err := loadProperties("../../../conf/samsa_master.properties")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if props["slave"] != "127.0.0.1:8223" || props["recoverOffset"] != "false" {
-		t.Fatalf("props = %v", props)
-	}
-	if _, err := parseSamsaSync(props); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := parseRecoverSettings(props); err != nil {
-		t.Fatal(err)
 	}
 }
