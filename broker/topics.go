@@ -19,9 +19,8 @@ import (
 // partitions.
 type topicTable struct {
 	mu         sync.RWMutex
-	registered map[string]int          // topic -> numPartitions registered
-	policySet  map[string]bool         // topic -> SetPolicy done
-	closed     map[string]map[int]bool // topic -> closed partitions
+	registered map[string]int  // topic -> numPartitions registered
+	policySet  map[string]bool // topic -> SetPolicy done
 }
 
 func (t *topicTable) init() {

@@ -78,14 +78,6 @@ func (m *memStore) put(topic string, part int, records []byte) int64 {
 	return m.appendLocked(topic, part, records)
 }
 
-// sync makes everything appended durable.
-func (m *memStore) sync() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.durable = m.end
-	m.notifyLocked()
-}
-
 // truncate drops log entries below pos (retention); partition data stays
 // readable but Min moves to the first retained entry's offset.
 func (m *memStore) truncate(pos int64) {

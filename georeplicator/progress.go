@@ -197,48 +197,6 @@ func (p *progress) ack(k slaveKey, a ack, rtt time.Duration) {
 	}
 }
 
-// minApplied is the lowest applied log position of any known slave.
-func (p *progress) minApplied() (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	first := true
-	var m int64
-	for _, sp := range p.m {
-		if sp.Applied < 0 {
-			continue
-		}
-		if first || sp.Applied < m {
-			m, first = sp.Applied, false
-		}
-	}
-	return m, !first
-}
-
-// minPartitionApplied is, per partition known to every slave, the lowest end
-// any slave has. Partitions some slave lacks are absent (keep everything).
-func (p *progress) minPartitionApplied() map[pkey]int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out map[pkey]int64
-	for _, sp := range p.m {
-		if out == nil {
-			out = make(map[pkey]int64, len(sp.Parts))
-			for k, pp := range sp.Parts {
-				out[k] = pp.End
-			}
-			continue
-		}
-		for k, v := range out {
-			if pp, ok := sp.Parts[k]; !ok {
-				delete(out, k)
-			} else if pp.End < v {
-				out[k] = pp.End
-			}
-		}
-	}
-	return out
-}
-
 func (p *progress) saveIfDirty() error {
 	p.mu.Lock()
 	d := p.dirty

@@ -243,7 +243,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	// hf returns with its data and checkpoint, catches up, and the consumer
 	// returns to it.
 	hf.start(t)
-	gHF = startGossip(t, ctx, hfOpts)
+	startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, routedTo(hf.addr()))
 	produce("d", 100)
 

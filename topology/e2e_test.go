@@ -368,7 +368,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 
 	// hf returns on the same port and data; the consumer moves back.
 	hf.start(t)
-	gHF = startGossip(t, ctx, hfOpts)
+	startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if last, seq := router.last(); last != hfProxy.Addr() {
 			return fmt.Errorf("consumer not routed back to hf; answers %v", seq)

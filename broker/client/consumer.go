@@ -198,12 +198,11 @@ type partState struct {
 	topic string
 	p     Partition
 
-	mu      sync.Mutex
-	offset  int64
-	msgID   int64
-	dirty   bool
-	byTime  *time.Time // resolve the start offset by time on first fetch
-	lastErr error
+	mu     sync.Mutex
+	offset int64
+	msgID  int64
+	dirty  bool
+	byTime *time.Time // resolve the start offset by time on first fetch
 }
 
 func (s *partState) get() (int64, int64) {
@@ -396,13 +395,6 @@ func (cs *Consumer) register(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func (cs *Consumer) trigger() {
-	select {
-	case cs.kick <- struct{}{}:
-	default:
-	}
 }
 
 // balanceLoop waits for watch events (merging repeats) and rebalances.

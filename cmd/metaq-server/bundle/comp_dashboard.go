@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"metaq/internal/dashboard"
 	"metaq/topology"
@@ -36,7 +37,7 @@ func (c *dashboardComponent) Name() string { return compDashboard }
 func (c *dashboardComponent) Start(_ context.Context, b *Bundle) error {
 	cfg := b.Config()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBundleCollector(b))
 	sample := time.Duration(0)
 	if cfg.Gossip.ProbeInterval > 0 && cfg.Gossip.ProbeInterval < time.Second {

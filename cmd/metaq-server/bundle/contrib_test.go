@@ -86,7 +86,7 @@ type javaInt struct{ v int32 }
 func newJavaInt() *javaInt { return &javaInt{v: -2147483648} }
 
 func (j *javaInt) next() int32 {
-	if j.v+1 >= 2147483647 {
+	if j.v == 2147483646 { // the next value would be MaxInt32
 		j.v = -2147483648
 	} else {
 		j.v++
