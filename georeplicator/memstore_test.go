@@ -278,7 +278,7 @@ func verifyRecords(b []byte) error {
 	return nil
 }
 
-// makeRecord builds one stored MetaQ record (spec §1.10).
+// makeRecord builds one stored MetaQ record (see Records in broker/wire/doc.go).
 func makeRecord(id int64, body []byte) []byte {
 	r := make([]byte, recordHeaderLen+len(body))
 	binary.BigEndian.PutUint32(r, uint32(len(body)))

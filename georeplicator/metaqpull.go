@@ -21,7 +21,7 @@ import (
 	"metaq/internal/backoff"
 )
 
-// MetaQ's async-slave method (spec §5.1, MetaQ's metaslave SubscribeHandler):
+// MetaQ's async-slave method (see Async slaves in broker/wire/doc.go; MetaQ's metaslave SubscribeHandler):
 // the slave is a consumer of its master with group slaveGroup. It reads
 // every partition of the master with `get`, from its own end of that
 // partition (asking the master with `offset ... 0` where it has none), and

@@ -139,7 +139,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 			}
 			sent[body] = true
 			if r.Partition.BrokerID == 1 {
-				b1Bytes += int64(20 + len(body)) // MetaQ record: 20-byte header + body (spec §1.10)
+				b1Bytes += int64(20 + len(body)) // MetaQ record: 20-byte header + body (see Records in broker/wire/doc.go)
 				b1Msgs++
 			}
 		}

@@ -121,7 +121,7 @@ func TestProduceAndPull(t *testing.T) {
 	}
 }
 
-// specMember is a group member written straight to spec §3.4 (not using
+// specMember is a group member written straight from the Consumer groups notes in broker/wire/doc.go (not using
 // the client's consumer): it registers its ids node and claims the
 // partitions the DEFAULT rule gives it, recomputed here independently.
 func specDefault(me string, consumers, parts []string) []string {

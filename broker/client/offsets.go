@@ -38,7 +38,7 @@ type OffsetStore interface {
 
 // ZKOffsetStore keeps offsets where MetaQ's ZkOffsetStorage does:
 // <root>/consumers/<group>/offsets/<topic>/<brokerId>-<partition>, value
-// "<msgId>-<offset>" (spec §3.2).
+// "<msgId>-<offset>" (see Consumer offsets in broker/wire/doc.go).
 type ZKOffsetStore struct {
 	c *Client
 }

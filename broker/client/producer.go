@@ -96,8 +96,8 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 		topics: make(map[string]*pubTopic), quit: make(chan struct{})}, nil
 }
 
-// Publish loads the topic's brokers and partitions and watches them (spec
-// §3.3). Send calls it on first use of a topic.
+// Publish loads the topic's brokers and partitions and watches them (see
+// Producers in broker/wire/doc.go). Send calls it on first use of a topic.
 func (p *Producer) Publish(ctx context.Context, topic string) error {
 	_, err := p.topology(ctx, topic)
 	return err

@@ -105,7 +105,7 @@ func TestReadsFromSlaveWhileMasterAbsent(t *testing.T) {
 	m1 := send(master.addr, "master-1")
 	send(slave.addr, "slave--1")
 	s2 := send(slave.addr, "slave--2")
-	// Register the slave as an async slave would (spec §3.1).
+	// Register the slave as an async slave would (see ZooKeeper layout in broker/wire/doc.go).
 	if err := c.zk.createEphemeral(ctx, root+"/brokers/ids/0/slave0", []byte("meta://"+slave.addr)); err != nil {
 		t.Fatal(err)
 	}

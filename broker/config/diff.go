@@ -6,7 +6,7 @@ import (
 )
 
 // Changes is what differs between two loaded server.ini files, as far as a
-// running broker cares (spec §4.6): MetaQ re-applies [topic=...] sections on
+// running broker cares (see Reload in broker/wire/doc.go): MetaQ re-applies [topic=...] sections on
 // reload, and everything else needs a restart.
 type Changes struct {
 	TopicsAdded   []string // topic section names only in the new file, in its order

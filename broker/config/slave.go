@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// LoadSlave reads and validates an async_slave.properties file (spec §4.5):
+// LoadSlave reads and validates an async_slave.properties file (see Plugin files in broker/wire/doc.go):
 // MetaQ's keys slaveId (required, >= 0), slaveGroup (blank means
 // meta-slave-group_<slaveId>), slaveMaxDelayInMills (500) and
 // autoSyncMasterConfig (false), plus this project's link keys masterAddress,

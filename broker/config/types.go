@@ -1,7 +1,7 @@
 // Package config loads MetaQ 1.4.6 server.ini and async_slave.properties files
 // (and this project's own optional sections) into typed, validated structs.
 //
-// It is the one place that knows MetaQ's key names and defaults (spec §4).
+// It is the one place that knows MetaQ's key names and defaults (see Configuration in broker/wire/doc.go).
 // It never writes an operator's file: ini.v1 does not round-trip comments.
 //
 // Load, Parse and ParseWithOverlay read server.ini; LoadSlave and ParseSlave
@@ -47,7 +47,7 @@ type Server struct {
 	Limits Limits
 }
 
-// System is the [system] section (spec §4.2). Durations are converted from
+// System is the [system] section (see Configuration in broker/wire/doc.go). Durations are converted from
 // MetaQ's milliseconds.
 type System struct {
 	BrokerID                    int           // required, 0..1023
@@ -79,7 +79,7 @@ type System struct {
 	LoadMessageStoresInParallel bool          // default false
 }
 
-// ZooKeeper is the [zookeeper] section (spec §4.4).
+// ZooKeeper is the [zookeeper] section (see Configuration in broker/wire/doc.go).
 type ZooKeeper struct {
 	Connect           string        // zk.zkConnect, default localhost:2181
 	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
@@ -89,7 +89,7 @@ type ZooKeeper struct {
 	Root              string        // zk.zkRoot, default /meta, normalised: leading '/', no trailing '/'
 }
 
-// Topic is one [topic=<name>] section with [system] values filled in (spec §4.3).
+// Topic is one [topic=<name>] section with [system] values filled in (see Configuration in broker/wire/doc.go).
 type Topic struct {
 	// Name is the section name after "topic=". It may hold '*' and regex
 	// characters: Pattern is the compiled full-match form MetaQ uses.
@@ -126,7 +126,7 @@ const (
 	SyncDegradeAsync  = "async"
 )
 
-// DeletePolicy is deletePolicy=name,age[,compress] (spec §2.4).
+// DeletePolicy is deletePolicy=name,age[,compress] (see Retention in broker/wire/doc.go).
 type DeletePolicy struct {
 	Name     string        // "delete" or "archive"
 	MaxAge   time.Duration // age after which a segment is removed
@@ -257,7 +257,7 @@ type Limits struct {
 	MaxConnectionBufferedBytes int64
 }
 
-// Slave is a loaded async_slave.properties (spec §4.5) plus this project's
+// Slave is a loaded async_slave.properties (see Plugin files in broker/wire/doc.go) plus this project's
 // link settings.
 type Slave struct {
 	File                 string

@@ -1,5 +1,5 @@
 // Command metaq-server runs and operates a broker bundle, with the commands
-// of MetaQ's bin/metaServer.sh (spec §8):
+// of MetaQ's bin/metaServer.sh (see metaServer.sh in broker/wire/doc.go):
 //
 //	metaq-server start [slave|samsa|gregor] -f server.ini [-s props] [--foreground]
 //	metaq-server stop|restart|status|reload -f server.ini

@@ -113,7 +113,7 @@ func (b *Bundle) Mode() Mode { return b.opts.Mode }
 func (b *Bundle) Logger() *slog.Logger { return b.log }
 
 // zkEnabled reports whether this bundle registers in ZooKeeper: a gregor
-// slave never does (spec §5.3).
+// slave never does (see Samsa and gregor in broker/wire/doc.go).
 func (b *Bundle) zkEnabled() bool {
 	return b.Config().ZooKeeper.Enable && b.opts.Mode != ModeGregor
 }
@@ -306,8 +306,8 @@ func (b *Bundle) Close() error {
 	return b.closeErr
 }
 
-// Reload re-reads server.ini and re-applies its [topic=...] sections (spec
-// §4.6): the broker accepts new topics and registers new and changed ones in
+// Reload re-reads server.ini and re-applies its [topic=...] sections (see
+// Reload in broker/wire/doc.go): the broker accepts new topics and registers new and changed ones in
 // ZooKeeper at once, and rewrites master_config_checksum. Changes outside the
 // topic sections are reported in RestartKeys and not applied.
 func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {

@@ -22,7 +22,7 @@ import (
 	"metaq/broker/registry"
 )
 
-// The contrib producers (spec §10: contrib/python …/producer.py,
+// The contrib producers (see Contrib clients in broker/wire/doc.go; contrib/python …/producer.py,
 // contrib/ruby …/metaq.rb) find brokers through the deprecated topics tree
 // and send the 6-field put without checksum, one request at a time. These
 // tests follow exactly their steps against a bundle registered in the real

@@ -116,7 +116,7 @@ func removeTree(zk, root string) {
 	r.DeleteTree(context.Background(), root)
 }
 
-// metaConn is a minimal MetaQ protocol client (spec §1), one request at a time.
+// metaConn is a minimal MetaQ protocol client (see the protocol in broker/wire/doc.go), one request at a time.
 type metaConn struct {
 	c      net.Conn
 	r      *bufio.Reader
@@ -194,7 +194,7 @@ func (m *metaConn) get(topic, group string, partition int, offset int64, max int
 	return m.roundTrip(fmt.Sprintf("get %s %s %d %d %d", topic, group, partition, offset, max), nil)
 }
 
-// record is one decoded stored message (spec §1.10).
+// record is one decoded stored message (see Records in broker/wire/doc.go).
 type record struct {
 	id      int64
 	payload []byte

@@ -18,11 +18,11 @@ import (
 	"metaq/broker/store"
 )
 
-// samsa recoverOffset (spec §5.3, §4.5): a former gregor slave started as a
+// samsa recoverOffset (see Samsa and gregor and Plugin files in broker/wire/doc.go): a former gregor slave started as a
 // samsa master holds the same messages as the old master, with the same ids,
 // but not necessarily at the same byte offsets. Before it registers in
 // ZooKeeper it moves every consumer group's saved offset for its partitions
-// onto its own offsets, using the saved message id (msgId-offset, spec §3.2)
+// onto its own offsets, using the saved message id (msgId-offset; see Consumer offsets in broker/wire/doc.go)
 // to find the record the group consumed last.
 
 // offsetNodes is what recovery needs from ZooKeeper (*registry.Registry).
@@ -377,7 +377,7 @@ func scanPartition(ctx context.Context, st partitionReader, tp topicPartition, f
 }
 
 // recoverSamsaOffsets runs the recovery when this is a samsa master with
-// recoverOffset=true (spec §5.3). Start calls it before the broker starts,
+// recoverOffset=true (see Samsa and gregor in broker/wire/doc.go). Start calls it before the broker starts,
 // so nothing is registered in ZooKeeper, and no put changes the partitions,
 // until the saved offsets fit this broker's store. A failure stops the
 // start: registering with offsets that do not fit would make consumers skip

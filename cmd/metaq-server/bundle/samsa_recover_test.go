@@ -16,7 +16,7 @@ import (
 )
 
 // TestOffsetMatcher: each saved value ends on the last record, in log
-// order, whose id is at or below its msgId (spec §5.3).
+// order, whose id is at or below its msgId (see Samsa and gregor in broker/wire/doc.go).
 func TestOffsetMatcher(t *testing.T) {
 	// The third record has a lower id than the second: the log order
 	// decides, as in MetaQ's loop, not the largest id.
@@ -91,7 +91,7 @@ func TestParseSavedOffset(t *testing.T) {
 
 // TestSamsaRecoverOffset starts a samsa master with recoverOffset=true on a
 // store with known records and consumer offsets in the real ZooKeeper
-// (spec §5.3): values beyond, between, on and at the end of the records
+// (see Samsa and gregor in broker/wire/doc.go): values beyond, between, on and at the end of the records
 // move onto this store; values already right are not written; values in an
 // empty partition or before every record become -1-0; pre-1.4 plain
 // offsets, msgId -1 and other brokers' nodes stay; the broker registers only
