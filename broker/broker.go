@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/internal/backoff"
 	"metaq/internal/hostaddr"
 	"metaq/internal/routines"
 )
@@ -189,7 +190,7 @@ func (b *Broker) Start(ctx context.Context) error {
 }
 
 func (b *Broker) acceptLoop(ln net.Listener) {
-	var delay time.Duration
+	wait := backoff.Backoff{Min: 5 * time.Millisecond, Max: time.Second}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -197,11 +198,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 				return
 			}
 			// Temporary errors (EMFILE and the like): back off as net/http does.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay *= 2; delay > time.Second {
-				delay = time.Second
-			}
+			delay := wait.Next()
 			b.log.Warn("BROKER: accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
@@ -210,7 +207,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			}
 			continue
 		}
-		delay = 0
+		wait.Reset()
 		ip := remoteIP(nc)
 		if cause := b.limits.admit(ip); cause != "" {
 			b.refuse(nc, cause)
