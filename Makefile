@@ -3,6 +3,9 @@
 
 GO       ?= go
 BUILD    ?= build
+# staticcheck at a pinned version, with its default checks; `go run`
+# fetches it through the module proxy on first use.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Fuzz budgets are counts of executions, not durations: with a duration,
 # Go 1.26's fuzz coordinator can fail a target with "context deadline
 # exceeded" at the deadline while a worker is still busy (golang/go#75804).
@@ -22,7 +25,7 @@ FUZZ_TARGETS ?= \
 	./broker/config:FuzzParseCron \
 	./broker/config:FuzzSlave
 
-.PHONY: all build test unit testrace vet fmt fuzz integ bench tidy clean
+.PHONY: all build test unit testrace vet lint fmt fuzz integ bench tidy clean
 
 all: build test
 
@@ -31,7 +34,7 @@ build:
 	@mkdir -p $(BUILD)
 	$(GO) build -o $(BUILD)/ ./cmd/...
 
-## test: format and vet checks, the whole suite with -race against a real
+## test: format, vet and lint checks, the whole suite with -race against a real
 ## ZooKeeper (started here when METAQ_TEST_ZK is unset), then short fuzz runs.
 test:
 	@set -e; \
@@ -45,7 +48,7 @@ test:
 		export METAQ_TEST_ZK; \
 		echo "started ZooKeeper at $$METAQ_TEST_ZK"; \
 	fi; \
-	$(MAKE) --no-print-directory fmt vet testrace fuzz
+	$(MAKE) --no-print-directory fmt vet lint testrace fuzz
 
 ## fmt: fail when a file is not gofmt'ed
 fmt:
@@ -54,6 +57,10 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+## lint: staticcheck's default checks over every package, tests included
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 ## unit: the suite without -race (integration tests skip without METAQ_TEST_ZK)
 unit:

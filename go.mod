@@ -3,7 +3,9 @@ module metaq
 go 1.26.8
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.0
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/klauspost/compress v1.20.4
 	github.com/nats-io/nats-server/v2 v2.15.2

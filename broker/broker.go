@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/internal/backoff"
 	"metaq/internal/hostaddr"
+	"metaq/internal/routines"
 )
 
 // closeGrace bounds how long Close waits for requests already read.
@@ -60,9 +62,9 @@ type Broker struct {
 	mem      *byteBudget // the bytes all connections hold (Options.MaxBufferedBytes)
 	limitLog *limitLogs
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine of the broker
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	routines routines.Group // every goroutine of the broker
 	// diskProbing is set while writes are refused for a full disk (diskFull).
 	diskProbing atomic.Bool
 	connWG      sync.WaitGroup // connection goroutines only
@@ -167,7 +169,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	// Serve before registering: a client that dials the port (not found
 	// through ZooKeeper) is answered even while registration waits for a
 	// node held by another session.
-	b.goFunc(func() { b.acceptLoop(ln) })
+	b.routines.Go(func() { b.acceptLoop(ln) })
 
 	if r := b.opts.Registry; r != nil {
 		r.SetURL(b.url)
@@ -177,33 +179,18 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.registerConfiguredTopics(ctx, cfg)
 	}
 
-	// Close waits for every goroutine of b.wg, so the watcher of ctx must not
+	// Close waits for every goroutine of b.routines, so the watcher of ctx must not
 	// be one of them: context.AfterFunc runs Close on its own goroutine.
 	stop := context.AfterFunc(ctx, func() { b.Close() })
-	b.goFunc(func() {
+	b.routines.Go(func() {
 		<-b.ctx.Done()
 		stop()
 	})
 	return nil
 }
 
-// goFunc starts a goroutine owned by the broker unless it is closing.
-func (b *Broker) goFunc(f func()) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closing.Load() {
-		return false
-	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
-	return true
-}
-
 func (b *Broker) acceptLoop(ln net.Listener) {
-	var delay time.Duration
+	wait := backoff.Backoff{Min: 5 * time.Millisecond, Max: time.Second}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -211,11 +198,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 				return
 			}
 			// Temporary errors (EMFILE and the like): back off as net/http does.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay *= 2; delay > time.Second {
-				delay = time.Second
-			}
+			delay := wait.Next()
 			b.log.Warn("BROKER: accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
@@ -224,7 +207,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			}
 			continue
 		}
-		delay = 0
+		wait.Reset()
 		ip := remoteIP(nc)
 		if cause := b.limits.admit(ip); cause != "" {
 			b.refuse(nc, cause)
@@ -239,12 +222,10 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			return
 		}
 		b.conns[c] = struct{}{}
-		b.wg.Add(1)
 		b.connWG.Add(1)
-		b.mu.Unlock()
 		b.stats.connections.Add(1)
-		go func() {
-			defer b.wg.Done()
+		// Started under b.mu: Close stops the group under b.mu too.
+		b.routines.Go(func() {
 			defer b.connWG.Done()
 			c.serve()
 			b.mu.Lock()
@@ -252,7 +233,8 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.mu.Unlock()
 			b.limits.done(c.ip)
 			b.stats.connections.Add(-1)
-		}()
+		})
+		b.mu.Unlock()
 	}
 }
 
@@ -287,6 +269,7 @@ func (b *Broker) Close() error {
 		cancel()
 	}
 	b.mu.Lock()
+	b.routines.Stop()
 	ln := b.ln
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
@@ -317,7 +300,7 @@ func (b *Broker) Close() error {
 	if b.samsa != nil {
 		b.samsa.close()
 	}
-	b.wg.Wait()
+	b.routines.Wait()
 	b.log.Info("BROKER: closed")
 	return nil
 }

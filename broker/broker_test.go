@@ -897,7 +897,7 @@ func TestStartContextCancelCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1009,7 +1009,7 @@ func TestCloseWithStalledDisk(t *testing.T) {
 	}
 	defer st.Close()
 	defer close(fs.release)
-	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)})
 	if err != nil {
 		t.Fatal(err)
 	}

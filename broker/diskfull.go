@@ -27,9 +27,7 @@ func (b *Broker) diskFull() {
 	}
 	b.RefuseWrites("disk", Refusal{Reason: "no space left on device", Retry: true})
 	b.log.Error("BROKER: the disk is full; refusing writes until there is room")
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	started := b.routines.Go(func() {
 		defer b.diskProbing.Store(false)
 		t := time.NewTicker(diskProbeInterval)
 		defer t.Stop()
@@ -45,5 +43,8 @@ func (b *Broker) diskFull() {
 				return
 			}
 		}
-	}()
+	})
+	if !started { // closing: nothing to probe for
+		b.diskProbing.Store(false)
+	}
 }

@@ -1,8 +1,8 @@
-// Package broker serves the MetaQ 1.4.6 wire protocol (spec §1) on top of
+// Package broker serves the MetaQ 1.4.6 wire protocol (broker/wire/doc.go) on top of
 // broker/store: it owns the listener and the client connections, topic
 // acceptance and partition checks, closed partitions, statistics
 // (`stats`), retention scheduling (deleteWhen crons), configuration reload
-// (spec §4.6) and the synchronous replication pair of spec §5.3.
+// (see Reload in broker/wire/doc.go) and the synchronous replication pair (see Samsa and gregor in broker/wire/doc.go).
 //
 // What it does not own it reaches through small interfaces, so that it
 // imports neither ZooKeeper nor the transaction journal:

@@ -20,22 +20,10 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/testutil"
 )
 
 const vectorDir = "testdata/vectors"
-
-// testLogger writes broker logs into the test log, so failures show them.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // logCapture records log lines for assertions.
 type logCapture struct {
@@ -101,7 +89,7 @@ func startBrokerDir(t testing.TB, cfg *config.Server, dir string, mod func(*Opti
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	opts := Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testLogger(t)}
+	opts := Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)}
 	if mod != nil {
 		mod(&opts)
 	}

@@ -9,7 +9,7 @@ import (
 	"metaq/broker/wire"
 )
 
-// Registry publishes the broker and its topics (ZooKeeper, spec §3).
+// Registry publishes the broker and its topics (ZooKeeper; see ZooKeeper layout in broker/wire/doc.go).
 // *registry.Registry implements it. A nil Registry in Options means
 // standalone (zk.zkEnable=false).
 //
@@ -19,7 +19,7 @@ import (
 // SetConfigChecksum on Reload when the file changed; UnregisterAll from
 // Close before it stops serving. A synchronous master whose slave keeps
 // failing also calls UnregisterAll, and RegisterBroker and RegisterTopic
-// again once the slave answers (spec §5.3), so registering after
+// again once the slave answers (see Samsa and gregor in broker/wire/doc.go), so registering after
 // UnregisterAll must work.
 // Calls may come from several goroutines at once and must return when ctx
 // ends; the broker logs their errors and keeps serving.
@@ -35,13 +35,13 @@ type Registry interface {
 
 // TxConn identifies the client connection a transaction command came on,
 // so that a TxHandler can roll back a connection's local transactions when
-// it closes (spec §11).
+// it closes (see Java defects in broker/wire/doc.go).
 type TxConn struct {
 	ID         uint64 // unique per broker run
 	RemoteAddr string
 }
 
-// TxHandler processes transactions (spec §1.13, §6). Until one is set in
+// TxHandler processes transactions (see Transactions in broker/wire/doc.go). Until one is set in
 // Options (or with SetTxHandler), the broker answers every `transaction`
 // command and every put that carries a transaction key with 500
 // "Transactions are not supported by this broker".

@@ -6,11 +6,11 @@ import (
 	"metaq/internal/clock"
 )
 
-// idEpoch is MetaQ's IdWorker epoch in Unix milliseconds (spec §1.11).
+// idEpoch is MetaQ's IdWorker epoch in Unix milliseconds (see Message ids in broker/wire/doc.go).
 const idEpoch = 1303895660503
 
-// idGen makes MetaQ-layout message ids from the wall clock (spec §1.11,
-// §11): ((ms - epoch) << 22) | (brokerId << 12) | sequence. Ids only go up:
+// idGen makes MetaQ-layout message ids from the wall clock (see Message ids
+// and Java defects in broker/wire/doc.go): ((ms - epoch) << 22) | (brokerId << 12) | sequence. Ids only go up:
 // when the clock steps back, the last millisecond is reused. The store
 // assigns ids itself; the broker needs its own only as a synchronous
 // replication master, where the id must be known before the record is

@@ -10,7 +10,7 @@ import (
 	"metaq/broker/wire"
 )
 
-// Texts MetaQ clients and operators see (spec §1.5, §1.6, §1.7, §1.2).
+// Texts MetaQ clients and operators see (see put, get, offset and Opaque in broker/wire/doc.go).
 const (
 	txtChecksum      = "Checksum failure,message may be corrupted when transfering on networking."
 	txtNoProcessor   = "未注册请求处理器，请求处理器类为com.taobao.metamorphosis.network.SyncCommand"
@@ -48,7 +48,7 @@ func notExists(topic string, p int32) string {
 	return "The topic `" + topic + "` in partition `" + strconv.Itoa(int(p)) + "` is not exists"
 }
 
-// handleGet answers get exactly as spec §1.6.
+// handleGet answers get exactly as the get notes in broker/wire/doc.go say.
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.stats.cmdGet.Add(1)
 	b.stats.realtime(cmd.Topic, statGet, 1)
@@ -96,7 +96,7 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 	// many clients that do not read fill it much more slowly: at most
 	// pressuredAnswer, or the first record whole if it is longer (a MetaQ
 	// consumer that gets no whole record several times skips a record,
-	// spec §7.6).
+	// see get in broker/wire/doc.go).
 	limit := max
 	if b.underPressure() {
 		max = min(max, pressuredAnswer)
@@ -119,10 +119,10 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 			return 0, "", data
 		case errors.As(err, &de):
 			// Records lost to disk damage: the client moves past them, as
-			// past a retention gap (spec §1.6 301).
+			// past a retention gap (get in broker/wire/doc.go 301).
 			return wire.StatusMoved, strconv.FormatInt(de.Next, 10), nil
 		case err == nil:
-			// Never send `value 0` (spec §1.6, §7.6).
+			// Never send `value 0` (see get in broker/wire/doc.go).
 			return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
 		case errors.As(err, &re):
 			// Retention or a flush moved the bounds between the two calls.
@@ -167,7 +167,7 @@ func (b *Broker) readReserved(c *conn, cmd *wire.Get, max int, end int64) ([]byt
 	want := int64(max)
 	if rest := end - cmd.Offset; rest > 0 && rest < want {
 		// The run may go past the readable end up to the segment's end
-		// (spec §2.3), but rarely by much: reserve the expected size.
+		// (see Visibility in broker/wire/doc.go), but rarely by much: reserve the expected size.
 		want = rest
 	}
 	if err := c.bytes.acquire(c.ctx, want); err != nil {
@@ -222,7 +222,7 @@ func (b *Broker) readAnswer(topic string, partition int32, offset int64, limit, 
 	return out, nil
 }
 
-// outOfRange applies the 301/404 rules of spec §1.6 step 4.
+// outOfRange applies the 301/404 rules of get (broker/wire/doc.go).
 func (b *Broker) outOfRange(off, min, max int64) (int, string, bool) {
 	if off < min {
 		return wire.StatusMoved, strconv.FormatInt(min, 10), true
@@ -236,7 +236,7 @@ func (b *Broker) outOfRange(off, min, max int64) (int, string, bool) {
 	return 0, "", false
 }
 
-// handleOffset answers offset (spec §1.7).
+// handleOffset answers offset (see offset in broker/wire/doc.go).
 func (b *Broker) handleOffset(c *conn, cmd *wire.Offset) {
 	b.stats.cmdOffset.Add(1)
 	b.stats.realtime(cmd.Topic, statOffset, 1)

@@ -9,7 +9,7 @@ import (
 
 // retention runs one goroutine per distinct deleteWhen cron expression;
 // at each activation it calls Store.Retain for every topic with data whose
-// settings use that expression (spec §2.4). reschedule replaces the set on
+// settings use that expression (see Retention in broker/wire/doc.go). reschedule replaces the set on
 // Reload; stop ends them all.
 type retention struct {
 	b       *Broker

@@ -31,7 +31,7 @@ var statNames = [numStats]string{"put", "get", "offset", "get_miss", "put_failed
 // realtimeResetEvery is MetaQ's RealTimeStatRestTask period.
 const realtimeResetEvery = 30 * time.Minute
 
-// statsCounters are the broker's counters (spec §1.9). The cumulative ones
+// statsCounters are the broker's counters (see stats in broker/wire/doc.go). The cumulative ones
 // are atomics; the realtime ones (per counter and topic, only for topics
 // with stat=true) live under mu and are reset by `stats reset` and every
 // 30 minutes, as MetaQ does.
@@ -185,7 +185,7 @@ func (w *lineWriter) line(vals ...string) {
 }
 
 // Stats returns the body of `stats <item>` exactly as the protocol sends it
-// (spec §1.9): "STATS\r\n" ... "END\r\n", except for item "config", whose
+// (see stats in broker/wire/doc.go): "STATS\r\n" ... "END\r\n", except for item "config", whose
 // answer is the raw bytes of the configuration file in effect without its
 // secrets (config.StripSecrets).
 func (b *Broker) Stats(item string) string {

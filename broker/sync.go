@@ -1,3 +1,5 @@
+//lint:file-ignore ST1005 the slave errors are MetaQ's own texts, which Java producers show and match
+
 package broker
 
 import (

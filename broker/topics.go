@@ -19,9 +19,8 @@ import (
 // partitions.
 type topicTable struct {
 	mu         sync.RWMutex
-	registered map[string]int          // topic -> numPartitions registered
-	policySet  map[string]bool         // topic -> SetPolicy done
-	closed     map[string]map[int]bool // topic -> closed partitions
+	registered map[string]int  // topic -> numPartitions registered
+	policySet  map[string]bool // topic -> SetPolicy done
 }
 
 func (t *topicTable) init() {
@@ -117,8 +116,8 @@ func policyOf(tc config.Topic) store.Policy {
 func (b *Broker) applyPolicies(cfg *config.Server) {
 	seen := map[string]bool{}
 	for _, tc := range cfg.Topics {
-		// MetaQ loads group.<g>=<class> filters from Java classes (spec
-		// §7.5); there is no JVM here, so say that those groups get every
+		// MetaQ loads group.<g>=<class> server-side filters from Java
+		// classes; there is no JVM here, so say that those groups get every
 		// record rather than silently ignoring the setting.
 		for group, class := range tc.Filters {
 			b.log.Warn("BROKER: server-side consumer filters are not supported; the group gets every message",
@@ -149,7 +148,7 @@ func (b *Broker) setPolicy(topic string, tc config.Topic) {
 
 // ensureTopic is called before a put to a topic: the first time under a
 // configuration, it pushes the topic's policy to the store and registers
-// the topic in ZooKeeper (spec §1.5 step 4).
+// the topic in ZooKeeper (step 4 of put in broker/wire/doc.go).
 func (b *Broker) ensureTopic(ctx context.Context, topic string, e *topicEntry) {
 	if e.ready.Load() {
 		return
@@ -217,7 +216,7 @@ type topicUnregisterer interface {
 	UnregisterTopic(ctx context.Context, topic string) error
 }
 
-// Reload re-applies the [topic=...] sections of cfg (spec §4.6): new topics
+// Reload re-applies the [topic=...] sections of cfg (see Reload in broker/wire/doc.go): new topics
 // are accepted and registered at once, numPartitions changes take effect
 // for put checks and random partition choice, policies are pushed to the
 // store and retention is re-scheduled. Topics no section matches any more

@@ -175,14 +175,12 @@ func replayFile(t *testing.T, name string) {
 
 func (rp *replayer) runCase(t *testing.T, vc vcase) {
 	cl := rp.cl
-	brk := rp.brk
 	if strings.Contains(vc.setup, "WITHOUT") {
 		// sync-to-plain-broker: a broker without the sync receiver.
 		if rp.plain == nil {
 			rp.plain = startBroker(t, rp.cfg, nil)
 		}
-		brk = rp.plain
-		cl = dial(t, brk.Addr())
+		cl = dial(t, rp.plain.Addr())
 	}
 	cl.send(vc.c)
 	switch vc.action {

@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"metaq/broker/config"
+	"metaq/internal/atomicfile"
+	"metaq/internal/backoff"
 )
 
 // Agent applies pushed versions of server.ini on one site. Create it with
@@ -154,7 +156,7 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // connect dials NATS (unless a connection was supplied), binds the bucket
 // and subscribes to the site's subject, retrying until it works or Close.
 func (a *Agent) connect(ctx context.Context) bool {
-	backoff := 250 * time.Millisecond
+	wait := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		err := a.connectOnce(ctx)
 		if err == nil {
@@ -163,13 +165,13 @@ func (a *Agent) connect(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", redactURLs(a.o.URL), "in", backoff, "err", err)
+		d := wait.Next()
+		a.log.Warn("CONFIGSYNC: cannot reach NATS yet, retrying", "url", redactURLs(a.o.URL), "in", d, "err", err)
 		select {
 		case <-a.quit:
 			return false
-		case <-time.After(backoff):
+		case <-time.After(d):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -405,17 +407,17 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 	if prevVersion > 0 {
 		backup = a.o.ConfigPath + ".v" + strconv.FormatUint(prevVersion, 10)
 	}
-	if err := writeFileAtomic(backup, old, 0o644); err != nil {
-		return fail(err)
+	if err := atomicfile.WriteFile(backup, old, 0o644); err != nil {
+		return fail(fmt.Errorf("configsync: keep previous version: %w", err))
 	}
-	if err := writeFileAtomic(a.o.ConfigPath, v.Data, 0o644); err != nil {
-		return fail(err)
+	if err := atomicfile.WriteFile(a.o.ConfigPath, v.Data, 0o644); err != nil {
+		return fail(fmt.Errorf("configsync: write version %d: %w", v.Version, err))
 	}
 	rctx, cancel := context.WithTimeout(ctx, a.o.ReloadTimeout)
 	changes, err := a.o.Reloader.Reload(rctx, cfg)
 	cancel()
 	if err != nil {
-		if rerr := writeFileAtomic(a.o.ConfigPath, old, 0o644); rerr != nil {
+		if rerr := atomicfile.WriteFile(a.o.ConfigPath, old, 0o644); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("restore previous file: %w", rerr))
 		}
 		return fail(fmt.Errorf("configsync: reload version %d: %w", v.Version, err))
@@ -625,7 +627,10 @@ func (a *Agent) writeSidecar(sc sidecar) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(a.sidecarPath(), b, 0o644)
+	if err := atomicfile.WriteFile(a.sidecarPath(), b, 0o644); err != nil {
+		return fmt.Errorf("configsync: write version record: %w", err)
+	}
+	return nil
 }
 
 // pruneBackups keeps the newest KeepVersions <ConfigPath>.v<N> files.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -458,18 +459,9 @@ func TestAgentOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomicAndPrune(t *testing.T) {
+func TestPruneBackups(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "server.ini")
-	must(t, writeFileAtomic(p, []byte("a"), 0o644))
-	must(t, writeFileAtomic(p, []byte("b"), 0o644))
-	got, err := os.ReadFile(p)
-	must(t, err)
-	sameBytes(t, "file", got, []byte("b"))
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
-		t.Fatalf("temporary files left: %v", ents)
-	}
 	a := &Agent{o: Options{ConfigPath: p, KeepVersions: 2}}
 	for i := 1; i <= 5; i++ {
 		must(t, os.WriteFile(fmt.Sprintf("%s.v%d", p, i), nil, 0o644))
@@ -485,9 +477,10 @@ func TestWriteFileAtomicAndPrune(t *testing.T) {
 
 func TestDiffText(t *testing.T) {
 	for name, tc := range map[string]struct{ a, b, want string }{
-		"equal":   {"x\ny\n", "x\ny\n", ""},
-		"added":   {"a\nb\n", "a\nb\nc\n", "--- old\n+++ new\n a\n b\n+c\n"},
-		"changed": {"a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\ne\nf\ng\n", "--- old\n+++ new\n@@\n b\n c\n-d\n+D\n e\n f\n"},
+		"equal":            {"x\ny\n", "x\ny\n", ""},
+		"added":            {"a\nb\n", "a\nb\nc\n", "--- old\n+++ new\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"},
+		"changed":          {"a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\ne\nf\ng\n", "--- old\n+++ new\n@@ -2,5 +2,5 @@\n b\n c\n-d\n+D\n e\n f\n"},
+		"no final newline": {"a\nb", "a\nc", "--- old\n+++ new\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := DiffText("old", "new", []byte(tc.a), []byte(tc.b)); got != tc.want {
@@ -510,7 +503,7 @@ func TestAgentStartsBeforeNATS(t *testing.T) {
 	cfg, _, err := config.Load(path)
 	must(t, err)
 	rec := &recorder{cfg: cfg}
-	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: "nats://" + addr, Reloader: rec, Logger: testLogger(t)})
+	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: "nats://" + addr, Reloader: rec, Logger: testutil.Logger(t, slog.LevelDebug)})
 	must(t, err)
 	must(t, a.Start(context.Background())) // does not wait for NATS
 	defer a.Close()

@@ -113,16 +113,9 @@ type site struct {
 	natsC config.NATS
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 func startNATS(t *testing.T) *EmbeddedNATS {
 	t.Helper()
-	e, err := StartEmbeddedNATS(EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Logger: testLogger(t)})
+	e, err := StartEmbeddedNATS(EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Logger: testutil.Logger(t, slog.LevelDebug)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +149,7 @@ func (s *site) start(t testing.TB) {
 		NATS:              s.natsC,
 		Reloader:          s.rec,
 		HeartbeatInterval: 100 * time.Millisecond,
-		Logger:            testLogger(t).With("test-site", s.name),
+		Logger:            testutil.Logger(t, slog.LevelDebug).With("test-site", s.name),
 	})
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -184,7 +177,7 @@ func newClient(t *testing.T, url string) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := NewClient(ctx, ClientOptions{URL: url, Logger: testLogger(t), SigningKey: testKey})
+	c, err := NewClient(ctx, ClientOptions{URL: url, Logger: testutil.Logger(t, slog.LevelDebug), SigningKey: testKey})
 	must(t, err)
 	t.Cleanup(c.Close)
 	return c

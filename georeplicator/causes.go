@@ -49,10 +49,10 @@ func (c *causeLog) report(scope, addr string, err error, hint string) {
 		args = append(args, "fix", hint)
 	}
 	if repeat {
-		c.log.Debug("replication still failing, same cause", args...)
+		c.log.Debug("REPLICATION: replication still failing, same cause", args...)
 		return
 	}
-	c.log.Warn("cannot replicate from the master", args...)
+	c.log.Warn("REPLICATION: cannot replicate from the master", args...)
 }
 
 // clear forgets scope's last cause, so its next failure warns again.

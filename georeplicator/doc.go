@@ -1,7 +1,7 @@
 // Package georeplicator copies a master site's commit log to slave sites
 // over WAN links: the master's Shipper streams the durable log in
 // checksummed, compressed frames and each slave's Receiver stores the
-// records byte-identically at the master's offsets (spec §5.1 semantics,
+// records byte-identically at the master's offsets (the semantics of Async slaves in broker/wire/doc.go,
 // without MetaQ's consumer-based copy).
 //
 // # Roles

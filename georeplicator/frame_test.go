@@ -201,7 +201,7 @@ func TestRecords(t *testing.T) {
 	if !recordBoundary(b, 0) || !recordBoundary(b, len(r1)) || !recordBoundary(b, len(b)) || recordBoundary(b, 5) {
 		t.Fatal("record boundaries")
 	}
-	// The record layout is MetaQ's (spec §1.10 vector): id 0x0102030405060708, body "hello".
+	// The record layout is MetaQ's (the Records example in broker/wire/doc.go): id 0x0102030405060708, body "hello".
 	want := "00000005" + "3610a686" + "0102030405060708" + "00000000" + "68656c6c6f"
 	if got := bytesHex(makeRecord(0x0102030405060708, []byte("hello"))); got != want {
 		t.Fatalf("record %s, want %s", got, want)

@@ -6,18 +6,24 @@ import (
 	"time"
 )
 
-// PartitionLag is how far one slave is behind on one partition.
+// This file is the project's one model of replication lag: the master's
+// Shipper measures it (GroupLag, PartitionLag) and sums it up (LagSummary,
+// LagState); topology gossips the summaries and reports them per site, and
+// the dashboard, /metrics, `stats slave` and `metaq lag` show these types.
+
+// PartitionLag is how far one slave is behind on one partition. Offsets
+// are MetaQ byte offsets, equal on master and slave.
 type PartitionLag struct {
-	Topic     string
-	Partition int
-	MasterEnd int64 // master's durable end offset
-	SlaveEnd  int64 // end applied on the slave (-1 = the slave has none of it)
-	Bytes     int64 // MasterEnd - SlaveEnd
-	Messages  int64 // records not yet on the slave
-	// Seconds is the age of the oldest record not yet on the slave (0 when caught up).
-	Seconds float64
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	MasterEnd int64  `json:"masterEnd"` // master's durable end offset
+	SlaveEnd  int64  `json:"slaveEnd"`  // end applied on the slave (-1 = the slave has none of it)
+	Bytes     int64  `json:"bytes"`     // MasterEnd - SlaveEnd
+	Messages  int64  `json:"messages"`  // records not yet on the slave
+	// Behind is the age of the oldest record not yet on the slave (0 when caught up).
+	Behind time.Duration `json:"behindNs"`
 	// Stuck: behind, while the slave has made no progress for StuckAfter.
-	Stuck bool
+	Stuck bool `json:"stuck"`
 }
 
 // GroupLag is one slave's replication state as the master sees it. A slave
@@ -25,17 +31,17 @@ type PartitionLag struct {
 type GroupLag struct {
 	Group     string
 	SlaveID   int
-	Connected bool
+	Connected bool   // false while the slave is not attached
 	Addr      string // remote address of the current or last connection
 	// AppliedPos and DurablePos are master log positions applied and
 	// checkpointed on the slave; SentPos is what the master has sent.
 	AppliedPos, DurablePos, SentPos int64
 	// MasterPos is the master's durable log end.
 	MasterPos int64
-	// Totals over the partitions.
+	// Totals over the partitions (Behind: the largest).
 	Bytes    int64
 	Messages int64
-	Seconds  float64
+	Behind   time.Duration
 	Stuck    bool
 	// LogBytes is MasterPos - AppliedPos: bytes of the shared log not yet applied.
 	LogBytes     int64
@@ -114,13 +120,13 @@ func (s *Shipper) Lag() []GroupLag {
 				msgs, t, _ := s.opts.Source.Backlog(pi.Topic, pi.Partition, from)
 				pl.Messages = msgs
 				if !t.IsZero() && now.After(t) {
-					pl.Seconds = now.Sub(t).Seconds()
+					pl.Behind = now.Sub(t)
 				}
 				pl.Stuck = now.Sub(since) >= s.opts.StuckAfter
 			}
 			g.Bytes += pl.Bytes
 			g.Messages += pl.Messages
-			g.Seconds = max(g.Seconds, pl.Seconds)
+			g.Behind = max(g.Behind, pl.Behind)
 			g.Stuck = g.Stuck || pl.Stuck
 			g.Partitions = append(g.Partitions, pl)
 		}
@@ -153,12 +159,92 @@ func (s *Shipper) StatsLines() []string {
 			codec = g.Mode
 		}
 		lines = append(lines, fmt.Sprintf("%s slave_id %d connected %t addr %s applied %d master %d lag_bytes %d lag_messages %d lag_seconds %.2f stuck %t rtt_ms %.2f codec %s wire_bytes %d raw_bytes %d rewinds %d",
-			g.Group, g.SlaveID, g.Connected, addr, g.AppliedPos, g.MasterPos, g.Bytes, g.Messages, g.Seconds, g.Stuck,
+			g.Group, g.SlaveID, g.Connected, addr, g.AppliedPos, g.MasterPos, g.Bytes, g.Messages, g.Behind.Seconds(), g.Stuck,
 			float64(g.RTT)/float64(time.Millisecond), codec, g.WireBytes, g.RawBytes, g.Rewinds))
 		for _, p := range g.Partitions {
 			lines = append(lines, fmt.Sprintf("%s partition %s-%d master_end %d slave_end %d lag_bytes %d lag_messages %d lag_seconds %.2f stuck %t",
-				g.Group, p.Topic, p.Partition, p.MasterEnd, p.SlaveEnd, p.Bytes, p.Messages, p.Seconds, p.Stuck))
+				g.Group, p.Topic, p.Partition, p.MasterEnd, p.SlaveEnd, p.Bytes, p.Messages, p.Behind.Seconds(), p.Stuck))
 		}
 	}
 	return lines
+}
+
+// LagState classifies a slave group's lag.
+type LagState uint8
+
+const (
+	// LagOK means the slave is connected and within the lagging threshold.
+	LagOK LagState = iota
+	// LagLagging means the slave is connected and making progress but further
+	// behind than the lagging threshold.
+	LagLagging
+	// LagStuck means the slave is behind and has made no progress for the
+	// replicator's stuck time.
+	LagStuck
+	// LagDown means the slave is not connected or its bundle is down.
+	LagDown
+)
+
+// String returns ok, lagging, stuck or down.
+func (s LagState) String() string {
+	switch s {
+	case LagOK:
+		return "ok"
+	case LagLagging:
+		return "lagging"
+	case LagStuck:
+		return "stuck"
+	}
+	return "down"
+}
+
+// MarshalText makes LagState print as its name in JSON.
+func (s LagState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText parses the names String returns.
+func (s *LagState) UnmarshalText(b []byte) error {
+	for _, c := range []LagState{LagOK, LagLagging, LagStuck, LagDown} {
+		if c.String() == string(b) {
+			*s = c
+			return nil
+		}
+	}
+	return fmt.Errorf("georeplicator: unknown lag state %q", b)
+}
+
+// LagSummary is one slave group's lag summed over its partitions and
+// classified: what a master gossips about each slave group.
+type LagSummary struct {
+	SlaveGroup string        `json:"slaveGroup"`
+	SlaveID    int           `json:"slaveId"`
+	Partitions int           `json:"partitions"`
+	Bytes      int64         `json:"bytes"`
+	Messages   int64         `json:"messages"`
+	Behind     time.Duration `json:"behindNs"`
+	State      LagState      `json:"state"`
+}
+
+// Summary sums g up: down when not connected, stuck when g or any
+// partition is stuck, lagging when the oldest missing record is older than
+// laggingAfter, else ok.
+func (g *GroupLag) Summary(laggingAfter time.Duration) LagSummary {
+	s := LagSummary{SlaveGroup: g.Group, SlaveID: g.SlaveID, Partitions: len(g.Partitions)}
+	stuck := g.Stuck
+	for _, p := range g.Partitions {
+		s.Bytes += p.Bytes
+		s.Messages += p.Messages
+		s.Behind = max(s.Behind, p.Behind)
+		stuck = stuck || p.Stuck
+	}
+	switch {
+	case !g.Connected:
+		s.State = LagDown
+	case stuck:
+		s.State = LagStuck
+	case s.Behind > laggingAfter:
+		s.State = LagLagging
+	default:
+		s.State = LagOK
+	}
+	return s
 }

@@ -78,14 +78,6 @@ func (m *memStore) put(topic string, part int, records []byte) int64 {
 	return m.appendLocked(topic, part, records)
 }
 
-// sync makes everything appended durable.
-func (m *memStore) sync() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.durable = m.end
-	m.notifyLocked()
-}
-
 // truncate drops log entries below pos (retention); partition data stays
 // readable but Min moves to the first retained entry's offset.
 func (m *memStore) truncate(pos int64) {
@@ -286,7 +278,7 @@ func verifyRecords(b []byte) error {
 	return nil
 }
 
-// makeRecord builds one stored MetaQ record (spec §1.10).
+// makeRecord builds one stored MetaQ record (see Records in broker/wire/doc.go).
 func makeRecord(id int64, body []byte) []byte {
 	r := make([]byte, recordHeaderLen+len(body))
 	binary.BigEndian.PutUint32(r, uint32(len(body)))

@@ -14,7 +14,7 @@ const protocolVersion = 1
 // hello is the slave's opening message.
 type hello struct {
 	Version  uint16
-	BrokerID int32 // the slave's brokerId; must equal the master's (spec §5.1). -1 = do not check
+	BrokerID int32 // the slave's brokerId; must equal the master's (see Async slaves in broker/wire/doc.go). -1 = do not check
 	SlaveID  int32
 	Group    string
 	Codec    Mode  // the slave's preference; "" = the master's setting
@@ -270,7 +270,7 @@ func decodeBatch(p []byte) (batch, error) {
 	return b, d.err
 }
 
-// recordHeaderLen is the MetaQ stored record header (spec §1.10).
+// recordHeaderLen is the MetaQ stored record header (see Records in broker/wire/doc.go).
 const recordHeaderLen = 20
 
 // countRecords counts the whole records in b and checks that b holds whole

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net"
 	"sort"
 	"strconv"
@@ -19,9 +18,10 @@ import (
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/backoff"
 )
 
-// MetaQ's async-slave method (spec §5.1, MetaQ's metaslave SubscribeHandler):
+// MetaQ's async-slave method (see Async slaves in broker/wire/doc.go; MetaQ's metaslave SubscribeHandler):
 // the slave is a consumer of its master with group slaveGroup. It reads
 // every partition of the master with `get`, from its own end of that
 // partition (asking the master with `offset ... 0` where it has none), and
@@ -284,17 +284,16 @@ func (p *MetaQPuller) setErr(err error) {
 // they may have changed, and keeps one fetch loop per partition.
 func (p *MetaQPuller) run() {
 	defer p.stopAll()
-	attempt := 0
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	for p.ctx.Err() == nil {
 		changed := p.opts.Master.Changed()
 		wait := p.opts.Resync
 		if err := p.sync(); err != nil {
 			p.setErr(err)
 			p.warn.report("master", "", err, "")
-			wait = backoff(attempt, 100*time.Millisecond, 10*time.Second)
-			attempt++
+			wait = retry.Next()
 		} else {
-			attempt = 0
+			retry.Reset()
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -322,11 +321,11 @@ func (p *MetaQPuller) sync() error {
 		old := p.pool
 		p.mu.Unlock()
 		if old != nil {
-			p.log.Info("master moved; restarting every partition", "from", old.addr, "to", addr)
+			p.log.Info("REPLICATION: master moved; restarting every partition", "from", old.addr, "to", addr)
 			p.stopAll()
 			old.close()
 		} else {
-			p.log.Info("copying the master with MetaQ's get", "master", addr, "group", p.opts.Group)
+			p.log.Info("REPLICATION: copying the master with MetaQ's get", "master", addr, "group", p.opts.Group)
 		}
 		p.mu.Lock()
 		p.pool = newMetaqPool(addr, p.opts.Connections, p.opts.RequestTimeout, p.opts.Dial)
@@ -367,7 +366,7 @@ func (p *MetaQPuller) sync() error {
 		sort.Slice(added, func(i, j int) bool {
 			return added[i].Topic < added[j].Topic || (added[i].Topic == added[j].Topic && added[i].Partition < added[j].Partition)
 		})
-		p.log.Info("following partitions of the master", "count", len(added), "first", fmt.Sprintf("%s-%d", added[0].Topic, added[0].Partition))
+		p.log.Info("REPLICATION: following partitions of the master", "count", len(added), "first", fmt.Sprintf("%s-%d", added[0].Topic, added[0].Partition))
 	}
 	return nil
 }
@@ -451,7 +450,7 @@ func (p *MetaQPuller) follow(ctx context.Context, pool *metaqPool, mp *metaqPart
 	offset := int64(-1)
 	size := p.opts.FetchSize
 	checkedEnd := false
-	attempt := 0
+	retry := backoff.Backoff{Min: max/10 + time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	for {
 		if delay > 0 {
 			t := time.NewTimer(delay)
@@ -472,7 +471,8 @@ func (p *MetaQPuller) follow(ctx context.Context, pool *metaqPool, mp *metaqPart
 				mp.mu.Lock()
 				mp.st.Offset, mp.st.Stopped = offset, ""
 				mp.mu.Unlock()
-				delay, attempt = 0, 0
+				delay = 0
+				retry.Reset()
 				continue
 			}
 			offset = -1
@@ -496,7 +496,7 @@ func (p *MetaQPuller) follow(ctx context.Context, pool *metaqPool, mp *metaqPart
 					delay = 0
 				}
 				offset = next
-				attempt = 0
+				retry.Reset()
 				continue
 			}
 		}
@@ -521,8 +521,7 @@ func (p *MetaQPuller) follow(ctx context.Context, pool *metaqPool, mp *metaqPart
 		p.st.Connected = false
 		p.mu.Unlock()
 		p.warn.report("fetch", pool.addr, err, hintFor(err))
-		delay = backoff(attempt, max/10+time.Millisecond, 10*time.Second)
-		attempt++
+		delay = retry.Next()
 	}
 }
 
@@ -632,7 +631,7 @@ func (p *MetaQPuller) fetch(ctx context.Context, pool *metaqPool, k pkey, offset
 		if err := p.placeEmpty(k, v); err != nil {
 			return offset, false, err
 		}
-		p.log.Warn("the master no longer holds this partition's start; copying from its first offset", "partition", k.String(), "from", v)
+		p.log.Warn("REPLICATION: the master no longer holds this partition's start; copying from its first offset", "partition", k.String(), "from", v)
 		return v, false, nil
 	}
 	return offset, false, fmt.Errorf("georeplicator: get %s at %d from master %s: %d %s", k, offset, pool.addr, ans.code, ans.body)
@@ -675,15 +674,6 @@ func wholeRecords(b []byte) (int, int, error) {
 		count++
 	}
 	return off, count, nil
-}
-
-// backoff is exponential with half of it random, capped.
-func backoff(attempt int, lo, hi time.Duration) time.Duration {
-	d := lo << min(attempt, 20)
-	if d > hi || d <= 0 {
-		d = hi
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 func (k pkey) String() string { return k.Topic + "-" + strconv.Itoa(k.Partition) }

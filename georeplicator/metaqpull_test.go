@@ -21,7 +21,7 @@ import (
 )
 
 // fakeMetaQMaster serves `get` and `offset` from a memStore the way a MetaQ
-// 1.4.6 broker does (spec §1.6, §1.7, updateConsumerOffsets=false): a get
+// 1.4.6 broker does (see get and offset in broker/wire/doc.go; updateConsumerOffsets=false): a get
 // may end inside a record, 404 at and beyond the end, 301 below the start.
 type fakeMetaQMaster struct {
 	st  *memStore

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"metaq/internal/atomicfile"
 	"metaq/internal/clock"
 )
 
@@ -196,48 +197,6 @@ func (p *progress) ack(k slaveKey, a ack, rtt time.Duration) {
 	}
 }
 
-// minApplied is the lowest applied log position of any known slave.
-func (p *progress) minApplied() (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	first := true
-	var m int64
-	for _, sp := range p.m {
-		if sp.Applied < 0 {
-			continue
-		}
-		if first || sp.Applied < m {
-			m, first = sp.Applied, false
-		}
-	}
-	return m, !first
-}
-
-// minPartitionApplied is, per partition known to every slave, the lowest end
-// any slave has. Partitions some slave lacks are absent (keep everything).
-func (p *progress) minPartitionApplied() map[pkey]int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out map[pkey]int64
-	for _, sp := range p.m {
-		if out == nil {
-			out = make(map[pkey]int64, len(sp.Parts))
-			for k, pp := range sp.Parts {
-				out[k] = pp.End
-			}
-			continue
-		}
-		for k, v := range out {
-			if pp, ok := sp.Parts[k]; !ok {
-				delete(out, k)
-			} else if pp.End < v {
-				out[k] = pp.End
-			}
-		}
-	}
-	return out
-}
-
 func (p *progress) saveIfDirty() error {
 	p.mu.Lock()
 	d := p.dirty
@@ -289,36 +248,11 @@ func lessKey(a, b pkey) bool {
 	return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
 }
 
-// writeFileAtomic replaces path with data so that a crash leaves either the
-// old or the new content: temp file, fsync, rename, fsync the directory.
+// writeFileAtomic replaces path with data (see internal/atomicfile),
+// creating its directory first.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path, data, 0o644)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"metaq/broker/store"
+	"metaq/internal/backoff"
+	"metaq/internal/routines"
 )
 
 // DivergedError means the slave holds bytes for a partition that differ from
@@ -76,11 +77,11 @@ type Receiver struct {
 	log    *slog.Logger
 	causes *causeLog
 
-	closing atomic.Bool
-	started atomic.Bool
-	wg      sync.WaitGroup
-	ctx     context.Context
-	cancel  context.CancelFunc
+	closing  atomic.Bool
+	started  atomic.Bool
+	routines routines.Group
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	mu      sync.Mutex // guards the fields below
 	conn    net.Conn
@@ -137,23 +138,9 @@ func (r *Receiver) Start() error {
 	r.mu.Lock()
 	r.st.Running = true
 	r.mu.Unlock()
-	r.goFunc(r.run)
-	r.goFunc(r.checkpointLoop)
+	r.routines.Go(r.run)
+	r.routines.Go(r.checkpointLoop)
 	return nil
-}
-
-func (r *Receiver) goFunc(f func()) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing.Load() {
-		return false
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		f()
-	}()
-	return true
 }
 
 // Close stops replication, waits for its goroutines and writes a final
@@ -164,13 +151,14 @@ func (r *Receiver) Close() error {
 		r.mu.Unlock()
 		return nil
 	}
+	r.routines.Stop()
 	if r.conn != nil {
 		r.conn.Close()
 	}
 	r.st.Running = false
 	r.mu.Unlock()
 	r.cancel()
-	r.wg.Wait()
+	r.routines.Wait()
 	err := r.checkpointNow()
 	r.dec.Close()
 	return err
@@ -244,10 +232,12 @@ func (r *Receiver) setErr(err error) {
 	r.mu.Unlock()
 }
 
-// run connects, streams and reconnects with exponential backoff and full
+// run connects, streams and reconnects with exponential backoff and
 // jitter until Close.
 func (r *Receiver) run() {
-	attempt := 0
+	// Half fixed, half random: spreads reconnects of many slaves after a
+	// master restart while keeping a floor.
+	wait := backoff.Backoff{Min: r.opts.BackoffMin, Max: r.opts.BackoffMax, Jitter: true}
 	for !r.closing.Load() {
 		progressed, err := r.session()
 		if r.closing.Load() {
@@ -262,20 +252,12 @@ func (r *Receiver) run() {
 		r.st.Reconnects++
 		r.mu.Unlock()
 		if progressed {
-			attempt = 0
+			wait.Reset()
 		}
-		d := r.opts.BackoffMin << min(attempt, 20)
-		if d > r.opts.BackoffMax || d <= 0 {
-			d = r.opts.BackoffMax
-		}
-		attempt++
-		// Half fixed, half random: spreads reconnects of many slaves after a
-		// master restart while keeping a floor.
-		d = d/2 + rand.N(d/2+1)
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-time.After(d):
+		case <-r.opts.Clock.After(wait.Next()):
 		}
 	}
 }
@@ -368,7 +350,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 			h.Ends = append(h.Ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
 		}
 	}
-	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout))
+	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout)) // socket deadlines are the kernel's: real time
 	helloBytes := h.encode()
 	if _, err := writeFrame(conn, header{typ: typeHello}, helloBytes, nil); err != nil {
 		return false, fmt.Errorf("georeplicator: send hello: %w", err)
@@ -418,10 +400,10 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	r.mu.Unlock()
 	if w.Truncated {
-		r.log.Warn("master no longer has our position; continuing from its first retained entry",
+		r.log.Warn("REPLICATION: master no longer has our position; continuing from its first retained entry",
 			"requested", resume, "start", w.Start)
 	}
-	r.log.Info("connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
+	r.log.Info("REPLICATION: connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
 		"masterLog", w.LogID, "generation", w.Generation, "byPartitionEnds", w.ByEnds)
 	r.causes.clear("link")
 
@@ -453,7 +435,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		return err
 	}
 	rewind := func(why error) error {
-		r.log.Warn("dropping frame and asking the master to resend", "from", applied, "err", why)
+		r.log.Warn("REPLICATION: dropping frame and asking the master to resend", "from", applied, "err", why)
 		r.setErr(why)
 		epoch++
 		lastSeq = 0
@@ -470,7 +452,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	idle := idleTimeout(w.Keepalive)
 	for {
-		conn.SetReadDeadline(time.Now().Add(idle))
+		conn.SetReadDeadline(time.Now().Add(idle)) // socket deadlines are the kernel's: real time
 		f, err := readFrame(conn, buf)
 		if err != nil {
 			if r.closing.Load() {
@@ -579,9 +561,9 @@ func (r *Receiver) session() (progressed bool, err error) {
 		case typeConfig:
 			if len(f.wire) > 0 && r.opts.OnMasterConfig != nil {
 				conf := bytes.Clone(f.wire)
-				r.goFunc(func() {
+				r.routines.Go(func() {
 					if err := r.opts.OnMasterConfig(r.ctx, conf); err != nil {
-						r.log.Warn("applying the master's config failed", "err", err)
+						r.log.Warn("REPLICATION: applying the master's config failed", "err", err)
 						r.setErr(err)
 					}
 				})
@@ -688,7 +670,7 @@ func (r *Receiver) apply(ctx context.Context, e store.LogEntry) error {
 	r.endMu.Lock()
 	delete(r.ends, k)
 	r.endMu.Unlock()
-	r.log.Error("partition diverged from the master; it is no longer replicated, the others are", "err", de)
+	r.log.Error("REPLICATION: partition diverged from the master; it is no longer replicated, the others are", "err", de)
 	r.setErr(de)
 	return nil
 }
@@ -747,7 +729,7 @@ func (r *Receiver) applyEntry(ctx context.Context, k pkey, e store.LogEntry) err
 			r.endMu.Unlock()
 			return fmt.Errorf("georeplicator: skip %s-%d to %d: %w", e.Topic, e.Partition, off, err)
 		}
-		r.log.Warn("continuing past records the master lost", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", end, "to", off)
+		r.log.Warn("REPLICATION: continuing past records the master lost", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", end, "to", off)
 		r.mu.Lock()
 		r.st.Skips++
 		r.mu.Unlock()
@@ -772,7 +754,7 @@ func (r *Receiver) applyEntry(ctx context.Context, k pkey, e store.LogEntry) err
 			if rerr := rp.Repair(context.WithoutCancel(ctx), e.Topic, e.Partition, off, recs); rerr != nil {
 				return &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot fill the local damaged range with the master's repaired records: %v", rerr)}
 			}
-			r.log.Warn("filled a damaged range with records the master repaired", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition),
+			r.log.Warn("REPLICATION: filled a damaged range with records the master repaired", "partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition),
 				"from", off, "to", off+int64(len(recs)))
 			return nil
 		}
@@ -855,7 +837,7 @@ func (r *Receiver) checkpointLoop() {
 			return
 		case <-t.C():
 			if err := r.checkpointNow(); err != nil {
-				r.log.Warn("checkpoint failed", "err", err)
+				r.log.Warn("REPLICATION: checkpoint failed", "err", err)
 				r.setErr(err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"metaq/broker/store"
+	"metaq/internal/routines"
 )
 
 // Shipper is the master side: it accepts slaves on the replication address
@@ -22,12 +23,12 @@ type Shipper struct {
 	opts ShipperOptions
 	log  *slog.Logger
 
-	ln      net.Listener
-	closing atomic.Bool
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	ctx     context.Context
-	cancel  context.CancelFunc
+	ln       net.Listener
+	closing  atomic.Bool
+	quit     chan struct{}
+	routines routines.Group
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -73,18 +74,18 @@ func (s *Shipper) Start() error {
 	}
 	s.ln = ln
 	encrypted, authenticated := s.opts.security()
-	s.log.Info("replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression,
+	s.log.Info("REPLICATION: replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression,
 		"tls", encrypted, "authenticated", authenticated)
 	s.warnInsecure(ln.Addr().String())
 	if authenticated {
 		for _, k := range s.prog.forgetUnauthenticated() {
-			s.log.Info("forgetting a slave that last connected without authentication", "slave", fmt.Sprintf("SLAVE(%s/%d)", k.Group, k.SlaveID))
+			s.log.Info("REPLICATION: forgetting a slave that last connected without authentication", "slave", fmt.Sprintf("SLAVE(%s/%d)", k.Group, k.SlaveID))
 		}
 	}
-	s.goFunc(s.acceptLoop)
-	s.goFunc(s.persistLoop)
+	s.routines.Go(s.acceptLoop)
+	s.routines.Go(s.persistLoop)
 	s.fenceAtStart()
-	s.goFunc(s.leaseLoop)
+	s.routines.Go(s.leaseLoop)
 	return nil
 }
 
@@ -96,21 +97,6 @@ func (s *Shipper) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// goFunc starts an owned goroutine unless shutdown has begun.
-func (s *Shipper) goFunc(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing.Load() {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // Close stops accepting, disconnects every slave, saves progress and waits
 // for all goroutines. Idempotent.
 func (s *Shipper) Close() error {
@@ -119,6 +105,7 @@ func (s *Shipper) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
+	s.routines.Stop()
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -128,7 +115,7 @@ func (s *Shipper) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	s.cancel()
-	s.wg.Wait()
+	s.routines.Wait()
 	s.waits.close()
 	return s.prog.save()
 }
@@ -140,11 +127,11 @@ func (s *Shipper) acceptLoop() {
 			if s.closing.Load() {
 				return
 			}
-			s.log.Warn("accept failed", "err", err)
+			s.log.Warn("REPLICATION: accept failed", "err", err)
 			select {
 			case <-s.quit:
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-s.opts.Clock.After(50 * time.Millisecond):
 			}
 			continue
 		}
@@ -155,10 +142,8 @@ func (s *Shipper) acceptLoop() {
 			return
 		}
 		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
+		// Started under s.mu: Close stops the group under s.mu too.
+		s.routines.Go(func() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.conns, c)
@@ -166,9 +151,10 @@ func (s *Shipper) acceptLoop() {
 				c.Close()
 			}()
 			if err := s.serve(c); err != nil && !s.closing.Load() {
-				s.log.Warn("slave connection ended", "remote", c.RemoteAddr().String(), "err", err)
+				s.log.Warn("REPLICATION: slave connection ended", "remote", c.RemoteAddr().String(), "err", err)
 			}
-		}()
+		})
+		s.mu.Unlock()
 	}
 }
 
@@ -181,7 +167,7 @@ func (s *Shipper) persistLoop() {
 			return
 		case <-t.C():
 			if err := s.prog.saveIfDirty(); err != nil {
-				s.log.Warn("saving replication progress failed", "err", err)
+				s.log.Warn("REPLICATION: saving replication progress failed", "err", err)
 			}
 		}
 	}
@@ -246,11 +232,11 @@ func (s *Shipper) serve(c net.Conn) error {
 		tc.SetNoDelay(true)
 		setNotSentLowat(tc) // best effort: only latency suffers without it
 		if err := setCongestion(tc, s.opts.CongestionControl); err != nil && s.ccWarned.CompareAndSwap(false, true) {
-			s.log.Warn("cannot select TCP congestion control; using the host default",
+			s.log.Warn("REPLICATION: cannot select TCP congestion control; using the host default",
 				"algorithm", s.opts.CongestionControl, "err", err)
 		}
 	}
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second)) // socket deadlines are the kernel's: real time
 	if tc, ok := c.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
 			return fmt.Errorf("tls handshake: %w", err)
@@ -348,7 +334,7 @@ func (s *Shipper) serve(c net.Conn) error {
 		if s.opts.ConfigBytes == nil {
 			writeFrame(c, header{typ: typeConfig}, nil, nil) // empty: master offers no config
 		} else if conf, err := s.opts.ConfigBytes(); err != nil {
-			ss.log.Warn("reading config for slave failed", "err", err)
+			ss.log.Warn("REPLICATION: reading config for slave failed", "err", err)
 			writeFrame(c, header{typ: typeConfig}, nil, nil)
 		} else if _, err := writeFrame(c, header{typ: typeConfig}, conf, nil); err != nil {
 			return fmt.Errorf("write config: %w", err)
@@ -359,7 +345,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	// not yet noticed is dead (the slave reconnected after a cut).
 	s.mu.Lock()
 	if old := s.sessions[key]; old != nil {
-		old.log.Info("slave reconnected; closing its previous connection")
+		old.log.Info("REPLICATION: slave reconnected; closing its previous connection")
 		old.conn.Close()
 	}
 	s.sessions[key] = ss
@@ -375,10 +361,10 @@ func (s *Shipper) serve(c net.Conn) error {
 	connNo := s.prog.connect(key, c.RemoteAddr().String(), start, truncated, mode)
 	s.prog.setAuth(key, s.authMethod(c))
 	defer s.prog.disconnect(key, connNo)
-	ss.log.Info("slave connected", "start", start, "byPartitionEnds", byEnds, "truncated", truncated, "codec", mode,
+	ss.log.Info("REPLICATION: slave connected", "start", start, "byPartitionEnds", byEnds, "truncated", truncated, "codec", mode,
 		"window", window, "bandwidth", bw, "maxDelay", delay)
 	if truncated {
-		ss.log.Warn("slave position removed by retention; streaming from the first retained entry",
+		ss.log.Warn("REPLICATION: slave position removed by retention; streaming from the first retained entry",
 			"requested", h.Resume, "first", first)
 	}
 
@@ -404,7 +390,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 	var buf []byte
 	idle := idleTimeout(ss.s.opts.Keepalive)
 	for {
-		ss.conn.SetReadDeadline(time.Now().Add(idle))
+		ss.conn.SetReadDeadline(time.Now().Add(idle)) // socket deadlines are the kernel's: real time
 		f, err := readFrame(ss.conn, buf)
 		if err != nil {
 			return fmt.Errorf("read from slave: %w", err)
@@ -454,7 +440,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 			ss.inflight, ss.inflBytes = nil, 0
 			ss.mu.Unlock()
 			ss.s.prog.corrupt(ss.key)
-			ss.log.Warn("slave asked to resend", "from", pos, "epoch", f.epoch)
+			ss.log.Warn("REPLICATION: slave asked to resend", "from", pos, "epoch", f.epoch)
 			signal(ss.rewindWake)
 			signal(ss.ackWake)
 		default:
@@ -505,18 +491,18 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		k := keepalive{SentAt: s.opts.Clock.Now().UnixNano(), Durable: durable}
 		var err error
 		scratch, err = writeFrame(ss.conn, header{typ: typeKeepalive, epoch: epoch}, k.encode(), scratch)
-		lastKA = time.Now()
+		lastKA = s.opts.Clock.Now()
 		return err
 	}
 	if err := sendKA(); err != nil { // first RTT sample before any data
 		return err
 	}
-	tick := time.NewTicker(s.opts.Keepalive / 2)
+	tick := s.opts.Clock.NewTicker(s.opts.Keepalive / 2)
 	defer tick.Stop()
 	for {
 		// At least one keepalive per interval, also while streaming: each
 		// one is an RTT sample.
-		if time.Since(lastKA) >= s.opts.Keepalive {
+		if s.opts.Clock.Since(lastKA) >= s.opts.Keepalive {
 			if err := sendKA(); err != nil {
 				return err
 			}
@@ -531,7 +517,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 				writeFrame(ss.conn, header{typ: typeError}, []byte(err.Error()), nil)
 			}
 			return err
-		case <-tick.C:
+		case <-tick.C():
 			continue
 		case <-ss.promoteWake:
 			var e enc
@@ -558,8 +544,8 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			case <-ctx.Done():
 				return nil
 			case <-ss.ackWake:
-			case <-tick.C:
-				if time.Since(lastKA) >= s.opts.Keepalive {
+			case <-tick.C():
+				if s.opts.Clock.Since(lastKA) >= s.opts.Keepalive {
 					if err := sendKA(); err != nil {
 						return err
 					}
@@ -643,9 +629,9 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 		// Linger for more when the frame is small and more may come soon,
 		// unless a synchronous put waits for what is there.
 		size := entriesSize(entries)
-		deadline := time.Now().Add(linger)
-		for len(entries) > 0 && size < minFrameBytes && linger > 0 && time.Until(deadline) > 0 && s.waits.urgent.Load() <= flagged {
-			if ss.waitData(ctx, next, time.Until(deadline)) != nil {
+		deadline := s.opts.Clock.Now().Add(linger)
+		for len(entries) > 0 && size < minFrameBytes && linger > 0 && deadline.After(s.opts.Clock.Now()) && s.waits.urgent.Load() <= flagged {
+			if ss.waitData(ctx, next, deadline.Sub(s.opts.Clock.Now())) != nil {
 				break
 			}
 			more, n2, err := s.opts.Source.ReadLog(next, s.opts.FrameBytes-size)
@@ -701,15 +687,18 @@ func (ss *session) waitData(ctx context.Context, pos int64, d time.Duration) err
 	if d <= 0 {
 		return ctx.Err()
 	}
-	wctx, cancel := context.WithTimeout(ctx, d)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
+	timeout := ss.s.opts.Clock.After(d)
 	go func() { // ended by cancel below at the latest
 		defer close(done)
 		select {
 		case <-ss.rewindWake:
 			cancel()
 		case <-ss.urgentWake:
+			cancel()
+		case <-timeout:
 			cancel()
 		case <-wctx.Done():
 		}

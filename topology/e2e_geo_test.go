@@ -21,25 +21,14 @@ import (
 	"metaq/topology"
 )
 
-// shipperLag adapts georeplicator's Shipper.Lag to topology's LagSource,
-// as the bundle does.
+// shipperLag is the shipper sh returns (nil before it starts) as a
+// LagSource.
 func shipperLag(sh func() *georeplicator.Shipper) topology.LagSource {
-	return topology.LagFunc(func() []topology.GroupLag {
-		s := sh()
-		if s == nil {
-			return nil
+	return topology.LagFunc(func() []georeplicator.GroupLag {
+		if s := sh(); s != nil {
+			return s.Lag()
 		}
-		var out []topology.GroupLag
-		for _, g := range s.Lag() {
-			tg := topology.GroupLag{SlaveGroup: g.Group, SlaveID: g.SlaveID, Connected: g.Connected}
-			for _, p := range g.Partitions {
-				tg.Partitions = append(tg.Partitions, topology.PartitionLag{Topic: p.Topic, Partition: p.Partition,
-					MasterEnd: p.MasterEnd, SlaveEnd: p.SlaveEnd, Bytes: p.Bytes, Messages: p.Messages,
-					Behind: time.Duration(p.Seconds * float64(time.Second)), Stuck: p.Stuck})
-			}
-			out = append(out, tg)
-		}
-		return out
+		return nil
 	})
 }
 
@@ -150,7 +139,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 			}
 			sent[body] = true
 			if r.Partition.BrokerID == 1 {
-				b1Bytes += int64(20 + len(body)) // MetaQ record: 20-byte header + body (spec §1.10)
+				b1Bytes += int64(20 + len(body)) // MetaQ record: 20-byte header + body (see Records in broker/wire/doc.go)
 				b1Msgs++
 			}
 		}
@@ -254,7 +243,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	// hf returns with its data and checkpoint, catches up, and the consumer
 	// returns to it.
 	hf.start(t)
-	gHF = startGossip(t, ctx, hfOpts)
+	startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, routedTo(hf.addr()))
 	produce("d", 100)
 

@@ -22,6 +22,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/georeplicator"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 	"metaq/topology"
@@ -153,17 +154,17 @@ func (s *site) ends() map[string]int64 {
 // partition ends: what the master's replicator reports for a sync slave.
 type syncLag struct{ master, slave *site }
 
-func (l syncLag) Lag() []topology.GroupLag {
+func (l syncLag) Lag() []georeplicator.GroupLag {
 	m, s := l.master.ends(), l.slave.ends()
-	g := topology.GroupLag{SlaveGroup: "sync-hf", SlaveID: 0, Connected: s != nil}
+	g := georeplicator.GroupLag{Group: "sync-hf", SlaveID: 0, Connected: s != nil}
 	for k, end := range m {
 		var p int
 		topic := k[:len(k)-2]
 		p, _ = strconv.Atoi(k[len(k)-1:])
-		g.Partitions = append(g.Partitions, topology.PartitionLag{Topic: topic, Partition: p, MasterEnd: end,
+		g.Partitions = append(g.Partitions, georeplicator.PartitionLag{Topic: topic, Partition: p, MasterEnd: end,
 			SlaveEnd: s[k], Bytes: max(0, end-s[k])})
 	}
-	return []topology.GroupLag{g}
+	return []georeplicator.GroupLag{g}
 }
 
 // removeRoot deletes a test root recursively.
@@ -367,7 +368,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 
 	// hf returns on the same port and data; the consumer moves back.
 	hf.start(t)
-	gHF = startGossip(t, ctx, hfOpts)
+	startGossip(t, ctx, hfOpts)
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if last, seq := router.last(); last != hfProxy.Addr() {
 			return fmt.Errorf("consumer not routed back to hf; answers %v", seq)

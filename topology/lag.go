@@ -5,28 +5,27 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"metaq/georeplicator"
 )
 
 // Report is one slave group's replication lag, as `metaq lag`, /lag and the
 // Prometheus collector show it.
 type Report struct {
-	SlaveGroup string `json:"slaveGroup"`
+	// The master's summary of the group (slaveGroup, slaveId, partitions,
+	// bytes, messages, behindNs, state in JSON).
+	LagSummary
 	// Site and Member are the slave's site and gossip name ("" when no slave
 	// of that id is in the pool).
 	Site     string `json:"site"`
 	Member   string `json:"member,omitempty"`
 	BrokerID int    `json:"brokerId"`
-	SlaveID  int    `json:"slaveId"`
 	// MasterSite is the site of the master that reports the figures.
-	MasterSite    string        `json:"masterSite"`
-	Partitions    int           `json:"partitions"`
-	Bytes         int64         `json:"bytes"`
-	Messages      int64         `json:"messages"`
-	Behind        time.Duration `json:"-"`
-	SecondsBehind float64       `json:"secondsBehind"`
-	State         LagState      `json:"state"`
+	MasterSite string `json:"masterSite"`
+	// SecondsBehind is LagSummary.Behind in seconds.
+	SecondsBehind float64 `json:"secondsBehind"`
 	// Detail is per partition, present only on the master's own bundle.
-	Detail []PartitionLag `json:"detail,omitempty"`
+	Detail []georeplicator.PartitionLag `json:"detail,omitempty"`
 }
 
 // Reports returns the lag of every slave group in the pool, sorted by broker
@@ -37,14 +36,14 @@ type Report struct {
 // the pool.
 func (t *Topology) Reports() []Report {
 	members := t.Members()
-	var local []GroupLag
+	var local []georeplicator.GroupLag
 	if t.opts.Role == RoleMaster && t.opts.Lag != nil {
 		local = t.opts.Lag.Lag()
 	}
 	return buildReports(members, t.opts.Name, local, t.opts.LaggingAfter)
 }
 
-func buildReports(members []Member, localName string, local []GroupLag, laggingAfter time.Duration) []Report {
+func buildReports(members []Member, localName string, local []georeplicator.GroupLag, laggingAfter time.Duration) []Report {
 	type key struct{ broker, slave int }
 	slaves := map[key]Member{}
 	for _, m := range members {
@@ -63,21 +62,18 @@ func buildReports(members []Member, localName string, local []GroupLag, laggingA
 			continue
 		}
 		summaries := m.Meta.Lag
-		var detail map[string][]PartitionLag
+		var detail map[string][]georeplicator.PartitionLag
 		if m.Name == localName && local != nil {
 			summaries = SummarizeLag(local, laggingAfter)
-			detail = map[string][]PartitionLag{}
+			detail = map[string][]georeplicator.PartitionLag{}
 			for _, g := range local {
-				detail[g.SlaveGroup] = g.Partitions
+				detail[g.Group] = g.Partitions
 			}
 		}
 		for _, s := range summaries {
 			k := key{m.Meta.BrokerID, s.SlaveID}
-			r := Report{
-				SlaveGroup: s.SlaveGroup, BrokerID: m.Meta.BrokerID, SlaveID: s.SlaveID, MasterSite: m.Meta.Site,
-				Partitions: s.Partitions, Bytes: s.Bytes, Messages: s.Messages, Behind: s.Behind,
-				SecondsBehind: s.Behind.Seconds(), State: s.State, Detail: detail[s.SlaveGroup],
-			}
+			r := Report{LagSummary: s, BrokerID: m.Meta.BrokerID, MasterSite: m.Meta.Site,
+				SecondsBehind: s.Behind.Seconds(), Detail: detail[s.SlaveGroup]}
 			sl, ok := slaves[k]
 			if ok {
 				r.Site, r.Member = sl.Meta.Site, sl.Name
@@ -95,7 +91,8 @@ func buildReports(members []Member, localName string, local []GroupLag, laggingA
 		if covered[k] {
 			continue
 		}
-		out = append(out, Report{SlaveGroup: "", Site: sl.Meta.Site, Member: sl.Name, BrokerID: k.broker, SlaveID: k.slave, State: LagDown})
+		out = append(out, Report{LagSummary: LagSummary{SlaveID: k.slave, State: LagDown},
+			Site: sl.Meta.Site, Member: sl.Name, BrokerID: k.broker})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -155,7 +152,7 @@ type TopicPartition struct {
 
 // EndOffsets takes each partition's master end offset from lag figures (the
 // largest seen over slave groups).
-func EndOffsets(groups []GroupLag) map[TopicPartition]int64 {
+func EndOffsets(groups []georeplicator.GroupLag) map[TopicPartition]int64 {
 	out := map[TopicPartition]int64{}
 	for _, g := range groups {
 		for _, p := range g.Partitions {

@@ -11,22 +11,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
 // backlog is the known backlog the fake lag source reports: hf is 2 partitions
 // behind by 1000+500 bytes, sh is caught up, a third group is stuck.
-func backlog() []GroupLag {
-	return []GroupLag{
-		{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{
+func backlog() []georeplicator.GroupLag {
+	return []georeplicator.GroupLag{
+		{Group: "g-hf", SlaveID: 0, Connected: true, Partitions: []georeplicator.PartitionLag{
 			{Topic: "t", Partition: 0, MasterEnd: 5000, SlaveEnd: 4000, Bytes: 1000, Messages: 10, Behind: 7 * time.Second},
 			{Topic: "t", Partition: 1, MasterEnd: 3000, SlaveEnd: 2500, Bytes: 500, Messages: 5, Behind: 2 * time.Second},
 		}},
-		{SlaveGroup: "g-sh", SlaveID: 1, Connected: true, Partitions: []PartitionLag{
+		{Group: "g-sh", SlaveID: 1, Connected: true, Partitions: []georeplicator.PartitionLag{
 			{Topic: "t", Partition: 0, MasterEnd: 5000, SlaveEnd: 5000},
 			{Topic: "t", Partition: 1, MasterEnd: 3000, SlaveEnd: 3000},
 		}},
-		{SlaveGroup: "g-gz", SlaveID: 2, Connected: true, Partitions: []PartitionLag{
+		{Group: "g-gz", SlaveID: 2, Connected: true, Partitions: []georeplicator.PartitionLag{
 			{Topic: "t", Partition: 0, MasterEnd: 5000, SlaveEnd: 100, Bytes: 4900, Messages: 49, Behind: time.Minute, Stuck: true},
 		}},
 	}
@@ -41,10 +42,10 @@ func TestReportsMatchBacklog(t *testing.T) {
 			return fmt.Errorf("%d reports: %+v", len(reps), reps)
 		}
 		want := map[string]Report{
-			"g-hf": {Site: "hf", Partitions: 2, Bytes: 1500, Messages: 15, Behind: 7 * time.Second, State: LagLagging},
-			"g-sh": {Site: "sh", Partitions: 2, State: LagOK},
+			"g-hf": {Site: "hf", LagSummary: LagSummary{Partitions: 2, Bytes: 1500, Messages: 15, Behind: 7 * time.Second, State: LagLagging}},
+			"g-sh": {Site: "sh", LagSummary: LagSummary{Partitions: 2, State: LagOK}},
 			// No slave 2 in the pool: down whatever the master says.
-			"g-gz": {Site: "", Partitions: 1, Bytes: 4900, Messages: 49, Behind: time.Minute, State: LagDown},
+			"g-gz": {Site: "", LagSummary: LagSummary{Partitions: 1, Bytes: 4900, Messages: 49, Behind: time.Minute, State: LagDown}},
 		}
 		for _, r := range reps {
 			w := want[r.SlaveGroup]

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"metaq/georeplicator"
 )
 
 // Role is what a bundle is for its brokerId: the master or an async slave.
@@ -44,48 +46,16 @@ func (r *Role) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// LagState classifies one slave group's replication.
-type LagState uint8
+// LagState and its values are georeplicator's (where lag is measured);
+// named here too because routing speaks of them throughout.
+type LagState = georeplicator.LagState
 
 const (
-	// LagOK means the slave is connected and within the lagging threshold.
-	LagOK LagState = iota
-	// LagLagging means the slave is connected and making progress but further
-	// behind than Options.LaggingAfter.
-	LagLagging
-	// LagStuck means the slave is behind and has made no progress for the
-	// replicator's stuck time.
-	LagStuck
-	// LagDown means the slave is not connected or its bundle is down.
-	LagDown
+	LagOK      = georeplicator.LagOK
+	LagLagging = georeplicator.LagLagging
+	LagStuck   = georeplicator.LagStuck
+	LagDown    = georeplicator.LagDown
 )
-
-// String returns ok, lagging, stuck or down.
-func (s LagState) String() string {
-	switch s {
-	case LagOK:
-		return "ok"
-	case LagLagging:
-		return "lagging"
-	case LagStuck:
-		return "stuck"
-	}
-	return "down"
-}
-
-// MarshalText makes LagState print as its name in JSON.
-func (s LagState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText parses the names String returns.
-func (s *LagState) UnmarshalText(b []byte) error {
-	for _, c := range []LagState{LagOK, LagLagging, LagStuck, LagDown} {
-		if c.String() == string(b) {
-			*s = c
-			return nil
-		}
-	}
-	return fmt.Errorf("topology: unknown lag state %q", b)
-}
 
 // Health is a bundle's own view of its storage and replication.
 type Health struct {
@@ -98,15 +68,7 @@ type Health struct {
 
 // LagSummary is one slave group's replication lag as a master publishes it
 // in its gossip metadata: totals over all partitions.
-type LagSummary struct {
-	SlaveGroup string        `json:"slaveGroup"`
-	SlaveID    int           `json:"slaveId"`
-	Partitions int           `json:"partitions"`
-	Bytes      int64         `json:"bytes"`
-	Messages   int64         `json:"messages"`
-	Behind     time.Duration `json:"behindNs"`
-	State      LagState      `json:"state"`
-}
+type LagSummary = georeplicator.LagSummary
 
 // Meta is the node metadata every bundle gossips. It is encoded compactly
 // (EncodeMeta) because memberlist refuses metadata over 512 bytes.

@@ -13,6 +13,11 @@ import (
 	"metaq/internal/clock"
 )
 
+// DefaultLaggingAfter is Options.LaggingAfter's default, also used where
+// lag is classified without a Topology (the dashboard of a bundle without
+// gossip).
+const DefaultLaggingAfter = 5 * time.Second
+
 // Options configure a Topology. Zero values mean the defaults noted.
 type Options struct {
 	// Name is the gossip node name, unique in the pool. Default
@@ -69,7 +74,7 @@ type Options struct {
 	// and gossiped when it changed. Default 2s.
 	RefreshInterval time.Duration
 	// LaggingAfter is the seconds-behind above which a connected slave group is
-	// reported lagging rather than ok. Default 5s.
+	// reported lagging rather than ok. Default DefaultLaggingAfter.
 	LaggingAfter time.Duration
 
 	// OnEvent, when set, is called from the event goroutine for every event, in
@@ -165,7 +170,7 @@ func (o *Options) validate() error {
 		o.RefreshInterval = 2 * time.Second
 	}
 	if o.LaggingAfter <= 0 {
-		o.LaggingAfter = 5 * time.Second
+		o.LaggingAfter = DefaultLaggingAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

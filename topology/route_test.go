@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
 
@@ -109,9 +110,9 @@ func TestReplicasOfUsesMasterLag(t *testing.T) {
 func TestRouterFollowsSiteHealth(t *testing.T) {
 	bj, hf, sh := threeSites(t)
 	setLag := func(behind time.Duration) {
-		bj.lag.set([]GroupLag{
-			{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{{Topic: "t", Behind: behind}}},
-			{SlaveGroup: "g-sh", SlaveID: 1, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}},
+		bj.lag.set([]georeplicator.GroupLag{
+			{Group: "g-hf", SlaveID: 0, Connected: true, Partitions: []georeplicator.PartitionLag{{Topic: "t", Behind: behind}}},
+			{Group: "g-sh", SlaveID: 1, Connected: true, Partitions: []georeplicator.PartitionLag{{Topic: "t"}}},
 		})
 	}
 	setLag(0)
@@ -158,7 +159,7 @@ func TestRouterFollowsSiteHealth(t *testing.T) {
 // gone, and gives up (client fallback) when no document is fresh.
 func TestRemoteRouter(t *testing.T) {
 	bj, hf, _ := threeSites(t)
-	bj.lag.set([]GroupLag{{SlaveGroup: "g-hf", SlaveID: 0, Connected: true, Partitions: []PartitionLag{{Topic: "t"}}}})
+	bj.lag.set([]georeplicator.GroupLag{{Group: "g-hf", SlaveID: 0, Connected: true, Partitions: []georeplicator.PartitionLag{{Topic: "t"}}}})
 	hfSrv := httptest.NewServer(Handler(hf.t, nil))
 	defer hfSrv.Close()
 	bjSrv := httptest.NewServer(Handler(bj.t, nil))

@@ -2,7 +2,8 @@ package topology
 
 import (
 	"context"
-	"time"
+
+	"metaq/georeplicator"
 )
 
 // HealthSource reports this bundle's storage and replication health. Health
@@ -18,48 +19,19 @@ type HealthFunc func() Health
 // Health calls f.
 func (f HealthFunc) Health() Health { return f() }
 
-// PartitionLag is one partition's replication lag toward one slave group.
-// Offsets are MetaQ byte offsets, equal on master and slave.
-type PartitionLag struct {
-	Topic     string `json:"topic"`
-	Partition int    `json:"partition"`
-	// MasterEnd is the master's durable end offset; SlaveEnd what the slave
-	// acknowledged.
-	MasterEnd int64 `json:"masterEnd"`
-	SlaveEnd  int64 `json:"slaveEnd"`
-	// Bytes and Messages are the backlog not yet on the slave.
-	Bytes    int64 `json:"bytes"`
-	Messages int64 `json:"messages"`
-	// Behind is the age of the oldest record not yet on the slave (0 when
-	// caught up).
-	Behind time.Duration `json:"behindNs"`
-	// Stuck is true when the partition is behind and made no progress for the
-	// replicator's stuck time.
-	Stuck bool `json:"stuck"`
-}
-
-// GroupLag is the lag of one slave group, as a master's replicator sees it.
-type GroupLag struct {
-	SlaveGroup string `json:"slaveGroup"`
-	SlaveID    int    `json:"slaveId"`
-	// Connected is false while no slave of the group is attached.
-	Connected  bool           `json:"connected"`
-	Partitions []PartitionLag `json:"partitions"`
-}
-
 // LagSource returns the replication lag of every slave group this bundle
 // ships to (empty on a slave). Lag must be safe for concurrent use and must
-// not block for long; the caller owns the returned slice. The georeplicator's
-// Shipper.Lag is adapted to it in cmd.
+// not block for long; the caller owns the returned slice. A
+// *georeplicator.Shipper is one.
 type LagSource interface {
-	Lag() []GroupLag
+	Lag() []georeplicator.GroupLag
 }
 
 // LagFunc adapts a function to LagSource.
-type LagFunc func() []GroupLag
+type LagFunc func() []georeplicator.GroupLag
 
 // Lag calls f.
-func (f LagFunc) Lag() []GroupLag { return f() }
+func (f LagFunc) Lag() []georeplicator.GroupLag { return f() }
 
 // ConsumerOffset is one committed consumer offset as MetaQ stores it under
 // <root>/consumers/<group>/offsets/<topic>/<brokerId>-<partition>.

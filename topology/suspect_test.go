@@ -2,6 +2,7 @@ package topology
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -121,7 +122,7 @@ func TestSuspectRefuted(t *testing.T) {
 	tr := newPausableTransport(t)
 	hf, err := New(Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 0, ServeURL: "meta://127.0.0.1:28123",
 		Key: testKey, Label: "metaq-test", Timing: timing, RefreshInterval: 50 * time.Millisecond,
-		Logger: testLogger(t), transport: tr})
+		Logger: testutil.Logger(t, slog.LevelInfo), transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"metaq/georeplicator"
 )
 
 // ErrClosed is returned by Start and Join after Close.
@@ -684,31 +686,12 @@ func (t *Topology) computeMeta() Meta {
 	return m
 }
 
-// SummarizeLag totals each slave group's partitions into a LagSummary and
-// classifies it: down when not connected, stuck when any partition is stuck,
-// lagging when the oldest missing record is older than laggingAfter.
-func SummarizeLag(groups []GroupLag, laggingAfter time.Duration) []LagSummary {
+// SummarizeLag sums up each slave group (GroupLag.Summary), sorted by
+// slave group.
+func SummarizeLag(groups []georeplicator.GroupLag, laggingAfter time.Duration) []LagSummary {
 	out := make([]LagSummary, 0, len(groups))
-	for _, g := range groups {
-		s := LagSummary{SlaveGroup: g.SlaveGroup, SlaveID: g.SlaveID, Partitions: len(g.Partitions)}
-		stuck := false
-		for _, p := range g.Partitions {
-			s.Bytes += p.Bytes
-			s.Messages += p.Messages
-			s.Behind = max(s.Behind, p.Behind)
-			stuck = stuck || p.Stuck
-		}
-		switch {
-		case !g.Connected:
-			s.State = LagDown
-		case stuck:
-			s.State = LagStuck
-		case s.Behind > laggingAfter:
-			s.State = LagLagging
-		default:
-			s.State = LagOK
-		}
-		out = append(out, s)
+	for i := range groups {
+		out = append(out, groups[i].Summary(laggingAfter))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SlaveGroup < out[j].SlaveGroup })
 	return out

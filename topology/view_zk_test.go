@@ -16,26 +16,27 @@ import (
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/georeplicator"
 	"metaq/internal/testutil"
 	"metaq/topology"
 )
 
 type lagBox struct {
 	mu sync.Mutex
-	g  []topology.GroupLag
+	g  []georeplicator.GroupLag
 }
 
-func (l *lagBox) Lag() []topology.GroupLag {
+func (l *lagBox) Lag() []georeplicator.GroupLag {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]topology.GroupLag(nil), l.g...)
+	return append([]georeplicator.GroupLag(nil), l.g...)
 }
 
 func (l *lagBox) set(behind time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.g = []topology.GroupLag{{SlaveGroup: "g-hf", SlaveID: 0, Connected: true,
-		Partitions: []topology.PartitionLag{{Topic: "t", Partition: 0, Behind: behind}}}}
+	l.g = []georeplicator.GroupLag{{Group: "g-hf", SlaveID: 0, Connected: true,
+		Partitions: []georeplicator.PartitionLag{{Topic: "t", Partition: 0, Behind: behind}}}}
 }
 
 func gossipNode(t *testing.T, o topology.Options) *topology.Topology {

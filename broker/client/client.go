@@ -178,7 +178,7 @@ func Retriable(err error) bool {
 }
 
 // Replicas returns every broker id with its master and slaves as found
-// under <root>/brokers/ids (spec §3.4 "Cluster"), or the static list.
+// under <root>/brokers/ids (see Consumer groups in broker/wire/doc.go), or the static list.
 func (c *Client) Replicas(ctx context.Context) (map[int][]Replica, error) {
 	out := make(map[int][]Replica)
 	if c.zk == nil {
@@ -230,7 +230,7 @@ type topicBroker struct {
 	Broker   string `json:"broker"`
 }
 
-// pubTopology is what a producer needs for one topic (spec §3.3).
+// pubTopology is what a producer needs for one topic (see Producers in broker/wire/doc.go).
 type pubTopology struct {
 	partitions []Partition     // sorted by (brokerId, partition)
 	masters    map[int]string  // brokerId -> host:port
@@ -473,7 +473,7 @@ var ErrNoStore = errors.New("client: partition has no store on the broker")
 
 // NearestOffset sends `offset`: the answer is the start of the segment that
 // holds offset, the partition's max offset when offset is beyond it, or its
-// min offset when offset is below it (spec §1.7).
+// min offset when offset is below it (see offset in broker/wire/doc.go).
 func (c *Client) NearestOffset(ctx context.Context, topic, group string, p Partition, offset int64, addr string) (int64, error) {
 	if addr == "" {
 		var err error

@@ -347,17 +347,6 @@ func (p *pool) do(ctx context.Context, addr string, build func(dst []byte, opaqu
 	return c.roundTrip(ctx, build)
 }
 
-// drop closes the connection to addr, if any.
-func (p *pool) drop(addr string) {
-	p.mu.Lock()
-	c := p.conns[addr]
-	delete(p.conns, addr)
-	p.mu.Unlock()
-	if c != nil {
-		c.close()
-	}
-}
-
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"metaq/internal/backoff"
 	"metaq/internal/hostaddr"
 )
 
@@ -196,12 +198,11 @@ type partState struct {
 	topic string
 	p     Partition
 
-	mu      sync.Mutex
-	offset  int64
-	msgID   int64
-	dirty   bool
-	byTime  *time.Time // resolve the start offset by time on first fetch
-	lastErr error
+	mu     sync.Mutex
+	offset int64
+	msgID  int64
+	dirty  bool
+	byTime *time.Time // resolve the start offset by time on first fetch
 }
 
 func (s *partState) get() (int64, int64) {
@@ -396,13 +397,6 @@ func (cs *Consumer) register(ctx context.Context) error {
 	return nil
 }
 
-func (cs *Consumer) trigger() {
-	select {
-	case cs.kick <- struct{}{}:
-	default:
-	}
-}
-
 // balanceLoop waits for watch events (merging repeats) and rebalances.
 func (cs *Consumer) balanceLoop() {
 	defer cs.wg.Done()
@@ -581,7 +575,7 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (ok, modified bool, err
 		if len(ps) > 0 {
 			parts[t] = ps
 		}
-		if !equalStrings(ps, cs.oldParts[t]) || !equalStrings(consumers[t], cs.oldCons[t]) {
+		if !slices.Equal(ps, cs.oldParts[t]) || !slices.Equal(consumers[t], cs.oldCons[t]) {
 			changed = append(changed, t)
 		}
 	}
@@ -637,18 +631,6 @@ func (cs *Consumer) rebalanceLocked(ctx context.Context) (ok, modified bool, err
 	cs.oldCons = consumers
 	cs.startFetchersLocked()
 	return true, true, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (cs *Consumer) ownerPath(topic string, p Partition) string {
@@ -888,13 +870,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // FetchRequestRunner for one request).
 func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 	log := cs.c.log.With("topic", st.topic, "partition", st.p.String(), "group", cs.group)
-	const minDelay = 20 * time.Millisecond
-	delay := minDelay
-	backoff := func() bool {
-		ok := sleepCtx(ctx, delay)
-		delay = min(delay*2, cs.opt.maxFetchDelay)
-		return ok
-	}
+	wait := backoff.Backoff{Min: 20 * time.Millisecond, Max: cs.opt.maxFetchDelay}
+	pause := func() bool { return sleepCtx(ctx, wait.Next()) }
 	// warn limits repeated failure logs to one every 30s per partition.
 	var lastWarn time.Time
 	warn := func() bool {
@@ -914,7 +891,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 				if warn() {
 					log.Warn("PARTITION: no broker", "err", err)
 				}
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
@@ -932,7 +909,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			if err != nil {
 				log.Warn("PARTITION: offset for time failed", "err", err)
 				addr = ""
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
@@ -976,7 +953,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			n, oerr := cs.c.NearestOffset(ctx, st.topic, cs.group, st.p, bad, addr)
 			if oerr != nil {
 				log.Warn("PARTITION: offset after corrupt record failed", "err", oerr)
-				backoff()
+				pause()
 				continue
 			}
 			log.Warn("PARTITION: corrupt record, moving to the nearest valid offset", "from", bad, "to", n)
@@ -991,7 +968,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 			if warn() {
 				log.Warn("PARTITION: fetch failed", "err", err)
 			}
-			if !backoff() {
+			if !pause() {
 				return
 			}
 			continue
@@ -1000,9 +977,9 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 		case 301:
 			log.Info("PARTITION: moved", "from", offset, "to", r.NextOffset)
 			st.set(r.NextOffset, lastID)
-			delay = minDelay
+			wait.Reset()
 		case 403, 404:
-			if !backoff() {
+			if !pause() {
 				return
 			}
 		case 200:
@@ -1011,12 +988,12 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 					maxSize *= 2 // one record is larger than the fetch size
 					continue
 				}
-				if !backoff() {
+				if !pause() {
 					return
 				}
 				continue
 			}
-			delay = minDelay
+			wait.Reset()
 			if r.Bytes < maxSize/2 && maxSize/2 >= cs.opt.fetchSize {
 				maxSize /= 2
 			}

@@ -1,5 +1,5 @@
 // Package client is a Go client for MetaQ (Metamorphosis 1.4.6) brokers and
-// for this project's broker. It speaks the text protocol of spec §1 through
+// for this project's broker. It speaks the MetaQ text protocol (broker/wire/doc.go) through
 // broker/wire and reads ZooKeeper through broker/registry.
 //
 // # Pieces
@@ -12,7 +12,7 @@
 //     has the pull API (Fetch, NearestOffset, EarliestOffset, LatestOffset,
 //     OffsetForTime) and read-only views of topics, partitions and groups.
 //   - Producer finds a topic's masters and partitions under topics-pub
-//     (spec §3.3) and follows changes through a watch; without ZooKeeper it uses
+//     (see Producers in broker/wire/doc.go) and follows changes through a watch; without ZooKeeper it uses
 //     Config.Brokers and partition -1. A Selector picks the partition:
 //     RoundRobin (the Java default, first pick index 1), Random, KeyHash and
 //     Ordered (a key keeps its partition and waits rather than moves). Send
@@ -20,7 +20,7 @@
 //     on the pipelined connection. Only failures Retriable reports are resent
 //     (the connection failed before the request was written, or 503), so a retry
 //     never stores a message twice.
-//   - Consumer joins a group exactly as the Java client (spec §3.4): it
+//   - Consumer joins a group exactly as the Java client (see Consumer groups in broker/wire/doc.go): it
 //     registers <root>/consumers/<group>/ids/<group>_<id>, balances with the
 //     DEFAULT or CONSIST strategy (Assign) over the string-sorted member and
 //     partition lists, claims owners nodes, and keeps offsets as

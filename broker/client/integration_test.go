@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -23,7 +22,7 @@ func newTestClient(t testing.TB, zk, root string) *Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	c, err := New(ctx, Config{ZKServers: []string{zk}, ZKRoot: root, ZKSyncTime: 200 * time.Millisecond,
-		RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second, Logger: testLogger(t)})
+		RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second, Logger: testutil.Logger(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +121,7 @@ func TestProduceAndPull(t *testing.T) {
 	}
 }
 
-// specMember is a group member written straight to spec §3.4 (not using
+// specMember is a group member written straight from the Consumer groups notes in broker/wire/doc.go (not using
 // the client's consumer): it registers its ids node and claims the
 // partitions the DEFAULT rule gives it, recomputed here independently.
 func specDefault(me string, consumers, parts []string) []string {
@@ -577,20 +576,6 @@ func TestRetriableClassifier(t *testing.T) {
 			t.Errorf("Retriable(%v) = %v", c.err, got)
 		}
 	}
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if _, bench := t.(*testing.B); bench {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // TestConsistGroupMatchesJava runs two Go consumers with CONSIST and checks

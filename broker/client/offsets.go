@@ -11,6 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"metaq/internal/atomicfile"
 )
 
 // OffsetRecord is a consumer group's position in one partition: the next
@@ -34,7 +38,7 @@ type OffsetStore interface {
 
 // ZKOffsetStore keeps offsets where MetaQ's ZkOffsetStorage does:
 // <root>/consumers/<group>/offsets/<topic>/<brokerId>-<partition>, value
-// "<msgId>-<offset>" (spec §3.2).
+// "<msgId>-<offset>" (see Consumer offsets in broker/wire/doc.go).
 type ZKOffsetStore struct {
 	c *Client
 }
@@ -208,28 +212,8 @@ func (s *FileOffsetStore) Commit(_ context.Context, group string, recs []OffsetR
 	if err != nil {
 		return err
 	}
-	tmp := s.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := atomicfile.WriteFile(s.path, b, 0o644); err != nil {
 		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("client: sync offsets: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("client: write offsets: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("client: rename offsets: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(s.path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
@@ -243,18 +227,10 @@ type idKey struct {
 // idCache is the LRU of processed message ids (MetaQ's MessageIdCache,
 // keyed by group and id). One cache is shared by the consumers of a process,
 // as the Java client shares one per JVM, so a partition that moves between
-// two consumers of the same process is not delivered twice.
+// two consumers of the same process is not delivered twice. A nil cache
+// (size 0 or less) remembers nothing.
 type idCache struct {
-	mu   sync.Mutex
-	size int
-	m    map[idKey]*idNode
-	head *idNode // most recent
-	tail *idNode
-}
-
-type idNode struct {
-	id         idKey
-	prev, next *idNode
+	lru *lru.Cache[idKey, struct{}]
 }
 
 // IDCacheSize is the number of processed message ids the process remembers
@@ -272,60 +248,26 @@ func processIDCache() *idCache {
 	return sharedIDs
 }
 
-func newIDCache(size int) *idCache { return &idCache{size: size, m: make(map[idKey]*idNode)} }
+func newIDCache(size int) *idCache {
+	if size <= 0 {
+		return nil
+	}
+	c, err := lru.New[idKey, struct{}](size)
+	if err != nil {
+		panic(err) // only for size <= 0, excluded above
+	}
+	return &idCache{lru: c}
+}
 
+// seen reports whether id was added and not yet evicted; it does not make
+// id more recent (MetaQ's cache checks the same way).
 func (c *idCache) seen(id idKey) bool {
-	if c == nil || c.size <= 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.m[id]
-	return ok
+	return c != nil && c.lru.Contains(id)
 }
 
+// add remembers id as the most recent.
 func (c *idCache) add(id idKey) {
-	if c == nil || c.size <= 0 {
-		return
+	if c != nil {
+		c.lru.Add(id, struct{}{})
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n, ok := c.m[id]; ok {
-		c.unlinkLocked(n)
-		c.pushLocked(n)
-		return
-	}
-	n := &idNode{id: id}
-	c.m[id] = n
-	c.pushLocked(n)
-	for len(c.m) > c.size {
-		t := c.tail
-		c.unlinkLocked(t)
-		delete(c.m, t.id)
-	}
-}
-
-func (c *idCache) pushLocked(n *idNode) {
-	n.prev, n.next = nil, c.head
-	if c.head != nil {
-		c.head.prev = n
-	}
-	c.head = n
-	if c.tail == nil {
-		c.tail = n
-	}
-}
-
-func (c *idCache) unlinkLocked(n *idNode) {
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		c.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		c.tail = n.prev
-	}
-	n.prev, n.next = nil, nil
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"metaq/internal/backoff"
 )
 
 // SendResult is the broker's acknowledgement of one message.
@@ -94,8 +96,8 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 		topics: make(map[string]*pubTopic), quit: make(chan struct{})}, nil
 }
 
-// Publish loads the topic's brokers and partitions and watches them (spec
-// §3.3). Send calls it on first use of a topic.
+// Publish loads the topic's brokers and partitions and watches them (see
+// Producers in broker/wire/doc.go). Send calls it on first use of a topic.
 func (p *Producer) Publish(ctx context.Context, topic string) error {
 	_, err := p.topology(ctx, topic)
 	return err
@@ -279,7 +281,7 @@ func (p *Producer) start(ctx context.Context, m *Message) (*call, Partition, err
 // finish waits for the answer of a started put and retries retriable
 // failures.
 func (p *Producer) finish(ctx context.Context, m *Message, cl *call, part Partition, err error) (SendResult, error) {
-	backoff := p.opt.backoff
+	wait := backoff.Backoff{Min: p.opt.backoff, Max: max(p.opt.backoff, 5*time.Second)}
 	for attempt := 0; ; attempt++ {
 		var r SendResult
 		if err == nil {
@@ -296,11 +298,10 @@ func (p *Producer) finish(ctx context.Context, m *Message, cl *call, part Partit
 			p.refresh(ctx, m.Topic)
 		}
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait.Next()):
 		case <-ctx.Done():
 			return SendResult{}, fmt.Errorf("client: send to %s: %w (last error: %v)", m.Topic, ctx.Err(), err)
 		}
-		backoff = min(backoff*2, 5*time.Second)
 		cl, part, err = p.start(ctx, m)
 	}
 }

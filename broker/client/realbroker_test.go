@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 func TestRealBrokerEndToEnd(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	rb := brokertest.Start(t, zk, root, map[string]int{"real": 3}, testLogger(t))
+	rb := brokertest.Start(t, zk, root, map[string]int{"real": 3}, testutil.Logger(t, slog.LevelInfo))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -133,7 +134,7 @@ func TestRealBrokerEndToEnd(t *testing.T) {
 func BenchmarkRealBrokerSendAsync1k(b *testing.B) {
 	zk := testutil.ZooKeeper(b)
 	root := testRoot()
-	brokertest.Start(b, zk, root, map[string]int{"bench": 16}, testLogger(b))
+	brokertest.Start(b, zk, root, map[string]int{"bench": 16}, testutil.Logger(b, slog.LevelInfo))
 	c := newTestClient(b, zk, root)
 	ctx := context.Background()
 	p, _ := NewProducer(c, WithMaxInFlight(512))

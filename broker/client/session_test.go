@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestConsumerSessionExpiry(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := New(cctx, Config{ZKServers: []string{px.Addr()}, ZKRoot: root, ZKSessionTimeout: 4 * time.Second,
-		ZKSyncTime: 200 * time.Millisecond, RequestTimeout: 2 * time.Second, Logger: testLogger(t)})
+		ZKSyncTime: 200 * time.Millisecond, RequestTimeout: 2 * time.Second, Logger: testutil.Logger(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestReadsFromSlaveWhileMasterAbsent(t *testing.T) {
 	m1 := send(master.addr, "master-1")
 	send(slave.addr, "slave--1")
 	s2 := send(slave.addr, "slave--2")
-	// Register the slave as an async slave would (spec §3.1).
+	// Register the slave as an async slave would (see ZooKeeper layout in broker/wire/doc.go).
 	if err := c.zk.createEphemeral(ctx, root+"/brokers/ids/0/slave0", []byte("meta://"+slave.addr)); err != nil {
 		t.Fatal(err)
 	}

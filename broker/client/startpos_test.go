@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestRandomSelector(t *testing.T) {
 func TestRandomSelectorThroughProducer(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	brokertest.Start(t, zk, root, map[string]int{"rnd": 3}, testLogger(t))
+	brokertest.Start(t, zk, root, map[string]int{"rnd": 3}, testutil.Logger(t, slog.LevelInfo))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	waitPartitions(t, c, "rnd", 3)
@@ -100,7 +101,7 @@ func waitPartitions(t *testing.T, c *Client, topic string, n int) {
 func TestStartPositionsRealBroker(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := testRoot()
-	brokertest.Start(t, zk, root, map[string]int{"sp": 1}, testLogger(t))
+	brokertest.Start(t, zk, root, map[string]int{"sp": 1}, testutil.Logger(t, slog.LevelInfo))
 	c := newTestClient(t, zk, root)
 	ctx := context.Background()
 	waitPartitions(t, c, "sp", 1)

@@ -19,8 +19,8 @@ import (
 
 // testBroker is a small in-process MetaQ broker for the client's tests: an
 // in-memory log per partition with segment boundaries, answering put, get,
-// offset and version exactly as spec §1.5–§1.8 says, registered in a real
-// ZooKeeper through broker/registry as §3.1 lays it out. Its data survives
+// offset and version exactly as the put, get, offset and version notes in broker/wire/doc.go say, registered in a real
+// ZooKeeper through broker/registry as ZooKeeper layout in broker/wire/doc.go lays it out. Its data survives
 // Stop/Start, like a broker restart with a durable store (every put is in
 // the log before it is acknowledged). It stands in for the project's broker
 // until that can be started in process.
@@ -185,7 +185,7 @@ func (b *testBroker) log(topic string, p int32) *memLog {
 	return l
 }
 
-// nextID makes a wall-clock id as this project's broker does (spec §1.11).
+// nextID makes a wall-clock id as this project's broker does (see Message ids in broker/wire/doc.go).
 func (b *testBroker) nextIDLocked() int64 {
 	ms := time.Now().UnixMilli()
 	if ms <= b.lastMs {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -139,7 +140,7 @@ func specialDom(f string) (func(time.Time) bool, error) {
 	case strings.HasPrefix(f, "L-"):
 		n, err := strconv.Atoi(f[2:])
 		if err != nil || n < 0 || n > 30 {
-			return nil, fmt.Errorf("L-n needs n in 0..30")
+			return nil, errors.New("day of month: L-n needs n in 0..30")
 		}
 		return func(t time.Time) bool { return t.Day() == lastDayOfMonth(t)-n }, nil
 	case strings.HasSuffix(f, "W"):
@@ -171,7 +172,7 @@ func specialDom(f string) (func(time.Time) bool, error) {
 			return t.Day() == target.Day()
 		}, nil
 	}
-	return nil, fmt.Errorf("L and W take the forms L, L-n, nW or LW")
+	return nil, errors.New("day of month: L and W take the forms L, L-n, nW or LW")
 }
 
 // specialDow returns a day matcher for nL (last such weekday of the month)

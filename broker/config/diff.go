@@ -1,11 +1,12 @@
 package config
 
 import (
+	"slices"
 	"strings"
 )
 
 // Changes is what differs between two loaded server.ini files, as far as a
-// running broker cares (spec §4.6): MetaQ re-applies [topic=...] sections on
+// running broker cares (see Reload in broker/wire/doc.go): MetaQ re-applies [topic=...] sections on
 // reload, and everything else needs a restart.
 type Changes struct {
 	TopicsAdded   []string // topic section names only in the new file, in its order
@@ -78,7 +79,7 @@ func Diff(old, new *Server) Changes {
 		switch {
 		case !ok:
 			c.TopicsAdded = append(c.TopicsAdded, name)
-		case !sameEntries(oe, nTopics[name]):
+		case !slices.Equal(oe, nTopics[name]):
 			c.TopicsChanged = append(c.TopicsChanged, name)
 		}
 	}
@@ -103,18 +104,6 @@ func blocksOf(s *Server) []block {
 		return nil
 	}
 	return s.blocks()
-}
-
-func sameEntries(a, b []entry) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func toMap(es []entry) map[string]string {

@@ -1,6 +1,6 @@
 package config
 
-// Key names exactly as MetaQ spells them (spec §4.2–§4.4), plus the keys of
+// Key names exactly as MetaQ spells them (see Configuration in broker/wire/doc.go), plus the keys of
 // this project's optional sections. Order here is the order Describe prints.
 
 const (

@@ -531,6 +531,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		AdminAddr:     r.addr("adminAddr", net.JoinHostPort("127.0.0.1", port(adminPortOffset))),
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
+		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
 	}
 	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
 		k, ok := r.raw("dashboardAddr")
@@ -565,17 +566,19 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 
 	r = reader(sectionNATS, natsKeys)
 	s.NATS = NATS{
-		URL:            r.str("url", ""),
-		EmbeddedListen: r.addr("embeddedListen", net.JoinHostPort("127.0.0.1", port(natsPortOffset))),
-		CredsFile:      r.str("credsFile", ""),
-		TLSCert:        r.str("tlsCert", ""),
-		TLSKey:         r.str("tlsKey", ""),
-		TLSCA:          r.str("tlsCA", ""),
-		Bucket:         r.str("bucket", DefaultNATSBucket),
-		Subject:        r.str("subject", DefaultNATSSubject),
-		Agent:          r.str("agent", ""),
-		TrustedKeys:    r.str("trustedKeys", ""),
-		AllowUnsigned:  r.boolean("allowUnsigned", false),
+		Enabled:           r.sec != nil,
+		URL:               r.str("url", ""),
+		EmbeddedListen:    r.addr("embeddedListen", net.JoinHostPort("127.0.0.1", port(natsPortOffset))),
+		EmbeddedListenSet: base.hasKey(sectionNATS, "embeddedListen"),
+		CredsFile:         r.str("credsFile", ""),
+		TLSCert:           r.str("tlsCert", ""),
+		TLSKey:            r.str("tlsKey", ""),
+		TLSCA:             r.str("tlsCA", ""),
+		Bucket:            r.str("bucket", DefaultNATSBucket),
+		Subject:           r.str("subject", DefaultNATSSubject),
+		Agent:             r.str("agent", ""),
+		TrustedKeys:       r.str("trustedKeys", ""),
+		AllowUnsigned:     r.boolean("allowUnsigned", false),
 	}
 	if k, ok := r.raw("trustedKeys"); ok {
 		if _, err := ParseTrustedKeys(k.Value); err != nil {
@@ -600,6 +603,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	s.Replication = Replication{
 		Enable:               r.boolean("enable", true),
 		Listen:               r.addr("listen", net.JoinHostPort(host, port(replicationPortOffset))),
+		ListenSet:            base.hasKey(sectionReplication, "listen"),
 		Compression:          r.oneOf("compression", DefaultCompression, compressions),
 		BandwidthBytesPerSec: r.integer("bandwidthBytesPerSec", 0, 0, math.MaxInt64),
 		StuckAfter:           r.millis("stuckAfterMs", DefaultStuckAfter, 1),
@@ -652,6 +656,15 @@ func checkTLSPair(r sectionReader, cert, key string) {
 		}
 		r.bad(k, "tlsCert and tlsKey set together")
 	}
+}
+
+// hasKey reports whether section.key is written, even with a blank value.
+func (r *rawIni) hasKey(section, key string) bool {
+	if s := r.section(section); s != nil {
+		_, ok := s.get(key)
+		return ok
+	}
+	return false
 }
 
 func (r *rawIni) sectionKey(section, key string) (rawKey, bool) {

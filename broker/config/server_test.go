@@ -876,3 +876,32 @@ func TestTopicMinSyncSites(t *testing.T) {
 		t.Fatalf("diff %+v", c)
 	}
 }
+
+// TestOptionalFeaturesWritten: the bundle decides which optional parts run
+// from these flags, which follow what the operator wrote (a section, even
+// an empty one, or a key), not the defaults filled in for every file.
+func TestOptionalFeaturesWritten(t *testing.T) {
+	s, _ := mustParse(t, minimalDoc())
+	if s.NATS.Enabled || s.NATS.EmbeddedListenSet || s.Site.Dashboard {
+		t.Fatalf("a MetaQ file enables nothing: %+v %+v", s.NATS, s.Site)
+	}
+	s, _ = mustParse(t, minimalDoc().addSection("nats"))
+	if !s.NATS.Enabled || s.NATS.EmbeddedListenSet || s.Site.Dashboard {
+		t.Fatalf("an empty [nats] section: %+v %+v", s.NATS, s.Site)
+	}
+	if s, _ := mustParse(t, minimalDoc().set("replication", "listen", "127.0.0.1:0")); !s.Replication.ListenSet {
+		t.Errorf("[replication] listen written: %+v", s.Replication)
+	}
+	s, _ = mustParse(t, minimalDoc().set("nats", "embeddedListen", "127.0.0.1:0"))
+	if !s.NATS.Enabled || !s.NATS.EmbeddedListenSet {
+		t.Fatalf("[nats] embeddedListen written: %+v", s.NATS)
+	}
+	for _, d := range []doc{
+		minimalDoc().set("system", "dashboardHttpPort", "8120"),
+		minimalDoc().set("site", "dashboardAddr", "127.0.0.1:8120"),
+	} {
+		if s, _ := mustParse(t, d); !s.Site.Dashboard {
+			t.Errorf("dashboard not enabled by %s", d)
+		}
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// LoadSlave reads and validates an async_slave.properties file (spec §4.5):
+// LoadSlave reads and validates an async_slave.properties file (see Plugin files in broker/wire/doc.go):
 // MetaQ's keys slaveId (required, >= 0), slaveGroup (blank means
 // meta-slave-group_<slaveId>), slaveMaxDelayInMills (500) and
 // autoSyncMasterConfig (false), plus this project's link keys masterAddress,
@@ -26,20 +26,7 @@ func LoadSlave(path string) (*Slave, []Warning, error) {
 // ParseSlave is LoadSlave on bytes already read; file names them in errors.
 func ParseSlave(file string, data []byte) (*Slave, []Warning, error) {
 	var p problems
-	props := parseProperties(data)
-	sec := &rawSection{File: file}
-	for _, kv := range props {
-		if _, dup := sec.get(kv[0]); dup {
-			p.warnf(file, "", kv[0], "key appears more than once; the last value %q wins", kv[1])
-		}
-		sec.set(rawKey{Name: kv[0], Value: strings.TrimSpace(kv[1]), File: file})
-	}
-	r := sectionReader{sec: sec, file: file, p: &p}
-	for _, k := range sec.Keys {
-		if !contains(slaveKeys, k.Name) {
-			p.warnf(file, "", k.Name, "unknown key is ignored; did you mean %q?", closest(slaveKeys, k.Name))
-		}
-	}
+	r := propertiesReader(file, data, slaveKeys, &p)
 	s := &Slave{
 		File:          file,
 		SlaveID:       -1,
@@ -83,17 +70,6 @@ func ParseSlave(file string, data []byte) (*Slave, []Warning, error) {
 // continuations and escapes (\t \n \r \f \uXXXX, \x for x). It returns
 // key/value pairs in file order. MetaQ reads the file as GBK; only comments
 // hold non-ASCII text in practice, and those are skipped byte for byte.
-// ParseProperties returns the key/value pairs of a Java properties file as a
-// map (a repeated key keeps its last value), for MetaQ's plugin files such
-// as samsa_master.properties.
-func ParseProperties(data []byte) map[string]string {
-	out := map[string]string{}
-	for _, kv := range parseProperties(data) {
-		out[kv[0]] = kv[1]
-	}
-	return out
-}
-
 func parseProperties(data []byte) [][2]string {
 	var out [][2]string
 	text := strings.ReplaceAll(string(data), "\r\n", "\n")

@@ -1,7 +1,7 @@
 // Package config loads MetaQ 1.4.6 server.ini and async_slave.properties files
 // (and this project's own optional sections) into typed, validated structs.
 //
-// It is the one place that knows MetaQ's key names and defaults (spec §4).
+// It is the one place that knows MetaQ's key names and defaults (see Configuration in broker/wire/doc.go).
 // It never writes an operator's file: ini.v1 does not round-trip comments.
 //
 // Load, Parse and ParseWithOverlay read server.ini; LoadSlave and ParseSlave
@@ -47,7 +47,7 @@ type Server struct {
 	Limits Limits
 }
 
-// System is the [system] section (spec §4.2). Durations are converted from
+// System is the [system] section (see Configuration in broker/wire/doc.go). Durations are converted from
 // MetaQ's milliseconds.
 type System struct {
 	BrokerID                    int           // required, 0..1023
@@ -79,7 +79,7 @@ type System struct {
 	LoadMessageStoresInParallel bool          // default false
 }
 
-// ZooKeeper is the [zookeeper] section (spec §4.4).
+// ZooKeeper is the [zookeeper] section (see Configuration in broker/wire/doc.go).
 type ZooKeeper struct {
 	Connect           string        // zk.zkConnect, default localhost:2181
 	SessionTimeout    time.Duration // zk.zkSessionTimeoutMs, default 30s
@@ -89,7 +89,7 @@ type ZooKeeper struct {
 	Root              string        // zk.zkRoot, default /meta, normalised: leading '/', no trailing '/'
 }
 
-// Topic is one [topic=<name>] section with [system] values filled in (spec §4.3).
+// Topic is one [topic=<name>] section with [system] values filled in (see Configuration in broker/wire/doc.go).
 type Topic struct {
 	// Name is the section name after "topic=". It may hold '*' and regex
 	// characters: Pattern is the compiled full-match form MetaQ uses.
@@ -126,7 +126,7 @@ const (
 	SyncDegradeAsync  = "async"
 )
 
-// DeletePolicy is deletePolicy=name,age[,compress] (spec §2.4).
+// DeletePolicy is deletePolicy=name,age[,compress] (see Retention in broker/wire/doc.go).
 type DeletePolicy struct {
 	Name     string        // "delete" or "archive"
 	MaxAge   time.Duration // age after which a segment is removed
@@ -150,6 +150,9 @@ type Site struct {
 	AdminAddr     string // listen address for the admin endpoint; default 127.0.0.1:<serverPort+2>
 	Token         string // required when DashboardAddr or AdminAddr is not loopback
 	Overlay       string // path of the per-site overlay file that configsync never overwrites
+	// Dashboard is true when [system] dashboardHttpPort or [site]
+	// dashboardAddr is written: the bundle then serves its dashboard.
+	Dashboard bool
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.
@@ -169,14 +172,20 @@ type Gossip struct {
 // Keys: url ("" = embedded server), embeddedListen, credsFile, tlsCert, tlsKey,
 // tlsCA, bucket, subject, trustedKeys, allowUnsigned.
 type NATS struct {
+	// Enabled is true when the section is written: the bundle then runs
+	// the configsync agent.
+	Enabled        bool
 	URL            string
 	EmbeddedListen string // default 127.0.0.1:<serverPort+4>
-	CredsFile      string
-	TLSCert        string
-	TLSKey         string
-	TLSCA          string
-	Bucket         string // JetStream KV bucket, default "metaq_config"
-	Subject        string // subject prefix, default "metaq.config"
+	// EmbeddedListenSet is true when embeddedListen is written: with no
+	// url, a slave then runs the embedded server too (a master always does).
+	EmbeddedListenSet bool
+	CredsFile         string
+	TLSCert           string
+	TLSKey            string
+	TLSCA             string
+	Bucket            string // JetStream KV bucket, default "metaq_config"
+	Subject           string // subject prefix, default "metaq.config"
 	// Agent is the name this bundle's configsync agent reports and answers
 	// pushes as; default the [site] name. A site with more than one broker
 	// gives each bundle its own (bj-1, bj-2) in its overlay.
@@ -196,8 +205,11 @@ type NATS struct {
 type Replication struct {
 	// Enable runs the master side on a master bundle; default true, so a
 	// MetaQ server.ini without this section ships to slave sites too.
-	Enable               bool
-	Listen               string // default 0 = <serverPort+1> on the serving host
+	Enable bool
+	Listen string // default 0 = <serverPort+1> on the serving host
+	// ListenSet is true when listen is written: the bundle then refuses to
+	// start on a taken port instead of picking a free one.
+	ListenSet            bool
 	Compression          string
 	BandwidthBytesPerSec int64
 	StuckAfter           time.Duration
@@ -252,7 +264,7 @@ type Limits struct {
 	MaxConnectionBufferedBytes int64
 }
 
-// Slave is a loaded async_slave.properties (spec §4.5) plus this project's
+// Slave is a loaded async_slave.properties (see Plugin files in broker/wire/doc.go) plus this project's
 // link settings.
 type Slave struct {
 	File                 string

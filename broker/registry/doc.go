@@ -1,5 +1,5 @@
 // Package registry keeps a broker's registration in ZooKeeper exactly as
-// MetaQ 1.4.6 lays it out (spec §3.1), and reads what producers, consumers and
+// MetaQ 1.4.6 lays it out (see ZooKeeper layout in broker/wire/doc.go), and reads what producers, consumers and
 // tools need from the same tree (brokers, topic partitions, consumer offsets).
 //
 // It is the only package that imports github.com/go-zookeeper/zk. The broker

@@ -27,7 +27,7 @@ func NormalizeRoot(root string) string {
 	return root
 }
 
-// Paths builds the znode paths of MetaQ's layout under one root (spec §3).
+// Paths builds the znode paths of MetaQ's layout under one root (see ZooKeeper layout in broker/wire/doc.go).
 type Paths struct {
 	// Root is the normalised zk.zkRoot (see NormalizeRoot).
 	Root string

@@ -70,7 +70,7 @@ func (r *Registry) Brokers(ctx context.Context) ([]Broker, error) {
 // Tree names one of the three topic trees under <root>/brokers.
 type Tree string
 
-// The topic trees (spec §3.1).
+// The topic trees (see ZooKeeper layout in broker/wire/doc.go).
 const (
 	TreeTopics    Tree = "topics"     // value: numPartitions (old clients)
 	TreeTopicsPub Tree = "topics-pub" // value: {"numParts":n,"broker":"<id>-m"}

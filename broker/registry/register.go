@@ -41,7 +41,7 @@ func (r *Registry) SetURL(url string) {
 	r.urlMu.Unlock()
 }
 
-// RegisterBroker writes the broker's own nodes (spec §3.1): the ephemeral
+// RegisterBroker writes the broker's own nodes (see ZooKeeper layout in broker/wire/doc.go): the ephemeral
 // ids/<id>/master (or slave<n>) holding meta://host:port; for a master also
 // the data of the persistent ids/<id> (for old clients) and the ephemeral
 // master_config_checksum. They are written again after every session expiry
@@ -160,7 +160,7 @@ func (r *Registry) writeChecksumLocked(ctx context.Context) error {
 
 // SetConfigChecksum records the CRC32 of a (re)loaded server.ini and, on a
 // registered master, rewrites master_config_checksum, which makes async
-// slaves restart their subscription (spec §4.6, §5.1). A slave only records it.
+// slaves restart their subscription (see Reload and Async slaves in broker/wire/doc.go). A slave only records it.
 func (r *Registry) SetConfigChecksum(ctx context.Context, sum uint32) error {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()

@@ -31,7 +31,7 @@ var (
 	ErrBrokerNodeHeld = errors.New("registry: broker node held by another session")
 )
 
-// Options configure a Registry. Zero values mean the defaults of spec §4.4.
+// Options configure a Registry. Zero values mean MetaQ's defaults for the [zookeeper] keys.
 type Options struct {
 	// Connect is zk.zkConnect: comma-separated host:port list, optionally
 	// followed by a chroot ("/x") which is folded into Root. Default localhost:2181.

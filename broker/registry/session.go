@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"metaq/internal/atomicfile"
 )
 
 // keptSessions is how many session ids SessionFile keeps: enough for a
@@ -57,29 +59,13 @@ func (r *Registry) recordSession() {
 	}
 }
 
+// writeFileAtomic replaces path with data (see internal/atomicfile),
+// creating its directory first.
 func writeFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return atomicfile.WriteFile(path, data, 0o644)
 }
 
 // leftByUs reports whether a broker node owned by owner and holding value

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
 const crashChildEnv = "METAQ_STORE_CRASH_CHILD"
@@ -84,18 +86,6 @@ func crashChild(dir string) {
 	wg.Wait()
 }
 
-type tLogWriter struct{ t testing.TB }
-
-func (w tLogWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
-}
-
-// testLogger logs warnings and errors of the store into the test log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
 type crashAck struct {
 	part         int
 	off, id      int64
@@ -141,7 +131,7 @@ func TestCrashRecovery(t *testing.T) {
 		cmd.Wait()
 		acks = append(acks, list...)
 
-		s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 10, Logger: testLogger(t)})
+		s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 10, Logger: testutil.Logger(t, slog.LevelWarn)})
 		if err != nil {
 			t.Fatalf("cycle %d: reopen: %v", cycle, err)
 		}

@@ -1,5 +1,5 @@
 // Package store is the broker's storage engine: MetaQ-compatible partitions
-// (spec §1.10, §2) kept in ONE commit log shared by every partition, with
+// (see Records in broker/wire/doc.go) kept in ONE commit log shared by every partition, with
 // per-partition indexes, group commit, crash recovery and retention.
 //
 // # Why one shared log
@@ -41,7 +41,7 @@
 // so the type, partition key, offset, time and payload are all protected.
 //
 //   - type 1, data: the payload is whole MetaQ records of ONE partition, back
-//     to back, exactly as `get` sends them (spec §1.10):
+//     to back, exactly as `get` sends them (see Records in broker/wire/doc.go):
 //
 //     +--------+----------+----------+--------+------------------+
 //     | msgLen | checksum |    id    |  flag  | body (msgLen)    |  ...next record
@@ -190,7 +190,7 @@
 //   - ReadLog returns only entries that end at or below the durable end, and
 //     WaitDurable blocks until it moves. The replicator therefore never ships
 //     a record the master could lose in a crash.
-//   - As in MetaQ (spec §2.3), a partition's readable end (PartitionInfo.Max,
+//   - As in MetaQ (see Visibility in broker/wire/doc.go), a partition's readable end (PartitionInfo.Max,
 //     answered by `offset`, and the bound of Read) is the durable end: a Read
 //     cannot START at or beyond it. A Read that starts below it returns bytes
 //     up to the written end (PartitionInfo.Written), which with
@@ -199,9 +199,9 @@
 //     With group commit every acknowledged record is durable, so Max is the
 //     end of the last acknowledged record at once.
 //
-// # Offsets (spec §1.7)
+// # Offsets
 //
-// NearestOffset follows MetaQ: each partition keeps the boundaries of the
+// NearestOffset follows MetaQ (see offset in broker/wire/doc.go): each partition keeps the boundaries of the
 // segment files MetaQ would have had. A boundary is added after a chunk when
 // the partition's bytes since the previous boundary reach SegmentBytes
 // (MetaQ's mayBeRoll). An offset inside the partition answers the start of
@@ -268,7 +268,7 @@
 //
 //     One entry may hold many records (a connection's pipelined puts, up
 //     to 256). When the entry's header is intact, the records that still
-//     pass their own checksum (spec §1.10) before and after the ones that
+//     pass their own checksum (see Records in broker/wire/doc.go) before and after the ones that
 //     fail are written back into the hole as Repair does (salvage.go), so
 //     only the damaged records are lost. When no record fails (the damage
 //     is in a header, an id or a flag, which no record checksum covers)

@@ -3,8 +3,9 @@ package store
 import (
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
+
+	"metaq/internal/atomicfile"
 )
 
 // FS is the file-system seam of the store: every file the store touches is
@@ -103,33 +104,28 @@ func (f osFile) Size() (int64, error) {
 	return st.Size(), nil
 }
 
-// writeFileAtomic writes data to path as temp file, fsync, rename, dir fsync.
+// writeFileAtomic replaces path with data through fs (see internal/atomicfile).
 func writeFileAtomic(fs FS, path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		fs.Remove(tmp)
-		return err
-	}
-	if err := f.Datasync(); err != nil {
-		f.Close()
-		fs.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		fs.Remove(tmp)
-		return err
-	}
-	if err := fs.Rename(tmp, path); err != nil {
-		fs.Remove(tmp)
-		return err
-	}
-	return fs.SyncDir(filepath.Dir(path))
+	return atomicfile.WriteFileFS(atomicFS{fs}, path, data, 0o644)
 }
+
+// atomicFS lets internal/atomicfile write through the store's FS, so the
+// tests' fault injection reaches those writes too.
+type atomicFS struct{ FS }
+
+func (a atomicFS) OpenFile(name string, flag int, perm os.FileMode) (atomicfile.File, error) {
+	f, err := a.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return datasyncFile{f}, nil
+}
+
+// datasyncFile syncs with fdatasync: the size, all a reader needs, is
+// persisted with the data.
+type datasyncFile struct{ File }
+
+func (f datasyncFile) Sync() error { return f.Datasync() }
 
 // readFile reads a whole (small) file through fs.
 func readFile(fs FS, path string) ([]byte, error) {

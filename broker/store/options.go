@@ -28,7 +28,7 @@ type Options struct {
 	SegmentBytes int64  // log segment roll size (maxSegmentSize); default 1 GiB
 	// DefaultPolicy applies to topics without SetPolicy.
 	DefaultPolicy Policy
-	// BrokerID is stamped into message ids (spec §1.11), 0..1023.
+	// BrokerID is stamped into message ids (see Message ids in broker/wire/doc.go), 0..1023.
 	BrokerID int
 	Logger   *slog.Logger // nil = discard
 	Clock    clock.Clock  // nil = real

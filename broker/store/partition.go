@@ -31,7 +31,7 @@ type partition struct {
 	durable  int64      // end of the last fsynced chunk
 	blocks   []blockRef // index blocks on disk, ascending and contiguous in offset
 	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
-	segs     []int64    // virtual MetaQ segment starts (spec §1.7), ascending
+	segs     []int64    // virtual MetaQ segment starts (see offset in broker/wire/doc.go), ascending
 	fences   []fenceRef
 	messages int64 // records appended since start-up
 	// records is the number of records in [base, end): with the bytes
@@ -283,7 +283,7 @@ func (p *partition) blockEndLocked(i int) int64 {
 	return p.end
 }
 
-// nearestLocked answers spec §1.7 against the readable end.
+// nearestLocked answers the offset command (broker/wire/doc.go) against the readable end.
 func (p *partition) nearestLocked(off int64) int64 {
 	switch {
 	case off >= p.durable:

@@ -7,14 +7,14 @@ import (
 	"sync"
 )
 
-// RecordHeaderLen is the size of a MetaQ record header (spec §1.10).
+// RecordHeaderLen is the size of a MetaQ record header (see Records in broker/wire/doc.go).
 const RecordHeaderLen = 20
 
 // MaxRecordBody is the largest body the Java client accepts (2 MiB); the
 // store refuses larger ones so it never stores what no client can read.
 const MaxRecordBody = 2 << 20
 
-// Record is one decoded MetaQ record (spec §1.10).
+// Record is one decoded MetaQ record (see Records in broker/wire/doc.go).
 type Record struct {
 	ID   int64
 	Flag int32
@@ -84,7 +84,7 @@ func VerifyRecords(b []byte) (int, error) {
 // idEpoch is MetaQ's IdWorker epoch (ms).
 const idEpoch = 1303895660503
 
-// idGen makes spec §1.11 ids from the wall clock: ms since the MetaQ epoch
+// idGen makes MetaQ-layout ids (see Message ids in broker/wire/doc.go) from the wall clock: ms since the MetaQ epoch
 // << 22 | brokerId << 12 | 12-bit sequence. It never goes backwards: when the
 // clock steps back or the sequence overflows it borrows the next millisecond.
 // The writer goroutine and NextID (transactional puts take their id when

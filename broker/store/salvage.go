@@ -9,7 +9,7 @@ const salvageWindow = 1 << 20
 
 // salvage finds the records of a damaged data payload (one log entry whose
 // crc failed) that can still be served: every record carries its own body
-// checksum (spec §1.10), so the damage is located at the records that fail
+// checksum (see Records in broker/wire/doc.go), so the damage is located at the records that fail
 // theirs. It returns the payload's damaged part [a, b): the whole records
 // before a and from b to the end pass their checks and tile the payload
 // exactly. When no record fails (the damage is in the entry header, or in

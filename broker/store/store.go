@@ -19,7 +19,7 @@ import (
 
 // Message is one message to append.
 type Message struct {
-	// ID 0 means the store assigns a wall-clock id (spec §1.11) when the
+	// ID 0 means the store assigns a wall-clock id (see Message ids in broker/wire/doc.go) when the
 	// record is sequenced, so ids rise within a partition.
 	ID   int64
 	Flag int32
@@ -56,7 +56,7 @@ type LogEntry struct {
 	Topic     string
 	Partition int
 	Offset    int64  // partition offset of Records[0]
-	Records   []byte // whole records (spec §1.10), back to back
+	Records   []byte // whole records (see Records in broker/wire/doc.go), back to back
 	Time      time.Time
 }
 
@@ -786,7 +786,7 @@ func (s *Store) segmentLocked(pos int64) *segment {
 	return s.segs[i]
 }
 
-// NearestOffset answers the `offset` command (spec §1.7).
+// NearestOffset answers the `offset` command (see offset in broker/wire/doc.go).
 func (s *Store) NearestOffset(topic string, partition int, offset int64) (int64, error) {
 	p := s.lookup(topic, partition)
 	if p == nil {

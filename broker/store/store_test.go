@@ -79,7 +79,7 @@ func decodeAll(t testing.TB, b []byte) []Record {
 }
 
 func TestRecordVector(t *testing.T) {
-	// spec §1.10 / vectors/message.txt
+	// the Records example in broker/wire/doc.go
 	got := AppendRecord(nil, 0x0102030405060708, 0, []byte("hello"))
 	want, _ := hex.DecodeString("000000053610a686010203040506070800000000" + "68656c6c6f")
 	if !bytes.Equal(got, want) {
@@ -92,7 +92,7 @@ func TestRecordVector(t *testing.T) {
 }
 
 func TestWorkedExample(t *testing.T) {
-	// spec §1.6: two puts, the second with an attribute; get 0 returns 58
+	// as in MetaQ's get example: two puts, the second with an attribute; get 0 returns 58
 	// bytes, get 58 is the end, offset 1000 answers the end.
 	s := openT(t, Options{})
 	ctx := context.Background()
@@ -475,7 +475,7 @@ func TestUnflushThreshold(t *testing.T) {
 	if i, _ := s.Partition("lazy", 0); i.Durable != 21 {
 		t.Fatalf("flushed early: %+v", i)
 	}
-	// Reads started below the durable end see unflushed bytes (spec §2.3).
+	// Reads started below the durable end see unflushed bytes (see Visibility in broker/wire/doc.go).
 	if b, err := s.Read("lazy", 0, 0, 100); err != nil || len(b) != 63 {
 		t.Fatalf("read from durable offset: %d %v", len(b), err)
 	}

@@ -2,7 +2,7 @@
 // transactions (TX:<sessionId>:<n>, owned by one connection) and XA
 // transactions (XID:<formatId>:<gtrid>:<bqual>:<uniqueQualifier>, broker-wide),
 // with the state machine of MetaQ 1.4.6's LocalTransaction and XATransaction
-// (spec §1.13, §6) and a redo journal that keeps the same guarantees:
+// (see Transactions in broker/wire/doc.go) and a redo journal that keeps the same guarantees:
 //
 //   - messages put inside a transaction are invisible until commit;
 //   - a prepared XA transaction survives a crash and shows up again in RECOVER;

@@ -34,7 +34,7 @@ func errResult(err error) *wire.Result {
 	return wire.NewResult(wire.StatusInternalServerError, err.Error(), 0)
 }
 
-// Transaction answers one transaction command (spec §1.13).
+// Transaction answers one transaction command (see Transactions in broker/wire/doc.go).
 func (h *Handler) Transaction(ctx context.Context, c broker.TxConn, cmd *wire.Transaction) *wire.Result {
 	conn := ConnID(c.ID)
 	key := cmd.Tx.String()
@@ -75,7 +75,7 @@ func (h *Handler) Transaction(ctx context.Context, c broker.TxConn, cmd *wire.Tr
 }
 
 // Put answers a put carrying a transaction key: `<id> <partition> -1`, the
-// message being stored only at commit (spec §6.1).
+// message being stored only at commit (see Transactions in broker/wire/doc.go).
 func (h *Handler) Put(ctx context.Context, c broker.TxConn, cmd *wire.Put) *wire.Result {
 	conn := ConnID(c.ID)
 	key := cmd.Tx.String()

@@ -2,9 +2,9 @@ package txn
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"metaq/internal/atomicfile"
 )
 
 // Entry kinds in the journal.
@@ -85,7 +87,7 @@ func listJournals(dir string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(strings.TrimPrefix(name, "redo."))
 		if err != nil {
-			continue // redo.<n>.tmp and strangers
+			continue // strangers
 		}
 		ns = append(ns, n)
 	}
@@ -202,52 +204,19 @@ func (j *journal) close() error {
 	return err
 }
 
-// writeSnapshot writes entries to redo.<n> atomically (temp file, fsync,
-// rename, directory fsync).
+// writeSnapshot replaces redo.<n> with entries (see internal/atomicfile).
 func writeSnapshot(dir string, n int, entries []journalEntry) error {
 	path := journalName(dir, n)
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("txn: create %s: %w", tmp, err)
-	}
-	w := bufio.NewWriter(f)
+	var buf bytes.Buffer
 	for i := range entries {
-		buf, err := encodeEntry(entries[i].kind, &entries[i].rec)
-		if err == nil {
-			_, err = w.Write(buf)
-		}
+		b, err := encodeEntry(entries[i].kind, &entries[i].rec)
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return fmt.Errorf("txn: write %s: %w", tmp, err)
+			return fmt.Errorf("txn: encode %s: %w", path, err)
 		}
+		buf.Write(b)
 	}
-	err = w.Flush()
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("txn: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("txn: rename %s: %w", tmp, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("txn: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("txn: fsync dir %s: %w", dir, err)
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("txn: write snapshot: %w", err)
 	}
 	return nil
 }

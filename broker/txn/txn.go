@@ -71,7 +71,7 @@ type Options struct {
 	// Dir is the transactions directory, <dataLogPath>/transactions.
 	Dir   string
 	Store Store
-	// NextID hands out message ids (spec §1.11); required.
+	// NextID hands out message ids (see Message ids in broker/wire/doc.go); required.
 	NextID func() int64
 	// FlushAtCommit is flushTxLogAtCommit: 0, 1 (default when unset is up to the caller) or 2.
 	FlushAtCommit int
@@ -294,7 +294,7 @@ type Key struct {
 	UniqueQualifier string
 }
 
-// ParseKey parses a TX: or XID: key as MetaQ does (spec §1.13).
+// ParseKey parses a TX: or XID: key as MetaQ does (see Transactions in broker/wire/doc.go).
 func ParseKey(s string) (Key, error) {
 	switch {
 	case strings.HasPrefix(s, "TX:"):
@@ -414,7 +414,7 @@ func (m *Manager) Put(conn ConnID, key, topic string, partition int, flag int32,
 	t, err := m.getLocked(conn, key)
 	if err != nil {
 		// A put with an XID key that is not open is answered with the bare
-		// text, without the XAException prefix (spec §6.1).
+		// text, without the XAException prefix (see Transactions in broker/wire/doc.go).
 		var xe *XAError
 		if errors.As(err, &xe) {
 			return 0, errors.New(xe.Msg)
@@ -758,7 +758,7 @@ func (m *Manager) Heuristic(ctx context.Context, key, decision string) error {
 }
 
 // ConnClosed rolls back the local transactions of a closed connection
-// (MetaQ 1.4.6 left them open until a timeout or restart; spec §11).
+// (MetaQ 1.4.6 left them open until a timeout or restart; see Java defects in broker/wire/doc.go).
 func (m *Manager) ConnClosed(conn ConnID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 // one (Java Integer.MAX_VALUE); the broker echoes it.
 const NoOpaque int32 = 2147483647
 
-// NoChecksum is the checksum value that means "do not verify" (spec §1.5).
+// NoChecksum is the checksum value that means "do not verify" (see put in the package doc).
 const NoChecksum int32 = -1
 
 // Command is one decoded frame. Requests (Put, Get, Offset, Version, Stats,
@@ -24,7 +24,7 @@ type Command interface {
 }
 
 // Put is `put topic partition bodyLen flag [checksum] [txKey] opaque\r\nbody`
-// (spec §1.5).
+// (see put in the package doc).
 type Put struct {
 	Topic     string
 	Partition int32 // -1: the broker picks one at random
@@ -44,7 +44,7 @@ type Put struct {
 	Fields int
 }
 
-// Get is `get topic group partition offset maxSize opaque` (spec §1.6).
+// Get is `get topic group partition offset maxSize opaque` (see get in the package doc).
 type Get struct {
 	Topic     string
 	Group     string
@@ -54,7 +54,7 @@ type Get struct {
 	Opaque    int32
 }
 
-// Offset is `offset topic group partition offset opaque` (spec §1.7).
+// Offset is `offset topic group partition offset opaque` (see offset in the package doc).
 type Offset struct {
 	Topic     string
 	Group     string
@@ -63,14 +63,14 @@ type Offset struct {
 	Opaque    int32
 }
 
-// Version is `version [opaque]` (spec §1.8). Without an opaque, Opaque is
+// Version is `version [opaque]` (see version in the package doc). Without an opaque, Opaque is
 // NoOpaque and HasOpaque false.
 type Version struct {
 	Opaque    int32
 	HasOpaque bool
 }
 
-// Stats is `stats [item] [opaque]` (spec §1.9). Item "" means system stats,
+// Stats is `stats [item] [opaque]` (see stats in the package doc). Item "" means system stats,
 // whether sent as two spaces or omitted.
 type Stats struct {
 	Item      string
@@ -83,7 +83,7 @@ type Stats struct {
 type Quit struct{}
 
 // Transaction is `transaction txKey sessionId type [timeout] [uniqueQualifier] opaque`
-// (spec §1.13).
+// (see Transactions in the package doc).
 type Transaction struct {
 	TxKey           string // raw key as sent
 	Tx              TxID   // parsed key
@@ -95,7 +95,7 @@ type Transaction struct {
 }
 
 // Sync is `sync topic partition bodyLen flag msgId [checksum] opaque\r\nbody`
-// (spec §1.14), sent by a synchronous-replication master to its slave.
+// (see sync in the package doc), sent by a synchronous-replication master to its slave.
 type Sync struct {
 	Topic     string
 	Partition int32
@@ -145,7 +145,7 @@ func (c *Sync) OpaqueID() int32        { return c.Opaque }
 func (c *Result) OpaqueID() int32      { return c.Opaque }
 func (c *Value) OpaqueID() int32       { return c.Opaque }
 
-// Status codes (spec §1.4).
+// Status codes (see the package doc).
 const (
 	StatusOK                  = 200
 	StatusMoved               = 301

@@ -7,7 +7,7 @@ import (
 )
 
 // Checksum is MetaQ's message checksum: CRC32 (IEEE) of the body AND
-// 0x7FFFFFFF (spec §1.5, §1.10).
+// 0x7FFFFFFF (see put and Records in the package doc).
 func Checksum(body []byte) int32 {
 	return int32(crc32.ChecksumIEEE(body) & 0x7FFFFFFF)
 }

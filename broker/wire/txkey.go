@@ -19,7 +19,7 @@ const (
 	TxXA
 )
 
-// TxID is a parsed transaction key (spec §1.13, §6).
+// TxID is a parsed transaction key (see Transactions in the package doc).
 type TxID struct {
 	Kind TxKind
 	// Local keys.
@@ -99,7 +99,7 @@ func parseHexJava(s string) ([]byte, error) {
 	return out, nil
 }
 
-// TxType is the transaction command type (spec §1.13).
+// TxType is the transaction command type (see Transactions in the package doc).
 type TxType string
 
 // Transaction command types.

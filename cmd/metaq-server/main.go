@@ -1,5 +1,5 @@
 // Command metaq-server runs and operates a broker bundle, with the commands
-// of MetaQ's bin/metaServer.sh (spec §8):
+// of MetaQ's bin/metaServer.sh (see metaServer.sh in broker/wire/doc.go):
 //
 //	metaq-server start [slave|samsa|gregor] -f server.ini [-s props] [--foreground]
 //	metaq-server stop|restart|status|reload -f server.ini
@@ -66,6 +66,9 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(2)
 	}
+	if errors.As(err, new(usageError)) {
+		os.Exit(2) // the flag package printed the error and the usage
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "metaq-server "+cmd+": "+err.Error())
 		var ec exitCode
@@ -76,12 +79,21 @@ func main() {
 	}
 }
 
+// usageError is a command line the flags refuse (exit status 2; the flag
+// package has printed the command's usage).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
 // exitCode lets a command choose its exit status (status: 1 = not running).
 type exitCode int
 
 func (e exitCode) Error() string { return "exit " + strconv.Itoa(int(e)) }
 
-// common holds the flags every command shares.
+// common holds the values of a command's flags; each command defines only
+// the flags it uses (see commands), so -h lists those and any other flag is
+// refused.
 type common struct {
 	fs       *flag.FlagSet
 	config   string
@@ -111,34 +123,103 @@ type common struct {
 	from     string
 }
 
+// Groups of flags, combined per command.
+func (c *common) configFlag() {
+	c.fs.StringVar(&c.config, "f", "conf/server.ini", "server.ini `path`")
+}
+
+func (c *common) fileFlags() {
+	c.fs.StringVar(&c.logDir, "logdir", "", "log and pid `dir` (default $METAQ_LOG_DIR or <server.ini dir>/../logs)")
+	c.fs.StringVar(&c.pidFile, "pidfile", "", "pid `file` (default <logdir>/.run.pid for conf/server.ini, else <logdir>/.<config name>.run.pid)")
+}
+
+func (c *common) startFlags() {
+	c.fs.StringVar(&c.plugin, "s", "", "properties `file` of the mode: async_slave.properties (slave) or samsa_master.properties (samsa)")
+	c.fs.BoolVar(&c.fg, "foreground", false, "run in the foreground instead of detaching")
+	c.fs.BoolVar(&c.verbose, "v", false, "debug logging")
+	c.fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server to answer")
+	c.fs.StringVar(&c.listen, "listen", "", "MetaQ protocol listen `address` (default :<serverPort>)")
+	c.fs.StringVar(&c.admin, "admin", "", "admin listen `address` (default [site] adminAddr; \"off\" disables)")
+	c.dataFlag()
+}
+
+func (c *common) dataFlag() {
+	c.fs.StringVar(&c.dataPath, "data", "", "override [system] dataPath")
+}
+
+func (c *common) stopFlags() {
+	c.fs.IntVar(&c.tries, "tries", 5, "SIGTERM tries before SIGKILL")
+	c.fs.DurationVar(&c.wait, "wait", 3*time.Second, "wait after each try")
+}
+
+func (c *common) partitionFlags() {
+	c.fs.StringVar(&c.topic, "topic", "", "topic")
+	c.fs.IntVar(&c.start, "start", -1, "first partition")
+	c.fs.IntVar(&c.end, "end", -1, "last partition (inclusive)")
+}
+
+// command is one subcommand: its arguments for the usage line and the
+// flags it takes.
+type command struct {
+	args  string
+	flags []func(*common)
+}
+
+var commands = map[string]command{
+	"start":   {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags}},
+	"restart": {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags, (*common).stopFlags}},
+	"stop":    {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).stopFlags}},
+	"status":  {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags}},
+	"reload":  {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags}},
+	"stats": {"[flags]", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.StringVar(&c.item, "item", "", "stats item (topics, offsets, realtime, slave, config, help, reset or a topic)")
+	}}},
+	"slave-status": {"[flags]", []func(*common){(*common).configFlag}},
+	"repair": {"-topic T -partition P -from host:port [flags]", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.StringVar(&c.topic, "topic", "", "topic")
+		c.fs.IntVar(&c.part, "partition", -1, "partition")
+		c.fs.StringVar(&c.from, "from", "", "MetaQ `address` (host:port) of a replica holding the damaged records")
+	}}},
+	"promote": {"[-force] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.BoolVar(&c.force, "force", false, "even while the master is reachable")
+	}}},
+	"switchover": {"-to <slave> [flags]   (at the master: hand over to a slave, nothing lost)", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.StringVar(&c.to, "to", "", "the slave that takes over (slave group, its last '-' field, or slaveId)")
+		c.fs.StringVar(&c.follow, "follow", "", "without ZooKeeper: the new master's replication `address`, which this master then follows as a slave")
+	}}},
+	"unreplicated": {"[-publish [-brokers h:p]] [flags]   (records a former master cut and saved aside)", []func(*common){(*common).configFlag, (*common).dataFlag, func(c *common) {
+		c.fs.BoolVar(&c.publish, "publish", false, "publish the saved records again, as new messages")
+		c.fs.StringVar(&c.brokers, "brokers", "", "the master's host:port when ZooKeeper is off")
+	}}},
+	"close-partitions": {"-topic T -start a -end b [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
+	"open-partitions":  {"-topic T [-start a -end b] [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
+	"move-partitions": {"-topic T -start a -end b -offset n [flags]   (server stopped)", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).partitionFlags, (*common).dataFlag, func(c *common) {
+		c.fs.IntVar(&c.offset, "offset", 0, "number added to each partition number")
+	}}},
+	"delete-partitions": {"-topic T -start a -end b [flags]   (server stopped)", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).partitionFlags, (*common).dataFlag}},
+	"query": {"[-group G] [-topic T] [flags]", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.StringVar(&c.group, "group", "", "consumer group (default: list groups)")
+		c.fs.StringVar(&c.topic, "topic", "", "only this topic")
+	}}},
+	"check": {"[flags]", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.StringVar(&c.plugin, "s", "", "async_slave.properties `file` to check too")
+	}}},
+}
+
+// newFlags returns the flag set of command name, or nil for an unknown one.
 func newFlags(name string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
-	fs := c.fs
-	fs.StringVar(&c.config, "f", "conf/server.ini", "server.ini `path`")
-	fs.StringVar(&c.plugin, "s", "", "properties `file` of the mode: async_slave.properties (slave) or samsa_master.properties (samsa)")
-	fs.StringVar(&c.logDir, "logdir", "", "log and pid `dir` (default $METAQ_LOG_DIR or <server.ini dir>/../logs)")
-	fs.StringVar(&c.pidFile, "pidfile", "", "pid `file` (default <logdir>/.run.pid for conf/server.ini, else <logdir>/.<config name>.run.pid)")
-	fs.BoolVar(&c.fg, "foreground", false, "start: run in the foreground instead of detaching")
-	fs.BoolVar(&c.verbose, "v", false, "debug logging")
-	fs.StringVar(&c.topic, "topic", "", "topic")
-	fs.IntVar(&c.start, "start", -1, "first partition")
-	fs.IntVar(&c.end, "end", -1, "last partition (inclusive)")
-	fs.IntVar(&c.offset, "offset", 0, "move-partitions: number added to each partition number")
-	fs.StringVar(&c.item, "item", "", "stats item (topics, offsets, realtime, config, help, reset or a topic)")
-	fs.StringVar(&c.group, "group", "", "query: consumer group (default: list groups)")
-	fs.IntVar(&c.tries, "tries", 5, "stop: SIGTERM tries before SIGKILL")
-	fs.DurationVar(&c.wait, "wait", 3*time.Second, "stop: wait after each try")
-	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "start: how long to wait for the server to answer")
-	fs.StringVar(&c.listen, "listen", "", "start: MetaQ protocol listen address (default :<serverPort>)")
-	fs.StringVar(&c.admin, "admin", "", `start: admin listen address (default [site] adminAddr; "off" disables)`)
-	fs.StringVar(&c.dataPath, "data", "", "start: override [system] dataPath")
-	fs.BoolVar(&c.force, "force", false, "promote: even while the master is reachable")
-	fs.StringVar(&c.to, "to", "", "switchover: the slave that takes over (slave group, its last '-' field, or slaveId)")
-	fs.StringVar(&c.follow, "follow", "", "switchover without ZooKeeper: the new master's replication address, which this master then follows as a slave")
-	fs.BoolVar(&c.publish, "publish", false, "unreplicated: publish the saved records again, as new messages")
-	fs.StringVar(&c.brokers, "brokers", "", "unreplicated: the master's host:port when ZooKeeper is off")
-	fs.IntVar(&c.part, "partition", -1, "repair: partition")
-	fs.StringVar(&c.from, "from", "", "repair: MetaQ `address` (host:port) of a replica holding the damaged records")
+	cmd, ok := commands[name]
+	if !ok {
+		return nil
+	}
+	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), start: -1, end: -1, part: -1}
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.fs.Output(), "usage: metaq-server %s %s\n\nflags:\n", name, cmd.args)
+		c.fs.PrintDefaults()
+	}
+	for _, add := range cmd.flags {
+		add(c)
+	}
 	return c
 }
 
@@ -152,7 +233,16 @@ func (c *common) load() (*config.Server, error) {
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 func run(cmd string, args []string) error {
+	switch cmd {
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
 	c := newFlags(cmd)
+	if c == nil {
+		fmt.Fprint(os.Stderr, usage)
+		return exitCode(2)
+	}
 	var mode string
 	if cmd == "start" || cmd == "restart" {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -160,20 +250,26 @@ func run(cmd string, args []string) error {
 		}
 	}
 	if err := c.fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	if c.fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", c.fs.Args())
+		err := fmt.Errorf("unexpected arguments %q", c.fs.Args())
+		fmt.Fprintln(c.fs.Output(), err)
+		c.fs.Usage()
+		return usageError{err}
 	}
 	ctx := context.Background()
 	switch cmd {
 	case "start":
-		return start(ctx, c, mode, args)
+		return start(ctx, c, mode)
 	case "restart":
 		if err := ctl.Stop(ctx, c.files().PID, c.tries, c.wait, say); err != nil && !errors.Is(err, ctl.ErrNotRunning) {
 			return err
 		}
-		return start(ctx, c, mode, args)
+		return start(ctx, c, mode)
 	case "stop":
 		err := ctl.Stop(ctx, c.files().PID, c.tries, c.wait, say)
 		if errors.Is(err, ctl.ErrNotRunning) {
@@ -263,15 +359,11 @@ func run(cmd string, args []string) error {
 		return ctl.Query(ctx, cfg, c.group, c.topic, os.Stdout)
 	case "check":
 		return check(c)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
 	}
-	fmt.Fprint(os.Stderr, usage)
-	return exitCode(2)
+	panic("metaq-server: command " + cmd + " has flags but no action")
 }
 
-func start(ctx context.Context, c *common, modeName string, args []string) error {
+func start(ctx context.Context, c *common, modeName string) error {
 	mode, err := bundle.ParseMode(modeName)
 	if err != nil {
 		return err
@@ -286,7 +378,14 @@ func start(ctx context.Context, c *common, modeName string, args []string) error
 		if modeName != "" {
 			childArgs = append(childArgs, modeName)
 		}
-		childArgs = append(childArgs, args...)
+		// The flags given (restart has some start does not take), in
+		// the form start parses.
+		startFlags := newFlags("start").fs
+		c.fs.Visit(func(f *flag.Flag) {
+			if f.Name != "foreground" && startFlags.Lookup(f.Name) != nil {
+				childArgs = append(childArgs, "-"+f.Name+"="+f.Value.String())
+			}
+		})
 		childArgs = append(childArgs, "--foreground")
 		pid, err := ctl.Daemonize(c.files(), childArgs, c.timeout)
 		if err != nil {

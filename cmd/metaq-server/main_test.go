@@ -357,3 +357,80 @@ func TestQuery(t *testing.T) {
 		t.Error("query of an unknown group exited 0")
 	}
 }
+
+// TestCommandFlags: each command's -h lists its own flags and only those,
+// and a flag the command does not take is refused (exit 2) instead of
+// being ignored.
+func TestCommandFlags(t *testing.T) {
+	for _, tc := range []struct {
+		cmd     string
+		has     []string
+		foreign string // a flag of another command
+	}{
+		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v"}, "-topic"},
+		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-tries", "-wait"}, "-item"},
+		{"stop", []string{"-f", "-logdir", "-pidfile", "-tries", "-wait"}, "-topic"},
+		{"status", []string{"-f", "-logdir", "-pidfile"}, "-tries"},
+		{"reload", []string{"-f", "-logdir", "-pidfile"}, "-s"},
+		{"stats", []string{"-f", "-item"}, "-group"},
+		{"slave-status", []string{"-f"}, "-item"},
+		{"promote", []string{"-f", "-force"}, "-topic"},
+		{"switchover", []string{"-f", "-to"}, "-force"},
+		{"unreplicated", []string{"-f", "-data", "-publish", "-brokers"}, "-to"},
+		{"close-partitions", []string{"-f", "-topic", "-start", "-end"}, "-offset"},
+		{"open-partitions", []string{"-f", "-topic", "-start", "-end"}, "-foreground"},
+		{"move-partitions", []string{"-f", "-topic", "-start", "-end", "-offset", "-data", "-logdir", "-pidfile"}, "-group"},
+		{"delete-partitions", []string{"-f", "-topic", "-start", "-end", "-data", "-logdir", "-pidfile"}, "-offset"},
+		{"query", []string{"-f", "-group", "-topic"}, "-start"},
+		{"check", []string{"-f", "-s"}, "-topic"},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			code, _, stderr := cli(t, tc.cmd, "-h")
+			if code != 2 || !strings.Contains(stderr, "usage: metaq-server "+tc.cmd+" ") {
+				t.Fatalf("-h: exit %d, stderr:\n%s", code, stderr)
+			}
+			listed := map[string]bool{}
+			for _, line := range strings.Split(stderr, "\n") {
+				if f, ok := strings.CutPrefix(line, "  -"); ok {
+					listed["-"+strings.Fields(f)[0]] = true
+				}
+			}
+			for _, f := range tc.has {
+				if !listed[f] {
+					t.Errorf("-h does not list %s:\n%s", f, stderr)
+				}
+			}
+			if len(listed) != len(tc.has) {
+				t.Errorf("-h lists %d flags, want %d (%v):\n%s", len(listed), len(tc.has), tc.has, stderr)
+			}
+			code, _, stderr = cli(t, tc.cmd, tc.foreign, "1")
+			if code != 2 || !strings.Contains(stderr, "flag provided but not defined: "+tc.foreign) {
+				t.Fatalf("%s accepted or refused wrongly: exit %d, stderr:\n%s", tc.foreign, code, stderr)
+			}
+		})
+	}
+}
+
+// TestMetaServerInvocations: the command lines of MetaQ's metaServer.sh
+// (mode word first, then flags; -f defaulting to conf/server.ini) still
+// parse; a missing server.ini is reported, not a usage error.
+func TestMetaServerInvocations(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"check"},
+		{"check", "-f", filepath.Join(dir, "server.ini"), "-s", filepath.Join(dir, "async_slave.properties")},
+		{"stats", "--item", "slave", "-f", filepath.Join(dir, "server.ini")},
+		{"query", "-f", filepath.Join(dir, "server.ini"), "-group", "g", "-topic", "t"},
+		{"slave-status"},
+	} {
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "server.ini") {
+			t.Errorf("%v: %v, stderr:\n%s", args, err, stderr.String())
+		}
+	}
+}

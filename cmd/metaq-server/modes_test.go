@@ -411,7 +411,7 @@ func testSlaveFromCommandLine(t *testing.T, zk string) {
 	slave.stop(t)
 }
 
-// syncHeader is the 8-field sync command of a samsa master (spec §1.14).
+// syncHeader is the 8-field sync command of a samsa master (see sync in broker/wire/doc.go).
 func syncHeader(topic string, partition int, payload string, id int64) string {
 	return fmt.Sprintf("sync %s %d %d 0 %d %d", topic, partition, len(payload), id, checksum(payload))
 }

@@ -18,13 +18,9 @@ import (
 	"metaq/topology"
 )
 
-// runLag is `metaq lag`: it asks a bundle's dashboard endpoint for the lag
+// init registers `metaq lag`: it asks a bundle's dashboard endpoint for the lag
 // report (/lag, served by topology.Handler) and prints one row per slave
 // group and per consumer group, or the JSON document with --json.
-func runLag(args []string) error {
-	return lagCommand(context.Background(), args, os.Stdout, os.Stderr, nil)
-}
-
 func init() {
 	commands["lag"] = command{
 		summary: "replication and consumer-group lag per site, from a bundle's /lag",

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/georeplicator"
 	"metaq/topology"
 )
 
@@ -20,9 +21,9 @@ func startLagBundle(t *testing.T, token string) string {
 	tp, err := topology.New(topology.Options{
 		Site: "bj", Role: topology.RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123",
 		Key: []byte("0123456789abcdef"), Timing: topology.FastTiming(),
-		Lag: topology.LagFunc(func() []topology.GroupLag {
-			return []topology.GroupLag{{SlaveGroup: "meta-slave-group_0", SlaveID: 0, Connected: true,
-				Partitions: []topology.PartitionLag{
+		Lag: topology.LagFunc(func() []georeplicator.GroupLag {
+			return []georeplicator.GroupLag{{Group: "meta-slave-group_0", SlaveID: 0, Connected: true,
+				Partitions: []georeplicator.PartitionLag{
 					{Topic: "t", Partition: 0, MasterEnd: 9000, SlaveEnd: 8000, Bytes: 1000, Messages: 10, Behind: 1500 * time.Millisecond},
 					{Topic: "t", Partition: 1, MasterEnd: 4000, SlaveEnd: 4000},
 				}}}

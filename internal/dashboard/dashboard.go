@@ -2,8 +2,9 @@
 // Prometheus /metrics endpoint on dashboardHttpPort.
 //
 // It knows nothing of the broker or the replicator: the bundle hands it a
-// Source that returns a Snapshot of plain values. The dashboard samples the
-// replication lag of every snapshot into a bounded history so the page can
+// Source that returns a Snapshot of plain values, its replication lag as
+// topology's lag reports (the project's one model of lag). The dashboard
+// samples the lag of every snapshot into a bounded history so the page can
 // chart lag over time.
 //
 // The listener is loopback unless the operator configures an address; any
@@ -29,26 +30,28 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/topology"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Snapshot is what the dashboard shows about one site bundle at one moment.
 type Snapshot struct {
-	Site      string         `json:"site"`
-	Role      string         `json:"role"` // master or slave
-	BrokerID  int            `json:"brokerId"`
-	ServeURL  string         `json:"serveUrl"`
-	Time      time.Time      `json:"time"`
-	Health    []HealthItem   `json:"health"`
-	Topics    []Topic        `json:"topics"`
-	Producers []Client       `json:"producers"`
-	Consumers []Client       `json:"consumers"`
-	Lag       []LagRow       `json:"lag"`
-	Sites     []Site         `json:"sites"`
-	Config    ConfigInfo     `json:"config"`
-	Extra     map[string]any `json:"extra,omitempty"`
+	Site      string            `json:"site"`
+	Role      string            `json:"role"` // master or slave
+	BrokerID  int               `json:"brokerId"`
+	ServeURL  string            `json:"serveUrl"`
+	Time      time.Time         `json:"time"`
+	Health    []HealthItem      `json:"health"`
+	Topics    []Topic           `json:"topics"`
+	Producers []Client          `json:"producers"`
+	Consumers []Client          `json:"consumers"`
+	Lag       []topology.Report `json:"lag"`
+	Sites     []Site            `json:"sites"`
+	Config    ConfigInfo        `json:"config"`
+	Extra     map[string]any    `json:"extra,omitempty"`
 }
 
 // HealthItem is one component's health; Err is "" when healthy.
@@ -78,17 +81,6 @@ type Client struct {
 	Name   string `json:"name"` // remote address, or consumer group
 	Topics string `json:"topics,omitempty"`
 	Count  int64  `json:"count"` // puts or gets served
-}
-
-// LagRow is the replication lag of one slave group (on a master) or of this
-// slave (on a slave).
-type LagRow struct {
-	Group    string  `json:"group"`
-	Site     string  `json:"site"`
-	Bytes    int64   `json:"bytes"`
-	Messages int64   `json:"messages"`
-	Seconds  float64 `json:"seconds"`
-	State    string  `json:"state"` // ok, lagging, stuck, down
 }
 
 // Site is one member of the gossip pool.
@@ -139,8 +131,8 @@ type Options struct {
 
 // LagSample is the lag of every row at one moment.
 type LagSample struct {
-	Time time.Time `json:"time"`
-	Rows []LagRow  `json:"rows"`
+	Time time.Time         `json:"time"`
+	Rows []topology.Report `json:"rows"`
 }
 
 // Server is the dashboard HTTP server.
@@ -179,7 +171,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
-		opts.Registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"metaq/internal/testutil"
+	"metaq/topology"
 )
 
 // fakeSource returns a snapshot whose lag grows by one second per call, so
@@ -29,9 +30,10 @@ func (f *fakeSource) Snapshot(context.Context) Snapshot {
 		Time:   time.Unix(1_700_000_000+n*5, 0),
 		Health: []HealthItem{{Name: "storage", OK: true}, {Name: "replication", OK: true}},
 		Topics: []Topic{{Name: "orders", Partitions: []Partition{{Partition: 0, Max: 2500, Bytes: 2500, Messages: 100}}}},
-		Lag: []LagRow{
-			{Group: "meta-slave-group-hf", Site: "hf", Bytes: 1000 * n, Messages: 10 * n, Seconds: float64(n), State: "lagging"},
-			{Group: "meta-slave-group-gz", Site: "gz", Seconds: 0.5, State: "ok"},
+		Lag: []topology.Report{
+			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-hf", Bytes: 1000 * n, Messages: 10 * n, State: topology.LagLagging},
+				Site: "hf", SecondsBehind: float64(n)},
+			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-gz", State: topology.LagOK}, Site: "gz", SecondsBehind: 0.5},
 		},
 		Sites: []Site{{Name: "bj", Role: "master", Addr: "127.0.0.1:8126", State: "up"}},
 	}
@@ -79,7 +81,7 @@ func TestAPIAndHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One sample at start-up plus five, capped at three, oldest dropped.
-	if len(hist) != 3 || hist[2].Rows[0].Seconds != 6 || hist[0].Rows[0].Seconds != 4 {
+	if len(hist) != 3 || hist[2].Rows[0].SecondsBehind != 6 || hist[0].Rows[0].SecondsBehind != 4 {
 		t.Fatalf("history = %+v", hist)
 	}
 	code, body = get(t, base+"/api/snapshot", "")

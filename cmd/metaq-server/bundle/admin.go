@@ -18,7 +18,7 @@ import (
 )
 
 // Admin is the bundle's admin HTTP endpoint, which replaces MetaQ's JMX
-// operations (spec §8). It listens on 127.0.0.1:<serverPort+2> unless [site]
+// operations (see metaServer.sh in broker/wire/doc.go). It listens on 127.0.0.1:<serverPort+2> unless [site]
 // adminAddr says otherwise; with a non-loopback address the [site] token is
 // required in every request ("Authorization: Bearer <token>").
 //

@@ -28,10 +28,8 @@ type Bundle struct {
 	// Slave is the loaded async_slave.properties (ModeSlave), else nil.
 	Slave *config.Slave
 	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
-	Samsa map[string]string
+	Samsa *config.Samsa
 
-	samsaRecover recoverSettings // ModeSamsa: the recover* keys
-	samsaSync    samsaSync       // ModeSamsa: the sync timeout and slave-probe keys
 	// afterRecover, when set (tests), runs after the samsa offset recovery
 	// and before the broker starts and registers in ZooKeeper.
 	afterRecover func()
@@ -93,20 +91,14 @@ func New(opts Options) (*Bundle, error) {
 		}
 		b.Slave = sl
 	case ModeSamsa:
-		props, err := loadProperties(opts.PluginPath)
+		sa, warnings, err := config.LoadSamsa(opts.PluginPath)
 		if err != nil {
 			return nil, fmt.Errorf("bundle: %w", err)
 		}
-		if props["slave"] == "" {
-			return nil, fmt.Errorf("bundle: %s: samsa needs slave=<host:port>", opts.PluginPath)
+		for _, w := range warnings {
+			b.log.Warn("CONFIG: " + w.String())
 		}
-		b.Samsa = props
-		if b.samsaSync, err = parseSamsaSync(props); err != nil {
-			return nil, fmt.Errorf("bundle: %s: %w", opts.PluginPath, err)
-		}
-		if b.samsaRecover, err = parseRecoverSettings(props); err != nil {
-			return nil, fmt.Errorf("bundle: %s: %w", opts.PluginPath, err)
-		}
+		b.Samsa = sa
 	}
 	return b, nil
 }
@@ -121,7 +113,7 @@ func (b *Bundle) Mode() Mode { return b.opts.Mode }
 func (b *Bundle) Logger() *slog.Logger { return b.log }
 
 // zkEnabled reports whether this bundle registers in ZooKeeper: a gregor
-// slave never does (spec §5.3).
+// slave never does (see Samsa and gregor in broker/wire/doc.go).
 func (b *Bundle) zkEnabled() bool {
 	return b.Config().ZooKeeper.Enable && b.opts.Mode != ModeGregor
 }
@@ -191,10 +183,10 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		SlaveStats:   b.slaveStats(),
 	}
 	if b.Samsa != nil {
-		bo.SyncSlave = b.Samsa["slave"]
-		bo.SyncTimeout = b.samsaSync.timeout
-		bo.SyncFailureThreshold = b.samsaSync.failureThreshold
-		bo.SyncProbeInterval = b.samsaSync.probeInterval
+		bo.SyncSlave = b.Samsa.Slave
+		bo.SyncTimeout = b.Samsa.SyncTimeout
+		bo.SyncFailureThreshold = b.Samsa.SyncFailureThreshold
+		bo.SyncProbeInterval = b.Samsa.SyncProbeInterval
 	}
 	b.Broker, err = broker.New(bo)
 	if err != nil {
@@ -314,8 +306,8 @@ func (b *Bundle) Close() error {
 	return b.closeErr
 }
 
-// Reload re-reads server.ini and re-applies its [topic=...] sections (spec
-// §4.6): the broker accepts new topics and registers new and changed ones in
+// Reload re-reads server.ini and re-applies its [topic=...] sections (see
+// Reload in broker/wire/doc.go): the broker accepts new topics and registers new and changed ones in
 // ZooKeeper at once, and rewrites master_config_checksum. Changes outside the
 // topic sections are reported in RestartKeys and not applied.
 func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {

@@ -27,9 +27,9 @@ func newConfigSyncComponent() *configSyncComponent { return &configSyncComponent
 func (c *configSyncComponent) Name() string { return compConfig }
 
 // embedsNATS reports whether this bundle runs the embedded NATS server.
-func embedsNATS(b *Bundle, ck configKeys) bool {
+func embedsNATS(b *Bundle) bool {
 	cfg := b.Config()
-	return cfg.NATS.URL == "" && (b.opts.Mode == ModeMaster || ck.hasKey("nats", "embeddedListen"))
+	return cfg.NATS.URL == "" && (b.opts.Mode == ModeMaster || cfg.NATS.EmbeddedListenSet)
 }
 
 // configSyncOwnsConfig reports whether configsync writes this bundle's
@@ -50,7 +50,7 @@ func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 			"slaveConfig", b.opts.PluginPath)
 	}
 	url := cfg.NATS.URL
-	if embedsNATS(b, readConfigKeys(cfg)) {
+	if embedsNATS(b) {
 		eo := configsync.EmbeddedOptionsFor(cfg, log)
 		e, err := configsync.StartEmbeddedNATS(eo)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"metaq/internal/dashboard"
 	"metaq/topology"
@@ -36,7 +37,7 @@ func (c *dashboardComponent) Name() string { return compDashboard }
 func (c *dashboardComponent) Start(_ context.Context, b *Bundle) error {
 	cfg := b.Config()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBundleCollector(b))
 	sample := time.Duration(0)
 	if cfg.Gossip.ProbeInterval > 0 && cfg.Gossip.ProbeInterval < time.Second {
@@ -191,27 +192,16 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 		topo = tc.Topology()
 	}
 	if topo != nil {
-		for _, r := range topo.Reports() {
-			s.Lag = append(s.Lag, dashboard.LagRow{Group: r.SlaveGroup, Site: r.Site, Bytes: r.Bytes, Messages: r.Messages,
-				Seconds: r.SecondsBehind, State: r.State.String()})
-		}
+		s.Lag = topo.Reports()
 		for _, m := range topo.Members() {
 			s.Sites = append(s.Sites, dashboard.Site{Name: m.Meta.Site, Role: m.Meta.Role.String(), Addr: m.Meta.ServeURL,
 				State: map[topology.MemberState]string{topology.StateAlive: "up", topology.StateSuspect: "suspect", topology.StateDown: "down"}[m.State]})
 		}
 		health("gossip", nil)
 	} else if sc, ok := findComp[*shipperComponent](b); ok && sc.Shipper() != nil {
-		for _, g := range sc.Shipper().Lag() {
-			state := "ok"
-			switch {
-			case !g.Connected:
-				state = "down"
-			case g.Stuck:
-				state = "stuck"
-			case g.Seconds > 5:
-				state = "lagging"
-			}
-			s.Lag = append(s.Lag, dashboard.LagRow{Group: g.Group, Bytes: g.Bytes, Messages: g.Messages, Seconds: g.Seconds, State: state})
+		for _, sum := range topology.SummarizeLag(sc.Shipper().Lag(), topology.DefaultLaggingAfter) {
+			s.Lag = append(s.Lag, topology.Report{LagSummary: sum, BrokerID: cfg.System.BrokerID, MasterSite: cfg.Site.Name,
+				SecondsBehind: sum.Behind.Seconds()})
 		}
 	}
 	if rc, ok := findComp[*receiverComponent](b); ok {
@@ -226,12 +216,13 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 			}
 			health("replication", err)
 			if topo == nil {
-				state := "ok"
+				state := topology.LagOK
 				if !rs.Connected {
-					state = "down"
+					state = topology.LagDown
 				}
-				s.Lag = append(s.Lag, dashboard.LagRow{Group: b.Slave.SlaveGroup, Site: cfg.Site.Name,
-					Bytes: max(0, rs.MasterPos-rs.AppliedPos), State: state})
+				s.Lag = append(s.Lag, topology.Report{LagSummary: topology.LagSummary{SlaveGroup: b.Slave.SlaveGroup,
+					SlaveID: b.Slave.SlaveID, Bytes: max(0, rs.MasterPos-rs.AppliedPos), State: state},
+					Site: cfg.Site.Name, BrokerID: cfg.System.BrokerID})
 			}
 		} else if method, _ := rc.Method(); method == methodMetaQ {
 			var err error
@@ -395,7 +386,7 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 				g(c.shipConnected, b2f(l.Connected), l.Group, id)
 				g(c.shipBytes, float64(l.Bytes), l.Group, id)
 				g(c.shipMsgs, float64(l.Messages), l.Group, id)
-				g(c.shipSecs, l.Seconds, l.Group, id)
+				g(c.shipSecs, l.Behind.Seconds(), l.Group, id)
 				ct(c.shipWire, float64(l.WireBytes), l.Group, id)
 				ct(c.shipRaw, float64(l.RawBytes), l.Group, id)
 			}

@@ -132,7 +132,7 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 	}
 	log := s.logger
 	if log == nil {
-		log = testLogger(t)
+		log = testutil.Logger(t, slog.LevelInfo)
 	}
 	opts := Options{ConfigPath: ini, Logger: log, ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
 	if s.slave {

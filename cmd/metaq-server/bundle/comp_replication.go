@@ -9,12 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"metaq/broker/config"
 	"metaq/georeplicator"
+	"metaq/internal/atomicfile"
 	"metaq/internal/hostaddr"
 )
 
@@ -217,7 +217,7 @@ func listenReplication(b *Bundle, cfg *config.Server) (net.Listener, error) {
 	if err == nil {
 		return ln, nil
 	}
-	if readConfigKeys(cfg).hasKey("replication", "listen") {
+	if cfg.Replication.ListenSet {
 		return nil, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
 	}
 	host, _, _ := net.SplitHostPort(addr)
@@ -281,12 +281,7 @@ func syncMasterConfig(ctx context.Context, b *Bundle, data []byte) error {
 		return fmt.Errorf("replication: master's server.ini refused: %w", err)
 	}
 	path := b.opts.ConfigPath
-	tmp := path + ".sync." + strconv.Itoa(os.Getpid())
-	if err := writeFileSync(tmp, data); err != nil {
-		return fmt.Errorf("replication: sync master config: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("replication: sync master config: %w", err)
 	}
 	if _, err := b.Reload(ctx); err != nil {
@@ -294,20 +289,4 @@ func syncMasterConfig(ctx context.Context, b *Bundle, data []byte) error {
 	}
 	b.Logger().Info("REPLICATION: took the master's server.ini", "file", path)
 	return nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -90,12 +90,11 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	}
 	// Lag and health follow the role as a promotion or a demotion changes
 	// it: the running shipper (configured or promoted), else the receiver.
-	o.Lag = topology.LagFunc(func() []topology.GroupLag {
-		s := b.runningShipper()
-		if s == nil {
-			return nil
+	o.Lag = topology.LagFunc(func() []georeplicator.GroupLag {
+		if s := b.runningShipper(); s != nil {
+			return s.Lag()
 		}
-		return topologyLag(s.Lag())
+		return nil
 	})
 	o.Health = topology.HealthFunc(func() topology.Health {
 		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
@@ -264,20 +263,4 @@ func viewRootFor(root, site string) string {
 		return registry.SiteViewRoot(site)
 	}
 	return root + "-view-" + site
-}
-
-// topologyLag adapts the shipper's lag to topology's LagSource.
-func topologyLag(gs []georeplicator.GroupLag) []topology.GroupLag {
-	out := make([]topology.GroupLag, 0, len(gs))
-	for _, g := range gs {
-		tg := topology.GroupLag{SlaveGroup: g.Group, SlaveID: g.SlaveID, Connected: g.Connected}
-		for _, p := range g.Partitions {
-			tg.Partitions = append(tg.Partitions, topology.PartitionLag{
-				Topic: p.Topic, Partition: p.Partition, MasterEnd: p.MasterEnd, SlaveEnd: p.SlaveEnd,
-				Bytes: p.Bytes, Messages: p.Messages, Behind: time.Duration(p.Seconds * float64(time.Second)), Stuck: p.Stuck,
-			})
-		}
-		out = append(out, tg)
-	}
-	return out
 }

@@ -25,18 +25,17 @@ package bundle
 // dashboard's address; the dashboard reaches topology at request time.
 func builtinComponents(b *Bundle) []Component {
 	cfg := b.Config()
-	ck := readConfigKeys(cfg)
 	comps := []Component{newTxnComponent()}
-	if b.shipperEnabled(ck) {
+	if b.shipperEnabled() {
 		comps = append(comps, newShipperComponent())
 	}
 	if b.opts.Mode == ModeSlave && b.Slave != nil {
 		comps = append(comps, newReceiverComponent())
 	}
-	if ck.has("nats") {
+	if cfg.NATS.Enabled {
 		comps = append(comps, newConfigSyncComponent())
 	}
-	if ck.hasKey("system", "dashboardHttpPort") || ck.hasKey("site", "dashboardAddr") {
+	if cfg.Site.Dashboard {
 		comps = append(comps, newDashboardComponent())
 	}
 	if cfg.Gossip.Enable {

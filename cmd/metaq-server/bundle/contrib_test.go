@@ -22,7 +22,7 @@ import (
 	"metaq/broker/registry"
 )
 
-// The contrib producers (spec §10: contrib/python …/producer.py,
+// The contrib producers (see Contrib clients in broker/wire/doc.go; contrib/python …/producer.py,
 // contrib/ruby …/metaq.rb) find brokers through the deprecated topics tree
 // and send the 6-field put without checksum, one request at a time. These
 // tests follow exactly their steps against a bundle registered in the real
@@ -86,7 +86,7 @@ type javaInt struct{ v int32 }
 func newJavaInt() *javaInt { return &javaInt{v: -2147483648} }
 
 func (j *javaInt) next() int32 {
-	if j.v+1 >= 2147483647 {
+	if j.v == 2147483646 { // the next value would be MaxInt32
 		j.v = -2147483648
 	} else {
 		j.v++

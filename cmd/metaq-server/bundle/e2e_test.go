@@ -1,7 +1,7 @@
 package bundle
 
 // An end-to-end test with a producer and a consumer group written straight
-// from spec §3.3–§3.4, against a bundle registered in a real ZooKeeper: the
+// following Producers and Consumer groups in broker/wire/doc.go, against a bundle registered in a real ZooKeeper: the
 // producer finds brokers and partitions in topics-pub and ids/<id>/master,
 // the consumers register, balance partitions with the DEFAULT strategy,
 // claim owners and commit offsets as <msgId>-<offset>. The broker is then
@@ -22,7 +22,7 @@ import (
 	"metaq/internal/testutil"
 )
 
-// specProducer is §3.3.
+// specProducer finds partitions as Producers in broker/wire/doc.go says.
 type specProducer struct {
 	zk    *registry.Registry
 	topic string
@@ -99,7 +99,7 @@ func (p *specProducer) close() {
 	}
 }
 
-// specConsumer is §3.4 with the DEFAULT strategy and ZkOffsetStorage.
+// specConsumer follows Consumer groups in broker/wire/doc.go with the DEFAULT strategy and ZkOffsetStorage.
 type specConsumer struct {
 	zk          *registry.Registry
 	group, id   string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestSessionExpiryReregistersBundle(t *testing.T) {
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n\n[topic=log-*]\nnumPartitions=3\n")
 	tap := &zktest.Tap{}
 	b, err := New(Options{
-		ConfigPath: e.ini, Logger: testLogger(t),
+		ConfigPath: e.ini, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off",
 		ZooKeeperDialer: tap.Dial,
 	})

@@ -2,15 +2,18 @@ package bundle
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"testing"
+
+	"metaq/internal/testutil"
 )
 
 // TestGregorNeverRegisters: a gregor (synchronous) slave keeps out of
-// ZooKeeper even when zk.zkEnable is true (spec §5.3), and accepts `sync`.
+// ZooKeeper even when zk.zkEnable is true (see Samsa and gregor in broker/wire/doc.go), and accepts `sync`.
 func TestGregorNeverRegisters(t *testing.T) {
 	e := newEnv(t, "[topic=test]\nnumPartitions=1\n")
-	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testLogger(t),
+	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +35,7 @@ func TestGregorNeverRegisters(t *testing.T) {
 	}
 	defer mc.Close()
 	// A plain broker answers `sync` with 503; a gregor slave stores it under
-	// the master's id (spec §1.14 example).
+	// the master's id (as in MetaQ's sync example).
 	rep, err := mc.roundTrip("sync test 0 5 0 6393882542080 907060870", []byte("hello"))
 	if err != nil || rep.code != 200 || string(rep.body) != "6393882542080 0 0" {
 		t.Fatalf("sync: %v %d %q", err, rep.code, rep.body)

@@ -76,7 +76,7 @@ func (e *testEnv) start(t *testing.T) *Bundle {
 	t.Helper()
 	return startBundle(t, Options{
 		ConfigPath: e.ini,
-		Logger:     testLogger(t),
+		Logger:     testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
 		AdminAddr:  "127.0.0.1:0",
 	})
@@ -94,13 +94,6 @@ func startBundle(t *testing.T, opts Options) *Bundle {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // zkClient opens a plain ZooKeeper session on the test root.
@@ -123,7 +116,7 @@ func removeTree(zk, root string) {
 	r.DeleteTree(context.Background(), root)
 }
 
-// metaConn is a minimal MetaQ protocol client (spec §1), one request at a time.
+// metaConn is a minimal MetaQ protocol client (see the protocol in broker/wire/doc.go), one request at a time.
 type metaConn struct {
 	c      net.Conn
 	r      *bufio.Reader
@@ -201,7 +194,7 @@ func (m *metaConn) get(topic, group string, partition int, offset int64, max int
 	return m.roundTrip(fmt.Sprintf("get %s %s %d %d %d", topic, group, partition, offset, max), nil)
 }
 
-// record is one decoded stored message (spec §1.10).
+// record is one decoded stored message (see Records in broker/wire/doc.go).
 type record struct {
 	id      int64
 	payload []byte

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ func metaqFiles(t *testing.T, extra string) *metaqSite {
 func (s *metaqSite) start(t *testing.T, mode Mode, zk, root string) *Bundle {
 	t.Helper()
 	b, err := New(Options{
-		ConfigPath: s.ini, Mode: mode, PluginPath: s.props, Logger: testLogger(t),
+		ConfigPath: s.ini, Mode: mode, PluginPath: s.props, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(s.port), AdminAddr: "127.0.0.1:0",
 		DataPath: filepath.Join(s.dir, "data"),
 		Adjust: func(c *config.Server) {
@@ -184,7 +185,7 @@ func TestDefaultReplicationPortTaken(t *testing.T) {
 		t.Skipf("serverPort+1 not free for the test: %v", err)
 	}
 	defer holder.Close()
-	b, err := New(Options{ConfigPath: ms.ini, Logger: testLogger(t), ListenAddr: "127.0.0.1:" + strconv.Itoa(ms.port),
+	b, err := New(Options{ConfigPath: ms.ini, Logger: testutil.Logger(t, slog.LevelInfo), ListenAddr: "127.0.0.1:" + strconv.Itoa(ms.port),
 		AdminAddr: "off", DataPath: filepath.Join(ms.dir, "data"),
 		Adjust: func(c *config.Server) {
 			c.ZooKeeper.Connect, c.ZooKeeper.Root = zk, root

@@ -10,7 +10,7 @@ import (
 	"metaq/broker/config"
 )
 
-// Mode is the role the bundle starts in, as `metaServer.sh start [mode]` (spec §8).
+// Mode is the role the bundle starts in, as `metaServer.sh start [mode]` (see metaServer.sh in broker/wire/doc.go).
 type Mode int
 
 const (

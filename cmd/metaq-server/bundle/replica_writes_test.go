@@ -3,6 +3,7 @@ package bundle
 import (
 	"bufio"
 	"bytes"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -152,7 +153,7 @@ func TestSlaveRefusalNamesRegisteredMaster(t *testing.T) {
 	if err := os.WriteFile(props, []byte("slaveId=0\nslaveGroup=meta-slave-group\nautoSyncMasterConfig=false\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	slave := startBundle(t, Options{ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testLogger(t),
+	slave := startBundle(t, Options{ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(se.port), AdminAddr: "off"})
 	body := []byte("stray")
 	r := dialWire(t, slave.Broker.Addr().String()).result(&wire.Put{Topic: "test", Partition: 0, Checksum: wire.Checksum(body), Body: body})

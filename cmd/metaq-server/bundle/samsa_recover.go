@@ -18,46 +18,12 @@ import (
 	"metaq/broker/store"
 )
 
-// samsa recoverOffset (spec §5.3, §4.5): a former gregor slave started as a
+// samsa recoverOffset (see Samsa and gregor and Plugin files in broker/wire/doc.go): a former gregor slave started as a
 // samsa master holds the same messages as the old master, with the same ids,
 // but not necessarily at the same byte offsets. Before it registers in
 // ZooKeeper it moves every consumer group's saved offset for its partitions
-// onto its own offsets, using the saved message id (msgId-offset, spec §3.2)
+// onto its own offsets, using the saved message id (msgId-offset; see Consumer offsets in broker/wire/doc.go)
 // to find the record the group consumed last.
-
-// recoverSettings are the recover* keys of samsa_master.properties.
-type recoverSettings struct {
-	// Enabled is recoverOffset (default false).
-	Enabled bool
-	// Parallel is recoverParallel (default true).
-	Parallel bool
-	// Hint is recoverParallelHint: the number of workers when Parallel
-	// (default the number of CPUs).
-	Hint int
-}
-
-// parseRecoverSettings reads the recover* keys. Booleans follow Java's
-// Boolean.valueOf: "true" in any case is true, anything else false.
-func parseRecoverSettings(props map[string]string) (recoverSettings, error) {
-	s := recoverSettings{Parallel: true, Hint: runtime.NumCPU()}
-	if v, ok := props["recoverOffset"]; ok {
-		s.Enabled = strings.EqualFold(strings.TrimSpace(v), "true")
-	}
-	if v, ok := props["recoverParallel"]; ok && strings.TrimSpace(v) != "" {
-		s.Parallel = strings.EqualFold(strings.TrimSpace(v), "true")
-	}
-	if v, ok := props["recoverParallelHint"]; ok && strings.TrimSpace(v) != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n <= 0 {
-			return s, fmt.Errorf("bad recoverParallelHint %q (want a positive integer)", v)
-		}
-		s.Hint = n
-	}
-	if !s.Parallel {
-		s.Hint = 1
-	}
-	return s, nil
-}
 
 // offsetNodes is what recovery needs from ZooKeeper (*registry.Registry).
 type offsetNodes interface {
@@ -411,13 +377,13 @@ func scanPartition(ctx context.Context, st partitionReader, tp topicPartition, f
 }
 
 // recoverSamsaOffsets runs the recovery when this is a samsa master with
-// recoverOffset=true (spec §5.3). Start calls it before the broker starts,
+// recoverOffset=true (see Samsa and gregor in broker/wire/doc.go). Start calls it before the broker starts,
 // so nothing is registered in ZooKeeper, and no put changes the partitions,
 // until the saved offsets fit this broker's store. A failure stops the
 // start: registering with offsets that do not fit would make consumers skip
 // or repeat messages, and a second run is harmless.
 func (b *Bundle) recoverSamsaOffsets(ctx context.Context) error {
-	if b.Samsa == nil || !b.samsaRecover.Enabled {
+	if b.Samsa == nil || !b.Samsa.RecoverOffset {
 		return nil
 	}
 	if b.Registry == nil {
@@ -425,8 +391,15 @@ func (b *Bundle) recoverSamsaOffsets(ctx context.Context) error {
 		return nil
 	}
 	cfg := b.Config()
+	workers := 1
+	if b.Samsa.RecoverParallel {
+		workers = b.Samsa.RecoverParallelHint
+		if workers == 0 {
+			workers = runtime.NumCPU()
+		}
+	}
 	_, err := recoverOffsets(ctx, b.Registry, b.Store, cfg.System.BrokerID,
-		recoverTargets(cfg, b.Store), b.samsaRecover.Hint, b.log)
+		recoverTargets(cfg, b.Store), workers, b.log)
 	if err != nil {
 		return fmt.Errorf("bundle: samsa recoverOffset: %w", err)
 	}

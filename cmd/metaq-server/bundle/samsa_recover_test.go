@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"metaq/broker/registry"
 	"metaq/broker/store"
@@ -16,7 +16,7 @@ import (
 )
 
 // TestOffsetMatcher: each saved value ends on the last record, in log
-// order, whose id is at or below its msgId (spec §5.3).
+// order, whose id is at or below its msgId (see Samsa and gregor in broker/wire/doc.go).
 func TestOffsetMatcher(t *testing.T) {
 	// The third record has a lower id than the second: the log order
 	// decides, as in MetaQ's loop, not the largest id.
@@ -89,29 +89,9 @@ func TestParseSavedOffset(t *testing.T) {
 	}
 }
 
-func TestParseRecoverSettings(t *testing.T) {
-	s, err := parseRecoverSettings(map[string]string{"slave": "h:1"})
-	if err != nil || s.Enabled || !s.Parallel || s.Hint < 1 {
-		t.Errorf("defaults: %+v %v", s, err)
-	}
-	s, err = parseRecoverSettings(map[string]string{"recoverOffset": "TRUE", "recoverParallel": "true", "recoverParallelHint": "3"})
-	if err != nil || !s.Enabled || !s.Parallel || s.Hint != 3 {
-		t.Errorf("set: %+v %v", s, err)
-	}
-	s, err = parseRecoverSettings(map[string]string{"recoverOffset": "yes", "recoverParallel": "false", "recoverParallelHint": "8"})
-	if err != nil || s.Enabled || s.Parallel || s.Hint != 1 {
-		t.Errorf("sequential: %+v %v", s, err)
-	}
-	for _, bad := range []string{"0", "-2", "many"} {
-		if _, err := parseRecoverSettings(map[string]string{"recoverParallelHint": bad}); err == nil {
-			t.Errorf("recoverParallelHint=%s accepted", bad)
-		}
-	}
-}
-
 // TestSamsaRecoverOffset starts a samsa master with recoverOffset=true on a
 // store with known records and consumer offsets in the real ZooKeeper
-// (spec §5.3): values beyond, between, on and at the end of the records
+// (see Samsa and gregor in broker/wire/doc.go): values beyond, between, on and at the end of the records
 // move onto this store; values already right are not written; values in an
 // empty partition or before every record become -1-0; pre-1.4 plain
 // offsets, msgId -1 and other brokers' nodes stay; the broker registers only
@@ -198,7 +178,7 @@ func TestSamsaRecoverOffset(t *testing.T) {
 	os.WriteFile(props, []byte("slave=127.0.0.1:"+strconv.Itoa(testutil.FreePort(t))+
 		"\nrecoverOffset=true\nrecoverParallel=true\nrecoverParallelHint=2\n"), 0o644)
 	startSamsa := func() *Bundle {
-		b, err := New(Options{ConfigPath: e.ini, Mode: ModeSamsa, PluginPath: props, Logger: testLogger(t),
+		b, err := New(Options{ConfigPath: e.ini, Mode: ModeSamsa, PluginPath: props, Logger: testutil.Logger(t, slog.LevelInfo),
 			ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})
 		if err != nil {
 			t.Fatal(err)
@@ -313,7 +293,7 @@ func TestRecoverOffsetsErrors(t *testing.T) {
 	}
 	bad := e.root + "/consumers/g/offsets/t/3-0"
 	parts := []topicPartition{{"t", 0}, {"t", 1}}
-	res, err := recoverOffsets(ctx, failingNodes{zk, bad}, st, 3, parts, 1, testLogger(t))
+	res, err := recoverOffsets(ctx, failingNodes{zk, bad}, st, 3, parts, 1, testutil.Logger(t, slog.LevelInfo))
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("partition t-0")) {
 		t.Fatalf("err = %v", err)
 	}
@@ -327,43 +307,5 @@ func TestRecoverOffsetsErrors(t *testing.T) {
 	data, _, _ = zk.Get(ctx, bad)
 	if string(data) != "150-0" {
 		t.Errorf("t-0 = %q", data)
-	}
-}
-
-func TestParseSamsaSync(t *testing.T) {
-	s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1", "sendToSlaveTimeoutInMills": "1500",
-		"checkSlaveIntervalInMills": "250", "slaveContinuousFailureThreshold": "7"})
-	if err != nil || s.timeout != 1500*time.Millisecond || s.probeInterval != 250*time.Millisecond || s.failureThreshold != 7 {
-		t.Fatalf("parseSamsaSync = %+v, %v", s, err)
-	}
-	if s, err := parseSamsaSync(map[string]string{"slave": "127.0.0.1:1"}); err != nil || s != (samsaSync{}) {
-		t.Fatalf("defaults = %+v, %v", s, err)
-	}
-	for _, bad := range []map[string]string{
-		{"sendToSlaveTimeoutInMills": "soon"},
-		{"checkSlaveIntervalInMills": "0"},
-		{"slaveContinuousFailureThreshold": "-1"},
-	} {
-		if _, err := parseSamsaSync(bad); err == nil {
-			t.Errorf("parseSamsaSync(%v) accepted a bad value", bad)
-		}
-	}
-}
-
-// TestSampleSamsaProperties: conf/samsa_master.properties loads and every
-// value in it is accepted.
-func TestSampleSamsaProperties(t *testing.T) {
-	props, err := loadProperties("../../../conf/samsa_master.properties")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if props["slave"] != "127.0.0.1:8223" || props["recoverOffset"] != "false" {
-		t.Fatalf("props = %v", props)
-	}
-	if _, err := parseSamsaSync(props); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := parseRecoverSettings(props); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,7 @@ func TestMasterAndSlaveRegistration(t *testing.T) {
 	props := filepath.Join(se.dir, "async_slave.properties")
 	os.WriteFile(props, []byte("slaveId=0\nslaveGroup=meta-slave-group\nslaveMaxDelayInMills=500\nautoSyncMasterConfig=false\n"), 0o644)
 	slave, err := New(Options{
-		ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testLogger(t),
+		ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(se.port), AdminAddr: "127.0.0.1:0",
 	})
 	if err != nil {

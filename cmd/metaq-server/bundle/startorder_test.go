@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,7 +88,7 @@ func TestTransactionsFromTheFirstConnection(t *testing.T) {
 				return
 			}
 		}()
-		b, err := New(Options{ConfigPath: ini, Logger: testLogger(t), ListenAddr: addr, AdminAddr: "127.0.0.1:0"})
+		b, err := New(Options{ConfigPath: ini, Logger: testutil.Logger(t, slog.LevelInfo), ListenAddr: addr, AdminAddr: "127.0.0.1:0"})
 		if err != nil {
 			t.Fatal(err)
 		}

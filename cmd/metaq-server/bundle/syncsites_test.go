@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,7 +38,7 @@ func TestSyncTopicThroughBundles(t *testing.T) {
 	se.writeINI(t, topics)
 	props := filepath.Join(se.dir, "async_slave.properties")
 	os.WriteFile(props, []byte("slaveId=0\nslaveGroup=hf\nslaveMaxDelayInMills=500\nautoSyncMasterConfig=false\n"), 0o644)
-	slave := startBundle(t, Options{ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testLogger(t),
+	slave := startBundle(t, Options{ConfigPath: se.ini, Mode: ModeSlave, PluginPath: props, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(se.port), AdminAddr: "127.0.0.1:0"})
 
 	payload := []byte("on both sites")

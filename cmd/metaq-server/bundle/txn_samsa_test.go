@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,7 +25,7 @@ func startPairBundle(t *testing.T, mode Mode, props string) *Bundle {
 	if err := os.WriteFile(ini, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{ConfigPath: ini, Mode: mode, Logger: testLogger(t), ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "off"}
+	opts := Options{ConfigPath: ini, Mode: mode, Logger: testutil.Logger(t, slog.LevelInfo), ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "off"}
 	if props != "" {
 		opts.PluginPath = filepath.Join(dir, "samsa_master.properties")
 		if err := os.WriteFile(opts.PluginPath, []byte(props), 0o644); err != nil {

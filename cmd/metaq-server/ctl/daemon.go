@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"metaq/internal/atomicfile"
 )
 
 // ErrNotRunning is returned when no live process is behind the pid file.
@@ -41,8 +43,8 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// WritePID writes our pid (temp file + rename, so a reader never sees half
-// a number) and returns a function that removes it if it still holds our pid.
+// WritePID writes our pid (internal/atomicfile, so a reader never sees
+// half a number) and returns a function that removes it if it still holds our pid.
 func WritePID(path string) (func(), error) {
 	if pid, err := ReadPID(path); err == nil && pid != os.Getpid() {
 		return nil, fmt.Errorf("ctl: already running with pid %d (%s)", pid, path)
@@ -50,11 +52,7 @@ func WritePID(path string) (func(), error) {
 	if err := os.MkdirAll(dirOf(path), 0o755); err != nil {
 		return nil, fmt.Errorf("ctl: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("ctl: write pid file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("ctl: write pid file: %w", err)
 	}
 	return func() {

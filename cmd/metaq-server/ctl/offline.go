@@ -120,7 +120,7 @@ func copyPartition(ctx context.Context, st *store.Store, topic string, from, to 
 
 // wholeRecords returns the length of the leading run of whole records in b.
 // A record is a 20-byte header (msgLen int32, checksum int32, id int64, flag
-// int32) followed by msgLen bytes (spec §1.10); AppendRaw verifies them.
+// int32) followed by msgLen bytes (see Records in broker/wire/doc.go); AppendRaw verifies them.
 func wholeRecords(b []byte) int {
 	n := 0
 	for len(b)-n >= 20 {
