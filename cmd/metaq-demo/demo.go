@@ -407,15 +407,7 @@ func (d *demo) Tour(ctx context.Context) error {
 	}
 
 	// 5. The lag report, as bj sees the pool.
-	var doc topology.LagDocument
-	if err := waitFor(ctx, 20*time.Second, func() error {
-		doc = bj.b.Topology().Document(ctx, nil)
-		return lagSettled(doc)
-	}); err != nil {
-		d.printf("      (lag not settled: %v)\n", err)
-	}
-	d.printf("[5/5] lag report at bj:\n\n")
-	printLag(d.out, doc)
+	printSettledLag(ctx, d.out, func() (topology.LagDocument, error) { return bj.b.Topology().Document(ctx, nil), nil })
 	d.printf("\nDashboards (page, /api/snapshot, /lag, /metrics):\n")
 	for _, s := range d.sites {
 		d.printf("  %s  http://%s/\n", s.name, s.b.DashboardAddr())
@@ -453,17 +445,41 @@ func (d *demo) Follow(ctx context.Context) {
 		case <-t.C:
 		}
 		doc := bj.b.Topology().Document(ctx, nil)
-		var rows []string
-		for _, g := range doc.Groups {
-			rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
-		}
-		sites := make([]string, 0, len(doc.Sites))
-		for s, st := range doc.Sites {
-			sites = append(sites, s+":"+st)
-		}
-		sort.Strings(sites)
-		d.printf("%s  sites %s  lag %s\n", time.Now().Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+		d.printf("%s\n", followLine(time.Now(), doc))
 	}
+}
+
+// followLine is one line of Follow's output: each site's state and each
+// slave group's lag.
+func followLine(now time.Time, doc topology.LagDocument) string {
+	var rows []string
+	for _, g := range doc.Groups {
+		rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
+	}
+	sites := make([]string, 0, len(doc.Sites))
+	for s, st := range doc.Sites {
+		sites = append(sites, s+":"+st)
+	}
+	sort.Strings(sites)
+	return fmt.Sprintf("%s  sites %s  lag %s", now.Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+}
+
+// printSettledLag is the tour's last step: it waits up to 20s for the lag
+// report read by doc to settle, then prints it as `metaq lag` does.
+func printSettledLag(ctx context.Context, w io.Writer, doc func() (topology.LagDocument, error)) {
+	var last topology.LagDocument
+	if err := waitFor(ctx, 20*time.Second, func() error {
+		d, err := doc()
+		if err != nil {
+			return err
+		}
+		last = d
+		return lagSettled(d)
+	}); err != nil {
+		fmt.Fprintf(w, "      (lag not settled: %v)\n", err)
+	}
+	fmt.Fprintf(w, "[5/5] lag report at bj:\n\n")
+	printLag(w, last)
 }
 
 // printLag prints the slave-group table as `metaq lag` does.

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -656,18 +655,7 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 	}
 
 	// 5. The lag report, as bj sees the pool.
-	var doc topology.LagDocument
-	if err := waitFor(ctx, 20*time.Second, func() error {
-		var err error
-		if doc, err = n.lagDoc(ctx); err != nil {
-			return err
-		}
-		return lagSettled(doc)
-	}); err != nil {
-		n.printf("      (lag not settled: %v)\n", err)
-	}
-	n.printf("[5/5] lag report at bj:\n\n")
-	printLag(n.out, doc)
+	printSettledLag(ctx, n.out, func() (topology.LagDocument, error) { return n.lagDoc(ctx) })
 	n.printf("\nDashboards (page, /api/snapshot, /lag, /metrics), forwarded from each namespace's 127.0.0.1:%d:\n", nsDashPort)
 	for _, s := range n.sites {
 		n.printf("  %s  http://%s/\n", s.name, s.fwd.Addr())
@@ -702,16 +690,7 @@ func (n *netnsDemo) Follow(ctx context.Context) {
 			}
 			continue
 		}
-		var rows []string
-		for _, g := range doc.Groups {
-			rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
-		}
-		sites := make([]string, 0, len(doc.Sites))
-		for s, st := range doc.Sites {
-			sites = append(sites, s+":"+st)
-		}
-		sort.Strings(sites)
-		n.printf("%s  sites %s  lag %s\n", time.Now().Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+		n.printf("%s\n", followLine(time.Now(), doc))
 	}
 }
 
