@@ -356,7 +356,13 @@ func (d *demo) Follow(ctx context.Context) {
 			cancel()
 		}
 	}()
-	t := time.NewTicker(d.o.Every)
+	followLag(ctx, d.out, d.o.Every, func() (topology.LagDocument, error) { return d.lagDoc(ctx) })
+}
+
+// followLag prints a followLine of the document doc reads every period
+// until ctx ends.
+func followLag(ctx context.Context, w io.Writer, every time.Duration, doc func() (topology.LagDocument, error)) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -364,8 +370,14 @@ func (d *demo) Follow(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		doc := bj.b.Topology().Document(ctx, nil)
-		d.printf("%s\n", followLine(time.Now(), doc))
+		d, err := doc()
+		if err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(w, "%s  lag report: %v\n", time.Now().Format("15:04:05"), err)
+			}
+			continue
+		}
+		fmt.Fprintln(w, followLine(time.Now(), d))
 	}
 }
 

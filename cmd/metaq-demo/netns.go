@@ -598,23 +598,7 @@ func (n *netnsDemo) Follow(ctx context.Context) {
 		n.printf("trickle producer: %v\n", err)
 	}
 	n.trickle = c
-	t := time.NewTicker(n.o.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		doc, err := n.lagDoc(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				n.printf("%s  lag report: %v\n", time.Now().Format("15:04:05"), err)
-			}
-			continue
-		}
-		n.printf("%s\n", followLine(time.Now(), doc))
-	}
+	followLag(ctx, n.out, n.o.Every, func() (topology.LagDocument, error) { return n.lagDoc(ctx) })
 }
 
 // Close stops the trickle, the sites (slaves first), the NATS server and
