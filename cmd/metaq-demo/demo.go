@@ -113,14 +113,19 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tROLE\tMETAQ\tDASHBOARD\tCONFIG")
 	for _, s := range d.sites {
-		role := "master"
-		if s.slave {
-			role = "slave" + strconv.Itoa(s.slaveID)
-		}
+		role := roleName(s.slave, s.slaveID)
 		fmt.Fprintf(tw, "%s\t%s\t%s\thttp://%s/\t%s\n", s.name, role, s.b.Broker.URL(), s.b.DashboardAddr(), filepath.Join(s.dir, "conf"))
 	}
 	tw.Flush()
 	return d, nil
+}
+
+// roleName is how the site tables name a bundle's role.
+func roleName(slave bool, slaveID int) string {
+	if slave {
+		return "slave" + strconv.Itoa(slaveID)
+	}
+	return "master"
 }
 
 // prepareDir creates dir, or empties it when it is the demo's own folder

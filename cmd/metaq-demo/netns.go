@@ -238,10 +238,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tROLE\tNETNS\tMETAQ\tPID\tDASHBOARD\tCONFIG")
 	for _, s := range n.sites {
-		role := "master"
-		if s.slave {
-			role = "slave" + strconv.Itoa(s.slaveID)
-		}
+		role := roleName(s.slave, s.slaveID)
 		fmt.Fprintf(tw, "%s\t%s\t%s\tmeta://%s\t%d\thttp://%s/\t%s\n", s.name, role, s.ns, s.metaqAddr(), s.proc.cmd.Process.Pid,
 			s.fwd.Addr(), filepath.Join(s.dir, "conf"))
 	}
