@@ -120,6 +120,20 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	return d, nil
 }
 
+// asyncSlaveProperties is the async_slave.properties of the slave at site,
+// replicating bj at masterAddr across the emulated WAN.
+func asyncSlaveProperties(site string, slaveID int, masterAddr string) string {
+	return fmt.Sprintf(`# %s replicates bj (brokerId 0).
+slaveId=%d
+slaveGroup=meta-slave-group-%s
+slaveMaxDelayInMills=200
+autoSyncMasterConfig=false
+# ZooKeeper is off: bj's replication address, across the emulated WAN.
+masterAddress=%s
+compression=zstd
+`, site, slaveID, site, masterAddr)
+}
+
 // roleName is how the site tables name a bundle's role.
 func roleName(slave bool, slaveID int) string {
 	if slave {
@@ -264,15 +278,7 @@ func (d *demo) startSite(ctx context.Context, s *site, masterAddr, natsURL strin
 	ini := filepath.Join(conf, "server.ini")
 	files := map[string]string{"server.ini": string(d.shared), "site.ini": d.overlay(s, natsURL)}
 	if s.slave {
-		files["async_slave.properties"] = fmt.Sprintf(`# %s replicates bj (brokerId 0).
-slaveId=%d
-slaveGroup=meta-slave-group-%s
-slaveMaxDelayInMills=200
-autoSyncMasterConfig=false
-# ZooKeeper is off: bj's replication address, here through the emulated WAN.
-masterAddress=%s
-compression=zstd
-`, s.name, s.slaveID, s.name, masterAddr)
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, masterAddr)
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {

@@ -297,15 +297,7 @@ func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
 	files := map[string]string{"server.ini": string(n.shared), "site.ini": n.overlay(s, natsURL)}
 	args := []string{n.binPath(), "start"}
 	if s.slave {
-		files["async_slave.properties"] = fmt.Sprintf(`# %s replicates bj (brokerId 0).
-slaveId=%d
-slaveGroup=meta-slave-group-%s
-slaveMaxDelayInMills=200
-autoSyncMasterConfig=false
-# ZooKeeper is off: bj's replication address, across the emulated WAN.
-masterAddress=%s:%d
-compression=zstd
-`, s.name, s.slaveID, s.name, n.sites[0].ip, nsReplPort)
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
 		args = append(args, "slave", "-s", filepath.Join(conf, "async_slave.properties"))
 	}
 	for name, body := range files {
