@@ -4,6 +4,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"metaq/broker/config"
 )
 
 // OverlayKeys lists the "section.key" names an overlay file sets (only the
@@ -13,23 +15,9 @@ import (
 // there; the pusher's per-site preview leaves such keys out.
 func OverlayKeys(data []byte) []string {
 	seen := map[string]bool{}
-	section := ""
-	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || line[0] == ';' || line[0] == '#':
-		case line[0] == '[':
-			if end := strings.LastIndexByte(line, ']'); end > 0 {
-				section = strings.TrimSpace(line[1:end])
-			}
-		default:
-			key := line
-			if i := strings.IndexAny(line, "=:"); i >= 0 {
-				key = line[:i]
-			}
-			if key = strings.TrimSpace(key); key != "" && section != "" {
-				seen[section+"."+key] = true
-			}
+	for section, line := range config.KeyLines(data) {
+		if key := keyName(line); key != "" && section != "" {
+			seen[section+"."+key] = true
 		}
 	}
 	out := make([]string, 0, len(seen))
@@ -52,6 +40,15 @@ func secretKey(key string) bool {
 	return false
 }
 
+// keyName returns the key of an ini key line: what stands before the first
+// '=' or ':', trimmed.
+func keyName(line string) string {
+	if i := strings.IndexAny(line, "=:"); i >= 0 {
+		line = line[:i]
+	}
+	return strings.TrimSpace(line)
+}
+
 // PublicOverlay returns the overlay file without the lines of keys that may
 // hold secrets (secretKey). The pusher applies it to preview what a version
 // changes on the site; the keys left out are still named by OverlayKeys.
@@ -60,11 +57,7 @@ func PublicOverlay(data []byte) []byte {
 	for line := range strings.SplitSeq(string(data), "\n") {
 		t := strings.TrimSpace(line)
 		if t != "" && t[0] != ';' && t[0] != '#' && t[0] != '[' {
-			key := t
-			if i := strings.IndexAny(t, "=:"); i >= 0 {
-				key = t[:i]
-			}
-			if secretKey(strings.TrimSpace(key)) {
+			if secretKey(keyName(t)) {
 				continue
 			}
 		}
@@ -90,19 +83,12 @@ func overlayOf(path string) ([]string, []byte) {
 // siteOverlayName returns the value of "overlay" in the [site] section of a
 // server.ini, without validating the rest of the file.
 func siteOverlayName(data []byte) string {
-	section := ""
-	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || line[0] == ';' || line[0] == '#':
-		case line[0] == '[':
-			if end := strings.LastIndexByte(line, ']'); end > 0 {
-				section = strings.ToLower(strings.TrimSpace(line[1:end]))
-			}
-		case section == "site":
-			if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "overlay" {
-				return strings.TrimSpace(v)
-			}
+	for section, line := range config.KeyLines(data) {
+		if !strings.EqualFold(section, "site") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "overlay" {
+			return strings.TrimSpace(v)
 		}
 	}
 	return ""

@@ -190,57 +190,9 @@ func (d *dec) need(n int) bool {
 	return true
 }
 
-func (d *dec) u8() byte {
-	if !d.need(1) {
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *dec) u16() uint16 {
-	if !d.need(2) {
-		return 0
-	}
-	v := binary.BigEndian.Uint16(d.b)
-	d.b = d.b[2:]
-	return v
-}
-
-func (d *dec) u32() uint32 {
-	if !d.need(4) {
-		return 0
-	}
-	v := binary.BigEndian.Uint32(d.b)
-	d.b = d.b[4:]
-	return v
-}
-
-func (d *dec) u64() uint64 {
-	if !d.need(8) {
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *dec) i64() int64 { return int64(d.u64()) }
-
-func (d *dec) str() string {
-	n := int(d.u16())
-	if !d.need(n) {
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-// bytes returns a sub-slice of the payload (no copy).
-func (d *dec) bytes() []byte {
-	n := int(d.u32())
+// take returns the next n bytes of the payload (no copy), or nil after a
+// short read.
+func (d *dec) take(n int) []byte {
 	if !d.need(n) {
 		return nil
 	}
@@ -248,3 +200,38 @@ func (d *dec) bytes() []byte {
 	d.b = d.b[n:]
 	return p
 }
+
+func (d *dec) u8() byte {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *dec) u16() uint16 {
+	if p := d.take(2); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *dec) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *dec) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *dec) i64() int64 { return int64(d.u64()) }
+
+func (d *dec) str() string { return string(d.take(int(d.u16()))) }
+
+// bytes returns a sub-slice of the payload (no copy).
+func (d *dec) bytes() []byte { return d.take(int(d.u32())) }

@@ -33,11 +33,9 @@ func shipperLag(sh func() *georeplicator.Shipper) topology.LagSource {
 }
 
 func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
-	zkAddr := testutil.ZooKeeper(t)
-	root := fmt.Sprintf("/metaq-test-geo-%d", time.Now().UnixNano())
+	zkAddr, root := e2eRoot(t, "geo")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	t.Cleanup(func() { removeRoot(zkAddr, root) })
 
 	replAddr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	var mu sync.Mutex
@@ -118,15 +116,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 		return topology.Report{}, false
 	}
 
-	c, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	prod, err := client.NewProducer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := zkProducer(t, ctx, zkAddr, root)
 	sent := map[string]bool{}
 	var b1Bytes, b1Msgs int64
 	produce := func(prefix string, n int) {
@@ -186,18 +176,7 @@ func TestE2EGeoReplicatedLagAndRouting(t *testing.T) {
 	router := &answers{r: topology.NewRouter(gSH)}
 	var cmu sync.Mutex
 	got := map[string]int{}
-	cc, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond,
-		DialTimeout: time.Second, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cons, err := client.NewConsumer(cc, "geo-pinned", client.WithSite("hf"), client.WithReadPreference(client.LocalFirst),
-		client.WithMaxLag(time.Second), client.WithRouter(router), client.WithRouteInterval(100*time.Millisecond),
-		client.WithMaxFetchDelay(100*time.Millisecond), client.WithCommitInterval(200*time.Millisecond), client.WithFetchSize(512))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := pinnedConsumer(t, ctx, zkAddr, root, "geo-pinned", router, 100*time.Millisecond)
 	cons.Subscribe("t", func(ctx context.Context, m *client.Message) error {
 		cmu.Lock()
 		got[string(m.Payload)]++

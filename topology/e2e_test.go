@@ -167,6 +167,51 @@ func (l syncLag) Lag() []georeplicator.GroupLag {
 	return []georeplicator.GroupLag{g}
 }
 
+// e2eRoot returns the test's ZooKeeper and a fresh root in it, removed when
+// the test ends.
+func e2eRoot(t *testing.T, name string) (zkAddr, root string) {
+	zkAddr = testutil.ZooKeeper(t)
+	root = fmt.Sprintf("/metaq-test-%s-%d", name, time.Now().UnixNano())
+	t.Cleanup(func() { removeRoot(zkAddr, root) })
+	return zkAddr, root
+}
+
+// zkProducer is a producer finding brokers through ZooKeeper at root,
+// closed when the test ends.
+func zkProducer(t *testing.T, ctx context.Context, zkAddr, root string) *client.Producer {
+	t.Helper()
+	c, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	prod, err := client.NewProducer(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prod
+}
+
+// pinnedConsumer is a consumer in hf that prefers its local replica within
+// a 1s lag limit, routed by router; its client is closed when the test
+// ends, the consumer by the caller.
+func pinnedConsumer(t *testing.T, ctx context.Context, zkAddr, root, group string, router client.Router, routeEvery time.Duration) *client.Consumer {
+	t.Helper()
+	cc, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond,
+		DialTimeout: time.Second, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	cons, err := client.NewConsumer(cc, group, client.WithSite("hf"), client.WithReadPreference(client.LocalFirst),
+		client.WithMaxLag(time.Second), client.WithRouter(router), client.WithRouteInterval(routeEvery),
+		client.WithMaxFetchDelay(100*time.Millisecond), client.WithCommitInterval(200*time.Millisecond), client.WithFetchSize(512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons
+}
+
 // removeRoot deletes a test root recursively.
 func removeRoot(zkAddr, root string) {
 	r, err := registry.New(context.Background(), registry.Options{Connect: zkAddr, ConnectionTimeout: 5 * time.Second})
@@ -227,11 +272,9 @@ func startGossip(t *testing.T, ctx context.Context, o topology.Options) *topolog
 }
 
 func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
-	zkAddr := testutil.ZooKeeper(t)
-	root := fmt.Sprintf("/metaq-test-e2e-%d", time.Now().UnixNano())
+	zkAddr, root := e2eRoot(t, "e2e")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	t.Cleanup(func() { removeRoot(zkAddr, root) })
 
 	hf := newSite(t, 1, zkAddr, root, false) // sync slave: never in ZooKeeper (MetaQ's gregor)
 	hf.recv = true
@@ -267,15 +310,7 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 
 	// Produce a backlog through ZooKeeper (sync replication copies brokerId
 	// 1's half to hf before each put is acknowledged).
-	c, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	prod, err := client.NewProducer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prod := zkProducer(t, ctx, zkAddr, root)
 	produce := func(from, n int) {
 		t.Helper()
 		for i := from; i < from+n; i++ {
@@ -290,21 +325,10 @@ func TestE2EPinnedConsumerFollowsSite(t *testing.T) {
 	// The consumer in hf, pinned to its local replica by the router of a
 	// bundle that survives (sh).
 	router := &answers{r: topology.NewRouter(gSH)}
-	cc, err := client.New(ctx, client.Config{ZKServers: []string{zkAddr}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond,
-		DialTimeout: time.Second, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
 	var mu sync.Mutex
 	got := map[string]int{}
 	fromBroker1 := 0
-	cons, err := client.NewConsumer(cc, "pinned", client.WithSite("hf"), client.WithReadPreference(client.LocalFirst),
-		client.WithMaxLag(time.Second), client.WithRouter(router), client.WithRouteInterval(200*time.Millisecond),
-		client.WithMaxFetchDelay(100*time.Millisecond), client.WithCommitInterval(200*time.Millisecond), client.WithFetchSize(512))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := pinnedConsumer(t, ctx, zkAddr, root, "pinned", router, 200*time.Millisecond)
 	cons.Subscribe("t", func(ctx context.Context, m *client.Message) error {
 		time.Sleep(2 * time.Millisecond) // a consumer that takes its time, so the failure hits mid-stream
 		mu.Lock()

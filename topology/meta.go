@@ -319,16 +319,14 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
+// varint undoes the zig-zag encoding binary.AppendVarint applies on top of
+// an unsigned varint.
 func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
+	u := d.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
 	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errMetaCorrupt
-		return 0
-	}
-	d.b = d.b[n:]
 	return v
 }
 

@@ -119,18 +119,7 @@ func TestRouterFollowsSiteHealth(t *testing.T) {
 	r := NewRouter(sh.t) // the router of a bundle in sh serving a consumer that says it is in hf
 	req := client.RouteRequest{Topic: "t", BrokerID: 1, Partition: 0, Group: "g", Site: "hf",
 		Preference: client.LocalFirst, MaxLag: time.Second}
-	routeIs := func(want string) func() error {
-		return func() error {
-			got, err := r.Route(context.Background(), req)
-			if err != nil {
-				return err
-			}
-			if got != want {
-				return fmt.Errorf("routed to %s, want %s", got, want)
-			}
-			return nil
-		}
-	}
+	routeIs := routesTo(r, &req)
 	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
 
 	died := time.Now()
@@ -174,18 +163,7 @@ func TestRemoteRouter(t *testing.T) {
 	}
 	defer rr.Close()
 	req := client.RouteRequest{Topic: "t", BrokerID: 1, Site: "hf", Preference: client.LocalFirst}
-	routeIs := func(want string) func() error {
-		return func() error {
-			got, err := rr.Route(context.Background(), req)
-			if err != nil {
-				return err
-			}
-			if got != want {
-				return fmt.Errorf("routed to %s, want %s", got, want)
-			}
-			return nil
-		}
-	}
+	routeIs := routesTo(rr, &req)
 	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, routeIs("127.0.0.1:28123"))
 
 	// hf's site goes dark: its bundle and its endpoint.
@@ -223,5 +201,22 @@ func TestMasterOutsideThePool(t *testing.T) {
 	req.Replicas = req.Replicas[1:]
 	if got, err := r.Route(context.Background(), req); err != nil || got != "127.0.0.1:28123" {
 		t.Fatalf("route without master = %q %v", got, err)
+	}
+}
+
+// routesTo returns a check, for testutil.Eventually, that r routes *req
+// (read at each call) to want.
+func routesTo(r client.Router, req *client.RouteRequest) func(want string) func() error {
+	return func(want string) func() error {
+		return func() error {
+			got, err := r.Route(context.Background(), *req)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("routed to %s, want %s", got, want)
+			}
+			return nil
+		}
 	}
 }

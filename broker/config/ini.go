@@ -1,6 +1,7 @@
 package config
 
 import (
+	"iter"
 	"strings"
 
 	"gopkg.in/ini.v1"
@@ -125,20 +126,38 @@ func readIni(file string, data []byte, p *problems) *rawIni {
 // be told apart from an explicit key=true (ini.v1 reports both as "true").
 func bareKeys(data []byte) map[string]bool {
 	out := map[string]bool{}
-	section := ini.DefaultSection
-	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || line[0] == ';' || line[0] == '#':
-		case line[0] == '[':
-			if end := strings.LastIndexByte(line, ']'); end > 0 {
-				section = strings.TrimSpace(line[1:end])
-			}
-		case !strings.ContainsAny(line, "=:"):
+	for section, line := range KeyLines(data) {
+		if section == "" {
+			section = ini.DefaultSection
+		}
+		if !strings.ContainsAny(line, "=:") {
 			out[section+"\x00"+line] = true
 		}
 	}
 	return out
+}
+
+// KeyLines yields every line of an ini file that is not blank, a comment or
+// a [section] header, trimmed, with the section it stands in ("" before the
+// first header).
+func KeyLines(data []byte) iter.Seq2[string, string] {
+	return func(yield func(section, line string) bool) {
+		section := ""
+		for line := range strings.SplitSeq(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case line == "" || line[0] == ';' || line[0] == '#':
+			case line[0] == '[':
+				if end := strings.LastIndexByte(line, ']'); end > 0 {
+					section = strings.TrimSpace(line[1:end])
+				}
+			default:
+				if !yield(section, line) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // overlayOnto copies every key of over into base, creating sections that

@@ -20,14 +20,7 @@ func appendCRLF(b []byte) []byte { return append(b, '\r', '\n') }
 
 // AppendTo appends the put frame. See Put.Fields for the form chosen.
 func (c *Put) AppendTo(b []byte) []byte {
-	b = append(b, "put "...)
-	b = append(b, c.Topic...)
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Partition))
-	b = appendSP(b)
-	b = appendInt(b, int64(len(c.Body)))
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Flag))
+	b = appendMessageHead(b, "put ", c.Topic, c.Partition, len(c.Body), c.Flag)
 	switch {
 	case c.Fields == 6:
 	case c.Fields == 7 && c.TxKey != "":
@@ -47,16 +40,22 @@ func (c *Put) AppendTo(b []byte) []byte {
 	return append(b, c.Body...)
 }
 
+// appendMessageHead appends "<verb>topic partition length flag", the head
+// put and sync frames share.
+func appendMessageHead(b []byte, verb, topic string, partition int32, length int, flag int32) []byte {
+	b = append(b, verb...)
+	b = append(b, topic...)
+	b = appendSP(b)
+	b = appendInt(b, int64(partition))
+	b = appendSP(b)
+	b = appendInt(b, int64(length))
+	b = appendSP(b)
+	return appendInt(b, int64(flag))
+}
+
 // AppendTo appends the get frame.
 func (c *Get) AppendTo(b []byte) []byte {
-	b = append(b, "get "...)
-	b = append(b, c.Topic...)
-	b = appendSP(b)
-	b = append(b, c.Group...)
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Partition))
-	b = appendSP(b)
-	b = appendInt(b, c.Offset)
+	b = appendConsumerPosition(b, "get ", c.Topic, c.Group, c.Partition, c.Offset)
 	b = appendSP(b)
 	b = appendInt(b, int64(c.MaxSize))
 	b = appendSP(b)
@@ -66,17 +65,23 @@ func (c *Get) AppendTo(b []byte) []byte {
 
 // AppendTo appends the offset frame.
 func (c *Offset) AppendTo(b []byte) []byte {
-	b = append(b, "offset "...)
-	b = append(b, c.Topic...)
-	b = appendSP(b)
-	b = append(b, c.Group...)
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Partition))
-	b = appendSP(b)
-	b = appendInt(b, c.Offset)
+	b = appendConsumerPosition(b, "offset ", c.Topic, c.Group, c.Partition, c.Offset)
 	b = appendSP(b)
 	b = appendInt(b, int64(c.Opaque))
 	return appendCRLF(b)
+}
+
+// appendConsumerPosition appends "<verb>topic group partition offset", the
+// head get and offset frames share.
+func appendConsumerPosition(b []byte, verb, topic, group string, partition int32, offset int64) []byte {
+	b = append(b, verb...)
+	b = append(b, topic...)
+	b = appendSP(b)
+	b = append(b, group...)
+	b = appendSP(b)
+	b = appendInt(b, int64(partition))
+	b = appendSP(b)
+	return appendInt(b, offset)
 }
 
 // AppendTo appends the version frame, with the opaque unless HasOpaque is
@@ -135,14 +140,7 @@ func (c *Transaction) AppendTo(b []byte) []byte {
 
 // AppendTo appends the sync frame (8 fields unless Fields is 7).
 func (c *Sync) AppendTo(b []byte) []byte {
-	b = append(b, "sync "...)
-	b = append(b, c.Topic...)
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Partition))
-	b = appendSP(b)
-	b = appendInt(b, int64(len(c.Body)))
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Flag))
+	b = appendMessageHead(b, "sync ", c.Topic, c.Partition, len(c.Body), c.Flag)
 	b = appendSP(b)
 	b = appendInt(b, c.MsgID)
 	if c.Fields != 7 {
@@ -156,16 +154,7 @@ func (c *Sync) AppendTo(b []byte) []byte {
 }
 
 // AppendTo appends the result frame.
-func (c *Result) AppendTo(b []byte) []byte {
-	b = append(b, "result "...)
-	b = appendInt(b, int64(c.Code))
-	b = appendSP(b)
-	b = appendInt(b, int64(len(c.Body)))
-	b = appendSP(b)
-	b = appendInt(b, int64(c.Opaque))
-	b = appendCRLF(b)
-	return append(b, c.Body...)
-}
+func (c *Result) AppendTo(b []byte) []byte { return AppendResult(b, c.Code, c.Body, c.Opaque) }
 
 // AppendResult appends a result frame with a text body, without building a
 // Result.

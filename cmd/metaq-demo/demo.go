@@ -113,14 +113,33 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tROLE\tMETAQ\tDASHBOARD\tCONFIG")
 	for _, s := range d.sites {
-		role := "master"
-		if s.slave {
-			role = "slave" + strconv.Itoa(s.slaveID)
-		}
+		role := roleName(s.slave, s.slaveID)
 		fmt.Fprintf(tw, "%s\t%s\t%s\thttp://%s/\t%s\n", s.name, role, s.b.Broker.URL(), s.b.DashboardAddr(), filepath.Join(s.dir, "conf"))
 	}
 	tw.Flush()
 	return d, nil
+}
+
+// asyncSlaveProperties is the async_slave.properties of the slave at site,
+// replicating bj at masterAddr across the emulated WAN.
+func asyncSlaveProperties(site string, slaveID int, masterAddr string) string {
+	return fmt.Sprintf(`# %s replicates bj (brokerId 0).
+slaveId=%d
+slaveGroup=meta-slave-group-%s
+slaveMaxDelayInMills=200
+autoSyncMasterConfig=false
+# ZooKeeper is off: bj's replication address, across the emulated WAN.
+masterAddress=%s
+compression=zstd
+`, site, slaveID, site, masterAddr)
+}
+
+// roleName is how the site tables name a bundle's role.
+func roleName(slave bool, slaveID int) string {
+	if slave {
+		return "slave" + strconv.Itoa(slaveID)
+	}
+	return "master"
 }
 
 // prepareDir creates dir, or empties it when it is the demo's own folder
@@ -259,15 +278,7 @@ func (d *demo) startSite(ctx context.Context, s *site, masterAddr, natsURL strin
 	ini := filepath.Join(conf, "server.ini")
 	files := map[string]string{"server.ini": string(d.shared), "site.ini": d.overlay(s, natsURL)}
 	if s.slave {
-		files["async_slave.properties"] = fmt.Sprintf(`# %s replicates bj (brokerId 0).
-slaveId=%d
-slaveGroup=meta-slave-group-%s
-slaveMaxDelayInMills=200
-autoSyncMasterConfig=false
-# ZooKeeper is off: bj's replication address, here through the emulated WAN.
-masterAddress=%s
-compression=zstd
-`, s.name, s.slaveID, s.name, masterAddr)
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, masterAddr)
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {
@@ -336,94 +347,6 @@ func (d *demo) site(name string) *site {
 	return nil
 }
 
-// Tour produces at bj, checks replication, consumes pinned at hf, pushes a
-// new topic with configsync and prints the lag report.
-func (d *demo) Tour(ctx context.Context) error {
-	bj, hf := d.site("bj"), d.site("hf")
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-
-	// 1. Produce at bj.
-	start := time.Now()
-	if err := produce(ctx, bj.bjAddr, sampleTopic, d.o.Messages, "bj"); err != nil {
-		return err
-	}
-	d.printf("\n[1/5] produced %d messages to %s at bj in %v\n", d.o.Messages, sampleTopic, time.Since(start).Round(time.Millisecond))
-
-	// 2. Replication: every slave holds bj's bytes.
-	start = time.Now()
-	for _, s := range d.sites[1:] {
-		if err := waitFor(ctx, 30*time.Second, func() error { return sameBytes(bj, s, sampleTopic) }); err != nil {
-			return fmt.Errorf("demo: replication to %s: %w", s.name, err)
-		}
-	}
-	sum, size := checksum(bj, sampleTopic)
-	d.printf("[2/5] replicated: hf and gz hold bj's %d bytes of %s, byte for byte (crc32 %08x), %v after the last put\n",
-		size, sampleTopic, sum, time.Since(start).Round(time.Millisecond))
-
-	// 3. Consume at hf, pinned to hf's replica by the gossip router.
-	if err := waitFor(ctx, 20*time.Second, func() error {
-		addr, err := hf.b.Router().Route(ctx, client.RouteRequest{Topic: sampleTopic, BrokerID: 0, Site: "hf", Preference: client.LocalFirst})
-		if err != nil {
-			return err
-		}
-		if addr != hf.b.Broker.Addr().String() {
-			return fmt.Errorf("router still sends hf's reads to %s", addr)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("demo: gossip: %w", err)
-	}
-	bjGets, hfGets := stat(bj, "cmd_get"), stat(hf, "cmd_get")
-	n, err := consume(ctx, hf, d.o.Messages, filepath.Join(hf.dir, "consumer-offsets"))
-	if err != nil {
-		return err
-	}
-	d.printf("[3/5] consumer group demo-hf at hf (local-first, routed by gossip) read %d messages; hf served %d gets, bj served %d gets\n",
-		n, stat(hf, "cmd_get")-hfGets, stat(bj, "cmd_get")-bjGets)
-
-	// 4. configsync: push a new topic to every site.
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: bj.b.NATSURL(), SigningKey: pushKey})
-	if err != nil {
-		return fmt.Errorf("demo: configsync: %w", err)
-	}
-	defer cs.Close()
-	line, err := pushNewTopic(ctx, cs, d.shared)
-	if err != nil {
-		return err
-	}
-	d.printf("%s", line)
-	start = time.Now()
-	for _, s := range d.sites {
-		if err := produce(ctx, s.bjAddr, pushedTopic, 1, "from-"+s.name); err != nil {
-			return fmt.Errorf("demo: publish to %s from %s: %w", pushedTopic, s.name, err)
-		}
-	}
-	d.printf("      a producer in each of bj, hf and gz published to %s through the master in %v\n", pushedTopic, time.Since(start).Round(time.Millisecond))
-	for _, s := range d.sites[1:] {
-		if err := waitFor(ctx, 30*time.Second, func() error { return sameBytes(bj, s, pushedTopic) }); err != nil {
-			return fmt.Errorf("demo: replication of %s to %s: %w", pushedTopic, s.name, err)
-		}
-	}
-
-	// 5. The lag report, as bj sees the pool.
-	var doc topology.LagDocument
-	if err := waitFor(ctx, 20*time.Second, func() error {
-		doc = bj.b.Topology().Document(ctx, nil)
-		return lagSettled(doc)
-	}); err != nil {
-		d.printf("      (lag not settled: %v)\n", err)
-	}
-	d.printf("[5/5] lag report at bj:\n\n")
-	printLag(d.out, doc)
-	d.printf("\nDashboards (page, /api/snapshot, /lag, /metrics):\n")
-	for _, s := range d.sites {
-		d.printf("  %s  http://%s/\n", s.name, s.b.DashboardAddr())
-	}
-	d.printf("Config sets: %s/<site>/conf (server.ini shared, site.ini per site)\n", d.dir)
-	return nil
-}
-
 // Follow produces a trickle at bj and prints the lag every Options.Every
 // until ctx ends.
 func (d *demo) Follow(ctx context.Context) {
@@ -444,7 +367,13 @@ func (d *demo) Follow(ctx context.Context) {
 			cancel()
 		}
 	}()
-	t := time.NewTicker(d.o.Every)
+	followLag(ctx, d.out, d.o.Every, func() (topology.LagDocument, error) { return d.lagDoc(ctx) })
+}
+
+// followLag prints a followLine of the document doc reads every period
+// until ctx ends.
+func followLag(ctx context.Context, w io.Writer, every time.Duration, doc func() (topology.LagDocument, error)) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -452,18 +381,48 @@ func (d *demo) Follow(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		doc := bj.b.Topology().Document(ctx, nil)
-		var rows []string
-		for _, g := range doc.Groups {
-			rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
+		d, err := doc()
+		if err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(w, "%s  lag report: %v\n", time.Now().Format("15:04:05"), err)
+			}
+			continue
 		}
-		sites := make([]string, 0, len(doc.Sites))
-		for s, st := range doc.Sites {
-			sites = append(sites, s+":"+st)
-		}
-		sort.Strings(sites)
-		d.printf("%s  sites %s  lag %s\n", time.Now().Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+		fmt.Fprintln(w, followLine(time.Now(), d))
 	}
+}
+
+// followLine is one line of Follow's output: each site's state and each
+// slave group's lag.
+func followLine(now time.Time, doc topology.LagDocument) string {
+	var rows []string
+	for _, g := range doc.Groups {
+		rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
+	}
+	sites := make([]string, 0, len(doc.Sites))
+	for s, st := range doc.Sites {
+		sites = append(sites, s+":"+st)
+	}
+	sort.Strings(sites)
+	return fmt.Sprintf("%s  sites %s  lag %s", now.Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
+}
+
+// printSettledLag is the tour's last step: it waits up to 20s for the lag
+// report read by doc to settle, then prints it as `metaq lag` does.
+func printSettledLag(ctx context.Context, w io.Writer, doc func() (topology.LagDocument, error)) {
+	var last topology.LagDocument
+	if err := waitFor(ctx, 20*time.Second, func() error {
+		d, err := doc()
+		if err != nil {
+			return err
+		}
+		last = d
+		return lagSettled(d)
+	}); err != nil {
+		fmt.Fprintf(w, "      (lag not settled: %v)\n", err)
+	}
+	fmt.Fprintf(w, "[5/5] lag report at bj:\n\n")
+	printLag(w, last)
 }
 
 // printLag prints the slave-group table as `metaq lag` does.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"net"
@@ -106,76 +105,16 @@ func TestDemoInterrupt(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	dir := filepath.Join(t.TempDir(), "demo-data")
-	cmd := exec.Command(bin, "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	lines := make(chan string, 1000)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var all []string
+	p := startDemoProc(t, &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}, os.Kill,
+		bin, "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
+	all := p.waitLag(t, 90*time.Second)
 	var dashes []string
-	lagLines := 0
-	deadline := time.After(90 * time.Second)
-	for lagLines < 2 {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("demo exited early:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
-			}
-			all = append(all, l)
-			if m := dashRE.FindStringSubmatch(l); m != nil {
-				dashes = append(dashes, m[2])
-			}
-			if strings.Contains(l, "  lag meta-slave-group-") {
-				lagLines++
-			}
-		case <-deadline:
-			t.Fatalf("no periodic lag lines:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
-		}
+	for _, m := range dashRE.FindAllStringSubmatch(strings.Join(all, "\n"), -1) {
+		dashes = append(dashes, m[2])
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		for l := range lines {
-			all = append(all, l)
-		}
-		done <- cmd.Wait()
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGINT: %v\n%s\n%s", err, strings.Join(all, "\n"), stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("demo still running 30s after SIGINT:\n%s", strings.Join(all, "\n"))
-	}
+	all = append(all, p.stop(t, syscall.SIGINT, 30*time.Second)...)
 	if !strings.Contains(strings.Join(all, "\n"), "stopped; config sets and logs are in") {
 		t.Errorf("no stop message:\n%s", strings.Join(all, "\n"))
-	}
-	// Nothing of the process group is left.
-	if err := syscall.Kill(-cmd.Process.Pid, 0); err == nil {
-		t.Errorf("process group %d still has members", cmd.Process.Pid)
 	}
 	if len(dashes) != 3 {
 		t.Fatalf("dashboards in output: %v", dashes)

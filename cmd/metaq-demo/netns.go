@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +21,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"metaq/configsync"
 	"metaq/internal/netns"
 	"metaq/internal/wan"
 	"metaq/topology"
@@ -242,10 +238,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tROLE\tNETNS\tMETAQ\tPID\tDASHBOARD\tCONFIG")
 	for _, s := range n.sites {
-		role := "master"
-		if s.slave {
-			role = "slave" + strconv.Itoa(s.slaveID)
-		}
+		role := roleName(s.slave, s.slaveID)
 		fmt.Fprintf(tw, "%s\t%s\t%s\tmeta://%s\t%d\thttp://%s/\t%s\n", s.name, role, s.ns, s.metaqAddr(), s.proc.cmd.Process.Pid,
 			s.fwd.Addr(), filepath.Join(s.dir, "conf"))
 	}
@@ -304,15 +297,7 @@ func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
 	files := map[string]string{"server.ini": string(n.shared), "site.ini": n.overlay(s, natsURL)}
 	args := []string{n.binPath(), "start"}
 	if s.slave {
-		files["async_slave.properties"] = fmt.Sprintf(`# %s replicates bj (brokerId 0).
-slaveId=%d
-slaveGroup=meta-slave-group-%s
-slaveMaxDelayInMills=200
-autoSyncMasterConfig=false
-# ZooKeeper is off: bj's replication address, across the emulated WAN.
-masterAddress=%s:%d
-compression=zstd
-`, s.name, s.slaveID, s.name, n.sites[0].ip, nsReplPort)
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
 		args = append(args, "slave", "-s", filepath.Join(conf, "async_slave.properties"))
 	}
 	for name, body := range files {
@@ -592,91 +577,6 @@ func (n *netnsDemo) addrs() map[string]string {
 	return m
 }
 
-// Tour runs the same five steps as the in-process demo, each client inside
-// the namespace of the site it belongs to.
-func (n *netnsDemo) Tour(ctx context.Context) error {
-	bj, hf := n.site("bj"), n.site("hf")
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-
-	// 1. Produce at bj, from inside bj.
-	start := time.Now()
-	var pr produceResult
-	if err := n.step(ctx, bj.ns, stepRequest{Op: "produce", Addr: bj.metaqAddr(), Topic: sampleTopic, N: n.o.Messages, From: "bj"}, &pr); err != nil {
-		return err
-	}
-	n.printf("\n[1/5] produced %d messages to %s at bj (from inside %s) in %v\n", pr.Sent, sampleTopic, bj.ns, time.Since(start).Round(time.Millisecond))
-
-	// 2. Replication: every slave holds bj's records at bj's offsets.
-	start = time.Now()
-	var cr compareResult
-	if err := n.step(ctx, bj.ns, stepRequest{Op: "compare", Addrs: n.addrs(), Topic: sampleTopic, N: 4, Timeout: 30 * time.Second}, &cr); err != nil {
-		return fmt.Errorf("demo: replication: %w", err)
-	}
-	n.printf("[2/5] replicated: hf and gz hold bj's %d bytes of %s, record for record at the same offsets (crc32 %08x); confirmed %v after the last put, reading each copy from bj's namespace across the WAN\n",
-		cr.Bytes, sampleTopic, cr.Sum, time.Since(start).Round(time.Millisecond))
-
-	// 3. Consume at hf, pinned to hf's replica by the router.
-	bjGets, hfGets := n.stat(ctx, bj, "cmd_get"), n.stat(ctx, hf, "cmd_get")
-	var cons consumeResult
-	if err := n.step(ctx, hf.ns, stepRequest{Op: "consume", Addr: bj.metaqAddr(), Local: hf.metaqAddr(), Site: "hf", Topic: sampleTopic,
-		N: n.o.Messages, Partitions: 4, RouteURL: fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort),
-		OffsetFile: filepath.Join(hf.dir, "consumer-offsets"), Timeout: 60 * time.Second}, &cons); err != nil {
-		return err
-	}
-	n.printf("[3/5] consumer group demo-hf at hf (local-first, routed by hf's view of the gossip pool) read %d messages; hf served %d gets, bj served %d gets\n",
-		cons.Read, n.stat(ctx, hf, "cmd_get")-hfGets, n.stat(ctx, bj, "cmd_get")-bjGets)
-
-	// 4. configsync: push a new topic to every site over the demo's NATS.
-	nc, err := nats.Connect("nats://"+net.JoinHostPort(bj.ip, strconv.Itoa(nsNATSPort)), nats.SetCustomDialer(natsDialer{ns: bj.ns}),
-		nats.Name("metaq-demo"), nats.Timeout(10*time.Second))
-	if err != nil {
-		return fmt.Errorf("demo: configsync: connect NATS: %w", err)
-	}
-	defer nc.Close()
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{Conn: nc, SigningKey: pushKey})
-	if err != nil {
-		return fmt.Errorf("demo: configsync: %w", err)
-	}
-	defer cs.Close()
-	line, err := pushNewTopic(ctx, cs, n.shared)
-	if err != nil {
-		return err
-	}
-	n.printf("%s", line)
-	start = time.Now()
-	for _, s := range n.sites {
-		if err := n.step(ctx, s.ns, stepRequest{Op: "produce", Addr: bj.metaqAddr(), Topic: pushedTopic, N: 1, From: "from-" + s.name}, &pr); err != nil {
-			return fmt.Errorf("demo: publish to %s from %s: %w", pushedTopic, s.name, err)
-		}
-	}
-	n.printf("      a producer in each of bj, hf and gz published to %s through the master in %v\n", pushedTopic, time.Since(start).Round(time.Millisecond))
-	if err := n.step(ctx, bj.ns, stepRequest{Op: "compare", Addrs: n.addrs(), Topic: pushedTopic, N: 2, Timeout: 30 * time.Second}, &cr); err != nil {
-		return fmt.Errorf("demo: replication of %s: %w", pushedTopic, err)
-	}
-
-	// 5. The lag report, as bj sees the pool.
-	var doc topology.LagDocument
-	if err := waitFor(ctx, 20*time.Second, func() error {
-		var err error
-		if doc, err = n.lagDoc(ctx); err != nil {
-			return err
-		}
-		return lagSettled(doc)
-	}); err != nil {
-		n.printf("      (lag not settled: %v)\n", err)
-	}
-	n.printf("[5/5] lag report at bj:\n\n")
-	printLag(n.out, doc)
-	n.printf("\nDashboards (page, /api/snapshot, /lag, /metrics), forwarded from each namespace's 127.0.0.1:%d:\n", nsDashPort)
-	for _, s := range n.sites {
-		n.printf("  %s  http://%s/\n", s.name, s.fwd.Addr())
-	}
-	n.printf("Inside a site: ip netns exec %sbj <command>  (bj 198.18.0.1, hf 198.18.0.2, gz 198.18.0.3, MetaQ port %d)\n", n.prefix, nsServerPort)
-	n.printf("Config sets: %s/<site>/conf (server.ini shared, site.ini per site)\n", n.dir)
-	return nil
-}
-
 // Follow keeps a producer in bj sending a trickle and prints bj's lag
 // report every Options.Every until ctx ends.
 func (n *netnsDemo) Follow(ctx context.Context) {
@@ -687,32 +587,7 @@ func (n *netnsDemo) Follow(ctx context.Context) {
 		n.printf("trickle producer: %v\n", err)
 	}
 	n.trickle = c
-	t := time.NewTicker(n.o.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		doc, err := n.lagDoc(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				n.printf("%s  lag report: %v\n", time.Now().Format("15:04:05"), err)
-			}
-			continue
-		}
-		var rows []string
-		for _, g := range doc.Groups {
-			rows = append(rows, fmt.Sprintf("%s@%s %s %dB %dmsg %.1fs", g.SlaveGroup, g.Site, g.State, g.Bytes, g.Messages, g.SecondsBehind))
-		}
-		sites := make([]string, 0, len(doc.Sites))
-		for s, st := range doc.Sites {
-			sites = append(sites, s+":"+st)
-		}
-		sort.Strings(sites)
-		n.printf("%s  sites %s  lag %s\n", time.Now().Format("15:04:05"), strings.Join(sites, " "), strings.Join(rows, " | "))
-	}
+	followLag(ctx, n.out, n.o.Every, func() (topology.LagDocument, error) { return n.lagDoc(ctx) })
 }
 
 // Close stops the trickle, the sites (slaves first), the NATS server and

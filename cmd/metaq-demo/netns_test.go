@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -154,58 +153,13 @@ func TestDemoNetnsSignal(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	dir := filepath.Join(tmp, "demo-data")
-	start := func() (*exec.Cmd, chan string, *bytes.Buffer) {
-		cmd := exec.Command(bin, "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms", "--server-bin", server)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Signal(syscall.SIGTERM)
-				cmd.Wait()
-			}
-		})
-		lines := make(chan string, 1000)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		return cmd, lines, &stderr
-	}
-	// waitLag reads until two periodic lag lines appeared.
-	waitLag := func(lines chan string, stderr *bytes.Buffer) string {
-		var all []string
-		lagLines := 0
-		deadline := time.After(60 * time.Second)
-		for lagLines < 2 {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("demo exited early:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
-				}
-				all = append(all, l)
-				if strings.Contains(l, "  lag meta-slave-group-") {
-					lagLines++
-				}
-			case <-deadline:
-				t.Fatalf("no periodic lag lines:\n%s\n%s", strings.Join(all, "\n"), stderr.String())
-			}
-		}
-		return strings.Join(all, "\n")
+	start := func() *demoProc {
+		return startDemoProc(t, &syscall.SysProcAttr{Setpgid: true}, syscall.SIGTERM,
+			bin, "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms", "--server-bin", server)
 	}
 
-	cmd, lines, stderr := start()
-	out := waitLag(lines, stderr)
+	p := start()
+	out := strings.Join(p.waitLag(t, 60*time.Second), "\n")
 	prefix := prefixRE.FindStringSubmatch(out)[1]
 	pids := sitePIDs(t, out)
 	dashes := dashRE.FindAllStringSubmatch(out, -1)
@@ -223,40 +177,19 @@ func TestDemoNetnsSignal(t *testing.T) {
 			t.Errorf("%s /lag: %s %.200s", m[1], resp.Status, body)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	var rest []string
-	go func() {
-		for l := range lines {
-			rest = append(rest, l)
-		}
-		done <- cmd.Wait()
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s\n%s", err, strings.Join(rest, "\n"), stderr.String())
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatalf("demo still running 40s after SIGTERM:\n%s", strings.Join(rest, "\n"))
-	}
+	rest := p.stop(t, syscall.SIGTERM, 40*time.Second)
 	if !strings.Contains(strings.Join(rest, "\n"), "removed namespaces "+prefix+"bj") {
 		t.Errorf("no cleanup message:\n%s", strings.Join(rest, "\n"))
 	}
 	checkGone(t, prefix, pids)
-	if err := syscall.Kill(-cmd.Process.Pid, 0); err == nil {
-		t.Errorf("process group %d still has members", cmd.Process.Pid)
-	}
 
 	// SIGKILL: no cleanup runs, but the bundles die with the demo...
-	cmd, lines, stderr = start()
-	out = waitLag(lines, stderr)
+	p = start()
+	out = strings.Join(p.waitLag(t, 60*time.Second), "\n")
 	prefix = prefixRE.FindStringSubmatch(out)[1]
 	pids = sitePIDs(t, out)
-	cmd.Process.Kill()
-	cmd.Wait()
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
 	for _, pid := range pids {
 		if err := waitGone(pid, 5*time.Second); err != nil {
 			t.Errorf("bundle %d outlived the demo: %v", pid, err)

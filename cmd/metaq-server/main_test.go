@@ -194,16 +194,24 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestOperatorCommands(t *testing.T) {
-	zk := testutil.ZooKeeper(t)
-	s := newServer(t, zk, "[topic=orders]\nnumPartitions=2\n")
-	ctx := context.Background()
-	reg, err := registry.New(ctx, registry.Options{Connect: zk, Root: s.root})
+// registry connects to the server's root, which is removed when the test
+// ends.
+func (s *server) registry(t *testing.T) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(context.Background(), registry.Options{Connect: s.zk, Root: s.root})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
 	t.Cleanup(func() { reg.DeleteTree(context.Background(), s.root) }) // runs before Close
+	return reg
+}
+
+func TestOperatorCommands(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	s := newServer(t, zk, "[topic=orders]\nnumPartitions=2\n")
+	ctx := context.Background()
+	reg := s.registry(t)
 
 	pid := s.start(t)
 	if code, out, _ := cli(t, "status", "-f", s.ini); code != 0 || !strings.Contains(out, fmt.Sprintf("pid %d", pid)) ||
@@ -332,12 +340,7 @@ func TestQuery(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	s := newServer(t, zk, "[topic=orders]\nnumPartitions=2\n")
 	ctx := context.Background()
-	reg, err := registry.New(ctx, registry.Options{Connect: zk, Root: s.root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
-	t.Cleanup(func() { reg.DeleteTree(context.Background(), s.root) }) // runs before Close
+	reg := s.registry(t)
 	reg.CommitOffset(ctx, "billing", "orders", 3, 0, 6393882542080, 58)
 	reg.SetPersistent(ctx, reg.Paths().ConsumerOffsets("billing", "orders")+"/3-1", []byte("-1-0"))
 	code, out, errOut := cli(t, "query", "-f", s.ini, "-group", "billing")

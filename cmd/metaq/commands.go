@@ -28,11 +28,8 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 	async := fs.Bool("async", false, "send asynchronously with a bounded window")
 	window := fs.Int("window", 256, "in-flight window for -async")
 	quiet := fs.Bool("q", false, "no progress line and no per-message results")
-	if err := fs.Parse(args); err != nil {
+	if err := parseWithTopic(fs, args, "produce", topic); err != nil {
 		return err
-	}
-	if *topic == "" {
-		return errors.New("produce: -topic is required")
 	}
 	var selector client.Selector
 	switch *sel {
@@ -178,19 +175,16 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	var route routeFlags
 	route.register(fs)
 	quiet := fs.Bool("q", false, "no progress line on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseWithTopic(fs, args, "consume", topic); err != nil {
 		return err
-	}
-	if *topic == "" {
-		return errors.New("consume: -topic is required")
 	}
 	sp, err := parseStart(*start)
 	if err != nil {
 		return err
 	}
-	router, pref, err := route.router(ctx, g.stderr, g.verbose)
+	router, pref, err := route.router(ctx, g, "consume")
 	if err != nil {
-		return fmt.Errorf("consume: %w", err)
+		return err
 	}
 	// One consumer per run: the process-wide duplicate filter would only
 	// hide replays an operator asked for with "offsets -reset".
@@ -288,19 +282,16 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 	full := fs.Bool("full", true, "print partition, offset, id and time with each payload")
 	var route routeFlags
 	route.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseWithTopic(fs, args, "fetch", topic); err != nil {
 		return err
-	}
-	if *topic == "" {
-		return errors.New("fetch: -topic is required")
 	}
 	p, err := partitionFlag(*part)
 	if err != nil {
 		return err
 	}
-	router, pref, err := route.router(ctx, g.stderr, g.verbose)
+	router, pref, err := route.router(ctx, g, "fetch")
 	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
+		return err
 	}
 	if router != nil {
 		defer router.Close()
@@ -513,11 +504,8 @@ func brokersOf(ps []client.Partition) string {
 func runPartitions(ctx context.Context, g *globals, args []string) error {
 	fs := newFlags(g, "partitions")
 	topic := fs.String("topic", "", "topic (required)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseWithTopic(fs, args, "partitions", topic); err != nil {
 		return err
-	}
-	if *topic == "" {
-		return errors.New("partitions: -topic is required")
 	}
 	c, err := g.client(ctx)
 	if err != nil {

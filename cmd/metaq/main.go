@@ -132,6 +132,17 @@ func newFlags(g *globals, name string) *flag.FlagSet {
 	return fs
 }
 
+// parseWithTopic parses a command's flags and requires -topic.
+func parseWithTopic(fs *flag.FlagSet, args []string, name string, topic *string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return fmt.Errorf("%s: -topic is required", name)
+	}
+	return nil
+}
+
 // parseTime accepts RFC 3339, "2006-01-02 15:04:05" (local), a Unix time
 // in milliseconds, or a duration before now such as "-10m" or "1h".
 func parseTime(s string) (time.Time, error) {

@@ -38,8 +38,16 @@ func (r *routeFlags) register(fs *flag.FlagSet) {
 }
 
 // router returns the started router and the preference, or a nil router for
-// master-only. The caller closes the router.
-func (r *routeFlags) router(ctx context.Context, logw io.Writer, verbose bool) (*topology.RemoteRouter, client.ReadPreference, error) {
+// master-only, with errors naming the command. The caller closes the router.
+func (r *routeFlags) router(ctx context.Context, g *globals, cmd string) (*topology.RemoteRouter, client.ReadPreference, error) {
+	rr, pref, err := r.start(ctx, g.stderr, g.verbose)
+	if err != nil {
+		return nil, pref, fmt.Errorf("%s: %w", cmd, err)
+	}
+	return rr, pref, nil
+}
+
+func (r *routeFlags) start(ctx context.Context, logw io.Writer, verbose bool) (*topology.RemoteRouter, client.ReadPreference, error) {
 	pref, err := client.ParseReadPreference(r.prefer)
 	if err != nil {
 		return nil, pref, err

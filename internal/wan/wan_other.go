@@ -2,21 +2,7 @@
 
 package wan
 
-import (
-	"errors"
-	"log/slog"
-	"time"
-)
-
-// Options describe the links (see the Linux implementation).
-type Options struct {
-	Prefix string
-	Delay  time.Duration
-	Loss   float64
-	Rate   string
-	MTU    int
-	Logger *slog.Logger
-}
+import "errors"
 
 // Site is one emulated site.
 type Site struct {

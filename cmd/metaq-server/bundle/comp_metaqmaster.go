@@ -39,17 +39,7 @@ var _ georeplicator.MetaQMaster = (*zkMetaQMaster)(nil)
 // Addr returns host:port of the master's meta:// url.
 func (m *zkMetaQMaster) Addr(ctx context.Context) (string, error) {
 	path := m.r.Paths().Broker(m.id, -1)
-	var data []byte
-	var err error
-	if m.armed(path) {
-		data, _, err = m.r.Get(ctx, path)
-	} else {
-		var w registry.Watch
-		data, w, err = m.r.GetW(ctx, path)
-		if err == nil {
-			m.watch(path, w)
-		}
-	}
+	data, err := m.get(ctx, path)
 	if errors.Is(err, registry.ErrNoNode) {
 		m.watchExists(ctx, path)
 		return "", fmt.Errorf("no master registered at %s", path)
@@ -104,17 +94,7 @@ func (m *zkMetaQMaster) Partitions(ctx context.Context) (map[string]int, error) 
 // ConfigVersion is the master's master_config_checksum (watched).
 func (m *zkMetaQMaster) ConfigVersion(ctx context.Context) (string, error) {
 	path := m.r.Paths().MasterConfigChecksum(m.id)
-	var data []byte
-	var err error
-	if m.armed(path) {
-		data, _, err = m.r.Get(ctx, path)
-	} else {
-		var w registry.Watch
-		data, w, err = m.r.GetW(ctx, path)
-		if err == nil {
-			m.watch(path, w)
-		}
-	}
+	data, err := m.get(ctx, path)
 	if errors.Is(err, registry.ErrNoNode) {
 		return "", nil // a master without one: fetch the file every time
 	}
@@ -126,6 +106,19 @@ func (m *zkMetaQMaster) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ch
+}
+
+// get reads path's data, watching it unless a watch is pending.
+func (m *zkMetaQMaster) get(ctx context.Context, path string) ([]byte, error) {
+	if m.armed(path) {
+		data, _, err := m.r.Get(ctx, path)
+		return data, err
+	}
+	data, w, err := m.r.GetW(ctx, path)
+	if err == nil {
+		m.watch(path, w)
+	}
+	return data, err
 }
 
 // children lists path's children, watching them unless a watch is pending.

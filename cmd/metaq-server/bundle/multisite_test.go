@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,12 +64,7 @@ func multiSite(t *testing.T, zk string) {
 	root := t.TempDir()
 	zkRoot := ""
 	if zk != "" {
-		zkRoot = "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		t.Cleanup(func() {
-			for _, r := range []string{zkRoot, zkRoot + "-view-bj", zkRoot + "-view-hf", zkRoot + "-view-gz"} {
-				removeTree(zk, r)
-			}
-		})
+		zkRoot = multiSiteRoot(t, []string{zk}, "bj", "hf", "gz")
 	}
 	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
@@ -167,27 +160,7 @@ func multiSite(t *testing.T, zk string) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	got := map[string]bool{}
-	if err := cons.Subscribe("orders", func(_ context.Context, m *client.Message) error {
-		mu.Lock()
-		got[string(m.Payload)] = true
-		mu.Unlock()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cons.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(got) != n {
-			return fmt.Errorf("consumed %d of %d", len(got), n)
-		}
-		return nil
-	})
+	consumeDistinct(t, ctx, cons, "orders")(n, 20*time.Second)
 	cons.Close(context.Background())
 	if d := statInt(bj, "cmd_get") - bjGets; d != 0 {
 		t.Errorf("bj served %d gets to the pinned consumer", d)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,15 +31,8 @@ func TestSiteViewPerSiteZooKeeper(t *testing.T) {
 	zkBJ := testutil.ZooKeeper(t)
 	zkHF := testutil.SecondZooKeeper(t)
 	dir := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	zkRoot := multiSiteRoot(t, []string{zkBJ, zkHF}, "bj", "hf")
 	view := zkRoot + "-view-hf"
-	t.Cleanup(func() {
-		for _, zk := range []string{zkBJ, zkHF} {
-			for _, r := range []string{zkRoot, zkRoot + "-view-bj", view} {
-				removeTree(zk, r)
-			}
-		}
-	})
 	shared := sharedINI(zkBJ, zkRoot, "[topic=orders]\nnumPartitions=2\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
@@ -96,32 +87,9 @@ func TestSiteViewPerSiteZooKeeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	got := map[string]bool{}
-	if err := cons.Subscribe("orders", func(_ context.Context, m *client.Message) error {
-		mu.Lock()
-		got[string(m.Payload)] = true
-		mu.Unlock()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cons.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	consumed := consumeDistinct(t, ctx, cons, "orders")
 	defer cons.Close(context.Background())
-	consumed := func(n int) {
-		t.Helper()
-		testutil.Eventually(t, 40*time.Second, 50*time.Millisecond, func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			if len(got) < n {
-				return fmt.Errorf("consumed %d of %d", len(got), n)
-			}
-			return nil
-		})
-	}
-	consumed(20)
+	consumed(20, 40*time.Second)
 
 	// bj reports that group's lag from the offsets it committed in hf's
 	// ensemble, labelled with hf's site.
@@ -148,7 +116,7 @@ func TestSiteViewPerSiteZooKeeper(t *testing.T) {
 	}
 	bjGets := statInt(bj, "cmd_get")
 	produceWith(t, client.Config{ZKServers: []string{zkBJ}, ZKRoot: zkRoot}, "orders", 20, "b")
-	consumed(40)
+	consumed(40, 40*time.Second)
 	if statInt(bj, "cmd_get") == bjGets {
 		t.Error("the consumer on hf's view read nothing from bj while hf was down")
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,12 +28,7 @@ func TestTopicRemovalThroughConfigsync(t *testing.T) {
 	}
 	zk := testutil.ZooKeeper(t)
 	dir := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() {
-		for _, r := range []string{zkRoot, zkRoot + "-view-bj", zkRoot + "-view-hf"} {
-			removeTree(zk, r)
-		}
-	})
+	zkRoot := multiSiteRoot(t, []string{zk}, "bj", "hf")
 	base := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n\n[topic=payments]\nnumPartitions=1\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(dir, "bj"), base, siteSpec{name: "bj", natsListen: natsListen})

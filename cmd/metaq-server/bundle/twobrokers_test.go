@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,12 +31,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	}
 	zk := testutil.ZooKeeper(t)
 	dir := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() {
-		for _, r := range []string{zkRoot, zkRoot + "-view-bj", zkRoot + "-view-hf", zkRoot + "-view-gz"} {
-			removeTree(zk, r)
-		}
-	})
+	zkRoot := multiSiteRoot(t, []string{zk}, "bj", "hf", "gz")
 	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	ident := func(site string, id int) string {
@@ -144,25 +137,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	got := map[string]bool{}
-	cons.Subscribe("orders", func(_ context.Context, m *client.Message) error {
-		mu.Lock()
-		got[string(m.Payload)] = true
-		mu.Unlock()
-		return nil
-	})
-	if err := cons.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(got) != n {
-			return fmt.Errorf("consumed %d of %d", len(got), n)
-		}
-		return nil
-	})
+	consumeDistinct(t, ctx, cons, "orders")(n, 30*time.Second)
 	cons.Close(context.Background())
 	for id, m := range masters {
 		if d := statInt(m, "cmd_get") - gets[id]; d != 0 {
