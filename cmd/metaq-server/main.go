@@ -183,7 +183,7 @@ var commands = map[string]command{
 	"promote": {"[-force] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.BoolVar(&c.force, "force", false, "even while the master is reachable")
 	}}},
-	"switchover": {"-to <slave> [flags]   (at the master: hand over to a slave, nothing lost)", []func(*common){(*common).configFlag, func(c *common) {
+	"switchover": {"-to <slave> [-follow addr] [flags]   (at the master: hand over to a slave, nothing lost, then follow it)", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.StringVar(&c.to, "to", "", "the slave that takes over (slave group, its last '-' field, or slaveId)")
 		c.fs.StringVar(&c.follow, "follow", "", "without ZooKeeper: the new master's replication `address`, which this master then follows as a slave")
 	}}},

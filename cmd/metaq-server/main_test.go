@@ -378,7 +378,7 @@ func TestCommandFlags(t *testing.T) {
 		{"stats", []string{"-f", "-item"}, "-group"},
 		{"slave-status", []string{"-f"}, "-item"},
 		{"promote", []string{"-f", "-force"}, "-topic"},
-		{"switchover", []string{"-f", "-to"}, "-force"},
+		{"switchover", []string{"-f", "-follow", "-to"}, "-force"},
 		{"unreplicated", []string{"-f", "-data", "-publish", "-brokers"}, "-to"},
 		{"close-partitions", []string{"-f", "-topic", "-start", "-end"}, "-offset"},
 		{"open-partitions", []string{"-f", "-topic", "-start", "-end"}, "-foreground"},
