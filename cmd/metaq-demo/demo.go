@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
-	"metaq/cmd/metaq-server/bundle"
+	"metaq/internal/bundle"
 	"metaq/configsync"
 	"metaq/internal/freeport"
 	"metaq/internal/netproxy"

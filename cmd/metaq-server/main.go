@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
-	"metaq/cmd/metaq-server/bundle"
+	"metaq/internal/bundle"
 	"metaq/cmd/metaq-server/ctl"
 )
 

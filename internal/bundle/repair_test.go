@@ -60,7 +60,7 @@ func damageCopy(t *testing.T, from string) (*store.Store, string) {
 // serve starts a broker over st on loopback and returns its MetaQ address.
 func serve(t *testing.T, st *store.Store) string {
 	t.Helper()
-	cfg, _, err := config.Load("../../../broker/testdata/vectors/server.ini")
+	cfg, _, err := config.Load("../../broker/testdata/vectors/server.ini")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // bundle runs: two brokers per site (brokerIds 1 and 2, set only in the
 // overlays), masters at bj, slaves at hf and gz, one configsync agent each.
 func TestDeployLayout(t *testing.T) {
-	deploy := filepath.Join("..", "..", "..", "deploy")
+	deploy := filepath.Join("..", "..", "deploy")
 	shared, err := os.ReadFile(filepath.Join(deploy, "common", "server.ini"))
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 // of a spec vector file (c: and s: hex lines).
 func vectorExchange(t *testing.T, file, name string) (req, resp []byte) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "broker", "testdata", "vectors", file))
+	data, err := os.ReadFile(filepath.Join("..", "..", "broker", "testdata", "vectors", file))
 	if err != nil {
 		t.Fatal(err)
 	}
