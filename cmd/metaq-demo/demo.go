@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"metaq/broker/client"
-	"metaq/internal/bundle"
 	"metaq/configsync"
+	"metaq/internal/bundle"
 	"metaq/internal/freeport"
 	"metaq/internal/netproxy"
 	"metaq/topology"

@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"metaq/broker/config"
-	"metaq/internal/bundle"
 	"metaq/cmd/metaq-server/ctl"
+	"metaq/internal/bundle"
 )
 
 const usage = `usage: metaq-server <command> [arguments]
