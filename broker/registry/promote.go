@@ -18,29 +18,7 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 	if r.master() {
 		return nil
 	}
-	if r.state.broker {
-		if err := r.Delete(ctx, r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)); err != nil {
-			return fmt.Errorf("registry: become master: %w", err)
-		}
-	}
-	for topic := range r.state.topics {
-		if err := r.deleteTopicLocked(ctx, topic); err != nil {
-			return fmt.Errorf("registry: become master: %w", err)
-		}
-	}
-	r.opts.Slave, r.opts.SlaveID = false, -1
-	if r.state.broker {
-		if err := r.registerBrokerLocked(ctx); err != nil {
-			return err
-		}
-	}
-	for topic, t := range r.state.topics {
-		if err := r.writeTopicLocked(ctx, topic, t); err != nil {
-			return err
-		}
-	}
-	r.log.Warn("REGISTRY: registered as master", "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))
-	return nil
+	return r.switchRoleLocked(ctx, "master", false, -1)
 }
 
 // BecomeSlave turns a master's registration into that of slave slaveID of
@@ -58,30 +36,29 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if !r.master() {
 		return nil
 	}
+	return r.switchRoleLocked(ctx, "slave", true, slaveID, r.paths.MasterConfigChecksum(r.opts.BrokerID))
+}
+
+// switchRoleLocked deletes this broker's nodes (its ids/<id> node, the
+// extra paths, its topics' entries), takes the new role and writes them
+// again as that role. The caller holds regMu.
+func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool, slaveID int, extra ...string) error {
 	if r.state.broker {
-		if err := r.Delete(ctx, r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)); err != nil {
-			return fmt.Errorf("registry: become slave: %w", err)
-		}
-		if err := r.Delete(ctx, r.paths.MasterConfigChecksum(r.opts.BrokerID)); err != nil {
-			return fmt.Errorf("registry: become slave: %w", err)
+		for _, p := range append([]string{r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)}, extra...) {
+			if err := r.Delete(ctx, p); err != nil {
+				return fmt.Errorf("registry: become %s: %w", role, err)
+			}
 		}
 	}
 	for topic := range r.state.topics {
 		if err := r.deleteTopicLocked(ctx, topic); err != nil {
-			return fmt.Errorf("registry: become slave: %w", err)
+			return fmt.Errorf("registry: become %s: %w", role, err)
 		}
 	}
-	r.opts.Slave, r.opts.SlaveID = true, slaveID
-	if r.state.broker {
-		if err := r.registerBrokerLocked(ctx); err != nil {
-			return err
-		}
+	r.opts.Slave, r.opts.SlaveID = slave, slaveID
+	if err := r.writeAllLocked(ctx); err != nil {
+		return err
 	}
-	for topic, t := range r.state.topics {
-		if err := r.writeTopicLocked(ctx, topic, t); err != nil {
-			return err
-		}
-	}
-	r.log.Warn("REGISTRY: registered as slave", "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))
+	r.log.Warn("REGISTRY: registered as "+role, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))
 	return nil
 }

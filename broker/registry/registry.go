@@ -318,6 +318,17 @@ func (r *Registry) reregister() error {
 	defer cancel()
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
+	if err := r.writeAllLocked(ctx); err != nil {
+		return err
+	}
+	r.state.session = r.conn.SessionID()
+	r.log.Info("REGISTRY: registered again", "broker", r.state.broker, "topics", len(r.state.topics))
+	return nil
+}
+
+// writeAllLocked writes the broker node and every registered topic's
+// entries for the broker's current role. The caller holds regMu.
+func (r *Registry) writeAllLocked(ctx context.Context) error {
 	if r.state.broker {
 		if err := r.registerBrokerLocked(ctx); err != nil {
 			return err
@@ -328,8 +339,6 @@ func (r *Registry) reregister() error {
 			return err
 		}
 	}
-	r.state.session = r.conn.SessionID()
-	r.log.Info("REGISTRY: registered again", "broker", r.state.broker, "topics", len(r.state.topics))
 	return nil
 }
 
