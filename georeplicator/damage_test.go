@@ -83,7 +83,7 @@ func TestMasterDamageReplicates(t *testing.T) {
 			}
 			g.k.close(g.master)
 			backup := t.TempDir() // the master's files before the damage
-			copyFiles(t, filepath.Join(g.dir, "master"), backup)
+			testutil.CopyTree(t, filepath.Join(g.dir, "master"), backup)
 			damageMasterChunk(t, filepath.Join(g.dir, "master"))
 			g.master = g.k.open(t, filepath.Join(g.dir, "master"))
 			ms := g.master.(*store.Store)
@@ -226,27 +226,6 @@ func slicesContains(l []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func copyFiles(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		if info.IsDir() {
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestCheckBatchVerifiesRecordChecksums: an entry whose record fails its

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"metaq/internal/testutil"
 )
 
 // ackedRecord is one acknowledged record: where it landed and its bytes.
@@ -140,7 +142,7 @@ func TestCorruptionCostsOnlyDamagedRecords(t *testing.T) {
 				// the files now is what kill -9 would leave (no final
 				// checkpoint).
 				crashed := t.TempDir()
-				copyDir(t, dir, crashed)
+				testutil.CopyTree(t, dir, crashed)
 				s.Close()
 				dir = crashed
 				opts.Dir = dir
@@ -216,27 +218,6 @@ func TestCorruptionCostsOnlyDamagedRecords(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func copyDir(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		if info.IsDir() {
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -83,7 +83,7 @@ func damagedEnv(t *testing.T) (*testEnv, string) {
 	b.Close()
 	data := filepath.Join(e.dir, "data")
 	intact := t.TempDir()
-	copyTree(t, data, intact)
+	testutil.CopyTree(t, data, intact)
 	segs, _ := filepath.Glob(filepath.Join(data, "log", "*.log"))
 	raw, _ := os.ReadFile(segs[0])
 	raw[len(raw)/2] ^= 0xFF

@@ -11,35 +11,15 @@ import (
 	"metaq/broker"
 	"metaq/broker/config"
 	"metaq/broker/store"
+	"metaq/internal/testutil"
 )
-
-func copyTree(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		if info.IsDir() {
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // damageCopy copies the store at from to a new dir, flips bytes inside one
 // data entry of its first segment and opens it (a full scan finds it).
 func damageCopy(t *testing.T, from string) (*store.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	copyTree(t, from, dir)
+	testutil.CopyTree(t, from, dir)
 	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
 	b, _ := os.ReadFile(segs[0])
 	at := bytes.Index(b, []byte("record-0050-"))
@@ -162,7 +142,7 @@ func TestRepairFromShortReplica(t *testing.T) {
 	// the master: batch 3's entry checksum is hit, which no record checksum
 	// locates, so all five records are lost
 	masterDir := t.TempDir()
-	copyTree(t, origDir, masterDir)
+	testutil.CopyTree(t, origDir, masterDir)
 	segs, _ := filepath.Glob(filepath.Join(masterDir, "log", "*.log"))
 	raw, _ := os.ReadFile(segs[0])
 	at := bytes.Index(raw, []byte("batch-3-record-0-")) - store.RecordHeaderLen - 36 // entry header

@@ -124,3 +124,29 @@ func SecondZooKeeper(t testing.TB) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// CopyTree copies the directory tree from into to (created as needed),
+// for a test that keeps a copy of a data directory.
+func CopyTree(t testing.TB, from, to string) {
+	t.Helper()
+	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copy %s to %s: %v", from, to, err)
+	}
+}
