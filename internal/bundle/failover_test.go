@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,8 +197,7 @@ func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	root := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	zkRoot := multiSiteRoot(t, []string{zk})
 	shared := failoverINIZK(zk, zkRoot, "")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
@@ -366,8 +364,7 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	root := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	zkRoot := multiSiteRoot(t, []string{zk})
 	shared := failoverINIZK(zk, zkRoot, "")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
@@ -484,8 +481,7 @@ func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	root := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	zkRoot := multiSiteRoot(t, []string{zk})
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(root, "bj"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"), siteSpec{name: "bj", natsListen: natsListen})
 	if r := bj.Broker.WriteRefusal(); r != nil {
@@ -612,8 +608,7 @@ func TestAutoFailover(t *testing.T) {
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	root := t.TempDir()
-	zkRoot := "/metaq-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() { removeTree(zk, zkRoot) })
+	zkRoot := multiSiteRoot(t, []string{zk})
 	shared := failoverINIZK(zk, zkRoot, "autoFailover=true\nautoFailoverAfterMs=500\n")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
