@@ -15,11 +15,15 @@ const (
 	ckptName  = "checkpoint"
 )
 
-// The checkpoint (format 2) holds everything start-up needs without
+// The checkpoint (format 3) holds everything start-up needs without
 // reading a segment or an index file: the partition table with each
-// partition's bounds, virtual segments, fences and index block directory,
-// the number of vouched-for entries in each segment's .idx, and the
-// quarantined ranges, all complete up to log position pos.
+// partition's bounds, virtual segments, fences, one span per sealed
+// segment it has chunks in and the blocks of the active segment; for each
+// segment the number of .idx entries it vouches for and, once sealed, the
+// footer's block count and crc; and the quarantined ranges, all complete
+// up to log position pos. Sealed segments' blocks are in their footers,
+// not here: the checkpoint grows with partitions x segments, not with the
+// retained chunks.
 type ckptPart struct {
 	pid      uint32
 	key      pkey
@@ -28,7 +32,13 @@ type ckptPart struct {
 	records  int64
 	segs     []int64
 	fences   []fenceRef
+	spans    []ckptSpan
 	blocks   []ckptBlock
+}
+
+type ckptSpan struct {
+	seg     uint32 // index into checkpoint.segs
+	off, ms int64
 }
 
 type ckptBlock struct {
@@ -39,8 +49,11 @@ type ckptBlock struct {
 }
 
 type ckptSeg struct {
-	start int64
-	idxN  uint32
+	start   int64
+	idxN    uint32
+	sealed  bool
+	footN   uint32
+	footCRC uint32
 }
 
 type checkpoint struct {
@@ -54,7 +67,7 @@ type checkpoint struct {
 
 func encodeCheckpoint(c *checkpoint) []byte {
 	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
-	b = binary.BigEndian.AppendUint32(b, formatV2)
+	b = binary.BigEndian.AppendUint32(b, formatV3)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
 	b = binary.BigEndian.AppendUint32(b, c.nextPid)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
@@ -66,6 +79,13 @@ func encodeCheckpoint(c *checkpoint) []byte {
 	for _, g := range c.segs {
 		b = binary.BigEndian.AppendUint64(b, uint64(g.start))
 		b = binary.BigEndian.AppendUint32(b, g.idxN)
+		sealed := uint32(0)
+		if g.sealed {
+			sealed = 1
+		}
+		b = binary.BigEndian.AppendUint32(b, sealed)
+		b = binary.BigEndian.AppendUint32(b, g.footN)
+		b = binary.BigEndian.AppendUint32(b, g.footCRC)
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.parts)))
 	for _, p := range c.parts {
@@ -85,6 +105,12 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		for _, f := range p.fences {
 			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
 			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.spans)))
+		for _, k := range p.spans {
+			b = binary.BigEndian.AppendUint32(b, k.seg)
+			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
+			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
 		}
 		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
 		for _, k := range p.blocks {
@@ -130,7 +156,7 @@ func (d *decoder) count(size int) int {
 	return n
 }
 
-// decodeCheckpoint decodes a format-2 checkpoint. For a checkpoint of
+// decodeCheckpoint decodes a format-3 checkpoint. For a checkpoint of
 // another format it returns only the version (and no error), so the caller
 // can upgrade or refuse with a clear message.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
@@ -142,7 +168,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, errCkpt
 	}
 	c := &checkpoint{version: d.u32()}
-	if c.version != formatV2 {
+	if c.version != formatV3 {
 		return c, nil
 	}
 	c.pos, c.nextPid = d.i64(), d.u32()
@@ -150,9 +176,16 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	for i := 0; i < nq && d.err == nil; i++ {
 		c.quarantine = append(c.quarantine, posRange{d.i64(), d.i64()})
 	}
-	ng := d.count(12)
+	ng := d.count(24)
 	for i := 0; i < ng && d.err == nil; i++ {
-		c.segs = append(c.segs, ckptSeg{start: d.i64(), idxN: d.u32()})
+		g := ckptSeg{start: d.i64(), idxN: d.u32()}
+		sealed := d.u32()
+		g.footN, g.footCRC = d.u32(), d.u32()
+		if sealed > 1 || (sealed == 0 && g.footN != 0) {
+			d.err = errCkpt
+		}
+		g.sealed = sealed == 1
+		c.segs = append(c.segs, g)
 	}
 	np := d.count(4)
 	for i := 0; i < np && d.err == nil; i++ {
@@ -168,6 +201,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		nf := d.count(16)
 		for j := 0; j < nf && d.err == nil; j++ {
 			p.fences = append(p.fences, fenceRef{pos: d.i64(), off: d.i64()})
+		}
+		nsp := d.count(20)
+		p.spans = make([]ckptSpan, 0, nsp)
+		for j := 0; j < nsp && d.err == nil; j++ {
+			p.spans = append(p.spans, ckptSpan{seg: d.u32(), off: d.i64(), ms: d.i64()})
 		}
 		nb := d.count(32)
 		p.blocks = make([]ckptBlock, 0, nb)
@@ -203,10 +241,11 @@ func (s *Store) loadCheckpoint() (int64, error) {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		s.log.Warn("STORE: checkpoint not usable, re-indexing the whole log", "err", err)
-	case c.version == formatV1:
-		s.log.Warn("STORE: data directory of format 1: upgrading in place, re-indexing the whole log once", "dir", s.dir)
-	case c.version != formatV2:
-		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 and 2); refusing to open it",
+	case c.version == formatV1 || c.version == formatV2:
+		s.log.Warn("STORE: data directory of an older format: upgrading in place, re-indexing the whole log once",
+			"dir", s.dir, "format", c.version)
+	case c.version != formatV3:
+		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 to 3); refusing to open it",
 			filepath.Join(s.dir, ckptName), c.version, errNewerFormat)
 	default:
 		if err := s.applyCheckpoint(c); err != nil {
@@ -220,6 +259,7 @@ func (s *Store) loadCheckpoint() (int64, error) {
 	s.byPid = make(map[uint32]*partition)
 	s.nextPid = 0
 	s.quarantine = nil
+	s.w.lastMs = 0
 	for _, g := range s.segs {
 		if err := s.resetIdx(g, 0); err != nil {
 			return 0, err
@@ -243,22 +283,32 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 	for i, cg := range c.segs {
 		g := byStart[cg.start]
 		if g == nil {
-			continue // removed by retention after the checkpoint; no block may use it
-		}
-		if !g.idxOK || g.idxSize < idxHeaderLen+int64(cg.idxN)*idxEntryLen {
-			if g.end() > c.pos {
-				return fmt.Errorf("index %s of the segment being written is missing or torn", idxPathOf(g.path))
-			}
-			s.log.Warn("STORE: index file missing or shorter than the checkpoint says; rebuilding it from the log",
-				"index", idxPathOf(g.path), "size", g.idxSize, "entries", cg.idxN)
-			torn = append(torn, g)
+			continue // removed by retention after the checkpoint; no span may use it
 		}
 		segs[i] = g
+		if cg.sealed {
+			if g.end() > c.pos || g == last {
+				return fmt.Errorf("segment %s sealed in the checkpoint but written after it", g.path)
+			}
+			// Sealed: its .idx must be exactly entries and footer. The
+			// footer's content is checked when first read.
+			g.idxN, g.sealed, g.footN, g.footCRC = cg.idxN, true, cg.footN, cg.footCRC
+			want := int64(idxHeaderLen) + int64(cg.idxN)*idxEntryLen + int64(cg.footN)*footBlockLen + footTrailerLen
+			if !g.idxOK || g.idxSize != want {
+				s.log.Warn("STORE: index file of a sealed segment missing or of the wrong size; rebuilding it from the log",
+					"index", idxPathOf(g.path), "size", g.idxSize, "want", want)
+				torn = append(torn, g)
+			}
+			continue
+		}
+		if !g.idxOK || g.idxSize < idxHeaderLen+int64(cg.idxN)*idxEntryLen {
+			return fmt.Errorf("index %s of a segment being written at the checkpoint is missing or torn", idxPathOf(g.path))
+		}
 		vouched[g] = cg.idxN
 	}
 	for _, g := range s.segs {
 		if g.start < c.pos && g.end() <= c.pos && g != last {
-			if _, ok := vouched[g]; !ok {
+			if i := sort.Search(len(c.segs), func(i int) bool { return c.segs[i].start >= g.start }); i == len(c.segs) || c.segs[i].start != g.start {
 				return fmt.Errorf("segment %s is not in the checkpoint", g.path)
 			}
 		}
@@ -274,13 +324,25 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		p.base, p.records = cp.base, cp.records
 		p.segs = cp.segs
 		p.fences = cp.fences
+		p.spans = make([]segSpan, len(cp.spans))
+		prev := int64(-1)
+		for i, k := range cp.spans {
+			if int(k.seg) >= len(segs) || segs[k.seg] == nil || !c.segs[k.seg].sealed || k.off <= prev || k.off > cp.end ||
+				(i > 0 && segs[k.seg].start <= p.spans[i-1].g.start) {
+				return fmt.Errorf("%w: span %d of %s-%d", errCkpt, i, cp.key.topic, cp.key.num)
+			}
+			p.spans[i] = segSpan{g: segs[k.seg], off: k.off, ms: k.ms}
+			prev = k.off
+			s.w.lastMs = max(s.w.lastMs, k.ms)
+		}
 		p.blocks = make([]blockRef, len(cp.blocks))
 		for i, k := range cp.blocks {
-			if int(k.seg) >= len(segs) || segs[k.seg] == nil || k.at+k.n > vouched[segs[k.seg]] || k.n == 0 ||
-				(i > 0 && k.off <= cp.blocks[i-1].off) || k.off > cp.end {
+			if int(k.seg) >= len(segs) || segs[k.seg] == nil || c.segs[k.seg].sealed || k.at+k.n > vouched[segs[k.seg]] || k.n == 0 ||
+				k.off <= prev || k.off > cp.end {
 				return fmt.Errorf("%w: block %d of %s-%d", errCkpt, i, cp.key.topic, cp.key.num)
 			}
 			p.blocks[i] = blockRef{g: segs[k.seg], off: k.off, ms: k.ms, at: k.at, n: k.n, crc: k.crc}
+			prev = k.off
 			s.w.lastMs = max(s.w.lastMs, k.ms)
 		}
 		s.parts[cp.key] = p
@@ -290,13 +352,16 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		if err := s.rebuildIdx(g, g.idxGen.Load()); err != nil {
 			return err
 		}
-		vouched[g] = g.idxN
 	}
-	// The part of each .idx the checkpoint does not vouch for (written
-	// after it) is cut away; the scan from pos writes it again.
+	// The part of each unsealed .idx the checkpoint does not vouch for
+	// (written after it, a footer included) is cut away; the scan from pos
+	// writes it again. A segment the checkpoint does not know was created
+	// after it and is re-indexed whole.
 	for _, g := range s.segs {
-		if err := s.resetIdx(g, vouched[g]); err != nil {
-			return err
+		if !g.sealed {
+			if err := s.resetIdx(g, vouched[g]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -323,7 +388,7 @@ func (s *Store) writeCheckpoint() error {
 	s.segMu.RLock()
 	for i, g := range s.segs {
 		g.idxMu.RLock() // rebuildIdx may replace a sealed segment's .idx
-		c.segs = append(c.segs, ckptSeg{start: g.start, idxN: g.idxN})
+		c.segs = append(c.segs, ckptSeg{start: g.start, idxN: g.idxN, sealed: g.sealed, footN: g.footN, footCRC: g.footCRC})
 		g.idxMu.RUnlock()
 		segIdx[g] = uint32(i)
 	}
@@ -334,7 +399,14 @@ func (s *Store) writeCheckpoint() error {
 	for _, p := range s.parts {
 		p.mu.RLock()
 		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
-			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
+			fences: append([]fenceRef(nil), p.fences...), spans: make([]ckptSpan, 0, len(p.spans)), blocks: make([]ckptBlock, 0, len(p.blocks))}
+		for _, sp := range p.spans {
+			i, ok := segIdx[sp.g]
+			if !ok {
+				continue // its segment is gone: the span is below min
+			}
+			cp.spans = append(cp.spans, ckptSpan{seg: i, off: sp.off, ms: sp.ms})
+		}
 		for _, b := range p.blocks {
 			i, ok := segIdx[b.g]
 			if !ok {
@@ -370,15 +442,50 @@ func (s *Store) partitionList() []*partition {
 	return ps
 }
 
-// sealed is called by the writer when g stopped being the active segment:
-// the tails go into its .idx, which is made durable, so that no index
-// entry refers to a sealed segment from memory alone.
+// sealed is called by the writer (or recovery) when g stopped being the
+// active segment: the tails go into its .idx, then a footer listing every
+// block in it, and the file is made durable; each partition's blocks in g
+// then become one span. So no index entry refers to a sealed segment from
+// memory alone, and memory keeps nothing per block of a sealed segment.
 func (s *Store) sealed(g *segment) error {
+	if g.sealed {
+		return nil
+	}
 	if err := s.flushTails(g); err != nil {
 		return err
 	}
-	if err := g.idx.Datasync(); err != nil {
-		return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(g.path), err)
+	ps := s.partitionList()
+	var fbs []footBlock
+	for _, p := range ps {
+		p.mu.RLock()
+		for _, b := range p.blocks {
+			if b.g == g {
+				fbs = append(fbs, footBlock{pid: p.pid, at: b.at, n: b.n, crc: b.crc, off: b.off, ms: b.ms})
+			}
+		}
+		p.mu.RUnlock()
+	}
+	if err := s.writeFooter(g, fbs); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		p.mu.Lock()
+		k, first := 0, true
+		for _, b := range p.blocks {
+			if b.g != g {
+				p.blocks[k] = b
+				k++
+			} else if first {
+				first = false
+				p.spans = append(p.spans, segSpan{g: g, off: b.off, ms: b.ms})
+			}
+		}
+		clear(p.blocks[k:])
+		p.blocks = p.blocks[:k]
+		if k == 0 {
+			p.blocks = nil // the active segment's blocks start a new array
+		}
+		p.mu.Unlock()
 	}
 	return nil
 }

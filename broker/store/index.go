@@ -13,10 +13,12 @@ import (
 // The per-partition index lives on disk: every log segment has an .idx
 // file of 32-byte entries (one per data chunk) written in blocks, each
 // block holding up to blockEntries consecutive chunks of ONE partition.
-// Memory keeps one blockRef per block (its first offset and time, where it
-// is and its crc) and, per partition, the chunks written since its last
-// block (the tail, at most one block's worth, always in the active
-// segment). See doc.go.
+// When a segment is sealed its .idx gets a footer listing every block in
+// it (the segment's summary, read when first needed and kept in a bounded
+// cache). Memory keeps, per partition, one segSpan per sealed segment it
+// has chunks in, one blockRef per block of the active segment, and the
+// chunks written since its last block (the tail, at most one block's
+// worth, always in the active segment). See doc.go.
 
 // idxEntry is one data chunk as written to a segment's .idx file.
 type idxEntry struct {
@@ -30,18 +32,34 @@ type idxEntry struct {
 const (
 	idxMagic     = 0x4D514958 // "MQIX"
 	formatV1     = 1          // .idx = whole-segment summary; checkpoint without blocks
-	formatV2     = 2          // .idx = per-partition blocks; checkpoint holds the block directory
+	formatV2     = 2          // .idx = per-partition blocks; checkpoint holds every block
+	formatV3     = 3          // sealed .idx end with a footer of their blocks; checkpoint holds spans
 	idxEntryLen  = 32
 	idxHeaderLen = 32
 	idxSuffix    = ".idx"
 	// blockEntries is the size of an index block: 1,024 entries, 32 KiB.
-	// Memory costs 40 bytes per block, 0.04 bytes per chunk.
 	blockEntries = 1024
 	// tailBudget bounds the entries all tails hold together (16 MiB): with
 	// thousands of busy partitions, tails are written out early as short
 	// blocks rather than holding up to a block each.
 	tailBudget = 512 << 10
+	// summaryBudget bounds the footer blocks the summary cache holds (32
+	// bytes each in memory: 2 MiB), whatever the retained size.
+	summaryBudget = 64 << 10
+
+	footMagic      = 0x4D514946 // "MQIF"
+	footBlockLen   = 32
+	footTrailerLen = 32
 )
+
+// segSpan is where a partition's chunks in one sealed segment begin: at
+// offset off, appended at ms (the first of its blocks there). They run to
+// the start of the next span, of the active segment's blocks, of the tail,
+// or to the partition end; the segment's footer lists their blocks.
+type segSpan struct {
+	g       *segment
+	off, ms int64
+}
 
 // blockRef locates one index block of a partition.
 type blockRef struct {
@@ -58,14 +76,15 @@ func idxPathOf(logPath string) string { return strings.TrimSuffix(logPath, segSu
 func idxHeader(start int64) []byte {
 	b := make([]byte, idxHeaderLen)
 	binary.BigEndian.PutUint32(b[0:], idxMagic)
-	binary.BigEndian.PutUint32(b[4:], formatV2)
+	binary.BigEndian.PutUint32(b[4:], formatV3)
 	binary.BigEndian.PutUint64(b[8:], uint64(start))
 	return b
 }
 
 // openIdx opens g's .idx (creating it when missing). It reports whether
-// the file holds a valid format-2 header for g; the entries themselves are
-// trusted only as far as the checkpoint vouches for them.
+// the file holds a valid header of the current format for g; the entries
+// themselves are trusted only as far as the checkpoint vouches for them,
+// a footer only once its checks pass.
 func (s *Store) openIdx(g *segment) (ok bool, err error) {
 	path := idxPathOf(g.path)
 	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -85,13 +104,14 @@ func (s *Store) openIdx(g *segment) (ok bool, err error) {
 	if _, err := f.ReadAt(h[:], 0); err != nil {
 		return false, nil
 	}
-	return binary.BigEndian.Uint32(h[0:]) == idxMagic && binary.BigEndian.Uint32(h[4:]) == formatV2 &&
+	return binary.BigEndian.Uint32(h[0:]) == idxMagic && binary.BigEndian.Uint32(h[4:]) == formatV3 &&
 		int64(binary.BigEndian.Uint64(h[8:])) == g.start, nil
 }
 
 // resetIdx cuts g's .idx to its header and n entries (the part a
-// checkpoint vouches for); n = 0 rewrites the header.
+// checkpoint vouches for; a footer goes too); n = 0 rewrites the header.
 func (s *Store) resetIdx(g *segment, n uint32) error {
+	g.sealed, g.footN, g.footCRC = false, 0, 0
 	size := int64(idxHeaderLen) + int64(n)*idxEntryLen
 	if err := g.idx.Truncate(size); err != nil {
 		return fmt.Errorf("store: truncate index %s: %w", idxPathOf(g.path), err)
@@ -228,6 +248,73 @@ func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
 	return ents, nil
 }
 
+// blockLoc says where the block holding an offset is: a block of the
+// active segment (ref), or p's span in a sealed segment, whose footer
+// lists the block. end is where p's chunks there end: entries at or past
+// it are not p's (fenced, or a later span's).
+type blockLoc struct {
+	ref  blockRef
+	span *segSpan
+	end  int64
+}
+
+func (l blockLoc) seg() *segment {
+	if l.span != nil {
+		return l.span.g
+	}
+	return l.ref.g
+}
+
+// locateLocked finds where the block holding off is; false when off is
+// below everything indexed. The caller holds p.mu.
+func (p *partition) locateLocked(off int64) (blockLoc, bool) {
+	if len(p.blocks) > 0 && off >= p.blocks[0].off {
+		i := p.blockIndexLocked(off)
+		return blockLoc{ref: p.blocks[i], end: p.blockEndLocked(i)}, true
+	}
+	i := p.spanIndexLocked(off)
+	if i < 0 {
+		return blockLoc{}, false
+	}
+	sp := p.spans[i]
+	return blockLoc{span: &sp, end: p.spanEndLocked(i)}, true
+}
+
+// resolveBlock returns the block of partition pid holding off at loc, reading
+// a sealed segment's summary when it is not cached.
+func (s *Store) resolveBlock(pid uint32, loc blockLoc, off int64) (blockRef, error) {
+	if loc.span == nil {
+		return loc.ref, nil
+	}
+	sm, err := s.summary(loc.span.g)
+	if err != nil {
+		return blockRef{}, err
+	}
+	bs := sm.pidBlocks(pid)
+	k := sort.Search(len(bs), func(i int) bool { return bs[i].off > off }) - 1
+	if k < 0 {
+		return blockRef{}, fmt.Errorf("store: index %s: %w: no block of partition %d at %d in its footer",
+			idxPathOf(loc.span.g.path), errIndexDamaged, pid, off)
+	}
+	return bs[k].ref(loc.span.g), nil
+}
+
+// blockAt reads the block of partition pid holding off at loc, its
+// entries cut at loc.end; gen is the segment's index generation before
+// the read (for repairBlock).
+func (s *Store) blockAt(pid uint32, loc blockLoc, off int64) ([]idxEntry, uint64, error) {
+	gen := loc.seg().idxGen.Load()
+	b, err := s.resolveBlock(pid, loc, off)
+	if err != nil {
+		return nil, gen, err
+	}
+	ents, err := s.readBlock(pid, b)
+	if err != nil {
+		return nil, gen, err
+	}
+	return ents[:sort.Search(len(ents), func(i int) bool { return ents[i].off >= loc.end })], gen, nil
+}
+
 // chunks returns p's chunks in order, from the one holding off on, until
 // they cover want bytes from off or reach the partition end. Index blocks
 // are read without holding p.mu.
@@ -249,20 +336,17 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 			p.mu.RUnlock()
 			break
 		}
-		i := p.blockIndexLocked(x)
-		if i < 0 {
-			p.mu.RUnlock()
-			break
-		}
-		b := p.blocks[i]
+		loc, ok := p.locateLocked(x)
 		pid := p.pid
 		p.mu.RUnlock()
-		gen := b.g.idxGen.Load()
-		ents, err := s.readBlock(pid, b)
+		if !ok {
+			break
+		}
+		ents, gen, err := s.blockAt(pid, loc, x)
 		if err != nil {
 			if errors.Is(err, errIndexDamaged) && !repaired {
 				repaired = true
-				if s.repairBlock(b, gen, err) == nil {
+				if s.repairBlock(loc.seg(), gen, err) == nil {
 					continue
 				}
 			}
@@ -309,21 +393,18 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	case off == p.end:
 	case off > p.end:
 		return notStart
-	case (len(p.blocks) == 0 || off <= p.blocks[0].off) && (len(p.tail) == 0 || off <= p.tail[0].off):
+	case off <= p.firstIndexedLocked():
 		// At or below everything indexed (retention dropped what was
 		// below): nothing stays.
-		p.blocks, p.tail = nil, nil
+		p.spans, p.blocks, p.tail = nil, nil, nil
 	case len(p.tail) > 0 && off >= p.tail[0].off:
 		k := p.tailIndexLocked(off)
 		if p.tail[k].off != off {
 			return notStart
 		}
 		p.tail = p.tail[:k]
-	default:
+	case len(p.blocks) > 0 && off >= p.blocks[0].off:
 		i := p.blockIndexLocked(off)
-		if i < 0 {
-			return notStart
-		}
 		b := p.blocks[i]
 		ents, err := s.readBlock(p.pid, b)
 		if err != nil {
@@ -342,6 +423,24 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 			b.crc = crc32.Checksum(encodeEntries(nil, ents[:k]), castagnoli)
 			p.blocks[i] = b
 		}
+	default:
+		// In a sealed segment: its footer cannot change, so the span
+		// just ends at off now (lookups cut its blocks there).
+		i := p.spanIndexLocked(off)
+		loc := blockLoc{span: &p.spans[i], end: p.spanEndLocked(i)}
+		ents, _, err := s.blockAt(p.pid, loc, off)
+		if err != nil {
+			return err
+		}
+		k := sort.Search(len(ents), func(j int) bool { return ents[j].off >= off })
+		if k == len(ents) || ents[k].off != off {
+			return notStart
+		}
+		p.blocks, p.tail = nil, nil
+		p.spans = p.spans[:i+1]
+		if p.spans[i].off == off {
+			p.spans = p.spans[:i]
+		}
 	}
 	p.records -= p.recordsInLocked(p.end - off)
 	p.end, p.wEnd = off, off
@@ -357,8 +456,9 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 }
 
 // offsetForTime returns the offset of p's first chunk appended at or after
-// ms, or p's durable end. Blocks carry their first chunk's time and times
-// never decrease along the log, so one block is read at most.
+// ms, or p's durable end. Spans and blocks carry their first chunk's time
+// and times never decrease along the log, so one block is read at most
+// (and, in a sealed segment, its footer if not cached).
 func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 	return s.offsetForTime1(p, ms, true)
 }
@@ -366,33 +466,40 @@ func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error) {
 	p.mu.RLock()
 	lo, end, pid := p.min, p.durable, p.pid
-	// The first chunk at or after ms is in block j-1, or it is next: block
-	// j's first chunk, or the tail's first such, or none (end).
-	j := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ms >= ms })
-	next := end
-	if j < len(p.blocks) {
-		next = p.blocks[j].off
-	} else if k := sort.Search(len(p.tail), func(i int) bool { return p.tail[i].ms >= ms }); k > 0 {
-		// The tail's first chunk is older than ms, so every block is too.
+	// The first chunk at or after ms is in the last unit (span, block or
+	// tail chunk) that starts before ms, or it is the next unit's first.
+	if k := sort.Search(len(p.tail), func(i int) bool { return p.tail[i].ms >= ms }); k > 0 {
+		// The tail's first chunk is older than ms, so everything before is too.
+		next := end
 		if k < len(p.tail) {
 			next = p.tail[k].off
 		}
 		p.mu.RUnlock()
 		return clampTime(next, lo, end), nil
-	} else if len(p.tail) > 0 {
-		next = p.tail[0].off
 	}
-	if j == 0 || p.blockEndLocked(j-1) <= lo {
+	var loc blockLoc
+	var next int64
+	if j := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ms >= ms }); j > 0 {
+		loc = blockLoc{ref: p.blocks[j-1], end: p.blockEndLocked(j - 1)}
+		next = loc.end
+	} else if j := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].ms >= ms }); j > 0 {
+		sp := p.spans[j-1]
+		loc = blockLoc{span: &sp, end: p.spanEndLocked(j - 1)}
+		next = loc.end
+	} else {
+		next = p.firstIndexedLocked()
 		p.mu.RUnlock()
 		return clampTime(next, lo, end), nil
 	}
-	b := p.blocks[j-1]
 	p.mu.RUnlock()
-	gen := b.g.idxGen.Load()
-	ents, err := s.readBlock(pid, b)
+	if loc.end <= lo {
+		return clampTime(next, lo, end), nil
+	}
+	gen := loc.seg().idxGen.Load()
+	ents, err := s.blockForTime(pid, loc, ms, &next)
 	if err != nil {
 		if errors.Is(err, errIndexDamaged) && retry {
-			if s.repairBlock(b, gen, err) == nil {
+			if s.repairBlock(loc.seg(), gen, err) == nil {
 				return s.offsetForTime1(p, ms, false)
 			}
 		}
@@ -404,15 +511,44 @@ func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error
 	return clampTime(next, lo, end), nil
 }
 
+// blockForTime reads the block at loc whose chunks ms falls among: the
+// last one starting before ms (in a sealed segment, found in its footer;
+// *next becomes the following block's first offset when there is one).
+func (s *Store) blockForTime(pid uint32, loc blockLoc, ms int64, next *int64) ([]idxEntry, error) {
+	if loc.span != nil {
+		sm, err := s.summary(loc.span.g)
+		if err != nil {
+			return nil, err
+		}
+		bs := sm.pidBlocks(pid)
+		a := sort.Search(len(bs), func(i int) bool { return bs[i].off > loc.span.off }) - 1
+		z := sort.Search(len(bs), func(i int) bool { return bs[i].off >= loc.end })
+		if a < 0 || a >= z {
+			return nil, fmt.Errorf("store: index %s: %w: no block of partition %d at %d in its footer",
+				idxPathOf(loc.span.g.path), errIndexDamaged, pid, loc.span.off)
+		}
+		bs = bs[a:z]
+		j := max(sort.Search(len(bs), func(i int) bool { return bs[i].ms >= ms }), 1)
+		if j < len(bs) {
+			*next = bs[j].off
+		}
+		loc = blockLoc{ref: bs[j-1].ref(loc.span.g), end: loc.end}
+	}
+	ents, err := s.readBlock(pid, loc.ref)
+	if err != nil {
+		return nil, err
+	}
+	return ents[:sort.Search(len(ents), func(i int) bool { return ents[i].off >= loc.end })], nil
+}
+
 func clampTime(off, lo, end int64) int64 { return min(max(off, lo), end) }
 
-// rebuildIdx rewrites sealed segment g's .idx from its log and points the
-// blocks every partition has in g at the new file: start-up does it for a
-// missing or torn .idx, a reader for a block that failed its checks. The
-// new file holds, per partition, the chunks of the offset range its
-// blocks in g covered; they are published under each partition's lock
-// against its range at that moment (retention or a fence may have moved
-// it meanwhile).
+// rebuildIdx rewrites sealed segment g's .idx, footer included, from its
+// log: start-up does it for a missing or torn .idx, a reader for a block
+// or footer that failed its checks. The new file holds, per partition,
+// the chunks of the offset range its span in g covers, taken against its
+// range at that moment (retention or a fence may move it meanwhile; the
+// spans themselves do not change).
 func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 	s.rebuildMu.Lock()
 	defer s.rebuildMu.Unlock()
@@ -433,23 +569,18 @@ func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 		}
 		x += int64(n)
 	}
-	// The chunks each partition's blocks in g cover, as a contiguous chain.
-	type rebuilt struct {
-		p    *partition
-		ents []idxEntry
-		at   uint32
-	}
-	var parts []rebuilt
+	// The chunks each partition's span in g covers, as a contiguous chain.
+	var chains [][]idxEntry
 	s.mu.RLock()
 	for _, p := range s.parts {
 		p.mu.RLock()
-		i0, i1 := p.blocksIn(g)
+		i := p.spanOfLocked(g)
 		var lo, hi int64
-		if i0 < i1 {
-			lo, hi = p.blocks[i0].off, p.blockEndLocked(i1-1)
+		if i >= 0 {
+			lo, hi = p.spans[i].off, p.spanEndLocked(i)
 		}
 		p.mu.RUnlock()
-		if i0 == i1 {
+		if i < 0 || lo >= hi {
 			continue
 		}
 		var chain []idxEntry
@@ -470,16 +601,25 @@ func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 			return fmt.Errorf("store: rebuild index of %s: the log does not hold %s-%d's chunks [%d, %d)",
 				g.path, p.key.topic, p.key.num, lo, hi)
 		}
-		parts = append(parts, rebuilt{p: p, ents: chain})
+		chains = append(chains, chain)
 	}
 	s.mu.RUnlock()
 	b := idxHeader(g.start)
+	var fbs []footBlock
 	n := uint32(0)
-	for i := range parts {
-		parts[i].at = n
-		b = encodeEntries(b, parts[i].ents)
-		n += uint32(len(parts[i].ents))
+	for _, chain := range chains {
+		for k := 0; k < len(chain); k += s.opts.blockEntries {
+			blk := chain[k:min(k+s.opts.blockEntries, len(chain))]
+			start := len(b)
+			b = encodeEntries(b, blk)
+			fbs = append(fbs, footBlock{pid: blk[0].pid, at: n, n: uint32(len(blk)), crc: crc32.Checksum(b[start:], castagnoli),
+				off: blk[0].off, ms: blk[0].ms})
+			n += uint32(len(blk))
+		}
 	}
+	sortFootBlocks(fbs)
+	foot := encodeFooter(fbs, n, g.start)
+	b = append(b, foot...)
 	path := idxPathOf(g.path)
 	if err := writeFileAtomic(s.fs, path, b); err != nil {
 		return fmt.Errorf("store: rebuild index %s: %w", path, err)
@@ -496,30 +636,11 @@ func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 	}
 	old := g.idx
 	g.idx, g.idxN, g.idxSize, g.idxOK = f, n, int64(len(b)), true
-	g.idxGen.Add(1)
+	g.sealed, g.footN, g.footCRC = true, uint32(len(fbs)), binary.BigEndian.Uint32(foot[len(foot)-8:])
+	newGen := g.idxGen.Add(1)
 	g.idxMu.Unlock()
 	old.Close()
-	for _, x := range parts {
-		x.p.mu.Lock()
-		i0, i1 := x.p.blocksIn(g)
-		if i0 < i1 {
-			lo, hi := x.p.blocks[i0].off, x.p.blockEndLocked(i1-1)
-			var nb []blockRef
-			for k := 0; k < len(x.ents); k += s.opts.blockEntries {
-				blk := x.ents[k:min(k+s.opts.blockEntries, len(x.ents))]
-				for len(blk) > 0 && blk[len(blk)-1].off >= hi {
-					blk = blk[:len(blk)-1]
-				}
-				if len(blk) == 0 || blk[len(blk)-1].off+int64(blk[len(blk)-1].n) <= lo {
-					continue
-				}
-				nb = append(nb, blockRef{g: g, off: blk[0].off, ms: blk[0].ms, at: x.at + uint32(k), n: uint32(len(blk)),
-					crc: crc32.Checksum(encodeEntries(nil, blk), castagnoli)})
-			}
-			x.p.blocks = append(append(append([]blockRef(nil), x.p.blocks[:i0]...), nb...), x.p.blocks[i1:]...)
-		}
-		x.p.mu.Unlock()
-	}
+	s.sums.put(g, newGen, &segSummary{blocks: fbs})
 	return nil
 }
 
@@ -533,32 +654,22 @@ func (p *partition) deadByFence(off, n, pos int64) bool {
 	return false
 }
 
-// repairBlock handles block b that failed its checks: a sealed segment's
-// .idx is rebuilt from the log at once (and the caller retries); damage in
-// the active segment's .idx cannot be, so the checkpoint goes and the next
-// start-up rebuilds it.
-func (s *Store) repairBlock(b blockRef, gen uint64, cause error) error {
+// repairBlock handles a block (or footer) of segment g that failed its
+// checks: a sealed segment's .idx is rebuilt from the log at once (and
+// the caller retries); damage in the active segment's .idx cannot be, so
+// the checkpoint goes and the next start-up rebuilds it.
+func (s *Store) repairBlock(g *segment, gen uint64, cause error) error {
 	s.log.Error("STORE: index block damaged", "err", cause)
 	s.segMu.RLock()
-	active := len(s.segs) > 0 && s.segs[len(s.segs)-1] == b.g
+	active := len(s.segs) > 0 && s.segs[len(s.segs)-1] == g
 	s.segMu.RUnlock()
-	if active {
+	if active || !g.isSealed() {
 		s.indexDamaged(cause)
 		return cause
 	}
-	if err := s.rebuildIdx(b.g, gen); err != nil {
+	if err := s.rebuildIdx(g, gen); err != nil {
 		s.indexDamaged(err)
 		return err
 	}
 	return nil
-}
-
-// blocksIn returns the range [i0, i1) of p's blocks held by segment g.
-func (p *partition) blocksIn(g *segment) (int, int) {
-	i0 := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].g.start >= g.start })
-	i1 := i0
-	for i1 < len(p.blocks) && p.blocks[i1].g == g {
-		i1++
-	}
-	return i0, i1
 }

@@ -17,33 +17,72 @@ import (
 	"metaq/internal/clock"
 )
 
-// indexSize counts the index entries a store keeps in memory: tails, and
-// blocks (each standing for up to blockEntries entries on disk).
-func indexSize(s *Store) (tails, blocks int) {
+// indexSize counts what a store keeps in memory for its index: tails,
+// blocks of the active segment, spans of sealed segments.
+func indexSize(s *Store) (tails, blocks, spans int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, p := range s.parts {
 		p.mu.RLock()
 		tails += len(p.tail)
 		blocks += len(p.blocks)
+		spans += len(p.spans)
 		p.mu.RUnlock()
 	}
-	return tails, blocks
+	return tails, blocks, spans
 }
 
 // The memory rule: a partition keeps at most one block of entries in
-// memory, everything older is one reference per block.
-func TestIndexMemoryIsOneRefPerBlock(t *testing.T) {
-	s := openT(t, Options{SegmentBytes: 256 << 10, blockEntries: 32})
-	want := fill(t, s, "m", 3, 700)
-	tails, blocks := indexSize(s)
-	if tails > 3*32 {
-		t.Fatalf("tails hold %d entries, want at most one block per partition", tails)
+// memory, one reference per block of the active segment and one span per
+// sealed segment it has chunks in; sealed segments' blocks are read from
+// their footers into a cache of bounded size. The same holds after a
+// restart, and the checkpoint carries no sealed block.
+func TestIndexMemoryIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 64 << 10, blockEntries: 32, summaryBudget: 40}
+	s := openT(t, opts)
+	want := fill(t, s, "m", 3, 2000)
+	check := func(s *Store) {
+		t.Helper()
+		tails, blocks, spans := indexSize(s)
+		sealed := countSegs(s) - 1
+		if sealed < 4 {
+			t.Fatalf("want several sealed segments, have %d", sealed)
+		}
+		if tails > 3*32 || spans > 3*sealed {
+			t.Fatalf("%d tail entries and %d spans for 3 partitions and %d sealed segments", tails, spans, sealed)
+		}
+		active := s.segs[len(s.segs)-1]
+		for _, p := range s.parts {
+			for _, b := range p.blocks {
+				if b.g != active {
+					t.Fatalf("a block of sealed segment %s kept in memory", b.g.path)
+				}
+			}
+		}
+		if blocks > 3*int(active.idxN)/32+3 {
+			t.Fatalf("%d blocks in memory for %d entries in the active segment", blocks, active.idxN)
+		}
+		checkParts(t, s, "m", want)
+		if _, n := s.sums.size(); n > opts.summaryBudget {
+			t.Fatalf("summary cache holds %d blocks, budget %d", n, opts.summaryBudget)
+		}
 	}
-	if chunks := 3 * 700; blocks < (chunks-tails)/32 || blocks > (chunks-tails)/32+3*countSegs(s) {
-		t.Fatalf("%d blocks for %d chunks of which %d in tails", blocks, chunks, tails)
+	check(s)
+	s.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, ckptName))
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkParts(t, s, "m", want)
+	for _, p := range c.parts {
+		for _, k := range p.blocks {
+			if c.segs[k.seg].sealed {
+				t.Fatalf("checkpoint holds a block of a sealed segment")
+			}
+		}
+	}
+	check(openT(t, opts))
 }
 
 func countSegs(s *Store) int {
@@ -158,12 +197,12 @@ func TestOpenFormat1Directory(t *testing.T) {
 	check(s)
 	s.Close()
 	ck, _ = os.ReadFile(filepath.Join(dir, ckptName))
-	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV2 {
+	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV3 {
 		t.Fatalf("checkpoint still has format %d after the upgrade", v)
 	}
 	for _, f := range logFiles(t, dir, idxSuffix) {
 		b, _ := os.ReadFile(f)
-		if len(b) < idxHeaderLen || binary.BigEndian.Uint32(b[4:]) != formatV2 {
+		if len(b) < idxHeaderLen || binary.BigEndian.Uint32(b[4:]) != formatV3 {
 			t.Fatalf("%s not upgraded", f)
 		}
 	}
@@ -186,13 +225,13 @@ func TestRefuseNewerFormat(t *testing.T) {
 	s.Close()
 	p := filepath.Join(dir, ckptName)
 	b, _ := os.ReadFile(p)
-	binary.BigEndian.PutUint32(b[4:], 3)
+	binary.BigEndian.PutUint32(b[4:], formatV3+1)
 	binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
 	os.WriteFile(p, b, 0o644)
 	before := snapshot(t, dir)
 	_, err := Open(Options{Dir: dir})
-	if !errors.Is(err, errNewerFormat) || !strings.Contains(err.Error(), "format 3") || !strings.Contains(err.Error(), p) {
-		t.Fatalf("Open of a format-3 directory: %v", err)
+	if !errors.Is(err, errNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", formatV3+1)) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("Open of a format-%d directory: %v", formatV3+1, err)
 	}
 	if after := snapshot(t, dir); after != before {
 		t.Fatalf("refused open changed the directory:\n%s\n%s", before, after)
@@ -277,7 +316,7 @@ func TestTailBudget(t *testing.T) {
 		for p := 0; p < 50; p++ {
 			mustAppend(t, s, "b", p, "x")
 		}
-		if tails, _ := indexSize(s); tails > 200+200/4+50 {
+		if tails, _, _ := indexSize(s); tails > 200+200/4+50 {
 			t.Fatalf("round %d: tails hold %d entries, budget 200", i, tails)
 		}
 	}

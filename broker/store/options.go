@@ -41,6 +41,8 @@ type Options struct {
 	// entries all partitions' tails may hold together (tests make them small).
 	blockEntries int
 	tailBudget   int
+	// summaryBudget is the footer blocks the summary cache may hold.
+	summaryBudget int
 }
 
 // DefaultSegmentBytes is MetaQ's maxSegmentSize default (1 GiB).
@@ -73,6 +75,9 @@ func (o *Options) validate() error {
 	}
 	if o.tailBudget <= 0 {
 		o.tailBudget = tailBudget
+	}
+	if o.summaryBudget <= 0 {
+		o.summaryBudget = summaryBudget
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = 4 << 20 // enough for 64 KiB+ per fsync with many writers

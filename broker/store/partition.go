@@ -18,9 +18,11 @@ type fenceRef struct {
 	off int64
 }
 
-// partition is the index of one partition: its sealed chunks in on-disk
-// blocks (see index.go), the newest ones in tail. Fields under mu are read
-// by any goroutine; wEnd is owned by the writer goroutine.
+// partition is the index of one partition: its chunks in sealed segments
+// as one span per segment (their blocks are listed in that segment's .idx
+// footer, see index.go), those of the active segment in blocks on disk
+// with a reference each in memory, the newest ones in tail. Fields under
+// mu are read by any goroutine; wEnd is owned by the writer goroutine.
 type partition struct {
 	key pkey
 	pid uint32
@@ -29,7 +31,8 @@ type partition struct {
 	min      int64      // first retained offset
 	end      int64      // end of the last written chunk
 	durable  int64      // end of the last fsynced chunk
-	blocks   []blockRef // index blocks on disk, ascending and contiguous in offset
+	spans    []segSpan  // chunks in sealed segments, one span per segment, ascending
+	blocks   []blockRef // index blocks of the active segment, ascending and contiguous in offset
 	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
 	segs     []int64    // virtual MetaQ segment starts (see offset in broker/wire/doc.go), ascending
 	fences   []fenceRef
@@ -270,6 +273,49 @@ func (p *partition) tailIndexLocked(off int64) int {
 // block starting at or below it), or -1.
 func (p *partition) blockIndexLocked(off int64) int {
 	return sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].off > off }) - 1
+}
+
+// spanIndexLocked returns the index of the span holding off (the last span
+// starting at or below it), or -1.
+func (p *partition) spanIndexLocked(off int64) int {
+	return sort.Search(len(p.spans), func(i int) bool { return p.spans[i].off > off }) - 1
+}
+
+// spanEndLocked is the partition offset where span i ends: where the next
+// span, the active segment's blocks, the tail or the partition begin.
+func (p *partition) spanEndLocked(i int) int64 {
+	switch {
+	case i+1 < len(p.spans):
+		return p.spans[i+1].off
+	case len(p.blocks) > 0:
+		return p.blocks[0].off
+	case len(p.tail) > 0:
+		return p.tail[0].off
+	}
+	return p.end
+}
+
+// spanOfLocked returns the index of p's span in sealed segment g, or -1.
+func (p *partition) spanOfLocked(g *segment) int {
+	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].g.start >= g.start })
+	if i < len(p.spans) && p.spans[i].g == g {
+		return i
+	}
+	return -1
+}
+
+// firstIndexedLocked is the offset of p's first indexed chunk (its end
+// when nothing is indexed).
+func (p *partition) firstIndexedLocked() int64 {
+	switch {
+	case len(p.spans) > 0:
+		return p.spans[0].off
+	case len(p.blocks) > 0:
+		return p.blocks[0].off
+	case len(p.tail) > 0:
+		return p.tail[0].off
+	}
+	return p.end
 }
 
 // blockEndLocked is the partition offset where block i ends.

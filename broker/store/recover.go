@@ -117,6 +117,11 @@ func (s *Store) scan(from int64) error {
 	for i := 0; i < len(s.segs); i++ {
 		g := s.segs[i]
 		if g.end() <= from && i < len(s.segs)-1 {
+			// Written before the checkpoint; sealed after it if the
+			// checkpoint still saw it active (its blocks are in memory).
+			if err := s.sealed(g); err != nil {
+				return err
+			}
 			continue
 		}
 		size := g.size.Load()
@@ -179,6 +184,7 @@ func (s *Store) truncateTail(i int, x int64) error {
 	g.size.Store(x)
 	for _, h := range s.segs[i+1:] {
 		h.close()
+		s.sums.drop(h)
 		for _, path := range []string{h.path, idxPathOf(h.path)} {
 			if err := s.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("store: remove %s: %w", path, err)

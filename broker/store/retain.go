@@ -3,7 +3,6 @@ package store
 import (
 	"archive/zip"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -64,8 +63,15 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	if newMin <= p.min {
 		return
 	}
-	// Blocks wholly below newMin go (copied so the dropped part of the
-	// array is freed); the block holding newMin stays.
+	// Spans and blocks wholly below newMin go (copied so the dropped part
+	// of the array is freed); the one holding newMin stays.
+	j := 0
+	for j < len(p.spans) && p.spanEndLocked(j) <= newMin {
+		j++
+	}
+	if j > 0 {
+		p.spans = append([]segSpan(nil), p.spans[j:]...)
+	}
 	i := 0
 	for i < len(p.blocks) && p.blockEndLocked(i) <= newMin {
 		i++
@@ -94,10 +100,10 @@ func (s *Store) removeDeadSegments() (int, error) {
 	for _, p := range s.parts {
 		p.mu.RLock()
 		first := int64(-1) // the start of the segment holding p's first live chunk
-		if i := p.blockIndexLocked(p.min); i >= 0 && p.min < p.blockEndLocked(i) {
-			first = p.blocks[i].g.start
-		} else if i < 0 && len(p.blocks) > 0 && p.min < p.end {
-			first = p.blocks[0].g.start
+		if n := len(p.spans); n > 0 && p.min < p.spanEndLocked(n-1) {
+			first = p.spans[max(p.spanIndexLocked(p.min), 0)].g.start
+		} else if n := len(p.blocks); n > 0 && p.min < p.blockEndLocked(n-1) {
+			first = p.blocks[max(p.blockIndexLocked(p.min), 0)].g.start
 		} else if k := p.tailIndexLocked(p.min); len(p.tail) > 0 && p.min < p.end {
 			for _, e := range p.tail[max(k, 0):] {
 				if !e.hole() {
@@ -147,6 +153,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 	var firstErr error
 	for _, g := range dead {
 		g.close()
+		s.sums.drop(g)
 		var err error
 		switch {
 		case archive && compress:
@@ -243,23 +250,13 @@ func (s *Store) zipSegment(g *segment) error {
 }
 
 // segmentPids returns the partitions with data in segment g, from its
-// .idx (every chunk has an entry there; entries of chunks cut back since
-// only add a topic), or from the log when the .idx cannot be read.
+// footer (every chunk's block is listed there; blocks of chunks cut back
+// since only add a topic), or from the log when the footer cannot be read.
 func (s *Store) segmentPids(g *segment) (map[uint32]bool, error) {
 	pids := map[uint32]bool{}
-	g.idxMu.RLock()
-	var b []byte
-	var err error
-	if g.removed {
-		err = ErrLogTruncated
-	} else {
-		b = make([]byte, int64(g.idxN)*idxEntryLen)
-		_, err = g.idx.ReadAt(b, idxHeaderLen)
-	}
-	g.idxMu.RUnlock()
-	if err == nil {
-		for ; len(b) >= idxEntryLen; b = b[idxEntryLen:] {
-			pids[binary.BigEndian.Uint32(b)] = true
+	if sm, err := s.summary(g); err == nil {
+		for _, b := range sm.blocks {
+			pids[b.pid] = true
 		}
 		return pids, nil
 	}

@@ -107,6 +107,11 @@ func TestRetention(t *testing.T) {
 						t.Fatalf("%s-%d keeps a block of a removed segment", info.Topic, info.Partition)
 					}
 				}
+				for _, sp := range p.spans {
+					if sp.g.removed {
+						t.Fatalf("%s-%d keeps a span of a removed segment", info.Topic, info.Partition)
+					}
+				}
 				p.mu.RUnlock()
 			}
 			switch mode {

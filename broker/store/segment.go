@@ -29,7 +29,14 @@ type segment struct {
 	idx     File
 	idxN    uint32
 	idxSize int64
-	idxOK   bool // the file had a valid format-2 header at open
+	idxOK   bool // the file had a valid header of the current format at open
+	// sealed: the .idx ends with a footer of footN blocks whose crc32c is
+	// footCRC (see index.go); set when the segment is sealed, by a
+	// rebuild, or from the checkpoint; under idxMu once the segment is
+	// sealed.
+	sealed  bool
+	footN   uint32
+	footCRC uint32
 	// idxMu (a leaf lock) guards reading idx against its closing.
 	idxMu   sync.RWMutex
 	removed bool
@@ -37,6 +44,12 @@ type segment struct {
 }
 
 func (g *segment) end() int64 { return g.start + g.size.Load() }
+
+func (g *segment) isSealed() bool {
+	g.idxMu.RLock()
+	defer g.idxMu.RUnlock()
+	return g.sealed
+}
 
 // close closes the segment's files.
 func (g *segment) close() {

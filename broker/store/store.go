@@ -112,6 +112,8 @@ type Store struct {
 
 	w writerState
 
+	sums summaryCache // sealed segments' footers (see footer.go)
+
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
@@ -145,6 +147,7 @@ func Open(opts Options) (*Store, error) {
 		syncerDone: make(chan struct{}),
 	}
 	s.fs = s.fds
+	s.sums.budget = opts.summaryBudget
 	s.w.ids.broker = int64(opts.BrokerID)
 	s.w.dirty = make(map[*partition]struct{})
 	s.w.unflushed = make(map[string]int)
