@@ -10,9 +10,19 @@ import (
 )
 
 func TestOffsetForTime(t *testing.T) {
+	// In one segment (the active one's blocks and tail), and over many
+	// sealed segments whose footers are read through a small cache.
+	t.Run("one segment", func(t *testing.T) { testOffsetForTime(t, Options{blockEntries: 16}) })
+	t.Run("sealed segments", func(t *testing.T) {
+		testOffsetForTime(t, Options{blockEntries: 16, SegmentBytes: 4096, summaryBudget: 8})
+	})
+}
+
+func testOffsetForTime(t *testing.T, opts Options) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	fc := clock.NewFake(t0)
-	s := openT(t, Options{Clock: fc, blockEntries: 16})
+	opts.Clock = fc
+	s := openT(t, opts)
 	type point struct {
 		at  time.Time
 		off int64
@@ -34,7 +44,10 @@ func TestOffsetForTime(t *testing.T) {
 	p.mu.RLock()
 	nBlocks, nTail := len(p.blocks), len(p.tail)
 	p.mu.RUnlock()
-	if nBlocks != 400/16 || nTail != 0 {
+	if n := countSegs(s); opts.SegmentBytes > 0 && n < 4 {
+		t.Fatalf("want several segments, have %d", n)
+	}
+	if opts.SegmentBytes == 0 && (nBlocks != 400/16 || nTail != 0) {
 		t.Fatalf("index has %d blocks and %d tail entries for 400 chunks in blocks of 16", nBlocks, nTail)
 	}
 	want := func(q time.Time) int64 {
@@ -63,7 +76,8 @@ func TestOffsetForTime(t *testing.T) {
 	// the answers survive a restart (times come from the log)
 	dir := s.dir
 	s.Close()
-	s2 := openT(t, Options{Dir: dir, Clock: fc, blockEntries: 16})
+	opts.Dir = dir
+	s2 := openT(t, opts)
 	for _, i := range []int{0, 1, 77, 150, 399} {
 		got, _ := s2.OffsetForTime("tm", 0, pts[i].at)
 		if w := want(pts[i].at); got != w {
