@@ -103,8 +103,9 @@ func BenchmarkBacklog(b *testing.B) {
 	run("gen", fmt.Sprintf("%s_TARGET=%d", backlogChildEnv, total/4))
 	drop()
 	s1 := run("open")
-	b.Logf("quarter: %.0f records, open %.3f s (%s), RSS %.1f MB, heap %.1f MB",
-		s1["records"], s1["open_s"], cold, s1["rss"]/1e6, s1["heap"]/1e6)
+	ckpt1 := fileSize(filepath.Join(dir, ckptName))
+	b.Logf("quarter: %.0f records, open %.3f s (%s), RSS %.1f MB, heap %.1f MB, checkpoint %d bytes",
+		s1["records"], s1["open_s"], cold, s1["rss"]/1e6, s1["heap"]/1e6, ckpt1)
 	// 2. The rest, then appends through the store killed with SIGKILL
 	// after a few seconds (so the active segment holds data the last
 	// checkpoint does not cover).
@@ -133,6 +134,10 @@ func BenchmarkBacklog(b *testing.B) {
 	b.Logf("full: %.0f records, %.2f GB of log, generated in %v", s3["records"], logBytes/1e9, gen.Round(time.Second))
 	b.Logf("clean start-up %.3f s (%s); RSS %.1f MB, Go heap %.1f MB", s3["open_s"], cold, s3["rss"]/1e6, s3["heap"]/1e6)
 	b.Logf("memory slope: RSS %.4f, heap %.4f bytes per retained record", slope, heapSlope)
+	ckpt3 := fileSize(filepath.Join(dir, ckptName))
+	b.Logf("checkpoint %d bytes (%d at a quarter); RSS after the reads and puts %.1f MB, heap %.1f MB",
+		ckpt3, ckpt1, s3["rss_after"]/1e6, s3["heap_after"]/1e6)
+	b.ReportMetric(float64(ckpt3), "checkpoint-B")
 	b.Logf("put throughput with the backlog %.0f msgs/s, empty store %.0f msgs/s: ratio %.3f",
 		s3["put_backlog"], s3["put_empty"], s3["put_backlog"]/s3["put_empty"])
 	b.Logf("random get (16 KiB at old offsets, %s): p50 %.3f ms, p99 %.3f ms", cold, s3["get_p50"]*1e3, s3["get_p99"]*1e3)
@@ -147,6 +152,14 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ReportMetric(s3["put_backlog"]/s3["put_empty"], "put-ratio")
 	b.ReportMetric(s3["get_p99"]*1e3, "get-p99-ms")
 	b.ReportMetric(s3["seq_log_mbps"]/s3["disk_mbps"], "seq-log/disk")
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return -1
+	}
+	return st.Size()
 }
 
 func parseStats(line string, into map[string]float64) {
@@ -247,6 +260,9 @@ func backlogChild(mode string) {
 		runtime.ReadMemStats(&ms)
 		fmt.Printf("STAT open_s=%f rss=%d heap=%d records=%f\n", opened.Seconds(), rssBytes(), ms.HeapInuse, records())
 		measureBacklog(s, parts, body, env("COLD") == "true")
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		fmt.Printf("STAT rss_after=%d heap_after=%d\n", rssBytes(), ms.HeapInuse)
 	}
 	if err := s.Close(); err != nil {
 		fail(err)

@@ -18,10 +18,10 @@
 //
 //	<Dir>/log/00000000000000000000.log   log segment, named by the log position
 //	<Dir>/log/00000000001073741900.log   of its first byte (20 digits, zero padded)
-//	<Dir>/log/00000000001073741900.idx   the segment's index blocks (see below)
+//	<Dir>/log/00000000001073741900.idx   the segment's index blocks, and once sealed their list (see below)
 //	<Dir>/log/<segment>.log.<pos>.bad    copy of a quarantined (corrupt) range
 //	<Dir>/log/<segment>.log.arc | .zip   segment archived by retention
-//	<Dir>/checkpoint                     partition table + index block directory (atomic)
+//	<Dir>/checkpoint                     partition table, spans, active segment's blocks (atomic)
 //
 // Log positions are global byte positions: segment N+1 starts exactly where
 // segment N ends, so a position names one byte in the whole log. A segment is
@@ -81,31 +81,65 @@
 //
 //	pid uint32 | length uint32 | partition offset int64 | log position int64 | append time int64 (ms)
 //
-// after a 32-byte header (magic "MQIX", format 2, the segment's start).
+// after a 32-byte header (magic "MQIX", format 3, the segment's start).
 // Entries are written in blocks: a block holds up to 1,024 consecutive
 // chunks of ONE partition (32 KiB). A partition collects its newest chunks
 // in memory (its tail, at most one block, always in the active segment);
 // when the tail is full it is appended to the active segment's .idx as a
 // block, and at a segment roll and at every checkpoint all tails are
-// written out (a block may then be short). Memory keeps one 40-byte
-// reference per block (segment, first offset, first append time, entry
-// number, count, crc32c of the block's bytes).
+// written out (a block may then be short). With many busy partitions the
+// tails are bounded by a budget (512 Ki entries, 16 MiB, in all): past it
+// the longer tails are written out early as short blocks.
 //
-// The memory rule: RSS grows with the number of partitions and with the
-// number of index blocks, not with retained messages one by one: 40 bytes
-// per 1,024 chunks (0.04 bytes per chunk, so at most 0.04 per message,
-// less when puts carry several messages), plus the tails. With many busy
-// partitions the tails are bounded by a budget (512 Ki entries, 16 MiB, in
-// all): past it the longer tails are written out early as short blocks,
-// which costs one reference per short block, about one per busy partition
-// per 256 Ki chunks. Measured in BENCH.md (BenchmarkBacklog): about 0.04
-// bytes of RSS per retained 100-byte message.
+// When a segment is sealed (at a roll, or when recovery has re-indexed
+// it) its .idx gets a footer written once: one 32-byte record per block in
+// the segment (pid, entry number, count, crc32c of the block's bytes,
+// first offset, first append time), sorted by partition and offset, and a
+// 32-byte trailer (magic "MQIF", format, entry count, block count, the
+// segment's start, crc32c of the footer); then the file is fdatasynced
+// and never written again (footer.go). The footer is the segment's
+// summary: a lookup in a sealed segment reads it (one pread of 32 bytes
+// per block in the segment) when it is not cached, checks it (trailer,
+// crc, structure, and the crc the checkpoint recorded for it), and keeps
+// it in a cache of at most 64 Ki footer blocks (2 MiB) over all segments,
+// the least recently used going first.
 //
-// Lookups: Read, OffsetForTime and Backlog search the block references in
-// memory (by first offset, or first time: append times never decrease
-// along the log, the writer keeps them monotonic) and read ONE block (one
-// pread of at most 32 KiB, its crc checked) to find the exact chunk; a get
-// that spans several blocks reads them in order. Reads then pread the log;
+// In memory each partition keeps one reference per block of the ACTIVE
+// segment (40 bytes: first offset and time, where it is, its crc) and one
+// span per SEALED segment it has chunks in (24 bytes: the segment, the
+// offset and append time of its first chunk there; its chunks there run to
+// the next span, or to the active segment's blocks, the tail or its end).
+// Nothing is kept per block of a sealed segment.
+//
+// The memory rule. What grows:
+//
+//   - with partitions: each partition's fixed part (its key, bounds,
+//     counters; a few hundred bytes), its tail (at most one block of 32-byte
+//     entries, all tails together at most 16 MiB) and its blocks in the
+//     active segment (one 40-byte reference per 1,024 chunks of a segment
+//     of at most SegmentBytes);
+//   - with partitions x segments: one 24-byte span per partition and sealed
+//     segment it has chunks in (a partition idle for a segment costs
+//     nothing there), and its virtual segments (8 bytes per SegmentBytes of
+//     its data);
+//   - with segments: the segment itself (two file descriptors, a few
+//     hundred bytes);
+//   - with connections: nothing in the store (readers' buffers are the
+//     size of their reads);
+//   - bounded: the summary cache (at most 2 MiB of footer blocks).
+//
+// Nothing is kept per retained record, and nothing per block of a sealed
+// segment beyond the cache. So with a few partitions memory is independent
+// of the retained data (BenchmarkBacklog, BENCH.md); with P busy partitions
+// it grows by 24 x P bytes per sealed segment: 10,000 partitions cost 240
+// KB per 1 GiB segment, 0.03 bytes per retained 100-byte message.
+//
+// Lookups: Read, OffsetForTime and Backlog search the spans and block
+// references in memory (by first offset, or first time: append times never
+// decrease along the log, the writer keeps them monotonic); in a sealed
+// segment they then search its summary, and read ONE block (one pread of
+// at most 32 KiB, its crc checked) to find the exact chunk; a get that
+// spans several blocks reads them in order. Reads then pread the log;
 // chunks close together in the log (up to 4 KiB of other partitions'
 // entries between them) are read with one pread of at most 4 MiB. No file
 // descriptor is held per partition (10,000 partitions would not fit in
@@ -124,21 +158,26 @@
 // records it holds, from which Backlog estimates a reader's lag in
 // messages (bytes over the mean record size).
 //
-// The checkpoint (format 2) holds the partition table, each partition's
-// Min, end, virtual segments, fences, record count and block references,
-// the number of entries of each segment's .idx it vouches for, the
-// quarantined ranges and the log position P up to which all of that is
-// complete. Before it is written the tails go to the active .idx and that
-// file is fdatasynced; a sealed segment's .idx is fdatasynced when it is
-// sealed. So a checkpoint never refers to index bytes that are not on
-// disk. It is written after each segment roll, before retention removes
-// files, and by Close. Its size is 36 bytes per block plus the partitions
-// (5.5 MB for the 154 million single-message chunks of BenchmarkBacklog),
-// written once per roll; with 10,000 busy partitions and a week of hourly
-// segments it would reach about 60 MB per roll, the point where the
-// directory of sealed segments should move into their .idx files. Index
-// data is never fsynced on the append path: it is rebuilt from the log
-// after a crash.
+// The checkpoint (format 3) holds the partition table, each partition's
+// Min, end, virtual segments, fences, record count, spans (20 bytes each)
+// and blocks of the active segment (36 bytes each); per segment its start,
+// the number of .idx entries it vouches for and, once sealed, its footer's
+// block count and crc; the quarantined ranges and the log position P up
+// to which all of that is complete. Before it is written the tails go to
+// the active .idx and that file is fdatasynced; a sealed segment's .idx is
+// fdatasynced with its footer. So a checkpoint never refers to index bytes
+// that are not on disk. It is written after each segment roll, before
+// retention removes files, and by Close. Its size grows like memory: with
+// partitions (and the active segment's blocks) and with partitions x
+// segments (20 bytes per span), not with the retained chunks: a few KB for
+// BenchmarkBacklog's 4 partitions whatever its size, against 36 bytes per
+// block of every segment before (5.5 MB at 154 million chunks). With
+// 10,000 busy partitions and a week of 1 GiB segments at 10,000 messages/s
+// (about 770 segments) the spans would still make it about 150 MB per
+// roll: past a few thousand partitions x segments, the spans should move
+// out of the checkpoint too (an append-only file of spans, written at
+// each seal). Index data is never fsynced on the append path: it is
+// rebuilt from the log after a crash.
 //
 // # Writes, group commit and fsync rules
 //
@@ -212,23 +251,30 @@
 //
 // # Recovery
 //
-// Open loads the checkpoint (position P) and with it the partition table
-// and every block reference: it reads neither a sealed segment nor its
-// index, so a start-up after a clean Close (P = the log end) takes the same
-// time whatever the retained size (milliseconds for tens of GB, BENCH.md).
-// Each segment's .idx must carry a valid header and at least the entries
-// the checkpoint vouches for; what lies beyond them (written after P) is
-// cut away. A sealed segment whose .idx is missing, torn or has a bad
-// header has that .idx rebuilt from its own log alone, and the blocks of
-// every partition in it re-pointed; nothing else is scanned. A block whose
-// bytes were damaged later fails its crc (or its structure: one partition,
-// contiguous offsets) when read; it is never trusted: the segment's .idx is
-// rebuilt from the log on the spot and the read retried (in the active
-// segment, which the writer is appending to, the checkpoint is removed
-// instead and the next start-up re-indexes). Then the log is scanned from
-// P to its end, checking every entry's magic, length and crc32c, and
+// Open loads the checkpoint (position P) and with it the partition table,
+// spans and the active segment's block references: it reads neither a
+// sealed segment nor its index (it only compares each sealed .idx's size,
+// known from opening it, with the size the checkpoint recorded), so a
+// start-up after a clean Close (P = the log end) takes the same time
+// whatever the retained size (milliseconds for tens of GB, BENCH.md). A
+// sealed segment whose .idx is missing, has a bad header or another size
+// than its entries and footer (torn, cut, grown) has that .idx rebuilt
+// from its own log alone (entries and footer), for the chunks the
+// partitions' spans say are there; nothing else is scanned. A footer that
+// fails its checks when first read (trailer, crc, structure, or a crc
+// other than the checkpoint's: never trusted), and a block whose bytes
+// were damaged later (its crc, or its structure: one partition,
+// contiguous offsets), make the reader rebuild the segment's .idx from the
+// log on the spot and retry (in the active segment, which the writer is
+// appending to, the checkpoint is removed instead and the next start-up
+// re-indexes). The .idx of a segment the checkpoint saw active must hold
+// at least the entries it vouches for; what lies beyond them (written
+// after P, a footer included) is cut away. Then the log is scanned from P
+// to its end, checking every entry's magic, length and crc32c, and
 // re-indexing it (tails, blocks into the scanned segment's .idx) exactly
-// as the writer does.
+// as the writer does; each segment the scan leaves behind is sealed (its
+// footer written) as at a roll. A crash while a segment was being sealed
+// is therefore harmless: the last checkpoint still saw it active.
 //
 // The crash bound: the checkpoint is written at each segment roll, so
 // after a crash recovery reads at most the active segment (SegmentBytes,
@@ -237,11 +283,13 @@
 //
 // A missing or unusable checkpoint, a checkpoint that does not match the
 // files, or a data directory of format 1 (whole-segment .idx summaries and
-// a checkpoint without block directory, as written before this format)
-// makes Open re-index the whole log once, rewriting every .idx and then the
-// checkpoint in format 2: an old directory is upgraded in place. A
-// checkpoint of a later format is refused with an error naming the file
-// and the format, and nothing is changed.
+// a checkpoint without block directory) or 2 (every block of every segment
+// in the checkpoint, .idx files without footers), as written before this
+// format, makes Open re-index the whole log once, rewriting every .idx
+// (sealed ones with their footers) and then the checkpoint in format 3: an
+// old directory is upgraded in place (a one-off scan of the whole log, a
+// few minutes per 100 GB). A checkpoint of a later format is refused with
+// an error naming the file and the format, and nothing is changed.
 //
 // At the first entry that fails the checks at position X:
 //
@@ -323,8 +371,8 @@
 //
 //  1. Retain(topic, now) trims each partition of the topic logically: Min
 //     moves up to the first chunk appended at or after now-MaxAge
-//     (OffsetForTime), the index block references wholly below it are
-//     freed, and a read below Min gets a *RangeError carrying the new Min
+//     (OffsetForTime), the spans and block references wholly below it
+//     are freed, and a read below Min gets a *RangeError carrying the new Min
 //     (the broker answers 301). The age test is per chunk, not per MetaQ
 //     segment: MetaQ deletes a partition's segment file (maxSegmentSize,
 //     1 GiB) once its LAST message is older than the limit, so it keeps up
@@ -343,8 +391,9 @@
 //     deleted partition) are removed, or renamed to <segment>.arc, or zipped
 //     into <segment>.zip (one entry named after the file, as MetaQ's
 //     ArchiveDeletePolicy) when a topic with data in them asks for
-//     archiving; the segment's .idx is removed with it in every case (an
-//     archived segment is no longer indexed). Segments go only from the
+//     archiving; the segment's .idx (footer included) is removed with it
+//     in every case, and its summary leaves the cache (an archived segment
+//     is no longer indexed). Segments go only from the
 //     front, so the log stays
 //     contiguous, and the active segment is never removed. A topic that
 //     keeps data forever therefore keeps the segments its data sits in.
@@ -384,9 +433,10 @@
 // Lock order: rebuildMu (index rebuilds), then Store.segMu (segment list),
 // then Store.mu (partition table), then partition.mu, then segment.idxMu
 // (guards reading a segment's .idx against its closing). durMu, healthMu,
-// polMu and closeMu are leaves. Read copies block references under
-// partition.mu, releases it, and only then reads the .idx and the log; only
-// cutIndexLocked (rare: fences, rollback) reads a block while holding
-// partition.mu, through idxMu alone. The writer goroutine takes
+// polMu, closeMu and the summary cache's lock are leaves. Read copies
+// block references (or a span) under partition.mu, releases it, and only
+// then reads the footer, the .idx and the log; only cutIndexLocked (rare:
+// fences, rollback) reads a footer and a block while holding partition.mu,
+// through idxMu and the cache's lock alone. The writer goroutine takes
 // partition.mu and Store.mu one at a time and segMu alone.
 package store
