@@ -112,6 +112,7 @@ func (s *Store) openIdx(g *segment) (ok bool, err error) {
 // checkpoint vouches for; a footer goes too); n = 0 rewrites the header.
 func (s *Store) resetIdx(g *segment, n uint32) error {
 	g.sealed, g.footN, g.footCRC = false, 0, 0
+	s.sums.drop(g)
 	size := int64(idxHeaderLen) + int64(n)*idxEntryLen
 	if err := g.idx.Truncate(size); err != nil {
 		return fmt.Errorf("store: truncate index %s: %w", idxPathOf(g.path), err)
