@@ -84,7 +84,8 @@ func fuzzTemplate(t testing.TB) (map[string][]byte, map[int][]byte) {
 
 // FuzzRecovery damages a store's files (mode: 0 append to the log tail,
 // 1 overwrite log bytes, 2 replace the checkpoint, 3 replace an index file,
-// 4 overwrite log bytes and drop the checkpoint) and checks that Open
+// 4 overwrite log bytes and drop the checkpoint, 5 overwrite bytes of a
+// sealed segment's index file: its entries or its footer) and checks that Open
 // recovers: every partition serves a valid prefix of what was written and
 // takes new appends that survive a reopen.
 func FuzzRecovery(f *testing.F) {
@@ -94,6 +95,8 @@ func FuzzRecovery(f *testing.F) {
 	f.Add(byte(3), uint16(1), []byte("MQIX"))
 	f.Add(byte(4), uint16(3000), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add(byte(4), uint16(5), []byte{0xff})
+	f.Add(byte(5), uint16(900), []byte{0x01})
+	f.Add(byte(5), uint16(65000), []byte("MQIF"))
 	f.Fuzz(func(t *testing.T, mode byte, where uint16, data []byte) {
 		files, parts := fuzzTemplate(t)
 		dir := t.TempDir()
@@ -111,7 +114,7 @@ func FuzzRecovery(f *testing.F) {
 		sortStrings(segs)
 		sortStrings(idxs)
 		pick := func(list []string) string { return filepath.Join(dir, list[int(where)%len(list)]) }
-		switch mode % 5 {
+		switch mode % 6 {
 		case 0:
 			last := filepath.Join(dir, segs[len(segs)-1])
 			fh, _ := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
@@ -133,6 +136,18 @@ func FuzzRecovery(f *testing.F) {
 		case 3:
 			if len(idxs) > 0 {
 				os.WriteFile(pick(idxs), data, 0o644)
+			}
+		case 5:
+			// Sealed segments only: a damaged block of the active
+			// segment's .idx fails its reads until the next start-up,
+			// which re-indexes (doc.go, Recovery).
+			if len(idxs) > 1 {
+				p := pick(idxs[:len(idxs)-1])
+				b, _ := os.ReadFile(p)
+				if len(b) > 0 {
+					copy(b[int(where)%len(b):], data)
+					os.WriteFile(p, b, 0o644)
+				}
 			}
 		}
 		s, err := Open(Options{Dir: dir, SegmentBytes: 4096})
