@@ -156,9 +156,10 @@ func (d *decoder) count(size int) int {
 	return n
 }
 
-// decodeCheckpoint decodes a format-3 checkpoint. For a checkpoint of
-// another format it returns only the version (and no error), so the caller
-// can upgrade or refuse with a clear message.
+// decodeCheckpoint decodes a checkpoint of format 3, or of format 2 (no
+// sealed flags or spans: every block of every segment is in it). For a
+// checkpoint of another format it returns only the version (and no
+// error), so the caller can upgrade or refuse with a clear message.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 12 || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return nil, errCkpt
@@ -168,7 +169,8 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, errCkpt
 	}
 	c := &checkpoint{version: d.u32()}
-	if c.version != formatV3 {
+	v3 := c.version == formatV3
+	if !v3 && c.version != formatV2 {
 		return c, nil
 	}
 	c.pos, c.nextPid = d.i64(), d.u32()
@@ -176,9 +178,13 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	for i := 0; i < nq && d.err == nil; i++ {
 		c.quarantine = append(c.quarantine, posRange{d.i64(), d.i64()})
 	}
-	ng := d.count(24)
+	ng := d.count(12)
 	for i := 0; i < ng && d.err == nil; i++ {
 		g := ckptSeg{start: d.i64(), idxN: d.u32()}
+		if !v3 {
+			c.segs = append(c.segs, g)
+			continue
+		}
 		sealed := d.u32()
 		g.footN, g.footCRC = d.u32(), d.u32()
 		if sealed > 1 || (sealed == 0 && g.footN != 0) {
@@ -202,7 +208,10 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		for j := 0; j < nf && d.err == nil; j++ {
 			p.fences = append(p.fences, fenceRef{pos: d.i64(), off: d.i64()})
 		}
-		nsp := d.count(20)
+		nsp := 0
+		if v3 {
+			nsp = d.count(20)
+		}
 		p.spans = make([]ckptSpan, 0, nsp)
 		for j := 0; j < nsp && d.err == nil; j++ {
 			p.spans = append(p.spans, ckptSpan{seg: d.u32(), off: d.i64(), ms: d.i64()})
@@ -241,9 +250,18 @@ func (s *Store) loadCheckpoint() (int64, error) {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		s.log.Warn("STORE: checkpoint not usable, re-indexing the whole log", "err", err)
-	case c.version == formatV1 || c.version == formatV2:
-		s.log.Warn("STORE: data directory of an older format: upgrading in place, re-indexing the whole log once",
-			"dir", s.dir, "format", c.version)
+	case c.version == formatV1:
+		s.log.Warn("STORE: data directory of format 1: upgrading in place, re-indexing the whole log once", "dir", s.dir)
+	case c.version == formatV2:
+		if err := s.upgradeV2(c); err != nil {
+			s.log.Warn("STORE: data directory of format 2 cannot be upgraded from its checkpoint; re-indexing the whole log once",
+				"dir", s.dir, "err", err)
+		} else if err := s.applyCheckpoint(c); err != nil {
+			s.log.Warn("STORE: checkpoint does not match the files, re-indexing the whole log", "err", err)
+		} else {
+			s.log.Info("STORE: data directory of format 2 upgraded in place", "dir", s.dir, "segments", len(c.segs))
+			return c.pos, nil
+		}
 	case c.version != formatV3:
 		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 to 3); refusing to open it",
 			filepath.Join(s.dir, ckptName), c.version, errNewerFormat)
@@ -266,6 +284,91 @@ func (s *Store) loadCheckpoint() (int64, error) {
 		}
 	}
 	return s.segs[0].start, nil
+}
+
+// upgradeV2 turns a format-2 directory into format 3 from its checkpoint,
+// reading no log: each segment the checkpoint saw sealed gets a footer
+// listing the blocks the checkpoint held for it, every .idx it knows gets
+// the format-3 header (the entries are the same), and c becomes the
+// format-3 checkpoint that describes the result (spans for the sealed
+// segments' blocks, the active one's blocks as they were). Each step can
+// be repeated: a crash during the upgrade leaves the format-2 checkpoint
+// in place, and the next start-up upgrades again.
+func (s *Store) upgradeV2(c *checkpoint) error {
+	if len(c.segs) == 0 {
+		return fmt.Errorf("checkpoint without segments")
+	}
+	byStart := make(map[int64]*segment, len(s.segs))
+	for _, g := range s.segs {
+		byStart[g.start] = g
+	}
+	foot := make([][]footBlock, len(c.segs))
+	for _, cp := range c.parts {
+		for _, k := range cp.blocks {
+			if int(k.seg) >= len(c.segs) {
+				return fmt.Errorf("%w: block of %s-%d in segment %d", errCkpt, cp.key.topic, cp.key.num, k.seg)
+			}
+			foot[k.seg] = append(foot[k.seg], footBlock{pid: cp.pid, at: k.at, n: k.n, crc: k.crc, off: k.off, ms: k.ms})
+		}
+	}
+	// The checkpoint was written while its last segment was active; the
+	// ones before it were sealed and their .idx complete.
+	for i := range c.segs {
+		cg := &c.segs[i]
+		g := byStart[cg.start]
+		if g == nil {
+			continue
+		}
+		if !v2Header(g) && !g.idxOK {
+			return fmt.Errorf("index %s has no header of format 2 or 3", idxPathOf(g.path))
+		}
+		if g.idxSize < idxHeaderLen+int64(cg.idxN)*idxEntryLen {
+			return fmt.Errorf("index %s is shorter than its checkpoint says", idxPathOf(g.path))
+		}
+		if _, err := g.idx.WriteAt(idxHeader(g.start), 0); err != nil {
+			return fmt.Errorf("store: upgrade index %s: %w", idxPathOf(g.path), err)
+		}
+		g.idxOK = true
+		if i == len(c.segs)-1 {
+			continue
+		}
+		for _, b := range foot[i] {
+			if uint64(b.at)+uint64(b.n) > uint64(cg.idxN) || b.n == 0 {
+				return fmt.Errorf("%w: block beyond the entries of %s", errCkpt, idxPathOf(g.path))
+			}
+		}
+		g.idxN = cg.idxN
+		if err := s.writeFooter(g, foot[i]); err != nil {
+			return err
+		}
+		cg.sealed, cg.footN, cg.footCRC = true, g.footN, g.footCRC
+	}
+	for j := range c.parts {
+		cp := &c.parts[j]
+		var active []ckptBlock
+		for _, k := range cp.blocks {
+			if c.segs[k.seg].sealed {
+				if n := len(cp.spans); n == 0 || cp.spans[n-1].seg != k.seg {
+					cp.spans = append(cp.spans, ckptSpan{seg: k.seg, off: k.off, ms: k.ms})
+				}
+			} else {
+				active = append(active, k)
+			}
+		}
+		cp.blocks = active
+	}
+	c.version = formatV3
+	return s.fs.SyncDir(s.logDir)
+}
+
+// v2Header reports whether g's .idx has a format-2 header for g.
+func v2Header(g *segment) bool {
+	var h [idxHeaderLen]byte
+	if _, err := g.idx.ReadAt(h[:], 0); err != nil {
+		return false
+	}
+	return binary.BigEndian.Uint32(h[0:]) == idxMagic && binary.BigEndian.Uint32(h[4:]) == formatV2 &&
+		int64(binary.BigEndian.Uint64(h[8:])) == g.start
 }
 
 func (s *Store) applyCheckpoint(c *checkpoint) error {

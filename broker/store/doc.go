@@ -281,15 +281,20 @@
 // 1 GiB by default, plus one batch of at most MaxBatchBytes): a few seconds
 // at the disk's sequential read rate, whatever the retained size.
 //
-// A missing or unusable checkpoint, a checkpoint that does not match the
-// files, or a data directory of format 1 (whole-segment .idx summaries and
-// a checkpoint without block directory) or 2 (every block of every segment
-// in the checkpoint, .idx files without footers), as written before this
-// format, makes Open re-index the whole log once, rewriting every .idx
+// A data directory of format 2 (every block of every segment in the
+// checkpoint, .idx files without footers) is upgraded in place from its
+// checkpoint without reading the log: the segments it saw sealed get a
+// footer listing the blocks it held for them, every .idx it knows the
+// format-3 header, and the next checkpoint is written in format 3 (a crash
+// meanwhile leaves the format-2 checkpoint, and the next start-up upgrades
+// again). A missing or unusable checkpoint, a checkpoint that does not
+// match the files (a format-2 one included), or a data directory of
+// format 1 (whole-segment .idx summaries and a checkpoint without block
+// directory) makes Open re-index the whole log once, rewriting every .idx
 // (sealed ones with their footers) and then the checkpoint in format 3: an
-// old directory is upgraded in place (a one-off scan of the whole log, a
-// few minutes per 100 GB). A checkpoint of a later format is refused with
-// an error naming the file and the format, and nothing is changed.
+// old directory is upgraded in place (a one-off scan of the whole log). A
+// checkpoint of a later format is refused with an error naming the file
+// and the format, and nothing is changed.
 //
 // At the first entry that fails the checks at position X:
 //

@@ -253,19 +253,22 @@ func TestSummaryCacheBounded(t *testing.T) {
 
 // A directory written by the format-2 store (testdata/v2store, written by
 // that code: every block in the checkpoint, .idx files without footers) is
-// upgraded in place: its data is served unchanged, the checkpoint and
-// every .idx are rewritten in format 3 (sealed ones with a footer), and
-// the next start-up scans nothing.
+// upgraded in place from its checkpoint, reading no log: the sealed
+// segments' .idx get footers, every .idx the format-3 header, and the
+// checkpoint is format 3 from the next one on. Its data is served
+// unchanged. A crash in the middle of the upgrade (the format-2 checkpoint
+// still there, some files already rewritten) is upgraded again.
 func TestOpenFormat2Directory(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS("testdata/v2store")); err != nil {
 		t.Fatal(err)
 	}
-	ck, _ := os.ReadFile(filepath.Join(dir, ckptName))
-	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV2 {
+	v2ck, _ := os.ReadFile(filepath.Join(dir, ckptName))
+	if v := binary.BigEndian.Uint32(v2ck[4:]); v != formatV2 {
 		t.Fatalf("testdata checkpoint has format %d", v)
 	}
-	opts := Options{Dir: dir, SegmentBytes: 8192}
+	cfs := &countFS{}
+	opts := Options{Dir: dir, SegmentBytes: 8192, FS: cfs}
 	check := func(s *Store) {
 		t.Helper()
 		for p := 0; p < 3; p++ {
@@ -281,9 +284,12 @@ func TestOpenFormat2Directory(t *testing.T) {
 		}
 	}
 	s := openT(t, opts)
+	if n := cfs.logRead.Load(); n != 0 {
+		t.Fatalf("the upgrade read %d log bytes; the checkpoint has all it needs", n)
+	}
 	check(s)
 	s.Close()
-	ck, _ = os.ReadFile(filepath.Join(dir, ckptName))
+	ck, _ := os.ReadFile(filepath.Join(dir, ckptName))
 	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV3 {
 		t.Fatalf("checkpoint still has format %d after the upgrade", v)
 	}
@@ -297,12 +303,19 @@ func TestOpenFormat2Directory(t *testing.T) {
 			t.Fatalf("%s: footer %v", f, sealed)
 		}
 	}
-	cfs := &countFS{}
-	opts.FS = cfs
+	// As if the upgrade had crashed before its first format-3 checkpoint.
+	os.WriteFile(filepath.Join(dir, ckptName), v2ck, 0o644)
+	s = openT(t, opts)
+	check(s)
+	s.Close()
+	cfs.logRead.Store(0)
 	s = openT(t, opts)
 	if n := cfs.logRead.Load(); n != 0 {
 		t.Fatalf("start-up after the upgrade read %d log bytes", n)
 	}
 	check(s)
+	if rebuilds(s) != 0 {
+		t.Fatalf("%d .idx rebuilt after the upgrade", rebuilds(s))
+	}
 	mustAppend(t, s, "old", 0, "new")
 }
