@@ -131,8 +131,10 @@
 // Nothing is kept per retained record, and nothing per block of a sealed
 // segment beyond the cache. So with a few partitions memory is independent
 // of the retained data (BenchmarkBacklog, BENCH.md); with P busy partitions
-// it grows by 24 x P bytes per sealed segment: 10,000 partitions cost 240
-// KB per 1 GiB segment, 0.03 bytes per retained 100-byte message.
+// it grows by 24 x P bytes per sealed segment (up to twice that while the
+// span lists grow by doubling): 10,000 partitions cost 240-480 KB per 1
+// GiB segment, 0.03-0.06 bytes per retained 100-byte message (0.054 of
+// heap measured, BENCH.md).
 //
 // Lookups: Read, OffsetForTime and Backlog search the spans and block
 // references in memory (by first offset, or first time: append times never
@@ -169,14 +171,15 @@
 // that are not on disk. It is written after each segment roll, before
 // retention removes files, and by Close. Its size grows like memory: with
 // partitions (and the active segment's blocks) and with partitions x
-// segments (20 bytes per span), not with the retained chunks: a few KB for
-// BenchmarkBacklog's 4 partitions whatever its size, against 36 bytes per
-// block of every segment before (5.5 MB at 154 million chunks). With
+// segments (20 bytes per span), not with the retained chunks: 69-98 KB for
+// BenchmarkBacklog's 4 partitions (nearly all of it the active segment's
+// blocks) whatever its size, against 36 bytes per block of every segment
+// before (1.2 MB at 39 million chunks, 5.5 MB at 154 million). With
 // 10,000 busy partitions and a week of 1 GiB segments at 10,000 messages/s
 // (about 770 segments) the spans would still make it about 150 MB per
-// roll: past a few thousand partitions x segments, the spans should move
-// out of the checkpoint too (an append-only file of spans, written at
-// each seal). Index data is never fsynced on the append path: it is
+// roll, read whole at start-up: past a few thousand partitions x segments
+// the spans themselves should live on disk (found through the footers
+// rather than listed in memory), which this format does not do. Index data is never fsynced on the append path: it is
 // rebuilt from the log after a crash.
 //
 // # Writes, group commit and fsync rules
