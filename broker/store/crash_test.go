@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // goes to stdout only after Append returned.
 func crashChild(dir string) {
 	cycle, _ := strconv.Atoi(os.Getenv(crashChildEnv + "_CYCLE"))
-	s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 10})
+	s, err := Open(crashOptions(dir))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		os.Exit(3)
@@ -86,6 +86,17 @@ func crashChild(dir string) {
 	wg.Wait()
 }
 
+// crashOptions are the child's and the parent's store options;
+// METAQ_STORE_CRASH_CHILD_SMALL makes segments and index blocks tiny, so
+// that most kills land while a segment is being sealed (footer written,
+// checkpoint not yet).
+func crashOptions(dir string) Options {
+	if os.Getenv(crashChildEnv+"_SMALL") != "" {
+		return Options{Dir: dir, SegmentBytes: 4096, blockEntries: 4}
+	}
+	return Options{Dir: dir, SegmentBytes: 64 << 10}
+}
+
 type crashAck struct {
 	part         int
 	off, id      int64
@@ -94,8 +105,20 @@ type crashAck struct {
 }
 
 func TestCrashRecovery(t *testing.T) {
+	testCrashRecovery(t, false)
+}
+
+// The same with a segment rolled (and sealed) every few appends.
+func TestCrashRecoveryWhileSealing(t *testing.T) {
+	testCrashRecovery(t, true)
+}
+
+func testCrashRecovery(t *testing.T, small bool) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short")
+	}
+	if small {
+		t.Setenv(crashChildEnv+"_SMALL", "1")
 	}
 	dir := t.TempDir()
 	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
@@ -131,7 +154,9 @@ func TestCrashRecovery(t *testing.T) {
 		cmd.Wait()
 		acks = append(acks, list...)
 
-		s, err := Open(Options{Dir: dir, SegmentBytes: 64 << 10, Logger: testutil.Logger(t, slog.LevelWarn)})
+		opts := crashOptions(dir)
+		opts.Logger = testutil.Logger(t, slog.LevelWarn)
+		s, err := Open(opts)
 		if err != nil {
 			t.Fatalf("cycle %d: reopen: %v", cycle, err)
 		}
