@@ -47,6 +47,9 @@ type siteSpec struct {
 	noNATS bool
 	// logger replaces the test logger.
 	logger *slog.Logger
+	// options, when set, changes the bundle's Options before it starts
+	// (dialers of an emulated WAN, fault injection).
+	options func(*Options)
 }
 
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
@@ -117,7 +120,7 @@ func overlayINI(s siteSpec, dir string, port int) string {
 }
 
 // startSite writes a site's files under dir and starts its bundle.
-func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
+func startSite(t testing.TB, dir, shared string, s siteSpec) *Bundle {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -147,10 +150,13 @@ func startSite(t *testing.T, dir, shared string, s siteSpec) *Bundle {
 		}
 		opts.Mode, opts.PluginPath = ModeSlave, props
 	}
+	if s.options != nil {
+		s.options(&opts)
+	}
 	return startBundle(t, opts)
 }
 
-func mustComp[T Component](t *testing.T, b *Bundle) T {
+func mustComp[T Component](t testing.TB, b *Bundle) T {
 	t.Helper()
 	c, ok := findComp[T](b)
 	if !ok {
@@ -203,7 +209,7 @@ func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix st
 
 // waitCaughtUp waits until slave's store has master's bytes of every
 // partition of topic.
-func waitCaughtUp(t *testing.T, master, slave *Bundle, topic string, timeout time.Duration) {
+func waitCaughtUp(t testing.TB, master, slave *Bundle, topic string, timeout time.Duration) {
 	t.Helper()
 	testutil.Eventually(t, timeout, 20*time.Millisecond, func() error {
 		for _, mp := range master.Store.Partitions() {

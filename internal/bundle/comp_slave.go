@@ -386,6 +386,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
 		CheckpointFile:       filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint"),
 		Logger:               b.Logger(),
+		Dial:                 b.opts.ReplicationDialer,
 	}
 	if sl.TLSCert != "" || sl.TLSCA != "" {
 		tc, err := georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")

@@ -83,7 +83,7 @@ func (e *testEnv) start(t *testing.T) *Bundle {
 }
 
 // startBundle builds and starts a bundle, closed when the test ends.
-func startBundle(t *testing.T, opts Options) *Bundle {
+func startBundle(t testing.TB, opts Options) *Bundle {
 	t.Helper()
 	b, err := New(opts)
 	if err != nil {
@@ -97,7 +97,7 @@ func startBundle(t *testing.T, opts Options) *Bundle {
 }
 
 // zkClient opens a plain ZooKeeper session on the test root.
-func zkClient(t *testing.T, e *testEnv) *registry.Registry {
+func zkClient(t testing.TB, e *testEnv) *registry.Registry {
 	t.Helper()
 	r, err := registry.New(context.Background(), registry.Options{Connect: e.zk, Root: e.root, SessionTimeout: 5 * time.Second})
 	if err != nil {

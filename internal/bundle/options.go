@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -84,6 +85,11 @@ type Options struct {
 	// ZooKeeperDialer replaces the registry's net.DialTimeout (fault
 	// injection in tests, e.g. broker/registry/zktest).
 	ZooKeeperDialer func(network, address string, timeout time.Duration) (net.Conn, error)
+
+	// ReplicationDialer, when set, opens a slave site's connections to its
+	// master's replication listener instead of net.Dialer (tests put an
+	// emulated WAN between sites that find each other in ZooKeeper).
+	ReplicationDialer func(ctx context.Context, network, address string) (net.Conn, error)
 
 	// Components are started after the built-in ones (see components.go).
 	Components []Component

@@ -16,7 +16,7 @@ import (
 // multiSiteRoot returns a fresh ZooKeeper root for a multi-site test and
 // removes it, with the views of the given sites, from every ensemble in zks
 // when the test ends.
-func multiSiteRoot(t *testing.T, zks []string, sites ...string) string {
+func multiSiteRoot(t testing.TB, zks []string, sites ...string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	root := "/metaq-test-" + hex.EncodeToString(b)

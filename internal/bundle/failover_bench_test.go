@@ -1,0 +1,655 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker"
+	"metaq/broker/client"
+	"metaq/broker/registry/zktest"
+	"metaq/broker/store"
+	"metaq/georeplicator"
+	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
+)
+
+// BenchmarkFailover measures RTO and RPO of the three ways a brokerId
+// changes master, over an emulated WAN: bj (master), hf and gz (slave
+// sites), one ZooKeeper ensemble, gossip on, and every replication link
+// through the in-process delay proxy at 30 ms one way (wanDialer: slaves
+// find their master in ZooKeeper, and each dial goes through a proxy to
+// the address found). ZooKeeper, gossip and the producer use loopback
+// without delay: the producer sits next to whichever site is master.
+//
+// One Go producer that follows ZooKeeper puts continuously to a
+// synchronous topic (minSyncSites=1) and an asynchronous one, one
+// goroutine each, one put in flight per topic, no client retries (a
+// failed put is followed by the next one 5 ms later). Each iteration
+// builds a fresh deployment and changes master once:
+//
+//   - switchover: Switchover(hf) at bj; the loss is the command;
+//   - promote: bj is killed (it stops answering puts, its replication
+//     links are cut, its ZooKeeper connection is cut so that its session
+//     expires as after a crash, then its bundle is closed) and Promote
+//     runs at hf as soon as hf notices it lost bj (no operator delay);
+//   - auto: the same kill with autoFailover=true and autoFailoverAfterMs=500
+//     (a 5 s ZooKeeper session timeout, gossip probing every 100 ms): the
+//     most caught-up slave site promotes itself.
+//
+// Reported per scenario, as medians over the iterations (-benchtime Nx):
+//
+//   - rto-ms: from the loss (or the command) to the first put the new
+//     master acknowledges (a probe putting directly to the slave sites'
+//     brokers every 5 ms), per topic (rto-sync-ms: the synchronous topic,
+//     which also needs the other slave site following the new master);
+//   - producer-rto-ms, producer-rto-sync-ms: the same, to the first put
+//     the producer that follows ZooKeeper had acknowledged by the new
+//     master;
+//   - rpo-sync-msgs, rpo-async-msgs: acknowledged messages missing at the
+//     new master (the synchronous topic and switchover must lose none;
+//     rpo-sync-max-msgs is the largest over the iterations);
+//   - lag-at-loss-msgs: after a kill, the old master's records of the
+//     asynchronous topic that the new master never had (its replication
+//     lag when it was lost), as bj saves them aside when it returns as a
+//     slave of the new master; unsaved-lost-msgs counts acknowledged
+//     messages lost and not saved aside (must be 0);
+//   - sync/async put p50/p99 (ms), before the change: one goroutine
+//     alternating a put to each topic (the same load on both), 100 pairs
+//     per iteration.
+//
+// Synchronous and switchover losses and unsaved losses fail the benchmark.
+//
+//	METAQ_TEST_ZK=... go test -run '^$' -bench BenchmarkFailover -benchtime 3x ./internal/bundle/
+func BenchmarkFailover(b *testing.B) {
+	zk := testutil.ZooKeeper(b)
+	for _, sc := range []failoverScenario{scenarioSwitchover, scenarioPromote, scenarioAuto} {
+		b.Run(sc.String(), func(b *testing.B) {
+			var all []failoverRun
+			for i := range b.N {
+				all = append(all, runFailover(b, zk, sc, i))
+			}
+			reportFailover(b, sc, all)
+		})
+	}
+}
+
+type failoverScenario int
+
+const (
+	scenarioSwitchover failoverScenario = iota
+	scenarioPromote
+	scenarioAuto
+)
+
+func (s failoverScenario) String() string {
+	return [...]string{"switchover", "promote", "auto"}[s]
+}
+
+// failoverTopics: the synchronous and the asynchronous topic.
+const (
+	topicSync  = "sync"
+	topicAsync = "async"
+)
+
+// failoverRun is what one iteration measured.
+type failoverRun struct {
+	rto, rtoSync                 time.Duration // probe at the new master
+	producerRTO, producerRTOSync time.Duration // the ZooKeeper-following producer
+	rpoSync, rpoAsync            int           // acknowledged, missing at the new master
+	lagAtLoss, unsavedLost       int           // kills only
+	acked                        int
+	latSync, latAsync            []time.Duration
+}
+
+// wanDialer is a bundle's ReplicationDialer that puts a proxy with the WAN
+// delay in front of every address it dials (one proxy per address, shared
+// by every site dialing it), and cuts the links to a lost site.
+type wanDialer struct {
+	mu      sync.Mutex
+	proxies map[string]*netproxy.Proxy
+}
+
+func (w *wanDialer) proxy(addr string) (*netproxy.Proxy, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.proxies[addr]; ok {
+		return p, nil
+	}
+	p, err := netproxy.New(addr)
+	if err != nil {
+		return nil, err
+	}
+	p.SetDelay(wanDelay)
+	if w.proxies == nil {
+		w.proxies = map[string]*netproxy.Proxy{}
+	}
+	w.proxies[addr] = p
+	return p, nil
+}
+
+func (w *wanDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	p, err := w.proxy(addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, p.Addr())
+}
+
+// cut closes every link to addr and refuses new ones (a lost site).
+func (w *wanDialer) cut(addr string) error {
+	p, err := w.proxy(addr)
+	if err != nil {
+		return err
+	}
+	p.SetRefuse(true)
+	p.CutAll()
+	return nil
+}
+
+func (w *wanDialer) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.proxies {
+		p.Close()
+	}
+	w.proxies = nil
+}
+
+// ackedPut is one put the producer had acknowledged.
+type ackedPut struct {
+	payload string
+	at      time.Time
+	res     client.SendResult
+}
+
+// failoverRig is one iteration's deployment; close stops it.
+type failoverRig struct {
+	b        testing.TB
+	dir      string
+	shared   string
+	wan      *wanDialer
+	bjZK     *zktest.Tap
+	sites    map[string]*Bundle
+	closers  []func()
+	mu       sync.Mutex
+	acked    map[string][]ackedPut // by topic
+	stopProd chan struct{}
+	prodDone sync.WaitGroup
+}
+
+func (r *failoverRig) close() {
+	r.stopProducer()
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+	r.closers = nil
+}
+
+func (r *failoverRig) stopProducer() {
+	if r.stopProd != nil {
+		close(r.stopProd)
+		r.prodDone.Wait()
+		r.stopProd = nil
+	}
+}
+
+// start starts one site; the bundle is closed with the rig.
+func (r *failoverRig) start(name string, spec siteSpec) *Bundle {
+	spec.name, spec.noNATS = name, true
+	prev := spec.options
+	spec.options = func(o *Options) {
+		o.ReplicationDialer = r.wan.Dial
+		if prev != nil {
+			prev(o)
+		}
+	}
+	s := startSite(r.b, filepath.Join(r.dir, name), r.shared, spec)
+	r.sites[name] = s
+	r.closers = append(r.closers, func() { s.Close() })
+	return s
+}
+
+func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failoverRun {
+	b.Helper()
+	repl := ""
+	if sc == scenarioAuto {
+		repl = "autoFailover=true\nautoFailoverAfterMs=500\n"
+	}
+	zkRoot := multiSiteRoot(b, []string{zk})
+	shared := sharedINI(zk, zkRoot, "[topic="+topicSync+"]\nnumPartitions=2\nminSyncSites=1\n\n[topic="+topicAsync+"]\nnumPartitions=2\n")
+	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1) // configsync plays no part
+	shared = strings.Replace(shared, "[replication]\n", "[replication]\n"+repl, 1)
+	r := &failoverRig{b: b, dir: filepath.Join(b.TempDir(), strconv.Itoa(iter)), shared: shared,
+		wan: &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}}
+	r.closers = append(r.closers, r.wan.Close)
+	defer r.close()
+
+	bj := r.start("bj", siteSpec{options: func(o *Options) { o.ZooKeeperDialer = r.bjZK.Dial }})
+	seed := []string{mustComp[*topologyComponent](b, bj).Topology().Addr()}
+	hf := r.start("hf", siteSpec{slave: true, slaveID: 1, join: seed})
+	gz := r.start("gz", siteSpec{slave: true, slaveID: 2, join: seed})
+	testutil.Eventually(b, 30*time.Second, 20*time.Millisecond, func() error {
+		for _, s := range []*Bundle{hf, gz} {
+			if rc := s.receiver(); rc == nil || !rc.Connected() {
+				return fmt.Errorf("%s does not follow bj yet", s.Config().Site.Name)
+			}
+		}
+		return nil
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.closers = append(r.closers, func() { cl.Close() })
+	p, err := client.NewProducer(cl, client.WithRetries(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.closers = append(r.closers, func() { p.Close(context.Background()) })
+
+	var run failoverRun
+	run.latSync, run.latAsync = putLatencies(b, ctx, p, 100)
+	r.produce(ctx, p)
+	time.Sleep(time.Second) // steady traffic before the change
+
+	var lossAt time.Time
+	probes := r.probe(ctx, hf, gz)
+	switch sc {
+	case scenarioSwitchover:
+		lossAt = time.Now()
+		if _, err := bj.Switchover(ctx, "hf", ""); err != nil {
+			b.Fatal(err)
+		}
+	case scenarioPromote, scenarioAuto:
+		lossAt = time.Now()
+		r.kill(bj)
+		if sc == scenarioPromote {
+			testutil.Eventually(b, 20*time.Second, 2*time.Millisecond, func() error {
+				if hf.receiver().Connected() {
+					return errors.New("hf still follows bj")
+				}
+				return nil
+			})
+			if _, err := hf.Promote(ctx, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var nm *Bundle
+	testutil.Eventually(b, 60*time.Second, 5*time.Millisecond, func() error {
+		for _, s := range []*Bundle{hf, gz} {
+			if s.promotedShipper() != nil {
+				nm = s
+				return nil
+			}
+		}
+		return errors.New("no slave site is master yet")
+	})
+	id, err := nm.identity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ends := id.Get().Ends
+	// Both topics acknowledged by the new master, at the probe and at the
+	// producer.
+	testutil.Eventually(b, 60*time.Second, 10*time.Millisecond, func() error {
+		for _, topic := range []string{topicSync, topicAsync} {
+			if probes.first(nm, topic).IsZero() {
+				return fmt.Errorf("no probe put to %s acknowledged at the new master yet", topic)
+			}
+			if r.firstAckBy(topic, ends).IsZero() {
+				return fmt.Errorf("the producer has no put to %s acknowledged by the new master yet", topic)
+			}
+		}
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond) // traffic after
+	r.stopProducer()
+	probes.stop()
+	run.rto = probes.first(nm, topicAsync).Sub(lossAt)
+	run.rtoSync = probes.first(nm, topicSync).Sub(lossAt)
+	run.producerRTO = r.firstAckBy(topicAsync, ends).Sub(lossAt)
+	run.producerRTOSync = r.firstAckBy(topicSync, ends).Sub(lossAt)
+
+	held := map[string]bool{}
+	for _, topic := range []string{topicSync, topicAsync} {
+		for _, body := range storedBodies(b, nm, topic) {
+			held[body] = true
+		}
+	}
+	var lostAsync []string
+	r.mu.Lock()
+	for topic, puts := range r.acked {
+		for _, a := range puts {
+			run.acked++
+			if held[a.payload] {
+				continue
+			}
+			if topic == topicSync {
+				run.rpoSync++
+			} else {
+				run.rpoAsync++
+				lostAsync = append(lostAsync, a.payload)
+			}
+		}
+	}
+	r.mu.Unlock()
+	if run.rpoSync > 0 || (sc == scenarioSwitchover && run.rpoAsync > 0) {
+		b.Fatalf("%s: acknowledged messages lost: %d of the synchronous topic, %d of the asynchronous one", sc, run.rpoSync, run.rpoAsync)
+	}
+	if sc != scenarioSwitchover {
+		run.lagAtLoss, run.unsavedLost = r.failback(nm, lostAsync)
+		if run.unsavedLost > 0 {
+			b.Fatalf("%s: %d acknowledged messages of the asynchronous topic are lost and not saved aside at bj", sc, run.unsavedLost)
+		}
+	}
+	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked %d, lost sync %d async %d, lag at loss %d",
+		sc, iter, nm.Config().Site.Name, run.rto, run.rtoSync, run.producerRTO, run.producerRTOSync,
+		run.acked, run.rpoSync, run.rpoAsync, run.lagAtLoss)
+	return run
+}
+
+// kill makes bj lost as in a crash: it stops answering puts, its
+// replication links are cut, its ZooKeeper connection is cut (the session
+// expires on the server after its timeout, keeping bj's master node until
+// then), and its bundle is closed.
+func (r *failoverRig) kill(bj *Bundle) {
+	bj.Broker.RefuseWrites("killed", broker.Refusal{Reason: "killed"})
+	if err := r.wan.cut(mustComp[*shipperComponent](r.b, bj).Addr()); err != nil {
+		r.b.Fatal(err)
+	}
+	r.bjZK.Block()
+	done := make(chan struct{})
+	go func() { defer close(done); bj.Close() }()
+	r.closers = append(r.closers, func() { <-done })
+}
+
+// failback restarts the killed bj as a slave of the new master nm (the
+// slave id nm had), waits until it follows nm, and reads what it saved
+// aside: lag is the number of records of the asynchronous topic saved,
+// unsaved the acknowledged ones lost that are not among them.
+func (r *failoverRig) failback(nm *Bundle, lost []string) (lag, unsaved int) {
+	r.closers[len(r.closers)-1]() // bj's Close
+	bjDir := filepath.Join(r.dir, "bj")
+	seed := []string{mustComp[*topologyComponent](r.b, nm).Topology().Addr()}
+	bj := r.start("bj", siteSpec{slave: true, slaveID: nm.Slave.SlaveID, join: seed})
+	for _, topic := range []string{topicSync, topicAsync} {
+		waitCaughtUp(r.b, nm, bj, topic, 60*time.Second)
+	}
+	dir := filepath.Join(bjDir, "data", "replication", "unreplicated")
+	tails, err := georeplicator.ListTails(dir)
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	saved := map[string]bool{}
+	for _, t := range tails {
+		data, err := os.ReadFile(t.Path)
+		if err != nil {
+			r.b.Fatal(err)
+		}
+		for len(data) > 0 {
+			rec, n, err := store.DecodeRecord(data)
+			if err != nil {
+				r.b.Fatalf("%s: %v", t.Path, err)
+			}
+			if t.Topic == topicAsync {
+				lag++
+			}
+			saved[string(rec.Body)] = true
+			data = data[n:]
+		}
+	}
+	for _, m := range lost {
+		if !saved[m] {
+			unsaved++
+		}
+	}
+	return lag, unsaved
+}
+
+// produce starts one goroutine per topic putting through p, one put in
+// flight each, until stopProducer.
+func (r *failoverRig) produce(ctx context.Context, p *client.Producer) {
+	r.stopProd = make(chan struct{})
+	stop := r.stopProd
+	for _, topic := range []string{topicSync, topicAsync} {
+		r.prodDone.Add(1)
+		go func() {
+			defer r.prodDone.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := fmt.Sprintf("%s-%d", topic, i)
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				res, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(m)})
+				cancel()
+				if err != nil {
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					continue // not acknowledged: may be lost
+				}
+				r.mu.Lock()
+				r.acked[topic] = append(r.acked[topic], ackedPut{payload: m, at: time.Now(), res: res})
+				r.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// firstAckBy is when the producer got its first acknowledgement of topic
+// from the new master: of a message stored at or beyond the new master's
+// promotion end of its partition. Zero when none yet.
+func (r *failoverRig) firstAckBy(topic string, ends map[string]int64) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.acked[topic] {
+		end, ok := ends[georeplicator.PartKey(topic, a.res.Partition.Partition)]
+		if ok && a.res.Offset >= end {
+			return a.at
+		}
+	}
+	return time.Time{}
+}
+
+// putLatencies sends n pairs of puts, one to each topic in turn, and
+// returns each topic's put latencies.
+func putLatencies(b *testing.B, ctx context.Context, p *client.Producer, n int) (syncLat, asyncLat []time.Duration) {
+	b.Helper()
+	for i := range n {
+		for _, topic := range []string{topicSync, topicAsync} {
+			start := time.Now()
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("lat-%s-%d", topic, i))})
+			cancel()
+			if err != nil {
+				b.Fatalf("put to %s: %v", topic, err)
+			}
+			if topic == topicSync {
+				syncLat = append(syncLat, time.Since(start))
+			} else {
+				asyncLat = append(asyncLat, time.Since(start))
+			}
+		}
+	}
+	return syncLat, asyncLat
+}
+
+// prober puts to each topic at each slave site's broker directly, every
+// 5 ms, and keeps the time of each site's first acknowledged put.
+type prober struct {
+	mu     sync.Mutex
+	firsts map[*Bundle]map[string]time.Time
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (r *failoverRig) probe(ctx context.Context, sites ...*Bundle) *prober {
+	ctx, cancel := context.WithCancel(ctx)
+	pr := &prober{firsts: map[*Bundle]map[string]time.Time{}, cancel: cancel}
+	for _, s := range sites {
+		pr.firsts[s] = map[string]time.Time{}
+		for _, topic := range []string{topicSync, topicAsync} {
+			pr.wg.Add(1)
+			go func() {
+				defer pr.wg.Done()
+				pr.run(ctx, s, topic)
+			}()
+		}
+	}
+	return pr
+}
+
+func (pr *prober) run(ctx context.Context, s *Bundle, topic string) {
+	var mc *metaConn
+	defer func() {
+		if mc != nil {
+			mc.Close()
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		if mc == nil {
+			mc, _ = dialMeta(s.Broker.Addr().String())
+		}
+		if mc != nil {
+			_, _, err := mc.put(topic, i%2, []byte(fmt.Sprintf("probe-%s-%d", topic, i)))
+			if err == nil {
+				pr.mu.Lock()
+				pr.firsts[s][topic] = time.Now()
+				pr.mu.Unlock()
+				return
+			}
+			if !strings.HasPrefix(err.Error(), "put: ") { // the connection failed
+				mc.Close()
+				mc = nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (pr *prober) first(s *Bundle, topic string) time.Time {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.firsts[s][topic]
+}
+
+func (pr *prober) stop() {
+	pr.cancel()
+	pr.wg.Wait()
+}
+
+// storedBodies returns the bodies of every record of topic in s's store.
+func storedBodies(b testing.TB, s *Bundle, topic string) []string {
+	b.Helper()
+	var out []string
+	for _, pi := range s.Store.Partitions() {
+		if pi.Topic != topic {
+			continue
+		}
+		for off := pi.Min; off < pi.Max; {
+			data, err := s.Store.Read(topic, pi.Partition, off, 1<<20)
+			if err != nil {
+				b.Fatalf("%s-%d at %d: %v", topic, pi.Partition, off, err)
+			}
+			start := off
+			for {
+				rec, n, err := store.DecodeRecord(data)
+				if err != nil && off == start {
+					b.Fatalf("%s-%d at %d: %v", topic, pi.Partition, off, err)
+				}
+				if err != nil {
+					break // a partial record: the next read starts at it
+				}
+				out = append(out, string(rec.Body))
+				data, off = data[n:], off+int64(n)
+			}
+		}
+	}
+	return out
+}
+
+// reportFailover reports the medians of the iterations.
+func reportFailover(b *testing.B, sc failoverScenario, runs []failoverRun) {
+	ms := func(f func(failoverRun) time.Duration) float64 {
+		var v []float64
+		for _, r := range runs {
+			v = append(v, float64(f(r))/float64(time.Millisecond))
+		}
+		return median(v)
+	}
+	n := func(f func(failoverRun) int) float64 {
+		var v []float64
+		for _, r := range runs {
+			v = append(v, float64(f(r)))
+		}
+		return median(v)
+	}
+	var latSync, latAsync []time.Duration
+	maxSyncLoss := 0
+	for _, r := range runs {
+		latSync = append(latSync, r.latSync...)
+		latAsync = append(latAsync, r.latAsync...)
+		maxSyncLoss = max(maxSyncLoss, r.rpoSync)
+	}
+	b.ReportMetric(0, "ns/op") // an iteration is a whole deployment: its time says nothing
+	b.ReportMetric(ms(func(r failoverRun) time.Duration { return r.rto }), "rto-ms")
+	b.ReportMetric(ms(func(r failoverRun) time.Duration { return r.rtoSync }), "rto-sync-ms")
+	b.ReportMetric(ms(func(r failoverRun) time.Duration { return r.producerRTO }), "producer-rto-ms")
+	b.ReportMetric(ms(func(r failoverRun) time.Duration { return r.producerRTOSync }), "producer-rto-sync-ms")
+	b.ReportMetric(n(func(r failoverRun) int { return r.rpoSync }), "rpo-sync-msgs")
+	b.ReportMetric(float64(maxSyncLoss), "rpo-sync-max-msgs")
+	b.ReportMetric(n(func(r failoverRun) int { return r.rpoAsync }), "rpo-async-msgs")
+	b.ReportMetric(n(func(r failoverRun) int { return r.acked }), "acked-msgs")
+	if sc != scenarioSwitchover {
+		b.ReportMetric(n(func(r failoverRun) int { return r.lagAtLoss }), "lag-at-loss-msgs")
+		b.ReportMetric(n(func(r failoverRun) int { return r.unsavedLost }), "unsaved-lost-msgs")
+	}
+	b.ReportMetric(percentileMs(latSync, 50), "sync-p50-ms")
+	b.ReportMetric(percentileMs(latSync, 99), "sync-p99-ms")
+	b.ReportMetric(percentileMs(latAsync, 50), "async-p50-ms")
+	b.ReportMetric(percentileMs(latAsync, 99), "async-p99-ms")
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func percentileMs(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := min(len(s)-1, len(s)*p/100)
+	return float64(s[i]) / float64(time.Millisecond)
+}
