@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,7 +109,7 @@ type failoverRun struct {
 	producerRTO, producerRTOSync time.Duration // the ZooKeeper-following producer
 	rpoSync, rpoAsync            int           // acknowledged, missing at the new master
 	ackedSync, ackedAsync        int
-	lagAtLoss, unsavedLost       int           // kills only
+	lagAtLoss, unsavedLost       int // kills only
 	acked                        int
 	latSync, latAsync            []time.Duration
 }
@@ -118,6 +120,7 @@ type failoverRun struct {
 type wanDialer struct {
 	mu      sync.Mutex
 	proxies map[string]*netproxy.Proxy
+	dead    map[string]bool // refused, as by a host whose process died
 }
 
 func (w *wanDialer) proxy(addr string) (*netproxy.Proxy, error) {
@@ -139,20 +142,40 @@ func (w *wanDialer) proxy(addr string) (*netproxy.Proxy, error) {
 }
 
 func (w *wanDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	w.mu.Lock()
+	dead := w.dead[addr]
+	w.mu.Unlock()
+	if dead {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	// A listener that is gone refuses the dial, as across a real WAN (the
+	// proxy alone would accept and then close).
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.Close()
 	p, err := w.proxy(addr)
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
 	return d.DialContext(ctx, network, p.Addr())
 }
 
-// cut closes every link to addr and refuses new ones (a lost site).
+// cut closes every link to addr and refuses new ones as a host does
+// whose process died (connection refused).
 func (w *wanDialer) cut(addr string) error {
 	p, err := w.proxy(addr)
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	if w.dead == nil {
+		w.dead = map[string]bool{}
+	}
+	w.dead[addr] = true
+	w.mu.Unlock()
 	p.SetRefuse(true)
 	p.CutAll()
 	return nil
@@ -177,6 +200,7 @@ type ackedPut struct {
 // failoverRig is one iteration's deployment; close stops it.
 type failoverRig struct {
 	b        testing.TB
+	name     string // scenario-N-iteration, names the log files
 	dir      string
 	shared   string
 	wan      *wanDialer
@@ -215,10 +239,30 @@ func (r *failoverRig) start(name string, spec siteSpec) *Bundle {
 			prev(o)
 		}
 	}
+	spec.logger = r.logger(name)
 	s := startSite(r.b, filepath.Join(r.dir, name), r.shared, spec)
 	r.sites[name] = s
 	r.closers = append(r.closers, func() { s.Close() })
 	return s
+}
+
+// benchLogDir names the environment variable of a directory that keeps
+// each site's log of every iteration (benchmarks log nothing otherwise).
+const benchLogDir = "METAQ_BENCH_LOGDIR"
+
+// logger is site name's logger: a file under $METAQ_BENCH_LOGDIR named
+// after the scenario, iteration and site when it is set, else discarding.
+func (r *failoverRig) logger(name string) *slog.Logger {
+	dir := os.Getenv(benchLogDir)
+	if dir == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, r.name+"-"+name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	r.closers = append(r.closers, func() { f.Close() })
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failoverRun {
@@ -232,7 +276,8 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1) // configsync plays no part
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\n"+repl, 1)
 	r := &failoverRig{b: b, dir: filepath.Join(b.TempDir(), strconv.Itoa(iter)), shared: shared,
-		wan: &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}}
+		name: fmt.Sprintf("%s-%d-%d", sc, b.N, iter),
+		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}}
 	r.closers = append(r.closers, r.wan.Close)
 	defer r.close()
 
