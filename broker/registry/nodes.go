@@ -149,6 +149,29 @@ func (r *Registry) Delete(ctx context.Context, path string) error {
 	return err
 }
 
+// DeleteOwned removes path unless it is an ephemeral node of another
+// session: during a change of master two brokers of one brokerId write the
+// same paths (ids/<id>/master, its replication address, the topics'
+// <id>-m entries), and the one stepping down must not delete what the new
+// master has already written there. A missing node is not an error.
+func (r *Registry) DeleteOwned(ctx context.Context, path string) error {
+	_, st, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.EphemeralOwner != 0 && st.EphemeralOwner != r.conn.SessionID() {
+		return nil
+	}
+	err = r.call(ctx, func() error { return r.conn.Delete(path, st.Version) })
+	if errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+		return nil // gone or rewritten meanwhile: no longer ours to delete
+	}
+	return err
+}
+
 // DeleteTree removes path and everything below it; a missing node is not an
 // error.
 func (r *Registry) DeleteTree(ctx context.Context, path string) error {

@@ -45,7 +45,7 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool, slaveID int, extra ...string) error {
 	if r.state.broker {
 		for _, p := range append([]string{r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)}, extra...) {
-			if err := r.Delete(ctx, p); err != nil {
+			if err := r.DeleteOwned(ctx, p); err != nil {
 				return fmt.Errorf("registry: become %s: %w", role, err)
 			}
 		}

@@ -240,7 +240,7 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
 	legacy, pub, sub := r.topicPaths(topic)
 	for _, p := range []string{legacy, pub, sub} {
-		if err := r.Delete(ctx, p); err != nil {
+		if err := r.DeleteOwned(ctx, p); err != nil {
 			return fmt.Errorf("registry: unregister topic %s: %w", topic, err)
 		}
 	}

@@ -190,8 +190,10 @@ func (c *shipperComponent) Close() error {
 	b.slave.set(nil)
 	b.Broker.SetSiteReplicator(nil)
 	if b.Registry != nil && c.znode != "" {
+		// Only our own: after a handover the new master may already have
+		// published its address at the same path.
 		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = b.Registry.Delete(ctx, c.znode)
+		_ = b.Registry.DeleteOwned(ctx, c.znode)
 		done()
 	}
 	return s.Close()
