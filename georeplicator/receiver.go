@@ -82,6 +82,8 @@ type Receiver struct {
 	routines routines.Group
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// redial wakes run from its backoff (Redial).
+	redial chan struct{}
 
 	mu      sync.Mutex // guards the fields below
 	conn    net.Conn
@@ -122,7 +124,7 @@ func NewReceiver(opts ReceiverOptions) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{opts: opts, applied: pos, durable: pos, synced: pos, masterLog: masterLog, dec: d,
+	r := &Receiver{opts: opts, applied: pos, durable: pos, synced: pos, masterLog: masterLog, dec: d, redial: make(chan struct{}, 1),
 		log: opts.Logger.With("component", "georeplicator", "role", "slave", "slave", fmt.Sprintf("SLAVE(%s/%d)", opts.Group, opts.SlaveID))}
 	r.causes = newCauseLog(r.log)
 	r.st.AppliedPos, r.st.DurablePos, r.st.MasterPos = pos, pos, -1
@@ -215,6 +217,20 @@ func orDash(s string) string {
 	return s
 }
 
+// Redial makes a receiver waiting to reconnect try again now, with its
+// backoff reset: the master's address changed (a promoted site published
+// its own), and the failures to reach the old one say nothing about the
+// new one. Without it a slave site could wait out up to BackoffMax before
+// following a new master, and a synchronous topic there stays refused
+// until a slave site follows. A call while connected is kept for the next
+// wait.
+func (r *Receiver) Redial() {
+	select {
+	case r.redial <- struct{}{}:
+	default:
+	}
+}
+
 // Tried returns the address the last connection attempt went to.
 func (r *Receiver) Tried() string { return r.lastAddr() }
 
@@ -258,6 +274,8 @@ func (r *Receiver) run() {
 		case <-r.ctx.Done():
 			return
 		case <-r.opts.Clock.After(wait.Next()):
+		case <-r.redial:
+			wait.Reset()
 		}
 	}
 }

@@ -201,6 +201,7 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 			continue
 		}
 		lastRead = time.Now()
+		changed := fired(watch)
 		method, reason, w, err := c.decide(ctx, watch)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -215,8 +216,14 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 			continue
 		}
 		watch = w
+		if changed && method == methodStream && cur == methodStream && r != nil && !r.Status().Connected {
+			// The master's entries changed (a promoted site published its
+			// replication address): try it now, not after the backoff.
+			r.Redial()
+		}
 		if method == methodStream && fellBack {
-			if time.Since(lastProbe) < reprobeEvery {
+			// A changed entry (a new master's address) is probed at once.
+			if time.Since(lastProbe) < reprobeEvery && !changed {
 				continue
 			}
 			lastProbe = time.Now()
