@@ -188,7 +188,11 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 		if r != nil {
 			// With a shared secret there is no falling back to MetaQ's get,
 			// which authenticates no one: the stream keeps retrying.
-			if st := r.Status(); st.DialFailures >= unreachableAfter && c.b.Config().Replication.SecretFile == "" {
+			// A master whose MetaQ port refuses too is down, not behind a
+			// firewall: MetaQ's get would not reach it either, and the
+			// stream receiver, which knows its position in the master's
+			// log, is what a promotion of this site needs.
+			if st := r.Status(); st.DialFailures >= unreachableAfter && c.b.Config().Replication.SecretFile == "" && c.metaqReachable(ctx) {
 				reason := fmt.Sprintf("the master's replication address %s cannot be reached from here (%s): copying it with MetaQ's get on its MetaQ port until it can; open that address to this site, or set [replication] listen on the master to one that is",
 					r.Tried(), st.LastError)
 				c.fallBack(reason)
@@ -268,6 +272,24 @@ func (c *receiverComponent) fallBack(reason string) {
 	c.fellBack = true
 	c.mu.Unlock()
 	c.b.Logger().Warn("REPLICATION: " + reason)
+}
+
+// metaqReachable reports whether the master's MetaQ port (its meta:// url
+// in ZooKeeper) accepts a TCP connection.
+func (c *receiverComponent) metaqReachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	addr, err := c.master.Addr(ctx)
+	if err != nil {
+		return false
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // streamReachable reports whether the published replication address

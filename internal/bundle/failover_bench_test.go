@@ -421,17 +421,16 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 }
 
 // kill makes bj lost as in a crash: it stops answering puts, its
-// replication links are cut, its ZooKeeper connection is cut (the session
-// expires on the server after its timeout, keeping bj's master node until
-// then), and its bundle is closed.
+// replication links are cut (new dials refused), and killBundle cuts its
+// ZooKeeper connection (the session expires on the server after its
+// timeout, keeping bj's master node until then) and closes it.
 func (r *failoverRig) kill(bj *Bundle) {
 	bj.Broker.RefuseWrites("killed", broker.Refusal{Reason: "killed"})
 	if err := r.wan.cut(mustComp[*shipperComponent](r.b, bj).Addr()); err != nil {
 		r.b.Fatal(err)
 	}
-	r.bjZK.Block()
 	done := make(chan struct{})
-	go func() { defer close(done); bj.Close() }()
+	go func() { defer close(done); killBundle(bj, r.bjZK) }()
 	r.closers = append(r.closers, func() { <-done })
 }
 
