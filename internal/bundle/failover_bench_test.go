@@ -33,10 +33,10 @@ import (
 // the address found). ZooKeeper, gossip and the producer use loopback
 // without delay: the producer sits next to whichever site is master.
 //
-// One Go producer that follows ZooKeeper puts continuously to a
-// synchronous topic (minSyncSites=1) and an asynchronous one, one
-// goroutine each, one put in flight per topic, no client retries (a
-// failed put is followed by the next one 5 ms later). Each iteration
+// Go producers that follow ZooKeeper put continuously to a synchronous
+// topic (minSyncSites=1, four writers) and an asynchronous one (one
+// writer); each writer has its own client and one put in flight, and no
+// client retries (a failed put is followed by the next one 5 ms later). Each iteration
 // builds a fresh deployment and changes master once:
 //
 //   - switchover: Switchover(hf) at bj; the loss is the command;
@@ -101,6 +101,9 @@ func (s failoverScenario) String() string {
 const (
 	topicSync  = "sync"
 	topicAsync = "async"
+	// syncWriters put to the synchronous topic at once (each waits about
+	// a WAN round trip per put); one writer puts to the asynchronous one.
+	syncWriters = 4
 )
 
 // failoverRun is what one iteration measured.
@@ -296,10 +299,10 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// One client per topic: a put to the asynchronous topic does not wait
-	// behind one to the synchronous topic on a shared connection.
-	producers := map[string]*client.Producer{}
-	for _, topic := range []string{topicSync, topicAsync} {
+	// One client per writer: a put does not wait behind another on a
+	// shared connection.
+	producers := map[string][]*client.Producer{}
+	for _, topic := range append(slices.Repeat([]string{topicSync}, syncWriters), topicAsync) {
 		cl, err := client.New(ctx, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
 		if err != nil {
 			b.Fatal(err)
@@ -310,7 +313,7 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			b.Fatal(err)
 		}
 		r.closers = append(r.closers, func() { p.Close(context.Background()) })
-		producers[topic] = p
+		producers[topic] = append(producers[topic], p)
 	}
 
 	var run failoverRun
@@ -477,39 +480,42 @@ func (r *failoverRig) failback(nm *Bundle, lost []string) (lag, unsaved int) {
 	return lag, unsaved
 }
 
-// produce starts one goroutine per topic putting through its producer,
-// one put in flight each, until stopProducer.
-func (r *failoverRig) produce(ctx context.Context, producers map[string]*client.Producer) {
+// produce starts one writer per producer, until stopProducer.
+func (r *failoverRig) produce(ctx context.Context, producers map[string][]*client.Producer) {
 	r.stopProd = make(chan struct{})
 	stop := r.stopProd
-	for _, topic := range []string{topicSync, topicAsync} {
-		r.prodDone.Add(1)
-		p := producers[topic]
-		go func() {
-			defer r.prodDone.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m := fmt.Sprintf("%s-%d", topic, i)
-				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				res, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(m)})
-				cancel()
-				if err != nil {
-					select {
-					case <-stop:
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-					continue // not acknowledged: may be lost
-				}
-				r.mu.Lock()
-				r.acked[topic] = append(r.acked[topic], ackedPut{payload: m, at: time.Now(), res: res})
-				r.mu.Unlock()
+	for topic, ps := range producers {
+		for w, p := range ps {
+			r.prodDone.Add(1)
+			go r.write(ctx, stop, p, topic, w)
+		}
+	}
+}
+
+// write puts to topic through p, one put in flight, until stop.
+func (r *failoverRig) write(ctx context.Context, stop <-chan struct{}, p *client.Producer, topic string, writer int) {
+	defer r.prodDone.Done()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		m := fmt.Sprintf("%s-%d-%d", topic, writer, i)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(m)})
+		cancel()
+		if err != nil {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
 			}
-		}()
+			continue // not acknowledged: may be lost
+		}
+		r.mu.Lock()
+		r.acked[topic] = append(r.acked[topic], ackedPut{payload: m, at: time.Now(), res: res})
+		r.mu.Unlock()
 	}
 }
 
@@ -546,13 +552,13 @@ func (r *failoverRig) acksBeyond(topic string, ends map[string]int64, since time
 
 // putLatencies sends n pairs of puts, one to each topic in turn (each
 // through its producer), and returns each topic's put latencies.
-func putLatencies(b *testing.B, ctx context.Context, producers map[string]*client.Producer, n int) (syncLat, asyncLat []time.Duration) {
+func putLatencies(b *testing.B, ctx context.Context, producers map[string][]*client.Producer, n int) (syncLat, asyncLat []time.Duration) {
 	b.Helper()
 	for i := range n {
 		for _, topic := range []string{topicSync, topicAsync} {
 			start := time.Now()
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := producers[topic].Send(sctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("lat-%s-%d", topic, i))})
+			_, err := producers[topic][0].Send(sctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("lat-%s-%d", topic, i))})
 			cancel()
 			if err != nil {
 				b.Fatalf("put to %s: %v", topic, err)
