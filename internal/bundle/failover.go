@@ -154,6 +154,9 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	if st.Connected && !force {
 		return PromoteReport{}, fmt.Errorf("promote: %w (%s, connected); stop it first or use --force", ErrMasterReachable, st.MasterAddr)
 	}
+	if why := b.siblingAhead(st.AppliedPos); why != "" && !force {
+		return PromoteReport{}, fmt.Errorf("promote: %w: %s; promote that site, or use --force (what only it holds is then cut there and saved aside)", ErrSiblingAhead, why)
+	}
 	rep := PromoteReport{Forced: force, MasterPos: st.MasterPos, AppliedPos: st.AppliedPos,
 		BehindBytes: max(0, st.MasterPos-st.AppliedPos)}
 	rep.Lag = b.lastKnownLag()
@@ -251,7 +254,7 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
 	rep, err := a.b.Promote(r.Context(), force)
 	switch {
-	case errors.Is(err, ErrMasterReachable):
+	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead):
 		http.Error(w, err.Error(), http.StatusConflict)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
