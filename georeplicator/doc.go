@@ -196,8 +196,12 @@
 //
 // Slave: the stream when masterAddress is set or the master publishes its
 // replication address, else MetaQPuller (also while the published address
-// cannot be reached: ReceiverStatus.DialFailures); the choice follows the
-// master's ZooKeeper entries and is reported in the log and in slave-status.
+// cannot be reached, ReceiverStatus.DialFailures, and the master's MetaQ
+// port can: a master whose ports all refuse is down, and the stream keeps
+// its log position for a promotion); the choice follows the master's
+// ZooKeeper entries and is reported in the log and in slave-status. When
+// those entries change (a new master published its address) the bundle
+// calls Receiver.Redial, so the slave does not wait out its backoff.
 // A slave with a shared secret never uses MetaQPuller: MetaQ's get proves
 // nothing about the master.
 // NewReceiver(ReceiverOptions{Sink: the *store.Store, Resolver,
