@@ -83,3 +83,51 @@ func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint
 		return next, nil
 	}
 }
+
+// ErrGenerationMoved: the brokerId's generation is no longer the one a
+// site expected to raise (another site was promoted first).
+var ErrGenerationMoved = errors.New("registry: the generation moved")
+
+// RaiseGenerationFrom sets the brokerId's generation to known+1 only if it
+// is not above known (never raised counts as 0), with a compare-and-set on
+// the node's version; otherwise it fails with ErrGenerationMoved naming the
+// current one. Of two sites promoting themselves from the same master at
+// once, exactly one succeeds.
+func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known uint64) (uint64, error) {
+	path := r.paths.GenerationPath(brokerID)
+	next := known + 1
+	cur, version, err := r.readGeneration(ctx, brokerID)
+	switch {
+	case errors.Is(err, ErrNoNode):
+		if err := r.createParents(ctx, path); err != nil {
+			return 0, err
+		}
+		err := r.call(ctx, func() error {
+			_, err := r.conn.Create(path, []byte(strconv.FormatUint(next, 10)), 0, openACL)
+			return err
+		})
+		if errors.Is(err, ErrNodeExists) {
+			return 0, fmt.Errorf("%w: another site raised %s first", ErrGenerationMoved, path)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("registry: create %s: %w", path, err)
+		}
+		return next, nil
+	case err != nil:
+		return 0, err
+	}
+	if cur > known {
+		return 0, fmt.Errorf("%w: %s is %d, not the %d this site knows", ErrGenerationMoved, path, cur, known)
+	}
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Set(path, []byte(strconv.FormatUint(next, 10)), version)
+		return err
+	})
+	if errors.Is(err, zk.ErrBadVersion) {
+		return 0, fmt.Errorf("%w: another site raised %s first", ErrGenerationMoved, path)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("registry: set %s: %w", path, err)
+	}
+	return next, nil
+}

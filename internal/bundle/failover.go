@@ -14,6 +14,7 @@ import (
 
 	"metaq/broker"
 	"metaq/broker/config"
+	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/topology"
 )
@@ -160,23 +161,26 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	rep := PromoteReport{Forced: force, MasterPos: st.MasterPos, AppliedPos: st.AppliedPos,
 		BehindBytes: max(0, st.MasterPos-st.AppliedPos)}
 	rep.Lag = b.lastKnownLag()
+	id, err := b.identity()
+	if err != nil {
+		return rep, err
+	}
+	// The generation is taken while this site still follows: when another
+	// site was promoted meanwhile, this one keeps following (and finds the
+	// new master) instead of having stopped for nothing.
+	gen, err := b.nextGeneration(ctx, id.Generation(), force)
+	if err != nil {
+		return rep, err
+	}
 	if err := rc.Close(); err != nil {
 		b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
 	}
 	if err := b.Store.Flush(); err != nil {
 		return rep, fmt.Errorf("promote: flush: %w", err)
 	}
-	id, err := b.identity()
-	if err != nil {
-		return rep, err
-	}
 	rep.Ends = map[string]int64{}
 	for _, p := range b.Store.Partitions() {
 		rep.Ends[georeplicator.PartKey(p.Topic, p.Partition)] = p.Max
-	}
-	gen, err := b.nextGeneration(ctx, id.Generation())
-	if err != nil {
-		return rep, err
 	}
 	if err := id.Promote(gen, rep.Ends); err != nil {
 		return rep, err
@@ -212,14 +216,25 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 
 // nextGeneration is one above the highest generation known here and, with
 // ZooKeeper on, in ZooKeeper (raised there with a compare-and-set, so two
-// sites promoted at once cannot take the same generation).
-func (b *Bundle) nextGeneration(ctx context.Context, known uint64) (uint64, error) {
+// sites promoted at once cannot take the same generation). Unless force,
+// ZooKeeper's must still be the one known here: otherwise another site was
+// promoted since, and a second master of a newer generation would fence
+// the first while failing to register itself (two slave sites failing over
+// automatically at once left no master at all).
+func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	gen, err := b.Registry.RaiseGeneration(ctx, b.Config().System.BrokerID, known)
+	raise := b.Registry.RaiseGeneration
+	if !force {
+		raise = b.Registry.RaiseGenerationFrom
+	}
+	gen, err := raise(ctx, b.Config().System.BrokerID, known)
+	if errors.Is(err, registry.ErrGenerationMoved) {
+		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use --force to override)", err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("promote: raise the generation in ZooKeeper: %w", err)
 	}
