@@ -67,6 +67,9 @@ import (
 //     lag when it was lost), as bj saves them aside when it returns as a
 //     slave of the new master; unsaved-lost-msgs counts acknowledged
 //     messages lost and not saved aside (must be 0);
+//     promote-reported-lag-msgs is the lag promote printed (bj's last
+//     gossiped lag report for the promoted site's slave group, both
+//     topics);
 //   - sync/async put p50/p99 (ms), before the change: one goroutine
 //     alternating a put to each topic (the same load on both), 100 pairs
 //     per iteration.
@@ -115,6 +118,7 @@ type failoverRun struct {
 	rpoSync, rpoAsync            int           // acknowledged, missing at the new master
 	ackedSync, ackedAsync        int
 	lagAtLoss, unsavedLost       int // kills only
+	reportedLag                  int // promote: the last gossiped lag report of the promoted site's group, -1 without one
 	acked                        int
 	latSync, latAsync            []time.Duration
 }
@@ -341,7 +345,11 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 				}
 				return nil
 			})
-			r.promoteAsOperator(ctx, hf, gz)
+			rep := r.promoteAsOperator(ctx, hf, gz)
+			run.reportedLag = -1
+			if rep.Lag != nil {
+				run.reportedLag = int(rep.Lag.Messages)
+			}
 		}
 	}
 	var nm *Bundle
@@ -417,23 +425,26 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			b.Fatalf("%s: %d acknowledged messages of the asynchronous topic are lost and not saved aside at bj", sc, run.unsavedLost)
 		}
 	}
-	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d",
+	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d)",
 		sc, iter, nm.Config().Site.Name, run.rto, run.rtoSync, run.producerRTO, run.producerRTOSync,
-		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss)
+		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag)
 	return run
 }
 
 // promoteAsOperator runs promote at site until it succeeds; when it is
 // refused because the other slave site holds more of the old master's log,
 // it runs promote there instead (what the refusal tells the operator).
-func (r *failoverRig) promoteAsOperator(ctx context.Context, site, other *Bundle) {
+func (r *failoverRig) promoteAsOperator(ctx context.Context, site, other *Bundle) PromoteReport {
+	var rep PromoteReport
 	testutil.Eventually(r.b, 30*time.Second, 20*time.Millisecond, func() error {
-		_, err := site.Promote(ctx, false)
+		var err error
+		rep, err = site.Promote(ctx, false)
 		if errors.Is(err, ErrSiblingAhead) && strings.Contains(err.Error(), "site "+other.Config().Site.Name+" applied") {
-			_, err = other.Promote(ctx, false)
+			rep, err = other.Promote(ctx, false)
 		}
 		return err
 	})
+	return rep
 }
 
 // kill makes bj lost as in a crash: it stops answering puts, its
@@ -717,6 +728,9 @@ func reportFailover(b *testing.B, sc failoverScenario, runs []failoverRun) {
 	b.ReportMetric(n(func(r failoverRun) int { return r.acked }), "acked-msgs")
 	if sc != scenarioSwitchover {
 		b.ReportMetric(n(func(r failoverRun) int { return r.lagAtLoss }), "lag-at-loss-msgs")
+		if sc == scenarioPromote {
+			b.ReportMetric(n(func(r failoverRun) int { return r.reportedLag }), "promote-reported-lag-msgs")
+		}
 		b.ReportMetric(n(func(r failoverRun) int { return r.unsavedLost }), "unsaved-lost-msgs")
 	}
 	b.ReportMetric(percentileMs(latSync, 50), "sync-p50-ms")
