@@ -30,14 +30,14 @@ import (
 // sites), one ZooKeeper ensemble, gossip on, and every replication link
 // through the in-process delay proxy at 30 ms one way (wanDialer: slaves
 // find their master in ZooKeeper, and each dial goes through a proxy to
-// the address found). ZooKeeper, gossip and the producer use loopback
-// without delay: the producer sits next to whichever site is master.
+// the address found). ZooKeeper, gossip and the producers use loopback
+// without delay: the producers sit next to whichever site is master.
 //
 // Go producers that follow ZooKeeper put continuously to a synchronous
 // topic (minSyncSites=1, four writers) and an asynchronous one (one
 // writer); each writer has its own client and one put in flight, and no
-// client retries (a failed put is followed by the next one 5 ms later). Each iteration
-// builds a fresh deployment and changes master once:
+// client retries (a failed put is followed by the next one 5 ms later).
+// Each iteration builds a fresh deployment and changes master once:
 //
 //   - switchover: Switchover(hf) at bj; the loss is the command;
 //   - promote: bj is killed (it stops answering puts, its replication
@@ -49,6 +49,9 @@ import (
 //   - auto: the same kill with autoFailover=true and autoFailoverAfterMs=500
 //     (a 5 s ZooKeeper session timeout, gossip probing every 100 ms): the
 //     most caught-up slave site promotes itself.
+//
+// After a kill, bj is restarted as a slave of the new master and its saved
+// unreplicated records are read.
 //
 // Reported per scenario, as medians over the iterations (-benchtime Nx):
 //
