@@ -65,7 +65,9 @@ func killBundle(b *Bundle, zk *zktest.Tap) {
 	wg.Add(1)
 	go func() { // up to a second: the close request cannot be sent
 		defer wg.Done()
-		b.Registry.Close()
+		if b.Registry != nil {
+			b.Registry.Close()
+		}
 	}()
 	time.Sleep(10 * time.Millisecond) // the registry refuses calls from here
 	b.Close()
