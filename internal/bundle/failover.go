@@ -125,8 +125,11 @@ var ErrMasterReachable = errors.New("the master is alive and reachable from this
 // generation: it stops following the old master, records the generation
 // and each partition's end (a returning old master cuts what it holds
 // beyond them), starts shipping its log to the other sites, and takes
-// writes (after the lease, when [replication] fenceSites is set). It
-// refuses while the master is reachable unless force.
+// writes (after the lease, when [replication] fenceSites is set). Unless
+// force, it refuses while the master is reachable, while another slave
+// site holds more of the old master's log or still follows it
+// (ErrSiblingAhead), and when another site was promoted since this one
+// last followed a master (the generation in ZooKeeper moved).
 func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error) {
 	start := time.Now()
 	f := &b.failover
