@@ -115,7 +115,7 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(keys[i], g[:n:n])
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 {
+			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() {
 				c.routeBatch(pp)
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
@@ -273,6 +273,12 @@ func (b *Broker) CheckPut(cmd *wire.Put) *wire.Result {
 // needsRegistration reports whether a batch must wait for step 3: its
 // topic is accepted and not yet registered under this configuration.
 func (pp *pendingPuts) needsRegistration() bool { return pp.te.ok && !pp.te.ready.Load() }
+
+// waitsForSites says the batch is answered only once slave sites hold it
+// (minSyncSites). It takes a store call and an answer frame of its own, so
+// that the other batches of the same read (a Java producer sends every
+// topic over one connection) are not held a WAN round trip behind it.
+func (pp *pendingPuts) waitsForSites() bool { return pp.te.ok && pp.te.tc.MinSyncSites > 0 }
 
 // routeBatch sends a validated batch on to steps 3 to 5: straight to the
 // store when its topic is registered and no earlier batch of the partition

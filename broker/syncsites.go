@@ -255,7 +255,9 @@ func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition i
 // siteSyncGroupStore is siteSyncStore in front of a groupStore: it keeps
 // the one-call path for a read's batches when none of them is for a topic
 // with minSyncSites; otherwise each batch takes storeBatch, and done runs
-// once after the last.
+// once after the last. routePuts sends such batches alone
+// (waitsForSites), so a mixed group only reaches here when a reload made
+// a topic synchronous in between.
 type siteSyncGroupStore struct{ siteSyncStore }
 
 func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {

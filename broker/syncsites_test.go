@@ -127,3 +127,38 @@ func TestSiteSyncRoute(t *testing.T) {
 		t.Fatalf("stats sync_sites after the reload:\n%s", s)
 	}
 }
+
+// TestSyncTopicDoesNotHoldOtherAnswers: puts to a topic with minSyncSites
+// and to an ordinary topic that arrive in one read (a Java producer sends
+// every topic over its one connection to the broker) are not answered
+// together: the ordinary one is answered after its local group commit,
+// without waiting a WAN round trip for the other's slave sites.
+func TestSyncTopicDoesNotHoldOtherAnswers(t *testing.T) {
+	tb := startBroker(t, parseConfig(t, []byte(syncSitesINI+"dataPath="+t.TempDir()+"\n")), nil)
+	sites := &fakeSites{connected: 1}
+	tb.SetSiteReplicator(sites)
+	c := dial(t, tb.Addr())
+	c.sendCmd(putCmd("plain", 0, "warm", 1)) // topics registered, connection set up
+	c.sendCmd(putCmd("sync", 0, "warm", 2))
+	c.result()
+	for sites.pending() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	sites.release()
+	c.result()
+
+	var both []byte
+	both = putCmd("sync", 0, "waits", 3).AppendTo(both)
+	both = putCmd("plain", 0, "goes", 4).AppendTo(both)
+	c.send(both)
+	if r := c.result(); r.Code != wire.StatusOK || r.Opaque != 4 {
+		t.Fatalf("first answer: %+v, want the plain put's (opaque 4) while the sync put waits", r)
+	}
+	if sites.pending() != 1 {
+		t.Fatalf("%d waits, want the sync put's", sites.pending())
+	}
+	sites.release()
+	if r := c.result(); r.Code != wire.StatusOK || r.Opaque != 3 {
+		t.Fatalf("sync put after its sites: %+v", r)
+	}
+}
