@@ -1,0 +1,551 @@
+package bundle
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/georeplicator"
+	"metaq/internal/testutil"
+)
+
+// These tests run the real, unmodified MetaQ 1.4.6 Java client (built from
+// its source by cmd/metaq-bench/metaq-java/build.sh, with the small driver
+// in cmd/metaq-bench/metaq-java/driver) against three site bundles through a
+// switchover and an unplanned failover. They skip unless javaClientEnv names
+// the built lib directory and METAQ_TEST_ZK a ZooKeeper:
+//
+//	cmd/metaq-bench/metaq-java/build.sh /work/bench/java   (METAQ_REPO etc. as it says)
+//	METAQ_JAVA_CLIENT=/work/bench/java/lib METAQ_TEST_ZK=127.0.0.1:2181 \
+//	    go test -race -run TestJavaClient -v ./internal/bundle/
+const javaClientEnv = "METAQ_JAVA_CLIENT"
+
+// javaGroup is the Java consumer's group.
+const javaGroup = "java-failover"
+
+// javaClasspath is the Java client's and driver's classpath, or skips.
+func javaClasspath(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(javaClientEnv)
+	if dir == "" {
+		t.Skipf("%s is not set: build the MetaQ 1.4.6 Java client with cmd/metaq-bench/metaq-java/build.sh OUTDIR and set %s=OUTDIR/lib", javaClientEnv, javaClientEnv)
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Skipf("%s is set but java is not on PATH", javaClientEnv)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "client-classpath.txt"))
+	if err != nil {
+		t.Fatalf("%s=%s: %v (build.sh writes client-classpath.txt there)", javaClientEnv, dir, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// javaDriver is one running driver JVM (FailoverProducer or
+// FailoverConsumer). Closing its stdin stops it.
+type javaDriver struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	errLog string // its stderr, in a file
+
+	mu    sync.Mutex
+	lines []string // stdout, line by line
+
+	ready  chan struct{} // it printed "ready"
+	exited chan struct{} // it exited (stdout read to its end first)
+}
+
+// startJava starts class of the driver and waits until it is ready (the
+// client connected to ZooKeeper and, for a consumer, subscribed).
+func startJava(t *testing.T, cp, class string, args ...string) *javaDriver {
+	t.Helper()
+	d := &javaDriver{name: class, errLog: filepath.Join(t.TempDir(), class+".stderr"),
+		ready: make(chan struct{}), exited: make(chan struct{})}
+	errf, err := os.Create(d.errLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = exec.Command("java", append([]string{"-Xmx256m", "-cp", cp, "failover." + class}, args...)...)
+	d.cmd.Stderr = errf
+	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", class, err)
+	}
+	go func() {
+		defer close(d.exited)
+		defer errf.Close()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "ready" {
+				close(d.ready)
+			}
+			d.mu.Lock()
+			d.lines = append(d.lines, line)
+			d.mu.Unlock()
+		}
+		d.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("%s stderr (last lines):\n%s", class, d.stderrTail(40))
+		}
+	})
+	select {
+	case <-d.ready:
+	case <-d.exited:
+		t.Fatalf("%s exited before it was ready:\n%s", class, d.stderrTail(40))
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s not ready after 90s:\n%s", class, d.stderrTail(40))
+	}
+	return d
+}
+
+// stop closes the driver's stdin and waits for it to exit, killing it
+// (this process started it) if it does not within a minute.
+func (d *javaDriver) stop() {
+	d.stdin.Close()
+	select {
+	case <-d.exited:
+	case <-time.After(time.Minute):
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+func (d *javaDriver) stderrTail(n int) string {
+	b, _ := os.ReadFile(d.errLog)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// failedAttempts counts the producer's "fail" lines (one a failed send).
+func (d *javaDriver) failedAttempts() int {
+	b, _ := os.ReadFile(d.errLog)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "fail ") {
+			n++
+		}
+	}
+	return n
+}
+
+// javaAck is one send the Java producer had acknowledged.
+type javaAck struct {
+	seq       int64
+	id        int64
+	partition int
+	offset    int64
+	attempts  int
+	at        time.Time
+}
+
+func (a javaAck) payload() string { return "java-" + strconv.FormatInt(a.seq, 10) }
+
+// acks parses the producer's "ack SEQ MSGID PARTITION OFFSET ATTEMPTS MILLIS".
+func (d *javaDriver) acks(t *testing.T) []javaAck {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []javaAck
+	for _, l := range d.lines {
+		f := strings.Fields(l)
+		if len(f) != 7 || f[0] != "ack" {
+			continue
+		}
+		var n [6]int64
+		for i := range n {
+			v, err := strconv.ParseInt(f[i+1], 10, 64)
+			if err != nil {
+				t.Fatalf("producer line %q: %v", l, err)
+			}
+			n[i] = v
+		}
+		out = append(out, javaAck{seq: n[0], id: n[1], partition: int(n[2]), offset: n[3], attempts: int(n[4]), at: time.UnixMilli(n[5])})
+	}
+	return out
+}
+
+// received is what the consumer printed: payload -> partition.
+func (d *javaDriver) received() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	got := map[string]int{}
+	for _, l := range d.lines {
+		f := strings.Fields(l)
+		if len(f) == 4 && f[0] == "got" {
+			p, _ := strconv.Atoi(f[3])
+			got[f[1]] = p
+		}
+	}
+	return got
+}
+
+// javaSites is the deployment of these tests: bj master, hf and gz slave
+// sites replicating over 30 ms proxies, gossip between them, every bundle
+// registered in one ZooKeeper under zkRoot, where the Java clients find
+// them.
+type javaSites struct {
+	root, zk, zkRoot, shared, topic string
+	bj, hf, gz                       *Bundle
+	slaveIDs                         map[*Bundle]int
+}
+
+func newJavaSites(t *testing.T, topic, topicKeys string) *javaSites {
+	t.Helper()
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	s := &javaSites{root: t.TempDir(), zk: zk, zkRoot: multiSiteRoot(t, []string{zk}), topic: topic}
+	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys))
+	// No configsync: its NATS server would live in bj, which one test kills.
+	s.shared = strings.Replace(s.shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	s.bj = startSite(t, filepath.Join(s.root, "bj"), s.shared, siteSpec{name: "bj", noNATS: true})
+	seed := []string{mustComp[*topologyComponent](t, s.bj).Topology().Addr()}
+	ship := mustComp[*shipperComponent](t, s.bj)
+	toHF, toGZ := wanProxy(t, ship.Addr()), wanProxy(t, ship.Addr())
+	s.hf = startSite(t, filepath.Join(s.root, "hf"), s.shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), join: seed, noNATS: true})
+	s.gz = startSite(t, filepath.Join(s.root, "gz"), s.shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), join: seed, noNATS: true})
+	s.slaveIDs = map[*Bundle]int{s.hf: 1, s.gz: 2}
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		for _, b := range []*Bundle{s.hf, s.gz} {
+			if !mustComp[*receiverComponent](t, b).Receiver().Status().Connected {
+				return errors.New("a slave site is not connected yet")
+			}
+		}
+		return nil
+	})
+	return s
+}
+
+// startClients starts the Java consumer, then the Java producer, and waits
+// until the producer has n acknowledgements.
+func (s *javaSites) startClients(t *testing.T, n int) (prod, cons *javaDriver) {
+	t.Helper()
+	cp := javaClasspath(t)
+	cons = startJava(t, cp, "FailoverConsumer", s.zk, s.zkRoot, s.topic, javaGroup)
+	prod = startJava(t, cp, "FailoverProducer", s.zk, s.zkRoot, s.topic)
+	waitAcks(t, prod, n, time.Time{})
+	return prod, cons
+}
+
+// waitAcks waits until the producer has n acknowledgements after since.
+func waitAcks(t *testing.T, prod *javaDriver, n int, since time.Time) {
+	t.Helper()
+	testutil.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
+		got := 0
+		for _, a := range prod.acks(t) {
+			if !a.at.Before(since) {
+				got++
+			}
+		}
+		if got < n {
+			return fmt.Errorf("the Java producer has %d of %d acknowledgements since %s", got, n, since.Format("15:04:05.000"))
+		}
+		return nil
+	})
+}
+
+// recordAt decodes the record at offset of topic-partition in b.
+func recordAt(b *Bundle, topic string, partition int, offset int64) (store.Record, error) {
+	data, err := b.Store.Read(topic, partition, offset, 1<<16)
+	if err != nil {
+		return store.Record{}, err
+	}
+	r, _, err := store.DecodeRecord(data)
+	return r, err
+}
+
+// checkAcked returns the acknowledged sends whose record is not at b at
+// the partition and offset the producer was told, with the same id and
+// payload.
+func checkAcked(b *Bundle, topic string, acks []javaAck) []javaAck {
+	var missing []javaAck
+	for _, a := range acks {
+		r, err := recordAt(b, topic, a.partition, a.offset)
+		if err != nil || r.ID != a.id || string(r.Body) != a.payload() {
+			missing = append(missing, a)
+		}
+	}
+	return missing
+}
+
+// stall describes the producer's view of the event at from: how long after
+// it the first acknowledgement came, the longest gap between two
+// acknowledgements, and how many attempts failed.
+func stall(acks []javaAck, from time.Time) (firstAfter, maxGap time.Duration) {
+	for i, a := range acks {
+		if i > 0 {
+			maxGap = max(maxGap, a.at.Sub(acks[i-1].at))
+		}
+		if firstAfter == 0 && a.at.After(from) {
+			firstAfter = a.at.Sub(from)
+		}
+	}
+	return firstAfter, maxGap
+}
+
+// wantConsumed waits until the Java consumer received every payload in
+// want, stops it, and checks the offsets it committed to ZooKeeper: each
+// is a record boundary of master's partition, at or past the end of the
+// last acknowledged record there.
+func (s *javaSites) wantConsumed(t *testing.T, cons *javaDriver, master *Bundle, want []javaAck) {
+	t.Helper()
+	testutil.Eventually(t, 90*time.Second, 100*time.Millisecond, func() error {
+		got := cons.received()
+		for _, a := range want {
+			if _, ok := got[a.payload()]; !ok {
+				return fmt.Errorf("the Java consumer has %d messages, not %s (partition %d offset %d)", len(got), a.payload(), a.partition, a.offset)
+			}
+		}
+		return nil
+	})
+	cons.stop()
+	ackedEnd := map[int]int64{}
+	for _, a := range want {
+		r, err := recordAt(master, s.topic, a.partition, a.offset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ackedEnd[a.partition] = max(ackedEnd[a.partition], a.offset+int64(store.RecordHeaderLen+len(r.Body)))
+	}
+	zc := zkClient(t, &testEnv{zk: s.zk, root: s.zkRoot})
+	for p := range 2 {
+		path := zc.Paths().ConsumerOffsets(javaGroup, s.topic) + "/0-" + strconv.Itoa(p)
+		data, _, err := zc.Get(context.Background(), path)
+		if err != nil {
+			t.Fatalf("the Java consumer's offset %s: %v", path, err)
+		}
+		_, offStr, _ := strings.Cut(string(data), "-")
+		off, err := strconv.ParseInt(offStr, 10, 64)
+		if err != nil {
+			t.Fatalf("the Java consumer's offset %s = %q: %v", path, data, err)
+		}
+		if off < ackedEnd[p] {
+			t.Errorf("partition %d: the Java consumer committed %d, before the end %d of the last acknowledged record", p, off, ackedEnd[p])
+		}
+		if err := wantRecordBoundary(master, s.topic, p, off); err != nil {
+			t.Errorf("partition %d: the Java consumer's committed offset: %v", p, err)
+		}
+		t.Logf("partition %d: the Java consumer committed %s", p, data)
+	}
+}
+
+// wantRecordBoundary checks that offset is the start of a record of
+// topic-partition at b, or its end.
+func wantRecordBoundary(b *Bundle, topic string, partition int, offset int64) error {
+	pi, err := b.Store.Partition(topic, partition)
+	if err != nil {
+		return err
+	}
+	if offset > pi.Max || offset < pi.Min {
+		return fmt.Errorf("%d is outside the partition's %d..%d", offset, pi.Min, pi.Max)
+	}
+	if offset == pi.Min {
+		return nil
+	}
+	data, err := b.Store.Read(topic, partition, pi.Min, int(pi.Max-pi.Min))
+	if err != nil {
+		return err
+	}
+	for pos := pi.Min; pos < offset; {
+		_, n, err := store.DecodeRecord(data[pos-pi.Min:])
+		if err != nil {
+			return fmt.Errorf("at %d: %w", pos, err)
+		}
+		pos += int64(n)
+		if pos > offset {
+			return fmt.Errorf("%d is inside the record that ends at %d", offset, pos)
+		}
+	}
+	return nil
+}
+
+// TestJavaClientSyncTopicSwitchover: the real MetaQ 1.4.6 Java producer
+// sends to a topic with minSyncSites=1 throughout `switchover -to hf`, and a
+// Java group consumer reads it throughout. Every send it had acknowledged
+// is at hf afterwards at the partition and offset it was told (and at bj
+// and gz, which follow hf byte for byte); the producer moved to hf and the
+// consumer went on from valid offsets, neither restarted.
+func TestJavaClientSyncTopicSwitchover(t *testing.T) {
+	javaClasspath(t)
+	s := newJavaSites(t, "jsync", "minSyncSites=1\n")
+	prod, cons := s.startClients(t, 30)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	event := time.Now()
+	rep, err := s.bj.Switchover(ctx, "hf", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAcks(t, prod, 30, time.Now())
+	prod.stop()
+	acks := prod.acks(t)
+	if missing := checkAcked(s.hf, s.topic, acks); len(missing) > 0 {
+		t.Fatalf("%d of %d acknowledged sends are not at hf where the producer was told, the first %+v", len(missing), len(acks), missing[0])
+	}
+	wantFollowsByteIdentical(t, s.hf, s.bj, s.topic)
+	wantFollowsByteIdentical(t, s.hf, s.gz, s.topic)
+	firstAfter, maxGap := stall(acks, event)
+	t.Logf("switchover: %d sends acknowledged, %d failed attempts retried; writes stopped at bj for %s; first acknowledgement %s after the command; longest gap between two %s",
+		len(acks), prod.failedAttempts(), rep.WritesStopped, firstAfter, maxGap)
+	s.wantConsumed(t, cons, s.hf, acks)
+}
+
+// TestJavaClientSyncTopicFailover: as TestJavaClientSyncTopicSwitchover,
+// but bj is lost without a hand-over (its bundle closed under load); the
+// most caught-up slave site is promoted (`promote`, as an operator reading
+// the slave sites' positions or autoFailover would choose). No send the
+// Java producer had acknowledged is lost; when bj returns, restarted as a
+// slave of the new master, it cuts what it held beyond the promotion and
+// follows byte for byte.
+func TestJavaClientSyncTopicFailover(t *testing.T) {
+	javaClasspath(t)
+	s := newJavaSites(t, "jsync", "minSyncSites=1\n")
+	prod, cons := s.startClients(t, 30)
+	newMaster, event := s.loseMaster(t)
+	waitAcks(t, prod, 30, time.Now())
+	prod.stop()
+	acks := prod.acks(t)
+	if missing := checkAcked(newMaster, s.topic, acks); len(missing) > 0 {
+		t.Fatalf("%d of %d acknowledged sends are not at the new master where the producer was told, the first %+v", len(missing), len(acks), missing[0])
+	}
+	firstAfter, maxGap := stall(acks, event)
+	t.Logf("failover: %d sends acknowledged, %d failed attempts retried; first acknowledgement %s after bj was lost; longest gap between two %s",
+		len(acks), prod.failedAttempts(), firstAfter, maxGap)
+	s.wantConsumed(t, cons, newMaster, acks)
+	old := s.restartOldMaster(t, newMaster)
+	for _, b := range []*Bundle{s.hf, s.gz, old} {
+		if b != newMaster {
+			wantFollowsByteIdentical(t, newMaster, b, s.topic)
+		}
+	}
+}
+
+// TestJavaClientAsyncTopicFailover runs the failover of
+// TestJavaClientSyncTopicFailover with an ordinary asynchronous topic and
+// reports (it does not assert) how many acknowledged sends the failover
+// lost, and whether each of them is in the records the returning bj saved
+// aside.
+func TestJavaClientAsyncTopicFailover(t *testing.T) {
+	javaClasspath(t)
+	s := newJavaSites(t, "jasync", "")
+	prod, cons := s.startClients(t, 200)
+	newMaster, event := s.loseMaster(t)
+	waitAcks(t, prod, 100, time.Now())
+	prod.stop()
+	acks := prod.acks(t)
+	lost := checkAcked(newMaster, s.topic, acks)
+	firstAfter, maxGap := stall(acks, event)
+	t.Logf("failover: %d sends acknowledged, %d of them not at the new master; %d failed attempts retried; first acknowledgement %s after bj was lost; longest gap between two %s",
+		len(acks), len(lost), prod.failedAttempts(), firstAfter, maxGap)
+
+	old := s.restartOldMaster(t, newMaster)
+	wantFollowsByteIdentical(t, newMaster, old, s.topic)
+	dir := filepath.Join(s.root, "bj", "data", "replication", "unreplicated")
+	tails, err := georeplicator.ListTails(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := map[string]bool{}
+	for _, f := range tails {
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(data) > 0 {
+			r, n, err := store.DecodeRecord(data)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			saved[string(r.Body)] = true
+			data = data[n:]
+		}
+	}
+	notSaved := 0
+	for _, a := range lost {
+		if !saved[a.payload()] {
+			notSaved++
+		}
+	}
+	t.Logf("bj saved %d records aside in %d files; %d of the %d lost acknowledged sends are among them", len(saved), len(tails), len(lost)-notSaved, len(lost))
+
+	// The consumer goes on at the new master; what it read at bj that was
+	// lost is not there, so only the sends the new master holds are due.
+	kept := map[int64]bool{}
+	for _, a := range lost {
+		kept[a.seq] = true
+	}
+	var due []javaAck
+	for _, a := range acks {
+		if !kept[a.seq] {
+			due = append(due, a)
+		}
+	}
+	s.wantConsumed(t, cons, newMaster, due)
+}
+
+// loseMaster closes bj without a hand-over (its ZooKeeper session ends with
+// it), waits until both slave sites noticed, and promotes the one that holds
+// more of bj's log. It returns the new master and when bj was lost.
+func (s *javaSites) loseMaster(t *testing.T) (*Bundle, time.Time) {
+	t.Helper()
+	event := time.Now()
+	s.bj.Close()
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		for _, b := range []*Bundle{s.hf, s.gz} {
+			if mustComp[*receiverComponent](t, b).Receiver().Status().Connected {
+				return errors.New("a slave site is still connected to bj")
+			}
+		}
+		return nil
+	})
+	held := func(b *Bundle) (n int64) {
+		for _, p := range b.Store.Partitions() {
+			n += p.Max
+		}
+		return n
+	}
+	newMaster, name := s.hf, "hf"
+	if held(s.gz) > held(s.hf) {
+		newMaster, name = s.gz, "gz"
+	}
+	rep, err := newMaster.Promote(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("promoted %s (hf held %d bytes, gz %d) %s after bj was lost: generation %d, ends %v",
+		name, held(s.hf), held(s.gz), time.Since(event), rep.Generation, rep.Ends)
+	return newMaster, event
+}
+
+// restartOldMaster starts bj again on its data, as a slave of newMaster
+// (taking the slaveId newMaster left), and waits until it follows.
+func (s *javaSites) restartOldMaster(t *testing.T, newMaster *Bundle) *Bundle {
+	t.Helper()
+	seed := []string{mustComp[*topologyComponent](t, newMaster).Topology().Addr()}
+	old := startSite(t, filepath.Join(s.root, "bj"), s.shared, siteSpec{name: "bj", slave: true, slaveID: s.slaveIDs[newMaster], join: seed, noNATS: true})
+	waitCaughtUp(t, newMaster, old, s.topic, 30*time.Second)
+	return old
+}
