@@ -200,6 +200,9 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	}
 	f.mu.Unlock()
 	if b.Registry != nil {
+		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
+			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
+		}
 		// Producers and consumers that follow ZooKeeper move here.
 		if err := b.Registry.BecomeMaster(ctx); err != nil {
 			return rep, fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)

@@ -10,7 +10,7 @@ import com.taobao.metamorphosis.client.producer.MessageProducer;
 import com.taobao.metamorphosis.client.producer.SendResult;
 
 /**
- * Sends numbered messages ("java-0", "java-1", ...) to one topic, one after the other, with the MetaQ 1.4.6
+ * Sends numbered messages ("java-SEQ" and SEQ % 13 dots, so that records differ in length) to one topic, one after the other, with the MetaQ 1.4.6
  * client's synchronous sendMessage, as a MetaQ user does: brokers are found in ZooKeeper, and a send that
  * fails (an unsuccessful SendResult or an exception) is retried after a short pause until it is acknowledged.
  * Every acknowledged send prints one line on stdout:
@@ -42,7 +42,11 @@ public final class FailoverProducer {
         out.println("ready");
         out.flush();
         sending: for (long seq = 0; !stop.requested(); seq++) {
-            final byte[] body = ("java-" + seq).getBytes(StandardCharsets.UTF_8);
+            final StringBuilder payload = new StringBuilder("java-").append(seq);
+            for (long i = seq % 13; i > 0; i--) {
+                payload.append('.');
+            }
+            final byte[] body = payload.toString().getBytes(StandardCharsets.UTF_8);
             for (int attempt = 1;; attempt++) {
                 final Message msg = new Message(topic, body);
                 String failure;
