@@ -210,8 +210,8 @@ func (d *javaDriver) received() map[string]int {
 // them.
 type javaSites struct {
 	root, zk, zkRoot, shared, topic string
-	bj, hf, gz                       *Bundle
-	slaveIDs                         map[*Bundle]int
+	bj, hf, gz                      *Bundle
+	slaveIDs                        map[*Bundle]int
 }
 
 func newJavaSites(t *testing.T, topic, topicKeys string) *javaSites {
