@@ -34,6 +34,10 @@ type Broker struct {
 	log   *slog.Logger
 	store Store
 
+	// divergence moves consumers that read a former master's lost records
+	// (divergence.go).
+	divergence divergence
+
 	cfg    atomic.Pointer[config.Server]
 	topics topicTable                 // policies, registrations, closed partitions
 	tcache atomic.Pointer[topicCache] // per-config topic lookups

@@ -98,6 +98,9 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 	// consumer that gets no whole record several times skips a record,
 	// see get in broker/wire/doc.go).
 	limit := max
+	if to, moved := b.divergedGet(cmd.Group, cmd.Topic, cmd.Partition, cmd.Offset, info.Max); moved {
+		return wire.StatusMoved, strconv.FormatInt(to, 10), nil
+	}
 	if b.underPressure() {
 		max = min(max, pressuredAnswer)
 	}

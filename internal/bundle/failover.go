@@ -188,6 +188,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	if err := id.Promote(gen, rep.Ends); err != nil {
 		return rep, err
 	}
+	b.Broker.SetPromotionEnds(rep.Ends)
 	rep.Generation = gen
 	sc := newShipperComponent()
 	if err := sc.Start(ctx, b); err != nil {
@@ -474,6 +475,7 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 	}
 	// The shipper's fence no longer applies: the replica refusal stands.
 	b.Broker.AllowWrites(failoverHolder)
+	b.Broker.SetPromotionEnds(nil)
 	if err := b.Store.Flush(); err != nil {
 		return fmt.Errorf("demote: flush: %w", err)
 	}

@@ -105,8 +105,8 @@ func startJava(t *testing.T, cp, class string, args ...string) *javaDriver {
 	}()
 	t.Cleanup(func() {
 		d.stop()
-		if t.Failed() {
-			t.Logf("%s stderr (last lines):\n%s", class, d.stderrTail(40))
+		if t.Failed() || os.Getenv("METAQ_JAVA_DEBUG") != "" {
+			t.Logf("%s stderr (last lines):\n%s", class, d.stderrTail(100000))
 		}
 	})
 	select {
@@ -477,7 +477,10 @@ func TestJavaClientSyncTopicFailover(t *testing.T) {
 // TestJavaClientSyncTopicFailover with an ordinary asynchronous topic and
 // reports (it does not assert) how many acknowledged sends the failover
 // lost, and whether each of them is in the records the returning bj saved
-// aside.
+// aside. It asserts that the Java consumer, which polls often and so has
+// read most of the lost records at bj, receives every send the new master
+// holds (it is moved back to the promotion ends: broker/divergence.go) and
+// commits valid offsets.
 func TestJavaClientAsyncTopicFailover(t *testing.T) {
 	javaClasspath(t)
 	s := newJavaSites(t, "jasync", "")
@@ -522,7 +525,7 @@ func TestJavaClientAsyncTopicFailover(t *testing.T) {
 	t.Logf("bj saved %d records aside in %d files; %d of the %d lost acknowledged sends are among them", len(saved), len(tails), len(lost)-notSaved, len(lost))
 
 	// The consumer goes on at the new master; what it read at bj that was
-	// lost is not there, so only the sends the new master holds are due.
+	// lost is not there, so the sends the new master holds are due.
 	kept := map[int64]bool{}
 	for _, a := range lost {
 		kept[a.seq] = true
@@ -533,9 +536,7 @@ func TestJavaClientAsyncTopicFailover(t *testing.T) {
 			due = append(due, a)
 		}
 	}
-	for _, p := range s.consumed(t, cons, newMaster, due, 15*time.Second) {
-		t.Log("reported, not asserted: " + p)
-	}
+	s.wantConsumed(t, cons, newMaster, due)
 	got := cons.received()
 	readLost := 0
 	for _, a := range lost {
