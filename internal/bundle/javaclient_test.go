@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,10 @@ import (
 //	METAQ_JAVA_CLIENT=/work/bench/java/lib METAQ_TEST_ZK=127.0.0.1:2181 \
 //	    go test -race -run TestJavaClient -v ./internal/bundle/
 const javaClientEnv = "METAQ_JAVA_CLIENT"
+
+// javaDebugEnv, set, logs the drivers' whole stderr (the client's warnings:
+// its rebalances and fetch failures) even when the test passes.
+const javaDebugEnv = "METAQ_JAVA_DEBUG"
 
 // javaGroup is the Java consumer's group.
 const javaGroup = "java-failover"
@@ -105,8 +110,11 @@ func startJava(t *testing.T, cp, class string, args ...string) *javaDriver {
 	}()
 	t.Cleanup(func() {
 		d.stop()
-		if t.Failed() || os.Getenv("METAQ_JAVA_DEBUG") != "" {
-			t.Logf("%s stderr (last lines):\n%s", class, d.stderrTail(100000))
+		switch {
+		case os.Getenv(javaDebugEnv) != "":
+			t.Logf("%s stderr:\n%s", class, d.stderrTail(math.MaxInt))
+		case t.Failed():
+			t.Logf("%s stderr (last lines):\n%s", class, d.stderrTail(60))
 		}
 	})
 	select {

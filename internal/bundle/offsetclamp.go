@@ -16,7 +16,10 @@ import (
 // set back to the end (msgId -1, "moved without consuming"), so a consumer
 // that loads its offset again when the master changes (the Java client does
 // when the old master's partitions disappear) reads everything this site
-// stores. It returns how many offsets it moved.
+// stores. The broker moves a consumer that keeps such an offset in memory
+// (broker/divergence.go, in memory, for this process's life); this covers
+// the ones that come back later, after a restart of this site too. It
+// returns how many offsets it moved.
 func (b *Bundle) clampConsumerOffsets(ctx context.Context, ends map[string]int64) (int, error) {
 	reg := b.Registry
 	groups, err := reg.Groups(ctx)
