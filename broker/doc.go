@@ -36,7 +36,10 @@
 // requests (MaxInFlight) are bounded per connection, and a write that does
 // not progress within WriteTimeout closes that connection only. Malformed
 // input closes the connection without an answer, as MetaQ does; requests
-// read before it are still answered.
+// read before it are still answered. After a promotion (SetPromotionEnds)
+// a consumer group's first get beyond a partition's promotion end is moved
+// back to it: the group read records of the former master lost at the
+// failover (divergence.go).
 //
 // # Resource limits
 //

@@ -114,7 +114,10 @@
 // with the end when it is Long.MAX_VALUE (or the broker corrects consumer
 // offsets), else 404. Otherwise the answer is a value frame of at most
 // min(maxSize, maxTransferSize) bytes from offset, which never crosses a
-// segment and may end in a partial record. Never answer "value 0": the Java
+// segment and may end in a partial record. One addition to MetaQ: on a
+// broker promoted to master after a failover, a consumer group's first get
+// of a partition beyond where the old master's records end there answers
+// 301 with that end (broker/divergence.go). Never answer "value 0": the Java
 // client counts an empty run as a failed try. The offset is not checked
 // against record boundaries; a client that lands inside a record fails the
 // checksum and asks offset.
