@@ -222,7 +222,9 @@ type javaSites struct {
 	slaveIDs                        map[*Bundle]int
 }
 
-func newJavaSites(t *testing.T, topic, topicKeys string) *javaSites {
+// newJavaSites starts the deployment with topic (two partitions, its
+// section holding topicKeys) and replication added to [replication].
+func newJavaSites(t *testing.T, topic, topicKeys, replication string) *javaSites {
 	t.Helper()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
@@ -230,6 +232,7 @@ func newJavaSites(t *testing.T, topic, topicKeys string) *javaSites {
 	}
 	s := &javaSites{root: t.TempDir(), zk: zk, zkRoot: multiSiteRoot(t, []string{zk}), topic: topic}
 	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys))
+	s.shared = strings.Replace(s.shared, "[replication]\n", "[replication]\n"+replication, 1)
 	// No configsync: its NATS server would live in bj, which one test kills.
 	s.shared = strings.Replace(s.shared, "[nats]\nbucket=metaq_config\n", "", 1)
 	s.bj = startSite(t, filepath.Join(s.root, "bj"), s.shared, siteSpec{name: "bj", noNATS: true})
@@ -427,7 +430,7 @@ func wantRecordBoundary(b *Bundle, topic string, partition int, offset int64) er
 // consumer went on from valid offsets, neither restarted.
 func TestJavaClientSyncTopicSwitchover(t *testing.T) {
 	javaClasspath(t)
-	s := newJavaSites(t, "jsync", "minSyncSites=1\n")
+	s := newJavaSites(t, "jsync", "minSyncSites=1\n", "")
 	prod, cons := s.startClients(t, 30)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -460,9 +463,28 @@ func TestJavaClientSyncTopicSwitchover(t *testing.T) {
 // follows byte for byte.
 func TestJavaClientSyncTopicFailover(t *testing.T) {
 	javaClasspath(t)
-	s := newJavaSites(t, "jsync", "minSyncSites=1\n")
+	s := newJavaSites(t, "jsync", "minSyncSites=1\n", "")
+	s.syncFailover(t, s.loseMaster)
+}
+
+// TestJavaClientSyncTopicAutoFailover: as TestJavaClientSyncTopicFailover,
+// with [replication] autoFailover=true: nobody runs promote, the most
+// caught-up slave site promotes itself once gossip and ZooKeeper agree bj
+// is lost.
+func TestJavaClientSyncTopicAutoFailover(t *testing.T) {
+	javaClasspath(t)
+	s := newJavaSites(t, "jsync", "minSyncSites=1\n", "autoFailover=true\nautoFailoverAfterMs=500\n")
+	s.syncFailover(t, s.loseMasterAuto)
+}
+
+// syncFailover runs the Java clients through the loss of bj (lose returns
+// the new master and when bj was lost) and checks that nothing they had
+// acknowledged was lost, that the consumer went on, and that the other
+// sites, bj restarted too, follow the new master byte for byte.
+func (s *javaSites) syncFailover(t *testing.T, lose func(*testing.T) (*Bundle, time.Time)) {
+	t.Helper()
 	prod, cons := s.startClients(t, 30)
-	newMaster, event := s.loseMaster(t)
+	newMaster, event := lose(t)
 	waitAcks(t, prod, 30, time.Now())
 	prod.stop()
 	acks := prod.acks(t)
@@ -491,7 +513,7 @@ func TestJavaClientSyncTopicFailover(t *testing.T) {
 // commits valid offsets.
 func TestJavaClientAsyncTopicFailover(t *testing.T) {
 	javaClasspath(t)
-	s := newJavaSites(t, "jasync", "")
+	s := newJavaSites(t, "jasync", "", "")
 	prod, cons := s.startClients(t, 200)
 	newMaster, event := s.loseMaster(t)
 	waitAcks(t, prod, 100, time.Now())
@@ -586,6 +608,26 @@ func (s *javaSites) loseMaster(t *testing.T) (*Bundle, time.Time) {
 	}
 	t.Logf("promoted %s (hf held %d bytes, gz %d) %s after bj was lost: generation %d, ends %v",
 		name, held(s.hf), held(s.gz), time.Since(event), rep.Generation, rep.Ends)
+	return newMaster, event
+}
+
+// loseMasterAuto closes bj without a hand-over and waits until a slave
+// site promoted itself and takes puts. It returns it and when bj was lost.
+func (s *javaSites) loseMasterAuto(t *testing.T) (*Bundle, time.Time) {
+	t.Helper()
+	event := time.Now()
+	s.bj.Close()
+	var newMaster *Bundle
+	testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+		for _, b := range []*Bundle{s.hf, s.gz} {
+			if b.promotedShipper() != nil && b.Broker.WriteRefusal() == nil {
+				newMaster = b
+				return nil
+			}
+		}
+		return errors.New("no slave site took over yet")
+	})
+	t.Logf("%s promoted itself %s after bj was lost", newMaster.Config().Site.Name, time.Since(event))
 	return newMaster, event
 }
 
