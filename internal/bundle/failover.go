@@ -188,7 +188,6 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	if err := id.Promote(gen, rep.Ends); err != nil {
 		return rep, err
 	}
-	b.Broker.SetPromotionEnds(rep.Ends)
 	rep.Generation = gen
 	sc := newShipperComponent()
 	if err := sc.Start(ctx, b); err != nil {
@@ -200,6 +199,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		f.demoted = nil
 	}
 	f.mu.Unlock()
+	b.Broker.SetPromotionEnds(rep.Ends)
 	if b.Registry != nil {
 		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
 			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
