@@ -11,8 +11,12 @@ import (
 // registered topic under <id>-m), as RegisterBroker and RegisterTopic write
 // them, also after later session expiries. Like RegisterBroker it waits up
 // to the session timeout for a master node still held by another session,
-// and then fails with ErrBrokerNodeHeld.
+// and then fails with ErrBrokerNodeHeld; it waits before it changes any
+// node (AwaitMasterFree).
 func (r *Registry) BecomeMaster(ctx context.Context) error {
+	if err := r.AwaitMasterFree(ctx); err != nil {
+		return err
+	}
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
 	if r.master() {

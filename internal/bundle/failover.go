@@ -201,6 +201,11 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	f.mu.Unlock()
 	b.Broker.SetPromotionEnds(rep.Ends)
 	if b.Registry != nil {
+		// A lost master's session may hold its nodes until it expires;
+		// consumers have committed their last offsets read there by then.
+		if err := b.Registry.AwaitMasterFree(ctx); err != nil {
+			return rep, fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
+		}
 		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
 			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
 		}

@@ -219,6 +219,7 @@ func (d *javaDriver) received() map[string]int {
 type javaSites struct {
 	root, zk, zkRoot, shared, topic string
 	bj, hf, gz                      *Bundle
+	bjProc                          *exec.Cmd // bj when it runs in a child process (killedmaster_test.go)
 	slaveIDs                        map[*Bundle]int
 }
 
@@ -242,14 +243,7 @@ func newJavaSites(t *testing.T, topic, topicKeys, replication string) *javaSites
 	s.hf = startSite(t, filepath.Join(s.root, "hf"), s.shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), join: seed, noNATS: true})
 	s.gz = startSite(t, filepath.Join(s.root, "gz"), s.shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), join: seed, noNATS: true})
 	s.slaveIDs = map[*Bundle]int{s.hf: 1, s.gz: 2}
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		for _, b := range []*Bundle{s.hf, s.gz} {
-			if !mustComp[*receiverComponent](t, b).Receiver().Status().Connected {
-				return errors.New("a slave site is not connected yet")
-			}
-		}
-		return nil
-	})
+	s.waitSlavesConnected(t)
 	return s
 }
 
@@ -582,12 +576,19 @@ func TestJavaClientAsyncTopicFailover(t *testing.T) {
 }
 
 // loseMaster closes bj without a hand-over (its ZooKeeper session ends with
-// it), waits until both slave sites noticed, and promotes the one that holds
-// more of bj's log. It returns the new master and when bj was lost.
+// it) and promotes the slave site that holds more of its log. It returns
+// the new master and when bj was lost.
 func (s *javaSites) loseMaster(t *testing.T) (*Bundle, time.Time) {
 	t.Helper()
 	event := time.Now()
 	s.bj.Close()
+	return s.promoteMostCaughtUp(t, event), event
+}
+
+// promoteMostCaughtUp waits until both slave sites noticed that bj is lost
+// (at event) and promotes the one that holds more of its log.
+func (s *javaSites) promoteMostCaughtUp(t *testing.T, event time.Time) *Bundle {
+	t.Helper()
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
 		for _, b := range []*Bundle{s.hf, s.gz} {
 			if mustComp[*receiverComponent](t, b).Receiver().Status().Connected {
@@ -612,7 +613,7 @@ func (s *javaSites) loseMaster(t *testing.T) (*Bundle, time.Time) {
 	}
 	t.Logf("promoted %s (hf held %d bytes, gz %d) %s after bj was lost: generation %d, ends %v",
 		name, held(s.hf), held(s.gz), time.Since(event), rep.Generation, rep.Ends)
-	return newMaster, event
+	return newMaster
 }
 
 // loseMasterAuto closes bj without a hand-over and waits until a slave
