@@ -323,52 +323,65 @@ func stall(t *testing.T, newMaster *Bundle, topic string, acks []javaAck, from t
 }
 
 // consumed waits up to within until the Java consumer received every
-// payload in want, stops it, and checks the offsets it committed to
-// ZooKeeper: each must be a record boundary of master's partition, at or
-// past the end of the last acknowledged record there. It returns what is
-// wrong, nothing when all is well.
+// payload in want and committed (it commits every second) offsets at or past
+// the end of the last acknowledged record of each partition, stops it, and
+// checks the offsets it committed to ZooKeeper: each must be there, and a
+// record boundary of master's partition. It returns what is wrong, nothing
+// when all is well.
+//
+// The wait for the commit matters: when a broker's node disappears while
+// the client lists and reads them, the client's rebalance fails with
+// NoNode, and until its retry (zkSyncTimeMs later, 5 s) it keeps fetching
+// but commits nothing.
 func (s *javaSites) consumed(t *testing.T, cons *javaDriver, master *Bundle, want []javaAck, within time.Duration) []string {
 	t.Helper()
 	var problems []string
-	missing := func() []javaAck {
-		got := cons.received()
-		var out []javaAck
-		for _, a := range want {
-			if _, ok := got[a.payload()]; !ok {
-				out = append(out, a)
-			}
-		}
-		return out
-	}
-	deadline := time.Now().Add(within)
-	for len(missing()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if m := missing(); len(m) > 0 {
-		problems = append(problems, fmt.Sprintf("the Java consumer did not receive %d of the %d acknowledged sends; the first: %s at partition %d offset %d",
-			len(m), len(want), m[0].payload(), m[0].partition, m[0].offset))
-	}
-	cons.stop()
 	ackedEnd := map[int]int64{}
 	for _, a := range want {
 		ackedEnd[a.partition] = max(ackedEnd[a.partition], a.offset+int64(store.RecordHeaderLen+len(a.payload())))
 	}
 	zc := zkClient(t, &testEnv{zk: s.zk, root: s.zkRoot})
-	for p := range 2 {
+	committed := func(p int) (string, int64, error) {
 		path := zc.Paths().ConsumerOffsets(javaGroup, s.topic) + "/0-" + strconv.Itoa(p)
 		data, _, err := zc.Get(context.Background(), path)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("the Java consumer's offset %s: %v", path, err))
-			continue
+			return "", 0, fmt.Errorf("the Java consumer's offset %s: %w", path, err)
 		}
 		_, offStr, _ := strings.Cut(string(data), "-")
 		off, err := strconv.ParseInt(offStr, 10, 64)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("the Java consumer's offset %s = %q: %v", path, data, err))
-			continue
+			return "", 0, fmt.Errorf("the Java consumer's offset %s = %q: %w", path, data, err)
 		}
-		if off < ackedEnd[p] {
-			problems = append(problems, fmt.Sprintf("partition %d: the Java consumer committed %d, before the end %d of the last acknowledged record", p, off, ackedEnd[p]))
+		return string(data), off, nil
+	}
+	pending := func() string {
+		got := cons.received()
+		for _, a := range want {
+			if _, ok := got[a.payload()]; !ok {
+				return fmt.Sprintf("the Java consumer did not receive %s at partition %d offset %d (it has %d messages)", a.payload(), a.partition, a.offset, len(got))
+			}
+		}
+		for p := range 2 {
+			if _, off, err := committed(p); err != nil || off < ackedEnd[p] {
+				return fmt.Sprintf("partition %d: the Java consumer committed %d (%v), before the end %d of the last acknowledged record", p, off, err, ackedEnd[p])
+			}
+		}
+		return ""
+	}
+	start := time.Now()
+	for pending() != "" && time.Since(start) < within {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p := pending(); p != "" {
+		problems = append(problems, p)
+	}
+	t.Logf("the Java consumer received and committed everything due %s after the producer stopped", time.Since(start).Round(time.Millisecond))
+	cons.stop()
+	for p := range 2 {
+		data, off, err := committed(p)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
 		}
 		if err := wantRecordBoundary(master, s.topic, p, off); err != nil {
 			problems = append(problems, fmt.Sprintf("partition %d: the Java consumer's committed offset: %v", p, err))
