@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,12 +35,21 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkBacklog -benchtime 1x ./broker/store/ \
 //	    -backlog.bytes 24e9 -backlog.dir /work/backlog
+//
+// To compare two builds' sequential reads on one data directory, run their
+// test binaries alternately as children in mode "seqread" (see backlogChild):
+//
+//	METAQ_STORE_BACKLOG_CHILD=seqread METAQ_STORE_BACKLOG_CHILD_DIR=<dir> \
+//	    METAQ_STORE_BACKLOG_CHILD_ROUNDS=1 ./store.test
+//
+// after one run in mode "gen" (with _PARTS, _BODY and _TARGET) made the data.
 var (
 	backlogBytes = flag.Float64("backlog.bytes", 256<<20, "BenchmarkBacklog: log bytes to generate")
 	backlogDir   = flag.String("backlog.dir", "", "BenchmarkBacklog: data directory, removed afterwards (default: a temporary one)")
 	backlogParts = flag.Int("backlog.partitions", 4, "BenchmarkBacklog: partitions")
 	backlogBody  = flag.Int("backlog.body", 100, "BenchmarkBacklog: message body bytes")
 	backlogCold  = flag.Bool("backlog.dropcaches", true, "BenchmarkBacklog: evict the data directory from the page cache before start-ups and reads")
+	backlogProf  = flag.String("backlog.cpuprofile", "", "BenchmarkBacklog: write a CPU profile of the sequential reads to this file")
 )
 
 const backlogChildEnv = "METAQ_STORE_BACKLOG_CHILD"
@@ -127,7 +138,7 @@ func BenchmarkBacklog(b *testing.B) {
 	// 3. Clean stop (the open above closed cleanly), fresh start-up, and
 	// the reads and puts.
 	drop()
-	s3 := run("measure", fmt.Sprintf("%s_COLD=%v", backlogChildEnv, *backlogCold))
+	s3 := run("measure", fmt.Sprintf("%s_COLD=%v", backlogChildEnv, *backlogCold), backlogChildEnv+"_PROFILE="+*backlogProf)
 	slope := (s3["rss"] - s1["rss"]) / (s3["records"] - s1["records"])
 	heapSlope := (s3["heap"] - s1["heap"]) / (s3["records"] - s1["records"])
 	logBytes := s3["records"] * float64(chunk)
@@ -141,8 +152,10 @@ func BenchmarkBacklog(b *testing.B) {
 	b.Logf("put throughput with the backlog %.0f msgs/s, empty store %.0f msgs/s: ratio %.3f",
 		s3["put_backlog"], s3["put_empty"], s3["put_backlog"]/s3["put_empty"])
 	b.Logf("random get (16 KiB at old offsets, %s): p50 %.3f ms, p99 %.3f ms", cold, s3["get_p50"]*1e3, s3["get_p99"]*1e3)
-	b.Logf("sequential read of old data (1 MiB gets, %s): %.1f MB/s of partition data, %.1f MB/s of log passed over; disk %.1f MB/s: log ratio %.2f",
-		cold, s3["seq_mbps"], s3["seq_log_mbps"], s3["disk_mbps"], s3["seq_log_mbps"]/s3["disk_mbps"])
+	b.Logf("sequential read of old data (1 MiB gets, %s, medians of 3 rounds): %.1f MB/s of partition data, %.1f MB/s of log passed over, %.2f CPU s per GB of data, %.2f log preads of %.0f KiB and %.2f index reads per MB",
+		cold, s3["seq_mbps"], s3["seq_log_mbps"], s3["seq_cpu_s_per_gb"], s3["seq_preads_per_mb"], s3["seq_pread_kb"], s3["seq_idx_reads_per_mb"])
+	b.Logf("the same log range read with 4 MiB preads (%s): %.1f MB/s through the page cache, %.1f MB/s with O_DIRECT; log ratios %.2f and %.2f",
+		cold, s3["disk_mbps"], s3["direct_mbps"], s3["seq_log_mbps"]/s3["disk_mbps"], s3["seq_log_mbps"]/s3["direct_mbps"])
 	b.ReportMetric(s3["records"], "records")
 	b.ReportMetric(s3["rss"]/1e6, "RSS-MB")
 	b.ReportMetric(slope, "RSS-B/record")
@@ -152,6 +165,7 @@ func BenchmarkBacklog(b *testing.B) {
 	b.ReportMetric(s3["put_backlog"]/s3["put_empty"], "put-ratio")
 	b.ReportMetric(s3["get_p99"]*1e3, "get-p99-ms")
 	b.ReportMetric(s3["seq_log_mbps"]/s3["disk_mbps"], "seq-log/disk")
+	b.ReportMetric(s3["seq_log_mbps"]/s3["direct_mbps"], "seq-log/direct")
 }
 
 func fileSize(path string) int64 {
@@ -263,6 +277,18 @@ func backlogChild(mode string) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		fmt.Printf("STAT rss_after=%d heap_after=%d\n", rssBytes(), ms.HeapInuse)
+	case "seqread":
+		// Only the sequential read (seqRounds), for comparing builds on
+		// one data directory in alternating runs.
+		want, _ := strconv.ParseInt(env("WANT"), 10, 64)
+		rounds, _ := strconv.Atoi(env("ROUNDS"))
+		p := s.Partitions()[0]
+		if want <= 0 {
+			want = min((p.Max-p.Min)/2, 512<<20)
+		}
+		st := seqRounds(s, p, want, max(rounds, 1), env("COLD") != "false", env("PROFILE"))
+		fmt.Printf("STAT seq_mbps=%.1f seq_log_mbps=%.1f disk_mbps=%.1f direct_mbps=%.1f seq_cpu_s_per_gb=%.3f seq_preads_per_mb=%.2f seq_pread_kb=%.0f seq_idx_reads_per_mb=%.2f\n",
+			st.seq, st.seqLog, st.disk, st.direct, st.cpuPerGB, st.preadsPerMB, st.preadKB, st.idxReadsPerMB)
 	}
 	if err := s.Close(); err != nil {
 		fail(err)
@@ -418,43 +444,11 @@ func measureBacklog(s *Store, parts, body int, cold bool) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	fmt.Printf("STAT get_p50=%f get_p99=%f\n", lat[len(lat)/2].Seconds(), lat[len(lat)*99/100].Seconds())
 	// Sequential read of one partition's old data, 1 MiB gets, against
-	// the disk reading a segment file it has not read yet.
+	// the disk reading the same log range (see seqRounds).
 	p := infos[0]
-	want := min((p.Max-p.Min)/2, 2<<30)
-	// The log the read passes over: the partition shares it with the
-	// others, so the disk reads all of it.
-	var logSpan float64
-	if part := s.lookup(p.Topic, p.Partition); part != nil {
-		first, _ := s.chunks(part, p.Min, 1)
-		last, _ := s.chunks(part, p.Min+want-1, 1)
-		if len(first) > 0 && len(last) > 0 {
-			logSpan = float64(last[0].pos - first[0].pos)
-		}
-	}
-	drop()
-	t := time.Now()
-	for off := p.Min; off < p.Min+want; {
-		b, err := s.Read(p.Topic, p.Partition, off, 1<<20)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "read:", err)
-			os.Exit(5)
-		}
-		off += int64(len(b))
-	}
-	d := time.Since(t).Seconds()
-	seq, seqLog := float64(want)/d/1e6, logSpan/d/1e6
-	drop()
-	s.segMu.RLock()
-	g := s.segs[len(s.segs)/2]
-	s.segMu.RUnlock()
-	buf := make([]byte, 1<<20)
-	size := min(g.size.Load(), 2<<30)
-	t = time.Now()
-	for x := int64(0); x < size; x += int64(len(buf)) {
-		g.f.ReadAt(buf, x)
-	}
-	disk := float64(size) / time.Since(t).Seconds() / 1e6
-	fmt.Printf("STAT seq_mbps=%f seq_log_mbps=%f disk_mbps=%f\n", seq, seqLog, disk)
+	st := seqRounds(s, p, min((p.Max-p.Min)/2, 512<<20), 3, cold, os.Getenv(backlogChildEnv+"_PROFILE"))
+	fmt.Printf("STAT seq_mbps=%f seq_log_mbps=%f disk_mbps=%f direct_mbps=%f seq_cpu_s_per_gb=%f seq_preads_per_mb=%f seq_pread_kb=%f seq_idx_reads_per_mb=%f\n",
+		st.seq, st.seqLog, st.disk, st.direct, st.cpuPerGB, st.preadsPerMB, st.preadKB, st.idxReadsPerMB)
 	// Put throughput: the backlogged store against an empty one in the
 	// same process, alternating 2-second rounds, medians.
 	empty, err := Open(Options{Dir: filepath.Join(os.TempDir(), fmt.Sprintf("backlog-empty-%d", os.Getpid()))})
@@ -477,6 +471,157 @@ func measureBacklog(s *Store, parts, body int, cold bool) {
 		}
 	}
 	fmt.Printf("STAT put_backlog=%f put_empty=%f\n", median(withBacklog), median(without))
+}
+
+// seqStats are the medians of seqRounds. Rates are MB/s; seqLog is the
+// log the store's reads passed over (the partition shares the log with
+// the others, so the disk reads all of it), disk and direct the same log
+// range read by plain preads of the store's largest read size, through
+// the page cache (with the kernel's read-ahead) and with O_DIRECT.
+type seqStats struct {
+	seq, seqLog, disk, direct float64
+	cpuPerGB                  float64 // CPU seconds (user+system) per GB of partition data read
+	preadsPerMB, preadKB      float64 // log preads per MB of partition data, and their mean size
+	idxReadsPerMB             float64 // .idx preads per MB of partition data
+}
+
+// seqRounds reads want bytes of p's data from its start with 1 MiB gets,
+// then the log range those gets passed over with plain preads (buffered,
+// then O_DIRECT), evicting the data directory from the page cache before
+// each when cold, in rounds alternating the three. A warm-up pass reads
+// the range once first, so that every measured pass finds the same state
+// below the guest: on a virtual disk with a write-back cache the host may
+// hold the range in its memory whatever the guest drops. profile, when
+// set, is a file for the CPU profile of the store's reads.
+func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, profile string) seqStats {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "sequential read:", err)
+		os.Exit(5)
+	}
+	part := s.lookup(p.Topic, p.Partition)
+	first, err := s.chunks(part, p.Min, 1)
+	if err != nil || len(first) == 0 {
+		fail(fmt.Errorf("first chunk: %v", err))
+	}
+	last, err := s.chunks(part, p.Min+want-1, 1)
+	if err != nil || len(last) == 0 {
+		fail(fmt.Errorf("last chunk: %v", err))
+	}
+	from, to := first[0].pos, last[0].pos+entryHeaderLen+int64(last[0].n)
+	drop := func() {
+		if cold {
+			dropCaches(s.dir)
+		}
+	}
+	cfs, _ := s.opts.FS.(*countFS)
+	if _, err := readLogRange(s, from, to, 4<<20, true); err != nil {
+		fail(err)
+	}
+	var seq, seqLog, disk, direct, cpu, preads, preadKB, idxReads []float64
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			fail(err)
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	for r := 0; r < rounds; r++ {
+		drop()
+		var r0, r1, n0, n1, i0, i1 int64
+		if cfs != nil {
+			r0, n0, i0 = cfs.logRead.Load(), cfs.logReads.Load(), cfs.idxReads.Load()
+		}
+		c0 := cpuTime()
+		t := time.Now()
+		for off := p.Min; off < p.Min+want; {
+			b, err := s.Read(p.Topic, p.Partition, off, 1<<20)
+			if err != nil {
+				fail(err)
+			}
+			off += int64(len(b))
+		}
+		d := time.Since(t).Seconds()
+		c := cpuTime() - c0
+		mb := float64(want) / 1e6
+		seq = append(seq, mb/d)
+		seqLog = append(seqLog, float64(to-from)/1e6/d)
+		cpu = append(cpu, c.Seconds()/(mb/1e3))
+		if cfs != nil {
+			r1, n1, i1 = cfs.logRead.Load(), cfs.logReads.Load(), cfs.idxReads.Load()
+			preads = append(preads, float64(n1-n0)/mb)
+			preadKB = append(preadKB, float64(r1-r0)/float64(max(n1-n0, 1))/1024)
+			idxReads = append(idxReads, float64(i1-i0)/mb)
+		}
+		for _, o := range []struct {
+			direct bool
+			into   *[]float64
+		}{{false, &disk}, {true, &direct}} {
+			drop()
+			rate, err := readLogRange(s, from, to, 4<<20, o.direct)
+			if err != nil {
+				fail(err)
+			}
+			*o.into = append(*o.into, rate)
+		}
+		fmt.Fprintf(os.Stderr, "backlog: sequential read round %d: %.1f MB/s of partition data (%.1f of log, %.2f CPU s per GB), disk %.1f MB/s, O_DIRECT %.1f MB/s\n",
+			r+1, seq[r], seqLog[r], cpu[r], disk[r], direct[r])
+	}
+	st := seqStats{seq: median(seq), seqLog: median(seqLog), disk: median(disk), direct: median(direct), cpuPerGB: median(cpu)}
+	if cfs != nil {
+		st.preadsPerMB, st.preadKB, st.idxReadsPerMB = median(preads), median(preadKB), median(idxReads)
+	}
+	return st
+}
+
+// readLogRange reads the log range [from, to) of s's segments in order
+// with preads of size bytes on descriptors of its own (O_DIRECT when
+// direct: aligned, past the page cache) and returns MB/s.
+func readLogRange(s *Store, from, to int64, size int, direct bool) (float64, error) {
+	s.segMu.RLock()
+	var segs []*segment
+	for _, g := range s.segs {
+		if g.end() > from && g.start < to {
+			segs = append(segs, g)
+		}
+	}
+	s.segMu.RUnlock()
+	flag := os.O_RDONLY
+	if direct {
+		flag |= unix.O_DIRECT
+	}
+	// An aligned buffer (O_DIRECT needs it): anonymous memory is page aligned.
+	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Munmap(buf)
+	const align = 4096
+	t := time.Now()
+	for _, g := range segs {
+		f, err := os.OpenFile(g.path, flag, 0)
+		if err != nil {
+			return 0, err
+		}
+		lo, hi := max(from, g.start)-g.start, min(to, g.end())-g.start
+		lo -= lo % align
+		for x := lo; x < hi; x += int64(size) {
+			if _, err := f.ReadAt(buf, x); err != nil && err != io.EOF {
+				f.Close()
+				return 0, fmt.Errorf("read %s at %d: %w", g.path, x, err)
+			}
+		}
+		f.Close()
+	}
+	return float64(to-from) / time.Since(t).Seconds() / 1e6, nil
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(x []float64) float64 {

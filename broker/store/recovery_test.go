@@ -15,7 +15,10 @@ import (
 // countFS counts the bytes read from log segments.
 type countFS struct {
 	OSFS
-	logRead atomic.Int64
+	logRead  atomic.Int64 // bytes read from log segments
+	logReads atomic.Int64 // preads of log segments
+	idxRead  atomic.Int64 // bytes read from .idx files
+	idxReads atomic.Int64 // preads of .idx files
 }
 
 type countFile struct {
@@ -25,7 +28,7 @@ type countFile struct {
 
 func (c *countFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	f, err := c.OSFS.OpenFile(name, flag, perm)
-	if err != nil || !strings.HasSuffix(name, segSuffix) {
+	if err != nil || !strings.HasSuffix(name, segSuffix) && !strings.HasSuffix(name, idxSuffix) {
 		return f, err
 	}
 	return countFile{f, c}, nil
@@ -33,7 +36,13 @@ func (c *countFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 
 func (f countFile) ReadAt(b []byte, off int64) (int, error) {
 	n, err := f.File.ReadAt(b, off)
-	f.fs.logRead.Add(int64(n))
+	if strings.HasSuffix(f.Name(), idxSuffix) {
+		f.fs.idxRead.Add(int64(n))
+		f.fs.idxReads.Add(1)
+	} else {
+		f.fs.logRead.Add(int64(n))
+		f.fs.logReads.Add(1)
+	}
 	return n, err
 }
 
