@@ -491,8 +491,13 @@ type seqStats struct {
 // each when cold, in rounds alternating the three. A warm-up pass reads
 // the range once first, so that every measured pass finds the same state
 // below the guest: on a virtual disk with a write-back cache the host may
-// hold the range in its memory whatever the guest drops. profile, when
-// set, is a file for the CPU profile of the store's reads.
+// hold the range in its memory whatever the guest drops. After each
+// eviction the pass waits settle (coldSettle) before it starts, so that
+// every pass fills the page cache from memory in the same state: a guest
+// with free page reporting hands freed memory back to the host after a
+// moment, and the first touch of such memory is much slower than reusing
+// pages freed a moment ago (BENCH.md). profile, when set, is a file for
+// the CPU profile of the store's reads.
 func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, profile string) seqStats {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "sequential read:", err)
@@ -511,6 +516,7 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 	drop := func() {
 		if cold {
 			dropCaches(s.dir)
+			time.Sleep(coldSettle)
 		}
 	}
 	cfs, _ := s.opts.FS.(*countFS)
@@ -533,7 +539,7 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 		if cfs != nil {
 			r0, n0, i0 = cfs.logRead.Load(), cfs.logReads.Load(), cfs.idxReads.Load()
 		}
-		c0 := cpuTime()
+		c0, f0 := cpuTime(), minorFaults()
 		t := time.Now()
 		for off := p.Min; off < p.Min+want; {
 			b, err := s.Read(p.Topic, p.Partition, off, 1<<20)
@@ -543,7 +549,7 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 			off += int64(len(b))
 		}
 		d := time.Since(t).Seconds()
-		c := cpuTime() - c0
+		c, faults := cpuTime()-c0, minorFaults()-f0
 		mb := float64(want) / 1e6
 		seq = append(seq, mb/d)
 		seqLog = append(seqLog, float64(to-from)/1e6/d)
@@ -565,8 +571,8 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 			}
 			*o.into = append(*o.into, rate)
 		}
-		fmt.Fprintf(os.Stderr, "backlog: sequential read round %d: %.1f MB/s of partition data (%.1f of log, %.2f CPU s per GB), disk %.1f MB/s, O_DIRECT %.1f MB/s\n",
-			r+1, seq[r], seqLog[r], cpu[r], disk[r], direct[r])
+		fmt.Fprintf(os.Stderr, "backlog: sequential read round %d: %.1f MB/s of partition data (%.1f of log, %.2f CPU s per GB, %.0f page faults per MB), disk %.1f MB/s, O_DIRECT %.1f MB/s\n",
+			r+1, seq[r], seqLog[r], cpu[r], float64(faults)/mb, disk[r], direct[r])
 	}
 	st := seqStats{seq: median(seq), seqLog: median(seqLog), disk: median(disk), direct: median(direct), cpuPerGB: median(cpu)}
 	if cfs != nil {
@@ -574,6 +580,10 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 	}
 	return st
 }
+
+// coldSettle is how long a cold pass of seqRounds waits after evicting the
+// page cache: longer than the kernel's page reporting delay (2 s).
+const coldSettle = 5 * time.Second
 
 // readLogRange reads the log range [from, to) of s's segments in order
 // with preads of size bytes on descriptors of its own (O_DIRECT when
@@ -622,6 +632,13 @@ func cpuTime() time.Duration {
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// minorFaults is the process's minor page faults so far.
+func minorFaults() int64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return ru.Minflt
 }
 
 func median(x []float64) float64 {
