@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // countFS counts the bytes read from log segments.
@@ -19,6 +20,8 @@ type countFS struct {
 	logReads atomic.Int64 // preads of log segments
 	idxRead  atomic.Int64 // bytes read from .idx files
 	idxReads atomic.Int64 // preads of .idx files
+	logWait  atomic.Int64 // nanoseconds spent in preads of log segments
+	idxWait  atomic.Int64 // nanoseconds spent in preads of .idx files
 }
 
 type countFile struct {
@@ -35,13 +38,17 @@ func (c *countFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 }
 
 func (f countFile) ReadAt(b []byte, off int64) (int, error) {
+	t := time.Now()
 	n, err := f.File.ReadAt(b, off)
+	d := int64(time.Since(t))
 	if strings.HasSuffix(f.Name(), idxSuffix) {
 		f.fs.idxRead.Add(int64(n))
 		f.fs.idxReads.Add(1)
+		f.fs.idxWait.Add(d)
 	} else {
 		f.fs.logRead.Add(int64(n))
 		f.fs.logReads.Add(1)
+		f.fs.logWait.Add(d)
 	}
 	return n, err
 }

@@ -567,11 +567,6 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 	if p == nil {
 		return nil, ErrNoPartition
 	}
-	type piece struct {
-		off, pos, n int64 // chunk start offset, entry position, payload length
-		skip, take  int64 // bytes of the payload skipped and served
-	}
-	var pieces []piece
 	total := int64(0)
 	p.mu.RLock()
 	if offset < p.min || offset >= p.durable {
@@ -608,28 +603,28 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 		}
 		return nil, &DamagedError{Offset: offset, Next: next}
 	}
+	// The chunks served: contiguous from offset, up to a hole, a gap or
+	// want. Only the first is entered part way (skip) and only the last
+	// may be cut (by want), so the loops below need no list of their own.
+	k := 0
 	for _, c := range ents {
 		if c.off > offset+total || c.hole() {
 			break // a hole: never serve bytes from elsewhere
 		}
-		n := int64(c.n)
-		skip := max(offset-c.off, 0)
-		take := min(n-skip, want-total)
+		take := min(int64(c.n)-max(offset-c.off, 0), want-total)
 		if take <= 0 {
 			break
 		}
-		if pieces == nil {
-			pieces = make([]piece, 0, len(ents))
-		}
-		pieces = append(pieces, piece{c.off, c.pos, n, skip, take})
 		total += take
+		k++
 	}
+	ents = ents[:k]
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
 	defer func() { *bp = buf[:0] }()
-	for i := 0; i < len(pieces); {
+	for i := 0; i < len(ents); {
 		// Chunks that sit close together in the log (back to back, or with
 		// other partitions' entries of at most readGap between them) are
 		// read with one pread of up to 4 MiB: a partition interleaved with
@@ -637,15 +632,19 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 		// Never across a segment end: positions are contiguous from one
 		// segment to the next, files are not.
 		j := i + 1
-		end := pieces[i].pos + entryHeaderLen + pieces[i].n
-		segEnd := s.segmentEnd(pieces[i].pos)
-		for j < len(pieces) && pieces[j].pos >= end && pieces[j].pos-end <= readGap &&
-			pieces[j].pos+entryHeaderLen+pieces[j].n-pieces[i].pos <= 4<<20 &&
-			pieces[j].pos+entryHeaderLen+pieces[j].n <= segEnd {
-			end = pieces[j].pos + entryHeaderLen + pieces[j].n
+		start := ents[i].pos
+		end := start + entryHeaderLen + int64(ents[i].n)
+		segEnd := s.segmentEnd(start)
+		for j < len(ents) {
+			c := ents[j]
+			cend := c.pos + entryHeaderLen + int64(c.n)
+			if c.pos < end || c.pos-end > readGap || cend-start > 4<<20 || cend > segEnd {
+				break
+			}
+			end = cend
 			j++
 		}
-		size := end - pieces[i].pos
+		size := end - start
 		if int64(cap(buf)) < size {
 			buf = make([]byte, size)
 			if size > 8<<20 {
@@ -653,7 +652,7 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 			}
 		}
 		b := buf[:size]
-		if err := s.readLog(b, pieces[i].pos); err != nil {
+		if err := s.readLog(b, start); err != nil {
 			if errors.Is(err, ErrLogTruncated) {
 				// Retention removed the segment after we looked: answer
 				// with the new bounds.
@@ -664,18 +663,11 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 			}
 			return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
 		}
-		for k := i; k < j; k++ {
-			pc := pieces[k]
-			e := b[pc.pos-pieces[i].pos:][:entryHeaderLen+pc.n]
-			h, err := parseEntryHeader(e)
-			if err == nil {
-				err = checkEntry(e)
-			}
-			if err == nil && (h.pid != pid || h.off != pc.off || int64(h.length) != pc.n) {
-				err = fmt.Errorf("%w: entry does not match the index", ErrCorrupt)
-			}
-			if err != nil {
-				s.damageFound(p, pc.off, pc.pos, pc.n, err)
+		for _, c := range ents[i:j] {
+			n := int64(c.n)
+			e := b[c.pos-start:][:entryHeaderLen+n]
+			if err := checkChunk(e, pid, c.off, c.n); err != nil {
+				s.damageFound(p, c.off, c.pos, n, err)
 				if len(out) > 0 {
 					return out, nil
 				}
@@ -684,9 +676,11 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 					// written back: read again, once
 					return s.read(topic, partition, offset, maxBytes, true)
 				}
-				return nil, &DamagedError{Offset: offset, Next: pc.off + pc.n, Err: err}
+				return nil, &DamagedError{Offset: offset, Next: c.off + n, Err: err}
 			}
-			out = append(out, e[entryHeaderLen+pc.skip:entryHeaderLen+pc.skip+pc.take]...)
+			skip := max(offset-c.off, 0)
+			take := min(n-skip, total-int64(len(out)))
+			out = append(out, e[entryHeaderLen+skip:entryHeaderLen+skip+take]...)
 		}
 		i = j
 	}
