@@ -178,7 +178,10 @@ func pipelinedWriter(s *Store, parts, window int, rnd *rand.Rand, more func() bo
 // 1 MiB get (MetaQ's default fetch size) per op, wrapping at the end.
 // interleaved: its chunks alternate with 15 other partitions' (one record
 // per append, as single puts leave them); else 64 records per chunk.
-func readLoad(b *testing.B, interleaved bool, res *benchResult) {
+// small > 0: instead, records of small body bytes, one per append,
+// rotating over 4 partitions (BenchmarkBacklog's layout, thousands of
+// chunks per get).
+func readLoad(b *testing.B, interleaved bool, small int, res *benchResult) {
 	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -188,7 +191,28 @@ func readLoad(b *testing.B, interleaved bool, res *benchResult) {
 	// Setup without an fsync per append; Flush at the end.
 	s.SetPolicy("read", Policy{UnflushThreshold: 100000})
 	const partBytes = 32 << 20
-	if interleaved {
+	if small > 0 {
+		msg := []Message{{Body: benchBody[:small]}}
+		var pending []*PendingAppend
+		for i := 0; i < (8<<20)/(RecordHeaderLen+small); i++ {
+			for p := 0; p < 4; p++ {
+				pending = append(pending, s.AppendAsync(ctx, "read", p, msg, nil))
+			}
+			if len(pending) >= 1024 {
+				for _, pa := range pending {
+					if _, err := pa.Result(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				pending = pending[:0]
+			}
+		}
+		for _, pa := range pending {
+			if _, err := pa.Result(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else if interleaved {
 		msg := []Message{{Body: benchBody}}
 		for i := 0; i < partBytes/benchRecord; i++ {
 			for p := 0; p < 16; p++ {
@@ -229,7 +253,7 @@ func readLoad(b *testing.B, interleaved bool, res *benchResult) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	total := 0
 	for i := 0; i < b.N; i++ {
 		total += get()
@@ -237,6 +261,8 @@ func readLoad(b *testing.B, interleaved bool, res *benchResult) {
 	el := time.Since(start).Seconds()
 	res.mbps = float64(total) / el / 1e6
 	b.ReportMetric(res.mbps, "MB/s")
+	// CPU time moves less than wall time when other jobs share the cores.
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(total), "cpu-ms/MB") // ns per byte
 }
 
 // BenchmarkStore runs the disk baselines, group-commit appends at 16, 1,024
@@ -284,8 +310,9 @@ func BenchmarkStore(b *testing.B) {
 		appendLoad(b, 1024, 64, 1, 0, &benchResult{}, nil, &disk, &disk8)
 	})
 	var rc, ri benchResult
-	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, &rc) })
-	b.Run("read/interleaved-16", func(b *testing.B) { readLoad(b, true, &ri) })
+	b.Run("read/contiguous", func(b *testing.B) { readLoad(b, false, 0, &rc) })
+	b.Run("read/interleaved-16", func(b *testing.B) { readLoad(b, true, 0, &ri) })
+	b.Run("read/100B-rotating-4", func(b *testing.B) { readLoad(b, false, 100, &benchResult{}) })
 }
 
 // BenchmarkScaling measures the same loads as BenchmarkStore in alternating
