@@ -50,6 +50,7 @@ var (
 	backlogBody  = flag.Int("backlog.body", 100, "BenchmarkBacklog: message body bytes")
 	backlogCold  = flag.Bool("backlog.dropcaches", true, "BenchmarkBacklog: evict the data directory from the page cache before start-ups and reads")
 	backlogProf  = flag.String("backlog.cpuprofile", "", "BenchmarkBacklog: write a CPU profile of the sequential reads to this file")
+	backlogWait  = flag.Duration("backlog.settle", 5*time.Second, "BenchmarkBacklog: wait after each eviction before a sequential-read pass (longer than the kernel's free page reporting delay)")
 )
 
 const backlogChildEnv = "METAQ_STORE_BACKLOG_CHILD"
@@ -138,7 +139,8 @@ func BenchmarkBacklog(b *testing.B) {
 	// 3. Clean stop (the open above closed cleanly), fresh start-up, and
 	// the reads and puts.
 	drop()
-	s3 := run("measure", fmt.Sprintf("%s_COLD=%v", backlogChildEnv, *backlogCold), backlogChildEnv+"_PROFILE="+*backlogProf)
+	s3 := run("measure", fmt.Sprintf("%s_COLD=%v", backlogChildEnv, *backlogCold), backlogChildEnv+"_PROFILE="+*backlogProf,
+		fmt.Sprintf("%s_SETTLE=%s", backlogChildEnv, *backlogWait))
 	slope := (s3["rss"] - s1["rss"]) / (s3["records"] - s1["records"])
 	heapSlope := (s3["heap"] - s1["heap"]) / (s3["records"] - s1["records"])
 	logBytes := s3["records"] * float64(chunk)
@@ -492,7 +494,7 @@ type seqStats struct {
 // the range once first, so that every measured pass finds the same state
 // below the guest: on a virtual disk with a write-back cache the host may
 // hold the range in its memory whatever the guest drops. After each
-// eviction the pass waits settle (coldSettle) before it starts, so that
+// eviction the pass waits coldSettle() before it starts, so that
 // every pass fills the page cache from memory in the same state: a guest
 // with free page reporting hands freed memory back to the host after a
 // moment, and the first touch of such memory is much slower than reusing
@@ -516,7 +518,7 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 	drop := func() {
 		if cold {
 			dropCaches(s.dir)
-			time.Sleep(coldSettle)
+			time.Sleep(coldSettle())
 		}
 	}
 	cfs, _ := s.opts.FS.(*countFS)
@@ -587,8 +589,14 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 }
 
 // coldSettle is how long a cold pass of seqRounds waits after evicting the
-// page cache: longer than the kernel's page reporting delay (2 s).
-const coldSettle = 5 * time.Second
+// page cache: by default 5 s, longer than the kernel's page reporting
+// delay (2 s); -backlog.settle, or _SETTLE for a seqread child, sets it.
+func coldSettle() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(backlogChildEnv + "_SETTLE")); err == nil {
+		return d
+	}
+	return 5 * time.Second
+}
 
 // readLogRange reads the log range [from, to) of s's segments in order
 // with preads of size bytes on descriptors of its own (O_DIRECT when
