@@ -66,7 +66,19 @@ type GroupLag struct {
 // Lag reports every known slave's lag, sorted by group then slave id. It is
 // safe to call at any time, also for slaves that are disconnected (their
 // progress survives master restarts through the state file).
-func (s *Shipper) Lag() []GroupLag {
+func (s *Shipper) Lag() []GroupLag { return s.lagWhere(nil) }
+
+// lagOf is the lag of one slave, false when the master does not know it.
+func (s *Shipper) lagOf(k slaveKey) (GroupLag, bool) {
+	g := s.lagWhere(func(x slaveKey) bool { return x == k })
+	if len(g) == 0 {
+		return GroupLag{}, false
+	}
+	return g[0], true
+}
+
+// lagWhere is Lag of the slaves keep accepts (all when nil).
+func (s *Shipper) lagWhere(keep func(slaveKey) bool) []GroupLag {
 	now := s.opts.Clock.Now()
 	parts := s.opts.Source.Partitions()
 	_, durable := s.opts.Source.LogBounds()
@@ -77,6 +89,9 @@ func (s *Shipper) Lag() []GroupLag {
 	}
 	snaps := make([]snap, 0, len(s.prog.m))
 	for _, sp := range s.prog.m {
+		if keep != nil && !keep(sp.key) {
+			continue
+		}
 		c := snap{sp: *sp, parts: make(map[pkey]partProgress, len(sp.Parts))}
 		for k, pp := range sp.Parts {
 			c.parts[k] = *pp

@@ -32,6 +32,9 @@ type hello struct {
 	MasterLog  string
 	Generation uint64
 	Ends       []partEnd
+	// Features are the optional messages this slave understands
+	// (feature* in control.go), after Ends: older masters ignore them.
+	Features uint32
 }
 
 func (h hello) encode() []byte {
@@ -53,6 +56,7 @@ func (h hello) encode() []byte {
 	e.str(h.MasterLog)
 	e.u64(h.Generation)
 	encodeEnds(&e, h.Ends)
+	e.u32(h.Features)
 	return e.b
 }
 
@@ -97,6 +101,9 @@ func decodeHello(p []byte) (hello, error) {
 		h.Generation = d.u64()
 		h.Ends = decodeEnds(&d)
 	}
+	if d.err == nil && len(d.b) >= 4 {
+		h.Features = d.u32()
+	}
 	return h, d.err
 }
 
@@ -120,6 +127,10 @@ type welcome struct {
 	// was promoted: a slave holding more (a former master's unreplicated
 	// tail) cuts it and saves it aside before it follows.
 	PromotionEnds []partEnd
+	// Features are the optional messages this master accepts or sends on
+	// this link (feature* in control.go), after PromotionEnds: older
+	// slaves ignore them, and a slave reads none from an older master.
+	Features uint32
 }
 
 func (w welcome) encode() []byte {
@@ -143,6 +154,7 @@ func (w welcome) encode() []byte {
 	}
 	e.u8(f)
 	encodeEnds(&e, w.PromotionEnds)
+	e.u32(w.Features)
 	return e.b
 }
 
@@ -156,6 +168,9 @@ func decodeWelcome(p []byte) (welcome, error) {
 		w.Generation = d.u64()
 		w.ByEnds = d.u8()&1 != 0
 		w.PromotionEnds = decodeEnds(&d)
+	}
+	if d.err == nil && len(d.b) >= 4 {
+		w.Features = d.u32()
 	}
 	return w, d.err
 }

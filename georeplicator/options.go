@@ -122,6 +122,14 @@ type ShipperOptions struct {
 	// OnFence is called (from a Shipper goroutine, never concurrently) when
 	// the master must stop acknowledging writes (fenced) or may again.
 	OnFence func(Fence)
+	// OnControl, when set, takes requests slaves send over their link
+	// (Receiver.Control; offered in the handshake). It is called on the
+	// link's reader and must not block: it starts the work, which answers
+	// with req.Reply. Requests over a link authenticated by neither Secret
+	// nor a client certificate are refused before it is called, unless
+	// AllowUnauthenticatedControl (then each is logged as a warning).
+	OnControl                   func(req *ControlRequest)
+	AllowUnauthenticatedControl bool
 
 	Logger *slog.Logger // nil = discard
 	Clock  clock.Clock  // nil = real

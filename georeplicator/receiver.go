@@ -96,6 +96,10 @@ type Receiver struct {
 	// logSwitched: masterLog changed since the last checkpoint.
 	logSwitched bool
 	synced      int64 // fsynced in the store (>= durable): see ack.Synced
+	// link is the established connection (nil between them); lastLag the
+	// master's last lag report (control.go).
+	link    *link
+	lastLag *LagReport
 
 	// Partition ends as applied in this session. Written by the apply
 	// goroutines of one frame (one per partition), hence endMu.
@@ -351,7 +355,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	h := hello{Version: protocolVersion, BrokerID: int32(r.opts.BrokerID), SlaveID: int32(r.opts.SlaveID),
 		Group: r.opts.Group, Codec: r.opts.Compression, Resume: resume, Window: uint32(r.opts.Window),
 		RateCap: r.opts.BandwidthBytesPerSec, MaxDelay: r.opts.MaxDelay, WantConf: r.opts.AutoSyncMasterConfig,
-		MasterLog: masterLog}
+		MasterLog: masterLog, Features: slaveFeatures}
 	if r.opts.Identity != nil {
 		h.Generation = r.opts.Identity.Generation()
 	}
@@ -405,7 +409,15 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	conn.SetDeadline(time.Time{})
 	applied := w.Start
+	l := newLink(conn, addr, w.Features)
+	defer func() {
+		r.mu.Lock()
+		r.link = nil
+		r.mu.Unlock()
+		close(l.done)
+	}()
 	r.mu.Lock()
+	r.link = l
 	if w.LogID != "" && w.LogID != r.masterLog {
 		r.masterLog, r.logSwitched = w.LogID, true
 	}
@@ -449,7 +461,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		clear(r.changed)
 		r.endMu.Unlock()
 		var err error
-		scratch, err = writeFrame(conn, header{typ: typeAck, epoch: epoch}, a.encode(), scratch)
+		scratch, err = l.write(header{typ: typeAck, epoch: epoch}, a.encode(), scratch)
 		return err
 	}
 	rewind := func(why error) error {
@@ -462,7 +474,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		r.mu.Unlock()
 		var e enc
 		e.i64(applied)
-		_, err := writeFrame(conn, header{typ: typeRewind, epoch: epoch}, e.b, nil)
+		_, err := l.write(header{typ: typeRewind, epoch: epoch}, e.b, nil)
 		return err
 	}
 	if err := sendAck(); err != nil {
@@ -602,6 +614,21 @@ func (r *Receiver) session() (progressed bool, err error) {
 			}
 			r.log.Warn("REPLICATION: master handed mastership over to this site", "at", pos)
 			r.opts.OnPromote(pos)
+		case typeControlReply:
+			id, rep, err := decodeControlReply(f.wire)
+			if err != nil {
+				return progressed, err
+			}
+			l.deliver(id, rep)
+		case typeLagReport:
+			lr, err := decodeLagReport(f.wire)
+			if err != nil {
+				return progressed, err
+			}
+			lr.Received = r.opts.Clock.Now()
+			r.mu.Lock()
+			r.lastLag = &lr
+			r.mu.Unlock()
 		case typeError:
 			return progressed, fmt.Errorf("georeplicator: master error: %s", f.wire)
 		default:

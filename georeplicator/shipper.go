@@ -77,6 +77,7 @@ func (s *Shipper) Start() error {
 	s.log.Info("REPLICATION: replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression,
 		"tls", encrypted, "authenticated", authenticated)
 	s.warnInsecure(ln.Addr().String())
+	s.warnUnauthenticatedControl()
 	if authenticated {
 		for _, k := range s.prog.forgetUnauthenticated() {
 			s.log.Info("REPLICATION: forgetting a slave that last connected without authentication", "slave", fmt.Sprintf("SLAVE(%s/%d)", k.Group, k.SlaveID))
@@ -211,7 +212,19 @@ type session struct {
 	promoteAt   atomic.Int64
 	done        chan struct{} // closed when the session ends
 
+	// features are the optional messages of this link (control.go).
+	features uint32
+	// wmu orders writes on conn: the stream's and control answers.
+	wmu sync.Mutex
+
 	chooser codecChooser
+}
+
+// writeScratch is write reusing scratch, as writeFrame does.
+func (ss *session) writeScratch(h header, p, scratch []byte) ([]byte, error) {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	return writeFrame(ss.conn, h, p, scratch)
 }
 
 func signal(ch chan struct{}) {
@@ -318,12 +331,16 @@ func (s *Shipper) serve(c net.Conn) error {
 		burst := s.opts.FrameBytes + headerLen + 4096
 		ss.lim = rate.NewLimiter(rate.Limit(bw), burst)
 	}
+	if s.opts.OnControl != nil {
+		ss.features |= featureControl
+	}
+	ss.features |= h.Features & featureLagReport
 	ss.chooser.init(mode, bw)
 	ss.chooser.lanRTT = s.opts.AutoLANRTT
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive,
-		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds}
+		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds, Features: ss.features}
 	if byEnds {
 		w.PromotionEnds = s.promotionEnds()
 	}
@@ -428,6 +445,10 @@ func (ss *session) readAcks(ctx context.Context) error {
 			signal(ss.ackWake)
 		case typeError:
 			return fmt.Errorf("%w: slave closed the link: %s", ErrProtocol, f.wire)
+		case typeControl:
+			if err := ss.handleControl(f.wire); err != nil {
+				return err
+			}
 		case typeRewind:
 			d := dec{b: f.wire}
 			pos := d.i64()
@@ -490,8 +511,11 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		_, durable := s.opts.Source.LogBounds()
 		k := keepalive{SentAt: s.opts.Clock.Now().UnixNano(), Durable: durable}
 		var err error
-		scratch, err = writeFrame(ss.conn, header{typ: typeKeepalive, epoch: epoch}, k.encode(), scratch)
+		scratch, err = ss.writeScratch(header{typ: typeKeepalive, epoch: epoch}, k.encode(), scratch)
 		lastKA = s.opts.Clock.Now()
+		if err == nil && ss.features&featureLagReport != 0 {
+			err = ss.sendLagReport()
+		}
 		return err
 	}
 	if err := sendKA(); err != nil { // first RTT sample before any data
@@ -514,7 +538,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		case err := <-berr:
 			berr <- err // for the deferred wait
 			if err != nil {
-				writeFrame(ss.conn, header{typ: typeError}, []byte(err.Error()), nil)
+				ss.write(header{typ: typeError}, []byte(err.Error()))
 			}
 			return err
 		case <-tick.C():
@@ -523,7 +547,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 			var e enc
 			e.i64(ss.promoteAt.Load())
 			var err error
-			if scratch, err = writeFrame(ss.conn, header{typ: typePromote}, e.b, scratch); err != nil {
+			if scratch, err = ss.writeScratch(header{typ: typePromote}, e.b, scratch); err != nil {
 				return err
 			}
 			ss.log.Warn("REPLICATION: handed mastership over to this slave", "durable", ss.promoteAt.Load())
@@ -570,7 +594,7 @@ func (ss *session) stream(ctx context.Context, pos int64) error {
 		ss.inflBytes += n
 		ss.mu.Unlock()
 		var err error
-		if scratch, err = writeFrame(ss.conn, f.h, f.wire, scratch); err != nil {
+		if scratch, err = ss.writeScratch(f.h, f.wire, scratch); err != nil {
 			return fmt.Errorf("georeplicator: write frame: %w", err)
 		}
 		s.prog.sent(ss.key, f.end, f.raw, n, f.h.codec)

@@ -17,6 +17,13 @@ const typePromote byte = 9
 // until it no longer moves: the caller has stopped client writes), then
 // tells that slave to take over. It returns the slave's group and id.
 func (s *Shipper) Handover(ctx context.Context, match func(group string, slaveID int) bool, durableEnd func() (int64, error)) (string, error) {
+	return s.HandoverThen(ctx, match, durableEnd, nil)
+}
+
+// HandoverThen is Handover calling ready (when set) once the slave has
+// caught up, just before it is told to take over: what ready writes on a
+// slave's link (a control answer) reaches it before promote does.
+func (s *Shipper) HandoverThen(ctx context.Context, match func(group string, slaveID int) bool, durableEnd func() (int64, error), ready func(name string, end int64)) (string, error) {
 	var ss *session
 	s.mu.Lock()
 	for k, x := range s.sessions {
@@ -49,6 +56,9 @@ func (s *Shipper) Handover(ctx context.Context, match func(group string, slaveID
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
+	}
+	if ready != nil {
+		ready(name, end)
 	}
 	ss.promoteAt.Store(end)
 	signal(ss.promoteWake)

@@ -118,6 +118,7 @@ func (s *Server) blocks() []block {
 			{"secretFile", s.Replication.SecretFile},
 			{"autoFailover", btoa(s.Replication.AutoFailover)},
 			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
+			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

@@ -615,6 +615,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		SecretFile:           r.str("secretFile", ""),
 		AutoFailover:         r.boolean("autoFailover", false),
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
+
+		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 

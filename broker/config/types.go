@@ -236,6 +236,12 @@ type Replication struct {
 	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
 	AutoFailover      bool
 	AutoFailoverAfter time.Duration
+	// AllowUnauthenticatedSwitchover (default false) lets a master hand
+	// mastership over when a slave site asks over a replication link that
+	// neither the shared secret (SecretFile) nor mutual TLS authenticates.
+	// Off, such a request is refused: anyone who reaches the replication
+	// port could otherwise move mastership across sites.
+	AllowUnauthenticatedSwitchover bool
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

@@ -101,6 +101,10 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			return config.StripSecrets(b.Config().Raw), nil
 		},
 		Logger: b.Logger(),
+
+		OnControl: b.onControl,
+		// Loud in the log at start and at each request (georeplicator/control.go).
+		AllowUnauthenticatedControl: cfg.Replication.AllowUnauthenticatedSwitchover,
 	})
 	if err != nil {
 		ln.Close()

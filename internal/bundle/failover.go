@@ -39,6 +39,8 @@ type failoverState struct {
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
+	// remote are switchovers slave sites asked this master for.
+	remote remoteSwitchovers
 }
 
 // identity opens <dataPath>/replication/identity.json once.
@@ -294,6 +296,7 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 // shipper started by a promotion.
 func (b *Bundle) closeFailover() error {
 	f := &b.failover
+	f.remote.stop()
 	f.handovers.Wait()
 	f.mu.Lock()
 	sc, rc := f.promoted, f.demoted
@@ -353,6 +356,9 @@ type SwitchoverReport struct {
 	Generation    uint64        `json:"newGeneration"`
 	// Following: this site became a slave of the new master.
 	Following bool `json:"following"`
+	// Via is the master's replication address when a slave site asked
+	// (Following is then false: the master demotes itself after answering).
+	Via string `json:"via,omitempty"`
 }
 
 // Switchover hands mastership to the slave named to (its slave group, the
@@ -362,8 +368,10 @@ type SwitchoverReport struct {
 // master (Demote): with ZooKeeper it finds the new master there, without
 // it at follow (the new master's replication address); with neither it
 // keeps refusing puts until restarted as a slave. If the slave does not
-// catch up within ctx, puts are taken again here.
-func (b *Bundle) Switchover(ctx context.Context, to, follow string) (SwitchoverReport, error) {
+// catch up within ctx, puts are taken again here. handedOver, when set,
+// gets the report as it stands just before the slave is told to take over
+// (a slave site's request is answered then: see switchover_remote.go).
+func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver func(SwitchoverReport)) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
 	sc := b.promotedShipper()
 	if sc == nil {
@@ -393,7 +401,11 @@ func (b *Bundle) Switchover(ctx context.Context, to, follow string) (SwitchoverR
 		rep.DurableEnd = d
 		return d, nil
 	}
-	name, err := s.Handover(ctx, match, durableEnd)
+	name, err := s.HandoverThen(ctx, match, durableEnd, func(name string, _ int64) {
+		if handedOver != nil {
+			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
+		}
+	})
 	if err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
