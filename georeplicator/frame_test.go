@@ -146,7 +146,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 	// A peer from before log identities sends neither tail.
 	old := hello{Version: 1, BrokerID: 7, Group: "g", Resume: 5}
 	ob := old.encode()
-	ob = ob[:len(ob)-2-8-4] // drop the empty MasterLog, Generation, no Ends
+	ob = ob[:len(ob)-2-8-4-4] // drop the empty MasterLog, Generation, no Ends, no Features
 	if got, err := decodeHello(ob); err != nil || !reflect.DeepEqual(got, old) {
 		t.Fatalf("hello without tail %+v %v", got, err)
 	}
