@@ -274,15 +274,17 @@ func (r *Receiver) Control(ctx context.Context, op string, args map[string]strin
 type LagReport struct {
 	// At is the master's clock when it built the report; Received this
 	// slave's clock when it arrived.
-	At, Received time.Time
+	At       time.Time `json:"at"`
+	Received time.Time `json:"received"`
 	// Bytes and Messages are the totals over every partition; Behind the
 	// largest partition's.
-	Bytes, Messages int64
-	Behind          time.Duration
+	Bytes    int64         `json:"bytes"`
+	Messages int64         `json:"messages"`
+	Behind   time.Duration `json:"behindNs"`
 	// Lagging is the number of partitions behind; Partitions lists them,
 	// most bytes behind first, at most maxLagReportParts of them.
-	Lagging    int
-	Partitions []PartitionLag
+	Lagging    int            `json:"lagging"`
+	Partitions []PartitionLag `json:"partitions"`
 }
 
 // maxLagReportParts bounds a lag report's partition list (and so its

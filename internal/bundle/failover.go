@@ -113,6 +113,10 @@ type PromoteReport struct {
 	// as gossip brought it (messages and bytes not yet here), when topology
 	// runs; nil otherwise.
 	Lag *topology.Report `json:"lag,omitempty"`
+	// LagReport is the old master's last lag report over the replication
+	// link: bytes and messages this site was behind, per partition; nil
+	// when it had none (see lastLagReport).
+	LagReport *georeplicator.LagReport `json:"lagReport,omitempty"`
 	// Ends is each partition's end at promotion ("topic-partition").
 	Ends  map[string]int64    `json:"ends"`
 	Took  time.Duration       `json:"tookNs"`
@@ -157,8 +161,10 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
 	st := rc.Receiver().Status()
-	if st.Connected && !force {
-		return PromoteReport{}, fmt.Errorf("promote: %w (%s, connected); stop it first or use --force", ErrMasterReachable, st.MasterAddr)
+	if !force {
+		if ev := b.masterAliveEvidence(ctx, st); len(ev) > 0 {
+			return PromoteReport{}, fmt.Errorf("promote: %w: %s; stop it first or use --force", ErrMasterReachable, strings.Join(ev, "; "))
+		}
 	}
 	if why := b.siblingAhead(st.AppliedPos); why != "" && !force {
 		return PromoteReport{}, fmt.Errorf("promote: %w: %s; promote that site, or use --force (what only it holds is then cut there and saved aside)", ErrSiblingAhead, why)
@@ -166,6 +172,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	rep := PromoteReport{Forced: force, MasterPos: st.MasterPos, AppliedPos: st.AppliedPos,
 		BehindBytes: max(0, st.MasterPos-st.AppliedPos)}
 	rep.Lag = b.lastKnownLag()
+	rep.LagReport = lastLagReport(rc)
 	id, err := b.identity()
 	if err != nil {
 		return rep, err

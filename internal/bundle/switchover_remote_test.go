@@ -157,8 +157,8 @@ func TestSwitchoverAskedAtSlaveSiteZooKeeper(t *testing.T) {
 	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
 		data, _, err := zc.Get(ctx, zkRoot+"/brokers/ids/0/master")
-		if err != nil || string(data) != hf.Broker.URL() || bj.demotedReceiver() == nil {
-			return fmt.Errorf("ids/0/master = %q %v, bj demoted %t", data, err, bj.demotedReceiver() != nil)
+		if err != nil || string(data) != hf.Broker.URL() || bj.demotedReceiver() == nil || hf.Broker.WriteRefusal() != nil {
+			return fmt.Errorf("ids/0/master = %q %v, bj demoted %t, hf refuses puts: %+v", data, err, bj.demotedReceiver() != nil, hf.Broker.WriteRefusal())
 		}
 		return nil
 	})
