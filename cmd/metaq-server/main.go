@@ -43,9 +43,9 @@ commands:
   stop | restart | status | reload        -f server.ini
   stats [-item X]                         -f server.ini
   slave-status                            -f server.ini
-  promote [--force]                       -f server.ini (at a slave site: become master)
+  promote [--force]                       -f server.ini (at a slave site: become master; refused while the master is alive)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
-  switchover -to <slave> [-follow addr]   -f server.ini (at the master: hand over to a slave, nothing lost, then follow it)
+  switchover -to <slave> [-follow addr]   -f server.ini (at any site: the master hands over to a slave, nothing lost, then follows it)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -121,6 +121,7 @@ type common struct {
 	brokers  string
 	part     int
 	from     string
+	json     bool
 }
 
 // Groups of flags, combined per command.
@@ -180,12 +181,14 @@ var commands = map[string]command{
 		c.fs.IntVar(&c.part, "partition", -1, "partition")
 		c.fs.StringVar(&c.from, "from", "", "MetaQ `address` (host:port) of a replica holding the damaged records")
 	}}},
-	"promote": {"[-force] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
-		c.fs.BoolVar(&c.force, "force", false, "even while the master is reachable")
+	"promote": {"[-force] [-json] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
+		c.fs.BoolVar(&c.force, "force", false, "even while the master is alive and reachable (replication link, gossip or ZooKeeper)")
+		c.fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	}}},
-	"switchover": {"-to <slave> [-follow addr] [flags]   (at the master: hand over to a slave, nothing lost, then follow it)", []func(*common){(*common).configFlag, func(c *common) {
+	"switchover": {"-to <slave> [-follow addr] [-json] [flags]   (at any site: the master hands over to a slave, nothing lost, then follows it)", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.StringVar(&c.to, "to", "", "the slave that takes over (slave group, its last '-' field, or slaveId)")
-		c.fs.StringVar(&c.follow, "follow", "", "without ZooKeeper: the new master's replication `address`, which this master then follows as a slave")
+		c.fs.StringVar(&c.follow, "follow", "", "without ZooKeeper: the new master's replication `address`, which the old master then follows as a slave")
+		c.fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	}}},
 	"unreplicated": {"[-publish [-brokers h:p]] [flags]   (records a former master cut and saved aside)", []func(*common){(*common).configFlag, (*common).dataFlag, func(c *common) {
 		c.fs.BoolVar(&c.publish, "publish", false, "publish the saved records again, as new messages")
@@ -311,13 +314,13 @@ func run(cmd string, args []string) error {
 		if c.to == "" {
 			return errors.New("-to is required")
 		}
-		return adminCall(ctx, c, "POST", "/switchover", url.Values{"to": {c.to}, "follow": {c.follow}})
+		return reportCall(ctx, c, "/switchover", url.Values{"to": {c.to}, "follow": {c.follow}}, printSwitchover)
 	case "promote":
 		q := url.Values{}
 		if c.force {
 			q.Set("force", "true")
 		}
-		return adminCall(ctx, c, "POST", "/promote", q)
+		return reportCall(ctx, c, "/promote", q, printPromote)
 	case "close-partitions", "open-partitions":
 		if c.topic == "" {
 			return errors.New("-topic is required")

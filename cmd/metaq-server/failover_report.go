@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"metaq/cmd/metaq-server/ctl"
+	"metaq/internal/bundle"
+)
+
+// reportCall runs an admin call that answers with a JSON report and prints
+// it for an operator with show (the JSON as is with -json).
+func reportCall(ctx context.Context, c *common, path string, q url.Values, show func(io.Writer, []byte) error) error {
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	body, err := ctl.NewAdmin(cfg).Do(ctx, "POST", path, q)
+	if err != nil {
+		return err // it carries the endpoint's answer
+	}
+	if c.json {
+		_, err = io.WriteString(os.Stdout, body)
+		return err
+	}
+	return show(os.Stdout, []byte(body))
+}
+
+// printSwitchover renders a SwitchoverReport (the admin endpoint's JSON).
+func printSwitchover(w io.Writer, body []byte) error {
+	var rep bundle.SwitchoverReport
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return fmt.Errorf("switchover: the report %q: %w", body, err)
+	}
+	fmt.Fprintf(w, "switchover done: %s is the new master (generation %d)\n", rep.To, rep.Generation)
+	fmt.Fprintf(w, "write downtime at the old master: %s (puts answered 503, retriable, until it handed over)\n", round(rep.WritesStopped))
+	fmt.Fprintf(w, "the new master held the old master's whole durable log (log end %d): no acknowledged message is lost\n", rep.DurableEnd)
+	switch {
+	case rep.Via != "":
+		fmt.Fprintf(w, "asked at this slave site; carried out by the master at %s, which now becomes a slave of %s\n", rep.Via, rep.To)
+	case rep.Following:
+		fmt.Fprintf(w, "this site now follows %s as a slave\n", rep.To)
+	default:
+		fmt.Fprintf(w, "this site refuses puts and does not follow %s (no ZooKeeper and no -follow): restart it as a slave\n", rep.To)
+	}
+	return nil
+}
+
+// printPromote renders a PromoteReport: the generation, how far behind the
+// old master this site was in its log and, from the master's last lag
+// report, per partition.
+func printPromote(w io.Writer, body []byte) error {
+	var rep bundle.PromoteReport
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return fmt.Errorf("promote: the report %q: %w", body, err)
+	}
+	forced := ""
+	if rep.Forced {
+		forced = ", forced"
+	}
+	fmt.Fprintf(w, "promoted: this site is master at generation %d (took %s%s)\n", rep.Generation, round(rep.Took), forced)
+	fmt.Fprintf(w, "behind the old master when it stopped following: %d bytes of its log (master's durable end %d, applied here %d)\n",
+		rep.BehindBytes, rep.MasterPos, rep.AppliedPos)
+	lr := rep.LagReport
+	switch {
+	case lr != nil:
+		fmt.Fprintf(w, "last lag report from the old master (received %s): %d bytes, %d messages behind in %d partitions\n",
+			lr.Received.UTC().Format(time.RFC3339), lr.Bytes, lr.Messages, lr.Lagging)
+		if len(lr.Partitions) > 0 {
+			tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "partition\tbytes\tmessages\toldest missing\t")
+			for _, p := range lr.Partitions {
+				fmt.Fprintf(tw, "%s-%d\t%d\t%d\t%s\t\n", p.Topic, p.Partition, p.Bytes, p.Messages, round(p.Behind))
+			}
+			tw.Flush()
+		}
+		if n := lr.Lagging - len(lr.Partitions); n > 0 {
+			fmt.Fprintf(w, "(%d more partitions behind, not listed)\n", n)
+		}
+	case rep.Lag != nil:
+		fmt.Fprintf(w, "no per-partition lag report from the old master (an older version); its last gossiped summary: %d bytes, %d messages behind\n",
+			rep.Lag.Bytes, rep.Lag.Messages)
+	default:
+		fmt.Fprintln(w, "no lag report from the old master: bytes and messages behind per partition are unknown")
+	}
+	fmt.Fprintf(w, "partition ends recorded for %d partitions: a returning old master cuts and saves aside what it holds beyond them\n", len(rep.Ends))
+	return nil
+}
+
+// round shortens a duration for people.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d <= 0:
+		return 0
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Millisecond)
+}
