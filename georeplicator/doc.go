@@ -79,6 +79,25 @@
 // receiver's Resolver is how it follows a promoted master: the bundle's
 // asks gossip for the master of the highest generation.
 //
+// # Optional messages (control.go)
+//
+// Each end states in the handshake the optional messages it handles
+// (hello.Features, welcome.Features, trailing fields older peers ignore),
+// so an older peer never receives a type it does not know. A master that
+// offers featureControl takes control requests from a slave over the
+// established link (Receiver.Control, answered with the outcome or the
+// error): the bundle's `switchover` asked at a slave site is one, carried
+// out by the master (ShipperOptions.OnControl) and answered just before the
+// chosen slave is told to take over (HandoverThen). A request over a link
+// that neither the shared secret nor a client certificate authenticates is
+// refused unless ShipperOptions.AllowUnauthenticatedControl; a request to a
+// master that offers none fails with ErrControlUnsupported. A slave that
+// states featureLagReport gets, with each keepalive, its own lag as the
+// master computes it (totals, and the partitions behind with bytes,
+// messages and the age of the oldest missing record, at most 1000 of
+// them); Receiver.LastLagReport keeps the last one, which is what a
+// promoted site reports it was behind.
+//
 // # Frames
 //
 // Every message is a frame (see frame.go): a 32-byte header with magic,
