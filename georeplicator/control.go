@@ -289,7 +289,7 @@ type LagReport struct {
 
 // maxLagReportParts bounds a lag report's partition list (and so its
 // frame); the totals always cover every partition.
-const maxLagReportParts = 1000
+const maxLagReportParts = 256
 
 // lagReportOf builds the report for g.
 func lagReportOf(g GroupLag, at time.Time) LagReport {

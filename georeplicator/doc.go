@@ -94,7 +94,7 @@
 // master that offers none fails with ErrControlUnsupported. A slave that
 // states featureLagReport gets, with each keepalive, its own lag as the
 // master computes it (totals, and the partitions behind with bytes,
-// messages and the age of the oldest missing record, at most 1000 of
+// messages and the age of the oldest missing record, at most 256 of
 // them); Receiver.LastLagReport keeps the last one, which is what a
 // promoted site reports it was behind.
 //

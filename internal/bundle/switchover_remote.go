@@ -64,29 +64,39 @@ func (b *Bundle) askMasterSwitchover(ctx context.Context, rc *receiverComponent,
 // sites: each runs on its own goroutine, cancelled and waited for when the
 // bundle closes.
 type remoteSwitchovers struct {
-	mu     sync.Mutex
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running bool // one at a time
+	wg      sync.WaitGroup
 }
 
-// start runs fn on a goroutine with a context that Close cancels; false
-// once stopped.
-func (rs *remoteSwitchovers) start(fn func(ctx context.Context)) bool {
+// start runs fn on a goroutine with a context that Close cancels; an
+// error once stopped or while another runs.
+func (rs *remoteSwitchovers) start(fn func(ctx context.Context)) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.ctx == nil {
 		rs.ctx, rs.cancel = context.WithCancel(context.Background())
 	}
-	if rs.ctx.Err() != nil {
-		return false
+	switch {
+	case rs.ctx.Err() != nil:
+		return errors.New("switchover: this master is stopping")
+	case rs.running:
+		return errors.New("switchover: another site's switchover request is in progress here")
 	}
+	rs.running = true
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()
+		defer func() {
+			rs.mu.Lock()
+			rs.running = false
+			rs.mu.Unlock()
+		}()
 		fn(rs.ctx)
 	}()
-	return true
+	return nil
 }
 
 // stop cancels the running ones and waits for them.
@@ -112,7 +122,7 @@ func (b *Bundle) onControl(req *georeplicator.ControlRequest) {
 		req.Reply(nil, errors.New("switchover: -to is required"))
 		return
 	}
-	started := b.failover.remote.start(func(ctx context.Context) {
+	err := b.failover.remote.start(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, remoteSwitchoverTimeout)
 		defer cancel()
 		b.log.Warn("FAILOVER: a slave site asks this master to hand over", "to", to, "askedAt", req.Args["site"],
@@ -136,7 +146,7 @@ func (b *Bundle) onControl(req *georeplicator.ControlRequest) {
 		}
 		b.log.Warn("FAILOVER: handed over as a slave site asked", "to", rep.To, "askedAt", req.Args["site"], "following", rep.Following)
 	})
-	if !started {
-		req.Reply(nil, errors.New("switchover: this master is stopping"))
+	if err != nil {
+		req.Reply(nil, err)
 	}
 }
