@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -13,7 +14,8 @@ import (
 	"metaq/internal/testutil"
 )
 
-// produceBig sends n messages of size bytes each to topic at addr.
+// produceBig sends n messages of size random (incompressible) bytes each
+// to topic at addr.
 func produceBig(t *testing.T, addr, topic string, n, size int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -28,8 +30,9 @@ func produceBig(t *testing.T, addr, topic string, n, size int) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	body := []byte(strings.Repeat("x", size))
 	for i := range n {
+		body := make([]byte, size)
+		rand.Read(body)
 		if _, err := p.Send(ctx, &client.Message{Topic: topic, Payload: body}); err != nil {
 			t.Fatalf("send #%d: %v", i, err)
 		}
@@ -51,8 +54,11 @@ func TestPromoteRefusedWhileGossipHasMaster(t *testing.T) {
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
 	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
 	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
-	// One byte a second after the first frames (the token bucket's burst):
-	// hf falls behind and stays there.
+	// One byte a second after the first frames (the token bucket's burst,
+	// about 260 KB a connection): hf falls behind and stays there. The
+	// stream then waits for tokens, sends no keepalive, and hf reconnects
+	// after its idle timeout: each connection starts with a keepalive and
+	// the lag report.
 	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(),
 		natsURL: "nats://" + natsListen, join: seed, slaveExtra: "bandwidthBytesPerSec=1\n"})
 	rc := mustComp[*receiverComponent](t, hf)
@@ -63,7 +69,7 @@ func TestPromoteRefusedWhileGossipHasMaster(t *testing.T) {
 		return nil
 	})
 	produceBig(t, bj.Broker.Addr().String(), "orders", 60, 10<<10)
-	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		lr, ok := rc.Receiver().LastLagReport()
 		if !ok || lr.Lagging == 0 {
 			return errors.New("no lag report showing hf behind yet")
