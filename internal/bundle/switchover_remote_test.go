@@ -72,6 +72,7 @@ func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
 	// bj follows the address it is given (ZooKeeper off): a proxy aimed at
 	// hf's shipper once hf ships.
 	toHFMaster := wanProxy(t, "127.0.0.1:1")
+	start := time.Now()
 	code, body := testutil.HTTPDo(t, "POST", "http://"+gz.AdminAddr()+"/switchover?to=hf&follow="+toHFMaster.Addr(), "")
 	var rep SwitchoverReport
 	if err := json.Unmarshal(body, &rep); code != http.StatusOK || err != nil {
@@ -86,6 +87,7 @@ func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("asked at gz: writes stopped at bj for %s before the handover; hf took puts %s after the request", rep.WritesStopped, time.Since(start))
 	toHFMaster.SetTarget(hf.promotedShipper().Addr())
 	testutil.Eventually(t, 15*time.Second, 10*time.Millisecond, func() error {
 		if bj.demotedReceiver() == nil {
@@ -105,6 +107,7 @@ func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
 	toBJMaster := wanProxy(t, "127.0.0.1:1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	start = time.Now()
 	back, err := bj.Switchover(ctx, "bj", toBJMaster.Addr())
 	if err != nil {
 		t.Fatalf("switchover asked at bj: %v", err)
@@ -118,6 +121,7 @@ func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("asked at bj: writes stopped at hf for %s before the handover; bj took puts %s after the request", back.WritesStopped, time.Since(start))
 	toBJMaster.SetTarget(bj.promotedShipper().Addr())
 	testutil.Eventually(t, 15*time.Second, 10*time.Millisecond, func() error {
 		if hf.demotedReceiver() == nil {
