@@ -368,7 +368,7 @@ type SwitchoverReport struct {
 	Via string `json:"via,omitempty"`
 }
 
-// Switchover hands mastership to the slave named to (its slave group, the
+// switchover hands mastership to the slave named to (its slave group, the
 // group's last "-" field, or its slaveId) with nothing lost: this master
 // refuses puts (503, retriable), waits until that slave holds its whole
 // durable log, tells it to take over, and becomes a slave of the new
