@@ -143,7 +143,7 @@ func (ss *session) handleControl(p []byte) error {
 			return fmt.Errorf("georeplicator: slave %s disconnected before the answer", req.From)
 		default:
 		}
-		return ss.write(header{typ: typeControlReply}, encodeControlReply(id, body, err))
+		return ss.writeWithin(header{typ: typeControlReply}, encodeControlReply(id, body, err), controlReplyTimeout)
 	}
 	switch {
 	case ss.features&featureControl == 0 || s.opts.OnControl == nil:
@@ -171,6 +171,24 @@ func (s *Shipper) warnUnauthenticatedControl() {
 	}
 	s.log.Warn("UNAUTHENTICATED SWITCHOVER ALLOWED: [replication] allowUnauthenticatedSwitchover=true and neither secretFile nor mutual TLS: "+
 		"anyone who reaches the replication port can make this master hand mastership to another site", "addr", s.Addr())
+}
+
+// controlReplyTimeout bounds writing an answer: a switchover waits for it
+// before the new master is told to take over.
+const controlReplyTimeout = 5 * time.Second
+
+// writeWithin is write bounded by d; a write that times out may have sent
+// part of the frame, so the connection is closed (the slave reconnects).
+func (ss *session) writeWithin(h header, p []byte, d time.Duration) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	ss.conn.SetWriteDeadline(time.Now().Add(d)) // socket deadlines are the kernel's: real time
+	_, err := writeFrame(ss.conn, h, p, nil)
+	ss.conn.SetWriteDeadline(time.Time{})
+	if err != nil {
+		ss.conn.Close()
+	}
+	return err
 }
 
 // write sends one frame on the session's connection; the stream and
