@@ -35,8 +35,14 @@ func TestTwoSitesPromoteAtOnce(t *testing.T) {
 	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
 
 	killBundle(bj, tap)
-	// Both have lost bj and know the other has too, at the same position.
+	// Both have lost bj and know the other has too, at the same position;
+	// bj's ZooKeeper session has expired (promote refuses while its master
+	// node is held by a live session).
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if held, _, err := zc.Exists(context.Background(), zc.Paths().Broker(0, -1)); err != nil || held {
+			return fmt.Errorf("bj's master node is still in ZooKeeper (%v)", err)
+		}
 		for _, s := range []*Bundle{hf, gz} {
 			if s.receiver().Connected() {
 				return fmt.Errorf("%s still follows bj", s.Config().Site.Name)
