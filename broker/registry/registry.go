@@ -155,6 +155,8 @@ type regState struct {
 	topics   map[string]topicReg
 	// session is the ZooKeeper session the nodes above were written in.
 	session int64
+	// mirrorGen is the generation a Mirror wrote or found (never lowered).
+	mirrorGen uint64
 }
 
 type topicReg struct {

@@ -3,6 +3,7 @@ package bundle
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -161,10 +162,14 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		base := registry.Options{
 			SessionTimeout:    cfg.ZooKeeper.SessionTimeout,
 			ConnectionTimeout: min(cfg.ZooKeeper.ConnectionTimeout, 10*time.Second),
+			BrokerID:          cfg.System.BrokerID,
+			SessionFile:       filepath.Join(cfg.System.DataPath, "zookeeper.session"),
 			Logger:            log,
 			Dialer:            b.opts.ZooKeeperDialer,
 		}
 		views = newSiteViews(t, reg, o.Site, base, log)
+		static := topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr}
+		views.master = func() registry.MasterMirror { return b.masterMirror(static) }
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()

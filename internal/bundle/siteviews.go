@@ -19,6 +19,12 @@ import (
 // ensembles it reaches (topology.SetViewReach) so that exactly one live
 // bundle that can write a view is its keeper.
 //
+// The same sessions carry this bundle's master registration into the other
+// sites' ensembles (registry.Registry.Mirror): while it is its brokerId's
+// master, producers, consumers and slaves that use any site's ensemble find
+// it there, and after a switchover or a promotion they find the new master,
+// which mirrors itself as the old one stops.
+//
 // Sites that share this bundle's ensemble, and sites that gossip none, use
 // the bundle's own registry.
 type siteViews struct {
@@ -27,6 +33,10 @@ type siteViews struct {
 	site string
 	base registry.Options // session settings for the other ensembles
 	log  *slog.Logger
+	// master is this bundle's registration to mirror into the other
+	// ensembles; nil mirrors nothing. It is not a registered master's when
+	// the bundle is not master (then Mirror removes what it wrote).
+	master func() registry.MasterMirror
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -41,6 +51,11 @@ type remoteEnsemble struct {
 	failures   int
 	retryAt    time.Time
 	closed     bool
+	// mirroring: a Mirror call runs; mirrored: the last one wrote a
+	// master (for logging changes); mirrorFailures counts failures in a row.
+	mirroring      bool
+	mirrored       bool
+	mirrorFailures int
 }
 
 type siteViewEntry struct {
@@ -101,6 +116,11 @@ func (s *siteViews) reconcile(ctx context.Context) {
 		}
 		if r.reg != nil && r.reg.Connected() {
 			reach = append(reach, site)
+			if s.master != nil && !r.mirroring {
+				r.mirroring = true
+				s.wg.Add(1)
+				go s.mirror(ctx, site, r, r.reg)
+			}
 			continue
 		}
 		if r.reg == nil && !r.connecting && !time.Now().Before(r.retryAt) {
@@ -122,6 +142,11 @@ func (s *siteViews) connect(ctx context.Context, site string, r *remoteEnsemble)
 	o := s.base
 	o.Connect, o.Root = r.ens.Connect, r.ens.Root
 	o.Slave, o.SlaveID, o.Port, o.ConfigChecksum = false, 0, 0, 0
+	if o.SessionFile != "" {
+		// This session's own record, so that a restart after a kill replaces
+		// the master node it mirrored there without waiting for it to expire.
+		o.SessionFile += "." + site
+	}
 	reg, err := registry.New(ctx, o)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,6 +166,63 @@ func (s *siteViews) connect(ctx context.Context, site string, r *remoteEnsemble)
 	}
 	r.reg, r.failures = reg, 0
 	s.log.Info("TOPOLOGY: connected to another site's ZooKeeper for its view", "view", site, "zk", r.ens.Connect, "root", r.ens.Root)
+}
+
+// mirror writes this bundle's master registration (or its absence) into
+// site's ensemble through reg, once; reconcile starts it again at every
+// interval. It may wait up to the session timeout for a master node the
+// old master still holds there.
+func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, reg *registry.Registry) {
+	defer s.wg.Done()
+	m := s.master()
+	wait := s.base.SessionTimeout
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	mctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
+	err := reg.Mirror(mctx, m)
+	cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.mirroring = false
+	if err != nil {
+		r.mirrorFailures++
+		if (r.mirrorFailures == 1 || r.mirrorFailures%20 == 0) && ctx.Err() == nil && !r.closed {
+			s.log.Warn("TOPOLOGY: cannot write this master's registration into another site's ZooKeeper",
+				"site", site, "zk", r.ens.Connect, "attempts", r.mirrorFailures, "err", err)
+		}
+		return
+	}
+	r.mirrorFailures = 0
+	if r.mirrored != m.Master() {
+		r.mirrored = m.Master()
+		if r.mirrored {
+			s.log.Info("TOPOLOGY: this master is registered in another site's ZooKeeper too", "site", site,
+				"zk", r.ens.Connect, "root", r.ens.Root, "url", m.URL, "generation", m.Generation)
+		} else {
+			s.log.Info("TOPOLOGY: this broker is no longer master: its registration left another site's ZooKeeper",
+				"site", site, "zk", r.ens.Connect)
+		}
+	}
+}
+
+// masterMirror is what this bundle mirrors into the other sites'
+// ensembles: its registration while it is a master that has not stepped
+// down (a newer generation exists), with its replication address and
+// generation; otherwise a registration that is no master's, which removes
+// the mirror.
+func (b *Bundle) masterMirror(static topology.Mastership) registry.MasterMirror {
+	m := registry.MasterMirror{Registration: b.Registry.Registration()}
+	if !m.Master() {
+		return m
+	}
+	if s := b.runningShipper(); s != nil && s.Fence().SteppedDown {
+		m.Broker = false
+		return m
+	}
+	ms := b.mastership(static)
+	m.ReplicationAddr, m.Generation = ms.ReplAddr, ms.Generation
+	return m
 }
 
 func (s *siteViews) closeRemoteLocked(site string, r *remoteEnsemble) {

@@ -85,14 +85,30 @@ func ZooKeeper(t testing.TB) string {
 // ZooKeeper server, for tests of one ensemble per site.
 const ZK2Env = "METAQ_TEST_ZK2"
 
+// ZK3Env names the environment variable that holds a third ZooKeeper
+// server, for tests of three sites with one ensemble each.
+const ZK3Env = "METAQ_TEST_ZK3"
+
 // SecondZooKeeper returns the address of a ZooKeeper server other than
 // ZooKeeper(t)'s: METAQ_TEST_ZK2 when set, otherwise one started for this
 // test with the repository's .ci/zookeeper.sh and stopped when it ends. It
 // skips the test when METAQ_TEST_ZK is not set or no server can be started.
 func SecondZooKeeper(t testing.TB) string {
 	t.Helper()
+	return extraZooKeeper(t, ZK2Env)
+}
+
+// ThirdZooKeeper is SecondZooKeeper for a third server (METAQ_TEST_ZK3),
+// other than both.
+func ThirdZooKeeper(t testing.TB) string {
+	t.Helper()
+	return extraZooKeeper(t, ZK3Env)
+}
+
+func extraZooKeeper(t testing.TB, env string) string {
+	t.Helper()
 	ZooKeeper(t)
-	if addr := os.Getenv(ZK2Env); addr != "" {
+	if addr := os.Getenv(env); addr != "" {
 		return addr
 	}
 	script := ""
@@ -107,9 +123,9 @@ func SecondZooKeeper(t testing.TB) string {
 		dir = parent
 	}
 	if script == "" {
-		t.Skipf("%s is not set and .ci/zookeeper.sh was not found to start a second ZooKeeper", ZK2Env)
+		t.Skipf("%s is not set and .ci/zookeeper.sh was not found to start another ZooKeeper", env)
 	}
-	dir, err := os.MkdirTemp("", "metaq-zk2-")
+	dir, err := os.MkdirTemp("", "metaq-zk-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +136,7 @@ func SecondZooKeeper(t testing.TB) string {
 		os.RemoveAll(dir)
 	})
 	if err != nil {
-		t.Skipf("%s is not set and a second ZooKeeper did not start: %v", ZK2Env, err)
+		t.Skipf("%s is not set and another ZooKeeper did not start: %v", env, err)
 	}
 	return strings.TrimSpace(string(out))
 }

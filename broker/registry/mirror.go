@@ -1,0 +1,262 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Registration is what a Registry registered, and writes again after every
+// session expiry: its broker node and its topics.
+type Registration struct {
+	BrokerID int
+	SlaveID  int // -1 for a master
+	// Broker: the broker node is registered (RegisterBroker, not undone by
+	// UnregisterAll).
+	Broker   bool
+	URL      string // meta://host:port
+	Checksum uint32 // master_config_checksum
+	Topics   map[string]TopicRegistration
+}
+
+// TopicRegistration is one registered topic's settings.
+type TopicRegistration struct {
+	NumPartitions                   int
+	AcceptPublish, AcceptSubscribe bool
+}
+
+// Master reports whether this is a registered master's registration.
+func (g Registration) Master() bool { return g.Broker && g.SlaveID < 0 }
+
+// Registration returns what this registry registered.
+func (r *Registry) Registration() Registration {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: r.opts.SlaveID, Broker: r.state.broker,
+		URL: r.URL(), Checksum: r.state.checksum, Topics: make(map[string]TopicRegistration, len(r.state.topics))}
+	for name, t := range r.state.topics {
+		g.Topics[name] = TopicRegistration{NumPartitions: t.numPartitions, AcceptPublish: t.acceptPublish, AcceptSubscribe: t.acceptSub}
+	}
+	return g
+}
+
+// MasterMirror is a master's registration as it is copied into the
+// ensemble of another site (one ZooKeeper ensemble per site): the master's
+// own nodes, its replication address and its generation, so that clients
+// and slaves that use that ensemble find the master there too.
+type MasterMirror struct {
+	Registration
+	// ReplicationAddr is published at ids/<id>/replication ("" publishes none).
+	ReplicationAddr string
+	// Generation is the master's generation: ids/<id>/generation is raised
+	// to it when lower (never lowered).
+	Generation uint64
+}
+
+// replicationNode is where a master publishes its replication listener
+// (the bundle's shipper writes it into the master's own ensemble).
+const replicationNode = "replication"
+
+// Mirror makes this registry hold m as its own registration: a master's
+// registration written by another site's bundle into this registry's
+// ensemble. It writes only what changed since the last call (all of it in a
+// new session); the registry re-writes the broker and topic nodes after a
+// session expiry as it does for its own. When m is not a registered master
+// (the bundle stepped down, was demoted, or unregistered), whatever an
+// earlier Mirror wrote is removed, so that the new master can take the
+// master node. Like RegisterBroker it waits up to the session timeout for a
+// master node held by another session, and then fails with
+// ErrBrokerNodeHeld: run it where that wait blocks nothing else.
+//
+// The registry must have been created as a master of m's brokerId (Options
+// BrokerID, Slave false) and must not register anything of its own.
+func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
+	if m.BrokerID != r.opts.BrokerID || !r.master() {
+		return fmt.Errorf("registry: mirror of broker %d into a registry of %s", m.BrokerID, BrokerString(r.opts.BrokerID, r.opts.SlaveID))
+	}
+	if !m.Master() {
+		return r.unmirror(ctx)
+	}
+	repl := r.paths.BrokerID(m.BrokerID) + "/" + replicationNode
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	session := r.conn.SessionID()
+	fresh := r.state.session != session
+	if m.ReplicationAddr != "" && !r.state.broker {
+		// Before the master node, as the master publishes it in its own
+		// ensemble: a slave that sees the master sees its stream. A node
+		// another master left is replaced below, once the master node is
+		// ours.
+		if err := r.createEphemeral(ctx, repl, []byte(m.ReplicationAddr)); err != nil && !errors.Is(err, ErrNodeExists) {
+			return fmt.Errorf("registry: mirror %s: %w", repl, err)
+		}
+	}
+	if !r.state.broker || fresh || r.URL() != m.URL || r.state.checksum != m.Checksum {
+		r.SetURL(m.URL)
+		r.state.checksum = m.Checksum
+		if err := r.registerBrokerLocked(ctx); err != nil {
+			return err
+		}
+		r.state.broker = true
+	}
+	for name, t := range m.Topics {
+		want := topicReg{numPartitions: t.NumPartitions, acceptPublish: t.AcceptPublish, acceptSub: t.AcceptSubscribe}
+		old, known := r.state.topics[name]
+		if known && old == want && !fresh {
+			continue
+		}
+		r.state.topics[name] = want
+		if known && old != want {
+			if err := r.deleteTopicLocked(ctx, name); err != nil {
+				return err
+			}
+		}
+		if err := r.writeTopicLocked(ctx, name, want); err != nil {
+			return err
+		}
+	}
+	for name := range maps.Clone(r.state.topics) {
+		if _, ok := m.Topics[name]; ok {
+			continue
+		}
+		delete(r.state.topics, name)
+		if err := r.deleteTopicLocked(ctx, name); err != nil {
+			return err
+		}
+	}
+	r.state.session = session
+	if err := r.mirrorReplicationLocked(ctx, repl, m.ReplicationAddr); err != nil {
+		return err
+	}
+	if m.Generation > r.state.mirrorGen {
+		gen, err := r.RaiseGenerationTo(ctx, m.BrokerID, m.Generation)
+		if err != nil {
+			return err
+		}
+		r.state.mirrorGen = gen
+	}
+	return nil
+}
+
+// mirrorReplicationLocked makes path hold addr as a node of this session
+// ("" removes ours). It reads the node every time: another broker's clean
+// stop deletes the node without looking whose it is.
+func (r *Registry) mirrorReplicationLocked(ctx context.Context, path, addr string) error {
+	if addr == "" {
+		return r.deleteOwnEphemeral(ctx, path)
+	}
+	data, st, err := r.Get(ctx, path)
+	if err == nil && string(data) == addr && st.EphemeralOwner == r.conn.SessionID() {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return fmt.Errorf("registry: mirror %s: %w", path, err)
+	}
+	if err := r.ensureEphemeral(ctx, path, []byte(addr)); err != nil {
+		return fmt.Errorf("registry: mirror %s: %w", path, err)
+	}
+	return nil
+}
+
+// unmirror removes what Mirror wrote, without unregister's wait for
+// clients. Only nodes of this session go: a master node another master took
+// meanwhile (after a session expiry here) stays.
+func (r *Registry) unmirror(ctx context.Context) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	if !r.state.broker && len(r.state.topics) == 0 {
+		return nil
+	}
+	id := r.opts.BrokerID
+	paths := []string{r.paths.Broker(id, -1), r.paths.MasterConfigChecksum(id), r.paths.BrokerID(id) + "/" + replicationNode}
+	for topic := range r.state.topics {
+		legacy, pub, sub := r.topicPaths(topic)
+		paths = append(paths, legacy, pub, sub)
+	}
+	var errs []error
+	for _, p := range paths {
+		errs = append(errs, r.deleteOwnEphemeral(ctx, p))
+	}
+	// ids/<id> holds the master's url for old clients: drop it unless
+	// another master wrote its own since.
+	idPath := r.paths.BrokerID(id)
+	if data, st, err := r.Get(ctx, idPath); err == nil && string(data) == r.URL() {
+		err := r.call(ctx, func() error { return r.conn.Delete(idPath, st.Version) })
+		if err != nil && !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+			// Slaves or the generation below it: leave an empty value.
+			err = r.call(ctx, func() error { _, err := r.conn.Set(idPath, []byte{}, st.Version); return err })
+			if err != nil && !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+				errs = append(errs, fmt.Errorf("registry: clear %s: %w", idPath, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registry: remove the mirrored master (retried at the next call): %w", err)
+	}
+	r.state.broker = false
+	r.state.topics = make(map[string]topicReg)
+	r.state.mirrorGen = 0
+	r.log.Info("REGISTRY: removed the mirrored master registration", "broker", BrokerString(id, -1))
+	return nil
+}
+
+// deleteOwnEphemeral deletes path when this session owns it.
+func (r *Registry) deleteOwnEphemeral(ctx context.Context, path string) error {
+	_, st, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registry: read %s: %w", path, err)
+	}
+	if st.EphemeralOwner != r.conn.SessionID() {
+		return nil
+	}
+	err = r.call(ctx, func() error { return r.conn.Delete(path, st.Version) })
+	if err != nil && !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+		return fmt.Errorf("registry: delete %s: %w", path, err)
+	}
+	return nil
+}
+
+// RaiseGenerationTo raises the brokerId's generation to gen when it holds
+// less (or none), with a compare-and-set, and returns the generation the
+// node holds afterwards: gen, or a higher one written by someone else.
+func (r *Registry) RaiseGenerationTo(ctx context.Context, brokerID int, gen uint64) (uint64, error) {
+	path := r.paths.GenerationPath(brokerID)
+	val := []byte(strconv.FormatUint(gen, 10))
+	for {
+		cur, version, err := r.readGeneration(ctx, brokerID)
+		if errors.Is(err, ErrNoNode) {
+			if err := r.createParents(ctx, path); err != nil {
+				return 0, err
+			}
+			err := r.call(ctx, func() error { _, err := r.conn.Create(path, val, 0, openACL); return err })
+			if errors.Is(err, ErrNodeExists) {
+				continue
+			}
+			if err != nil {
+				return 0, fmt.Errorf("registry: create %s: %w", path, err)
+			}
+			return gen, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if cur >= gen {
+			return cur, nil
+		}
+		err = r.call(ctx, func() error { _, err := r.conn.Set(path, val, version); return err })
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("registry: set %s: %w", path, err)
+		}
+		return gen, nil
+	}
+}

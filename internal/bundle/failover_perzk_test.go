@@ -1,0 +1,254 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/broker/registry"
+	"metaq/internal/testutil"
+)
+
+// TestFailoverPerSiteZooKeeper runs deploy/'s layout of one ZooKeeper
+// ensemble per site with three real servers (bj's, hf's, gz's) through a
+// promotion and a switchover. At every step every site's ensemble holds
+// the brokerId's current master under MetaQ's layout (ids/0/master, ids/0,
+// topics-pub and topics-sub, the replication address, the generation) and
+// every site view points at the master or that site's caught-up replica.
+// Go producers (real root) and consumers (their site's view root), each
+// pinned to one site's ensemble, keep working without a restart, and the
+// consumers' offsets in each ensemble stay valid.
+//
+//  1. bj is master: its registration is in hf's and gz's ensembles too;
+//  2. bj dies, hf is promoted (generation 1): all three ensembles, bj's
+//     included, show hf; gz follows hf;
+//  3. bj returns as a slave without masterAddress: it finds hf in its own
+//     ensemble and registers there as hf's slave;
+//  4. `switchover -to bj` at hf (generation 2): all three show bj again, and
+//     hf, demoted, finds bj in its own ensemble.
+func TestFailoverPerSiteZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	zks := map[string]string{"bj": testutil.ZooKeeper(t), "hf": testutil.SecondZooKeeper(t), "gz": testutil.ThirdZooKeeper(t)}
+	sites := []string{"bj", "hf", "gz"}
+	dir := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zks["bj"], zks["hf"], zks["gz"]}, sites...)
+	// Without configsync: its NATS would die with bj.
+	shared := strings.Replace(sharedINI(zks["bj"], zkRoot, "[topic=orders]\nnumPartitions=2\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	ownZK := func(site string) string { return "[zookeeper]\nzk.zkConnect=" + zks[site] + "\n" }
+
+	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", noNATS: true})
+	bjRepl := mustComp[*shipperComponent](t, bj).Addr()
+	join := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	hf := startSite(t, filepath.Join(dir, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: bjRepl,
+		join: join, noNATS: true, extraOverlay: ownZK("hf")})
+	gz := startSite(t, filepath.Join(dir, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: bjRepl,
+		join: join, noNATS: true, extraOverlay: ownZK("gz")})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ens := map[string]*registry.Registry{}
+	for _, s := range sites {
+		ens[s] = zkClient(t, &testEnv{zk: zks[s], root: zkRoot})
+	}
+	get := func(site, path string) string {
+		data, _, err := ens[site].Get(ctx, path)
+		if err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return string(data)
+	}
+	ids := zkRoot + "/brokers/ids/0"
+	topicNode := registry.TopicJSON(2, "0-m")
+	// wantMaster waits until every site's ensemble registers master.
+	wantMaster := func(why string, master *Bundle, repl string, gen uint64) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+			for _, s := range sites {
+				want := map[string]string{
+					ids + "/master": master.Broker.URL(), ids: master.Broker.URL(), ids + "/replication": repl,
+					zkRoot + "/brokers/topics-pub/orders/0-m": topicNode, zkRoot + "/brokers/topics-sub/orders/0-m": topicNode,
+				}
+				for path, w := range want {
+					if got := get(s, path); got != w {
+						return fmt.Errorf("%s: %s's ZooKeeper: %s = %q, want %q", why, s, path, got, w)
+					}
+				}
+				if g, err := ens[s].Generation(ctx, 0); err != nil || g != gen {
+					return fmt.Errorf("%s: %s's ZooKeeper: generation %d %v, want %d", why, s, g, err, gen)
+				}
+			}
+			return nil
+		})
+	}
+	// wantViews waits until each site's view, in that site's ensemble,
+	// points at one of the urls allowed for it.
+	wantViews := func(why string, allowed map[string][]*Bundle) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+			for site, bs := range allowed {
+				view := viewRootFor(zkRoot, site)
+				got := get(site, view+"/brokers/ids/0/master")
+				var urls []string
+				for _, b := range bs {
+					urls = append(urls, b.Broker.URL())
+				}
+				if !slices.Contains(urls, got) {
+					return fmt.Errorf("%s: %s's view in its ZooKeeper points at %q, want one of %v", why, site, got, urls)
+				}
+				if got := get(site, view+"/brokers/topics-sub/orders/0-m"); got != topicNode {
+					return fmt.Errorf("%s: %s's view: topics-sub/orders/0-m = %q", why, site, got)
+				}
+			}
+			return nil
+		})
+	}
+
+	wantMaster("bj master", bj, bjRepl, 0)
+	wantViews("bj master", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
+
+	// A producer on each site's ensemble (real root) and a consumer on
+	// each site's view root, in that site's ensemble.
+	producers := map[string]*client.Producer{}
+	consumed := map[string]func(int, time.Duration){}
+	for _, s := range sites {
+		pc, err := client.New(ctx, client.Config{ZKServers: []string{zks[s]}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		p, err := client.NewProducer(pc, client.WithRetries(100), client.WithRetryBackoff(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		producers[s] = p
+		cc, err := client.New(ctx, client.Config{ZKServers: []string{zks[s]}, ZKRoot: viewRootFor(zkRoot, s), ZKSyncTime: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		cons, err := client.NewConsumer(cc, "readers-"+s, client.WithStart(client.StartEarliest()),
+			client.WithCommitInterval(100*time.Millisecond), client.WithMaxFetchDelay(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumed[s] = consumeDistinct(t, ctx, cons, "orders")
+		t.Cleanup(func() { cons.Close(context.Background()) })
+	}
+	total := 0
+	// round sends n messages through every site's producer and waits until
+	// every site's consumer has them all.
+	round := func(tag string, master *Bundle) {
+		t.Helper()
+		for _, s := range sites {
+			for i := range 10 {
+				sctx, done := context.WithTimeout(ctx, sendTimeout)
+				r, err := producers[s].Send(sctx, &client.Message{Topic: "orders", Payload: []byte(fmt.Sprintf("%s-%s-%d", tag, s, i))})
+				done()
+				if err != nil {
+					t.Fatalf("%s: the producer on %s's ZooKeeper: send #%d: %v", tag, s, i, err)
+				}
+				if r.Partition.BrokerID != 0 {
+					t.Fatalf("%s: sent to broker %d", tag, r.Partition.BrokerID)
+				}
+			}
+		}
+		total += 30
+		for _, s := range sites {
+			consumed[s](total, 60*time.Second)
+		}
+		// Every group's offsets, in its own site's ensemble under its view
+		// root, reach the master's partition ends: the same offsets on
+		// every site.
+		testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+			ends := map[int]int64{}
+			for _, p := range master.Store.Partitions() {
+				if p.Topic == "orders" {
+					ends[p.Partition] = p.Max
+				}
+			}
+			for _, s := range sites {
+				offs, err := ens[s].OffsetsUnder(ctx, viewRootFor(zkRoot, s))
+				if err != nil {
+					return err
+				}
+				seen := 0
+				for _, o := range offs {
+					if o.Group != "readers-"+s || o.Topic != "orders" {
+						continue
+					}
+					if o.Offset.Offset != ends[o.Part] {
+						return fmt.Errorf("%s: group readers-%s in %s's ZooKeeper: partition %d at %d, the master's end %d",
+							tag, s, s, o.Part, o.Offset.Offset, ends[o.Part])
+					}
+					seen++
+				}
+				if seen != len(ends) {
+					return fmt.Errorf("%s: group readers-%s has %d offsets in %s's ZooKeeper, want %d", tag, s, seen, s, len(ends))
+				}
+			}
+			return nil
+		})
+	}
+	round("a", bj)
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	// 2. bj dies; hf is promoted.
+	if err := bj.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Connected() {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	if _, err := hf.Promote(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	hfRepl := hf.promotedShipper().Addr()
+	wantMaster("hf promoted", hf, hfRepl, 1)
+	wantViews("hf promoted", map[string][]*Bundle{"bj": {hf}, "hf": {hf}, "gz": {gz, hf}})
+	round("b", hf)
+	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+
+	// 3. bj returns as a slave, with no masterAddress: its own ensemble
+	// leads it to hf.
+	bj = startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", slave: true, slaveID: 1, noNATS: true,
+		join: []string{mustComp[*topologyComponent](t, hf).Topology().Addr()}})
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if got := get("bj", ids+"/slave1"); got != bj.Broker.URL() {
+			return fmt.Errorf("bj's ZooKeeper: ids/0/slave1 = %q, want %s", got, bj.Broker.URL())
+		}
+		return nil
+	})
+	wantMaster("bj back as a slave", hf, hfRepl, 1)
+	wantViews("bj back as a slave", map[string][]*Bundle{"bj": {bj, hf}, "hf": {hf}, "gz": {gz, hf}})
+	round("c", hf)
+
+	// 4. Switchover back to bj.
+	rep, err := hf.Switchover(ctx, "bj", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Following {
+		t.Fatalf("switchover report %+v: hf does not follow bj", rep)
+	}
+	wantMaster("switchover to bj", bj, bj.promotedShipper().Addr(), 2)
+	wantViews("switchover to bj", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
+	if r := hf.Broker.WriteRefusal(); r == nil || r.Retry || hf.demotedReceiver() == nil || hf.promotedShipper() != nil {
+		t.Fatalf("hf after the switchover: write refusal %+v, want 403, and a receiver instead of its shipper", r)
+	}
+	round("d", bj)
+	wantFollowsByteIdentical(t, bj, hf, "orders")
+	wantFollowsByteIdentical(t, bj, gz, "orders")
+}
