@@ -25,7 +25,7 @@ type Registration struct {
 
 // TopicRegistration is one registered topic's settings.
 type TopicRegistration struct {
-	NumPartitions                   int
+	NumPartitions                  int
 	AcceptPublish, AcceptSubscribe bool
 }
 
