@@ -1,0 +1,180 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"metaq/broker/registry/zktest"
+	"metaq/internal/testutil"
+)
+
+// TestMirrorCopiesMasterRegistration: Mirror writes a master's registration
+// (read with Registration) into another root, as another site's ensemble
+// holds it, with the replication address and the generation; it follows
+// topic changes, never lowers the generation, re-writes the replication
+// address after a session expiry, and removes only its own nodes when the
+// master is gone.
+func TestMirrorCopiesMasterRegistration(t *testing.T) {
+	root, other := testRoot(t), testRoot(t)
+	cleanupRoot(t, root)
+	cleanupRoot(t, other)
+	ctx := context.Background()
+	srcOpts := testOptions(t, root)
+	srcOpts.ConfigChecksum = 42
+	src := newRegistry(t, srcOpts)
+	if err := src.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.RegisterTopic(ctx, "audit", 1, true, false); err != nil {
+		t.Fatal(err)
+	}
+	reg := src.Registration()
+	if !reg.Master() || reg.URL != "meta://127.0.0.1:8123" || reg.Checksum != 42 || len(reg.Topics) != 2 ||
+		reg.Topics["audit"] != (TopicRegistration{NumPartitions: 1, AcceptPublish: true}) {
+		t.Fatalf("Registration() = %+v", reg)
+	}
+
+	tap := &zktest.Tap{}
+	mOpts := testOptions(t, other)
+	mOpts.Port, mOpts.Dialer = 0, tap.Dial
+	mirror := newRegistry(t, mOpts)
+	obs := newRegistry(t, testOptions(t, other))
+	m := MasterMirror{Registration: reg, ReplicationAddr: "127.0.0.1:8124", Generation: 3}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	want := func(nodes map[string]string, absent ...string) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+			for p, v := range nodes {
+				data, _, err := obs.Get(ctx, other+p)
+				if err != nil || string(data) != v {
+					return fmt.Errorf("%s = %q %v, want %q", p, data, err, v)
+				}
+			}
+			for _, p := range absent {
+				if ok, _, err := obs.Exists(ctx, other+p); err != nil || ok {
+					return fmt.Errorf("%s exists (%v)", p, err)
+				}
+			}
+			return nil
+		})
+	}
+	want(map[string]string{
+		"/brokers/ids/0":                        "meta://127.0.0.1:8123",
+		"/brokers/ids/0/master":                 "meta://127.0.0.1:8123",
+		"/brokers/ids/0/master_config_checksum": "42",
+		"/brokers/ids/0/replication":            "127.0.0.1:8124",
+		"/brokers/ids/0/generation":             "3",
+		"/brokers/topics/orders/0-m":            "2",
+		"/brokers/topics-pub/orders/0-m":        TopicJSON(2, "0-m"),
+		"/brokers/topics-sub/orders/0-m":        TopicJSON(2, "0-m"),
+		"/brokers/topics-pub/audit/0-m":         TopicJSON(1, "0-m"),
+	}, "/brokers/topics-sub/audit/0-m")
+
+	// A topic changes, another goes; a newer generation written elsewhere
+	// stays.
+	if err := src.RegisterTopic(ctx, "orders", 4, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.UnregisterTopic(ctx, "audit"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.RaiseGenerationTo(ctx, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	m.Registration = src.Registration()
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	want(map[string]string{"/brokers/topics-pub/orders/0-m": TopicJSON(4, "0-m"), "/brokers/ids/0/generation": "5"},
+		"/brokers/topics-pub/audit/0-m", "/brokers/topics/audit/0-m")
+
+	// After a session expiry the registry writes the master's nodes again
+	// and the next Mirror the replication address.
+	session, passwd := tap.Credentials()
+	if err := zktest.ExpireSession(mOpts.Connect, session, passwd); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if mirror.SessionID() == session || !mirror.Connected() {
+			return errors.New("no new session yet")
+		}
+		return mirror.Mirror(ctx, m)
+	})
+	want(map[string]string{"/brokers/ids/0/master": "meta://127.0.0.1:8123", "/brokers/ids/0/replication": "127.0.0.1:8124",
+		"/brokers/topics-sub/orders/0-m": TopicJSON(4, "0-m")})
+	if _, st, err := obs.Get(ctx, other+"/brokers/ids/0/replication"); err != nil || st.EphemeralOwner != mirror.SessionID() {
+		t.Fatalf("replication node owner 0x%x %v, want the new session 0x%x", st.EphemeralOwner, err, mirror.SessionID())
+	}
+
+	// The master is gone (demoted): its nodes go, the generation stays.
+	m.Broker = false
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	want(map[string]string{"/brokers/ids/0/generation": "5"},
+		"/brokers/ids/0/master", "/brokers/ids/0/replication", "/brokers/ids/0/master_config_checksum",
+		"/brokers/topics-pub/orders/0-m", "/brokers/topics-sub/orders/0-m", "/brokers/topics/orders/0-m")
+}
+
+// TestMirrorWaitsForTheMasterNode: a mirror does not take a master node
+// another session holds (the old master's, until it steps down) and takes
+// it once that session lets go; removing the mirror of a master that never
+// got the node leaves the other master's nodes alone.
+func TestMirrorWaitsForTheMasterNode(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	oldOpts := testOptions(t, root)
+	oldOpts.Port = 9000
+	old := newRegistry(t, oldOpts)
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.CreateEphemeral(ctx, root+"/brokers/ids/0/replication", []byte("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 1, AcceptPublish: true, AcceptSubscribe: true}}},
+		ReplicationAddr: "127.0.0.1:8124", Generation: 1}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err := mirror.Mirror(short, m)
+	cancel()
+	if err == nil {
+		t.Fatal("Mirror took the master node another live session holds")
+	}
+	// Removing that mirror keeps the other master's nodes.
+	if err := mirror.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	for p, v := range map[string]string{"/brokers/ids/0/master": "meta://127.0.0.1:9000", "/brokers/ids/0/replication": "127.0.0.1:9001"} {
+		if data, _, err := mirror.Get(ctx, root+p); err != nil || string(data) != v {
+			t.Fatalf("%s = %q %v after removing a mirror that never held it, want %q", p, data, err, v)
+		}
+	}
+	// The old master leaves: the mirror takes over, replication address
+	// included.
+	done := make(chan error, 1)
+	go func() { done <- mirror.Mirror(ctx, m) }()
+	time.Sleep(200 * time.Millisecond)
+	old.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for p, v := range map[string]string{"/brokers/ids/0/master": "meta://127.0.0.1:8123", "/brokers/ids/0/replication": "127.0.0.1:8124",
+		"/brokers/topics-pub/orders/0-m": TopicJSON(1, "0-m"), "/brokers/ids/0/generation": "1"} {
+		if data, _, err := mirror.Get(ctx, root+p); err != nil || string(data) != v {
+			t.Fatalf("%s = %q %v, want %q", p, data, err, v)
+		}
+	}
+}
