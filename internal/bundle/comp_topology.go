@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/client"
@@ -108,8 +109,19 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		}
 		return h
 	})
+	// A change of role (a promotion, a demotion) re-mirrors the master's
+	// registration into the other sites' ensembles at once (siteViews).
+	roleChanged := make(chan struct{}, 1)
+	var lastRole atomic.Value
 	o.Mastership = topology.MastershipFunc(func() topology.Mastership {
-		return b.mastership(topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr})
+		m := b.mastership(topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr})
+		if old := lastRole.Swap(m.Role); old != nil && old != m.Role {
+			select {
+			case roleChanged <- struct{}{}:
+			default:
+			}
+		}
+		return m
 	})
 	t, err := topology.New(o)
 	if err != nil {
@@ -173,7 +185,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()
-			views.run(rctx, min(max(cfg.Gossip.ProbeInterval*5, 100*time.Millisecond), time.Second))
+			views.run(rctx, min(max(cfg.Gossip.ProbeInterval*5, 100*time.Millisecond), time.Second), roleChanged)
 		}()
 		go func() {
 			defer c.wg.Done()

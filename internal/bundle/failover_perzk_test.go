@@ -26,12 +26,14 @@ import (
 // consumers' offsets in each ensemble stay valid.
 //
 //  1. bj is master: its registration is in hf's and gz's ensembles too;
-//  2. bj dies, hf is promoted (generation 1): all three ensembles, bj's
-//     included, show hf; gz follows hf;
-//  3. bj returns as a slave without masterAddress: it finds hf in its own
-//     ensemble and registers there as hf's slave;
-//  4. `switchover -to bj` at hf (generation 2): all three show bj again, and
-//     hf, demoted, finds bj in its own ensemble.
+//  2. `switchover -to hf` (generation 1): all three show hf; bj, demoted,
+//     finds hf in its own ensemble; gz follows hf;
+//  3. `switchover -to bj` at hf (generation 2), from a master promoted at
+//     run time: all three show bj again;
+//  4. bj dies, hf is promoted (generation 3): all three ensembles, bj's
+//     included, show hf;
+//  5. bj returns as a slave without masterAddress: it finds hf in its own
+//     ensemble and registers there as hf's slave.
 func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
@@ -70,6 +72,8 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	// wantMaster waits until every site's ensemble registers master.
 	wantMaster := func(why string, master *Bundle, repl string, gen uint64) {
 		t.Helper()
+		start := time.Now()
+		defer func() { t.Logf("%s: every ensemble registered the master after %v", why, time.Since(start)) }()
 		testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
 			for _, s := range sites {
 				want := map[string]string{
@@ -199,14 +203,42 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 		})
 	}
 	round("a", bj)
+
+	// 2. `switchover -to hf` at bj (generation 1): bj, demoted, finds hf in
+	// its own ensemble.
+	switchover := func(from, to *Bundle, toName string, gen uint64) {
+		t.Helper()
+		rep, err := from.Switchover(ctx, toName, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Following {
+			t.Fatalf("switchover report %+v: the old master does not follow the new one", rep)
+		}
+		if r := from.Broker.WriteRefusal(); r == nil || r.Retry || from.demotedReceiver() == nil || from.promotedShipper() != nil {
+			t.Fatalf("the old master after the switchover: write refusal %+v, want 403, and a receiver instead of its shipper", r)
+		}
+		wantMaster("switchover to "+toName, to, to.promotedShipper().Addr(), gen)
+	}
+	switchover(bj, hf, "hf", 1)
+	wantViews("switchover to hf", map[string][]*Bundle{"bj": {bj, hf}, "hf": {hf}, "gz": {gz, hf}})
+	round("b", hf)
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+
+	// 3. And back to bj (generation 2), from a master promoted at run time.
+	switchover(hf, bj, "bj", 2)
+	wantViews("switchover to bj", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
+	round("c", bj)
 	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
 
-	// 2. bj dies; hf is promoted.
+	// 4. bj dies; hf is promoted (generation 3). bj's ensemble, which
+	// outlives bj's bundle, shows hf too.
 	if err := bj.Close(); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if mustComp[*receiverComponent](t, hf).Connected() {
+		if hf.receiver().Connected() {
 			return errors.New("hf still connected to bj")
 		}
 		return nil
@@ -215,13 +247,13 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	hfRepl := hf.promotedShipper().Addr()
-	wantMaster("hf promoted", hf, hfRepl, 1)
+	wantMaster("hf promoted", hf, hfRepl, 3)
 	wantViews("hf promoted", map[string][]*Bundle{"bj": {hf}, "hf": {hf}, "gz": {gz, hf}})
-	round("b", hf)
-	waitCaughtUp(t, hf, gz, "orders", 20*time.Second)
+	round("d", hf)
+	wantFollowsByteIdentical(t, hf, gz, "orders")
 
-	// 3. bj returns as a slave, with no masterAddress: its own ensemble
-	// leads it to hf.
+	// 5. bj returns as a slave, with no masterAddress: its own ensemble
+	// leads it to hf, and it registers there as hf's slave.
 	bj = startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", slave: true, slaveID: 1, noNATS: true,
 		join: []string{mustComp[*topologyComponent](t, hf).Topology().Addr()}})
 	wantFollowsByteIdentical(t, hf, bj, "orders")
@@ -231,24 +263,7 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 		}
 		return nil
 	})
-	wantMaster("bj back as a slave", hf, hfRepl, 1)
+	wantMaster("bj back as a slave", hf, hfRepl, 3)
 	wantViews("bj back as a slave", map[string][]*Bundle{"bj": {bj, hf}, "hf": {hf}, "gz": {gz, hf}})
-	round("c", hf)
-
-	// 4. Switchover back to bj.
-	rep, err := hf.Switchover(ctx, "bj", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.Following {
-		t.Fatalf("switchover report %+v: hf does not follow bj", rep)
-	}
-	wantMaster("switchover to bj", bj, bj.promotedShipper().Addr(), 2)
-	wantViews("switchover to bj", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
-	if r := hf.Broker.WriteRefusal(); r == nil || r.Retry || hf.demotedReceiver() == nil || hf.promotedShipper() != nil {
-		t.Fatalf("hf after the switchover: write refusal %+v, want 403, and a receiver instead of its shipper", r)
-	}
-	round("d", bj)
-	wantFollowsByteIdentical(t, bj, hf, "orders")
-	wantFollowsByteIdentical(t, bj, gz, "orders")
+	round("e", hf)
 }

@@ -74,9 +74,11 @@ func (s *siteViews) sameEnsemble(e topology.Ensemble) bool {
 	return e.Connect == s.own.Connect() && e.Root == s.own.Paths().Root
 }
 
-// run reconciles the sessions with the gossiped ensembles every interval
-// until ctx ends, then closes the sessions it opened.
-func (s *siteViews) run(ctx context.Context, interval time.Duration) {
+// run reconciles the sessions with the gossiped ensembles every interval,
+// and at once when kicked (this bundle's role changed: a new master waits
+// for the old one's mirrored master node to go), until ctx ends, then
+// closes the sessions it opened.
+func (s *siteViews) run(ctx context.Context, interval time.Duration, kick <-chan struct{}) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -86,6 +88,7 @@ func (s *siteViews) run(ctx context.Context, interval time.Duration) {
 			s.close()
 			return
 		case <-tick.C:
+		case <-kick:
 		}
 	}
 }
