@@ -72,7 +72,11 @@
 // member that does. So the view follows its site's health even while all of
 // that site's bundles are down. Ensembles lists the gossiped ensembles,
 // down members included. Every bundle runs RunViews, which keeps each
-// site's view while it is that site's keeper.
+// site's view while it is that site's keeper. Through the same sessions a
+// master's bundle also registers itself under the real root of every other
+// site's ensemble (registry.Registry.Mirror), so a view's real root, and any
+// client using that ensemble, finds the current master after a switchover or
+// a promotion.
 //
 // # Locks
 //

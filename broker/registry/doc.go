@@ -13,6 +13,11 @@
 // ChildrenW/GetW fire once; their owners re-arm them (OnNewSession tells them
 // when a new session began).
 //
+// With one ensemble per site, Mirror copies a master's registration (read
+// with Registration from its own registry) into another site's ensemble
+// through a registry of that ensemble, with its replication address and
+// generation, and removes it when the broker is no longer master.
+//
 // All node data is a plain UTF-8 string with no serialisation header, as the
 // Java clients' ZkUtils.StringSerializer reads and writes it.
 package registry
