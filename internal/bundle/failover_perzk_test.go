@@ -13,6 +13,7 @@ import (
 	"metaq/broker/client"
 	"metaq/broker/registry"
 	"metaq/internal/testutil"
+	"metaq/topology"
 )
 
 // TestFailoverPerSiteZooKeeper runs deploy/'s layout of one ZooKeeper
@@ -266,4 +267,36 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	wantMaster("bj back as a slave", hf, hfRepl, 3)
 	wantViews("bj back as a slave", map[string][]*Bundle{"bj": {bj, hf}, "hf": {hf}, "gz": {gz, hf}})
 	round("e", hf)
+}
+
+// TestMasterMirrorEndsWhenSteppedDown: what a master mirrors into the other
+// sites' ensembles is its registration, replication address and generation
+// while it is master, and no master's once it stepped down (a newer
+// generation in ZooKeeper), so its entries leave the other ensembles even
+// before it is demoted.
+func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	zkRoot := multiSiteRoot(t, []string{zk})
+	bj := startSite(t, filepath.Join(t.TempDir(), "bj"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"),
+		siteSpec{name: "bj", natsListen: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))})
+	repl := mustComp[*shipperComponent](t, bj).Addr()
+	static := topology.Mastership{Role: topology.RoleMaster, SlaveID: -1, ReplAddr: repl}
+	produce(t, bj.Broker.Addr().String(), "orders", 1, "x") // registers the topic
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		m := bj.masterMirror(static)
+		if !m.Master() || m.URL != bj.Broker.URL() || m.ReplicationAddr != repl || m.Topics["orders"].NumPartitions != 2 {
+			return fmt.Errorf("bj's mirror %+v, want its master registration with orders and %s", m, repl)
+		}
+		return nil
+	})
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	if _, err := zc.RaiseGeneration(context.Background(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if m := bj.masterMirror(static); m.Master() {
+			return errors.New("bj still mirrors a master registration after stepping down")
+		}
+		return nil
+	})
 }
