@@ -109,13 +109,22 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		}
 		return h
 	})
-	// A change of role (a promotion, a demotion) re-mirrors the master's
-	// registration into the other sites' ensembles at once (siteViews).
+	// A change of role (a promotion, a demotion, stepping down) re-mirrors
+	// the master's registration into the other sites' ensembles at once
+	// (siteViews).
+	type roleKey struct {
+		role        topology.Role
+		steppedDown bool
+	}
 	roleChanged := make(chan struct{}, 1)
 	var lastRole atomic.Value
 	o.Mastership = topology.MastershipFunc(func() topology.Mastership {
 		m := b.mastership(topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr})
-		if old := lastRole.Swap(m.Role); old != nil && old != m.Role {
+		key := roleKey{role: m.Role}
+		if s := b.runningShipper(); s != nil {
+			key.steppedDown = s.Fence().SteppedDown
+		}
+		if old := lastRole.Swap(key); old != nil && old != key {
 			select {
 			case roleChanged <- struct{}{}:
 			default:
@@ -182,6 +191,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		views = newSiteViews(t, reg, o.Site, base, log)
 		static := topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr}
 		views.master = func() registry.MasterMirror { return b.masterMirror(static) }
+		views.generation = func() uint64 { return b.masterGeneration(static) }
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()

@@ -37,6 +37,12 @@ type siteViews struct {
 	// ensembles; nil mirrors nothing. It is not a registered master's when
 	// the bundle is not master (then Mirror removes what it wrote).
 	master func() registry.MasterMirror
+	// generation is this bundle's generation while it is master by its
+	// role, else 0. It takes no registry lock: a new master still waiting
+	// for its own ensemble's master node raises the generation in the
+	// other ensembles meanwhile, so that an old master that still holds
+	// nodes and reads its own ensemble steps down and lets go.
+	generation func() uint64
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -56,6 +62,7 @@ type remoteEnsemble struct {
 	mirroring      bool
 	mirrored       bool
 	mirrorFailures int
+	raisedGen      uint64 // the generation last raised there ahead of Mirror
 }
 
 type siteViewEntry struct {
@@ -177,17 +184,33 @@ func (s *siteViews) connect(ctx context.Context, site string, r *remoteEnsemble)
 // old master still holds there.
 func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, reg *registry.Registry) {
 	defer s.wg.Done()
-	m := s.master()
 	wait := s.base.SessionTimeout
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
 	mctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
-	err := reg.Mirror(mctx, m)
-	cancel()
+	defer cancel()
+	var err error
+	var gen uint64
+	if s.generation != nil {
+		s.mu.Lock()
+		raised := r.raisedGen
+		s.mu.Unlock()
+		if gen = s.generation(); gen > raised {
+			_, err = reg.RaiseGenerationTo(mctx, s.base.BrokerID, gen)
+		}
+	}
+	var m registry.MasterMirror
+	if err == nil {
+		m = s.master()
+		err = reg.Mirror(mctx, m)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.mirroring = false
+	if err == nil {
+		r.raisedGen = max(r.raisedGen, gen)
+	}
 	if err != nil {
 		r.mirrorFailures++
 		if (r.mirrorFailures == 1 || r.mirrorFailures%20 == 0) && ctx.Err() == nil && !r.closed {
@@ -226,6 +249,19 @@ func (b *Bundle) masterMirror(static topology.Mastership) registry.MasterMirror 
 	ms := b.mastership(static)
 	m.ReplicationAddr, m.Generation = ms.ReplAddr, ms.Generation
 	return m
+}
+
+// masterGeneration is this bundle's generation while it is master by its
+// role (configured or promoted) and has not stepped down, else 0.
+func (b *Bundle) masterGeneration(static topology.Mastership) uint64 {
+	ms := b.mastership(static)
+	if ms.Role != topology.RoleMaster {
+		return 0
+	}
+	if s := b.runningShipper(); s != nil && s.Fence().SteppedDown {
+		return 0
+	}
+	return ms.Generation
 }
 
 func (s *siteViews) closeRemoteLocked(site string, r *remoteEnsemble) {
