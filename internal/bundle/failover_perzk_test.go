@@ -300,3 +300,56 @@ func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
 		return nil
 	})
 }
+
+// TestForcedPromotionPerSiteZooKeeper: with one ensemble per site, `promote
+// --force` at hf while bj is alive does not wait on bj's registration
+// mirrored into hf's ensemble: bj learns the newer generation, steps down
+// (it refuses puts) and removes its mirror, and hf registers as master in
+// its own ensemble; the generation is raised in bj's ensemble too.
+func TestForcedPromotionPerSiteZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	zkBJ, zkHF := testutil.ZooKeeper(t), testutil.SecondZooKeeper(t)
+	dir := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zkBJ, zkHF}, "bj", "hf")
+	shared := strings.Replace(failoverINIZK(zkBJ, zkRoot, "leaseMs=400\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", noNATS: true})
+	hf := startSite(t, filepath.Join(dir, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: mustComp[*shipperComponent](t, bj).Addr(), noNATS: true,
+		join:         []string{mustComp[*topologyComponent](t, bj).Topology().Addr()},
+		extraOverlay: "[zookeeper]\nzk.zkConnect=" + zkHF + "\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	zcBJ, zcHF := zkClient(t, &testEnv{zk: zkBJ, root: zkRoot}), zkClient(t, &testEnv{zk: zkHF, root: zkRoot})
+	master := zkRoot + "/brokers/ids/0/master"
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if data, _, err := zcHF.Get(ctx, master); err != nil || string(data) != bj.Broker.URL() {
+			return fmt.Errorf("hf's ZooKeeper: master = %q %v, want bj's mirrored %s", data, err, bj.Broker.URL())
+		}
+		return nil
+	})
+	produce(t, bj.Broker.Addr().String(), "orders", 10, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	rep, err := hf.Promote(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation != 1 {
+		t.Fatalf("generation %d, want 1", rep.Generation)
+	}
+	if data, _, err := zcHF.Get(ctx, master); err != nil || string(data) != hf.Broker.URL() {
+		t.Fatalf("hf's ZooKeeper: master = %q %v, want hf %s", data, err, hf.Broker.URL())
+	}
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if r := bj.Broker.WriteRefusal(); r == nil || !strings.Contains(r.Reason, "no longer master") {
+			return fmt.Errorf("bj's write refusal %+v, want it stepped down", r)
+		}
+		if g, err := zcBJ.Generation(ctx, 0); err != nil || g != 1 {
+			return fmt.Errorf("bj's ZooKeeper: generation %d %v, want 1", g, err)
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+}
