@@ -186,12 +186,23 @@ func (t *Topology) Replicas(brokerID int) []Replica {
 	return replicasOf(t.Members(), brokerID)
 }
 
+// A master of an older generation than another master gossip knows (one
+// that stepped down after a failover and is not yet demoted) is left out:
+// what it holds beyond the promotion is not replicated and will be cut, so
+// no read is routed there.
 func replicasOf(members []Member, brokerID int) []Replica {
 	var out []Replica
 	var lag map[int]LagSummary
 	masterAlive := false
+	var newest uint64
 	for _, m := range members {
-		if m.Meta.BrokerID != brokerID || m.Meta.Role != RoleMaster {
+		if m.Meta.BrokerID == brokerID && m.Meta.Role == RoleMaster {
+			newest = max(newest, m.Meta.Generation)
+		}
+	}
+	superseded := func(m Member) bool { return m.Meta.Role == RoleMaster && m.Meta.Generation < newest }
+	for _, m := range members {
+		if m.Meta.BrokerID != brokerID || m.Meta.Role != RoleMaster || superseded(m) {
 			continue
 		}
 		// A restarted master may appear twice (old name down, new alive):
@@ -205,7 +216,7 @@ func replicasOf(members []Member, brokerID int) []Replica {
 		}
 	}
 	for _, m := range members {
-		if m.Meta.BrokerID != brokerID {
+		if m.Meta.BrokerID != brokerID || superseded(m) {
 			continue
 		}
 		r := Replica{

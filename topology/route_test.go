@@ -104,6 +104,40 @@ func TestReplicasOfUsesMasterLag(t *testing.T) {
 	}
 }
 
+// TestReplicasOfLeavesOutSupersededMaster: after a failover the old master
+// may still run, and gossip, as a master of an older generation (it stepped
+// down and is not demoted yet): no read and no site view goes there, and
+// the lag figures are the new master's.
+func TestReplicasOfLeavesOutSupersededMaster(t *testing.T) {
+	members := []Member{
+		{Name: "bj-0-m", State: StateAlive, Meta: Meta{Site: "bj", BrokerID: 0, SlaveID: -1, ServeURL: "meta://bj:0",
+			Health: Health{true, true}, Lag: []LagSummary{{SlaveGroup: "g-gz", SlaveID: 2, State: LagStuck}}}},
+		{Name: "hf-0-s1", State: StateAlive, Meta: Meta{Site: "hf", BrokerID: 0, SlaveID: -1, Generation: 1, ServeURL: "meta://hf:0",
+			Health: Health{true, true}, Lag: []LagSummary{{SlaveGroup: "g-gz", SlaveID: 2, State: LagOK}}}},
+		{Name: "gz-0-s2", State: StateAlive, Meta: Meta{Site: "gz", Role: RoleSlave, BrokerID: 0, SlaveID: 2, ServeURL: "meta://gz:0", Health: Health{true, true}}},
+	}
+	reps := replicasOf(members, 0)
+	if len(reps) != 2 {
+		t.Fatalf("replicas %+v, want hf's master and gz's slave", reps)
+	}
+	for _, r := range reps {
+		if r.Addr == "bj:0" {
+			t.Fatalf("the superseded master is a replica: %+v", r)
+		}
+		if r.Addr == "gz:0" && (!r.LagKnown || r.Lag.State != LagOK) {
+			t.Fatalf("gz's lag %+v, want the new master's report", r)
+		}
+	}
+	for _, site := range []string{"bj", "hf"} {
+		if got := viewTargets(members, site, time.Minute)[0]; got != "meta://hf:0" {
+			t.Errorf("%s's view points at %s, want the new master", site, got)
+		}
+	}
+	if got := viewTargets(members, "gz", time.Minute)[0]; got != "meta://gz:0" {
+		t.Errorf("gz's view points at %s, want gz's caught-up replica", got)
+	}
+}
+
 // TestRouterFollowsSiteHealth: a LocalFirst consumer in hf is pinned to hf's
 // slave, moves to the master when hf's bundle dies, and back when it returns;
 // a lag over the consumer's limit also moves it.
