@@ -182,14 +182,14 @@ func siteOrder(in RouteInput, master *Replica, bySite map[string][]Replica) []st
 
 // Replicas returns what gossip knows about brokerID's copies: its master and
 // slaves with liveness, health and the master's lag figures for each slave.
-func (t *Topology) Replicas(brokerID int) []Replica {
-	return replicasOf(t.Members(), brokerID)
-}
-
 // A master of an older generation than another master gossip knows (one
 // that stepped down after a failover and is not yet demoted) is left out:
 // what it holds beyond the promotion is not replicated and will be cut, so
 // no read is routed there.
+func (t *Topology) Replicas(brokerID int) []Replica {
+	return replicasOf(t.Members(), brokerID)
+}
+
 func replicasOf(members []Member, brokerID int) []Replica {
 	var out []Replica
 	var lag map[int]LagSummary
