@@ -76,7 +76,9 @@
 // master's bundle also registers itself under the real root of every other
 // site's ensemble (registry.Registry.Mirror), so a view's real root, and any
 // client using that ensemble, finds the current master after a switchover or
-// a promotion.
+// a promotion. A master of an older generation than another that gossip
+// knows (stepped down, not yet demoted) is neither a view target nor a read
+// route (Replicas).
 //
 // # Locks
 //
