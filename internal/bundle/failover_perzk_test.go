@@ -22,8 +22,9 @@ import (
 // the brokerId's current master under MetaQ's layout (ids/0/master, ids/0,
 // topics-pub and topics-sub, the replication address, the generation) and
 // every site view points at the master or that site's caught-up replica.
-// Go producers (real root) and consumers (their site's view root), each
-// pinned to one site's ensemble, keep working without a restart, and the
+// Go producers (real root) and consumers (their site's view root, and at
+// gz a LocalFirst consumer with gz's router on the real root), each pinned
+// to one site's ensemble, keep working without a restart, and the
 // consumers' offsets in each ensemble stay valid.
 //
 //  1. bj is master: its registration is in hf's and gz's ensembles too;
@@ -119,38 +120,51 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	wantMaster("bj master", bj, bjRepl, 0)
 	wantViews("bj master", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
 
-	// A producer on each site's ensemble (real root) and a consumer on
-	// each site's view root, in that site's ensemble.
+	// A producer on each site's ensemble (real root); a consumer group on
+	// each site's view root, in that site's ensemble, as Java consumers are
+	// set up; and at gz a Go consumer on gz's ensemble's real root that
+	// reads LocalFirst through gz's bundle's router.
 	producers := map[string]*client.Producer{}
-	consumed := map[string]func(int, time.Duration){}
-	for _, s := range sites {
-		pc, err := client.New(ctx, client.Config{ZKServers: []string{zks[s]}, ZKRoot: zkRoot, ZKSyncTime: 100 * time.Millisecond})
+	type group struct {
+		name, site, root string
+		consumed         func(int, time.Duration)
+	}
+	var groups []*group
+	newClient := func(site, root string) *client.Client {
+		t.Helper()
+		c, err := client.New(ctx, client.Config{ZKServers: []string{zks[site]}, ZKRoot: root, ZKSyncTime: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { pc.Close() })
-		p, err := client.NewProducer(pc, client.WithRetries(100), client.WithRetryBackoff(50*time.Millisecond))
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	consume := func(g *group, opts ...client.ConsumerOption) {
+		t.Helper()
+		opts = append([]client.ConsumerOption{client.WithStart(client.StartEarliest()),
+			client.WithCommitInterval(100 * time.Millisecond), client.WithMaxFetchDelay(50 * time.Millisecond)}, opts...)
+		cons, err := client.NewConsumer(newClient(g.site, g.root), g.name, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.consumed = consumeDistinct(t, ctx, cons, "orders")
+		t.Cleanup(func() { cons.Close(context.Background()) })
+		groups = append(groups, g)
+	}
+	for _, s := range sites {
+		p, err := client.NewProducer(newClient(s, zkRoot), client.WithRetries(100), client.WithRetryBackoff(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close(context.Background()) })
 		producers[s] = p
-		cc, err := client.New(ctx, client.Config{ZKServers: []string{zks[s]}, ZKRoot: viewRootFor(zkRoot, s), ZKSyncTime: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		cons, err := client.NewConsumer(cc, "readers-"+s, client.WithStart(client.StartEarliest()),
-			client.WithCommitInterval(100*time.Millisecond), client.WithMaxFetchDelay(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		consumed[s] = consumeDistinct(t, ctx, cons, "orders")
-		t.Cleanup(func() { cons.Close(context.Background()) })
+		consume(&group{name: "readers-" + s, site: s, root: viewRootFor(zkRoot, s)})
 	}
+	consume(&group{name: "local-gz", site: "gz", root: zkRoot}, client.WithSite("gz"),
+		client.WithReadPreference(client.LocalFirst), client.WithRouter(mustComp[*topologyComponent](t, gz).Router()))
 	total := 0
-	// round sends n messages through every site's producer and waits until
-	// every site's consumer has them all.
+	// round sends 10 messages through every site's producer and waits until
+	// every consumer group has them all.
 	round := func(tag string, master *Bundle) {
 		t.Helper()
 		for _, s := range sites {
@@ -167,10 +181,10 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 			}
 		}
 		total += 30
-		for _, s := range sites {
-			consumed[s](total, 60*time.Second)
+		for _, g := range groups {
+			g.consumed(total, 60*time.Second)
 		}
-		// Every group's offsets, in its own site's ensemble under its view
+		// Every group's offsets, in its own site's ensemble under its
 		// root, reach the master's partition ends: the same offsets on
 		// every site.
 		testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
@@ -180,24 +194,24 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 					ends[p.Partition] = p.Max
 				}
 			}
-			for _, s := range sites {
-				offs, err := ens[s].OffsetsUnder(ctx, viewRootFor(zkRoot, s))
+			for _, g := range groups {
+				offs, err := ens[g.site].OffsetsUnder(ctx, g.root)
 				if err != nil {
 					return err
 				}
 				seen := 0
 				for _, o := range offs {
-					if o.Group != "readers-"+s || o.Topic != "orders" {
+					if o.Group != g.name || o.Topic != "orders" {
 						continue
 					}
 					if o.Offset.Offset != ends[o.Part] {
-						return fmt.Errorf("%s: group readers-%s in %s's ZooKeeper: partition %d at %d, the master's end %d",
-							tag, s, s, o.Part, o.Offset.Offset, ends[o.Part])
+						return fmt.Errorf("%s: group %s in %s's ZooKeeper: partition %d at %d, the master's end %d",
+							tag, g.name, g.site, o.Part, o.Offset.Offset, ends[o.Part])
 					}
 					seen++
 				}
 				if seen != len(ends) {
-					return fmt.Errorf("%s: group readers-%s has %d offsets in %s's ZooKeeper, want %d", tag, s, seen, s, len(ends))
+					return fmt.Errorf("%s: group %s has %d offsets in %s's ZooKeeper, want %d", tag, g.name, seen, g.site, len(ends))
 				}
 			}
 			return nil
