@@ -24,6 +24,7 @@ type topologyComponent struct {
 	t      *topology.Topology
 	router *topology.Router
 	lag    http.Handler
+	views  *siteViews // nil without ZooKeeper
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -140,11 +141,11 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		return err
 	}
 	var offsets topology.OffsetSource
+	var views *siteViews
 	rctx, cancel := context.WithCancel(context.Background())
 	if b.Registry != nil {
 		reg := b.Registry
 		root := reg.Paths().Root
-		var views *siteViews
 		offsets = topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 			var out []topology.ConsumerOffset
 			read := func(reg *registry.Registry, root, site string) error {
@@ -223,7 +224,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		}
 	}
 	c.mu.Lock()
-	c.t, c.cancel = t, cancel
+	c.t, c.cancel, c.views = t, cancel, views
 	c.router = topology.NewRouter(t)
 	c.lag = topology.Handler(t, offsets)
 	c.mu.Unlock()
@@ -261,7 +262,7 @@ func (c *topologyComponent) LagHandler() http.Handler {
 func (c *topologyComponent) Close() error {
 	c.mu.Lock()
 	t, cancel := c.t, c.cancel
-	c.t, c.router, c.cancel = nil, nil, nil
+	c.t, c.router, c.cancel, c.views = nil, nil, nil, nil
 	c.mu.Unlock()
 	if t == nil {
 		return nil
@@ -277,7 +278,16 @@ func (c *topologyComponent) Status() any {
 	if t == nil {
 		return map[string]any{"running": false}
 	}
-	return map[string]any{"running": true, "node": t.Name(), "addr": t.Addr(), "sites": t.Sites(), "members": len(t.Members())}
+	st := map[string]any{"running": true, "node": t.Name(), "addr": t.Addr(), "sites": t.Sites(), "members": len(t.Members())}
+	c.mu.Lock()
+	views := c.views
+	c.mu.Unlock()
+	if views != nil {
+		// The other sites' ensembles, and whether this master is
+		// registered in each (one ensemble per site).
+		st["ensembles"] = views.status()
+	}
+	return st
 }
 
 // viewRootFor is the site view root for a registry root: /meta-view-<site>

@@ -118,6 +118,17 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	}
 
 	wantMaster("bj master", bj, bjRepl, 0)
+	// bj's status says where it is registered besides its own ensemble.
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		st := mustComp[*topologyComponent](t, bj).Status().(map[string]any)
+		ens, _ := st["ensembles"].(map[string]EnsembleStatus)
+		for _, s := range []string{"hf", "gz"} {
+			if e := ens[s]; !e.Connected || !e.MasterRegistered || e.ZooKeeper != zks[s] {
+				return fmt.Errorf("bj's status of %s's ensemble: %+v", s, e)
+			}
+		}
+		return nil
+	})
 	wantViews("bj master", map[string][]*Bundle{"bj": {bj}, "hf": {hf, bj}, "gz": {gz, bj}})
 
 	// A producer on each site's ensemble (real root); a consumer group on

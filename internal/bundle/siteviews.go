@@ -62,6 +62,7 @@ type remoteEnsemble struct {
 	mirroring      bool
 	mirrored       bool
 	mirrorFailures int
+	mirrorErr      string // the last Mirror's error, "" after a success
 	raisedGen      uint64 // the generation last raised there ahead of Mirror
 }
 
@@ -212,6 +213,7 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 		r.raisedGen = max(r.raisedGen, gen)
 	}
 	if err != nil {
+		r.mirrorErr = err.Error()
 		r.mirrorFailures++
 		if (r.mirrorFailures == 1 || r.mirrorFailures%20 == 0) && ctx.Err() == nil && !r.closed {
 			s.log.Warn("TOPOLOGY: cannot write this master's registration into another site's ZooKeeper",
@@ -219,7 +221,7 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 		}
 		return
 	}
-	r.mirrorFailures = 0
+	r.mirrorFailures, r.mirrorErr = 0, ""
 	if r.mirrored != m.Master() {
 		r.mirrored = m.Master()
 		if r.mirrored {
@@ -262,6 +264,30 @@ func (b *Bundle) masterGeneration(static topology.Mastership) uint64 {
 		return 0
 	}
 	return ms.Generation
+}
+
+// EnsembleStatus is, in the bundle's status, one other site's ensemble:
+// whether this bundle holds a session to it and has its master
+// registration written there.
+type EnsembleStatus struct {
+	ZooKeeper string `json:"zk"`
+	Root      string `json:"root"`
+	Connected bool   `json:"connected"`
+	// MasterRegistered: this bundle's master registration is written there.
+	MasterRegistered bool   `json:"masterRegistered"`
+	Error            string `json:"error,omitempty"` // the last failure to write it
+}
+
+// status reports every other site's ensemble this bundle keeps a session to.
+func (s *siteViews) status() map[string]EnsembleStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]EnsembleStatus, len(s.remote))
+	for site, r := range s.remote {
+		out[site] = EnsembleStatus{ZooKeeper: r.ens.Connect, Root: r.ens.Root, Connected: r.reg != nil && r.reg.Connected(),
+			MasterRegistered: r.mirrored, Error: r.mirrorErr}
+	}
+	return out
 }
 
 func (s *siteViews) closeRemoteLocked(site string, r *remoteEnsemble) {
