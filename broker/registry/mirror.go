@@ -91,9 +91,11 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 		// ensemble: a slave that sees the master sees its stream. A node
 		// another master left is replaced below, once the master node is
 		// ours.
-		if err := r.createEphemeral(ctx, repl, []byte(m.ReplicationAddr)); err != nil && !errors.Is(err, ErrNodeExists) {
+		err := r.createEphemeral(ctx, repl, []byte(m.ReplicationAddr))
+		if err != nil && !errors.Is(err, ErrNodeExists) {
 			return fmt.Errorf("registry: mirror %s: %w", repl, err)
 		}
+		r.state.mirrorRepl = r.state.mirrorRepl || err == nil
 	}
 	if !r.state.broker || fresh || r.URL() != m.URL || r.state.checksum != m.Checksum {
 		r.SetURL(m.URL)
@@ -132,6 +134,7 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	if err := r.mirrorReplicationLocked(ctx, repl, m.ReplicationAddr); err != nil {
 		return err
 	}
+	r.state.mirrorRepl = m.ReplicationAddr != ""
 	if m.Generation > r.state.mirrorGen {
 		gen, err := r.RaiseGenerationTo(ctx, m.BrokerID, m.Generation)
 		if err != nil {
@@ -168,7 +171,7 @@ func (r *Registry) mirrorReplicationLocked(ctx context.Context, path, addr strin
 func (r *Registry) unmirror(ctx context.Context) error {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
-	if !r.state.broker && len(r.state.topics) == 0 {
+	if !r.state.broker && len(r.state.topics) == 0 && !r.state.mirrorRepl {
 		return nil
 	}
 	id := r.opts.BrokerID
@@ -199,7 +202,7 @@ func (r *Registry) unmirror(ctx context.Context) error {
 	}
 	r.state.broker = false
 	r.state.topics = make(map[string]topicReg)
-	r.state.mirrorGen = 0
+	r.state.mirrorGen, r.state.mirrorRepl = 0, false
 	r.log.Info("REGISTRY: removed the mirrored master registration", "broker", BrokerString(id, -1))
 	return nil
 }

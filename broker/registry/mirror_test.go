@@ -127,7 +127,8 @@ func TestMirrorCopiesMasterRegistration(t *testing.T) {
 // TestMirrorWaitsForTheMasterNode: a mirror does not take a master node
 // another session holds (the old master's, until it steps down) and takes
 // it once that session lets go; removing the mirror of a master that never
-// got the node leaves the other master's nodes alone.
+// got the node removes the replication address it published ahead and
+// leaves the other master's nodes alone.
 func TestMirrorWaitsForTheMasterNode(t *testing.T) {
 	root := testRoot(t)
 	cleanupRoot(t, root)
@@ -136,9 +137,6 @@ func TestMirrorWaitsForTheMasterNode(t *testing.T) {
 	oldOpts.Port = 9000
 	old := newRegistry(t, oldOpts)
 	if err := old.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.CreateEphemeral(ctx, root+"/brokers/ids/0/replication", []byte("127.0.0.1:9001")); err != nil {
 		t.Fatal(err)
 	}
 	mOpts := testOptions(t, root)
@@ -153,14 +151,22 @@ func TestMirrorWaitsForTheMasterNode(t *testing.T) {
 	if err == nil {
 		t.Fatal("Mirror took the master node another live session holds")
 	}
+	repl := root + "/brokers/ids/0/replication"
+	if data, _, err := mirror.Get(ctx, repl); err != nil || string(data) != "127.0.0.1:8124" {
+		t.Fatalf("replication = %q %v, want the address published ahead of the master node", data, err)
+	}
 	// Removing that mirror keeps the other master's nodes.
 	if err := mirror.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1}}); err != nil {
 		t.Fatal(err)
 	}
-	for p, v := range map[string]string{"/brokers/ids/0/master": "meta://127.0.0.1:9000", "/brokers/ids/0/replication": "127.0.0.1:9001"} {
-		if data, _, err := mirror.Get(ctx, root+p); err != nil || string(data) != v {
-			t.Fatalf("%s = %q %v after removing a mirror that never held it, want %q", p, data, err, v)
-		}
+	if ok, _, err := mirror.Exists(ctx, repl); err != nil || ok {
+		t.Fatalf("the replication address published ahead outlived the mirror's removal (%v)", err)
+	}
+	if data, _, err := mirror.Get(ctx, root+"/brokers/ids/0/master"); err != nil || string(data) != "meta://127.0.0.1:9000" {
+		t.Fatalf("master = %q %v after removing a mirror that never held it, want the other master's", data, err)
+	}
+	if err := old.CreateEphemeral(ctx, repl, []byte("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
 	}
 	// The old master leaves: the mirror takes over, replication address
 	// included.

@@ -155,8 +155,10 @@ type regState struct {
 	topics   map[string]topicReg
 	// session is the ZooKeeper session the nodes above were written in.
 	session int64
-	// mirrorGen is the generation a Mirror wrote or found (never lowered).
-	mirrorGen uint64
+	// mirrorGen is the generation a Mirror wrote or found (never lowered);
+	// mirrorRepl: a Mirror may have written the replication node.
+	mirrorGen  uint64
+	mirrorRepl bool
 }
 
 type topicReg struct {
