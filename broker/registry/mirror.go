@@ -150,7 +150,7 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 // stop deletes the node without looking whose it is.
 func (r *Registry) mirrorReplicationLocked(ctx context.Context, path, addr string) error {
 	if addr == "" {
-		return r.deleteOwnEphemeral(ctx, path)
+		return r.deleteOwned(ctx, path)
 	}
 	data, st, err := r.Get(ctx, path)
 	if err == nil && string(data) == addr && st.EphemeralOwner == r.conn.SessionID() {
@@ -182,7 +182,7 @@ func (r *Registry) unmirror(ctx context.Context) error {
 	}
 	var errs []error
 	for _, p := range paths {
-		errs = append(errs, r.deleteOwnEphemeral(ctx, p))
+		errs = append(errs, r.deleteOwned(ctx, p))
 	}
 	// ids/<id> holds the master's url for old clients: drop it unless
 	// another master wrote its own since.
@@ -207,20 +207,9 @@ func (r *Registry) unmirror(ctx context.Context) error {
 	return nil
 }
 
-// deleteOwnEphemeral deletes path when this session owns it.
-func (r *Registry) deleteOwnEphemeral(ctx context.Context, path string) error {
-	_, st, err := r.Get(ctx, path)
-	if errors.Is(err, ErrNoNode) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("registry: read %s: %w", path, err)
-	}
-	if st.EphemeralOwner != r.conn.SessionID() {
-		return nil
-	}
-	err = r.call(ctx, func() error { return r.conn.Delete(path, st.Version) })
-	if err != nil && !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+// deleteOwned is DeleteOwned with the path in its error.
+func (r *Registry) deleteOwned(ctx context.Context, path string) error {
+	if err := r.DeleteOwned(ctx, path); err != nil {
 		return fmt.Errorf("registry: delete %s: %w", path, err)
 	}
 	return nil
