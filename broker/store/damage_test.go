@@ -522,6 +522,44 @@ func TestSalvage(t *testing.T) {
 	}
 }
 
+// TestSalvageForgedEmptyRecord: zeroed bytes read as an empty record (a
+// length and a checksum of 0 pass for an empty body), so an empty record
+// next to the damage is never kept; one inside a checked run is.
+func TestSalvageForgedEmptyRecord(t *testing.T) {
+	bodies := []string{strings.Repeat("a", 40), "", strings.Repeat("b", 60), strings.Repeat("c", 60), strings.Repeat("d", 40)}
+	var p []byte
+	var starts []int
+	for i, body := range bodies {
+		starts = append(starts, len(p))
+		p = AppendRecord(p, int64(i+1), 0, []byte(body))
+	}
+	zero := func(from, to int) []byte { c := bytes.Clone(p); clear(c[from:to]); return c }
+	for _, c := range []struct {
+		name string
+		b    []byte
+		a, e int
+	}{
+		// the real empty record 1 lies inside the kept prefix
+		{"body of record 3", zero(starts[3]+RecordHeaderLen+5, starts[3]+RecordHeaderLen+9), starts[3], starts[4]},
+		// record 2's length and checksum zeroed: a forged empty record,
+		// then its body fails; the real empty record 1 before it, next
+		// to the damage, goes too
+		{"length and checksum of record 2", zero(starts[2]+3, starts[2]+8), starts[1], starts[3]},
+		// the end of record 2's body and all of record 3 (80 bytes) zeroed:
+		// record 2 fails (and record 1 before it goes), four forged empty
+		// records tile up to record 4
+		{"record 3 zeroed", zero(starts[3]-1, starts[4]), starts[1], starts[4]},
+	} {
+		a, e := salvage(c.b)
+		if a != c.a || e != c.e {
+			t.Errorf("%s: damaged [%d, %d), want [%d, %d)", c.name, a, e, c.a, c.e)
+		}
+		if !bytes.Equal(c.b[:a], p[:a]) || !bytes.Equal(c.b[e:], p[e:]) {
+			t.Errorf("%s: kept bytes that differ from the records written there", c.name)
+		}
+	}
+}
+
 func FuzzSalvage(f *testing.F) {
 	p := AppendRecord(AppendRecord(nil, 1, 0, []byte("first")), 2, 0, []byte("second"))
 	f.Add(p, uint16(3))

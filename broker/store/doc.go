@@ -328,7 +328,9 @@
 //     fail are written back into the hole as Repair does (salvage.go), so
 //     only the damaged records are lost. When no record fails (the damage
 //     is in a header, an id or a flag, which no record checksum covers)
-//     the whole entry stays lost.
+//     the whole entry stays lost. An empty record next to the ones that
+//     fail is lost with them: its checksum is that of an empty body (0),
+//     which proves nothing, and zeroed bytes read as such a record.
 //
 //     A partition whose creating define was in the damage keeps its data:
 //     the scan holds chunks of a pid it does not know (and that was not
