@@ -582,6 +582,33 @@ func FuzzSalvage(f *testing.F) {
 	})
 }
 
+// FuzzSalvageZeroed zeroes a run of bytes of a payload of records (some of
+// them empty) and checks that salvage keeps only bytes that sit where they
+// were written: zeroed bytes read as empty records, which must not be kept.
+func FuzzSalvageZeroed(f *testing.F) {
+	f.Add([]byte{40, 0, 60, 60, 40}, uint16(83), uint16(5))
+	f.Add([]byte{10, 0, 0, 30}, uint16(100), uint16(41))
+	f.Fuzz(func(t *testing.T, lens []byte, at, n uint16) {
+		var p []byte
+		for i, l := range lens {
+			p = AppendRecord(p, int64(i+1), 0, bytes.Repeat([]byte{'a' + byte(i%26)}, int(l)))
+		}
+		if len(p) == 0 {
+			return
+		}
+		from := int(at) % len(p)
+		b := bytes.Clone(p)
+		clear(b[from:min(len(b), from+int(n))])
+		a, e := salvage(b)
+		if a < 0 || a > e || e > len(b) {
+			t.Fatalf("damaged [%d, %d) of %d bytes", a, e, len(b))
+		}
+		if !bytes.Equal(b[:a], p[:a]) || !bytes.Equal(b[e:], p[e:]) {
+			t.Fatalf("zeroed [%d, %d): kept [0, %d) and [%d, %d), which differ from what was written", from, from+int(n), a, e, len(b))
+		}
+	})
+}
+
 // TestLostDefinition: damage to the entry that created a partition loses
 // none of its records: the chunks met before any surviving definition are
 // kept and placed once a later segment's definition names the partition.
