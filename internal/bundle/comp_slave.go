@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
 )
@@ -413,7 +414,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 		MaxDelay:             sl.SlaveMaxDelay,
 		Compression:          mode,
 		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
-		CheckpointFile:       filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint"),
+		CheckpointFile:       slaveCheckpointFile(cfg),
 		Logger:               b.Logger(),
 		Dial:                 b.opts.ReplicationDialer,
 	}
@@ -550,4 +551,10 @@ func zkMasterResolver(r *registry.Registry, brokerID int) georeplicator.Resolver
 		}
 		return string(data), nil
 	})
+}
+
+// slaveCheckpointFile is where an async slave keeps the master log position
+// it applied.
+func slaveCheckpointFile(cfg *config.Server) string {
+	return filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint")
 }
