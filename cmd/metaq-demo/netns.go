@@ -55,6 +55,9 @@ func netnsUsable(o Options) (bool, string) {
 	if o.NoNetns {
 		return false, "--no-netns"
 	}
+	if o.Failover {
+		return false, "--failover runs in process"
+	}
 	if runtime.GOOS != "linux" {
 		return false, "network namespaces need Linux"
 	}
@@ -297,7 +300,7 @@ func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
 	files := map[string]string{"server.ini": string(n.shared), "site.ini": n.overlay(s, natsURL)}
 	args := []string{n.binPath(), "start"}
 	if s.slave {
-		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, "bj", net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
 		args = append(args, "slave", "-s", filepath.Join(conf, "async_slave.properties"))
 	}
 	for name, body := range files {
@@ -653,4 +656,10 @@ func (n *netnsDemo) Close() error {
 		return fmt.Errorf("demo: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// Failover is not run in network namespaces yet: run() keeps --failover in
+// this process (netnsUsable).
+func (n *netnsDemo) Failover(context.Context) error {
+	return errors.New("demo: --failover runs in process only (--no-netns)")
 }
