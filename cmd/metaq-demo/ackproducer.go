@@ -30,6 +30,13 @@ type ackProducer struct {
 	order []string          // sites in the order they are tried
 	addrs map[string]string // site -> MetaQ address
 
+	// runner sends until ctx ends, recording acknowledgements with
+	// record: run in this process, or a child process in a namespace that
+	// reports them.
+	runner func(ctx context.Context)
+	// onAck, when set, is called with each acknowledgement recorded.
+	onAck func(ack)
+
 	mu      sync.Mutex
 	acks    []ack
 	next    int    // sequence number of the next message
@@ -39,7 +46,40 @@ type ackProducer struct {
 }
 
 func newAckProducer(topic string, order []string, addrs map[string]string) *ackProducer {
-	return &ackProducer{topic: topic, order: order, addrs: addrs, current: order[0]}
+	p := &ackProducer{topic: topic, order: order, addrs: addrs, current: order[0]}
+	p.runner = p.run
+	return p
+}
+
+// position is the next sequence number and the site last sent to.
+func (p *ackProducer) position() (int, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next, p.current
+}
+
+// setPosition continues from sequence number next at site.
+func (p *ackProducer) setPosition(next int, site string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next, p.current = next, site
+}
+
+// record notes that message seq was acknowledged by site at at.
+func (p *ackProducer) record(a ack) {
+	p.mu.Lock()
+	if a.seq != p.next {
+		p.mu.Unlock()
+		return // a report out of order (cannot happen: one message at a time)
+	}
+	p.acks = append(p.acks, a)
+	p.next++
+	p.current = a.site
+	onAck := p.onAck
+	p.mu.Unlock()
+	if onAck != nil {
+		onAck(a)
+	}
 }
 
 // ackPayload is the body of message seq.
@@ -54,7 +94,7 @@ func (p *ackProducer) start(ctx context.Context) {
 	p.mu.Unlock()
 	go func() {
 		defer close(done)
-		p.run(ctx)
+		p.runner(ctx)
 	}()
 }
 
@@ -133,11 +173,7 @@ func (p *ackProducer) sendOne(ctx context.Context, site string, producers map[st
 	if _, err := pr.Send(sctx, &client.Message{Topic: p.topic, Payload: []byte(ackPayload(seq))}); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	p.acks = append(p.acks, ack{seq: seq, site: site, at: time.Now()})
-	p.next++
-	p.current = site
-	p.mu.Unlock()
+	p.record(ack{seq: seq, site: site, at: time.Now()})
 	return nil
 }
 
@@ -192,30 +228,15 @@ func longestGap(acks []ack, since time.Time) time.Duration {
 	return gap
 }
 
-// missingAt lists the acknowledged messages (sequence numbers) that the
-// broker at addr does not hold in topic.
-func missingAt(ctx context.Context, addr, topic string, partitions int, acks []ack) ([]int, error) {
-	held, err := payloadsAt(ctx, addr, topic, partitions)
-	if err != nil {
-		return nil, err
-	}
-	var missing []int
-	for _, a := range acks {
-		if !held[ackPayload(a.seq)] {
-			missing = append(missing, a.seq)
-		}
-	}
-	return missing, nil
-}
-
-// payloadsAt reads every message of topic from the broker at addr.
-func payloadsAt(ctx context.Context, addr, topic string, partitions int) (map[string]bool, error) {
+// heldSeqs reads every message of topic from the broker at addr and
+// returns the failover messages among them (by sequence number).
+func heldSeqs(ctx context.Context, addr, topic string, partitions int) (map[int]bool, error) {
 	c, err := client.New(ctx, client.Config{Brokers: []string{addr}})
 	if err != nil {
 		return nil, fmt.Errorf("demo: client: %w", err)
 	}
 	defer c.Close()
-	held := map[string]bool{}
+	held := map[int]bool{}
 	for p := range partitions {
 		part := client.Partition{BrokerID: 0, Partition: p}
 		lo, err := c.NearestOffset(ctx, topic, "", part, 0, addr)
@@ -238,7 +259,10 @@ func payloadsAt(ctx context.Context, addr, topic string, partitions int) (map[st
 				return nil, fmt.Errorf("%s-%d at %d: status %d", topic, p, off, r.Status)
 			}
 			for _, m := range r.Messages {
-				held[string(m.Payload)] = true
+				var seq int
+				if _, err := fmt.Sscanf(string(m.Payload), `{"failover":%d}`, &seq); err == nil {
+					held[seq] = true
+				}
 			}
 			off = r.NextOffset
 		}

@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"metaq/broker/store"
@@ -20,228 +15,284 @@ import (
 	"metaq/internal/bundle"
 )
 
-// The --failover part of the tour, in this process: site failover as an
-// operator runs it, each step checked. ZooKeeper is off, so a demoted
-// master is told whom to follow (-follow) and the producer moves by itself
-// to the site that takes puts; every replication link crosses the
-// emulated WAN through the relay its destination advertises.
+// The --failover part of the tour: site failover as an operator runs it,
+// each step checked. ZooKeeper is off, so a demoted master is told whom to
+// follow (-follow) and the producer moves by itself to the site that takes
+// puts.
 
-// failoverSteps is how many steps Failover prints.
+// failoverSteps is how many steps runFailover prints.
 const failoverSteps = 4
 
-// Failover runs the failover steps after the tour: a switchover to hf and
-// back with a producer running, the loss of bj and the promotion of hf, and
-// bj's return as a slave of hf with its unreplicated tail saved aside.
-func (d *demo) Failover(ctx context.Context) error {
+// failoverSites is what the failover steps need from one way of running
+// the three sites: in this process (demo) or as metaq-server children in
+// network namespaces (netnsDemo).
+type failoverSites interface {
+	// newProducer returns the failover producer (not started).
+	newProducer() *ackProducer
+	// producerWhere says where the producer runs, for the header.
+	producerWhere() string
+	// replAddr is the replication address the other sites reach site at.
+	replAddr(site string) string
+	confFile(site string) string
+	tailDir(site string) string
+	switchover(ctx context.Context, from, to string) (bundle.SwitchoverReport, error)
+	// promote runs `promote` at site; a refusal because the master is
+	// reachable wraps bundle.ErrMasterReachable.
+	promote(ctx context.Context, site string) (bundle.PromoteReport, error)
+	// blockReplication cuts (or restores) site's replication links.
+	blockReplication(site string, on bool) error
+	// kill ends site's bundle without a handover and says how.
+	kill(site string) (string, error)
+	// startSlave starts site again as a slave with the given
+	// async_slave.properties.
+	startSlave(ctx context.Context, site, props string) error
+	// held lists the failover messages (sequence numbers) site holds.
+	held(ctx context.Context, site string) (map[int]bool, error)
+	// sameAs waits until every site in others holds master's bytes of the
+	// sample topic and returns their crc32 and size.
+	sameAs(ctx context.Context, master string, others ...string) (uint32, int64, error)
+	// refusal is site's answer to puts: "" when it takes them.
+	refusal(ctx context.Context, site string) (string, error)
+	// listUnreplicated prints site's saved tails as `metaq-server
+	// unreplicated` does.
+	listUnreplicated(ctx context.Context, site string, w io.Writer) error
+	metaqAddr(site string) string
+	setMaster(site string)
+}
+
+// runFailover runs the failover steps after the tour: a switchover to hf
+// and back with a producer running, the loss of bj and the promotion of
+// hf, and bj's return as a slave of hf with its unreplicated tail saved
+// aside.
+func runFailover(ctx context.Context, out io.Writer, fs failoverSites) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	addrs := map[string]string{}
-	for _, s := range d.sites {
-		addrs[s.name] = s.b.Broker.Addr().String()
-	}
-	p := newAckProducer(sampleTopic, []string{"bj", "hf", "gz"}, addrs)
-	defer p.stop()
-	d.printf("\nSite failover (ZooKeeper is off: a producer with the three sites' MetaQ addresses sends one message at a time, "+
-		"each on loopback, to whichever site takes puts; messages {\"failover\":N} in %s)\n", sampleTopic)
-	if err := d.switchover(ctx, p, 1, "bj", "hf"); err != nil {
+	f := &failover{out: out, fs: fs, p: fs.newProducer()}
+	defer f.p.stop()
+	f.printf("\nSite failover (ZooKeeper is off: a producer given the three sites' MetaQ addresses sends one message at a time, "+
+		"%s, to whichever site takes puts; messages {\"failover\":N} in %s)\n", fs.producerWhere(), sampleTopic)
+	if err := f.switchover(ctx, 1, "bj", "hf"); err != nil {
 		return err
 	}
-	if err := d.switchover(ctx, p, 2, "hf", "bj"); err != nil {
+	if err := f.switchover(ctx, 2, "hf", "bj"); err != nil {
 		return err
 	}
-	missing, err := d.loseMaster(ctx, p, 3)
+	missing, err := f.loseMaster(ctx, 3)
 	if err != nil {
 		return err
 	}
-	return d.rejoin(ctx, 4, missing)
+	return f.rejoin(ctx, 4, missing)
+}
+
+type failover struct {
+	out io.Writer
+	fs  failoverSites
+	p   *ackProducer
+}
+
+func (f *failover) printf(format string, args ...any) { fmt.Fprintf(f.out, format, args...) }
+
+// missingAt lists the acknowledged messages site does not hold.
+func (f *failover) missingAt(ctx context.Context, site string) ([]int, error) {
+	held, err := f.fs.held(ctx, site)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", site, err)
+	}
+	var missing []int
+	for _, a := range f.p.snapshot() {
+		if !held[a.seq] {
+			missing = append(missing, a.seq)
+		}
+	}
+	return missing, nil
 }
 
 // switchover hands mastership from one site to another with the producer
 // running, and checks that nothing acknowledged was lost and that the other
 // two sites follow the new master byte for byte.
-func (d *demo) switchover(ctx context.Context, p *ackProducer, step int, from, to string) error {
-	old, nw := d.site(from), d.site(to)
-	d.printf("[failover %d/%d] planned switchover %s -> %s, the producer sending throughout\n", step, failoverSteps, from, to)
-	d.printf("      $ metaq-server switchover -to %s -follow %s -f %s   (at %s; here POST /switchover on its admin endpoint)\n",
-		to, nw.relay.Addr(), d.confFile(old), from)
-	p.start(ctx)
-	if _, err := p.waitAcks(ctx, from, time.Time{}, 20, 15*time.Second); err != nil {
-		return fmt.Errorf("demo: failover step %d: %w", step, err)
+func (f *failover) switchover(ctx context.Context, step int, from, to string) error {
+	fail := func(err error) error { return fmt.Errorf("demo: failover step %d: %w", step, err) }
+	f.printf("[failover %d/%d] planned switchover %s -> %s, the producer sending throughout\n", step, failoverSteps, from, to)
+	f.printf("      $ metaq-server switchover -to %s -follow %s -f %s   (at %s)\n", to, f.fs.replAddr(to), f.fs.confFile(from), from)
+	f.p.start(ctx)
+	if _, err := f.p.waitAcks(ctx, from, time.Time{}, 20, 30*time.Second); err != nil {
+		return fail(err)
 	}
 	start := time.Now()
-	rep, err := old.b.Switchover(ctx, to, nw.relay.Addr())
+	rep, err := f.fs.switchover(ctx, from, to)
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: %w", step, err)
+		return fail(err)
 	}
-	first, err := p.waitAcks(ctx, to, start, 20, 30*time.Second)
+	first, err := f.p.waitAcks(ctx, to, start, 20, 30*time.Second)
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: after the switchover: %w", step, err)
+		return fail(fmt.Errorf("after the switchover: %w", err))
 	}
-	p.stop()
-	acks := p.snapshot()
-	d.printf("      %s took over at generation %d: %s refused puts for %v until %s held its durable log (%d bytes); "+
+	f.p.stop()
+	acks := f.p.snapshot()
+	f.printf("      %s took over at generation %d: %s refused puts for %v until %s held its durable log (%d bytes); "+
 		"the producer's first put at %s was acknowledged %v after the command, its longest wait between two acknowledgements %v\n",
 		to, rep.Generation, from, rep.WritesStopped.Round(time.Millisecond), to, rep.DurableEnd, to,
 		first.at.Sub(start).Round(time.Millisecond), longestGap(acks, start).Round(time.Millisecond))
-	missing, err := missingAt(ctx, nw.b.Broker.Addr().String(), sampleTopic, 4, acks)
+	missing, err := f.missingAt(ctx, to)
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: read %s: %w", step, to, err)
+		return fail(err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("demo: failover step %d: %s lacks %d acknowledged messages: %s", step, to, len(missing), seqList(missing))
+		return fail(fmt.Errorf("%s lacks %d acknowledged messages: %s", to, len(missing), seqList(missing)))
 	}
-	r := old.b.Broker.WriteRefusal()
-	if !rep.Following || r == nil || r.Retry || !strings.Contains(r.Reason, to) {
-		return fmt.Errorf("demo: failover step %d: %s is not a slave of %s (following %t, write refusal %+v)", step, from, to, rep.Following, r)
-	}
-	sum, size, err := d.followed(ctx, nw)
+	refusal, err := f.fs.refusal(ctx, from)
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: %w", step, err)
+		return fail(err)
 	}
-	d.printf("      none of the %d acknowledged messages lost: all at %s; %s answers puts 403 (%q) and follows %s; "+
+	if !rep.Following || refusal == "" {
+		return fail(fmt.Errorf("%s is not a slave of %s (following %t, answer to puts %q)", from, to, rep.Following, refusal))
+	}
+	sum, size, err := f.fs.sameAs(ctx, to, from, otherSite(from, to))
+	if err != nil {
+		return fail(err)
+	}
+	f.printf("      none of the %d acknowledged messages lost: all at %s; %s answers puts %q and follows %s; "+
 		"the three sites hold the same %d bytes of %s (crc32 %08x)\n",
-		len(acks), to, from, r.Reason, to, size, sampleTopic, sum)
-	d.master = to
+		len(acks), to, from, refusal, to, size, sampleTopic, sum)
+	f.fs.setMaster(to)
 	return nil
 }
 
-// followed waits until the two sites other than master hold master's
-// bytes of the sample topic, and returns their crc32 and size.
-func (d *demo) followed(ctx context.Context, master *site) (uint32, int64, error) {
-	for _, s := range d.sites {
-		if s == master {
-			continue
-		}
-		if err := waitFor(ctx, 30*time.Second, func() error { return sameBytes(master, s, sampleTopic) }); err != nil {
-			return 0, 0, fmt.Errorf("%s does not follow %s: %w", s.name, master.name, err)
+// otherSite is the one of bj, hf and gz that is neither a nor b.
+func otherSite(a, b string) string {
+	for _, s := range []string{"bj", "hf", "gz"} {
+		if s != a && s != b {
+			return s
 		}
 	}
-	sum, size := checksum(master, sampleTopic)
-	return sum, size, nil
+	return ""
 }
 
-// loseMaster cuts bj's WAN links while the producer writes to it (an
-// asynchronous topic: bj acknowledges what hf and gz never get), closes
-// bj's bundle without a handover, promotes hf and checks that the producer
+// loseMaster cuts bj's replication links while the producer writes to it
+// (an asynchronous topic: bj acknowledges what hf and gz never get), ends
+// bj without a handover, promotes hf and checks that the producer
 // continues there and gz follows hf. It returns the messages bj
 // acknowledged that hf lacks.
-func (d *demo) loseMaster(ctx context.Context, p *ackProducer, step int) ([]int, error) {
-	bj, hf, gz := d.site("bj"), d.site("hf"), d.site("gz")
-	d.printf("[failover %d/%d] unplanned loss of bj\n", step, failoverSteps)
-	if _, err := hf.b.Promote(ctx, false); !errors.Is(err, bundle.ErrMasterReachable) {
-		return nil, fmt.Errorf("demo: failover step %d: promote at hf while bj is reachable: %v, want a refusal", step, err)
+func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
+	fail := func(err error) error { return fmt.Errorf("demo: failover step %d: %w", step, err) }
+	f.printf("[failover %d/%d] unplanned loss of bj\n", step, failoverSteps)
+	if _, err := f.fs.promote(ctx, "hf"); !errors.Is(err, bundle.ErrMasterReachable) {
+		return nil, fail(fmt.Errorf("promote at hf while bj is reachable: %v, want a refusal", err))
 	}
-	d.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without --force\n", d.confFile(hf))
-	p.start(ctx)
-	if _, err := p.waitAcks(ctx, "bj", time.Time{}, 20, 15*time.Second); err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: %w", step, err)
+	f.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without --force\n", f.fs.confFile("hf"))
+	f.p.start(ctx)
+	if _, err := f.p.waitAcks(ctx, "bj", time.Time{}, 20, 30*time.Second); err != nil {
+		return nil, fail(err)
 	}
-	bj.relay.SetRefuse(true)
-	bj.relay.CutAll()
+	if err := f.fs.blockReplication("bj", true); err != nil {
+		return nil, fail(err)
+	}
 	cut := time.Now()
-	if _, err := p.waitAcks(ctx, "bj", cut, 30, 15*time.Second); err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: bj cut off: %w", step, err)
+	if _, err := f.p.waitAcks(ctx, "bj", cut, 30, 30*time.Second); err != nil {
+		return nil, fail(fmt.Errorf("bj cut off: %w", err))
 	}
-	p.stop()
+	f.p.stop()
 	afterCut := 0
-	for _, a := range p.snapshot() {
+	for _, a := range f.p.snapshot() {
 		if a.site == "bj" && a.at.After(cut) {
 			afterCut++
 		}
 	}
 	lost := time.Now()
-	err := bj.b.Close()
-	bj.b = nil
+	how, err := f.fs.kill("bj")
 	if err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: close bj: %w", step, err)
+		return nil, fail(err)
 	}
-	d.printf("      bj's replication links went down; bj, still taking puts (%s is asynchronous), acknowledged %d more messages in %v; then bj's bundle stopped without a handover\n",
-		sampleTopic, afterCut, lost.Sub(cut).Round(time.Millisecond))
+	f.printf("      bj's replication links went down; bj, still taking puts (%s is asynchronous), acknowledged %d more messages in %v; then %s\n",
+		sampleTopic, afterCut, lost.Sub(cut).Round(time.Millisecond), how)
 
-	p.start(ctx)
+	f.p.start(ctx)
 	var rep bundle.PromoteReport
-	if err := waitFor(ctx, 30*time.Second, func() error {
+	if err := waitFor(ctx, 60*time.Second, func() error {
 		var err error
-		rep, err = hf.b.Promote(ctx, false)
+		rep, err = f.fs.promote(ctx, "hf")
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: promote hf: %w", step, err)
+		return nil, fail(fmt.Errorf("promote hf: %w", err))
 	}
 	behind := fmt.Sprintf("known to be %d bytes behind (bj's durable end as bj last told hf)", rep.BehindBytes)
 	if rep.Lag != nil {
 		behind += fmt.Sprintf("; bj's last gossiped lag report for hf's group: %d bytes, %d messages", rep.Lag.Bytes, rep.Lag.Messages)
 	}
-	d.printf("      $ metaq-server promote -f %s   (at hf): generation %d in %v, %s\n", d.confFile(hf), rep.Generation,
+	f.printf("      $ metaq-server promote -f %s   (at hf, once it lost bj): generation %d in %v, %s\n", f.fs.confFile("hf"), rep.Generation,
 		rep.Took.Round(time.Millisecond), behind)
-	first, err := p.waitAcks(ctx, "hf", lost, 20, 30*time.Second)
+	first, err := f.p.waitAcks(ctx, "hf", lost, 20, 30*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: producer at hf: %w", step, err)
+		return nil, fail(fmt.Errorf("producer at hf: %w", err))
 	}
-	p.stop()
-	d.master = "hf"
-	d.printf("      the producer's first put at hf was acknowledged %v after bj was lost (with the promotion run at once)\n",
+	f.p.stop()
+	f.fs.setMaster("hf")
+	f.printf("      the producer's first put at hf was acknowledged %v after bj was lost (hf noticing the loss, then the promotion run at once)\n",
 		first.at.Sub(lost).Round(time.Millisecond))
-	if err := waitFor(ctx, 30*time.Second, func() error { return sameBytes(hf, gz, sampleTopic) }); err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: gz does not follow hf: %w", step, err)
-	}
-	if tails, err := georeplicator.ListTails(d.tailDir(gz)); err != nil || len(tails) > 0 {
-		return nil, fmt.Errorf("demo: failover step %d: gz saved records aside (%v, %v): it should never have had bj's last ones", step, tails, err)
-	}
-	acks := p.snapshot()
-	missing, err := missingAt(ctx, hf.b.Broker.Addr().String(), sampleTopic, 4, acks)
+	sum, size, err := f.fs.sameAs(ctx, "hf", "gz")
 	if err != nil {
-		return nil, fmt.Errorf("demo: failover step %d: read hf: %w", step, err)
+		return nil, fail(err)
+	}
+	if tails, err := georeplicator.ListTails(f.fs.tailDir("gz")); err != nil || len(tails) > 0 {
+		return nil, fail(fmt.Errorf("gz saved records aside (%v, %v): it should never have had bj's last ones", tails, err))
+	}
+	missing, err := f.missingAt(ctx, "hf")
+	if err != nil {
+		return nil, fail(err)
 	}
 	// A put bj answered just after the cut may have been shipped just
 	// before it, so the count can differ from afterCut by what was in flight.
 	if len(missing) == 0 {
-		return nil, fmt.Errorf("demo: failover step %d: hf holds every message bj acknowledged while cut off", step)
+		return nil, fail(errors.New("hf holds every message bj acknowledged while cut off"))
 	}
+	acks := f.p.snapshot()
 	for _, seq := range missing {
 		if acks[seq].site != "bj" {
-			return nil, fmt.Errorf("demo: failover step %d: hf lacks message %d, which %s acknowledged", step, seq, acks[seq].site)
+			return nil, fail(fmt.Errorf("hf lacks message %d, which %s acknowledged", seq, acks[seq].site))
 		}
 	}
-	sum, size := checksum(hf, sampleTopic)
-	d.printf("      gz follows hf (same %d bytes, crc32 %08x) and saved nothing aside; hf lacks %d messages bj acknowledged (%s): "+
+	f.printf("      gz follows hf (same %d bytes, crc32 %08x) and saved nothing aside; hf lacks %d messages bj acknowledged (%s): "+
 		"the replication lag at the loss, all from bj's last moments\n", size, sum, len(missing), seqList(missing))
 	return missing, nil
 }
 
-// rejoin restarts bj as a slave of hf, as an operator would after a
-// failover, and checks that it cut exactly the messages hf lacks, saved
-// them aside, and follows hf byte for byte.
-func (d *demo) rejoin(ctx context.Context, step int, missing []int) error {
-	bj, hf := d.site("bj"), d.site("hf")
-	d.printf("[failover %d/%d] bj returns as a slave of hf\n", step, failoverSteps)
-	conf := filepath.Join(bj.dir, "conf")
-	props := filepath.Join(conf, "async_slave.properties")
-	if err := os.WriteFile(props, []byte(asyncSlaveProperties("bj", 1, "hf", hf.relay.Addr())), 0o644); err != nil {
-		return fmt.Errorf("demo: %w", err)
+// rejoin starts bj again as a slave of hf, as an operator would after a
+// failover, and checks that it cut the messages hf lacks, saved them
+// aside, and follows hf byte for byte.
+func (f *failover) rejoin(ctx context.Context, step int, missing []int) error {
+	fail := func(err error) error { return fmt.Errorf("demo: failover step %d: %w", step, err) }
+	f.printf("[failover %d/%d] bj returns as a slave of hf\n", step, failoverSteps)
+	props := filepath.Join(filepath.Dir(f.fs.confFile("bj")), "async_slave.properties")
+	if err := os.WriteFile(props, []byte(asyncSlaveProperties("bj", 1, "hf", f.fs.replAddr("hf"))), 0o644); err != nil {
+		return fail(err)
 	}
-	bj.relay.SetRefuse(false)
-	d.printf("      $ metaq-server start slave -f %s -s %s   (masterAddress = hf's replication address)\n", d.confFile(bj), props)
+	if err := f.fs.blockReplication("bj", false); err != nil {
+		return fail(err)
+	}
+	f.printf("      $ metaq-server start slave -f %s -s %s   (masterAddress = hf's replication address)\n", f.fs.confFile("bj"), props)
 	start := time.Now()
-	if err := d.restartAsSlave(ctx, bj, props); err != nil {
-		return err
+	if err := f.fs.startSlave(ctx, "bj", props); err != nil {
+		return fail(err)
 	}
-	if err := waitFor(ctx, 30*time.Second, func() error { return sameBytes(hf, bj, sampleTopic) }); err != nil {
-		return fmt.Errorf("demo: failover step %d: bj does not follow hf: %w", step, err)
+	if _, _, err := f.fs.sameAs(ctx, "hf", "bj"); err != nil {
+		return fail(err)
 	}
-	d.printf("      bj follows hf byte for byte %v after its start\n", time.Since(start).Round(time.Millisecond))
-	dir := d.tailDir(bj)
-	d.printf("      $ metaq-server unreplicated -f %s\n", d.confFile(bj))
-	tails, err := listTails(d.out, dir)
+	f.printf("      bj follows hf byte for byte %v after its start\n", time.Since(start).Round(time.Millisecond))
+	f.printf("      $ metaq-server unreplicated -f %s\n", f.fs.confFile("bj"))
+	if err := f.fs.listUnreplicated(ctx, "bj", f.out); err != nil {
+		return fail(err)
+	}
+	tails, err := georeplicator.ListTails(f.fs.tailDir("bj"))
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: %w", step, err)
+		return fail(err)
 	}
 	saved, err := tailPayloads(tails)
 	if err != nil {
-		return fmt.Errorf("demo: failover step %d: %w", step, err)
+		return fail(err)
 	}
 	for _, seq := range missing {
 		if !saved[ackPayload(seq)] {
-			return fmt.Errorf("demo: failover step %d: message %d, acknowledged by bj and missing at hf, is not among bj's saved records", step, seq)
+			return fail(fmt.Errorf("message %d, acknowledged by bj and missing at hf, is not among bj's saved records", seq))
 		}
 	}
 	// Beyond those the tail may hold puts whose answer never reached the
@@ -251,78 +302,27 @@ func (d *demo) rejoin(ctx context.Context, step int, missing []int) error {
 	for body := range saved {
 		var seq int
 		if _, err := fmt.Sscanf(body, `{"failover":%d}`, &seq); err != nil {
-			return fmt.Errorf("demo: failover step %d: bj saved a record that is not the producer's: %q", step, body)
+			return fail(fmt.Errorf("bj saved a record that is not the producer's: %q", body))
 		}
 		if !slices.Contains(missing, seq) {
 			extra++
 		}
 	}
-	d.printf("      every one of the %d acknowledged messages hf lacks is in bj's saved tail (with %d puts the producer sent again), "+
+	f.printf("      every one of the %d acknowledged messages hf lacks is in bj's saved tail (with %d puts the producer sent again), "+
 		"cut from bj's log, never served as replicated;\n      to publish them again at hf: metaq-server unreplicated -publish -f %s -brokers %s\n",
-		len(missing), extra, d.confFile(bj), hf.b.Broker.Addr().String())
-	d.printSites()
-	return nil
-}
-
-// restartAsSlave starts bj's bundle again in slave mode with props.
-func (d *demo) restartAsSlave(ctx context.Context, s *site, props string) error {
-	lf, err := os.OpenFile(filepath.Join(s.dir, "bundle.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	if s.log != nil {
-		s.log.Close()
-	}
-	s.log = lf
-	b, err := bundle.New(bundle.Options{
-		ConfigPath: filepath.Join(s.dir, "conf", "server.ini"),
-		Logger:     slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		ListenAddr: "127.0.0.1:" + strconv.Itoa(s.ports.server),
-		Mode:       bundle.ModeSlave,
-		PluginPath: props,
-	})
-	if err != nil {
-		return fmt.Errorf("demo: site %s: %w", s.name, err)
-	}
-	if err := b.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("demo: restart site %s as a slave: %w", s.name, err)
-	}
-	s.b, s.slave, s.slaveID = b, true, 1
-	return nil
-}
-
-func (d *demo) confFile(s *site) string { return filepath.Join(s.dir, "conf", "server.ini") }
-
-func (d *demo) tailDir(s *site) string {
-	return filepath.Join(s.dir, "data", "replication", "unreplicated")
-}
-
-// printSites prints each site's role after the failover.
-func (d *demo) printSites() {
-	for _, s := range d.sites {
-		role := "master, takes puts"
-		if r := s.b.Broker.WriteRefusal(); r != nil {
-			role = fmt.Sprintf("slave, refuses puts (%d)", map[bool]int{true: 503, false: 403}[r.Retry])
+		len(missing), extra, f.fs.confFile("bj"), f.fs.metaqAddr("hf"))
+	for _, s := range []string{"bj", "hf", "gz"} {
+		r, err := f.fs.refusal(ctx, s)
+		if err != nil {
+			return fail(err)
 		}
-		d.printf("      %s: %s\n", s.name, role)
+		role := "master, takes puts"
+		if r != "" {
+			role = "slave, refuses puts"
+		}
+		f.printf("      %s: %s\n", s, role)
 	}
-}
-
-// listTails prints the saved tails in dir as `metaq-server unreplicated`
-// does.
-func listTails(w io.Writer, dir string) ([]georeplicator.TailFile, error) {
-	tails, err := georeplicator.ListTails(dir)
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(tails, func(i, j int) bool { return tails[i].Path < tails[j].Path })
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "      PARTITION\tFROM\tTO\tGEN\tRECORDS\tFILE")
-	for _, t := range tails {
-		fmt.Fprintf(tw, "      %s-%d\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Partition, t.From, t.To, t.Generation, t.Records, filepath.Base(t.Path))
-	}
-	tw.Flush()
-	return tails, nil
+	return nil
 }
 
 // tailPayloads decodes the bodies of every record in the saved tails (the
