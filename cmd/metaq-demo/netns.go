@@ -55,9 +55,6 @@ func netnsUsable(o Options) (bool, string) {
 	if o.NoNetns {
 		return false, "--no-netns"
 	}
-	if o.Failover {
-		return false, "--failover runs in process"
-	}
 	if runtime.GOOS != "linux" {
 		return false, "network namespaces need Linux"
 	}
@@ -129,6 +126,8 @@ type netnsDemo struct {
 	shared  []byte
 	nats    *child
 	trickle *child
+	// master is the site that takes puts: bj until --failover moves it.
+	master string
 
 	mu       sync.Mutex
 	children []*child
@@ -154,7 +153,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self,
+	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self, master: "bj",
 		prefix: fmt.Sprintf("mqd%d-", os.Getpid()%1000000)}
 	defer func() {
 		if err != nil {
@@ -506,10 +505,10 @@ func httpGet(ctx context.Context, ns, url string) ([]byte, error) {
 	return b, nil
 }
 
-// lagDoc reads bj's lag report from its dashboard.
+// lagDoc reads the master's lag report from its dashboard.
 func (n *netnsDemo) lagDoc(ctx context.Context) (topology.LagDocument, error) {
 	var doc topology.LagDocument
-	b, err := httpGet(ctx, n.sites[0].ns, fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort))
+	b, err := httpGet(ctx, n.site(n.master).ns, fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort))
 	if err != nil {
 		return doc, err
 	}
@@ -580,12 +579,12 @@ func (n *netnsDemo) addrs() map[string]string {
 	return m
 }
 
-// Follow keeps a producer in bj sending a trickle and prints bj's lag
-// report every Options.Every until ctx ends.
+// Follow keeps a producer at the master sending a trickle and prints the
+// master's lag report every Options.Every until ctx ends.
 func (n *netnsDemo) Follow(ctx context.Context) {
-	bj := n.sites[0]
-	body, _ := json.Marshal(stepRequest{Op: "trickle", Addr: bj.metaqAddr(), Topic: sampleTopic})
-	c, err := n.spawn(bj.ns, "trickle", filepath.Join(n.dir, "trickle.log"), n.self, internalStep, string(body))
+	m := n.site(n.master)
+	body, _ := json.Marshal(stepRequest{Op: "trickle", Addr: m.metaqAddr(), Topic: sampleTopic})
+	c, err := n.spawn(m.ns, "trickle", filepath.Join(n.dir, "trickle.log"), n.self, internalStep, string(body))
 	if err != nil {
 		n.printf("trickle producer: %v\n", err)
 	}
@@ -656,10 +655,4 @@ func (n *netnsDemo) Close() error {
 		return fmt.Errorf("demo: %w", errors.Join(errs...))
 	}
 	return nil
-}
-
-// Failover is not run in network namespaces yet: run() keeps --failover in
-// this process (netnsUsable).
-func (n *netnsDemo) Failover(context.Context) error {
-	return errors.New("demo: --failover runs in process only (--no-netns)")
 }
