@@ -11,8 +11,9 @@
 // --failover adds, after the tour, what an operator runs when a site is
 // lost (failover.go): a switchover to hf and back with a producer running,
 // the loss of bj with hf promoted, and bj's return as a slave of hf with
-// its unreplicated tail saved aside; every step checks what it prints. It
-// runs the sites in this process.
+// its unreplicated tail saved aside; every step checks what it prints. In
+// the netns mode it runs the metaq-server commands inside the sites'
+// namespaces and kills bj's server with SIGKILL.
 //
 // It needs nothing installed: ZooKeeper is off (the slaves find the master
 // by masterAddress) and bj runs an embedded NATS server for configsync.
