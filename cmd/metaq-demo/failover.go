@@ -114,8 +114,9 @@ func (f *failover) switchover(ctx context.Context, step int, from, to string) er
 	fail := func(err error) error { return fmt.Errorf("demo: failover step %d: %w", step, err) }
 	f.printf("[failover %d/%d] planned switchover %s -> %s, the producer sending throughout\n", step, failoverSteps, from, to)
 	f.printf("      $ metaq-server switchover -to %s -follow %s -f %s   (at %s)\n", to, f.fs.replAddr(to), f.fs.confFile(from), from)
+	began := time.Now()
 	f.p.start(ctx)
-	if _, err := f.p.waitAcks(ctx, from, time.Time{}, 20, 30*time.Second); err != nil {
+	if _, err := f.p.waitAcks(ctx, from, began, 20, 30*time.Second); err != nil {
 		return fail(err)
 	}
 	start := time.Now()
@@ -180,8 +181,9 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 		return nil, fail(fmt.Errorf("promote at hf while bj is reachable: %v, want a refusal", err))
 	}
 	f.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without --force\n", f.fs.confFile("hf"))
+	began := time.Now()
 	f.p.start(ctx)
-	if _, err := f.p.waitAcks(ctx, "bj", time.Time{}, 20, 30*time.Second); err != nil {
+	if _, err := f.p.waitAcks(ctx, "bj", began, 20, 30*time.Second); err != nil {
 		return nil, fail(err)
 	}
 	if err := f.fs.blockReplication("bj", true); err != nil {
