@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
 )
@@ -414,7 +413,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 		MaxDelay:             sl.SlaveMaxDelay,
 		Compression:          mode,
 		BandwidthBytesPerSec: sl.BandwidthBytesPerSec,
-		CheckpointFile:       slaveCheckpointFile(cfg),
+		CheckpointFile:       filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint"),
 		Logger:               b.Logger(),
 		Dial:                 b.opts.ReplicationDialer,
 	}
@@ -551,10 +550,4 @@ func zkMasterResolver(r *registry.Registry, brokerID int) georeplicator.Resolver
 		}
 		return string(data), nil
 	})
-}
-
-// slaveCheckpointFile is where an async slave keeps the master log position
-// it applied.
-func slaveCheckpointFile(cfg *config.Server) string {
-	return filepath.Join(cfg.System.DataPath, "replication", "slave.checkpoint")
 }
