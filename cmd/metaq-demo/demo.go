@@ -265,9 +265,15 @@ func (d *demo) overlay(s *site, natsURL string) string {
 	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:%d\n;; The other sites reach this listener across the emulated WAN.\nadvertise=%s\n", p.repl, s.relay.Addr())
 	fmt.Fprintf(&b, ";; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n")
 	fmt.Fprintf(&b, "[gossip]\nbind=127.0.0.1:%d\n", p.gossip)
-	if s.slave {
-		fmt.Fprintf(&b, "join=127.0.0.1:%d\n", d.sites[0].ports.gossip)
+	// Every site names the others, so that any of them, restarted, finds
+	// the pool again (bj first, so a slave started with it joins at once).
+	var seeds []string
+	for _, o := range d.sites {
+		if o != s {
+			seeds = append(seeds, "127.0.0.1:"+strconv.Itoa(o.ports.gossip))
+		}
 	}
+	fmt.Fprintf(&b, "join=%s\n", strings.Join(seeds, ","))
 	fmt.Fprintf(&b, "\n[nats]\nembeddedListen=127.0.0.1:%d\ntrustedKeys=%s\n", p.nats, pushPublicKey())
 	if natsURL != "" {
 		fmt.Fprintf(&b, ";; bj's embedded NATS, across the WAN.\nurl=%s\n", natsURL)

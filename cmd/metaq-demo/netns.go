@@ -282,9 +282,15 @@ func (n *netnsDemo) overlay(s *nsSite, natsURL string) string {
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, nsDashPort, nsAdminPort)
 	fmt.Fprintf(&b, "[replication]\nlisten=%s:%d\n;; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n", s.ip, nsReplPort)
 	fmt.Fprintf(&b, "[gossip]\nbind=%s:%d\n", s.ip, nsGossipPort)
-	if s.slave {
-		fmt.Fprintf(&b, "join=%s:%d\n", n.sites[0].ip, nsGossipPort)
+	// Every site names the others, so that any of them, restarted, finds
+	// the pool again (bj first, so a slave started with it joins at once).
+	var seeds []string
+	for _, o := range n.sites {
+		if o != s {
+			seeds = append(seeds, net.JoinHostPort(o.ip, strconv.Itoa(nsGossipPort)))
+		}
 	}
+	fmt.Fprintf(&b, "join=%s\n", strings.Join(seeds, ","))
 	fmt.Fprintf(&b, "\n[nats]\n;; The demo's NATS server in bj's namespace (across the WAN for hf and gz).\nurl=%s\n", natsURL)
 	fmt.Fprintf(&b, ";; Pushes must be signed by this key.\ntrustedKeys=%s\n", pushPublicKey())
 	return b.String()
