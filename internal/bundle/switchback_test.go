@@ -14,8 +14,8 @@ import (
 
 // TestRejoinAfterSwitchoverBack: bj hands over to hf and takes mastership
 // back (so bj keeps a slave checkpoint in hf's log from the time it
-// followed hf), takes puts hf never gets, and is lost; hf is promoted.
-// bj, restarted as a slave of hf, must resume by partition ends, not at the
+// followed hf), takes puts hf never gets while cut off, and hf is promoted.
+// bj, demoted to follow hf, must resume by partition ends, not at the
 // stale checkpoint: it cuts and saves aside exactly the records hf lacks
 // and then follows hf byte for byte.
 func TestRejoinAfterSwitchoverBack(t *testing.T) {
@@ -44,15 +44,15 @@ func TestRejoinAfterSwitchoverBack(t *testing.T) {
 	toBJ.SetRefuse(true)
 	toBJ.CutAll()
 	produce(t, bj.Broker.Addr().String(), "orders", 15, "bj-unreplicated")
-	bj.Close()
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := hf.Promote(ctx, false)
 		return err
 	})
 	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf-promoted")
 
-	bj = startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", slave: true, slaveID: 1,
-		masterAddr: hf.promotedShipper().Addr(), natsURL: natsURL})
+	if err := bj.Demote(ctx, Demotion{SlaveID: 1, MasterAddress: hf.promotedShipper().Addr(), NewMaster: "hf"}); err != nil {
+		t.Fatal(err)
+	}
 	wantFollowsByteIdentical(t, hf, bj, "orders")
 	tails, err := georeplicator.ListTails(filepath.Join(root, "bj", "data", "replication", "unreplicated"))
 	if err != nil {
