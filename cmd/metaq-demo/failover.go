@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -36,9 +37,9 @@ type failoverSites interface {
 	confFile(site string) string
 	tailDir(site string) string
 	switchover(ctx context.Context, from, to string) (bundle.SwitchoverReport, error)
-	// promote runs `promote` at site; a refusal because the master is
-	// reachable wraps bundle.ErrMasterReachable.
-	promote(ctx context.Context, site string) (bundle.PromoteReport, error)
+	// promote runs `promote [--force]` at site; a refusal because the
+	// master is reachable wraps bundle.ErrMasterReachable.
+	promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error)
 	// blockReplication cuts (or restores) site's replication links.
 	blockReplication(site string, on bool) error
 	// kill ends site's bundle without a handover and says how.
@@ -177,7 +178,7 @@ func otherSite(a, b string) string {
 func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 	fail := func(err error) error { return fmt.Errorf("demo: failover step %d: %w", step, err) }
 	f.printf("[failover %d/%d] unplanned loss of bj\n", step, failoverSteps)
-	if _, err := f.fs.promote(ctx, "hf"); !errors.Is(err, bundle.ErrMasterReachable) {
+	if _, err := f.fs.promote(ctx, "hf", false); !errors.Is(err, bundle.ErrMasterReachable) {
 		return nil, fail(fmt.Errorf("promote at hf while bj is reachable: %v, want a refusal", err))
 	}
 	f.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without --force\n", f.fs.confFile("hf"))
@@ -210,18 +211,33 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 
 	f.p.start(ctx)
 	var rep bundle.PromoteReport
+	force, refusal := false, ""
 	if err := waitFor(ctx, 60*time.Second, func() error {
 		var err error
-		rep, err = f.fs.promote(ctx, "hf")
+		rep, err = f.fs.promote(ctx, "hf", force)
+		// Refused for another reason than bj being reachable (hf has not
+		// noticed its loss yet), with --force as the way out: gz may have
+		// received more of bj's log than hf. The demo keeps hf, as an
+		// operator may; what only gz holds is then cut there and saved aside.
+		if err != nil && !errors.Is(err, bundle.ErrMasterReachable) && strings.Contains(err.Error(), "--force") && !force {
+			force, refusal = true, err.Error()
+		}
 		return err
 	}); err != nil {
 		return nil, fail(fmt.Errorf("promote hf: %w", err))
+	}
+	if force {
+		f.printf("      $ metaq-server promote -f %s   (at hf, once it lost bj): refused: %s\n", f.fs.confFile("hf"), refusal)
 	}
 	behind := fmt.Sprintf("known to be %d bytes behind (bj's durable end as bj last told hf)", rep.BehindBytes)
 	if rep.Lag != nil {
 		behind += fmt.Sprintf("; bj's last gossiped lag report for hf's group: %d bytes, %d messages", rep.Lag.Bytes, rep.Lag.Messages)
 	}
-	f.printf("      $ metaq-server promote -f %s   (at hf, once it lost bj): generation %d in %v, %s\n", f.fs.confFile("hf"), rep.Generation,
+	forced := ""
+	if force {
+		forced = " --force"
+	}
+	f.printf("      $ metaq-server promote%s -f %s   (at hf, once it lost bj): generation %d in %v, %s\n", forced, f.fs.confFile("hf"), rep.Generation,
 		rep.Took.Round(time.Millisecond), behind)
 	first, err := f.p.waitAcks(ctx, "hf", lost, 20, 30*time.Second)
 	if err != nil {

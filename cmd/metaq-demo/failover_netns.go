@@ -129,9 +129,13 @@ func (n *netnsDemo) switchover(ctx context.Context, from, to string) (bundle.Swi
 	return rep, nil
 }
 
-func (n *netnsDemo) promote(ctx context.Context, site string) (bundle.PromoteReport, error) {
+func (n *netnsDemo) promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error) {
 	var rep bundle.PromoteReport
-	out, err := n.serverCmd(ctx, site, "promote", "-f", n.confFile(site))
+	args := []string{"promote", "-f", n.confFile(site)}
+	if force {
+		args = append(args, "-force")
+	}
+	out, err := n.serverCmd(ctx, site, args...)
 	if err != nil {
 		if strings.Contains(err.Error(), bundle.ErrMasterReachable.Error()) {
 			return rep, fmt.Errorf("%w: %v", bundle.ErrMasterReachable, err)

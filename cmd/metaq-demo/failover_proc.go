@@ -53,8 +53,8 @@ func (d *demo) switchover(ctx context.Context, from, to string) (bundle.Switchov
 	return d.site(from).b.Switchover(ctx, to, d.replAddr(to))
 }
 
-func (d *demo) promote(ctx context.Context, site string) (bundle.PromoteReport, error) {
-	return d.site(site).b.Promote(ctx, false)
+func (d *demo) promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error) {
+	return d.site(site).b.Promote(ctx, force)
 }
 
 func (d *demo) blockReplication(site string, on bool) error {

@@ -24,6 +24,10 @@ type fakeSites struct {
 	staysMaster bool
 	// promoteWhileReachable: promote succeeds although bj is reachable.
 	promoteWhileReachable bool
+	// siblingAhead: once bj is lost, promote without --force is refused
+	// because gz holds more of bj's log.
+	siblingAhead bool
+	lost         bool
 }
 
 func (f *fakeSites) newProducer() *ackProducer {
@@ -56,14 +60,25 @@ func (f *fakeSites) switchover(_ context.Context, from, to string) (bundle.Switc
 	return bundle.SwitchoverReport{To: to, Generation: 1, Following: true}, nil
 }
 
-func (f *fakeSites) promote(context.Context, string) (bundle.PromoteReport, error) {
-	if f.promoteWhileReachable {
+func (f *fakeSites) promote(_ context.Context, site string, force bool) (bundle.PromoteReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.lost && f.siblingAhead && !force:
+		return bundle.PromoteReport{}, errors.New("promote: gz holds more of the old master's log; promote that site, or use --force")
+	case f.lost || f.promoteWhileReachable:
+		f.master = site
 		return bundle.PromoteReport{Generation: 3}, nil
 	}
 	return bundle.PromoteReport{}, bundle.ErrMasterReachable
 }
 
-func (f *fakeSites) kill(string) (string, error) { return "killed", nil }
+func (f *fakeSites) kill(string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost = true
+	return "killed", nil
+}
 
 func (f *fakeSites) startSlave(context.Context, string, string) error { return nil }
 
@@ -101,14 +116,22 @@ func TestFailoverFailsLoudly(t *testing.T) {
 		{"an acknowledged message lost", &fakeSites{master: "bj", lose: 5}, "failover step 1: hf lacks 1 acknowledged messages: 5"},
 		{"the old master still takes puts", &fakeSites{master: "bj", lose: -1, staysMaster: true}, "failover step 1: bj is not a slave of hf"},
 		{"promote while bj is reachable", &fakeSites{master: "bj", lose: -1, promoteWhileReachable: true}, "failover step 3: promote at hf while bj is reachable"},
+		// Refused because gz is ahead, hf is promoted with --force; the
+		// imitation then holds every message, which the demo rejects.
+		{"nothing lost when bj was cut off", &fakeSites{master: "bj", lose: -1, siblingAhead: true}, "failover step 3: hf holds every message bj acknowledged while cut off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := runFailover(context.Background(), io.Discard, tc.sites)
+			var out strings.Builder
+			err := runFailover(context.Background(), &out, tc.sites)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("the demo waited for its deadline instead of failing: %v", err)
+			}
+			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: promote: gz holds more") ||
+				tc.sites.siblingAhead && !strings.Contains(out.String(), "$ metaq-server promote --force -f") {
+				t.Errorf("the refusal and the forced promotion are not shown:\n%s", out.String())
 			}
 		})
 	}
