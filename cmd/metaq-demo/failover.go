@@ -30,8 +30,10 @@ const failoverSteps = 4
 type failoverSites interface {
 	// newProducer returns the failover producer (not started).
 	newProducer() *ackProducer
-	// producerWhere says where the producer runs, for the header.
+	// producerWhere says where the producer runs, and commandsRun how
+	// the operator's commands are run, for the header.
 	producerWhere() string
+	commandsRun() string
 	// replAddr is the replication address the other sites reach site at.
 	replAddr(site string) string
 	confFile(site string) string
@@ -71,7 +73,7 @@ func runFailover(ctx context.Context, out io.Writer, fs failoverSites) error {
 	f := &failover{out: out, fs: fs, p: fs.newProducer()}
 	defer f.p.stop()
 	f.printf("\nSite failover (ZooKeeper is off: a producer given the three sites' MetaQ addresses sends one message at a time, "+
-		"%s, to whichever site takes puts; messages {\"failover\":N} in %s)\n", fs.producerWhere(), sampleTopic)
+		"%s, to whichever site takes puts; messages {\"failover\":N} in %s; %s)\n", fs.producerWhere(), sampleTopic, fs.commandsRun())
 	if err := f.switchover(ctx, 1, "bj", "hf"); err != nil {
 		return err
 	}

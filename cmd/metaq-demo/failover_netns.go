@@ -37,6 +37,10 @@ func (n *netnsDemo) producerWhere() string {
 	return "from gz's namespace across the WAN"
 }
 
+func (n *netnsDemo) commandsRun() string {
+	return "each $ command below runs as metaq-server inside the site's namespace"
+}
+
 // runProducer runs the failover producer in gz's namespace from p's
 // position until ctx ends, recording the acknowledgements it reports.
 func (n *netnsDemo) runProducer(ctx context.Context, p *ackProducer) {

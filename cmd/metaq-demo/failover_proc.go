@@ -33,6 +33,10 @@ func (d *demo) newProducer() *ackProducer {
 
 func (d *demo) producerWhere() string { return "in this process, on loopback" }
 
+func (d *demo) commandsRun() string {
+	return "each $ command below is run as the call it makes on the site's bundle"
+}
+
 func (d *demo) replAddr(site string) string { return d.site(site).relay.Addr() }
 
 func (d *demo) metaqAddr(site string) string {

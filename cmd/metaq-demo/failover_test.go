@@ -45,6 +45,7 @@ func (f *fakeSites) newProducer() *ackProducer {
 	return p
 }
 
+func (f *fakeSites) commandsRun() string                 { return "" }
 func (f *fakeSites) producerWhere() string               { return "in a test" }
 func (f *fakeSites) replAddr(string) string              { return "127.0.0.1:1" }
 func (f *fakeSites) confFile(string) string              { return "server.ini" }
