@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -39,8 +38,8 @@ type failoverSites interface {
 	confFile(site string) string
 	tailDir(site string) string
 	switchover(ctx context.Context, from, to string) (bundle.SwitchoverReport, error)
-	// promote runs `promote [--force]` at site; a refusal because the
-	// master is reachable wraps bundle.ErrMasterReachable.
+	// promote runs `promote [--force]` at site; a refusal wraps
+	// bundle.ErrMasterReachable or bundle.ErrSiblingAhead as promote's does.
 	promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error)
 	// blockReplication cuts (or restores) site's replication links.
 	blockReplication(site string, on bool) error
@@ -217,11 +216,10 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 	if err := waitFor(ctx, 60*time.Second, func() error {
 		var err error
 		rep, err = f.fs.promote(ctx, "hf", force)
-		// Refused for another reason than bj being reachable (hf has not
-		// noticed its loss yet), with --force as the way out: gz may have
-		// received more of bj's log than hf. The demo keeps hf, as an
-		// operator may; what only gz holds is then cut there and saved aside.
-		if err != nil && !errors.Is(err, bundle.ErrMasterReachable) && strings.Contains(err.Error(), "--force") && !force {
+		// gz may have received more of bj's log than hf when the links went
+		// down: promote then names gz. The demo keeps hf, as an operator
+		// may; what only gz holds is then cut there and saved aside.
+		if errors.Is(err, bundle.ErrSiblingAhead) && !force {
 			force, refusal = true, err.Error()
 		}
 		return err

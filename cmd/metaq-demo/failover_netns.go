@@ -141,8 +141,10 @@ func (n *netnsDemo) promote(ctx context.Context, site string, force bool) (bundl
 	}
 	out, err := n.serverCmd(ctx, site, args...)
 	if err != nil {
-		if strings.Contains(err.Error(), bundle.ErrMasterReachable.Error()) {
-			return rep, fmt.Errorf("%w: %v", bundle.ErrMasterReachable, err)
+		for _, e := range []error{bundle.ErrMasterReachable, bundle.ErrSiblingAhead} {
+			if strings.Contains(err.Error(), e.Error()) {
+				return rep, fmt.Errorf("%w: %v", e, err)
+			}
 		}
 		return rep, err
 	}

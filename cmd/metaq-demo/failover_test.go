@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -66,7 +67,7 @@ func (f *fakeSites) promote(_ context.Context, site string, force bool) (bundle.
 	defer f.mu.Unlock()
 	switch {
 	case f.lost && f.siblingAhead && !force:
-		return bundle.PromoteReport{}, errors.New("promote: gz holds more of the old master's log; promote that site, or use --force")
+		return bundle.PromoteReport{}, fmt.Errorf("promote: %w: gz holds more; promote that site, or use --force", bundle.ErrSiblingAhead)
 	case f.lost || f.promoteWhileReachable:
 		f.master = site
 		return bundle.PromoteReport{Generation: 3}, nil
@@ -130,7 +131,7 @@ func TestFailoverFailsLoudly(t *testing.T) {
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("the demo waited for its deadline instead of failing: %v", err)
 			}
-			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: promote: gz holds more") ||
+			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: promote: "+bundle.ErrSiblingAhead.Error()) ||
 				tc.sites.siblingAhead && !strings.Contains(out.String(), "$ metaq-server promote --force -f") {
 				t.Errorf("the refusal and the forced promotion are not shown:\n%s", out.String())
 			}
