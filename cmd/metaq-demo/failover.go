@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -161,6 +162,17 @@ func (f *failover) switchover(ctx context.Context, step int, from, to string) er
 	return nil
 }
 
+// refusalReason is promote's refusal from ErrSiblingAhead's text on, one
+// line.
+func refusalReason(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, bundle.ErrSiblingAhead.Error()); i >= 0 {
+		s = s[i:]
+	}
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(s)
+}
+
 // otherSite is the one of bj, hf and gz that is neither a nor b.
 func otherSite(a, b string) string {
 	for _, s := range []string{"bj", "hf", "gz"} {
@@ -216,11 +228,12 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 	if err := waitFor(ctx, 60*time.Second, func() error {
 		var err error
 		rep, err = f.fs.promote(ctx, "hf", force)
-		// gz may have received more of bj's log than hf when the links went
-		// down: promote then names gz. The demo keeps hf, as an operator
-		// may; what only gz holds is then cut there and saved aside.
-		if errors.Is(err, bundle.ErrSiblingAhead) && !force {
-			force, refusal = true, err.Error()
+		// While gz has not noticed bj's loss either, promote waits for it
+		// (retried here). gz may also have received more of bj's log than
+		// hf: promote then names gz. The demo keeps hf, as an operator may;
+		// what only gz holds is then cut there and saved aside.
+		if errors.Is(err, bundle.ErrSiblingAhead) && !force && !strings.Contains(err.Error(), "still follows") {
+			force, refusal = true, refusalReason(err)
 		}
 		return err
 	}); err != nil {

@@ -131,7 +131,7 @@ func TestFailoverFailsLoudly(t *testing.T) {
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("the demo waited for its deadline instead of failing: %v", err)
 			}
-			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: promote: "+bundle.ErrSiblingAhead.Error()) ||
+			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: "+bundle.ErrSiblingAhead.Error()+": gz holds more") ||
 				tc.sites.siblingAhead && !strings.Contains(out.String(), "$ metaq-server promote --force -f") {
 				t.Errorf("the refusal and the forced promotion are not shown:\n%s", out.String())
 			}
