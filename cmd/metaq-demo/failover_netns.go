@@ -123,7 +123,7 @@ func (n *netnsDemo) serverCmd(ctx context.Context, site string, args ...string) 
 
 func (n *netnsDemo) switchover(ctx context.Context, from, to string) (bundle.SwitchoverReport, error) {
 	var rep bundle.SwitchoverReport
-	out, err := n.serverCmd(ctx, from, "switchover", "-to", to, "-follow", n.replAddr(to), "-f", n.confFile(from))
+	out, err := n.serverCmd(ctx, from, "switchover", "-json", "-to", to, "-follow", n.replAddr(to), "-f", n.confFile(from))
 	if err != nil {
 		return rep, err
 	}
@@ -135,7 +135,7 @@ func (n *netnsDemo) switchover(ctx context.Context, from, to string) (bundle.Swi
 
 func (n *netnsDemo) promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error) {
 	var rep bundle.PromoteReport
-	args := []string{"promote", "-f", n.confFile(site)}
+	args := []string{"promote", "-json", "-f", n.confFile(site)}
 	if force {
 		args = append(args, "-force")
 	}
