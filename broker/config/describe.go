@@ -107,6 +107,7 @@ func (s *Server) blocks() []block {
 		block{sectionReplication, []entry{
 			{"enable", strconv.FormatBool(s.Replication.Enable)},
 			{"listen", s.Replication.Listen},
+			{"advertise", s.Replication.Advertise},
 			{"compression", s.Replication.Compression},
 			{"bandwidthBytesPerSec", strconv.FormatInt(s.Replication.BandwidthBytesPerSec, 10)},
 			{"stuckAfterMs", ms(s.Replication.StuckAfter)},

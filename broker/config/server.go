@@ -604,6 +604,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Enable:               r.boolean("enable", true),
 		Listen:               r.addr("listen", net.JoinHostPort(host, port(replicationPortOffset))),
 		ListenSet:            base.hasKey(sectionReplication, "listen"),
+		Advertise:            r.addr("advertise", ""),
 		Compression:          r.oneOf("compression", DefaultCompression, compressions),
 		BandwidthBytesPerSec: r.integer("bandwidthBytesPerSec", 0, 0, math.MaxInt64),
 		StuckAfter:           r.millis("stuckAfterMs", DefaultStuckAfter, 1),

@@ -207,6 +207,11 @@ type Replication struct {
 	// MetaQ server.ini without this section ships to slave sites too.
 	Enable bool
 	Listen string // default 0 = <serverPort+1> on the serving host
+	// Advertise (advertise) is the address other sites dial to reach the
+	// replication listener, published in ZooKeeper and gossip: set it when
+	// they reach this host through a relay or a NAT. Default: the listen
+	// address (an unspecified host becomes hostName).
+	Advertise string
 	// ListenSet is true when listen is written: the bundle then refuses to
 	// start on a taken port instead of picking a free one.
 	ListenSet            bool

@@ -46,6 +46,10 @@ type site struct {
 	// bjAddr is the MetaQ address producers and consumers in this site use
 	// to reach bj: through the WAN proxy for hf and gz.
 	bjAddr string
+	// relay is the WAN proxy in front of the site's replication listener:
+	// the address it advertises, so every replication link, also after a
+	// failover, crosses the emulated WAN.
+	relay *netproxy.Proxy
 }
 
 // demo is the running three-site deployment.
@@ -57,6 +61,8 @@ type demo struct {
 	proxies []*netproxy.Proxy
 	shared  []byte
 	wg      sync.WaitGroup
+	// master is the site that takes puts: bj until --failover moves it.
+	master string
 }
 
 func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.out, format, args...) }
@@ -68,7 +74,7 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	if err != nil {
 		return nil, err
 	}
-	d := &demo{o: o, out: out, dir: dir}
+	d := &demo{o: o, out: out, dir: dir, master: "bj"}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -77,6 +83,9 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	for i, name := range []string{"bj", "hf", "gz"} {
 		s := &site{name: name, slave: i > 0, slaveID: i, dir: filepath.Join(dir, name)}
 		if s.ports, err = portsFor(o.BasePort, i); err != nil {
+			return nil, err
+		}
+		if s.relay, err = d.proxy("127.0.0.1:" + strconv.Itoa(s.ports.repl)); err != nil {
 			return nil, err
 		}
 		d.sites = append(d.sites, s)
@@ -91,11 +100,7 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 	}
 	for _, s := range d.sites[1:] {
 		// Every link from a slave site to bj crosses the emulated WAN:
-		// replication, NATS, and its clients' MetaQ connections.
-		repl, err := d.proxy(bj.b.ReplicationAddr())
-		if err != nil {
-			return nil, err
-		}
+		// replication (bj's relay), NATS, and its clients' MetaQ connections.
 		nats, err := d.proxy(hostPort(bj.b.NATSURL()))
 		if err != nil {
 			return nil, err
@@ -105,7 +110,7 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 			return nil, err
 		}
 		s.bjAddr = meta.Addr()
-		if err := d.startSite(ctx, s, repl.Addr(), "nats://"+nats.Addr()); err != nil {
+		if err := d.startSite(ctx, s, bj.relay.Addr(), "nats://"+nats.Addr()); err != nil {
 			return nil, err
 		}
 	}
@@ -121,17 +126,17 @@ func startDemo(ctx context.Context, o Options, out io.Writer) (_ *demo, err erro
 }
 
 // asyncSlaveProperties is the async_slave.properties of the slave at site,
-// replicating bj at masterAddr across the emulated WAN.
-func asyncSlaveProperties(site string, slaveID int, masterAddr string) string {
-	return fmt.Sprintf(`# %s replicates bj (brokerId 0).
+// replicating master at masterAddr across the emulated WAN.
+func asyncSlaveProperties(site string, slaveID int, master, masterAddr string) string {
+	return fmt.Sprintf(`# %s replicates %s (brokerId 0).
 slaveId=%d
 slaveGroup=meta-slave-group-%s
 slaveMaxDelayInMills=200
 autoSyncMasterConfig=false
-# ZooKeeper is off: bj's replication address, across the emulated WAN.
+# ZooKeeper is off: %s's replication address, across the emulated WAN.
 masterAddress=%s
 compression=zstd
-`, site, slaveID, site, masterAddr)
+`, site, master, slaveID, site, master, masterAddr)
 }
 
 // roleName is how the site tables name a bundle's role.
@@ -257,11 +262,18 @@ func (d *demo) overlay(s *site, natsURL string) string {
 	fmt.Fprintf(&b, ";; Site overlay of %s: keys here override server.ini on this site only.\n", s.name)
 	fmt.Fprintf(&b, "[system]\nhostName=127.0.0.1\nserverPort=%d\ndashboardHttpPort=%d\ndataPath=%s\n\n", p.server, p.dash, filepath.Join(s.dir, "data"))
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, p.dash, p.admin)
-	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:%d\n;; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n", p.repl)
+	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:%d\n;; The other sites reach this listener across the emulated WAN.\nadvertise=%s\n", p.repl, s.relay.Addr())
+	fmt.Fprintf(&b, ";; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n")
 	fmt.Fprintf(&b, "[gossip]\nbind=127.0.0.1:%d\n", p.gossip)
-	if s.slave {
-		fmt.Fprintf(&b, "join=127.0.0.1:%d\n", d.sites[0].ports.gossip)
+	// Every site names the others, so that any of them, restarted, finds
+	// the pool again (bj first, so a slave started with it joins at once).
+	var seeds []string
+	for _, o := range d.sites {
+		if o != s {
+			seeds = append(seeds, "127.0.0.1:"+strconv.Itoa(o.ports.gossip))
+		}
 	}
+	fmt.Fprintf(&b, "join=%s\n", strings.Join(seeds, ","))
 	fmt.Fprintf(&b, "\n[nats]\nembeddedListen=127.0.0.1:%d\ntrustedKeys=%s\n", p.nats, pushPublicKey())
 	if natsURL != "" {
 		fmt.Fprintf(&b, ";; bj's embedded NATS, across the WAN.\nurl=%s\n", natsURL)
@@ -278,7 +290,7 @@ func (d *demo) startSite(ctx context.Context, s *site, masterAddr, natsURL strin
 	ini := filepath.Join(conf, "server.ini")
 	files := map[string]string{"server.ini": string(d.shared), "site.ini": d.overlay(s, natsURL)}
 	if s.slave {
-		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, masterAddr)
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, "bj", masterAddr)
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(body), 0o644); err != nil {
@@ -347,10 +359,11 @@ func (d *demo) site(name string) *site {
 	return nil
 }
 
-// Follow produces a trickle at bj and prints the lag every Options.Every
-// until ctx ends.
+// Follow produces a trickle at the master and prints the lag every
+// Options.Every until ctx ends.
 func (d *demo) Follow(ctx context.Context) {
-	bj := d.site("bj")
+	master := d.site(d.master)
+	addr := master.b.Broker.Addr().String()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -363,11 +376,11 @@ func (d *demo) Follow(ctx context.Context) {
 			case <-tick.C:
 			}
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = produce(pctx, bj.bjAddr, sampleTopic, 1, "tick-"+strconv.Itoa(i))
+			_ = produce(pctx, addr, sampleTopic, 1, "tick-"+strconv.Itoa(i))
 			cancel()
 		}
 	}()
-	followLag(ctx, d.out, d.o.Every, func() (topology.LagDocument, error) { return d.lagDoc(ctx) })
+	followLag(ctx, d.out, d.o.Every, func() (topology.LagDocument, error) { return master.b.Topology().Document(ctx, nil), nil })
 }
 
 // followLag prints a followLine of the document doc reads every period
@@ -513,10 +526,10 @@ func consume(ctx context.Context, hf *site, want int, offsets string) (int, erro
 	return len(seen), nil
 }
 
-// sameBytes compares one topic's partitions on bj and a slave.
-func sameBytes(bj, s *site, topic string) error {
+// sameBytes compares one topic's partitions on ref (the master) and s.
+func sameBytes(ref, s *site, topic string) error {
 	found := false
-	for _, mp := range bj.b.Store.Partitions() {
+	for _, mp := range ref.b.Store.Partitions() {
 		if mp.Topic != topic {
 			continue
 		}
@@ -526,16 +539,16 @@ func sameBytes(bj, s *site, topic string) error {
 			return fmt.Errorf("%s-%d not on %s yet", topic, mp.Partition, s.name)
 		}
 		if sp.Max != mp.Max {
-			return fmt.Errorf("%s-%d: %s at %d, bj at %d", topic, mp.Partition, s.name, sp.Max, mp.Max)
+			return fmt.Errorf("%s-%d: %s at %d, %s at %d", topic, mp.Partition, s.name, sp.Max, ref.name, mp.Max)
 		}
 	}
 	if !found {
-		return fmt.Errorf("bj has no partition of %s", topic)
+		return fmt.Errorf("%s has no partition of %s", ref.name, topic)
 	}
-	a, _ := checksum(bj, topic)
+	a, _ := checksum(ref, topic)
 	b, _ := checksum(s, topic)
 	if a != b {
-		return fmt.Errorf("%s: checksums differ between bj and %s", topic, s.name)
+		return fmt.Errorf("%s: checksums differ between %s and %s", topic, ref.name, s.name)
 	}
 	return nil
 }

@@ -126,3 +126,52 @@ func TestDemoInterrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoFailover runs the tour with --failover in process and checks
+// that every failover step ran and held (wantFailover).
+func TestDemoFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three sites and four failovers")
+	}
+	dir := filepath.Join(t.TempDir(), "demo-data")
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := run(ctx, []string{"--once", "--failover", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	wantFailover(t, out.String(), dir, "bj's bundle stopped without a handover")
+}
+
+// wantFailover checks the --failover steps in a demo's output: no
+// acknowledged message lost in either switchover, hf promoted after bj's
+// loss (lost as lostHow says) with gz following it, and bj back as hf's
+// slave with the messages hf lacks saved aside.
+func wantFailover(t *testing.T, s, dir, lostHow string) {
+	t.Helper()
+	for _, re := range []string{
+		`\[failover 1/4\] planned switchover bj -> hf`,
+		`hf took over at generation 1: bj refused puts for \S+ until hf held its durable log`,
+		`none of the \d+ acknowledged messages lost: all at hf; bj answers puts "403: [^"]*hf`,
+		`\[failover 2/4\] planned switchover hf -> bj`,
+		`bj took over at generation 2`,
+		`none of the \d+ acknowledged messages lost: all at bj; hf answers puts "403: [^"]*bj`,
+		`\(at hf, bj still reachable\): refused`,
+		`acknowledged \d+ more messages in \S+; then ` + regexp.QuoteMeta(lostHow),
+		`\(at hf, once it lost bj\): generation 3 in`,
+		`the producer's first put at hf was acknowledged \S+ after bj was lost`,
+		`gz follows hf \(same \d+ bytes, crc32 [0-9a-f]{8}\) and (saved nothing aside|cut and saved aside the \d+ records it had received from bj beyond hf's ends); hf lacks [1-9]\d* messages bj acknowledged`,
+		`\[failover 4/4\] bj returns as a slave of hf`,
+		`bj follows hf byte for byte`,
+		`orders-\d+\s+\d+\s+\d+\s+3\s+[1-9]\d*\s+\S*/bj/data/replication/unreplicated/orders-\d+-\d+-\d+-gen3\.records`,
+		`every one of the [1-9]\d* acknowledged messages hf lacks is in bj's saved tail`,
+		`(?m)^      bj: slave, refuses puts\n      hf: master, takes puts\n      gz: slave, refuses puts$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("output lacks %s:\n%s", re, s)
+		}
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "bj/data/replication/unreplicated/*.records")); len(files) == 0 {
+		t.Error("bj saved no unreplicated records")
+	}
+}

@@ -6,6 +6,14 @@
 //
 //	go run ./cmd/metaq-demo            # run the tour, then keep running; Ctrl-C stops
 //	go run ./cmd/metaq-demo --once     # run the tour and exit
+//	go run ./cmd/metaq-demo --once --failover   # then site failover, step by step
+//
+// --failover adds, after the tour, what an operator runs when a site is
+// lost (failover.go): a switchover to hf and back with a producer running,
+// the loss of bj with hf promoted, and bj's return as a slave of hf with
+// its unreplicated tail saved aside; every step checks what it prints. In
+// the netns mode it runs the metaq-server commands inside the sites'
+// namespaces and kills bj's server with SIGKILL.
 //
 // It needs nothing installed: ZooKeeper is off (the slaves find the master
 // by masterAddress) and bj runs an embedded NATS server for configsync.
@@ -63,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fs.StringVar(&o.Dir, "dir", o.Dir, "folder for the sites' config sets, data and logs (recreated at start)")
 	fs.IntVar(&o.BasePort, "base-port", o.BasePort, "bj's serverPort; hf and gz use +10 and +20, each site also +1..+4 and its dashboard at -3 (0 = free ports)")
 	fs.BoolVar(&o.Once, "once", false, "run the tour and exit")
+	fs.BoolVar(&o.Failover, "failover", false, "after the tour, show site failover: switchover to hf and back with a producer running, bj lost and hf promoted, bj back as hf's slave")
 	fs.IntVar(&o.Messages, "messages", o.Messages, "sample messages produced at bj")
 	fs.DurationVar(&o.WANDelay, "wan-delay", o.WANDelay, "one-way delay added between sites")
 	fs.DurationVar(&o.Every, "every", o.Every, "how often the lag report is printed while running")
@@ -71,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fs.StringVar(&o.Rate, "rate", o.Rate, "netns mode: bandwidth cap of each WAN link (tc syntax; 0 = none)")
 	fs.StringVar(&o.ServerBin, "server-bin", "", "netns mode: metaq-server binary to run (default: built from this module into a temporary folder)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms] [--no-netns] [--loss 0]")
+		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--failover] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms] [--no-netns] [--loss 0]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +121,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		return err
 	}
+	if o.Failover {
+		if err := d.Failover(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
 	if o.Once {
 		return nil
 	}
@@ -123,6 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 // runner is a started demo: in process or in network namespaces.
 type runner interface {
 	Tour(ctx context.Context) error
+	// Failover runs the --failover steps after the tour.
+	Failover(ctx context.Context) error
 	Follow(ctx context.Context)
 	Close() error
 	Dir() string
@@ -133,6 +152,8 @@ type Options struct {
 	Dir      string
 	BasePort int
 	Once     bool
+	// Failover adds the site failover steps after the tour.
+	Failover bool
 	Messages int
 	WANDelay time.Duration
 	Every    time.Duration

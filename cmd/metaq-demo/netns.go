@@ -126,6 +126,8 @@ type netnsDemo struct {
 	shared  []byte
 	nats    *child
 	trickle *child
+	// master is the site that takes puts: bj until --failover moves it.
+	master string
 
 	mu       sync.Mutex
 	children []*child
@@ -151,7 +153,7 @@ func startNetnsDemo(ctx context.Context, o Options, out io.Writer) (_ *netnsDemo
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self,
+	n := &netnsDemo{o: o, out: out, dir: dir, tmp: tmp, self: self, master: "bj",
 		prefix: fmt.Sprintf("mqd%d-", os.Getpid()%1000000)}
 	defer func() {
 		if err != nil {
@@ -280,9 +282,15 @@ func (n *netnsDemo) overlay(s *nsSite, natsURL string) string {
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:%d\nadminAddr=127.0.0.1:%d\n\n", s.name, nsDashPort, nsAdminPort)
 	fmt.Fprintf(&b, "[replication]\nlisten=%s:%d\n;; Master and slaves prove they hold this secret.\nsecretFile=replication.key\n\n", s.ip, nsReplPort)
 	fmt.Fprintf(&b, "[gossip]\nbind=%s:%d\n", s.ip, nsGossipPort)
-	if s.slave {
-		fmt.Fprintf(&b, "join=%s:%d\n", n.sites[0].ip, nsGossipPort)
+	// Every site names the others, so that any of them, restarted, finds
+	// the pool again (bj first, so a slave started with it joins at once).
+	var seeds []string
+	for _, o := range n.sites {
+		if o != s {
+			seeds = append(seeds, net.JoinHostPort(o.ip, strconv.Itoa(nsGossipPort)))
+		}
 	}
+	fmt.Fprintf(&b, "join=%s\n", strings.Join(seeds, ","))
 	fmt.Fprintf(&b, "\n[nats]\n;; The demo's NATS server in bj's namespace (across the WAN for hf and gz).\nurl=%s\n", natsURL)
 	fmt.Fprintf(&b, ";; Pushes must be signed by this key.\ntrustedKeys=%s\n", pushPublicKey())
 	return b.String()
@@ -297,7 +305,7 @@ func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
 	files := map[string]string{"server.ini": string(n.shared), "site.ini": n.overlay(s, natsURL)}
 	args := []string{n.binPath(), "start"}
 	if s.slave {
-		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
+		files["async_slave.properties"] = asyncSlaveProperties(s.name, s.slaveID, "bj", net.JoinHostPort(n.sites[0].ip, strconv.Itoa(nsReplPort)))
 		args = append(args, "slave", "-s", filepath.Join(conf, "async_slave.properties"))
 	}
 	for name, body := range files {
@@ -503,10 +511,10 @@ func httpGet(ctx context.Context, ns, url string) ([]byte, error) {
 	return b, nil
 }
 
-// lagDoc reads bj's lag report from its dashboard.
+// lagDoc reads the master's lag report from its dashboard.
 func (n *netnsDemo) lagDoc(ctx context.Context) (topology.LagDocument, error) {
 	var doc topology.LagDocument
-	b, err := httpGet(ctx, n.sites[0].ns, fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort))
+	b, err := httpGet(ctx, n.site(n.master).ns, fmt.Sprintf("http://127.0.0.1:%d/lag", nsDashPort))
 	if err != nil {
 		return doc, err
 	}
@@ -577,12 +585,12 @@ func (n *netnsDemo) addrs() map[string]string {
 	return m
 }
 
-// Follow keeps a producer in bj sending a trickle and prints bj's lag
-// report every Options.Every until ctx ends.
+// Follow keeps a producer at the master sending a trickle and prints the
+// master's lag report every Options.Every until ctx ends.
 func (n *netnsDemo) Follow(ctx context.Context) {
-	bj := n.sites[0]
-	body, _ := json.Marshal(stepRequest{Op: "trickle", Addr: bj.metaqAddr(), Topic: sampleTopic})
-	c, err := n.spawn(bj.ns, "trickle", filepath.Join(n.dir, "trickle.log"), n.self, internalStep, string(body))
+	m := n.site(n.master)
+	body, _ := json.Marshal(stepRequest{Op: "trickle", Addr: m.metaqAddr(), Topic: sampleTopic})
+	c, err := n.spawn(m.ns, "trickle", filepath.Join(n.dir, "trickle.log"), n.self, internalStep, string(body))
 	if err != nil {
 		n.printf("trickle producer: %v\n", err)
 	}

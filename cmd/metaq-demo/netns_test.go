@@ -133,6 +133,37 @@ func TestDemoNetnsOnce(t *testing.T) {
 	}
 }
 
+// TestDemoNetnsFailover runs --failover with the sites in network
+// namespaces: the operator's commands run as metaq-server inside them, bj's
+// replication port is cut on the WAN links and bj is killed with SIGKILL;
+// every step must hold (wantFailover), and nothing is left afterwards.
+func TestDemoNetnsFailover(t *testing.T) {
+	needNetns(t)
+	if testing.Short() {
+		t.Skip("three sites and four failovers")
+	}
+	dir := filepath.Join(t.TempDir(), "demo-data")
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"--once", "--failover", "--dir", dir, "--base-port", "0", "--messages", "50"}, &out, &errOut)
+	s := out.String()
+	m := prefixRE.FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("not in netns mode: %v\n%s\n%s", err, s, errOut.String())
+	}
+	defer checkGone(t, m[1], nil)
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, s, errOut.String())
+	}
+	wantFailover(t, s, dir, "bj's metaq-server (pid ")
+	pids := sitePIDs(t, s)
+	if m := regexp.MustCompile(`bj's metaq-server \(pid (\d+)\) was killed with SIGKILL`).FindStringSubmatch(s); m == nil {
+		t.Errorf("bj's metaq-server was not killed:\n%s", s)
+	}
+	checkGone(t, m[1], pids)
+}
+
 // TestDemoNetnsSignal runs the built demo in netns mode without --once:
 // the dashboards answer through the forwarders while it runs, SIGTERM ends
 // it with status 0 and nothing of it is left. Then a demo killed with

@@ -42,6 +42,25 @@ type stepRequest struct {
 	RouteURL   string            `json:"routeURL,omitempty"`
 	OffsetFile string            `json:"offsetFile,omitempty"`
 	Timeout    time.Duration     `json:"timeout,omitempty"`
+	// Ref is the site compare takes as the reference (default bj).
+	Ref string `json:"ref,omitempty"`
+	// Order lists the sites failover-produce tries, in order.
+	Order []string `json:"order,omitempty"`
+}
+
+// ackLine is one acknowledgement failover-produce reports on stdout.
+type ackLine struct {
+	Seq  int    `json:"seq"`
+	Site string `json:"site"`
+	At   int64  `json:"at"` // Unix nanoseconds
+}
+
+type heldResult struct {
+	Seqs []int `json:"seqs"`
+}
+
+type probeResult struct {
+	Refusal string `json:"refusal"`
 }
 
 type produceResult struct {
@@ -126,6 +145,32 @@ func runStep(ctx context.Context, req stepRequest) (any, error) {
 			}
 		}
 		return nil, nil
+	case "failover-produce":
+		// Sends until a signal, one acknowledgement per stdout line, starting
+		// at message N and site Site.
+		p := newAckProducer(req.Topic, req.Order, req.Addrs)
+		p.setPosition(req.N, req.Site)
+		enc := json.NewEncoder(os.Stdout)
+		p.onAck = func(a ack) { enc.Encode(ackLine{Seq: a.seq, Site: a.site, At: a.at.UnixNano()}) }
+		p.run(ctx)
+		return nil, nil
+	case "held":
+		held, err := heldSeqs(ctx, req.Addr, req.Topic, req.N)
+		if err != nil {
+			return nil, err
+		}
+		res := heldResult{Seqs: []int{}}
+		for seq := range held {
+			res.Seqs = append(res.Seqs, seq)
+		}
+		return res, nil
+	case "probe":
+		// One put: the broker's answer, "" when it took it.
+		err := produce(ctx, req.Addr, req.Topic, 1, "probe")
+		if err != nil {
+			return probeResult{Refusal: err.Error()}, nil
+		}
+		return probeResult{}, nil
 	case "compare":
 		return compareStep(ctx, req)
 	case "consume":
@@ -135,9 +180,14 @@ func runStep(ctx context.Context, req stepRequest) (any, error) {
 }
 
 // compareStep waits until every site holds the same records of the topic
-// at the same offsets as bj, and returns bj's checksum and size.
+// at the same offsets as the reference site (bj unless Ref), and returns
+// its checksum and size.
 func compareStep(ctx context.Context, req stepRequest) (compareResult, error) {
-	c, err := client.New(ctx, client.Config{Brokers: []string{req.Addrs["bj"]}})
+	refSite := req.Ref
+	if refSite == "" {
+		refSite = "bj"
+	}
+	c, err := client.New(ctx, client.Config{Brokers: []string{req.Addrs[refSite]}})
 	if err != nil {
 		return compareResult{}, fmt.Errorf("demo: client: %w", err)
 	}
@@ -145,11 +195,11 @@ func compareStep(ctx context.Context, req stepRequest) (compareResult, error) {
 	var ref compareResult
 	err = waitFor(ctx, req.Timeout, func() error {
 		var err error
-		if ref, err = remoteChecksum(ctx, c, req.Addrs["bj"], req.Topic, req.N); err != nil {
+		if ref, err = remoteChecksum(ctx, c, req.Addrs[refSite], req.Topic, req.N); err != nil {
 			return err
 		}
 		if ref.Bytes == 0 {
-			return fmt.Errorf("bj has no data in %s", req.Topic)
+			return fmt.Errorf("%s has no data in %s", refSite, req.Topic)
 		}
 		names := make([]string, 0, len(req.Addrs))
 		for s := range req.Addrs {
@@ -157,7 +207,7 @@ func compareStep(ctx context.Context, req stepRequest) (compareResult, error) {
 		}
 		sort.Strings(names)
 		for _, s := range names {
-			if s == "bj" {
+			if s == refSite {
 				continue
 			}
 			got, err := remoteChecksum(ctx, c, req.Addrs[s], req.Topic, req.N)
@@ -165,7 +215,7 @@ func compareStep(ctx context.Context, req stepRequest) (compareResult, error) {
 				return fmt.Errorf("%s: %w", s, err)
 			}
 			if got != ref {
-				return fmt.Errorf("%s holds %d bytes (crc32 %08x), bj %d (crc32 %08x)", s, got.Bytes, got.Sum, ref.Bytes, ref.Sum)
+				return fmt.Errorf("%s holds %d bytes (crc32 %08x), %s %d (crc32 %08x)", s, got.Bytes, got.Sum, refSite, ref.Bytes, ref.Sum)
 			}
 		}
 		return nil

@@ -120,6 +120,9 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.b, c.s = b, s
 	c.advertise = advertiseAddr(s.Addr(), cfg)
+	if cfg.Replication.Advertise != "" {
+		c.advertise = cfg.Replication.Advertise
+	}
 	c.mu.Unlock()
 	b.slave.set(s.StatsLines)
 	b.Broker.SetSiteReplicator(s) // topics with minSyncSites wait for the slave sites

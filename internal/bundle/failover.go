@@ -197,6 +197,14 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	if err := id.Promote(gen, rep.Ends); err != nil {
 		return rep, err
 	}
+	// The slave checkpoint (the receiver's CheckpointFile) is a position in
+	// the old master's log; from now on this log diverges from it, so a
+	// later rejoin must resume by partition ends (and cut what the master
+	// lacks), never at that position.
+	checkpoint := filepath.Join(b.Config().System.DataPath, "replication", "slave.checkpoint")
+	if err := os.Remove(checkpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return rep, fmt.Errorf("promote: %w", err)
+	}
 	rep.Generation = gen
 	sc := newShipperComponent()
 	if err := sc.Start(ctx, b); err != nil {

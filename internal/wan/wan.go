@@ -11,14 +11,19 @@ package wan
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +47,52 @@ type Net struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	files  []*os.File
+	// blocked holds the TCP endpoints ("addr:port") whose packets the
+	// relays drop (Block); copied on write.
+	blocked atomic.Pointer[map[string]bool]
+}
+
+// Block drops, on every link, each TCP packet from or to port at site's
+// address while on is true: that port is cut off across the WAN (a black
+// hole: nothing is reset) while the site's other traffic flows.
+func (n *Net) Block(site string, port int, on bool) error {
+	var addr string
+	for _, s := range n.Sites {
+		if s.Name == site {
+			addr = s.Addr
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("wan: no site %q", site)
+	}
+	key := net.JoinHostPort(addr, strconv.Itoa(port))
+	next := map[string]bool{}
+	if cur := n.blocked.Load(); cur != nil {
+		maps.Copy(next, *cur)
+	}
+	if on {
+		next[key] = true
+	} else {
+		delete(next, key)
+	}
+	n.blocked.Store(&next)
+	return nil
+}
+
+// isBlocked says whether an IPv4 packet is TCP from or to a blocked
+// endpoint.
+func (n *Net) isBlocked(p []byte) bool {
+	blocked := n.blocked.Load()
+	if blocked == nil || len(*blocked) == 0 || len(p) < 20 || p[0]>>4 != 4 || p[9] != unix.IPPROTO_TCP {
+		return false
+	}
+	ihl := int(p[0]&0x0f) * 4
+	if len(p) < ihl+4 {
+		return false
+	}
+	src := net.JoinHostPort(net.IP(p[12:16]).String(), strconv.Itoa(int(binary.BigEndian.Uint16(p[ihl:]))))
+	dst := net.JoinHostPort(net.IP(p[16:20]).String(), strconv.Itoa(int(binary.BigEndian.Uint16(p[ihl+2:]))))
+	return (*blocked)[src] || (*blocked)[dst]
 }
 
 // Setup creates one namespace per name (at most 254) and a link between
@@ -191,7 +242,7 @@ func (n *Net) relay(ctx context.Context, src, dst *os.File) {
 		if err != nil {
 			break
 		}
-		if n.o.Loss > 0 && rand.Float64() < n.o.Loss {
+		if n.o.Loss > 0 && rand.Float64() < n.o.Loss || n.isBlocked(buf[:k]) {
 			continue
 		}
 		select {

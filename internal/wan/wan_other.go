@@ -17,6 +17,9 @@ var errLinux = errors.New("wan: network namespaces need Linux")
 // Setup needs Linux.
 func Setup(names []string, o Options) (*Net, error) { return nil, errLinux }
 
+// Block needs Linux.
+func (n *Net) Block(site string, port int, on bool) error { return errLinux }
+
 // Close does nothing.
 func (n *Net) Close() error { return nil }
 

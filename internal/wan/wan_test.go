@@ -82,3 +82,61 @@ func containsField(list, name string) bool {
 	}
 	return false
 }
+
+// TestBlockCutsOnePort: with one port of site b blocked, a connection to it
+// from a does not complete, while another port of b still answers; once
+// unblocked it connects again.
+func TestBlockCutsOnePort(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs the ip command")
+	}
+	prefix := fmt.Sprintf("mqb%d-", os.Getpid()%100000)
+	n, err := Setup([]string{"a", "b"}, Options{Prefix: prefix, Delay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	a, b := n.Sites[0], n.Sites[1]
+	var cut, open net.Listener
+	if err := netns.Do(b.NS, func() (err error) {
+		if cut, err = net.Listen("tcp", b.Addr+":0"); err != nil {
+			return err
+		}
+		open, err = net.Listen("tcp", b.Addr+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	defer open.Close()
+	dial := func(ln net.Listener) error {
+		return netns.Do(a.NS, func() error {
+			c, err := net.DialTimeout("tcp", ln.Addr().String(), 500*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+	}
+	if err := n.Block("b", cut.Addr().(*net.TCPAddr).Port, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(cut); err == nil {
+		t.Error("connected to a blocked port")
+	}
+	if err := dial(open); err != nil {
+		t.Errorf("another port of the same site: %v", err)
+	}
+	if err := n.Block("b", cut.Addr().(*net.TCPAddr).Port, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(cut); err != nil {
+		t.Errorf("after unblocking: %v", err)
+	}
+	if err := n.Block("c", 1, true); err == nil {
+		t.Error("blocked a port of an unknown site")
+	}
+}
