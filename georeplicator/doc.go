@@ -75,7 +75,10 @@
 // generation, and the old master steps down. The bundle then turns the old
 // master into a receiver of the new one at run time; that receiver is a
 // former master without a checkpoint, so it resumes by partition ends and
-// cuts any tail beyond the promotion ends as above. With ZooKeeper off, a
+// cuts any tail beyond the promotion ends as above. A master that stepped
+// down after an unplanned promotion elsewhere (it was cut off, or came
+// back) does the same by itself as soon as it knows where the new master
+// is: in ZooKeeper, or by gossip. With ZooKeeper off, a
 // receiver's Resolver is how it follows a promoted master: the bundle's
 // asks gossip for the master of the highest generation.
 //

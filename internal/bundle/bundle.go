@@ -63,6 +63,7 @@ func New(opts Options) (*Bundle, error) {
 		return nil, err
 	}
 	b := &Bundle{opts: opts, log: opts.Logger, closed: make(chan struct{})}
+	b.failover.rejoinWake = make(chan struct{}, 1)
 	cfg, warnings, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
@@ -233,6 +234,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	b.startRejoin()
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
 		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
 	return nil

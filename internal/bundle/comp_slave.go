@@ -42,6 +42,10 @@ type receiverComponent struct {
 	// fellBack: MetaQ's get runs because the stream could not reach the
 	// master's replication address (not because the master has none).
 	fellBack bool
+	// streamOnly: a former master follows the new master only with the
+	// stream, which cuts and saves aside the records the new master never
+	// had; MetaQ's get would stop at them instead.
+	streamOnly bool
 }
 
 func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
@@ -124,6 +128,8 @@ func (c *receiverComponent) decide(ctx context.Context, watch registry.Watch) (s
 	switch {
 	case slices.Contains(kids, replicationNode):
 		return methodStream, "the master publishes its replication address at " + base + "/" + replicationNode, watch, nil
+	case slices.Contains(kids, "master") && c.streamOnly:
+		return "", "the master at " + base + "/master publishes no replication address (yet): this former master follows its new master only with the stream, which cuts the records the new master never had", watch, nil
 	case slices.Contains(kids, "master") && c.b.Config().Replication.SecretFile != "":
 		// MetaQ's get proves nothing about the master: with a shared secret
 		// the slave copies only from a master that proves it.
@@ -192,7 +198,9 @@ func (c *receiverComponent) supervise(ctx context.Context, watch registry.Watch)
 			// firewall: MetaQ's get would not reach it either, and the
 			// stream receiver, which knows its position in the master's
 			// log, is what a promotion of this site needs.
-			if st := r.Status(); st.DialFailures >= unreachableAfter && c.b.Config().Replication.SecretFile == "" && c.metaqReachable(ctx) {
+			// Nor for a former master, whose records beyond the new master's
+			// promotion only the stream cuts.
+			if st := r.Status(); st.DialFailures >= unreachableAfter && c.b.Config().Replication.SecretFile == "" && !c.streamOnly && c.metaqReachable(ctx) {
 				reason := fmt.Sprintf("the master's replication address %s cannot be reached from here (%s): copying it with MetaQ's get on its MetaQ port until it can; open that address to this site, or set [replication] listen on the master to one that is",
 					r.Tried(), st.LastError)
 				c.fallBack(reason)
@@ -301,8 +309,12 @@ func (c *receiverComponent) streamReachable(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	dial := c.b.opts.ReplicationDialer
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return false
 	}

@@ -36,11 +36,17 @@ type failoverState struct {
 	demotedID int
 	// promoting: a promotion is in progress (one at a time).
 	promoting bool
+	// handingOver: a switchover is in progress; it demotes this master
+	// itself.
+	handingOver bool
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
 	// remote are switchovers slave sites asked this master for.
 	remote remoteSwitchovers
+	// rejoinWake wakes runRejoin; stopRejoin ends it (closeFailover).
+	rejoinWake chan struct{}
+	stopRejoin func()
 }
 
 // identity opens <dataPath>/replication/identity.json once.
@@ -76,6 +82,9 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 		reason = fmt.Sprintf("this broker is no longer master (generation %d took over); send puts to the new master", f.Newer)
 	}
 	b.Broker.RefuseWrites(failoverHolder, broker.Refusal{Reason: reason, Retry: true})
+	if f.SteppedDown {
+		b.wakeRejoin() // it becomes a slave of the new master
+	}
 }
 
 // watchGeneration polls the brokerId's generation in ZooKeeper while s
@@ -312,6 +321,13 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 func (b *Bundle) closeFailover() error {
 	f := &b.failover
 	f.remote.stop()
+	f.mu.Lock()
+	stop := f.stopRejoin
+	f.stopRejoin = nil
+	f.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	f.handovers.Wait()
 	f.mu.Lock()
 	sc, rc := f.promoted, f.demoted
@@ -406,6 +422,20 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	match := func(group string, slaveID int) bool {
 		return group == to || strings.HasSuffix(group, "-"+to) || strconv.Itoa(slaveID) == to
 	}
+	f := &b.failover
+	f.mu.Lock()
+	if f.handingOver {
+		f.mu.Unlock()
+		return rep, errors.New("switchover: another switchover is in progress")
+	}
+	f.handingOver = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.handingOver = false
+		f.mu.Unlock()
+		b.wakeRejoin() // a master left without a master to follow finds one
+	}()
 	start := time.Now()
 	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
 	durableEnd := func() (int64, error) {
@@ -526,6 +556,7 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 		MasterAddress: d.MasterAddress,
 	}
 	rc := newReceiverComponent()
+	rc.streamOnly = true
 	if err := rc.Start(ctx, b); err != nil {
 		return fmt.Errorf("demote: follow the new master: %w", err)
 	}

@@ -88,7 +88,9 @@ type Options struct {
 
 	// ReplicationDialer, when set, opens a slave site's connections to its
 	// master's replication listener instead of net.Dialer (tests put an
-	// emulated WAN between sites that find each other in ZooKeeper).
+	// emulated WAN between sites that find each other in ZooKeeper, or cut
+	// a former master's link to the new one); also a master that became a
+	// slave at run time.
 	ReplicationDialer func(ctx context.Context, network, address string) (net.Conn, error)
 
 	// Components are started after the built-in ones (see components.go).

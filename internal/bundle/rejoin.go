@@ -1,0 +1,172 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"metaq/topology"
+)
+
+// A master that stepped down (a newer generation took over: another site
+// was promoted while this one was cut off, or before it came back) rejoins
+// as a slave of the new master by itself, without a restart or an
+// operator's command: runRejoin demotes it (Demote) as soon as it knows
+// where the new master is, in ZooKeeper or, with ZooKeeper off, by gossip.
+// The receiver then connects whenever the new master can be reached, cuts
+// and saves aside what this site holds beyond the new master's promotion
+// ends, and follows byte-identically.
+
+// rejoinEvery is how often a master that stepped down looks again for the
+// new master while none is known.
+const rejoinEvery = 250 * time.Millisecond
+
+// startRejoin starts runRejoin; closeFailover stops it.
+func (b *Bundle) startRejoin() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	f := &b.failover
+	f.mu.Lock()
+	f.stopRejoin = func() { cancel(); <-done }
+	f.mu.Unlock()
+	go func() {
+		defer close(done)
+		b.runRejoin(ctx)
+	}()
+}
+
+// wakeRejoin tells runRejoin to look now (the shipper's fence changed). It
+// never blocks: the shipper calls it holding its fence lock.
+func (b *Bundle) wakeRejoin() {
+	select {
+	case b.failover.rejoinWake <- struct{}{}:
+	default:
+	}
+}
+
+// runRejoin demotes this master once its shipper stepped down, and retries
+// until the demotion is done or ctx ends. A switchover in progress demotes
+// by itself.
+func (b *Bundle) runRejoin(ctx context.Context) {
+	tk := time.NewTicker(rejoinEvery)
+	defer tk.Stop()
+	var (
+		newer   uint64 // the generation that took over; 0 while none
+		lastWhy string
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.failover.rejoinWake:
+		case <-tk.C:
+		}
+		// A shipper that stepped down names the generation; a demotion that
+		// failed half way (no shipper, no receiver) is retried with it.
+		switch s := b.runningShipper(); {
+		case b.demotedReceiver() != nil:
+			newer = 0
+		case s != nil:
+			newer = 0
+			if f := s.Fence(); f.SteppedDown {
+				newer = f.Newer
+			}
+		}
+		if newer == 0 {
+			continue
+		}
+		b.failover.mu.Lock()
+		busy := b.failover.handingOver || b.failover.promoting
+		b.failover.mu.Unlock()
+		if busy {
+			continue
+		}
+		d, why := b.rejoinTarget(ctx, newer)
+		if d == nil {
+			if why != lastWhy {
+				b.log.Warn("FAILOVER: this master stepped down; waiting to learn where the new master is", "generation", newer, "why", why)
+				lastWhy = why
+			}
+			continue
+		}
+		if err := b.Demote(ctx, *d); err != nil {
+			if msg := err.Error(); msg != lastWhy {
+				b.log.Error("FAILOVER: rejoining as a slave of the new master failed; retrying", "generation", newer, "err", err)
+				lastWhy = msg
+			}
+			continue
+		}
+		b.log.Warn("FAILOVER: this former master rejoined as a slave of the master of generation "+strconv.FormatUint(newer, 10)+
+			"; records it held beyond that master's promotion are cut and saved under <dataPath>/replication/unreplicated when it connects (list them with `metaq-server unreplicated`)",
+			"slaveId", d.SlaveID, "master", d.NewMaster)
+		newer, lastWhy = 0, ""
+	}
+}
+
+// rejoinTarget is the demotion that makes this master a slave of the
+// master of generation newer (or a later one), or nil and why not yet. With
+// ZooKeeper the receiver finds the master there; without it, gossip must
+// name its replication address.
+func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, string) {
+	brokerID := b.Config().System.BrokerID
+	d := &Demotion{NewMaster: fmt.Sprintf("(the master of generation %d)", newer)}
+	var gossip *topology.Topology
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		gossip = tc.Topology()
+	}
+	if gossip != nil {
+		if m, ok := gossip.Master(brokerID); ok && m.Meta.Generation >= newer {
+			d.NewMaster = fmt.Sprintf("%s at site %s (generation %d)", m.Meta.ServeURL, m.Meta.Site, m.Meta.Generation)
+			d.MasterAddress = m.Meta.ReplAddr
+		}
+	}
+	if b.Registry != nil {
+		d.MasterAddress = "" // the receiver follows ZooKeeper
+	} else if d.MasterAddress == "" {
+		if gossip == nil {
+			return nil, "ZooKeeper and gossip are off: restart this broker as a slave of the new master (start slave -s async_slave.properties with its masterAddress)"
+		}
+		return nil, "gossip names no master of this generation with a replication address yet"
+	}
+	id, err := b.rejoinSlaveID(ctx, gossip)
+	if err != nil {
+		return nil, err.Error()
+	}
+	d.SlaveID = id
+	return d, ""
+}
+
+// rejoinSlaveID is the slaveId a former master takes: the lowest one above
+// 0 that no slave of this brokerId uses, in ZooKeeper (ids/<id>/slave<n>)
+// or by gossip. The new master normally left its own, so the sites swap.
+func (b *Bundle) rejoinSlaveID(ctx context.Context, gossip *topology.Topology) (int, error) {
+	brokerID := b.Config().System.BrokerID
+	used := map[int]bool{}
+	if b.Registry != nil {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		kids, err := b.Registry.Children(ctx, b.Registry.Paths().BrokerID(brokerID))
+		if err != nil {
+			return 0, fmt.Errorf("reading the slaves of broker %d in ZooKeeper: %w", brokerID, err)
+		}
+		for _, k := range kids {
+			if n, err := strconv.Atoi(strings.TrimPrefix(k, "slave")); err == nil && strings.HasPrefix(k, "slave") {
+				used[n] = true
+			}
+		}
+	}
+	if gossip != nil {
+		for _, m := range gossip.Members() {
+			if m.Name != gossip.Name() && m.Meta.BrokerID == brokerID && m.Meta.Role == topology.RoleSlave && m.State == topology.StateAlive {
+				used[m.Meta.SlaveID] = true
+			}
+		}
+	}
+	n := 1
+	for used[n] {
+		n++
+	}
+	return n, nil
+}
