@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Identity is what a site's data directory knows about mastership of its
-// brokerId (<dataPath>/replication.identity):
+// brokerId (<dataPath>/replication/identity.json):
 //
 //   - LogID names this site's own commit log. Log positions mean something
 //     only within one log; a slave that connects to a master with another
@@ -24,10 +25,35 @@ import (
 //   - Ends, when this site became master, are each partition's end at that
 //     moment (what the new master had). A former master that rejoins cuts
 //     everything beyond them (the unreplicated tail) and saves it aside.
+//   - Role, once a promotion or a demotion changed this site's role at run
+//     time, is that role: it overrides the role the site is started in, so
+//     that a restart with the unchanged configuration comes back as what
+//     the site last was (never as a second master).
 type Identity struct {
 	LogID      string           `json:"logId"`
 	Generation uint64           `json:"generation"`
 	Ends       map[string]int64 `json:"promotionEnds,omitempty"` // "topic-partition" -> end
+	Role       *Role            `json:"role,omitempty"`
+}
+
+// Roles a site can take at run time (Role.Name).
+const (
+	RoleMaster = "master"
+	RoleSlave  = "slave"
+)
+
+// Role is the role a site took at run time.
+type Role struct {
+	Name string `json:"name"` // RoleMaster or RoleSlave
+	// Generation is the master generation when the role was taken: the one
+	// this site won (master) or the one it follows (slave).
+	Generation uint64    `json:"generation"`
+	Since      time.Time `json:"since"`
+	// A slave's async_slave.properties keys: slaveId, slaveGroup and, with
+	// ZooKeeper off, the master's replication address when it was demoted.
+	SlaveID       int    `json:"slaveId,omitempty"`
+	SlaveGroup    string `json:"slaveGroup,omitempty"`
+	MasterAddress string `json:"masterAddress,omitempty"`
 }
 
 // IdentityStore keeps a site's Identity in a file, written atomically on
@@ -73,6 +99,10 @@ func (s *IdentityStore) Get() Identity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.id
+	if s.id.Role != nil {
+		r := *s.id.Role
+		id.Role = &r
+	}
 	if s.id.Ends != nil {
 		id.Ends = make(map[string]int64, len(s.id.Ends))
 		for k, v := range s.id.Ends {
@@ -109,7 +139,8 @@ func (s *IdentityStore) Observe(gen uint64) (bool, error) {
 }
 
 // Promote makes this site master at generation gen (which must be above
-// the one known) with the partition ends it holds now.
+// the one known) with the partition ends it holds now, and records the
+// role, in one write.
 func (s *IdentityStore) Promote(gen uint64, ends map[string]int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -118,6 +149,28 @@ func (s *IdentityStore) Promote(gen uint64, ends map[string]int64) error {
 	}
 	s.id.Generation = gen
 	s.id.Ends = ends
+	s.id.Role = &Role{Name: RoleMaster, Generation: gen, Since: time.Now().UTC()}
+	return s.saveLocked()
+}
+
+// Role is the role this site took at run time, nil when none.
+func (s *IdentityStore) Role() *Role {
+	return s.Get().Role
+}
+
+// SetRole records the role this site took at run time; nil clears it (the
+// site then starts in the role its command line and configuration say).
+func (s *IdentityStore) SetRole(r *Role) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r != nil {
+		c := *r
+		if c.Since.IsZero() {
+			c.Since = time.Now().UTC()
+		}
+		r = &c
+	}
+	s.id.Role = r
 	return s.saveLocked()
 }
 

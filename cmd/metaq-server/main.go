@@ -12,6 +12,7 @@
 //	metaq-server repair -topic T -partition P -from host:port -f server.ini
 //	metaq-server query -f server.ini [-group G] [-topic T]
 //	metaq-server check -f server.ini [-s async_slave.properties]
+//	metaq-server role [-clear] -f server.ini
 //
 // There is no JMX: stop is SIGTERM (a clean stop), reload is the admin
 // endpoint or SIGHUP, and the partition and status commands use the admin
@@ -46,6 +47,7 @@ commands:
   promote [--force]                       -f server.ini (at a slave site: become master; refused while the master is alive)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
   switchover -to <slave> [-follow addr]   -f server.ini (at any site: the master hands over to a slave, nothing lost, then follows it)
+  role [-clear]                           -f server.ini (the role a failover gave this site, which overrides start; -clear: server stopped)
   close-partitions -topic T -start a -end b -f server.ini
   open-partitions  -topic T [-start a -end b] -f server.ini
   move-partitions  -topic T -start a -end b -offset n -f server.ini
@@ -115,6 +117,7 @@ type common struct {
 	admin    string
 	dataPath string
 	force    bool
+	clear    bool
 	to       string
 	follow   string
 	publish  bool
@@ -193,6 +196,9 @@ var commands = map[string]command{
 	"unreplicated": {"[-publish [-brokers h:p]] [flags]   (records a former master cut and saved aside)", []func(*common){(*common).configFlag, (*common).dataFlag, func(c *common) {
 		c.fs.BoolVar(&c.publish, "publish", false, "publish the saved records again, as new messages")
 		c.fs.StringVar(&c.brokers, "brokers", "", "the master's host:port when ZooKeeper is off")
+	}}},
+	"role": {"[-clear] [flags]   (the role a failover gave this site; it overrides the start command)", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).dataFlag, func(c *common) {
+		c.fs.BoolVar(&c.clear, "clear", false, "remove it (server stopped): the next start takes the role its command line says")
 	}}},
 	"close-partitions": {"-topic T -start a -end b [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
 	"open-partitions":  {"-topic T [-start a -end b] [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
@@ -362,6 +368,8 @@ func run(cmd string, args []string) error {
 		return ctl.Query(ctx, cfg, c.group, c.topic, os.Stdout)
 	case "check":
 		return check(c)
+	case "role":
+		return role(c)
 	}
 	panic("metaq-server: command " + cmd + " has flags but no action")
 }
@@ -374,8 +382,17 @@ func start(ctx context.Context, c *common, modeName string) error {
 	if !c.fg {
 		// Check the configuration here, so that mistakes are printed to the
 		// operator and not only into the log.
-		if _, _, err := config.Load(c.config); err != nil {
+		cfg, _, err := config.Load(c.config)
+		if err != nil {
 			return err
+		}
+		if c.dataPath != "" {
+			cfg.System.DataPath = c.dataPath
+		}
+		if r, err := bundle.PersistedRole(cfg.System.DataPath); err != nil {
+			return err
+		} else if notice := bundle.RoleOverride(mode, r, c.config); notice != "" {
+			say("WARNING: the role this site took at run time overrides the start command: %s", notice)
 		}
 		childArgs := []string{"start"}
 		if modeName != "" {

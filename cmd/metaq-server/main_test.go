@@ -386,6 +386,7 @@ func TestCommandFlags(t *testing.T) {
 		{"delete-partitions", []string{"-f", "-topic", "-start", "-end", "-data", "-logdir", "-pidfile"}, "-offset"},
 		{"query", []string{"-f", "-group", "-topic"}, "-start"},
 		{"check", []string{"-f", "-s"}, "-topic"},
+		{"role", []string{"-f", "-clear", "-data", "-logdir", "-pidfile"}, "-to"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			code, _, stderr := cli(t, tc.cmd, "-h")

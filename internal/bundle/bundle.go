@@ -43,6 +43,10 @@ type Bundle struct {
 	// Admin is the admin HTTP endpoint; nil when disabled.
 	Admin *Admin
 
+	// formerMaster: started as a slave because the data directory says
+	// this master was demoted (applyPersistedRole).
+	formerMaster bool
+
 	comps     []Component      // set in Start before any reader runs; never changed after
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
@@ -122,13 +126,16 @@ func (b *Bundle) zkEnabled() bool {
 // Start opens the store, connects the registry, starts the broker, the admin
 // endpoint and the components. On error everything started is closed again.
 func (b *Bundle) Start(ctx context.Context) (err error) {
-	cfg := b.Config()
 	b.started = time.Now()
 	defer func() {
 		if err != nil {
 			b.Close()
 		}
 	}()
+	if err = b.applyPersistedRole(); err != nil {
+		return err
+	}
+	cfg := b.Config()
 
 	b.Store, err = store.Open(store.Options{
 		Dir:           cfg.System.DataPath,

@@ -59,6 +59,7 @@ func (c *receiverComponent) startsBeforeServing() bool { return true }
 func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 	sl := b.Slave
 	c.b = b
+	c.streamOnly = c.streamOnly || b.formerMaster
 	dir := filepath.Join(b.Config().System.DataPath, "replication")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("replication: %w", err)

@@ -477,7 +477,7 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
-	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name}); err != nil {
+	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
@@ -494,6 +494,8 @@ type Demotion struct {
 	MasterAddress string
 	NewMaster     string // named in the refusal puts get here
 	Group         string // slave group; default meta-slave-group-<site>
+	// Generation is the new master's, when known (recorded with the role).
+	Generation uint64
 }
 
 // Demote makes this master a slave of its brokerId's new master at run
@@ -540,6 +542,16 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 	b.Broker.SetPromotionEnds(nil)
 	if err := b.Store.Flush(); err != nil {
 		return fmt.Errorf("demote: flush: %w", err)
+	}
+	// From here on a restart with the master's configuration comes back
+	// as this slave (applyPersistedRole).
+	id, err := b.identity()
+	if err != nil {
+		return fmt.Errorf("demote: %w", err)
+	}
+	if err := id.SetRole(&georeplicator.Role{Name: georeplicator.RoleSlave, Generation: max(d.Generation, id.Generation()),
+		SlaveID: d.SlaveID, SlaveGroup: d.Group, MasterAddress: d.MasterAddress}); err != nil {
+		return fmt.Errorf("demote: record the role: %w", err)
 	}
 	if b.Registry != nil {
 		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {

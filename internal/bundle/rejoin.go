@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"metaq/georeplicator"
 	"metaq/topology"
 )
 
@@ -111,7 +112,7 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 // name its replication address.
 func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, string) {
 	brokerID := b.Config().System.BrokerID
-	d := &Demotion{NewMaster: fmt.Sprintf("(the master of generation %d)", newer)}
+	d := &Demotion{NewMaster: fmt.Sprintf("(the master of generation %d)", newer), Generation: newer}
 	var gossip *topology.Topology
 	if tc := compOf[*topologyComponent](b); tc != nil {
 		gossip = tc.Topology()
@@ -119,7 +120,7 @@ func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, str
 	if gossip != nil {
 		if m, ok := gossip.Master(brokerID); ok && m.Meta.Generation >= newer {
 			d.NewMaster = fmt.Sprintf("%s at site %s (generation %d)", m.Meta.ServeURL, m.Meta.Site, m.Meta.Generation)
-			d.MasterAddress = m.Meta.ReplAddr
+			d.MasterAddress, d.Generation = m.Meta.ReplAddr, m.Meta.Generation
 		}
 	}
 	if b.Registry != nil {
@@ -129,6 +130,10 @@ func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, str
 			return nil, "ZooKeeper and gossip are off: restart this broker as a slave of the new master (start slave -s async_slave.properties with its masterAddress)"
 		}
 		return nil, "gossip names no master of this generation with a replication address yet"
+	}
+	if r := b.persistedSlaveRole(); r != nil {
+		d.SlaveID, d.Group = r.SlaveID, r.SlaveGroup // as before: this site was a slave once already
+		return d, ""
 	}
 	id, err := b.rejoinSlaveID(ctx, gossip)
 	if err != nil {
@@ -169,4 +174,17 @@ func (b *Bundle) rejoinSlaveID(ctx context.Context, gossip *topology.Topology) (
 		n++
 	}
 	return n, nil
+}
+
+// persistedSlaveRole is the slave role this site recorded when it was
+// demoted before (it keeps its slaveId and group), nil otherwise.
+func (b *Bundle) persistedSlaveRole() *georeplicator.Role {
+	id, err := b.identity()
+	if err != nil {
+		return nil
+	}
+	if r := id.Role(); r != nil && r.Name == georeplicator.RoleSlave {
+		return r
+	}
+	return nil
 }

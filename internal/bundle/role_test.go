@@ -1,0 +1,142 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/georeplicator"
+	"metaq/internal/testutil"
+)
+
+// lockedBuffer collects log lines from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRestartKeepsRunTimeRoles (ZooKeeper): after `switchover -to hf`, bj
+// restarted with its unchanged master configuration comes back as hf's
+// slave (it says so loudly, refuses puts, registers as slave1 and follows
+// hf), and hf restarted with its `start slave` configuration comes back as
+// master of generation 1 (it takes puts, registers as master and ships to
+// bj). `role -clear` (ClearPersistedRole) removes the record.
+func TestRestartKeepsRunTimeRoles(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zk})
+	shared := failoverINIZK(zk, zkRoot, "")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bjSpec := siteSpec{name: "bj", natsListen: natsListen}
+	hfSpec := siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://" + natsListen}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, bjSpec)
+	hf := startSite(t, filepath.Join(root, "hf"), shared, hfSpec)
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := bj.Switchover(ctx, "hf", ""); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if hf.Broker.WriteRefusal() != nil {
+			return fmt.Errorf("hf refuses puts")
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+
+	// bj, restarted as it was configured (master), comes back as hf's slave.
+	bj.Close()
+	var bjLog lockedBuffer
+	bjSpec.logger = slog.New(slog.NewTextHandler(&bjLog, nil))
+	bj = startSite(t, filepath.Join(root, "bj"), shared, bjSpec)
+	if !strings.Contains(bjLog.String(), "ROLE FROM THE DATA DIRECTORY OVERRIDES THE START COMMAND") || !strings.Contains(bjLog.String(), "role -clear") {
+		t.Fatalf("bj's start did not say that its persisted role overrides the command line:\n%s", bjLog.String())
+	}
+	if bj.Mode() != ModeSlave || bj.promotedShipper() != nil {
+		t.Fatalf("bj restarted in mode %s", bj.Mode())
+	}
+	if r := bj.Broker.WriteRefusal(); r == nil || r.Retry {
+		t.Fatalf("bj restarted: refusal %+v, want puts refused for good", r)
+	}
+	if s, ok := findComp[*shipperComponent](bj); ok && s.Shipper() != nil {
+		t.Fatal("bj restarted ships its log as a master")
+	}
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		kids, err := zc.Children(ctx, zc.Paths().BrokerID(0))
+		if err != nil {
+			return err
+		}
+		data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/master")
+		if err != nil || string(data) != hf.Broker.URL() || !slices.Contains(kids, "slave1") {
+			return fmt.Errorf("ids/0 holds %v, master %q %v; want hf's master node and slave1", kids, data, err)
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf-2")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+
+	// hf, restarted with `start slave` and its async_slave.properties,
+	// comes back as master of the generation it won; bj follows it.
+	hf.Close()
+	hf = startSite(t, filepath.Join(root, "hf"), shared, hfSpec)
+	if hf.Mode() != ModeMaster {
+		t.Fatalf("hf restarted in mode %s", hf.Mode())
+	}
+	sc := mustComp[*shipperComponent](t, hf)
+	if s := sc.Shipper(); s == nil {
+		t.Fatal("hf restarted does not ship its log")
+	}
+	id, err := hf.identity()
+	if err != nil || id.Generation() != 1 {
+		t.Fatalf("hf restarted: generation %d %v", id.Generation(), err)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := hf.Broker.WriteRefusal(); r != nil {
+			return fmt.Errorf("hf refuses puts: %s", r.Reason)
+		}
+		if data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/master"); err != nil || string(data) != hf.Broker.URL() {
+			return fmt.Errorf("ids/0/master = %q %v, want %s", data, err, hf.Broker.URL())
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf-3")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+
+	// The way back: clearing the record (server stopped) leaves the start
+	// command in charge.
+	dataPath := bj.Config().System.DataPath
+	bj.Close()
+	r, err := ClearPersistedRole(dataPath)
+	if err != nil || r == nil || r.Name != georeplicator.RoleSlave || r.SlaveID != 1 {
+		t.Fatalf("clear: %+v %v", r, err)
+	}
+	if r, err := PersistedRole(dataPath); err != nil || r != nil {
+		t.Fatalf("after clearing: %+v %v", r, err)
+	}
+}
