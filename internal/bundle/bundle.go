@@ -25,8 +25,14 @@ type Bundle struct {
 	log  *slog.Logger
 	cfg  atomic.Pointer[config.Server]
 
-	// Slave is the loaded async_slave.properties (ModeSlave), else nil.
+	// Slave is the async_slave.properties the bundle started with
+	// (ModeSlave, or the slave role a former master recorded), else nil.
+	// Never changed once Start runs: SlaveConfig is the role at run time.
 	Slave *config.Slave
+	// role is the slave configuration in effect, nil while master: a
+	// promotion or a demotion changes it while /status, the dashboard and
+	// gossip read it.
+	role atomic.Pointer[config.Slave]
 	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
 	Samsa *config.Samsa
 
@@ -111,8 +117,14 @@ func New(opts Options) (*Bundle, error) {
 // Config returns the configuration in effect (replaced by Reload).
 func (b *Bundle) Config() *config.Server { return b.cfg.Load() }
 
-// Mode returns the bundle's role.
+// Mode returns the role the bundle started in (after the role its data
+// directory recorded, see applyPersistedRole); SlaveConfig tells whether
+// it is a slave now.
 func (b *Bundle) Mode() Mode { return b.opts.Mode }
+
+// SlaveConfig is the slave configuration in effect now: nil while this
+// bundle is master (also after a promotion), the demotion's after one.
+func (b *Bundle) SlaveConfig() *config.Slave { return b.role.Load() }
 
 // Logger returns the bundle's logger, for components.
 func (b *Bundle) Logger() *slog.Logger { return b.log }
@@ -135,6 +147,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if err = b.applyPersistedRole(); err != nil {
 		return err
 	}
+	b.role.Store(b.Slave)
 	cfg := b.Config()
 
 	b.Store, err = store.Open(store.Options{
@@ -398,8 +411,13 @@ func (b *Bundle) Status() Status {
 		Uptime:         time.Since(b.started).Round(time.Second).String(),
 		Healthy:        true,
 	}
-	if b.Slave != nil {
-		s.SlaveID = b.Slave.SlaveID
+	if sl := b.SlaveConfig(); sl != nil {
+		s.SlaveID = sl.SlaveID
+		if b.opts.Mode == ModeMaster {
+			s.Mode = ModeSlave.String() // demoted at run time
+		}
+	} else if b.opts.Mode == ModeSlave {
+		s.Mode = ModeMaster.String() // promoted at run time
 	}
 	if b.Broker != nil {
 		s.Addr = addrString(b.Broker)

@@ -132,7 +132,8 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 		Time:     time.Now(),
 		Extra:    map[string]any{},
 	}
-	if b.Slave != nil {
+	sl := b.SlaveConfig()
+	if sl != nil {
 		s.Role = "slave"
 	}
 	health := func(name string, err error) {
@@ -220,8 +221,8 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 				if !rs.Connected {
 					state = topology.LagDown
 				}
-				s.Lag = append(s.Lag, topology.Report{LagSummary: topology.LagSummary{SlaveGroup: b.Slave.SlaveGroup,
-					SlaveID: b.Slave.SlaveID, Bytes: max(0, rs.MasterPos-rs.AppliedPos), State: state},
+				s.Lag = append(s.Lag, topology.Report{LagSummary: topology.LagSummary{SlaveGroup: sl.SlaveGroup,
+					SlaveID: sl.SlaveID, Bytes: max(0, rs.MasterPos-rs.AppliedPos), State: state},
 					Site: cfg.Site.Name, BrokerID: cfg.System.BrokerID})
 			}
 		} else if method, _ := rc.Method(); method == methodMetaQ {

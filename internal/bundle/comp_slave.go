@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
 )
@@ -30,6 +31,7 @@ const (
 // ZooKeeper entries and changes method when the master does.
 type receiverComponent struct {
 	b      *Bundle
+	sl     *config.Slave // this receiver's slave configuration, taken at Start
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -57,8 +59,11 @@ func (c *receiverComponent) Name() string { return compReceiver }
 func (c *receiverComponent) startsBeforeServing() bool { return true }
 
 func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
-	sl := b.Slave
-	c.b = b
+	sl := b.SlaveConfig()
+	if sl == nil {
+		return errors.New("replication: this bundle has no slave configuration")
+	}
+	c.b, c.sl = b, sl
 	c.streamOnly = c.streamOnly || b.formerMaster
 	dir := filepath.Join(b.Config().System.DataPath, "replication")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -137,7 +142,7 @@ func (c *receiverComponent) decide(ctx context.Context, watch registry.Watch) (s
 		return "", "the master at " + base + "/master publishes no replication address, and [replication] secretFile is set: " +
 			"this slave copies only from a master that proves the shared secret, not with MetaQ's get; give the master a replication listener and the same secretFile", watch, nil
 	case slices.Contains(kids, "master"):
-		return methodMetaQ, "the master at " + base + "/master publishes no replication address (a MetaQ 1.4.6 master, or [replication] enable=false): copying it with MetaQ's get as group " + c.b.Slave.SlaveGroup, watch, nil
+		return methodMetaQ, "the master at " + base + "/master publishes no replication address (a MetaQ 1.4.6 master, or [replication] enable=false): copying it with MetaQ's get as group " + c.sl.SlaveGroup, watch, nil
 	}
 	return "", "no master registered at " + base + "/master", watch, nil
 }
@@ -325,7 +330,7 @@ func (c *receiverComponent) streamReachable(ctx context.Context) bool {
 
 // switchTo stops the running method and starts another.
 func (c *receiverComponent) switchTo(method, reason string) error {
-	b, sl := c.b, c.b.Slave
+	b, sl := c.b, c.sl
 	c.mu.Lock()
 	oldR, oldP := c.r, c.p
 	c.r, c.p = nil, nil
@@ -386,7 +391,7 @@ func (c *receiverComponent) switchTo(method, reason string) error {
 }
 
 func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
-	b, sl := c.b, c.b.Slave
+	b, sl := c.b, c.sl
 	cfg := b.Config()
 	var res georeplicator.Resolver
 	if sl.MasterAddress != "" {

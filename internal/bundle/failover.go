@@ -245,6 +245,7 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		rep.Fence = s.Fence()
 	}
 	rep.Took = time.Since(start)
+	b.role.Store(nil)
 	b.slave.isSlave.Store(false)
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
@@ -283,11 +284,12 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 // gossip brought here, nil without topology or a report.
 func (b *Bundle) lastKnownLag() *topology.Report {
 	tc := compOf[*topologyComponent](b)
-	if tc == nil || tc.Topology() == nil || b.Slave == nil {
+	sl := b.SlaveConfig()
+	if tc == nil || tc.Topology() == nil || sl == nil {
 		return nil
 	}
 	for _, r := range tc.Topology().Reports() {
-		if r.BrokerID == b.Config().System.BrokerID && r.SlaveID == b.Slave.SlaveID {
+		if r.BrokerID == b.Config().System.BrokerID && r.SlaveID == sl.SlaveID {
 			return &r
 		}
 	}
@@ -560,13 +562,13 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 	}
 	// Set before the receiver starts; the components that read it at run
 	// time (status, dashboard) see a slave from here on.
-	b.Slave = &config.Slave{
+	b.role.Store(&config.Slave{
 		File:          "(demoted at run time)",
 		SlaveID:       d.SlaveID,
 		SlaveGroup:    d.Group,
 		SlaveMaxDelay: 500 * time.Millisecond,
 		MasterAddress: d.MasterAddress,
-	}
+	})
 	rc := newReceiverComponent()
 	rc.streamOnly = true
 	if err := rc.Start(ctx, b); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +139,78 @@ func TestRestartKeepsRunTimeRoles(t *testing.T) {
 	}
 	if r, err := PersistedRole(dataPath); err != nil || r != nil {
 		t.Fatalf("after clearing: %+v %v", r, err)
+	}
+}
+
+// TestStatusDuringSwitchover: /status and the dashboard's snapshot are read
+// in a loop on both sites while `switchover -to hf` turns bj into a slave
+// and hf into the master (run with -race: the role is read while it
+// changes), and afterwards both report the new roles.
+func TestStatusDuringSwitchover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: "nats://" + natsListen})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	type view struct {
+		SlaveID int    `json:"slaveId"`
+		Mode    string `json:"mode"`
+	}
+	read := func(b *Bundle) (view, string) {
+		var v view
+		var snap struct {
+			Role string `json:"role"`
+		}
+		getJSON(t, "http://"+b.AdminAddr()+"/status", &v)
+		getJSON(t, "http://"+mustComp[*dashboardComponent](t, b).Addr()+"/api/snapshot", &snap)
+		return v, snap.Role
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var reads atomic.Int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, b := range []*Bundle{bj, hf} {
+				// What /status and the dashboard's snapshot answer.
+				b.Status()
+				snapshot(context.Background(), b)
+			}
+			reads.Add(1)
+		}
+	}()
+	toNewMaster := wanProxy(t, "127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := bj.Switchover(ctx, "hf", toNewMaster.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	toNewMaster.SetTarget(hf.promotedShipper().Addr())
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if reads.Load() < 20 {
+			return fmt.Errorf("%d status reads so far", reads.Load())
+		}
+		return nil
+	})
+	close(stop)
+	<-done
+	if v, role := read(bj); v.SlaveID != 1 || role != "slave" {
+		t.Fatalf("bj after the switchover: status %+v, dashboard role %q; want slave 1 (report %+v)", v, role, rep)
+	}
+	if v, role := read(hf); v.SlaveID != -1 || role != "master" {
+		t.Fatalf("hf after the switchover: status %+v, dashboard role %q; want master", v, role)
 	}
 }
