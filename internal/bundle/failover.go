@@ -717,10 +717,18 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		return false, "this site reaches its master"
 	}
 	brokerID := b.Config().System.BrokerID
+	var known uint64
+	if id, err := b.identity(); err == nil {
+		known = id.Generation()
+	}
 	sites, agree := map[string]bool{}, map[string]bool{b.Config().Site.Name: true}
 	for _, m := range t.Members() {
 		if m.Meta.BrokerID != brokerID {
 			continue
+		}
+		if m.Meta.Role == topology.RoleMaster && m.State == topology.StateAlive && m.Meta.Generation > known {
+			// Another site took over already: follow it, do not take over again.
+			return false, fmt.Sprintf("site %s is master of generation %d, newer than the %d this site followed", m.Meta.Site, m.Meta.Generation, known)
 		}
 		sites[m.Meta.Site] = true
 		switch {

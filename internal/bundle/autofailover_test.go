@@ -1,0 +1,155 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
+	"metaq/topology"
+)
+
+// autoFailoverSites starts bj (master) and the slave sites hf and gz with
+// [replication] autoFailover=true, autoFailoverAfterMs=500, ZooKeeper on,
+// gossip joined at bj and each slave's replication link to bj through its
+// own proxy; hf and gz hold bj's log when it returns.
+func autoFailoverSites(t *testing.T, zk string) (bj, hf, gz *Bundle, toHF, toGZ *netproxy.Proxy, zkRoot string) {
+	t.Helper()
+	root := t.TempDir()
+	zkRoot = multiSiteRoot(t, []string{zk})
+	shared := failoverINIZK(zk, zkRoot, "autoFailover=true\nautoFailoverAfterMs=500\n")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj = startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ = wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf = startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz = startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+	// Before anything is cut, gossip at hf says every site is alive and
+	// both slave sites replicate.
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		ok := 0
+		for _, m := range mustComp[*topologyComponent](t, hf).Topology().Members() {
+			if m.State == topology.StateAlive && (m.Meta.Role == topology.RoleMaster || m.Meta.Health.ReplicationOK) {
+				ok++
+			}
+		}
+		if ok != 3 {
+			return fmt.Errorf("hf's gossip shows %d of 3 sites alive and replicating", ok)
+		}
+		return nil
+	})
+	return bj, hf, gz, toHF, toGZ, zkRoot
+}
+
+// cutLink refuses new connections through p, cuts the open ones, and waits
+// until slave s has noticed.
+func cutLink(t *testing.T, p *netproxy.Proxy, s *Bundle) {
+	t.Helper()
+	p.SetRefuse(true)
+	p.CutAll()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, s).Connected() {
+			return errors.New("still connected to bj")
+		}
+		return nil
+	})
+}
+
+// wantNoPromotion checks, for four times autoFailoverAfterMs, that hf's
+// view of the master (masterLost) says why it is not lost, and that hf is
+// not promoted.
+func wantNoPromotion(t *testing.T, hf *Bundle, why string) {
+	t.Helper()
+	topo := mustComp[*topologyComponent](t, hf).Topology()
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if lost, reason := hf.masterLost(context.Background(), topo); lost || !strings.Contains(reason, why) {
+			var members []string
+			for _, m := range topo.Members() {
+				members = append(members, fmt.Sprintf("%s %s %s replicationOK=%t", m.Meta.Site, m.Meta.Role, m.State, m.Meta.Health.ReplicationOK))
+			}
+			t.Fatalf("hf: master lost %t (%s), want not lost because %q; gossip: %v", lost, reason, why, members)
+		}
+	}
+	if hf.promotedShipper() != nil {
+		t.Fatal("hf promoted itself")
+	}
+}
+
+func wantPromoted(t *testing.T, s *Bundle) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if s.promotedShipper() == nil || s.Broker.WriteRefusal() != nil {
+			return fmt.Errorf("%s is not master yet", s.Config().Site.Name)
+		}
+		return nil
+	})
+}
+
+// TestAutoFailoverWaitsForZooKeeper: only gossip to bj is lost (bj leaves
+// the gossip pool) and hf's replication link to bj is cut, so gossip says
+// the master is gone (bj's site and hf: 2 of 3 sites), but bj still holds
+// ids/0/master in hf's ZooKeeper: no promotion after autoFailoverAfterMs.
+// Once that node goes (bj stops), a slave site promotes itself.
+func TestAutoFailoverWaitsForZooKeeper(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	bj, hf, gz, toHF, _, _ := autoFailoverSites(t, zk)
+	if err := mustComp[*topologyComponent](t, bj).Close(); err != nil {
+		t.Fatal(err)
+	}
+	cutLink(t, toHF, hf)
+	wantNoPromotion(t, hf, "still registered in this site's ZooKeeper")
+
+	// Both slave sites hold all of bj's log: the candidate rule (ties to
+	// the lowest site name) picks gz, and hf follows it.
+	bj.Close()
+	wantPromoted(t, gz)
+	if hf.promotedShipper() != nil {
+		t.Fatal("hf promoted itself too")
+	}
+	produce(t, gz.Broker.Addr().String(), "orders", 10, "gz")
+	wantFollowsByteIdentical(t, gz, hf, "orders")
+}
+
+// TestAutoFailoverWaitsForGossipMajority, the converse: bj's master node is
+// gone from hf's ZooKeeper and hf's link to bj is cut, but gossip says bj
+// is alive and gz still replicates from it (1 of 3 sites agree): no
+// promotion. Once gz loses bj too, 2 of 3 agree and a slave site promotes
+// itself, once.
+func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	bj, hf, gz, toHF, toGZ, zkRoot := autoFailoverSites(t, zk)
+	cutLink(t, toHF, hf)
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	if err := zc.Delete(context.Background(), zc.Paths().BrokerID(0)+"/master"); err != nil {
+		t.Fatal(err)
+	}
+	wantNoPromotion(t, hf, "1 of 3 sites agree")
+
+	// Both slave sites hold all of bj's log: the candidate rule (ties to
+	// the lowest site name) picks gz; hf then follows gz, and bj, alive but
+	// cut off, steps down and rejoins as gz's slave.
+	cutLink(t, toGZ, gz)
+	wantPromoted(t, gz)
+	produce(t, gz.Broker.Addr().String(), "orders", 10, "gz")
+	wantFollowsByteIdentical(t, gz, hf, "orders")
+	wantFollowsByteIdentical(t, gz, bj, "orders")
+	if hf.promotedShipper() != nil {
+		t.Fatal("hf promoted itself too")
+	}
+}
