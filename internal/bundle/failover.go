@@ -400,8 +400,9 @@ type SwitchoverReport struct {
 // durable log, tells it to take over, and becomes a slave of the new
 // master (Demote): with ZooKeeper it finds the new master there, without
 // it at follow (the new master's replication address); with neither it
-// keeps refusing puts until restarted as a slave. If the slave does not
-// catch up within ctx, puts are taken again here. handedOver, when set,
+// refuses puts until gossip names the new master (runRejoin), or until
+// restarted as a slave. If the slave does not catch up within ctx, puts
+// are taken again here. handedOver, when set,
 // gets the report as it stands just before the slave is told to take over
 // (a slave site's request is answered then: see switchover_remote.go).
 func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver func(SwitchoverReport)) (SwitchoverReport, error) {
@@ -463,7 +464,7 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
 	if b.Registry == nil && follow == "" {
 		b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
-		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until restarted as a slave of " + name)
+		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until gossip names " + name + "'s replication address, or it is restarted as a slave")
 		return rep, nil
 	}
 	// The old master takes the slave id the new master leaves.

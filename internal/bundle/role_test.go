@@ -142,6 +142,72 @@ func TestRestartKeepsRunTimeRoles(t *testing.T) {
 	}
 }
 
+// TestRestartKeepsRunTimeRolesGossip (ZooKeeper off): bj, cut off from
+// hf, acknowledges records hf never gets; hf is promoted and bj rejoins as
+// its slave by gossip. bj restarted with its master configuration comes
+// back as hf's slave, reaching hf at the replication address it recorded
+// (its gossip seeds are gone); hf restarted with `start slave` comes back
+// as master on a new replication port, which bj finds by gossip.
+func TestRestartKeepsRunTimeRolesGossip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bjGossip := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bjSpec := siteSpec{name: "bj", natsListen: natsListen, gossipBind: bjGossip}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, bjSpec)
+	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
+	hfSpec := siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: "nats://" + natsListen, join: []string{bjGossip}}
+	hf := startSite(t, filepath.Join(root, "hf"), shared, hfSpec)
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	cutLink(t, toHF, hf)
+	produce(t, bj.Broker.Addr().String(), "orders", 6, "bj-unreplicated")
+	if _, err := hf.Promote(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+
+	bj.Close()
+	bj = startSite(t, filepath.Join(root, "bj"), shared, bjSpec)
+	if st := bj.Status(); st.Mode != "slave" || st.SlaveID != 1 {
+		t.Fatalf("bj restarted: mode %s slaveId %d, want slave 1", st.Mode, st.SlaveID)
+	}
+	if r := bj.Broker.WriteRefusal(); r == nil || r.Retry {
+		t.Fatalf("bj restarted: refusal %+v, want puts refused for good", r)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf-2")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+
+	hf.Close()
+	hf = startSite(t, filepath.Join(root, "hf"), shared, hfSpec)
+	if st := hf.Status(); st.Mode != "master" || st.SlaveID != -1 {
+		t.Fatalf("hf restarted: mode %s slaveId %d, want master", st.Mode, st.SlaveID)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := hf.Broker.WriteRefusal(); r != nil {
+			return fmt.Errorf("hf refuses puts: %s", r.Reason)
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf-3")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	tails, err := georeplicator.ListTails(filepath.Join(root, "bj", "data", "replication", "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := 0
+	for _, f := range tails {
+		saved += f.Records
+	}
+	if saved != 6 {
+		t.Fatalf("bj saved %d records aside, want the 6 hf never got", saved)
+	}
+}
+
 // TestStatusDuringSwitchover: /status and the dashboard's snapshot are read
 // in a loop on both sites while `switchover -to hf` turns bj into a slave
 // and hf into the master (run with -race: the role is read while it
