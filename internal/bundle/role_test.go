@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -264,6 +265,12 @@ func TestStatusDuringSwitchover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testutil.Eventually(t, 15*time.Second, 5*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil {
+			return errors.New("hf has not taken over yet")
+		}
+		return nil
+	})
 	toNewMaster.SetTarget(hf.promotedShipper().Addr())
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if reads.Load() < 20 {
@@ -276,7 +283,10 @@ func TestStatusDuringSwitchover(t *testing.T) {
 	if v, role := read(bj); v.SlaveID != 1 || role != "slave" {
 		t.Fatalf("bj after the switchover: status %+v, dashboard role %q; want slave 1 (report %+v)", v, role, rep)
 	}
-	if v, role := read(hf); v.SlaveID != -1 || role != "master" {
-		t.Fatalf("hf after the switchover: status %+v, dashboard role %q; want master", v, role)
-	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if v, role := read(hf); v.SlaveID != -1 || role != "master" {
+			return fmt.Errorf("hf after the switchover: status %+v, dashboard role %q; want master", v, role)
+		}
+		return nil
+	})
 }
