@@ -41,7 +41,7 @@ func TestIdentityRoleSurvivesReopen(t *testing.T) {
 	if got == nil {
 		t.Fatal("the slave role was not kept")
 	}
-	got.Since, want.Since = got.Since, got.Since
+	want.Since = got.Since
 	if *got != want {
 		t.Fatalf("after a demotion: role %+v, want %+v", *got, want)
 	}
