@@ -241,6 +241,19 @@ func rejoinAfterFailover(t *testing.T, zk string) {
 	if r := bj.Broker.WriteRefusal(); r == nil || r.Retry {
 		t.Fatalf("bj as hf's slave: refusal %+v, want a final one", r)
 	}
+	if zk != "" {
+		// ZooKeeper names hf the master and holds bj as a slave.
+		zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+		ctx := context.Background()
+		data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/master")
+		if err != nil || string(data) != hf.Broker.URL() {
+			t.Fatalf("ids/0/master = %q %v, want hf's %s", data, err, hf.Broker.URL())
+		}
+		slaveID := bj.SlaveConfig().SlaveID
+		if ok, _, err := zc.Exists(ctx, zc.Paths().Broker(0, slaveID)); err != nil || !ok {
+			t.Fatalf("bj is not registered as slave %d: %v", slaveID, err)
+		}
+	}
 	loop.halt()
 	if n := loop.count(); n > ackedAtFence+1 {
 		t.Fatalf("bj acknowledged %d puts after it was fenced (a put in flight may finish: at most 1)", n-ackedAtFence)
