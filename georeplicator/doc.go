@@ -43,8 +43,9 @@
 //
 // Log positions mean something only within one site's log; partition
 // offsets are the same everywhere. Each site's data directory keeps an
-// Identity: its own log id, the highest master generation it has seen and,
-// on a promoted site, each partition's end at its promotion. Both ends of
+// Identity: its own log id, the highest master generation it has seen, on a
+// promoted site each partition's end at its promotion, and the role a
+// promotion or a demotion gave the site (the bundle starts in it again). Both ends of
 // the handshake carry them (optional tails of hello and welcome, which
 // older peers neither send nor read). A slave whose checkpoint names
 // another log than the master's (it followed the master before a
