@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,4 +306,43 @@ func rejoinAfterFailover(t *testing.T, zk string) {
 		t.Fatalf("bj saved %d records aside, want the %d it acknowledged that hf lacks", len(saved), len(missing))
 	}
 	t.Logf("bj acknowledged %d puts in the loop, %d of them hf never got, all saved aside in %d files", len(loop.acked), len(missing), len(tails))
+}
+
+// TestSwitchoverWithoutFollowRejoinsByGossip (ZooKeeper off): `switchover
+// -to hf` without -follow leaves bj with no address to follow at first;
+// gossip then names hf's replication address and bj becomes its slave by
+// itself, holding hf's log byte for byte.
+func TestSwitchoverWithoutFollowRejoinsByGossip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	toHF := wanProxy(t, mustComp[*shipperComponent](t, bj).Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: "nats://" + natsListen, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := bj.Switchover(ctx, "hf", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Following {
+		t.Fatalf("switchover report %+v: bj followed without an address", rep)
+	}
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if bj.demotedReceiver() == nil || hf.Broker.WriteRefusal() != nil {
+			return errors.New("bj has not rejoined as hf's slave, or hf takes no puts yet")
+		}
+		return nil
+	})
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+	if r := bj.Broker.WriteRefusal(); r == nil || r.Retry || !strings.Contains(r.Reason, "site hf") {
+		t.Fatalf("bj's refusal %+v, want a final one naming hf", r)
+	}
 }
