@@ -1,13 +1,16 @@
 package bundle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"metaq/broker/config"
+	"metaq/broker/registry"
 	"metaq/georeplicator"
 )
 
@@ -95,6 +98,16 @@ func (b *Bundle) applyPersistedRole() error {
 	if notice == "" {
 		return nil
 	}
+	if r.Name == georeplicator.RoleMaster && b.zkEnabled() {
+		// A newer generation took over while this site was down: it starts
+		// as configured (a slave) rather than as a master that would only
+		// step down again.
+		if gen, err := b.zkGeneration(); err == nil && gen > r.Generation {
+			b.log.Warn("FAILOVER: this site was master of generation "+strconv.FormatUint(r.Generation, 10)+
+				", but ZooKeeper has generation "+strconv.FormatUint(gen, 10)+": starting as the slave the command line says", "file", identityFile(cfg.System.DataPath))
+			return nil
+		}
+	}
 	b.log.Warn("FAILOVER: ROLE FROM THE DATA DIRECTORY OVERRIDES THE START COMMAND: "+notice, "file", identityFile(cfg.System.DataPath))
 	if r.Name == georeplicator.RoleSlave {
 		b.opts.Mode = ModeSlave
@@ -111,4 +124,20 @@ func (b *Bundle) applyPersistedRole() error {
 	b.opts.Mode = ModeMaster
 	b.Slave = nil
 	return nil
+}
+
+// zkGeneration reads the brokerId's master generation from ZooKeeper with
+// a short-lived session (the bundle's own registry depends on the role).
+func (b *Bundle) zkGeneration() (uint64, error) {
+	cfg := b.Config()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := registry.New(ctx, registry.Options{Connect: cfg.ZooKeeper.Connect, Root: cfg.ZooKeeper.Root,
+		SessionTimeout: cfg.ZooKeeper.SessionTimeout, ConnectionTimeout: min(cfg.ZooKeeper.ConnectionTimeout, 10*time.Second),
+		Dialer: b.opts.ZooKeeperDialer, Logger: b.log})
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	return r.Generation(ctx, cfg.System.BrokerID)
 }
