@@ -51,18 +51,12 @@ func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint
 		cur, version, err := r.readGeneration(ctx, brokerID)
 		if errors.Is(err, ErrNoNode) {
 			next := known + 1
-			if err := r.createParents(ctx, path); err != nil {
-				return 0, err
-			}
-			err := r.call(ctx, func() error {
-				_, err := r.conn.Create(path, []byte(strconv.FormatUint(next, 10)), 0, openACL)
-				return err
-			})
+			err := r.createGeneration(ctx, path, next)
 			if errors.Is(err, ErrNodeExists) {
 				continue // another site raised it first
 			}
 			if err != nil {
-				return 0, fmt.Errorf("registry: create %s: %w", path, err)
+				return 0, err
 			}
 			return next, nil
 		}
@@ -84,6 +78,23 @@ func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint
 	}
 }
 
+// createGeneration creates the generation node at path holding gen (and
+// its parents). It fails with ErrNodeExists when another site created it
+// first.
+func (r *Registry) createGeneration(ctx context.Context, path string, gen uint64) error {
+	if err := r.createParents(ctx, path); err != nil {
+		return err
+	}
+	err := r.call(ctx, func() error {
+		_, err := r.conn.Create(path, []byte(strconv.FormatUint(gen, 10)), 0, openACL)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNodeExists) {
+		return fmt.Errorf("registry: create %s: %w", path, err)
+	}
+	return err
+}
+
 // ErrGenerationMoved: the brokerId's generation is no longer the one a
 // site expected to raise (another site was promoted first).
 var ErrGenerationMoved = errors.New("registry: the generation moved")
@@ -99,18 +110,12 @@ func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known 
 	cur, version, err := r.readGeneration(ctx, brokerID)
 	switch {
 	case errors.Is(err, ErrNoNode):
-		if err := r.createParents(ctx, path); err != nil {
-			return 0, err
-		}
-		err := r.call(ctx, func() error {
-			_, err := r.conn.Create(path, []byte(strconv.FormatUint(next, 10)), 0, openACL)
-			return err
-		})
+		err := r.createGeneration(ctx, path, next)
 		if errors.Is(err, ErrNodeExists) {
 			return 0, fmt.Errorf("%w: another site raised %s first", ErrGenerationMoved, path)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("registry: create %s: %w", path, err)
+			return 0, err
 		}
 		return next, nil
 	case err != nil:

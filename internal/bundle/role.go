@@ -31,26 +31,28 @@ func identityFile(dataPath string) string {
 // PersistedRole reads the role a site took at run time from the identity
 // file under dataPath: nil when none was recorded (or there is no file).
 func PersistedRole(dataPath string) (*georeplicator.Role, error) {
-	file := identityFile(dataPath)
-	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	id, err := georeplicator.OpenIdentity(file)
-	if err != nil {
+	id, err := existingIdentity(dataPath)
+	if id == nil || err != nil {
 		return nil, err
 	}
 	return id.Role(), nil
 }
 
-// ClearPersistedRole removes that record, so the next start takes the role
-// its command line and configuration say. It returns the role removed.
-func ClearPersistedRole(dataPath string) (*georeplicator.Role, error) {
+// existingIdentity opens the identity file under dataPath, nil when there
+// is none (a site that never replicated).
+func existingIdentity(dataPath string) (*georeplicator.IdentityStore, error) {
 	file := identityFile(dataPath)
 	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	id, err := georeplicator.OpenIdentity(file)
-	if err != nil {
+	return georeplicator.OpenIdentity(file)
+}
+
+// ClearPersistedRole removes that record, so the next start takes the role
+// its command line and configuration say. It returns the role removed.
+func ClearPersistedRole(dataPath string) (*georeplicator.Role, error) {
+	id, err := existingIdentity(dataPath)
+	if id == nil || err != nil {
 		return nil, err
 	}
 	r := id.Role()
