@@ -7,12 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"metaq/broker/store"
+	"metaq/broker/store/storetest"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
 )
@@ -55,32 +54,6 @@ func TestGetInDamagedRange(t *testing.T) {
 	}
 }
 
-// fullFS fails every log write with ENOSPC while full is set.
-type fullFS struct {
-	store.OSFS
-	full atomic.Bool
-}
-
-type fullFile struct {
-	store.File
-	fs *fullFS
-}
-
-func (f *fullFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
-	file, err := f.OSFS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return fullFile{file, f}, nil
-}
-
-func (f fullFile) WriteAt(b []byte, off int64) (int, error) {
-	if f.fs.full.Load() {
-		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
-	}
-	return f.File.WriteAt(b, off)
-}
-
 // TestPutOnFullDisk: a put the full disk refused names the reason; then
 // the write gate refuses puts (503, "no space left on device") without
 // touching the disk, the broker reports itself unhealthy, and once there is
@@ -89,7 +62,7 @@ func TestPutOnFullDisk(t *testing.T) {
 	defer func(d time.Duration) { diskProbeInterval = d }(diskProbeInterval)
 	diskProbeInterval = 10 * time.Millisecond
 	cfg := parseConfig(t, iniWith(t, ""))
-	ffs := &fullFS{}
+	ffs := &storetest.FullFS{}
 	st, err := store.Open(store.Options{Dir: t.TempDir(), FS: ffs})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +71,7 @@ func TestPutOnFullDisk(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	cl := dial(t, brk.Addr())
 	mustPut(t, cl, "test", 0, "before")
-	ffs.full.Store(true)
+	ffs.Full.Store(true)
 	cl.sendCmd(putCmd("test", 0, "refused", 2))
 	if r := cl.result(); r.Code != 500 || !strings.Contains(string(r.Body), "no space left on device") {
 		t.Fatalf("put on a full disk: %s", r)
@@ -110,7 +83,7 @@ func TestPutOnFullDisk(t *testing.T) {
 	if err := brk.Health(); err == nil || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("Health on a full disk: %v", err)
 	}
-	ffs.full.Store(false)
+	ffs.Full.Store(false)
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if r := brk.WriteRefusal(); r != nil {
 			return errors.New(r.Reason)

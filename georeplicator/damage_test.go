@@ -7,12 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"metaq/broker/store"
+	"metaq/broker/store/storetest"
 	"metaq/internal/testutil"
 )
 
@@ -244,38 +243,12 @@ func TestCheckBatchVerifiesRecordChecksums(t *testing.T) {
 	}
 }
 
-// fullFS fails every write with ENOSPC while full is set.
-type fullFS struct {
-	store.OSFS
-	full atomic.Bool
-}
-
-type fullFile struct {
-	store.File
-	fs *fullFS
-}
-
-func (f *fullFS) OpenFile(name string, flag int, perm os.FileMode) (store.File, error) {
-	file, err := f.OSFS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return fullFile{file, f}, nil
-}
-
-func (f fullFile) WriteAt(b []byte, off int64) (int, error) {
-	if f.fs.full.Load() {
-		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
-	}
-	return f.File.WriteAt(b, off)
-}
-
 // TestSlaveDiskFullResumes: a slave whose disk fills stops applying,
 // loses nothing, and catches up by itself once there is room.
 func TestSlaveDiskFullResumes(t *testing.T) {
 	k := kinds()[0]
 	g := newRig(t, k)
-	ffs := &fullFS{}
+	ffs := &storetest.FullFS{}
 	sl, err := store.Open(store.Options{Dir: filepath.Join(g.dir, "slave-data", "store"), FS: ffs})
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +258,7 @@ func TestSlaveDiskFullResumes(t *testing.T) {
 	g.startSlave()
 	g.load(100, defaultParts())
 	g.waitConverged(20 * time.Second)
-	ffs.full.Store(true)
+	ffs.Full.Store(true)
 	g.load(100, defaultParts())
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if h := sl.Health(); !errors.Is(h, store.ErrNoSpace) {
@@ -293,7 +266,7 @@ func TestSlaveDiskFullResumes(t *testing.T) {
 		}
 		return nil
 	})
-	ffs.full.Store(false)
+	ffs.Full.Store(false)
 	g.waitConverged(20 * time.Second)
 	if err := sl.Health(); err != nil {
 		t.Fatalf("slave health after room was freed: %v", err)
