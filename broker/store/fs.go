@@ -5,6 +5,8 @@ import (
 	"os"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"metaq/internal/atomicfile"
 )
 
@@ -102,6 +104,33 @@ func (f osFile) Size() (int64, error) {
 		return 0, err
 	}
 	return st.Size(), nil
+}
+
+// prefetcher is a File that can start reading a range into the page
+// cache without waiting for it (posix_fadvise WILLNEED): a reader of old
+// data asks for what it will read next, so the disk works while it
+// processes what it has (see Read). Files that cannot are simply not
+// asked.
+type prefetcher interface {
+	Prefetch(off, n int64)
+}
+
+// prefetch asks f to read [off, off+n) ahead, if it can.
+func prefetch(f File, off, n int64) {
+	if pf, ok := f.(prefetcher); ok && n > 0 {
+		pf.Prefetch(off, n)
+	}
+}
+
+// Prefetch starts reading [off, off+n) into the page cache; the advice is
+// best effort, so its error is ignored. Control keeps the descriptor open
+// while it is used.
+func (f osFile) Prefetch(off, n int64) {
+	sc, err := f.File.SyscallConn()
+	if err != nil {
+		return
+	}
+	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, unix.FADV_WILLNEED) })
 }
 
 // writeFileAtomic replaces path with data through fs (see internal/atomicfile).

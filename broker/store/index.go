@@ -318,11 +318,19 @@ func (s *Store) blockAt(pid uint32, loc blockLoc, off int64) ([]idxEntry, uint64
 
 // chunks returns p's chunks in order, from the one holding off on, until
 // they cover want bytes from off or reach the partition end. Index blocks
-// are read without holding p.mu.
+// are read without holding p.mu. A large read of old data (in sealed
+// segments) also starts reading the blocks the next read of that size
+// will need (prefetchIndex).
 func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) {
 	var out []idxEntry
 	x := off
 	repaired := false
+	sealed := false
+	defer func() {
+		if sealed && want >= prefetchMin {
+			s.prefetchIndex(p, x, want)
+		}
+	}()
 	for x < off+want {
 		p.mu.RLock()
 		if x >= p.end {
@@ -343,6 +351,7 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		if !ok {
 			break
 		}
+		sealed = sealed || loc.span != nil
 		ents, gen, err := s.blockAt(pid, loc, x)
 		if err != nil {
 			if errors.Is(err, errIndexDamaged) && !repaired {
@@ -374,6 +383,73 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		}
 	}
 	return out, nil
+}
+
+// prefetchMin is the smallest read whose successor is prefetched: a
+// consumer catching up asks for its maximum fetch size (MetaQ's default
+// is 1 MiB), a small read is not worth two system calls more.
+const prefetchMin = 64 << 10
+
+// prefetchIndex starts reading, without waiting, p's index blocks in
+// sealed segments for the next two reads of want bytes from off (a
+// consumer going through old data). A partition's blocks are
+// spread through its segment's .idx among the other partitions' blocks,
+// so the kernel's read-ahead of the file would fetch mostly theirs and
+// still leave the reader waiting for each of its own; this names exactly
+// its own. p.idxAhead remembers how far they were asked for, so
+// consecutive reads ask for each block once.
+func (s *Store) prefetchIndex(p *partition, off, want int64) {
+	// Two reads ahead, so the blocks have the whole next read to arrive.
+	from, to := off, off+2*want
+	if ahead := p.idxAhead.Load(); ahead >= off && ahead <= to {
+		from = ahead // the rest was asked for by the previous read
+	}
+	if from >= to {
+		return
+	}
+	p.idxAhead.Store(to)
+	for x := from; x < to; {
+		p.mu.RLock()
+		if x >= p.end || len(p.blocks) > 0 && x >= p.blocks[0].off {
+			p.mu.RUnlock()
+			return // the active segment's blocks: recent, in the page cache
+		}
+		loc, ok := p.locateLocked(x)
+		pid := p.pid
+		p.mu.RUnlock()
+		if !ok || loc.span == nil {
+			return
+		}
+		g := loc.span.g
+		sm, err := s.summary(g)
+		if err != nil {
+			return // the read that needs it will find out
+		}
+		bs := sm.pidBlocks(pid)
+		k := max(sort.Search(len(bs), func(i int) bool { return bs[i].off > x })-1, 0)
+		// One advice per run of adjacent blocks.
+		var runAt, runEnd int64 = -1, -1
+		g.idxMu.RLock()
+		for ; k < len(bs) && bs[k].off < to && bs[k].off < loc.end; k++ {
+			at := int64(idxHeaderLen) + int64(bs[k].at)*idxEntryLen
+			n := int64(bs[k].n) * idxEntryLen
+			if at != runEnd {
+				if runAt >= 0 && !g.removed {
+					prefetch(g.idx, runAt, runEnd-runAt)
+				}
+				runAt = at
+			}
+			runEnd = at + n
+		}
+		if runAt >= 0 && !g.removed {
+			prefetch(g.idx, runAt, runEnd-runAt)
+		}
+		g.idxMu.RUnlock()
+		if loc.end <= x {
+			return
+		}
+		x = loc.end
+	}
 }
 
 // indexDamaged handles an index block that fails its checks: the

@@ -3,6 +3,7 @@ package store
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 type pkey struct {
@@ -59,6 +60,10 @@ type partition struct {
 
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
+
+	// idxAhead is the partition offset up to which a reader of old data
+	// asked for p's index blocks ahead (prefetchIndex); only a hint.
+	idxAhead atomic.Int64
 }
 
 // holePos is the pos of an index entry that marks a hole: offsets whose

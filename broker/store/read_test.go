@@ -4,7 +4,14 @@ import (
 	"bytes"
 	"context"
 	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Read assembles a get from chunks read with as few preads as it can
@@ -84,5 +91,312 @@ func TestReadAssemblesExactBytes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// prefetchFS records the preads and the read-ahead requests (Prefetch)
+// made on log segments and .idx files.
+type prefetchFS struct {
+	OSFS
+	mu    sync.Mutex
+	reads []fileRange // preads
+	ahead []fileRange // Prefetch
+}
+
+type fileRange struct {
+	name    string
+	off, to int64
+}
+
+type prefetchFile struct {
+	File
+	fs *prefetchFS
+}
+
+func (p *prefetchFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := p.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, segSuffix) && !strings.HasSuffix(name, idxSuffix) {
+		return f, err
+	}
+	return prefetchFile{f, p}, nil
+}
+
+func (p *prefetchFS) record(into *[]fileRange, name string, off, n int64) {
+	p.mu.Lock()
+	*into = append(*into, fileRange{filepath.Base(name), off, off + n})
+	p.mu.Unlock()
+}
+
+// take returns and forgets what was recorded.
+func (p *prefetchFS) take() (reads, ahead []fileRange) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	reads, ahead = p.reads, p.ahead
+	p.reads, p.ahead = nil, nil
+	return reads, ahead
+}
+
+func (f prefetchFile) ReadAt(b []byte, off int64) (int, error) {
+	f.fs.record(&f.fs.reads, f.Name(), off, int64(len(b)))
+	return f.File.ReadAt(b, off)
+}
+
+func (f prefetchFile) Prefetch(off, n int64) {
+	f.fs.record(&f.fs.ahead, f.Name(), off, n)
+	prefetch(f.File, off, n)
+}
+
+// covered returns how many bytes of r lie in the union of rs.
+func covered(r fileRange, rs []fileRange) int64 {
+	var pts []fileRange
+	for _, x := range rs {
+		if x.name == r.name && x.to > r.off && x.off < r.to {
+			pts = append(pts, fileRange{x.name, max(x.off, r.off), min(x.to, r.to)})
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].off < pts[j].off })
+	n, at := int64(0), r.off
+	for _, x := range pts {
+		if x.to > at {
+			n += x.to - max(x.off, at)
+			at = x.to
+		}
+	}
+	return n
+}
+
+// A consumer reading old data (sealed segments) in order has the disk
+// fetch what its next reads need while it is served: exactly its own
+// partition's index blocks (never the other partitions' blocks between
+// them) and the log range after its read. Small reads and reads of the
+// active segment ask for nothing ahead.
+func TestSequentialReadOfOldDataPrefetches(t *testing.T) {
+	pfs := &prefetchFS{}
+	s := openT(t, Options{FS: pfs, SegmentBytes: 256 << 10, blockEntries: 16})
+	body := bytes.Repeat([]byte("x"), 100)
+	for i := 0; i < 12000; i++ {
+		if _, err := s.Append(context.Background(), "pf", i%4, []Message{{Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.segMu.RLock()
+	active := s.segs[len(s.segs)-1]
+	sealedSegs := len(s.segs) - 1
+	s.segMu.RUnlock()
+	if sealedSegs < 4 {
+		t.Fatalf("want at least 4 sealed segments, got %d", sealedSegs)
+	}
+	p := s.lookup("pf", 0)
+	p.mu.RLock()
+	pid, min, activeFrom := p.pid, p.min, p.blocks[0].off
+	p.mu.RUnlock()
+	if len(p.tail) > 0 && p.tail[0].off < activeFrom {
+		activeFrom = p.tail[0].off
+	}
+
+	// Small reads: nothing ahead.
+	pfs.take()
+	for off, i := min, 0; i < 20; i++ {
+		b, err := s.Read("pf", 0, off, 4<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(b))
+	}
+	if _, ahead := pfs.take(); len(ahead) > 0 {
+		t.Fatalf("4 KiB reads asked for %d ranges ahead: %v", len(ahead), ahead[0])
+	}
+
+	// Large reads in order through the sealed segments.
+	const want = prefetchMin
+	var allAhead []fileRange
+	var idxRead, idxReadAhead, logRead, logReadAhead int64
+	off := min
+	for i := 0; off+2*want < activeFrom; i++ {
+		b, err := s.Read("pf", 0, off, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(b))
+		reads, ahead := pfs.take()
+		for _, r := range reads {
+			if i == 0 {
+				break // the first read has nothing before it
+			}
+			if strings.HasSuffix(r.name, idxSuffix) {
+				idxRead += r.to - r.off
+				idxReadAhead += covered(r, allAhead)
+			} else {
+				logRead += r.to - r.off
+				logReadAhead += covered(r, allAhead)
+			}
+		}
+		allAhead = append(allAhead, ahead...)
+	}
+	if idxRead == 0 || logRead == 0 {
+		t.Fatalf("the reads read %d index and %d log bytes", idxRead, logRead)
+	}
+	// Every index block a read needed was asked for by an earlier read,
+	// and (nearly) all of its log range: the next read starts a few
+	// entries after where the previous one ended.
+	if idxReadAhead != idxRead {
+		t.Errorf("%d of %d index bytes read were asked for ahead", idxReadAhead, idxRead)
+	}
+	if logReadAhead < logRead*9/10 {
+		t.Errorf("%d of %d log bytes read were asked for ahead", logReadAhead, logRead)
+	}
+	// What was asked for in the .idx files is partition 0's blocks only.
+	var idxAhead int
+	for _, r := range allAhead {
+		if !strings.HasSuffix(r.name, idxSuffix) {
+			if r.name == filepath.Base(active.path) {
+				t.Errorf("asked for the active segment's log ahead: %v", r)
+			}
+			continue
+		}
+		idxAhead++
+		if r.name == filepath.Base(idxPathOf(active.path)) {
+			t.Errorf("asked for the active segment's index ahead: %v", r)
+			continue
+		}
+		if (r.off-idxHeaderLen)%idxEntryLen != 0 || (r.to-r.off)%idxEntryLen != 0 {
+			t.Fatalf("index range %v is not whole entries", r)
+		}
+		b := make([]byte, r.to-r.off)
+		f, err := os.Open(filepath.Join(s.logDir, r.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.ReadAt(b, r.off)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < len(b); k += idxEntryLen {
+			if e := decodeEntry32(b[k:]); e.pid != pid {
+				t.Fatalf("index range %v holds an entry of pid %d, the reader's is %d", r, e.pid, pid)
+			}
+		}
+	}
+	if idxAhead == 0 {
+		t.Fatal("no index blocks were asked for ahead")
+	}
+}
+
+// A replica catching up through old segments (ReadLog) has the disk fetch
+// the next window of the log while it ships the current one.
+func TestReadLogOfOldDataPrefetches(t *testing.T) {
+	pfs := &prefetchFS{}
+	s := openT(t, Options{FS: pfs, SegmentBytes: 256 << 10})
+	body := bytes.Repeat([]byte("y"), 1000)
+	for i := 0; i < 1500; i++ {
+		if _, err := s.Append(context.Background(), "rl", i%3, []Message{{Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pfs.take()
+	first, durable := s.LogBounds()
+	var allAhead []fileRange
+	var read, readAhead int64
+	for pos, i := first, 0; pos < durable; i++ {
+		_, next, err := s.ReadLog(pos, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = next
+		reads, ahead := pfs.take()
+		for _, r := range reads {
+			if strings.HasSuffix(r.name, segSuffix) {
+				read += r.to - r.off
+				readAhead += covered(r, allAhead)
+			}
+		}
+		allAhead = append(allAhead, ahead...)
+	}
+	// Each segment's first window has nothing before it; the rest of the
+	// sealed segments' reads were asked for ahead.
+	if read == 0 || readAhead < read/2 {
+		t.Fatalf("%d of %d log bytes ReadLog read were asked for ahead", readAhead, read)
+	}
+}
+
+// gateFS makes preads of log segments wait while it is closed.
+type gateFS struct {
+	OSFS
+	closed atomic.Bool
+	open   chan struct{}
+	in     chan struct{}
+}
+
+type gateFile struct {
+	File
+	fs *gateFS
+}
+
+func (g *gateFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := g.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, segSuffix) {
+		return f, err
+	}
+	return gateFile{f, g}, nil
+}
+
+func (f gateFile) ReadAt(b []byte, off int64) (int, error) {
+	if f.fs.closed.Load() {
+		f.fs.in <- struct{}{}
+		<-f.fs.open
+	}
+	return f.File.ReadAt(b, off)
+}
+
+// A read waiting on the disk (cold data) must not hold up the writer: a
+// segment roll and the appends behind it go on meanwhile.
+func TestRollDoesNotWaitForASlowRead(t *testing.T) {
+	gfs := &gateFS{open: make(chan struct{}), in: make(chan struct{})}
+	s := openT(t, Options{FS: gfs, SegmentBytes: 64 << 10})
+	body := bytes.Repeat([]byte("z"), 1000)
+	appendN := func(n int) error {
+		for i := 0; i < n; i++ {
+			if _, err := s.Append(context.Background(), "slow", 0, []Message{{Body: body}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := appendN(10); err != nil {
+		t.Fatal(err)
+	}
+	s.segMu.RLock()
+	segs := len(s.segs)
+	s.segMu.RUnlock()
+
+	gfs.closed.Store(true)
+	readDone := make(chan error, 1)
+	go func() {
+		_, err := s.Read("slow", 0, 0, 4<<10)
+		readDone <- err
+	}()
+	<-gfs.in // the read is inside its pread
+	gfs.closed.Store(false)
+	appended := make(chan error, 1)
+	go func() { appended <- appendN(200) }() // about three segments
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		close(gfs.open)
+		t.Fatal("appends that roll segments waited for a read stuck in its pread")
+	}
+	s.segMu.RLock()
+	rolled := len(s.segs) - segs
+	s.segMu.RUnlock()
+	if rolled < 2 {
+		t.Fatalf("expected the appends to roll segments, %d new", rolled)
+	}
+	close(gfs.open)
+	if err := <-readDone; err != nil {
+		t.Fatalf("the slow read: %v", err)
 	}
 }

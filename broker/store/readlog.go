@@ -43,6 +43,9 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		limit := min(durable, g.end()) - g.start
 		r := newSegReader(g.f, limit)
 		r.window = min(max(maxBytes+entryHeaderLen, 64<<10), 1<<20)
+		// A replica catching up reads old segments in order: have the
+		// disk fetch the next window while this one is shipped.
+		r.prefetch = g.isSealed()
 		x := pos - g.start
 		for x < limit && (total == 0 || total < maxBytes) {
 			if q := s.quarantinedAt(g.start + x); q > 0 {

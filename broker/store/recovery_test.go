@@ -22,6 +22,8 @@ type countFS struct {
 	idxReads atomic.Int64 // preads of .idx files
 	logWait  atomic.Int64 // nanoseconds spent in preads of log segments
 	idxWait  atomic.Int64 // nanoseconds spent in preads of .idx files
+	logAhead atomic.Int64 // bytes of log segments asked for ahead (Prefetch)
+	idxAhead atomic.Int64 // bytes of .idx files asked for ahead
 }
 
 type countFile struct {
@@ -51,6 +53,16 @@ func (f countFile) ReadAt(b []byte, off int64) (int, error) {
 		f.fs.logWait.Add(d)
 	}
 	return n, err
+}
+
+// Prefetch counts what is asked for ahead and passes it on.
+func (f countFile) Prefetch(off, n int64) {
+	if strings.HasSuffix(f.Name(), idxSuffix) {
+		f.fs.idxAhead.Add(n)
+	} else {
+		f.fs.logAhead.Add(n)
+	}
+	prefetch(f.File, off, n)
 }
 
 // fill appends a mix of partitions; returns the expected partition bytes.

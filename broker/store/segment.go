@@ -21,6 +21,12 @@ type segment struct {
 	path  string
 	f     File
 	size  atomic.Int64
+	// logMu (a leaf lock) guards reading f against its closing, so a read
+	// holds it, not the segment list's lock, through a pread of cold data
+	// (a roll or retention does not wait behind readers); logClosed is
+	// set under it when retention takes the segment away.
+	logMu     sync.RWMutex
+	logClosed bool
 
 	// idx is the segment's .idx file (see index.go). idxN (entries) and
 	// idxSize are written by the writer goroutine (and recovery) while the
@@ -53,13 +59,43 @@ func (g *segment) isSealed() bool {
 
 // close closes the segment's files.
 func (g *segment) close() {
+	g.logMu.Lock()
+	g.logClosed = true
 	g.f.Close()
+	g.logMu.Unlock()
 	g.idxMu.Lock()
 	g.removed = true
 	if g.idx != nil {
 		g.idx.Close()
 	}
 	g.idxMu.Unlock()
+}
+
+// readAt fills b from the segment's log at rel; ErrLogTruncated when
+// retention removed the segment.
+func (g *segment) readAt(b []byte, rel int64) error {
+	g.logMu.RLock()
+	defer g.logMu.RUnlock()
+	if g.logClosed {
+		return ErrLogTruncated
+	}
+	if n, err := g.f.ReadAt(b, rel); n < len(b) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("read %s at %d: %w", g.path, rel, err)
+	}
+	return nil
+}
+
+// prefetchAt asks for [rel, rel+n) of the segment's log ahead (see
+// prefetch), unless the segment is gone.
+func (g *segment) prefetchAt(rel, n int64) {
+	g.logMu.RLock()
+	defer g.logMu.RUnlock()
+	if !g.logClosed {
+		prefetch(g.f, rel, n)
+	}
 }
 
 const segSuffix = ".log"
@@ -114,9 +150,12 @@ type segReader struct {
 	f      File
 	size   int64
 	window int // bytes read ahead per call; 0 = 1 MiB
-	buf    []byte
-	bstart int64
-	data   []byte
+	// prefetch: after each read of a window, ask for the next one ahead
+	// (see prefetch), for a reader going through old data in order.
+	prefetch bool
+	buf      []byte
+	bstart   int64
+	data     []byte
 }
 
 func newSegReader(f File, size int64) *segReader { return &segReader{f: f, size: size} }
@@ -147,6 +186,9 @@ func (r *segReader) bytes(x int64, n int) ([]byte, error) {
 		return nil, err
 	}
 	r.bstart, r.data = x, b
+	if r.prefetch && x+want < r.size {
+		prefetch(r.f, x+want, min(want, r.size-x-want))
+	}
 	return b[:n], nil
 }
 
