@@ -64,6 +64,9 @@ type partition struct {
 	// idxAhead is the partition offset up to which a reader of old data
 	// asked for p's index blocks ahead (prefetchIndex); only a hint.
 	idxAhead atomic.Int64
+	// logAhead is the log position up to which a reader of old data asked
+	// for p's next reads ahead (prefetchLog); only a hint.
+	logAhead atomic.Int64
 }
 
 // holePos is the pos of an index entry that marks a hole: offsets whose

@@ -620,7 +620,7 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 	ents = ents[:k]
 	if total >= prefetchMin && len(ents) > 0 {
 		last := ents[len(ents)-1]
-		s.prefetchLog(ents[0].pos, last.pos+entryHeaderLen+int64(last.n))
+		s.prefetchLog(p, ents[0].pos, last.pos+entryHeaderLen+int64(last.n))
 	}
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
@@ -691,13 +691,23 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 }
 
 // prefetchLog starts reading, without waiting, the log range a consumer
-// that just read [from, to) of a sealed segment will read next (as much
-// again, from to), so the disk fetches it while this read is served and
-// the next one is asked for. The kernel's own read-ahead is per open file
-// and every reader of the segment shares it; consumers of different
-// partitions reading at different places would keep resetting it.
-func (s *Store) prefetchLog(from, to int64) {
-	for x, end := to, to+(to-from); x < end; {
+// of p that just read [from, to) of a sealed segment will read in its
+// next two reads of that size, so the disk fetches it while this read is
+// served and the next ones are asked for. p.logAhead remembers how far
+// it was asked for, so each range is asked for once. The kernel's own
+// read-ahead is per open file and every reader of the segment shares it:
+// consumers of different partitions reading at different places would
+// keep resetting it.
+func (s *Store) prefetchLog(p *partition, from, to int64) {
+	x, end := to, to+2*(to-from)
+	if ahead := p.logAhead.Load(); ahead >= to && ahead <= end {
+		x = ahead // the rest was asked for by the previous read
+	}
+	if x >= end {
+		return
+	}
+	p.logAhead.Store(end)
+	for x < end {
 		s.segMu.RLock()
 		g := s.segmentLocked(x)
 		s.segMu.RUnlock()
