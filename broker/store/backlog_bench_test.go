@@ -541,10 +541,11 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 	}
 	for r := 0; r < rounds; r++ {
 		drop()
-		var r0, r1, n0, n1, i0, i1, lw0, iw0 int64
+		var r0, r1, n0, n1, i0, i1, lw0, iw0, la0, ia0 int64
 		if cfs != nil {
 			r0, n0, i0 = cfs.logRead.Load(), cfs.logReads.Load(), cfs.idxReads.Load()
 			lw0, iw0 = cfs.logWait.Load(), cfs.idxWait.Load()
+			la0, ia0 = cfs.logAhead.Load(), cfs.idxAhead.Load()
 		}
 		c0, f0 := cpuTime(), minorFaults()
 		t := time.Now()
@@ -558,9 +559,10 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 		d := time.Since(t).Seconds()
 		c, faults := cpuTime()-c0, minorFaults()-f0
 		mb := float64(want) / 1e6
-		inLog, inIdx := 0.0, 0.0
+		inLog, inIdx, logAhead, idxAhead := 0.0, 0.0, 0.0, 0.0
 		if cfs != nil {
 			inLog, inIdx = float64(cfs.logWait.Load()-lw0)/1e9/d, float64(cfs.idxWait.Load()-iw0)/1e9/d
+			logAhead, idxAhead = float64(cfs.logAhead.Load()-la0)/1e6/mb, float64(cfs.idxAhead.Load()-ia0)/1e6/mb
 		}
 		seq = append(seq, mb/d)
 		seqLog = append(seqLog, float64(to-from)/1e6/d)
@@ -582,8 +584,8 @@ func seqRounds(s *Store, p PartitionInfo, want int64, rounds int, cold bool, pro
 			}
 			*o.into = append(*o.into, rate)
 		}
-		fmt.Fprintf(os.Stderr, "backlog: sequential read round %d: %.1f MB/s of partition data (%.1f of log, %.2f CPU s per GB, %.0f page faults per MB, %.0f%% of the time in log preads, %.0f%% in index preads), disk %.1f MB/s, with read-ahead %.1f MB/s, O_DIRECT %.1f MB/s\n",
-			r+1, seq[r], seqLog[r], cpu[r], float64(faults)/mb, 100*inLog, 100*inIdx, disk[r], ahead[r], direct[r])
+		fmt.Fprintf(os.Stderr, "backlog: sequential read round %d: %.1f MB/s of partition data (%.1f of log, %.2f CPU s per GB, %.0f page faults per MB, %.0f%% of the time in log preads, %.0f%% in index preads; asked ahead per MB: %.2f MB of log, %.3f MB of index), disk %.1f MB/s, with read-ahead %.1f MB/s, O_DIRECT %.1f MB/s\n",
+			r+1, seq[r], seqLog[r], cpu[r], float64(faults)/mb, 100*inLog, 100*inIdx, logAhead, idxAhead, disk[r], ahead[r], direct[r])
 	}
 	st := seqStats{seq: median(seq), seqLog: median(seqLog), disk: median(disk), ahead: median(ahead), direct: median(direct), cpuPerGB: median(cpu)}
 	if cfs != nil {

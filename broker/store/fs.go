@@ -133,6 +133,29 @@ func (f osFile) Prefetch(off, n int64) {
 	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, unix.FADV_WILLNEED) })
 }
 
+// randomAccess is a File that can tell the kernel not to extend its
+// reads with read-ahead (posix_fadvise RANDOM).
+type randomAccess interface {
+	AdviseRandom()
+}
+
+// adviseRandom tells the kernel that f is read where the store says, if
+// f can take the advice.
+func adviseRandom(f File) {
+	if ra, ok := f.(randomAccess); ok {
+		ra.AdviseRandom()
+	}
+}
+
+// AdviseRandom turns the kernel's read-ahead off for f (best effort).
+func (f osFile) AdviseRandom() {
+	sc, err := f.File.SyscallConn()
+	if err != nil {
+		return
+	}
+	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), 0, 0, unix.FADV_RANDOM) })
+}
+
 // writeFileAtomic replaces path with data through fs (see internal/atomicfile).
 func writeFileAtomic(fs FS, path string, data []byte) error {
 	return atomicfile.WriteFileFS(atomicFS{fs}, path, data, 0o644)

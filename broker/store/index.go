@@ -92,6 +92,11 @@ func (s *Store) openIdx(g *segment) (ok bool, err error) {
 		return false, fmt.Errorf("store: open index %s: %w", path, err)
 	}
 	g.idx = f
+	// A partition's blocks lie among the other partitions' blocks: the
+	// kernel's read-ahead (up to read_ahead_kb, often MiBs) would read
+	// mostly theirs on every miss. Readers ask for their own ahead
+	// (prefetchIndex).
+	adviseRandom(f)
 	size, err := f.Size()
 	if err != nil {
 		return false, fmt.Errorf("store: stat index %s: %w", path, err)
@@ -390,17 +395,23 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 // is 1 MiB), a small read is not worth two system calls more.
 const prefetchMin = 64 << 10
 
+// indexAheadReads is how many reads ahead prefetchIndex asks for.
+const indexAheadReads = 8
+
 // prefetchIndex starts reading, without waiting, p's index blocks in
-// sealed segments for the next two reads of want bytes from off (a
-// consumer going through old data). A partition's blocks are
+// sealed segments for the next indexAheadReads reads of want bytes from
+// off (a consumer going through old data). A partition's blocks are
 // spread through its segment's .idx among the other partitions' blocks,
 // so the kernel's read-ahead of the file would fetch mostly theirs and
 // still leave the reader waiting for each of its own; this names exactly
 // its own. p.idxAhead remembers how far they were asked for, so
 // consecutive reads ask for each block once.
 func (s *Store) prefetchIndex(p *partition, off, want int64) {
-	// Two reads ahead, so the blocks have the whole next read to arrive.
-	from, to := off, off+2*want
+	// Further ahead than the log (prefetchLog: two reads): the blocks are a
+	// small fraction of what the reads pass over (32 bytes per chunk), and
+	// asked for at the same horizon they would queue behind the log's
+	// read-ahead and arrive just too late.
+	from, to := off, off+indexAheadReads*want
 	if ahead := p.idxAhead.Load(); ahead >= off && ahead <= to {
 		from = ahead // the rest was asked for by the previous read
 	}

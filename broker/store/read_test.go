@@ -400,3 +400,5 @@ func TestRollDoesNotWaitForASlowRead(t *testing.T) {
 		t.Fatalf("the slow read: %v", err)
 	}
 }
+
+func (f prefetchFile) AdviseRandom() { adviseRandom(f.File) }

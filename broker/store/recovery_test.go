@@ -498,3 +498,5 @@ func TestCorruptionFoundByReadLog(t *testing.T) {
 	checkShipped(t, ents, 1, want[1], 7)
 	checkHoles(t, s2, "rl", 1, want[1], 7)
 }
+
+func (f countFile) AdviseRandom() { adviseRandom(f.File) }
