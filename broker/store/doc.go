@@ -143,8 +143,27 @@
 // at most 32 KiB, its crc checked) to find the exact chunk; a get that
 // spans several blocks reads them in order. Reads then pread the log;
 // chunks close together in the log (up to 4 KiB of other partitions'
-// entries between them) are read with one pread of at most 4 MiB. No file
-// descriptor is held per partition (10,000 partitions would not fit in
+// entries between them) are read with one pread of at most 4 MiB.
+//
+// Read-ahead of old data. A consumer catching up reads a partition in
+// order with large gets (MetaQ's default fetch is 1 MiB), one at a time:
+// it would leave the disk idle while it checks and copies a get, and the
+// kernel's read-ahead does not fill the gap (it is per open file, shared
+// by every reader of a segment, and in a .idx it would read mostly other
+// partitions' blocks, which lie between the reader's own). So a Read of
+// at least 64 KiB in a sealed segment asks the kernel (posix_fadvise
+// WILLNEED, which starts the reads and returns) for what the next reads
+// of that size will need: the log range of the next two, and the
+// partition's own index blocks, exactly those (from the summary), for the
+// next eight, as the index is 32 bytes per chunk and asked for at the
+// log's horizon it would queue behind the log's reads. Each partition
+// remembers how far it asked, so each range is asked for once. The .idx
+// files are opened with read-ahead off (posix_fadvise RANDOM). ReadLog
+// asks for its next window the same way. On this machine that tripled
+// the cold read of BenchmarkBacklog (BENCH.md). Reads of the active
+// segment, recent and in the page cache, ask for nothing.
+//
+// No file descriptor is held per partition (10,000 partitions would not fit in
 // `ulimit -n` with MetaQ's layout): the store holds two per log segment,
 // the .log and the .idx.
 //
@@ -442,7 +461,10 @@
 //
 // Lock order: rebuildMu (index rebuilds), then Store.segMu (segment list),
 // then Store.mu (partition table), then partition.mu, then segment.idxMu
-// (guards reading a segment's .idx against its closing). durMu, healthMu,
+// (guards reading a segment's .idx against its closing) and segment.logMu
+// (the same for its log: the preads of Read and ReadLog hold it, not
+// segMu, so a roll or retention never waits behind a pread of cold
+// data). durMu, healthMu,
 // polMu, closeMu and the summary cache's lock are leaves. Read copies
 // block references (or a span) under partition.mu, releases it, and only
 // then reads the footer, the .idx and the log; only cutIndexLocked (rare:

@@ -349,9 +349,26 @@ func (f gateFile) ReadAt(b []byte, off int64) (int, error) {
 	return f.File.ReadAt(b, off)
 }
 
-// A read waiting on the disk (cold data) must not hold up the writer: a
-// segment roll and the appends behind it go on meanwhile.
+// A read waiting on the disk (cold data), a consumer's or a replica's,
+// must not hold up the writer: a segment roll and the appends behind it
+// go on meanwhile.
 func TestRollDoesNotWaitForASlowRead(t *testing.T) {
+	t.Run("Read", func(t *testing.T) {
+		testRollDuringSlowRead(t, func(s *Store) error {
+			_, err := s.Read("slow", 0, 0, 4<<10)
+			return err
+		})
+	})
+	t.Run("ReadLog", func(t *testing.T) {
+		testRollDuringSlowRead(t, func(s *Store) error {
+			first, _ := s.LogBounds()
+			_, _, err := s.ReadLog(first, 4<<10)
+			return err
+		})
+	})
+}
+
+func testRollDuringSlowRead(t *testing.T, read func(*Store) error) {
 	gfs := &gateFS{open: make(chan struct{}), in: make(chan struct{})}
 	s := openT(t, Options{FS: gfs, SegmentBytes: 64 << 10})
 	body := bytes.Repeat([]byte("z"), 1000)
@@ -372,10 +389,7 @@ func TestRollDoesNotWaitForASlowRead(t *testing.T) {
 
 	gfs.closed.Store(true)
 	readDone := make(chan error, 1)
-	go func() {
-		_, err := s.Read("slow", 0, 0, 4<<10)
-		readDone <- err
-	}()
+	go func() { readDone <- read(s) }()
 	<-gfs.in // the read is inside its pread
 	gfs.closed.Store(false)
 	appended := make(chan error, 1)

@@ -21,24 +21,31 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 	var damaged []posRange
 	total := 0
 	for pos < durable && (total == 0 || total < maxBytes) {
+		// The segment list is locked only to find the segment and copy the
+		// quarantined ranges (both change only under segMu.Lock); the
+		// preads hold the segment's logMu, so a roll or retention does not
+		// wait behind a replica reading cold data.
 		s.segMu.RLock()
 		if len(s.segs) == 0 || pos < s.segs[0].start {
 			s.segMu.RUnlock()
 			return nil, pos, ErrLogTruncated
 		}
-		for _, q := range s.quarantine {
+		firstStart := s.segs[0].start
+		quarantine := append([]posRange(nil), s.quarantine...)
+		for _, q := range quarantine {
 			if pos >= q.from && pos < q.to {
 				pos = q.to
 			}
 		}
 		g := s.segmentLocked(pos)
-		if g == nil || pos >= durable {
-			s.segMu.RUnlock()
+		s.segMu.RUnlock()
+		if g == nil || pos >= durable || pos >= g.end() {
 			break
 		}
-		if pos >= g.end() {
-			s.segMu.RUnlock()
-			break
+		g.logMu.RLock()
+		if g.logClosed {
+			g.logMu.RUnlock()
+			return nil, pos, ErrLogTruncated
 		}
 		limit := min(durable, g.end()) - g.start
 		r := newSegReader(g.f, limit)
@@ -48,7 +55,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		r.prefetch = g.isSealed()
 		x := pos - g.start
 		for x < limit && (total == 0 || total < maxBytes) {
-			if q := s.quarantinedAt(g.start + x); q > 0 {
+			if q := quarantinedIn(quarantine, g.start+x); q > 0 {
 				x = q - g.start
 				continue
 			}
@@ -61,7 +68,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 				if y < 0 {
 					y = limit
 				}
-				if g.start+x > pos || g.start+x == s.segs[0].start {
+				if g.start+x > pos || g.start+x == firstStart {
 					// A boundary we found ourselves, not one the caller
 					// passed in: this is damage.
 					s.log.Error("STORE: damaged log entry skipped by replication", "position", g.start+x, "err", derr)
@@ -85,7 +92,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 			}
 			x += int64(n)
 		}
-		s.segMu.RUnlock()
+		g.logMu.RUnlock()
 		if len(damaged) > 0 {
 			for _, d := range damaged {
 				if p, off, n, ok := s.chunkAt(d.from); ok {
@@ -106,8 +113,11 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 
 // quarantinedAt returns the end of the quarantined range holding pos, or 0.
 // Caller holds segMu.
-func (s *Store) quarantinedAt(pos int64) int64 {
-	for _, q := range s.quarantine {
+func (s *Store) quarantinedAt(pos int64) int64 { return quarantinedIn(s.quarantine, pos) }
+
+// quarantinedIn returns the end of the range of qs holding pos, or 0.
+func quarantinedIn(qs []posRange, pos int64) int64 {
+	for _, q := range qs {
 		if pos >= q.from && pos < q.to {
 			return q.to
 		}
