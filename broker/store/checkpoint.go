@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,17 +14,21 @@ import (
 const (
 	ckptMagic = 0x4D51434B // "MQCK"
 	ckptName  = "checkpoint"
+	// ckptFormat is the checkpoint's format: 4 (spans delta-encoded) since
+	// the .idx files' format 3. A format-3 checkpoint (spans of 20 bytes)
+	// is read and the next one written in format 4.
+	ckptFormat = 4
 )
 
-// The checkpoint (format 3) holds everything start-up needs without
+// The checkpoint (format 4) holds everything start-up needs without
 // reading a segment or an index file: the partition table with each
 // partition's bounds, virtual segments, fences, one span per sealed
 // segment it has chunks in and the blocks of the active segment; for each
 // segment the number of .idx entries it vouches for and, once sealed, the
 // footer's block count and crc; and the quarantined ranges, all complete
 // up to log position pos. Sealed segments' blocks are in their footers,
-// not here: the checkpoint grows with partitions x segments, not with the
-// retained chunks.
+// not here: the checkpoint grows with partitions x segments (a few bytes
+// per span, see ckptSpans), not with the retained chunks.
 type ckptPart struct {
 	pid      uint32
 	key      pkey
@@ -32,13 +37,58 @@ type ckptPart struct {
 	records  int64
 	segs     []int64
 	fences   []fenceRef
-	spans    []ckptSpan
+	spans    ckptSpans
 	blocks   []ckptBlock
 }
 
-type ckptSpan struct {
-	seg     uint32 // index into checkpoint.segs
-	off, ms int64
+// ckptSpans is a partition's spans as the checkpoint (format 4) holds
+// them: each span's segment (an index into checkpoint.segs), offset and
+// time as deltas from the span before (the first from zero), encoded by
+// appendSpanDelta as in memory (3-6 bytes a span for a busy partition,
+// against 20 in format 3). On disk: uint32 count, uint32 bytes, bytes.
+type ckptSpans struct {
+	n    int
+	b    []byte
+	last segSpan
+}
+
+// add appends a span (seg being the checkpoint's segment index).
+func (c *ckptSpans) add(k segSpan) {
+	c.b = appendSpanDelta(c.b, c.last, k)
+	c.last = k
+	c.n++
+}
+
+// each calls f for every span in order; it fails on bytes that do not
+// hold exactly n spans.
+func (c *ckptSpans) each(f func(i int, k segSpan) error) error {
+	var k segSpan
+	b := c.b
+	for i := 0; i < c.n; i++ {
+		dseg, n1 := binary.Uvarint(b)
+		if n1 <= 0 || dseg > math.MaxUint32 {
+			return errCkpt
+		}
+		doff, n2 := binary.Uvarint(b[n1:])
+		if n2 <= 0 {
+			return errCkpt
+		}
+		dms, n3 := binary.Varint(b[n1+n2:])
+		if n3 <= 0 {
+			return errCkpt
+		}
+		b = b[n1+n2+n3:]
+		k = segSpan{seg: k.seg + uint32(dseg), off: k.off + int64(doff), ms: k.ms + dms}
+		if f != nil {
+			if err := f(i, k); err != nil {
+				return err
+			}
+		}
+	}
+	if len(b) != 0 {
+		return errCkpt
+	}
+	return nil
 }
 
 type ckptBlock struct {
@@ -67,7 +117,7 @@ type checkpoint struct {
 
 func encodeCheckpoint(c *checkpoint) []byte {
 	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
-	b = binary.BigEndian.AppendUint32(b, formatV3)
+	b = binary.BigEndian.AppendUint32(b, ckptFormat)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
 	b = binary.BigEndian.AppendUint32(b, c.nextPid)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
@@ -106,12 +156,9 @@ func encodeCheckpoint(c *checkpoint) []byte {
 			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
 			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
 		}
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.spans)))
-		for _, k := range p.spans {
-			b = binary.BigEndian.AppendUint32(b, k.seg)
-			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
-			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
-		}
+		b = binary.BigEndian.AppendUint32(b, uint32(p.spans.n))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.spans.b)))
+		b = append(b, p.spans.b...)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
 		for _, k := range p.blocks {
 			b = binary.BigEndian.AppendUint32(b, k.seg)
@@ -156,10 +203,11 @@ func (d *decoder) count(size int) int {
 	return n
 }
 
-// decodeCheckpoint decodes a checkpoint of format 3, or of format 2 (no
-// sealed flags or spans: every block of every segment is in it). For a
-// checkpoint of another format it returns only the version (and no
-// error), so the caller can upgrade or refuse with a clear message.
+// decodeCheckpoint decodes a checkpoint of format 4, of format 3 (spans
+// of 20 bytes each), or of format 2 (no sealed flags or spans: every block
+// of every segment is in it). For a checkpoint of another format it
+// returns only the version (and no error), so the caller can upgrade or
+// refuse with a clear message.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 12 || crc32.Checksum(b[:len(b)-4], castagnoli) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return nil, errCkpt
@@ -169,7 +217,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, errCkpt
 	}
 	c := &checkpoint{version: d.u32()}
-	v3 := c.version == formatV3
+	v3 := c.version == formatV3 || c.version == ckptFormat // sealed flags and spans
 	if !v3 && c.version != formatV2 {
 		return c, nil
 	}
@@ -208,13 +256,18 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		for j := 0; j < nf && d.err == nil; j++ {
 			p.fences = append(p.fences, fenceRef{pos: d.i64(), off: d.i64()})
 		}
-		nsp := 0
-		if v3 {
-			nsp = d.count(20)
-		}
-		p.spans = make([]ckptSpan, 0, nsp)
-		for j := 0; j < nsp && d.err == nil; j++ {
-			p.spans = append(p.spans, ckptSpan{seg: d.u32(), off: d.i64(), ms: d.i64()})
+		switch c.version {
+		case formatV3:
+			nsp := d.count(20)
+			for j := 0; j < nsp && d.err == nil; j++ {
+				p.spans.add(segSpan{seg: d.u32(), off: d.i64(), ms: d.i64()})
+			}
+		case ckptFormat:
+			p.spans.n = d.count(3)
+			p.spans.b = d.take(int(d.u32()))
+			if d.err == nil && p.spans.each(nil) != nil {
+				d.err = errCkpt
+			}
 		}
 		nb := d.count(32)
 		p.blocks = make([]ckptBlock, 0, nb)
@@ -262,14 +315,16 @@ func (s *Store) loadCheckpoint() (int64, error) {
 			s.log.Info("STORE: data directory of format 2 upgraded in place", "dir", s.dir, "segments", len(c.segs))
 			return c.pos, nil
 		}
-	case c.version != formatV3:
-		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 to 3); refusing to open it",
-			filepath.Join(s.dir, ckptName), c.version, errNewerFormat)
+	case c.version != formatV3 && c.version != ckptFormat:
+		return 0, fmt.Errorf("store: checkpoint %s has format %d, %w (this one reads formats 1 to %d); refusing to open it",
+			filepath.Join(s.dir, ckptName), c.version, errNewerFormat, ckptFormat)
 	default:
+		// Format 3 differs only in how spans are written: the next
+		// checkpoint (at the next roll or stop) is format 4.
 		if err := s.applyCheckpoint(c); err != nil {
 			s.log.Warn("STORE: checkpoint does not match the files, re-indexing the whole log", "err", err)
 		} else {
-			s.log.Info("STORE: loaded checkpoint", "position", c.pos, "partitions", len(c.parts))
+			s.log.Info("STORE: loaded checkpoint", "position", c.pos, "partitions", len(c.parts), "format", c.version)
 			return c.pos, nil
 		}
 	}
@@ -348,8 +403,8 @@ func (s *Store) upgradeV2(c *checkpoint) error {
 		var active []ckptBlock
 		for _, k := range cp.blocks {
 			if c.segs[k.seg].sealed {
-				if n := len(cp.spans); n == 0 || cp.spans[n-1].seg != k.seg {
-					cp.spans = append(cp.spans, ckptSpan{seg: k.seg, off: k.off, ms: k.ms})
+				if cp.spans.n == 0 || cp.spans.last.seg != k.seg {
+					cp.spans.add(segSpan{seg: k.seg, off: k.off, ms: k.ms})
 				}
 			} else {
 				active = append(active, k)
@@ -357,7 +412,7 @@ func (s *Store) upgradeV2(c *checkpoint) error {
 		}
 		cp.blocks = active
 	}
-	c.version = formatV3
+	c.version = ckptFormat
 	return s.fs.SyncDir(s.logDir)
 }
 
@@ -427,16 +482,21 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		p.base, p.records = cp.base, cp.records
 		p.segs = cp.segs
 		p.fences = cp.fences
-		p.spans = make([]segSpan, len(cp.spans))
 		prev := int64(-1)
-		for i, k := range cp.spans {
+		var prevSeg *segment
+		err := cp.spans.each(func(i int, k segSpan) error {
 			if int(k.seg) >= len(segs) || segs[k.seg] == nil || !c.segs[k.seg].sealed || k.off <= prev || k.off > cp.end ||
-				(i > 0 && segs[k.seg].start <= p.spans[i-1].g.start) {
+				(prevSeg != nil && segs[k.seg].start <= prevSeg.start) {
 				return fmt.Errorf("%w: span %d of %s-%d", errCkpt, i, cp.key.topic, cp.key.num)
 			}
-			p.spans[i] = segSpan{g: segs[k.seg], off: k.off, ms: k.ms}
+			prevSeg = segs[k.seg]
+			p.spans.Append(segSpan{seg: prevSeg.seq, off: k.off, ms: k.ms})
 			prev = k.off
 			s.w.lastMs = max(s.w.lastMs, k.ms)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		p.blocks = make([]blockRef, len(cp.blocks))
 		for i, k := range cp.blocks {
@@ -488,12 +548,22 @@ func (s *Store) writeCheckpoint() error {
 	}
 	c := &checkpoint{pos: w.pos}
 	segIdx := make(map[*segment]uint32)
+	// seqIdx[seq-seq0] is the checkpoint's index of segment seq + 1, 0
+	// for none (seqs ascend along the list, with gaps where recovery cut
+	// segments away).
+	var seqIdx []uint32
+	var seq0 uint32
 	s.segMu.RLock()
+	if len(s.segs) > 0 {
+		seq0 = s.segs[0].seq
+		seqIdx = make([]uint32, s.segs[len(s.segs)-1].seq-seq0+1)
+	}
 	for i, g := range s.segs {
 		g.idxMu.RLock() // rebuildIdx may replace a sealed segment's .idx
 		c.segs = append(c.segs, ckptSeg{start: g.start, idxN: g.idxN, sealed: g.sealed, footN: g.footN, footCRC: g.footCRC})
 		g.idxMu.RUnlock()
 		segIdx[g] = uint32(i)
+		seqIdx[g.seq-seq0] = uint32(i) + 1
 	}
 	c.quarantine = append(c.quarantine, s.quarantine...)
 	s.segMu.RUnlock()
@@ -502,13 +572,13 @@ func (s *Store) writeCheckpoint() error {
 	for _, p := range s.parts {
 		p.mu.RLock()
 		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
-			fences: append([]fenceRef(nil), p.fences...), spans: make([]ckptSpan, 0, len(p.spans)), blocks: make([]ckptBlock, 0, len(p.blocks))}
-		for _, sp := range p.spans {
-			i, ok := segIdx[sp.g]
-			if !ok {
+			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
+		cp.spans.b = make([]byte, 0, p.spans.encodedLen())
+		for sp := range p.spans.All() {
+			if sp.seg < seq0 || sp.seg-seq0 >= uint32(len(seqIdx)) || seqIdx[sp.seg-seq0] == 0 {
 				continue // its segment is gone: the span is below min
 			}
-			cp.spans = append(cp.spans, ckptSpan{seg: i, off: sp.off, ms: sp.ms})
+			cp.spans.add(segSpan{seg: seqIdx[sp.seg-seq0] - 1, off: sp.off, ms: sp.ms})
 		}
 		for _, b := range p.blocks {
 			i, ok := segIdx[b.g]
@@ -580,7 +650,7 @@ func (s *Store) sealed(g *segment) error {
 				k++
 			} else if first {
 				first = false
-				p.spans = append(p.spans, segSpan{g: g, off: b.off, ms: b.ms})
+				p.spans.Append(segSpan{seg: g.seq, off: b.off, ms: b.ms})
 			}
 		}
 		clear(p.blocks[k:])

@@ -291,7 +291,7 @@ func TestOpenFormat2Directory(t *testing.T) {
 	check(s)
 	s.Close()
 	ck, _ := os.ReadFile(filepath.Join(dir, ckptName))
-	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV3 {
+	if v := binary.BigEndian.Uint32(ck[4:]); v != ckptFormat {
 		t.Fatalf("checkpoint still has format %d after the upgrade", v)
 	}
 	idx := logFiles(t, dir, idxSuffix)

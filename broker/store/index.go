@@ -15,8 +15,8 @@ import (
 // block holding up to blockEntries consecutive chunks of ONE partition.
 // When a segment is sealed its .idx gets a footer listing every block in
 // it (the segment's summary, read when first needed and kept in a bounded
-// cache). Memory keeps, per partition, one segSpan per sealed segment it
-// has chunks in, one blockRef per block of the active segment, and the
+// cache). Memory keeps, per partition, one span per sealed segment it
+// has chunks in (a compact spanList, see spanlist.go), one blockRef per block of the active segment, and the
 // chunks written since its last block (the tail, at most one block's
 // worth, always in the active segment). See doc.go.
 
@@ -51,15 +51,6 @@ const (
 	footBlockLen   = 32
 	footTrailerLen = 32
 )
-
-// segSpan is where a partition's chunks in one sealed segment begin: at
-// offset off, appended at ms (the first of its blocks there). They run to
-// the start of the next span, of the active segment's blocks, of the tail,
-// or to the partition end; the segment's footer lists their blocks.
-type segSpan struct {
-	g       *segment
-	off, ms int64
-}
 
 // blockRef locates one index block of a partition.
 type blockRef struct {
@@ -255,25 +246,32 @@ func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
 }
 
 // blockLoc says where the block holding an offset is: a block of the
-// active segment (ref), or p's span in a sealed segment, whose footer
+// active segment (ref), or p's span in a sealed segment g, whose footer
 // lists the block. end is where p's chunks there end: entries at or past
 // it are not p's (fenced, or a later span's).
 type blockLoc struct {
 	ref  blockRef
 	span *segSpan
+	g    *segment // the span's segment
 	end  int64
 }
 
 func (l blockLoc) seg() *segment {
 	if l.span != nil {
-		return l.span.g
+		return l.g
 	}
 	return l.ref.g
 }
 
+// spanLocLocked is the blockLoc of p's span i. The caller holds p.mu.
+func (s *Store) spanLocLocked(p *partition, i int) blockLoc {
+	sp := p.spans.At(i)
+	return blockLoc{span: &sp, g: s.spanSeg(sp.seg), end: p.spanEndLocked(i)}
+}
+
 // locateLocked finds where the block holding off is; false when off is
 // below everything indexed. The caller holds p.mu.
-func (p *partition) locateLocked(off int64) (blockLoc, bool) {
+func (s *Store) locateLocked(p *partition, off int64) (blockLoc, bool) {
 	if len(p.blocks) > 0 && off >= p.blocks[0].off {
 		i := p.blockIndexLocked(off)
 		return blockLoc{ref: p.blocks[i], end: p.blockEndLocked(i)}, true
@@ -282,8 +280,7 @@ func (p *partition) locateLocked(off int64) (blockLoc, bool) {
 	if i < 0 {
 		return blockLoc{}, false
 	}
-	sp := p.spans[i]
-	return blockLoc{span: &sp, end: p.spanEndLocked(i)}, true
+	return s.spanLocLocked(p, i), true
 }
 
 // resolveBlock returns the block of partition pid holding off at loc, reading
@@ -292,7 +289,7 @@ func (s *Store) resolveBlock(pid uint32, loc blockLoc, off int64) (blockRef, err
 	if loc.span == nil {
 		return loc.ref, nil
 	}
-	sm, err := s.summary(loc.span.g)
+	sm, err := s.summary(loc.g)
 	if err != nil {
 		return blockRef{}, err
 	}
@@ -300,9 +297,9 @@ func (s *Store) resolveBlock(pid uint32, loc blockLoc, off int64) (blockRef, err
 	k := sort.Search(len(bs), func(i int) bool { return bs[i].off > off }) - 1
 	if k < 0 {
 		return blockRef{}, fmt.Errorf("store: index %s: %w: no block of partition %d at %d in its footer",
-			idxPathOf(loc.span.g.path), errIndexDamaged, pid, off)
+			idxPathOf(loc.g.path), errIndexDamaged, pid, off)
 	}
-	return bs[k].ref(loc.span.g), nil
+	return bs[k].ref(loc.g), nil
 }
 
 // blockAt reads the block of partition pid holding off at loc, its
@@ -350,7 +347,7 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 			p.mu.RUnlock()
 			break
 		}
-		loc, ok := p.locateLocked(x)
+		loc, ok := s.locateLocked(p, x)
 		pid := p.pid
 		p.mu.RUnlock()
 		if !ok {
@@ -425,13 +422,13 @@ func (s *Store) prefetchIndex(p *partition, off, want int64) {
 			p.mu.RUnlock()
 			return // the active segment's blocks: recent, in the page cache
 		}
-		loc, ok := p.locateLocked(x)
+		loc, ok := s.locateLocked(p, x)
 		pid := p.pid
 		p.mu.RUnlock()
 		if !ok || loc.span == nil {
 			return
 		}
-		g := loc.span.g
+		g := loc.g
 		sm, err := s.summary(g)
 		if err != nil {
 			return // the read that needs it will find out
@@ -484,7 +481,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	case off <= p.firstIndexedLocked():
 		// At or below everything indexed (retention dropped what was
 		// below): nothing stays.
-		p.spans, p.blocks, p.tail = nil, nil, nil
+		p.spans, p.blocks, p.tail = spanList{}, nil, nil
 	case len(p.tail) > 0 && off >= p.tail[0].off:
 		k := p.tailIndexLocked(off)
 		if p.tail[k].off != off {
@@ -515,7 +512,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 		// In a sealed segment: its footer cannot change, so the span
 		// just ends at off now (lookups cut its blocks there).
 		i := p.spanIndexLocked(off)
-		loc := blockLoc{span: &p.spans[i], end: p.spanEndLocked(i)}
+		loc := s.spanLocLocked(p, i)
 		ents, _, err := s.blockAt(p.pid, loc, off)
 		if err != nil {
 			return err
@@ -525,9 +522,10 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 			return notStart
 		}
 		p.blocks, p.tail = nil, nil
-		p.spans = p.spans[:i+1]
-		if p.spans[i].off == off {
-			p.spans = p.spans[:i]
+		if loc.span.off == off {
+			p.spans.Cut(i)
+		} else {
+			p.spans.Cut(i + 1)
 		}
 	}
 	p.records -= p.recordsInLocked(p.end - off)
@@ -570,9 +568,8 @@ func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error
 	if j := sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].ms >= ms }); j > 0 {
 		loc = blockLoc{ref: p.blocks[j-1], end: p.blockEndLocked(j - 1)}
 		next = loc.end
-	} else if j := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].ms >= ms }); j > 0 {
-		sp := p.spans[j-1]
-		loc = blockLoc{span: &sp, end: p.spanEndLocked(j - 1)}
+	} else if j := p.spans.Search(func(sp segSpan) bool { return sp.ms >= ms }); j > 0 {
+		loc = s.spanLocLocked(p, j-1)
 		next = loc.end
 	} else {
 		next = p.firstIndexedLocked()
@@ -604,7 +601,7 @@ func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error
 // *next becomes the following block's first offset when there is one).
 func (s *Store) blockForTime(pid uint32, loc blockLoc, ms int64, next *int64) ([]idxEntry, error) {
 	if loc.span != nil {
-		sm, err := s.summary(loc.span.g)
+		sm, err := s.summary(loc.g)
 		if err != nil {
 			return nil, err
 		}
@@ -613,14 +610,14 @@ func (s *Store) blockForTime(pid uint32, loc blockLoc, ms int64, next *int64) ([
 		z := sort.Search(len(bs), func(i int) bool { return bs[i].off >= loc.end })
 		if a < 0 || a >= z {
 			return nil, fmt.Errorf("store: index %s: %w: no block of partition %d at %d in its footer",
-				idxPathOf(loc.span.g.path), errIndexDamaged, pid, loc.span.off)
+				idxPathOf(loc.g.path), errIndexDamaged, pid, loc.span.off)
 		}
 		bs = bs[a:z]
 		j := max(sort.Search(len(bs), func(i int) bool { return bs[i].ms >= ms }), 1)
 		if j < len(bs) {
 			*next = bs[j].off
 		}
-		loc = blockLoc{ref: bs[j-1].ref(loc.span.g), end: loc.end}
+		loc = blockLoc{ref: bs[j-1].ref(loc.g), end: loc.end}
 	}
 	ents, err := s.readBlock(pid, loc.ref)
 	if err != nil {
@@ -665,7 +662,7 @@ func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 		i := p.spanOfLocked(g)
 		var lo, hi int64
 		if i >= 0 {
-			lo, hi = p.spans[i].off, p.spanEndLocked(i)
+			lo, hi = p.spans.At(i).off, p.spanEndLocked(i)
 		}
 		p.mu.RUnlock()
 		if i < 0 || lo >= hi {

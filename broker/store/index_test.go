@@ -26,7 +26,7 @@ func indexSize(s *Store) (tails, blocks, spans int) {
 		p.mu.RLock()
 		tails += len(p.tail)
 		blocks += len(p.blocks)
-		spans += len(p.spans)
+		spans += p.spans.Len()
 		p.mu.RUnlock()
 	}
 	return tails, blocks, spans
@@ -197,7 +197,7 @@ func TestOpenFormat1Directory(t *testing.T) {
 	check(s)
 	s.Close()
 	ck, _ = os.ReadFile(filepath.Join(dir, ckptName))
-	if v := binary.BigEndian.Uint32(ck[4:]); v != formatV3 {
+	if v := binary.BigEndian.Uint32(ck[4:]); v != ckptFormat {
 		t.Fatalf("checkpoint still has format %d after the upgrade", v)
 	}
 	for _, f := range logFiles(t, dir, idxSuffix) {
@@ -225,13 +225,13 @@ func TestRefuseNewerFormat(t *testing.T) {
 	s.Close()
 	p := filepath.Join(dir, ckptName)
 	b, _ := os.ReadFile(p)
-	binary.BigEndian.PutUint32(b[4:], formatV3+1)
+	binary.BigEndian.PutUint32(b[4:], ckptFormat+1)
 	binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
 	os.WriteFile(p, b, 0o644)
 	before := snapshot(t, dir)
 	_, err := Open(Options{Dir: dir})
-	if !errors.Is(err, errNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", formatV3+1)) || !strings.Contains(err.Error(), p) {
-		t.Fatalf("Open of a format-%d directory: %v", formatV3+1, err)
+	if !errors.Is(err, errNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", ckptFormat+1)) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("Open of a format-%d directory: %v", ckptFormat+1, err)
 	}
 	if after := snapshot(t, dir); after != before {
 		t.Fatalf("refused open changed the directory:\n%s\n%s", before, after)

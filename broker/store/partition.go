@@ -32,7 +32,7 @@ type partition struct {
 	min      int64      // first retained offset
 	end      int64      // end of the last written chunk
 	durable  int64      // end of the last fsynced chunk
-	spans    []segSpan  // chunks in sealed segments, one span per segment, ascending
+	spans    spanList   // chunks in sealed segments, one span per segment, ascending
 	blocks   []blockRef // index blocks of the active segment, ascending and contiguous in offset
 	tail     []idxEntry // chunks after the last block (active segment only), at most blockEntries
 	segs     []int64    // virtual MetaQ segment starts (see offset in broker/wire/doc.go), ascending
@@ -286,15 +286,15 @@ func (p *partition) blockIndexLocked(off int64) int {
 // spanIndexLocked returns the index of the span holding off (the last span
 // starting at or below it), or -1.
 func (p *partition) spanIndexLocked(off int64) int {
-	return sort.Search(len(p.spans), func(i int) bool { return p.spans[i].off > off }) - 1
+	return p.spans.IndexOff(off)
 }
 
 // spanEndLocked is the partition offset where span i ends: where the next
 // span, the active segment's blocks, the tail or the partition begin.
 func (p *partition) spanEndLocked(i int) int64 {
 	switch {
-	case i+1 < len(p.spans):
-		return p.spans[i+1].off
+	case i+1 < p.spans.Len():
+		return p.spans.At(i + 1).off
 	case len(p.blocks) > 0:
 		return p.blocks[0].off
 	case len(p.tail) > 0:
@@ -305,19 +305,15 @@ func (p *partition) spanEndLocked(i int) int64 {
 
 // spanOfLocked returns the index of p's span in sealed segment g, or -1.
 func (p *partition) spanOfLocked(g *segment) int {
-	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].g.start >= g.start })
-	if i < len(p.spans) && p.spans[i].g == g {
-		return i
-	}
-	return -1
+	return p.spans.IndexSeg(g.seq)
 }
 
 // firstIndexedLocked is the offset of p's first indexed chunk (its end
 // when nothing is indexed).
 func (p *partition) firstIndexedLocked() int64 {
 	switch {
-	case len(p.spans) > 0:
-		return p.spans[0].off
+	case p.spans.Len() > 0:
+		return p.spans.At(0).off
 	case len(p.blocks) > 0:
 		return p.blocks[0].off
 	case len(p.tail) > 0:

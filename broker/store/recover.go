@@ -21,7 +21,9 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
+		g.seq = s.nextSeq()
 		s.segs = []*segment{g}
+		s.publishSegs()
 		if g.idxOK, err = s.openIdx(g); err != nil {
 			return err
 		}
@@ -34,7 +36,9 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
+		g.seq = s.nextSeq()
 		s.segs = append(s.segs, g)
+		s.publishSegs()
 		if g.idxOK, err = s.openIdx(g); err != nil {
 			return err
 		}
@@ -192,6 +196,7 @@ func (s *Store) truncateTail(i int, x int64) error {
 		}
 	}
 	s.segs = s.segs[:i+1]
+	s.publishSegs()
 	return s.fs.SyncDir(s.logDir)
 }
 

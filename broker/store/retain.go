@@ -63,15 +63,15 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	if newMin <= p.min {
 		return
 	}
-	// Spans and blocks wholly below newMin go (copied so the dropped part
-	// of the array is freed); the one holding newMin stays.
-	j := 0
-	for j < len(p.spans) && p.spanEndLocked(j) <= newMin {
-		j++
+	// Spans and blocks wholly below newMin go (blocks copied so the
+	// dropped part of the array is freed); the one holding newMin stays.
+	// The spans before the one holding newMin end at or below it; that
+	// one too when it is the last and its chunks end there.
+	j := p.spanIndexLocked(newMin)
+	if n := p.spans.Len(); j >= 0 && j == n-1 && p.spanEndLocked(j) <= newMin {
+		j = n
 	}
-	if j > 0 {
-		p.spans = append([]segSpan(nil), p.spans[j:]...)
-	}
+	p.spans.DropFront(j)
 	i := 0
 	for i < len(p.blocks) && p.blockEndLocked(i) <= newMin {
 		i++
@@ -100,8 +100,8 @@ func (s *Store) removeDeadSegments() (int, error) {
 	for _, p := range s.parts {
 		p.mu.RLock()
 		first := int64(-1) // the start of the segment holding p's first live chunk
-		if n := len(p.spans); n > 0 && p.min < p.spanEndLocked(n-1) {
-			first = p.spans[max(p.spanIndexLocked(p.min), 0)].g.start
+		if n := p.spans.Len(); n > 0 && p.min < p.spanEndLocked(n-1) {
+			first = s.spanSeg(p.spans.At(max(p.spanIndexLocked(p.min), 0)).seg).start
 		} else if n := len(p.blocks); n > 0 && p.min < p.blockEndLocked(n-1) {
 			first = p.blocks[max(p.blockIndexLocked(p.min), 0)].g.start
 		} else if k := p.tailIndexLocked(p.min); len(p.tail) > 0 && p.min < p.end {
@@ -148,6 +148,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 	archive, compress := s.archivePolicy(dead)
 	s.segMu.Lock()
 	s.segs = s.segs[len(dead):]
+	s.publishSegs()
 	s.segMu.Unlock()
 	removed := 0
 	var firstErr error

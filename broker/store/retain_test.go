@@ -107,8 +107,8 @@ func TestRetention(t *testing.T) {
 						t.Fatalf("%s-%d keeps a block of a removed segment", info.Topic, info.Partition)
 					}
 				}
-				for _, sp := range p.spans {
-					if sp.g.removed {
+				for sp := range p.spans.All() {
+					if s.spanSeg(sp.seg).removed {
 						t.Fatalf("%s-%d keeps a span of a removed segment", info.Topic, info.Partition)
 					}
 				}

@@ -18,6 +18,7 @@ import (
 // written to it; only the writer goroutine (or recovery) changes it.
 type segment struct {
 	start int64
+	seq   uint32 // the store's number for it, in log order (spans name segments by it)
 	path  string
 	f     File
 	size  atomic.Int64

@@ -82,10 +82,15 @@ type Store struct {
 	polMu    sync.RWMutex
 	policies map[string]Policy
 
-	retainMu   sync.Mutex // serialises Retain
-	rebuildMu  sync.Mutex // serialises index rebuilds (rebuildIdx)
-	segMu      sync.RWMutex
-	segs       []*segment
+	retainMu  sync.Mutex // serialises Retain
+	rebuildMu sync.Mutex // serialises index rebuilds (rebuildIdx)
+	segMu     sync.RWMutex
+	segs      []*segment
+	// segTab is a copy of segs (published by publishSegs whenever segs
+	// changes) through which spans find their segment without segMu;
+	// lastSeq numbers the segments as they are opened or created.
+	segTab     atomic.Pointer[[]*segment]
+	lastSeq    uint32
 	quarantine []posRange
 
 	durMu      sync.Mutex
@@ -170,6 +175,7 @@ func (s *Store) closeFiles() {
 		g.close()
 	}
 	s.segs = nil
+	s.publishSegs()
 }
 
 // SetPolicy sets a topic's flush and retention policy (start-up and reload).

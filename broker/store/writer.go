@@ -850,6 +850,7 @@ func (s *Store) maybeRoll() {
 	old := w.active
 	g, err := openSegment(s.fs, s.logDir, w.pos, true)
 	if err == nil {
+		g.seq = s.nextSeq()
 		if _, err = s.openIdx(g); err == nil {
 			err = s.resetIdx(g, 0)
 		}
@@ -881,6 +882,7 @@ func (s *Store) maybeRoll() {
 	}
 	s.segMu.Lock()
 	s.segs = append(s.segs, g)
+	s.publishSegs()
 	s.segMu.Unlock()
 	w.active = g
 	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path)
