@@ -1,0 +1,351 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// encodeCheckpointV3 is the format-3 encoder as the store wrote it before
+// format 4 (spans of 20 bytes: segment index, offset, time), kept to make
+// format-3 directories for the upgrade tests.
+func encodeCheckpointV3(c *checkpoint) []byte {
+	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
+	b = binary.BigEndian.AppendUint32(b, formatV3)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
+	b = binary.BigEndian.AppendUint32(b, c.nextPid)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
+	for _, q := range c.quarantine {
+		b = binary.BigEndian.AppendUint64(b, uint64(q.from))
+		b = binary.BigEndian.AppendUint64(b, uint64(q.to))
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.segs)))
+	for _, g := range c.segs {
+		b = binary.BigEndian.AppendUint64(b, uint64(g.start))
+		b = binary.BigEndian.AppendUint32(b, g.idxN)
+		sealed := uint32(0)
+		if g.sealed {
+			sealed = 1
+		}
+		b = binary.BigEndian.AppendUint32(b, sealed)
+		b = binary.BigEndian.AppendUint32(b, g.footN)
+		b = binary.BigEndian.AppendUint32(b, g.footCRC)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.parts)))
+	for _, p := range c.parts {
+		b = binary.BigEndian.AppendUint32(b, p.pid)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(p.key.topic)))
+		b = append(b, p.key.topic...)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(p.key.num)))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.min))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.end))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.base))
+		b = binary.BigEndian.AppendUint64(b, uint64(p.records))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.segs)))
+		for _, x := range p.segs {
+			b = binary.BigEndian.AppendUint64(b, uint64(x))
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.fences)))
+		for _, f := range p.fences {
+			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
+			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(p.spans.n))
+		p.spans.each(func(_ int, k segSpan) error {
+			b = binary.BigEndian.AppendUint32(b, k.seg)
+			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
+			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
+			return nil
+		})
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
+		for _, k := range p.blocks {
+			b = binary.BigEndian.AppendUint32(b, k.seg)
+			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
+			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
+			b = binary.BigEndian.AppendUint32(b, k.at)
+			b = binary.BigEndian.AppendUint32(b, k.n)
+			b = binary.BigEndian.AppendUint32(b, k.crc)
+		}
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// ckptSpansOf lists the spans of every partition of c, by pid.
+func ckptSpansOf(t *testing.T, c *checkpoint) map[uint32][]segSpan {
+	t.Helper()
+	out := map[uint32][]segSpan{}
+	for _, p := range c.parts {
+		if err := p.spans.each(func(_ int, k segSpan) error {
+			out[p.pid] = append(out[p.pid], k)
+			return nil
+		}); err != nil {
+			t.Fatalf("spans of pid %d: %v", p.pid, err)
+		}
+	}
+	return out
+}
+
+// format3Dir fills a store in dir with several sealed segments (and a
+// partition cut back into one of them), closes it and rewrites its
+// checkpoint in format 3. It returns the data, the answers of
+// OffsetForTime at a series of times, and the format-3 checkpoint.
+func format3Dir(t *testing.T, opts Options) (map[int][]byte, map[string]int64, []byte) {
+	t.Helper()
+	s := openT(t, opts)
+	start := time.Now()
+	want := fill(t, s, "f", 4, 150)
+	// A fence into a sealed segment, so a span ends where a later one
+	// does not begin.
+	w := want[1]
+	cut := 0
+	for cut < len(w)/3 {
+		cut += RecordHeaderLen + int(binary.BigEndian.Uint32(w[cut:]))
+	}
+	if err := s.TruncatePartition("f", 1, int64(cut)); err != nil {
+		t.Fatal(err)
+	}
+	want[1] = append([]byte(nil), w[:cut]...)
+	for i := 0; i < 40; i++ {
+		a := mustAppend(t, s, "f", 1, fmt.Sprintf("after-cut-%d", i))
+		want[1] = AppendRecord(want[1], a[0].ID, 0, []byte(fmt.Sprintf("after-cut-%d", i)))
+	}
+	if n := countSegs(s); n < 6 {
+		t.Fatalf("want several sealed segments, have %d", n)
+	}
+	times := offsetsForTimes(t, s, start)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(opts.Dir, ckptName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeCheckpoint(b)
+	if err != nil || c.version != ckptFormat {
+		t.Fatalf("checkpoint of format %d: %v", c.version, err)
+	}
+	v3 := encodeCheckpointV3(c)
+	c3, err := decodeCheckpoint(v3)
+	if err != nil || c3.version != formatV3 {
+		t.Fatalf("format-3 checkpoint: %v", err)
+	}
+	spans := ckptSpansOf(t, c)
+	if got := ckptSpansOf(t, c3); fmt.Sprint(got) != fmt.Sprint(spans) {
+		t.Fatalf("format-3 spans %v, format-4 %v", got, spans)
+	}
+	if n := len(spans[0]); n < 4 {
+		t.Fatalf("partition 0 has %d spans, want several", n)
+	}
+	if len(v3) <= len(b) {
+		t.Fatalf("format-3 checkpoint %d bytes, format 4 %d", len(v3), len(b))
+	}
+	if err := os.WriteFile(path, v3, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return want, times, v3
+}
+
+// offsetsForTimes answers OffsetForTime for every partition of "f" at
+// times from start on.
+func offsetsForTimes(t *testing.T, s *Store, start time.Time) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for p := 0; p < 4; p++ {
+		for d := -time.Millisecond; d < time.Since(start)+2*time.Millisecond; d += time.Since(start)/40 + time.Microsecond {
+			off, err := s.OffsetForTime("f", p, start.Add(d))
+			if err != nil {
+				t.Fatalf("OffsetForTime f-%d: %v", p, err)
+			}
+			out[fmt.Sprintf("%d@%d", p, start.Add(d).UnixMilli())] = off
+		}
+	}
+	return out
+}
+
+// A directory whose checkpoint has format 3 (spans of 20 bytes) opens
+// from that checkpoint without reading any log, serves the same records
+// and the same OffsetForTime answers, and its next checkpoint is format 4
+// (smaller), from which it opens again without reading any log.
+func TestOpenFormat3Checkpoint(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 8 << 10, blockEntries: 4}
+	want, times, v3 := format3Dir(t, opts)
+	cfs := &countFS{}
+	opts.FS = cfs
+	check := func(s *Store) {
+		t.Helper()
+		checkEachRecord(t, s, "f", want)
+		checkParts(t, s, "f", want)
+		for k, off := range times {
+			var p int
+			var ms int64
+			fmt.Sscanf(k, "%d@%d", &p, &ms)
+			got, err := s.OffsetForTime("f", p, time.UnixMilli(ms))
+			if err != nil || got != off {
+				t.Fatalf("OffsetForTime f-%d at %d = %d, %v; want %d", p, ms, got, err, off)
+			}
+		}
+	}
+	s := openT(t, opts)
+	if n := cfs.logRead.Load(); n != 0 {
+		t.Fatalf("opening the format-3 directory read %d log bytes", n)
+	}
+	if rebuilds(s) != 0 {
+		t.Fatalf("%d .idx rebuilt", rebuilds(s))
+	}
+	check(s)
+	s.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, ckptName))
+	if v := binary.BigEndian.Uint32(b[4:]); v != ckptFormat {
+		t.Fatalf("checkpoint has format %d after a stop, want %d", v, ckptFormat)
+	}
+	if len(b) >= len(v3) {
+		t.Fatalf("format-4 checkpoint %d bytes, format 3 %d", len(b), len(v3))
+	}
+	cfs.logRead.Store(0)
+	s = openT(t, opts)
+	if n := cfs.logRead.Load(); n != 0 {
+		t.Fatalf("opening the upgraded directory read %d log bytes", n)
+	}
+	check(s)
+	mustAppend(t, s, "f", 0, "new")
+}
+
+// crashCkptFS copies the whole data directory, as a crash would leave it,
+// at one moment of the first checkpoint write: before anything is
+// written to the temporary file, with half of it written, with all of
+// it written but not renamed, or once renamed.
+type crashCkptFS struct {
+	OSFS
+	dir, copyTo string
+	at          string
+	done        atomic.Bool
+	err         error
+}
+
+var errCrashed = errors.New("crashed here")
+
+func (c *crashCkptFS) snapshot() {
+	c.err = os.CopyFS(c.copyTo, os.DirFS(c.dir))
+}
+
+func (c *crashCkptFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := c.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasPrefix(filepath.Base(name), "."+ckptName+".tmp") || c.done.Load() {
+		return f, err
+	}
+	return &crashCkptFile{File: f, fs: c}, nil
+}
+
+func (c *crashCkptFS) Rename(o, n string) error {
+	if c.at == "written, not renamed" && strings.HasPrefix(filepath.Base(o), "."+ckptName+".tmp") && c.done.CompareAndSwap(false, true) {
+		c.snapshot()
+		return errCrashed
+	}
+	err := c.OSFS.Rename(o, n)
+	if c.at == "renamed" && filepath.Base(n) == ckptName && c.done.CompareAndSwap(false, true) {
+		c.snapshot()
+	}
+	return err
+}
+
+type crashCkptFile struct {
+	File
+	fs *crashCkptFS
+}
+
+func (f *crashCkptFile) Write(b []byte) (int, error) {
+	switch f.fs.at {
+	case "nothing written":
+		if f.fs.done.CompareAndSwap(false, true) {
+			f.fs.snapshot()
+			return 0, errCrashed
+		}
+	case "half written":
+		if f.fs.done.CompareAndSwap(false, true) {
+			n, _ := f.File.Write(b[:len(b)/2])
+			f.fs.snapshot()
+			return n, errCrashed
+		}
+	}
+	return f.File.Write(b)
+}
+
+// A crash during the first format-4 checkpoint of an upgraded format-3
+// directory leaves a store that opens and serves every acknowledged
+// record (from the format-3 checkpoint and the log after it, or from the
+// new checkpoint), and that then writes format 4.
+func TestCrashDuringFirstFormat4Checkpoint(t *testing.T) {
+	for _, at := range []string{"nothing written", "half written", "written, not renamed", "renamed"} {
+		t.Run(at, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{Dir: dir, SegmentBytes: 8 << 10, blockEntries: 4}
+			want, _, _ := format3Dir(t, opts)
+			crashDir := filepath.Join(t.TempDir(), "crashed")
+			cfs := &crashCkptFS{dir: dir, copyTo: crashDir, at: at}
+			opts.FS = cfs
+			s := openT(t, opts)
+			// Appends until a roll has written (or tried) a checkpoint. An
+			// append acknowledged before the copy is owed; the one during
+			// which it was taken may or may not be in it.
+			n := 0
+			for i := 0; !cfs.done.Load(); i++ {
+				n++
+				if i > 5000 {
+					t.Fatal("no checkpoint written")
+				}
+				body := fmt.Sprintf("upgraded-%d-%s", i, strings.Repeat("u", 90))
+				a := mustAppend(t, s, "f", i%4, body)
+				if !cfs.done.Load() {
+					want[i%4] = AppendRecord(want[i%4], a[0].ID, 0, []byte(body))
+				}
+			}
+			s.Close()
+			if n == 0 {
+				t.Fatal("the checkpoint was written at start-up, not at a roll")
+			}
+			if cfs.err != nil {
+				t.Fatalf("copy at the crash: %v", cfs.err)
+			}
+			c := openT(t, Options{Dir: crashDir, SegmentBytes: 8 << 10, blockEntries: 4})
+			for p := 0; p < 4; p++ {
+				checkPrefix(t, c, "f", p, want[p])
+			}
+			c.Close()
+			b, _ := os.ReadFile(filepath.Join(crashDir, ckptName))
+			if v := binary.BigEndian.Uint32(b[4:]); v != ckptFormat {
+				t.Fatalf("checkpoint has format %d after a stop, want %d", v, ckptFormat)
+			}
+			cf := &countFS{}
+			c = openT(t, Options{Dir: crashDir, SegmentBytes: 8 << 10, blockEntries: 4, FS: cf})
+			if n := cf.logRead.Load(); n != 0 {
+				t.Fatalf("clean start-up after the crash read %d log bytes", n)
+			}
+			for p := 0; p < 4; p++ {
+				checkPrefix(t, c, "f", p, want[p])
+			}
+		})
+	}
+}
+
+// checkPrefix checks that partition p of s holds want and at most one
+// record more.
+func checkPrefix(t *testing.T, s *Store, topic string, p int, want []byte) {
+	t.Helper()
+	got := readAll(t, s, topic, p)
+	if !bytes.HasPrefix(got, want) {
+		t.Fatalf("%s-%d: %d bytes that do not start with the %d acknowledged", topic, p, len(got), len(want))
+	}
+	if extra := got[len(want):]; len(extra) > 0 && RecordHeaderLen+int(binary.BigEndian.Uint32(extra)) != len(extra) {
+		t.Fatalf("%s-%d: %d bytes after the acknowledged records, not one record", topic, p, len(extra))
+	}
+}
