@@ -264,7 +264,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			}
 		case ckptFormat:
 			p.spans.n = d.count(3)
-			p.spans.b = d.take(int(d.u32()))
+			if nb := d.count(1); d.err == nil {
+				p.spans.b = d.take(nb)
+			}
 			if d.err == nil && p.spans.each(nil) != nil {
 				d.err = errCkpt
 			}

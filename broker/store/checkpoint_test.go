@@ -2,12 +2,14 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -347,5 +349,71 @@ func checkPrefix(t *testing.T, s *Store, topic string, p int, want []byte) {
 	}
 	if extra := got[len(want):]; len(extra) > 0 && RecordHeaderLen+int(binary.BigEndian.Uint32(extra)) != len(extra) {
 		t.Fatalf("%s-%d: %d bytes after the acknowledged records, not one record", topic, p, len(extra))
+	}
+}
+
+// FuzzDecodeCheckpoint feeds the checkpoint decoder damaged checkpoints
+// whose crc was made to match: it must refuse or decode them without
+// panicking, and a format-4 checkpoint it accepts encodes back to the
+// same bytes.
+func FuzzDecodeCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	s, err := Open(Options{Dir: dir, SegmentBytes: 4096, blockEntries: 4})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := s.Append(context.Background(), "z", i%3, []Message{{Body: []byte(fmt.Sprintf("m%d-%s", i, strings.Repeat("x", 60)))}}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	s.Close()
+	b, err := os.ReadFile(filepath.Join(dir, ckptName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b[:len(b)-4], uint16(0), []byte{})
+	f.Add(b[:len(b)-4], uint16(100), []byte{0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, body []byte, at uint16, patch []byte) {
+		body = bytes.Clone(body)
+		if len(body) > 0 {
+			copy(body[int(at)%len(body):], patch)
+		}
+		b := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+		c, err := decodeCheckpoint(b)
+		if err != nil || c.version != ckptFormat {
+			return
+		}
+		if got := encodeCheckpoint(c); !bytes.Equal(got, b) {
+			t.Fatalf("decoded and encoded again: %d bytes, %d before", len(got), len(b))
+		}
+	})
+}
+
+// A checkpoint whose span bytes claim more than the file holds is refused
+// without allocating what they claim.
+func TestCheckpointHugeSpanLength(t *testing.T) {
+	c := &checkpoint{nextPid: 1, segs: []ckptSeg{{start: 0, sealed: true}}, parts: []ckptPart{{key: pkey{"t", 0}, segs: []int64{0}, end: 10}}}
+	c.parts[0].spans.add(segSpan{seg: 0, off: 5, ms: 7})
+	b := encodeCheckpoint(c)
+	if _, err := decodeCheckpoint(b); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	sp := c.parts[0].spans.b
+	at := bytes.Index(b, append([]byte{0, 0, 0, 1, 0, 0, 0, byte(len(sp))}, sp...))
+	if at < 0 {
+		t.Fatal("span bytes not found")
+	}
+	binary.BigEndian.PutUint32(b[at+4:], 0xfffffff0)
+	binary.BigEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := decodeCheckpoint(b)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errCkpt) {
+		t.Fatalf("decode of a span length past the end: %v", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("decode allocated %d bytes", n)
 	}
 }

@@ -106,10 +106,17 @@
 //
 // In memory each partition keeps one reference per block of the ACTIVE
 // segment (40 bytes: first offset and time, where it is, its crc) and one
-// span per SEALED segment it has chunks in (24 bytes: the segment, the
-// offset and append time of its first chunk there; its chunks there run to
-// the next span, or to the active segment's blocks, the tail or its end).
-// Nothing is kept per block of a sealed segment.
+// span per SEALED segment it has chunks in (the segment, the offset and
+// append time of its first chunk there; its chunks there run to the next
+// span, or to the active segment's blocks, the tail or its end). Nothing
+// is kept per block of a sealed segment. The spans are held compactly
+// (spanlist.go): all three fields ascend along a partition's list, so each
+// span is three varint deltas from the one before (the segment named by
+// the store's number for it, not a pointer: usually 1 byte; offset and
+// time 2-3 bytes each for a busy partition), with every 32nd span whole
+// (24 bytes) as a restart point for the binary searches; lookups decode at
+// most 31 spans after a search of the restart points. That is about 7-9
+// bytes per span, slack included, against 24-48 for a slice of structs.
 //
 // The memory rule. What grows:
 //
@@ -118,10 +125,10 @@
 //     entries, all tails together at most 16 MiB) and its blocks in the
 //     active segment (one 40-byte reference per 1,024 chunks of a segment
 //     of at most SegmentBytes);
-//   - with partitions x segments: one 24-byte span per partition and sealed
-//     segment it has chunks in (a partition idle for a segment costs
-//     nothing there), and its virtual segments (8 bytes per SegmentBytes of
-//     its data);
+//   - with partitions x segments: one span per partition and sealed
+//     segment it has chunks in, about 7-9 bytes (a partition idle for a
+//     segment costs nothing there), and its virtual segments (8 bytes per
+//     SegmentBytes of its data);
 //   - with segments: the segment itself (two file descriptors, a few
 //     hundred bytes);
 //   - with connections: nothing in the store (readers' buffers are the
@@ -131,10 +138,12 @@
 // Nothing is kept per retained record, and nothing per block of a sealed
 // segment beyond the cache. So with a few partitions memory is independent
 // of the retained data (BenchmarkBacklog, BENCH.md); with P busy partitions
-// it grows by 24 x P bytes per sealed segment (up to twice that while the
-// span lists grow by doubling): 10,000 partitions cost 240-480 KB per 1
-// GiB segment, 0.03-0.06 bytes per retained 100-byte message (0.054 of
-// heap measured, BENCH.md).
+// it grows by about 8 x P bytes per sealed segment: 10,000 partitions cost
+// about 80 KB per 1 GiB segment, about 0.01 bytes per retained 100-byte
+// message (HEAPSLOPE of heap measured, against 0.054 with 24-byte spans in
+// slices; BENCH.md). That still grows with partitions x segments: a week
+// of 1 GiB segments (about 770) with 10,000 busy partitions is about 60 MB
+// of spans.
 //
 // Lookups: Read, OffsetForTime and Backlog search the spans and block
 // references in memory (by first offset, or first time: append times never
@@ -179,9 +188,11 @@
 // records it holds, from which Backlog estimates a reader's lag in
 // messages (bytes over the mean record size).
 //
-// The checkpoint (format 3) holds the partition table, each partition's
-// Min, end, virtual segments, fences, record count, spans (20 bytes each)
-// and blocks of the active segment (36 bytes each); per segment its start,
+// The checkpoint (format 4) holds the partition table, each partition's
+// Min, end, virtual segments, fences, record count, spans (delta-encoded
+// as in memory, without restart points: 5-7 bytes each for a busy
+// partition; 20 bytes each in format 3, which is still read and upgraded
+// by the next checkpoint) and blocks of the active segment (36 bytes each); per segment its start,
 // the number of .idx entries it vouches for and, once sealed, its footer's
 // block count and crc; the quarantined ranges and the log position P up
 // to which all of that is complete. Before it is written the tails go to
@@ -190,16 +201,18 @@
 // that are not on disk. It is written after each segment roll, before
 // retention removes files, and by Close. Its size grows like memory: with
 // partitions (and the active segment's blocks) and with partitions x
-// segments (20 bytes per span), not with the retained chunks: 69-98 KB for
-// BenchmarkBacklog's 4 partitions (nearly all of it the active segment's
-// blocks) whatever its size, against 36 bytes per block of every segment
-// before (1.2 MB at 39 million chunks, 5.5 MB at 154 million). With
-// 10,000 busy partitions and a week of 1 GiB segments at 10,000 messages/s
-// (about 770 segments) the spans would still make it about 150 MB per
-// roll, read whole at start-up: past a few thousand partitions x segments
-// the spans themselves should live on disk (found through the footers
-// rather than listed in memory), which this format does not do. Index data is never fsynced on the append path: it is
-// rebuilt from the log after a crash.
+// segments (a few bytes per span), not with the retained chunks: 69-98 KB
+// for BenchmarkBacklog's 4 partitions (nearly all of it the active
+// segment's blocks) whatever its size, against 36 bytes per block of every
+// segment in format 2 (1.2 MB at 39 million chunks, 5.5 MB at 154
+// million). With 10,000 busy partitions and a week of 1 GiB segments at
+// 10,000 messages/s (about 770 segments) the spans make it about 40-55 MB
+// per roll (150 MB in format 3), read whole at start-up: still growing
+// with partitions x segments. Past that the spans themselves would have
+// to live on disk (found through the footers rather than listed in
+// memory and in the checkpoint), which this format does not do. Index
+// data is never fsynced on the append path: it is rebuilt from the log
+// after a crash.
 //
 // # Writes, group commit and fsync rules
 //
@@ -464,8 +477,10 @@
 // (guards reading a segment's .idx against its closing) and segment.logMu
 // (the same for its log: the preads of Read and ReadLog hold it, not
 // segMu, so a roll or retention never waits behind a pread of cold
-// data). durMu, healthMu,
-// polMu, closeMu and the summary cache's lock are leaves. Read copies
+// data). durMu, healthMu, polMu, closeMu and the summary cache's lock are
+// leaves. A span names its segment by number, found in a copy of the
+// segment list published on every change (Store.segTab, an atomic
+// pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only
 // then reads the footer, the .idx and the log; only cutIndexLocked (rare:
 // fences, rollback) reads a footer and a block while holding partition.mu,

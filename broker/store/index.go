@@ -16,9 +16,10 @@ import (
 // When a segment is sealed its .idx gets a footer listing every block in
 // it (the segment's summary, read when first needed and kept in a bounded
 // cache). Memory keeps, per partition, one span per sealed segment it
-// has chunks in (a compact spanList, see spanlist.go), one blockRef per block of the active segment, and the
-// chunks written since its last block (the tail, at most one block's
-// worth, always in the active segment). See doc.go.
+// has chunks in (in a compact spanList, see spanlist.go), one blockRef per
+// block of the active segment, and the chunks written since its last
+// block (the tail, at most one block's worth, always in the active
+// segment). See doc.go.
 
 // idxEntry is one data chunk as written to a segment's .idx file.
 type idxEntry struct {
