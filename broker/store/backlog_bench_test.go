@@ -147,6 +147,8 @@ func BenchmarkBacklog(b *testing.B) {
 	b.Logf("full: %.0f records, %.2f GB of log, generated in %v", s3["records"], logBytes/1e9, gen.Round(time.Second))
 	b.Logf("clean start-up %.3f s (%s); RSS %.1f MB, Go heap %.1f MB", s3["open_s"], cold, s3["rss"]/1e6, s3["heap"]/1e6)
 	b.Logf("memory slope: RSS %.4f, heap %.4f bytes per retained record", slope, heapSlope)
+	b.Logf("index in memory: %.0f spans in %.0f bytes (%.0f at a quarter: %.4f bytes per retained record), %.0f active-segment block references of 40 bytes (%.0f at a quarter)",
+		s3["spans"], s3["span_bytes"], s1["span_bytes"], (s3["span_bytes"]-s1["span_bytes"])/(s3["records"]-s1["records"]), s3["blocks"], s1["blocks"])
 	ckpt3 := fileSize(filepath.Join(dir, ckptName))
 	b.Logf("checkpoint %d bytes (%d at a quarter); RSS after the reads and puts %.1f MB, heap %.1f MB",
 		ckpt3, ckpt1, s3["rss_after"]/1e6, s3["heap_after"]/1e6)
@@ -271,12 +273,16 @@ func backlogChild(mode string) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		fmt.Printf("STAT open_s=%f rss=%d heap=%d records=%f scanned=%d\n", opened.Seconds(), rssBytes(), ms.HeapInuse, records(), cfs.logRead.Load())
+		spans, spanBytes, blocks := indexMemory(s)
+		fmt.Printf("STAT spans=%d span_bytes=%d blocks=%d\n", spans, spanBytes, blocks)
 	case "measure":
 		runtime.GC()
 		debug.FreeOSMemory()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		fmt.Printf("STAT open_s=%f rss=%d heap=%d records=%f\n", opened.Seconds(), rssBytes(), ms.HeapInuse, records())
+		spans, spanBytes, blocks := indexMemory(s)
+		fmt.Printf("STAT spans=%d span_bytes=%d blocks=%d\n", spans, spanBytes, blocks)
 		measureBacklog(s, parts, body, env("COLD") == "true")
 		runtime.GC()
 		runtime.ReadMemStats(&ms)

@@ -194,3 +194,16 @@ func FuzzSpanList(f *testing.F) {
 		}
 	})
 }
+
+// indexMemory counts the spans of s, the bytes their lists hold, and the
+// block references of the active segment.
+func indexMemory(s *Store) (spans, spanBytes, blocks int) {
+	for _, p := range s.partitionList() {
+		p.mu.RLock()
+		spans += p.spans.Len()
+		spanBytes += p.spans.memBytes()
+		blocks += len(p.blocks)
+		p.mu.RUnlock()
+	}
+	return spans, spanBytes, blocks
+}
