@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"iter"
+	"slices"
 	"sort"
 )
 
@@ -145,10 +146,11 @@ func (l *spanList) Append(sp segSpan) {
 }
 
 // growSlice returns s with room for need more elements and a slack of
-// an eighth: the lists of 10,000 partitions grow one element per sealed
-// segment, so append's doubling would waste up to half of them.
+// an eighth, rounded up to the allocator's size class (which it would
+// waste anyway): the lists of 10,000 partitions grow one element per
+// sealed segment, so append's doubling would waste up to half of them.
 func growSlice[T any](s []T, need int) []T {
-	out := make([]T, len(s), len(s)+need+len(s)/8+4)
+	out := slices.Grow([]T(nil), len(s)+need+len(s)/8)[:len(s)]
 	copy(out, s)
 	return out
 }
