@@ -153,6 +153,16 @@ func BenchmarkBacklog(b *testing.B) {
 	b.Logf("checkpoint %d bytes (%d at a quarter); RSS after the reads and puts %.1f MB, heap %.1f MB",
 		ckpt3, ckpt1, s3["rss_after"]/1e6, s3["heap_after"]/1e6)
 	b.ReportMetric(float64(ckpt3), "checkpoint-B")
+	if raw, err := os.ReadFile(filepath.Join(dir, ckptName)); err == nil {
+		if c, err := decodeCheckpoint(raw); err == nil {
+			spans, spanBytes := 0, 0
+			for _, p := range c.parts {
+				spans += p.spans.n
+				spanBytes += len(p.spans.b)
+			}
+			b.Logf("checkpoint spans: %d in %d bytes, %.1f per span (20 in format 3)", spans, spanBytes, float64(spanBytes)/float64(max(spans, 1)))
+		}
+	}
 	b.Logf("put throughput with the backlog %.0f msgs/s, empty store %.0f msgs/s: ratio %.3f",
 		s3["put_backlog"], s3["put_empty"], s3["put_backlog"]/s3["put_empty"])
 	b.Logf("random get (16 KiB at old offsets, %s): p50 %.3f ms, p99 %.3f ms", cold, s3["get_p50"]*1e3, s3["get_p99"]*1e3)

@@ -145,12 +145,17 @@ func (l *spanList) Append(sp segSpan) {
 	l.n++
 }
 
-// growSlice returns s with room for need more elements and a slack of
-// an eighth, rounded up to the allocator's size class (which it would
-// waste anyway): the lists of 10,000 partitions grow one element per
-// sealed segment, so append's doubling would waste up to half of them.
+// growSlice returns s with room for need more elements, rounded up to the
+// allocator's size class (which it would waste anyway), and once s is
+// past 64 elements a slack of an eighth: the lists of 10,000 partitions
+// grow one element per sealed segment, so append's doubling would waste
+// up to half of them, and below 64 the size classes are slack enough.
 func growSlice[T any](s []T, need int) []T {
-	out := slices.Grow([]T(nil), len(s)+need+len(s)/8)[:len(s)]
+	extra := 0
+	if len(s) >= 64 {
+		extra = len(s) / 8
+	}
+	out := slices.Grow([]T(nil), len(s)+need+extra)[:len(s)]
 	copy(out, s)
 	return out
 }
