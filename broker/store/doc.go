@@ -117,6 +117,8 @@
 // (24 bytes) as a restart point for the binary searches; lookups decode at
 // most 31 spans after a search of the restart points. That is about 7-9
 // bytes per span, slack included, against 24-48 for a slice of structs.
+// Retention drops spans from the front a group of 32 at a time: up to 31
+// dropped ones stay in a partition's list, skipped.
 //
 // The memory rule. What grows:
 //
@@ -138,12 +140,14 @@
 // Nothing is kept per retained record, and nothing per block of a sealed
 // segment beyond the cache. So with a few partitions memory is independent
 // of the retained data (BenchmarkBacklog, BENCH.md); with P busy partitions
-// it grows by about 8 x P bytes per sealed segment: 10,000 partitions cost
-// about 80 KB per 1 GiB segment, about 0.01 bytes per retained 100-byte
-// message (HEAPSLOPE of heap measured, against 0.054 with 24-byte spans in
-// slices; BENCH.md). That still grows with partitions x segments: a week
-// of 1 GiB segments (about 770) with 10,000 busy partitions is about 60 MB
-// of spans.
+// it grows by about 8-9 x P bytes per sealed segment: 10,000 partitions
+// cost about 86 KB per 1 GiB segment, 0.011 bytes per retained 100-byte
+// message (measured: 6.4 bytes per span after a partition's first; the
+// heap slope of that run, 0.018-0.036 B, also counts the active segment's
+// block references, which differ between its two measuring points;
+// 0.049-0.053 with 24-byte spans in slices; BENCH.md). That still grows
+// with partitions x segments: a week of 1 GiB segments (about 770) with
+// 10,000 busy partitions is about 65 MB of spans.
 //
 // Lookups: Read, OffsetForTime and Backlog search the spans and block
 // references in memory (by first offset, or first time: append times never
@@ -190,9 +194,10 @@
 //
 // The checkpoint (format 4) holds the partition table, each partition's
 // Min, end, virtual segments, fences, record count, spans (delta-encoded
-// as in memory, without restart points: 5-7 bytes each for a busy
-// partition; 20 bytes each in format 3, which is still read and upgraded
-// by the next checkpoint) and blocks of the active segment (36 bytes each); per segment its start,
+// as in memory, without restart points: 6.3 bytes each measured with
+// 10,000 partitions, about 7 at 10,000 messages/s; 20 bytes each in
+// format 3, which is still read, the next checkpoint being format 4) and
+// blocks of the active segment (36 bytes each); per segment its start,
 // the number of .idx entries it vouches for and, once sealed, its footer's
 // block count and crc; the quarantined ranges and the log position P up
 // to which all of that is complete. Before it is written the tails go to
@@ -206,7 +211,7 @@
 // segment's blocks) whatever its size, against 36 bytes per block of every
 // segment in format 2 (1.2 MB at 39 million chunks, 5.5 MB at 154
 // million). With 10,000 busy partitions and a week of 1 GiB segments at
-// 10,000 messages/s (about 770 segments) the spans make it about 40-55 MB
+// 10,000 messages/s (about 770 segments) the spans make it about 55 MB
 // per roll (150 MB in format 3), read whole at start-up: still growing
 // with partitions x segments. Past that the spans themselves would have
 // to live on disk (found through the footers rather than listed in
