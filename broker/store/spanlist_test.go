@@ -1,10 +1,17 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
 	"math/rand"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
+	"time"
+
+	"metaq/internal/clock"
 )
 
 // checkSpanList compares every accessor of l with the plain slice model.
@@ -206,4 +213,120 @@ func indexMemory(s *Store) (spans, spanBytes, blocks int) {
 		p.mu.RUnlock()
 	}
 	return spans, spanBytes, blocks
+}
+
+// A partition with more than a hundred sealed segments (so its spans fill
+// several restart groups) serves every record and every OffsetForTime
+// answer, after retention dropped spans into the middle of a group, after
+// a cut back into a sealed segment, and after a restart from the format-4
+// checkpoint.
+func TestManySpansAcrossRestartPoints(t *testing.T) {
+	dir := t.TempDir()
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := Options{Dir: dir, SegmentBytes: 4096, blockEntries: 4, Clock: fc}
+	s := openT(t, opts)
+	s.SetPolicy("m", Policy{MaxAge: time.Hour})
+	type rec struct {
+		off int64
+		at  time.Time
+	}
+	want := map[int][]byte{}
+	var recs []rec // partition 0's records, one chunk each
+	spans := func(s *Store) int {
+		p := s.lookup("m", 0)
+		if p == nil {
+			return 0
+		}
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return p.spans.Len()
+	}
+	for i := 0; spans(s) < 4*spanRestartEvery+5; i++ {
+		fc.Advance(time.Second)
+		// m-0, and between its chunks another topic's, kept forever.
+		for p, topic := range []string{"m", "other"} {
+			body := fmt.Sprintf("%s-%d-%s", topic, i, strings.Repeat("s", 150))
+			a := mustAppend(t, s, topic, 0, body)
+			want[p] = AppendRecord(want[p], a[0].ID, 0, []byte(body))
+			if p == 0 {
+				recs = append(recs, rec{a[0].Offset, fc.Now()})
+			}
+		}
+	}
+	check := func(s *Store, from int) {
+		t.Helper()
+		w := map[int][]byte{0: want[0][recs[from].off:], 1: want[1]}
+		p0 := s.lookup("m", 0)
+		p0.mu.RLock()
+		min := p0.min
+		p0.mu.RUnlock()
+		if min != recs[from].off {
+			t.Fatalf("m-0 starts at %d, want %d", min, recs[from].off)
+		}
+		for off := 0; off < len(w[0]); {
+			n := RecordHeaderLen + int(binary.BigEndian.Uint32(w[0][off:]))
+			got, err := s.Read("m", 0, min+int64(off), n)
+			if err != nil || !bytes.Equal(got, w[0][off:off+n]) {
+				t.Fatalf("Read m-0 at %d: %d bytes, %v", min+int64(off), len(got), err)
+			}
+			off += n
+		}
+		checkParts(t, s, "other", map[int][]byte{0: w[1]})
+		for _, r := range recs[from:] {
+			if got, err := s.OffsetForTime("m", 0, r.at.Add(-time.Millisecond)); err != nil || got != r.off {
+				t.Fatalf("OffsetForTime m-0 just before %v = %d, %v; want %d", r.at, got, err, r.off)
+			}
+		}
+	}
+	check(s, 0)
+	// Retention to a record whose span is in the middle of the second
+	// group: the first group goes, the second keeps skipped spans.
+	p0 := s.lookup("m", 0)
+	var cut int
+	for cut = range recs {
+		p0.mu.RLock()
+		i := p0.spanIndexLocked(recs[cut].off)
+		p0.mu.RUnlock()
+		if i >= spanRestartEvery+spanRestartEvery/2 {
+			break
+		}
+	}
+	if _, err := s.Retain("m", recs[cut].at.Add(time.Hour-time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	p0.mu.RLock()
+	skip := p0.spans.skip
+	p0.mu.RUnlock()
+	if skip == 0 {
+		t.Fatal("retention dropped whole groups only; want a partly dropped one")
+	}
+	check(s, cut)
+	// A cut back into a sealed segment two groups further on, then more
+	// records after it.
+	back := cut + (len(recs)-cut)*2/3
+	if err := s.TruncatePartition("m", 0, recs[back].off); err != nil {
+		t.Fatal(err)
+	}
+	want[0] = want[0][:recs[back].off]
+	recs = recs[:back]
+	for i := 0; i < 40; i++ {
+		fc.Advance(time.Second)
+		body := fmt.Sprintf("after-%d", i)
+		a := mustAppend(t, s, "m", 0, body)
+		want[0] = AppendRecord(want[0], a[0].ID, 0, []byte(body))
+		recs = append(recs, rec{a[0].Offset, fc.Now()})
+	}
+	check(s, cut)
+	n := spans(s)
+	s.Close()
+	cfs := &countFS{}
+	opts.FS = cfs
+	s = openT(t, opts)
+	if got := cfs.logRead.Load(); got != 0 {
+		t.Fatalf("restart read %d log bytes", got)
+	}
+	if spans(s) != n {
+		t.Fatalf("%d spans after the restart, %d before", spans(s), n)
+	}
+	check(s, cut)
 }
