@@ -37,7 +37,7 @@ func (r spanRestart) span() segSpan { return segSpan{seg: r.seg, off: r.off, ms:
 // partitions x sealed segments, and the three fields only grow along the
 // list (segment and offset strictly, append time never decreases), so
 // every span but the first of each group of spanRestartEvery is kept as
-// three varint deltas from the one before (3-6 bytes for a busy
+// three varint deltas from the one before (6-7 bytes for a busy
 // partition), and each group's first span in full in restarts (24 bytes
 // per group). The deltas are wrapping differences, so a span list that
 // is not monotonic still round-trips; only the searches assume order.
