@@ -393,8 +393,12 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 // is 1 MiB), a small read is not worth two system calls more.
 const prefetchMin = 64 << 10
 
-// indexAheadReads is how many reads ahead prefetchIndex asks for.
-const indexAheadReads = 8
+// indexAheadReads is how many reads ahead prefetchIndex asks for, and
+// idxAheadMax the most bytes of index it asks for in one call.
+const (
+	indexAheadReads = 8
+	idxAheadMax     = 4 << 20
+)
 
 // prefetchIndex starts reading, without waiting, p's index blocks in
 // sealed segments for the next indexAheadReads reads of want bytes from
@@ -413,33 +417,50 @@ func (s *Store) prefetchIndex(p *partition, off, want int64) {
 	if ahead := p.idxAhead.Load(); ahead >= off && ahead <= to {
 		from = ahead // the rest was asked for by the previous read
 	}
-	if from >= to {
-		return
-	}
-	p.idxAhead.Store(to)
-	for x := from; x < to; {
+	x := from
+	defer func() { p.idxAhead.Store(x) }()
+	// A partition thinly spread through many segments would have each
+	// segment's summary read here, synchronously: read one at most per
+	// call (the next reads need it anyway), and ask for at most
+	// idxAheadMax.
+	asked, loaded := int64(0), false
+	for x < to && asked < idxAheadMax {
 		p.mu.RLock()
 		if x >= p.end || len(p.blocks) > 0 && x >= p.blocks[0].off {
 			p.mu.RUnlock()
+			x = to
 			return // the active segment's blocks: recent, in the page cache
 		}
 		loc, ok := s.locateLocked(p, x)
 		pid := p.pid
 		p.mu.RUnlock()
 		if !ok || loc.span == nil {
+			x = to
 			return
 		}
 		g := loc.g
+		if s.sums.get(g, g.idxGen.Load()) == nil {
+			if loaded {
+				return // the next read goes on from here
+			}
+			loaded = true
+		}
 		sm, err := s.summary(g)
 		if err != nil {
+			x = to
 			return // the read that needs it will find out
 		}
 		bs := sm.pidBlocks(pid)
 		k := max(sort.Search(len(bs), func(i int) bool { return bs[i].off > x })-1, 0)
 		// One advice per run of adjacent blocks.
 		var runAt, runEnd int64 = -1, -1
+		next := loc.end
 		g.idxMu.RLock()
 		for ; k < len(bs) && bs[k].off < to && bs[k].off < loc.end; k++ {
+			if asked >= idxAheadMax {
+				next = bs[k].off
+				break
+			}
 			at := int64(idxHeaderLen) + int64(bs[k].at)*idxEntryLen
 			n := int64(bs[k].n) * idxEntryLen
 			if at != runEnd {
@@ -449,15 +470,17 @@ func (s *Store) prefetchIndex(p *partition, off, want int64) {
 				runAt = at
 			}
 			runEnd = at + n
+			asked += n
 		}
 		if runAt >= 0 && !g.removed {
 			prefetch(g.idx, runAt, runEnd-runAt)
 		}
 		g.idxMu.RUnlock()
-		if loc.end <= x {
+		if next <= x {
+			x = to
 			return
 		}
-		x = loc.end
+		x = min(next, to)
 	}
 }
 

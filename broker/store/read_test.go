@@ -416,3 +416,61 @@ func testRollDuringSlowRead(t *testing.T, read func(*Store) error) {
 }
 
 func (f prefetchFile) AdviseRandom() { adviseRandom(f.File) }
+
+// A partition thinly spread through the log (one of many busy ones) has
+// most of the log range its reads pass over skipped by Read: asking for
+// that range ahead would read it for nothing, so its reads ask only for
+// their index blocks; and a read looks at most one summary it does not
+// have yet.
+func TestThinPartitionAsksNoLogAhead(t *testing.T) {
+	pfs := &prefetchFS{}
+	s := openT(t, Options{FS: pfs, SegmentBytes: 512 << 10, blockEntries: 16})
+	body := bytes.Repeat([]byte("t"), 1000)
+	const parts = 32
+	for i := 0; i < 400*parts; i++ {
+		if _, err := s.Append(context.Background(), "thin", i%parts, []Message{{Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As after a restart: no summary in the cache.
+	s.segMu.RLock()
+	sealed := len(s.segs) - 1
+	for _, g := range s.segs {
+		s.sums.drop(g)
+	}
+	s.segMu.RUnlock()
+	if sealed < 20 {
+		t.Fatalf("want at least 20 sealed segments, got %d", sealed)
+	}
+	pfs.take()
+	reads := 0
+	for off := int64(0); off < 200*1020; reads++ {
+		b, err := s.Read("thin", 0, off, prefetchMin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(b))
+		reads, ahead := pfs.take()
+		summaries, logSegs := 0, map[string]bool{}
+		for _, r := range reads {
+			if strings.HasSuffix(r.name, idxSuffix) && r.to-r.off > 16*idxEntryLen {
+				summaries++ // a footer read: larger than any block
+			}
+			if strings.HasSuffix(r.name, segSuffix) {
+				logSegs[r.name] = true
+			}
+		}
+		// Those of the segments the read itself is in, and one more.
+		if summaries > len(logSegs)+1 {
+			t.Errorf("one read at %d in %d segments read %d summaries", off, len(logSegs), summaries)
+		}
+		for _, r := range ahead {
+			if strings.HasSuffix(r.name, segSuffix) {
+				t.Fatalf("a read of the thin partition asked for %d bytes of log ahead (%v)", r.to-r.off, r)
+			}
+		}
+	}
+	if reads < 3 {
+		t.Fatalf("only %d reads", reads)
+	}
+}

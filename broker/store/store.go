@@ -625,8 +625,7 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 	}
 	ents = ents[:k]
 	if total >= prefetchMin && len(ents) > 0 {
-		last := ents[len(ents)-1]
-		s.prefetchLog(p, ents[0].pos, last.pos+entryHeaderLen+int64(last.n))
+		s.prefetchLog(p, ents)
 	}
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
@@ -697,15 +696,33 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 }
 
 // prefetchLog starts reading, without waiting, the log range a consumer
-// of p that just read [from, to) of a sealed segment will read in its
-// next two reads of that size, so the disk fetches it while this read is
-// served and the next ones are asked for. p.logAhead remembers how far
-// it was asked for, so each range is asked for once. The kernel's own
-// read-ahead is per open file and every reader of the segment shares it:
-// consumers of different partitions reading at different places would
-// keep resetting it.
-func (s *Store) prefetchLog(p *partition, from, to int64) {
-	x, end := to, to+2*(to-from)
+// of p that just read the chunks ents (in a sealed segment) will read in
+// its next two reads of that size, so the disk fetches it while this read
+// is served and the next ones are asked for. Only when the reads pass
+// over the range densely (at least half of it is read, the rest being
+// gaps over readGap that Read skips): a partition thinly spread through
+// the log (one of thousands) would have most of the range read for
+// nothing, so its reads are left to the index. At most logAheadMax per
+// read. p.logAhead remembers how far it was asked for, so each range is
+// asked for once. The kernel's own read-ahead is per open file and every
+// reader of a segment shares it: consumers of different partitions
+// reading at different places would keep resetting it.
+func (s *Store) prefetchLog(p *partition, ents []idxEntry) {
+	from, to := ents[0].pos, ents[0].pos
+	skipped := int64(0)
+	for _, c := range ents {
+		if c.hole() {
+			continue
+		}
+		if gap := c.pos - to; gap > readGap {
+			skipped += gap
+		}
+		to = max(to, c.pos+entryHeaderLen+int64(c.n))
+	}
+	if span := to - from; span <= 0 || skipped > span/2 {
+		return
+	}
+	x, end := to, to+min(2*(to-from), logAheadMax)
 	if ahead := p.logAhead.Load(); ahead >= to && ahead <= end {
 		x = ahead // the rest was asked for by the previous read
 	}
@@ -727,6 +744,9 @@ func (s *Store) prefetchLog(p *partition, from, to int64) {
 		x = g.start + size
 	}
 }
+
+// logAheadMax bounds what one read asks for ahead in the log.
+const logAheadMax = 32 << 20
 
 // readGap is the most bytes of other entries one pread of Read spans: a
 // system call costs about as much as copying a few KiB, so wider gaps are
