@@ -10,10 +10,11 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go 1.26's fuzz coordinator can fail a target with "context deadline
 # exceeded" at the deadline while a worker is still busy (golang/go#75804).
 # FUZZEXECS is the default; FUZZ_EXECS_SLOW sets it for targets whose every
-# execution opens a store on disk (about ten seconds of fuzzing each here).
+# execution opens a store on disk, or checks a whole data structure (about
+# ten seconds of fuzzing each here).
 # Minimising a new input is bounded by a count too (-fuzzminimizetime).
 FUZZEXECS ?= 100000
-FUZZ_EXECS_SLOW ?= ./broker/store:FuzzRecovery=3000
+FUZZ_EXECS_SLOW ?= ./broker/store:FuzzRecovery=3000 ./broker/store:FuzzSpanList=20000
 # Fuzz targets as <package>:<FuzzName>. A target whose package does not
 # define it (yet) is skipped, so this list may name targets that are still
 # being written.
