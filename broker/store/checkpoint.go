@@ -116,8 +116,22 @@ type checkpoint struct {
 }
 
 func encodeCheckpoint(c *checkpoint) []byte {
+	return encodeCheckpointAs(c, ckptFormat, appendSpans)
+}
+
+// appendSpans writes a partition's spans as format 4 does: their count,
+// then their delta encoding.
+func appendSpans(b []byte, l *ckptSpans) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(l.n))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(l.b)))
+	return append(b, l.b...)
+}
+
+// encodeCheckpointAs encodes c in format, whose partitions' spans
+// spans writes (the formats differ only there; tests write format 3).
+func encodeCheckpointAs(c *checkpoint, format uint32, spans func([]byte, *ckptSpans) []byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
-	b = binary.BigEndian.AppendUint32(b, ckptFormat)
+	b = binary.BigEndian.AppendUint32(b, format)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
 	b = binary.BigEndian.AppendUint32(b, c.nextPid)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
@@ -156,9 +170,7 @@ func encodeCheckpoint(c *checkpoint) []byte {
 			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
 			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
 		}
-		b = binary.BigEndian.AppendUint32(b, uint32(p.spans.n))
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.spans.b)))
-		b = append(b, p.spans.b...)
+		b = spans(b, &p.spans)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
 		for _, k := range p.blocks {
 			b = binary.BigEndian.AppendUint32(b, k.seg)

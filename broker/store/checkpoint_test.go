@@ -16,68 +16,20 @@ import (
 	"time"
 )
 
-// encodeCheckpointV3 is the format-3 encoder as the store wrote it before
-// format 4 (spans of 20 bytes: segment index, offset, time), kept to make
-// format-3 directories for the upgrade tests.
+// encodeCheckpointV3 encodes c as the store wrote format 3 before format
+// 4 (spans of 20 bytes: segment index, offset, time), to make format-3
+// directories for the upgrade tests.
 func encodeCheckpointV3(c *checkpoint) []byte {
-	b := binary.BigEndian.AppendUint32(nil, ckptMagic)
-	b = binary.BigEndian.AppendUint32(b, formatV3)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.pos))
-	b = binary.BigEndian.AppendUint32(b, c.nextPid)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(c.quarantine)))
-	for _, q := range c.quarantine {
-		b = binary.BigEndian.AppendUint64(b, uint64(q.from))
-		b = binary.BigEndian.AppendUint64(b, uint64(q.to))
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(c.segs)))
-	for _, g := range c.segs {
-		b = binary.BigEndian.AppendUint64(b, uint64(g.start))
-		b = binary.BigEndian.AppendUint32(b, g.idxN)
-		sealed := uint32(0)
-		if g.sealed {
-			sealed = 1
-		}
-		b = binary.BigEndian.AppendUint32(b, sealed)
-		b = binary.BigEndian.AppendUint32(b, g.footN)
-		b = binary.BigEndian.AppendUint32(b, g.footCRC)
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(c.parts)))
-	for _, p := range c.parts {
-		b = binary.BigEndian.AppendUint32(b, p.pid)
-		b = binary.BigEndian.AppendUint16(b, uint16(len(p.key.topic)))
-		b = append(b, p.key.topic...)
-		b = binary.BigEndian.AppendUint32(b, uint32(int32(p.key.num)))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.min))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.end))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.base))
-		b = binary.BigEndian.AppendUint64(b, uint64(p.records))
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.segs)))
-		for _, x := range p.segs {
-			b = binary.BigEndian.AppendUint64(b, uint64(x))
-		}
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.fences)))
-		for _, f := range p.fences {
-			b = binary.BigEndian.AppendUint64(b, uint64(f.pos))
-			b = binary.BigEndian.AppendUint64(b, uint64(f.off))
-		}
-		b = binary.BigEndian.AppendUint32(b, uint32(p.spans.n))
-		p.spans.each(func(_ int, k segSpan) error {
+	return encodeCheckpointAs(c, formatV3, func(b []byte, l *ckptSpans) []byte {
+		b = binary.BigEndian.AppendUint32(b, uint32(l.n))
+		l.each(func(_ int, k segSpan) error {
 			b = binary.BigEndian.AppendUint32(b, k.seg)
 			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
 			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
 			return nil
 		})
-		b = binary.BigEndian.AppendUint32(b, uint32(len(p.blocks)))
-		for _, k := range p.blocks {
-			b = binary.BigEndian.AppendUint32(b, k.seg)
-			b = binary.BigEndian.AppendUint64(b, uint64(k.off))
-			b = binary.BigEndian.AppendUint64(b, uint64(k.ms))
-			b = binary.BigEndian.AppendUint32(b, k.at)
-			b = binary.BigEndian.AppendUint32(b, k.n)
-			b = binary.BigEndian.AppendUint32(b, k.crc)
-		}
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+		return b
+	})
 }
 
 // ckptSpansOf lists the spans of every partition of c, by pid.
