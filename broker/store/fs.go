@@ -122,15 +122,18 @@ func prefetch(f File, off, n int64) {
 	}
 }
 
-// Prefetch starts reading [off, off+n) into the page cache; the advice is
-// best effort, so its error is ignored. Control keeps the descriptor open
-// while it is used.
-func (f osFile) Prefetch(off, n int64) {
+// Prefetch starts reading [off, off+n) into the page cache.
+func (f osFile) Prefetch(off, n int64) { f.fadvise(off, n, unix.FADV_WILLNEED) }
+
+// fadvise gives the kernel advice on [off, off+n) of f. Advice is best
+// effort, so its error is ignored; Control keeps the descriptor open while
+// it is used.
+func (f osFile) fadvise(off, n int64, advice int) {
 	sc, err := f.File.SyscallConn()
 	if err != nil {
 		return
 	}
-	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, unix.FADV_WILLNEED) })
+	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), off, n, advice) })
 }
 
 // randomAccess is a File that can tell the kernel not to extend its
@@ -147,14 +150,8 @@ func adviseRandom(f File) {
 	}
 }
 
-// AdviseRandom turns the kernel's read-ahead off for f (best effort).
-func (f osFile) AdviseRandom() {
-	sc, err := f.File.SyscallConn()
-	if err != nil {
-		return
-	}
-	sc.Control(func(fd uintptr) { unix.Fadvise(int(fd), 0, 0, unix.FADV_RANDOM) })
-}
+// AdviseRandom turns the kernel's read-ahead off for f.
+func (f osFile) AdviseRandom() { f.fadvise(0, 0, unix.FADV_RANDOM) }
 
 // writeFileAtomic replaces path with data through fs (see internal/atomicfile).
 func writeFileAtomic(fs FS, path string, data []byte) error {
