@@ -16,6 +16,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/internal/siterole"
 )
 
 // Bundle is one running broker bundle. Its exported fields are set by Start
@@ -74,6 +75,7 @@ func New(opts Options) (*Bundle, error) {
 	}
 	b := &Bundle{opts: opts, log: opts.Logger, closed: make(chan struct{})}
 	b.failover.rejoinWake = make(chan struct{}, 1)
+	b.failover.role = siterole.New(siterole.State{Role: siterole.Master, Why: "not started"})
 	cfg, warnings, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
@@ -149,6 +151,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	}
 	b.role.Store(b.Slave)
 	cfg := b.Config()
+	b.failover.role.Set(b.startRole())
 
 	b.Store, err = store.Open(store.Options{
 		Dir:           cfg.System.DataPath,
@@ -258,6 +261,23 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
 		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
 	return nil
+}
+
+// startRole is the role the bundle starts in: its mode after the role its
+// data directory recorded, at the generation recorded there.
+func (b *Bundle) startRole() siterole.State {
+	st := siterole.State{Role: siterole.Master, Why: "started as master"}
+	if b.Slave != nil {
+		st = siterole.State{Role: siterole.Slave, SlaveID: b.Slave.SlaveID, SlaveGroup: b.Slave.SlaveGroup,
+			Master: b.Slave.MasterAddress, Why: "started as slave"}
+		if b.formerMaster {
+			st.Why = "started as the slave this former master became at run time"
+		}
+	}
+	if id, err := existingIdentity(b.Config().System.DataPath); err == nil && id != nil {
+		st.Generation = id.Generation()
+	}
+	return st
 }
 
 func (b *Bundle) startComponent(ctx context.Context, c Component) error {

@@ -16,6 +16,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -24,21 +25,23 @@ import (
 const failoverHolder = "failover"
 
 // failoverState is what a bundle keeps about mastership of its brokerId:
-// the site's replication identity (log id, generation) and, after a
-// promotion at run time, the shipper it started.
+// the site's role (the state machine every transition goes through), its
+// replication identity (log id, generation) and the shipper or receiver a
+// transition at run time started.
 type failoverState struct {
-	mu       sync.Mutex
-	id       *georeplicator.IdentityStore
+	// role is the site's role and the transition in progress; Promote,
+	// Demote, switchover and the fence are the only code that changes it.
+	role *siterole.Machine
+	// idMu serialises opening the identity file; it is never held with mu.
+	idMu sync.Mutex
+	mu   sync.Mutex
+	id   *georeplicator.IdentityStore
+	// promoted is the shipper a promotion started.
 	promoted *shipperComponent
 	// demoted is the receiver a master started when it became a slave of
 	// the new master at run time, as slave demotedID.
 	demoted   *receiverComponent
 	demotedID int
-	// promoting: a promotion is in progress (one at a time).
-	promoting bool
-	// handingOver: a switchover is in progress; it demotes this master
-	// itself.
-	handingOver bool
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -49,13 +52,17 @@ type failoverState struct {
 	stopRejoin func()
 }
 
-// identity opens <dataPath>/replication/identity.json once.
+// identity opens <dataPath>/replication/identity.json once. The file is
+// read under idMu, not mu, which mastership takes at every gossip refresh.
 func (b *Bundle) identity() (*georeplicator.IdentityStore, error) {
 	f := &b.failover
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.id != nil {
-		return f.id, nil
+	if id := f.openedIdentity(); id != nil {
+		return id, nil
+	}
+	f.idMu.Lock()
+	defer f.idMu.Unlock()
+	if id := f.openedIdentity(); id != nil {
+		return id, nil
 	}
 	dir := filepath.Join(b.Config().System.DataPath, "replication")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -65,9 +72,27 @@ func (b *Bundle) identity() (*georeplicator.IdentityStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
 	f.id = id
+	f.mu.Unlock()
 	return id, nil
 }
+
+// openedIdentity is the identity store once opened, else nil.
+func (f *failoverState) openedIdentity() *georeplicator.IdentityStore {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.id
+}
+
+// Role is the site's role now: master or slave, the generation, and
+// whether a master stepped down. Components read it instead of the role
+// the bundle started with.
+func (b *Bundle) Role() siterole.State { return b.failover.role.Current() }
+
+// RoleChanged is closed at the next change of the role (or of the
+// transition in progress).
+func (b *Bundle) RoleChanged() <-chan struct{} { return b.failover.role.Changed() }
 
 // onFence applies the shipper's fence to the broker's write gate: a fenced
 // master answers puts 503 (retriable: producers that follow ZooKeeper find
@@ -83,6 +108,7 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 	}
 	b.Broker.RefuseWrites(failoverHolder, broker.Refusal{Reason: reason, Retry: true})
 	if f.SteppedDown {
+		b.failover.role.StepDown(f.Newer, fmt.Sprintf("generation %d took over", f.Newer))
 		b.wakeRejoin() // it becomes a slave of the new master
 	}
 }
@@ -148,22 +174,17 @@ var ErrMasterReachable = errors.New("the master is alive and reachable from this
 func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error) {
 	start := time.Now()
 	f := &b.failover
-	f.mu.Lock()
-	if f.promoting || f.promoted != nil {
-		f.mu.Unlock()
-		return PromoteReport{}, errors.New("promote: this site is already master (or being promoted)")
-	}
 	if b.closing.Load() {
-		f.mu.Unlock()
 		return PromoteReport{}, errors.New("promote: the bundle is stopping")
 	}
-	f.promoting = true
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.promoting = false
-		f.mu.Unlock()
-	}()
+	end, err := f.role.Begin(siterole.Promoting)
+	if err != nil {
+		return PromoteReport{}, fmt.Errorf("promote: %w", err)
+	}
+	defer end()
+	if f.role.Current().Role == siterole.Master {
+		return PromoteReport{}, errors.New("promote: this site is already master")
+	}
 
 	rc := b.receiver()
 	if rc == nil || rc.Receiver() == nil {
@@ -247,10 +268,18 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	rep.Took = time.Since(start)
 	b.role.Store(nil)
 	b.slave.isSlave.Store(false)
+	f.role.Set(siterole.State{Role: siterole.Master, Generation: gen, Why: promoteWhy(force)})
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
 		"behindBytes", rep.BehindBytes, "took", rep.Took)
 	return rep, nil
+}
+
+func promoteWhy(force bool) string {
+	if force {
+		return "promoted (forced, or a switchover handed over)"
+	}
+	return "promoted"
 }
 
 // nextGeneration is one above the highest generation known here and, with
@@ -322,6 +351,7 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 // shipper started by a promotion.
 func (b *Bundle) closeFailover() error {
 	f := &b.failover
+	f.role.Close()
 	f.remote.stop()
 	f.mu.Lock()
 	stop := f.stopRejoin
@@ -425,18 +455,12 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	match := func(group string, slaveID int) bool {
 		return group == to || strings.HasSuffix(group, "-"+to) || strconv.Itoa(slaveID) == to
 	}
-	f := &b.failover
-	f.mu.Lock()
-	if f.handingOver {
-		f.mu.Unlock()
-		return rep, errors.New("switchover: another switchover is in progress")
+	end, err := b.failover.role.Begin(siterole.HandingOver)
+	if err != nil {
+		return rep, fmt.Errorf("switchover: %w", err)
 	}
-	f.handingOver = true
-	f.mu.Unlock()
 	defer func() {
-		f.mu.Lock()
-		f.handingOver = false
-		f.mu.Unlock()
+		end()
 		b.wakeRejoin() // a master left without a master to follow finds one
 	}()
 	start := time.Now()
@@ -480,7 +504,7 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
-	if err := b.Demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
+	if err := b.demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
@@ -508,6 +532,20 @@ type Demotion struct {
 // ends are cut and saved aside by the receiver (failback) before it
 // follows.
 func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
+	if b.closing.Load() {
+		return errors.New("demote: the bundle is stopping")
+	}
+	end, err := b.failover.role.Begin(siterole.Demoting)
+	if err != nil {
+		return fmt.Errorf("demote: %w", err)
+	}
+	defer end()
+	return b.demote(ctx, d)
+}
+
+// demote is Demote within a transition already begun (Demoting, or a
+// switchover's HandingOver).
+func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	if d.MasterAddress == "" && b.Registry == nil {
 		return errors.New("demote: ZooKeeper is off: the new master's replication address is required")
 	}
@@ -518,11 +556,10 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 		d.NewMaster = d.MasterAddress
 	}
 	f := &b.failover
-	f.mu.Lock()
-	if f.demoted != nil || f.promoting || b.closing.Load() {
-		f.mu.Unlock()
-		return errors.New("demote: this site is already a slave, being promoted, or stopping")
+	if f.role.Current().Role == siterole.Slave || b.closing.Load() {
+		return errors.New("demote: this site is already a slave, or stopping")
 	}
+	f.mu.Lock()
 	sc := f.promoted
 	f.promoted = nil
 	f.mu.Unlock()
@@ -579,6 +616,8 @@ func (b *Bundle) Demote(ctx context.Context, d Demotion) error {
 	f.demoted, f.demotedID = rc, d.SlaveID
 	f.mu.Unlock()
 	b.slave.isSlave.Store(true)
+	f.role.Set(siterole.State{Role: siterole.Slave, Generation: max(d.Generation, id.Generation()), SlaveID: d.SlaveID,
+		SlaveGroup: d.Group, Master: d.NewMaster, Why: "demoted: follows the master of generation " + strconv.FormatUint(d.Generation, 10)})
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
@@ -627,15 +666,16 @@ func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 	pos := b.appliedPos()
 	f := &b.failover
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.id != nil { // opened by replication; a bundle without it has none
-		m.Generation = f.id.Generation()
+	id, promoted, demoted, demotedID := f.id, f.promoted, f.demoted, f.demotedID
+	f.mu.Unlock()
+	if id != nil { // opened by replication; a bundle without it has none
+		m.Generation = id.Generation()
 	}
 	switch {
-	case f.promoted != nil:
-		m.Role, m.SlaveID, m.ReplAddr = topology.RoleMaster, -1, f.promoted.Addr()
-	case f.demoted != nil:
-		m.Role, m.SlaveID, m.ReplAddr = topology.RoleSlave, f.demotedID, ""
+	case promoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleMaster, -1, promoted.Addr()
+	case demoted != nil:
+		m.Role, m.SlaveID, m.ReplAddr = topology.RoleSlave, demotedID, ""
 	}
 	if m.Role == topology.RoleSlave {
 		m.LogPos = max(pos, 0)
@@ -707,75 +747,57 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 	}
 }
 
-// masterLost reports whether a majority of the sites of this brokerId (by
-// gossip: the master's site when its bundle is not alive there, a slave
-// site whose bundle gossips that it has lost its master) and this site's
-// ZooKeeper (no master node) agree that the master is unreachable, and why
-// (or why not).
+// masterLost reports whether a majority of the sites of this brokerId and
+// this site's ZooKeeper agree that the master is unreachable, and why (or
+// why not): siterole.MasterLost on what this site observes.
 func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, string) {
 	rc := b.receiver()
 	if rc == nil || rc.Connected() {
 		return false, "this site reaches its master"
 	}
 	brokerID := b.Config().System.BrokerID
-	var known uint64
+	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
+		Peers: gossipPeers(t, brokerID)}
 	if id, err := b.identity(); err == nil {
-		known = id.Generation()
+		f.KnownGeneration = id.Generation()
 	}
-	sites, agree := map[string]bool{}, map[string]bool{b.Config().Site.Name: true}
+	if b.Registry != nil {
+		zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		f.ZooKeeper.Enabled = true
+		f.ZooKeeper.Path = b.Registry.Paths().Broker(brokerID, -1)
+		ok, _, err := b.Registry.Exists(zctx, f.ZooKeeper.Path)
+		if err != nil {
+			f.ZooKeeper.Err = err.Error()
+		}
+		f.ZooKeeper.MasterRegistered = ok
+	}
+	return siterole.MasterLost(f)
+}
+
+// gossipPeers is what gossip says about the bundles of brokerID, this
+// one's included (Self).
+func gossipPeers(t *topology.Topology, brokerID int) []siterole.Peer {
+	var out []siterole.Peer
 	for _, m := range t.Members() {
 		if m.Meta.BrokerID != brokerID {
 			continue
 		}
-		if m.Meta.Role == topology.RoleMaster && m.State == topology.StateAlive && m.Meta.Generation > known {
-			// Another site took over already: follow it, do not take over again.
-			return false, fmt.Sprintf("site %s is master of generation %d, newer than the %d this site followed", m.Meta.Site, m.Meta.Generation, known)
+		p := siterole.Peer{Site: m.Meta.Site, Self: m.Name == t.Name(), Role: siterole.Master, Alive: m.State == topology.StateAlive,
+			Generation: m.Meta.Generation, Follows: m.Meta.Health.ReplicationOK, LogPos: m.Meta.LogPos}
+		if m.Meta.Role == topology.RoleSlave {
+			p.Role = siterole.Slave
 		}
-		sites[m.Meta.Site] = true
-		switch {
-		case m.Meta.Role == topology.RoleMaster && m.State != topology.StateAlive:
-			agree[m.Meta.Site] = true
-		case m.Meta.Role == topology.RoleSlave && m.State == topology.StateAlive && !m.Meta.Health.ReplicationOK:
-			agree[m.Meta.Site] = true
-		}
+		out = append(out, p)
 	}
-	sites[b.Config().Site.Name] = true
-	total := max(len(sites), b.Config().Replication.FenceSites)
-	if 2*len(agree) <= total {
-		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
-	}
-	if b.Registry == nil {
-		return false, "ZooKeeper is off: automatic failover needs this site's ZooKeeper to agree"
-	}
-	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	path := b.Registry.Paths().Broker(brokerID, -1)
-	ok, _, err := b.Registry.Exists(zctx, path)
-	switch {
-	case err != nil:
-		return false, "this site's ZooKeeper cannot be read: " + err.Error()
-	case ok:
-		return false, "the master is still registered in this site's ZooKeeper at " + path
-	}
-	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
+	return out
 }
 
-// failoverCandidate is the slave site automatic failover promotes: of the
-// alive slave sites of this brokerId that lost the master, the one with
-// the highest log position, ties to the lowest site name. me is true when
-// it is this site.
+// failoverCandidate is the slave site automatic failover promotes
+// (siterole.Candidate); me is true when it is this site.
 func (b *Bundle) failoverCandidate(t *topology.Topology) (string, bool) {
-	brokerID, mySite := b.Config().System.BrokerID, b.Config().Site.Name
-	best, bestPos := mySite, b.appliedPos()
-	for _, m := range t.Members() {
-		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleSlave ||
-			m.State != topology.StateAlive || m.Meta.Health.ReplicationOK {
-			continue
-		}
-		if m.Meta.LogPos > bestPos || (m.Meta.LogPos == bestPos && m.Meta.Site < best) {
-			best, bestPos = m.Meta.Site, m.Meta.LogPos
-		}
-	}
+	mySite := b.Config().Site.Name
+	best := siterole.Candidate(mySite, b.appliedPos(), gossipPeers(t, b.Config().System.BrokerID))
 	return best, best == mySite
 }
 

@@ -18,6 +18,7 @@ import (
 	"metaq/broker/store"
 	"metaq/georeplicator"
 	"metaq/internal/netproxy"
+	"metaq/internal/siterole"
 	"metaq/internal/testutil"
 )
 
@@ -338,6 +339,16 @@ func TestSwitchover(t *testing.T) {
 	})
 	t.Logf("writes stopped at bj for %s before the handover; hf took puts %s after the command", rep.WritesStopped, time.Since(start))
 	wantDemoted(t, bj, "meta-slave-group-hf/")
+	// The role machine owns the result of both transitions.
+	if r := bj.Role(); r.Role != siterole.Slave || r.Generation != 1 || r.SlaveID != 1 {
+		t.Fatalf("bj's role after the switchover: %v", r)
+	}
+	if r := hf.Role(); !r.IsMaster() || r.Generation != 1 {
+		t.Fatalf("hf's role after the switchover: %v", r)
+	}
+	if r := gz.Role(); r.Role != siterole.Slave || r.SlaveID != 2 {
+		t.Fatalf("gz's role: %v", r)
+	}
 	toNewMaster.SetTarget(hf.promotedShipper().Addr())
 	for p := range 2 {
 		bb, _ := bj.Store.Read("orders", p, 0, 1<<20)

@@ -2,9 +2,8 @@ package bundle
 
 import (
 	"errors"
-	"fmt"
 
-	"metaq/topology"
+	"metaq/internal/siterole"
 )
 
 // ErrSiblingAhead refuses a promotion while another slave site of the
@@ -24,19 +23,5 @@ func (b *Bundle) siblingAhead(applied int64) string {
 	if tc == nil || tc.Topology() == nil {
 		return ""
 	}
-	t := tc.Topology()
-	brokerID := b.Config().System.BrokerID
-	for _, m := range t.Members() {
-		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleSlave ||
-			m.State != topology.StateAlive || m.Meta.Site == b.Config().Site.Name {
-			continue
-		}
-		switch {
-		case m.Meta.Health.ReplicationOK:
-			return fmt.Sprintf("slave site %s still follows the master (its position is not final)", m.Meta.Site)
-		case m.Meta.LogPos > applied:
-			return fmt.Sprintf("slave site %s applied the master's log up to %d, this site up to %d", m.Meta.Site, m.Meta.LogPos, applied)
-		}
-	}
-	return ""
+	return siterole.SiblingAhead(b.Config().Site.Name, applied, gossipPeers(tc.Topology(), b.Config().System.BrokerID))
 }

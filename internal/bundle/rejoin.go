@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"metaq/georeplicator"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -78,10 +79,7 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 		if newer == 0 {
 			continue
 		}
-		b.failover.mu.Lock()
-		busy := b.failover.handingOver || b.failover.promoting
-		b.failover.mu.Unlock()
-		if busy {
+		if b.failover.role.Busy() != siterole.None {
 			continue
 		}
 		d, why := b.rejoinTarget(ctx, newer)

@@ -1,0 +1,163 @@
+package siterole
+
+import (
+	"fmt"
+	"time"
+)
+
+// Peer is what gossip says about one bundle of this brokerId at another
+// site (or this one, Self).
+type Peer struct {
+	Site       string
+	Self       bool
+	Role       Role
+	Alive      bool
+	Generation uint64
+	// Follows: a slave that gossips that it reaches its master.
+	Follows bool
+	// LogPos is the master log position a slave applied.
+	LogPos int64
+}
+
+// ZooKeeperFact is what this site's ZooKeeper says about the brokerId's
+// master node.
+type ZooKeeperFact struct {
+	Enabled bool
+	// Err is why it could not be read ("" when it was).
+	Err string
+	// MasterRegistered: ids/<brokerId>/master exists; Path names it.
+	MasterRegistered bool
+	Path             string
+}
+
+// LossFacts are what a slave site knows when it asks whether its master is
+// lost.
+type LossFacts struct {
+	Site string // this site
+	// Connected: this site's replication link reaches the master.
+	Connected bool
+	// KnownGeneration is the generation this site followed.
+	KnownGeneration uint64
+	// FenceSites is [replication] fenceSites: the sites of this brokerId
+	// counted for a majority when gossip knows fewer.
+	FenceSites int
+	Peers      []Peer
+	ZooKeeper  ZooKeeperFact
+}
+
+// MasterLost reports whether a majority of the sites of this brokerId (by
+// gossip: the master's bundle not alive, slave sites that lost it) and this
+// site's ZooKeeper (no master node) agree that the master is gone, and why
+// (or why not). A master of a newer generation alive anywhere means the
+// master is not lost: another site took over.
+func MasterLost(f LossFacts) (bool, string) {
+	if f.Connected {
+		return false, "this site reaches its master"
+	}
+	sites, agree := map[string]bool{f.Site: true}, map[string]bool{f.Site: true}
+	for _, p := range f.Peers {
+		if p.Self {
+			continue
+		}
+		if p.Role == Master && p.Alive && p.Generation > f.KnownGeneration {
+			return false, fmt.Sprintf("site %s is master of generation %d, newer than the %d this site followed", p.Site, p.Generation, f.KnownGeneration)
+		}
+		sites[p.Site] = true
+		switch {
+		case p.Role == Master && !p.Alive:
+			agree[p.Site] = true
+		case p.Role == Slave && p.Alive && !p.Follows:
+			agree[p.Site] = true
+		}
+	}
+	total := max(len(sites), f.FenceSites)
+	if !Majority(len(agree), total) {
+		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
+	}
+	z := f.ZooKeeper
+	switch {
+	case !z.Enabled:
+		return false, "ZooKeeper is off: automatic failover needs this site's ZooKeeper to agree"
+	case z.Err != "":
+		return false, "this site's ZooKeeper cannot be read: " + z.Err
+	case z.MasterRegistered:
+		return false, "the master is still registered in this site's ZooKeeper at " + z.Path
+	}
+	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
+}
+
+// Majority reports whether votes of total is more than half.
+func Majority(votes, total int) bool { return 2*votes > total }
+
+// Candidate is the slave site automatic failover promotes: of this site
+// (at selfPos) and the alive slave sites that lost the master, the one
+// with the highest log position, ties to the lowest site name.
+func Candidate(self string, selfPos int64, peers []Peer) string {
+	best, bestPos := self, selfPos
+	for _, p := range peers {
+		if p.Self || p.Role != Slave || !p.Alive || p.Follows {
+			continue
+		}
+		if p.LogPos > bestPos || (p.LogPos == bestPos && p.Site < best) {
+			best, bestPos = p.Site, p.LogPos
+		}
+	}
+	return best
+}
+
+// SiblingAhead is why this site, having applied the old master's log up to
+// applied, is not the one to promote: an alive slave site that applied
+// more after losing the master, or one that still follows the master (its
+// position is not final). "" when none is.
+func SiblingAhead(self string, applied int64, peers []Peer) string {
+	for _, p := range peers {
+		if p.Self || p.Site == self || p.Role != Slave || !p.Alive {
+			continue
+		}
+		switch {
+		case p.Follows:
+			return fmt.Sprintf("slave site %s still follows the master (its position is not final)", p.Site)
+		case p.LogPos > applied:
+			return fmt.Sprintf("slave site %s applied the master's log up to %d, this site up to %d", p.Site, p.LogPos, applied)
+		}
+	}
+	return ""
+}
+
+// AckFacts are what a master knows when it asks whether it may acknowledge
+// a put.
+type AckFacts struct {
+	State State
+	// Fenced: the shipper's lease is lost (fenceSites) or it saw a newer
+	// generation.
+	Fenced bool
+	// ZooKeeper: the generation is read from ZooKeeper (it is on); then
+	// ConfirmedAt is when a read last showed the generation this master
+	// holds, and MaxUnconfirmed how old that may be.
+	ZooKeeper      bool
+	ConfirmedAt    time.Time
+	MaxUnconfirmed time.Duration
+	Now            time.Time
+}
+
+// MayAcknowledge reports whether a master may acknowledge puts, and why
+// not: a slave, a master that stepped down or is fenced, and a master that
+// could not confirm its generation recently (another site may have been
+// promoted meanwhile: a paused or cut-off master) acknowledge nothing.
+func MayAcknowledge(f AckFacts) (bool, string) {
+	switch {
+	case f.State.Role != Master:
+		return false, "this site is a slave"
+	case f.State.SteppedDown:
+		return false, "this master stepped down: " + f.State.Why
+	case f.Fenced:
+		return false, "this master is fenced"
+	case !f.ZooKeeper:
+		return true, ""
+	case f.ConfirmedAt.IsZero():
+		return false, "this master has not confirmed its generation in ZooKeeper yet"
+	case f.Now.Sub(f.ConfirmedAt) > f.MaxUnconfirmed:
+		return false, fmt.Sprintf("this master could not confirm its generation %d in ZooKeeper for %v", f.State.Generation, f.Now.Sub(f.ConfirmedAt).Round(time.Millisecond))
+	}
+	return true, ""
+}

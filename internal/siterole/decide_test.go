@@ -1,0 +1,127 @@
+package siterole
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMasterLost(t *testing.T) {
+	zkGone := ZooKeeperFact{Enabled: true, Path: "/meta/brokers/ids/1/master"}
+	master := func(alive bool, gen uint64) Peer {
+		return Peer{Site: "bj", Role: Master, Alive: alive, Generation: gen}
+	}
+	slave := func(site string, alive, follows bool) Peer {
+		return Peer{Site: site, Role: Slave, Alive: alive, Follows: follows}
+	}
+	self := Peer{Site: "hf", Self: true, Role: Slave, Alive: true}
+	for _, tc := range []struct {
+		name string
+		f    LossFacts
+		lost bool
+		why  string
+	}{
+		{"link up", LossFacts{Site: "hf", Connected: true, ZooKeeper: zkGone}, false, "reaches its master"},
+		{"all agree", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone}, true, "3 of 3"},
+		{"master dead, gz still follows: 2 of 3", LossFacts{Site: "hf", Peers: []Peer{master(false, 0), slave("gz", true, true)}, ZooKeeper: zkGone}, true, "2 of 3"},
+		{"master alive by gossip", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: zkGone}, false, "1 of 3"},
+		{"fenceSites counts unseen sites", LossFacts{Site: "hf", FenceSites: 7, Peers: []Peer{master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone}, false, "3 of 7"},
+		{"newer master elsewhere", LossFacts{Site: "hf", KnownGeneration: 2, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}}, ZooKeeper: zkGone}, false, "generation 3, newer"},
+		{"a master of the generation followed is no newer one", LossFacts{Site: "hf", KnownGeneration: 3, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}, slave("sh", true, false)}, ZooKeeper: zkGone}, true, "2 of 3"},
+		{"ZooKeeper off", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}}, false, "ZooKeeper is off"},
+		{"ZooKeeper unreadable", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, Err: "timeout"}}, false, "cannot be read: timeout"},
+		{"still registered", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, MasterRegistered: true, Path: "/x/master"}}, false, "still registered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lost, why := MasterLost(tc.f)
+			if lost != tc.lost || !strings.Contains(why, tc.why) {
+				t.Fatalf("MasterLost = %v, %q; want %v, containing %q", lost, why, tc.lost, tc.why)
+			}
+		})
+	}
+}
+
+func TestMajority(t *testing.T) {
+	for _, tc := range []struct {
+		votes, total int
+		want         bool
+	}{{0, 0, false}, {1, 1, true}, {1, 2, false}, {2, 3, true}, {2, 4, false}, {3, 4, true}, {3, 5, true}} {
+		if got := Majority(tc.votes, tc.total); got != tc.want {
+			t.Errorf("Majority(%d, %d) = %v, want %v", tc.votes, tc.total, got, tc.want)
+		}
+	}
+}
+
+func TestCandidate(t *testing.T) {
+	lost := func(site string, pos int64) Peer { return Peer{Site: site, Role: Slave, Alive: true, LogPos: pos} }
+	for _, tc := range []struct {
+		name    string
+		selfPos int64
+		peers   []Peer
+		want    string
+	}{
+		{"alone", 10, nil, "hf"},
+		{"ahead", 10, []Peer{lost("gz", 20)}, "gz"},
+		{"behind", 30, []Peer{lost("gz", 20)}, "hf"},
+		{"tie to the lowest name", 20, []Peer{lost("gz", 20), lost("bj2", 20)}, "bj2"},
+		{"tie, self lowest", 20, []Peer{lost("sh", 20)}, "hf"},
+		{"dead sibling ignored", 10, []Peer{{Site: "gz", Role: Slave, LogPos: 99}}, "hf"},
+		{"sibling that still follows ignored", 10, []Peer{{Site: "gz", Role: Slave, Alive: true, Follows: true, LogPos: 99}}, "hf"},
+		{"masters ignored", 10, []Peer{{Site: "bj", Role: Master, Alive: true, LogPos: 99}}, "hf"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Candidate("hf", tc.selfPos, tc.peers); got != tc.want {
+				t.Fatalf("Candidate = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSiblingAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		peers []Peer
+		want  string
+	}{
+		{"none", nil, ""},
+		{"behind", []Peer{{Site: "gz", Role: Slave, Alive: true, LogPos: 5}}, ""},
+		{"equal", []Peer{{Site: "gz", Role: Slave, Alive: true, LogPos: 10}}, ""},
+		{"ahead", []Peer{{Site: "gz", Role: Slave, Alive: true, LogPos: 11}}, "gz applied the master's log up to 11, this site up to 10"},
+		{"still follows", []Peer{{Site: "gz", Role: Slave, Alive: true, Follows: true}}, "gz still follows"},
+		{"dead", []Peer{{Site: "gz", Role: Slave, LogPos: 99}}, ""},
+		{"self", []Peer{{Site: "hf", Self: true, Role: Slave, Alive: true, LogPos: 99}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SiblingAhead("hf", 10, tc.peers)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("SiblingAhead = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMayAcknowledge(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := State{Role: Master, Generation: 4}
+	for _, tc := range []struct {
+		name string
+		f    AckFacts
+		ok   bool
+		why  string
+	}{
+		{"slave", AckFacts{State: State{Role: Slave}}, false, "slave"},
+		{"stepped down", AckFacts{State: State{Role: Master, SteppedDown: true, Why: "generation 5"}}, false, "stepped down: generation 5"},
+		{"fenced", AckFacts{State: m, Fenced: true}, false, "fenced"},
+		{"no ZooKeeper", AckFacts{State: m}, true, ""},
+		{"never confirmed", AckFacts{State: m, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, false, "not confirmed"},
+		{"confirmed recently", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, true, ""},
+		{"confirmation too old (paused, or ZooKeeper unreadable)", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-3 * time.Second), Now: now, MaxUnconfirmed: time.Second}, false, "could not confirm its generation 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := MayAcknowledge(tc.f)
+			if ok != tc.ok || !strings.Contains(why, tc.why) {
+				t.Fatalf("MayAcknowledge = %v, %q; want %v, %q", ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}

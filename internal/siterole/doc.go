@@ -1,0 +1,15 @@
+// Package siterole owns a site bundle's role for its brokerId: master or
+// slave, the generation it serves or follows, and the one transition that
+// may run at a time (a promotion, a switchover out, a demotion).
+//
+// The bundle's transition code is the only caller of Begin and Set; every
+// other part of the bundle reads the role with Current (or waits for a
+// change with Changed) instead of the role it started with.
+//
+// The decisions a failover takes (is the master lost, which slave site is
+// the candidate, may this master acknowledge) are pure functions of
+// observed facts in decide.go, with no I/O, so that they can be tested
+// table by table.
+//
+// Locks: Machine.mu is a leaf. Nothing is called while it is held.
+package siterole
