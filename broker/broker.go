@@ -95,10 +95,11 @@ func New(opts Options) (*Broker, error) {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
-	b.limits = connLimits{max: opts.MaxConnections, perAddr: opts.MaxConnectionsPerAddress}
 	b.mem = newByteBudget(opts.MaxBufferedBytes, nil)
 	b.mem.onWait = b.relievePressure
 	b.mem.recheck = min(max(opts.StallTimeout/2, 10*time.Millisecond), time.Second)
+	b.limits = connLimits{max: opts.MaxConnections, perAddr: opts.MaxConnectionsPerAddress,
+		share: opts.MaxAddressBufferedBytes, mem: b.mem, onWait: b.relievePressure, recheck: b.mem.recheck}
 	b.limitLog = newLimitLogs()
 	b.stats = newStatsCounters(opts.Clock)
 	b.stats.enabled = b.statTopic
@@ -164,7 +165,8 @@ func (b *Broker) Start(ctx context.Context) error {
 		"brokerId", b.cfg.Load().System.BrokerID, "syncReceiver", b.opts.SyncReceiver, "syncSlave", b.opts.SyncSlave)
 	b.log.Info("BROKER: limits", "maxConnections", b.opts.MaxConnections, "maxConnectionsPerAddress", b.opts.MaxConnectionsPerAddress,
 		"idleTimeout", b.opts.IdleTimeout, "readTimeout", b.opts.ReadTimeout, "writeTimeout", b.opts.WriteTimeout,
-		"maxBufferedBytes", b.opts.MaxBufferedBytes, "maxConnectionBufferedBytes", b.opts.MaxPendingBytes)
+		"maxBufferedBytes", b.opts.MaxBufferedBytes, "maxAddressBufferedBytes", b.opts.MaxAddressBufferedBytes,
+		"maxConnectionBufferedBytes", b.opts.MaxPendingBytes)
 
 	cfg := b.cfg.Load()
 	b.applyPolicies(cfg)
@@ -213,11 +215,12 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 		}
 		wait.Reset()
 		ip := remoteIP(nc)
-		if cause := b.limits.admit(ip); cause != "" {
+		addrBytes, cause := b.limits.admit(ip)
+		if cause != "" {
 			b.refuse(nc, cause)
 			continue
 		}
-		c := b.newConn(nc, ip)
+		c := b.newConn(nc, ip, addrBytes)
 		b.mu.Lock()
 		if b.closing.Load() {
 			b.mu.Unlock()

@@ -68,6 +68,10 @@ type conn struct {
 	// write that has not finished (unix nanoseconds), 0 while it waits for
 	// answers. See Broker.relievePressure.
 	writingSince atomic.Int64
+	// bodySince is when the body being read (its bytes reserved by its
+	// declared length) last brought bytes (unix nanoseconds), 0 while no
+	// body is being read. See Broker.relievePressure.
+	bodySince atomic.Int64
 	// timedOut says why the last socket read timed out (reader goroutine only).
 	timedOut timeoutCause
 	// syncPeer: a synchronous master's link (it sent sync), which sends no
@@ -107,7 +111,7 @@ func (c *conn) releaseSlots(n int) {
 	}
 }
 
-func (b *Broker) newConn(nc net.Conn, ip netip.Addr) *conn {
+func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *conn {
 	ctx, cancel := context.WithCancel(b.ctx)
 	id := b.nextConn.Add(1)
 	c := &conn{
@@ -122,7 +126,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr) *conn {
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
 		stored: make(map[*pendingPuts]struct{}),
-		bytes:  newByteBudget(b.opts.MaxPendingBytes, b.mem),
+		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
 	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
 	c.readCtx, c.stopReader = context.WithCancel(ctx)
@@ -238,6 +242,7 @@ func (c *conn) readLoop() bool {
 			}
 		}
 		reserved += int64(n)
+		c.bodySince.Store(time.Now().UnixNano())
 		return allocBody(n)
 	}
 	for {
@@ -253,6 +258,7 @@ func (c *conn) readLoop() bool {
 		}
 		frame.next(r.Buffered() > 0)
 		cmd, err := d.Decode()
+		c.bodySince.Store(0)
 		got := reserved
 		reserved = 0
 		if err != nil {

@@ -50,15 +50,17 @@
 // answers are still owed), and ReadTimeout for the time spent waiting for
 // one request's bytes (frameClock), which cuts off slowloris clients. Get
 // answers not yet written and put bodies not yet stored reserve their bytes
-// in a byte budget per connection (MaxPendingBytes) that draws from one for
-// the broker (MaxBufferedBytes), before the data exists: a get reserves
+// in a byte budget per connection (MaxPendingBytes) that draws from one per
+// IP address (MaxAddressBufferedBytes), which draws from one for the broker
+// (MaxBufferedBytes), before the data exists: a get reserves
 // before it reads the store and releases once written; a body reserves
 // before it is read from the socket and releases once the store has copied
 // it. From half the broker's budget in use, get answers shrink to 1 MiB
 // (the first record stays whole). When a budget is used up gets wait and
 // the reader stops reading, which pushes back through TCP. While requests
 // wait for the broker's budget, connections that hold some of it and take
-// none of their answers for StallTimeout are closed (relievePressure). A
+// none of their answers for StallTimeout are closed, and so are those that
+// reserved a put body and sent none of it for StallTimeout (relievePressure). A
 // closing connection gives back whatever it still holds
 // (byteBudget.detach).
 //
@@ -84,7 +86,7 @@
 // synchronous master holds syncMaster.closeMu while it queues a batch
 // (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
-// connection's budget and the broker's are never locked together),
+// connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
 // syncMaster's mu and wmu are leaves.
 // Registry and Store calls are made without any broker lock held. A put

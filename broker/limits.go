@@ -14,13 +14,23 @@ import (
 )
 
 // connLimits admits connections: at most max open in all and perAddr from
-// one IP address (0 = no limit).
+// one IP address (0 = no limit). It also keeps one byte budget per address
+// with open connections (Options.MaxAddressBufferedBytes), between the
+// connections' budgets and the broker's: whatever the connections of one
+// address declare, they never hold more than that share, and while they
+// wait for it they wait in their address's queue, not in the broker's, so
+// clients at other addresses are not queued behind them.
 type connLimits struct {
 	max, perAddr int
+	share        int64       // each address's byte budget
+	mem          *byteBudget // the broker's, which addresses draw from
+	onWait       func()      // set on each address's budget (see byteBudget.onWait)
+	recheck      time.Duration
 
-	mu     sync.Mutex
-	open   int
-	byAddr map[netip.Addr]int
+	mu      sync.Mutex
+	open    int
+	byAddr  map[netip.Addr]int
+	budgets map[netip.Addr]*byteBudget // of addresses with open connections
 }
 
 // Why a connection was refused, as logged and counted.
@@ -29,22 +39,30 @@ const (
 	refusedAddress = "maxConnectionsPerAddress"
 )
 
-// admit counts a new connection from ip, or returns why it is refused.
-func (l *connLimits) admit(ip netip.Addr) string {
+// admit counts a new connection from ip and returns the byte budget of its
+// address, or returns why it is refused.
+func (l *connLimits) admit(ip netip.Addr) (*byteBudget, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.max > 0 && l.open >= l.max {
-		return refusedTotal
+		return nil, refusedTotal
 	}
 	if l.perAddr > 0 && l.byAddr[ip] >= l.perAddr {
-		return refusedAddress
+		return nil, refusedAddress
 	}
 	if l.byAddr == nil {
 		l.byAddr = make(map[netip.Addr]int)
+		l.budgets = make(map[netip.Addr]*byteBudget)
 	}
 	l.open++
 	l.byAddr[ip]++
-	return ""
+	bb := l.budgets[ip]
+	if bb == nil {
+		bb = newByteBudget(l.share, l.mem)
+		bb.onWait, bb.recheck = l.onWait, l.recheck
+		l.budgets[ip] = bb
+	}
+	return bb, ""
 }
 
 // done uncounts a connection admit let in.
@@ -55,8 +73,22 @@ func (l *connLimits) done(ip netip.Addr) {
 	if n := l.byAddr[ip] - 1; n > 0 {
 		l.byAddr[ip] = n
 	} else {
+		// Its last connection has detached its budget: the address holds
+		// nothing now.
 		delete(l.byAddr, ip)
+		delete(l.budgets, ip)
 	}
+}
+
+// addressUsed returns the bytes the connections from ip hold now.
+func (l *connLimits) addressUsed(ip netip.Addr) int64 {
+	l.mu.Lock()
+	bb := l.budgets[ip]
+	l.mu.Unlock()
+	if bb == nil {
+		return 0
+	}
+	return bb.used()
 }
 
 // remoteIP is the address connLimits counts a connection under.
@@ -76,6 +108,7 @@ const logEvery = 10 * time.Second
 type limitLogs struct {
 	refusedTotal, refusedAddress rate.Sometimes
 	idle, slowRequest, stalled   rate.Sometimes
+	silentBody                   rate.Sometimes
 }
 
 func newLimitLogs() *limitLogs {
@@ -85,6 +118,7 @@ func newLimitLogs() *limitLogs {
 		idle:           rate.Sometimes{Interval: logEvery},
 		slowRequest:    rate.Sometimes{Interval: logEvery},
 		stalled:        rate.Sometimes{Interval: logEvery},
+		silentBody:     rate.Sometimes{Interval: logEvery},
 	}
 }
 
@@ -157,6 +191,9 @@ func (c *conn) readSocket(p []byte, f *frameClock) (int, error) {
 		}
 		if n > 0 {
 			f.started = true
+			if c.bodySince.Load() != 0 {
+				c.bodySince.Store(time.Now().UnixNano())
+			}
 			return n, err
 		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.stopRead.Load() {
@@ -217,22 +254,41 @@ func bodyLen(cmd wire.Command) int64 {
 	return 0
 }
 
-// relievePressure runs while requests wait for the broker's byte budget: a
-// connection that holds some of it and whose client has taken none of its
-// answers for StallTimeout is closed, and what it held is given back. A
-// client that does not read would otherwise keep its share until
-// WriteTimeout, and a few of them could keep every other client waiting.
+// relievePressure runs while requests wait for the broker's byte budget or
+// an address's: a connection that holds some of it and whose client has
+// taken none of its answers for StallTimeout is closed, and what it held is
+// given back. A client that does not read would otherwise keep its share
+// until WriteTimeout, and a few of them could keep every other client
+// waiting. So is a connection whose body, reserved by its declared length,
+// has brought no byte for StallTimeout: a header alone must not hold bytes
+// others wait for until ReadTimeout.
 func (b *Broker) relievePressure() {
 	now := time.Now()
 	b.mu.Lock()
-	var stalled []*conn
+	var stalled, silent []*conn
 	for c := range b.conns {
 		since := c.writingSince.Load()
 		if since != 0 && now.Sub(time.Unix(0, since)) >= b.opts.StallTimeout {
 			stalled = append(stalled, c)
 		}
+		if since := c.bodySince.Load(); since != 0 && now.Sub(time.Unix(0, since)) >= b.opts.StallTimeout {
+			silent = append(silent, c)
+		}
 	}
 	b.mu.Unlock()
+	for _, c := range silent {
+		if c.closing() || c.bytes.used() == 0 {
+			continue
+		}
+		n := b.stats.connClosedSilentBody.Add(1)
+		c.log.Debug("CONN: declared body not sent while buffers are full, closing connection",
+			"held_bytes", c.bytes.used(), "stall_timeout", b.opts.StallTimeout)
+		b.limitLog.silentBody.Do(func() {
+			b.log.Warn("BROKER: buffers full; closing connections that reserved a put body and send none of it", "remote", c.remote,
+				"held_bytes", c.bytes.used(), "stall_timeout", b.opts.StallTimeout, "closed_so_far", n)
+		})
+		c.close()
+	}
 	for _, c := range stalled {
 		if c.closing() || c.bytes.used() == 0 {
 			continue
@@ -262,6 +318,7 @@ type Resources struct {
 	ClosedIdle               int64 // closed by idleTimeout
 	ClosedReadTimeout        int64 // closed by readTimeout (a request not sent in time)
 	ClosedStalled            int64 // closed for not reading answers while the budget was used up
+	ClosedSilentBody         int64 // closed for sending none of a reserved body while the budget was used up
 	BufferedBytes            int64 // get answers and put bodies held now
 	BufferedBytesPeak        int64 // the most held at once since start
 	MaxBufferedBytes         int64 // the bound
@@ -278,6 +335,7 @@ func (b *Broker) Resources() Resources {
 		ClosedIdle:               b.stats.connClosedIdle.Load(),
 		ClosedReadTimeout:        b.stats.connClosedSlow.Load(),
 		ClosedStalled:            b.stats.connClosedStalled.Load(),
+		ClosedSilentBody:         b.stats.connClosedSilentBody.Load(),
 		BufferedBytes:            b.mem.used(),
 		BufferedBytesPeak:        b.mem.peakUsed(),
 		MaxBufferedBytes:         b.opts.MaxBufferedBytes,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -325,7 +326,8 @@ func TestBufferedBytesBounded(t *testing.T) {
 	brk := startBroker(t, parseConfig(t, largeGetConfig(t)), func(o *Options) {
 		o.MaxPendingBytes = share
 		o.MaxBufferedBytes = bound
-		o.StallTimeout = time.Hour // no relief: the bound alone holds
+		o.MaxAddressBufferedBytes = bound // one address: the broker-wide bound is what is tested
+		o.StallTimeout = time.Hour        // no relief: the bound alone holds
 		o.WriteTimeout = time.Hour
 	})
 	fillPartition(t, brk, 32, 256<<10) // 8 MiB
@@ -362,6 +364,7 @@ func TestConsumerProgressUnderAttack(t *testing.T) {
 	brk := startBroker(t, parseConfig(t, largeGetConfig(t)), func(o *Options) {
 		o.MaxPendingBytes = share
 		o.MaxBufferedBytes = bound
+		o.MaxAddressBufferedBytes = bound // one address: the broker-wide bound is what is tested
 		o.StallTimeout = time.Second
 		o.WriteTimeout = time.Hour
 	})
@@ -445,6 +448,7 @@ func TestPutBodiesBounded(t *testing.T) {
 	brk := startBroker(t, vectorConfig(t), func(o *Options) {
 		o.MaxPendingBytes = share
 		o.MaxBufferedBytes = bound
+		o.MaxAddressBufferedBytes = bound // one address: the broker-wide bound is what is tested
 		o.ReadTimeout = time.Hour
 	})
 	put := putCmd("test", 0, strings.Repeat("p", body), 1).AppendTo(nil)
@@ -562,6 +566,7 @@ func TestPressureShrinksAnswers(t *testing.T) {
 	brk := startBroker(t, parseConfig(t, largeGetConfig(t)), func(o *Options) {
 		o.MaxPendingBytes = share
 		o.MaxBufferedBytes = bound
+		o.MaxAddressBufferedBytes = bound // one address: the broker-wide bound is what is tested
 		o.StallTimeout = time.Hour
 		o.WriteTimeout = time.Hour
 	})
@@ -595,5 +600,56 @@ func TestPressureShrinksAnswers(t *testing.T) {
 	waitResources(t, brk, "the pressure to end", func(r Resources) bool { return r.BufferedBytes == 0 })
 	if n := get(0); n != share {
 		t.Fatalf("answer of %d bytes after the pressure, want %d", n, share)
+	}
+}
+
+// TestPutHeadersFromOneAddress: put headers declaring large bodies that
+// never come, from one address, hold at most that address's share of the
+// broker's byte budget, and only until the budget is contested for
+// StallTimeout; clients at another address keep having their puts and gets
+// answered promptly all the while.
+func TestPutHeadersFromOneAddress(t *testing.T) {
+	const share, bound, declared = 4 << 20, 8 << 20, 2<<20 - 1
+	logs := &logCapture{t: t}
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.MaxPendingBytes = share
+		o.MaxBufferedBytes = bound
+		o.ReadTimeout = time.Hour // the body timeout alone would free nothing for an hour
+		o.StallTimeout = 300 * time.Millisecond
+		o.Logger = slogTo(logs)
+	})
+	attacker := netip.MustParseAddr("127.0.0.1")
+	for i := range 48 {
+		cl := dialFrom(t, brk.Addr(), attacker.String())
+		cl.send(fmt.Appendf(nil, "put test 0 %d 0 %d\r\n", declared, i))
+	}
+	waitResources(t, brk, "the attacker's share to fill", func(r Resources) bool { return r.BufferedBytes >= 2*declared })
+
+	victim := dialFrom(t, brk.Addr(), "127.0.0.2")
+	deadline := time.Now().Add(3 * time.Second) // several rounds of the attacker's connections being closed
+	for i := 0; time.Now().Before(deadline); i++ {
+		start := time.Now()
+		victim.sendCmd(putCmd("test", 0, fmt.Sprintf("victim %d", i), int32(i)))
+		raw, err := victim.readRaw(2 * time.Second)
+		if err != nil || !strings.HasPrefix(string(raw), "result 200 ") {
+			t.Fatalf("put %d while another address attacks: %q, %v", i, raw, err)
+		}
+		victim.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 64 << 10, Opaque: int32(i)})
+		if raw, err = victim.readRaw(2 * time.Second); err != nil || !strings.HasPrefix(string(raw), "value ") {
+			t.Fatalf("get %d while another address attacks: %q, %v", i, raw, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("put and get %d took %v", i, took)
+		}
+		if u := brk.limits.addressUsed(attacker); u > share {
+			t.Fatalf("one address holds %d bytes, its share is %d", u, share)
+		}
+	}
+	r := brk.Resources()
+	if r.BufferedBytesPeak > bound {
+		t.Fatalf("peak %d above the bound %d", r.BufferedBytesPeak, bound)
+	}
+	if r.ClosedSilentBody == 0 || !logs.contains("reserved a put body and send none of it") {
+		t.Fatalf("no connection holding an unsent body was closed (or none was logged): %+v", r)
 	}
 }

@@ -74,6 +74,12 @@ type Options struct {
 	// MaxBufferedBytes bounds the same bytes for all connections together.
 	// Config: maxBufferedBytes.
 	MaxBufferedBytes int64
+	// MaxAddressBufferedBytes bounds the same bytes for the connections of
+	// one IP address together, so that no address can hold the broker's
+	// whole budget (nor queue every other client behind its own waits).
+	// Default half of MaxBufferedBytes; at least MaxPendingBytes.
+	// Config: maxAddressBufferedBytes.
+	MaxAddressBufferedBytes int64
 	// MaxConnections bounds the open client connections; a connection over
 	// it is closed at once. It is kept at or below three quarters of the
 	// process's open-file limit. Config: maxConnections.
@@ -164,6 +170,10 @@ func (o *Options) applyLimits(l config.Limits) {
 	o.MaxPendingBytes = pick(o.MaxPendingBytes, l.MaxConnectionBufferedBytes, config.DefaultMaxConnectionBufferedBytes)
 	o.MaxBufferedBytes = pick(o.MaxBufferedBytes, l.MaxBufferedBytes, max(config.DefaultMaxBufferedBytes, o.MaxPendingBytes))
 	o.MaxBufferedBytes = max(o.MaxBufferedBytes, o.MaxPendingBytes)
+	// At least one connection's share, so that what one connection may hold
+	// always fits its address's budget.
+	o.MaxAddressBufferedBytes = pick(o.MaxAddressBufferedBytes, l.MaxAddressBufferedBytes, o.MaxBufferedBytes/2)
+	o.MaxAddressBufferedBytes = min(max(o.MaxAddressBufferedBytes, o.MaxPendingBytes), o.MaxBufferedBytes)
 	o.MaxConnections = int(pick(int64(o.MaxConnections), int64(l.MaxConnections), 0))
 	o.MaxConnectionsPerAddress = int(pick(int64(o.MaxConnectionsPerAddress), int64(l.MaxConnectionsPerAddress), 0))
 	o.IdleTimeout = time.Duration(pick(int64(o.IdleTimeout), int64(l.IdleTimeout), 0))

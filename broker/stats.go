@@ -50,11 +50,12 @@ type statsCounters struct {
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 
-	connRefusedTotal   atomic.Int64 // over maxConnections
-	connRefusedAddress atomic.Int64 // over maxConnectionsPerAddress
-	connClosedIdle     atomic.Int64 // idleTimeout
-	connClosedSlow     atomic.Int64 // readTimeout: a request not sent in time
-	connClosedStalled  atomic.Int64 // answers not taken while the byte budget is used up
+	connRefusedTotal     atomic.Int64 // over maxConnections
+	connRefusedAddress   atomic.Int64 // over maxConnectionsPerAddress
+	connClosedIdle       atomic.Int64 // idleTimeout
+	connClosedSlow       atomic.Int64 // readTimeout: a request not sent in time
+	connClosedStalled    atomic.Int64 // answers not taken while the byte budget is used up
+	connClosedSilentBody atomic.Int64 // a reserved body not sent while the byte budget is used up
 
 	// enabled reports whether a topic keeps realtime counters (stat=true).
 	enabled func(topic string) bool

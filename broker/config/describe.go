@@ -128,6 +128,7 @@ func (s *Server) blocks() []block {
 			{"readTimeoutMs", ms(s.Limits.ReadTimeout)},
 			{"writeTimeoutMs", ms(s.Limits.WriteTimeout)},
 			{"maxBufferedBytes", strconv.FormatInt(s.Limits.MaxBufferedBytes, 10)},
+			{"maxAddressBufferedBytes", strconv.FormatInt(s.Limits.addressBufferedBytes(), 10)},
 			{"maxConnectionBufferedBytes", strconv.FormatInt(s.Limits.MaxConnectionBufferedBytes, 10)},
 		}},
 	)
@@ -218,4 +219,12 @@ func nameOr(file string) string {
 		return "<bytes>"
 	}
 	return file
+}
+
+// addressBufferedBytes is MaxAddressBufferedBytes with its default applied.
+func (l Limits) addressBufferedBytes() int64 {
+	if l.MaxAddressBufferedBytes > 0 {
+		return l.MaxAddressBufferedBytes
+	}
+	return min(max(l.MaxBufferedBytes/2, l.MaxConnectionBufferedBytes), l.MaxBufferedBytes)
 }

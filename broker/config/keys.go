@@ -62,7 +62,7 @@ var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label",
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
-	"maxBufferedBytes", "maxConnectionBufferedBytes",
+	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes",
 }
 var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "allowUnauthenticatedSwitchover"}
 

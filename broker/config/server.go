@@ -648,6 +648,8 @@ func buildLimits(r sectionReader) Limits {
 	}
 	l.MaxBufferedBytes = r.integer("maxBufferedBytes", max(DefaultMaxBufferedBytes, l.MaxConnectionBufferedBytes),
 		l.MaxConnectionBufferedBytes, math.MaxInt64)
+	// 0 (absent): half of maxBufferedBytes, however that is set.
+	l.MaxAddressBufferedBytes = r.integer("maxAddressBufferedBytes", 0, l.MaxConnectionBufferedBytes, l.MaxBufferedBytes)
 	return l
 }
 

@@ -252,7 +252,7 @@ type Replication struct {
 // Limits is the optional [limits] section: what one client, or many, may
 // make the broker hold. Keys: maxConnections, maxConnectionsPerAddress,
 // idleTimeoutMs, readTimeoutMs, writeTimeoutMs, maxBufferedBytes,
-// maxConnectionBufferedBytes. A zero count or timeout means no limit.
+// maxAddressBufferedBytes, maxConnectionBufferedBytes. A zero count or timeout means no limit.
 type Limits struct {
 	// MaxConnections bounds the open client connections; the broker lowers
 	// it further to three quarters of its open-file limit.
@@ -270,6 +270,11 @@ type Limits struct {
 	// MaxBufferedBytes bounds, broker-wide, the get answers not yet written
 	// and the put bodies being read or not yet stored.
 	MaxBufferedBytes int64
+	// MaxAddressBufferedBytes is the share of MaxBufferedBytes the
+	// connections of one IP address may hold together, at least
+	// MaxConnectionBufferedBytes; 0 means half of MaxBufferedBytes (or
+	// MaxConnectionBufferedBytes if that is more).
+	MaxAddressBufferedBytes int64
 	// MaxConnectionBufferedBytes is the share of MaxBufferedBytes one
 	// connection may hold; it also caps the bytes one get returns.
 	MaxConnectionBufferedBytes int64

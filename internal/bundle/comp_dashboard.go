@@ -362,6 +362,7 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(c.connClosed, float64(res.ClosedIdle), "idle")
 	ct(c.connClosed, float64(res.ClosedReadTimeout), "read_timeout")
 	ct(c.connClosed, float64(res.ClosedStalled), "stalled")
+	ct(c.connClosed, float64(res.ClosedSilentBody), "silent_body")
 	g(c.buffered, float64(res.BufferedBytes))
 	g(c.bufferedPeak, float64(res.BufferedBytesPeak))
 	g(c.bufferedLimit, float64(res.MaxBufferedBytes))
