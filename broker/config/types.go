@@ -18,6 +18,7 @@
 package config
 
 import (
+	"path/filepath"
 	"regexp"
 	"time"
 )
@@ -77,6 +78,20 @@ type System struct {
 	Stat                        bool          // default false
 	UpdateConsumerOffsets       bool          // default false
 	LoadMessageStoresInParallel bool          // default false
+}
+
+// MoveData points the data directory at dir (the -data override of
+// metaq-server): the transaction journal moves with it unless server.ini
+// gave dataLogPath a directory of its own, so an override never leaves
+// the journal behind in the directory it was meant to replace.
+func (s *System) MoveData(dir string) {
+	if dir == "" {
+		return
+	}
+	if s.DataLogPath == "" || filepath.Clean(s.DataLogPath) == filepath.Clean(s.DataPath) {
+		s.DataLogPath = dir
+	}
+	s.DataPath = dir
 }
 
 // ZooKeeper is the [zookeeper] section (see Configuration in broker/wire/doc.go).

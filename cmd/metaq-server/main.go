@@ -148,7 +148,7 @@ func (c *common) startFlags() {
 }
 
 func (c *common) dataFlag() {
-	c.fs.StringVar(&c.dataPath, "data", "", "override [system] dataPath")
+	c.fs.StringVar(&c.dataPath, "data", "", "override [system] dataPath (the transaction journal moves with it unless dataLogPath names its own `dir`)")
 }
 
 func (c *common) stopFlags() {
@@ -234,9 +234,15 @@ func newFlags(name string) *common {
 
 func (c *common) files() ctl.Files { return ctl.DefaultFiles(c.config, c.logDir, c.pidFile) }
 
+// load reads server.ini with the command line's overrides applied; -data is
+// applied here and nowhere else, so every command sees the same directories.
 func (c *common) load() (*config.Server, error) {
 	cfg, _, err := config.Load(c.config)
-	return cfg, err
+	if err != nil {
+		return nil, err
+	}
+	cfg.System.MoveData(c.dataPath)
+	return cfg, nil
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -308,9 +314,6 @@ func run(cmd string, args []string) error {
 		if err != nil {
 			return err
 		}
-		if c.dataPath != "" {
-			cfg.System.DataPath = c.dataPath
-		}
 		if c.publish {
 			return publishUnreplicated(ctx, os.Stdout, cfg, c.brokers)
 		}
@@ -353,9 +356,6 @@ func run(cmd string, args []string) error {
 		if err != nil {
 			return err
 		}
-		if c.dataPath != "" {
-			cfg.System.DataPath = c.dataPath
-		}
 		if cmd == "delete-partitions" {
 			return ctl.DeletePartitions(cfg, c.files().PID, c.topic, c.start, c.end, say)
 		}
@@ -382,12 +382,9 @@ func start(ctx context.Context, c *common, modeName string) error {
 	if !c.fg {
 		// Check the configuration here, so that mistakes are printed to the
 		// operator and not only into the log.
-		cfg, _, err := config.Load(c.config)
+		cfg, err := c.load()
 		if err != nil {
 			return err
-		}
-		if c.dataPath != "" {
-			cfg.System.DataPath = c.dataPath
 		}
 		if r, err := bundle.PersistedRole(cfg.System.DataPath); err != nil {
 			return err

@@ -15,9 +15,6 @@ func role(c *common) error {
 	if err != nil {
 		return err
 	}
-	if c.dataPath != "" {
-		cfg.System.DataPath = c.dataPath
-	}
 	if !c.clear {
 		r, err := bundle.PersistedRole(cfg.System.DataPath)
 		if err != nil {

@@ -83,12 +83,7 @@ func New(opts Options) (*Bundle, error) {
 	for _, w := range warnings {
 		b.log.Warn("CONFIG: " + w.String())
 	}
-	if opts.DataPath != "" {
-		cfg.System.DataPath = opts.DataPath
-		if cfg.System.DataLogPath == "" {
-			cfg.System.DataLogPath = opts.DataPath
-		}
-	}
+	cfg.System.MoveData(opts.DataPath)
 	if opts.Adjust != nil {
 		opts.Adjust(cfg)
 	}

@@ -74,7 +74,8 @@ type Options struct {
 	ListenAddr string
 	// AdminAddr overrides [site] adminAddr; "off" disables the admin endpoint.
 	AdminAddr string
-	// DataPath overrides [system] dataPath (tests).
+	// DataPath overrides [system] dataPath (metaq-server start -data, tests),
+	// with the transaction journal unless dataLogPath names its own directory.
 	DataPath string
 	// Adjust, when set, changes the loaded configuration (at start and at
 	// every reload) without touching the files: tests run several bundles
