@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,7 +39,7 @@ func printSwitchover(w io.Writer, body []byte) error {
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return fmt.Errorf("switchover: the report %q: %w", body, err)
 	}
-	fmt.Fprintf(w, "switchover done: %s is the new master (generation %d)\n", rep.To, rep.Generation)
+	fmt.Fprintf(w, "switchover: %s is the new master (generation %d)\n", rep.To, rep.Generation)
 	fmt.Fprintf(w, "write downtime at the old master: %s (puts answered 503, retriable, until it handed over)\n", round(rep.WritesStopped))
 	fmt.Fprintf(w, "the new master held the old master's whole durable log (log end %d): no acknowledged message is lost\n", rep.DurableEnd)
 	switch {
@@ -49,6 +50,33 @@ func printSwitchover(w io.Writer, body []byte) error {
 	default:
 		fmt.Fprintf(w, "this site refuses puts and does not follow %s (no ZooKeeper and no -follow): restart it as a slave\n", rep.To)
 	}
+	return printFollowers(w, "switchover", rep.To, rep.Followers, rep.FollowersNote)
+}
+
+// printFollowers lists the slave sites after a change of master and fails
+// when one of them does not follow the new master.
+func printFollowers(w io.Writer, op, master string, fs []bundle.FollowerReport, note string) error {
+	var missing []string
+	for _, f := range fs {
+		who := f.Site
+		if f.Self {
+			who += " (this site)"
+		}
+		if f.Following {
+			fmt.Fprintf(w, "slave site %s (slaveId %d) follows %s\n", who, f.SlaveID, master)
+			continue
+		}
+		fmt.Fprintf(w, "SLAVE SITE %s (slaveId %d) DOES NOT FOLLOW %s: %s\n", who, f.SlaveID, master, f.Reason)
+		missing = append(missing, f.Site)
+	}
+	if note != "" {
+		fmt.Fprintln(w, note)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s: the new master took over, but %d slave site(s) do not follow it: %s (their logs say why; `metaq-server slave-status` there)",
+			op, len(missing), strings.Join(missing, ", "))
+	}
+	fmt.Fprintf(w, "%s done\n", op)
 	return nil
 }
 
@@ -90,7 +118,7 @@ func printPromote(w io.Writer, body []byte) error {
 		fmt.Fprintln(w, "no lag report from the old master: bytes and messages behind per partition are unknown")
 	}
 	fmt.Fprintf(w, "partition ends recorded for %d partitions: a returning old master cuts and saves aside what it holds beyond them\n", len(rep.Ends))
-	return nil
+	return printFollowers(w, "promote", "this site", rep.Followers, rep.FollowersNote)
 }
 
 // round shortens a duration for people.

@@ -77,3 +77,33 @@ func TestPrintSwitchover(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintSwitchoverFollowerMissing: a slave site that did not follow the
+// new master is named with the reason, and the command fails instead of
+// saying "done".
+func TestPrintSwitchoverFollowerMissing(t *testing.T) {
+	rep := bundle.SwitchoverReport{To: "meta-slave-group-hf/1", Generation: 3, Following: true, Followers: []bundle.FollowerReport{
+		{Site: "bj", SlaveID: 1, Self: true, Reason: "tls: first record does not look like a TLS handshake"},
+		{Site: "gz", SlaveID: 2, Following: true},
+	}}
+	body, _ := json.Marshal(rep)
+	var out bytes.Buffer
+	err := printSwitchover(&out, body)
+	if err == nil || !strings.Contains(err.Error(), "1 slave site(s) do not follow it: bj") {
+		t.Fatalf("printSwitchover = %v, want an error naming bj", err)
+	}
+	for _, want := range []string{"SLAVE SITE bj (this site) (slaveId 1) DOES NOT FOLLOW meta-slave-group-hf/1: tls: first record", "slave site gz (slaveId 2) follows"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "done") {
+		t.Errorf("output says done:\n%s", out.String())
+	}
+	rep.Followers[0].Following = true
+	body, _ = json.Marshal(rep)
+	out.Reset()
+	if err := printSwitchover(&out, body); err != nil || !strings.Contains(out.String(), "switchover done") {
+		t.Fatalf("all following: %v\n%s", err, out.String())
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"metaq/broker/config"
 )
 
 // TestDeployLayout loads deploy/common/server.ini with each host's overlay
@@ -78,6 +80,22 @@ func TestDeployLayout(t *testing.T) {
 			}
 			if b.Slave != nil && (b.Slave.MasterAddress != fmt.Sprintf("metaq-%d.bj.example.net:8124", id) || b.Slave.AutoSyncMasterConfig) {
 				t.Errorf("slave properties: %+v", b.Slave)
+			}
+			// Every site may become master: it serves mutual TLS with its
+			// own certificate. Every site may follow a master it was not
+			// configured to follow (bj after a switchover): it does so with
+			// the secret, its certificate, the CA, compression and the cap.
+			r := cfg.Replication
+			cert := "/etc/metaq/tls/" + host + ".crt"
+			if r.TLSCert != cert || r.TLSKey != "/etc/metaq/tls/"+host+".key" || r.TLSCA != "/etc/metaq/tls/ca.crt" || !r.ListenSet || r.SecretFile == "" {
+				t.Errorf("%s cannot serve mutual TLS as master: [replication] %+v", host, r)
+			}
+			link := b.withSiteLink(config.Slave{SlaveID: 1})
+			if link.TLSCert != cert || link.TLSCA != "/etc/metaq/tls/ca.crt" || link.Compression != "zstd" {
+				t.Errorf("%s follows a new master without its link settings: %+v", host, link)
+			}
+			if b.Slave != nil && (b.Slave.TLSCert != cert || link.BandwidthBytesPerSec != b.Slave.BandwidthBytesPerSec) {
+				t.Errorf("%s: its async_slave.properties and its [replication] name different certificates, or its cap is lost: %+v", host, b.Slave)
 			}
 		})
 	}

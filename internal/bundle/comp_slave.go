@@ -65,6 +65,10 @@ func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 	}
 	c.b, c.sl = b, sl
 	c.streamOnly = c.streamOnly || b.formerMaster
+	if sl.TLSCert != "" && b.Config().Replication.TLSCert == "" && b.Config().Replication.Enable {
+		b.Logger().Warn("REPLICATION: this slave dials its master with TLS, but [replication] names no tlsCert/tlsKey/tlsCA: " +
+			"once it becomes master (a switchover, a promotion) it serves its log without TLS, which slaves that require TLS cannot follow; set them in this site's overlay")
+	}
 	dir := filepath.Join(b.Config().System.DataPath, "replication")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("replication: %w", err)

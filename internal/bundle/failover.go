@@ -156,6 +156,11 @@ type PromoteReport struct {
 	Ends  map[string]int64    `json:"ends"`
 	Took  time.Duration       `json:"tookNs"`
 	Fence georeplicator.Fence `json:"fence"`
+	// Followers says, for each slave site of the brokerId, whether it
+	// followed this new master within the admin call's bound, and why not
+	// (FollowersNote: what could not be checked).
+	Followers     []FollowerReport `json:"followers,omitempty"`
+	FollowersNote string           `json:"followersNote,omitempty"`
 }
 
 // ErrMasterReachable refuses a promotion while the master is alive and
@@ -336,6 +341,11 @@ func (b *Bundle) promotedShipper() *shipperComponent {
 // PromoteReport, or 409 while the master is reachable.
 func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+	bound, err := followWait(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	rep, err := a.b.Promote(r.Context(), force)
 	switch {
 	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead):
@@ -343,6 +353,7 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
+		rep.Followers, rep.FollowersNote = a.b.awaitFollowers(r.Context(), rep.Generation, bound)
 		writeJSON(w, http.StatusOK, rep)
 	}
 }
@@ -422,6 +433,12 @@ type SwitchoverReport struct {
 	// Via is the master's replication address when a slave site asked
 	// (Following is then false: the master demotes itself after answering).
 	Via string `json:"via,omitempty"`
+	// Followers says, for each slave site of the brokerId (this one after
+	// it stepped down included), whether it followed the new master within
+	// the admin call's bound, and why not (FollowersNote: what could not
+	// be checked).
+	Followers     []FollowerReport `json:"followers,omitempty"`
+	FollowersNote string           `json:"followersNote,omitempty"`
 }
 
 // switchover hands mastership to the slave named to (its slave group, the
@@ -600,13 +617,13 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	}
 	// Set before the receiver starts; the components that read it at run
 	// time (status, dashboard) see a slave from here on.
-	b.role.Store(&config.Slave{
+	b.role.Store(b.withSiteLink(config.Slave{
 		File:          "(demoted at run time)",
 		SlaveID:       d.SlaveID,
 		SlaveGroup:    d.Group,
 		SlaveMaxDelay: 500 * time.Millisecond,
 		MasterAddress: d.MasterAddress,
-	})
+	}))
 	rc := newReceiverComponent()
 	rc.streamOnly = true
 	if err := rc.Start(ctx, b); err != nil {
@@ -649,6 +666,11 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "to is required", http.StatusBadRequest)
 		return
 	}
+	bound, err := followWait(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
@@ -656,6 +678,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	rep.Followers, rep.FollowersNote = a.b.awaitFollowers(r.Context(), rep.Generation, bound)
 	writeJSON(w, http.StatusOK, rep)
 }
 
@@ -783,7 +806,7 @@ func gossipPeers(t *topology.Topology, brokerID int) []siterole.Peer {
 		if m.Meta.BrokerID != brokerID {
 			continue
 		}
-		p := siterole.Peer{Site: m.Meta.Site, Self: m.Name == t.Name(), Role: siterole.Master, Alive: m.State == topology.StateAlive,
+		p := siterole.Peer{Site: m.Meta.Site, Self: m.Name == t.Name(), Role: siterole.Master, SlaveID: m.Meta.SlaveID, Alive: m.State == topology.StateAlive,
 			Generation: m.Meta.Generation, Follows: m.Meta.Health.ReplicationOK, LogPos: m.Meta.LogPos}
 		if m.Meta.Role == topology.RoleSlave {
 			p.Role = siterole.Slave

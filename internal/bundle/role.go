@@ -113,14 +113,14 @@ func (b *Bundle) applyPersistedRole() error {
 	b.log.Warn("FAILOVER: ROLE FROM THE DATA DIRECTORY OVERRIDES THE START COMMAND: "+notice, "file", identityFile(cfg.System.DataPath))
 	if r.Name == georeplicator.RoleSlave {
 		b.opts.Mode = ModeSlave
-		b.Slave = &config.Slave{
+		b.formerMaster = true
+		b.Slave = b.withSiteLink(config.Slave{
 			File:          identityFile(cfg.System.DataPath) + " (the role this former master took at run time)",
 			SlaveID:       r.SlaveID,
 			SlaveGroup:    r.SlaveGroup,
 			SlaveMaxDelay: 500 * time.Millisecond,
 			MasterAddress: r.MasterAddress,
-		}
-		b.formerMaster = true
+		})
 		return nil
 	}
 	b.opts.Mode = ModeMaster

@@ -11,6 +11,7 @@ type Peer struct {
 	Site       string
 	Self       bool
 	Role       Role
+	SlaveID    int // a slave's
 	Alive      bool
 	Generation uint64
 	// Follows: a slave that gossips that it reaches its master.
@@ -158,6 +159,24 @@ func MayAcknowledge(f AckFacts) (bool, string) {
 		return false, "this master has not confirmed its generation in ZooKeeper yet"
 	case f.Now.Sub(f.ConfirmedAt) > f.MaxUnconfirmed:
 		return false, fmt.Sprintf("this master could not confirm its generation %d in ZooKeeper for %v", f.State.Generation, f.Now.Sub(f.ConfirmedAt).Round(time.Millisecond))
+	}
+	return true, ""
+}
+
+// Follows reports whether the slave site p follows the master of
+// generation gen, and why not: a bundle gossip does not see alive, one that
+// is a master, one that does not reach its master, or one that still
+// follows an older generation.
+func Follows(p Peer, gen uint64) (bool, string) {
+	switch {
+	case !p.Alive:
+		return false, "its bundle is not alive (gossip)"
+	case p.Role == Master:
+		return false, fmt.Sprintf("it is a master (generation %d), not a slave", p.Generation)
+	case !p.Follows:
+		return false, "it does not reach its master (gossip)"
+	case p.Generation < gen:
+		return false, fmt.Sprintf("it still follows the master of generation %d", p.Generation)
 	}
 	return true, ""
 }

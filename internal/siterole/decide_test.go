@@ -125,3 +125,26 @@ func TestMayAcknowledge(t *testing.T) {
 		})
 	}
 }
+
+func TestFollows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Peer
+		ok   bool
+		why  string
+	}{
+		{"follows", Peer{Role: Slave, Alive: true, Follows: true, Generation: 3}, true, ""},
+		{"follows a newer one", Peer{Role: Slave, Alive: true, Follows: true, Generation: 4}, true, ""},
+		{"dead", Peer{Role: Slave, Follows: true, Generation: 3}, false, "not alive"},
+		{"a master", Peer{Role: Master, Alive: true, Generation: 2}, false, "is a master (generation 2)"},
+		{"cut off", Peer{Role: Slave, Alive: true, Generation: 3}, false, "does not reach its master"},
+		{"old master", Peer{Role: Slave, Alive: true, Follows: true, Generation: 2}, false, "generation 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := Follows(tc.p, 3)
+			if ok != tc.ok || !strings.Contains(why, tc.why) {
+				t.Fatalf("Follows = %v, %q; want %v, %q", ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}
