@@ -611,7 +611,24 @@ func (a *Agent) respond(reply string, res Result) {
 	}
 }
 
-func (a *Agent) sidecarPath() string { return a.o.ConfigPath + ".configsync" }
+func (a *Agent) sidecarPath() string { return sidecarPath(a.o.ConfigPath) }
+
+func sidecarPath(configPath string) string { return configPath + ".configsync" }
+
+// AppliedHere reports whether data, the bytes of configPath, are the version
+// an agent last applied to that file: a file its pusher validated, and
+// chose to publish (with unknown keys, when it holds some).
+func AppliedHere(configPath string, data []byte) bool {
+	b, err := os.ReadFile(sidecarPath(configPath))
+	if err != nil {
+		return false
+	}
+	var sc sidecar
+	if json.Unmarshal(b, &sc) != nil || sc.Version == 0 {
+		return false
+	}
+	return sc.SHA256 == hashHex(data)
+}
 
 func (a *Agent) readSidecar() (sidecar, error) {
 	var sc sidecar

@@ -155,6 +155,10 @@ type PushOptions struct {
 	// holding messages at some site; without it Push refuses with
 	// ErrTopicRemoval and names them with their message counts.
 	AllowTopicRemoval bool
+	// AllowUnknown publishes a file with keys or sections the loader does
+	// not know; without it Push refuses with a *config.UnknownError (a
+	// misspelt key silently loses its setting at every site).
+	AllowUnknown bool
 
 	rollbackOf uint64
 }
@@ -222,6 +226,10 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	newCfg, warns, err := Validate(o.File, o.Data)
 	if err != nil {
 		return nil, err
+	}
+	// A rollback republishes bytes that were published once already.
+	if err := config.CheckUnknown(warns); err != nil && !o.AllowUnknown && o.rollbackOf == 0 {
+		return nil, fmt.Errorf("configsync: %s: %w; nothing published (AllowUnknown publishes it anyway)", o.File, err)
 	}
 	// The bucket and every site would hold the secret: it belongs in each
 	// site's overlay, which is never pushed.

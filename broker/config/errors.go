@@ -85,9 +85,50 @@ func (p *problems) warnf(file, section, key, format string, args ...any) {
 	p.warnings = append(p.warnings, Warning{File: file, Section: section, Key: key, Message: fmt.Sprintf(format, args...)})
 }
 
+// unknownf records an unknown key or section: a Warning marked Unknown.
+func (p *problems) unknownf(file, section, key, format string, args ...any) {
+	p.warnings = append(p.warnings, Warning{File: file, Section: section, Key: key, Message: fmt.Sprintf(format, args...), Unknown: true})
+}
+
 func (p *problems) err() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
 	return p.errs
+}
+
+// UnknownError lists the unknown keys and sections of a load: the commands
+// that start a broker or publish a file refuse it unless told to carry on.
+type UnknownError struct {
+	Warnings []Warning // each marked Unknown, in file order
+}
+
+func (e *UnknownError) Error() string {
+	var b strings.Builder
+	if len(e.Warnings) == 1 {
+		b.WriteString("config: unknown key or section (a typo silently loses the setting): ")
+		b.WriteString(e.Warnings[0].String())
+		return b.String()
+	}
+	fmt.Fprintf(&b, "config: %d unknown keys or sections (a typo silently loses the setting):", len(e.Warnings))
+	for _, w := range e.Warnings {
+		b.WriteString("\n  ")
+		b.WriteString(w.String())
+	}
+	return b.String()
+}
+
+// CheckUnknown returns an *UnknownError holding the warnings marked Unknown,
+// or nil when there are none.
+func CheckUnknown(warnings []Warning) error {
+	var unknown []Warning
+	for _, w := range warnings {
+		if w.Unknown {
+			unknown = append(unknown, w)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return &UnknownError{Warnings: unknown}
 }

@@ -1,5 +1,7 @@
 package config
 
+import "strings"
+
 // Key names exactly as MetaQ spells them (see Configuration in broker/wire/doc.go), plus the keys of
 // this project's optional sections. Order here is the order Describe prints.
 
@@ -12,8 +14,26 @@ const (
 	sectionReplication = "replication"
 	sectionLimits      = "limits"
 	topicPrefix        = "topic="
-	filterKeyPrefix    = "group."
+	// sectionSlaveInert is the [slave] section of older MetaQ files (MetaQ's
+	// own test resources carry it); MetaQ 1.4.6 ignores it.
+	sectionSlaveInert = "slave"
+	filterKeyPrefix   = "group."
 )
+
+// knownSections are the sections a server.ini may hold besides [topic=<name>].
+var knownSections = []string{
+	sectionSystem, sectionZooKeeper, sectionSite, sectionGossip, sectionNATS, sectionReplication, sectionLimits,
+}
+
+// closestSection suggests the known section nearest to name: a topic section
+// when name has the "<word>=<topic>" shape ([topics=t], [topic =t]), the
+// nearest named section otherwise.
+func closestSection(name string) string {
+	if _, topic, ok := strings.Cut(name, "="); ok {
+		return topicPrefix + strings.TrimSpace(topic)
+	}
+	return closest(knownSections, name)
+}
 
 // systemKeys are the [system] keys MetaQ reads (MetaConfig.populateSystemConf).
 var systemKeys = []string{

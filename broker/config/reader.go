@@ -192,7 +192,7 @@ func (r sectionReader) checkKeys(valid, inert []string, allowFilters bool) {
 		case contains(inert, k.Name):
 			r.p.warnf(k.File, r.sec.Name, k.Name, "accepted for MetaQ compatibility but has no effect here")
 		default:
-			r.p.warnf(k.File, r.sec.Name, k.Name, "unknown key (MetaQ refuses it at start-up); did you mean %q?", closest(valid, k.Name))
+			r.p.unknownf(k.File, r.sec.Name, k.Name, "unknown key (MetaQ refuses it at start-up); did you mean %q?", closest(valid, k.Name))
 		}
 	}
 }

@@ -79,7 +79,7 @@ func propertiesReader(file string, data []byte, known []string, p *problems) sec
 	}
 	for _, k := range sec.Keys {
 		if !contains(known, k.Name) {
-			p.warnf(file, "", k.Name, "unknown key is ignored; did you mean %q?", closest(known, k.Name))
+			p.unknownf(file, "", k.Name, "unknown key is ignored; did you mean %q?", closest(known, k.Name))
 		}
 	}
 	return sectionReader{sec: sec, file: file, p: p}

@@ -199,12 +199,14 @@ func build(file string, data []byte, base *rawIni, overlayFile string, overlay *
 		switch {
 		case sec.Name == sectionSystem, sec.Name == sectionZooKeeper, sec.Name == sectionSite,
 			sec.Name == sectionGossip, sec.Name == sectionNATS, sec.Name == sectionReplication, sec.Name == sectionLimits:
+		case sec.Name == sectionSlaveInert:
+			p.warnf(sec.File, sec.Name, "", "accepted for MetaQ compatibility but has no effect (MetaQ ignores it too): a slave reads async_slave.properties")
 		case strings.HasPrefix(sec.Name, topicPrefix):
 			if t, ok := buildTopic(sectionReader{sec: sec, file: file, p: p}, s.System); ok {
 				s.Topics = append(s.Topics, t)
 			}
 		default:
-			p.warnf(sec.File, sec.Name, "", "unknown section is ignored (so does MetaQ)")
+			p.unknownf(sec.File, sec.Name, "", "unknown section is ignored (so does MetaQ); did you mean [%s]?", closestSection(sec.Name))
 		}
 	}
 	if len(s.Topics) == 0 && !hasTopicSection(base) {

@@ -428,23 +428,29 @@ func TestWarnings(t *testing.T) {
 		section string
 		key     string
 		message string
+		unknown bool // the warning marks an unknown key or section
 	}{
-		{"unknown system key", minimalDoc().set("system", "brokerID", "1"), "", "system", "brokerID", `did you mean "brokerId"`},
-		{"unknown system key 2", minimalDoc().set("system", "unflushThresold", "1"), "", "system", "unflushThresold", `did you mean "unflushThreshold"`},
-		{"unknown zookeeper key", minimalDoc().set("zookeeper", "zk.zkConect", "x"), "", "zookeeper", "zk.zkConect", `did you mean "zk.zkConnect"`},
-		{"unknown topic key", minimalDoc().set("topic=test", "partitions", "2"), "", "topic=test", "partitions", `did you mean "numPartitions"`},
-		{"unknown site key", minimalDoc().set("site", "nmae", "x"), "", "site", "nmae", `did you mean "name"`},
-		{"unknown gossip key", minimalDoc().set("gossip", "joins", "x"), "", "gossip", "joins", `did you mean "join"`},
-		{"unknown nats key", minimalDoc().set("nats", "urls", "x"), "", "nats", "urls", `did you mean "url"`},
-		{"unknown replication key", minimalDoc().set("replication", "compress", "x"), "", "replication", "compress", `did you mean "compression"`},
-		{"inert system key", minimalDoc().set("system", "topics", "x"), "", "system", "topics", "no effect"},
-		{"inert topic key", minimalDoc().set("topic=test", "topic", "x"), "", "topic=test", "topic", "no effect"},
-		{"system key in zookeeper", minimalDoc().set("zookeeper", "brokerId", "3"), "", "zookeeper", "brokerId", "no effect"},
-		{"unknown section", minimalDoc().addSection("extra"), "", "extra", "", "unknown section"},
-		{"topic stat neither true nor false", minimalDoc().set("system", "stat", "true").set("topic=test", "stat", "yes"), "", "topic=test", "stat", "reads it as false"},
-		{"delete policy extra field", minimalDoc().set("system", "deletePolicy", "delete,1,2"), "", "system", "deletePolicy", "ignored"},
-		{"key outside sections", nil, "orphan=1\n" + minimalDoc().String(), "", "orphan", "outside any section"},
-		{"repeated key", nil, minimalDoc().String() + "[system]\nbrokerId=3\n", "system", "", "more than once"},
+		{"unknown system key", minimalDoc().set("system", "brokerID", "1"), "", "system", "brokerID", `did you mean "brokerId"`, true},
+		{"unknown system key 2", minimalDoc().set("system", "unflushThresold", "1"), "", "system", "unflushThresold", `did you mean "unflushThreshold"`, true},
+		{"unknown zookeeper key", minimalDoc().set("zookeeper", "zk.zkConect", "x"), "", "zookeeper", "zk.zkConect", `did you mean "zk.zkConnect"`, true},
+		{"unknown topic key", minimalDoc().set("topic=test", "partitions", "2"), "", "topic=test", "partitions", `did you mean "numPartitions"`, true},
+		{"unknown site key", minimalDoc().set("site", "nmae", "x"), "", "site", "nmae", `did you mean "name"`, true},
+		{"unknown gossip key", minimalDoc().set("gossip", "joins", "x"), "", "gossip", "joins", `did you mean "join"`, true},
+		{"unknown nats key", minimalDoc().set("nats", "urls", "x"), "", "nats", "urls", `did you mean "url"`, true},
+		{"unknown replication key", minimalDoc().set("replication", "compress", "x"), "", "replication", "compress", `did you mean "compression"`, true},
+		{"inert system key", minimalDoc().set("system", "topics", "x"), "", "system", "topics", "no effect", false},
+		{"inert topic key", minimalDoc().set("topic=test", "topic", "x"), "", "topic=test", "topic", "no effect", false},
+		{"system key in zookeeper", minimalDoc().set("zookeeper", "brokerId", "3"), "", "zookeeper", "brokerId", "no effect", false},
+		{"unknown section", minimalDoc().addSection("extra"), "", "extra", "", "unknown section", true},
+		{"topic stat neither true nor false", minimalDoc().set("system", "stat", "true").set("topic=test", "stat", "yes"), "", "topic=test", "stat", "reads it as false", false},
+		{"delete policy extra field", minimalDoc().set("system", "deletePolicy", "delete,1,2"), "", "system", "deletePolicy", "ignored", false},
+		{"key outside sections", nil, "orphan=1\n" + minimalDoc().String(), "", "orphan", "outside any section", false},
+		{"repeated key", nil, minimalDoc().String() + "[system]\nbrokerId=3\n", "system", "", "more than once", false},
+		{"misspelt section", minimalDoc().addSection("replicaton"), "", "replicaton", "", "did you mean [replication]?", true},
+		{"misspelt topic section", minimalDoc().addSection("topics=orders"), "", "topics=orders", "", "did you mean [topic=orders]?", true},
+		{"minSyncSites typo", minimalDoc().set("topic=test", "minSyncSite", "1"), "", "topic=test", "minSyncSite", `did you mean "minSyncSites"`, true},
+		{"stuckAfterMs typo", minimalDoc().set("replication", "stuckAfterMS", "1"), "", "replication", "stuckAfterMS", `did you mean "stuckAfterMs"`, true},
+		{"old MetaQ slave section", minimalDoc().addSection("slave"), "", "slave", "", "no effect", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -462,6 +468,15 @@ func TestWarnings(t *testing.T) {
 			}
 			if got.File != "a/server.ini" || !strings.Contains(got.Message, c.message) {
 				t.Errorf("warning %+v, want message containing %q", got, c.message)
+			}
+			if got.Unknown != c.unknown {
+				t.Errorf("warning %+v: Unknown %v, want %v", got, got.Unknown, c.unknown)
+			}
+			var ue *UnknownError
+			if err := CheckUnknown(w); c.unknown != errors.As(err, &ue) {
+				t.Errorf("CheckUnknown = %v, want an *UnknownError: %v", err, c.unknown)
+			} else if c.unknown && !strings.Contains(err.Error(), c.message) {
+				t.Errorf("CheckUnknown = %q lacks %q", err, c.message)
 			}
 			if !strings.Contains(got.String(), "a/server.ini") {
 				t.Errorf("String() %q lacks the file", got.String())
@@ -686,6 +701,40 @@ func TestJavaConfDir(t *testing.T) {
 	}
 	if _, w, err := LoadSlave(filepath.Join(dir, "async_slave.properties")); err != nil || len(w) != 0 {
 		t.Errorf("async_slave.properties: err %v, warnings %v", err, w)
+	}
+}
+
+// TestMetaQFilesHaveNoUnknownKeys loads the configuration files of MetaQ
+// 1.4.6's own source tree (testdata/metaq-1.4.6, see its README): every key
+// they use is known, so the commands that refuse unknown keys accept them.
+func TestMetaQFilesHaveNoUnknownKeys(t *testing.T) {
+	files, err := filepath.Glob("testdata/metaq-1.4.6/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		var w []Warning
+		switch {
+		case strings.HasSuffix(f, ".ini"):
+			_, w, err = Load(f)
+		case strings.Contains(f, "samsa_master"):
+			_, w, err = LoadSamsa(f)
+		case strings.HasSuffix(f, ".properties"):
+			_, w, err = LoadSlave(f)
+		default:
+			continue
+		}
+		n++
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if err := CheckUnknown(w); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if n < 15 {
+		t.Fatalf("only %d of MetaQ's files found", n)
 	}
 }
 

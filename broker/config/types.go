@@ -10,8 +10,10 @@
 // policy, a missing section or required key, an unusable topic name) the
 // loaders return an ErrorList naming file, section, key, value and what was
 // expected, with every problem of the file, not just the first. Where MetaQ
-// stops on an unknown key, we return a Warning with MetaQ's "did you mean"
-// hint and carry on. Loading never creates anything on disk.
+// stops on an unknown key, we return a Warning marked Unknown with MetaQ's
+// "did you mean" hint and carry on; an unknown section gets the same.
+// CheckUnknown turns those into an error for the commands that start a broker
+// or publish a file. Loading never creates anything on disk.
 //
 // Diff tells a reload which topics changed and which keys need a restart;
 // Describe prints the effective configuration for `metaq-server check`.
@@ -313,6 +315,10 @@ type Slave struct {
 // Warning is a non-fatal finding, such as an unknown key.
 type Warning struct {
 	File, Section, Key, Message string
+	// Unknown marks a key or section this project does not know (a typo,
+	// most often). Loading carries on, as a reload must; the commands that
+	// start a broker or publish a file refuse it (see CheckUnknown).
+	Unknown bool
 }
 
 func (w Warning) String() string {

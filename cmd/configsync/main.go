@@ -2,10 +2,15 @@
 // and reports what each site did with it.
 //
 //	configsync keygen -o push.key
-//	configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+//	configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal] [--allow-unknown]
+//	configsync check -f conf/server.ini [--allow-unknown]
 //	configsync status [--json]
 //	configsync diff [-f conf/server.ini]
 //	configsync rollback --key push.key [--to VERSION] [--sites ...] [--timeout 10s] [--allow-topic-removal]
+//
+// push and check refuse a file with keys or sections the broker does not
+// know (each named with a "did you mean"); --allow-unknown publishes it
+// anyway, and the sites then start with it.
 //
 // keygen writes an ed25519 private key (mode 0600) and prints its public key
 // for [nats] trustedKeys; push and rollback sign every version with --key
@@ -50,7 +55,8 @@ func main() {
 
 const usage = `usage:
   configsync keygen -o push.key
-  configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal]
+  configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal] [--allow-unknown]
+  configsync check -f conf/server.ini [--allow-unknown]
   configsync status [--json]
   configsync diff [-f conf/server.ini]
   configsync rollback --key push.key [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s] [--allow-topic-removal]
@@ -205,6 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		asJSON  = fs.Bool("json", false, "status: print JSON")
 		to      = fs.Uint64("to", 0, "rollback: version to restore (default: the one before the desired version)")
 		allowRm = fs.Bool("allow-topic-removal", false, "push, rollback: remove topics even when they still hold messages")
+		allowUn = fs.Bool("allow-unknown", false, "push, check: accept keys and sections this project does not know (refused by default: a typo loses its setting)")
 		keyFile = fs.String("key", os.Getenv("METAQ_CONFIGSYNC_KEY"), "push, rollback: private key that signs the version (configsync keygen)")
 		noSign  = fs.Bool("unsigned", false, "push, rollback: publish without a signature (only sites with [nats] allowUnsigned=true apply it)")
 		out     = fs.String("o", "", "keygen: file to write the private key to")
@@ -215,6 +222,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return keygen(*out, stdout, stderr)
+	case "check":
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		return checkFile(c.file, *allowUn, stdout, stderr)
 	case "push", "status", "diff", "rollback":
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -253,6 +265,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		if err := config.CheckUnknown(warns); err != nil && cmd == "push" && !*allowUn {
+			fmt.Fprintf(stderr, "%v\nnothing published: fix the file, or push with --allow-unknown to publish it anyway\n", err)
 			return 2
 		}
 	}
@@ -295,7 +311,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "push":
 		fmt.Fprintf(stdout, "validated %s (%d bytes)\n", c.file, len(data))
 		rep, err := client.Push(ctx, configsync.PushOptions{File: c.file, Data: data, Sites: siteList,
-			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm})
+			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm, AllowUnknown: *allowUn})
 		return report(stdout, stderr, rep, err, *timeout)
 	case "rollback":
 		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: *to, Sites: siteList, DryRun: *dryRun,
@@ -309,6 +325,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return diff(ctx, client, c.file, data, stdout, stderr)
 	}
+}
+
+// checkFile is `configsync check`: what push would say about the file,
+// without connecting anywhere.
+func checkFile(file string, allowUnknown bool, stdout, stderr io.Writer) int {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "configsync: %v\n", err)
+		return 2
+	}
+	cfg, warns, err := configsync.Validate(file, data)
+	for _, w := range warns {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if err := config.CheckUnknown(warns); err != nil && !allowUnknown {
+		fmt.Fprintf(stderr, "%v\npush refuses it: fix the file, or push with --allow-unknown\n", err)
+		return 2
+	}
+	if keys := config.SecretKeysIn(data); len(keys) > 0 {
+		fmt.Fprintf(stderr, "configsync: %s sets %s: push refuses a secret (it would be stored in NATS and copied to every site); move it to each site's overlay\n",
+			file, strings.Join(keys, ", "))
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s is valid: %d topics, push would publish it\n", file, len(cfg.Topics))
+	return 0
 }
 
 // diffDeployed is `configsync diff` without -f: what every site runs against

@@ -162,3 +162,68 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnknownKeysRefused: push and check refuse a misspelt key or section
+// with a "did you mean", publish nothing, and publish it with
+// --allow-unknown; the site then runs it, and a restart of its bundle
+// accepts that file (configsync.AppliedHere).
+func TestUnknownKeysRefused(t *testing.T) {
+	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	url := ns.ClientURL()
+	cmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	siteDir := t.TempDir()
+	sitePath := filepath.Join(siteDir, "server.ini")
+	must(t, os.WriteFile(sitePath, ini(url, ""), 0o644))
+	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte("[system]\nbrokerId=7\n[site]\nname=bj\n[nats]\nallowUnsigned=true\n"), 0o644))
+	agent, err := configsync.NewAgent(configsync.Options{ConfigPath: sitePath, HeartbeatInterval: 100 * time.Millisecond,
+		Reloader: configsync.ReloaderFunc(func(context.Context, *config.Server) (config.Changes, error) { return config.Changes{}, nil })})
+	must(t, err)
+	must(t, agent.Start(context.Background()))
+	defer agent.Close()
+
+	opFile := filepath.Join(t.TempDir(), "server.ini")
+	bad := ini(url, "minSyncSite=1\n\n[replicaton]\nstuckAfterMs=1000\n")
+	must(t, os.WriteFile(opFile, bad, 0o644))
+	hints := []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `did you mean [replication]`, "--allow-unknown"}
+	code, _, errOut := cmd("check", "-f", opFile)
+	if code != 2 {
+		t.Errorf("check: exit %d, want 2", code)
+	}
+	for _, h := range hints {
+		if !strings.Contains(errOut, h) {
+			t.Errorf("check output lacks %q:\n%s", h, errOut)
+		}
+	}
+	if code, out, errOut := cmd("check", "--allow-unknown", "-f", opFile); code != 0 || !strings.Contains(out, "is valid") {
+		t.Errorf("check --allow-unknown: exit %d %s %s", code, out, errOut)
+	}
+	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--timeout", "5s")
+	if code != 2 || strings.Contains(out, "published") || !strings.Contains(errOut, "nothing published") || !strings.Contains(errOut, `did you mean "minSyncSites"`) {
+		t.Fatalf("push of unknown keys: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, _ := cmd("status", "-f", opFile); code != 0 || !strings.Contains(out, "none pushed yet") {
+		t.Fatalf("a refused push published something: %d %s", code, out)
+	}
+	if b, _ := os.ReadFile(sitePath); configsync.AppliedHere(sitePath, b) {
+		t.Error("AppliedHere before any push")
+	}
+	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--allow-unknown", "--timeout", "5s")
+	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1") {
+		t.Fatalf("push --allow-unknown: exit %d\n%s\n%s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(sitePath)
+	if !bytes.Equal(b, bad) || !configsync.AppliedHere(sitePath, b) {
+		t.Errorf("site file after push: AppliedHere %v, %q", configsync.AppliedHere(sitePath, b), b)
+	}
+	if configsync.AppliedHere(sitePath, append(b, "\n; edited by hand\n"...)) {
+		t.Error("AppliedHere for bytes the agent did not write")
+	}
+}

@@ -34,6 +34,7 @@ import (
 
 	"metaq/broker/config"
 	"metaq/cmd/metaq-server/ctl"
+	"metaq/configsync"
 	"metaq/internal/bundle"
 )
 
@@ -125,6 +126,7 @@ type common struct {
 	part     int
 	from     string
 	json     bool
+	allowUnk bool
 }
 
 // Groups of flags, combined per command.
@@ -145,6 +147,11 @@ func (c *common) startFlags() {
 	c.fs.StringVar(&c.listen, "listen", "", "MetaQ protocol listen `address` (default :<serverPort>)")
 	c.fs.StringVar(&c.admin, "admin", "", "admin listen `address` (default [site] adminAddr; \"off\" disables)")
 	c.dataFlag()
+	c.allowUnknownFlag()
+}
+
+func (c *common) allowUnknownFlag() {
+	c.fs.BoolVar(&c.allowUnk, "allow-unknown", false, "accept keys and sections this project does not know (refused by default: a typo loses its setting)")
 }
 
 func (c *common) dataFlag() {
@@ -210,7 +217,7 @@ var commands = map[string]command{
 		c.fs.StringVar(&c.group, "group", "", "consumer group (default: list groups)")
 		c.fs.StringVar(&c.topic, "topic", "", "only this topic")
 	}}},
-	"check": {"[flags]", []func(*common){(*common).configFlag, func(c *common) {
+	"check": {"[flags]", []func(*common){(*common).configFlag, (*common).allowUnknownFlag, func(c *common) {
 		c.fs.StringVar(&c.plugin, "s", "", "async_slave.properties `file` to check too")
 	}}},
 }
@@ -382,10 +389,14 @@ func start(ctx context.Context, c *common, modeName string) error {
 	if !c.fg {
 		// Check the configuration here, so that mistakes are printed to the
 		// operator and not only into the log.
-		cfg, err := c.load()
+		cfg, warnings, err := config.Load(c.config)
 		if err != nil {
 			return err
 		}
+		if err := refuseUnknown(c, cfg, warnings); err != nil {
+			return err
+		}
+		cfg.System.MoveData(c.dataPath)
 		if r, err := bundle.PersistedRole(cfg.System.DataPath); err != nil {
 			return err
 		} else if notice := bundle.RoleOverride(mode, r, c.config); notice != "" {
@@ -430,6 +441,8 @@ func start(ctx context.Context, c *common, modeName string) error {
 		ListenAddr: c.listen,
 		AdminAddr:  c.admin,
 		DataPath:   c.dataPath,
+
+		AllowUnknown: c.allowUnk,
 	})
 	if err != nil {
 		return err
@@ -495,6 +508,16 @@ func adminCall(ctx context.Context, c *common, method, path string, q url.Values
 	return err
 }
 
+// refuseUnknown is the start check on unknown keys and sections (the bundle
+// makes it again): refused unless --allow-unknown, or the file is the
+// version configsync applied here.
+func refuseUnknown(c *common, cfg *config.Server, warnings []config.Warning) error {
+	if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk && !configsync.AppliedHere(c.config, cfg.Raw) {
+		return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to run it anyway)", err)
+	}
+	return nil
+}
+
 func check(c *common) error {
 	cfg, warnings, err := config.Load(c.config)
 	for _, w := range warnings {
@@ -502,6 +525,9 @@ func check(c *common) error {
 	}
 	if err != nil {
 		return err
+	}
+	if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk {
+		return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to accept it)", err)
 	}
 	// The key file is read at start; a missing or readable-by-all one would
 	// stop the bundle there.
@@ -516,6 +542,9 @@ func check(c *common) error {
 		}
 		if err != nil {
 			return err
+		}
+		if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk {
+			return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to accept it)", err)
 		}
 	}
 	return config.Describe(os.Stdout, cfg, slave)

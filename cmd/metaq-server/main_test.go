@@ -370,8 +370,8 @@ func TestCommandFlags(t *testing.T) {
 		has     []string
 		foreign string // a flag of another command
 	}{
-		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v"}, "-topic"},
-		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-tries", "-wait"}, "-item"},
+		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown"}, "-topic"},
+		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-tries", "-wait"}, "-item"},
 		{"stop", []string{"-f", "-logdir", "-pidfile", "-tries", "-wait"}, "-topic"},
 		{"status", []string{"-f", "-logdir", "-pidfile"}, "-tries"},
 		{"reload", []string{"-f", "-logdir", "-pidfile"}, "-s"},
@@ -385,7 +385,7 @@ func TestCommandFlags(t *testing.T) {
 		{"move-partitions", []string{"-f", "-topic", "-start", "-end", "-offset", "-data", "-logdir", "-pidfile"}, "-group"},
 		{"delete-partitions", []string{"-f", "-topic", "-start", "-end", "-data", "-logdir", "-pidfile"}, "-offset"},
 		{"query", []string{"-f", "-group", "-topic"}, "-start"},
-		{"check", []string{"-f", "-s"}, "-topic"},
+		{"check", []string{"-f", "-s", "-allow-unknown"}, "-topic"},
 		{"role", []string{"-f", "-clear", "-data", "-logdir", "-pidfile"}, "-to"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
@@ -436,5 +436,53 @@ func TestMetaServerInvocations(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "server.ini") {
 			t.Errorf("%v: %v, stderr:\n%s", args, err, stderr.String())
 		}
+	}
+}
+
+// TestUnknownKeysRefused: a misspelt key or section stops check and start
+// (MetaQ stops at an unknown key too; a typo must not silently drop a
+// setting), with the "did you mean"; --allow-unknown carries on.
+func TestUnknownKeysRefused(t *testing.T) {
+	s := newServer(t, "", "[topic=orders]\nnumPartitions=1\nminSyncSite=1\n\n[replicaton]\nstuckAfterMs=1000\n")
+	code, _, errOut := cli(t, "check", "-f", s.ini)
+	if code == 0 {
+		t.Fatal("check of a file with unknown keys exited 0")
+	}
+	for _, want := range []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `[replicaton]`, `did you mean [replication]`, "--allow-unknown"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("check error lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code, _, errOut := cli(t, "check", "--allow-unknown", "-f", s.ini); code != 0 {
+		t.Errorf("check --allow-unknown: exit %d %s", code, errOut)
+	}
+	code, out, errOut := cli(t, "start", "-f", s.ini)
+	if code == 0 {
+		t.Cleanup(func() { cli(t, "stop", "-f", s.ini) })
+		t.Fatalf("start with unknown keys exited 0: %s", out)
+	}
+	if !strings.Contains(errOut, `did you mean "minSyncSites"`) {
+		t.Errorf("start error lacks the hint:\n%s", errOut)
+	}
+	if _, err := os.Stat(filepath.Join(s.logDir, ".run.pid")); err == nil {
+		t.Error("a refused start left a pid file")
+	}
+	// In the foreground the bundle itself refuses.
+	code, _, errOut = cli(t, "start", "--foreground", "-admin", "off", "-f", s.ini)
+	if code == 0 || !strings.Contains(errOut, `did you mean [replication]`) {
+		t.Errorf("foreground start: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut = cli(t, "start", "--allow-unknown", "-f", s.ini)
+	if code != 0 {
+		t.Fatalf("start --allow-unknown: exit %d\n%s%s", code, out, errOut)
+	}
+	pid := s.pid(t)
+	t.Cleanup(func() {
+		if syscall.Kill(pid, 0) == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if code, out, errOut := cli(t, "stop", "-f", s.ini); code != 0 {
+		t.Errorf("stop: exit %d %s%s", code, out, errOut)
 	}
 }

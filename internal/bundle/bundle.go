@@ -16,6 +16,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/broker/store"
+	"metaq/configsync"
 	"metaq/internal/siterole"
 )
 
@@ -83,6 +84,9 @@ func New(opts Options) (*Bundle, error) {
 	for _, w := range warnings {
 		b.log.Warn("CONFIG: " + w.String())
 	}
+	if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown && !configsync.AppliedHere(opts.ConfigPath, cfg.Raw) {
+		return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
+	}
 	cfg.System.MoveData(opts.DataPath)
 	if opts.Adjust != nil {
 		opts.Adjust(cfg)
@@ -97,6 +101,9 @@ func New(opts Options) (*Bundle, error) {
 		for _, w := range warnings {
 			b.log.Warn("CONFIG: " + w.String())
 		}
+		if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown {
+			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
+		}
 		b.Slave = sl
 	case ModeSamsa:
 		sa, warnings, err := config.LoadSamsa(opts.PluginPath)
@@ -105,6 +112,9 @@ func New(opts Options) (*Bundle, error) {
 		}
 		for _, w := range warnings {
 			b.log.Warn("CONFIG: " + w.String())
+		}
+		if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown {
+			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
 		}
 		b.Samsa = sa
 	}

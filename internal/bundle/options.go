@@ -77,6 +77,11 @@ type Options struct {
 	// DataPath overrides [system] dataPath (metaq-server start -data, tests),
 	// with the transaction journal unless dataLogPath names its own directory.
 	DataPath string
+	// AllowUnknown starts even when the configuration files hold keys or
+	// sections this project does not know. Without it New refuses them
+	// (a typo silently loses its setting), except in a server.ini that is
+	// exactly the version configsync last applied here: its pusher chose.
+	AllowUnknown bool
 	// Adjust, when set, changes the loaded configuration (at start and at
 	// every reload) without touching the files: tests run several bundles
 	// from one unchanged MetaQ server.ini on one host, with their own ports
