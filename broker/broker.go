@@ -137,7 +137,7 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// Start listens on Options.ListenAddr, applies topic policies, registers
+// Start listens on Options.ListenAddr (or serves Options.Listener), applies topic policies, registers
 // the broker and its configured topics, starts the retention schedules and
 // serves in background goroutines. It returns once the listener is up (so
 // Addr is valid). The broker runs until Close or until ctx ends.
@@ -150,10 +150,13 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("broker: already started")
 	}
-	ln, err := net.Listen("tcp", b.opts.ListenAddr)
-	if err != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
+	ln := b.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", b.opts.ListenAddr); err != nil {
+			b.mu.Unlock()
+			return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
+		}
 	}
 	b.ln = ln
 	b.started = true

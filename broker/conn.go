@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/wire"
 )
 
@@ -74,6 +75,10 @@ type conn struct {
 	bodySince atomic.Int64
 	// timedOut says why the last socket read timed out (reader goroutine only).
 	timedOut timeoutCause
+	// zeroCopy: gets are answered from the log files with sendfile where
+	// the store allows it (a plain TCP socket; TLS and other connections
+	// take the copy path, their bytes must pass through the process).
+	zeroCopy bool
 	// syncPeer: a synchronous master's link (it sent sync), which sends no
 	// heartbeats and may be quiet for long; never closed as idle (reader
 	// goroutine only).
@@ -94,8 +99,9 @@ const (
 type outFrame struct {
 	head []byte
 	data []byte
-	held int64 // bytes of the connection's byte budget to give back once written
-	n    int   // requests this frame answers (0 means 1): in-flight tokens to return
+	run  *store.LogRun // data sent from the log files instead (released once written or dropped)
+	held int64         // bytes of the connection's byte budget to give back once written
+	n    int           // requests this frame answers (0 means 1): in-flight tokens to return
 }
 
 func (f *outFrame) tokens() int {
@@ -133,6 +139,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+		c.zeroCopy = !b.opts.CopyGets
 	}
 	return c
 }
@@ -155,10 +162,22 @@ func (c *conn) serve() {
 		close(c.out)
 		<-writerDone
 		c.close()
+		for f := range c.out {
+			f.run.Release()
+		}
 	} else {
 		c.close()
 		c.waitRequests()
 		<-writerDone
+		for {
+			select {
+			case f := <-c.out:
+				f.run.Release()
+				continue
+			default:
+			}
+			break
+		}
 	}
 	if h := c.b.txHandler(); h != nil {
 		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
@@ -405,6 +424,7 @@ func (c *conn) send(f outFrame) {
 	select {
 	case c.out <- f:
 	case <-c.ctx.Done():
+		f.run.Release()
 		c.releaseSlots(f.tokens())
 	}
 }
@@ -468,7 +488,11 @@ const writePiece = 256 << 10
 
 func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
 	if _, err := w.Write(f.head); err != nil {
+		f.run.Release()
 		return err
+	}
+	if f.run != nil {
+		return c.writeRun(w, f.run)
 	}
 	for data := f.data; len(data) > 0; {
 		n := min(len(data), writePiece)
@@ -481,6 +505,19 @@ func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
 		}
 	}
 	return nil
+}
+
+// writeRun sends a get's data from the log files (sendfile): the header
+// and the answers before it go first, then the run straight to the socket,
+// under the same write deadline.
+func (c *conn) writeRun(w *bufio.Writer, run *store.LogRun) error {
+	defer run.Release()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	run.Progress = func() { c.writingSince.Store(time.Now().UnixNano()) }
+	_, err := run.WriteTo(c.nc)
+	return err
 }
 
 func (c *conn) writeFailed(err error) {

@@ -41,6 +41,23 @@
 // back to it: the group read records of the former master lost at the
 // failover (divergence.go).
 //
+// # Zero-copy gets
+//
+// A get's records leave the log unchanged, so on a plain TCP connection
+// the answer is sent from the segment files with sendfile (store.ReadRun,
+// a store.LogRun): the writer goroutine writes the value header and any
+// answers before it, then sends the run straight to the socket under the
+// same write deadline, updating writingSince as the run progresses. The
+// run holds its length of the byte budget until written, as copied data
+// does, so [limits] bound it the same way. The store declines runs it
+// cannot vouch for or that would cost more than a copy (bytes no crc
+// check has covered since start-up, chunks of less than 4 KiB on
+// average: see Zero-copy gets in broker/store/doc.go); those, answers
+// cut down under memory pressure, and every get on a TLS connection
+// (Options.Listener) take the copy path (read, check, copy, write).
+// Options.CopyGets forces the copy path. A run dropped unsent (the
+// connection closed) is released, so retention can close its files.
+//
 // # Resource limits
 //
 // The [limits] section of server.ini (Options override it) bounds what

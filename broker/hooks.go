@@ -96,3 +96,9 @@ type Store interface {
 	Retain(topic string, now time.Time) (int, error)
 	Health() error
 }
+
+// RunReader is a Store that can answer a get from its files without a
+// copy (see store.Store.ReadRun); the broker uses it when the Store has it.
+type RunReader interface {
+	ReadRun(topic string, partition int, offset int64, maxBytes int) (*store.LogRun, error)
+}

@@ -322,6 +322,7 @@ type Resources struct {
 	BufferedBytes            int64 // get answers and put bodies held now
 	BufferedBytesPeak        int64 // the most held at once since start
 	MaxBufferedBytes         int64 // the bound
+	GetsSent                 int64 // get answers sent from the log files with sendfile (not copied)
 }
 
 // Resources returns the connection and memory counters.
@@ -339,5 +340,6 @@ func (b *Broker) Resources() Resources {
 		BufferedBytes:            b.mem.used(),
 		BufferedBytesPeak:        b.mem.peakUsed(),
 		MaxBufferedBytes:         b.opts.MaxBufferedBytes,
+		GetsSent:                 b.stats.getsSent.Load(),
 	}
 }

@@ -421,7 +421,7 @@ func TestGetAnswerCappedToShare(t *testing.T) {
 // TestLargeGetReadInPieces: an answer longer than readPiece is assembled
 // from several store reads and is byte for byte what one read gives.
 func TestLargeGetReadInPieces(t *testing.T) {
-	brk := startBroker(t, parseConfig(t, largeGetConfig(t)), nil)
+	brk := startBroker(t, parseConfig(t, largeGetConfig(t)), func(o *Options) { o.CopyGets = true })
 	fillPartition(t, brk, 10, 1<<20+7)
 	want, err := brk.store.Read("test", 0, 3, 9<<20)
 	if err != nil {

@@ -33,6 +33,10 @@ type Options struct {
 	// ListenAddr is the MetaQ protocol address; default ":<serverPort>".
 	// Tests use "127.0.0.1:0".
 	ListenAddr string
+	// Listener, when set, is served instead of listening on ListenAddr
+	// (a TLS listener, for example: its connections' gets take the copy
+	// path, see Zero-copy gets in doc.go). Close closes it.
+	Listener net.Listener
 	// SyncReceiver makes this broker a synchronous-replication slave (MetaQ
 	// "gregor"): it accepts `sync` commands and stores their records under
 	// the given ids. Without it `sync` gets 503 as on a plain MetaQ broker.
@@ -103,6 +107,10 @@ type Options struct {
 	StallTimeout time.Duration
 	// Version is the string `version` answers; default Version.
 	Version string
+	// CopyGets answers every get through the copy path (read, crc check,
+	// copy, write) instead of sending checked log bytes with sendfile
+	// (see Zero-copy gets in doc.go); for comparisons. Default false.
+	CopyGets bool
 }
 
 // Version is this project's protocol version string, in MetaQ's format.

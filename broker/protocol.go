@@ -52,7 +52,15 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.stats.cmdGet.Add(1)
 	b.stats.realtime(cmd.Topic, statGet, 1)
-	code, body, data := b.get(c, cmd)
+	code, body, data, run := b.get(c, cmd)
+	if run != nil {
+		// Sent from the log files (sendfile); it holds its length of the
+		// connection's budget until written, as copied data does.
+		n := run.Len()
+		b.stats.getsSent.Add(1)
+		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), n, cmd.Opaque), run: run, held: int64(n)})
+		return
+	}
 	if data != nil {
 		// The data holds len(data) bytes of the connection's budget until written.
 		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: int64(len(data))})
@@ -66,20 +74,21 @@ func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 }
 
 // get returns the answer to a get: a code and text, or data, which holds
-// len(data) bytes of the connection's byte budget.
-func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
+// len(data) bytes of the connection's byte budget, or a run of the log
+// files sent without copying (see conn.zeroCopy), which holds its length.
+func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte, *store.LogRun) {
 	if b.isClosed(cmd.Topic, int(cmd.Partition)) {
-		return wire.StatusForbidden, "Partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed", nil
+		return wire.StatusForbidden, "Partition[" + strconv.Itoa(b.brokerID()) + "-" + strconv.Itoa(int(cmd.Partition)) + "] has been closed", nil, nil
 	}
 	info, err := b.store.Partition(cmd.Topic, int(cmd.Partition))
 	if err != nil {
 		if errors.Is(err, store.ErrNoPartition) {
-			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil
+			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil, nil
 		}
-		return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
+		return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil, nil
 	}
 	if cmd.MaxSize <= 0 {
-		return wire.StatusBadRequest, "Bad request,invalid max size:" + strconv.Itoa(int(cmd.MaxSize)), nil
+		return wire.StatusBadRequest, "Bad request,invalid max size:" + strconv.Itoa(int(cmd.MaxSize)), nil, nil
 	}
 	max := int(cmd.MaxSize)
 	if mt := b.cfg.Load().System.MaxTransferSize; mt > 0 && max > mt {
@@ -99,14 +108,21 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 	// see get in broker/wire/doc.go).
 	limit := max
 	if to, moved := b.divergedGet(cmd.Group, cmd.Topic, cmd.Partition, cmd.Offset, info.Max); moved {
-		return wire.StatusMoved, strconv.FormatInt(to, 10), nil
+		return wire.StatusMoved, strconv.FormatInt(to, 10), nil, nil
 	}
 	if b.underPressure() {
 		max = min(max, pressuredAnswer)
 	}
 	for range 3 {
 		if code, body, ok := b.outOfRange(cmd.Offset, info.Min, info.Max); ok {
-			return code, body, nil
+			return code, body, nil, nil
+		}
+		if max == limit && c.zeroCopy {
+			if run, err := b.readRunReserved(c, cmd, max, info.Max); err == nil && run != nil {
+				return 0, "", nil, run
+			}
+			// No run (the bytes must be copied) or an error: the copy
+			// path reads again and answers either.
 		}
 		data, err := b.readReserved(c, cmd, max, info.Max)
 		if err == nil && max < limit {
@@ -119,25 +135,25 @@ func (b *Broker) get(c *conn, cmd *wire.Get) (int, string, []byte) {
 		var de *store.DamagedError
 		switch {
 		case err == nil && len(data) > 0:
-			return 0, "", data
+			return 0, "", data, nil
 		case errors.As(err, &de):
 			// Records lost to disk damage: the client moves past them, as
 			// past a retention gap (get in broker/wire/doc.go 301).
-			return wire.StatusMoved, strconv.FormatInt(de.Next, 10), nil
+			return wire.StatusMoved, strconv.FormatInt(de.Next, 10), nil, nil
 		case err == nil:
 			// Never send `value 0` (see get in broker/wire/doc.go).
-			return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
+			return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil, nil
 		case errors.As(err, &re):
 			// Retention or a flush moved the bounds between the two calls.
 			info.Min, info.Max = re.Min, re.Max
 			continue
 		case errors.Is(err, store.ErrNoPartition):
-			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil
+			return wire.StatusNotFound, notExists(cmd.Topic, cmd.Partition), nil, nil
 		default:
-			return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil
+			return wire.StatusInternalServerError, b.putError(cmd.Topic, cmd.Partition, err.Error()), nil, nil
 		}
 	}
-	return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil
+	return wire.StatusNotFound, "Could not find message at position " + strconv.FormatInt(cmd.Offset, 10), nil, nil
 }
 
 // pressuredAnswer bounds a get's answer while the broker's byte budget is
@@ -187,6 +203,32 @@ func (b *Broker) readReserved(c *conn, cmd *wire.Get, max int, end int64) ([]byt
 	}
 	c.bytes.release(want - int64(len(data)))
 	return data, err
+}
+
+// readRunReserved is readReserved for an answer sent from the log files
+// (store.ReadRun): nil when the bytes must be copied instead.
+func (b *Broker) readRunReserved(c *conn, cmd *wire.Get, max int, end int64) (*store.LogRun, error) {
+	rr, ok := b.store.(RunReader)
+	if !ok {
+		return nil, nil
+	}
+	want := int64(max)
+	if rest := end - cmd.Offset; rest > 0 && rest < want {
+		want = rest
+	}
+	if err := c.bytes.acquire(c.ctx, want); err != nil {
+		return nil, err
+	}
+	run, err := rr.ReadRun(cmd.Topic, int(cmd.Partition), cmd.Offset, max)
+	if err != nil || run == nil {
+		c.bytes.release(want)
+		return nil, err
+	}
+	if int64(run.Len()) > want {
+		run.Truncate(int(want))
+	}
+	c.bytes.release(want - int64(run.Len()))
+	return run, nil
 }
 
 // readPiece is the most a get reads from the store with one call. A store

@@ -47,6 +47,7 @@ type statsCounters struct {
 	txCommit       atomic.Int64
 	txRollback     atomic.Int64
 	getMiss        atomic.Int64
+	getsSent       atomic.Int64 // get answers sent from the log files (sendfile)
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 

@@ -38,6 +38,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if dir := os.Getenv(zeroCopyChildEnv); dir != "" {
+		zeroCopyChild(dir)
+		return
+	}
 	if mode := os.Getenv(backlogChildEnv); mode != "" {
 		backlogChild(mode)
 		return

@@ -36,6 +36,17 @@ type Options struct {
 	// MaxBatchBytes caps the bytes the writer gathers into one write+fsync;
 	// default 4 MiB.
 	MaxBatchBytes int
+	// ScrubRate is the most bytes per second the background scrub reads to
+	// check sealed segments (see scrub.go); default 16 MiB/s, below 0 no
+	// scrub (gets of data older than start-up are then always checked on
+	// the way, through the copy path).
+	ScrubRate int64
+	// ScrubInterval is the pause between two full scrub passes; default 6h.
+	ScrubInterval time.Duration
+	// ScrubDelay is the wait after Open before the first pass, which
+	// leaves the disk to the reads of a start-up (consumers and replicas
+	// catching up); default 30s.
+	ScrubDelay time.Duration
 
 	// blockEntries is the size of an index block, tailBudget the index
 	// entries all partitions' tails may hold together (tests make them small).
@@ -43,7 +54,17 @@ type Options struct {
 	tailBudget   int
 	// summaryBudget is the footer blocks the summary cache may hold.
 	summaryBudget int
+	// sendfileMinChunk overrides the constant of that name (benchmarks).
+	sendfileMinChunk int
 }
+
+// Scrub defaults: a 1 GiB segment is checked in about a minute, a small
+// share of a disk's sequential rate; passes repeat four times a day.
+const (
+	DefaultScrubRate     = 16 << 20
+	DefaultScrubInterval = 6 * time.Hour
+	DefaultScrubDelay    = 30 * time.Second
+)
 
 // DefaultSegmentBytes is MetaQ's maxSegmentSize default (1 GiB).
 const DefaultSegmentBytes = 1 << 30
@@ -69,6 +90,21 @@ func (o *Options) validate() error {
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
+	}
+	switch {
+	case o.ScrubRate == 0:
+		o.ScrubRate = DefaultScrubRate
+	case o.ScrubRate < 0:
+		o.ScrubRate = 0
+	}
+	if o.ScrubInterval <= 0 {
+		o.ScrubInterval = DefaultScrubInterval
+	}
+	if o.ScrubDelay <= 0 {
+		o.ScrubDelay = DefaultScrubDelay
+	}
+	if o.sendfileMinChunk <= 0 {
+		o.sendfileMinChunk = sendfileMinChunk
 	}
 	if o.blockEntries <= 0 {
 		o.blockEntries = blockEntries

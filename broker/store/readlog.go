@@ -94,21 +94,28 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		}
 		g.logMu.RUnlock()
 		if len(damaged) > 0 {
-			for _, d := range damaged {
-				if p, off, n, ok := s.chunkAt(d.from); ok {
-					s.damageFound(p, off, d.from, n, ErrCorrupt)
-					continue
-				}
-				s.corruptionFound(d.from, ErrCorrupt)
-				s.segMu.Lock()
-				s.quarantine = append(s.quarantine, d)
-				s.segMu.Unlock()
-			}
+			s.damagedRanges(damaged)
 			damaged = nil
 		}
 		pos = g.start + x
 	}
 	return out, pos, nil
+}
+
+// damagedRanges handles damaged log ranges met outside Read (ReadLog, the
+// scrub): a chunk of a partition as damage met by Read, anything else
+// quarantined.
+func (s *Store) damagedRanges(damaged []posRange) {
+	for _, d := range damaged {
+		if p, off, n, ok := s.chunkAt(d.from); ok {
+			s.damageFound(p, off, d.from, n, ErrCorrupt)
+			continue
+		}
+		s.corruptionFound(d.from, ErrCorrupt)
+		s.segMu.Lock()
+		s.quarantine = append(s.quarantine, d)
+		s.segMu.Unlock()
+	}
 }
 
 // quarantinedAt returns the end of the quarantined range holding pos, or 0.

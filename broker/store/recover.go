@@ -58,6 +58,7 @@ func (s *Store) recover() error {
 	if err := s.scan(from); err != nil {
 		return err
 	}
+	s.checkedFrom.Store(from)
 	last := s.segs[len(s.segs)-1]
 	// What a killed process wrote sits in the page cache; make it durable
 	// before anything is served as durable.

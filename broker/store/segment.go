@@ -28,6 +28,14 @@ type segment struct {
 	// set under it when retention takes the segment away.
 	logMu     sync.RWMutex
 	logClosed bool
+	// pins counts answers being sent from f without a copy (see Answer):
+	// close leaves f open until the last is released, so a sendfile never
+	// reads a closed (or reused) descriptor; fClosed says it was closed.
+	pins    int
+	fClosed bool
+	// checked says every entry of the segment passed a crc check since
+	// start-up (by the scrub; see scrub.go), so it may be served unread.
+	checked atomic.Bool
 
 	// idx is the segment's .idx file (see index.go). idxN (entries) and
 	// idxSize are written by the writer goroutine (and recovery) while the
@@ -62,7 +70,10 @@ func (g *segment) isSealed() bool {
 func (g *segment) close() {
 	g.logMu.Lock()
 	g.logClosed = true
-	g.f.Close()
+	if g.pins == 0 && !g.fClosed {
+		g.fClosed = true
+		g.f.Close()
+	}
 	g.logMu.Unlock()
 	g.idxMu.Lock()
 	g.removed = true
@@ -87,6 +98,36 @@ func (g *segment) readAt(b []byte, rel int64) error {
 		return fmt.Errorf("read %s at %d: %w", g.path, rel, err)
 	}
 	return nil
+}
+
+// isClosed reports whether retention took the segment away.
+func (g *segment) isClosed() bool {
+	g.logMu.RLock()
+	defer g.logMu.RUnlock()
+	return g.logClosed
+}
+
+// pin keeps f open for an answer sent from it until unpin; false when
+// retention took the segment away.
+func (g *segment) pin() bool {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	if g.logClosed {
+		return false
+	}
+	g.pins++
+	return true
+}
+
+// unpin releases a pin; the last one of a closed segment closes f.
+func (g *segment) unpin() {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	g.pins--
+	if g.pins == 0 && g.logClosed && !g.fClosed {
+		g.fClosed = true
+		g.f.Close()
+	}
 }
 
 // prefetchAt asks for [rel, rel+n) of the segment's log ahead (see

@@ -118,6 +118,14 @@ type Store struct {
 
 	sums summaryCache // sealed segments' footers (see footer.go)
 
+	scrub scrubState
+
+	// checkedFrom is the log position from which every entry passed a crc
+	// check in this process: recovery scanned from there, and the writer
+	// wrote what follows from checked records. Below it a segment may be
+	// served unread only once the scrub checked it (segment.checked).
+	checkedFrom atomic.Int64
+
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
@@ -164,6 +172,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	go s.syncer(s.syncJobs)
 	go s.run()
+	s.startScrub()
 	return s, nil
 }
 
@@ -562,22 +571,45 @@ func (s *Store) Read(topic string, partition int, offset int64, maxBytes int) ([
 // read is Read; retried is set on the second try after damage was found
 // and the intact records around it were written back.
 func (s *Store) read(topic string, partition int, offset int64, maxBytes int, retried bool) ([]byte, error) {
+	pl, err := s.plan(topic, partition, offset, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return s.copyChunks(pl, retried)
+}
+
+// readPlan is what a read serves: the chunks of p from offset, total bytes.
+type readPlan struct {
+	p         *partition
+	topic     string
+	partition int
+	pid       uint32
+	offset    int64
+	maxBytes  int
+	ents      []idxEntry
+	total     int64
+}
+
+// plan finds the chunks a read of maxBytes at offset serves: contiguous
+// from offset, up to a hole, a gap or maxBytes. Only the first is entered
+// part way and only the last may be cut.
+func (s *Store) plan(topic string, partition int, offset int64, maxBytes int) (readPlan, error) {
 	if maxBytes <= 0 {
-		return nil, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
+		return readPlan{}, fmt.Errorf("%w: maxBytes %d", ErrBadArgument, maxBytes)
 	}
 	if s.isClosed() {
-		return nil, ErrClosed
+		return readPlan{}, ErrClosed
 	}
 	p := s.lookup(topic, partition)
 	if p == nil {
-		return nil, ErrNoPartition
+		return readPlan{}, ErrNoPartition
 	}
 	total := int64(0)
 	p.mu.RLock()
 	if offset < p.min || offset >= p.durable {
 		e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
 		p.mu.RUnlock()
-		return nil, e
+		return readPlan{}, e
 	}
 	pid := p.pid
 	want := min(int64(maxBytes), p.end-offset)
@@ -588,9 +620,9 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 			p.mu.RLock()
 			e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
 			p.mu.RUnlock()
-			return nil, e
+			return readPlan{}, e
 		}
-		return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
+		return readPlan{}, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
 	}
 	p.mu.RLock()
 	ents = p.overlayLocked(ents)
@@ -606,7 +638,7 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 			}
 			next = c.off + int64(c.n)
 		}
-		return nil, &DamagedError{Offset: offset, Next: next}
+		return readPlan{}, &DamagedError{Offset: offset, Next: next}
 	}
 	// The chunks served: contiguous from offset, up to a hole, a gap or
 	// want. Only the first is entered part way (skip) and only the last
@@ -627,6 +659,14 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 	if total >= prefetchMin && len(ents) > 0 {
 		s.prefetchLog(p, ents)
 	}
+	return readPlan{p: p, topic: topic, partition: partition, pid: pid, offset: offset, maxBytes: maxBytes,
+		ents: ents, total: total}, nil
+}
+
+// copyChunks reads the planned chunks into one buffer, checking each
+// chunk's crc.
+func (s *Store) copyChunks(pl readPlan, retried bool) ([]byte, error) {
+	p, topic, partition, pid, offset, ents, total := pl.p, pl.topic, pl.partition, pl.pid, pl.offset, pl.ents, pl.total
 	out := make([]byte, 0, total)
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
@@ -682,7 +722,7 @@ func (s *Store) read(topic string, partition int, offset int64, maxBytes int, re
 				if !retried {
 					// the intact records around the damage may have been
 					// written back: read again, once
-					return s.read(topic, partition, offset, maxBytes, true)
+					return s.read(topic, partition, offset, pl.maxBytes, true)
 				}
 				return nil, &DamagedError{Offset: offset, Next: c.off + n, Err: err}
 			}
@@ -1059,6 +1099,7 @@ func (s *Store) setUnhealthy(err error) error {
 // Close flushes and closes the store. Idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.stopScrub()
 		s.closeMu.Lock()
 		s.closed = true
 		s.closeMu.Unlock()

@@ -410,10 +410,12 @@ type Status struct {
 	Health         string `json:"health,omitempty"`
 	// Degraded names the ranges of records lost to disk damage (the store
 	// serves everything else); Damaged lists them.
-	Degraded   string         `json:"degraded,omitempty"`
-	Damaged    []store.Damage `json:"damaged,omitempty"`
-	ZooKeeper  *ZKStatus      `json:"zookeeper,omitempty"`
-	Components map[string]any `json:"components,omitempty"`
+	Degraded string         `json:"degraded,omitempty"`
+	Damaged  []store.Damage `json:"damaged,omitempty"`
+	// Scrub is the store's background check of old segments.
+	Scrub      *store.ScrubStatus `json:"scrub,omitempty"`
+	ZooKeeper  *ZKStatus          `json:"zookeeper,omitempty"`
+	Components map[string]any     `json:"components,omitempty"`
 }
 
 // ZKStatus is the registry part of Status.
@@ -455,6 +457,8 @@ func (b *Bundle) Status() Status {
 		if err := b.Store.Degraded(); err != nil {
 			s.Degraded, s.Damaged = err.Error(), b.Store.Damaged()
 		}
+		sc := b.Store.Scrub()
+		s.Scrub = &sc
 	}
 	if b.Registry != nil {
 		reg, topics := b.Registry.Registered()

@@ -274,6 +274,8 @@ type bundleCollector struct {
 	up, conns, puts, gets, putFailed, getMiss *prometheus.Desc
 	partBytes, partMsgs, partMax              *prometheus.Desc
 	damagedBytes, damagedRanges               *prometheus.Desc
+	scrubBytes, scrubPasses, scrubDamaged     *prometheus.Desc
+	scrubUnchecked, getsSent                  *prometheus.Desc
 	shipConnected, shipBytes, shipMsgs        *prometheus.Desc
 	shipSecs, shipWire, shipRaw               *prometheus.Desc
 	recvConnected, recvApplied, recvMaster    *prometheus.Desc
@@ -301,6 +303,11 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		partMax:        d("metaq_partition_max_offset", "Readable end offset of a partition.", "topic", "partition"),
 		damagedBytes:   d("metaq_store_damaged_bytes", "Bytes of a partition's records lost to disk damage (not served, not repaired).", "topic", "partition"),
 		damagedRanges:  d("metaq_store_damaged_ranges", "Damaged ranges in the store; above 0 the store is degraded."),
+		scrubBytes:     d("metaq_store_scrub_bytes_total", "Log bytes the background scrub checked since start."),
+		scrubPasses:    d("metaq_store_scrub_passes_total", "Full scrub passes over the sealed segments since start."),
+		scrubDamaged:   d("metaq_store_scrub_damaged_total", "Damaged log ranges the scrub found (quarantined, listed for repair)."),
+		scrubUnchecked: d("metaq_store_scrub_unchecked_bytes", "Log bytes older than start-up no scrub pass has checked yet (their gets are copied and checked)."),
+		getsSent:       d("metaq_broker_get_sendfile_total", "get answers sent from the log files with sendfile, not copied."),
 		shipConnected:  d("metaq_replication_slave_connected", "1 while the slave is connected to this master.", "slave_group", "slave_id"),
 		shipBytes:      d("metaq_replication_master_lag_bytes", "Bytes the slave is behind, as this master measures.", "slave_group", "slave_id"),
 		shipMsgs:       d("metaq_replication_master_lag_messages", "Messages the slave is behind, as this master measures.", "slave_group", "slave_id"),
@@ -327,6 +334,7 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 
 func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.conns, c.puts, c.gets, c.putFailed, c.getMiss, c.partBytes, c.partMsgs, c.partMax, c.damagedBytes, c.damagedRanges,
+		c.scrubBytes, c.scrubPasses, c.scrubDamaged, c.scrubUnchecked, c.getsSent,
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
 		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects, c.recvDiverged,
 		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit} {
@@ -366,6 +374,12 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.buffered, float64(res.BufferedBytes))
 	g(c.bufferedPeak, float64(res.BufferedBytesPeak))
 	g(c.bufferedLimit, float64(res.MaxBufferedBytes))
+	ct(c.getsSent, float64(res.GetsSent))
+	sc := b.Store.Scrub()
+	ct(c.scrubBytes, float64(sc.Bytes))
+	ct(c.scrubPasses, float64(sc.Passes))
+	ct(c.scrubDamaged, float64(sc.Damaged))
+	g(c.scrubUnchecked, float64(sc.Unchecked))
 	for _, p := range b.Store.Partitions() {
 		part := strconv.Itoa(p.Partition)
 		g(c.partBytes, float64(p.Bytes), p.Topic, part)

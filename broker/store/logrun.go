@@ -1,0 +1,192 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// LogRun is a Read answer left where it is: the partition's bytes as
+// sections of log segment files, for a writer that can send a file's
+// bytes without copying them through the process (sendfile to a TCP
+// socket). The segments it names stay open (pinned) until Release, so a
+// sendfile never reads a descriptor that retention closed; the bytes
+// themselves never change (see the zero-copy rule in doc.go).
+type LogRun struct {
+	secs []section
+	n    int64
+	pins []*segment
+	// Progress, when set, is called after each piece WriteTo sent, so a
+	// caller can tell a slow reader from one that reads nothing.
+	Progress func()
+}
+
+// section is n bytes of a segment file at off.
+type section struct {
+	f   *os.File
+	off int64
+	n   int64
+}
+
+// Len is the number of bytes the run holds.
+func (r *LogRun) Len() int { return int(r.n) }
+
+// Truncate keeps the first n bytes.
+func (r *LogRun) Truncate(n int) {
+	if int64(n) >= r.n {
+		return
+	}
+	left := int64(n)
+	for i := range r.secs {
+		if r.secs[i].n >= left {
+			r.secs[i].n = left
+			r.secs = r.secs[:i+1]
+			if left == 0 {
+				r.secs = r.secs[:i]
+			}
+			break
+		}
+		left -= r.secs[i].n
+	}
+	r.n = int64(n)
+}
+
+// Release lets the segments the run names be closed. It is safe to call
+// on a nil run and more than once.
+func (r *LogRun) Release() {
+	if r == nil {
+		return
+	}
+	for _, g := range r.pins {
+		g.unpin()
+	}
+	r.pins = nil
+	r.secs = nil
+}
+
+// WriteTo sends the run to w: with sendfile when w is a socket that
+// allows it (see sendfile_linux.go), else by reading the sections into a
+// buffer. A section that comes back short (the file ended before it)
+// is an error: the bytes sent so far are a correct prefix, never others.
+func (r *LogRun) WriteTo(w io.Writer) (int64, error) {
+	if sent, ok, err := sendSections(w, r.secs, r.Progress); ok {
+		return sent, err
+	}
+	return copySections(w, r.secs, r.Progress)
+}
+
+// copySections writes the sections through a buffer.
+func copySections(w io.Writer, secs []section, progress func()) (int64, error) {
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	if cap(*bp) < 256<<10 {
+		*bp = make([]byte, 256<<10)
+	}
+	buf := (*bp)[:cap(*bp)]
+	var sent int64
+	for _, s := range secs {
+		for done := int64(0); done < s.n; {
+			b := buf[:min(int64(len(buf)), s.n-done)]
+			if k, err := s.f.ReadAt(b, s.off+done); k < len(b) {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return sent, fmt.Errorf("store: send %s at %d: %w", s.f.Name(), s.off+done, err)
+			}
+			k, err := w.Write(b)
+			sent += int64(k)
+			if err != nil {
+				return sent, err
+			}
+			done += int64(k)
+			if progress != nil {
+				progress()
+			}
+		}
+	}
+	return sent, nil
+}
+
+// sendfileMinChunk is the smallest mean chunk (payload bytes per log
+// entry) a run is built for. Each chunk is its own sendfile call, as the
+// entry headers between chunks are not sent; below this a pread of the
+// whole range, a crc check and one write cost less CPU (BENCH.md, zero
+// copy).
+const sendfileMinChunk = 4 << 10
+
+// ReadRun is Read for a caller that can send file sections without
+// copying them (see LogRun): the same bytes, the same errors. It returns
+// a nil run and no error when the answer must be copied instead: a chunk
+// that no crc check has covered since start-up (the scrub has not reached
+// it: Read checks it on the way), chunks too small for sendfile to pay
+// (sendfileMinChunk), bytes not yet durable, or a file system whose files
+// are not operating-system files.
+func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int) (*LogRun, error) {
+	pl, err := s.plan(topic, partition, offset, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if len(pl.ents) == 0 || pl.total < int64(len(pl.ents))*int64(s.opts.sendfileMinChunk) {
+		return nil, nil
+	}
+	durable := s.durable()
+	checkedFrom := s.checkedFrom.Load()
+	tab := s.segTab.Load()
+	if tab == nil {
+		return nil, nil
+	}
+	r := &LogRun{secs: make([]section, 0, len(pl.ents))}
+	var g *segment
+	var f *os.File
+	for _, c := range pl.ents {
+		end := c.pos + entryHeaderLen + int64(c.n)
+		if end > durable {
+			r.Release()
+			return nil, nil
+		}
+		if g == nil || c.pos < g.start || c.pos >= g.end() {
+			g = segmentIn(*tab, c.pos)
+			of, ok := osFile{}, false
+			if g != nil {
+				of, ok = g.f.(osFile)
+			}
+			if !ok || end > g.end() || !g.pin() {
+				r.Release()
+				return nil, nil
+			}
+			r.pins = append(r.pins, g)
+			f = of.File
+		}
+		if c.pos < checkedFrom && !g.checked.Load() {
+			r.Release()
+			return nil, nil
+		}
+		skip := max(pl.offset-c.off, 0)
+		take := min(int64(c.n)-skip, pl.total-r.n)
+		off := c.pos - g.start + entryHeaderLen + skip
+		if k := len(r.secs); k > 0 && r.secs[k-1].f == f && r.secs[k-1].off+r.secs[k-1].n == off {
+			r.secs[k-1].n += take
+		} else {
+			r.secs = append(r.secs, section{f: f, off: off, n: take})
+		}
+		r.n += take
+	}
+	return r, nil
+}
+
+// segmentIn returns the segment of tab holding pos, or nil.
+func segmentIn(tab []*segment, pos int64) *segment {
+	lo, hi := 0, len(tab)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if tab[m].start > pos {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == 0 {
+		return nil
+	}
+	return tab[lo-1]
+}
