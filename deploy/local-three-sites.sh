@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# The recommended three-site layout of deploy/ on one machine, for learning
+# and for the tests: bj runs the master of brokerId 1, hf and gz a slave of
+# it each, every site with
+#   - its own ZooKeeper (one node per site; deploy/zookeeper shows three),
+#   - its own NATS server with JetStream, joined to the other sites' by
+#     gateways as deploy/nats configures it,
+#   - one metaq-server bundle running deploy/common/server.ini byte for byte,
+#     with an overlay (site.ini) like deploy/<site>-1/site.ini on loopback ports
+#     that do not clash,
+# and the secrets of "Securing the links between sites": the replication
+# secret, a CA and one certificate per site for mutual TLS (openssl), the
+# gossip key, a configsync signing key trusted by every site, a dashboard
+# token. Everything lives under one directory; nothing is written elsewhere.
+#
+# usage: deploy/local-three-sites.sh up|down|status [DIR]
+#   DIR          default $METAQ_LOCAL_DIR, else ./local-sites
+#   METAQ_PORT_BASE  first port (default 28000); site i uses base+20*i .. +19
+#   METAQ_BIN    directory holding metaq-server, configsync, metaq and
+#                nats-server (default: built into DIR/bin with go build)
+#
+# up prints how to reach each site and writes DIR/env (source it for the
+# commands); down stops every process it started (by the pids it recorded)
+# and removes DIR.
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-${METAQ_LOCAL_DIR:-./local-sites}}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+base=${METAQ_PORT_BASE:-28000}
+sites=(bj hf gz)
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+# port SITE OFFSET: the site's port at that offset.
+port() {
+	local i
+	case "$1" in bj) i=0 ;; hf) i=1 ;; gz) i=2 ;; esac
+	echo $((base + 20 * i + $2))
+}
+zk_port() { port "$1" 0; }
+nats_port() { port "$1" 1; }
+nats_cluster_port() { port "$1" 2; }
+nats_gateway_port() { port "$1" 3; }
+metaq_port() { port "$1" 10; }
+repl_port() { port "$1" 11; }
+admin_port() { port "$1" 12; }
+gossip_port() { port "$1" 13; }
+dash_port() { port "$1" 15; }
+
+log() { echo "local-three-sites: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+wait_port() { # host:port seconds what
+	local hp=$1 n=$(($2 * 5))
+	for _ in $(seq 1 "$n"); do
+		if (exec 3<>"/dev/tcp/${hp%:*}/${hp#*:}") 2>/dev/null; then return 0; fi
+		sleep 0.2
+	done
+	die "$3 did not open $hp in $2 s"
+}
+
+build() {
+	if [ -n "${METAQ_BIN:-}" ]; then
+		bin=$METAQ_BIN
+		return
+	fi
+	bin=$dir/bin
+	mkdir -p "$bin"
+	log "building metaq-server, configsync, metaq and nats-server into $bin"
+	(cd "$repo" && go build -o "$bin/" ./cmd/metaq-server ./cmd/configsync ./cmd/metaq &&
+		go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2)
+}
+
+# certs: one CA, and one certificate per site for server and client use
+# (extendedKeyUsage = serverAuth, clientAuth), as deploy/README.md asks.
+certs() {
+	local ca=$dir/ca
+	mkdir -p "$ca"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+		-subj "/CN=metaq local CA" -keyout "$ca/ca.key" -out "$ca/ca.crt" 2>/dev/null
+	for s in "${sites[@]}"; do
+		local tls=$dir/$s-1/conf/tls
+		mkdir -p "$tls"
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=metaq-1.$s" \
+			-keyout "$tls/$s-1.key" -out "$tls/$s-1.csr" 2>/dev/null
+		printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >"$tls/ext.cnf"
+		openssl x509 -req -in "$tls/$s-1.csr" -CA "$ca/ca.crt" -CAkey "$ca/ca.key" -CAcreateserial \
+			-days 30 -extfile "$tls/ext.cnf" -out "$tls/$s-1.crt" 2>/dev/null
+		cp "$ca/ca.crt" "$tls/ca.crt"
+		rm -f "$tls/$s-1.csr" "$tls/ext.cnf"
+		chmod 600 "$tls/$s-1.key"
+	done
+}
+
+start_zookeeper() {
+	local s=$1
+	bash "$repo/.ci/zookeeper.sh" start "$(zk_port "$s")" "$dir/zk-$s" >/dev/null
+}
+
+start_nats() {
+	local s=$1 d=$dir/nats-$s gws=""
+	mkdir -p "$d/jetstream"
+	for o in "${sites[@]}"; do
+		gws="$gws    { name: $o, urls: [ nats://127.0.0.1:$(nats_gateway_port "$o") ] }
+"
+	done
+	# deploy/nats/nats-server.conf with one server per site on loopback.
+	cat >"$d/nats-server.conf" <<EOF
+server_name: nats-1-$s
+listen: 127.0.0.1:$(nats_port "$s")
+jetstream {
+  store_dir: $d/jetstream
+}
+cluster {
+  name: $s
+  listen: 127.0.0.1:$(nats_cluster_port "$s")
+  # deploy/ lists the site's other two servers; here a site has one, and
+  # JetStream's cluster mode wants a route: the server's own is ignored.
+  routes: [ nats-route://127.0.0.1:$(nats_cluster_port "$s") ]
+}
+gateway {
+  name: $s
+  listen: 127.0.0.1:$(nats_gateway_port "$s")
+  gateways: [
+$gws  ]
+}
+EOF
+	nohup "$bin/nats-server" -c "$d/nats-server.conf" >"$d/nats.log" 2>&1 &
+	echo $! >"$d/nats.pid"
+}
+
+# overlay SITE: site.ini of <site>-1, the shape of deploy/<site>-1/site.ini.
+overlay() {
+	local s=$1 conf=$dir/$1-1/conf join=""
+	for o in "${sites[@]}"; do join="$join${join:+,}127.0.0.1:$(gossip_port "$o")"; done
+	cat >"$conf/site.ini" <<EOF
+;; Overlay of broker 1 at $s on this machine (compare deploy/$s-1/site.ini).
+[system]
+brokerId=1
+hostName=127.0.0.1
+serverPort=$(metaq_port "$s")
+dashboardHttpPort=$(dash_port "$s")
+dataPath=$dir/$s-1/data
+
+[zookeeper]
+zk.zkConnect=127.0.0.1:$(zk_port "$s")
+
+[site]
+name=$s
+dashboardAddr=127.0.0.1:$(dash_port "$s")
+adminAddr=127.0.0.1:$(admin_port "$s")
+token=$token
+
+[replication]
+listen=127.0.0.1:$(repl_port "$s")
+secretFile=$conf/replication.key
+tlsCert=$conf/tls/$s-1.crt
+tlsKey=$conf/tls/$s-1.key
+tlsCA=$conf/tls/ca.crt
+
+[gossip]
+bind=127.0.0.1:$(gossip_port "$s")
+advertise=127.0.0.1:$(gossip_port "$s")
+join=$join
+key=$gossip_key
+
+[nats]
+url=nats://127.0.0.1:$(nats_port "$s")
+agent=$s-1
+trustedKeys=$push_pub
+EOF
+	if [ "$s" != bj ]; then
+		# deploy/<site>-1/async_slave.properties, pointed at bj's listener.
+		sed -e "s#^masterAddress=.*#masterAddress=127.0.0.1:$(repl_port bj)#" \
+			-e "s#/etc/metaq/tls/#$conf/tls/#" \
+			"$repo/deploy/$s-1/async_slave.properties" >"$conf/async_slave.properties"
+	fi
+}
+
+start_bundle() {
+	local s=$1 conf=$dir/$1-1/conf
+	local args=(start)
+	[ "$s" = bj ] || args+=(slave -s "$conf/async_slave.properties")
+	"$bin/metaq-server" "${args[@]}" -f "$conf/server.ini" -logdir "$dir/$s-1/logs" >/dev/null ||
+		{ tail -n 30 "$dir/$s-1/logs/"*.log >&2 || true; die "metaq-server at $s did not start"; }
+}
+
+up() {
+	[ ! -e "$dir/env" ] || die "$dir already holds a layout: run '$0 down $dir' first"
+	for s in "${sites[@]}"; do
+		for off in 0 1 2 3 10 11 12 13 15; do
+			if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$s" "$off")") 2>/dev/null; then
+				die "port $(port "$s" "$off") is in use: set METAQ_PORT_BASE"
+			fi
+		done
+	done
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	build
+	for s in "${sites[@]}"; do mkdir -p "$dir/$s-1/conf" "$dir/$s-1/logs"; done
+
+	log "secrets: replication secret, CA and certificates, gossip key, configsync key, dashboard token"
+	certs
+	local secret
+	secret=$(openssl rand -hex 32)
+	gossip_key=$(head -c32 /dev/urandom | base64)
+	token=$(openssl rand -hex 32)
+	echo "$token" >"$dir/token"
+	chmod 600 "$dir/token"
+	push_pub=$("$bin/configsync" keygen -o "$dir/push.key" | sed -n 's/^public key: //p')
+	[ -n "$push_pub" ] || die "configsync keygen printed no public key"
+	for s in "${sites[@]}"; do
+		local conf=$dir/$s-1/conf
+		(umask 077 && echo "$secret" >"$conf/replication.key")
+		cp "$repo/deploy/common/server.ini" "$conf/server.ini"
+		overlay "$s"
+	done
+
+	log "ZooKeeper and NATS per site"
+	for s in "${sites[@]}"; do start_zookeeper "$s" & done
+	wait
+	for s in "${sites[@]}"; do start_nats "$s"; done
+	for s in "${sites[@]}"; do wait_port "127.0.0.1:$(nats_port "$s")" 10 "NATS at $s"; done
+
+	cat >"$dir/env" <<EOF
+# source this file: the commands and this layout's addresses.
+export PATH="$bin:\$PATH"
+export METAQ_TOKEN=$token
+export METAQ_CONFIGSYNC_KEY=$dir/push.key
+export METAQ_CONF=$dir/bj-1/conf/server.ini
+METAQ_LOCAL_DIR=$dir
+BJ_ZK=127.0.0.1:$(zk_port bj) HF_ZK=127.0.0.1:$(zk_port hf) GZ_ZK=127.0.0.1:$(zk_port gz)
+BJ_BROKER=127.0.0.1:$(metaq_port bj) HF_BROKER=127.0.0.1:$(metaq_port hf) GZ_BROKER=127.0.0.1:$(metaq_port gz)
+BJ_DASHBOARD=127.0.0.1:$(dash_port bj) HF_DASHBOARD=127.0.0.1:$(dash_port hf) GZ_DASHBOARD=127.0.0.1:$(dash_port gz)
+EOF
+
+	log "bundles: bj master, then hf and gz slaves"
+	start_bundle bj
+	local pids=()
+	for s in hf gz; do
+		start_bundle "$s" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p"; done
+
+	# JetStream elects its meta leader across the gateways within seconds;
+	# until then the bucket cannot be opened, so the first push may retry.
+	log "configsync: publishing deploy/common/server.ini as the first version"
+	local tries=0
+	until "$bin/configsync" push -f "$dir/bj-1/conf/server.ini" --key "$dir/push.key" \
+		--nats "nats://127.0.0.1:$(nats_port bj)" --sites bj-1,hf-1,gz-1 --timeout 20s >"$dir/configsync-push.log" 2>&1; do
+		tries=$((tries + 1))
+		[ "$tries" -lt 4 ] || { cat "$dir/configsync-push.log" >&2; die "configsync push failed"; }
+		sleep 1
+	done
+
+	cat <<EOF
+three sites up under $dir (source $dir/env for the commands below)
+  site  ZooKeeper        MetaQ            dashboard (token in $dir/token)
+$(for s in "${sites[@]}"; do printf '  %-5s 127.0.0.1:%-6s 127.0.0.1:%-6s http://127.0.0.1:%s/\n' "$s" "$(zk_port "$s")" "$(metaq_port "$s")" "$(dash_port "$s")"; done)
+try:
+  metaq produce -zk \$BJ_ZK -topic orders -n 100
+  metaq consume -zk \$HF_ZK -root /meta-view-hf -topic orders -n 100     # hf's replica, as a Java consumer at hf
+  metaq lag --addr \$BJ_DASHBOARD
+  configsync status
+  $0 down $dir
+EOF
+}
+
+down() {
+	[ -d "$dir" ] || { log "nothing at $dir"; return 0; }
+	dir=$(cd "$dir" && pwd)
+	bin=${METAQ_BIN:-$dir/bin}
+	local pids=()
+	for s in "${sites[@]}"; do
+		if [ -f "$dir/$s-1/logs/.run.pid" ]; then
+			"$bin/metaq-server" stop -f "$dir/$s-1/conf/server.ini" -logdir "$dir/$s-1/logs" >/dev/null &
+			pids+=($!)
+		fi
+	done
+	for p in "${pids[@]}"; do wait "$p" || true; done
+	local left=()
+	for s in "${sites[@]}"; do
+		for f in "$dir/nats-$s/nats.pid" "$dir/zk-$s/zk.pid"; do
+			if [ -f "$f" ]; then
+				kill "$(cat "$f")" 2>/dev/null && left+=("$(cat "$f")")
+				rm -f "$f"
+			fi
+		done
+	done
+	# Wait for them to exit, so their ports are free when down returns.
+	for p in "${left[@]}"; do
+		for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+	done
+	rm -rf "$dir"
+	log "stopped and removed $dir"
+}
+
+status() {
+	dir=$(cd "$dir" && pwd)
+	bin=${METAQ_BIN:-$dir/bin}
+	for s in "${sites[@]}"; do
+		echo "== $s"
+		"$bin/metaq-server" status -f "$dir/$s-1/conf/server.ini" -logdir "$dir/$s-1/logs" || true
+	done
+}
+
+case "$cmd" in
+up) up ;;
+down) down ;;
+status) status ;;
+-h | --help | help) usage ;;
+*) usage >&2; exit 2 ;;
+esac

@@ -1,0 +1,178 @@
+// Package deploy holds the deployment files (see README.md); its test runs
+// local-three-sites.sh end to end.
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLocalThreeSites runs deploy/local-three-sites.sh up, produces at bj,
+// reads the messages at hf and gz (from each site's replica, and through
+// each site's ZooKeeper view as a Java consumer there would), checks that
+// configsync reached every site, and runs down, which must leave no process
+// behind. It needs ZooKeeper's jars and openssl, as CI has them: skipped
+// without METAQ_TEST_ZK.
+func TestLocalThreeSites(t *testing.T) {
+	if os.Getenv("METAQ_TEST_ZK") == "" {
+		t.Skip("METAQ_TEST_ZK is not set (CI sets it; the script starts its own three ZooKeepers)")
+	}
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl is not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "sites")
+	base := freeBase(t)
+	script, err := filepath.Abs("local-three-sites.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	sh := func(args ...string) (string, error) {
+		// Not ctx: down must run in the cleanup too, after ctx is cancelled.
+		cmd := exec.Command("bash", append([]string{script}, args...)...)
+		cmd.WaitDelay = time.Minute
+		cmd.Env = append(os.Environ(), "METAQ_PORT_BASE="+strconv.Itoa(base))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	downDone := false
+	t.Cleanup(func() {
+		if !downDone {
+			if out, err := sh("down", dir); err != nil {
+				t.Logf("down: %v\n%s", err, out)
+			}
+		}
+	})
+	start := time.Now()
+	if out, err := sh("up", dir); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	t.Logf("up in %v", time.Since(start).Round(time.Second))
+	env := readEnv(t, filepath.Join(dir, "env"))
+	bin := filepath.Join(dir, "bin")
+	// run returns the command's stdout followed by its stderr.
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		cmd.Env = append(os.Environ(), "METAQ_TOKEN="+env["METAQ_TOKEN"], "METAQ_CONF="+env["METAQ_CONF"])
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+
+	// configsync: the first version reached all three sites.
+	st := run("configsync", "status", "--nats", "nats://127.0.0.1:"+strconv.Itoa(base+1))
+	for _, agent := range []string{"bj-1", "hf-1", "gz-1"} {
+		if !regexp.MustCompile(`(?m)^` + agent + `\s+v1\s`).MatchString(st) {
+			t.Errorf("configsync status: %s does not run v1:\n%s", agent, st)
+		}
+	}
+
+	const n = 100
+	if out := run("metaq", "produce", "-zk", env["BJ_ZK"], "-topic", "orders", "-n", strconv.Itoa(n), "-q"); !strings.Contains(out, "0 failed") {
+		t.Fatalf("produce: %s", out)
+	}
+	for _, site := range []string{"hf", "gz"} {
+		upper := strings.ToUpper(site)
+		// The replica holds every message (replication over mutual TLS
+		// with the shared secret).
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got := 0
+			for p := 0; p < 8; p++ {
+				out := run("metaq", "fetch", "-brokers", env[upper+"_BROKER"], "-topic", "orders", "-partition", fmt.Sprintf("1-%d", p), "-n", "0")
+				got += strings.Count(out, "\n") - strings.Count(out, "end of partition")
+			}
+			if got == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's replica holds %d of %d messages", site, got, n)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		// A consumer at the site reads them through the site's own view.
+		out := run("metaq", "consume", "-zk", env[upper+"_ZK"], "-root", "/meta-view-"+site, "-topic", "orders",
+			"-group", "recipe-"+site, "-n", strconv.Itoa(n), "-q")
+		if got := strings.Count(out, "\n"); got < n {
+			t.Errorf("consume at %s: %d lines, want %d", site, got, n)
+		}
+	}
+
+	out, err := sh("down", dir)
+	downDone = true
+	if err != nil {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("down left %s: %v", dir, err)
+	}
+	for off := 0; off < 60; off++ {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off)), 200*time.Millisecond); err == nil {
+			c.Close()
+			t.Errorf("port %d still answers after down", base+off)
+		}
+	}
+	t.Logf("up to down in %v", time.Since(start).Round(time.Second))
+}
+
+// freeBase finds a port base whose 60 ports (three sites of 20) nothing
+// listens on.
+func freeBase(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		base := 30000 + rand.IntN(300)*100
+		free := true
+		for off := 0; off < 60 && free; off++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off)))
+			if err != nil {
+				free = false
+				continue
+			}
+			l.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free range of 60 ports")
+	return 0
+}
+
+// readEnv reads the KEY=VALUE words of the env file up writes.
+func readEnv(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		for _, w := range strings.Fields(strings.TrimPrefix(sc.Text(), "export ")) {
+			if k, v, ok := strings.Cut(w, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	return env
+}
