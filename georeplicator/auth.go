@@ -109,7 +109,11 @@ func newNonce() ([]byte, error) {
 const maxHandshakeBytes = 64 << 10
 
 // readHandshakeFrame is readFrame for hello, challenge, auth and welcome.
-func readHandshakeFrame(r io.Reader) (frame, error) {
+func readHandshakeFrame(r io.Reader) (frame, error) { return readHandshakeFrameMAC(r, nil) }
+
+// readHandshakeFrameMAC is readHandshakeFrame for the first frame after the
+// auth step, on a link whose frames carry a MAC (m not nil).
+func readHandshakeFrameMAC(r io.Reader, m *frameMAC) (frame, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
 		return frame{}, err
@@ -121,14 +125,16 @@ func readHandshakeFrame(r io.Reader) (frame, error) {
 	if h.wireLen > maxHandshakeBytes {
 		return frame{}, fmt.Errorf("%w: handshake message of %d bytes (type %d), at most %d", ErrProtocol, h.wireLen, h.typ, maxHandshakeBytes)
 	}
-	return readFrame(io.MultiReader(bytes.NewReader(hb[:]), r), nil)
+	return readFrameMAC(io.MultiReader(bytes.NewReader(hb[:]), r), m, nil)
 }
 
-// authenticateSlave runs the master's side of the auth step after hello.
-func (s *Shipper) authenticateSlave(c net.Conn, helloBytes []byte) error {
+// authenticateSlave runs the master's side of the auth step after hello
+// (features are the hello's). It returns the MACs of the link's frames
+// that follow, none without a secret.
+func (s *Shipper) authenticateSlave(c net.Conn, helloBytes []byte, features uint32) (linkMACs, error) {
 	secret := s.opts.Secret
 	if len(secret) == 0 {
-		return nil
+		return linkMACs{}, nil
 	}
 	// refuse tells the slave why, then returns the error the master logs.
 	refuse := func(msg string) error {
@@ -137,22 +143,22 @@ func (s *Shipper) authenticateSlave(c net.Conn, helloBytes []byte) error {
 	}
 	mn, err := newNonce()
 	if err != nil {
-		return err
+		return linkMACs{}, err
 	}
 	if _, err := writeFrame(c, header{typ: typeChallenge}, mn, nil); err != nil {
-		return fmt.Errorf("write challenge: %w", err)
+		return linkMACs{}, fmt.Errorf("write challenge: %w", err)
 	}
 	f, err := readHandshakeFrame(c)
 	if err != nil {
-		return fmt.Errorf("%w: slave sent no answer to the challenge (a slave without authentication support?): %v", ErrAuth, err)
+		return linkMACs{}, fmt.Errorf("%w: slave sent no answer to the challenge (a slave without authentication support?): %v", ErrAuth, err)
 	}
 	switch {
 	case f.typ != typeAuth:
-		return refuse(fmt.Sprintf("authentication required: expected an auth answer, got message type %d", f.typ))
+		return linkMACs{}, refuse(fmt.Sprintf("authentication required: expected an auth answer, got message type %d", f.typ))
 	case len(f.wire) == nonceLen:
-		return refuse("authentication required: this master needs the replication shared secret ([replication] secretFile) and the slave has none configured")
+		return linkMACs{}, refuse("authentication required: this master needs the replication shared secret ([replication] secretFile) and the slave has none configured")
 	case len(f.wire) != nonceLen+proofLen:
-		return refuse(fmt.Sprintf("authentication failed: malformed auth answer (%d bytes)", len(f.wire)))
+		return linkMACs{}, refuse(fmt.Sprintf("authentication failed: malformed auth answer (%d bytes)", len(f.wire)))
 	}
 	sn, proof := f.wire[:nonceLen], f.wire[nonceLen:]
 	var matched []byte
@@ -163,58 +169,70 @@ func (s *Shipper) authenticateSlave(c net.Conn, helloBytes []byte) error {
 		}
 	}
 	if matched == nil {
-		return refuse("authentication failed: the slave's replication shared secret differs from the master's")
+		return linkMACs{}, refuse("authentication failed: the slave's replication shared secret differs from the master's")
+	}
+	if features&featureFrameMAC == 0 {
+		return linkMACs{}, refuse("authentication failed: the slave is an older version that authenticates the handshake only, " +
+			"not every frame after it (frames could be inserted on the path); upgrade the slave")
 	}
 	// Answer with the secret the slave used, which during a rotation may be
-	// an older one.
-	if _, err := writeFrame(c, header{typ: typeAuth}, authMAC(matched, masterLabel, mn, sn, helloBytes), nil); err != nil {
-		return fmt.Errorf("write auth: %w", err)
+	// an older one, under the label that says every frame from here on
+	// carries a MAC.
+	if _, err := writeFrame(c, header{typ: typeAuth}, authMAC(matched, masterLabelFrames, mn, sn, helloBytes), nil); err != nil {
+		return linkMACs{}, fmt.Errorf("write auth: %w", err)
 	}
-	return nil
+	return masterLinkMACs(matched, mn, sn, helloBytes), nil
 }
 
 // authenticateMaster runs the slave's side of the auth step: f is the first
 // frame the master sent after hello. It returns the frame that follows the
-// auth step (welcome or error).
-func (r *Receiver) authenticateMaster(c net.Conn, addr string, f frame, helloBytes []byte) (frame, error) {
+// auth step (welcome or error) and the MACs of the link's frames, none
+// without a secret.
+func (r *Receiver) authenticateMaster(c net.Conn, addr string, f frame, helloBytes []byte) (frame, linkMACs, error) {
 	secret := r.opts.Secret
 	if f.typ != typeChallenge {
 		if len(secret) > 0 && f.typ != typeError {
 			msg := "slave requires authentication: the master has no replication shared secret ([replication] secretFile) configured"
 			writeFrame(c, header{typ: typeError}, []byte(msg), nil)
-			return frame{}, fmt.Errorf("%w: master %s did not authenticate (it has no replication shared secret configured); refusing to replicate from it", ErrAuth, addr)
+			return frame{}, linkMACs{}, fmt.Errorf("%w: master %s did not authenticate (it has no replication shared secret configured); refusing to replicate from it", ErrAuth, addr)
 		}
-		return f, nil
+		return f, linkMACs{}, nil
 	}
 	if len(f.wire) != nonceLen {
-		return frame{}, fmt.Errorf("%w: malformed challenge from master %s", ErrProtocol, addr)
+		return frame{}, linkMACs{}, fmt.Errorf("%w: malformed challenge from master %s", ErrProtocol, addr)
 	}
 	mn := append([]byte(nil), f.wire...)
 	sn, err := newNonce()
 	if err != nil {
-		return frame{}, err
+		return frame{}, linkMACs{}, err
 	}
 	answer := sn
 	if len(secret) > 0 {
 		answer = append(answer, authMAC(secret, slaveLabel, mn, sn, helloBytes)...)
 	}
 	if _, err := writeFrame(c, header{typ: typeAuth}, answer, nil); err != nil {
-		return frame{}, fmt.Errorf("georeplicator: send auth: %w", err)
+		return frame{}, linkMACs{}, fmt.Errorf("georeplicator: send auth: %w", err)
 	}
 	g, err := readHandshakeFrame(c)
 	if err != nil {
-		return frame{}, fmt.Errorf("georeplicator: read auth answer from %s: %w", addr, err)
+		return frame{}, linkMACs{}, fmt.Errorf("georeplicator: read auth answer from %s: %w", addr, err)
 	}
 	if g.typ == typeError {
 		if len(secret) == 0 {
-			return frame{}, fmt.Errorf("%w: master %s requires the replication shared secret and this slave has none ([replication] secretFile): %s", ErrAuth, addr, g.wire)
+			return frame{}, linkMACs{}, fmt.Errorf("%w: master %s requires the replication shared secret and this slave has none ([replication] secretFile): %s", ErrAuth, addr, g.wire)
 		}
-		return frame{}, fmt.Errorf("%w: master %s refused: %s", ErrAuth, addr, g.wire)
+		return frame{}, linkMACs{}, fmt.Errorf("%w: master %s refused: %s", ErrAuth, addr, g.wire)
 	}
-	if g.typ != typeAuth || !hmac.Equal(g.wire, authMAC(secret, masterLabel, mn, sn, helloBytes)) {
-		return frame{}, fmt.Errorf("%w: master %s failed to prove the replication shared secret (a different secret, or not our master)", ErrAuth, addr)
+	if g.typ == typeAuth && hmac.Equal(g.wire, authMAC(secret, masterLabel, mn, sn, helloBytes)) {
+		return frame{}, linkMACs{}, fmt.Errorf("%w: master %s is an older version that authenticates the handshake only, not every frame after it "+
+			"(frames could be inserted on the path); upgrade the master: refusing to replicate from it", ErrAuth, addr)
 	}
-	return readHandshakeFrame(c)
+	if g.typ != typeAuth || !hmac.Equal(g.wire, authMAC(secret, masterLabelFrames, mn, sn, helloBytes)) {
+		return frame{}, linkMACs{}, fmt.Errorf("%w: master %s failed to prove the replication shared secret (a different secret, or not our master)", ErrAuth, addr)
+	}
+	macs := slaveLinkMACs(secret, mn, sn, helloBytes)
+	g, err = readHandshakeFrameMAC(c, macs.recv)
+	return g, macs, err
 }
 
 // isLoopback reports whether host (an IP or "localhost") stays on this machine.

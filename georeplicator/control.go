@@ -33,10 +33,14 @@ const (
 	// featureLagReport: in hello, the slave reads lag reports; in welcome,
 	// the master sends them.
 	featureLagReport uint32 = 1 << 1
+	// featureFrameMAC: in hello, the slave authenticates every frame after
+	// a shared-secret handshake (framemac.go). Stated in hello only: the
+	// master answers by the label of its proof.
+	featureFrameMAC uint32 = 1 << 2
 )
 
 // slaveFeatures are the features every receiver of this version states.
-const slaveFeatures = featureControl | featureLagReport
+const slaveFeatures = featureControl | featureLagReport | featureFrameMAC
 
 // ErrControlUnsupported: the master on the other end of the link takes no
 // control requests (an older version, or one not configured to).
@@ -183,7 +187,7 @@ func (ss *session) writeWithin(h header, p []byte, d time.Duration) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
 	ss.conn.SetWriteDeadline(time.Now().Add(d)) // socket deadlines are the kernel's: real time
-	_, err := writeFrame(ss.conn, h, p, nil)
+	_, err := writeFrameMAC(ss.conn, ss.macs.send, h, p, nil)
 	ss.conn.SetWriteDeadline(time.Time{})
 	if err != nil {
 		ss.conn.Close()
@@ -196,7 +200,7 @@ func (ss *session) writeWithin(h header, p []byte, d time.Duration) error {
 func (ss *session) write(h header, p []byte) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	_, err := writeFrame(ss.conn, h, p, nil)
+	_, err := writeFrameMAC(ss.conn, ss.macs.send, h, p, nil)
 	return err
 }
 
@@ -208,22 +212,23 @@ type link struct {
 	features uint32 // what the master's welcome offered
 	done     chan struct{}
 
-	wmu sync.Mutex // one frame at a time on conn
+	wmu  sync.Mutex // one frame at a time on conn
+	macs linkMACs   // send is used under wmu; recv by the session's reader
 
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan controlReply
 }
 
-func newLink(conn net.Conn, addr string, features uint32) *link {
-	return &link{conn: conn, addr: addr, features: features, done: make(chan struct{}), pending: map[uint64]chan controlReply{}}
+func newLink(conn net.Conn, addr string, features uint32, macs linkMACs) *link {
+	return &link{conn: conn, addr: addr, features: features, macs: macs, done: make(chan struct{}), pending: map[uint64]chan controlReply{}}
 }
 
 // write writes one frame; scratch is reused as writeFrame does.
 func (l *link) write(h header, p, scratch []byte) ([]byte, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	return writeFrame(l.conn, h, p, scratch)
+	return writeFrameMAC(l.conn, l.macs.send, h, p, scratch)
 }
 
 func (l *link) deliver(id uint64, r controlReply) {

@@ -30,7 +30,14 @@
 // over both nonces and the hello, and the master proves the secret back. A
 // peer that fails gets an error frame naming the cause and nothing else: no
 // welcome, no server.ini, no log, no entry in the lag report. A slave with a
-// secret refuses a master without one. A listener on a non-loopback address
+// secret refuses a master without one. After such a handshake every frame
+// in both directions carries an HMAC-SHA256 trailer keyed per direction
+// from the secret and the handshake, over a frame count (framemac.go): a
+// frame inserted, replayed, reordered or reflected on the path fails it,
+// and the link is dropped before the frame is acted on, so control
+// requests and acks are only ever taken from authenticated frames. The
+// format is stated in the handshake (featureFrameMAC, the master's proof
+// label): an older peer is refused with an error naming it. A listener on a non-loopback address
 // with neither TLS nor a secret, and a slave dialling another host that way,
 // log a loud warning at start.
 //

@@ -1,6 +1,7 @@
 package georeplicator
 
 import (
+	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -117,7 +118,12 @@ type frame struct {
 
 // readFrame reads one frame and checks both checksums. The payload is not
 // decompressed. buf is reused when large enough.
-func readFrame(r io.Reader, buf []byte) (frame, error) {
+func readFrame(r io.Reader, buf []byte) (frame, error) { return readFrameMAC(r, nil, buf) }
+
+// readFrameMAC is readFrame on a link whose frames carry a MAC (m not nil,
+// see framemac.go): the frame is returned only if its MAC is the next one
+// of the link, and otherwise an error wrapping ErrAuth.
+func readFrameMAC(r io.Reader, m *frameMAC, buf []byte) (frame, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
 		return frame{}, err
@@ -126,15 +132,27 @@ func readFrame(r io.Reader, buf []byte) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	if cap(buf) < int(h.wireLen) {
-		buf = make([]byte, h.wireLen)
+	n := int(h.wireLen)
+	if m != nil {
+		n += macLen
 	}
-	buf = buf[:h.wireLen]
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return frame{}, err
+	}
+	buf = buf[:h.wireLen]
+	if m != nil {
+		no := m.n
+		if !hmac.Equal(buf[h.wireLen:h.wireLen+macLen], m.next(hb[:], buf)) {
+			return frame{}, fmt.Errorf("%w: frame %d of the link (type %d) does not carry the link's MAC: "+
+				"inserted, replayed, reordered or altered on the path; dropping the link", ErrAuth, no, h.typ)
+		}
 	}
 	if got := crc32.Checksum(buf, castagnoli); got != h.crc {
 		return frame{header: h}, fmt.Errorf("%w: payload checksum %08x != %08x (type %d seq %d)", ErrCorruptFrame, got, h.crc, h.typ, h.seq)
@@ -145,15 +163,27 @@ func readFrame(r io.Reader, buf []byte) (frame, error) {
 // writeFrame writes header and payload in one call so a frame is one write.
 // scratch is reused when large enough and returned.
 func writeFrame(w io.Writer, h header, wire []byte, scratch []byte) ([]byte, error) {
+	return writeFrameMAC(w, nil, h, wire, scratch)
+}
+
+// writeFrameMAC is writeFrame on a link whose frames carry a MAC (m not
+// nil): the frame's MAC follows its payload, in the same write.
+func writeFrameMAC(w io.Writer, m *frameMAC, h header, wire []byte, scratch []byte) ([]byte, error) {
 	h.wireLen = uint32(len(wire))
 	h.crc = crc32.Checksum(wire, castagnoli)
 	n := headerLen + len(wire)
+	if m != nil {
+		n += macLen
+	}
 	if cap(scratch) < n {
 		scratch = make([]byte, n)
 	}
 	scratch = scratch[:n]
 	h.put(scratch)
 	copy(scratch[headerLen:], wire)
+	if m != nil {
+		copy(scratch[headerLen+len(wire):], m.next(scratch[:headerLen], scratch[headerLen:headerLen+len(wire)]))
+	}
 	_, err := w.Write(scratch)
 	return scratch, err
 }

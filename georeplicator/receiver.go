@@ -381,7 +381,8 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("georeplicator: %s: %w: read welcome: %w", addr, errNoHandshake, err)
 	}
-	if f, err = r.authenticateMaster(conn, addr, f, helloBytes); err != nil {
+	f, macs, err := r.authenticateMaster(conn, addr, f, helloBytes)
+	if err != nil {
 		return false, err
 	}
 	if f.typ == typeError {
@@ -409,7 +410,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	conn.SetDeadline(time.Time{})
 	applied := w.Start
-	l := newLink(conn, addr, w.Features)
+	l := newLink(conn, addr, w.Features, macs)
 	defer func() {
 		r.mu.Lock()
 		r.link = nil
@@ -483,7 +484,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	idle := idleTimeout(w.Keepalive)
 	for {
 		conn.SetReadDeadline(time.Now().Add(idle)) // socket deadlines are the kernel's: real time
-		f, err := readFrame(conn, buf)
+		f, err := readFrameMAC(conn, macs.recv, buf)
 		if err != nil {
 			if r.closing.Load() {
 				return progressed, nil

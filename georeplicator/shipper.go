@@ -216,6 +216,9 @@ type session struct {
 	features uint32
 	// wmu orders writes on conn: the stream's and control answers.
 	wmu sync.Mutex
+	// macs authenticate the frames after a secret handshake (framemac.go):
+	// send is used under wmu, recv by readAcks.
+	macs linkMACs
 
 	chooser codecChooser
 }
@@ -224,7 +227,7 @@ type session struct {
 func (ss *session) writeScratch(h header, p, scratch []byte) ([]byte, error) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	return writeFrame(ss.conn, h, p, scratch)
+	return writeFrameMAC(ss.conn, ss.macs.send, h, p, scratch)
 }
 
 func signal(ch chan struct{}) {
@@ -268,11 +271,12 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	// Authentication comes first: a peer without the secret learns nothing
 	// (not even whether its brokerId is right) and is never registered.
-	if err := s.authenticateSlave(c, f.wire); err != nil {
+	macs, err := s.authenticateSlave(c, f.wire, h.Features)
+	if err != nil {
 		return err
 	}
 	refuse := func(msg string) error {
-		writeFrame(c, header{typ: typeError}, []byte(msg), nil)
+		writeFrameMAC(c, macs.send, header{typ: typeError}, []byte(msg), nil)
 		return fmt.Errorf("%w: refused slave: %s", ErrProtocol, msg)
 	}
 	if h.Version != protocolVersion {
@@ -325,7 +329,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	key := slaveKey{Group: h.Group, SlaveID: int(h.SlaveID)}
 	ss := &session{s: s, conn: c, h: h, key: key, mode: mode, window: window, delay: delay,
 		ackWake: make(chan struct{}, 1), rewindWake: make(chan struct{}, 1), urgentWake: make(chan struct{}, 1), rewindTo: -1, connectedAt: s.opts.Clock.Now(),
-		promoteWake: make(chan struct{}, 1), done: make(chan struct{}),
+		promoteWake: make(chan struct{}, 1), done: make(chan struct{}), macs: macs,
 		log: s.log.With("slave", fmt.Sprintf("SLAVE(%s/%d)", h.Group, h.SlaveID), "remote", c.RemoteAddr().String())}
 	if bw > 0 {
 		burst := s.opts.FrameBytes + headerLen + 4096
@@ -344,16 +348,16 @@ func (s *Shipper) serve(c net.Conn) error {
 	if byEnds {
 		w.PromotionEnds = s.promotionEnds()
 	}
-	if _, err := writeFrame(c, header{typ: typeWelcome}, w.encode(), nil); err != nil {
+	if err := ss.write(header{typ: typeWelcome}, w.encode()); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
 	}
 	if h.WantConf {
 		if s.opts.ConfigBytes == nil {
-			writeFrame(c, header{typ: typeConfig}, nil, nil) // empty: master offers no config
+			ss.write(header{typ: typeConfig}, nil) // empty: master offers no config
 		} else if conf, err := s.opts.ConfigBytes(); err != nil {
 			ss.log.Warn("REPLICATION: reading config for slave failed", "err", err)
-			writeFrame(c, header{typ: typeConfig}, nil, nil)
-		} else if _, err := writeFrame(c, header{typ: typeConfig}, conf, nil); err != nil {
+			ss.write(header{typ: typeConfig}, nil)
+		} else if err := ss.write(header{typ: typeConfig}, conf); err != nil {
 			return fmt.Errorf("write config: %w", err)
 		}
 	}
@@ -408,7 +412,7 @@ func (ss *session) readAcks(ctx context.Context) error {
 	idle := idleTimeout(ss.s.opts.Keepalive)
 	for {
 		ss.conn.SetReadDeadline(time.Now().Add(idle)) // socket deadlines are the kernel's: real time
-		f, err := readFrame(ss.conn, buf)
+		f, err := readFrameMAC(ss.conn, ss.macs.recv, buf)
 		if err != nil {
 			return fmt.Errorf("read from slave: %w", err)
 		}
