@@ -44,6 +44,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 	"metaq/configsync"
+	"metaq/internal/cli"
 )
 
 func main() {
@@ -200,50 +201,68 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("configsync "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs)
-	var (
-		sites   = fs.String("sites", "", "comma-separated sites to wait for (default: every site known to the bucket)")
-		dryRun  = fs.Bool("dry-run", false, "validate and show the per-site diff, publish nothing")
-		timeout = fs.Duration("timeout", 10*time.Second, "how long to wait for the sites' answers")
-		asJSON  = fs.Bool("json", false, "status: print JSON")
-		to      = fs.Uint64("to", 0, "rollback: version to restore (default: the one before the desired version)")
-		allowRm = fs.Bool("allow-topic-removal", false, "push, rollback: remove topics even when they still hold messages")
-		allowUn = fs.Bool("allow-unknown", false, "push, check: accept keys and sections this project does not know (refused by default: a typo loses its setting)")
-		keyFile = fs.String("key", os.Getenv("METAQ_CONFIGSYNC_KEY"), "push, rollback: private key that signs the version (configsync keygen)")
-		noSign  = fs.Bool("unsigned", false, "push, rollback: publish without a signature (only sites with [nats] allowUnsigned=true apply it)")
-		out     = fs.String("o", "", "keygen: file to write the private key to")
-	)
-	switch cmd {
-	case "keygen":
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		return keygen(*out, stdout, stderr)
-	case "check":
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		return checkFile(c.file, *allowUn, stdout, stderr)
-	case "push", "status", "diff", "rollback":
-	case "-h", "--help", "help":
+	if cli.IsHelp(cmd) {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	// Each command has its own flag set: -h lists only what it takes.
+	fs := flag.NewFlagSet("configsync "+cmd, flag.ContinueOnError)
+	var c common
+	var (
+		sites, keyFile, out                      string
+		dryRun, asJSON, allowRm, allowUn, noSign bool
+		timeout                                  time.Duration
+		to                                       uint64
+	)
+	sitesFlag := func() {
+		fs.StringVar(&sites, "sites", "", "comma-separated sites to wait for (default: every site known to the bucket)")
+		fs.BoolVar(&dryRun, "dry-run", false, "validate and show the per-site diff, publish nothing")
+		fs.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the sites' answers")
+		fs.BoolVar(&allowRm, "allow-topic-removal", false, "remove topics even when they still hold messages")
+	}
+	signFlags := func() {
+		fs.StringVar(&keyFile, "key", os.Getenv("METAQ_CONFIGSYNC_KEY"), "private key that signs the version (configsync keygen), default $METAQ_CONFIGSYNC_KEY")
+		fs.BoolVar(&noSign, "unsigned", false, "publish without a signature (only sites with [nats] allowUnsigned=true apply it)")
+	}
+	allowUnknownFlag := func() {
+		fs.BoolVar(&allowUn, "allow-unknown", false, "accept keys and sections this project does not know (refused by default: a typo loses its setting)")
+	}
+	switch cmd {
+	case "keygen":
+		fs.StringVar(&out, "o", "", "file to write the private key to")
+	case "check":
+		fs.StringVar(&c.file, "f", "conf/server.ini", "server.ini to check")
+		allowUnknownFlag()
+	case "push":
+		c.register(fs)
+		sitesFlag()
+		signFlags()
+		allowUnknownFlag()
+	case "rollback":
+		c.register(fs)
+		sitesFlag()
+		signFlags()
+		fs.Uint64Var(&to, "to", 0, "version to restore (default: the one before the desired version)")
+	case "status":
+		c.register(fs)
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	case "diff":
+		c.register(fs)
 	default:
 		fmt.Fprintf(stderr, "configsync: unknown command %q\n%s", cmd, usage)
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if err := cli.Parse(fs, args, false, stdout, stderr); err != nil {
+		return cli.ExitCode(err)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "configsync: unexpected arguments %q\n", fs.Args())
-		return 2
+	switch cmd {
+	case "keygen":
+		return keygen(out, stdout, stderr)
+	case "check":
+		return checkFile(c.file, allowUn, stdout, stderr)
 	}
 	var siteList []string
-	for s := range strings.SplitSeq(*sites, ",") {
+	for s := range strings.SplitSeq(sites, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			siteList = append(siteList, s)
 		}
@@ -267,7 +286,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}
-		if err := config.CheckUnknown(warns); err != nil && cmd == "push" && !*allowUn {
+		if err := config.CheckUnknown(warns); err != nil && cmd == "push" && !allowUn {
 			fmt.Fprintf(stderr, "%v\nnothing published: fix the file, or push with --allow-unknown to publish it anyway\n", err)
 			return 2
 		}
@@ -280,17 +299,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if (cmd == "push" || cmd == "rollback") && !*dryRun {
+	if (cmd == "push" || cmd == "rollback") && !dryRun {
 		switch {
-		case *noSign:
+		case noSign:
 			opts.AllowUnsigned = true
 			fmt.Fprintln(stderr, "warning: publishing an unsigned version: only sites with [nats] allowUnsigned=true apply it")
-		case *keyFile == "":
+		case keyFile == "":
 			cancel()
 			fmt.Fprintln(stderr, configsync.ErrNoSigningKey)
 			return 2
 		default:
-			k, err := configsync.LoadSigningKey(*keyFile)
+			k, err := configsync.LoadSigningKey(keyFile)
 			if err != nil {
 				cancel()
 				fmt.Fprintln(stderr, err)
@@ -311,14 +330,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "push":
 		fmt.Fprintf(stdout, "validated %s (%d bytes)\n", c.file, len(data))
 		rep, err := client.Push(ctx, configsync.PushOptions{File: c.file, Data: data, Sites: siteList,
-			DryRun: *dryRun, Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm, AllowUnknown: *allowUn})
-		return report(stdout, stderr, rep, err, *timeout)
+			DryRun: dryRun, Timeout: timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: allowRm, AllowUnknown: allowUn})
+		return report(stdout, stderr, rep, err, timeout)
 	case "rollback":
-		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: *to, Sites: siteList, DryRun: *dryRun,
-			Timeout: *timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: *allowRm})
-		return report(stdout, stderr, rep, err, *timeout)
+		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: to, Sites: siteList, DryRun: dryRun,
+			Timeout: timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: allowRm})
+		return report(stdout, stderr, rep, err, timeout)
 	case "status":
-		return status(ctx, client, stdout, stderr, *asJSON)
+		return status(ctx, client, stdout, stderr, asJSON)
 	default:
 		if !fileGiven {
 			return diffDeployed(ctx, client, stdout, stderr)

@@ -30,6 +30,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/cli"
 )
 
 type options struct {
@@ -60,7 +61,14 @@ func main() {
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
-	flag.Parse()
+	flag.CommandLine.Init("metaq-bench", flag.ContinueOnError)
+	args := os.Args[1:]
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		args = []string{"-h"}
+	}
+	if err := cli.Parse(flag.CommandLine, args, false, os.Stdout, os.Stderr); err != nil {
+		os.Exit(cli.ExitCode(err))
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

@@ -33,6 +33,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +42,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"metaq/internal/cli"
 )
 
 func main() {
@@ -55,9 +58,13 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, new(cli.UsageError)) {
 		fmt.Fprintln(os.Stderr, "metaq-demo:", err)
-		os.Exit(1)
+	}
+	if code := cli.ExitCode(err); code != 0 {
+		stop()
+		os.Exit(code)
 	}
 }
 
@@ -66,7 +73,6 @@ func main() {
 // stopped before it returns.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("metaq-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	o := defaultOptions()
 	fs.StringVar(&o.Dir, "dir", o.Dir, "folder for the sites' config sets, data and logs (recreated at start)")
 	fs.IntVar(&o.BasePort, "base-port", o.BasePort, "bj's serverPort; hf and gz use +10 and +20, each site also +1..+4 and its dashboard at -3 (0 = free ports)")
@@ -80,10 +86,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fs.StringVar(&o.Rate, "rate", o.Rate, "netns mode: bandwidth cap of each WAN link (tc syntax; 0 = none)")
 	fs.StringVar(&o.ServerBin, "server-bin", "", "netns mode: metaq-server binary to run (default: built from this module into a temporary folder)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: metaq-demo [--once] [--failover] [--dir ./demo-data] [--base-port 8123] [--messages 1000] [--wan-delay 30ms] [--no-netns] [--loss 0]")
+		fmt.Fprintln(fs.Output(), "usage: metaq-demo [-once] [-failover] [-dir ./demo-data] [-base-port 8123] [-messages 1000] [-wan-delay 30ms] [-no-netns] [-loss 0]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		args = []string{"-h"}
+	}
+	if err := cli.Parse(fs, args, false, stdout, stderr); err != nil {
 		return err
 	}
 	if _, err := strconv.ParseFloat(o.Loss, 64); err != nil {

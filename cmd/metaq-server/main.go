@@ -36,6 +36,7 @@ import (
 	"metaq/cmd/metaq-server/ctl"
 	"metaq/configsync"
 	"metaq/internal/bundle"
+	cmdline "metaq/internal/cli"
 )
 
 const usage = `usage: metaq-server <command> [arguments]
@@ -67,10 +68,10 @@ func main() {
 	cmd, args := os.Args[1], os.Args[2:]
 	err := run(cmd, args)
 	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
+		os.Exit(0) // asked for: the usage is on stdout
 	}
-	if errors.As(err, new(usageError)) {
-		os.Exit(2) // the flag package printed the error and the usage
+	if errors.As(err, new(cmdline.UsageError)) {
+		os.Exit(2) // the usage and what was wrong are on stderr
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "metaq-server "+cmd+": "+err.Error())
@@ -81,13 +82,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// usageError is a command line the flags refuse (exit status 2; the flag
-// package has printed the command's usage).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
 
 // exitCode lets a command choose its exit status (status: 1 = not running).
 type exitCode int
@@ -271,17 +265,11 @@ func run(cmd string, args []string) error {
 			mode, args = args[0], args[1:]
 		}
 	}
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	if err := cmdline.Parse(c.fs, args, false, os.Stdout, os.Stderr); err != nil {
+		if errors.As(err, new(cmdline.UsageError)) && c.fs.NArg() > 0 {
+			c.fs.Usage()
 		}
-		return usageError{err}
-	}
-	if c.fs.NArg() > 0 {
-		err := fmt.Errorf("unexpected arguments %q", c.fs.Args())
-		fmt.Fprintln(c.fs.Output(), err)
-		c.fs.Usage()
-		return usageError{err}
+		return err
 	}
 	ctx := context.Background()
 	switch cmd {

@@ -389,25 +389,25 @@ func TestCommandFlags(t *testing.T) {
 		{"role", []string{"-f", "-clear", "-data", "-logdir", "-pidfile"}, "-to"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
-			code, _, stderr := cli(t, tc.cmd, "-h")
-			if code != 2 || !strings.Contains(stderr, "usage: metaq-server "+tc.cmd+" ") {
-				t.Fatalf("-h: exit %d, stderr:\n%s", code, stderr)
+			code, stdout, _ := cli(t, tc.cmd, "-h")
+			if code != 0 || !strings.Contains(stdout, "usage: metaq-server "+tc.cmd+" ") {
+				t.Fatalf("-h: exit %d, stdout:\n%s", code, stdout)
 			}
 			listed := map[string]bool{}
-			for _, line := range strings.Split(stderr, "\n") {
+			for _, line := range strings.Split(stdout, "\n") {
 				if f, ok := strings.CutPrefix(line, "  -"); ok {
 					listed["-"+strings.Fields(f)[0]] = true
 				}
 			}
 			for _, f := range tc.has {
 				if !listed[f] {
-					t.Errorf("-h does not list %s:\n%s", f, stderr)
+					t.Errorf("-h does not list %s:\n%s", f, stdout)
 				}
 			}
 			if len(listed) != len(tc.has) {
-				t.Errorf("-h lists %d flags, want %d (%v):\n%s", len(listed), len(tc.has), tc.has, stderr)
+				t.Errorf("-h lists %d flags, want %d (%v):\n%s", len(listed), len(tc.has), tc.has, stdout)
 			}
-			code, _, stderr = cli(t, tc.cmd, tc.foreign, "1")
+			code, _, stderr := cli(t, tc.cmd, tc.foreign, "1")
 			if code != 2 || !strings.Contains(stderr, "flag provided but not defined: "+tc.foreign) {
 				t.Fatalf("%s accepted or refused wrongly: exit %d, stderr:\n%s", tc.foreign, code, stderr)
 			}

@@ -28,7 +28,7 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 	async := fs.Bool("async", false, "send asynchronously with a bounded window")
 	window := fs.Int("window", 256, "in-flight window for -async")
 	quiet := fs.Bool("q", false, "no progress line and no per-message results")
-	if err := parseWithTopic(fs, args, "produce", topic); err != nil {
+	if err := g.parseWithTopic(fs, args, "produce", topic); err != nil {
 		return err
 	}
 	var selector client.Selector
@@ -175,7 +175,7 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	var route routeFlags
 	route.register(fs)
 	quiet := fs.Bool("q", false, "no progress line on stderr")
-	if err := parseWithTopic(fs, args, "consume", topic); err != nil {
+	if err := g.parseWithTopic(fs, args, "consume", topic); err != nil {
 		return err
 	}
 	sp, err := parseStart(*start)
@@ -282,7 +282,7 @@ func runFetch(ctx context.Context, g *globals, args []string) error {
 	full := fs.Bool("full", true, "print partition, offset, id and time with each payload")
 	var route routeFlags
 	route.register(fs)
-	if err := parseWithTopic(fs, args, "fetch", topic); err != nil {
+	if err := g.parseWithTopic(fs, args, "fetch", topic); err != nil {
 		return err
 	}
 	p, err := partitionFlag(*part)
@@ -389,7 +389,7 @@ func runFind(ctx context.Context, g *globals, args []string) error {
 	topic := fs.String("topic", "", "topic (required)")
 	idStr := fs.String("id", "", "message id (required)")
 	window := fs.Duration("window", 2*time.Second, "how far before the id's time to start searching (clock skew between brokers)")
-	if err := fs.Parse(args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if *topic == "" || *idStr == "" {
@@ -458,7 +458,7 @@ func findInPartition(ctx context.Context, c *client.Client, topic string, p clie
 
 func runTopics(ctx context.Context, g *globals, args []string) error {
 	fs := newFlags(g, "topics")
-	if err := fs.Parse(args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	c, err := g.client(ctx)
@@ -504,7 +504,7 @@ func brokersOf(ps []client.Partition) string {
 func runPartitions(ctx context.Context, g *globals, args []string) error {
 	fs := newFlags(g, "partitions")
 	topic := fs.String("topic", "", "topic (required)")
-	if err := parseWithTopic(fs, args, "partitions", topic); err != nil {
+	if err := g.parseWithTopic(fs, args, "partitions", topic); err != nil {
 		return err
 	}
 	c, err := g.client(ctx)
@@ -537,7 +537,7 @@ func runOffsets(ctx context.Context, g *globals, args []string) error {
 	reset := fs.String("reset", "", "reset every partition to earliest, latest, offset:N or time:T")
 	part := fs.String("partition", "", "with -reset, only this partition (brokerId-partition)")
 	force := fs.Bool("force", false, "reset even while members own partitions (they overwrite it on their next commit)")
-	if err := fs.Parse(args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if *group == "" || *topic == "" {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"metaq/internal/cli"
 	"net/http"
 	"os"
 	"strconv"
@@ -27,7 +28,7 @@ func init() {
 		run: func(ctx context.Context, g *globals, args []string) error {
 			// The global flags are accepted after the command too, as for
 			// every other command, though lag does not use ZooKeeper itself.
-			return lagCommand(ctx, args, g.stdout, g.stderr, g.register)
+			return lagCommand(ctx, args, g.stdout, g.stderr, nil)
 		},
 	}
 }
@@ -36,7 +37,6 @@ func init() {
 // more flags to the flag set.
 func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, extraFlags func(*flag.FlagSet)) error {
 	fs := flag.NewFlagSet("metaq lag", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	if extraFlags != nil {
 		extraFlags(fs)
 	}
@@ -47,16 +47,14 @@ func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, ex
 	consumers := fs.Bool("consumers", true, "include consumer-group lag (reads offsets from ZooKeeper on the bundle)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: metaq lag [--addr host:port] [--json] [--token t] [--consumers=false]")
-		fmt.Fprintln(stderr, "Prints replication lag per slave group (site, partitions, bytes, messages, seconds behind, state)")
-		fmt.Fprintln(stderr, "and consumer-group lag per site, as one bundle sees the gossip pool.")
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: metaq lag [-addr host:port] [-json] [-token t] [-consumers=false]")
+		fmt.Fprintln(w, "Prints replication lag per slave group (site, partitions, bytes, messages, seconds behind, state)")
+		fmt.Fprintln(w, "and consumer-group lag per site, as one bundle sees the gossip pool.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, false, stdout, stderr); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("lag: unexpected argument %q", fs.Arg(0))
 	}
 	url := *addr
 	if !strings.Contains(url, "://") {

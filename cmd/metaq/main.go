@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/internal/cli"
 )
 
 // command is one subcommand. Other files of this package add theirs to
@@ -76,10 +77,11 @@ func (g *globals) client(ctx context.Context) (*client.Client, error) {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "metaq:", err)
-		os.Exit(1)
 	}
+	os.Exit(cli.ExitCode(err))
 }
 
 var stdin io.Reader = os.Stdin
@@ -91,27 +93,30 @@ func run(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) 
 		g.zk = "127.0.0.1:2181"
 	}
 	fs := flag.NewFlagSet("metaq", flag.ContinueOnError)
-	fs.SetOutput(errw)
 	g.register(fs)
-	fs.Usage = func() { usage(errw, fs) }
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() { usage(fs.Output(), fs) }
+	if err := cli.Parse(fs, args, true, out, errw); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		usage(errw, fs)
-		return errors.New("no command")
+		return cli.UsageError{Err: errors.New("no command")}
 	}
 	name := fs.Arg(0)
+	if cli.IsHelp(name) {
+		usage(out, fs)
+		return nil
+	}
 	cmd, ok := commands[name]
 	if !ok {
 		usage(errw, fs)
-		return fmt.Errorf("unknown command %q", name)
+		return cli.UsageError{Err: fmt.Errorf("unknown command %q", name)}
 	}
 	return cmd.run(ctx, g, fs.Args()[1:])
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: metaq [global flags] <command> [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: metaq [global flags] <command> [flags]   (metaq <command> -h: the command's flags)\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -121,7 +126,10 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nglobal flags:")
+	out := fs.Output()
+	fs.SetOutput(w)
 	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 // newFlags makes a subcommand's flag set that also takes the global flags.
@@ -132,9 +140,15 @@ func newFlags(g *globals, name string) *flag.FlagSet {
 	return fs
 }
 
+// parse parses a subcommand's flags (cli.Parse: help on stdout, no words
+// after the flags).
+func (g *globals) parse(fs *flag.FlagSet, args []string) error {
+	return cli.Parse(fs, args, false, g.stdout, g.stderr)
+}
+
 // parseWithTopic parses a command's flags and requires -topic.
-func parseWithTopic(fs *flag.FlagSet, args []string, name string, topic *string) error {
-	if err := fs.Parse(args); err != nil {
+func (g *globals) parseWithTopic(fs *flag.FlagSet, args []string, name string, topic *string) error {
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if *topic == "" {
