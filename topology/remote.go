@@ -169,19 +169,46 @@ func (r *RemoteRouter) fetch(ctx context.Context, u string) (LagDocument, error)
 // is older than MaxAge or knows no alive copy, so the client falls back to
 // its own choice from ZooKeeper.
 func (r *RemoteRouter) Route(ctx context.Context, req client.RouteRequest) (string, error) {
-	if err := ctx.Err(); err != nil {
+	d, err := r.Decide(ctx, req)
+	if err != nil {
 		return "", err
+	}
+	return d.Addr, nil
+}
+
+// Decide is Route with the whole decision: the site and the rule that chose
+// the address, for a caller that reports where it reads.
+func (r *RemoteRouter) Decide(ctx context.Context, req client.RouteRequest) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
 	}
 	r.mu.RLock()
 	members, fetched := r.members, r.fetched
 	r.mu.RUnlock()
 	if fetched.IsZero() || time.Since(fetched) > r.o.MaxAge {
-		return "", client.ErrNoRoute
+		return Decision{}, client.ErrNoRoute
 	}
 	d, ok := Choose(RouteInput{Site: req.Site, Preference: req.Preference, MaxLag: req.MaxLag,
 		SiteOrder: r.o.SiteOrder, Replicas: withClientMaster(replicasOf(members, req.BrokerID), req.Replicas)})
 	if !ok {
-		return "", client.ErrNoRoute
+		return Decision{}, client.ErrNoRoute
 	}
-	return d.Addr, nil
+	return d, nil
+}
+
+// Sites maps each site of the members in the last fetched view to its
+// state: "alive" when one of its members is, else a member's state.
+func (r *RemoteRouter) Sites() map[string]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := map[string]string{}
+	for _, m := range r.members {
+		if m.Meta.Site == "" {
+			continue
+		}
+		if st := m.State.String(); out[m.Meta.Site] != "alive" {
+			out[m.Meta.Site] = st
+		}
+	}
+	return out
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -22,10 +24,18 @@ var ErrClosed = errors.New("client: closed")
 type ConnError struct {
 	Addr    string
 	Written bool
-	Err     error
+	// Silent is set when the peer closed the connection without ever
+	// answering: most likely not a MetaQ broker port at all (a replication,
+	// admin or dashboard port, say), which the error then says.
+	Silent bool
+	Err    error
 }
 
 func (e *ConnError) Error() string {
+	if e.Silent {
+		return fmt.Sprintf("client: %s closed the connection without answering anything: is it a MetaQ broker port (serverPort)? A replication, admin or dashboard port closes like this (%v)",
+			e.Addr, e.Err)
+	}
 	state := "before the request was written"
 	if e.Written {
 		state = "after the request was written (outcome unknown)"
@@ -69,6 +79,7 @@ type conn struct {
 	err     error
 
 	lastIO    atomic.Int64  // unix nanos of the last read or write
+	answered  atomic.Bool   // a frame was read: the peer speaks MetaQ
 	hbTimeout time.Duration // wait for a heartbeat answer (gecko: 5s)
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -109,6 +120,7 @@ func (c *conn) readLoop() {
 			return
 		}
 		c.lastIO.Store(time.Now().UnixNano())
+		c.answered.Store(true)
 		c.mu.Lock()
 		ch := c.pending[f.opaque]
 		delete(c.pending, f.opaque)
@@ -260,7 +272,8 @@ func (cl *call) wait(ctx context.Context) (frame, error) {
 			c.mu.Lock()
 			err := c.err
 			c.mu.Unlock()
-			return frame{}, &ConnError{Addr: c.addr, Written: true, Err: err}
+			silent := !c.answered.Load() && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
+			return frame{}, &ConnError{Addr: c.addr, Written: true, Silent: silent, Err: err}
 		}
 		return f, nil
 	case <-ctx.Done():

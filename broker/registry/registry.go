@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"metaq/internal/portprobe"
 )
 
 // Sentinel errors. Callers test them with errors.Is.
@@ -190,8 +192,12 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
+	// Until the first session, remember the connections the library opens:
+	// a New that gives up closes them, instead of waiting for the library's
+	// read timeout on a server that never answers its handshake.
+	var first firstConns
 	conn, events, err := zk.Connect(servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{r.log}), zk.WithLogInfo(false), zk.WithDialer(dialer))
+		zk.WithLogger(zkLogger{r.log}), zk.WithLogInfo(false), zk.WithDialer(first.wrap(dialer)))
 	if err != nil {
 		return nil, fmt.Errorf("registry: connect %s: %w", opts.Connect, err)
 	}
@@ -202,19 +208,92 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 
 	timer := time.NewTimer(opts.ConnectionTimeout)
 	defer timer.Stop()
-	select {
-	case <-r.firstSession:
-		r.log.Info("REGISTRY: connected", "zk", opts.Connect, "root", opts.Root,
-			"session", fmt.Sprintf("0x%x", conn.SessionID()))
-		r.recordSession()
-		return r, nil
-	case <-timer.C:
-		err = fmt.Errorf("%w: %s within %v", ErrNoSession, opts.Connect, opts.ConnectionTimeout)
-	case <-ctx.Done():
-		err = fmt.Errorf("registry: connect %s: %w", opts.Connect, ctx.Err())
+	// A server that is no ZooKeeper (a MetaQ broker port given as zkConnect)
+	// never answers the handshake: look once, early, and fail at once when
+	// every server turns out to be one.
+	probe := time.NewTimer(min(2*time.Second, opts.ConnectionTimeout/2))
+	defer probe.Stop()
+	var notZK []string
+wait:
+	for {
+		select {
+		case <-r.firstSession:
+			first.stop()
+			r.log.Info("REGISTRY: connected", "zk", opts.Connect, "root", opts.Root,
+				"session", fmt.Sprintf("0x%x", conn.SessionID()))
+			r.recordSession()
+			return r, nil
+		case <-probe.C:
+			notZK = metaqServers(ctx, servers)
+			if len(notZK) == len(servers) {
+				err = fmt.Errorf("%w: %s", ErrNoSession, strings.Join(notZK, "; "))
+				break wait
+			}
+		case <-timer.C:
+			err = fmt.Errorf("%w: %s within %v", ErrNoSession, opts.Connect, opts.ConnectionTimeout)
+			if len(notZK) > 0 {
+				err = fmt.Errorf("%w (%s)", err, strings.Join(notZK, "; "))
+			}
+			break wait
+		case <-ctx.Done():
+			err = fmt.Errorf("registry: connect %s: %w", opts.Connect, ctx.Err())
+			break wait
+		}
 	}
+	first.closeAll()
 	r.shutdown()
 	return nil, err
+}
+
+// metaqServers lists, as sentences, the servers of a connect string that
+// answer MetaQ's protocol instead of ZooKeeper's.
+func metaqServers(ctx context.Context, servers []string) []string {
+	var out []string
+	for _, s := range servers {
+		if answer, ok := portprobe.MetaQ(ctx, strings.TrimSpace(s), time.Second); ok {
+			out = append(out, fmt.Sprintf("%s is a MetaQ broker port, not ZooKeeper (it answered %q to MetaQ's version command): give zk.zkConnect's host:port", s, answer))
+		}
+	}
+	return out
+}
+
+// firstConns records the connections dialled before the first session.
+type firstConns struct {
+	mu      sync.Mutex
+	conns   []net.Conn
+	stopped bool
+}
+
+func (f *firstConns) wrap(dial zk.Dialer) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := dial(network, address, timeout)
+		if err == nil {
+			f.mu.Lock()
+			if !f.stopped {
+				f.conns = append(f.conns, c)
+			}
+			f.mu.Unlock()
+		}
+		return c, err
+	}
+}
+
+// stop forgets the connections: the session owns them from now on.
+func (f *firstConns) stop() {
+	f.mu.Lock()
+	f.stopped, f.conns = true, nil
+	f.mu.Unlock()
+}
+
+// closeAll closes every connection dialled so far.
+func (f *firstConns) closeAll() {
+	f.mu.Lock()
+	conns := f.conns
+	f.stopped, f.conns = true, nil
+	f.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // Paths returns the path builder for this registry's root.

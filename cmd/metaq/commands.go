@@ -190,9 +190,13 @@ func runConsume(ctx context.Context, g *globals, args []string) error {
 	// hide replays an operator asked for with "offsets -reset".
 	opts := []client.ConsumerOption{client.WithStart(sp), client.WithSite(route.site), client.WithReadPreference(pref),
 		client.WithMaxLag(route.maxLag), client.WithoutDuplicateFilter()}
+	served := newServedBy(router)
 	if router != nil {
 		defer router.Close()
-		opts = append(opts, client.WithRouter(router), client.WithRouteInterval(time.Second))
+		opts = append(opts, client.WithRouter(served), client.WithRouteInterval(time.Second))
+	}
+	if route.site != "" {
+		defer served.report(g.stderr, pref)
 	}
 	if *id != "" {
 		opts = append(opts, client.WithConsumerID(*id))

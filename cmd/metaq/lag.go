@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"metaq/internal/cli"
 	"net/http"
 	"os"
 	"strconv"
@@ -16,6 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"metaq/internal/cli"
+	"metaq/internal/portprobe"
 	"metaq/topology"
 )
 
@@ -75,7 +76,14 @@ func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, ex
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("lag: %w", err)
+		if host := req.URL.Host; host != "" {
+			// Not ctx: it may be what ran out.
+			if answer, ok := portprobe.MetaQ(context.Background(), host, time.Second); ok {
+				return fmt.Errorf("lag: %s is a MetaQ broker port (it answered %q to MetaQ's version command), not a dashboard: -addr takes the bundle's dashboard address (dashboardHttpPort, default 8120)",
+					host, answer)
+			}
+		}
+		return fmt.Errorf("lag: %s did not answer HTTP (is it the bundle's dashboard address, dashboardHttpPort?): %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -121,5 +123,64 @@ func TestParseTimeAndStart(t *testing.T) {
 	}
 	if _, err := parseStart("offset:x"); err == nil {
 		t.Fatal("bad start accepted")
+	}
+}
+
+// fakeListener accepts connections on loopback and hands each to serve.
+func fakeListener(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serve(c) }()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// fakeMetaQ answers MetaQ's version command and closes the connection on
+// an unknown command line, as the broker does; bytes without a line end
+// (ZooKeeper's handshake) get no answer.
+func fakeMetaQ(c net.Conn) {
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "version ") {
+			return
+		}
+		fmt.Fprintf(c, "result 200 1.4.6 %s", strings.TrimPrefix(line, "version "))
+	}
+}
+
+// TestErrorsNameWhatAnswered: pointed at the wrong kind of port, the
+// commands say what answered instead of timing out or saying EOF.
+func TestErrorsNameWhatAnswered(t *testing.T) {
+	mq := fakeListener(t, fakeMetaQ)
+	start := time.Now()
+	_, _, err := metaq(t, "", "-zk", mq, "topics")
+	if err == nil || !strings.Contains(err.Error(), mq+" is a MetaQ broker port, not ZooKeeper") {
+		t.Errorf("topics -zk <MetaQ port>: %v", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("topics -zk <MetaQ port> took %v", d)
+	}
+	_, _, err = metaq(t, "", "lag", "-addr", mq)
+	if err == nil || !strings.Contains(err.Error(), mq+" is a MetaQ broker port") || !strings.Contains(err.Error(), "dashboardHttpPort") {
+		t.Errorf("lag -addr <MetaQ port>: %v", err)
+	}
+	// A port that reads a request and closes without a word (a replication
+	// listener does).
+	closer := fakeListener(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
+	_, _, err = metaq(t, "x\n", "-brokers", closer, "produce", "-topic", "t")
+	if err == nil || !strings.Contains(err.Error(), closer+" closed the connection without answering anything") || strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("produce to a non-MetaQ port: %v", err)
 	}
 }

@@ -83,6 +83,23 @@ func TestConsumeAndFetchPinnedToSite(t *testing.T) {
 	if out := read(append(consume, "-group", "g1")...); !strings.Contains(out, "from-hf") {
 		t.Errorf("consume pinned to healthy hf read %q", out)
 	}
+	// The command says at the end where it read.
+	_, errs, err := metaq(t, "", append(g, append(consume, "-group", "g1b")...)...)
+	if err != nil || !strings.Contains(errs, "reads served by:\n  hf ("+hf.Addr()) || !strings.Contains(errs, "partitions 0-0") {
+		t.Errorf("consume pinned to hf: %v, stderr:\n%s", err, errs)
+	}
+	// -site without -prefer reads from the master: warned, and said at the end.
+	out, errs, err := metaq(t, "", append(g, "consume", "-topic", "cli", "-n", "1", "-q", "-ignore-saved", "-group", "g1c", "-site", "hf")...)
+	if err != nil || !strings.Contains(out, "from-bj") || !strings.Contains(errs, "-site hf has no effect with -prefer master-only") ||
+		!strings.Contains(errs, "reads served by: the master of each partition") {
+		t.Errorf("consume -site hf without -prefer: %v, stdout %q, stderr:\n%s", err, out, errs)
+	}
+	// A site the pool does not know: warned, naming the sites it knows.
+	hefei := append([]string{"consume", "-topic", "cli", "-n", "1", "-q", "-ignore-saved", "-group", "g1d"}, "-site", "hefei", "-prefer", "local-first", "-lag", srv.URL)
+	_, errs, err = metaq(t, "", append(g, hefei...)...)
+	if err != nil || !strings.Contains(errs, `the pool has no site "hefei" (it knows bj (alive), hf (alive))`) || !strings.Contains(errs, "reads served by:\n  bj (") {
+		t.Errorf("consume -site hefei: %v, stderr:\n%s", err, errs)
+	}
 
 	pool.setHF(false)
 	if out := read(fetch...); !strings.Contains(out, "from-bj") {
