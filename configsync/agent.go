@@ -392,6 +392,10 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 		return fail(fmt.Errorf("configsync: version %d would rename site %q to %q: set [site] name in the site's overlay",
 			v.Version, a.o.Running.Site.Name, cfg.Site.Name))
 	}
+	if keys := hostKeysReplaced(old, v.Data, overlay); len(keys) > 0 {
+		return fail(fmt.Errorf("%w: version %d would replace this host's own %s, which its server.ini sets and its overlay does not: "+
+			"move them to the site's overlay, which no push writes", ErrHostKeys, v.Version, strings.Join(keys, ", ")))
+	}
 	if tc, ok := a.o.Reloader.(TopicCounter); ok && !v.AllowTopicRemoval {
 		counts := tc.TopicMessages()
 		if removed := nonEmptyRemoved(counts, cfg); len(removed) > 0 {

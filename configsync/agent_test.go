@@ -597,3 +597,35 @@ func TestStartBundleEmbedded(t *testing.T) {
 	b.Close()
 	b.Close()
 }
+
+// TestPushLeavesHostsOwnKeys: a site that wrote its data directory and its
+// dashboard token into server.ini itself (not into its overlay) refuses a
+// version that would drop or change them, names them, and keeps its file;
+// the other sites apply it.
+func TestPushLeavesHostsOwnKeys(t *testing.T) {
+	c, sites := threeSites(t)
+	hf := sites[1]
+	hf.stop()
+	own := strings.Replace(string(baseIni("")), "serverPort=18123\n", "serverPort=18123\ndataPath=/var/hf-own\n", 1)
+	own = strings.Replace(own, "[site]\noverlay=site.ini\n", "[site]\noverlay=site.ini\ntoken=hf-own-token\n", 1)
+	must(t, os.WriteFile(hf.path, []byte(own), 0o644))
+	overlay := strings.Replace(string(overlayIni("hf", 2)), "dataPath=/var/metaq/hf\n", "", 1)
+	must(t, os.WriteFile(filepath.Join(hf.dir, "site.ini"), []byte(overlay), 0o644))
+	hf.start(t)
+	waitSitesKnown(t, c, "bj", "gz", "hf")
+
+	rep, err := push(t, c, baseIni("[topic=o]\n"))
+	if err == nil {
+		t.Fatal("push reported success although hf refused it")
+	}
+	r := rep.Results["hf"]
+	if r.OK || !strings.Contains(r.Error, "[system] dataPath") || !strings.Contains(r.Error, "[site] token") {
+		t.Fatalf("hf: %+v", r)
+	}
+	sameBytes(t, "hf keeps its file", hf.file(t), []byte(own))
+	for _, s := range []*site{sites[0], sites[2]} {
+		if r := rep.Results[s.name]; !r.OK {
+			t.Errorf("%s: %+v", s.name, r)
+		}
+	}
+}

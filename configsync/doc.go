@@ -138,5 +138,9 @@
 // same ini syntax; every key it sets replaces the same key of server.ini when
 // the broker loads its configuration (config.ParseWithOverlay). A push never
 // writes the overlay, so a site keeps its identity whatever file is pushed,
-// and the operator edits it by hand on that host only.
+// and the operator edits it by hand on that host only. A site that wrote its
+// data directory, its overlay's name or a secret into server.ini itself
+// refuses a version that would change or drop them (ErrHostKeys), naming
+// them: they belong in its overlay. A pushed key that needs a restart (a
+// port, a listener) takes effect at the restart, not at the reload.
 package configsync

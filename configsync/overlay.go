@@ -1,7 +1,9 @@
 package configsync
 
 import (
+	"errors"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -92,4 +94,39 @@ func siteOverlayName(data []byte) string {
 		}
 	}
 	return ""
+}
+
+// ErrHostKeys is returned when a pushed version would replace one of the
+// keys a push must never change on a site (pinnedKeys) while the site's own
+// server.ini sets it outside its overlay.
+var ErrHostKeys = errors.New("configsync: a push would change who this host is")
+
+// pinnedKeys are the host keys (config.IsHostKey) a push leaves alone even
+// where the site wrote them into server.ini instead of its overlay: its
+// secrets (a pushed file never carries them, so taking it would drop them),
+// where its data lives (a restart would open an empty store elsewhere) and
+// which overlay holds the rest of its identity. The [site] name has its own
+// check. The other host keys (ports, listeners, host name, ensembles)
+// written in the shared file are shared settings a push may change: they
+// take effect at the restart and are reported as pending until then.
+var pinnedKeys = []string{"system.dataPath", "system.dataLogPath", "site.overlay", "site.token", "gossip.key"}
+
+// hostKeysReplaced names ("[section] key") the pinned keys that the file a
+// site runs (old) sets itself, its overlay does not, and pushed would change
+// or drop.
+func hostKeysReplaced(old, pushed, overlay []byte) []string {
+	was, now := config.HostKeyValues(old), config.HostKeyValues(pushed)
+	overlaid := OverlayKeys(overlay)
+	var out []string
+	for name, v := range was {
+		if !slices.Contains(pinnedKeys, name) || slices.Contains(overlaid, name) {
+			continue
+		}
+		if nv, ok := now[name]; !ok || nv != v {
+			section, key, _ := strings.Cut(name, ".")
+			out = append(out, "["+section+"] "+key)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

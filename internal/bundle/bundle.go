@@ -368,10 +368,6 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	for _, w := range warnings {
 		b.log.Warn("CONFIG: " + w.String())
 	}
-	if b.opts.DataPath != "" {
-		cfg.System.DataPath = old.System.DataPath
-		cfg.System.DataLogPath = old.System.DataLogPath
-	}
 	if b.opts.Adjust != nil {
 		b.opts.Adjust(cfg)
 	}
@@ -380,6 +376,7 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	if err != nil {
 		return changes, fmt.Errorf("bundle: reload: %w", err)
 	}
+	cfg = keepRestartSettings(old, cfg)
 	b.cfg.Store(cfg)
 	for _, c := range b.comps {
 		if r, ok := c.(Reloader); ok {
@@ -393,6 +390,25 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	}
 	b.log.Info("BUNDLE: reloaded "+cfg.File, "changes", changes.String(), "checksum", cfg.Checksum)
 	return changes, nil
+}
+
+// keepRestartSettings returns the configuration a reload runs: next's topic
+// sections, file and checksum, with every section whose keys need a restart
+// (config.Changes.RestartKeys) as it runs now. The components read their
+// listeners, data directory, site name, gossip, replication and NATS
+// settings from Config() at any time (a component started after the reload,
+// a demotion, a promotion): they must not see values the process has not
+// started with. The file on disk takes effect at the restart.
+func keepRestartSettings(running, next *config.Server) *config.Server {
+	eff := *next
+	eff.System = running.System
+	eff.ZooKeeper = running.ZooKeeper
+	eff.Site = running.Site
+	eff.Gossip = running.Gossip
+	eff.NATS = running.NATS
+	eff.Replication = running.Replication
+	eff.Limits = running.Limits
+	return &eff
 }
 
 // Status is the admin /status answer.

@@ -279,11 +279,20 @@ func ReplicationSecrets(cfg *config.Server) ([][]byte, error) {
 
 // syncMasterConfig is autoSyncMasterConfig: the master's server.ini replaces
 // ours (atomically) when its bytes differ, then the bundle reloads, so new
-// topic sections take effect here too. The site overlay is not touched, so
-// this slave keeps its identity.
+// topic sections take effect here too. The master's file carries topics and
+// shared settings, not who this slave is: the lines of our file that set a
+// host key (config.IsHostKey: host name, ports, data paths, site, gossip,
+// replication listener, secrets, TLS files) replace the master's, and the
+// site overlay is not touched. Keys that need a restart (shared ones the
+// master changed) take effect at the restart (keepRestartSettings).
 func syncMasterConfig(ctx context.Context, b *Bundle, data []byte) error {
 	cur := b.Config()
-	if bytes.Equal(cur.Raw, data) {
+	own, err := os.ReadFile(b.opts.ConfigPath)
+	if err != nil {
+		return fmt.Errorf("replication: sync master config: %w", err)
+	}
+	data = config.KeepHostKeys(data, own)
+	if bytes.Equal(own, data) {
 		return nil
 	}
 	if _, _, err := config.Parse(cur.File, data); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/config"
 	"metaq/broker/wire"
 	"metaq/configsync"
 	"metaq/internal/testutil"
@@ -400,4 +401,89 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestAutoSyncKeepsSlaveIdentity: with autoSyncMasterConfig=true and each
+// site's own keys written in server.ini itself (MetaQ's layout, no
+// overlay), the slave takes the master's topics but stays itself: its site
+// name, ports, data path, gossip bind and replication listener are its own,
+// in the running configuration and in the file it restarts from, and its
+// dashboard keeps its own port (a key that needs a restart waits for it).
+func TestAutoSyncKeepsSlaveIdentity(t *testing.T) {
+	root := t.TempDir()
+	hostINI := func(name string, port, dashPort, gossipPort int, extraTopics string) string {
+		return fmt.Sprintf(`[system]
+brokerId=0
+hostName=127.0.0.1
+serverPort=%d
+dashboardHttpPort=%d
+dataPath=%s
+numPartitions=1
+unflushThreshold=0
+unflushInterval=1000
+maxSegmentSize=1048576
+maxTransferSize=1048576
+
+[zookeeper]
+zk.zkEnable=false
+zk.zkConnect=127.0.0.1:1
+
+[site]
+name=%s
+adminAddr=127.0.0.1:0
+
+[replication]
+listen=127.0.0.1:0
+
+[gossip]
+bind=127.0.0.1:%d
+probeIntervalMs=100
+
+[topic=test]
+%s`, port, dashPort, filepath.Join(root, name, "data"), name, gossipPort, extraTopics)
+	}
+	ports := func() (int, int, int) {
+		return testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
+	}
+	mPort, mDash, mGossip := ports()
+	master := startSite(t, filepath.Join(root, "bj"), hostINI("bj", mPort, mDash, mGossip, "\n[topic=extra]\nnumPartitions=3\n"),
+		siteSpec{name: "bj", noNATS: true})
+	sPort, sDash, sGossip := ports()
+	slaveFile := filepath.Join(root, "hf", "server.ini")
+	slave := startSite(t, filepath.Join(root, "hf"), hostINI("hf", sPort, sDash, sGossip, ""), siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: master.ReplicationAddr(), noNATS: true, autoSync: true})
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		if tc, ok := slave.Config().TopicFor("extra"); !ok || tc.NumPartitions != 3 {
+			return fmt.Errorf("slave's topics: %v", slave.Config().Topics)
+		}
+		return nil
+	})
+	identity := func(where string, cfg *config.Server) {
+		t.Helper()
+		if cfg.Site.Name != "hf" || cfg.System.ServerPort != sPort || cfg.System.DashboardHTTPPort != sDash ||
+			cfg.System.DataPath != filepath.Join(root, "hf", "data") || cfg.Gossip.Bind != fmt.Sprintf("127.0.0.1:%d", sGossip) {
+			t.Errorf("%s: the slave took the master's identity: site %q serverPort %d dashboardHttpPort %d dataPath %q gossip bind %q",
+				where, cfg.Site.Name, cfg.System.ServerPort, cfg.System.DashboardHTTPPort, cfg.System.DataPath, cfg.Gossip.Bind)
+		}
+	}
+	identity("running", slave.Config())
+	if got, want := slave.DashboardAddr(), fmt.Sprintf("127.0.0.1:%d", sDash); got != want {
+		t.Errorf("slave's dashboard on %s, want its own %s", got, want)
+	}
+	onDisk, _, err := config.Load(slaveFile)
+	if err != nil {
+		t.Fatalf("the slave's synced server.ini does not load: %v", err)
+	}
+	identity("file for the restart", onDisk)
+	if _, ok := onDisk.TopicFor("extra"); !ok {
+		t.Error("the synced file lacks the master's topic")
+	}
+	// The next offer of the same file changes nothing.
+	before, _ := os.ReadFile(slaveFile)
+	if err := syncMasterConfig(context.Background(), slave, master.Config().Raw); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(slaveFile); !bytes.Equal(before, after) {
+		t.Errorf("the same master file offered again rewrote the slave's:\n%s\n---\n%s", before, after)
+	}
 }
