@@ -16,7 +16,8 @@ import (
 // ([replication] secretFile) turns authentication on at every site. A slave
 // with the same key file replicates; one with another key is refused, holds
 // nothing and is not in the master's lag report. The server.ini a slave
-// takes from its master (autoSyncMasterConfig) carries no [site] token.
+// takes from its master (autoSyncMasterConfig) carries no [site] token of
+// the master's; the slave keeps its own.
 func TestReplicationSharedSecret(t *testing.T) {
 	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=test]\nnumPartitions=1\n")
@@ -39,6 +40,7 @@ func TestReplicationSharedSecret(t *testing.T) {
 	ship := mustComp[*shipperComponent](t, master)
 	// Without configsync on this slave, which would own server.ini instead.
 	slaveINI := strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	slaveINI = strings.Replace(slaveINI, "token=dashboard-s3cr3t-token\n", "token=hf-own-dashboard-token\n", 1)
 	good := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
 		masterAddr: ship.Addr(), noNATS: true, autoSync: true})
 	bad := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2,
@@ -75,8 +77,8 @@ func TestReplicationSharedSecret(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if bytes.Contains(synced, []byte("token=")) {
-			return fmt.Errorf("the slave's server.ini still holds the token:\n%s", synced)
+		if !bytes.Contains(synced, []byte("bucket=metaq_config")) {
+			return fmt.Errorf("the slave has not taken the master's server.ini yet:\n%s", synced)
 		}
 		return nil
 	})
@@ -86,6 +88,9 @@ func TestReplicationSharedSecret(t *testing.T) {
 	}
 	if bytes.Contains(synced, []byte("dashboard-s3cr3t-token")) {
 		t.Fatal("token replicated")
+	}
+	if !bytes.Contains(synced, []byte("token=hf-own-dashboard-token")) {
+		t.Fatalf("the slave lost its own token:\n%s", synced)
 	}
 	if got := statsOf(master, "config"); strings.Contains(got, "dashboard-s3cr3t-token") {
 		t.Fatal("stats config returns the token")
