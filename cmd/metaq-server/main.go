@@ -21,12 +21,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,8 +155,12 @@ func (c *common) dataFlag() {
 }
 
 func (c *common) stopFlags() {
-	c.fs.IntVar(&c.tries, "tries", 5, "SIGTERM tries before SIGKILL")
-	c.fs.DurationVar(&c.wait, "wait", 3*time.Second, "wait after each try")
+	c.fs.IntVar(&c.tries, "tries", 5, "the clean stop may take tries × wait before SIGKILL (one SIGTERM is sent)")
+	c.fs.DurationVar(&c.wait, "wait", 3*time.Second, "see -tries")
+}
+
+func (c *common) jsonFlag() {
+	c.fs.BoolVar(&c.json, "json", false, "print the admin endpoint's whole JSON document instead of a summary")
 }
 
 func (c *common) partitionFlags() {
@@ -174,12 +180,12 @@ var commands = map[string]command{
 	"start":   {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags}},
 	"restart": {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags, (*common).stopFlags}},
 	"stop":    {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).stopFlags}},
-	"status":  {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags}},
+	"status":  {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).jsonFlag}},
 	"reload":  {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags}},
 	"stats": {"[flags]", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.StringVar(&c.item, "item", "", "stats item (topics, offsets, realtime, slave, config, help, reset or a topic)")
 	}}},
-	"slave-status": {"[flags]", []func(*common){(*common).configFlag}},
+	"slave-status": {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).jsonFlag}},
 	"repair": {"-topic T -partition P -from host:port [flags]", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.StringVar(&c.topic, "topic", "", "topic")
 		c.fs.IntVar(&c.part, "partition", -1, "partition")
@@ -276,6 +282,14 @@ func run(cmd string, args []string) error {
 	case "start":
 		return start(ctx, c, mode)
 	case "restart":
+		// Without a mode word or -s, restart in the mode the server was
+		// started with (a slave stays a slave, with its properties file).
+		if mode == "" && c.plugin == "" {
+			if rec, err := readStartRecord(c.files().PID); err == nil && (rec.Mode != "" || rec.Plugin != "") {
+				mode, c.plugin = rec.Mode, rec.Plugin
+				say("restarting as it was started: %s", rec)
+			}
+		}
 		if err := ctl.Stop(ctx, c.files().PID, c.tries, c.wait, say); err != nil && !errors.Is(err, ctl.ErrNotRunning) {
 			return err
 		}
@@ -303,7 +317,16 @@ func run(cmd string, args []string) error {
 		fmt.Print(body)
 		return err
 	case "slave-status":
-		return adminCall(ctx, c, "GET", "/slave-status", nil)
+		cfg, err := c.load()
+		if err != nil {
+			return err
+		}
+		body, err := ctl.NewAdmin(cfg).Do(ctx, "GET", "/slave-status", nil)
+		if err != nil || c.json {
+			fmt.Print(body)
+			return err
+		}
+		return printSlaveSummary(os.Stdout, []byte(body))
 	case "unreplicated":
 		cfg, err := c.load()
 		if err != nil {
@@ -398,14 +421,20 @@ func start(ctx context.Context, c *common, modeName string) error {
 		// the form start parses.
 		startFlags := newFlags("start").fs
 		c.fs.Visit(func(f *flag.Flag) {
-			if f.Name != "foreground" && startFlags.Lookup(f.Name) != nil {
+			if f.Name != "foreground" && f.Name != "s" && startFlags.Lookup(f.Name) != nil {
 				childArgs = append(childArgs, "-"+f.Name+"="+f.Value.String())
 			}
 		})
-		childArgs = append(childArgs, "--foreground")
+		if c.plugin != "" { // given, or kept by restart
+			childArgs = append(childArgs, "-s="+c.plugin)
+		}
+		childArgs = append(childArgs, "-foreground")
 		pid, err := ctl.Daemonize(c.files(), childArgs, c.timeout)
 		if err != nil {
 			return err
+		}
+		if err := writeStartRecord(c.files().PID, startRecord{Mode: modeName, Plugin: absPath(c.plugin)}); err != nil {
+			say("WARNING: %v (restart will need the mode again)", err)
 		}
 		say("metaq-server started (pid %d), log %s", pid, c.files().Log)
 		return nil
@@ -447,6 +476,56 @@ func start(ctx context.Context, c *common, modeName string) error {
 	return nil
 }
 
+// startRecord is how the running server was started, kept next to its pid
+// file so that restart keeps the mode.
+type startRecord struct {
+	Mode   string `json:"mode,omitempty"`   // slave, samsa, gregor; "" for a master
+	Plugin string `json:"plugin,omitempty"` // -s, absolute
+}
+
+func (r startRecord) String() string {
+	mode := r.Mode
+	if mode == "" {
+		mode = "master"
+	}
+	if r.Plugin != "" {
+		return mode + " -s " + r.Plugin
+	}
+	return mode
+}
+
+func startRecordPath(pidFile string) string { return pidFile + ".start" }
+
+func writeStartRecord(pidFile string, r startRecord) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(startRecordPath(pidFile), b, 0o644); err != nil {
+		return fmt.Errorf("record the start mode: %w", err)
+	}
+	return nil
+}
+
+func readStartRecord(pidFile string) (startRecord, error) {
+	var r startRecord
+	b, err := os.ReadFile(startRecordPath(pidFile))
+	if err != nil {
+		return r, err
+	}
+	return r, json.Unmarshal(b, &r)
+}
+
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
 func status(ctx context.Context, c *common) error {
 	pid, err := ctl.ReadPID(c.files().PID)
 	if err != nil {
@@ -456,13 +535,21 @@ func status(ctx context.Context, c *common) error {
 		}
 		return err
 	}
-	say("metaq-server is running (pid %d)", pid)
-	if cfg, err := c.load(); err == nil {
-		if body, err := ctl.NewAdmin(cfg).Do(ctx, "GET", "/status", nil); err == nil {
-			fmt.Print(body)
-		} else {
-			say("admin endpoint: %v", err)
-		}
+	if !c.json {
+		say("metaq-server is running (pid %d)", pid)
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	body, err := ctl.NewAdmin(cfg).Do(ctx, "GET", "/status", nil)
+	switch {
+	case err != nil:
+		say("admin endpoint: %v", err)
+	case c.json:
+		fmt.Print(body)
+	default:
+		return printStatusSummary(os.Stdout, []byte(body))
 	}
 	return nil
 }

@@ -215,8 +215,11 @@ func TestOperatorCommands(t *testing.T) {
 
 	pid := s.start(t)
 	if code, out, _ := cli(t, "status", "-f", s.ini); code != 0 || !strings.Contains(out, fmt.Sprintf("pid %d", pid)) ||
-		!strings.Contains(out, `"brokerRegistered": true`) {
+		!strings.Contains(out, "zookeeper: session 0x") || !strings.Contains(out, ", broker registered, 1 topics") {
 		t.Errorf("status: exit %d\n%s", code, out)
+	}
+	if code, out, _ := cli(t, "status", "-json", "-f", s.ini); code != 0 || !strings.Contains(out, `"brokerRegistered": true`) {
+		t.Errorf("status -json: exit %d\n%s", code, out)
 	}
 	if code, _, errOut := cli(t, "start", "-f", s.ini); code == 0 || !strings.Contains(errOut, "already running") {
 		t.Errorf("second start: exit %d %s", code, errOut)
@@ -373,10 +376,10 @@ func TestCommandFlags(t *testing.T) {
 		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown"}, "-topic"},
 		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-tries", "-wait"}, "-item"},
 		{"stop", []string{"-f", "-logdir", "-pidfile", "-tries", "-wait"}, "-topic"},
-		{"status", []string{"-f", "-logdir", "-pidfile"}, "-tries"},
+		{"status", []string{"-f", "-logdir", "-pidfile", "-json"}, "-tries"},
 		{"reload", []string{"-f", "-logdir", "-pidfile"}, "-s"},
 		{"stats", []string{"-f", "-item"}, "-group"},
-		{"slave-status", []string{"-f"}, "-item"},
+		{"slave-status", []string{"-f", "-json"}, "-item"},
 		{"promote", []string{"-f", "-force", "-json"}, "-topic"},
 		{"switchover", []string{"-f", "-follow", "-to", "-json"}, "-force"},
 		{"unreplicated", []string{"-f", "-data", "-publish", "-brokers"}, "-to"},

@@ -310,7 +310,7 @@ func TestForeground(t *testing.T) {
 // slaveStatus runs `metaq-server slave-status` and decodes its JSON.
 func slaveStatus(t *testing.T, s *server) (map[string]any, string) {
 	t.Helper()
-	code, out, errOut := cli(t, "slave-status", "-f", s.ini)
+	code, out, errOut := cli(t, "slave-status", "-json", "-f", s.ini)
 	if code != 0 {
 		return nil, fmt.Sprintf("exit %d %s%s", code, out, errOut)
 	}
@@ -396,6 +396,38 @@ func testSlaveFromCommandLine(t *testing.T, zk string) {
 		if err != nil || string(url) != "meta://"+slave.addr() {
 			t.Fatalf("slave0 node = %q %v, want meta://%s", url, err, slave.addr())
 		}
+	}
+
+	// Without -json, slave-status and status print a short summary.
+	if code, out, errOut := cli(t, "slave-status", "-f", slave.ini); code != 0 ||
+		!strings.Contains(out, fmt.Sprintf("replication: connected to 127.0.0.1:%d", replPort)) || strings.Contains(out, "0001-01-01") {
+		t.Errorf("slave-status summary: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := cli(t, "status", "-f", slave.ini); code != 0 || !strings.Contains(out, "slave of brokerId 3 (slaveId 0)") ||
+		!strings.Contains(out, "replication-slave: connected") || strings.Contains(out, "{") {
+		t.Errorf("status summary: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// restart without the mode word keeps the mode and properties file it
+	// was started with: still a slave of the same master.
+	if zk == "" {
+		code, out, errOut := cli(t, "restart", "-f", slave.ini, "-listen", slave.addr())
+		if code != 0 || !strings.Contains(out, "restarting as it was started: slave -s "+props) {
+			t.Fatalf("restart of the slave: exit %d\n%s%s", code, out, errOut)
+		}
+		pid := slave.pid(t)
+		t.Cleanup(func() {
+			if syscall.Kill(pid, 0) == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+		testutil.Eventually(t, 15*time.Second, 100*time.Millisecond, func() error {
+			st, raw := slaveStatus(t, slave)
+			if st == nil || st["Connected"] != true || st["MasterAddr"] != fmt.Sprintf("127.0.0.1:%d", replPort) {
+				return fmt.Errorf("slave-status after restart: %s", raw)
+			}
+			return nil
+		})
 	}
 
 	// The status follows the link: with the master stopped it is no longer
@@ -504,4 +536,20 @@ func TestSamsaWithGregor(t *testing.T) {
 	}
 	m.stop(t)
 	g.stop(t)
+}
+
+// TestStopWaitsForTheCleanStop: stop sends one SIGTERM and waits for the
+// clean stop however long each -wait is, instead of signalling again (which
+// would cut it short).
+func TestStopWaitsForTheCleanStop(t *testing.T) {
+	s := newServer(t, "", "[topic=orders]\n")
+	s.startMode(t, "")
+	code, out, errOut := cli(t, "stop", "-f", s.ini, "-wait", "1ms", "-tries", "20000")
+	if code != 0 || !strings.Contains(out, "metaq-server stopped") || strings.Contains(out, "again") || strings.Contains(out, "killing") {
+		t.Fatalf("stop: exit %d\n%s%s", code, out, errOut)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.logDir, "metaServer.log"))
+	if !strings.Contains(string(log), "BUNDLE: stopped") {
+		t.Errorf("the server did not stop cleanly; log:\n%s", log)
+	}
 }

@@ -42,8 +42,8 @@ func TestRoleCommand(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	code, out, _ = cli(t, "status", "-f", s.ini)
-	body := out[strings.Index(out, "{"):]
+	code, out, _ = cli(t, "status", "-json", "-f", s.ini)
+	body := out
 	var st struct{ Mode string }
 	if code != 0 || json.Unmarshal([]byte(body), &st) != nil || st.Mode != "slave" {
 		t.Fatalf("status (pid %d): exit %d\n%s", pid, code, out)

@@ -63,30 +63,34 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 	var sent, failed, sentBytes atomic.Int64
 	var firstErr error
 	var errMu sync.Mutex
-	var reportResult func(client.SendResult, error)
-	report := func(m *client.Message) func(client.SendResult, error) {
+	// report is called with each send's outcome (from the producer's
+	// goroutines under -async); reading stdin, a failure is printed as it
+	// happens, naming the line, so an operator piping a file sees which
+	// lines did not go.
+	report := func(m *client.Message, line int64) func(client.SendResult, error) {
 		return func(r client.SendResult, err error) {
-			if err == nil {
-				sentBytes.Add(int64(len(m.Payload)))
+			if err != nil {
+				failed.Add(1)
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				if *n == 0 {
+					fmt.Fprintf(g.stderr, "produce: line %d (%s) failed: %v\n", line, clip(m.Payload, 40), err)
+				}
+				errMu.Unlock()
+				return
 			}
-			reportResult(r, err)
+			sentBytes.Add(int64(len(m.Payload)))
+			sent.Add(1)
+			if !*quiet && *n == 0 {
+				errMu.Lock()
+				fmt.Fprintf(g.stdout, "%s offset=%d id=%d\n", r.Partition, r.Offset, r.ID)
+				errMu.Unlock()
+			}
 		}
 	}
-	reportResult = func(r client.SendResult, err error) {
-		if err != nil {
-			failed.Add(1)
-			errMu.Lock()
-			if firstErr == nil {
-				firstErr = err
-			}
-			errMu.Unlock()
-			return
-		}
-		sent.Add(1)
-		if !*quiet && *n == 0 {
-			fmt.Fprintf(g.stdout, "%s offset=%d id=%d\n", r.Partition, r.Offset, r.ID)
-		}
-	}
+	var line int64
 	for {
 		payload, ok, err := next()
 		if err != nil {
@@ -95,6 +99,7 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 		if !ok || ctx.Err() != nil {
 			break
 		}
+		line++
 		m := &client.Message{Topic: *topic, Payload: payload}
 		if *key != "" {
 			m.Key = []byte(*key)
@@ -103,17 +108,12 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 			m.HasAttribute, m.Attribute = true, *attr
 		}
 		if *async {
-			if err := p.SendAsync(ctx, m, report(m)); err != nil {
-				failed.Add(1)
-				errMu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				errMu.Unlock()
+			if err := p.SendAsync(ctx, m, report(m, line)); err != nil {
+				report(m, line)(client.SendResult{}, err)
 				break
 			}
 		} else {
-			report(m)(p.Send(ctx, m))
+			report(m, line)(p.Send(ctx, m))
 		}
 		prog.update("sent", sent.Load(), fmt.Sprintf(", failed %d", failed.Load()))
 	}
@@ -128,6 +128,14 @@ func runProduce(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("produce: %d messages failed, first: %v", failed.Load(), firstErr)
 	}
 	return ctx.Err()
+}
+
+// clip quotes at most n bytes of b, for naming a message in an error.
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		return strconv.Quote(string(b[:n])) + "..."
+	}
+	return strconv.Quote(string(b))
 }
 
 // lineSource yields stdin lines, or n generated payloads of size bytes.

@@ -184,3 +184,18 @@ func TestErrorsNameWhatAnswered(t *testing.T) {
 		t.Errorf("produce to a non-MetaQ port: %v", err)
 	}
 }
+
+// TestProduceReportsFailuresAsTheyHappen: reading stdin, each failed line
+// is named on stderr when it fails (before the summary), not only in the
+// count at exit.
+func TestProduceReportsFailuresAsTheyHappen(t *testing.T) {
+	closer := fakeListener(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
+	_, errs, err := metaq(t, "first\nsecond\n", "-brokers", closer, "produce", "-topic", "t")
+	if err == nil {
+		t.Fatal("produce to a port that closes succeeded")
+	}
+	first, second, summary := strings.Index(errs, `line 1 ("first") failed: `), strings.Index(errs, `line 2 ("second") failed: `), strings.Index(errs, "produce: sent 0 messages")
+	if first < 0 || second < 0 || summary < second {
+		t.Errorf("stderr does not name each failed line before the summary:\n%s", errs)
+	}
+}

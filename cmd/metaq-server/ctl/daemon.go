@@ -190,8 +190,8 @@ func logTail(path string, from int64) string {
 	return string(bytes.TrimSpace(data))
 }
 
-// Stop sends SIGTERM to the server in the pid file and waits for it to exit,
-// up to tries times wait; a server still alive then gets SIGKILL (as
+// Stop sends SIGTERM once to the server in the pid file and waits for it to
+// exit, up to tries times wait; a server still alive then gets SIGKILL (as
 // metaServer.sh stop does after 5 tries). It returns ErrNotRunning when
 // nothing runs.
 func Stop(ctx context.Context, pidFile string, tries int, wait time.Duration, logf func(string, ...any)) error {
@@ -202,30 +202,32 @@ func Stop(ctx context.Context, pidFile string, tries int, wait time.Duration, lo
 		}
 		return err
 	}
-	for i := 1; i <= tries; i++ {
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("ctl: signal %d: %w", pid, err)
+	// One SIGTERM, then wait: the server's clean stop (unregistering from
+	// ZooKeeper takes up to zk.zkSyncTimeMs, draining replication more) must
+	// not be cut short by a second signal. SIGKILL only after tries*wait.
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("ctl: signal %d: %w", pid, err)
+	}
+	logf("stopping metaq-server (pid %d)", pid)
+	grace := time.Duration(tries) * wait
+	start := time.Now()
+	said := false
+	for time.Since(start) < grace {
+		if !alive(pid) {
+			os.Remove(pidFile)
+			return nil
 		}
-		if i == 1 {
-			logf("stopping metaq-server (pid %d)", pid)
-		} else {
-			// Only a stop that takes longer than one wait says so.
-			logf("metaq-server (pid %d) still running after %v, SIGTERM again (%d/%d)", pid, time.Duration(i-1)*wait, i, tries)
+		if !said && time.Since(start) >= wait {
+			logf("metaq-server (pid %d) is stopping cleanly; waiting up to %v", pid, grace)
+			said = true
 		}
-		deadline := time.Now().Add(wait)
-		for time.Now().Before(deadline) {
-			if !alive(pid) {
-				os.Remove(pidFile)
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	logf("metaq-server (pid %d) did not stop, killing it", pid)
+	logf("metaq-server (pid %d) did not stop within %v, killing it", pid, grace)
 	syscall.Kill(pid, syscall.SIGKILL)
 	for range 50 {
 		if !alive(pid) {
