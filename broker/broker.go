@@ -54,10 +54,14 @@ type Broker struct {
 	siteStats siteSyncStats
 	gate      writeGate // client writes refused, by holder
 
-	mu        sync.Mutex
-	ln        net.Listener
-	url       string
-	conns     map[*conn]struct{}
+	mu    sync.Mutex
+	ln    net.Listener
+	url   string
+	conns map[*conn]struct{}
+	// sniffing holds the admitted connections whose first byte is awaited
+	// (handoff.go); handoffs the listeners of other protocols by that byte.
+	sniffing  map[net.Conn]struct{}
+	handoffs  map[byte]*handoffListener
 	nextConn  atomic.Uint64
 	started   bool
 	startedAt time.Time
@@ -87,13 +91,14 @@ func New(opts Options) (*Broker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		opts:   opts,
-		log:    opts.Logger.With("component", "broker"),
-		store:  opts.Store,
-		conns:  make(map[*conn]struct{}),
-		ctx:    ctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
+		opts:     opts,
+		log:      opts.Logger.With("component", "broker"),
+		store:    opts.Store,
+		conns:    make(map[*conn]struct{}),
+		sniffing: make(map[net.Conn]struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
 	}
 	b.mem = newByteBudget(opts.MaxBufferedBytes, nil)
 	b.mem.onWait = b.relievePressure
@@ -137,7 +142,37 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// Start listens on Options.ListenAddr (or serves Options.Listener), applies topic policies, registers
+// Listen opens the MetaQ port without serving it: connections wait in the
+// kernel's queue until Start. Other protocols that share the port
+// (ListenFirstBytes) can be set up in between, knowing the address. Start
+// calls it when it was not called.
+func (b *Broker) Listen() error {
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.listenLocked()
+}
+
+func (b *Broker) listenLocked() error {
+	if b.ln != nil {
+		return nil
+	}
+	ln := b.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", b.opts.ListenAddr); err != nil {
+			return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
+		}
+	}
+	b.ln = ln
+	b.url = advertisedURL(b.cfg.Load().System.HostName, ln.Addr())
+	return nil
+}
+
+// Start listens on Options.ListenAddr or serves Options.Listener (unless
+// Listen did), applies topic policies, registers
 // the broker and its configured topics, starts the retention schedules and
 // serves in background goroutines. It returns once the listener is up (so
 // Addr is valid). The broker runs until Close or until ctx ends.
@@ -150,18 +185,13 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.mu.Unlock()
 		return errors.New("broker: already started")
 	}
-	ln := b.opts.Listener
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", b.opts.ListenAddr); err != nil {
-			b.mu.Unlock()
-			return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
-		}
+	if err := b.listenLocked(); err != nil {
+		b.mu.Unlock()
+		return err
 	}
-	b.ln = ln
+	ln := b.ln
 	b.started = true
 	b.startedAt = b.opts.Clock.Now()
-	b.url = advertisedURL(b.cfg.Load().System.HostName, ln.Addr())
 	b.mu.Unlock()
 
 	b.log.Info("BROKER: listening", "addr", ln.Addr().String(), "url", b.url,
@@ -223,7 +253,6 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.refuse(nc, cause)
 			continue
 		}
-		c := b.newConn(nc, ip, addrBytes)
 		b.mu.Lock()
 		if b.closing.Load() {
 			b.mu.Unlock()
@@ -231,19 +260,11 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.limits.done(ip)
 			return
 		}
-		b.conns[c] = struct{}{}
-		b.connWG.Add(1)
-		b.stats.connections.Add(1)
-		// Started under b.mu: Close stops the group under b.mu too.
-		b.routines.Go(func() {
-			defer b.connWG.Done()
-			c.serve()
-			b.mu.Lock()
-			delete(b.conns, c)
-			b.mu.Unlock()
-			b.limits.done(c.ip)
-			b.stats.connections.Add(-1)
-		})
+		b.sniffing[nc] = struct{}{}
+		// Started under b.mu: Close stops the group under b.mu too. The
+		// first byte is awaited there, not here: a silent client must not
+		// hold up the next one.
+		b.routines.Go(func() { b.route(nc, ip, addrBytes) })
 		b.mu.Unlock()
 	}
 }
@@ -285,9 +306,16 @@ func (b *Broker) Close() error {
 	for c := range b.conns {
 		conns = append(conns, c)
 	}
+	sniffing := make([]net.Conn, 0, len(b.sniffing))
+	for nc := range b.sniffing {
+		sniffing = append(sniffing, nc)
+	}
 	b.mu.Unlock()
 	if ln != nil {
 		ln.Close()
+	}
+	for _, nc := range sniffing {
+		nc.Close() // its first byte is no longer awaited
 	}
 	// Stop reading requests; those already read finish and are answered
 	// (bounded by the grace period), then everything still running is

@@ -97,6 +97,13 @@ type Options struct {
 	// ReadTimeout bounds the time a client may spend sending one request
 	// once it has started it. Config: readTimeoutMs.
 	ReadTimeout time.Duration
+	// SniffTimeout bounds the wait for a new connection's first byte, which
+	// tells a MetaQ client from another protocol served on the same port
+	// (ListenFirstBytes). A connection that sends nothing for this long is
+	// closed, as an idle one is. Default IdleTimeout, or 10 minutes when
+	// that is 0 (no idle timeout): a silent peer never holds its goroutine
+	// and its connection slot for ever.
+	SniffTimeout time.Duration
 	// WriteTimeout bounds one response write; a client that does not read
 	// for this long is disconnected. Config: writeTimeoutMs.
 	WriteTimeout time.Duration
@@ -188,6 +195,7 @@ func (o *Options) applyLimits(l config.Limits) {
 	o.ReadTimeout = time.Duration(pick(int64(o.ReadTimeout), int64(l.ReadTimeout), 0))
 	o.WriteTimeout = time.Duration(pick(int64(o.WriteTimeout), int64(l.WriteTimeout), int64(config.DefaultWriteTimeout)))
 	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), 0, int64(defaultStallTimeout)))
+	o.SniffTimeout = time.Duration(pick(int64(o.SniffTimeout), int64(o.IdleTimeout), int64(config.DefaultIdleTimeout)))
 	if fdCap := fileLimit() * 3 / 4; fdCap > 0 && (o.MaxConnections == 0 || o.MaxConnections > fdCap) {
 		o.MaxConnections = fdCap
 	}
