@@ -96,7 +96,7 @@ func hintFor(err error) string {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens at this address: start the master, or correct it (masterAddress in async_slave.properties, [replication] listen on the master; a MetaQ 1.4.6 master has no replication listener: leave masterAddress unset and let ZooKeeper tell)"
 	case errors.Is(err, errNoHandshake):
-		return "something answers at this address, but not the replication listener (a broker's MetaQ port?), or the master serves TLS and this slave dials without it: point masterAddress at the master's [replication] listen (default serverPort+1), or leave it unset so ZooKeeper tells; for TLS set tlsCert, tlsKey and tlsCA (async_slave.properties, or [replication] on a site that follows after a failover)"
+		return "something answers at this address, but serves no replication stream (the MetaQ port of a slave, of a Java broker, of a master with [replication] enable=false, or of one whose [replication] listen is set elsewhere), or the master serves TLS and this slave dials without it: point masterAddress at the master's MetaQ port (or its [replication] listen when set), or leave it unset so ZooKeeper tells; for TLS set tlsCert, tlsKey and tlsCA (async_slave.properties, or [replication] on a site that follows after a failover)"
 	case errors.Is(err, errRefused) && strings.Contains(err.Error(), "brokerId"):
 		return "a slave copies the master with its own brokerId: set [system] brokerId in this slave's server.ini to the master's"
 	case errors.Is(err, errRefused):

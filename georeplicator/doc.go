@@ -15,8 +15,9 @@
 //
 // The slave dials the master's replication address (found by a Resolver:
 // masterAddress, or the master's ZooKeeper entry ids/<brokerId>/replication;
-// the listener's default is serverPort+1), optionally over mutual TLS, and
-// sends hello:
+// by default the master's MetaQ port itself, where the broker hands over
+// the connections that start with FirstBytes), optionally over mutual TLS,
+// and sends hello:
 // protocol version, brokerId, slaveId, slaveGroup, codec preference, the
 // master log position it resumes from (-1 when it has none), its window in
 // bytes (>= 4 MiB), an optional bandwidth cap, slaveMaxDelayInMills and
@@ -108,6 +109,11 @@
 // messages and the age of the oldest missing record, at most 256 of
 // them); Receiver.LastLagReport keeps the last one, which is what a
 // promoted site reports it was behind.
+//
+// The master tells a TLS slave from a plain-text one by the first byte
+// (a ClientHello's 0x16, or frameMagic): with TLS configured a plain-text
+// hello is answered with an error frame saying so; without it a TLS
+// client is dropped and logged.
 //
 // # Frames
 //
@@ -212,9 +218,9 @@
 // # Wiring (cmd/metaq-server)
 //
 // Master (every master bundle unless [replication] enable=false):
-// NewShipper(ShipperOptions{Listener: on Replication.Listen (default
-// serverPort+1 on the MetaQ port's interfaces; a free port when that one is
-// taken and not written in the file), BrokerID, Source: the *store.Store, Compression,
+// NewShipper(ShipperOptions{Listener: the broker's
+// ListenFirstBytes(FirstBytes()...) on the MetaQ port, or a listener of its
+// own on [replication] listen when that is written, BrokerID, Source: the *store.Store, Compression,
 // BandwidthBytesPerSec, StuckAfter, StateFile: <dataPath>/replication.json,
 // Secret and PreviousSecrets: LoadSecrets([replication] secretFile),
 // ConfigBytes: the running server.ini bytes without secrets

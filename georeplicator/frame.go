@@ -265,3 +265,9 @@ func (d *dec) str() string { return string(d.take(int(d.u16()))) }
 
 // bytes returns a sub-slice of the payload (no copy).
 func (d *dec) bytes() []byte { return d.take(int(d.u32())) }
+
+// FirstBytes are the bytes a slave's connection may start with: the frame
+// magic of its plain-text hello, or the record type of a TLS ClientHello.
+// No MetaQ request starts with either, so a master can serve replication
+// on its MetaQ port and tell the two apart by the first byte.
+func FirstBytes() []byte { return []byte{frameMagic, tlsRecordHandshake} }

@@ -55,12 +55,12 @@ var (
 
 // ShipperOptions configure the master side. Zero values mean defaults.
 type ShipperOptions struct {
-	// Listen is the replication address (config.Replication.Listen; the
-	// bundle's default is serverPort+1). Required unless Listener is set.
+	// Listen is the replication address. Required unless Listener is set
+	// (the bundle passes the MetaQ port's, or one on [replication] listen).
 	Listen string
-	// Listener, when set, is used instead of opening Listen (socket
-	// activation, or a socket opened in another network namespace). The
-	// Shipper closes it.
+	// Listener, when set, is used instead of opening Listen (the broker's
+	// MetaQ port through Broker.ListenFirstBytes, socket activation, or a
+	// socket opened in another network namespace). The Shipper closes it.
 	Listener net.Listener
 	// BrokerID is the master's brokerId; a slave with another brokerId is refused.
 	BrokerID int
@@ -82,7 +82,9 @@ type ShipperOptions struct {
 	DefaultMaxDelay time.Duration
 	// StateFile keeps each slave group's progress across master restarts. "" = memory only.
 	StateFile string
-	// TLS, when set, serves TLS; set ClientAuth to tls.RequireAndVerifyClientCert for mutual TLS.
+	// TLS, when set, serves TLS only: a slave that does not start with a
+	// ClientHello is refused with an error frame saying so. Set ClientAuth
+	// to tls.RequireAndVerifyClientCert for mutual TLS.
 	TLS *tls.Config
 	// Secret, when set, is the replication shared secret (see auth.go and
 	// LoadSecrets): a slave must prove it holds it before it is told

@@ -16,8 +16,8 @@ import (
 // With ZooKeeper on, the bundle supplies a Resolver backed by broker/registry
 // that reads <root>/brokers/ids/<brokerId>/replication (written by the master,
 // ephemeral, value host:port of its replication listener). A master without
-// that node (a MetaQ master) is copied with MetaQPuller instead; guessing
-// serverPort+1 of its url would dial whatever listens there.
+// that node (a MetaQ master) is copied with MetaQPuller instead: its MetaQ
+// port serves no stream.
 // With ZooKeeper off it is StaticResolver(config.Slave.MasterAddress).
 type Resolver interface {
 	MasterAddr(ctx context.Context) (string, error)
@@ -40,8 +40,9 @@ type ResolverFunc func(ctx context.Context) (string, error)
 // MasterAddr calls f.
 func (f ResolverFunc) MasterAddr(ctx context.Context) (string, error) { return f(ctx) }
 
-// AddrFromMasterURL turns the master node's value meta://host:port into the
-// replication address host:(port+offset); the bundle convention is offset 1.
+// AddrFromMasterURL turns the master node's value meta://host:port into
+// host:(port+offset); offset 0 is the master's MetaQ address, where it also
+// serves replication unless it set [replication] listen.
 func AddrFromMasterURL(metaURL string, offset int) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(metaURL))
 	if err != nil || u.Scheme != "meta" || u.Host == "" {

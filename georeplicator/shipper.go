@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"metaq/broker/store"
+	"metaq/internal/peek"
 	"metaq/internal/routines"
 )
 
@@ -69,9 +70,8 @@ func (s *Shipper) Start() error {
 			return fmt.Errorf("georeplicator: listen %s: %w", s.opts.Listen, err)
 		}
 	}
-	if s.opts.TLS != nil {
-		ln = tls.NewListener(ln, s.opts.TLS)
-	}
+	// TLS is chosen per connection from its first byte (serve), so that a
+	// plain-text hello to a TLS master gets an answer it can read.
 	s.ln = ln
 	encrypted, authenticated := s.opts.security()
 	s.log.Info("REPLICATION: replication listening", "addr", ln.Addr().String(), "compression", s.opts.Compression,
@@ -237,14 +237,30 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// tlsRecordHandshake is the first byte of a TLS ClientHello (a handshake
+// record); a slave's plain-text hello starts with frameMagic instead.
+const tlsRecordHandshake = 0x16
+
+// socketOf unwraps c (tls.Conn, or a connection handed over by a shared
+// port, through NetConn) down to its TCP socket, nil when there is none.
+func socketOf(c net.Conn) *net.TCPConn {
+	for range 8 {
+		switch x := c.(type) {
+		case *net.TCPConn:
+			return x
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // serve runs the handshake and then the stream for one slave.
 func (s *Shipper) serve(c net.Conn) error {
 	// Each frame is one write; do not hold the tail of a frame back (NoDelay).
-	raw := c
-	if tc, ok := c.(*tls.Conn); ok {
-		raw = tc.NetConn()
-	}
-	if tc, ok := raw.(*net.TCPConn); ok {
+	if tc := socketOf(c); tc != nil {
 		tc.SetNoDelay(true)
 		setNotSentLowat(tc) // best effort: only latency suffers without it
 		if err := setCongestion(tc, s.opts.CongestionControl); err != nil && s.ccWarned.CompareAndSwap(false, true) {
@@ -252,11 +268,26 @@ func (s *Shipper) serve(c net.Conn) error {
 				"algorithm", s.opts.CongestionControl, "err", err)
 		}
 	}
-	c.SetDeadline(time.Now().Add(10 * time.Second)) // socket deadlines are the kernel's: real time
-	if tc, ok := c.(*tls.Conn); ok {
+	deadline := time.Now().Add(10 * time.Second) // socket deadlines are the kernel's: real time
+	lead, pc, err := peek.First(c, deadline)
+	if err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	c = pc
+	c.SetDeadline(deadline)
+	switch {
+	case lead == tlsRecordHandshake && s.opts.TLS == nil:
+		return fmt.Errorf("%w: a TLS client, but this master serves replication in plain text (no [replication] tlsCert)", ErrProtocol)
+	case lead != tlsRecordHandshake && s.opts.TLS != nil:
+		msg := "this master serves replication over TLS only: set [replication] tlsCert, tlsKey and tlsCA on the slave too"
+		writeFrame(c, header{typ: typeError}, []byte(msg), nil)
+		return fmt.Errorf("%w: refused a plain-text slave: %s", ErrProtocol, msg)
+	case s.opts.TLS != nil:
+		tc := tls.Server(c, s.opts.TLS)
 		if err := tc.Handshake(); err != nil {
 			return fmt.Errorf("tls handshake: %w", err)
 		}
+		c = tc
 	}
 	f, err := readHandshakeFrame(c)
 	if err != nil {

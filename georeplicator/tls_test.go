@@ -64,6 +64,23 @@ func TestMutualTLS(t *testing.T) {
 			}
 		})
 	}
+	// A slave without TLS is told why, in a frame it can read.
+	t.Run("plain-text slave", func(t *testing.T) {
+		g := newRig(t, kinds()[1])
+		g.shOpts.TLS = srv
+		g.startMaster()
+		g.startSlave()
+		g.load(5, defaultParts())
+		testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+			if e := g.rc.Status().LastError; !strings.Contains(e, "TLS only") {
+				return fmt.Errorf("last error %q", e)
+			}
+			return nil
+		})
+		if st := g.rc.Status(); st.Frames != 0 || len(g.slave.Partitions()) != 0 {
+			t.Fatalf("plain-text slave received data: %+v", st)
+		}
+	})
 	if _, err := ServerTLS(p("nope.pem"), p("nope.key"), ""); err == nil {
 		t.Fatal("missing files accepted")
 	}
