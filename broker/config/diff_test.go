@@ -24,7 +24,7 @@ func TestDiff(t *testing.T) {
 		{"same effective value written differently", base.set("topic=a", "numPartitions", "1+1"), Changes{}, "no changes"},
 		{"explicit default is no change", base.set("topic=b", "acceptPublish", "true"), Changes{}, "no changes"},
 		{"system key", base.set("system", "serverPort", "9000"),
-			Changes{RestartKeys: []string{"system.serverPort", "site.adminAddr", "gossip.bind", "nats.embeddedListen", "replication.listen"}}, ""},
+			Changes{RestartKeys: []string{"system.serverPort", "site.adminAddr", "gossip.bind", "nats.embeddedListen"}}, ""},
 		{"zookeeper key", base.set("zookeeper", "zk.zkConnect", "127.0.0.1:2182"), Changes{RestartKeys: []string{"zookeeper.zk.zkConnect"}},
 			"restart needed for: zookeeper.zk.zkConnect"},
 		{"extension key", base.set("site", "name", "gz"), Changes{RestartKeys: []string{"site.name"}}, "restart needed for: site.name"},
@@ -83,7 +83,7 @@ func TestDescribe(t *testing.T) {
 		"[system]\nbrokerId=0\n", "maxSegmentSize=1073741824\n", "deleteWhen=0 0 6,18 * * ?\n",
 		"[zookeeper]\nzk.zkConnect=127.0.0.1:2181\n", "zk.zkRoot=/meta\n",
 		"[topic=test]\nnumPartitions=1\n", "[topic=meta-*]\nnumPartitions=4\n", "group.g1=com.example.F\n",
-		"[replication]\nenable=true\nlisten=:8124\n", "; slaveGroup=meta-slave-group_1\n", "; slaveMaxDelayInMills=500\n",
+		"[replication]\nenable=true\nlisten=\n", "; slaveGroup=meta-slave-group_1\n", "; slaveMaxDelayInMills=500\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

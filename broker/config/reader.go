@@ -196,3 +196,10 @@ func (r sectionReader) checkKeys(valid, inert []string, allowFilters bool) {
 		}
 	}
 }
+
+// has reports whether key is written with a value (an empty value means
+// the default).
+func (r sectionReader) has(key string) bool {
+	_, ok := r.raw(key)
+	return ok
+}

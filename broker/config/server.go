@@ -64,12 +64,13 @@ const (
 	MinConnectionBufferedBytes = 16<<20 + 20
 )
 
-// Port offsets from serverPort for the listeners of one bundle.
+// Port offsets from serverPort for the listeners of one bundle. None is
+// +1: MetaQ users run brokers on adjacent ports (serverPort+1 is the next
+// broker's), and the replication stream shares the MetaQ port itself.
 const (
-	replicationPortOffset = 1
-	adminPortOffset       = 2
-	gossipPortOffset      = 3
-	natsPortOffset        = 4
+	adminPortOffset  = 2
+	gossipPortOffset = 3
+	natsPortOffset   = 4
 )
 
 // maxBrokerID is the largest brokerId MetaQ accepts. The spec text of the
@@ -596,16 +597,13 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	}
 
 	r = reader(sectionReplication, replicationKeys)
-	// Slaves on other hosts dial it, so it binds like the MetaQ port: every
-	// interface, unless hostName is a loopback address nobody else can use.
-	host := strings.Trim(s.System.HostName, "[]")
-	if ip := net.ParseIP(host); !(ip != nil && ip.IsLoopback()) && host != "localhost" {
-		host = ""
-	}
 	s.Replication = Replication{
-		Enable:               r.boolean("enable", true),
-		Listen:               r.addr("listen", net.JoinHostPort(host, port(replicationPortOffset))),
-		ListenSet:            base.hasKey(sectionReplication, "listen"),
+		Enable: r.boolean("enable", true),
+		// Unset: the replication stream shares the MetaQ port (a slave's
+		// first byte tells it from a MetaQ client), so it needs no port
+		// MetaQ did not use.
+		Listen:               r.addr("listen", ""),
+		ListenSet:            r.has("listen"),
 		Advertise:            r.addr("advertise", ""),
 		Compression:          r.oneOf("compression", DefaultCompression, compressions),
 		BandwidthBytesPerSec: r.integer("bandwidthBytesPerSec", 0, 0, math.MaxInt64),
@@ -629,11 +627,10 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		_, admin := base.sectionKey(sectionSite, "adminAddr")
 		_, gossip := base.sectionKey(sectionGossip, "bind")
 		_, nats := base.sectionKey(sectionNATS, "embeddedListen")
-		_, repl := base.sectionKey(sectionReplication, "listen")
-		if !admin || !gossip || !nats || !repl {
+		if !admin || !gossip || !nats {
 			sr := sectionReader{sec: base.section(sectionSystem), file: file, p: p}
 			k, _ := sr.raw("serverPort")
-			sr.bad(k, "a port at most 65531, so serverPort+1..+4 (replication, admin, gossip, NATS) are ports too, or all four addresses set explicitly")
+			sr.bad(k, "a port at most 65531, so serverPort+2..+4 (admin, gossip, NATS) are ports too, or those three addresses set explicitly")
 		}
 	}
 }

@@ -62,7 +62,7 @@ func TestDefaults(t *testing.T) {
 		{"nats.embeddedListen", s.NATS.EmbeddedListen, "127.0.0.1:8127"},
 		{"nats.bucket", s.NATS.Bucket, "metaq_config"},
 		{"nats.subject", s.NATS.Subject, "metaq.config"},
-		{"replication.listen", s.Replication.Listen, ":8124"},
+		{"replication.listen", s.Replication.Listen, ""}, // the MetaQ port
 		{"replication.compression", s.Replication.Compression, "zstd"},
 		{"replication.bandwidthBytesPerSec", s.Replication.BandwidthBytesPerSec, int64(0)},
 		{"replication.stuckAfterMs", s.Replication.StuckAfter, 30 * time.Second},
@@ -213,7 +213,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort+k", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "9000").set("system", "dashboardHttpPort", "9100"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen, s.Site.DashboardAddr}
-		want := []string{":9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
+		want := []string{"", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -221,21 +221,22 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort=0 gives free ports", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "0"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen}
-		want := []string{":0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+		want := []string{"", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 	})
-	t.Run("replication follows a loopback hostName", func(t *testing.T) {
-		s, _ := mustParse(t, minimalDoc().set("system", "hostName", "127.0.0.5"))
-		if s.Replication.Listen != "127.0.0.5:8124" {
-			t.Errorf("listen %q", s.Replication.Listen)
+	t.Run("replication shares the MetaQ port unless listen is set", func(t *testing.T) {
+		for _, host := range []string{"127.0.0.5", "mq1.example.net"} {
+			s, _ := mustParse(t, minimalDoc().set("system", "hostName", host))
+			if s.Replication.Listen != "" || s.Replication.ListenSet {
+				t.Errorf("hostName %s: listen %q (set %v), want the MetaQ port", host, s.Replication.Listen, s.Replication.ListenSet)
+			}
 		}
-		// Any other hostName: every interface, as the MetaQ port.
-		s, _ = mustParse(t, minimalDoc().set("system", "hostName", "mq1.example.net"))
-		if s.Replication.Listen != ":8124" {
-			t.Errorf("listen %q", s.Replication.Listen)
-		}
+	})
+	t.Run("high serverPort needs no replication address", func(t *testing.T) {
+		mustParse(t, minimalDoc().set("system", "serverPort", "65535").set("site", "adminAddr", "127.0.0.1:1").
+			set("gossip", "bind", "127.0.0.1:2").set("nats", "embeddedListen", "127.0.0.1:3"))
 	})
 	t.Run("high serverPort with explicit addresses", func(t *testing.T) {
 		mustParse(t, minimalDoc().set("system", "serverPort", "65535").set("site", "adminAddr", "127.0.0.1:1").
@@ -758,7 +759,7 @@ func TestConfFiles(t *testing.T) {
 	if err != nil || len(w) != 0 {
 		t.Fatalf("conf/async_slave.properties: err %v, warnings %v", err, w)
 	}
-	if sl.SlaveID != 0 || sl.MasterAddress != "127.0.0.1:8124" {
+	if sl.SlaveID != 0 || sl.MasterAddress != "127.0.0.1:8123" {
 		t.Errorf("slave: %+v", sl)
 	}
 }
@@ -942,6 +943,9 @@ func TestOptionalFeaturesWritten(t *testing.T) {
 	}
 	if s, _ := mustParse(t, minimalDoc().set("replication", "listen", "127.0.0.1:0")); !s.Replication.ListenSet {
 		t.Errorf("[replication] listen written: %+v", s.Replication)
+	}
+	if s, _ := mustParse(t, minimalDoc().set("replication", "listen", "")); s.Replication.ListenSet || s.Replication.Listen != "" {
+		t.Errorf("[replication] listen= (empty) is the default, the MetaQ port: %+v", s.Replication)
 	}
 	s, _ = mustParse(t, minimalDoc().set("nats", "embeddedListen", "127.0.0.1:0"))
 	if !s.NATS.Enabled || !s.NATS.EmbeddedListenSet {

@@ -223,7 +223,10 @@ type Replication struct {
 	// Enable runs the master side on a master bundle; default true, so a
 	// MetaQ server.ini without this section ships to slave sites too.
 	Enable bool
-	Listen string // default 0 = <serverPort+1> on the serving host
+	// Listen (listen) gives replication a listener of its own. Default
+	// empty: the MetaQ port itself, which tells slaves from MetaQ clients by
+	// their first byte, so replication needs no port MetaQ did not use.
+	Listen string
 	// Advertise (advertise) is the address other sites dial to reach the
 	// replication listener, published in ZooKeeper and gossip: set it when
 	// they reach this host through a relay or a NAT. Default: the listen

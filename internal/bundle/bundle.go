@@ -228,9 +228,14 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	// sampler) can read it; components report "not running" until started.
 	b.comps = orderComponents(append(builtinComponents(b), b.opts.Components...))
 
-	// The components that answer commands or publish what clients and
-	// slaves read next to the broker's znodes start before the port opens:
-	// a client connecting the moment it can must find them ready.
+	// The port is bound first (the replication stream shares it, and
+	// publishes its address), but served only once the components that
+	// answer commands or publish what clients and slaves read next to the
+	// broker's znodes have started: a client connecting the moment it can
+	// waits in the kernel's queue and finds them ready.
+	if err = b.Broker.Listen(); err != nil {
+		return startBrokerErr(err)
+	}
 	for _, c := range b.comps {
 		if !startsBeforeServing(c) {
 			break
@@ -240,10 +245,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		}
 	}
 	if err = b.Broker.Start(ctx); err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+1..+4: replication, admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set those listeners)", err)
-		}
-		return fmt.Errorf("bundle: start broker: %w", err)
+		return startBrokerErr(err)
 	}
 
 	adminAddr := cfg.Site.AdminAddr
@@ -283,6 +285,13 @@ func (b *Bundle) startRole() siterole.State {
 		st.Generation = id.Generation()
 	}
 	return st
+}
+
+func startBrokerErr(err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+2..+4: admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set [site] adminAddr, [gossip] bind and [nats] embeddedListen)", err)
+	}
+	return fmt.Errorf("bundle: start broker: %w", err)
 }
 
 func (b *Bundle) startComponent(ctx context.Context, c Component) error {

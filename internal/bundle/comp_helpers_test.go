@@ -50,6 +50,9 @@ type siteSpec struct {
 	// options, when set, changes the bundle's Options before it starts
 	// (dialers of an emulated WAN, fault injection).
 	options func(*Options)
+	// metaqPort leaves [replication] listen out: a master serves the
+	// replication stream on its MetaQ port, the default.
+	metaqPort bool
 }
 
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
@@ -101,7 +104,9 @@ func overlayINI(s siteSpec, dir string, port int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[system]\nhostName=127.0.0.1\nserverPort=%d\ndataPath=%s\n\n", port, filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "[site]\nname=%s\ndashboardAddr=127.0.0.1:0\nadminAddr=127.0.0.1:0\n\n", s.name)
-	fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:0\n\n")
+	if !s.metaqPort {
+		fmt.Fprintf(&b, "[replication]\nlisten=127.0.0.1:0\n\n")
+	}
 	fmt.Fprintf(&b, "[gossip]\nbind=%s\n", gb)
 	if len(s.join) > 0 {
 		fmt.Fprintf(&b, "join=%s\n", strings.Join(s.join, ","))

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,7 +64,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	if len(secrets) > 0 {
 		secret = secrets[0]
 	}
-	ln, err := listenReplication(b, cfg)
+	ln, shared, err := listenReplication(b, cfg)
 	if err != nil {
 		return err
 	}
@@ -120,6 +120,10 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.b, c.s = b, s
 	c.advertise = advertiseAddr(s.Addr(), cfg)
+	if shared {
+		// Exactly the address the master node publishes for clients.
+		c.advertise = strings.TrimPrefix(b.Broker.URL(), "meta://")
+	}
 	if cfg.Replication.Advertise != "" {
 		c.advertise = cfg.Replication.Advertise
 	}
@@ -215,32 +219,24 @@ func (c *shipperComponent) Status() any {
 	return map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
 }
 
-// listenReplication opens the replication listener on [replication] listen
-// (by default, as the MetaQ port binds, at serverPort+1). When that port is
-// not one the operator wrote and it is taken (for example by another broker
-// on this host with the next serverPort), the system picks a free one:
-// slaves find the address in ZooKeeper, not by the port convention.
-func listenReplication(b *Bundle, cfg *config.Server) (net.Listener, error) {
-	addr := cfg.Replication.Listen
-	ln, err := net.Listen("tcp", addr)
-	if err == nil {
-		return ln, nil
-	}
+// listenReplication opens the replication listener. By default it is the
+// MetaQ port itself: the broker hands over the connections that start as a
+// slave's do (a hello frame, or a TLS ClientHello), which no MetaQ request
+// can, so replication needs no port MetaQ did not use (MetaQ users run
+// brokers on adjacent ports). [replication] listen, when written, opens a
+// listener of its own there instead. shared reports the first case.
+func listenReplication(b *Bundle, cfg *config.Server) (ln net.Listener, shared bool, err error) {
 	if cfg.Replication.ListenSet {
-		return nil, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
+		addr := cfg.Replication.Listen
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, false, fmt.Errorf("replication: listen on [replication] listen=%s: %w", addr, err)
+		}
+		return ln, false, nil
 	}
-	host, _, _ := net.SplitHostPort(addr)
-	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err2 != nil {
-		return nil, fmt.Errorf("replication: listen on %s: %w", addr, errors.Join(err, err2))
+	if ln, err = b.Broker.ListenFirstBytes(georeplicator.FirstBytes()...); err != nil {
+		return nil, false, fmt.Errorf("replication: on the MetaQ port: %w", err)
 	}
-	where := "published in ZooKeeper for the slaves"
-	if b.Registry == nil {
-		where = "which slaves cannot find with ZooKeeper off"
-	}
-	b.Logger().Warn("REPLICATION: serverPort+1 is taken; listening on a port the system chose, "+where+". Set [replication] listen to fix the port, or enable=false",
-		"wanted", addr, "err", err, "addr", ln.Addr().String())
-	return ln, nil
+	return ln, true, nil
 }
 
 // advertiseAddr turns a listen address into one other hosts can dial: an

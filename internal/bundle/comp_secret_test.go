@@ -19,6 +19,15 @@ import (
 // takes from its master (autoSyncMasterConfig) carries no [site] token of
 // the master's; the slave keeps its own.
 func TestReplicationSharedSecret(t *testing.T) {
+	// On a port of its own ([replication] listen), and on the MetaQ port.
+	for _, metaqPort := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own port", true: "MetaQ port"}[metaqPort], func(t *testing.T) {
+			testReplicationSharedSecret(t, metaqPort)
+		})
+	}
+}
+
+func testReplicationSharedSecret(t *testing.T, metaqPort bool) {
 	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=test]\nnumPartitions=1\n")
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\nsecretFile=repl.key\n", 1)
@@ -36,8 +45,11 @@ func TestReplicationSharedSecret(t *testing.T) {
 	writeKey("hf", "the-deployment-replication-key-1")
 	writeKey("gz", "some-other-replication-key-00000")
 
-	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0", metaqPort: metaqPort})
 	ship := mustComp[*shipperComponent](t, master)
+	if on := ship.Addr() == addrString(master.Broker); on != metaqPort {
+		t.Fatalf("replication at %s, MetaQ port %s", ship.Addr(), addrString(master.Broker))
+	}
 	// Without configsync on this slave, which would own server.ini instead.
 	slaveINI := strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
 	slaveINI = strings.Replace(slaveINI, "token=dashboard-s3cr3t-token\n", "token=hf-own-dashboard-token\n", 1)

@@ -26,12 +26,25 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 // master, a slave with a certificate from the CA replicates, and a slave
 // without one is refused and stores nothing.
 func TestReplicationMutualTLS(t *testing.T) {
+	// On a port of its own ([replication] listen), and on the MetaQ port,
+	// where MetaQ clients in plain text are served beside it.
+	for _, metaqPort := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own port", true: "MetaQ port"}[metaqPort], func(t *testing.T) {
+			testReplicationMutualTLS(t, metaqPort)
+		})
+	}
+}
+
+func testReplicationMutualTLS(t *testing.T, metaqPort bool) {
 	root := t.TempDir()
 	pki := newTestPKI(t, root)
 	shared := sharedINI("", "", "[topic=test]\nnumPartitions=1\n")
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0",
-		extraOverlay: "\n[replication]\ntlsCert=" + pki.serverCert + "\ntlsKey=" + pki.serverKey + "\ntlsCA=" + pki.ca + "\n"})
+		extraOverlay: "\n[replication]\ntlsCert=" + pki.serverCert + "\ntlsKey=" + pki.serverKey + "\ntlsCA=" + pki.ca + "\n", metaqPort: metaqPort})
 	ship := mustComp[*shipperComponent](t, master)
+	if on := ship.Addr() == addrString(master.Broker); on != metaqPort {
+		t.Fatalf("replication at %s, MetaQ port %s", ship.Addr(), addrString(master.Broker))
+	}
 
 	good := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(),
 		natsURL: "nats://127.0.0.1:1", slaveExtra: "tlsCert=" + pki.clientCert + "\ntlsKey=" + pki.clientKey + "\ntlsCA=" + pki.ca + "\n"})

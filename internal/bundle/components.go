@@ -5,8 +5,8 @@ package bundle
 //
 //   - transactions: always (the journal under <dataLogPath>/transactions);
 //   - replication-master: every master, unless [replication] enable=false,
-//     ships its log to slave sites on [replication] listen (default
-//     serverPort+1) and publishes that address in ZooKeeper;
+//     ships its log to slave sites on its MetaQ port (or on [replication]
+//     listen when written) and publishes that address in ZooKeeper;
 //   - replication-slave: an async slave (`start slave`, async_slave.properties)
 //     replicates its master, found through ZooKeeper or masterAddress, with
 //     the compressed stream or, from a master without one, MetaQ's get;

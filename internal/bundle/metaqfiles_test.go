@@ -60,9 +60,6 @@ func (s *metaqSite) start(t *testing.T, mode Mode, zk, root string) *Bundle {
 			c.ZooKeeper.Connect, c.ZooKeeper.Root = zk, root
 			c.ZooKeeper.SyncTime = 100 * time.Millisecond
 			c.Site.DashboardAddr = "127.0.0.1:0"
-			if c.Replication.Enable {
-				c.Replication.Listen = "127.0.0.1:0"
-			}
 		},
 	})
 	if err != nil {
@@ -173,41 +170,91 @@ func TestMetaQFilesReplicate(t *testing.T) {
 	}
 }
 
-// TestDefaultReplicationPortTaken: without [replication] listen the master
-// binds serverPort+1; when another process holds it, the master still
-// starts and publishes the port the system chose.
+// TestDefaultReplicationPortTaken: MetaQ's integration tests, and many
+// MetaQ users, run two brokers on one host at adjacent ports (31123 and
+// 31124). With MetaQ's files unchanged, a master and its slave on adjacent
+// ports both start (the master takes no serverPort+1), the master serves
+// replication on its MetaQ port and publishes that address, the slave finds
+// it there and ends byte-identical, and MetaQ clients on the same port are
+// served as before.
 func TestDefaultReplicationPortTaken(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
-	ms := metaqFiles(t, "")
-	holder, err := listenLoopback(ms.port + 1)
-	if err != nil {
-		t.Skipf("serverPort+1 not free for the test: %v", err)
+	port := adjacentFreePorts(t)
+	// MetaQ's integration tests give server1.ini and server2.ini adjacent
+	// serverPorts; so do these copies, and nothing else differs.
+	ms, ss := metaqFilesAt(t, port), metaqFilesAt(t, port+1)
+	master := ms.start(t, ModeMaster, zk, root)
+	maddr := addrString(master.Broker)
+	putN(t, maddr, "test", 0, 30, "before")
+	slave := ss.start(t, ModeSlave, zk, root)
+	if got := addrString(slave.Broker); got != "127.0.0.1:"+strconv.Itoa(port+1) {
+		t.Fatalf("slave listens on %s", got)
 	}
-	defer holder.Close()
-	b, err := New(Options{ConfigPath: ms.ini, Logger: testutil.Logger(t, slog.LevelInfo), ListenAddr: "127.0.0.1:" + strconv.Itoa(ms.port),
-		AdminAddr: "off", DataPath: filepath.Join(ms.dir, "data"),
-		Adjust: func(c *config.Server) {
-			c.ZooKeeper.Connect, c.ZooKeeper.Root = zk, root
-			c.System.ServerPort = ms.port
-			c.Site.DashboardAddr = "127.0.0.1:0"
-			c.Replication.Listen = "127.0.0.1:" + strconv.Itoa(ms.port+1) // the default's port, on loopback
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatalf("start with serverPort+1 taken: %v", err)
-	}
-	defer b.Close()
-	addr := mustComp[*shipperComponent](t, b).Addr()
-	if addr == "" || strings.HasSuffix(addr, ":"+strconv.Itoa(ms.port+1)) {
-		t.Fatalf("replication address %q", addr)
+	putN(t, maddr, "meta-test", 0, 20, "after")
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error { return sameLog(master, slave) })
+
+	addr := mustComp[*shipperComponent](t, master).Addr()
+	if addr != maddr {
+		t.Fatalf("replication address %s, want the MetaQ port %s", addr, maddr)
 	}
 	data, _, err := zkClient(t, &testEnv{zk: zk, root: root}).Get(context.Background(), root+"/brokers/ids/0/replication")
 	if err != nil || string(data) != addr {
 		t.Fatalf("published %q %v, want %s", data, err, addr)
 	}
+	if method, st := slaveMethod(t, slave); method != methodStream || st["MasterAddr"] != maddr || st["Connected"] != true {
+		t.Fatalf("slave-status = %v", st)
+	}
+	// The Go client reads back through the same port.
+	c, err := dialMeta(maddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.get("test", "readers", 0, 0, 1<<20)
+	if err != nil {
+		t.Fatalf("MetaQ get beside the replication stream: %v", err)
+	}
+	if recs, err := decodeRecords(r.body, 0); err != nil || len(recs) != 30 {
+		t.Fatalf("get answered %d records (%v), want 30", len(recs), err)
+	}
+}
+
+// metaqFilesAt is metaqFiles with serverPort=port written in server.ini.
+func metaqFilesAt(t *testing.T, port int) *metaqSite {
+	t.Helper()
+	s := metaqFiles(t, "")
+	data, err := os.ReadFile(s.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const line = "serverPort=8123"
+	if !bytes.Contains(data, []byte(line)) {
+		t.Fatalf("MetaQ's server.ini has no %s", line)
+	}
+	data = bytes.Replace(data, []byte(line), []byte("serverPort="+strconv.Itoa(port)), 1)
+	if err := os.WriteFile(s.ini, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.port = port
+	return s
+}
+
+// adjacentFreePorts finds p with p and p+1 both free on loopback.
+func adjacentFreePorts(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		p := testutil.FreePort(t)
+		if p >= 65535 {
+			continue
+		}
+		if ln, err := listenLoopback(p + 1); err == nil {
+			ln.Close()
+			return p
+		}
+	}
+	t.Skip("no two adjacent free ports on loopback")
+	return 0
 }
 
 func listenLoopback(port int) (net.Listener, error) {
@@ -344,4 +391,42 @@ func TestUnreachableStreamFallsBack(t *testing.T) {
 		}
 		return sameLog(master, slave)
 	})
+}
+
+// TestJavaClientOnSharedPort: the real MetaQ 1.4.6 Java client produces and
+// consumes through the MetaQ port on which the master also serves the
+// replication stream, to a slave on the adjacent port, both started from
+// MetaQ's files (skips unless METAQ_JAVA_CLIENT is set, see
+// javaclient_test.go).
+func TestJavaClientOnSharedPort(t *testing.T) {
+	cp := javaClasspath(t)
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := uniqueRoot(t, zk)
+	port := adjacentFreePorts(t)
+	ms, ss := metaqFilesAt(t, port), metaqFilesAt(t, port+1)
+	master := ms.start(t, ModeMaster, zk, root)
+	slave := ss.start(t, ModeSlave, zk, root)
+
+	cons := startJava(t, cp, "FailoverConsumer", zk, root, "test", javaGroup)
+	prod := startJava(t, cp, "FailoverProducer", zk, root, "test")
+	waitAcks(t, prod, 50, time.Time{})
+	prod.stop()
+	acks := prod.acks(t)
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		got := cons.received()
+		for _, a := range acks {
+			if _, ok := got[a.payload()]; !ok {
+				return fmt.Errorf("the Java consumer has %d messages; %s (acknowledged) not among them", len(got), a.payload())
+			}
+		}
+		return nil
+	})
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error { return sameLog(master, slave) })
+	if method, st := slaveMethod(t, slave); method != methodStream || st["MasterAddr"] != addrString(master.Broker) {
+		t.Fatalf("slave-status = %v", st)
+	}
+	t.Logf("%d messages acknowledged to and consumed by the Java client, replicated over the same port", len(acks))
 }
