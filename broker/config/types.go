@@ -232,8 +232,9 @@ type Replication struct {
 	// they reach this host through a relay or a NAT. Default: the listen
 	// address (an unspecified host becomes hostName).
 	Advertise string
-	// ListenSet is true when listen is written: the bundle then refuses to
-	// start on a taken port instead of picking a free one.
+	// ListenSet is true when listen is written with a value: replication
+	// then has a listener of its own there (a taken port is an error), not
+	// the MetaQ port.
 	ListenSet            bool
 	Compression          string
 	BandwidthBytesPerSec int64
