@@ -112,7 +112,7 @@ func TestSlaveSaysWhyOnce(t *testing.T) {
 		name, addr, fix string
 	}{
 		{"no listener", closedAddr, "nothing listens"},
-		{"not a replication listener", silent.Addr().String(), "not the replication listener"},
+		{"not a replication listener", silent.Addr().String(), "serves no replication stream"},
 		{"wrong brokerId", ship.Addr(), "brokerId in this slave's server.ini"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
