@@ -87,9 +87,9 @@
 // Options.Listener of another kind, TLS say, are all MetaQ's) waits for
 // its first byte (peeked, not read, so zero-copy gets keep the socket; at
 // most SniffTimeout, by default IdleTimeout) on a goroutine of its own, so
-// a silent client neither holds up the accept loop nor keeps its slot. A
-// byte a MetaQ request may start with (wire.CanStartRequest) makes it a
-// MetaQ connection. A byte no request starts with goes to the listener
+// a silent client neither holds up the accept loop nor keeps its slot past
+// that. A byte a MetaQ request may start with (wire.CanStartRequest) makes
+// it a MetaQ connection. A byte no request starts with goes to the listener
 // that claimed it with ListenFirstBytes (the replication stream: its frame
 // magic and a TLS ClientHello's first byte), still counted by connLimits
 // until closed, or, unclaimed, closes the connection (MetaQ would, at the
