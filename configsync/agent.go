@@ -511,7 +511,12 @@ func (a *Agent) recordState(ctx context.Context) {
 		counts = tc.TopicMessages()
 	}
 	overlayKeys, overlay := overlayOf(a.o.OverlayPath)
+	running, _ := os.ReadFile(a.o.ConfigPath)
 	a.mu.Lock()
+	a.state.Running = ""
+	if a.state.Version == 0 && running != nil {
+		a.state.Running = string(PublicOverlay(running))
+	}
 	a.state.Heartbeat = time.Now().UTC()
 	a.state.TopicMessages = counts
 	a.state.OverlayKeys, a.state.Overlay = overlayKeys, string(overlay)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -174,6 +175,9 @@ type SitePlan struct {
 	// Shadowed lists the keys this version changes that the site's overlay
 	// sets: they change nothing there and are left out of Changes.
 	Shadowed []string
+	// Diff is the line diff from what the site runs to the new file ("" when
+	// they are the same bytes or what it runs is not known).
+	Diff string
 }
 
 // withoutOverlaid splits keys into those the overlay does not set and those
@@ -470,8 +474,16 @@ func (c *Client) plan(ctx context.Context, sites []string, newData []byte, newCf
 		switch {
 		case err != nil:
 			p.Note = "no state recorded (site never started an agent)"
+		case st.Version == 0 && st.Running == "":
+			p.Note = "runs a file not published by configsync (sha256 " + short(st.SHA256) + "; its agent does not report the file)"
 		case st.Version == 0:
-			p.Note = "runs a file not published by configsync (sha256 " + short(st.SHA256) + ")"
+			// The agent reports the file (without secret lines): the preview
+			// is against it.
+			p.Note = "runs a file not published by configsync (sha256 " + short(st.SHA256) + "); changes against it:"
+			old := &Version{File: s + "'s server.ini", Data: []byte(st.Running)}
+			p.Changes = siteChanges(old, newData, newCfg, st)
+			p.Changes.RestartKeys, p.Shadowed = withoutOverlaid(p.Changes.RestartKeys, st.OverlayKeys)
+			p.Diff = DiffText(old.File, "new "+filepathBase(newCfg.File), old.Data, PublicOverlay(newData))
 		default:
 			p.Running = st.Version
 			old, ok := cache[st.Version]
@@ -486,6 +498,7 @@ func (c *Client) plan(ctx context.Context, sites []string, newData []byte, newCf
 			if old != nil {
 				p.Changes = siteChanges(old, newData, newCfg, st)
 				p.Changes.RestartKeys, p.Shadowed = withoutOverlaid(p.Changes.RestartKeys, st.OverlayKeys)
+				p.Diff = DiffText(fmt.Sprintf("%s v%d", s, st.Version), "new "+filepathBase(newCfg.File), old.Data, newData)
 			}
 		}
 		plans = append(plans, p)
@@ -510,6 +523,13 @@ func siteChanges(old *Version, newData []byte, newCfg *config.Server, st *SiteSt
 		return config.Changes{}
 	}
 	return config.Diff(oc, newCfg)
+}
+
+func filepathBase(p string) string {
+	if p == "" {
+		return "file"
+	}
+	return filepath.Base(p)
 }
 
 func short(s string) string {

@@ -100,6 +100,10 @@ type SiteState struct {
 	// Overlay is the site's overlay without the lines that may hold
 	// secrets (PublicOverlay).
 	Overlay string `json:"overlay,omitempty"`
+	// Running is, while the site runs a file configsync did not publish
+	// (Version 0), that file without the lines that may hold secrets
+	// (PublicOverlay), so a push's preview can show what it would change.
+	Running string `json:"running,omitempty"`
 	// HeartbeatInterval is how often the agent refreshes Heartbeat.
 	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
 }

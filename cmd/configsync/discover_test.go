@@ -141,3 +141,40 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 }
 
 func agentState(a *configsync.Agent) (configsync.SiteState, error) { return a.State(), nil }
+
+// TestPushFindsTheEmbeddedNATS: the file is a bundle's whose master embeds
+// NATS (no [nats] url), read here without its overlay and with a ZooKeeper
+// that does not answer: push finds the embedded server at once, as the
+// bundle does, instead of waiting on ZooKeeper and giving up. With nothing
+// there, the error lists what it tried.
+func TestPushFindsTheEmbeddedNATS(t *testing.T) {
+	t.Setenv("METAQ_CONF", filepath.Join(t.TempDir(), "none.ini"))
+	port := testutil.FreePort(t) // serverPort; its +4 is the embedded server's
+	file := filepath.Join(t.TempDir(), "server.ini")
+	data := bytes.Replace(sharedFile("127.0.0.1:1", "/meta", ""), []byte("serverPort=1\n"), []byte(fmt.Sprintf("serverPort=%d\n", port)), 1)
+	must(t, os.WriteFile(file, data, 0o644))
+	cmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	start := time.Now()
+	code, _, errOut := cmd("status", "-f", file)
+	if code != 2 || !strings.Contains(errOut, fmt.Sprintf("no NATS server answers at nats://127.0.0.1:%d", port+4)) ||
+		!strings.Contains(errOut, "ZooKeeper 127.0.0.1:1") || !strings.Contains(errOut, "none.ini") {
+		t.Fatalf("without NATS: exit %d\n%s", code, errOut)
+	}
+	t.Logf("gave up in %v", time.Since(start).Round(time.Millisecond))
+
+	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: fmt.Sprintf("127.0.0.1:%d", port+4), StoreDir: t.TempDir()})
+	must(t, err)
+	defer ns.Close()
+	start = time.Now()
+	code, out, errOut := cmd("status", "-f", file)
+	if code != 0 || !strings.Contains(errOut, fmt.Sprintf("NATS: nats://127.0.0.1:%d (the server the bundle of %s embeds, read without its overlay)", port+4, file)) {
+		t.Fatalf("with the embedded server: exit %d\n%s%s", code, out, errOut)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("found the embedded server in %v", d)
+	}
+}

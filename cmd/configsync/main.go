@@ -86,12 +86,10 @@ func (c *common) register(fs *flag.FlagSet) {
 
 // clientOptions builds the connection settings from the file's [nats]
 // section (overlay followed when it can be read) and the override flags. The
-// NATS servers come from, in order: --nats; the file's [nats] url; the local
-// bundle's configuration ($METAQ_CONF, default /etc/metaq/server.ini, with its
-// overlay); the urls the bundles recorded in the file's ZooKeeper; and, when
-// the file is read with its overlay (it is this host's bundle's), the
-// embedded server it runs. The shared file's serverPort+4 alone is never
-// taken for the deployment's NATS.
+// NATS servers come from --nats, else from where the bundles find them
+// (findNATS): the file's [nats] url or the server its bundle embeds, the
+// local bundle's configuration ($METAQ_CONF, default /etc/metaq/server.ini),
+// the urls the bundles recorded in the file's ZooKeeper.
 func (c *common) clientOptions(ctx context.Context, stderr io.Writer) (configsync.ClientOptions, error) {
 	var n config.NATS
 	var cfg *config.Server
@@ -144,18 +142,44 @@ func localBundleConfig() string {
 
 // findNATS looks for the deployment's NATS servers when --nats is not given
 // and returns them with where they were found ("" when from the file's own
-// [nats] url). withOverlay says whether cfg was read with its overlay (only
-// then is its embedded-server address this host's bundle's).
+// [nats] url). It looks where a bundle does: the file's [nats] url, else the
+// server its bundle embeds (with the overlay when it is next to the file),
+// then the same for the local bundle's configuration, then the urls the
+// bundles recorded in ZooKeeper. An embedded server's address is taken only
+// when a NATS server answers there. The error lists what was tried.
 func findNATS(ctx context.Context, file string, cfg *config.Server, withOverlay bool) (string, string, error) {
 	if cfg != nil && cfg.NATS.URL != "" {
 		return cfg.NATS.URL, "", nil
 	}
+	var tried []string
+	embedded := func(c *config.Server, what string) (string, bool) {
+		u := configsync.ServerURL(c)
+		if natsAnswers(u) {
+			return u, true
+		}
+		tried = append(tried, fmt.Sprintf("no NATS server answers at %s (%s)", u, what))
+		return "", false
+	}
+	if cfg != nil {
+		what := "the server the bundle of " + file + " embeds"
+		if !withOverlay {
+			what += ", read without its overlay"
+		}
+		if u, ok := embedded(cfg, what); ok {
+			return u, what, nil
+		}
+	} else {
+		tried = append(tried, file+" could not be read")
+	}
 	if p := localBundleConfig(); p != file {
-		if local, _, err := config.Load(p); err == nil {
-			if local.NATS.URL != "" {
-				return local.NATS.URL, "[nats] url of the local bundle's " + p, nil
-			}
-			if u := configsync.ServerURL(local); reachable(u) {
+		local, _, err := config.Load(p)
+		switch {
+		case err != nil:
+			tried = append(tried, fmt.Sprintf("no local bundle configuration (%s, $METAQ_CONF): %v", p, shortErr(err)))
+		case local.NATS.URL != "":
+			return local.NATS.URL, "[nats] url of the local bundle's " + p, nil
+		default:
+			if u, ok := embedded(local, "embedded server of the local bundle's "+p); ok {
 				return u, "embedded server of the local bundle's " + p, nil
 			}
 		}
@@ -164,35 +188,47 @@ func findNATS(ctx context.Context, file string, cfg *config.Server, withOverlay 
 		zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		reg, err := registry.New(zctx, registry.Options{Connect: cfg.ZooKeeper.Connect, Root: cfg.ZooKeeper.Root,
-			ConnectionTimeout: 5 * time.Second, SessionTimeout: 10 * time.Second})
-		if err == nil {
+			ConnectionTimeout: 3 * time.Second, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("ZooKeeper %s: %v", cfg.ZooKeeper.Connect, shortErr(err)))
+		} else {
 			urls, err := configsync.RecordedNATS(zctx, reg)
 			reg.Close()
-			if err == nil && urls != "" {
+			switch {
+			case err == nil && urls != "":
 				return urls, "recorded by the bundles in ZooKeeper " + cfg.ZooKeeper.Connect, nil
+			case err != nil:
+				tried = append(tried, fmt.Sprintf("ZooKeeper %s: %v", cfg.ZooKeeper.Connect, shortErr(err)))
+			default:
+				tried = append(tried, "no bundle recorded a NATS url in ZooKeeper "+cfg.ZooKeeper.Connect+cfg.ZooKeeper.Root)
 			}
 		}
 	}
-	if cfg != nil && withOverlay {
-		// The file is this host's bundle's own configuration.
-		if u := configsync.ServerURL(cfg); reachable(u) {
-			return u, "embedded server of the bundle configured by " + file, nil
-		}
-	}
-	return "", "", fmt.Errorf("configsync: no NATS server found: %s has no [nats] url, the local bundle's configuration (%s, $METAQ_CONF) names none, and no bundle recorded one in the file's ZooKeeper; use --nats",
-		file, localBundleConfig())
+	return "", "", fmt.Errorf("configsync: no NATS server found: %s has no [nats] url, and:\n  %s\nuse --nats",
+		file, strings.Join(tried, "\n  "))
 }
 
-// reachable reports whether a TCP connection to the first server of a NATS
-// url opens within a second.
-func reachable(url string) bool {
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// natsAnswers reports whether the first server of a NATS url greets with
+// NATS's INFO line within a second: a port that merely accepts is not taken.
+func natsAnswers(url string) bool {
 	u := strings.TrimPrefix(strings.SplitN(url, ",", 2)[0], "nats://")
 	conn, err := net.DialTimeout("tcp", u, time.Second)
 	if err != nil {
 		return false
 	}
-	conn.Close()
-	return true
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 5)
+	_, err = io.ReadFull(conn, buf)
+	return err == nil && string(buf) == "INFO "
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -330,11 +366,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "push":
 		fmt.Fprintf(stdout, "validated %s (%d bytes)\n", c.file, len(data))
 		rep, err := client.Push(ctx, configsync.PushOptions{File: c.file, Data: data, Sites: siteList,
-			DryRun: dryRun, Timeout: timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: allowRm, AllowUnknown: allowUn})
+			DryRun: dryRun, Timeout: timeout, OnPlan: printPlan(stdout, dryRun), AllowTopicRemoval: allowRm, AllowUnknown: allowUn})
 		return report(stdout, stderr, rep, err, timeout)
 	case "rollback":
 		rep, err := client.Rollback(ctx, configsync.RollbackOptions{To: to, Sites: siteList, DryRun: dryRun,
-			Timeout: timeout, OnPlan: printPlan(stdout), AllowTopicRemoval: allowRm})
+			Timeout: timeout, OnPlan: printPlan(stdout, dryRun), AllowTopicRemoval: allowRm})
 		return report(stdout, stderr, rep, err, timeout)
 	case "status":
 		return status(ctx, client, stdout, stderr, asJSON)
@@ -447,7 +483,9 @@ func keygen(path string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printPlan(w io.Writer) func([]configsync.SitePlan) {
+// printPlan prints each site's preview; withDiff (a dry run) adds the line
+// diff from what the site runs.
+func printPlan(w io.Writer, withDiff bool) func([]configsync.SitePlan) {
 	return func(plans []configsync.SitePlan) {
 		if len(plans) == 0 {
 			fmt.Fprintln(w, "no sites known: publishing without waiting for answers (use --sites)")
@@ -456,17 +494,28 @@ func printPlan(w io.Writer) func([]configsync.SitePlan) {
 		fmt.Fprintln(w, "changes per site:")
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		for _, p := range plans {
-			if p.Note != "" {
-				fmt.Fprintf(tw, "  %s\t%s\n", p.Site, p.Note)
-				continue
-			}
 			line := p.Changes.String()
 			if len(p.Shadowed) > 0 {
 				line += " (the site's overlay sets " + strings.Join(p.Shadowed, ", ") + ": unchanged there)"
 			}
-			fmt.Fprintf(tw, "  %s\tfrom v%d:\t%s\n", p.Site, p.Running, line)
+			switch {
+			case p.Note != "" && p.Diff == "":
+				fmt.Fprintf(tw, "  %s\t%s\n", p.Site, p.Note)
+			case p.Note != "":
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", p.Site, p.Note, line)
+			default:
+				fmt.Fprintf(tw, "  %s\tfrom v%d:\t%s\n", p.Site, p.Running, line)
+			}
 		}
 		tw.Flush()
+		if !withDiff {
+			return
+		}
+		for _, p := range plans {
+			if p.Diff != "" {
+				fmt.Fprintf(w, "\n%s:\n%s", p.Site, p.Diff)
+			}
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 
 	"metaq/broker/config"
 	"metaq/configsync"
+	"metaq/internal/testutil"
 )
 
 func ini(url, extra string) []byte {
@@ -225,5 +227,60 @@ func TestUnknownKeysRefused(t *testing.T) {
 	}
 	if configsync.AppliedHere(sitePath, append(b, "\n; edited by hand\n"...)) {
 		t.Error("AppliedHere for bytes the agent did not write")
+	}
+}
+
+// TestDryRunShowsDiffAgainstWhatSitesRun: the first dry run, against a site
+// that runs a file configsync never published, previews the changes and the
+// line diff against that file (its agent reports it without secret lines),
+// and later dry runs against the published version.
+func TestDryRunShowsDiffAgainstWhatSitesRun(t *testing.T) {
+	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	url := ns.ClientURL()
+	cmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	siteDir := t.TempDir()
+	sitePath := filepath.Join(siteDir, "server.ini")
+	must(t, os.WriteFile(sitePath, ini(url, "[topic=old-only]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(siteDir, "site.ini"), []byte("[system]\nbrokerId=7\n[site]\nname=bj\ntoken=s3cr3t-token-value\n[nats]\nallowUnsigned=true\n"), 0o644))
+	agent, err := configsync.NewAgent(configsync.Options{ConfigPath: sitePath, HeartbeatInterval: 100 * time.Millisecond,
+		Reloader: configsync.ReloaderFunc(func(context.Context, *config.Server) (config.Changes, error) { return config.Changes{}, nil })})
+	must(t, err)
+	must(t, agent.Start(context.Background()))
+	defer agent.Close()
+
+	opFile := filepath.Join(t.TempDir(), "server.ini")
+	must(t, os.WriteFile(opFile, ini(url, "[topic=orders]\n"), 0o644))
+	var out, errOut string
+	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
+		var code int
+		code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--dry-run")
+		if code != 0 || !strings.Contains(out, "changes against it:") {
+			return fmt.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
+		}
+		return nil
+	})
+	for _, want := range []string{"runs a file not published by configsync", "topics added: orders", "topics removed: old-only", "-[topic=old-only]", "+[topic=orders]", "nothing published"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("first dry run lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cr3t") {
+		t.Errorf("the preview shows a secret:\n%s", out)
+	}
+	if code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--timeout", "5s"); code != 0 {
+		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
+	}
+	must(t, os.WriteFile(opFile, ini(url, "[topic=orders]\n[topic=audit]\n"), 0o644))
+	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--dry-run")
+	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "+[topic=audit]") {
+		t.Errorf("dry run against v1: exit %d\n%s%s", code, out, errOut)
 	}
 }
