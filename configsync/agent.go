@@ -49,9 +49,17 @@ type Agent struct {
 	// NATS request handler reads them.
 	mu        sync.Mutex
 	state     SiteState
-	processed uint64            // highest desired version handled, success or not
-	results   map[uint64]Result // recent results by version
-	waiters   map[uint64][]string
+	processed uint64 // highest desired version handled, success or not
+	// head is the Digest of version processed, the link a successor's Prev
+	// must lead to ("" before the first version, or when an older agent
+	// recorded it: the next signed version is taken on trust).
+	head string
+	// reapply is the version the sidecar records when the file on disk is
+	// no longer its bytes (edited by hand): that same version (same bytes)
+	// may be applied again; older ones are still refused.
+	reapply sidecar
+	results map[uint64]Result // recent results by version
+	waiters map[uint64][]string
 	// trust is what the configuration in effect accepts (see sign.go): the
 	// running one at start, then each applied version's.
 	trust trust
@@ -66,6 +74,10 @@ type sidecar struct {
 	Version   uint64    `json:"version"`
 	SHA256    string    `json:"sha256"`
 	AppliedAt time.Time `json:"appliedAt"`
+	// Digest is the version's Digest: the head of the chain of signed
+	// versions at this site, kept even when the file is edited by hand so
+	// that a restart cannot be made to apply an older version.
+	Digest string `json:"digest,omitempty"`
 }
 
 // NewAgent checks o, fills its defaults and returns an agent that is not yet
@@ -134,9 +146,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	sum := hashHex(data)
 	a.mu.Lock()
 	a.state = SiteState{Site: a.o.Site, Host: a.host, SHA256: sum, HeartbeatInterval: a.o.HeartbeatInterval}
-	if sc, err := a.readSidecar(); err == nil && sc.SHA256 == sum {
-		a.state.Version, a.state.AppliedAt = sc.Version, sc.AppliedAt
-		a.processed = sc.Version
+	if sc, err := a.readSidecar(); err == nil && sc.Version > 0 {
+		// The last version applied here bounds what may come next, even
+		// when the file was edited by hand since.
+		a.processed, a.head = sc.Version, sc.Digest
+		if sc.SHA256 == sum {
+			a.state.Version, a.state.AppliedAt = sc.Version, sc.AppliedAt
+		} else {
+			a.reapply = sc
+		}
 	}
 	a.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -306,7 +324,10 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 		return
 	}
 	a.mu.Lock()
-	done := v.Version <= a.processed
+	again := a.reapply.Version == v.Version && a.reapply.SHA256 == v.SHA256
+	done := v.Version == a.processed && !again
+	older := v.Version < a.processed
+	processed, head := a.processed, a.head
 	_, rejected := a.results[v.Version]
 	tr := a.trust
 	a.mu.Unlock()
@@ -314,7 +335,15 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 		a.answerWaiters()
 		return
 	}
-	if err := tr.check(v); err != nil {
+	err = tr.check(v)
+	if err == nil && older {
+		err = fmt.Errorf("%w: version %d is older than version %d applied here; not applied (was the bucket's desired version set back?)",
+			ErrNotSuccessor, v.Version, processed)
+	}
+	if err == nil && !again && head != "" && tr.verified(v) {
+		err = a.checkSuccessor(ctx, v, processed, head, tr)
+	}
+	if err != nil {
 		// Not applied, and not counted as processed: a forged entry with a
 		// huge version number must not make the agent skip real pushes.
 		res := a.reject(v, err, !rejected)
@@ -334,7 +363,7 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 	}
 	res := a.apply(ctx, v)
 	a.mu.Lock()
-	a.processed = v.Version
+	a.processed, a.head, a.reapply = v.Version, v.Digest(), sidecar{}
 	a.results[v.Version] = res
 	for k := range a.results {
 		if k+16 < v.Version {
@@ -349,7 +378,7 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 // apply runs one version through validate, write and reload, and returns
 // the result. On failure the previous file is back on disk.
 func (a *Agent) apply(ctx context.Context, v *Version) Result {
-	res := Result{Site: a.o.Site, Version: v.Version}
+	res := Result{Site: a.o.Site, Version: v.Version, SHA256: v.SHA256}
 	fail := func(err error) Result {
 		a.mu.Lock()
 		a.state.Error = err.Error()
@@ -434,13 +463,56 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 	return res
 }
 
+// maxChainWalk bounds the signed versions an agent reads from the bucket
+// to link a new version to the one it applied (the versions pushed while
+// it was away).
+const maxChainWalk = 1000
+
+// checkSuccessor reports whether v is a signed successor of version
+// processed, whose Digest is head: its Prev is head, or the Digest of
+// version v-1 from the bucket, signed by a key tr trusts, which is itself
+// a successor, and so on.
+func (a *Agent) checkSuccessor(ctx context.Context, v *Version, processed uint64, head string, tr trust) error {
+	notSuccessor := func(why string) error {
+		return fmt.Errorf("%w: version %d does not follow version %d applied here: %s; not applied (was the bucket's desired version set back or forged?)",
+			ErrNotSuccessor, v.Version, processed, why)
+	}
+	cur := v
+	for range maxChainWalk {
+		switch {
+		case cur.Prev == head && cur.Version == processed+1:
+			return nil
+		case cur.Prev == "":
+			return notSuccessor(fmt.Sprintf("version %d starts a chain of its own", cur.Version))
+		case cur.Version <= processed+1:
+			return notSuccessor(fmt.Sprintf("version %d names a predecessor other than version %d", cur.Version, processed))
+		}
+		e, err := a.kv.Get(ctx, versionKey(cur.Version-1))
+		if err != nil {
+			return notSuccessor(fmt.Sprintf("its predecessor version %d cannot be read from the bucket (%v)", cur.Version-1, err))
+		}
+		prev, err := decodeVersion(e.Value())
+		if err != nil {
+			return notSuccessor(err.Error())
+		}
+		if err := prev.Verify(tr.keys); err != nil {
+			return notSuccessor(fmt.Sprintf("its predecessor in the bucket: %v", err))
+		}
+		if prev.Version != cur.Version-1 || prev.Digest() != cur.Prev {
+			return notSuccessor(fmt.Sprintf("the bucket's version %d is not the one version %d was signed on top of", cur.Version-1, cur.Version))
+		}
+		cur = prev
+	}
+	return notSuccessor(fmt.Sprintf("more than %d versions apart", maxChainWalk))
+}
+
 // reject records that v was refused without being applied; the site keeps
 // running what it runs. It logs only the first time.
 func (a *Agent) reject(v *Version, err error, log bool) Result {
 	a.mu.Lock()
 	a.state.Error = err.Error()
 	a.state.FailedVersion = v.Version
-	res := Result{Site: a.o.Site, Version: v.Version, Running: a.state.Version, Error: err.Error(),
+	res := Result{Site: a.o.Site, Version: v.Version, SHA256: v.SHA256, Running: a.state.Version, Error: err.Error(),
 		PendingRestart: slices.Clone(a.state.PendingRestart)}
 	a.mu.Unlock()
 	if log {
@@ -496,7 +568,7 @@ func (a *Agent) succeed(v *Version, cfg *config.Server, res *Result) {
 	a.state.Error, a.state.FailedVersion = "", 0
 	res.PendingRestart = slices.Clone(a.state.PendingRestart)
 	a.mu.Unlock()
-	if err := a.writeSidecar(sidecar{Version: v.Version, SHA256: v.SHA256, AppliedAt: now}); err != nil {
+	if err := a.writeSidecar(sidecar{Version: v.Version, SHA256: v.SHA256, AppliedAt: now, Digest: v.Digest()}); err != nil {
 		a.log.Warn("CONFIGSYNC: cannot record applied version on disk", "err", err)
 	}
 	a.log.Info("CONFIGSYNC: version applied", "version", v.Version, "sha256", v.SHA256[:12],
@@ -548,7 +620,10 @@ func (a *Agent) onRequest(m *nats.Msg) {
 		return
 	}
 	a.mu.Lock()
-	if res, ok := a.results[req.Version]; ok || req.Version <= a.processed {
+	// A refusal of a version not processed is not a final answer: the
+	// bucket may hold a genuine version of that number by now (pushed over
+	// a forged one), so it is read again below.
+	if res, ok := a.results[req.Version]; (ok && res.OK) || req.Version <= a.processed {
 		if !ok {
 			res = a.resultForLocked(req.Version)
 		}

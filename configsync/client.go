@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -289,16 +290,25 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 	}
 	defer sub.Unsubscribe()
 
+	// The version to publish on top of: the desired one when it is signed
+	// by a key we trust and nothing says the bucket was set back.
+	base, err := c.chainBase(ctx, cur, rev)
+	if err != nil {
+		return nil, err
+	}
 	// The same bytes need no new version, unless what the bucket holds is
 	// not signed by a key we trust (a forged entry the sites refused).
-	if cur != nil && cur.SHA256 == rep.SHA256 && (cur.AllowTopicRemoval || !o.AllowTopicRemoval) &&
+	if cur != nil && cur == base && cur.SHA256 == rep.SHA256 && (cur.AllowTopicRemoval || !o.AllowTopicRemoval) &&
 		(c.key == nil || cur.Verify(c.trusted) == nil) {
 		// Same bytes: no new version; still collect every site's answer
 		// about the current one so the operator sees where it stands.
 		rep.Version, rep.Unchanged = cur.Version, true
 	} else {
-		v := &Version{Version: rep.Previous + 1, SHA256: rep.SHA256, Data: o.Data, File: o.File,
+		v := &Version{Version: 1, SHA256: rep.SHA256, Data: o.Data, File: o.File,
 			PushedAt: time.Now().UTC(), PushedBy: c.host, RollbackOf: o.rollbackOf, AllowTopicRemoval: o.AllowTopicRemoval}
+		if base != nil {
+			v.Version, v.Prev = base.Version+1, base.Digest()
+		}
 		if c.key != nil {
 			v.Sign(c.key)
 		}
@@ -315,6 +325,96 @@ func (c *Client) Push(ctx context.Context, o PushOptions) (*PushReport, error) {
 		return rep, ErrSitesFailed
 	}
 	return rep, nil
+}
+
+// maxChainScan bounds the version.<N> entries, newest first, the pusher
+// reads to find the newest one signed by a trusted key.
+const maxChainScan = 64
+
+// chainBase returns the version a push builds on (nil for the first one):
+// the desired version cur when it is signed by a trusted key (any version,
+// for an unsigned deployment), else the newest such version the bucket
+// holds. It fails with ErrBucketRewound when a version signed by a trusted
+// key, or a site's running version, is newer than that base (the desired
+// key was set back), or when the base's number cannot grow.
+func (c *Client) chainBase(ctx context.Context, cur *Version, rev uint64) (*Version, error) {
+	base, err := c.chainBaseOf(ctx, cur)
+	if errors.Is(err, ErrBucketRewound) {
+		// A push that won meanwhile looks the same from here: say so.
+		if _, now, derr := c.desired(ctx); derr == nil && now != rev {
+			return nil, fmt.Errorf("%w: the desired version changed while this push read the bucket; nothing was published, re-run to push on top of it", ErrConflict)
+		}
+	}
+	return base, err
+}
+
+func (c *Client) chainBaseOf(ctx context.Context, cur *Version) (*Version, error) {
+	genuine := func(v *Version) bool {
+		return v.Check() == nil && (len(c.trusted) == 0 || v.Verify(c.trusted) == nil)
+	}
+	newest, err := c.newestGenuine(ctx, genuine)
+	if err != nil {
+		return nil, err
+	}
+	base := newest
+	if cur != nil && genuine(cur) {
+		base = cur
+	}
+	baseNo := uint64(0)
+	if base != nil {
+		baseNo = base.Version
+	}
+	if newest != nil && newest.Version > baseNo {
+		return nil, fmt.Errorf("%w: it holds version %d, but version %d, signed by a trusted key, was published after it; "+
+			"someone who can write to the bucket set it back. Nothing published: find out who, then put version %d back as desired",
+			ErrBucketRewound, baseNo, newest.Version, newest.Version)
+	}
+	sites, err := c.knownSites(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range slices.Sorted(slices.Values(sites)) {
+		if st, err := c.siteState(ctx, s); err == nil && st.Version > baseNo {
+			return nil, fmt.Errorf("%w: site %s runs version %d, but the newest version signed by a trusted key in the bucket is %d; "+
+				"nothing published: find out who wrote to the bucket, and check the pusher's trusted keys",
+				ErrBucketRewound, s, st.Version, baseNo)
+		}
+	}
+	if baseNo == math.MaxUint64 {
+		return nil, fmt.Errorf("%w: version %d has no successor number; nothing published", ErrBucketRewound, baseNo)
+	}
+	return base, nil
+}
+
+// newestGenuine returns the newest of the version.<N> entries that genuine
+// accepts, looking at the maxChainScan newest ones, or nil.
+func (c *Client) newestGenuine(ctx context.Context, genuine func(*Version) bool) (*Version, error) {
+	l, err := c.kv.ListKeysFiltered(ctx, keyVersionPrefix+"*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("configsync: list versions: %w", err)
+	}
+	var nums []uint64
+	for k := range l.Keys() {
+		if n, err := strconv.ParseUint(strings.TrimPrefix(k, keyVersionPrefix), 10, 64); err == nil {
+			nums = append(nums, n)
+		}
+	}
+	l.Stop()
+	slices.Sort(nums)
+	slices.Reverse(nums)
+	for _, n := range nums[:min(len(nums), maxChainScan)] {
+		e, err := c.kv.Get(ctx, versionKey(n))
+		if err != nil {
+			continue
+		}
+		if v, err := decodeVersion(e.Value()); err == nil && v.Version == n && genuine(v) {
+			return v, nil
+		}
+	}
+	return nil, nil
 }
 
 // publish writes v to desired with a compare-and-set on rev (create when
@@ -356,6 +456,7 @@ func (c *Client) gather(ctx context.Context, rep *PushReport, inbox string, answ
 	defer cancel()
 	req, _ := json.Marshal(request{Version: rep.Version})
 	pending := map[string]bool{}
+	other := map[string]Result{} // answers about other bytes, by site
 	for _, s := range rep.Sites {
 		pending[s] = true
 	}
@@ -372,6 +473,10 @@ func (c *Client) gather(ctx context.Context, rep *PushReport, inbox string, answ
 		select {
 		case <-ctx.Done():
 			for s := range pending {
+				if res, ok := other[s]; ok {
+					rep.Results[s] = res
+					continue
+				}
 				rep.Missing = append(rep.Missing, s)
 			}
 			sort.Strings(rep.Missing)
@@ -385,6 +490,17 @@ func (c *Client) gather(ctx context.Context, rep *PushReport, inbox string, answ
 			}
 			if res.Version > rep.Version && res.OK {
 				res.Error = fmt.Sprintf("version %d was superseded by version %d before the site applied it", rep.Version, res.Version)
+			}
+			if res.Version == rep.Version && res.SHA256 != "" && res.SHA256 != rep.SHA256 {
+				// An answer about other bytes under the same number (a
+				// forged entry the site refused, or one applied before the
+				// bucket was set back): not this push's outcome, whatever
+				// it says. Wait for the real one.
+				res.OK = false
+				res.Error = fmt.Sprintf("the site answered only about other bytes numbered %d (sha256 %.12s, pushed %.12s): "+
+					"the bucket's versions were set back or forged", rep.Version, res.SHA256, rep.SHA256)
+				other[res.Site] = res
+				continue
 			}
 			rep.Results[res.Site] = res
 			delete(pending, res.Site)
@@ -402,7 +518,7 @@ func (c *Client) checkTopicRemoval(ctx context.Context, sites []string, newCfg *
 	}
 	all := slices.Compact(slices.Sorted(slices.Values(append(known, sites...))))
 	counts := c.topicCounts(ctx, all, 3*time.Second)
-	held := map[string][]string{} // topic -> "<n> at <site>"
+	held := map[string][]string{} // topic -> "<n> messages at <site>"
 	for _, s := range all {
 		tm, ok := counts[s]
 		if !ok {
@@ -414,7 +530,7 @@ func (c *Client) checkTopicRemoval(ctx context.Context, sites []string, newCfg *
 			tm = st.TopicMessages
 		}
 		for _, t := range nonEmptyRemoved(tm, newCfg) {
-			held[t] = append(held[t], fmt.Sprintf("%d at %s", tm[t], s))
+			held[t] = append(held[t], fmt.Sprintf("%d messages at %s", tm[t], s))
 		}
 	}
 	if len(held) == 0 {
@@ -422,7 +538,7 @@ func (c *Client) checkTopicRemoval(ctx context.Context, sites []string, newCfg *
 	}
 	var parts []string
 	for _, t := range slices.Sorted(maps.Keys(held)) {
-		parts = append(parts, fmt.Sprintf("%s holds %s messages", t, strings.Join(held[t], ", ")))
+		parts = append(parts, fmt.Sprintf("%s holds %s", t, strings.Join(held[t], ", ")))
 	}
 	return fmt.Errorf("%w: %s; nothing was published: push again with --allow-topic-removal to remove them (their messages stay on disk until retention deletes them; puts to them are refused)",
 		ErrTopicRemoval, strings.Join(parts, "; "))

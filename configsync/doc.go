@@ -86,13 +86,29 @@
 // a secret key ([site] token, [gossip] key): the bucket and every site would
 // hold it.
 //
+// Versions are numbered by what was signed, never by an unsigned entry: each
+// version signs the Digest of the one it follows (Prev), so the versions form
+// a signed chain. A pusher builds on the desired version only when a trusted
+// key signed it, and fails with [ErrBucketRewound], publishing nothing, when
+// a newer signed version.<N> or a site's running version shows the desired
+// key was set back (or when the number cannot grow); an answer about other
+// bytes under the pushed number is not taken as this push's. An agent
+// refuses, with [ErrNotSuccessor] in its state, a version older than the one
+// it applied and one that the signed versions in the bucket do not link to
+// it; the sidecar (server.ini.configsync) keeps the version applied last and
+// its digest even after the file is edited by hand, so a restart cannot be
+// made to apply an older genuine version. The first version a site ever
+// applies (or the first after an upgrade from unchained versions) is taken on
+// its signature alone.
+//
 // # Applying on a site
 //
 // The agent watches "desired" (the watch delivers the latest value first, so a
 // site that was down applies the newest version when it returns) and, for each
 // new version:
 //
-//  1. checks the signature (see above);
+//  1. checks the signature and that the version follows the one it applied
+//     (see above);
 //  2. verifies the SHA-256 of the bytes;
 //  3. validates them again with config.ParseWithOverlay, merged with the site's
 //     overlay file (see below);

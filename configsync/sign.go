@@ -8,14 +8,23 @@ package configsync
 // overlay), unless that configuration says allowUnsigned=true.
 //
 // The signature covers the version number, the SHA-256 of the bytes, the
-// version a rollback restores and whether it may remove topics that hold
-// messages, so none of them can be changed, and an old signed version cannot
-// be replayed as a newer one.
+// version a rollback restores, whether it may remove topics that hold
+// messages and the Digest of the version it follows (Prev), so none of them
+// can be changed, and an old signed version cannot be replayed as a newer
+// one. The signed versions form a chain: an agent applies a version only
+// when Prev links it, through signed versions in the bucket, to the one it
+// applied last (the first one it ever applies excepted), so a bucket writer
+// without a key can neither set a site back to an old genuine version nor
+// make genuine pushes be numbered below what sites run; the pusher numbers
+// a version from the signed versions, never from an unsigned entry, and
+// fails (ErrBucketRewound) when the bucket is behind them.
 
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -34,7 +43,15 @@ var ErrUnsigned = errors.New("configsync: not signed by a trusted key")
 
 // signedMessage is what a signature covers.
 func (v *Version) signedMessage() []byte {
-	b := []byte("metaq-configsync version v1\n")
+	b := append(v.legacyMessage("metaq-configsync version v2\n"), '\n')
+	return append(b, v.Prev...)
+}
+
+// legacyMessage is what a signature covered before versions were chained
+// (with the header "metaq-configsync version v1\n"); the pusher still
+// takes such a version as the one to build on.
+func (v *Version) legacyMessage(head string) []byte {
+	b := []byte(head)
 	b = strconv.AppendUint(b, v.Version, 10)
 	b = append(b, '\n')
 	b = append(b, v.SHA256...)
@@ -43,6 +60,13 @@ func (v *Version) signedMessage() []byte {
 	b = append(b, '\n')
 	b = strconv.AppendBool(b, v.AllowTopicRemoval)
 	return b
+}
+
+// Digest identifies v in the chain of versions: the hex SHA-256 of what
+// its signature covers. The next version carries it as Prev.
+func (v *Version) Digest() string {
+	s := sha256.Sum256(v.signedMessage())
+	return hex.EncodeToString(s[:])
 }
 
 // Sign sets v's signature and key.
@@ -64,6 +88,15 @@ func (v *Version) Verify(keys []ed25519.PublicKey) error {
 	for _, k := range keys {
 		if ed25519.Verify(k, msg, v.Signature) {
 			return nil
+		}
+	}
+	if v.Prev == "" {
+		// Signed before versions were chained.
+		msg = v.legacyMessage("metaq-configsync version v1\n")
+		for _, k := range keys {
+			if ed25519.Verify(k, msg, v.Signature) {
+				return nil
+			}
 		}
 	}
 	if len(keys) == 0 {
@@ -99,6 +132,10 @@ func (t trust) check(v *Version) error {
 	}
 	return err
 }
+
+// verified reports whether v carries a valid signature by a trusted key
+// (check also lets unsigned versions through when allowUnsigned).
+func (t trust) verified(v *Version) bool { return v.Verify(t.keys) == nil }
 
 // GenerateKey makes a signing key pair: the private key as PKCS #8 PEM for
 // a key file, and the public key in the form [nats] trustedKeys takes.

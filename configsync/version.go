@@ -40,6 +40,16 @@ var (
 	// published, when the version removes topics that still hold messages
 	// and AllowTopicRemoval is not set; agents refuse such a version too.
 	ErrTopicRemoval = errors.New("configsync: the new version removes topics that still hold messages")
+	// ErrBucketRewound is returned by Push and Rollback, before anything is
+	// published, when the bucket does not hold what the signed versions
+	// say it should: its desired version is older than a version signed
+	// by a trusted key, or than what a site runs (someone who can write to
+	// the bucket set it back), or its version number cannot grow.
+	ErrBucketRewound = errors.New("configsync: the bucket's desired version was set back")
+	// ErrNotSuccessor is returned (wrapped) by an agent for a version that
+	// is not a signed successor of the version it applied: older, or not
+	// chained to it by signed versions.
+	ErrNotSuccessor = errors.New("configsync: not a signed successor of the version applied here")
 	// ErrSitesFailed is returned by Push and Rollback when a site reported an
 	// error or did not answer in time; the per-site results say which.
 	ErrSitesFailed = errors.New("configsync: not every site applied the version")
@@ -59,6 +69,10 @@ type Version struct {
 	// AllowTopicRemoval lets this version remove topics that still hold
 	// messages at a site; without it an agent refuses such a version.
 	AllowTopicRemoval bool `json:"allowTopicRemoval,omitempty"`
+	// Prev is the Digest of the version this one was published on top of
+	// ("" for the first), signed with it: versions form a signed chain, and
+	// an agent applies only a signed successor of what it applied.
+	Prev string `json:"prev,omitempty"`
 	// Signature is the pusher's ed25519 signature (see sign.go); SignedBy
 	// names its public key, for messages only: agents check the signature
 	// against the keys they trust, never against this field.
@@ -125,6 +139,7 @@ type Result struct {
 	// Running is the version the site runs after processing (Version on
 	// success, the previous one on failure).
 	Running        uint64   `json:"running"`
+	SHA256         string   `json:"sha256,omitempty"` // of the version this result is about, as the site read it
 	OK             bool     `json:"ok"`
 	Error          string   `json:"error,omitempty"`
 	TopicsAdded    []string `json:"topicsAdded,omitempty"`

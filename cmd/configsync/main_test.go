@@ -99,8 +99,10 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	}
 	t.Setenv("METAQ_CONFIGSYNC_KEY", keyFile)
 
+	// Versions are numbered by what was signed: the refused unsigned entry
+	// does not count, and the first signed version is version 1.
 	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
-	if code != 0 || !strings.Contains(out, "published version 2") || !strings.Contains(out, "bj  ok  v2: topics added: orders") {
+	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1: topics added: orders") {
 		t.Fatalf("push: %d\n%s\n%s", code, out, errOut)
 	}
 	b, _ := os.ReadFile(sitePath)
@@ -110,11 +112,11 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 
 	code, out, _ = cmd("status", "-f", opFile, "--json")
 	var st configsync.Status
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 2 || st.Desired.Version != 2 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 1 || st.Desired.Version != 1 {
 		t.Fatalf("status: %d %s", code, out)
 	}
 	code, out, _ = cmd("status", "-f", opFile)
-	if code != 0 || !strings.Contains(out, "desired: v2") || !strings.Contains(out, "bj") {
+	if code != 0 || !strings.Contains(out, "desired: v1") || !strings.Contains(out, "bj") {
 		t.Fatalf("status: %d %s", code, out)
 	}
 
@@ -124,16 +126,16 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 		t.Fatalf("diff: %d %s", code, out)
 	}
 	code, out, _ = cmd("push", "-f", opFile, "--dry-run")
-	if code != 0 || !strings.Contains(out, "bj  from v2:  topics added: audit") || !strings.Contains(out, "nothing published") {
+	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "nothing published") {
 		t.Fatalf("dry run: %d %s", code, out)
 	}
 	code, out, errOut = cmd("push", "-f", opFile)
-	if code != 0 || !strings.Contains(out, "published version 3") {
+	if code != 0 || !strings.Contains(out, "published version 2") {
 		t.Fatalf("push 3: %d %s %s", code, out, errOut)
 	}
 
 	code, out, errOut = cmd("rollback", "-f", opFile, "--timeout", "5s")
-	if code != 0 || !strings.Contains(out, "published version 4 = bytes of version 2") || !strings.Contains(out, "topics removed: audit") {
+	if code != 0 || !strings.Contains(out, "published version 3 = bytes of version 1") || !strings.Contains(out, "topics removed: audit") {
 		t.Fatalf("rollback: %d %s %s", code, out, errOut)
 	}
 	b, _ = os.ReadFile(sitePath)
