@@ -348,3 +348,34 @@ func TestFrameMACOlderPeers(t *testing.T) {
 		}
 	})
 }
+
+// TestLastErrorClearedOnRecovery: a slave that lost its master shows why
+// while it is cut off, and no error once it is linked again.
+func TestLastErrorClearedOnRecovery(t *testing.T) {
+	g := newRig(t, kinds()[0])
+	g.load(5, defaultParts())
+	g.startMaster()
+	g.startSlave()
+	g.waitConverged(10 * time.Second)
+	g.stopMaster(false)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := g.rc.Status(); st.Connected || st.LastError == "" {
+			return fmt.Errorf("slave status %+v, want disconnected with an error", st)
+		}
+		return nil
+	})
+	g.startMaster()
+	g.load(5, defaultParts())
+	g.waitConverged(10 * time.Second)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := g.rc.Status(); !st.Connected || st.LastError != "" {
+			return fmt.Errorf("slave status %+v, want linked with no error", st)
+		}
+		return nil
+	})
+	for _, l := range g.rc.StatsLines() {
+		if strings.HasPrefix(l, "last_error ") && l != "last_error -" {
+			t.Fatalf("stats slave still shows %q", l)
+		}
+	}
+}

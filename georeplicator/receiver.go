@@ -245,6 +245,12 @@ func (r *Receiver) lastAddr() string {
 	return r.tried
 }
 
+// clearErrLocked forgets the last error once the link works again, so
+// that Status and `stats slave` do not show a recovered slave as failing.
+func (r *Receiver) clearErrLocked() {
+	r.st.LastError, r.st.LastErrorAt = "", time.Time{}
+}
+
 func (r *Receiver) setErr(err error) {
 	r.mu.Lock()
 	r.st.LastError = err.Error()
@@ -425,6 +431,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
+	r.clearErrLocked()
 	r.st.DialFailures = 0
 	if w.Truncated {
 		r.st.Truncated = true
@@ -555,6 +562,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 			r.st.Entries += int64(len(b.Entries))
 			r.st.RawBytes += int64(len(raw))
 			r.st.LastApply = now
+			r.clearErrLocked() // a rewind's cause, say: the stream is whole again
 			if applied > r.st.MasterPos {
 				r.st.MasterPos = applied
 			}
