@@ -10,7 +10,9 @@
 // The listener is loopback unless the operator configures an address; any
 // other address requires a token, sent as `Authorization: Bearer <token>`,
 // or, for a browser, typed once into the sign-in form (POST /login, token in
-// the body) and then kept in an HttpOnly cookie. A token in the URL
+// the body, at most a few attempts per client address and then one per two
+// seconds), which sets an HttpOnly, SameSite cookie holding a random session
+// id the server maps to its expiry (never the token). A token in the URL
 // (?token=) is refused: URLs end up in access logs, proxies and history.
 package dashboard
 
@@ -25,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,6 +150,8 @@ type Server struct {
 	closing  atomic.Bool
 	quit     chan struct{}
 	wg       sync.WaitGroup
+	sessions sessions    // browsers signed in at /login
+	logins   loginLimits // sign-in attempts per client address
 }
 
 //go:embed index.html
@@ -221,7 +226,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if c, err := r.Cookie("metaq_token"); err == nil && ok(c.Value) {
+		if c, err := r.Cookie(sessionCookie); err == nil && s.sessions.valid(c.Value, time.Now()) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -254,6 +259,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, ok func(string) b
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		io.WriteString(w, loginForm)
 	case http.MethodPost:
+		if allowed, wait := s.logins.allow(r, time.Now()); !allowed {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			http.Error(w, "dashboard: too many sign-in attempts from this address; try again later", http.StatusTooManyRequests)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, 4096)
 		if err := r.ParseForm(); err != nil || !ok(r.PostForm.Get("token")) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -261,8 +271,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, ok func(string) b
 			io.WriteString(w, "<p>Wrong token.</p>"+loginForm)
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: "metaq_token", Value: r.PostForm.Get("token"), HttpOnly: true,
-			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Path: "/"})
+		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessions.create(time.Now()), HttpOnly: true,
+			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Path: "/", MaxAge: int(sessionTTL / time.Second)})
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	default:
 		http.Error(w, "dashboard: GET or POST /login", http.StatusMethodNotAllowed)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -184,5 +186,78 @@ func TestPageRendersLagChart(t *testing.T) {
 	}
 	if !strings.Contains(dom, "site bj (master, broker 1)") || !strings.Contains(dom, "meta-slave-group-hf") {
 		t.Fatalf("page did not render the snapshot:\n%s", dom)
+	}
+}
+
+// TestLoginSessionAndRateLimit: signing in sets a random session id, not
+// the token, in an HttpOnly SameSite cookie; a cookie holding the token is
+// not accepted; sign-in attempts from one address are rate-limited while
+// another address can still sign in.
+func TestLoginSessionAndRateLimit(t *testing.T) {
+	s := startServer(t, Options{Addr: "127.0.0.1:0", Token: "s3cret", Source: &fakeSource{}})
+	base := "http://" + s.Addr().String()
+	client := func(src string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	login := func(c *http.Client, token string) *http.Response {
+		t.Helper()
+		resp, err := c.PostForm(base+"/login", url.Values{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	snapshotWith := func(ck *http.Cookie) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+"/api/snapshot", nil)
+		req.AddCookie(ck)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	a := client("127.0.0.1")
+	resp := login(a, "s3cret")
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("sign in: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	ck := resp.Cookies()[0]
+	if ck.Value == "" || strings.Contains(ck.Value, "s3cret") || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("session cookie %+v: want a random id, HttpOnly, SameSite=Strict", ck)
+	}
+	if code := snapshotWith(ck); code != 200 {
+		t.Fatalf("with the session cookie: %d", code)
+	}
+	for _, forged := range []*http.Cookie{{Name: "metaq_token", Value: "s3cret"}, {Name: ck.Name, Value: "s3cret"}, {Name: ck.Name, Value: ck.Value + "0"}} {
+		if code := snapshotWith(forged); code != http.StatusUnauthorized {
+			t.Fatalf("cookie %s=%s: %d, want 401", forged.Name, forged.Value, code)
+		}
+	}
+
+	// Guessing from one address: a few tries, then refused, even the right
+	// token, and told when to come back.
+	limited := false
+	for i := range 20 {
+		resp := login(a, fmt.Sprintf("guess%d", i))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			limited = resp.Header.Get("Retry-After") != ""
+			break
+		}
+	}
+	if !limited {
+		t.Fatal("20 wrong sign-ins in a row were never limited")
+	}
+	if resp := login(a, "s3cret"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("sign in right after the limit: %d, want 429", resp.StatusCode)
+	}
+	// Another address is not held back.
+	if resp := login(client("127.0.0.2"), "s3cret"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in from another address: %d", resp.StatusCode)
 	}
 }
