@@ -115,21 +115,34 @@ func copySections(w io.Writer, secs []section, progress func()) (int64, error) {
 const sendfileMinChunk = 4 << 10
 
 // ReadRun is Read for a caller that can send file sections without
-// copying them (see LogRun): the same bytes, the same errors. It returns
-// a nil run and no error when the answer must be copied instead: a chunk
-// that no crc check has covered since start-up (the scrub has not reached
-// it: Read checks it on the way), chunks too small for sendfile to pay
-// (sendfileMinChunk), bytes not yet durable, or a file system whose files
-// are not operating-system files.
+// copying them (see LogRun): the same bytes (a prefix of them: a run stops
+// at the log's durable end, Read at the written end), the same errors. It
+// returns a nil run and no error when the answer must be copied instead:
+// a chunk that no crc check has covered since start-up (the scrub has not
+// reached it: Read checks it on the way), chunks too small for sendfile
+// to pay (sendfileMinChunk), a first chunk not yet durable, or a file
+// system whose files are not operating-system files.
 func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int) (*LogRun, error) {
 	pl, err := s.plan(topic, partition, offset, maxBytes)
 	if err != nil {
 		return nil, err
 	}
+	// A run ends at the log's durable end (bytes above it could still be
+	// cut off by a failed fdatasync's rollback); at the tail the chunks
+	// written since the last fdatasync are left to the next get.
+	durable := s.durable()
+	total := int64(0)
+	for i, c := range pl.ents {
+		if c.pos+entryHeaderLen+int64(c.n) > durable {
+			pl.ents = pl.ents[:i]
+			break
+		}
+		total += min(int64(c.n)-max(pl.offset-c.off, 0), pl.total-total)
+	}
+	pl.total = total
 	if len(pl.ents) == 0 || pl.total < int64(len(pl.ents))*int64(s.opts.sendfileMinChunk) {
 		return nil, nil
 	}
-	durable := s.durable()
 	checkedFrom := s.checkedFrom.Load()
 	tab := s.segTab.Load()
 	if tab == nil {
@@ -140,10 +153,6 @@ func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int)
 	var f *os.File
 	for _, c := range pl.ents {
 		end := c.pos + entryHeaderLen + int64(c.n)
-		if end > durable {
-			r.Release()
-			return nil, nil
-		}
 		if g == nil || c.pos < g.start || c.pos >= g.end() {
 			g = segmentIn(*tab, c.pos)
 			of, ok := osFile{}, false

@@ -28,13 +28,23 @@ func BenchmarkGetPath(b *testing.B) {
 	for _, chunk := range []int{1, 2, 4, 32, 256} {
 		for _, mode := range []string{"copy", "sendfile"} {
 			b.Run(fmt.Sprintf("chunk=%dKiB/%s", chunk, mode), func(b *testing.B) {
-				getPath(b, chunk, mode == "sendfile")
+				getPath(b, chunk, 1<<20, mode == "sendfile")
 			})
+		}
+	}
+	// Small answers, as consumers at the tail get: the fixed cost per get.
+	for _, chunk := range []int{4, 16} {
+		for _, get := range []int{8, 32, 128} {
+			for _, mode := range []string{"copy", "sendfile"} {
+				b.Run(fmt.Sprintf("chunk=%dKiB/get=%dKiB/%s", chunk, get, mode), func(b *testing.B) {
+					getPath(b, chunk, get<<10, mode == "sendfile")
+				})
+			}
 		}
 	}
 }
 
-func getPath(b *testing.B, chunkKiB int, sendfile bool) {
+func getPath(b *testing.B, chunkKiB, getBytes int, sendfile bool) {
 	s, err := Open(Options{Dir: b.TempDir(), ScrubRate: -1, sendfileMinChunk: 1,
 		DefaultPolicy: Policy{UnflushThreshold: 1 << 20, UnflushInterval: time.Hour}})
 	if err != nil {
@@ -67,7 +77,7 @@ func getPath(b *testing.B, chunkKiB int, sendfile bool) {
 		}
 		var n int
 		if sendfile {
-			run, err := s.ReadRun("g", 0, off, 1<<20)
+			run, err := s.ReadRun("g", 0, off, getBytes)
 			if err != nil || run == nil {
 				b.Fatalf("ReadRun: %v %v", run, err)
 			}
@@ -77,7 +87,7 @@ func getPath(b *testing.B, chunkKiB int, sendfile bool) {
 			n = run.Len()
 			run.Release()
 		} else {
-			d, err := s.Read("g", 0, off, 1<<20)
+			d, err := s.Read("g", 0, off, getBytes)
 			if err != nil {
 				b.Fatal(err)
 			}

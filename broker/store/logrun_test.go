@@ -393,3 +393,37 @@ func TestKillDuringZeroCopyAnswer(t *testing.T) {
 	}
 	t.Logf("client got %d of %d bytes, then %v", len(got), n, err)
 }
+
+// TestReadRunStopsAtDurableEnd: with acknowledgements before fsync
+// (UnflushThreshold > 0) a run ends at the log's durable end, so a failed
+// fdatasync's rollback never cuts a file under a sendfile.
+func TestReadRunStopsAtDurableEnd(t *testing.T) {
+	s := openT(t, Options{ScrubRate: -1, DefaultPolicy: Policy{UnflushThreshold: 1 << 20, UnflushInterval: time.Hour}})
+	big := strings.Repeat("d", 8000)
+	mustAppend(t, s, "z", 0, big, big)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	durable := mustAppend(t, s, "z", 0, big)[0].Offset // not fsynced
+	all, err := s.Read("z", 0, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(all)) <= durable {
+		t.Fatalf("Read returned %d bytes, want the unflushed record too", len(all))
+	}
+	run, err := s.ReadRun("z", 0, 0, 1<<20)
+	if err != nil || run == nil {
+		t.Fatalf("ReadRun: %v %v", run, err)
+	}
+	var buf bytes.Buffer
+	run.WriteTo(&buf)
+	run.Release()
+	if int64(buf.Len()) != durable || !bytes.Equal(buf.Bytes(), all[:durable]) {
+		t.Fatalf("run of %d bytes, want the %d durable ones", buf.Len(), durable)
+	}
+	var re *RangeError
+	if run, err := s.ReadRun("z", 0, durable, 1<<20); run != nil || !errors.As(err, &re) {
+		t.Fatalf("run starting at the durable end: %v %v, want a RangeError as Read gives", run, err)
+	}
+}
