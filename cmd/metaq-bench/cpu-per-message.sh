@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Broker CPU time per message: one run of metaq-bench against a broker started as its own process, with the
+# broker's utime+stime read from /proc/PID/stat over the measured window (after the warm-up, and when the
+# bench exits). Prints: KIND CONSUMERS PUTS DELIVERED CPU_TICKS LOADAVG | put latency line.
+# Usage: cpu-per-message.sh KIND CONSUMERS
+#   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
+#   metaq-java/build.sh, ZK=a running ZooKeeper). MB=metaq-bench binary. WARMUP, DURATION in seconds.
+# Alternate brokers between rounds yourself (broker/store/BENCH.md, "Zero-copy gets").
+set -u
+KIND=$1; CONS=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+MB=${MB:?metaq-bench binary}; WARM=${WARMUP:-5}; DUR=${DURATION:-10}
+port=$(bash "$ROOT/.ci/freeport.sh")
+data=$(mktemp -d)
+if [ "$KIND" = java ]; then
+	bash "$HERE/metaq-java/run.sh" "${METAQ_JAVA:?}" "$port" "$data" "${ZK:?}" > "$data/server.log" 2>&1 &
+else
+	sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
+		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
+	"$KIND" start --foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
+fi
+pid=$!
+for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+sleep 1
+"$MB" -addr "127.0.0.1:$port" -consumers "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 > "$data/mb.out" 2>&1 &
+mbpid=$!
+sleep "$WARM"
+c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
+wait $mbpid
+c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
+load=$(cut -d' ' -f1 /proc/loadavg)
+kill -TERM $pid
+for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
+cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
+echo "$(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load | $(grep '^put latency' "$data/mb.out")"
+[ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
+rm -rf "$data"
