@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Broker CPU time per message: one run of metaq-bench against a broker started as its own process, with the
 # broker's utime+stime read from /proc/PID/stat over the measured window (after the warm-up, and when the
-# bench exits). Prints: KIND CONSUMERS PUTS DELIVERED CPU_TICKS LOADAVG | put latency line.
+# bench exits). Prints: KIND CONSUMERS PUTS DELIVERED CPU_TICKS LOADAVG | put latency | delivery latency.
 # Usage: cpu-per-message.sh KIND CONSUMERS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
 #   metaq-java/build.sh, ZK=a running ZooKeeper). MB=metaq-bench binary. WARMUP, DURATION in seconds.
@@ -36,6 +36,6 @@ kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
-echo "$(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load | $(grep '^put latency' "$data/mb.out")"
+echo "$(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
 rm -rf "$data"

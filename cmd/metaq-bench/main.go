@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -147,6 +148,7 @@ type stats struct {
 	measuring atomic.Bool
 	mu        sync.Mutex
 	lat       []time.Duration
+	dlat      []time.Duration // put to delivery, metaq consumers only
 	puts      atomic.Int64
 	failed    atomic.Int64
 	consumed  atomic.Int64
@@ -164,6 +166,7 @@ type result struct {
 	puts, failed, consumed int64
 	cbytes                 int64
 	lat                    []time.Duration
+	dlat                   []time.Duration
 }
 
 func (s *stats) stop() result {
@@ -171,7 +174,8 @@ func (s *stats) stop() result {
 	defer s.mu.Unlock()
 	s.measuring.Store(false)
 	el := time.Since(s.t0)
-	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...)}
+	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
+		dlat: append([]time.Duration(nil), s.dlat...)}
 }
 
 // observeConsume counts one consumed message of n payload bytes. Message
@@ -184,6 +188,19 @@ func (s *stats) observeConsume(n int64) {
 	if s.measuring.Load() {
 		s.consumed.Add(1)
 		s.cbytes.Add(n)
+	}
+	s.mu.Unlock()
+}
+
+// observeDelivery records one message's time from its put to its
+// delivery to a consumer.
+func (s *stats) observeDelivery(d time.Duration) {
+	if !s.measuring.Load() {
+		return
+	}
+	s.mu.Lock()
+	if s.measuring.Load() {
+		s.dlat = append(s.dlat, d)
 	}
 	s.mu.Unlock()
 }
@@ -219,6 +236,12 @@ func (r result) print(o options) {
 	fmt.Printf("put latency: p50 %v  p99 %v  max %v\n", pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
 	if o.consumers > 0 {
 		fmt.Printf("consume: %d msgs = %.0f msgs/s, %.1f MB/s (payload)\n", r.consumed, float64(r.consumed)/sec, float64(r.cbytes)/sec/1e6)
+		if len(r.dlat) > 0 {
+			slices.Sort(r.dlat)
+			dp := func(p float64) time.Duration { return r.dlat[int(p*float64(len(r.dlat)-1))] }
+			fmt.Printf("delivery latency (put sent to record received): p50 %v  p99 %v  max %v\n",
+				dp(0.50).Round(time.Microsecond), dp(0.99).Round(time.Microsecond), dp(1).Round(time.Microsecond))
+		}
 	}
 }
 
@@ -258,6 +281,8 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	}
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
+	// A body of 8 bytes or more starts with its send time (unix
+	// nanoseconds), from which consumers take the delivery latency.
 	body := []byte(strings.Repeat("m", o.size))
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
@@ -301,8 +326,13 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 		for k := 0; ; k++ {
 			opaque++
 			part = (part + 1) % int32(max(o.partitions, 1))
+			now := time.Now()
+			if len(body) >= 8 {
+				binary.BigEndian.PutUint64(body, uint64(now.UnixNano()))
+				sum = wire.Checksum(body)
+			}
 			buf = (&wire.Put{Topic: o.topic, Partition: part, Checksum: sum, Body: body, Opaque: opaque}).AppendTo(buf[:0])
-			sent.put(opaque, time.Now())
+			sent.put(opaque, now)
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
@@ -362,6 +392,9 @@ func consume(ctx context.Context, o options, addr string, n int, st *stats) erro
 				}
 				offsets[p] += int64(20 + l)
 				st.observeConsume(int64(l))
+				if flag := binary.BigEndian.Uint32(data[16:]); flag == 0 && l >= 8 {
+					st.observeDelivery(time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(data[20:])))))
+				}
 				data = data[20+l:]
 			}
 		case *wire.Result:
