@@ -141,6 +141,17 @@ func (p *partition) inHolesLocked(off, n int64) bool {
 	return false
 }
 
+// inLostLocked reports whether [off, off+n) overlaps a lost range, repaired
+// or not: such a chunk is served only through the fills written into it.
+func (p *partition) inLostLocked(off, n int64) bool {
+	for _, h := range p.lost {
+		if off < h.to && off+n > h.from {
+			return true
+		}
+	}
+	return false
+}
+
 // lostEndsAtLocked reports whether a lost range ends at off (ReadLog ships
 // a hole marker before the chunk there).
 func (p *partition) lostEndsAtLocked(off int64) bool {
@@ -189,7 +200,10 @@ func (p *partition) overlayLocked(ents []idxEntry) []idxEntry {
 	var out []idxEntry
 	for _, e := range ents {
 		off, end := e.off, e.off+int64(e.n)
-		if !e.hole() && !p.inHolesLocked(off, int64(e.n)) {
+		// A chunk found damaged keeps its index entry: once repaired it is
+		// no longer in a hole, but it is still lost and served only
+		// through its fills, never from the damaged bytes.
+		if !e.hole() && !p.inLostLocked(off, int64(e.n)) {
 			out = append(out, e)
 			continue
 		}

@@ -77,6 +77,7 @@ func (s *Store) recover() error {
 	if err := s.writeSalvaged(); err != nil {
 		return err
 	}
+	s.logHoles()
 	s.durablePos = s.w.pos
 	damaged := false
 	for _, p := range s.parts {
@@ -333,11 +334,25 @@ func (s *Store) flushFullTail(p *partition, g *segment) error {
 
 // holeReplay records during recovery that p's records before off were
 // lost: p continues at off.
+// The loss is logged once the whole log is replayed (logHoles): a repair
+// written back later in the log may fill it.
 func (s *Store) holeReplay(p *partition, off, ms int64) {
-	from := p.end
-	if p.addHoleLocked(off, ms) {
-		s.log.Error("STORE: records lost in a quarantined range are not served; the rest of the partition is",
-			"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "from", from, "to", off)
+	p.addHoleLocked(off, ms)
+}
+
+// logHoles says, after recovery, which records are lost and not served,
+// and which lost ranges are served from the repairs written into them.
+func (s *Store) logHoles() {
+	for _, p := range s.parts {
+		name := fmt.Sprintf("%s-%d", p.key.topic, p.key.num)
+		for _, h := range p.holes {
+			s.log.Error("STORE: records lost in a quarantined range are not served; the rest of the partition is",
+				"partition", name, "from", h.from, "to", h.to)
+		}
+		if len(p.fills) > 0 {
+			s.log.Info("STORE: damaged ranges repaired earlier are served from their repairs",
+				"partition", name, "repaired_chunks", len(p.fills), "still_lost_ranges", len(p.holes))
+		}
 	}
 }
 

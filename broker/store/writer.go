@@ -746,7 +746,9 @@ func (s *Store) fence(p *partition, off int64) bool {
 func (s *Store) markHole(p *partition, off, n int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.deleted || off < p.min || off+n > p.end || p.inHolesLocked(off, n) {
+	// Known lost already (a hole, or repaired since and served from its
+	// fills): nothing new to mark or to say.
+	if p.deleted || off < p.min || off+n > p.end || p.inLostLocked(off, n) {
 		return false
 	}
 	p.markLostLocked(off, off+n)
