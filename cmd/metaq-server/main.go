@@ -528,6 +528,14 @@ func absPath(p string) string {
 
 func status(ctx context.Context, c *common) error {
 	pid, err := ctl.ReadPID(c.files().PID)
+	if errors.Is(err, ctl.ErrNotRunning) && c.logDir == "" && c.pidFile == "" {
+		// No pid file where this configuration's would be by default: the
+		// server may have been started with another -logdir. Ask the
+		// admin endpoint the configuration names which file it runs.
+		if found, ferr := runningFromAdmin(ctx, c); ferr == nil {
+			pid, err = found, nil
+		}
+	}
 	if err != nil {
 		if errors.Is(err, ctl.ErrNotRunning) {
 			say("metaq-server is not running")
@@ -552,6 +560,43 @@ func status(ctx context.Context, c *common) error {
 		return printStatusSummary(os.Stdout, []byte(body))
 	}
 	return nil
+}
+
+// runningFromAdmin returns the pid of the server that answers on the admin
+// endpoint c's configuration names, if it runs that same configuration
+// file and that process is alive.
+func runningFromAdmin(ctx context.Context, c *common) (int, error) {
+	cfg, err := c.load()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	body, err := ctl.NewAdmin(cfg).Do(ctx, "GET", "/status", nil)
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		PID        int    `json:"pid"`
+		ConfigFile string `json:"configFile"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return 0, fmt.Errorf("admin /status: %w", err)
+	}
+	if !sameFile(st.ConfigFile, c.config) || st.PID <= 0 || syscall.Kill(st.PID, 0) != nil {
+		return 0, fmt.Errorf("the server on the admin endpoint runs %s (pid %d), not %s", st.ConfigFile, st.PID, c.config)
+	}
+	return st.PID, nil
+}
+
+// sameFile reports whether paths a and b name the same file.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 func reload(ctx context.Context, c *common) error {

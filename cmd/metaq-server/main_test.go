@@ -489,3 +489,34 @@ func TestUnknownKeysRefused(t *testing.T) {
 		t.Errorf("stop: exit %d %s%s", code, out, errOut)
 	}
 }
+
+// TestStatusFindsServerStartedElsewhere: a server started with its own
+// -logdir is found by `status` without it (through the admin endpoint the
+// configuration names), and a stopped one is still "not running".
+func TestStatusFindsServerStartedElsewhere(t *testing.T) {
+	s := newServer(t, "", "[topic=orders]\nnumPartitions=1\n")
+	other := filepath.Join(t.TempDir(), "elsewhere")
+	code, out, errOut := cli(t, "start", "-f", s.ini, "-logdir", other)
+	if code != 0 {
+		t.Fatalf("start: exit %d\n%s%s", code, out, errOut)
+	}
+	data, err := os.ReadFile(filepath.Join(other, ".run.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	t.Cleanup(func() {
+		if syscall.Kill(pid, 0) == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if code, out, errOut := cli(t, "status", "-f", s.ini); code != 0 || !strings.Contains(out, fmt.Sprintf("running (pid %d)", pid)) {
+		t.Fatalf("status without -logdir: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := cli(t, "stop", "-f", s.ini, "-logdir", other); code != 0 {
+		t.Fatalf("stop: exit %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := cli(t, "status", "-f", s.ini); code != 1 || !strings.Contains(out, "not running") {
+		t.Fatalf("status of the stopped server: exit %d %s", code, out)
+	}
+}
