@@ -427,3 +427,34 @@ func TestReadRunStopsAtDurableEnd(t *testing.T) {
 		t.Fatalf("run starting at the durable end: %v %v, want a RangeError as Read gives", run, err)
 	}
 }
+
+// TestScrubIsRateLimited: a pass reads no faster than ScrubRate (after its
+// first burst of scrubBurst), and reports its progress as it goes.
+func TestScrubIsRateLimited(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentBytes: 512 << 10, ScrubRate: -1}
+	s := openT(t, opts)
+	big := strings.Repeat("r", 60000)
+	for i := 0; i < 50; i++ { // 3 MB in sealed segments
+		mustAppend(t, s, "z", 0, big)
+	}
+	s.Close()
+	opts.ScrubRate, opts.ScrubDelay = 1<<20, time.Millisecond
+	start := time.Now()
+	s = openT(t, opts)
+	waitFor(t, func() bool { return s.Scrub().Bytes > 0 })
+	if st := s.Scrub(); st.Passes != 0 || st.Position == 0 {
+		t.Fatalf("early in the pass: %+v", st)
+	}
+	for s.Scrub().Passes == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := s.Scrub()
+	took := time.Since(start)
+	if min := time.Duration(float64(st.Bytes-scrubBurst) / float64(opts.ScrubRate) * float64(time.Second)); took < min*9/10 {
+		t.Fatalf("a pass of %d bytes took %v at %d bytes/s, want at least %v", st.Bytes, took, opts.ScrubRate, min)
+	}
+	if st.Bytes < 3000000 || st.Unchecked != 0 {
+		t.Fatalf("after the pass: %+v", st)
+	}
+}

@@ -148,17 +148,28 @@ func (s *Store) scrubSegment(ctx context.Context, lim *rate.Limiter, g *segment,
 	r := newSegReader(g.f, limit)
 	r.window = scrubBurst
 	var damaged []posRange
-	var paid int64 // bytes read past the last wait
-	for x := int64(0); x < limit; {
-		if paid >= scrubBurst || x == 0 {
-			if err := lim.WaitN(ctx, int(min(max(paid, 1), scrubBurst))); err != nil {
+	// paid: bytes read and not yet paid for to the rate limiter, in
+	// pieces of at most its burst.
+	var paid int64
+	pay := func() error {
+		for paid > 0 {
+			k := min(paid, scrubBurst)
+			if err := lim.WaitN(ctx, int(k)); err != nil {
 				return err
 			}
+			paid -= k
+		}
+		return nil
+	}
+	for x := int64(0); x < limit; {
+		if paid >= scrubBurst {
 			s.scrub.mu.Lock()
 			s.scrub.st.Position = g.start + x
 			s.scrub.st.Bytes += paid
 			s.scrub.mu.Unlock()
-			paid = 0
+			if err := pay(); err != nil {
+				return err
+			}
 			if g.isClosed() {
 				return nil
 			}
@@ -194,5 +205,5 @@ func (s *Store) scrubSegment(ctx context.Context, lim *rate.Limiter, g *segment,
 		s.damagedRanges(damaged)
 	}
 	g.checked.Store(true)
-	return nil
+	return pay()
 }

@@ -30,6 +30,9 @@ func TestDamageReportedAndRepaired(t *testing.T) {
 	if !strings.Contains(st.Degraded, "e2e-0 [") || len(st.Damaged) != 1 {
 		t.Fatalf("status does not report the damage: %s", body)
 	}
+	if st.Scrub == nil || !st.Scrub.Enabled || st.Scrub.Rate != store.DefaultScrubRate {
+		t.Fatalf("status does not report the scrub: %s", body)
+	}
 	dash := "http://" + mustComp[*dashboardComponent](t, b).Addr()
 	_, snap := testutil.HTTPDo(t, "GET", dash+"/api/snapshot", "")
 	var s struct{ Health []struct{ Name, Err string } }
@@ -45,6 +48,12 @@ func TestDamageReportedAndRepaired(t *testing.T) {
 	if !bytes.Contains(metrics, []byte("metaq_store_damaged_ranges 1")) ||
 		!bytes.Contains(metrics, []byte(`metaq_store_damaged_bytes{partition="0",topic="e2e"}`)) {
 		t.Fatal("/metrics lacks the damage")
+	}
+	for _, name := range []string{"metaq_store_scrub_bytes_total", "metaq_store_scrub_passes_total", "metaq_store_scrub_damaged_total",
+		"metaq_store_scrub_unchecked_bytes", "metaq_broker_get_sendfile_total"} {
+		if !bytes.Contains(metrics, []byte(name+" ")) {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 
 	replica, err := store.Open(store.Options{Dir: intact})
