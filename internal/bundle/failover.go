@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -452,6 +453,47 @@ type SwitchoverReport struct {
 // are taken again here. handedOver, when set,
 // gets the report as it stands just before the slave is told to take over
 // (a slave site's request is answered then: see switchover_remote.go).
+// slaveMatcher matches the slave a switchover names: its slave group, the
+// group's last "-" field, or its slaveId.
+func slaveMatcher(to string) func(group string, slaveID int) bool {
+	return func(group string, slaveID int) bool {
+		return group == to || strings.HasSuffix(group, "-"+to) || strconv.Itoa(slaveID) == to
+	}
+}
+
+// checkSwitchoverTarget refuses a switchover whose target is not a
+// connected slave of this master, naming the slaves it knows and their
+// state: "-to gz" while gz is down, or a misspelt "-to gzz".
+func checkSwitchoverTarget(to string, slaves []georeplicator.GroupLag, match func(group string, slaveID int) bool) error {
+	var known []string
+	found := false
+	for _, l := range slaves {
+		state := "connected"
+		switch {
+		case !l.Connected:
+			state = "DOWN (not connected)"
+		case l.Stuck:
+			state = "connected, stuck"
+		}
+		if match(l.Group, l.SlaveID) {
+			if l.Connected {
+				return nil
+			}
+			found = true
+		}
+		known = append(known, fmt.Sprintf("%s (slaveId %d): %s", l.Group, l.SlaveID, state))
+	}
+	sort.Strings(known)
+	list := "none"
+	if len(known) > 0 {
+		list = strings.Join(known, "; ")
+	}
+	if found {
+		return fmt.Errorf("switchover: the slave %q is not connected to this master, so it cannot take over with nothing lost; slaves this master knows: %s", to, list)
+	}
+	return fmt.Errorf("switchover: no slave of this master is named %q (slave group, its last '-' field, or slaveId); slaves it knows: %s", to, list)
+}
+
 func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver func(SwitchoverReport)) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
 	sc := b.promotedShipper()
@@ -469,8 +511,11 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	if err != nil {
 		return rep, err
 	}
-	match := func(group string, slaveID int) bool {
-		return group == to || strings.HasSuffix(group, "-"+to) || strconv.Itoa(slaveID) == to
+	match := slaveMatcher(to)
+	// Name the slaves this master knows, with their state, before anything
+	// changes when none that is connected matches.
+	if err := checkSwitchoverTarget(to, s.Lag(), match); err != nil {
+		return rep, err
 	}
 	end, err := b.failover.role.Begin(siterole.HandingOver)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +13,61 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/registry"
 )
+
+// listGroups is Query without a group: every group with stored offsets,
+// its topics and its total lag, or a sentence saying there is none.
+func listGroups(ctx context.Context, r *registry.Registry, topic string, w io.Writer) error {
+	groups, err := r.Groups(ctx)
+	if err != nil {
+		return err
+	}
+	where := r.Connect() + r.Paths().Consumers()
+	if len(groups) == 0 {
+		fmt.Fprintf(w, "no consumer group has stored offsets in %s\n", where)
+		return nil
+	}
+	fmt.Fprintf(w, "consumer groups in %s (metaq-server query -group G shows one group's partitions):\n", where)
+	maxOffsets := map[int]map[string]int64{}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tTOPICS\tPARTITIONS\tLAG")
+	for _, g := range groups {
+		offs, err := r.ConsumerOffsets(ctx, g, topic)
+		if err != nil {
+			fmt.Fprintf(tw, "%s\t-\t-\t%v\n", g, err)
+			continue
+		}
+		if len(offs) == 0 {
+			continue // -topic given: not this group's
+		}
+		topics := map[string]bool{}
+		var lag int64
+		lagKnown := true
+		for _, o := range offs {
+			topics[o.Topic] = true
+			m, ok := maxOffsets[o.BrokerID]
+			if !ok {
+				m = brokerMaxOffsets(ctx, r, o.BrokerID)
+				maxOffsets[o.BrokerID] = m
+			}
+			if max, ok := m[o.Topic+"-"+strconv.Itoa(o.Part)]; ok {
+				lag += max - o.Offset
+			} else {
+				lagKnown = false
+			}
+		}
+		names := make([]string, 0, len(topics))
+		for t := range topics {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		lagCol := strconv.FormatInt(lag, 10)
+		if !lagKnown {
+			lagCol += " (some brokers did not answer)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", g, strings.Join(names, ","), len(offs), lagCol)
+	}
+	return tw.Flush()
+}
 
 // Query prints a consumer group's saved offsets from ZooKeeper (all its
 // topics, or one), or the list of groups when group is "". For each
@@ -30,14 +86,7 @@ func Query(ctx context.Context, cfg *config.Server, group, topic string, w io.Wr
 	}
 	defer r.Close()
 	if group == "" {
-		groups, err := r.Groups(ctx)
-		if err != nil {
-			return err
-		}
-		for _, g := range groups {
-			fmt.Fprintln(w, g)
-		}
-		return nil
+		return listGroups(ctx, r, topic, w)
 	}
 	offs, err := r.ConsumerOffsets(ctx, group, topic)
 	if err != nil {
