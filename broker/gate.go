@@ -48,6 +48,23 @@ type writeGate struct {
 	// current is the refusal answered, nil while writes pass: the first
 	// holder in name order among those that do not Retry, else among all.
 	current atomic.Pointer[Refusal]
+	// check, when set, is asked at every client write that no holder
+	// refuses (SetWriteCheck).
+	check atomic.Pointer[func() *Refusal]
+}
+
+// SetWriteCheck makes the broker ask check at every client write that no
+// holder refuses; a non-nil Refusal refuses it. It must be cheap (it runs
+// on the put route) and take no broker lock. nil removes it. A master uses
+// it to acknowledge nothing while it cannot confirm that it still is the
+// master: the condition is a matter of time (since its last confirmation),
+// which no holder set in advance can express.
+func (b *Broker) SetWriteCheck(check func() *Refusal) {
+	if check == nil {
+		b.gate.check.Store(nil)
+		return
+	}
+	b.gate.check.Store(&check)
 }
 
 // RefuseWrites makes the broker refuse client writes with r until
@@ -83,14 +100,22 @@ func (b *Broker) AllowWrites(holder string) {
 // WriteRefusal returns the refusal client writes get, or nil while they
 // are accepted.
 func (b *Broker) WriteRefusal() *Refusal {
-	if r := b.gate.current.Load(); r != nil {
+	if r := b.writeRefusal(); r != nil {
 		cp := *r
 		return &cp
 	}
 	return nil
 }
 
-func (b *Broker) writeRefusal() *Refusal { return b.gate.current.Load() }
+func (b *Broker) writeRefusal() *Refusal {
+	if r := b.gate.current.Load(); r != nil {
+		return r
+	}
+	if c := b.gate.check.Load(); c != nil {
+		return (*c)()
+	}
+	return nil
+}
 
 // updateLocked recomputes current; the caller holds g.mu.
 func (g *writeGate) updateLocked() {

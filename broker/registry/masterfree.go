@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // AwaitMasterFree waits until no other live session holds this brokerId's
@@ -55,4 +57,30 @@ func (r *Registry) AwaitMasterFree(ctx context.Context) error {
 			return fmt.Errorf("registry: wait for the master node %s: %w", path, ctx.Err())
 		}
 	}
+}
+
+// TakeMasterNode removes the brokerId's master node when session owner
+// still holds it: a promotion that raised the generation past a dead
+// master's takes its node instead of waiting for its session to expire.
+// It reports whether it removed one.
+func (r *Registry) TakeMasterNode(ctx context.Context, owner int64) (bool, error) {
+	path := r.paths.Broker(r.opts.BrokerID, -1)
+	_, st, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: read the master node %s: %w", path, err)
+	}
+	if st.EphemeralOwner != owner {
+		return false, nil
+	}
+	err = r.call(ctx, func() error { return r.conn.Delete(path, st.Version) })
+	if errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: remove the master node %s of session 0x%x: %w", path, owner, err)
+	}
+	return true, nil
 }

@@ -251,7 +251,18 @@ func (r *Registry) ensureEphemeral(ctx context.Context, path string, data []byte
 			}
 			return err
 		}
-		if err := r.Delete(ctx, path); err != nil {
+		// Replaced in one step (delete and create as one multi): a client
+		// listing the parent never finds the node missing in between (a
+		// topic's master entry during a switchover).
+		err = r.call(ctx, func() error {
+			_, err := r.conn.Multi(&zk.DeleteRequest{Path: path, Version: st.Version},
+				&zk.CreateRequest{Path: path, Data: data, Acl: openACL, Flags: zk.FlagEphemeral})
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) && !errors.Is(err, ErrNodeExists) {
 			return err
 		}
 	}

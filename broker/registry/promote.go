@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // BecomeMaster turns a slave's registration into its brokerId's master's,
@@ -65,4 +66,40 @@ func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool
 	}
 	r.log.Warn("REGISTRY: registered as "+role, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))
 	return nil
+}
+
+// AwaitTopicsTaken waits until no topic entry this registry wrote is held
+// by its session any more (a new master replaced them), or ctx ends. A
+// master handing over calls it before BecomeSlave, so that clients listing
+// a topic always find a master's partitions: its own until the new
+// master's replace them.
+func (r *Registry) AwaitTopicsTaken(ctx context.Context) error {
+	r.regMu.Lock()
+	var paths []string
+	for topic := range r.state.topics {
+		legacy, pub, sub := r.topicPaths(topic)
+		paths = append(paths, legacy, pub, sub)
+	}
+	r.regMu.Unlock()
+	for {
+		held := ""
+		for _, p := range paths {
+			ok, err := r.Owns(ctx, p)
+			if err != nil {
+				return fmt.Errorf("registry: wait for the new master's topic entries: %w", err)
+			}
+			if ok {
+				held = p
+				break
+			}
+		}
+		if held == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registry: %s is still this broker's: %w", held, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -75,6 +75,9 @@ func (r *Registry) RegisterBrokerAs(ctx context.Context, url string, checksum ui
 }
 
 func (r *Registry) registerBrokerLocked(ctx context.Context) error {
+	if err := r.guardMasterLocked(ctx); err != nil {
+		return err
+	}
 	path := r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)
 	url := []byte(r.URL())
 	r.log.Info("REGISTRY: registering broker", "path", path, "url", string(url))
@@ -191,6 +194,9 @@ func (r *Registry) RegisterTopic(ctx context.Context, topic string, numPartition
 	// Recorded before writing, so that a session expiry in the middle still
 	// replays it.
 	r.state.topics[topic] = t
+	if err := r.guardMasterLocked(ctx); err != nil {
+		return err
+	}
 	if known {
 		if err := r.deleteTopicLocked(ctx, topic); err != nil {
 			return err

@@ -31,6 +31,10 @@ var (
 	// master/slave node belongs to another live session for longer than the
 	// session timeout: another process runs with the same brokerId (and slaveId).
 	ErrBrokerNodeHeld = errors.New("registry: broker node held by another session")
+	// ErrNotCurrentMaster is what Options.MasterGuard wraps when this
+	// broker is no longer its brokerId's current master: it writes no
+	// master entry, and a new session does not retry it.
+	ErrNotCurrentMaster = errors.New("registry: not the current master of this brokerId")
 )
 
 // Options configure a Registry. Zero values mean MetaQ's defaults for the [zookeeper] keys.
@@ -66,6 +70,13 @@ type Options struct {
 
 	// Logger receives the registry's and the ZooKeeper library's logs; nil discards.
 	Logger *slog.Logger
+	// MasterGuard, when set, is called before a master writes its master
+	// node or its topics' master entries (at registration, after a new
+	// session, at BecomeMaster); an error writes nothing. It wraps
+	// ErrNotCurrentMaster when another site's master took over (a newer
+	// generation), which is not retried after a new session. It may call
+	// the registry's reads.
+	MasterGuard func(ctx context.Context) error
 	// Dialer replaces net.DialTimeout for the ZooKeeper connection (proxies, tests).
 	Dialer func(network, address string, timeout time.Duration) (net.Conn, error)
 
@@ -374,6 +385,10 @@ func (r *Registry) resyncLoop() {
 			if err == nil {
 				break
 			}
+			if errors.Is(err, ErrNotCurrentMaster) {
+				r.log.Warn("REGISTRY: not registering again as master: another master took over", "err", err)
+				break
+			}
 			r.log.Error("REGISTRY: re-registration failed, retrying", "err", err, "attempt", attempt)
 			select {
 			case <-r.quit:
@@ -412,6 +427,9 @@ func (r *Registry) reregister() error {
 // writeAllLocked writes the broker node and every registered topic's
 // entries for the broker's current role. The caller holds regMu.
 func (r *Registry) writeAllLocked(ctx context.Context) error {
+	if err := r.guardMasterLocked(ctx); err != nil {
+		return err
+	}
 	if r.state.broker {
 		if err := r.registerBrokerLocked(ctx); err != nil {
 			return err
@@ -502,4 +520,34 @@ type zkLogger struct{ log *slog.Logger }
 
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.Warn("zk: " + fmt.Sprintf(format, args...))
+}
+
+// guardMasterLocked asks Options.MasterGuard, on a master, whether it may
+// write its master entries. The caller holds regMu.
+func (r *Registry) guardMasterLocked(ctx context.Context) error {
+	if !r.master() || r.opts.MasterGuard == nil {
+		return nil
+	}
+	if err := r.opts.MasterGuard(ctx); err != nil {
+		return fmt.Errorf("registry: writing nothing as master of broker %d: %w", r.opts.BrokerID, err)
+	}
+	return nil
+}
+
+// Reassert writes the registration again in the current session (the
+// broker node and every topic's entries), as after a new session: a node
+// removed by someone else comes back. A master asks MasterGuard first.
+func (r *Registry) Reassert(ctx context.Context) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	return r.writeAllLocked(ctx)
+}
+
+// Owns reports whether path exists as an ephemeral node of this session.
+func (r *Registry) Owns(ctx context.Context, path string) (bool, error) {
+	ok, st, err := r.Exists(ctx, path)
+	if err != nil || !ok {
+		return false, err
+	}
+	return st.EphemeralOwner == r.conn.SessionID(), nil
 }

@@ -2,9 +2,12 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
@@ -53,5 +56,33 @@ func TestTruncatePartitionSurvivesRecovery(t *testing.T) {
 				t.Fatalf("LogPosition at the cut: %d %v", pos, err)
 			}
 		})
+	}
+}
+
+// levelCounter counts log records at or above ERROR.
+type levelCounter struct{ errors *atomic.Int32 }
+
+func (h levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h levelCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.errors.Add(1)
+	}
+	return nil
+}
+func (h levelCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h levelCounter) WithGroup(string) slog.Handler      { return h }
+
+// TestTruncatePartitionIsNotDamage: cutting a former master's tail is an
+// ordinary step of a failover, not damage: it logs no error.
+func TestTruncatePartitionIsNotDamage(t *testing.T) {
+	var n atomic.Int32
+	s := openT(t, Options{Dir: t.TempDir(), Logger: slog.New(levelCounter{&n})})
+	mustAppend(t, s, "t", 0, "a1")
+	cut := mustAppend(t, s, "t", 0, "tail")[0].Offset
+	if err := s.TruncatePartition("t", 0, cut); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 0 {
+		t.Fatalf("TruncatePartition logged %d errors", n.Load())
 	}
 }

@@ -718,10 +718,11 @@ func (s *Store) syncNow() error {
 	return nil
 }
 
-// fence cuts p back to before its damaged chunk at off: that chunk and
-// every later one of p are no longer served, and p continues at off. This
-// is what the full scan at the next start-up will conclude too (the damage
-// is quarantined there, later chunks no longer line up), so both agree.
+// fence cuts p back to off (TruncatePartition: a former master drops the
+// tail the new master never had, saved aside first; it is not damage):
+// the records from off on are no longer served, and p continues at off.
+// The define entry the writer logs with it makes the full scan at the next
+// start-up reach the same state.
 func (s *Store) fence(p *partition, off int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -732,8 +733,8 @@ func (s *Store) fence(p *partition, off int64) bool {
 		s.log.Error("STORE: cannot fence partition", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off, "err", err)
 		return false
 	}
-	s.log.Error("STORE: partition fenced at a damaged chunk; later data is not served",
-		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off)
+	s.log.Info("STORE: partition cut back; the records from this offset on are no longer served",
+		"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "offset", off, "end", p.end)
 	p.cutDamageLocked(off)
 	p.fences = append(p.fences, fenceRef{pos: s.w.pos, off: off})
 	return true

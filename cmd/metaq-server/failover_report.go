@@ -93,6 +93,12 @@ func printPromote(w io.Writer, body []byte) error {
 		forced = ", forced"
 	}
 	fmt.Fprintf(w, "promoted: this site is master at generation %d (took %s%s)\n", rep.Generation, round(rep.Took), forced)
+	if rep.FencedSession != "" {
+		fmt.Fprintf(w, "the dead master's ZooKeeper session %s held the master node: taken at the new generation instead of waiting for the session to expire\n", rep.FencedSession)
+	}
+	if rep.Waited >= time.Second {
+		fmt.Fprintf(w, "waited %s for the old master's ZooKeeper session to release the master node\n", round(rep.Waited))
+	}
 	fmt.Fprintf(w, "behind the old master when it stopped following: %d bytes of its log (master's durable end %d, applied here %d)\n",
 		rep.BehindBytes, rep.MasterPos, rep.AppliedPos)
 	lr := rep.LagReport

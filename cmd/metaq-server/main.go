@@ -48,7 +48,7 @@ commands:
   stop | restart | status | reload        -f server.ini
   stats [-item X]                         -f server.ini
   slave-status                            -f server.ini
-  promote [--force]                       -f server.ini (at a slave site: become master; refused while the master is alive)
+  promote [--force] [--wait]              -f server.ini (at a slave site: become master; refused while the master is alive)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
   switchover -to <slave> [-follow addr]   -f server.ini (at any site: the master hands over to a slave, nothing lost, then follows it)
   role [-clear]                           -f server.ini (the role a failover gave this site, which overrides start; -clear: server stopped)
@@ -114,6 +114,7 @@ type common struct {
 	admin    string
 	dataPath string
 	force    bool
+	waitFree bool
 	clear    bool
 	to       string
 	follow   string
@@ -191,8 +192,9 @@ var commands = map[string]command{
 		c.fs.IntVar(&c.part, "partition", -1, "partition")
 		c.fs.StringVar(&c.from, "from", "", "MetaQ `address` (host:port) of a replica holding the damaged records")
 	}}},
-	"promote": {"[-force] [-json] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
+	"promote": {"[-force] [-wait] [-json] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.BoolVar(&c.force, "force", false, "even while the master is alive and reachable (replication link, gossip or ZooKeeper)")
+		c.fs.BoolVar(&c.waitFree, "wait", false, "when the master node is held by a live ZooKeeper session not known to be a dead master's, wait for it to expire instead of refusing")
 		c.fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	}}},
 	"switchover": {"-to <slave> [-follow addr] [-json] [flags]   (at any site: the master hands over to a slave, nothing lost, then follows it)", []func(*common){(*common).configFlag, func(c *common) {
@@ -346,6 +348,9 @@ func run(cmd string, args []string) error {
 		q := url.Values{}
 		if c.force {
 			q.Set("force", "true")
+		}
+		if c.waitFree {
+			q.Set("wait", "true")
 		}
 		return reportCall(ctx, c, "/promote", q, printPromote)
 	case "close-partitions", "open-partitions":

@@ -386,7 +386,7 @@ func TestCommandFlags(t *testing.T) {
 		{"reload", []string{"-f", "-logdir", "-pidfile"}, "-s"},
 		{"stats", []string{"-f", "-item"}, "-group"},
 		{"slave-status", []string{"-f", "-json"}, "-item"},
-		{"promote", []string{"-f", "-force", "-json"}, "-topic"},
+		{"promote", []string{"-f", "-force", "-json", "-wait"}, "-topic"},
 		{"switchover", []string{"-f", "-follow", "-to", "-json"}, "-force"},
 		{"unreplicated", []string{"-f", "-data", "-publish", "-brokers"}, "-to"},
 		{"close-partitions", []string{"-f", "-topic", "-start", "-end"}, "-offset"},

@@ -185,6 +185,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			Dialer:            b.opts.ZooKeeperDialer,
 			// In the data directory, which belongs to this broker alone.
 			SessionFile: filepath.Join(cfg.System.DataPath, "zookeeper.session"),
+			MasterGuard: b.guardMaster,
 		}
 		if b.Slave != nil {
 			ro.Slave, ro.SlaveID = true, b.Slave.SlaveID
@@ -283,6 +284,9 @@ func (b *Bundle) startRole() siterole.State {
 	}
 	if id, err := existingIdentity(b.Config().System.DataPath); err == nil && id != nil {
 		st.Generation = id.Generation()
+		if r := id.Role(); r != nil && b.formerMaster {
+			st.Generation = max(st.Generation, r.Generation) // the generation it follows
+		}
 	}
 	return st
 }
@@ -486,7 +490,15 @@ func (b *Bundle) Status() Status {
 		s.Scrub = &sc
 	}
 	if b.Registry != nil {
+		g := b.Registry.Registration()
 		reg, topics := b.Registry.Registered()
+		if reg {
+			// Read now: status never reports a node that is gone.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			owned, err := b.Registry.Owns(ctx, b.Registry.Paths().Broker(g.BrokerID, g.SlaveID))
+			cancel()
+			reg = owned && err == nil
+		}
 		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), BrokerRegistered: reg, Topics: topics}
 	}
 	for _, c := range b.comps {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,10 +14,16 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/internal/atomicfile"
 	"metaq/internal/hostaddr"
+	"metaq/internal/siterole"
 )
+
+// keepPublishedEvery is how often a master checks that its replication
+// address is still published (a variable for tests).
+var keepPublishedEvery = time.Second
 
 // replicationNode is the ephemeral znode under <root>/brokers/ids/<id> in
 // which a master publishes its replication listener (host:port), as the
@@ -33,6 +40,9 @@ type shipperComponent struct {
 	advertise string
 	znode     string
 	cancel    context.CancelFunc
+	// guard is when the generation was last confirmed in ZooKeeper (nil
+	// with ZooKeeper off); set in Start before anything reads it.
+	guard *ackGuard
 }
 
 func newShipperComponent() *shipperComponent { return &shipperComponent{} }
@@ -133,19 +143,32 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 
 	if b.Registry != nil {
 		c.znode = b.Registry.Paths().BrokerID(cfg.System.BrokerID) + "/" + replicationNode
-		if err := c.publish(ctx); err != nil {
+		// From here on this master acknowledges puts only while it has
+		// confirmed its generation recently (ackguard.go).
+		c.guard = newAckGuard(cfg.ZooKeeper.SessionTimeout)
+		b.Broker.SetWriteCheck(b.ackCheck(c.guard))
+		switch err := c.publish(ctx); {
+		case errors.Is(err, errNotCurrentMaster):
+			// It stepped down: it refuses puts and rejoins as a slave.
+			b.Logger().Warn("REPLICATION: "+err.Error(), "path", c.znode)
+		case err != nil:
 			c.Close()
 			return err
 		}
 		// Ephemeral nodes die with the session; the registry re-creates its
 		// own, this one is ours.
 		pctx, cancel := context.WithCancel(context.Background())
-		watched := make(chan struct{})
+		var watched sync.WaitGroup
+		watched.Add(2)
 		go func() { // ended by cancel in Close, which waits for it
-			defer close(watched)
-			b.watchGeneration(pctx, s, max(cfg.Replication.Lease/4, 100*time.Millisecond))
+			defer watched.Done()
+			b.watchGeneration(pctx, s, c.guard, max(cfg.Replication.Lease/4, 100*time.Millisecond))
 		}()
-		c.cancel = func() { cancel(); <-watched }
+		go func() { // the same
+			defer watched.Done()
+			c.keepPublished(pctx, keepPublishedEvery)
+		}()
+		c.cancel = func() { cancel(); watched.Wait() }
 		b.Registry.OnNewSession(func() {
 			if pctx.Err() != nil {
 				return
@@ -158,18 +181,108 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	return nil
 }
 
+// errNotCurrentMaster: the shipper's generation is not ZooKeeper's, so it
+// writes nothing there (another site was promoted; this master steps
+// down).
+var errNotCurrentMaster = errors.New("this master's generation is not the current one")
+
 func (c *shipperComponent) publish(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	r := c.b.Registry
-	if err := r.EnsurePath(ctx, c.b.Registry.Paths().BrokerID(c.b.Config().System.BrokerID)); err != nil {
+	brokerID := c.b.Config().System.BrokerID
+	c.mu.Lock()
+	s := c.s
+	c.mu.Unlock()
+	// Only the current master writes ids/<id>/replication: a returning
+	// old master overwriting it would leave the new master without one
+	// once it steps down and deletes its own.
+	gen, err := r.Generation(ctx, brokerID)
+	if err != nil {
+		return fmt.Errorf("replication: read the generation before publishing the address: %w", err)
+	}
+	if s != nil {
+		if s.ObserveGeneration(gen, "ZooKeeper"); s.Fence().SteppedDown {
+			return fmt.Errorf("replication: not publishing the address: %w (ZooKeeper has generation %d)", errNotCurrentMaster, gen)
+		}
+		if c.guard != nil {
+			c.guard.confirm()
+		}
+	}
+	if err := r.EnsurePath(ctx, r.Paths().BrokerID(brokerID)); err != nil {
 		return fmt.Errorf("replication: publish address: %w", err)
 	}
-	_ = r.Delete(ctx, c.znode) // a node left by our previous session
+	_ = r.Delete(ctx, c.znode) // the current master's: a node left by our previous session, or by an older master
 	if err := r.CreateEphemeral(ctx, c.znode, []byte(c.advertise)); err != nil {
 		return fmt.Errorf("replication: publish address at %s: %w", c.znode, err)
 	}
 	return nil
+}
+
+// published reports whether ids/<id>/replication holds this master's
+// address under its own session.
+func (c *shipperComponent) published(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r := c.b.Registry
+	data, st, err := r.Get(ctx, c.znode)
+	if errors.Is(err, registry.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.EphemeralOwner == r.SessionID() && string(data) == c.Addr(), nil
+}
+
+// keepPublished re-publishes the replication address (and registers the
+// master node again) whenever it is missing while this shipper is the
+// current master (a returning old master
+// that wrote the node under its session and then deleted it, an operator's
+// mistake). It returns when ctx ends.
+func (c *shipperComponent) keepPublished(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		s := c.s
+		c.mu.Unlock()
+		if s == nil || s.Fence().SteppedDown || c.b.failover.role.Busy() == siterole.HandingOver {
+			continue
+		}
+		if reg := c.b.Registry; reg.Registration().Master() {
+			// The master node (and with it the topics' entries): a
+			// registration status does not remember, it reads.
+			path := reg.Paths().Broker(c.b.Config().System.BrokerID, -1)
+			if owned, err := reg.Owns(ctx, path); err == nil && !owned {
+				if err := reg.Reassert(ctx); err != nil {
+					if ctx.Err() == nil && !errors.Is(err, registry.ErrNotCurrentMaster) {
+						c.b.Logger().Warn("REPLICATION: this master's node is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
+					}
+				} else {
+					c.b.Logger().Warn("REPLICATION: this master's node was missing in ZooKeeper; registered it again", "path", path)
+				}
+			}
+		}
+		// Only a missing node is written again: one that holds another
+		// address is someone's on purpose (a relay's, a newer master's).
+		exists, _, err := c.b.Registry.Exists(ctx, c.znode)
+		if err != nil || exists {
+			continue
+		}
+		if err := c.publish(ctx); err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errNotCurrentMaster) {
+				c.b.Logger().Warn("REPLICATION: the replication address is missing in ZooKeeper and re-publishing it failed", "path", c.znode, "err", err)
+			}
+			continue
+		}
+		c.b.Logger().Warn("REPLICATION: the replication address was missing in ZooKeeper; published it again", "path", c.znode, "addr", c.Addr())
+	}
 }
 
 // Addr is the replication listener's address as slaves should dial it.
@@ -200,6 +313,9 @@ func (c *shipperComponent) Close() error {
 	}
 	b.slave.set(nil)
 	b.Broker.SetSiteReplicator(nil)
+	if c.guard != nil {
+		b.Broker.SetWriteCheck(nil) // the refusals of the role that follows apply
+	}
 	if b.Registry != nil && c.znode != "" {
 		// Only our own: after a handover the new master may already have
 		// published its address at the same path.
@@ -216,7 +332,17 @@ func (c *shipperComponent) Status() any {
 	if s == nil {
 		return map[string]any{"running": false}
 	}
-	return map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
+	st := map[string]any{"running": true, "addr": c.Addr(), "slaves": s.Lag()}
+	if c.b.Registry != nil && c.znode != "" {
+		// Read now, never remembered: status does not report a node that
+		// is gone.
+		ok, err := c.published(context.Background())
+		st["published"] = ok
+		if err != nil {
+			st["publishedError"] = err.Error()
+		}
+	}
+	return st
 }
 
 // listenReplication opens the replication listener. By default it is the

@@ -117,13 +117,16 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 // watchGeneration polls the brokerId's generation in ZooKeeper while s
 // runs and tells s about a newer one (another site was promoted): s then
 // steps down and the broker refuses puts. It returns when ctx ends.
-func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, every time.Duration) {
+func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, g *ackGuard, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
 		if err == nil {
 			s.ObserveGeneration(gen, "ZooKeeper")
+			if !s.Fence().SteppedDown {
+				g.confirm()
+			}
 		} else if ctx.Err() == nil {
 			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
 		}
@@ -162,6 +165,11 @@ type PromoteReport struct {
 	// (FollowersNote: what could not be checked).
 	Followers     []FollowerReport `json:"followers,omitempty"`
 	FollowersNote string           `json:"followersNote,omitempty"`
+	// FencedSession is the dead master's ZooKeeper session whose master
+	// node the promotion took instead of waiting for it to expire; Waited
+	// is how long it waited for the master node to be free.
+	FencedSession string        `json:"fencedSession,omitempty"`
+	Waited        time.Duration `json:"waitedNs"`
 }
 
 // ErrMasterReachable refuses a promotion while the master is alive and
@@ -178,6 +186,33 @@ var ErrMasterReachable = errors.New("the master is alive and reachable from this
 // (ErrSiblingAhead), and when another site was promoted since this one
 // last followed a master (the generation in ZooKeeper moved).
 func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error) {
+	return b.PromoteWith(ctx, PromoteOptions{Force: force})
+}
+
+// PromoteOptions are promote's flags.
+type PromoteOptions struct {
+	// Force promotes even while the master looks alive (see Promote).
+	Force bool
+	// Wait: when the master node in this site's ZooKeeper is held by a
+	// live session that cannot be told to be a dead master's (no gossip,
+	// gossip not sure yet), wait for the session to expire instead of
+	// refusing; the report says how long it waited.
+	Wait bool
+	// Handover: the master handed mastership over (a switchover) and steps
+	// down: its master node and its topics' entries are replaced at once
+	// instead of waited for, so that ZooKeeper lists the topics' partitions
+	// throughout.
+	Handover bool
+}
+
+// PromoteWith is Promote with its options. Without Force, a master node
+// held by a live session is no obstacle when that session is a dead
+// master's (siterole.FenceDeadMaster: link down, gossip declared the
+// master down, silent for longer than a master acknowledges without
+// confirming its generation): the promotion raises the generation and
+// takes the node instead of waiting for the session to expire.
+func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteReport, error) {
+	force := o.Force
 	start := time.Now()
 	f := &b.failover
 	if b.closing.Load() {
@@ -197,8 +232,23 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
 	st := rc.Receiver().Status()
+	var fenceSession int64 // a dead master's session whose master node this promotion takes
 	if !force {
-		if ev := b.masterAliveEvidence(ctx, st); len(ev) > 0 {
+		ev, heldBy := b.masterAliveEvidence(ctx, st)
+		if heldBy != 0 {
+			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
+			switch ok, why := siterole.FenceDeadMaster(b.deadMasterFacts(rc, st)); {
+			case ok:
+				fenceSession = heldBy
+			case o.Wait:
+				b.log.Warn("FAILOVER: the master node is held by a live session that is not known to be a dead master's; promote --wait waits for it to expire",
+					"path", path, "owner", fmt.Sprintf("0x%x", heldBy), "why", why, "maxWait", b.Config().ZooKeeper.SessionTimeout)
+			default:
+				ev = append(ev, fmt.Sprintf("this site's ZooKeeper has the master node %s held by a live session (0x%x), not known to be a dead master's: %s; "+
+					"promote --wait waits for that session to expire (up to zk.zkSessionTimeoutMs, %v)", path, heldBy, why, b.Config().ZooKeeper.SessionTimeout))
+			}
+		}
+		if len(ev) > 0 {
 			return PromoteReport{}, fmt.Errorf("promote: %w: %s; stop it first or use --force", ErrMasterReachable, strings.Join(ev, "; "))
 		}
 	}
@@ -254,11 +304,42 @@ func (b *Bundle) Promote(ctx context.Context, force bool) (PromoteReport, error)
 	f.mu.Unlock()
 	b.Broker.SetPromotionEnds(rep.Ends)
 	if b.Registry != nil {
+		if o.Handover && fenceSession == 0 {
+			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
+			if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
+				fenceSession = st.EphemeralOwner // the old master's: it handed over
+			}
+		}
+		if fenceSession != 0 {
+			// The generation is raised: the dead master's node goes now
+			// instead of with its session.
+			taken, err := b.Registry.TakeMasterNode(ctx, fenceSession)
+			if err != nil {
+				return rep, fmt.Errorf("promote: take the master node from the dead master's session 0x%x: %w", fenceSession, err)
+			}
+			switch {
+			case taken && o.Handover:
+				b.log.Info("FAILOVER: replaced the old master's node as it hands over", "session", fmt.Sprintf("0x%x", fenceSession), "generation", gen)
+			case taken:
+				rep.FencedSession = fmt.Sprintf("0x%x", fenceSession)
+				// A master that is in fact alive either reads the newer
+				// generation within its watch period and steps down, or
+				// cannot confirm its own within ackBound and acknowledges
+				// nothing: after ackBound it takes no puts either way.
+				if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+					return rep, fmt.Errorf("promote: %w", err)
+				}
+				b.log.Warn("FAILOVER: removed the dead master's node instead of waiting for its session to expire; a master that is in fact alive acknowledges nothing and steps down at the newer generation",
+					"session", rep.FencedSession, "generation", gen)
+			}
+		}
 		// A lost master's session may hold its nodes until it expires;
 		// consumers have committed their last offsets read there by then.
+		waitStart := time.Now()
 		if err := b.Registry.AwaitMasterFree(ctx); err != nil {
 			return rep, fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
 		}
+		rep.Waited = time.Since(waitStart)
 		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
 			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
 		}
@@ -342,12 +423,13 @@ func (b *Bundle) promotedShipper() *shipperComponent {
 // PromoteReport, or 409 while the master is reachable.
 func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 	force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+	wait, _ := strconv.ParseBool(r.URL.Query().Get("wait"))
 	bound, err := followWait(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	rep, err := a.b.Promote(r.Context(), force)
+	rep, err := a.b.PromoteWith(r.Context(), PromoteOptions{Force: force, Wait: wait})
 	switch {
 	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead):
 		http.Error(w, err.Error(), http.StatusConflict)
@@ -410,7 +492,7 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 	f.handovers.Add(1)
 	go func() {
 		defer f.handovers.Done()
-		rep, err := b.Promote(context.Background(), true)
+		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
 		if err != nil {
 			b.log.Error("FAILOVER: taking over from the master failed", "at", pos, "err", err)
 			return
@@ -565,6 +647,16 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	if err := waitDisconnected(ctx, s, name); err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
+	}
+	if b.Registry != nil {
+		// The new master replaces this master's topic entries in one step
+		// each; removing them first would list the topics without
+		// partitions until it writes its own.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := b.Registry.AwaitTopicsTaken(wctx); err != nil {
+			b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries; removing them anyway", "to", name, "err", err)
+		}
+		cancel()
 	}
 	if err := b.demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
 		b.Broker.AllowWrites(switchoverHolder)
@@ -957,5 +1049,17 @@ func waitDisconnected(ctx context.Context, s *georeplicator.Shipper, name string
 			return fmt.Errorf("%s did not take over: %w", name, ctx.Err())
 		case <-tk.C:
 		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

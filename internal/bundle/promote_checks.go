@@ -6,16 +6,18 @@ import (
 	"time"
 
 	"metaq/georeplicator"
+	"metaq/internal/siterole"
+	"metaq/topology"
 )
 
 // masterAliveEvidence lists what tells this slave site that its master is
 // alive and reachable, so that promote refuses without force: the
 // replication link is up; gossip has the master's bundle of this brokerId
-// alive (at another site); this site's ZooKeeper has the brokerId's master
-// node, held by a live session that is not this site's own. Empty when
-// none of them does.
-func (b *Bundle) masterAliveEvidence(ctx context.Context, st georeplicator.ReceiverStatus) []string {
-	var ev []string
+// alive (at another site). heldBy is the live session, not this site's
+// own, that holds the brokerId's master node in this site's ZooKeeper (0
+// when none does): Promote decides whether that session belongs to a dead
+// master (siterole.FenceDeadMaster) or is evidence too.
+func (b *Bundle) masterAliveEvidence(ctx context.Context, st georeplicator.ReceiverStatus) (ev []string, heldBy int64) {
 	if st.Connected {
 		ev = append(ev, fmt.Sprintf("the replication link to the master (%s) is connected", st.MasterAddr))
 	}
@@ -36,10 +38,44 @@ func (b *Bundle) masterAliveEvidence(ctx context.Context, st georeplicator.Recei
 			// losing its master may lose more.
 			b.log.Warn("FAILOVER: promote cannot read this site's ZooKeeper", "path", path, "err", err)
 		case ok && stat.EphemeralOwner != 0 && stat.EphemeralOwner != b.Registry.SessionID():
-			ev = append(ev, fmt.Sprintf("this site's ZooKeeper has the master node %s held by a live session (0x%x)", path, stat.EphemeralOwner))
+			heldBy = stat.EphemeralOwner
 		}
 	}
-	return ev
+	return ev, heldBy
+}
+
+// deadMasterFacts is what this site knows about a master whose ZooKeeper
+// session may outlive it (siterole.FenceDeadMaster).
+func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.ReceiverStatus) siterole.DeadMasterFacts {
+	f := siterole.DeadMasterFacts{Connected: st.Connected, AckBound: ackBound(b.Config().ZooKeeper.SessionTimeout)}
+	last := st.LastApply
+	if lr := lastLagReport(rc); lr != nil && lr.Received.After(last) {
+		last = lr.Received
+	}
+	if !last.IsZero() {
+		f.Silent = time.Since(last)
+	}
+	tc := compOf[*topologyComponent](b)
+	if tc == nil || tc.Topology() == nil {
+		return f
+	}
+	f.Gossip = true
+	t := tc.Topology()
+	brokerID, mySite := b.Config().System.BrokerID, b.Config().Site.Name
+	alive, down := false, false
+	for _, m := range t.Members() {
+		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleMaster || m.Meta.Site == mySite {
+			continue
+		}
+		switch m.State {
+		case topology.StateDown:
+			down = true
+		default:
+			alive = true // alive or suspect: not declared down
+		}
+	}
+	f.MasterDown = down && !alive
+	return f
 }
 
 // lastLagReport is the last per-partition lag report the master sent rc's

@@ -139,7 +139,7 @@ func TestPromoteRefusedWhileZooKeeperHasMaster(t *testing.T) {
 		masterAddr: "127.0.0.1:1", natsURL: "nats://127.0.0.1:1"})
 	_, err := hf.Promote(ctx, false)
 	if !errors.Is(err, ErrMasterReachable) || !strings.Contains(err.Error(), "ZooKeeper has the master node "+node) ||
-		strings.Contains(err.Error(), "gossip") || strings.Contains(err.Error(), "link to the master") {
+		strings.Contains(err.Error(), "gossip has the master") || strings.Contains(err.Error(), "link to the master (") {
 		t.Fatalf("promote with the master node in ZooKeeper: %v", err)
 	}
 	if err := zc.Delete(ctx, node); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"metaq/broker/config"
@@ -96,6 +97,18 @@ func (b *Bundle) applyPersistedRole() error {
 	if err != nil {
 		return fmt.Errorf("bundle: the role recorded in %s: %w", identityFile(cfg.System.DataPath), err)
 	}
+	if b.opts.Mode == ModeMaster && (r == nil || r.Name != georeplicator.RoleSlave) && b.zkEnabled() {
+		// A master that was killed or cut off while another site was
+		// promoted has no role recorded: the generation tells, before
+		// anything touches a znode.
+		superseded, err := b.supersededMaster()
+		if err != nil {
+			return err
+		}
+		if superseded != nil {
+			r = superseded
+		}
+	}
 	notice := RoleOverride(b.opts.Mode, r, cfg.File)
 	if notice == "" {
 		return nil
@@ -131,6 +144,14 @@ func (b *Bundle) applyPersistedRole() error {
 // zkGeneration reads the brokerId's master generation from ZooKeeper with
 // a short-lived session (the bundle's own registry depends on the role).
 func (b *Bundle) zkGeneration() (uint64, error) {
+	gen, _, err := b.zkMastership()
+	return gen, err
+}
+
+// zkMastership reads the brokerId's master generation and the slaveIds its
+// slaves use (ids/<id>/slave<n>) from ZooKeeper with a short-lived session
+// that registers nothing.
+func (b *Bundle) zkMastership() (uint64, map[int]bool, error) {
 	cfg := b.Config()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -138,8 +159,107 @@ func (b *Bundle) zkGeneration() (uint64, error) {
 		SessionTimeout: cfg.ZooKeeper.SessionTimeout, ConnectionTimeout: min(cfg.ZooKeeper.ConnectionTimeout, 10*time.Second),
 		Dialer: b.opts.ZooKeeperDialer, Logger: b.log})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer r.Close()
-	return r.Generation(ctx, cfg.System.BrokerID)
+	gen, err := r.Generation(ctx, cfg.System.BrokerID)
+	if err != nil {
+		return 0, nil, err
+	}
+	kids, err := r.Children(ctx, r.Paths().BrokerID(cfg.System.BrokerID))
+	if err != nil && !errors.Is(err, registry.ErrNoNode) {
+		return 0, nil, err
+	}
+	return gen, usedSlaveIDs(kids), nil
+}
+
+// usedSlaveIDs are the slaveIds of the slave<n> children of ids/<id>.
+func usedSlaveIDs(kids []string) map[int]bool {
+	used := map[int]bool{}
+	for _, k := range kids {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k, "slave")); err == nil && strings.HasPrefix(k, "slave") {
+			used[n] = true
+		}
+	}
+	return used
+}
+
+// freeSlaveID is the lowest slaveId above 0 that used does not hold.
+func freeSlaveID(used map[int]bool) int {
+	n := 1
+	for used[n] {
+		n++
+	}
+	return n
+}
+
+// supersededMaster is the slave role a master started with its unchanged
+// command takes when ZooKeeper's generation of its brokerId is newer than
+// the one in its identity file (another site was promoted while it was
+// down), recorded in the identity file; nil when it is still master, or
+// when ZooKeeper cannot be read (it then starts as master and acknowledges
+// nothing until it confirms its generation).
+func (b *Bundle) supersededMaster() (*georeplicator.Role, error) {
+	cfg := b.Config()
+	id, err := existingIdentity(cfg.System.DataPath)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: the identity in %s: %w", identityFile(cfg.System.DataPath), err)
+	}
+	var known uint64
+	if id != nil {
+		known = id.Generation()
+	}
+	gen, used, err := b.zkMastership()
+	if err != nil {
+		b.log.Warn("FAILOVER: cannot read this brokerId's generation from ZooKeeper before registering as master; "+
+			"starting as master, which takes no puts until its generation is confirmed", "err", err)
+		return nil, nil
+	}
+	if gen <= known {
+		return nil, nil
+	}
+	if id == nil {
+		if id, err = b.identity(); err != nil {
+			return nil, err
+		}
+	}
+	r := &georeplicator.Role{Name: georeplicator.RoleSlave, Generation: gen, SlaveID: freeSlaveID(used),
+		SlaveGroup: "meta-slave-group-" + cfg.Site.Name, Since: time.Now()}
+	if err := id.SetRole(r); err != nil {
+		return nil, fmt.Errorf("bundle: record the slave role of a superseded master: %w", err)
+	}
+	b.log.Warn("FAILOVER: this master's generation "+strconv.FormatUint(known, 10)+" is older than ZooKeeper's "+strconv.FormatUint(gen, 10)+
+		": another site was promoted while it was down; it starts as a slave of the current master, registering nothing as master",
+		"slaveId", r.SlaveID, "group", r.SlaveGroup)
+	return r, nil
+}
+
+// guardMaster is the registry's MasterGuard: a master writes its master
+// node and its topics' master entries only while ZooKeeper's generation
+// of its brokerId is not newer than its own. Otherwise it steps down (its
+// shipper refuses puts, runRejoin makes it a slave of the new master).
+func (b *Bundle) guardMaster(ctx context.Context) error {
+	if b.Registry == nil {
+		return nil // the registry's first session: applyPersistedRole checked
+	}
+	brokerID := b.Config().System.BrokerID
+	gen, err := b.Registry.Generation(ctx, brokerID)
+	if err != nil {
+		return fmt.Errorf("read the generation of broker %d: %w", brokerID, err)
+	}
+	var known uint64
+	if id := b.failover.openedIdentity(); id != nil {
+		known = id.Generation()
+	} else if id, err := existingIdentity(b.Config().System.DataPath); err == nil && id != nil {
+		known = id.Generation()
+	}
+	if gen <= known {
+		return nil
+	}
+	b.failover.role.StepDown(gen, fmt.Sprintf("generation %d took over in ZooKeeper", gen))
+	if s := b.runningShipper(); s != nil {
+		s.ObserveGeneration(gen, "ZooKeeper")
+	}
+	b.wakeRejoin()
+	return fmt.Errorf("%w: ZooKeeper has generation %d, this master %d", registry.ErrNotCurrentMaster, gen, known)
 }

@@ -180,3 +180,40 @@ func Follows(p Peer, gen uint64) (bool, string) {
 	}
 	return true, ""
 }
+
+// DeadMasterFacts are what a slave site knows about a master whose node
+// in its ZooKeeper is still held by a live session.
+type DeadMasterFacts struct {
+	// Connected: this site's replication link reaches the master.
+	Connected bool
+	// Gossip: gossip runs here; MasterDown: it declared the master's
+	// bundle of this brokerId down (not merely suspect).
+	Gossip, MasterDown bool
+	// Silent is how long the master has sent this site nothing (0 when
+	// unknown); AckBound is how long a master acknowledges puts without
+	// confirming its generation (MayAcknowledge's MaxUnconfirmed).
+	Silent, AckBound time.Duration
+}
+
+// FenceDeadMaster reports whether a promotion may take the master node
+// from the session that holds it, raising the generation instead of
+// waiting for the session to expire, and why not. It may when the link is
+// down, gossip declared the master down, and the master has been silent
+// for longer than a master acknowledges without confirming its generation:
+// if it is in fact alive (paused, cut off), its confirmation is stale, it
+// acknowledges nothing, and its next read shows the newer generation.
+func FenceDeadMaster(f DeadMasterFacts) (bool, string) {
+	switch {
+	case f.Connected:
+		return false, "the replication link to the master is up"
+	case !f.Gossip:
+		return false, "gossip is off: nothing but the session's expiry tells that the master is down"
+	case !f.MasterDown:
+		return false, "gossip has not declared the master's bundle down"
+	case f.Silent == 0:
+		return false, "this site does not know how long the master has been silent"
+	case f.Silent <= f.AckBound:
+		return false, fmt.Sprintf("the master has been silent for %v, not longer than the %v a master acknowledges without confirming its generation", f.Silent.Round(time.Millisecond), f.AckBound)
+	}
+	return true, ""
+}

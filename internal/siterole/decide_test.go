@@ -148,3 +148,30 @@ func TestFollows(t *testing.T) {
 		})
 	}
 }
+
+func TestFenceDeadMaster(t *testing.T) {
+	dead := DeadMasterFacts{Gossip: true, MasterDown: true, Silent: 5 * time.Second, AckBound: 3 * time.Second}
+	for _, tc := range []struct {
+		name string
+		mod  func(*DeadMasterFacts)
+		ok   bool
+		why  string
+	}{
+		{"dead", func(*DeadMasterFacts) {}, true, ""},
+		{"link up", func(f *DeadMasterFacts) { f.Connected = true }, false, "link to the master is up"},
+		{"no gossip", func(f *DeadMasterFacts) { f.Gossip = false }, false, "gossip is off"},
+		{"only suspect", func(f *DeadMasterFacts) { f.MasterDown = false }, false, "not declared"},
+		{"silence unknown", func(f *DeadMasterFacts) { f.Silent = 0 }, false, "does not know"},
+		{"silent within the bound", func(f *DeadMasterFacts) { f.Silent = 2 * time.Second }, false, "silent for 2s"},
+		{"silent exactly the bound", func(f *DeadMasterFacts) { f.Silent = 3 * time.Second }, false, "not longer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := dead
+			tc.mod(&f)
+			ok, why := FenceDeadMaster(f)
+			if ok != tc.ok || !strings.Contains(why, tc.why) {
+				t.Fatalf("FenceDeadMaster = %v, %q; want %v, %q", ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}

@@ -1,0 +1,63 @@
+package bundle
+
+import (
+	"sync/atomic"
+	"time"
+
+	"metaq/broker"
+	"metaq/internal/siterole"
+)
+
+// A master with ZooKeeper acknowledges a put only while it confirmed its
+// generation there recently (siterole.MayAcknowledge): a master that was
+// paused (SIGSTOP, a long GC, a frozen VM) or cut off from its ZooKeeper
+// while another site was promoted answers 503 (retriable) from the moment
+// it runs again until a read shows its generation is still the current
+// one; a read that shows a newer one makes it step down. The bound is
+// below the ZooKeeper session timeout, which a promotion without --force
+// waits out: a master paused long enough to be replaced never finds its
+// last confirmation fresh.
+
+// ackGuard remembers when the running shipper last confirmed its
+// generation in ZooKeeper.
+type ackGuard struct {
+	base      time.Time    // monotonic origin of confirmed
+	confirmed atomic.Int64 // nanoseconds since base; 0 = never
+	bound     time.Duration
+}
+
+func newAckGuard(sessionTimeout time.Duration) *ackGuard {
+	return &ackGuard{base: time.Now(), bound: ackBound(sessionTimeout)}
+}
+
+// ackBound is how old a confirmation may be: a third of the session
+// timeout, within [1 s, 3 s]. A promotion may take a dead master's node
+// once the master has been silent for longer (siterole.FenceDeadMaster),
+// so it also bounds how soon that can be.
+func ackBound(sessionTimeout time.Duration) time.Duration {
+	return min(max(sessionTimeout/3, time.Second), 3*time.Second)
+}
+
+// confirm records a read that showed this master's generation current.
+func (g *ackGuard) confirm() { g.confirmed.Store(max(int64(time.Since(g.base)), 1)) }
+
+// confirmedAt is the last confirmation, zero when none.
+func (g *ackGuard) confirmedAt() time.Time {
+	n := g.confirmed.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return g.base.Add(time.Duration(n))
+}
+
+// check is the broker's write check (Broker.SetWriteCheck).
+func (b *Bundle) ackCheck(g *ackGuard) func() *broker.Refusal {
+	return func() *broker.Refusal {
+		ok, why := siterole.MayAcknowledge(siterole.AckFacts{State: b.failover.role.Current(), ZooKeeper: true,
+			ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now()})
+		if ok {
+			return nil
+		}
+		return &broker.Refusal{Reason: why + "; retry", Retry: true}
+	}
+}

@@ -1,0 +1,75 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/registry/zktest"
+	"metaq/internal/siterole"
+	"metaq/internal/testutil"
+)
+
+// TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing: bj, the
+// master (no fenceSites lease: the recommended deployment's default), loses
+// its ZooKeeper while a producer writes to it, as a paused or cut-off
+// master does; hf is promoted meanwhile. From the moment bj's last
+// confirmation of its generation is older than the bound, it acknowledges
+// no put (503, retriable), and none after hf's promotion.
+func TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zk})
+	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	tap := &zktest.Tap{}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true})
+	produce(t, bj.Broker.Addr().String(), "orders", 10, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+
+	loop := startPutLoop(t, bj.Broker.Addr().String(), "orders")
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if loop.count() == 0 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	tap.Block()
+	bound := ackBound(5 * time.Second)
+	time.Sleep(bound + 500*time.Millisecond)
+	ackedAtBound := loop.count()
+	r := bj.Broker.WriteRefusal()
+	if r == nil || !r.Retry || !strings.Contains(r.Reason, "could not confirm its generation") {
+		t.Fatalf("bj's refusal %v after %v without ZooKeeper, want a retriable one naming the generation", r, bound)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := hf.Promote(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	loop.halt()
+	if n := loop.count() - ackedAtBound; n > 1 {
+		t.Fatalf("bj acknowledged %d puts after it could not confirm its generation for %v (a put in flight may finish: at most 1)", n, bound)
+	}
+	t.Logf("bj acknowledged %d puts before it lost ZooKeeper, none after the bound of %v", ackedAtBound, bound)
+
+	// bj reaches ZooKeeper again: it reads the newer generation, registers
+	// nothing as master and becomes hf's slave promptly.
+	tap.Unblock()
+	start := time.Now()
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if r := bj.Role(); r.Role != siterole.Slave {
+			return fmt.Errorf("bj is %v", r)
+		}
+		return nil
+	})
+	t.Logf("bj became hf's slave %v after it reached ZooKeeper again", time.Since(start))
+	wantFollowsByteIdentical(t, hf, bj, "orders")
+}

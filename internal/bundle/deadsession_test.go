@@ -1,0 +1,76 @@
+package bundle
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"metaq/broker/registry/zktest"
+	"metaq/internal/testutil"
+)
+
+// TestPromoteFencesADeadMastersSession: with deploy/'s
+// zk.zkSessionTimeoutMs=30000, bj is killed (its ZooKeeper session, and
+// its master node, outlive it for 30 s). `promote` without --force at hf
+// succeeds within 10 s of the kill, keeping its checks: the link is down,
+// gossip declared bj down and bj has been silent for longer than a master
+// acknowledges without confirming its generation, so the session is a dead
+// master's: the generation is raised and the node taken instead of waited
+// for. hf then takes puts and ZooKeeper names it master.
+func TestPromoteFencesADeadMastersSession(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zk})
+	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
+	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	tap := &zktest.Tap{}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
+	join := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true, join: join})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, noNATS: true, join: join})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+
+	killed := time.Now()
+	killBundle(bj, tap)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		rep     PromoteReport
+		err     error
+		lastErr string
+	)
+	for time.Since(killed) < 25*time.Second {
+		if rep, err = hf.Promote(ctx, false); err == nil {
+			break
+		}
+		if err.Error() != lastErr {
+			t.Logf("%v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
+			lastErr = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("promote without --force still refused %v after the kill: %v", time.Since(killed), err)
+	}
+	took := time.Since(killed)
+	t.Logf("hf promoted %v after bj's kill (fenced session %s, waited %v)", took, rep.FencedSession, rep.Waited)
+	if rep.FencedSession == "" {
+		t.Errorf("the promotion did not take the dead master's node (waited %v)", rep.Waited)
+	}
+	if took > 10*time.Second {
+		t.Errorf("hf was promoted %v after the kill, want within 10 s", took)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	if data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/master"); err != nil || string(data) != hf.Broker.URL() {
+		t.Fatalf("ids/0/master = %q (%v), want hf's %s", data, err, hf.Broker.URL())
+	}
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+}
