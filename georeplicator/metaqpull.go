@@ -274,6 +274,12 @@ func stoppedSuffix(s string) string {
 	return " stopped " + strings.ReplaceAll(s, " ", "_")
 }
 
+func (p *MetaQPuller) clearErr() {
+	p.mu.Lock()
+	p.st.LastError, p.st.LastErrorAt = "", time.Time{}
+	p.mu.Unlock()
+}
+
 func (p *MetaQPuller) setErr(err error) {
 	p.mu.Lock()
 	p.st.LastError, p.st.LastErrorAt = err.Error(), time.Now()
@@ -285,6 +291,7 @@ func (p *MetaQPuller) setErr(err error) {
 func (p *MetaQPuller) run() {
 	defer p.stopAll()
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
+	failing := false
 	for p.ctx.Err() == nil {
 		changed := p.opts.Master.Changed()
 		wait := p.opts.Resync
@@ -292,8 +299,14 @@ func (p *MetaQPuller) run() {
 			p.setErr(err)
 			p.warn.report("master", "", err, "")
 			wait = retry.Next()
+			failing = true
 		} else {
 			retry.Reset()
+			if failing {
+				// The master is found again: its error is history.
+				p.clearErr()
+				failing = false
+			}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -579,6 +592,10 @@ func (p *MetaQPuller) fetch(ctx context.Context, pool *metaqPool, k pkey, offset
 		return offset, false, err
 	}
 	p.mu.Lock()
+	if !p.st.Connected {
+		// Reached the master again after a failure: the error is history.
+		p.st.LastError, p.st.LastErrorAt = "", time.Time{}
+	}
 	p.st.Connected = true
 	p.st.Fetches++
 	p.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +240,50 @@ func TestMetaQPullerStopsOnDivergence(t *testing.T) {
 	if info, _ := slave.Partition("t", 0); info.Max != int64(2*20+3+17) {
 		t.Errorf("the diverged partition was written: %+v", info)
 	}
+}
+
+// unreachableMaster is a MetaQMaster that cannot be found while down.
+type unreachableMaster struct {
+	MetaQMaster
+	down atomic.Bool
+}
+
+func (m *unreachableMaster) Addr(ctx context.Context) (string, error) {
+	if m.down.Load() {
+		return "", errors.New("master not found")
+	}
+	return m.MetaQMaster.Addr(ctx)
+}
+
+// TestMetaQPullerClearsLastError: the error of a slave that could not
+// find its master is shown while it lasts and cleared once it copies again.
+func TestMetaQPullerClearsLastError(t *testing.T) {
+	master, slave := newMemStore(), newMemStore()
+	master.put("t", 0, metaqRecord(1, []byte("one")))
+	m := &unreachableMaster{MetaQMaster: newFakeMetaQMaster(t, master, map[string]int{"t": 1})}
+	m.down.Store(true)
+	p, err := NewMetaQPuller(MetaQOptions{Sink: slave, Master: m, Group: "g", MaxDelay: 50 * time.Millisecond, Resync: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := p.Status(); !strings.Contains(st.LastError, "master not found") {
+			return fmt.Errorf("status %+v, want the error", st)
+		}
+		return nil
+	})
+	m.down.Store(false)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if err := samePartition(master, slave, "t", 0); err != nil {
+			return err
+		}
+		if st := p.Status(); st.LastError != "" {
+			return fmt.Errorf("status %+v, want no error once copying", st)
+		}
+		return nil
+	})
 }
