@@ -100,6 +100,9 @@ type Receiver struct {
 	// master's last lag report (control.go).
 	link    *link
 	lastLag *LagReport
+	// rewindErr: st.LastError is a rewind's cause, cleared by the next
+	// batch applied.
+	rewindErr bool
 
 	// Partition ends as applied in this session. Written by the apply
 	// goroutines of one frame (one per partition), hence endMu.
@@ -248,11 +251,27 @@ func (r *Receiver) lastAddr() string {
 // clearErrLocked forgets the last error once the link works again, so
 // that Status and `stats slave` do not show a recovered slave as failing.
 func (r *Receiver) clearErrLocked() {
-	r.st.LastError, r.st.LastErrorAt = "", time.Time{}
+	r.st.LastError, r.st.LastErrorAt, r.rewindErr = "", time.Time{}, false
+}
+
+// linked clears the last error when a connection to the master is
+// established, unless a partition diverged: that error stands while the
+// partition is not replicated.
+func (r *Receiver) linked() {
+	r.divMu.Lock()
+	diverged := len(r.diverged) > 0
+	r.divMu.Unlock()
+	if diverged {
+		return
+	}
+	r.mu.Lock()
+	r.clearErrLocked()
+	r.mu.Unlock()
 }
 
 func (r *Receiver) setErr(err error) {
 	r.mu.Lock()
+	r.rewindErr = false
 	r.st.LastError = err.Error()
 	r.st.LastErrorAt = r.opts.Clock.Now()
 	r.mu.Unlock()
@@ -431,7 +450,6 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
-	r.clearErrLocked()
 	r.st.DialFailures = 0
 	if w.Truncated {
 		r.st.Truncated = true
@@ -444,6 +462,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.log.Info("REPLICATION: connected to master", "addr", addr, "start", w.Start, "masterDurable", w.Durable,
 		"masterLog", w.LogID, "generation", w.Generation, "byPartitionEnds", w.ByEnds)
 	r.causes.clear("link")
+	r.linked()
 
 	// The first ack tells the master every local partition end, so its lag
 	// figures are right from the start.
@@ -475,6 +494,9 @@ func (r *Receiver) session() (progressed bool, err error) {
 	rewind := func(why error) error {
 		r.log.Warn("REPLICATION: dropping frame and asking the master to resend", "from", applied, "err", why)
 		r.setErr(why)
+		r.mu.Lock()
+		r.rewindErr = true
+		r.mu.Unlock()
 		epoch++
 		lastSeq = 0
 		r.mu.Lock()
@@ -562,7 +584,9 @@ func (r *Receiver) session() (progressed bool, err error) {
 			r.st.Entries += int64(len(b.Entries))
 			r.st.RawBytes += int64(len(raw))
 			r.st.LastApply = now
-			r.clearErrLocked() // a rewind's cause, say: the stream is whole again
+			if r.rewindErr {
+				r.clearErrLocked() // the stream is whole again
+			}
 			if applied > r.st.MasterPos {
 				r.st.MasterPos = applied
 			}
