@@ -91,7 +91,9 @@ func TestKilledMasterRestartedByUnitCommandJoinsAsSlave(t *testing.T) {
 	if r := bj.Role(); r.Role != siterole.Slave || r.Generation != rep.Generation {
 		t.Fatalf("bj restarted as master: role %v, want a slave of generation %d", r, rep.Generation)
 	}
-	if took > 4*time.Second {
+	// Generous for a loaded machine; a start that waits for a live
+	// session's node waits the whole session timeout (5 s here) on top.
+	if took > 15*time.Second {
 		t.Errorf("bj's start took %v: it waited for a session", took)
 	}
 	wantFollowsByteIdentical(t, gz, bj, "orders")
