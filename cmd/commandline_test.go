@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -75,11 +76,15 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"metaq-bench"}, []string{"-addr", "-duration"}, nil},
 		{[]string{"metaq-demo"}, []string{"-once", "-dir"}, nil},
 	}
+	flagNames := map[string]bool{} // every flag some help lists
 	for _, h := range helps {
 		for _, flag := range []string{"-h", "--help"} {
 			args := append(append([]string{}, h.args...), flag)
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
 				code, out, errOut := run(t, args...)
+				for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`).FindAllStringSubmatch(out, -1) {
+					flagNames[m[1]] = true
+				}
 				if code != 0 {
 					t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 				}
@@ -99,6 +104,12 @@ func TestCommandLine(t *testing.T) {
 			})
 		}
 	}
+	if len(flagNames) < 20 {
+		t.Fatalf("only %d flag names found in the helps", len(flagNames))
+	}
+	docs, _ := filepath.Glob("*/README.md")
+	checkDocsSpelling(t, flagNames, append(docs, "../README.md", "../deploy/README.md")...)
+
 	// The word help in place of a command: help, not the default action.
 	for _, b := range []string{"metaq", "metaq-server", "configsync", "metaq-bench", "metaq-demo"} {
 		t.Run(b+" help", func(t *testing.T) {
@@ -133,6 +144,27 @@ func TestCommandLine(t *testing.T) {
 				t.Errorf("stderr does not name %q:\n%s", last, errOut)
 			}
 		})
+	}
+}
+
+// checkDocsSpelling fails for a document that spells one of the commands'
+// flags with two dashes: help prints -name, and so do the docs.
+func checkDocsSpelling(t *testing.T, names map[string]bool, docs ...string) {
+	t.Helper()
+	re := regexp.MustCompile(`(^|[^a-zA-Z0-9-])--([a-z][a-z0-9-]*)\b`)
+	for _, doc := range docs {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Errorf("%s: %v", doc, err)
+			continue
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range re.FindAllStringSubmatch(line, -1) {
+				if names[m[2]] {
+					t.Errorf("%s:%d spells -%s as --%s (help prints -%s)", doc, i+1, m[2], m[2], m[2])
+				}
+			}
+		}
 	}
 }
 

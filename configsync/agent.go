@@ -432,7 +432,7 @@ func (a *Agent) apply(ctx context.Context, v *Version) Result {
 			for i, t := range removed {
 				parts[i] = fmt.Sprintf("%s (%d messages)", t, counts[t])
 			}
-			return fail(fmt.Errorf("%w: version %d removes %s; push it with --allow-topic-removal to remove them anyway",
+			return fail(fmt.Errorf("%w: version %d removes %s; push it with -allow-topic-removal to remove them anyway",
 				ErrTopicRemoval, v.Version, strings.Join(parts, ", ")))
 		}
 	}

@@ -277,7 +277,7 @@ func TestRollback(t *testing.T) {
 			t.Fatalf("%s still has topic b", s.name)
 		}
 	}
-	// History is kept: version 2 is still there, and rollback --to 2 works.
+	// History is kept: version 2 is still there, and rollback -to 2 works.
 	rep, err = c.Rollback(ctx, RollbackOptions{To: 2, Timeout: 5 * time.Second})
 	must(t, err)
 	if rep.Version != 4 || rep.RollbackOf != 2 {

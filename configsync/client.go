@@ -64,8 +64,8 @@ type Client struct {
 var ErrSecretInFile = errors.New("configsync: secret in the shared file")
 
 // ErrNoSigningKey: Push or Rollback without a signing key.
-var ErrNoSigningKey = errors.New("configsync: no signing key: pass --key FILE (made by `configsync keygen`), " +
-	"or --unsigned for sites that set [nats] allowUnsigned=true")
+var ErrNoSigningKey = errors.New("configsync: no signing key: pass -key FILE (made by `configsync keygen`), " +
+	"or -unsigned for sites that set [nats] allowUnsigned=true")
 
 // NewClient connects and binds to (or creates) the bucket.
 func NewClient(ctx context.Context, o ClientOptions) (*Client, error) {
@@ -540,7 +540,7 @@ func (c *Client) checkTopicRemoval(ctx context.Context, sites []string, newCfg *
 	for _, t := range slices.Sorted(maps.Keys(held)) {
 		parts = append(parts, fmt.Sprintf("%s holds %s", t, strings.Join(held[t], ", ")))
 	}
-	return fmt.Errorf("%w: %s; nothing was published: push again with --allow-topic-removal to remove them (their messages stay on disk until retention deletes them; puts to them are refused)",
+	return fmt.Errorf("%w: %s; nothing was published: push again with -allow-topic-removal to remove them (their messages stay on disk until retention deletes them; puts to them are refused)",
 		ErrTopicRemoval, strings.Join(parts, "; "))
 }
 

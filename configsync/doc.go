@@ -60,7 +60,7 @@
 // during the wait still answers. An agent answers when it has processed
 // version N (or a newer one) with a [Result]. The pusher stops when every
 // expected site answered or the timeout passed, and names the missing sites.
-// Expected sites are the ones given with --sites, or every site that has a
+// Expected sites are the ones given with -sites, or every site that has a
 // site.<name> entry in the bucket.
 //
 // The request carries only a version number, never configuration: an agent
@@ -72,7 +72,7 @@
 //
 // Anyone who can write to the bucket could otherwise change every site. The
 // pusher signs each version with an ed25519 private key ([ClientOptions]
-// SigningKey; `configsync keygen` makes one, `push --key` uses it) over its
+// SigningKey; `configsync keygen` makes one, `push -key` uses it) over its
 // number, the SHA-256 of its bytes and the version a rollback restores. An
 // agent applies a version only when the signature verifies with a key the
 // configuration in effect lists in [nats] trustedKeys (normally in the site's
@@ -141,7 +141,7 @@
 //
 // Bundles record the NATS urls their agents use under <zkRoot>/configsync/nats
 // ([RecordNATS]); the configsync command falls back to them ([RecordedNATS])
-// when neither --nats, the file's [nats] url nor the local bundle's
+// when neither -nats, the file's [nats] url nor the local bundle's
 // configuration names a server.
 //
 // # Site-specific settings: the overlay file

@@ -128,7 +128,7 @@ func (t trust) check(v *Version) error {
 		return nil
 	}
 	if err != nil && errors.Is(err, ErrUnsigned) {
-		return fmt.Errorf("%w; not applied (sign pushes with `configsync push --key`, list the public key in this site's [nats] trustedKeys)", err)
+		return fmt.Errorf("%w; not applied (sign pushes with `configsync push -key`, list the public key in this site's [nats] trustedKeys)", err)
 	}
 	return err
 }

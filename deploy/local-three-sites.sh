@@ -248,8 +248,8 @@ EOF
 	# until then the bucket cannot be opened, so the first push may retry.
 	log "configsync: publishing deploy/common/server.ini as the first version"
 	local tries=0
-	until "$bin/configsync" push -f "$dir/bj-1/conf/server.ini" --key "$dir/push.key" \
-		--nats "nats://127.0.0.1:$(nats_port bj)" --sites bj-1,hf-1,gz-1 --timeout 20s >"$dir/configsync-push.log" 2>&1; do
+	until "$bin/configsync" push -f "$dir/bj-1/conf/server.ini" -key "$dir/push.key" \
+		-nats "nats://127.0.0.1:$(nats_port bj)" -sites bj-1,hf-1,gz-1 -timeout 20s >"$dir/configsync-push.log" 2>&1; do
 		tries=$((tries + 1))
 		[ "$tries" -lt 4 ] || { cat "$dir/configsync-push.log" >&2; die "configsync push failed"; }
 		sleep 1
@@ -262,7 +262,7 @@ $(for s in "${sites[@]}"; do printf '  %-5s 127.0.0.1:%-6s 127.0.0.1:%-6s http:/
 try:
   metaq produce -zk \$BJ_ZK -topic orders -n 100
   metaq consume -zk \$HF_ZK -root /meta-view-hf -topic orders -n 100     # hf's replica, as a Java consumer at hf
-  metaq lag --addr \$BJ_DASHBOARD
+  metaq lag -addr \$BJ_DASHBOARD
   configsync status
   $0 down $dir
 EOF

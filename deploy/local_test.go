@@ -79,7 +79,7 @@ func TestLocalThreeSites(t *testing.T) {
 	}
 
 	// configsync: the first version reached all three sites.
-	st := run("configsync", "status", "--nats", "nats://127.0.0.1:"+strconv.Itoa(base+1))
+	st := run("configsync", "status", "-nats", "nats://127.0.0.1:"+strconv.Itoa(base+1))
 	for _, agent := range []string{"bj-1", "hf-1", "gz-1"} {
 		if !regexp.MustCompile(`(?m)^` + agent + `\s+v1\s`).MatchString(st) {
 			t.Errorf("configsync status: %s does not run v1:\n%s", agent, st)

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// LagDocument is the JSON body of /lag, and what `metaq lag --json` prints.
+// LagDocument is the JSON body of /lag, and what `metaq lag -json` prints.
 type LagDocument struct {
 	Time      time.Time           `json:"time"`
 	Node      string              `json:"node"`

@@ -100,9 +100,9 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	must(t, err)
 	must(t, configsync.RecordNATS(context.Background(), reg, "bj-0-m", ns.ClientURL()))
 	reg.Close()
-	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	code, out, errOut := cmd("push", "-f", opFile, "-sites", "bj", "-timeout", "5s")
 	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(errOut, "recorded by the bundles in ZooKeeper") {
-		t.Fatalf("push without --nats: %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("push without -nats: %d\n%s\n%s", code, out, errOut)
 	}
 
 	// The shared file changes serverPort, which bj's overlay sets: the
@@ -116,7 +116,7 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	})
 	changed := bytes.Replace(sharedFile(zk, root, ";; v2\n"), []byte("serverPort=1\n"), []byte("serverPort=2\n"), 1)
 	must(t, os.WriteFile(opFile, changed, 0o644))
-	code, out, errOut = cmd("push", "-f", opFile, "--dry-run")
+	code, out, errOut = cmd("push", "-f", opFile, "-dry-run")
 	if code != 0 || strings.Contains(out, "restart needed") || !strings.Contains(out, "bj  from v1:  no changes") {
 		t.Fatalf("preview: %d\n%s\n%s", code, out, errOut)
 	}
@@ -130,7 +130,7 @@ func TestPushFindsNATSAndPreviewsWithOverlay(t *testing.T) {
 	}
 
 	// diff without -f: what the site runs against the desired version.
-	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	code, out, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-timeout", "5s")
 	if code != 0 {
 		t.Fatalf("push 2: %d\n%s\n%s", code, out, errOut)
 	}

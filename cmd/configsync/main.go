@@ -2,20 +2,20 @@
 // and reports what each site did with it.
 //
 //	configsync keygen -o push.key
-//	configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal] [--allow-unknown]
-//	configsync check -f conf/server.ini [--allow-unknown]
-//	configsync status [--json]
+//	configsync push -f conf/server.ini -key push.key [-sites bj,hf,gz] [-dry-run] [-timeout 10s] [-allow-topic-removal] [-allow-unknown]
+//	configsync check -f conf/server.ini [-allow-unknown]
+//	configsync status [-json]
 //	configsync diff [-f conf/server.ini]
-//	configsync rollback --key push.key [--to VERSION] [--sites ...] [--timeout 10s] [--allow-topic-removal]
+//	configsync rollback -key push.key [-to VERSION] [-sites ...] [-timeout 10s] [-allow-topic-removal]
 //
 // push and check refuse a file with keys or sections the broker does not
-// know (each named with a "did you mean"); --allow-unknown publishes it
+// know (each named with a "did you mean"); -allow-unknown publishes it
 // anyway, and the sites then start with it.
 //
 // keygen writes an ed25519 private key (mode 0600) and prints its public key
-// for [nats] trustedKeys; push and rollback sign every version with --key
+// for [nats] trustedKeys; push and rollback sign every version with -key
 // (default $METAQ_CONFIGSYNC_KEY). Sites apply only versions signed by a key
-// they trust; --unsigned publishes without a signature, for sites that set
+// they trust; -unsigned publishes without a signature, for sites that set
 // [nats] allowUnsigned=true.
 //
 // The NATS server, credentials, TLS files, bucket and subject come from the
@@ -56,14 +56,14 @@ func main() {
 
 const usage = `usage:
   configsync keygen -o push.key
-  configsync push -f conf/server.ini --key push.key [--sites bj,hf,gz] [--dry-run] [--timeout 10s] [--allow-topic-removal] [--allow-unknown]
-  configsync check -f conf/server.ini [--allow-unknown]
-  configsync status [--json]
+  configsync push -f conf/server.ini -key push.key [-sites bj,hf,gz] [-dry-run] [-timeout 10s] [-allow-topic-removal] [-allow-unknown]
+  configsync check -f conf/server.ini [-allow-unknown]
+  configsync status [-json]
   configsync diff [-f conf/server.ini]
-  configsync rollback --key push.key [--to VERSION] [--sites bj,hf] [--dry-run] [--timeout 10s] [--allow-topic-removal]
-signing: --key FILE (default $METAQ_CONFIGSYNC_KEY) signs pushes; --unsigned only for allowUnsigned sites
-common flags: -f FILE (NATS settings from its [nats] section), --nats URL, --creds FILE,
-  --tls-cert FILE --tls-key FILE --tls-ca FILE, --bucket NAME, --subject PREFIX, -v
+  configsync rollback -key push.key [-to VERSION] [-sites bj,hf] [-dry-run] [-timeout 10s] [-allow-topic-removal]
+signing: -key FILE (default $METAQ_CONFIGSYNC_KEY) signs pushes; -unsigned only for allowUnsigned sites
+common flags: -f FILE (NATS settings from its [nats] section), -nats URL, -creds FILE,
+  -tls-cert FILE -tls-key FILE -tls-ca FILE, -bucket NAME, -subject PREFIX, -v
 `
 
 // common holds the flags every subcommand takes.
@@ -86,7 +86,7 @@ func (c *common) register(fs *flag.FlagSet) {
 
 // clientOptions builds the connection settings from the file's [nats]
 // section (overlay followed when it can be read) and the override flags. The
-// NATS servers come from --nats, else from where the bundles find them
+// NATS servers come from -nats, else from where the bundles find them
 // (findNATS): the file's [nats] url or the server its bundle embeds, the
 // local bundle's configuration ($METAQ_CONF, default /etc/metaq/server.ini),
 // the urls the bundles recorded in the file's ZooKeeper.
@@ -109,7 +109,7 @@ func (c *common) clientOptions(ctx context.Context, stderr io.Writer) (configsyn
 			*dst = v
 		}
 	}
-	url, source := c.url, "--nats"
+	url, source := c.url, "-nats"
 	if url == "" {
 		var err error
 		if url, source, err = findNATS(ctx, c.file, cfg, withOverlay); err != nil {
@@ -140,7 +140,7 @@ func localBundleConfig() string {
 	return "/etc/metaq/server.ini"
 }
 
-// findNATS looks for the deployment's NATS servers when --nats is not given
+// findNATS looks for the deployment's NATS servers when -nats is not given
 // and returns them with where they were found ("" when from the file's own
 // [nats] url). It looks where a bundle does: the file's [nats] url, else the
 // server its bundle embeds (with the overlay when it is next to the file),
@@ -204,7 +204,7 @@ func findNATS(ctx context.Context, file string, cfg *config.Server, withOverlay 
 			}
 		}
 	}
-	return "", "", fmt.Errorf("configsync: no NATS server found: %s has no [nats] url, and:\n  %s\nuse --nats",
+	return "", "", fmt.Errorf("configsync: no NATS server found: %s has no [nats] url, and:\n  %s\nuse -nats",
 		file, strings.Join(tried, "\n  "))
 }
 
@@ -323,7 +323,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if err := config.CheckUnknown(warns); err != nil && cmd == "push" && !allowUn {
-			fmt.Fprintf(stderr, "%v\nnothing published: fix the file, or push with --allow-unknown to publish it anyway\n", err)
+			fmt.Fprintf(stderr, "%v\nnothing published: fix the file, or push with -allow-unknown to publish it anyway\n", err)
 			return 2
 		}
 	}
@@ -399,7 +399,7 @@ func checkFile(file string, allowUnknown bool, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := config.CheckUnknown(warns); err != nil && !allowUnknown {
-		fmt.Fprintf(stderr, "%v\npush refuses it: fix the file, or push with --allow-unknown\n", err)
+		fmt.Fprintf(stderr, "%v\npush refuses it: fix the file, or push with -allow-unknown\n", err)
 		return 2
 	}
 	if keys := config.SecretKeysIn(data); len(keys) > 0 {
@@ -488,7 +488,7 @@ func keygen(path string, stdout, stderr io.Writer) int {
 func printPlan(w io.Writer, withDiff bool) func([]configsync.SitePlan) {
 	return func(plans []configsync.SitePlan) {
 		if len(plans) == 0 {
-			fmt.Fprintln(w, "no sites known: publishing without waiting for answers (use --sites)")
+			fmt.Fprintln(w, "no sites known: publishing without waiting for answers (use -sites)")
 			return
 		}
 		fmt.Fprintln(w, "changes per site:")

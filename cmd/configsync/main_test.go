@@ -88,12 +88,12 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	must(t, os.WriteFile(opFile, v1, 0o644))
 
 	// Without a key nothing is published.
-	code, _, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	code, _, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-timeout", "5s")
 	if code != 2 || !strings.Contains(errOut, "no signing key") {
 		t.Fatalf("push without a key: %d %s", code, errOut)
 	}
 	// Unsigned: published, and refused by the site, which says why.
-	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s", "--unsigned")
+	code, out, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-timeout", "5s", "-unsigned")
 	if code != 1 || !strings.Contains(out, "version 1 is unsigned") {
 		t.Fatalf("unsigned push: %d\n%s\n%s", code, out, errOut)
 	}
@@ -101,7 +101,7 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 
 	// Versions are numbered by what was signed: the refused unsigned entry
 	// does not count, and the first signed version is version 1.
-	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--timeout", "5s")
+	code, out, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-timeout", "5s")
 	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1: topics added: orders") {
 		t.Fatalf("push: %d\n%s\n%s", code, out, errOut)
 	}
@@ -110,7 +110,7 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 		t.Fatalf("site file %q", b)
 	}
 
-	code, out, _ = cmd("status", "-f", opFile, "--json")
+	code, out, _ = cmd("status", "-f", opFile, "-json")
 	var st configsync.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Sites) != 1 || st.Sites[0].Version != 1 || st.Desired.Version != 1 {
 		t.Fatalf("status: %d %s", code, out)
@@ -125,7 +125,7 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "topics added: audit") || !strings.Contains(out, "+[topic=audit]") {
 		t.Fatalf("diff: %d %s", code, out)
 	}
-	code, out, _ = cmd("push", "-f", opFile, "--dry-run")
+	code, out, _ = cmd("push", "-f", opFile, "-dry-run")
 	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "nothing published") {
 		t.Fatalf("dry run: %d %s", code, out)
 	}
@@ -134,7 +134,7 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 		t.Fatalf("push 3: %d %s %s", code, out, errOut)
 	}
 
-	code, out, errOut = cmd("rollback", "-f", opFile, "--timeout", "5s")
+	code, out, errOut = cmd("rollback", "-f", opFile, "-timeout", "5s")
 	if code != 0 || !strings.Contains(out, "published version 3 = bytes of version 1") || !strings.Contains(out, "topics removed: audit") {
 		t.Fatalf("rollback: %d %s %s", code, out, errOut)
 	}
@@ -151,7 +151,7 @@ func TestCommandPushStatusDiffRollback(t *testing.T) {
 	}
 	// A site that does not answer: exit 1, named.
 	must(t, os.WriteFile(opFile, ini(url, "[topic=z]\n"), 0o644))
-	code, out, _ = cmd("push", "-f", opFile, "--sites", "bj,nowhere", "--timeout", "1s")
+	code, out, _ = cmd("push", "-f", opFile, "-sites", "bj,nowhere", "-timeout", "1s")
 	if code != 1 || !strings.Contains(out, "nowhere  NO ANSWER") || !strings.Contains(out, "bj       ok") {
 		t.Fatalf("missing site: %d %s", code, out)
 	}
@@ -169,7 +169,7 @@ func must(t *testing.T, err error) {
 
 // TestUnknownKeysRefused: push and check refuse a misspelt key or section
 // with a "did you mean", publish nothing, and publish it with
-// --allow-unknown; the site then runs it, and a restart of its bundle
+// -allow-unknown; the site then runs it, and a restart of its bundle
 // accepts that file (configsync.AppliedHere).
 func TestUnknownKeysRefused(t *testing.T) {
 	ns, err := configsync.StartEmbeddedNATS(configsync.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
@@ -196,7 +196,7 @@ func TestUnknownKeysRefused(t *testing.T) {
 	opFile := filepath.Join(t.TempDir(), "server.ini")
 	bad := ini(url, "minSyncSite=1\n\n[replicaton]\nstuckAfterMs=1000\n")
 	must(t, os.WriteFile(opFile, bad, 0o644))
-	hints := []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `did you mean [replication]`, "--allow-unknown"}
+	hints := []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `did you mean [replication]`, "-allow-unknown"}
 	code, _, errOut := cmd("check", "-f", opFile)
 	if code != 2 {
 		t.Errorf("check: exit %d, want 2", code)
@@ -206,10 +206,10 @@ func TestUnknownKeysRefused(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", h, errOut)
 		}
 	}
-	if code, out, errOut := cmd("check", "--allow-unknown", "-f", opFile); code != 0 || !strings.Contains(out, "is valid") {
-		t.Errorf("check --allow-unknown: exit %d %s %s", code, out, errOut)
+	if code, out, errOut := cmd("check", "-allow-unknown", "-f", opFile); code != 0 || !strings.Contains(out, "is valid") {
+		t.Errorf("check -allow-unknown: exit %d %s %s", code, out, errOut)
 	}
-	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--timeout", "5s")
+	code, out, errOut := cmd("push", "-f", opFile, "-sites", "bj", "-unsigned", "-timeout", "5s")
 	if code != 2 || strings.Contains(out, "published") || !strings.Contains(errOut, "nothing published") || !strings.Contains(errOut, `did you mean "minSyncSites"`) {
 		t.Fatalf("push of unknown keys: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -219,9 +219,9 @@ func TestUnknownKeysRefused(t *testing.T) {
 	if b, _ := os.ReadFile(sitePath); configsync.AppliedHere(sitePath, b) {
 		t.Error("AppliedHere before any push")
 	}
-	code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--allow-unknown", "--timeout", "5s")
+	code, out, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-unsigned", "-allow-unknown", "-timeout", "5s")
 	if code != 0 || !strings.Contains(out, "published version 1") || !strings.Contains(out, "bj  ok  v1") {
-		t.Fatalf("push --allow-unknown: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("push -allow-unknown: exit %d\n%s\n%s", code, out, errOut)
 	}
 	b, _ := os.ReadFile(sitePath)
 	if !bytes.Equal(b, bad) || !configsync.AppliedHere(sitePath, b) {
@@ -263,7 +263,7 @@ func TestDryRunShowsDiffAgainstWhatSitesRun(t *testing.T) {
 	var out, errOut string
 	testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
 		var code int
-		code, out, errOut = cmd("push", "-f", opFile, "--sites", "bj", "--dry-run")
+		code, out, errOut = cmd("push", "-f", opFile, "-sites", "bj", "-dry-run")
 		if code != 0 || !strings.Contains(out, "changes against it:") {
 			return fmt.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
 		}
@@ -277,11 +277,11 @@ func TestDryRunShowsDiffAgainstWhatSitesRun(t *testing.T) {
 	if strings.Contains(out, "s3cr3t") {
 		t.Errorf("the preview shows a secret:\n%s", out)
 	}
-	if code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--unsigned", "--timeout", "5s"); code != 0 {
+	if code, out, errOut := cmd("push", "-f", opFile, "-sites", "bj", "-unsigned", "-timeout", "5s"); code != 0 {
 		t.Fatalf("push: exit %d\n%s%s", code, out, errOut)
 	}
 	must(t, os.WriteFile(opFile, ini(url, "[topic=orders]\n[topic=audit]\n"), 0o644))
-	code, out, errOut := cmd("push", "-f", opFile, "--sites", "bj", "--dry-run")
+	code, out, errOut := cmd("push", "-f", opFile, "-sites", "bj", "-dry-run")
 	if code != 0 || !strings.Contains(out, "bj  from v1:  topics added: audit") || !strings.Contains(out, "+[topic=audit]") {
 		t.Errorf("dry run against v1: exit %d\n%s%s", code, out, errOut)
 	}

@@ -18,7 +18,7 @@ if [ "$KIND" = java ]; then
 else
 	sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
 		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
-	"$KIND" start --foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
+	"$KIND" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 fi
 pid=$!
 for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done

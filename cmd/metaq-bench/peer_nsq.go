@@ -82,8 +82,8 @@ func startNSQ(o options, binFlag string) (target, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", tcpPort)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
 	cmd := exec.Command(bin,
-		"--tcp-address="+addr, "--http-address="+httpAddr, "--broadcast-address=127.0.0.1",
-		"--data-path="+dir, "--mem-queue-size=0", "--log-level=fatal",
+		"--tcp-address="+addr, "--http-address="+httpAddr, "-broadcast-address=127.0.0.1",
+		"-data-path="+dir, "--mem-queue-size=0", "--log-level=fatal",
 		fmt.Sprintf("--max-msg-size=%d", max(o.size+1024, 1<<20)))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	proc, err := startChild(cmd)

@@ -61,7 +61,7 @@ type demo struct {
 	proxies []*netproxy.Proxy
 	shared  []byte
 	wg      sync.WaitGroup
-	// master is the site that takes puts: bj until --failover moves it.
+	// master is the site that takes puts: bj until -failover moves it.
 	master string
 }
 
@@ -161,7 +161,7 @@ func prepareDir(dir string) (string, error) {
 		return "", fmt.Errorf("demo: %w", err)
 	case len(entries) > 0:
 		if _, err := os.Stat(filepath.Join(abs, marker)); err != nil {
-			return "", fmt.Errorf("demo: %s is not empty and was not made by metaq-demo; choose another --dir", abs)
+			return "", fmt.Errorf("demo: %s is not empty and was not made by metaq-demo; choose another -dir", abs)
 		}
 		if err := os.RemoveAll(abs); err != nil {
 			return "", fmt.Errorf("demo: clean %s: %w", abs, err)
@@ -189,7 +189,7 @@ func portsFor(base, i int) (sitePorts, error) {
 	}
 	s := base + 10*i
 	if base < 1024 || s+4 > 65535 {
-		return sitePorts{}, fmt.Errorf("demo: --base-port %d out of range", base)
+		return sitePorts{}, fmt.Errorf("demo: -base-port %d out of range", base)
 	}
 	return sitePorts{s, s + 1, s + 2, s + 3, s + 4, s - 3}, nil
 }
@@ -320,7 +320,7 @@ func (d *demo) startSite(ctx context.Context, s *site, masterAddr, natsURL strin
 	// The bundles live until Close, not until ctx ends: Close stops them in
 	// order (the broker would otherwise also react to ctx on its own).
 	if err := b.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("demo: start site %s (is another demo or broker using its ports? try --base-port 0): %w", s.name, err)
+		return fmt.Errorf("demo: start site %s (is another demo or broker using its ports? try -base-port 0): %w", s.name, err)
 	}
 	s.b = b
 	return nil

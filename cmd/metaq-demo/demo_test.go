@@ -33,12 +33,12 @@ func TestDemoOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := run(ctx, []string{"--once", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "300"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"-once", "-no-netns", "-dir", dir, "-base-port", "0", "-messages", "300"}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	s := out.String()
 	for _, want := range []string{
-		"network namespaces: off (--no-netns); the sites run in this process",
+		"network namespaces: off (-no-netns); the sites run in this process",
 		"[1/5] produced 300 messages to orders at bj",
 		"[2/5] replicated: hf and gz hold bj's",
 		"read 300 messages;",
@@ -82,18 +82,18 @@ func TestDemoOnce(t *testing.T) {
 	}
 	// A second run in the same folder starts clean.
 	out.Reset()
-	if err := run(ctx, []string{"--once", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "10"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"-once", "-no-netns", "-dir", dir, "-base-port", "0", "-messages", "10"}, &out, &errOut); err != nil {
 		t.Fatalf("second run: %v\n%s", err, out.String())
 	}
 	// A folder the demo did not make is refused.
 	other := t.TempDir()
 	os.WriteFile(filepath.Join(other, "keep.txt"), []byte("x"), 0o644)
-	if err := run(ctx, []string{"--once", "--no-netns", "--dir", other, "--base-port", "0"}, &out, &errOut); err == nil {
+	if err := run(ctx, []string{"-once", "-no-netns", "-dir", other, "-base-port", "0"}, &out, &errOut); err == nil {
 		t.Error("the demo used a non-empty folder it did not make")
 	}
 }
 
-// TestDemoInterrupt builds the command, runs it without --once, waits for
+// TestDemoInterrupt builds the command, runs it without -once, waits for
 // the periodic lag lines, sends SIGINT and checks that it exits 0, closes
 // every listener and leaves no process behind.
 func TestDemoInterrupt(t *testing.T) {
@@ -106,7 +106,7 @@ func TestDemoInterrupt(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "demo-data")
 	p := startDemoProc(t, &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}, os.Kill,
-		bin, "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms")
+		bin, "-no-netns", "-dir", dir, "-base-port", "0", "-messages", "50", "-every", "300ms")
 	all := p.waitLag(t, 90*time.Second)
 	var dashes []string
 	for _, m := range dashRE.FindAllStringSubmatch(strings.Join(all, "\n"), -1) {
@@ -127,7 +127,7 @@ func TestDemoInterrupt(t *testing.T) {
 	}
 }
 
-// TestDemoFailover runs the tour with --failover in process and checks
+// TestDemoFailover runs the tour with -failover in process and checks
 // that every failover step ran and held (wantFailover).
 func TestDemoFailover(t *testing.T) {
 	if testing.Short() {
@@ -137,13 +137,13 @@ func TestDemoFailover(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := run(ctx, []string{"--once", "--failover", "--no-netns", "--dir", dir, "--base-port", "0", "--messages", "50"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"-once", "-failover", "-no-netns", "-dir", dir, "-base-port", "0", "-messages", "50"}, &out, &errOut); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	wantFailover(t, out.String(), dir, "bj's bundle stopped without a handover")
 }
 
-// wantFailover checks the --failover steps in a demo's output: no
+// wantFailover checks the -failover steps in a demo's output: no
 // acknowledged message lost in either switchover, hf promoted after bj's
 // loss (lost as lostHow says) with gz following it, and bj back as hf's
 // slave with the messages hf lacks saved aside.

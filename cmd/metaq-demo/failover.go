@@ -16,7 +16,7 @@ import (
 	"metaq/internal/bundle"
 )
 
-// The --failover part of the tour: site failover as an operator runs it,
+// The -failover part of the tour: site failover as an operator runs it,
 // each step checked. ZooKeeper is off, so a demoted master is told whom to
 // follow (-follow) and the producer moves by itself to the site that takes
 // puts.
@@ -39,7 +39,7 @@ type failoverSites interface {
 	confFile(site string) string
 	tailDir(site string) string
 	switchover(ctx context.Context, from, to string) (bundle.SwitchoverReport, error)
-	// promote runs `promote [--force]` at site; a refusal wraps
+	// promote runs `promote [-force]` at site; a refusal wraps
 	// bundle.ErrMasterReachable or bundle.ErrSiblingAhead as promote's does.
 	promote(ctx context.Context, site string, force bool) (bundle.PromoteReport, error)
 	// blockReplication cuts (or restores) site's replication links.
@@ -194,7 +194,7 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 	if _, err := f.fs.promote(ctx, "hf", false); !errors.Is(err, bundle.ErrMasterReachable) {
 		return nil, fail(fmt.Errorf("promote at hf while bj is reachable: %v, want a refusal", err))
 	}
-	f.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without --force\n", f.fs.confFile("hf"))
+	f.printf("      $ metaq-server promote -f %s   (at hf, bj still reachable): refused, as it must be without -force\n", f.fs.confFile("hf"))
 	began := time.Now()
 	f.p.start(ctx)
 	if _, err := f.p.waitAcks(ctx, "bj", began, 20, 30*time.Second); err != nil {
@@ -248,7 +248,7 @@ func (f *failover) loseMaster(ctx context.Context, step int) ([]int, error) {
 	}
 	forced := ""
 	if force {
-		forced = " --force"
+		forced = " -force"
 	}
 	f.printf("      $ metaq-server promote%s -f %s   (at hf, once it lost bj): generation %d in %v, %s\n", forced, f.fs.confFile("hf"), rep.Generation,
 		rep.Took.Round(time.Millisecond), behind)

@@ -24,7 +24,7 @@ import (
 // hf across the WAN), bj's replication is cut by blocking its port on the
 // WAN links, and bj is lost with SIGKILL.
 
-// Failover runs the --failover steps.
+// Failover runs the -failover steps.
 func (n *netnsDemo) Failover(ctx context.Context) error { return runFailover(ctx, n.out, n) }
 
 func (n *netnsDemo) newProducer() *ackProducer {
@@ -176,7 +176,7 @@ func (n *netnsDemo) kill(site string) (string, error) {
 func (n *netnsDemo) startSlave(ctx context.Context, site, props string) error {
 	s := n.site(site)
 	c, err := n.spawn(s.ns, "site "+site, filepath.Join(s.dir, "bundle-slave.log"),
-		n.binPath(), "start", "slave", "-s", props, "-f", n.confFile(site), "--foreground")
+		n.binPath(), "start", "slave", "-s", props, "-f", n.confFile(site), "-foreground")
 	if err != nil {
 		return err
 	}

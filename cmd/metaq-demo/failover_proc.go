@@ -20,7 +20,7 @@ import (
 // crosses the emulated WAN through the relay its destination advertises
 // ([replication] advertise), so cutting bj's relay cuts bj's replication.
 
-// Failover runs the --failover steps.
+// Failover runs the -failover steps.
 func (d *demo) Failover(ctx context.Context) error { return runFailover(ctx, d.out, d) }
 
 func (d *demo) newProducer() *ackProducer {

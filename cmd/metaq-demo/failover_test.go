@@ -25,7 +25,7 @@ type fakeSites struct {
 	staysMaster bool
 	// promoteWhileReachable: promote succeeds although bj is reachable.
 	promoteWhileReachable bool
-	// siblingAhead: once bj is lost, promote without --force is refused
+	// siblingAhead: once bj is lost, promote without -force is refused
 	// because gz holds more of bj's log.
 	siblingAhead bool
 	lost         bool
@@ -67,7 +67,7 @@ func (f *fakeSites) promote(_ context.Context, site string, force bool) (bundle.
 	defer f.mu.Unlock()
 	switch {
 	case f.lost && f.siblingAhead && !force:
-		return bundle.PromoteReport{}, fmt.Errorf("promote: %w: gz holds more; promote that site, or use --force", bundle.ErrSiblingAhead)
+		return bundle.PromoteReport{}, fmt.Errorf("promote: %w: gz holds more; promote that site, or use -force", bundle.ErrSiblingAhead)
 	case f.lost || f.promoteWhileReachable:
 		f.master = site
 		return bundle.PromoteReport{Generation: 3}, nil
@@ -118,7 +118,7 @@ func TestFailoverFailsLoudly(t *testing.T) {
 		{"an acknowledged message lost", &fakeSites{master: "bj", lose: 5}, "failover step 1: hf lacks 1 acknowledged messages: 5"},
 		{"the old master still takes puts", &fakeSites{master: "bj", lose: -1, staysMaster: true}, "failover step 1: bj is not a slave of hf"},
 		{"promote while bj is reachable", &fakeSites{master: "bj", lose: -1, promoteWhileReachable: true}, "failover step 3: promote at hf while bj is reachable"},
-		// Refused because gz is ahead, hf is promoted with --force; the
+		// Refused because gz is ahead, hf is promoted with -force; the
 		// imitation then holds every message, which the demo rejects.
 		{"nothing lost when bj was cut off", &fakeSites{master: "bj", lose: -1, siblingAhead: true}, "failover step 3: hf holds every message bj acknowledged while cut off"},
 	} {
@@ -132,7 +132,7 @@ func TestFailoverFailsLoudly(t *testing.T) {
 				t.Fatalf("the demo waited for its deadline instead of failing: %v", err)
 			}
 			if tc.sites.siblingAhead && !strings.Contains(out.String(), "refused: "+bundle.ErrSiblingAhead.Error()+": gz holds more") ||
-				tc.sites.siblingAhead && !strings.Contains(out.String(), "$ metaq-server promote --force -f") {
+				tc.sites.siblingAhead && !strings.Contains(out.String(), "$ metaq-server promote -force -f") {
 				t.Errorf("the refusal and the forced promotion are not shown:\n%s", out.String())
 			}
 		})

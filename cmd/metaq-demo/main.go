@@ -5,10 +5,10 @@
 // emulated WAN (30 ms each way) between the sites.
 //
 //	go run ./cmd/metaq-demo            # run the tour, then keep running; Ctrl-C stops
-//	go run ./cmd/metaq-demo --once     # run the tour and exit
-//	go run ./cmd/metaq-demo --once --failover   # then site failover, step by step
+//	go run ./cmd/metaq-demo -once     # run the tour and exit
+//	go run ./cmd/metaq-demo -once -failover   # then site failover, step by step
 //
-// --failover adds, after the tour, what an operator runs when a site is
+// -failover adds, after the tour, what an operator runs when a site is
 // lost (failover.go): a switchover to hf and back with a producer running,
 // the loss of bj with hf promoted, and bj's return as a slave of hf with
 // its unreplicated tail saved aside; every step checks what it prints. In
@@ -17,18 +17,18 @@
 //
 // It needs nothing installed: ZooKeeper is off (the slaves find the master
 // by masterAddress) and bj runs an embedded NATS server for configsync.
-// Every site's config set is written under --dir (default ./demo-data), and
+// Every site's config set is written under -dir (default ./demo-data), and
 // each bundle logs to <dir>/<site>/bundle.log.
 //
 // Run as root with `ip netns` (and tc for the rate cap), the demo puts
 // each site in its own network namespace instead (198.18.0.1-3, joined by
 // links with 30 ms one-way delay and a 50 Mbit/s cap), runs each bundle as
 // a metaq-server child process, and forwards the dashboards to 127.0.0.1.
-// --no-netns keeps the in-process mode; the demo says why when it falls
+// -no-netns keeps the in-process mode; the demo says why when it falls
 // back to it. The children die with the demo even when it is killed
 // (parent-death signal), and so do the WAN relays (internal/wan, in the
 // demo's own process); namespaces left by a killed demo are removed by the
-// next start in the same --dir.
+// next start in the same -dir.
 package main
 
 import (
@@ -68,7 +68,7 @@ func main() {
 	}
 }
 
-// run parses flags, starts the sites, runs the tour and, unless --once,
+// run parses flags, starts the sites, runs the tour and, unless -once,
 // keeps printing the lag report until ctx ends. Everything it started is
 // stopped before it returns.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	if _, err := strconv.ParseFloat(o.Loss, 64); err != nil {
-		return fmt.Errorf("--loss %q: a percentage such as 0 or 0.5", o.Loss)
+		return fmt.Errorf("-loss %q: a percentage such as 0 or 0.5", o.Loss)
 	}
 	var d runner
 	if ns, why := netnsUsable(o); ns {
@@ -149,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 // runner is a started demo: in process or in network namespaces.
 type runner interface {
 	Tour(ctx context.Context) error
-	// Failover runs the --failover steps after the tour.
+	// Failover runs the -failover steps after the tour.
 	Failover(ctx context.Context) error
 	Follow(ctx context.Context)
 	Close() error

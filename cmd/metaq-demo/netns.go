@@ -53,7 +53,7 @@ const staleFile = ".metaq-demo-netns"
 // netnsUsable says whether the netns mode can run, and why not.
 func netnsUsable(o Options) (bool, string) {
 	if o.NoNetns {
-		return false, "--no-netns"
+		return false, "-no-netns"
 	}
 	if runtime.GOOS != "linux" {
 		return false, "network namespaces need Linux"
@@ -68,10 +68,10 @@ func netnsUsable(o Options) (bool, string) {
 		return false, "no /dev/net/tun for the WAN links"
 	}
 	if _, err := exec.LookPath("tc"); err != nil && o.Rate != "" && o.Rate != "0" {
-		return false, "no tc command for the links' rate cap (or use --rate 0)"
+		return false, "no tc command for the links' rate cap (or use -rate 0)"
 	}
 	if o.ServerBin == "" && moduleRoot() == "" {
-		return false, "not inside the metaq module, so metaq-server cannot be built; set --server-bin"
+		return false, "not inside the metaq module, so metaq-server cannot be built; set -server-bin"
 	}
 	return true, ""
 }
@@ -126,7 +126,7 @@ type netnsDemo struct {
 	shared  []byte
 	nats    *child
 	trickle *child
-	// master is the site that takes puts: bj until --failover moves it.
+	// master is the site that takes puts: bj until -failover moves it.
 	master string
 
 	mu       sync.Mutex
@@ -316,7 +316,7 @@ func (n *netnsDemo) startSite(s *nsSite, natsURL string) error {
 	if err := writeReplicationKey(conf); err != nil {
 		return err
 	}
-	args = append(args, "-f", filepath.Join(conf, "server.ini"), "--foreground")
+	args = append(args, "-f", filepath.Join(conf, "server.ini"), "-foreground")
 	c, err := n.spawn(s.ns, "site "+s.name, filepath.Join(s.dir, "bundle.log"), args...)
 	if err != nil {
 		return err
@@ -424,7 +424,7 @@ func (n *netnsDemo) roundTrip(ctx context.Context, from, to *nsSite) (time.Durat
 func (n *netnsDemo) forward(s *nsSite, port int) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("demo: dashboard forwarder for %s (try --base-port 0): %w", s.name, err)
+		return fmt.Errorf("demo: dashboard forwarder for %s (try -base-port 0): %w", s.name, err)
 	}
 	s.fwd = ln
 	dial := nsDial(s.ns)

@@ -73,7 +73,7 @@ func TestDemoNetnsOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"--once", "--dir", dir, "--base-port", "0", "--messages", "300"}, &out, &errOut)
+	err := run(ctx, []string{"-once", "-dir", dir, "-base-port", "0", "-messages", "300"}, &out, &errOut)
 	s := out.String()
 	m := prefixRE.FindStringSubmatch(s)
 	if m == nil {
@@ -133,7 +133,7 @@ func TestDemoNetnsOnce(t *testing.T) {
 	}
 }
 
-// TestDemoNetnsFailover runs --failover with the sites in network
+// TestDemoNetnsFailover runs -failover with the sites in network
 // namespaces: the operator's commands run as metaq-server inside them, bj's
 // replication port is cut on the WAN links and bj is killed with SIGKILL;
 // every step must hold (wantFailover), and nothing is left afterwards.
@@ -146,7 +146,7 @@ func TestDemoNetnsFailover(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	err := run(ctx, []string{"--once", "--failover", "--dir", dir, "--base-port", "0", "--messages", "50"}, &out, &errOut)
+	err := run(ctx, []string{"-once", "-failover", "-dir", dir, "-base-port", "0", "-messages", "50"}, &out, &errOut)
 	s := out.String()
 	m := prefixRE.FindStringSubmatch(s)
 	if m == nil {
@@ -164,7 +164,7 @@ func TestDemoNetnsFailover(t *testing.T) {
 	checkGone(t, m[1], pids)
 }
 
-// TestDemoNetnsSignal runs the built demo in netns mode without --once:
+// TestDemoNetnsSignal runs the built demo in netns mode without -once:
 // the dashboards answer through the forwarders while it runs, SIGTERM ends
 // it with status 0 and nothing of it is left. Then a demo killed with
 // SIGKILL takes its bundles with it (parent-death signal), and the next
@@ -186,7 +186,7 @@ func TestDemoNetnsSignal(t *testing.T) {
 	dir := filepath.Join(tmp, "demo-data")
 	start := func() *demoProc {
 		return startDemoProc(t, &syscall.SysProcAttr{Setpgid: true}, syscall.SIGTERM,
-			bin, "--dir", dir, "--base-port", "0", "--messages", "50", "--every", "300ms", "--server-bin", server)
+			bin, "-dir", dir, "-base-port", "0", "-messages", "50", "-every", "300ms", "-server-bin", server)
 	}
 
 	p := start()

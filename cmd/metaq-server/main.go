@@ -1,7 +1,7 @@
 // Command metaq-server runs and operates a broker bundle, with the commands
 // of MetaQ's bin/metaServer.sh (see metaServer.sh in broker/wire/doc.go):
 //
-//	metaq-server start [slave|samsa|gregor] -f server.ini [-s props] [--foreground]
+//	metaq-server start [slave|samsa|gregor] -f server.ini [-s props] [-foreground]
 //	metaq-server stop|restart|status|reload -f server.ini
 //	metaq-server stats [-item X] -f server.ini
 //	metaq-server slave-status -f server.ini
@@ -44,11 +44,11 @@ import (
 const usage = `usage: metaq-server <command> [arguments]
 
 commands:
-  start [slave|samsa|gregor] -f server.ini [-s file] [--foreground]
+  start [slave|samsa|gregor] -f server.ini [-s file] [-foreground]
   stop | restart | status | reload        -f server.ini
   stats [-item X]                         -f server.ini
   slave-status                            -f server.ini
-  promote [--force] [--wait]              -f server.ini (at a slave site: become master; refused while the master is alive)
+  promote [-force] [-wait]              -f server.ini (at a slave site: become master; refused while the master is alive)
   unreplicated [-publish [-brokers h:p]]  -f server.ini (records a former master cut and saved aside)
   switchover -to <slave> [-follow addr]   -f server.ini (at any site: the master hands over to a slave, nothing lost, then follows it)
   role [-clear]                           -f server.ini (the role a failover gave this site, which overrides start; -clear: server stopped)
@@ -634,11 +634,11 @@ func adminCall(ctx context.Context, c *common, method, path string, q url.Values
 }
 
 // refuseUnknown is the start check on unknown keys and sections (the bundle
-// makes it again): refused unless --allow-unknown, or the file is the
+// makes it again): refused unless -allow-unknown, or the file is the
 // version configsync applied here.
 func refuseUnknown(c *common, cfg *config.Server, warnings []config.Warning) error {
 	if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk && !configsync.AppliedHere(c.config, cfg.Raw) {
-		return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to run it anyway)", err)
+		return fmt.Errorf("%w\n(fix the file, or pass -allow-unknown to run it anyway)", err)
 	}
 	return nil
 }
@@ -652,7 +652,7 @@ func check(c *common) error {
 		return err
 	}
 	if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk {
-		return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to accept it)", err)
+		return fmt.Errorf("%w\n(fix the file, or pass -allow-unknown to accept it)", err)
 	}
 	// The key file is read at start; a missing or readable-by-all one would
 	// stop the bundle there.
@@ -669,7 +669,7 @@ func check(c *common) error {
 			return err
 		}
 		if err := config.CheckUnknown(warnings); err != nil && !c.allowUnk {
-			return fmt.Errorf("%w\n(fix the file, or pass --allow-unknown to accept it)", err)
+			return fmt.Errorf("%w\n(fix the file, or pass -allow-unknown to accept it)", err)
 		}
 	}
 	return config.Describe(os.Stdout, cfg, slave)

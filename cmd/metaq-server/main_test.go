@@ -432,7 +432,7 @@ func TestMetaServerInvocations(t *testing.T) {
 	for _, args := range [][]string{
 		{"check"},
 		{"check", "-f", filepath.Join(dir, "server.ini"), "-s", filepath.Join(dir, "async_slave.properties")},
-		{"stats", "--item", "slave", "-f", filepath.Join(dir, "server.ini")},
+		{"stats", "-item", "slave", "-f", filepath.Join(dir, "server.ini")},
 		{"query", "-f", filepath.Join(dir, "server.ini"), "-group", "g", "-topic", "t"},
 		{"slave-status"},
 	} {
@@ -450,20 +450,20 @@ func TestMetaServerInvocations(t *testing.T) {
 
 // TestUnknownKeysRefused: a misspelt key or section stops check and start
 // (MetaQ stops at an unknown key too; a typo must not silently drop a
-// setting), with the "did you mean"; --allow-unknown carries on.
+// setting), with the "did you mean"; -allow-unknown carries on.
 func TestUnknownKeysRefused(t *testing.T) {
 	s := newServer(t, "", "[topic=orders]\nnumPartitions=1\nminSyncSite=1\n\n[replicaton]\nstuckAfterMs=1000\n")
 	code, _, errOut := cli(t, "check", "-f", s.ini)
 	if code == 0 {
 		t.Fatal("check of a file with unknown keys exited 0")
 	}
-	for _, want := range []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `[replicaton]`, `did you mean [replication]`, "--allow-unknown"} {
+	for _, want := range []string{`minSyncSite: unknown key`, `did you mean "minSyncSites"`, `[replicaton]`, `did you mean [replication]`, "-allow-unknown"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("check error lacks %q:\n%s", want, errOut)
 		}
 	}
-	if code, _, errOut := cli(t, "check", "--allow-unknown", "-f", s.ini); code != 0 {
-		t.Errorf("check --allow-unknown: exit %d %s", code, errOut)
+	if code, _, errOut := cli(t, "check", "-allow-unknown", "-f", s.ini); code != 0 {
+		t.Errorf("check -allow-unknown: exit %d %s", code, errOut)
 	}
 	code, out, errOut := cli(t, "start", "-f", s.ini)
 	if code == 0 {
@@ -477,13 +477,13 @@ func TestUnknownKeysRefused(t *testing.T) {
 		t.Error("a refused start left a pid file")
 	}
 	// In the foreground the bundle itself refuses.
-	code, _, errOut = cli(t, "start", "--foreground", "-admin", "off", "-f", s.ini)
+	code, _, errOut = cli(t, "start", "-foreground", "-admin", "off", "-f", s.ini)
 	if code == 0 || !strings.Contains(errOut, `did you mean [replication]`) {
 		t.Errorf("foreground start: exit %d\n%s", code, errOut)
 	}
-	code, out, errOut = cli(t, "start", "--allow-unknown", "-f", s.ini)
+	code, out, errOut = cli(t, "start", "-allow-unknown", "-f", s.ini)
 	if code != 0 {
-		t.Fatalf("start --allow-unknown: exit %d\n%s%s", code, out, errOut)
+		t.Fatalf("start -allow-unknown: exit %d\n%s%s", code, out, errOut)
 	}
 	pid := s.pid(t)
 	t.Cleanup(func() {

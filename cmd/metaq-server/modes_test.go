@@ -1,7 +1,7 @@
 package main
 
 // Tests of the start modes and process control driven through the binary:
-// restart, --foreground with SIGHUP and SIGTERM, an async slave started from
+// restart, -foreground with SIGHUP and SIGTERM, an async slave started from
 // the command line against a master, and the synchronous pair (samsa master
 // and gregor slave).
 
@@ -221,7 +221,7 @@ func TestForeground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "--foreground")
+	cmd := exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "-foreground")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 
 // init registers `metaq lag`: it asks a bundle's dashboard endpoint for the lag
 // report (/lag, served by topology.Handler) and prints one row per slave
-// group and per consumer group, or the JSON document with --json.
+// group and per consumer group, or the JSON document with -json.
 func init() {
 	commands["lag"] = command{
 		summary: "replication and consumer-group lag per site, from a bundle's /lag",

@@ -76,8 +76,8 @@ func TestLagTable(t *testing.T) {
 func TestLagJSONAndToken(t *testing.T) {
 	addr := startLagBundle(t, "s3cret")
 	var out, errw bytes.Buffer
-	if err := lagCommand(context.Background(), []string{"--addr", "http://" + addr, "--json", "--token", "s3cret"}, &out, &errw, nil); err != nil {
-		t.Fatalf("lag --json: %v", err)
+	if err := lagCommand(context.Background(), []string{"-addr", "http://" + addr, "-json", "-token", "s3cret"}, &out, &errw, nil); err != nil {
+		t.Fatalf("lag -json: %v", err)
 	}
 	var doc topology.LagDocument
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
@@ -87,7 +87,7 @@ func TestLagJSONAndToken(t *testing.T) {
 		len(doc.Consumers) != 1 || doc.Consumers[0].Bytes != 3000 {
 		t.Fatalf("document: %+v", doc)
 	}
-	err := lagCommand(context.Background(), []string{"--addr", addr, "--token", "wrong"}, &out, &errw, nil)
+	err := lagCommand(context.Background(), []string{"-addr", addr, "-token", "wrong"}, &out, &errw, nil)
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong token: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 // while another site was promoted answers 503 (retriable) from the moment
 // it runs again until a read shows its generation is still the current
 // one; a read that shows a newer one makes it step down. The bound is
-// below the ZooKeeper session timeout, which a promotion without --force
+// below the ZooKeeper session timeout, which a promotion without -force
 // waits out: a master paused long enough to be replaced never finds its
 // last confirmation fresh.
 

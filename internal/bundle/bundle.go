@@ -85,7 +85,7 @@ func New(opts Options) (*Bundle, error) {
 		b.log.Warn("CONFIG: " + w.String())
 	}
 	if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown && !configsync.AppliedHere(opts.ConfigPath, cfg.Raw) {
-		return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
+		return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with -allow-unknown to run it anyway)", err)
 	}
 	cfg.System.MoveData(opts.DataPath)
 	if opts.Adjust != nil {
@@ -102,7 +102,7 @@ func New(opts Options) (*Bundle, error) {
 			b.log.Warn("CONFIG: " + w.String())
 		}
 		if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown {
-			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
+			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with -allow-unknown to run it anyway)", err)
 		}
 		b.Slave = sl
 	case ModeSamsa:
@@ -114,7 +114,7 @@ func New(opts Options) (*Bundle, error) {
 			b.log.Warn("CONFIG: " + w.String())
 		}
 		if err := config.CheckUnknown(warnings); err != nil && !opts.AllowUnknown {
-			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with --allow-unknown to run it anyway)", err)
+			return nil, fmt.Errorf("bundle: %w\n(fix the file, or start with -allow-unknown to run it anyway)", err)
 		}
 		b.Samsa = sa
 	}

@@ -13,7 +13,7 @@ import (
 
 // TestPromoteFencesADeadMastersSession: with deploy/'s
 // zk.zkSessionTimeoutMs=30000, bj is killed (its ZooKeeper session, and
-// its master node, outlive it for 30 s). `promote` without --force at hf
+// its master node, outlive it for 30 s). `promote` without -force at hf
 // succeeds well before the session expires (goal: 10 s), keeping its checks: the link is down,
 // gossip declared bj down and bj has been silent for longer than a master
 // acknowledges without confirming its generation, so the session is a dead
@@ -57,7 +57,7 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("promote without --force still refused %v after the kill: %v", time.Since(killed), err)
+		t.Fatalf("promote without -force still refused %v after the kill: %v", time.Since(killed), err)
 	}
 	took := time.Since(killed)
 	t.Logf("hf promoted %v after bj's kill (fenced session %s, waited %v)", took, rep.FencedSession, rep.Waited)
@@ -79,7 +79,7 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 
 // TestPromoteWaitWaitsForTheSession: without gossip nothing but the
 // session's expiry tells that a killed master is gone: promote refuses and
-// says so, and promote --wait waits for the session and reports how long.
+// says so, and promote -wait waits for the session and reports how long.
 func TestPromoteWaitWaitsForTheSession(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
@@ -103,16 +103,16 @@ func TestPromoteWaitWaitsForTheSession(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := hf.Promote(ctx, false); err == nil || !strings.Contains(err.Error(), "gossip is off") || !strings.Contains(err.Error(), "promote --wait") {
-		t.Fatalf("promote without gossip while the session lives: %v, want a refusal naming gossip and --wait", err)
+	if _, err := hf.Promote(ctx, false); err == nil || !strings.Contains(err.Error(), "gossip is off") || !strings.Contains(err.Error(), "promote -wait") {
+		t.Fatalf("promote without gossip while the session lives: %v, want a refusal naming gossip and -wait", err)
 	}
 	rep, err := hf.PromoteWith(ctx, PromoteOptions{Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Waited < time.Second || rep.FencedSession != "" {
-		t.Fatalf("promote --wait waited %v (fenced %q), want it to wait for the session", rep.Waited, rep.FencedSession)
+		t.Fatalf("promote -wait waited %v (fenced %q), want it to wait for the session", rep.Waited, rep.FencedSession)
 	}
-	t.Logf("promote --wait waited %v for the killed master's session", rep.Waited)
+	t.Logf("promote -wait waited %v for the killed master's session", rep.Waited)
 	produce(t, hf.Broker.Addr().String(), "orders", 5, "hf")
 }

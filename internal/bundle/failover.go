@@ -241,19 +241,19 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 			case ok:
 				fenceSession = heldBy
 			case o.Wait:
-				b.log.Warn("FAILOVER: the master node is held by a live session that is not known to be a dead master's; promote --wait waits for it to expire",
+				b.log.Warn("FAILOVER: the master node is held by a live session that is not known to be a dead master's; promote -wait waits for it to expire",
 					"path", path, "owner", fmt.Sprintf("0x%x", heldBy), "why", why, "maxWait", b.Config().ZooKeeper.SessionTimeout)
 			default:
 				ev = append(ev, fmt.Sprintf("this site's ZooKeeper has the master node %s held by a live session (0x%x), not known to be a dead master's: %s; "+
-					"promote --wait waits for that session to expire (up to zk.zkSessionTimeoutMs, %v)", path, heldBy, why, b.Config().ZooKeeper.SessionTimeout))
+					"promote -wait waits for that session to expire (up to zk.zkSessionTimeoutMs, %v)", path, heldBy, why, b.Config().ZooKeeper.SessionTimeout))
 			}
 		}
 		if len(ev) > 0 {
-			return PromoteReport{}, fmt.Errorf("promote: %w: %s; stop it first or use --force", ErrMasterReachable, strings.Join(ev, "; "))
+			return PromoteReport{}, fmt.Errorf("promote: %w: %s; stop it first or use -force", ErrMasterReachable, strings.Join(ev, "; "))
 		}
 	}
 	if why := b.siblingAhead(st.AppliedPos); why != "" && !force {
-		return PromoteReport{}, fmt.Errorf("promote: %w: %s; promote that site, or use --force (what only it holds is then cut there and saved aside)", ErrSiblingAhead, why)
+		return PromoteReport{}, fmt.Errorf("promote: %w: %s; promote that site, or use -force (what only it holds is then cut there and saved aside)", ErrSiblingAhead, why)
 	}
 	rep := PromoteReport{Forced: force, MasterPos: st.MasterPos, AppliedPos: st.AppliedPos,
 		BehindBytes: max(0, st.MasterPos-st.AppliedPos)}
@@ -388,7 +388,7 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 	}
 	gen, err := raise(ctx, b.Config().System.BrokerID, known)
 	if errors.Is(err, registry.ErrGenerationMoved) {
-		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use --force to override)", err)
+		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use -force to override)", err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("promote: raise the generation in ZooKeeper: %w", err)

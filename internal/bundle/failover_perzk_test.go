@@ -329,7 +329,7 @@ func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
 }
 
 // TestForcedPromotionPerSiteZooKeeper: with one ensemble per site, `promote
-// --force` at hf while bj is alive does not wait on bj's registration
+// -force` at hf while bj is alive does not wait on bj's registration
 // mirrored into hf's ensemble: bj learns the newer generation, steps down
 // (it refuses puts) and removes its mirror, and hf registers as master in
 // its own ensemble; the generation is raised in bj's ensemble too.

@@ -17,7 +17,7 @@ import (
 )
 
 // TestKilledMasterRestartedByUnitCommandJoinsAsSlave: bj, the master, is
-// killed; gz is promoted (--force, README "Losing a site" step 2); bj comes
+// killed; gz is promoted (-force, README "Losing a site" step 2); bj comes
 // back with its unit's unchanged command (`start -f server.ini`, master
 // role, no role recorded: it never stepped down). It reads the generation
 // before it touches a znode and starts as a slave of gz: at no time does

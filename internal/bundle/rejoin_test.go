@@ -213,7 +213,7 @@ func rejoinAfterFailover(t *testing.T, zk string) {
 		}
 		return nil
 	})
-	// --force: gz, cut at the same moment, may hold a few records more than
+	// -force: gz, cut at the same moment, may hold a few records more than
 	// hf (a plain promote then names gz); whatever only gz holds is cut
 	// there and saved aside when it follows hf.
 	rep, err := hf.Promote(context.Background(), true)

@@ -166,7 +166,7 @@ func TestRestartKeepsRunTimeRolesGossip(t *testing.T) {
 	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
 	cutLink(t, toHF, hf)
 	produce(t, bj.Broker.Addr().String(), "orders", 6, "bj-unreplicated")
-	// --force: gossip still has bj alive; only its replication link is cut.
+	// -force: gossip still has bj alive; only its replication link is cut.
 	if _, err := hf.Promote(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}

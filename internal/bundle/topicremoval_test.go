@@ -115,7 +115,7 @@ func TestTopicRemovalThroughConfigsync(t *testing.T) {
 	if !errors.Is(err, configsync.ErrTopicRemoval) {
 		t.Fatalf("push removing payments without the flag: %v, want ErrTopicRemoval", err)
 	}
-	for _, want := range []string{"payments holds 7 messages at bj", "7 messages at hf", "--allow-topic-removal"} {
+	for _, want := range []string{"payments holds 7 messages at bj", "7 messages at hf", "-allow-topic-removal"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
