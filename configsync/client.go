@@ -571,7 +571,9 @@ func (c *Client) topicCounts(ctx context.Context, sites []string, wait time.Dura
 			return out
 		case m := <-answers:
 			var res Result
-			if json.Unmarshal(m.Data, &res) == nil && res.TopicMessages != nil && slices.Contains(sites, res.Site) {
+			// A site with no topics (or no counts) answers with none: an
+			// answer all the same, not a reason to wait out the timeout.
+			if json.Unmarshal(m.Data, &res) == nil && slices.Contains(sites, res.Site) {
 				out[res.Site] = res.TopicMessages
 			}
 		}
