@@ -130,6 +130,7 @@ func TestCommandLine(t *testing.T) {
 		{"metaq", "produce", "-topic", "t", "extra"},
 		{"metaq", "lag", "extra"},
 		{"metaq-server", "status", "extra"},
+		{"metaq-server", "start", "slaev"},
 		{"metaq-server", "nosuchcommand"},
 		{"configsync", "status", "extra"},
 		{"configsync", "keygen", "-o", "k", "extra"},

@@ -272,6 +272,10 @@ func run(cmd string, args []string) error {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			mode, args = args[0], args[1:]
 		}
+		if _, err := bundle.ParseMode(mode); err != nil {
+			fmt.Fprintf(os.Stderr, "metaq-server %s: %v\n", cmd, err)
+			return cmdline.UsageError{Err: err}
+		}
 	}
 	if err := cmdline.Parse(c.fs, args, false, os.Stdout, os.Stderr); err != nil {
 		if errors.As(err, new(cmdline.UsageError)) && c.fs.NArg() > 0 {
