@@ -83,6 +83,27 @@ func (b *Broker) RefuseWrites(holder string, r Refusal) {
 	b.log.Warn("BROKER: refusing client writes", "holder", holder, "reason", r.Reason, "retry", r.Retry)
 }
 
+// UpdateRefusal replaces holder's refusal with r only while holder still
+// refuses writes, and reports whether it did: a refusal that names
+// something that changes (the master a replica follows) is kept current
+// without the risk of refusing writes again after AllowWrites.
+func (b *Broker) UpdateRefusal(holder string, r Refusal) bool {
+	g := &b.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old, ok := g.holders[holder]
+	if !ok {
+		return false
+	}
+	if old == r {
+		return true
+	}
+	g.holders[holder] = r
+	g.updateLocked()
+	b.log.Info("BROKER: refusal updated", "holder", holder, "reason", r.Reason, "retry", r.Retry)
+	return true
+}
+
 // AllowWrites withdraws holder's refusal; writes pass again once no holder
 // refuses them.
 func (b *Broker) AllowWrites(holder string) {

@@ -71,3 +71,23 @@ func TestWriteGate(t *testing.T) {
 		t.Fatalf("StoreValidated: %v", err)
 	}
 }
+
+// TestUpdateRefusal: UpdateRefusal rewrites a refusal in place, and never
+// brings back one that was withdrawn.
+func TestUpdateRefusal(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	if brk.UpdateRefusal("replica", Refusal{Reason: "slave of a"}) || brk.WriteRefusal() != nil {
+		t.Fatal("UpdateRefusal refused writes for a holder that refused none")
+	}
+	brk.RefuseWrites("replica", Refusal{Reason: "slave of a"})
+	if !brk.UpdateRefusal("replica", Refusal{Reason: "slave of b"}) {
+		t.Fatal("UpdateRefusal did not update a refusal in place")
+	}
+	if r := brk.WriteRefusal(); r == nil || r.Reason != "slave of b" {
+		t.Fatalf("refusal after the update: %+v", r)
+	}
+	brk.AllowWrites("replica")
+	if brk.UpdateRefusal("replica", Refusal{Reason: "slave of c"}) || brk.WriteRefusal() != nil {
+		t.Fatalf("UpdateRefusal brought back a withdrawn refusal: %+v", brk.WriteRefusal())
+	}
+}

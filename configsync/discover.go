@@ -25,6 +25,16 @@ func RecordNATS(ctx context.Context, reg *registry.Registry, name, url string) e
 	return nil
 }
 
+// ForgetNATS removes the record RecordNATS wrote under name (a bundle whose
+// role changed records itself under its new name); a missing one is not an
+// error.
+func ForgetNATS(ctx context.Context, reg *registry.Registry, name string) error {
+	if err := reg.Delete(ctx, natsDir(reg.Paths().Root)+"/"+name); err != nil && !errors.Is(err, registry.ErrNoNode) {
+		return fmt.Errorf("configsync: forget NATS record %s: %w", name, err)
+	}
+	return nil
+}
+
 // RecordedNATS returns the distinct NATS urls bundles recorded under reg's
 // root, comma-joined (the form nats.Connect takes), "" when there are none.
 func RecordedNATS(ctx context.Context, reg *registry.Registry) (string, error) {

@@ -29,22 +29,57 @@ type Report struct {
 }
 
 // Reports returns the lag of every slave group in the pool, sorted by broker
-// id and slave group. Figures come from each master's gossiped summary; on
-// the master's own bundle they come fresh from its LagSource with partition
-// detail. A group is down when its master says it is not connected, when the
-// slave's bundle or the master's is down, or when no slave with its id is in
-// the pool.
+// id and slave group. Figures come from the gossiped summary of each broker
+// id's current master (reportingMasters); on that master's own bundle they
+// come fresh from its LagSource with partition detail. A group is down when
+// its master says it is not connected, when the slave's bundle or the
+// master's is down, or when no slave with its id is in the pool.
 func (t *Topology) Reports() []Report {
 	members := t.Members()
 	var local []georeplicator.GroupLag
-	if t.opts.Role == RoleMaster && t.opts.Lag != nil {
+	if t.role() == RoleMaster && t.opts.Lag != nil {
 		local = t.opts.Lag.Lag()
 	}
 	return buildReports(members, t.opts.Name, local, t.opts.LaggingAfter)
 }
 
+// role is what this bundle is now: the Mastership source's answer (a
+// promotion or a demotion changes it), else the role it started with.
+func (t *Topology) role() Role {
+	if t.opts.Mastership != nil {
+		return t.opts.Mastership.Mastership().Role
+	}
+	return t.opts.Role
+}
+
+// reportingMasters picks, per broker id, the master whose lag figures stand:
+// the one of the highest generation, a live one before a suspect one before
+// a down one. After a failover the old master's last gossip (down, or not
+// yet demoted) still lists the slave groups it had; those groups are gone,
+// and listing them beside the new master's would show every group twice
+// and the old ones as down.
+func reportingMasters(members []Member) map[int]string {
+	best := map[int]Member{}
+	for _, m := range members {
+		if m.Meta.Role != RoleMaster {
+			continue
+		}
+		b, ok := best[m.Meta.BrokerID]
+		if !ok || m.Meta.Generation > b.Meta.Generation ||
+			m.Meta.Generation == b.Meta.Generation && m.State > b.State {
+			best[m.Meta.BrokerID] = m
+		}
+	}
+	out := make(map[int]string, len(best))
+	for id, m := range best {
+		out[id] = m.Name
+	}
+	return out
+}
+
 func buildReports(members []Member, localName string, local []georeplicator.GroupLag, laggingAfter time.Duration) []Report {
 	type key struct{ broker, slave int }
+	reporting := reportingMasters(members)
 	slaves := map[key]Member{}
 	for _, m := range members {
 		if m.Meta.Role != RoleSlave {
@@ -58,7 +93,7 @@ func buildReports(members []Member, localName string, local []georeplicator.Grou
 	var out []Report
 	covered := map[key]bool{}
 	for _, m := range members {
-		if m.Meta.Role != RoleMaster {
+		if m.Meta.Role != RoleMaster || reporting[m.Meta.BrokerID] != m.Name {
 			continue
 		}
 		summaries := m.Meta.Lag
@@ -134,7 +169,7 @@ type ConsumerLagReport struct {
 // of its own broker id when it is the master, from the LagSource. Offsets come
 // from src. Partitions without an end offset are left out.
 func (t *Topology) ConsumerLag(ctx context.Context, src OffsetSource) ([]ConsumerLagReport, error) {
-	if src == nil || t.opts.Role != RoleMaster || t.opts.Lag == nil {
+	if src == nil || t.role() != RoleMaster || t.opts.Lag == nil {
 		return nil, nil
 	}
 	offs, err := src.ConsumerOffsets(ctx)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +172,37 @@ func TestCollector(t *testing.T) {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
+	}
+}
+
+// TestReportsAfterFailover: after hf was promoted (generation 1) the old
+// master bj's last gossip (down) still lists the groups it had; only the
+// current master's groups are reported, each once, none of bj's as down.
+func TestReportsAfterFailover(t *testing.T) {
+	group := func(name string, id int, st LagState) LagSummary {
+		return LagSummary{SlaveGroup: name, SlaveID: id, Partitions: 2, State: st, Behind: 421 * time.Second}
+	}
+	members := []Member{
+		{Name: "bj-0-m", State: StateDown, Meta: Meta{Site: "bj", Role: RoleMaster, SlaveID: -1,
+			Lag: []LagSummary{group("meta-slave-group-hf", 1, LagOK), group("meta-slave-group-gz", 2, LagOK)}}},
+		{Name: "hf-0-s1", State: StateAlive, Meta: Meta{Site: "hf", Role: RoleMaster, SlaveID: -1, Generation: 1,
+			Lag: []LagSummary{group("meta-slave-group-gz", 2, LagOK), group("meta-slave-group-bj", 3, LagOK)}}},
+		{Name: "gz-0-s2", State: StateAlive, Meta: Meta{Site: "gz", Role: RoleSlave, SlaveID: 2, Generation: 1}},
+		{Name: "bj-0-s3", State: StateAlive, Meta: Meta{Site: "bj", Role: RoleSlave, SlaveID: 3, Generation: 1}},
+	}
+	got := buildReports(members, "gz-0-s2", nil, time.Minute)
+	var rows []string
+	for _, r := range got {
+		rows = append(rows, fmt.Sprintf("%s@%s from %s: %s", r.SlaveGroup, r.Site, r.MasterSite, r.State))
+	}
+	want := []string{"meta-slave-group-bj@bj from hf: ok", "meta-slave-group-gz@gz from hf: ok"}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("reports after the failover:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	// Before any promotion the master that is down still reports its groups
+	// (as down): nobody else can.
+	got = buildReports(members[:1], "x", nil, time.Minute)
+	if len(got) != 2 || got[0].State != LagDown || got[1].State != LagDown {
+		t.Fatalf("reports of a lost master: %+v", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"metaq/broker/registry"
 	"metaq/broker/store"
 	"metaq/configsync"
+	"metaq/internal/routines"
 	"metaq/internal/siterole"
 )
 
@@ -24,8 +25,12 @@ import (
 // and read-only afterwards; components use them.
 type Bundle struct {
 	opts Options
-	log  *slog.Logger
-	cfg  atomic.Pointer[config.Server]
+	// commandMode is the mode the command line gave (opts.Mode before the
+	// role the data directory recorded replaced it): what this host is
+	// configured to run, which no failover changes.
+	commandMode Mode
+	log         *slog.Logger
+	cfg         atomic.Pointer[config.Server]
 
 	// Slave is the async_slave.properties the bundle started with
 	// (ModeSlave, or the slave role a former master recorded), else nil.
@@ -55,6 +60,11 @@ type Bundle struct {
 	// this master was demoted (applyPersistedRole).
 	formerMaster bool
 
+	// roleWatchers are the goroutines that keep state following the current
+	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.
+	roleWatchers     routines.Group
+	stopRoleWatchers context.CancelFunc
+
 	comps     []Component      // set in Start before any reader runs; never changed after
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
@@ -74,7 +84,7 @@ func New(opts Options) (*Bundle, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	b := &Bundle{opts: opts, log: opts.Logger, closed: make(chan struct{})}
+	b := &Bundle{opts: opts, commandMode: opts.Mode, log: opts.Logger, closed: make(chan struct{})}
 	b.failover.rejoinWake = make(chan struct{}, 1)
 	b.failover.role = siterole.New(siterole.State{Role: siterole.Master, Why: "not started"})
 	cfg, warnings, err := config.Load(opts.ConfigPath)
@@ -266,9 +276,23 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 		}
 	}
 	b.startRejoin()
+	b.startRoleWatchers()
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
 		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
 	return nil
+}
+
+// startRoleWatchers starts the goroutines that make state the bundle set up at
+// start follow the current role after a failover: the replica's put
+// refusal names the master followed now (followMasterInRefusal) and the
+// NATS record is named after the role now (followRoleInNATSRecord).
+func (b *Bundle) startRoleWatchers() {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopRoleWatchers = cancel
+	b.roleWatchers.Go(func() { b.followMasterInRefusal(ctx) })
+	if b.Registry != nil {
+		b.roleWatchers.Go(func() { b.followRoleInNATSRecord(ctx) })
+	}
 }
 
 // startRole is the role the bundle starts in: its mode after the role its
@@ -332,6 +356,11 @@ func (b *Bundle) Close() error {
 	}
 	defer close(b.closed)
 	var errs []error
+	if b.stopRoleWatchers != nil {
+		b.stopRoleWatchers()
+		b.roleWatchers.Stop()
+		b.roleWatchers.Wait()
+	}
 	if err := b.closeFailover(); err != nil {
 		errs = append(errs, fmt.Errorf("close promoted shipper: %w", err))
 	}

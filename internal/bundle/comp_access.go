@@ -8,8 +8,12 @@ import (
 // Accessors for programs that embed bundles (the three-site demo, tests):
 // each returns the zero value when the component does not run.
 
-// ReplicationAddr is the master's replication address as slaves dial it.
+// ReplicationAddr is the master's replication address as slaves dial it:
+// the listener of the shipper a promotion started, else the configured one.
 func (b *Bundle) ReplicationAddr() string {
+	if c := b.promotedShipper(); c != nil {
+		return c.Addr()
+	}
 	if c, ok := findComp[*shipperComponent](b); ok {
 		return c.Addr()
 	}

@@ -20,16 +20,29 @@ type configSyncComponent struct {
 	mu       sync.Mutex
 	agent    *configsync.Agent
 	embedded *configsync.EmbeddedNATS
+	url      string // the NATS url the agent uses
+	recorded string // the name its url is recorded under in ZooKeeper ("" = none)
 }
 
 func newConfigSyncComponent() *configSyncComponent { return &configSyncComponent{} }
 
 func (c *configSyncComponent) Name() string { return compConfig }
 
-// embedsNATS reports whether this bundle runs the embedded NATS server.
+// embedsNATS reports whether this bundle runs the embedded NATS server:
+// with no [nats] url, one started as master by its command line, or any
+// bundle whose [nats] embeddedListen is set.
+//
+// Decided: the embedded server follows the host's configuration, not the
+// site's role. It holds the configsync bucket (every version pushed) and
+// the other sites' [nats] url points at it, so a failover neither moves it
+// at run time nor at the next restart (a former master restarted as a
+// slave by the role it recorded still serves it; a promoted site restarted
+// as master does not start a second, empty one). While its host is down,
+// configsync waits for it; a deployment that must push during a site's
+// loss runs NATS of its own (deploy/nats, [nats] url).
 func embedsNATS(b *Bundle) bool {
 	cfg := b.Config()
-	return cfg.NATS.URL == "" && (b.opts.Mode == ModeMaster || cfg.NATS.EmbeddedListenSet)
+	return cfg.NATS.URL == "" && (b.commandMode == ModeMaster || cfg.NATS.EmbeddedListenSet)
 }
 
 // configSyncOwnsConfig reports whether configsync writes this bundle's
@@ -80,22 +93,55 @@ func (c *configSyncComponent) Start(ctx context.Context, b *Bundle) error {
 		return err
 	}
 	c.mu.Lock()
-	c.agent = agent
+	c.agent, c.url = agent, url
 	c.mu.Unlock()
-	if b.Registry != nil {
-		// So that `configsync push` finds the servers from the deployment's
-		// ZooKeeper when the pushed file names none.
-		name := cfg.Site.Name + "-" + strconv.Itoa(cfg.System.BrokerID) + "-m"
-		if b.Slave != nil {
-			name = cfg.Site.Name + "-" + strconv.Itoa(cfg.System.BrokerID) + "-s" + strconv.Itoa(b.Slave.SlaveID)
-		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := configsync.RecordNATS(rctx, b.Registry, name, url); err != nil {
-			log.Warn("CONFIGSYNC: cannot record the NATS url in ZooKeeper", "err", err)
-		}
-		cancel()
-	}
+	c.recordNATS(ctx, b)
 	return nil
+}
+
+// natsRecordName names this bundle's NATS record after its role now:
+// <site>-<brokerId>-m on a master, -s<slaveId> on a slave (after a
+// failover, the role the site took, not the one it started with).
+func natsRecordName(b *Bundle) string {
+	cfg := b.Config()
+	name := cfg.Site.Name + "-" + strconv.Itoa(cfg.System.BrokerID)
+	if sl := b.SlaveConfig(); sl != nil {
+		return name + "-s" + strconv.Itoa(sl.SlaveID)
+	}
+	return name + "-m"
+}
+
+// recordNATS records the agent's NATS url in ZooKeeper under the name of
+// this bundle's role now (so that `configsync push` finds the servers from
+// the deployment's ZooKeeper when the pushed file names none), and removes
+// the record of the name it had before a role change.
+func (c *configSyncComponent) recordNATS(ctx context.Context, b *Bundle) {
+	if b.Registry == nil {
+		return
+	}
+	name := natsRecordName(b)
+	c.mu.Lock()
+	url, old := c.url, c.recorded
+	c.mu.Unlock()
+	if url == "" || name == old {
+		return
+	}
+	log := b.Logger().With("component", "configsync")
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := configsync.RecordNATS(rctx, b.Registry, name, url); err != nil {
+		log.Warn("CONFIGSYNC: cannot record the NATS url in ZooKeeper", "name", name, "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.recorded = name
+	c.mu.Unlock()
+	if old != "" {
+		if err := configsync.ForgetNATS(rctx, b.Registry, old); err != nil {
+			log.Warn("CONFIGSYNC: cannot remove the NATS record of the former role", "name", old, "err", err)
+		}
+		log.Info("CONFIGSYNC: NATS record follows the role", "was", old, "now", name)
+	}
 }
 
 // bundleReloader applies a pushed version through Bundle.Reload and counts
@@ -169,4 +215,19 @@ func (c *configSyncComponent) Status() any {
 		return map[string]any{"running": false}
 	}
 	return map[string]any{"running": true, "embeddedNats": c.NATSURL(), "state": a.State()}
+}
+
+// followRoleInNATSRecord renames this bundle's NATS record in ZooKeeper
+// (configSyncComponent.recordNATS) at every change of role, until ctx ends.
+func (b *Bundle) followRoleInNATSRecord(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.RoleChanged():
+		}
+		if c, ok := findComp[*configSyncComponent](b); ok {
+			c.recordNATS(ctx, b)
+		}
+	}
 }

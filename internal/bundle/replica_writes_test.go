@@ -3,6 +3,8 @@ package bundle
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"metaq/broker/wire"
+	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
 
@@ -161,4 +164,48 @@ func TestSlaveRefusalNamesRegisteredMaster(t *testing.T) {
 	if r.Code != wire.StatusForbidden || !strings.HasSuffix(string(r.Body), want) {
 		t.Fatalf("put to the slave: %s", r)
 	}
+}
+
+// TestSlaveRefusalNamesCurrentMaster (ZooKeeper off, gossip on): after hf
+// is promoted, gz follows it by gossip, and gz's put refusal names hf, the
+// master it follows now, not bj, the one its async_slave.properties names.
+func TestSlaveRefusalNamesCurrentMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
+	bjShip := mustComp[*shipperComponent](t, bj)
+	natsURL := "nats://" + natsListen
+	toHF, toGZ := wanProxy(t, bjShip.Addr()), wanProxy(t, bjShip.Addr())
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: toHF.Addr(), natsURL: natsURL, join: seed})
+	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, masterAddr: toGZ.Addr(), natsURL: natsURL, join: seed})
+	produce(t, bj.Broker.Addr().String(), "orders", 10, "bj")
+	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+	if r := gz.Broker.WriteRefusal(); r == nil || !strings.Contains(r.Reason, toGZ.Addr()) {
+		t.Fatalf("gz's refusal before the failover: %+v, want it to name %s", r, toGZ.Addr())
+	}
+	for _, p := range []*netproxy.Proxy{toHF, toGZ} {
+		p.SetRefuse(true)
+		p.CutAll()
+	}
+	if _, err := hf.Promote(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
+	wantFollowsByteIdentical(t, hf, gz, "orders")
+	hfAddr := hf.ReplicationAddr()
+	if hfAddr == "" {
+		t.Fatal("hf, promoted, has no replication address")
+	}
+	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {
+		r := gz.Broker.WriteRefusal()
+		if r == nil || !strings.Contains(r.Reason, hfAddr) || strings.Contains(r.Reason, toGZ.Addr()) {
+			return fmt.Errorf("gz's refusal %+v does not name hf (%s), the master it follows", r, hfAddr)
+		}
+		return nil
+	})
 }

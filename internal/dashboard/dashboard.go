@@ -27,7 +27,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,8 +147,9 @@ type Server struct {
 	ln       net.Listener
 	srv      *http.Server
 	sampleMu sync.Mutex // serialises Sample
-	mu       sync.Mutex // guards history
+	mu       sync.Mutex // guards history and masters
 	history  []LagSample
+	masters  string // the masters the history's rows come from (mastersOf)
 	closing  atomic.Bool
 	quit     chan struct{}
 	wg       sync.WaitGroup
@@ -322,10 +325,44 @@ func (s *Server) Sample(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The chart follows the current master of each broker id: once another
+	// site is master (a failover), the old master's slave groups are gone
+	// and their last figures (down, minutes behind) would only stretch the
+	// axis, so the history starts again.
+	if m := mastersOf(snap.Lag); m != s.masters {
+		if len(s.history) > 0 {
+			s.log.Info("DASHBOARD: the master changed; the lag history starts again", "was", s.masters, "now", m)
+		}
+		s.history, s.masters = s.history[:0], m
+	}
 	s.history = append(s.history, LagSample{Time: t, Rows: snap.Lag})
 	if over := len(s.history) - s.opts.HistoryLen; over > 0 {
 		s.history = append(s.history[:0], s.history[over:]...)
 	}
+}
+
+// mastersOf names the master site reporting each broker id's rows, e.g.
+// "0=hf 1=bj"; rows no master reports (a slave not connected) are left out.
+func mastersOf(rows []topology.Report) string {
+	by := map[int]string{}
+	for _, r := range rows {
+		if r.MasterSite != "" {
+			by[r.BrokerID] = r.MasterSite
+		}
+	}
+	ids := make([]int, 0, len(by))
+	for id := range by {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d=%s", id, by[id])
+	}
+	return b.String()
 }
 
 // History returns a copy of the lag samples, oldest first.

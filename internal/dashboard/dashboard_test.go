@@ -261,3 +261,50 @@ func TestLoginSessionAndRateLimit(t *testing.T) {
 		t.Fatalf("sign in from another address: %d", resp.StatusCode)
 	}
 }
+
+// masterSource reports the slave groups of whichever site is master now.
+type masterSource struct{ master atomic.Value }
+
+func (m *masterSource) Snapshot(context.Context) Snapshot {
+	master, _ := m.master.Load().(string)
+	rows := map[string][]topology.Report{
+		"bj": {
+			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-hf", State: topology.LagDown}, Site: "hf", MasterSite: "bj", SecondsBehind: 421},
+			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-gz", State: topology.LagOK}, Site: "gz", MasterSite: "bj", SecondsBehind: 0.2},
+		},
+		"hf": {
+			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-gz", State: topology.LagOK}, Site: "gz", MasterSite: "hf", SecondsBehind: 0.3},
+		},
+	}[master]
+	return Snapshot{Site: "hf", Time: time.Now(), Lag: rows}
+}
+
+// TestHistoryFollowsTheMaster: once another site is master, the chart's
+// history holds only the new master's groups: no series of a group that is
+// gone, no axis stretched by its last figures.
+func TestHistoryFollowsTheMaster(t *testing.T) {
+	src := &masterSource{}
+	src.master.Store("bj")
+	s, err := New(Options{Addr: "127.0.0.1:0", Source: src, SampleEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.Sample(context.Background())
+	}
+	src.master.Store("hf")
+	for range 2 {
+		s.Sample(context.Background())
+	}
+	hist := s.History()
+	if len(hist) != 2 {
+		t.Fatalf("%d samples after the failover, want the new master's 2", len(hist))
+	}
+	for _, h := range hist {
+		for _, r := range h.Rows {
+			if r.MasterSite != "hf" || r.SecondsBehind > 1 {
+				t.Fatalf("a sample from before the failover is left: %+v", r)
+			}
+		}
+	}
+}
