@@ -49,6 +49,12 @@ func slaveRefusal(brokerID int, demoted bool, master string) string {
 // in ZooKeeper or by gossip), else the master a demotion named, else the
 // replication address of async_slave.properties.
 func (b *Bundle) masterName(ctx context.Context) string {
+	return b.masterNameFor(ctx, b.connectedMaster())
+}
+
+// masterNameFor is masterName with the replication address the receiver
+// is connected to given ("" = none).
+func (b *Bundle) masterNameFor(ctx context.Context, connected string) string {
 	path := ""
 	if b.Registry != nil {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -58,12 +64,8 @@ func (b *Bundle) masterName(ctx context.Context) string {
 			return string(data)
 		}
 	}
-	if rc := b.receiver(); rc != nil {
-		if r := rc.Receiver(); r != nil {
-			if st := r.Status(); st.Connected && st.MasterAddr != "" {
-				return "(replication address " + st.MasterAddr + ")"
-			}
-		}
+	if connected != "" {
+		return "(replication address " + connected + ")"
 	}
 	if m := b.Role().Master; m != "" {
 		return m
@@ -82,12 +84,19 @@ func (b *Bundle) masterName(ctx context.Context) string {
 const refusalEvery = 2 * time.Second
 
 // followMasterInRefusal keeps a replica's put refusal naming the master it
-// follows now (after a failover, not the one it was configured with) until
-// ctx ends. It only ever rewrites a refusal that is in place
-// (Broker.UpdateRefusal), so a promotion that withdrew it is never undone.
+// follows now until ctx ends: once the replica follows a master of a newer
+// generation than the one its refusal was written for (a failover moved it
+// to another master after it started or was demoted), the refusal names the
+// master it is connected to. It only ever rewrites a refusal that is in
+// place (Broker.UpdateRefusal), so a promotion that withdrew it is never
+// undone.
 func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 	tk := time.NewTicker(refusalEvery)
 	defer tk.Stop()
+	var (
+		since   time.Time // the role the refusal was written for
+		written uint64    // the generation it names the master of
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,14 +104,39 @@ func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 		case <-tk.C:
 		case <-b.RoleChanged():
 		}
-		if b.opts.Mode == ModeGregor || b.Role().Role != siterole.Slave {
+		role := b.Role()
+		if b.opts.Mode == ModeGregor || role.Role != siterole.Slave {
 			continue
 		}
-		name := b.masterName(ctx)
+		if !role.Since.Equal(since) {
+			since, written = role.Since, role.Generation
+		}
+		id := b.failover.openedIdentity()
+		addr := b.connectedMaster()
+		if id == nil || addr == "" || id.Generation() <= written {
+			continue
+		}
+		gen := id.Generation()
+		name := b.masterNameFor(ctx, addr)
 		if ctx.Err() != nil {
 			return
 		}
-		b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
-			Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, name)})
+		if b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
+			Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, name)}) {
+			written = gen
+		}
 	}
+}
+
+// connectedMaster is the replication address this replica's receiver is
+// connected to, "" while it is not.
+func (b *Bundle) connectedMaster() string {
+	if rc := b.receiver(); rc != nil {
+		if r := rc.Receiver(); r != nil {
+			if st := r.Status(); st.Connected {
+				return st.MasterAddr
+			}
+		}
+	}
+	return ""
 }
