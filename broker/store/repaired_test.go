@@ -123,4 +123,4 @@ type syncBuf struct {
 }
 
 func (b *syncBuf) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.b.Write(p) }
-func (b *syncBuf) String() string           { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+func (b *syncBuf) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
