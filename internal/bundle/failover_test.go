@@ -370,6 +370,17 @@ func TestSwitchover(t *testing.T) {
 // is at hf afterwards, it moves to hf without a restart, and the longest
 // gap between two acknowledgements (the write downtime) is logged.
 func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
+	// With replication on a port of its own, and on the MetaQ port: the
+	// promoted site serves it on its MetaQ port, the demoted one gives its
+	// own back and follows.
+	for _, metaqPort := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own port", true: "MetaQ port"}[metaqPort], func(t *testing.T) {
+			testSwitchoverZooKeeperNoLoss(t, metaqPort)
+		})
+	}
+}
+
+func testSwitchoverZooKeeperNoLoss(t *testing.T, metaqPort bool) {
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -378,8 +389,8 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 	zkRoot := multiSiteRoot(t, []string{zk})
 	shared := failoverINIZK(zk, zkRoot, "")
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
-	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://" + natsListen})
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen, metaqPort: metaqPort})
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: "nats://" + natsListen, metaqPort: metaqPort})
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !mustComp[*receiverComponent](t, hf).Receiver().Status().Connected {
 			return errors.New("hf not connected")
@@ -470,6 +481,15 @@ func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
 	// holds hf's log byte for byte, including what hf took after.
 	wantDemoted(t, bj, "meta-slave-group-hf/")
 	wantFollowsByteIdentical(t, hf, bj, "orders")
+	if metaqPort {
+		st, err := bj.SlaveStatus()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs := st.(SlaveReport).Stream; rs == nil || rs.MasterAddr != addrString(hf.Broker) {
+			t.Fatalf("bj follows %+v, want hf's MetaQ port %s", rs, addrString(hf.Broker))
+		}
+	}
 	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
 	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
 		kids, err := zc.Children(context.Background(), zc.Paths().BrokerID(0))
