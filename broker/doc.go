@@ -119,7 +119,10 @@
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
-// syncMaster's mu and wmu are leaves.
+// syncMaster's mu and wmu are leaves. A connection handed over to another
+// protocol (ListenFirstBytes) takes connLimits.mu when it is closed, and
+// its listener Broker.mu when it is closed, whatever its owner holds then:
+// both are leaves, so its owner may close them under its own locks.
 // Registry and Store calls are made without any broker lock held. A put
 // batch's answer is sent from the store's notify (the store's writer
 // goroutine, or a syncMaster partition goroutine): it takes conn.storedMu

@@ -107,13 +107,20 @@ func (s *Shipper) Close() error {
 		return nil
 	}
 	s.routines.Stop()
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	// Closed without s.mu: a listener or connection handed over by the
+	// broker's MetaQ port takes the broker's locks to give its port back.
+	// Nothing is added once closing is set.
 	if s.ln != nil {
 		s.ln.Close()
 	}
-	for c := range s.conns {
+	for _, c := range conns {
 		c.Close()
 	}
-	s.mu.Unlock()
 	close(s.quit)
 	s.cancel()
 	s.routines.Wait()
@@ -396,12 +403,13 @@ func (s *Shipper) serve(c net.Conn) error {
 	// A slave has one stream: a new connection replaces one the master has
 	// not yet noticed is dead (the slave reconnected after a cut).
 	s.mu.Lock()
-	if old := s.sessions[key]; old != nil {
-		old.log.Info("REPLICATION: slave reconnected; closing its previous connection")
-		old.conn.Close()
-	}
+	old := s.sessions[key]
 	s.sessions[key] = ss
 	s.mu.Unlock()
+	if old != nil {
+		old.log.Info("REPLICATION: slave reconnected; closing its previous connection")
+		old.conn.Close() // without s.mu, as Close does
+	}
 	defer close(ss.done)
 	defer func() {
 		s.mu.Lock()
