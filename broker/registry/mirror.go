@@ -97,6 +97,20 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 		}
 		r.state.mirrorRepl = r.state.mirrorRepl || err == nil
 	}
+	// A node removed behind this session's back (by hand, by an older
+	// master stepping down) is written again, with the topics' entries:
+	// a master keeps its registration present in every ensemble.
+	missing := false
+	if r.state.broker && !fresh {
+		ok, st, err := r.Exists(ctx, r.paths.Broker(m.BrokerID, -1))
+		if err != nil {
+			return fmt.Errorf("registry: mirror: read the master node: %w", err)
+		}
+		missing = !ok || st.EphemeralOwner != session
+	}
+	if missing {
+		fresh = true
+	}
 	if !r.state.broker || fresh || r.URL() != m.URL || r.state.checksum != m.Checksum {
 		r.SetURL(m.URL)
 		r.state.checksum = m.Checksum

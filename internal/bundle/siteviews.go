@@ -278,14 +278,32 @@ type EnsembleStatus struct {
 	Error            string `json:"error,omitempty"` // the last failure to write it
 }
 
-// status reports every other site's ensemble this bundle keeps a session to.
+// status reports every other site's ensemble this bundle keeps a session
+// to. A registration it wrote is read back, not remembered: status never
+// reports one that has gone (until the next mirror writes it again).
 func (s *siteViews) status() map[string]EnsembleStatus {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make(map[string]EnsembleStatus, len(s.remote))
+	regs := map[string]*registry.Registry{}
 	for site, r := range s.remote {
 		out[site] = EnsembleStatus{ZooKeeper: r.ens.Connect, Root: r.ens.Root, Connected: r.reg != nil && r.reg.Connected(),
 			MasterRegistered: r.mirrored, Error: r.mirrorErr}
+		if r.mirrored && r.reg != nil {
+			regs[site] = r.reg
+		}
+	}
+	s.mu.Unlock()
+	for site, reg := range regs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		owned, err := reg.Owns(ctx, reg.Paths().Broker(s.base.BrokerID, -1))
+		cancel()
+		if st := out[site]; err != nil || !owned {
+			st.MasterRegistered = false
+			if err != nil && st.Error == "" {
+				st.Error = "reading the registration back: " + err.Error()
+			}
+			out[site] = st
+		}
 	}
 	return out
 }
