@@ -24,6 +24,18 @@ type ackGuard struct {
 	base      time.Time    // monotonic origin of confirmed
 	confirmed atomic.Int64 // nanoseconds since base; 0 = never
 	bound     time.Duration
+	// replicated: a slave site follows or followed this master, a failover
+	// happened (a generation above 0), or fenceSites is set: another site
+	// could be promoted. Until then the guard lets puts through, as a
+	// plain MetaQ broker keeps serving while its ZooKeeper is away.
+	replicated atomic.Bool
+}
+
+// observe records whether another site could be promoted.
+func (g *ackGuard) observe(slaveGroups int, generation uint64, fenceSites int) {
+	if slaveGroups > 0 || generation > 0 || fenceSites > 1 {
+		g.replicated.Store(true)
+	}
 }
 
 func newAckGuard(sessionTimeout time.Duration) *ackGuard {
@@ -54,7 +66,7 @@ func (g *ackGuard) confirmedAt() time.Time {
 func (b *Bundle) ackCheck(g *ackGuard) func() *broker.Refusal {
 	return func() *broker.Refusal {
 		ok, why := siterole.MayAcknowledge(siterole.AckFacts{State: b.failover.role.Current(), ZooKeeper: true,
-			ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now()})
+			ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now(), Standalone: !g.replicated.Load()})
 		if ok {
 			return nil
 		}

@@ -73,3 +73,34 @@ func TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing(t *testing.T) {
 	t.Logf("bj became hf's slave %v after it reached ZooKeeper again", time.Since(start))
 	wantFollowsByteIdentical(t, hf, bj, "orders")
 }
+
+// TestStandaloneMasterKeepsServingWithoutZooKeeper: a master no slave site
+// ever followed (a plain MetaQ broker with ZooKeeper) could not have been
+// replaced: it keeps taking puts while its ZooKeeper is away, as MetaQ's
+// broker does.
+func TestStandaloneMasterKeepsServingWithoutZooKeeper(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zk})
+	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	tap := &zktest.Tap{}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
+	produce(t, bj.Broker.Addr().String(), "orders", 5, "before")
+	tap.Block()
+	time.Sleep(ackBound(5*time.Second) + 500*time.Millisecond)
+	if r := bj.Broker.WriteRefusal(); r != nil {
+		t.Fatalf("a standalone master refuses puts without ZooKeeper: %v", r)
+	}
+	c, err := dialMeta(bj.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.put("orders", 0, []byte("during")); err != nil {
+		t.Fatalf("put to a standalone master without ZooKeeper: %v", err)
+	}
+	tap.Unblock()
+}

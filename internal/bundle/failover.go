@@ -122,6 +122,7 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 	defer t.Stop()
 	for {
 		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
+		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites)
 		if err == nil {
 			s.ObserveGeneration(gen, "ZooKeeper")
 			if !s.Fence().SteppedDown {

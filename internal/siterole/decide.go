@@ -139,6 +139,10 @@ type AckFacts struct {
 	ConfirmedAt    time.Time
 	MaxUnconfirmed time.Duration
 	Now            time.Time
+	// Standalone: no other site could have been promoted (no slave site
+	// ever followed this master, no failover happened, no fenceSites): a
+	// plain MetaQ broker keeps taking puts while its ZooKeeper is away.
+	Standalone bool
 }
 
 // MayAcknowledge reports whether a master may acknowledge puts, and why
@@ -153,7 +157,7 @@ func MayAcknowledge(f AckFacts) (bool, string) {
 		return false, "this master stepped down: " + f.State.Why
 	case f.Fenced:
 		return false, "this master is fenced"
-	case !f.ZooKeeper:
+	case !f.ZooKeeper, f.Standalone:
 		return true, ""
 	case f.ConfirmedAt.IsZero():
 		return false, "this master has not confirmed its generation in ZooKeeper yet"

@@ -115,6 +115,7 @@ func TestMayAcknowledge(t *testing.T) {
 		{"no ZooKeeper", AckFacts{State: m}, true, ""},
 		{"never confirmed", AckFacts{State: m, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, false, "not confirmed"},
 		{"confirmed recently", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, true, ""},
+		{"standalone: nothing could have been promoted", AckFacts{State: m, ZooKeeper: true, Standalone: true, ConfirmedAt: now.Add(-time.Hour), Now: now, MaxUnconfirmed: time.Second}, true, ""},
 		{"confirmation too old (paused, or ZooKeeper unreadable)", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-3 * time.Second), Now: now, MaxUnconfirmed: time.Second}, false, "could not confirm its generation 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
