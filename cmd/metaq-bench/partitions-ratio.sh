@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Many partitions against 16 through the wire: ONE broker process (its own process, group commit, ZooKeeper
+# off) with topics p16 (16 partitions) and pN (N partitions, default 10000), and metaq-bench -addr alternating
+# the two topics round by round (the order swaps every round). Per round it prints msgs/s of each topic, the
+# ratio pN / p16, the broker's CPU time per message (utime+stime from /proc/PID/stat over the measured
+# window; after the slash the user part alone, which leaves out the kernel's copy into the page cache), and
+# the load average; then the median and minimum of the ratios.
+# Usage: partitions-ratio.sh SERVER_BINARY BENCH_BINARY [N [ROUNDS [SECONDS]]]
+#   PERF=dir records a perf profile of the broker per topic and round into dir (needs perf).
+set -u
+SRV=$1; MB=$2; N=${3:-10000}; ROUNDS=${4:-7}; DUR=${5:-8}; WARM=${WARMUP:-2}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+port=$(bash "$ROOT/.ci/freeport.sh")
+data=$(mktemp -d)
+hz=$(getconf CLK_TCK)
+{ sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
+	"$HERE/metaq-java/server.ini" | grep -v '^;;'
+  printf '\n[topic=p16]\nnumPartitions=16\n\n[topic=p%s]\nnumPartitions=%s\n' "$N" "$N"; } > "$data/server.ini"
+"$SRV" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+sleep 1
+# run TOPIC PARTITIONS ROUND: prints "msgs cpu_us_per_msg"
+run() {
+	"$MB" -addr "127.0.0.1:$port" -topic "$1" -partitions "$2" -size 1024 -producers 4 -inflight 128 \
+		-duration "${DUR}s" -warmup "${WARM}s" > "$data/mb.out" 2>&1 &
+	local mbpid=$! perfpid=
+	sleep "$WARM"
+	local c0 u0; read -r c0 u0 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
+	if [ -n "${PERF:-}" ]; then
+		perf record -q -g -p "$pid" -o "$PERF/$1-r$3.data" -- sleep "$DUR" > /dev/null 2>&1 &
+		perfpid=$!
+	fi
+	wait $mbpid
+	local c1 u1; read -r c1 u1 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
+	[ -n "$perfpid" ] && wait $perfpid
+	local msgs; msgs=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
+	local rate; rate=$(grep -o '= [0-9]* msgs/s' "$data/mb.out" | awk '{print $2}')
+	[ -z "$msgs" ] && { cat "$data/mb.out" >&2; echo "0 0/0"; return; }
+	echo "$rate $(awk -v t=$((c1 - c0)) -v u=$((u1 - u0)) -v m="$msgs" -v hz="$hz" 'BEGIN{printf "%.2f/%.2f", t*1e6/hz/m, u*1e6/hz/m}')"
+}
+echo "broker $(basename "$SRV"), topics p16 and p$N, $ROUNDS rounds x ${DUR}s (+${WARM}s warm-up), 1 KiB, 4 producers x 128 in flight"
+printf '%-6s %-7s %10s %10s %7s %14s %14s %s\n' round first p16/s "p$N/s" ratio "p16 us/msg" "p$N us/msg" "load (1/5/15 min)"
+# Pages the guest handed back to the host (virtio free page reporting): the page cache taking them again makes
+# the kernel's copy of each write several times dearer (cmd/metaq-bench/BENCH.md).
+rep=/sys/module/page_reporting/parameters/reported_kib
+[ -r $rep ] && echo "free page reporting: $(cat $rep) KiB reported so far" || true
+ratios=()
+for r in $(seq 1 "$ROUNDS"); do
+	if [ $((r % 2)) = 1 ]; then
+		a=$(run p16 16 "$r"); b=$(run "p$N" "$N" "$r"); first=p16
+	else
+		b=$(run "p$N" "$N" "$r"); a=$(run p16 16 "$r"); first="p$N"
+	fi
+	set -- $a $b
+	ratio=$(awk -v x="$3" -v y="$1" 'BEGIN{printf "%.2f", (y>0)?x/y:0}')
+	ratios+=("$ratio")
+	printf '%-6s %-7s %10s %10s %7s %14s %14s %s\n' "$r" "$first" "$1" "$3" "$ratio" "$2" "$4" "$(cut -d' ' -f1-3 /proc/loadavg)"
+done
+printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END{m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "ratio median %.2f  minimum %.2f  (%d rounds)\n", m, a[1], NR}'
+[ -r $rep ] && echo "free page reporting: $(cat $rep) KiB reported so far" || true
