@@ -118,6 +118,7 @@ public class MetaMorphosisBroker {
                 throw new IllegalStateException("metaq-server exited " + rc + ": " + cmd);
             }
             if (this.registered()) {
+                this.settle();
                 return;
             }
             try {
@@ -178,5 +179,19 @@ public class MetaMorphosisBroker {
             Thread.currentThread().interrupt();
         }
         this.process = null;
+        this.settle();
+    }
+
+    // settle gives the consumers time to rebalance on the change, which
+    // MetaQ's broker, slower to start and stop, leaves them: the client
+    // refuses a subscribe while its fetch runners are stopped for one
+    // ("Consumer has been shutdown"), and the HA tests subscribe right after.
+    private void settle() {
+        try {
+            Thread.sleep(Long.getLong("metaq.it.settleMs", 2000L));
+        }
+        catch (final InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 }
