@@ -217,8 +217,30 @@ func TestReadRunOnlyServesCheckedBytes(t *testing.T) {
 // other records of its entry stay, and Repair (the path that fills holes
 // from a replica) makes the partition whole again.
 func TestScrubFindsAndRepairsFlippedBytes(t *testing.T) {
-	dir := t.TempDir()
-	opts := Options{Dir: dir, SegmentBytes: 64 << 10, ScrubRate: 1 << 30, ScrubDelay: time.Hour}
+	opts := Options{Dir: t.TempDir(), SegmentBytes: 64 << 10, ScrubRate: 1 << 30, ScrubDelay: time.Hour}
+	p := writeFlippedPartition(t, opts)
+	// the scrub starts (a fresh store with a short delay)
+	opts.ScrubDelay = time.Millisecond
+	s := openT(t, opts)
+	p.scrubFindsAndRepairs(t, s)
+	if got := readAll(t, s, "z", 0); !bytes.Equal(got, p.all) {
+		t.Fatal("partition differs from what was written after the repair")
+	}
+}
+
+// flippedPartition is partition z-0 of a closed store: 60 entries of two
+// records, with one byte flipped in the second record of the middle entry
+// of the first (sealed) segment.
+type flippedPartition struct {
+	want  map[int64][]byte // record bytes by offset
+	all   []byte           // the partition as written
+	off   int64            // the damaged entry's first record, intact
+	first []byte           // that record
+}
+
+func writeFlippedPartition(t *testing.T, opts Options) flippedPartition {
+	t.Helper()
+	dir := opts.Dir
 	s := openT(t, opts)
 	want := map[int64][]byte{}
 	var all []byte
@@ -252,10 +274,16 @@ func TestScrubFindsAndRepairsFlippedBytes(t *testing.T) {
 	f.WriteAt(b, at)
 	f.Close()
 
-	// the scrub starts (a fresh store with a short delay)
 	s.Close()
-	opts.ScrubDelay = time.Millisecond
-	s = openT(t, opts)
+	return flippedPartition{want: want, all: all, off: off, first: first}
+}
+
+// scrubFindsAndRepairs waits for s's first scrub pass, checks that it found
+// exactly the flipped record, that neither read path serves it while the
+// rest of its entry is served, and repairs it.
+func (p flippedPartition) scrubFindsAndRepairs(t *testing.T, s *Store) {
+	t.Helper()
+	want, off, first := p.want, p.off, p.first
 	waitFor(t, func() bool { return s.Scrub().Passes > 0 })
 	if st := s.Scrub(); st.Damaged != 1 {
 		t.Fatalf("scrub status %+v: want one damaged range", st)
@@ -282,9 +310,6 @@ func TestScrubFindsAndRepairsFlippedBytes(t *testing.T) {
 	}
 	if d := s.Damaged(); len(d) != 0 {
 		t.Fatalf("damage after repair: %v", d)
-	}
-	if got := readAll(t, s, "z", 0); !bytes.Equal(got, all) {
-		t.Fatal("partition differs from what was written after the repair")
 	}
 }
 
