@@ -126,26 +126,6 @@ func TestParseTimeAndStart(t *testing.T) {
 	}
 }
 
-// fakeListener accepts connections on loopback and hands each to serve.
-func fakeListener(t *testing.T, serve func(c net.Conn)) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); serve(c) }()
-		}
-	}()
-	return l.Addr().String()
-}
-
 // fakeMetaQ answers MetaQ's version command and closes the connection on
 // an unknown command line, as the broker does; bytes without a line end
 // (ZooKeeper's handshake) get no answer.
@@ -163,7 +143,7 @@ func fakeMetaQ(c net.Conn) {
 // TestErrorsNameWhatAnswered: pointed at the wrong kind of port, the
 // commands say what answered instead of timing out or saying EOF.
 func TestErrorsNameWhatAnswered(t *testing.T) {
-	mq := fakeListener(t, fakeMetaQ)
+	mq := testutil.ServeTCP(t, fakeMetaQ)
 	start := time.Now()
 	_, _, err := metaq(t, "", "-zk", mq, "topics")
 	if err == nil || !strings.Contains(err.Error(), mq+" is a MetaQ broker port, not ZooKeeper") {
@@ -178,7 +158,7 @@ func TestErrorsNameWhatAnswered(t *testing.T) {
 	}
 	// A port that reads a request and closes without a word (a replication
 	// listener does).
-	closer := fakeListener(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
+	closer := testutil.ServeTCP(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
 	_, _, err = metaq(t, "x\n", "-brokers", closer, "produce", "-topic", "t")
 	if err == nil || !strings.Contains(err.Error(), closer+" closed the connection without answering anything") || strings.Contains(err.Error(), "outcome unknown") {
 		t.Errorf("produce to a non-MetaQ port: %v", err)
@@ -189,7 +169,7 @@ func TestErrorsNameWhatAnswered(t *testing.T) {
 // is named on stderr when it fails (before the summary), not only in the
 // count at exit.
 func TestProduceReportsFailuresAsTheyHappen(t *testing.T) {
-	closer := fakeListener(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
+	closer := testutil.ServeTCP(t, func(c net.Conn) { c.Read(make([]byte, 512)) })
 	_, errs, err := metaq(t, "first\nsecond\n", "-brokers", closer, "produce", "-topic", "t")
 	if err == nil {
 		t.Fatal("produce to a port that closes succeeded")

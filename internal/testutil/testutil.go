@@ -3,6 +3,7 @@ package testutil
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -165,4 +166,26 @@ func CopyTree(t testing.TB, from, to string) {
 	if err != nil {
 		t.Fatalf("copy %s to %s: %v", from, to, err)
 	}
+}
+
+// ServeTCP listens on a loopback port until the test ends and hands each
+// connection to serve on a goroutine of its own, closing it afterwards.
+// It returns the listener's address.
+func ServeTCP(t testing.TB, serve func(c net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serve(c) }()
+		}
+	}()
+	return l.Addr().String()
 }
