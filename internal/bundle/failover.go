@@ -945,7 +945,7 @@ func gossipPeers(t *topology.Topology, brokerID int) []siterole.Peer {
 			continue
 		}
 		p := siterole.Peer{Site: m.Meta.Site, Self: m.Name == t.Name(), Role: siterole.Master, SlaveID: m.Meta.SlaveID, Alive: m.State == topology.StateAlive,
-			Generation: m.Meta.Generation, Follows: m.Meta.Health.ReplicationOK, LogPos: m.Meta.LogPos}
+			Suspect: m.State == topology.StateSuspect, Generation: m.Meta.Generation, Follows: m.Meta.Health.ReplicationOK, LogPos: m.Meta.LogPos}
 		if m.Meta.Role == topology.RoleSlave {
 			p.Role = siterole.Slave
 		}

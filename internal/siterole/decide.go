@@ -8,11 +8,14 @@ import (
 // Peer is what gossip says about one bundle of this brokerId at another
 // site (or this one, Self).
 type Peer struct {
-	Site       string
-	Self       bool
-	Role       Role
-	SlaveID    int // a slave's
-	Alive      bool
+	Site    string
+	Self    bool
+	Role    Role
+	SlaveID int // a slave's
+	Alive   bool
+	// Suspect: gossip's probes of it failed but it is not yet declared
+	// down; it may well be alive (a loaded machine, a slow link).
+	Suspect    bool
 	Generation uint64
 	// Follows: a slave that gossips that it reaches its master.
 	Follows bool
@@ -91,12 +94,15 @@ func MasterLost(f LossFacts) (bool, string) {
 func Majority(votes, total int) bool { return 2*votes > total }
 
 // Candidate is the slave site automatic failover promotes: of this site
-// (at selfPos) and the alive slave sites that lost the master, the one
-// with the highest log position, ties to the lowest site name.
+// (at selfPos) and the slave sites that lost the master and are alive or
+// only suspected, the one with the highest log position, ties to the
+// lowest site name. A suspected sibling still counts: treating it as gone
+// would let two sites each decide they are the candidate, and promote the
+// one that is behind.
 func Candidate(self string, selfPos int64, peers []Peer) string {
 	best, bestPos := self, selfPos
 	for _, p := range peers {
-		if p.Self || p.Role != Slave || !p.Alive || p.Follows {
+		if p.Self || p.Role != Slave || !(p.Alive || p.Suspect) || p.Follows {
 			continue
 		}
 		if p.LogPos > bestPos || (p.LogPos == bestPos && p.Site < best) {

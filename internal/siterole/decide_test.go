@@ -66,6 +66,8 @@ func TestCandidate(t *testing.T) {
 		{"tie to the lowest name", 20, []Peer{lost("gz", 20), lost("bj2", 20)}, "bj2"},
 		{"tie, self lowest", 20, []Peer{lost("sh", 20)}, "hf"},
 		{"dead sibling ignored", 10, []Peer{{Site: "gz", Role: Slave, LogPos: 99}}, "hf"},
+		{"suspected sibling ahead still counts", 10, []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 99}}, "gz"},
+		{"suspected sibling behind", 30, []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 20}}, "hf"},
 		{"sibling that still follows ignored", 10, []Peer{{Site: "gz", Role: Slave, Alive: true, Follows: true, LogPos: 99}}, "hf"},
 		{"masters ignored", 10, []Peer{{Site: "bj", Role: Master, Alive: true, LogPos: 99}}, "hf"},
 	} {
