@@ -57,6 +57,47 @@ type MasterMirror struct {
 	Generation uint64
 }
 
+// takeSupersededMasterLocked removes the brokerId's master node from this
+// ensemble when another session holds it and this ensemble's generation is
+// gen, the mirrored master's: the holder is a master that generation
+// superseded (killed, its session not yet expired; or alive and about to
+// step down when it reads the generation). Waiting for its session would
+// leave clients of this site sent to it for a whole session timeout. A
+// holder in an ensemble whose generation is not (yet) gen is waited for as
+// before.
+func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) error {
+	if gen == 0 {
+		return nil
+	}
+	path := r.paths.Broker(r.opts.BrokerID, -1)
+	_, st, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registry: mirror: read the master node %s: %w", path, err)
+	}
+	if st.EphemeralOwner == 0 || st.EphemeralOwner == r.conn.SessionID() {
+		return nil
+	}
+	cur, err := r.Generation(ctx, r.opts.BrokerID)
+	if err != nil {
+		return fmt.Errorf("registry: mirror: read the generation: %w", err)
+	}
+	if cur != gen {
+		return nil
+	}
+	took, err := r.TakeMasterNode(ctx, st.EphemeralOwner)
+	if err != nil {
+		return err
+	}
+	if took {
+		r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
+			"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
+	}
+	return nil
+}
+
 // replicationNode is where a master publishes its replication listener
 // (the bundle's shipper writes it into the master's own ensemble).
 const replicationNode = "replication"
@@ -114,6 +155,9 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	if !r.state.broker || fresh || r.URL() != m.URL || r.state.checksum != m.Checksum {
 		r.SetURL(m.URL)
 		r.state.checksum = m.Checksum
+		if err := r.takeSupersededMasterLocked(ctx, m.Generation); err != nil {
+			return err
+		}
 		if err := r.registerBrokerLocked(ctx); err != nil {
 			return err
 		}

@@ -184,3 +184,49 @@ func TestMirrorWaitsForTheMasterNode(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorTakesTheNodeOfASupersededMaster: once this ensemble's
+// generation is the mirrored master's (the new master raised it there),
+// a master node another live session holds is a superseded master's (a
+// killed one whose session has not expired): the mirror takes it at once
+// instead of waiting out the session, and the old session's topic entries
+// are replaced in the same pass.
+func TestMirrorTakesTheNodeOfASupersededMaster(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	oldOpts := testOptions(t, root)
+	oldOpts.Port = 9000
+	oldOpts.SessionTimeout = 30 * time.Second // longer than the test waits
+	old := newRegistry(t, oldOpts)
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RegisterTopic(ctx, "orders", 1, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	if _, err := mirror.RaiseGenerationTo(ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 1, AcceptPublish: true, AcceptSubscribe: true}}},
+		ReplicationAddr: "127.0.0.1:8124", Generation: 1}
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := mirror.Mirror(short, m); err != nil {
+		t.Fatalf("Mirror of the generation's master waited for the superseded master's session: %v", err)
+	}
+	for p, v := range map[string]string{"/brokers/ids/0/master": "meta://127.0.0.1:8123", "/brokers/ids/0/replication": "127.0.0.1:8124",
+		"/brokers/topics-pub/orders/0-m": TopicJSON(1, "0-m")} {
+		data, st, err := mirror.Get(ctx, root+p)
+		if err != nil || string(data) != v {
+			t.Fatalf("%s = %q %v, want %q", p, data, err, v)
+		}
+		if st.EphemeralOwner == old.conn.SessionID() {
+			t.Fatalf("%s still belongs to the superseded master's session", p)
+		}
+	}
+}
