@@ -1,0 +1,351 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/broker/registry/zktest"
+	"metaq/internal/netproxy"
+	"metaq/internal/siterole"
+	"metaq/internal/testutil"
+)
+
+// sitesSpec describes a test deployment of one brokerId over several
+// sites: the first site is the master, the others its slave sites.
+type sitesSpec struct {
+	sites []string // default bj, hf, gz
+	// deploy runs deploy/'s link settings: a shared secret, mutual TLS
+	// with one CA (every site serves TLS and dials with its certificate),
+	// zstd and a bandwidth cap.
+	deploy bool
+	// perSiteZK gives each site its own ZooKeeper ensemble (three test
+	// servers; the test is skipped without them), as deploy/ does.
+	perSiteZK bool
+	// replication is added to the shared file's [replication] section.
+	replication string
+}
+
+// sites is a running multi-site deployment with the operations failover
+// tests need: cut and heal a slave site's link to the first master, cut
+// a site's ZooKeeper, kill a bundle (as kill -9 does: its session is left
+// to expire), restart one by its unit's command, promote, switch over,
+// produce through a site's ZooKeeper, and wait for every site to converge.
+type sites struct {
+	t      *testing.T
+	spec   sitesSpec
+	dir    string
+	shared string
+	zkRoot string
+	zks    map[string]string
+	specs  map[string]siteSpec
+	taps   map[string]*zktest.Tap
+	links  map[string]*netproxy.Proxy // slave site -> its link to the first master
+
+	mu     sync.Mutex
+	b      map[string]*Bundle // nil while killed
+	acked  map[string][]string
+	serial int
+}
+
+// newSites starts the deployment spec describes, the master first, and
+// waits until every slave site holds the master's log.
+func newSites(t *testing.T, spec sitesSpec) *sites {
+	t.Helper()
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	if len(spec.sites) == 0 {
+		spec.sites = []string{"bj", "hf", "gz"}
+	}
+	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
+		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{}}
+	for i, name := range spec.sites {
+		s.zks[name] = zk
+		if spec.perSiteZK && i > 0 {
+			extra := []func(testing.TB) string{testutil.SecondZooKeeper, testutil.ThirdZooKeeper}
+			if i > len(extra) {
+				t.Fatalf("newSites: per-site ZooKeeper for %d sites; the tests have three servers", len(spec.sites))
+			}
+			s.zks[name] = extra[i-1](t)
+		}
+	}
+	var all []string
+	for _, z := range s.zks {
+		all = append(all, z)
+	}
+	s.zkRoot = multiSiteRoot(t, all, spec.sites...)
+	repl := spec.replication
+	if spec.deploy {
+		repl += "secretFile=repl.key\nbandwidthBytesPerSec=20000000\n"
+		c, k := testutil.WriteCert(t, s.dir, "ca", true, nil, nil)
+		for _, name := range spec.sites {
+			testutil.WriteCert(t, s.dir, name, false, c, k)
+		}
+	}
+	// Without configsync: its embedded NATS would stop with the master.
+	s.shared = strings.Replace(failoverINIZK(zk, s.zkRoot, repl), "[nats]\nbucket=metaq_config\n", "", 1)
+
+	master := spec.sites[0]
+	s.specs[master] = s.siteSpecOf(master, 0, "")
+	s.start(master)
+	masterRepl := mustComp[*shipperComponent](t, s.b[master]).Addr()
+	join := []string{mustComp[*topologyComponent](t, s.b[master]).Topology().Addr()}
+	for i, name := range spec.sites[1:] {
+		link := wanProxy(t, masterRepl)
+		s.links[name] = link
+		ss := s.siteSpecOf(name, i+1, link.Addr())
+		ss.join = join
+		s.specs[name] = ss
+		s.start(name)
+	}
+	s.produce(master, "orders", 10)
+	for _, name := range spec.sites[1:] {
+		waitCaughtUp(t, s.b[master], s.b[name], "orders", 30*time.Second)
+	}
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		n := 0
+		for _, g := range mustComp[*shipperComponent](t, s.b[master]).Shipper().Lag() {
+			if g.Connected {
+				n++
+			}
+		}
+		if n != len(spec.sites)-1 {
+			return fmt.Errorf("%d of %d slave sites are connected to %s", n, len(spec.sites)-1, master)
+		}
+		return nil
+	})
+	return s
+}
+
+// siteSpecOf is the siteSpec of a site; slaveID 0 is the master.
+func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec {
+	dir := filepath.Join(s.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	// The replication stream on the MetaQ port, as by default.
+	ss := siteSpec{name: name, slave: slaveID > 0, slaveID: slaveID, masterAddr: masterAddr, noNATS: true, metaqPort: true}
+	if s.zks[name] != s.zks[s.spec.sites[0]] {
+		ss.extraOverlay += "[zookeeper]\nzk.zkConnect=" + s.zks[name] + "\n\n"
+	}
+	if s.spec.deploy {
+		if err := os.WriteFile(filepath.Join(dir, "repl.key"), []byte("the-deployment-replication-key-1\n"), 0o600); err != nil {
+			s.t.Fatal(err)
+		}
+		files := "tlsCert=" + filepath.Join(s.dir, name+".pem") + "\ntlsKey=" + filepath.Join(s.dir, name+".key") + "\ntlsCA=" + filepath.Join(s.dir, "ca.pem") + "\n"
+		ss.extraOverlay += "[replication]\n" + files
+		if ss.slave {
+			ss.slaveExtra = "compression=zstd\nbandwidthBytesPerSec=20000000\n" + files
+		}
+	}
+	tap := &zktest.Tap{}
+	s.taps[name] = tap
+	ss.options = func(o *Options) { o.ZooKeeperDialer = s.tapOf(name).Dial }
+	return ss
+}
+
+func (s *sites) tapOf(name string) *zktest.Tap {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.taps[name]
+}
+
+func (s *sites) start(name string) {
+	s.t.Helper()
+	b := startSite(s.t, filepath.Join(s.dir, name), s.shared, s.specs[name])
+	s.mu.Lock()
+	s.b[name] = b
+	s.mu.Unlock()
+}
+
+// site is the running bundle of a site; the test fails when it is killed.
+func (s *sites) site(name string) *Bundle {
+	s.t.Helper()
+	s.mu.Lock()
+	b := s.b[name]
+	s.mu.Unlock()
+	if b == nil {
+		s.t.Fatalf("site %s is not running", name)
+	}
+	return b
+}
+
+// running lists the sites whose bundle runs.
+func (s *sites) running() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, n := range s.spec.sites {
+		if s.b[n] != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// master is the running site that is master (promoted or configured) and
+// takes puts; "" when none is.
+func (s *sites) master() string {
+	for _, n := range s.running() {
+		b := s.site(n)
+		if b.Role().Role == siterole.Master && b.runningShipper() != nil && b.Broker.WriteRefusal() == nil {
+			return n
+		}
+	}
+	return ""
+}
+
+// kill stops a site as kill -9 would: its ZooKeeper connection goes dead
+// first, so its session and ephemeral nodes stay until they expire.
+func (s *sites) kill(name string) {
+	s.t.Helper()
+	b := s.site(name)
+	killBundle(b, s.tapOf(name))
+	s.mu.Lock()
+	s.b[name] = nil
+	s.taps[name] = &zktest.Tap{}
+	s.mu.Unlock()
+}
+
+// restart starts a killed site again with its unit's unchanged command:
+// the same files, the role it was configured with.
+func (s *sites) restart(name string) {
+	s.t.Helper()
+	s.start(name)
+}
+
+// cut refuses a slave site's link to the first master and drops its open
+// connections; heal lets it through again.
+func (s *sites) cut(name string) {
+	s.t.Helper()
+	p := s.links[name]
+	if p == nil {
+		s.t.Fatalf("cut: %s has no link to the first master", name)
+	}
+	p.SetRefuse(true)
+	p.CutAll()
+}
+
+func (s *sites) heal(name string) {
+	s.t.Helper()
+	if p := s.links[name]; p != nil {
+		p.SetRefuse(false)
+	}
+}
+
+// cutZK blocks a site's connection to its ZooKeeper; healZK unblocks it.
+func (s *sites) cutZK(name string)  { s.tapOf(name).Block() }
+func (s *sites) healZK(name string) { s.tapOf(name).Unblock() }
+
+// promote promotes a slave site at run time.
+func (s *sites) promote(name string, force bool) PromoteReport {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := s.site(name).Promote(ctx, force)
+	if err != nil {
+		s.t.Fatalf("promote %s (force %t): %v", name, force, err)
+	}
+	return rep
+}
+
+// switchover hands mastership from the master at from to the slave site to.
+func (s *sites) switchover(from, to string) SwitchoverReport {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := s.site(from).Switchover(ctx, to, "")
+	if err != nil {
+		s.t.Fatalf("switchover %s -> %s: %v", from, to, err)
+	}
+	return rep
+}
+
+// produce sends n puts to topic with a Go client that finds the master
+// through site's ZooKeeper ensemble, and records each acknowledged one.
+func (s *sites) produce(site, topic string, n int) {
+	s.t.Helper()
+	cfg := client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot, ZKSyncTime: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	c, err := client.New(ctx, cfg)
+	cancel()
+	if err != nil {
+		s.t.Fatalf("produce through %s's ZooKeeper: %v", site, err)
+	}
+	defer c.Close()
+	p, err := client.NewProducer(c)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for range n {
+		s.mu.Lock()
+		s.serial++
+		payload := fmt.Sprintf("via-%s-%d", site, s.serial)
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		_, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			s.t.Fatalf("send %s through %s's ZooKeeper: %v", payload, site, err)
+		}
+		s.mu.Lock()
+		s.acked[topic] = append(s.acked[topic], payload)
+		s.mu.Unlock()
+	}
+}
+
+// converged waits until one running site is master, every other running
+// site follows it byte for byte, and the master serves every put this
+// fixture had acknowledged; it returns the master.
+func (s *sites) converged(topic string) string {
+	s.t.Helper()
+	var m string
+	testutil.Eventually(s.t, 60*time.Second, 50*time.Millisecond, func() error {
+		if m = s.master(); m == "" {
+			return fmt.Errorf("no running site is a master taking puts (running: %v)", s.running())
+		}
+		return nil
+	})
+	for _, n := range s.running() {
+		if n != m {
+			wantFollowsByteIdentical(s.t, s.site(m), s.site(n), topic)
+		}
+	}
+	served := map[string]bool{}
+	for _, p := range s.site(m).Store.Partitions() {
+		if p.Topic != topic {
+			continue
+		}
+		data, _ := s.site(m).Store.Read(topic, p.Partition, 0, 256<<20)
+		recs, err := decodeRecords(data, 0)
+		if err != nil {
+			s.t.Fatalf("%s-%d at %s: %v", topic, p.Partition, m, err)
+		}
+		for _, r := range recs {
+			served[string(r.payload)] = true
+		}
+	}
+	s.mu.Lock()
+	acked := slices.Clone(s.acked[topic])
+	s.mu.Unlock()
+	var missing []string
+	for _, a := range acked {
+		if !served[a] {
+			missing = append(missing, a)
+		}
+	}
+	if len(missing) > 0 {
+		s.t.Fatalf("master %s does not serve %d of %d acknowledged puts to %s, e.g. %v", m, len(missing), len(acked), topic, missing[:min(5, len(missing))])
+	}
+	return m
+}
