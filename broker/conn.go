@@ -58,7 +58,10 @@ type conn struct {
 	waiting *serialQueues[queueKey, *pendingPuts]
 
 	storedMu sync.Mutex
-	stored   map[*pendingPuts]struct{} // put batches in the store, not yet answered
+	// stored holds the put batches in the store, not yet answered: a batch
+	// stored alone under itself (value nil), those of one store call
+	// (storeBatches) under the first, all of them as the value.
+	stored map[*pendingPuts][]*pendingPuts
 
 	closeOnce sync.Once
 
@@ -131,7 +134,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
-		stored: make(map[*pendingPuts]struct{}),
+		stored: make(map[*pendingPuts][]*pendingPuts),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
 	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
@@ -207,8 +210,11 @@ func (c *conn) waitRequests() {
 	}
 	c.storedMu.Lock()
 	stuck := make([]*pendingPuts, 0, len(c.stored))
-	for pp := range c.stored {
-		stuck = append(stuck, pp)
+	for pp, group := range c.stored {
+		if group == nil {
+			stuck = append(stuck, pp)
+		}
+		stuck = append(stuck, group...)
 	}
 	c.storedMu.Unlock()
 	for _, pp := range stuck {
