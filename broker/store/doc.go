@@ -396,7 +396,9 @@
 // the partition's chunks as they sit in the log. ReadRun answers with
 // their places (sections of segment files, a LogRun) instead of the bytes,
 // and the broker sends them with sendfile(2) from the page cache to the
-// socket, after the answer's header; the bytes never enter the process.
+// socket, after the answer's header (LogRun.Head, sent with MSG_MORE so
+// that it leaves in the same packet as the first chunk, not as a packet
+// of its own); the bytes never enter the process.
 // Each chunk is one section (the 36-byte entry headers between chunks
 // are not sent), so one sendfile call per chunk: measured on this
 // machine (BenchmarkGetPath, BENCH.md) sendfile costs the sending thread
