@@ -493,12 +493,11 @@ func (c *conn) writeLoop() {
 const writePiece = 256 << 10
 
 func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
-	if _, err := w.Write(f.head); err != nil {
-		f.run.Release()
-		return err
-	}
 	if f.run != nil {
-		return c.writeRun(w, f.run)
+		return c.writeRun(w, f.head, f.run)
+	}
+	if _, err := w.Write(f.head); err != nil {
+		return err
 	}
 	for data := f.data; len(data) > 0; {
 		n := min(len(data), writePiece)
@@ -513,14 +512,16 @@ func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
 	return nil
 }
 
-// writeRun sends a get's data from the log files (sendfile): the header
-// and the answers before it go first, then the run straight to the socket,
-// under the same write deadline.
-func (c *conn) writeRun(w *bufio.Writer, run *store.LogRun) error {
+// writeRun sends a get's data from the log files (sendfile): the answers
+// before it go first, then its header and the run straight to the socket
+// (the header in the same packet as the run's first bytes), under the same
+// write deadline.
+func (c *conn) writeRun(w *bufio.Writer, head []byte, run *store.LogRun) error {
 	defer run.Release()
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	run.Head = head
 	run.Progress = func() { c.writingSince.Store(time.Now().UnixNano()) }
 	_, err := run.WriteTo(c.nc)
 	return err
