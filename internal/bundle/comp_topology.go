@@ -219,7 +219,10 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, every)
+				// Ticks at most a quarter second apart: the metadata
+				// refresh (five probe intervals) would add seconds to
+				// the failover time.
+				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, min(every, max(cfg.Gossip.ProbeInterval/2, 50*time.Millisecond), 250*time.Millisecond))
 			}()
 		}
 	}

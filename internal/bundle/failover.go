@@ -121,12 +121,13 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		readStart := time.Now()
 		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
 		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites)
 		if err == nil {
 			s.ObserveGeneration(gen, "ZooKeeper")
 			if !s.Fence().SteppedDown {
-				g.confirm()
+				g.confirm(readStart)
 			}
 		} else if ctx.Err() == nil {
 			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
@@ -867,7 +868,10 @@ func (b *Bundle) appliedPos() int64 {
 func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, after, every time.Duration) {
 	tk := time.NewTicker(every)
 	defer tk.Stop()
-	var since time.Time
+	var (
+		since   time.Time
+		waiting string // why the last tick did not promote, logged once
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -897,6 +901,17 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
 			continue
 		}
+		// A sibling that still follows the master (its position is not
+		// final) or holds more of its log: Promote would refuse; wait for
+		// gossip to settle instead of trying every tick.
+		if why := b.siblingAhead(b.appliedPos()); why != "" {
+			if why != waiting {
+				b.log.Info("FAILOVER: not promoting automatically yet", "why", why)
+				waiting = why
+			}
+			continue
+		}
+		waiting = ""
 		rep, err := b.Promote(ctx, false)
 		if err != nil {
 			b.log.Error("FAILOVER: automatic promotion failed", "err", err)
@@ -910,15 +925,22 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 
 // masterLost reports whether a majority of the sites of this brokerId and
 // this site's ZooKeeper agree that the master is unreachable, and why (or
-// why not): siterole.MasterLost on what this site observes.
+// why not): siterole.MasterLost on what this site observes. A master node
+// still held by a dead master's session (siterole.FenceDeadMaster, the rule
+// promote without -force follows) counts as ZooKeeper agreeing: the
+// promotion takes it at the raised generation.
 func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, string) {
 	rc := b.receiver()
 	if rc == nil || rc.Connected() {
 		return false, "this site reaches its master"
 	}
+	r := rc.Receiver()
+	if r == nil {
+		return false, "this site runs no stream receiver: it does not know how far it got in the master's log"
+	}
 	brokerID := b.Config().System.BrokerID
 	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
-		Peers: gossipPeers(t, brokerID)}
+		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, r.Status())}
 	if id, err := b.identity(); err == nil {
 		f.KnownGeneration = id.Generation()
 	}
@@ -927,11 +949,11 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		defer cancel()
 		f.ZooKeeper.Enabled = true
 		f.ZooKeeper.Path = b.Registry.Paths().Broker(brokerID, -1)
-		ok, _, err := b.Registry.Exists(zctx, f.ZooKeeper.Path)
+		ok, st, err := b.Registry.Exists(zctx, f.ZooKeeper.Path)
 		if err != nil {
 			f.ZooKeeper.Err = err.Error()
 		}
-		f.ZooKeeper.MasterRegistered = ok
+		f.ZooKeeper.MasterRegistered = ok && st.EphemeralOwner != b.Registry.SessionID()
 	}
 	return siterole.MasterLost(f)
 }

@@ -31,6 +31,10 @@ type sitesSpec struct {
 	perSiteZK bool
 	// replication is added to the shared file's [replication] section.
 	replication string
+	// sessionTimeout is zk.zkSessionTimeoutMs (default the tests' 5 s;
+	// deploy/ runs 30 s); probeInterval is [gossip] probeIntervalMs
+	// (default the tests' 100 ms; deploy/ runs 1 s).
+	sessionTimeout, probeInterval time.Duration
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -93,6 +97,12 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	}
 	// Without configsync: its embedded NATS would stop with the master.
 	s.shared = strings.Replace(failoverINIZK(zk, s.zkRoot, repl), "[nats]\nbucket=metaq_config\n", "", 1)
+	if spec.sessionTimeout > 0 {
+		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)
+	}
+	if spec.probeInterval > 0 {
+		s.shared = strings.Replace(s.shared, "probeIntervalMs=100", fmt.Sprintf("probeIntervalMs=%d", spec.probeInterval.Milliseconds()), 1)
+	}
 
 	master := spec.sites[0]
 	s.specs[master] = s.siteSpecOf(master, 0, "")

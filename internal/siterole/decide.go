@@ -29,7 +29,8 @@ type ZooKeeperFact struct {
 	Enabled bool
 	// Err is why it could not be read ("" when it was).
 	Err string
-	// MasterRegistered: ids/<brokerId>/master exists; Path names it.
+	// MasterRegistered: ids/<brokerId>/master exists, held by another
+	// session than this site's; Path names it.
 	MasterRegistered bool
 	Path             string
 }
@@ -47,13 +48,20 @@ type LossFacts struct {
 	FenceSites int
 	Peers      []Peer
 	ZooKeeper  ZooKeeperFact
+	// DeadMaster is what this site knows about the master whose node
+	// ZooKeeper may still hold (FenceDeadMaster).
+	DeadMaster DeadMasterFacts
 }
 
 // MasterLost reports whether a majority of the sites of this brokerId (by
 // gossip: the master's bundle not alive, slave sites that lost it) and this
-// site's ZooKeeper (no master node) agree that the master is gone, and why
-// (or why not). A master of a newer generation alive anywhere means the
-// master is not lost: another site took over.
+// site's ZooKeeper agree that the master is gone, and why (or why not).
+// ZooKeeper agrees when it has no master node, or when the node is held by
+// a dead master's session (FenceDeadMaster: the promotion raises the
+// generation and takes the node instead of waiting for the session to
+// expire), the rule a manual promote without -force follows. A master of a
+// newer generation alive anywhere means the master is not lost: another
+// site took over.
 func MasterLost(f LossFacts) (bool, string) {
 	if f.Connected {
 		return false, "this site reaches its master"
@@ -85,7 +93,10 @@ func MasterLost(f LossFacts) (bool, string) {
 	case z.Err != "":
 		return false, "this site's ZooKeeper cannot be read: " + z.Err
 	case z.MasterRegistered:
-		return false, "the master is still registered in this site's ZooKeeper at " + z.Path
+		if ok, why := FenceDeadMaster(f.DeadMaster); !ok {
+			return false, "the master is still registered in this site's ZooKeeper at " + z.Path + ", by a session not known to be a dead master's: " + why
+		}
+		return true, fmt.Sprintf("%d of %d sites agree the master is lost, and the master node in this site's ZooKeeper (%s) is held by a dead master's session (fenced by generation)", len(agree), total, z.Path)
 	}
 	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
 }

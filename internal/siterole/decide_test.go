@@ -15,6 +15,11 @@ func TestMasterLost(t *testing.T) {
 		return Peer{Site: site, Role: Slave, Alive: alive, Follows: follows}
 	}
 	self := Peer{Site: "hf", Self: true, Role: Slave, Alive: true}
+	registered := ZooKeeperFact{Enabled: true, MasterRegistered: true, Path: "/x/master"}
+	dead := DeadMasterFacts{Gossip: true, MasterDown: true, Silent: 5 * time.Second, AckBound: 3 * time.Second}
+	suspect, recent := dead, dead
+	suspect.MasterDown = false
+	recent.Silent = 2 * time.Second
 	for _, tc := range []struct {
 		name string
 		f    LossFacts
@@ -31,6 +36,16 @@ func TestMasterLost(t *testing.T) {
 		{"ZooKeeper off", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}}, false, "ZooKeeper is off"},
 		{"ZooKeeper unreadable", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, Err: "timeout"}}, false, "cannot be read: timeout"},
 		{"still registered", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, MasterRegistered: true, Path: "/x/master"}}, false, "still registered"},
+		{"registered by a dead master's session", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: dead}, true, "held by a dead master's session"},
+		{"registered, master only suspect", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: suspect}, false, "not declared the master's bundle down"},
+		{"registered, master silent within the bound", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: recent}, false, "not longer than"},
+		{"registered, no gossip", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: DeadMasterFacts{Silent: time.Minute, AckBound: time.Second}}, false, "gossip is off"},
+		// A master partitioned from this site only: gossip (through the
+		// other sites' probes) keeps it alive, the other slave site still
+		// follows it. Its session is not a dead master's, nor is a
+		// majority reached, however long the link stays cut.
+		{"cut from this site only", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: registered,
+			DeadMaster: DeadMasterFacts{Gossip: true, Silent: time.Minute, AckBound: time.Second}}, false, "1 of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, why := MasterLost(tc.f)
