@@ -202,6 +202,9 @@ func (c *shipperComponent) publish(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replication: read the generation before publishing the address: %w", err)
 	}
+	if other, _ := c.b.otherGenerations(ctx); other > gen {
+		gen = other // one ensemble per site: this site's may have missed it
+	}
 	if s != nil {
 		if s.ObserveGeneration(gen, "ZooKeeper"); s.Fence().SteppedDown {
 			return fmt.Errorf("replication: not publishing the address: %w (ZooKeeper has generation %d)", errNotCurrentMaster, gen)
