@@ -230,3 +230,41 @@ func TestMirrorTakesTheNodeOfASupersededMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorRewritesATopicEntryRemovedBehindIt: a topic entry a mirror
+// wrote and that went behind its session's back (an older master stepping
+// down deleted it: a node replaced in one step has the version the old
+// one had, so its delete by version can hit the new one) is written again
+// at the next Mirror, as the master node is.
+func TestMirrorRewritesATopicEntryRemovedBehindIt(t *testing.T) {
+	root, other := testRoot(t), testRoot(t)
+	cleanupRoot(t, root)
+	cleanupRoot(t, other)
+	ctx := context.Background()
+	src := newRegistry(t, testOptions(t, root))
+	if err := src.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, other)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	obs := newRegistry(t, testOptions(t, other))
+	m := MasterMirror{Registration: src.Registration(), ReplicationAddr: "127.0.0.1:8124", Generation: 1}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	pub := other + "/brokers/topics-pub/orders/0-m"
+	if err := obs.Delete(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	data, st, err := obs.Get(ctx, pub)
+	if err != nil || string(data) != TopicJSON(2, "0-m") || st.EphemeralOwner != mirror.SessionID() {
+		t.Fatalf("%s = %q (owner 0x%x, %v) after the next Mirror, want it written again by the mirror's session", pub, data, st.EphemeralOwner, err)
+	}
+}

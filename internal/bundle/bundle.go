@@ -36,10 +36,6 @@ type Bundle struct {
 	// (ModeSlave, or the slave role a former master recorded), else nil.
 	// Never changed once Start runs: SlaveConfig is the role at run time.
 	Slave *config.Slave
-	// role is the slave configuration in effect, nil while master: a
-	// promotion or a demotion changes it while /status, the dashboard and
-	// gossip read it.
-	role atomic.Pointer[config.Slave]
 	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
 	Samsa *config.Samsa
 
@@ -69,7 +65,7 @@ type Bundle struct {
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
 	msgs      msgCounter       // messages held per partition, for the dashboard
-	failover  failoverState    // replication identity; the shipper of a promotion
+	failover  failoverState    // the role and what runs for it; replication identity
 	started   time.Time
 	reloadMu  sync.Mutex // one reload at a time
 	onStarted func()     // set by OnStarted, called by Run
@@ -86,7 +82,10 @@ func New(opts Options) (*Bundle, error) {
 	}
 	b := &Bundle{opts: opts, commandMode: opts.Mode, log: opts.Logger, closed: make(chan struct{})}
 	b.failover.rejoinWake = make(chan struct{}, 1)
-	b.failover.role = siterole.New(siterole.State{Role: siterole.Master, Why: "not started"})
+	b.failover.role = newRoleOwner(func() (*shipperComponent, *receiverComponent) {
+		return compOf[*shipperComponent](b), compOf[*receiverComponent](b)
+	})
+	b.slave.role = b.failover.role
 	cfg, warnings, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
@@ -141,7 +140,7 @@ func (b *Bundle) Mode() Mode { return b.opts.Mode }
 
 // SlaveConfig is the slave configuration in effect now: nil while this
 // bundle is master (also after a promotion), the demotion's after one.
-func (b *Bundle) SlaveConfig() *config.Slave { return b.role.Load() }
+func (b *Bundle) SlaveConfig() *config.Slave { return b.failover.role.slaveConfig() }
 
 // Logger returns the bundle's logger, for components.
 func (b *Bundle) Logger() *slog.Logger { return b.log }
@@ -164,9 +163,8 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if err = b.applyPersistedRole(); err != nil {
 		return err
 	}
-	b.role.Store(b.Slave)
 	cfg := b.Config()
-	b.failover.role.Set(b.startRole())
+	b.failover.role.start(b.startRole(), b.Slave)
 
 	b.Store, err = store.Open(store.Options{
 		Dir:           cfg.System.DataPath,
@@ -498,11 +496,13 @@ func (b *Bundle) Status() Status {
 	}
 	if sl := b.SlaveConfig(); sl != nil {
 		s.SlaveID = sl.SlaveID
-		if b.opts.Mode == ModeMaster {
-			s.Mode = ModeSlave.String() // demoted at run time
+	}
+	if b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave {
+		// The role now: a promotion or a demotion at run time changes it.
+		s.Mode = ModeMaster.String()
+		if b.Role().Role == siterole.Slave {
+			s.Mode = ModeSlave.String()
 		}
-	} else if b.opts.Mode == ModeSlave {
-		s.Mode = ModeMaster.String() // promoted at run time
 	}
 	if b.Broker != nil {
 		s.Addr = addrString(b.Broker)
@@ -555,7 +555,7 @@ func (b *Bundle) SlaveStatus() (any, error) {
 			return r.SlaveStatus(), nil
 		}
 	}
-	if b.opts.Mode != ModeSlave {
+	if !b.failover.role.isSlave() {
 		return nil, errors.New("bundle: not an async slave")
 	}
 	return nil, errors.New("bundle: async-slave replication is not running in this build")

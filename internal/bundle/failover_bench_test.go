@@ -48,7 +48,10 @@ import (
 //     because gz holds more of bj's log;
 //   - auto: the same kill with autoFailover=true and autoFailoverAfterMs=500
 //     (a 5 s ZooKeeper session timeout, gossip probing every 100 ms): the
-//     most caught-up slave site promotes itself.
+//     most caught-up slave site promotes itself;
+//   - auto-deploy: the same with deploy/'s timing: a 30 s ZooKeeper session
+//     (bj's master node outlives it: the promotion fences its session by
+//     generation), gossip probing every 500 ms, autoFailoverAfterMs=1000.
 //
 // After a kill, bj is restarted as a slave of the new master and its saved
 // unreplicated records are read.
@@ -82,7 +85,7 @@ import (
 //	METAQ_TEST_ZK=... go test -run '^$' -bench BenchmarkFailover -benchtime 3x ./internal/bundle/
 func BenchmarkFailover(b *testing.B) {
 	zk := testutil.ZooKeeper(b)
-	for _, sc := range []failoverScenario{scenarioSwitchover, scenarioPromote, scenarioAuto} {
+	for _, sc := range []failoverScenario{scenarioSwitchover, scenarioPromote, scenarioAuto, scenarioAutoDeploy} {
 		b.Run(sc.String(), func(b *testing.B) {
 			var all []failoverRun
 			for i := range b.N {
@@ -99,10 +102,11 @@ const (
 	scenarioSwitchover failoverScenario = iota
 	scenarioPromote
 	scenarioAuto
+	scenarioAutoDeploy
 )
 
 func (s failoverScenario) String() string {
-	return [...]string{"switchover", "promote", "auto"}[s]
+	return [...]string{"switchover", "promote", "auto", "auto-deploy"}[s]
 }
 
 // failoverTopics: the synchronous and the asynchronous topic.
@@ -280,13 +284,20 @@ func (r *failoverRig) logger(name string) *slog.Logger {
 func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failoverRun {
 	b.Helper()
 	repl := ""
-	if sc == scenarioAuto {
+	switch sc {
+	case scenarioAuto:
 		repl = "autoFailover=true\nautoFailoverAfterMs=500\n"
+	case scenarioAutoDeploy:
+		repl = "autoFailover=true\nautoFailoverAfterMs=1000\n"
 	}
 	zkRoot := multiSiteRoot(b, []string{zk})
 	shared := sharedINI(zk, zkRoot, "[topic="+topicSync+"]\nnumPartitions=2\nminSyncSites=1\n\n[topic="+topicAsync+"]\nnumPartitions=2\n")
 	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1) // configsync plays no part
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\n"+repl, 1)
+	if sc == scenarioAutoDeploy {
+		shared = strings.Replace(shared, "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
+		shared = strings.Replace(shared, "probeIntervalMs=100", "probeIntervalMs=500", 1)
+	}
 	r := &failoverRig{b: b, dir: filepath.Join(b.TempDir(), strconv.Itoa(iter)), shared: shared,
 		name: fmt.Sprintf("%s-%d-%d", sc, b.N, iter),
 		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}}
@@ -338,7 +349,7 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 		if _, err := bj.Switchover(ctx, "hf", ""); err != nil {
 			b.Fatal(err)
 		}
-	case scenarioPromote, scenarioAuto:
+	case scenarioPromote, scenarioAuto, scenarioAutoDeploy:
 		lossAt = time.Now()
 		r.kill(bj)
 		if sc == scenarioPromote {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type siteViews struct {
 	// other ensembles meanwhile, so that an old master that still holds
 	// nodes and reads its own ensemble steps down and lets go.
 	generation func() uint64
+	// ensFile, when set, records the other sites' ensembles gossip names
+	// (ensembles.go), for a check of the generation at the next start.
+	ensFile  string
+	recorded map[string]topology.Ensemble // what ensFile last got; reconcile only
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -103,6 +108,7 @@ func (s *siteViews) run(ctx context.Context, interval time.Duration, kick <-chan
 
 func (s *siteViews) reconcile(ctx context.Context) {
 	ens := s.t.Ensembles()
+	s.record(ens)
 	var reach []string
 	ownOK := s.own.Connected()
 	s.mu.Lock()
@@ -144,6 +150,28 @@ func (s *siteViews) reconcile(ctx context.Context) {
 		reach = append(reach, s.site)
 	}
 	s.t.SetViewReach(reach)
+}
+
+// record keeps ensFile to the other sites' ensembles in ens (those of
+// this bundle's own ensemble left out), writing only when they change.
+func (s *siteViews) record(ens map[string]topology.Ensemble) {
+	if s.ensFile == "" {
+		return
+	}
+	others := map[string]topology.Ensemble{}
+	for site, e := range ens {
+		if site != s.site && !s.sameEnsemble(e) {
+			others[site] = e
+		}
+	}
+	if len(others) == 0 || maps.Equal(others, s.recorded) {
+		return
+	}
+	if err := recordEnsembles(s.ensFile, others); err != nil {
+		s.log.Warn("TOPOLOGY: cannot record the other sites' ensembles", "err", err)
+		return
+	}
+	s.recorded = others
 }
 
 // connect opens a session to a remote site's ensemble. It registers nothing:
