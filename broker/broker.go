@@ -54,6 +54,9 @@ type Broker struct {
 	siteStats siteSyncStats
 	gate      writeGate            // client writes refused, by holder
 	hold      atomic.Pointer[Hold] // puts held while mastership is handed over (hold.go)
+	// sitesUntil (unix ns) is when puts to minSyncSites topics stop
+	// waiting for their slave sites to connect (AwaitSitesFor).
+	sitesUntil atomic.Int64
 
 	mu    sync.Mutex
 	ln    net.Listener

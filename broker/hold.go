@@ -103,6 +103,10 @@ type heldBatch struct {
 	deadline  time.Time
 	done      func([]store.Appended, error)
 	answered  atomic.Bool
+	// gone reports that the client closed its connection: what was not
+	// sent yet is dropped, not stored (nobody awaits its answer, and a
+	// client that resends it would store it twice).
+	gone func() bool
 }
 
 // heldError is the answer of a held put that was not stored here: its
@@ -205,8 +209,8 @@ func (h *Hold) Stats() HoldStats {
 
 // add holds a validated batch and calls done once with its outcome. It
 // copies the bodies.
-func (h *Hold) add(topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
-	hb := &heldBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done,
+func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func() bool, done func([]store.Appended, error)) {
+	hb := &heldBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
 		deadline: time.Now().Add(h.opts.MaxWait)}
 	for i, m := range msgs {
 		hb.msgs[i] = m
@@ -289,7 +293,7 @@ func (h *Hold) expireLoop() {
 			var late []*heldBatch
 			kept := h.queue[:0]
 			for _, hb := range h.queue {
-				if now.After(hb.deadline) {
+				if now.After(hb.deadline) || hb.gone() {
 					late = append(late, hb)
 				} else {
 					kept = append(kept, hb)
@@ -340,10 +344,13 @@ func (h *Hold) forward(hb *heldBatch) {
 	}
 	failed := 0
 	for len(left) > 0 {
-		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil {
+		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil || hb.gone() {
 			why := fmt.Sprintf("the new master did not take it within %v", h.opts.MaxWait)
-			if h.b.ctx.Err() != nil {
+			switch {
+			case h.b.ctx.Err() != nil:
 				why = "the broker is closing"
+			case hb.gone():
+				why = "its client closed the connection"
 			}
 			for _, i := range left {
 				errs[i] = h.notStored(why)

@@ -397,7 +397,7 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.storedMu.Unlock()
 	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
 	if pp.held != nil {
-		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, done)
+		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
 	} else {
 		// The broker's context, not the connection's: puts that reached
 		// the store complete even if their client goes away.

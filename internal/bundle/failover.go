@@ -304,6 +304,15 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	}
 	f.mu.Unlock()
 	b.Broker.SetPromotionEnds(rep.Ends)
+	if o.Handover {
+		// The old master handed over and holds the puts that reached it
+		// for this site (broker/hold.go): take them before ZooKeeper names
+		// this site, when producers move here and MetaQ's Java producer
+		// drops its connection to the old master with them. Puts to topics
+		// with minSyncSites wait for the slave sites to follow here.
+		b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
+		b.Broker.AllowWrites(replicaHolder)
+	}
 	if b.Registry != nil {
 		if o.Handover && fenceSession == 0 {
 			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
