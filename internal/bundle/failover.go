@@ -682,6 +682,15 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		if err := b.Registry.AwaitTopicsTaken(wctx); err != nil {
 			b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries; removing them anyway", "to", name, "err", err)
 		}
+		// The same in the other sites' ensembles, where this master's
+		// mirror stays as it is until then (siteViews.paused).
+		if tc := compOf[*topologyComponent](b); tc != nil {
+			if views := tc.siteViews(); views != nil {
+				if err := views.awaitTopicsTaken(wctx); err != nil {
+					b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries in another site's ZooKeeper; removing them anyway", "to", name, "err", err)
+				}
+			}
+		}
 		cancel()
 	}
 	if err := b.demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
