@@ -115,7 +115,7 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(keys[i], g[:n:n])
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() {
+			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil {
 				c.routeBatch(pp)
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
@@ -173,6 +173,9 @@ type pendingPuts struct {
 	// answered is set by whoever sends the batch's answers: the store's
 	// notify when the commit returns, or a shutdown that stops waiting.
 	answered atomic.Bool
+	// held is the Hold in effect when the batch was validated: its puts
+	// skipped the write gate and go to it instead of the store (hold.go).
+	held *Hold
 }
 
 // newBatch is step 2 for a batch: it validates each put on its own,
@@ -184,9 +187,12 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 		msgs:    make([]store.Message, 0, len(reqs)),
 		opaques: make([]int32, 0, len(reqs)),
 	}
+	if !key.sync {
+		pp.held = b.holding() // decided once for the batch
+	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
-		if res := b.checkPut(r, key.partition, te); res != nil {
+		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
 			if pp.out == nil {
@@ -214,8 +220,14 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 // topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
 // nil.
 func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
+	return b.checkPutHeld(r, p, te, false)
+}
+
+// checkPutHeld is checkPut for a put that a Hold takes when held: the
+// write gate and minSyncSites are then the new master's to check.
+func (b *Broker) checkPutHeld(r *putReq, p int32, te *topicEntry, held bool) *wire.Result {
 	topic := r.topic
-	if ref := b.writeRefusal(); ref != nil && !r.sync {
+	if ref := b.writeRefusal(); ref != nil && !r.sync && !held {
 		return wire.NewResult(ref.code(), b.putError(topic, p, ref.Reason), r.opaque)
 	}
 	if b.isClosed(topic, int(r.partition)) {
@@ -244,7 +256,7 @@ func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
 	if p < 0 || int(p) >= n {
 		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p))), r.opaque)
 	}
-	if res := b.checkSyncSites(r, p, te); res != nil {
+	if res := b.checkSyncSites(r, p, te); res != nil && !held {
 		return res
 	}
 	if r.checksum != wire.NoChecksum && wire.Checksum(r.body) != r.checksum {
@@ -290,6 +302,11 @@ func (c *conn) routeBatch(pp *pendingPuts) {
 	c.wg.Add(1) // done by answerBatch
 	if len(pp.msgs) == 0 {
 		c.b.answerBatch(c, pp, nil, nil)
+		return
+	}
+	if pp.held != nil {
+		// Not registered in ZooKeeper here: the new master has it.
+		c.b.storeBatch(c, pp)
 		return
 	}
 	if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
@@ -378,11 +395,14 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.storedMu.Lock()
 	c.stored[pp] = struct{}{} // before the store can answer it
 	c.storedMu.Unlock()
-	// The broker's context, not the connection's: puts that reached the
-	// store complete even if their client goes away.
-	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
-		b.answerBatch(c, pp, as, err)
-	})
+	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
+	if pp.held != nil {
+		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	} else {
+		// The broker's context, not the connection's: puts that reached
+		// the store complete even if their client goes away.
+		b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, done)
+	}
 	// The store keeps no body: the buffers can take the next bodies, and
 	// their bytes go back to the connection's byte budget.
 	for i := range pp.msgs {
@@ -522,7 +542,15 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 			failed = each[i]
 		}
 		if failed != nil {
-			out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			var he *heldError
+			switch {
+			case errors.As(failed, &he) && he.raw:
+				out = wire.AppendResult(out, he.code, he.text, opaque)
+			case errors.As(failed, &he):
+				out = wire.AppendResult(out, he.code, b.putError(pp.key.topic, p, he.text), opaque)
+			default:
+				out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			}
 			continue
 		}
 		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)

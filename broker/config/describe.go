@@ -119,6 +119,8 @@ func (s *Server) blocks() []block {
 			{"secretFile", s.Replication.SecretFile},
 			{"autoFailover", btoa(s.Replication.AutoFailover)},
 			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
+			{"handoverHoldMs", ms(s.Replication.HandoverHold)},
+			{"handoverHoldBytes", strconv.FormatInt(s.Replication.HandoverHoldBytes, 10)},
 			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
 		}},
 		block{sectionLimits, []entry{

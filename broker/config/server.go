@@ -46,8 +46,13 @@ const (
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
 	DefaultAutoFailoverAfter         = 30 * time.Second
-	DefaultSlaveGroupPrefix          = "meta-slave-group"
-	DefaultSlaveMaxDelay             = 500 * time.Millisecond
+	// A put a master holds while it hands over waits at most this long
+	// for the new master: below the 3 s MetaQ's Java producer waits for
+	// an answer, so that no held put is answered after its client gave up.
+	DefaultHandoverHold      = 2500 * time.Millisecond
+	DefaultHandoverHoldBytes = 64 << 20
+	DefaultSlaveGroupPrefix  = "meta-slave-group"
+	DefaultSlaveMaxDelay     = 500 * time.Millisecond
 
 	// [limits]. Kafka's connections.max.idle.ms is 10 minutes; MetaQ's Java
 	// client sends a heartbeat after 10 s without traffic, so a healthy
@@ -616,6 +621,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		SecretFile:           r.str("secretFile", ""),
 		AutoFailover:         r.boolean("autoFailover", false),
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
+		HandoverHold:         r.millis("handoverHoldMs", DefaultHandoverHold, 0),
+		HandoverHoldBytes:    r.integer("handoverHoldBytes", DefaultHandoverHoldBytes, 0, math.MaxInt64),
 
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}

@@ -262,6 +262,15 @@ type Replication struct {
 	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
 	AutoFailover      bool
 	AutoFailoverAfter time.Duration
+	// HandoverHold (handoverHoldMs, default 2500) is how long a master
+	// that hands mastership over (switchover) holds a put that arrives
+	// meanwhile, waiting to pass it on to the new master, before answering
+	// it 503, not stored; 0 refuses such puts at once (503). Held puts are
+	// answered with the new master's answer (broker/hold.go).
+	// HandoverHoldBytes (handoverHoldBytes, default 64 MiB) bounds the body
+	// bytes held at once; a put beyond it is answered 503 at once.
+	HandoverHold      time.Duration
+	HandoverHoldBytes int64
 	// AllowUnauthenticatedSwitchover (default false) lets a master hand
 	// mastership over when a slave site asks over a replication link that
 	// neither the shared secret (SecretFile) nor mutual TLS authenticates.
