@@ -52,8 +52,9 @@ type Broker struct {
 	// minSyncSites wait for (syncsites.go); siteStats their state.
 	siteRep   atomic.Pointer[siteRepHolder]
 	siteStats siteSyncStats
-	gate      writeGate            // client writes refused, by holder
-	hold      atomic.Pointer[Hold] // puts held while mastership is handed over (hold.go)
+	gate      writeGate               // client writes refused, by holder
+	hold      atomic.Pointer[Hold]    // puts held while mastership is handed over (hold.go)
+	gateway   atomic.Pointer[Gateway] // a slave's forwarding of puts to the master (gateway.go)
 	// sitesUntil (unix ns) is when puts to minSyncSites topics stop
 	// waiting for their slave sites to connect (AwaitSitesFor).
 	sitesUntil atomic.Int64

@@ -115,7 +115,7 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(keys[i], g[:n:n])
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil {
+			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
 				c.routeBatch(pp)
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
@@ -176,6 +176,10 @@ type pendingPuts struct {
 	// held is the Hold in effect when the batch was validated: its puts
 	// skipped the write gate and go to it instead of the store (hold.go).
 	held *Hold
+	// fwd is the gateway that forwards the batch to the master, when this
+	// broker is a slave and the topic is forwarded (gateway.go): its puts
+	// skipped the write gate too.
+	fwd *Gateway
 }
 
 // newBatch is step 2 for a batch: it validates each put on its own,
@@ -189,10 +193,13 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 	}
 	if !key.sync {
 		pp.held = b.holding() // decided once for the batch
+		if pp.held == nil {
+			pp.fwd = b.forwarding(te)
+		}
 	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
-		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil); res != nil {
+		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil || pp.fwd != nil); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
 			if pp.out == nil {
@@ -304,8 +311,8 @@ func (c *conn) routeBatch(pp *pendingPuts) {
 		c.b.answerBatch(c, pp, nil, nil)
 		return
 	}
-	if pp.held != nil {
-		// Not registered in ZooKeeper here: the new master has it.
+	if pp.held != nil || pp.fwd != nil {
+		// Not registered in ZooKeeper here: the (new) master has it.
 		c.b.storeBatch(c, pp)
 		return
 	}
@@ -396,9 +403,12 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.stored[pp] = struct{}{} // before the store can answer it
 	c.storedMu.Unlock()
 	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
-	if pp.held != nil {
+	switch {
+	case pp.held != nil:
 		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
-	} else {
+	case pp.fwd != nil:
+		pp.fwd.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	default:
 		// The broker's context, not the connection's: puts that reached
 		// the store complete even if their client goes away.
 		b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, done)

@@ -153,6 +153,9 @@ func topicEntries(t Topic) []entry {
 		// Only when set, so a MetaQ file describes as MetaQ keys alone.
 		es = append(es, entry{"minSyncSites", itoa(t.MinSyncSites)}, entry{"syncDegrade", t.SyncDegrade})
 	}
+	if t.ForwardPuts != ForwardUnset {
+		es = append(es, entry{"forwardPuts", btoa(t.ForwardPuts == ForwardOn)})
+	}
 	groups := make([]string, 0, len(t.Filters))
 	for g := range t.Filters {
 		groups = append(groups, g)

@@ -72,12 +72,14 @@ var topicKeys = []string{
 	"acceptPublish", "acceptSubscribe", "stat",
 	// This project's: synchronous cross-site replication.
 	"minSyncSites", "syncDegrade",
+	// This project's: puts at a slave site carried to the master (gateway).
+	"forwardPuts",
 }
 
 // topicInertKeys are TopicConfig field names MetaQ accepts but never reads.
 var topicInertKeys = []string{"topic", "filterClassNames"}
 
-var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
+var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{

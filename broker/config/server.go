@@ -440,6 +440,7 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		Stat:             topicStat(r, sys.Stat),
 		MinSyncSites:     int(r.integer("minSyncSites", 0, 0, 64)),
 		SyncDegrade:      syncDegradeKey(r),
+		ForwardPuts:      forwardKey(r),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -455,6 +456,16 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		}
 	}
 	return t, true
+}
+
+func forwardKey(r sectionReader) Forward {
+	if _, ok := r.raw("forwardPuts"); !ok {
+		return ForwardUnset
+	}
+	if r.boolean("forwardPuts", false) {
+		return ForwardOn
+	}
+	return ForwardOff
 }
 
 func syncDegradeKey(r sectionReader) string {
@@ -540,6 +551,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
 		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
+		ForwardPuts:   r.boolean("forwardPuts", false),
 	}
 	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
 		k, ok := r.raw("dashboardAddr")

@@ -131,6 +131,11 @@ type Topic struct {
 	// default, a retriable refusal) or SyncDegradeAsync (stored and
 	// acknowledged without waiting, with an alarm).
 	SyncDegrade string
+	// ForwardPuts is forwardPuts: while this site's broker is a slave, it
+	// accepts puts to the topic and carries them to the master, answering
+	// with the master's answer (the write gateway). ForwardUnset, the
+	// default, takes [site] forwardPuts.
+	ForwardPuts Forward
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
 
@@ -170,6 +175,31 @@ type Site struct {
 	// Dashboard is true when [system] dashboardHttpPort or [site]
 	// dashboardAddr is written: the bundle then serves its dashboard.
 	Dashboard bool
+	// ForwardPuts is forwardPuts: the default of topics' forwardPuts at
+	// this site (false, MetaQ's behaviour: a slave refuses puts).
+	ForwardPuts bool
+}
+
+// Forward is a topic's forwardPuts setting.
+type Forward int8
+
+// Forward values.
+const (
+	ForwardUnset Forward = iota // the site's [site] forwardPuts
+	ForwardOn
+	ForwardOff
+)
+
+// Forwards reports whether a slave broker of site forwards t's puts to the
+// master (see Topic.ForwardPuts).
+func (t *Topic) Forwards(site Site) bool {
+	switch t.ForwardPuts {
+	case ForwardOn:
+		return true
+	case ForwardOff:
+		return false
+	}
+	return site.ForwardPuts
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.
