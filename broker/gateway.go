@@ -50,6 +50,11 @@ type GatewayOptions struct {
 	// Dial opens the connection to the master's MetaQ port; nil dials TCP.
 	// A deployment passes one that authenticates and compresses.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Holder is the write gate holder (RefuseWrites) whose refusal puts
+	// are forwarded under: the one that says this broker is a slave.
+	// Required. Puts refused only by other holders (a master's full disk, a
+	// fence) are refused as before.
+	Holder string
 	// MaxWait bounds the time from a put's arrival to its last sending to
 	// the master; 0 means DefaultHoldMaxWait (below the 3 s MetaQ's Java
 	// producer waits for an answer).
@@ -62,6 +67,7 @@ type GatewayStats struct {
 	NotSent   int64 // answered 503: never sent, not stored
 	Unknown   int64 // answered 500: sent, no answer
 	Retried   int64 // sent again after a refusal saying the master moved
+	Dials     int64 // connections opened to the master
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -74,7 +80,7 @@ type Gateway struct {
 	cur    *fwdConn
 	closed bool
 	opaque atomic.Int32
-	stats  struct{ forwarded, notSent, unknown, retried atomic.Int64 }
+	stats  struct{ forwarded, notSent, unknown, retried, dials atomic.Int64 }
 }
 
 // SetGateway makes the broker forward the puts of topics with forwardPuts
@@ -84,8 +90,8 @@ type Gateway struct {
 func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 	var g *Gateway
 	if o != nil {
-		if o.Master == nil {
-			return nil, errors.New("broker: gateway without a master address")
+		if o.Master == nil || o.Holder == "" {
+			return nil, errors.New("broker: gateway without a master address or a write gate holder")
 		}
 		opts := *o
 		if opts.MaxWait <= 0 {
@@ -114,14 +120,15 @@ func (b *Broker) Gateway() *Gateway { return b.gateway.Load() }
 // Stats reports what the gateway did so far.
 func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
-		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load()}
+		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
-// writes are refused here, the topic is known and forwarded at this site.
+// the gateway's holder refuses writes here (a slave), the topic is known
+// and forwarded at this site.
 func (b *Broker) forwarding(te *topicEntry) *Gateway {
 	g := b.gateway.Load()
-	if g == nil || !te.ok || b.writeRefusal() == nil {
+	if g == nil || !te.ok || !b.gate.refusedBy(g.opts.Holder) {
 		return nil
 	}
 	if !te.tc.Forwards(b.cfg.Load().Site) {
@@ -165,6 +172,7 @@ func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the master: %w", err)
 	}
+	g.stats.dials.Add(1)
 	nc, err := g.opts.Dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial the master %s: %w", addr, err)

@@ -35,6 +35,7 @@ func gatewayPair(t *testing.T, slaveExtra string, o GatewayOptions) (master, sla
 	slave = startBroker(t, gatewayConfig(t, slaveExtra), nil)
 	slave.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of " + master.URL()})
 	dials = new(atomic.Int32)
+	o.Holder = "slave"
 	if o.Master == nil {
 		o.Master = func(context.Context) (string, error) { return master.Addr().String(), nil }
 	}

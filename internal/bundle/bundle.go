@@ -234,6 +234,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	}
 	// A replica refuses client writes before anything can reach the broker.
 	b.refuseReplicaWrites(ctx)
+	if err = b.startGateway(); err != nil {
+		return err
+	}
 
 	// Set once, before anything (the admin endpoint, the dashboard's
 	// sampler) can read it; components report "not running" until started.

@@ -31,6 +31,8 @@ type sitesSpec struct {
 	perSiteZK bool
 	// replication is added to the shared file's [replication] section.
 	replication string
+	// overlays is added to a site's overlay file, by site.
+	overlays map[string]string
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -147,6 +149,7 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 			ss.slaveExtra = "compression=zstd\nbandwidthBytesPerSec=20000000\n" + files
 		}
 	}
+	ss.extraOverlay += s.spec.overlays[name]
 	tap := &zktest.Tap{}
 	s.taps[name] = tap
 	ss.options = func(o *Options) { o.ZooKeeperDialer = s.tapOf(name).Dial }

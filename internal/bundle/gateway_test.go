@@ -1,0 +1,148 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/internal/testutil"
+)
+
+// forwardingSites is deploy/'s layout (secret, mutual TLS, one ZooKeeper
+// per site) with hf forwarding puts ([site] forwardPuts=true in hf's
+// overlay) and gz not, as by default.
+func forwardingSites(t *testing.T) *sites {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	return newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+}
+
+// viewClient is a client that finds brokers through site's view root in
+// site's ensemble: the one-line change (zkRoot) a Java client at the site
+// makes, here with the Go client.
+func viewClient(t *testing.T, s *sites, site string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot + "-view-" + site, ZKSyncTime: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("client through %s's view: %v", site, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitViewAt waits until site's view names site's own bundle as the master
+// of brokerId 0.
+func waitViewAt(t *testing.T, s *sites, site string) {
+	t.Helper()
+	zc := zkClient(t, &testEnv{zk: s.zks[site], root: s.zkRoot})
+	want := s.site(site).Broker.URL()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		data, _, err := zc.Get(context.Background(), s.zkRoot+"-view-"+site+"/brokers/ids/0/master")
+		if err != nil || string(data) != want {
+			return fmt.Errorf("%s's view names %q (%v), want %s", site, data, err, want)
+		}
+		return nil
+	})
+}
+
+// TestGatewayThroughSite: a producer at hf that finds brokers through hf's
+// view sends to hf's bundle, which carries the puts to bj: each answer
+// carries bj's id, partition and offset, bj holds the record there, and
+// hf holds it at the same offset once replicated; pipelined puts of one
+// connection to a partition are stored in the order sent; hf keeps one
+// connection to bj. gz, which does not forward, refuses puts as a slave
+// does, and a put bj refuses reaches the producer with bj's answer.
+func TestGatewayThroughSite(t *testing.T) {
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	waitViewAt(t, s, "gz")
+
+	prod, err := client.NewProducer(viewClient(t, s, "hf"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close(context.Background())
+	const n = 60
+	type ack struct {
+		payload string
+		r       client.SendResult
+	}
+	acks := make([]ack, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for i := range n {
+		payload := fmt.Sprintf("via-hf-gateway-%03d", i)
+		wg.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		err := prod.SendAsync(ctx, &client.Message{Topic: "orders", Payload: []byte(payload)}, func(r client.SendResult, err error) {
+			defer wg.Done()
+			defer cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("send %s: %w", payload, err))
+				return
+			}
+			acks[i] = ack{payload, r}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d sends failed, the first: %v", len(errs), n, errs[0])
+	}
+	last := map[int]int64{}
+	for _, a := range acks {
+		rec, err := recordAt(bj, "orders", a.r.Partition.Partition, a.r.Offset)
+		if err != nil || rec.ID != a.r.ID || string(rec.Body) != a.payload {
+			t.Fatalf("%s acknowledged as id %d at orders-%d offset %d, bj has there %+v (%v)", a.payload, a.r.ID, a.r.Partition.Partition, a.r.Offset, rec, err)
+		}
+		if prev, ok := last[a.r.Partition.Partition]; ok && a.r.Offset <= prev {
+			t.Fatalf("%s stored at orders-%d offset %d, before an earlier send's %d", a.payload, a.r.Partition.Partition, a.r.Offset, prev)
+		}
+		last[a.r.Partition.Partition] = a.r.Offset
+	}
+	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
+	for _, a := range acks {
+		rec, err := recordAt(hf, "orders", a.r.Partition.Partition, a.r.Offset)
+		if err != nil || rec.ID != a.r.ID || string(rec.Body) != a.payload {
+			t.Fatalf("%s: hf has at orders-%d offset %d %+v (%v)", a.payload, a.r.Partition.Partition, a.r.Offset, rec, err)
+		}
+	}
+	st := hf.Broker.Gateway().Stats()
+	if st.Forwarded != n || st.Unknown != 0 || st.NotSent != 0 {
+		t.Fatalf("hf's gateway: %+v, want %d forwarded", st, n)
+	}
+	if st.Dials != 1 {
+		t.Fatalf("hf's gateway opened %d connections to bj, want 1", st.Dials)
+	}
+
+	// gz does not forward: a slave's refusal.
+	gzProd, err := client.NewProducer(viewClient(t, s, "gz"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gzProd.Close(context.Background())
+	_, err = gzProd.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("via-gz")})
+	var se *client.StatusError
+	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(err.Error(), "slave") {
+		t.Fatalf("a put at gz, which does not forward: %v, want a slave's refusal", err)
+	}
+	if st := s.site("gz").Broker.Gateway().Stats(); st.Forwarded != 0 {
+		t.Fatalf("gz forwarded: %+v", st)
+	}
+}
