@@ -350,7 +350,7 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result, 
 					}
 					out[i] = a
 					g.stats.forwarded.Add(1)
-				case masterMoved(r) && time.Now().Before(fb.deadline):
+				case time.Now().Before(fb.deadline) && g.masterMoved(r, c.addr):
 					retry = append(retry, i)
 					last = &heldError{code: r.Code, text: string(r.Body), raw: true}
 				default:
@@ -403,15 +403,23 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result, 
 	fb.done(out, errs)
 }
 
-// masterMoved says a master's refusal means the put should go to another
-// broker: 503 (retriable by contract: a master handing over, its sites not
-// connected yet) or 403 from a broker that is a slave now.
-func masterMoved(r *wire.Result) bool {
+// masterMoved says the refusal r of the broker at addr means the put
+// should be sent again, to the master found then: 503 (retriable by
+// contract: a master handing over, its sites not connected yet), or 403
+// from a broker that is a slave now, or while the master is registered at
+// another address than addr.
+func (g *Gateway) masterMoved(r *wire.Result, addr string) bool {
 	switch r.Code {
 	case wire.StatusServiceUnavailable:
 		return true
 	case wire.StatusForbidden:
-		return strings.Contains(string(r.Body), "slave")
+		if strings.Contains(string(r.Body), "slave") || strings.Contains(string(r.Body), "no longer master") {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(g.b.ctx, time.Second)
+		defer cancel()
+		now, err := g.opts.Master(ctx)
+		return err == nil && now != addr
 	}
 	return false
 }

@@ -146,3 +146,96 @@ func TestGatewayThroughSite(t *testing.T) {
 		t.Fatalf("gz forwarded: %+v", st)
 	}
 }
+
+// TestGatewaySwitchover: producers at hf that send one put at a time
+// without client retries through hf's view, so through hf's gateway, send
+// throughout `switchover -to gz`: no send fails, and every acknowledged put
+// is at gz afterwards at the partition and offset, with the id, its
+// producer was told.
+func TestGatewaySwitchover(t *testing.T) {
+	s := forwardingSites(t)
+	waitViewAt(t, s, "hf")
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := []*syncProducer{{name: "hf-a"}, {name: "hf-b"}}
+	for _, p := range prods {
+		c := viewClient(t, s, "hf")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runWith(ctx, c, "orders")
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	waitProduced := func(since time.Time, n int) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+			for _, p := range prods {
+				if got := p.ackedSince(since); got < n {
+					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
+				}
+			}
+			return nil
+		})
+	}
+	waitProduced(time.Time{}, 20)
+	rep := s.switchover("bj", "gz")
+	waitProduced(time.Now(), 20)
+	// Once bj stops passing puts on (its hold ended), hf's gateway sends
+	// them to gz.
+	hfGW := s.site("hf").Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st := hfGW.Stats(); st.Dials < 2 {
+			return fmt.Errorf("hf's gateway still sends to bj: %+v", st)
+		}
+		return nil
+	})
+	waitProduced(time.Now(), 20)
+	stop()
+	wg.Wait()
+
+	gz := s.site("gz")
+	total := 0
+	for _, p := range prods {
+		if len(p.errs) > 0 {
+			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
+		}
+		total += len(p.acks)
+		for _, a := range p.acks {
+			r, err := recordAt(gz, "orders", a.partition, a.offset)
+			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
+				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but gz has there %+v (%v)", p.name, a.id, a.partition, a.offset, r, err)
+				break
+			}
+		}
+	}
+	st := s.site("hf").Broker.Gateway().Stats()
+	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged through hf's gateway (%+v)", rep.WritesStopped, total, st)
+	if st.Forwarded < int64(total) {
+		t.Errorf("hf's gateway forwarded %d puts, %d were acknowledged", st.Forwarded, total)
+	}
+	s.converged("orders")
+}
+
+// runWith is syncProducer.run with a client of the test's choosing.
+func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic string) {
+	prod, err := client.NewProducer(c, client.WithRetries(0))
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	defer prod.Close(context.Background())
+	for i := 0; ctx.Err() == nil; i++ {
+		payload := fmt.Sprintf("%s-%d", p.name, i)
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := prod.Send(sctx, &client.Message{Topic: topic, Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			p.fail(fmt.Errorf("send %s: %w", payload, err))
+			continue
+		}
+		p.mu.Lock()
+		p.acks = append(p.acks, holdAck{payload: payload, id: r.ID, partition: r.Partition.Partition, offset: r.Offset, at: time.Now()})
+		p.mu.Unlock()
+	}
+}
