@@ -239,3 +239,32 @@ func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic stri
 		p.mu.Unlock()
 	}
 }
+
+// TestGatewayJavaProducer: MetaQ 1.4.6's Java producer at hf, whose only
+// change is zkRoot (hf's view root in hf's ensemble, the one consumers at
+// hf use), sends to hf's bundle, which forwards: every send is
+// acknowledged at its first attempt with bj's id, partition and offset,
+// where bj holds the record.
+func TestGatewayJavaProducer(t *testing.T) {
+	cp := javaClasspath(t)
+	s := forwardingSites(t)
+	bj := s.site("bj")
+	waitViewAt(t, s, "hf")
+	prod := startJava(t, cp, "FailoverProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders")
+	waitAcks(t, prod, 30, time.Time{})
+	prod.stop()
+	answered, unanswered, _ := prod.failedSends()
+	if len(answered)+len(unanswered) > 0 {
+		t.Errorf("the Java producer had %d failed sends, the first: %v %v", len(answered)+len(unanswered), answered, unanswered)
+	}
+	acks := prod.acks(t)
+	for _, a := range acks {
+		rec, err := recordAt(bj, "orders", a.partition, a.offset)
+		if err != nil || rec.ID != a.id || string(rec.Body) != a.payload() {
+			t.Fatalf("send %d acknowledged as id %d at orders-%d offset %d, bj has there %+v (%v)", a.seq, a.id, a.partition, a.offset, rec, err)
+		}
+	}
+	if st := s.site("hf").Broker.Gateway().Stats(); st.Forwarded < int64(len(acks)) {
+		t.Fatalf("hf's gateway forwarded %d puts, the producer has %d acknowledgements: %+v", st.Forwarded, len(acks), st)
+	}
+}
