@@ -203,8 +203,10 @@ type gatewayConn struct {
 	encBuf bytes.Buffer
 	frame  []byte
 
-	in  *frameReader
-	dec *zstd.Decoder // nil for gatewayRaw
+	rmu    sync.Mutex // held by Read; Close takes it to release the decoder
+	closed bool       // under rmu
+	in     *frameReader
+	dec    *zstd.Decoder // nil for gatewayRaw
 }
 
 func newGatewayConn(nc net.Conn, br *bufio.Reader, secret, sn, mn []byte, codec byte, slave bool) (*gatewayConn, error) {
@@ -266,17 +268,28 @@ func (c *gatewayConn) Write(p []byte) (int, error) {
 
 // Read reads what the peer wrote.
 func (c *gatewayConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
 	if c.dec != nil {
 		return c.dec.Read(p)
 	}
 	return c.in.Read(p)
 }
 
-// Close closes the connection and releases the codecs.
+// Close closes the connection, which ends a Read in progress, then
+// releases the decoder once no Read uses it.
 func (c *gatewayConn) Close() error {
 	err := c.Conn.Close()
-	if c.dec != nil {
-		c.dec.Close()
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if !c.closed {
+		c.closed = true
+		if c.dec != nil {
+			c.dec.Close()
+		}
 	}
 	return err
 }

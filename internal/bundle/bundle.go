@@ -62,7 +62,9 @@ type Bundle struct {
 
 	// roleWatchers are the goroutines that keep state following the current
 	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.
-	roleWatchers     routines.Group
+	roleWatchers routines.Group
+	// gatewayLinks counts the slave sites' gateway links served (gateway.go).
+	gatewayLinks     atomic.Int64
 	stopRoleWatchers context.CancelFunc
 
 	comps     []Component      // set in Start before any reader runs; never changed after
@@ -293,6 +295,7 @@ func (b *Bundle) startRoleWatchers() {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopRoleWatchers = cancel
 	b.roleWatchers.Go(func() { b.followMasterInRefusal(ctx) })
+	b.roleWatchers.Go(func() { b.serveGatewayLinks(ctx) })
 	if b.Registry != nil {
 		b.roleWatchers.Go(func() { b.followRoleInNATSRecord(ctx) })
 	}

@@ -130,6 +130,9 @@ func TestGatewayThroughSite(t *testing.T) {
 	if st.Dials != 1 {
 		t.Fatalf("hf's gateway opened %d connections to bj, want 1", st.Dials)
 	}
+	if n := bj.gatewayLinks.Load(); n != 1 {
+		t.Fatalf("bj served %d gateway links, want 1 (hf's, authenticated with the deployment's secret)", n)
+	}
 
 	// gz does not forward: a slave's refusal.
 	gzProd, err := client.NewProducer(viewClient(t, s, "gz"), client.WithRetries(0))
