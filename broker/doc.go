@@ -91,7 +91,9 @@
 // that. A byte a MetaQ request may start with (wire.CanStartRequest) makes
 // it a MetaQ connection. A byte no request starts with goes to the listener
 // that claimed it with ListenFirstBytes (the replication stream: its frame
-// magic and a TLS ClientHello's first byte), still counted by connLimits
+// magic and a TLS ClientHello's first byte; a slave site's gateway link,
+// 0xA8, served as a MetaQ connection through ServeConn once
+// authenticated), still counted by connLimits
 // until closed, or, unclaimed, closes the connection (MetaQ would, at the
 // end of that line).
 //

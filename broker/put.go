@@ -24,7 +24,10 @@ package broker
 //     and answers it, as one frame, from the store's notify when the commit
 //     returns (answerBatch). b.puts is the store itself, or on a
 //     synchronous-replication master the syncMaster in front of it, which
-//     has the slave store every message too (sync.go).
+//     has the slave store every message too (sync.go). On a slave whose
+//     write gateway forwards the topic (gateway.go), the batch skipped the
+//     write gate at step 2 and is sent to the master here instead, and
+//     answered with the master's answer.
 //
 // A transaction's messages were validated when they were put; at commit
 // they join the route at step 3 (Broker.StoreValidated).
