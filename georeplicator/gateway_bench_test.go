@@ -19,6 +19,7 @@ import (
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
 )
 
 // gatewayRig is a master (bj) and a slave site's broker (hf) that forwards
@@ -56,6 +57,19 @@ func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
 		b.Cleanup(func() { br.Close(); st.Close() })
 		return br
 	}
+	// deploy/'s link settings: the secret and mutual TLS.
+	ca, caKey := testutil.WriteCert(b, dir, "ca", true, nil, nil)
+	testutil.WriteCert(b, dir, "bj", false, ca, caKey)
+	testutil.WriteCert(b, dir, "hf", false, ca, caKey)
+	p := func(n string) string { return filepath.Join(dir, n) }
+	serverTLS, err := ServerTLS(p("bj.pem"), p("bj.key"), p("ca.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clientTLS, err := ClientTLS(p("hf.pem"), p("hf.key"), p("ca.pem"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
 	g := &gatewayRig{bj: start("bj"), hf: start("hf")}
 	ln, err := g.bj.ListenFirstBytes(GatewayFirstByte)
 	if err != nil {
@@ -74,7 +88,7 @@ func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := GatewayAccept(nc, [][]byte{secret})
+				c, err := GatewayAccept(nc, [][]byte{secret}, serverTLS)
 				if err != nil {
 					nc.Close()
 					return
@@ -102,7 +116,7 @@ func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
 			if err != nil {
 				return nil, err
 			}
-			return GatewayDial(nc, secret, true)
+			return GatewayDial(nc, secret, true, clientTLS)
 		},
 	}); err != nil {
 		b.Fatal(err)

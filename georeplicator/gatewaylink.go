@@ -7,7 +7,10 @@ package georeplicator
 // a short handshake the connection carries the MetaQ protocol itself
 // (puts, answers), framed, compressed and authenticated:
 //
-//	slave  → master  GatewayFirstByte, version, codec, slave nonce (32 bytes)
+//	slave  → master  GatewayFirstByte, 'T' (TLS follows) or 'P' (plain)
+//	                 [a TLS handshake, mutual when the master has a CA; what
+//	                 follows then runs inside TLS]
+//	slave  → master  version, codec, slave nonce (32 bytes)
 //	master → slave   status (0: go on, else refused, then a reason), master nonce (32 bytes)
 //	slave  → master  HMAC-SHA256(secret, gatewaySlaveLabel | slave nonce | master nonce | codec)
 //	master → slave   status (0: accepted, else refused, then a reason),
@@ -21,19 +24,24 @@ package georeplicator
 //
 // where the payload is what the sender wrote, compressed (one zstd stream
 // per direction, flushed at every write, so later frames use the earlier
-// ones' context: small puts of similar text compress well) and the MAC is
-// HMAC-SHA256 truncated to 16 bytes, keyed per direction and connection
-// (from the secret and both nonces), over the frame's sequence number, its
-// length and its payload: a frame inserted, dropped, reordered or replayed
-// fails. The master accepts the secret of [replication] secretFile and the
+// ones' context: small puts of similar text compress well) and the MAC,
+// on a link with a secret and without TLS, is HMAC-SHA256 truncated to 16
+// bytes, keyed per direction and connection (from the secret and both
+// nonces), over the frame's sequence number, its length and its payload: a
+// frame inserted, dropped, reordered or replayed fails. Inside TLS, whose
+// records are authenticated and ordered, and where the secret was proven
+// in the same session, frames carry no MAC. The master accepts the secret of [replication] secretFile and the
 // older ones it still accepts; a side with a secret refuses a peer without
-// one. The link authenticates, it does not encrypt.
+// one. With TLS (the replication's certificates) the link is encrypted too;
+// a master whose TLS config requires client certificates refuses a plain
+// link.
 
 import (
 	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"hash"
@@ -65,20 +73,51 @@ const (
 	gatewayZstd byte = 1
 )
 
-// GatewayDial opens a gateway link to the master's MetaQ port at addr over
-// the connection dial opens, authenticating with secret (nil: none; the
-// master must have none either) and compressing with zstd when compress.
-func GatewayDial(nc net.Conn, secret []byte, compress bool) (net.Conn, error) {
+// Gateway link modes, the byte after GatewayFirstByte.
+const (
+	gatewayPlain byte = 'P'
+	gatewayTLS   byte = 'T'
+)
+
+// GatewayDial opens a gateway link over nc, a connection to the master's
+// MetaQ port, authenticating with secret (nil: none; the master must have
+// none either), compressing with zstd when compress, and inside TLS with
+// tc when not nil (its ServerName, when empty, is the host nc reaches).
+// It closes nc when it fails.
+func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c net.Conn, err error) {
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
+	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
+	mode := gatewayPlain
+	if tc != nil {
+		mode = gatewayTLS
+	}
+	if _, err := nc.Write([]byte{GatewayFirstByte, mode}); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello to %s: %w", nc.RemoteAddr(), err)
+	}
+	if tc != nil {
+		if tc.ServerName == "" {
+			tc = tc.Clone()
+			tc.ServerName, _, _ = net.SplitHostPort(nc.RemoteAddr().String())
+		}
+		t := tls.Client(nc, tc)
+		if err := t.Handshake(); err != nil {
+			return nil, fmt.Errorf("%w: gateway: TLS with %s: %v", ErrAuth, nc.RemoteAddr(), err)
+		}
+		nc = t
+	}
 	codec := gatewayRaw
 	if compress {
 		codec = gatewayZstd
 	}
-	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
 	sn, err := newNonce()
 	if err != nil {
 		return nil, err
 	}
-	hello := append([]byte{GatewayFirstByte, gatewayVersion, codec}, sn...)
+	hello := append([]byte{gatewayVersion, codec}, sn...)
 	if _, err := nc.Write(hello); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway hello to %s: %w", nc.RemoteAddr(), err)
 	}
@@ -111,32 +150,53 @@ func GatewayDial(nc net.Conn, secret []byte, compress bool) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: gateway: master %s has a replication shared secret and this broker none ([replication] secretFile)", ErrAuth, nc.RemoteAddr())
 	}
 	nc.SetDeadline(time.Time{})
-	return newGatewayConn(nc, br, secret, sn, mn, codec, true)
+	return newGatewayConn(nc, br, secret, sn, mn, codec, true, tc != nil)
 }
 
 // GatewayAccept runs the master's side of the handshake on a connection
 // whose first byte is GatewayFirstByte, accepting any of secrets (none:
-// only a slave without a secret), and returns the link, which carries the
-// MetaQ protocol.
-func GatewayAccept(nc net.Conn, secrets [][]byte) (net.Conn, error) {
+// only a slave without a secret) and TLS with tc (nil: none; one that
+// requires client certificates refuses a plain link), and returns the
+// link, which carries the MetaQ protocol.
+func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, error) {
 	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
+	var head [2]byte
+	if _, err := io.ReadFull(nc, head[:]); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
+	}
+	refuse := func(w io.Writer, msg string) error {
+		w.Write(append([]byte{1, byte(min(len(msg), 255))}, msg[:min(len(msg), 255)]...))
+		return fmt.Errorf("%w: gateway from %s: %s", ErrAuth, nc.RemoteAddr(), msg)
+	}
+	switch {
+	case head[0] != GatewayFirstByte || (head[1] != gatewayPlain && head[1] != gatewayTLS):
+		return nil, fmt.Errorf("%w: gateway from %s: not a gateway hello (%#x %#x)", ErrProtocol, nc.RemoteAddr(), head[0], head[1])
+	case head[1] == gatewayTLS && tc == nil:
+		return nil, fmt.Errorf("%w: gateway from %s: TLS asked and this broker has no TLS certificate ([replication] tlsCert)", ErrAuth, nc.RemoteAddr())
+	case head[1] == gatewayTLS:
+		t := tls.Server(nc, tc)
+		if err := t.Handshake(); err != nil {
+			return nil, fmt.Errorf("%w: gateway: TLS with %s: %v", ErrAuth, nc.RemoteAddr(), err)
+		}
+		nc = t
+	case tc != nil && tc.ClientAuth == tls.RequireAndVerifyClientCert:
+		// Read the hello first, so the refusal reaches the slave.
+		io.ReadFull(nc, make([]byte, 2+nonceLen))
+		return nil, refuse(nc, "this master requires TLS with a client certificate ([replication] tlsCert, tlsKey, tlsCA)")
+	}
 	br := bufio.NewReader(nc)
-	hello := make([]byte, 3+nonceLen)
+	hello := make([]byte, 2+nonceLen)
 	if _, err := io.ReadFull(br, hello); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
 	}
-	refuse := func(msg string) error {
-		nc.Write(append([]byte{1, byte(len(msg))}, msg[:min(len(msg), 255)]...))
-		return fmt.Errorf("%w: gateway from %s: %s", ErrAuth, nc.RemoteAddr(), msg)
-	}
-	codec := hello[2]
+	codec := hello[1]
 	switch {
-	case hello[0] != GatewayFirstByte || hello[1] != gatewayVersion:
-		return nil, refuse(fmt.Sprintf("unknown gateway version %d", hello[1]))
+	case hello[0] != gatewayVersion:
+		return nil, refuse(nc, fmt.Sprintf("unknown gateway version %d", hello[0]))
 	case codec != gatewayRaw && codec != gatewayZstd:
-		return nil, refuse(fmt.Sprintf("unknown gateway codec %d", codec))
+		return nil, refuse(nc, fmt.Sprintf("unknown gateway codec %d", codec))
 	}
-	sn := hello[3:]
+	sn := hello[2:]
 	mn, err := newNonce()
 	if err != nil {
 		return nil, err
@@ -157,9 +217,9 @@ func GatewayAccept(nc net.Conn, secrets [][]byte) (net.Conn, error) {
 	}
 	switch {
 	case len(secrets) > 0 && matched == nil:
-		return nil, refuse("the slave's replication shared secret differs from the master's, or it has none")
+		return nil, refuse(nc, "the slave's replication shared secret differs from the master's, or it has none")
 	case len(secrets) == 0 && !bytes.Equal(proof, make([]byte, proofLen)):
-		return nil, refuse("this master has no replication shared secret ([replication] secretFile) and the slave has one")
+		return nil, refuse(nc, "this master has no replication shared secret ([replication] secretFile) and the slave has one")
 	}
 	mp := make([]byte, proofLen)
 	if matched != nil {
@@ -169,7 +229,7 @@ func GatewayAccept(nc net.Conn, secrets [][]byte) (net.Conn, error) {
 		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
 	}
 	nc.SetDeadline(time.Time{})
-	return newGatewayConn(nc, br, matched, sn, mn, codec, false)
+	return newGatewayConn(nc, br, matched, sn, mn, codec, false, head[1] == gatewayTLS)
 }
 
 // readStatus reads a handshake status byte and, when it refuses, the
@@ -209,9 +269,11 @@ type gatewayConn struct {
 	dec    *zstd.Decoder // nil for gatewayRaw
 }
 
-func newGatewayConn(nc net.Conn, br *bufio.Reader, secret, sn, mn []byte, codec byte, slave bool) (*gatewayConn, error) {
+func newGatewayConn(nc net.Conn, br *bufio.Reader, secret, sn, mn []byte, codec byte, slave, inTLS bool) (*gatewayConn, error) {
 	c := &gatewayConn{Conn: nc, in: &frameReader{r: br}}
-	if len(secret) > 0 {
+	// Inside TLS every record is authenticated and ordered already, and
+	// the secret was proven inside the same session: frames carry no MAC.
+	if len(secret) > 0 && !inTLS {
 		s2m := authMAC(secret, "metaq-gateway slave to master", sn, mn, []byte{codec})
 		m2s := authMAC(secret, "metaq-gateway master to slave", sn, mn, []byte{codec})
 		w, r := s2m, m2s

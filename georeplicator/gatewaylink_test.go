@@ -3,6 +3,7 @@ package georeplicator
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +11,34 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
+
+// gatewayCerts returns a master's TLS config that requires client
+// certificates of one CA, and a slave's with such a certificate.
+func gatewayCerts(t *testing.T) (slave, master *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := testutil.WriteCert(t, dir, "ca", true, nil, nil)
+	testutil.WriteCert(t, dir, "master", false, ca, caKey)
+	testutil.WriteCert(t, dir, "slave", false, ca, caKey)
+	p := func(n string) string { return dir + "/" + n }
+	master, err := ServerTLS(p("master.pem"), p("master.key"), p("ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err = ClientTLS(p("slave.pem"), p("slave.key"), p("ca.pem"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slave, master
+}
 
 // gatewayPair runs GatewayDial and GatewayAccept over a TCP loopback pair,
 // the master consuming the first byte as the broker's sniffing leaves it
 // (peeked, not read: GatewayAccept reads it).
-func gatewayPair(t *testing.T, slaveSecret []byte, masterSecrets [][]byte, compress bool) (slave, master net.Conn, slaveErr, masterErr error) {
+func gatewayPair(t *testing.T, slaveSecret []byte, masterSecrets [][]byte, compress bool, slaveTLS, masterTLS *tls.Config) (slave, master net.Conn, slaveErr, masterErr error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,7 +56,7 @@ func gatewayPair(t *testing.T, slaveSecret []byte, masterSecrets [][]byte, compr
 			ch <- res{nil, err}
 			return
 		}
-		c, err := GatewayAccept(nc, masterSecrets)
+		c, err := GatewayAccept(nc, masterSecrets, masterTLS)
 		if err != nil {
 			nc.Close()
 		}
@@ -43,10 +66,7 @@ func gatewayPair(t *testing.T, slaveSecret []byte, masterSecrets [][]byte, compr
 	if err != nil {
 		t.Fatal(err)
 	}
-	slave, slaveErr = GatewayDial(nc, slaveSecret, compress)
-	if slaveErr != nil {
-		nc.Close()
-	}
+	slave, slaveErr = GatewayDial(nc, slaveSecret, compress, slaveTLS)
 	r := <-ch
 	for _, c := range []net.Conn{slave, r.c} {
 		if c != nil {
@@ -65,13 +85,19 @@ func TestGatewayLinkCarriesBytes(t *testing.T) {
 		name     string
 		secret   []byte
 		compress bool
-	}{{"plain", nil, false}, {"zstd", nil, true}, {"secret", key, false}, {"secret+zstd", key, true}} {
+		tls      bool
+	}{{"plain", nil, false, false}, {"zstd", nil, true, false}, {"secret", key, false, false}, {"secret+zstd", key, true, false},
+		{"secret+zstd+tls", key, true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var secrets [][]byte
 			if tc.secret != nil {
 				secrets = [][]byte{[]byte("an-older-secret-0000"), tc.secret}
 			}
-			s, m, serr, merr := gatewayPair(t, tc.secret, secrets, tc.compress)
+			var st, mt *tls.Config
+			if tc.tls {
+				st, mt = gatewayCerts(t)
+			}
+			s, m, serr, merr := gatewayPair(t, tc.secret, secrets, tc.compress, st, mt)
 			if serr != nil || merr != nil {
 				t.Fatalf("handshake: slave %v, master %v", serr, merr)
 			}
@@ -95,8 +121,18 @@ func TestGatewayLinkCarriesBytes(t *testing.T) {
 
 // TestGatewayLinkAuth: a slave with a different secret, or with none when
 // the master has one, is refused, and so is a master that has none when
-// the slave has one.
+// the slave has one; a master that requires client certificates refuses a
+// plain link, and one without TLS refuses a TLS link.
 func TestGatewayLinkAuth(t *testing.T) {
+	st, mt := gatewayCerts(t)
+	key := []byte("secret-a-0123456789")
+	if _, _, serr, merr := gatewayPair(t, key, [][]byte{key}, true, nil, mt); !errors.Is(serr, ErrAuth) || !errors.Is(merr, ErrAuth) ||
+		!strings.Contains(serr.Error(), "requires TLS") {
+		t.Fatalf("plain link to a master requiring TLS: slave %v, master %v", serr, merr)
+	}
+	if _, _, serr, merr := gatewayPair(t, key, [][]byte{key}, true, st, nil); serr == nil || !errors.Is(merr, ErrAuth) {
+		t.Fatalf("TLS link to a master without TLS: slave %v, master %v", serr, merr)
+	}
 	a, b := []byte("secret-a-0123456789"), []byte("secret-b-0123456789")
 	for _, tc := range []struct {
 		name   string
@@ -104,7 +140,7 @@ func TestGatewayLinkAuth(t *testing.T) {
 		master [][]byte
 	}{{"wrong secret", a, [][]byte{b}}, {"slave without", nil, [][]byte{b}}, {"master without", a, nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, serr, merr := gatewayPair(t, tc.slave, tc.master, true)
+			_, _, serr, merr := gatewayPair(t, tc.slave, tc.master, true, nil, nil)
 			if !errors.Is(serr, ErrAuth) {
 				t.Fatalf("slave: %v, want ErrAuth", serr)
 			}
@@ -144,7 +180,7 @@ func TestGatewayLinkFrameMAC(t *testing.T) {
 		go io.Copy(in, out)
 		buf := make([]byte, 1<<16)
 		seen := 0
-		handshake := 3 + nonceLen + proofLen
+		handshake := 4 + nonceLen + proofLen
 		for {
 			n, err := in.Read(buf)
 			if n > 0 {
@@ -169,14 +205,14 @@ func TestGatewayLinkFrameMAC(t *testing.T) {
 			acc <- nil
 			return
 		}
-		c, _ := GatewayAccept(nc, [][]byte{key})
+		c, _ := GatewayAccept(nc, [][]byte{key}, nil)
 		acc <- c
 	}()
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := GatewayDial(nc, key, false)
+	s, err := GatewayDial(nc, key, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,7 +18,8 @@ import (
 // forwardPuts, a topic's forwardPuts) are carried to the master its
 // brokerId registered in ZooKeeper, over one gateway link to the master's
 // MetaQ port (georeplicator/gatewaylink.go: compressed, authenticated with
-// [replication] secretFile), and answered with the master's answer. A
+// [replication] secretFile, inside TLS with the site's replication
+// certificates when it has them), and answered with the master's answer. A
 // topic not forwarded is refused as before; a master never forwards (no
 // replicaHolder refusal). A samsa slave (gregor) and a bundle without
 // ZooKeeper have no gateway.
@@ -33,18 +35,17 @@ func (b *Bundle) startGateway() error {
 	if len(secrets) > 0 {
 		secret = secrets[0] // a slave proves with its current secret only
 	}
+	tc, err := gatewayClientTLS(b)
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		c, err := georeplicator.GatewayDial(nc, secret, true)
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		return c, nil
+		return georeplicator.GatewayDial(nc, secret, true, tc)
 	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
 		Holder: replicaHolder,
@@ -54,6 +55,21 @@ func (b *Bundle) startGateway() error {
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
 	return nil
+}
+
+// gatewayClientTLS is the TLS a gateway link is dialed with: the
+// certificates of [replication] (tlsCert, tlsKey, tlsCA: this site's, which
+// it also serves replication with), else those async_slave.properties
+// gives the replication link; nil without either.
+func gatewayClientTLS(b *Bundle) (*tls.Config, error) {
+	r := b.Config().Replication
+	if r.TLSCert != "" || r.TLSCA != "" {
+		return georeplicator.ClientTLS(r.TLSCert, r.TLSKey, r.TLSCA, "")
+	}
+	if sl := b.SlaveConfig(); sl != nil && (sl.TLSCert != "" || sl.TLSCA != "") {
+		return georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")
+	}
+	return nil, nil
 }
 
 // serveGatewayLinks serves the gateway links of slave sites' brokers that
@@ -66,6 +82,13 @@ func (b *Bundle) serveGatewayLinks(ctx context.Context) {
 	if err != nil {
 		b.log.Error("GATEWAY: not serving gateway links", "err", err)
 		return
+	}
+	var tc *tls.Config
+	if r := b.Config().Replication; r.TLSCert != "" {
+		if tc, err = georeplicator.ServerTLS(r.TLSCert, r.TLSKey, r.TLSCA); err != nil {
+			b.log.Error("GATEWAY: not serving gateway links", "err", err)
+			return
+		}
 	}
 	ln, err := b.Broker.ListenFirstBytes(georeplicator.GatewayFirstByte)
 	if err != nil {
@@ -84,7 +107,7 @@ func (b *Bundle) serveGatewayLinks(ctx context.Context) {
 			return
 		}
 		ok := b.roleWatchers.Go(func() {
-			c, err := georeplicator.GatewayAccept(nc, secrets)
+			c, err := georeplicator.GatewayAccept(nc, secrets, tc)
 			if err != nil {
 				nc.Close()
 				b.log.Warn("GATEWAY: refused a gateway link", "remote", nc.RemoteAddr().String(), "err", err)

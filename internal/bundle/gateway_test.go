@@ -60,6 +60,7 @@ func waitViewAt(t *testing.T, s *sites, site string) {
 // carries bj's id, partition and offset, bj holds the record there, and
 // hf holds it at the same offset once replicated; pipelined puts of one
 // connection to a partition are stored in the order sent; hf keeps one
+// (TLS-encrypted and authenticated: bj requires client certificates)
 // connection to bj. gz, which does not forward, refuses puts as a slave
 // does, and a put bj refuses reaches the producer with bj's answer.
 func TestGatewayThroughSite(t *testing.T) {
