@@ -115,9 +115,11 @@
 //
 // # Lock order
 //
-// Locks are held briefly and, with one exception, not nested: a
+// Locks are held briefly and, with two exceptions, not nested: a
 // synchronous master holds syncMaster.closeMu while it queues a batch
-// (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
+// (serialQueues.mu) or starts its probe, and the write gateway (and a
+// Hold's forwarder) holds its own mu while it checks its connection to the
+// master (fwdConn.mu) and dials it. fwdConn.wmu is a leaf. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
