@@ -219,3 +219,42 @@ func TestGatewayFollowsMaster(t *testing.T) {
 		t.Fatalf("the slave stored %d bytes", got)
 	}
 }
+
+// TestGatewayUnknownOutcome: a put sent to the master whose connection
+// breaks before the master answers is answered 500, its outcome unknown,
+// never as stored; the next put opens a new connection.
+func TestGatewayUnknownOutcome(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A master that reads a put and goes away without answering.
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 1<<10)
+				nc.Read(buf)
+				nc.Close()
+			}()
+		}
+	}()
+	_, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
+		Master: func(context.Context) (string, error) { return ln.Addr().String(), nil },
+	})
+	cl := dial(t, slave.Addr())
+	for i := range 2 {
+		cl.sendCmd(putCmd("test", 0, "lost", int32(i+1)))
+		r := cl.result()
+		if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "whether it is stored there is unknown") {
+			t.Fatalf("put %d whose answer never came: %s", i+1, r)
+		}
+	}
+	if st := g.Stats(); st.Unknown != 2 || st.Forwarded != 0 || dials.Load() != 2 {
+		t.Fatalf("stats %+v, %d dials", st, dials.Load())
+	}
+}
