@@ -135,6 +135,16 @@ func TestGatewayThroughSite(t *testing.T) {
 		t.Fatalf("bj served %d gateway links, want 1 (hf's, authenticated with the deployment's secret)", n)
 	}
 
+	// bj's refusal reaches the producer as bj gave it: bj closed the
+	// partitions (hf has not).
+	bj.Broker.ClosePartitions("orders", 0, 1)
+	_, err = prod.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("to a closed partition")})
+	var se *client.StatusError
+	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Text, "has been closed") ||
+		!strings.Contains(se.Text, bj.Broker.URL()) || se.Addr == strings.TrimPrefix(bj.Broker.URL(), "meta://") {
+		t.Fatalf("a put through hf to partitions bj closed: %v, want bj's refusal through hf", err)
+	}
+
 	// gz does not forward: a slave's refusal.
 	gzProd, err := client.NewProducer(viewClient(t, s, "gz"), client.WithRetries(0))
 	if err != nil {
@@ -142,7 +152,6 @@ func TestGatewayThroughSite(t *testing.T) {
 	}
 	defer gzProd.Close(context.Background())
 	_, err = gzProd.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("via-gz")})
-	var se *client.StatusError
 	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(err.Error(), "slave") {
 		t.Fatalf("a put at gz, which does not forward: %v, want a slave's refusal", err)
 	}
