@@ -26,7 +26,7 @@ type answer struct {
 	at   time.Time
 }
 
-// rawProducer writes puts one at a time straight to one broker's MetaQ
+// rawProducer writes puts, eight at a time, straight to one broker's MetaQ
 // port (no ZooKeeper: it never moves), reconnecting when the connection
 // breaks, and records every answer.
 type rawProducer struct {
@@ -45,7 +45,10 @@ func (p *rawProducer) run(ctx context.Context) {
 			nc.Close()
 		}
 	}()
-	for i := int32(1); ctx.Err() == nil; i++ {
+	// Eight puts in flight: at the moment the master is stopped some are
+	// stored and wait for their answer.
+	const window = 8
+	for i := int32(1); ctx.Err() == nil; i += window {
 		if nc == nil {
 			c, err := net.DialTimeout("tcp", p.addr, time.Second)
 			if err != nil {
@@ -55,31 +58,42 @@ func (p *rawProducer) run(ctx context.Context) {
 			}
 			nc, dec = c, wire.NewDecoder(bufio.NewReader(c))
 		}
-		body := []byte(fmt.Sprintf("straight-to-bj-%d ", i))
-		if n := p.size.Load(); n > 0 {
-			pad := make([]byte, n)
-			rand.Read(pad) // incompressible: the replication stream cannot squeeze it
-			body = append(body, pad...)
+		var frames []byte
+		for k := range int32(window) {
+			body := []byte(fmt.Sprintf("straight-to-bj-%d ", i+k))
+			if n := p.size.Load(); n > 0 {
+				pad := make([]byte, n)
+				rand.Read(pad) // incompressible: the replication stream cannot squeeze it
+				body = append(body, pad...)
+			}
+			put := wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum(body), Opaque: i + k, Body: body}
+			frames = put.AppendTo(frames)
 		}
-		put := wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum(body), Opaque: i, Body: body}
 		// A put sent while the master is stopped is answered once it runs
 		// again: wait that long.
 		nc.SetDeadline(time.Now().Add(90 * time.Second))
-		_, err := nc.Write(put.AppendTo(nil))
-		var cmd wire.Command
-		if err == nil {
+		_, err := nc.Write(frames)
+		refused := false
+		for k := 0; k < window && err == nil; k++ {
+			var cmd wire.Command
 			cmd, err = dec.Decode()
+			r, ok := cmd.(*wire.Result)
+			if err == nil && !ok {
+				err = fmt.Errorf("answer %T", cmd)
+			}
+			if err == nil {
+				p.note(answer{code: r.Code, body: string(r.Body), at: time.Now()}, nil)
+				refused = refused || r.Code != wire.StatusOK
+			}
 		}
-		r, ok := cmd.(*wire.Result)
-		if err != nil || !ok {
-			p.note(answer{}, fmt.Errorf("put %d: %v (%T)", i, err, cmd))
+		if err != nil {
+			p.note(answer{}, fmt.Errorf("puts from %d: %v", i, err))
 			nc.Close()
 			nc = nil
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		p.note(answer{code: r.Code, body: string(r.Body), at: time.Now()}, nil)
-		if r.Code != wire.StatusOK {
+		if refused {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
