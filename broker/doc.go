@@ -113,9 +113,12 @@
 //
 // # Lock order
 //
-// Locks are held briefly and, with one exception, not nested: a
+// Locks are held briefly and, with two exceptions, not nested: a
 // synchronous master holds syncMaster.closeMu while it queues a batch
-// (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
+// (serialQueues.mu) or starts its probe, and the forwarder of held puts
+// (hold.go, forward.go) takes a connection's fwdConn.mu under
+// forwarder.mu. Hold.mu and fwdConn.wmu are leaves; a held batch is
+// answered with no hold lock held. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
