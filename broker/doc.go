@@ -117,9 +117,11 @@
 //
 // Locks are held briefly and, with two exceptions, not nested: a
 // synchronous master holds syncMaster.closeMu while it queues a batch
-// (serialQueues.mu) or starts its probe, and the write gateway (and a
-// Hold's forwarder) holds its own mu while it checks its connection to the
-// master (fwdConn.mu) and dials it. fwdConn.wmu is a leaf. Broker.mu, topicTable.mu,
+// (serialQueues.mu) or starts its probe, and the forwarder of held puts
+// (hold.go, forward.go) and a slave's write gateway (gateway.go) take a
+// connection's fwdConn.mu under their own mu (forwarder.mu, Gateway.mu).
+// Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
+// answered with no hold or gateway lock held. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,31 @@ func TestHoldUnknownOutcome(t *testing.T) {
 	}
 	if _, err := old.HoldWrites(HoldOptions{}); err == nil {
 		t.Fatal("a second Hold while one is in effect")
+	}
+}
+
+// TestAcknowledgementCheckedAgainWhenAnswered: a put that passed the write
+// check when it arrived but is answered when the check refuses (the master
+// was paused in between and cannot confirm it still is the master) is not
+// acknowledged: 500, saying whether it survives is unknown.
+func TestAcknowledgementCheckedAgainWhenAnswered(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	var calls atomic.Int32
+	brk.SetWriteCheck(func() *Refusal {
+		if calls.Add(1) == 1 {
+			return nil // at validation
+		}
+		return &Refusal{Reason: "this master could not confirm its generation; retry", Retry: true}
+	})
+	cl := dial(t, brk.Addr())
+	cl.sendCmd(putCmd("test", 0, "paused in between", 1))
+	r := cl.result()
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "stored here, but not acknowledged: this master could not confirm its generation; whether the record survives") {
+		t.Fatalf("put answered after the check turned: %s", r)
+	}
+	brk.SetWriteCheck(nil)
+	cl.sendCmd(putCmd("test", 0, "fine", 2))
+	if r := cl.result(); r.Code != wire.StatusOK {
+		t.Fatalf("put without a check: %s", r)
 	}
 }

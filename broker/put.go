@@ -547,6 +547,12 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 	if err != nil && (!errors.As(err, &each) || len(each) != n || len(as) != n) {
 		each = nil
 	}
+	if err == nil || each != nil {
+		err = b.checkAck(pp, err)
+		if _, ok := err.(*heldError); ok {
+			each = nil
+		}
+	}
 	var scratch [64]byte
 	var stored, size int64
 	for i, opaque := range pp.opaques {
@@ -580,6 +586,31 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		size = pp.size * stored / int64(n)
 	}
 	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
+}
+
+// checkAck asks the write check (SetWriteCheck) again when a batch of
+// client puts is answered: a master that was paused (SIGSTOP, a frozen VM)
+// between storing a put and answering it may have been replaced
+// meanwhile, so what it stored is not known to survive. Such a batch is
+// answered 500 saying so instead of acknowledged; err is returned
+// otherwise.
+func (b *Broker) checkAck(pp *pendingPuts, err error) error {
+	if pp.key.sync || pp.held != nil || pp.fwd != nil {
+		// Not stored here: the (new) master's answer, which it checked.
+		return err
+	}
+	c := b.gate.check.Load()
+	if c == nil {
+		return err
+	}
+	ref := (*c)()
+	if ref == nil {
+		return err
+	}
+	b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
+		"puts", len(pp.opaques), "reason", ref.Reason)
+	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
+		"; whether the record survives (a new master may have taken over) is unknown"}
 }
 
 // putTally is what answered puts add to a topic's statistics.
