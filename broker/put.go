@@ -24,7 +24,10 @@ package broker
 //     and answers it, as one frame, from the store's notify when the commit
 //     returns (answerBatch). b.puts is the store itself, or on a
 //     synchronous-replication master the syncMaster in front of it, which
-//     has the slave store every message too (sync.go).
+//     has the slave store every message too (sync.go). On a slave whose
+//     write gateway forwards the topic (gateway.go), the batch skipped the
+//     write gate at step 2 and is sent to the master here instead, and
+//     answered with the master's answer.
 //
 // A transaction's messages were validated when they were put; at commit
 // they join the route at step 3 (Broker.StoreValidated).
@@ -140,7 +143,7 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(key, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() {
+			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
 				c.routeBatch(pp)
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
@@ -265,6 +268,13 @@ type pendingPuts struct {
 	// answered is set by whoever sends the batch's answers: the store's
 	// notify when the commit returns, or a shutdown that stops waiting.
 	answered atomic.Bool
+	// held is the Hold in effect when the batch was validated: its puts
+	// skipped the write gate and go to it instead of the store (hold.go).
+	held *Hold
+	// fwd is the gateway that forwards the batch to the master, when this
+	// broker is a slave and the topic is forwarded (gateway.go): its puts
+	// skipped the write gate too.
+	fwd *Gateway
 }
 
 // newBatch is step 2 for a batch: it validates each put on its own,
@@ -275,9 +285,15 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendin
 	te := b.topicEntry(key.topic)
 	pp := slab.take(len(reqs))
 	pp.key, pp.te, pp.n = key, te, len(reqs)
+	if !key.sync {
+		pp.held = b.holding() // decided once for the batch
+		if pp.held == nil {
+			pp.fwd = b.forwarding(te)
+		}
+	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
-		if res := b.checkPut(r, key.partition, te); res != nil {
+		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil || pp.fwd != nil); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
 			if pp.out == nil {
@@ -305,8 +321,14 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendin
 // topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
 // nil.
 func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
+	return b.checkPutHeld(r, p, te, false)
+}
+
+// checkPutHeld is checkPut for a put that a Hold takes when held: the
+// write gate and minSyncSites are then the new master's to check.
+func (b *Broker) checkPutHeld(r *putReq, p int32, te *topicEntry, held bool) *wire.Result {
 	topic := r.topic
-	if ref := b.writeRefusal(); ref != nil && !r.sync {
+	if ref := b.writeRefusal(); ref != nil && !r.sync && !held {
 		return wire.NewResult(ref.code(), b.putError(topic, p, ref.Reason), r.opaque)
 	}
 	if b.isClosed(topic, int(r.partition)) {
@@ -335,7 +357,7 @@ func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
 	if p < 0 || int(p) >= n {
 		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p))), r.opaque)
 	}
-	if res := b.checkSyncSites(r, p, te); res != nil {
+	if res := b.checkSyncSites(r, p, te); res != nil && !held {
 		return res
 	}
 	if r.checksum != wire.NoChecksum && wire.Checksum(r.body) != r.checksum {
@@ -381,6 +403,11 @@ func (c *conn) routeBatch(pp *pendingPuts) {
 	c.wg.Add(1) // done by answerBatch
 	if len(pp.msgs) == 0 {
 		c.b.answerBatch(c, pp, nil, nil)
+		return
+	}
+	if pp.held != nil || pp.fwd != nil {
+		// Not registered in ZooKeeper here: the (new) master has it.
+		c.b.storeBatch(c, pp)
 		return
 	}
 	if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
@@ -469,11 +496,17 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.storedMu.Lock()
 	c.stored[pp] = nil // before the store can answer it
 	c.storedMu.Unlock()
-	// The broker's context, not the connection's: puts that reached the
-	// store complete even if their client goes away.
-	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
-		b.answerBatch(c, pp, as, err)
-	})
+	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
+	switch {
+	case pp.held != nil:
+		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	case pp.fwd != nil:
+		pp.fwd.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	default:
+		// The broker's context, not the connection's: puts that reached
+		// the store complete even if their client goes away.
+		b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, done)
+	}
 	// The store keeps no body: the buffers can take the next bodies, and
 	// their bytes go back to the connection's byte budget.
 	for i := range pp.msgs {
@@ -605,6 +638,12 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 	if err != nil && (!errors.As(err, &each) || len(each) != n || len(as) != n) {
 		each = nil
 	}
+	if err == nil || each != nil {
+		err = b.checkAck(pp, err)
+		if _, ok := err.(*heldError); ok {
+			each = nil
+		}
+	}
 	var scratch [64]byte
 	var stored, size int64
 	for i, opaque := range pp.opaques {
@@ -613,7 +652,15 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 			failed = each[i]
 		}
 		if failed != nil {
-			out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			var he *heldError
+			switch {
+			case errors.As(failed, &he) && he.raw:
+				out = wire.AppendResult(out, he.code, he.text, opaque)
+			case errors.As(failed, &he):
+				out = wire.AppendResult(out, he.code, b.putError(pp.key.topic, p, he.text), opaque)
+			default:
+				out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			}
 			continue
 		}
 		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
@@ -630,6 +677,31 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		size = pp.size * stored / int64(n)
 	}
 	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
+}
+
+// checkAck asks the write check (SetWriteCheck) again when a batch of
+// client puts is answered: a master that was paused (SIGSTOP, a frozen VM)
+// between storing a put and answering it may have been replaced
+// meanwhile, so what it stored is not known to survive. Such a batch is
+// answered 500 saying so instead of acknowledged; err is returned
+// otherwise.
+func (b *Broker) checkAck(pp *pendingPuts, err error) error {
+	if pp.key.sync || pp.held != nil || pp.fwd != nil {
+		// Not stored here: the (new) master's answer, which it checked.
+		return err
+	}
+	c := b.gate.check.Load()
+	if c == nil {
+		return err
+	}
+	ref := (*c)()
+	if ref == nil {
+		return err
+	}
+	b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
+		"puts", len(pp.opaques), "reason", ref.Reason)
+	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
+		"; whether the record survives (a new master may have taken over) is unknown"}
 }
 
 // putTally is what answered puts add to a topic's statistics.

@@ -46,8 +46,13 @@ const (
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
 	DefaultAutoFailoverAfter         = 30 * time.Second
-	DefaultSlaveGroupPrefix          = "meta-slave-group"
-	DefaultSlaveMaxDelay             = 500 * time.Millisecond
+	// A put a master holds while it hands over waits at most this long
+	// for the new master: below the 3 s MetaQ's Java producer waits for
+	// an answer, so that no held put is answered after its client gave up.
+	DefaultHandoverHold      = 2500 * time.Millisecond
+	DefaultHandoverHoldBytes = 64 << 20
+	DefaultSlaveGroupPrefix  = "meta-slave-group"
+	DefaultSlaveMaxDelay     = 500 * time.Millisecond
 
 	// [limits]. Kafka's connections.max.idle.ms is 10 minutes; MetaQ's Java
 	// client sends a heartbeat after 10 s without traffic, so a healthy
@@ -435,6 +440,7 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		Stat:             topicStat(r, sys.Stat),
 		MinSyncSites:     int(r.integer("minSyncSites", 0, 0, 64)),
 		SyncDegrade:      syncDegradeKey(r),
+		ForwardPuts:      forwardKey(r),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -450,6 +456,16 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		}
 	}
 	return t, true
+}
+
+func forwardKey(r sectionReader) Forward {
+	if _, ok := r.raw("forwardPuts"); !ok {
+		return ForwardUnset
+	}
+	if r.boolean("forwardPuts", false) {
+		return ForwardOn
+	}
+	return ForwardOff
 }
 
 func syncDegradeKey(r sectionReader) string {
@@ -535,6 +551,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
 		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
+		ForwardPuts:   r.boolean("forwardPuts", false),
 	}
 	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
 		k, ok := r.raw("dashboardAddr")
@@ -616,6 +633,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		SecretFile:           r.str("secretFile", ""),
 		AutoFailover:         r.boolean("autoFailover", false),
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
+		HandoverHold:         r.millis("handoverHoldMs", DefaultHandoverHold, 0),
+		HandoverHoldBytes:    r.integer("handoverHoldBytes", DefaultHandoverHoldBytes, 0, math.MaxInt64),
 
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}

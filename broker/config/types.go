@@ -131,6 +131,11 @@ type Topic struct {
 	// default, a retriable refusal) or SyncDegradeAsync (stored and
 	// acknowledged without waiting, with an alarm).
 	SyncDegrade string
+	// ForwardPuts is forwardPuts: while this site's broker is a slave, it
+	// accepts puts to the topic and carries them to the master, answering
+	// with the master's answer (the write gateway). ForwardUnset, the
+	// default, takes [site] forwardPuts.
+	ForwardPuts Forward
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
 
@@ -170,6 +175,31 @@ type Site struct {
 	// Dashboard is true when [system] dashboardHttpPort or [site]
 	// dashboardAddr is written: the bundle then serves its dashboard.
 	Dashboard bool
+	// ForwardPuts is forwardPuts: the default of topics' forwardPuts at
+	// this site (false, MetaQ's behaviour: a slave refuses puts).
+	ForwardPuts bool
+}
+
+// Forward is a topic's forwardPuts setting.
+type Forward int8
+
+// Forward values.
+const (
+	ForwardUnset Forward = iota // the site's [site] forwardPuts
+	ForwardOn
+	ForwardOff
+)
+
+// Forwards reports whether a slave broker of site forwards t's puts to the
+// master (see Topic.ForwardPuts).
+func (t *Topic) Forwards(site Site) bool {
+	switch t.ForwardPuts {
+	case ForwardOn:
+		return true
+	case ForwardOff:
+		return false
+	}
+	return site.ForwardPuts
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.
@@ -262,6 +292,15 @@ type Replication struct {
 	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
 	AutoFailover      bool
 	AutoFailoverAfter time.Duration
+	// HandoverHold (handoverHoldMs, default 2500) is how long a master
+	// that hands mastership over (switchover) holds a put that arrives
+	// meanwhile, waiting to pass it on to the new master, before answering
+	// it 503, not stored; 0 refuses such puts at once (503). Held puts are
+	// answered with the new master's answer (broker/hold.go).
+	// HandoverHoldBytes (handoverHoldBytes, default 64 MiB) bounds the body
+	// bytes held at once; a put beyond it is answered 503 at once.
+	HandoverHold      time.Duration
+	HandoverHoldBytes int64
 	// AllowUnauthenticatedSwitchover (default false) lets a master hand
 	// mastership over when a slave site asks over a replication link that
 	// neither the shared secret (SecretFile) nor mutual TLS authenticates.

@@ -122,6 +122,18 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	if !m.Master() {
 		return r.unmirror(ctx)
 	}
+	// A master this ensemble knows to be superseded (one that was paused
+	// while another site was promoted, and has not read the newer
+	// generation yet) writes nothing here: it would wait for the new
+	// master's node, or publish its replication address to this site's
+	// slaves.
+	cur, err := r.Generation(ctx, m.BrokerID)
+	if err != nil {
+		return fmt.Errorf("registry: mirror: read the generation: %w", err)
+	}
+	if cur > m.Generation {
+		return fmt.Errorf("registry: mirror: %w: this ensemble has generation %d, the mirrored master %d", ErrNotCurrentMaster, cur, m.Generation)
+	}
 	repl := r.paths.BrokerID(m.BrokerID) + "/" + replicationNode
 	r.regMu.Lock()
 	defer r.regMu.Unlock()

@@ -159,7 +159,9 @@ func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
 	// keeper must not look within the test.
 	old := keepPublishedEvery
 	keepPublishedEvery = time.Hour
-	defer func() { keepPublishedEvery = old }()
+	// Restored after the bundles the test starts are closed (cleanups run last
+	// first): a shipper started meanwhile reads it.
+	t.Cleanup(func() { keepPublishedEvery = old })
 	bj, hf, gz, toHF, toGZ, zkRoot := autoFailoverSites(t, zk)
 	cutLink(t, toHF, hf)
 	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})

@@ -58,7 +58,9 @@ type Bundle struct {
 
 	// roleWatchers are the goroutines that keep state following the current
 	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.
-	roleWatchers     routines.Group
+	roleWatchers routines.Group
+	// gatewayLinks counts the slave sites' gateway links served (gateway.go).
+	gatewayLinks     atomic.Int64
 	stopRoleWatchers context.CancelFunc
 
 	comps     []Component      // set in Start before any reader runs; never changed after
@@ -232,6 +234,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	}
 	// A replica refuses client writes before anything can reach the broker.
 	b.refuseReplicaWrites(ctx)
+	if err = b.startGateway(); err != nil {
+		return err
+	}
 
 	// Set once, before anything (the admin endpoint, the dashboard's
 	// sampler) can read it; components report "not running" until started.
@@ -288,6 +293,7 @@ func (b *Bundle) startRoleWatchers() {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopRoleWatchers = cancel
 	b.roleWatchers.Go(func() { b.followMasterInRefusal(ctx) })
+	b.roleWatchers.Go(func() { b.serveGatewayLinks(ctx) })
 	if b.Registry != nil {
 		b.roleWatchers.Go(func() { b.followRoleInNATSRecord(ctx) })
 	}

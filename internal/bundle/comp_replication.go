@@ -162,7 +162,9 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		watched.Add(2)
 		go func() { // ended by cancel in Close, which waits for it
 			defer watched.Done()
-			b.watchGeneration(pctx, s, c.guard, max(cfg.Replication.Lease/4, 100*time.Millisecond))
+			// Confirmed several times within the guard's bound, so that one
+			// slow read does not make this master refuse puts.
+			b.watchGeneration(pctx, s, c.guard, min(max(cfg.Replication.Lease/4, 100*time.Millisecond), c.guard.bound/4))
 		}()
 		go func() { // the same
 			defer watched.Done()

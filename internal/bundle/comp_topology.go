@@ -11,6 +11,7 @@ import (
 	"metaq/broker/client"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -194,6 +195,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		static := topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr}
 		views.master = func() registry.MasterMirror { return b.masterMirror(static) }
 		views.generation = func() uint64 { return b.masterGeneration(static) }
+		views.paused = func() bool { return b.failover.role.Busy() == siterole.HandingOver }
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()
@@ -245,6 +247,14 @@ func (c *topologyComponent) Topology() *topology.Topology {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
+}
+
+// siteViews returns the sessions to the other sites' ensembles (nil
+// without ZooKeeper, before Start or after Close).
+func (c *topologyComponent) siteViews() *siteViews {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.views
 }
 
 // Router returns the site-affinity router for Go consumers in this process.

@@ -307,6 +307,15 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		return rep, fmt.Errorf("promote: start shipping: %w", err)
 	}
 	b.Broker.SetPromotionEnds(rep.Ends)
+	if o.Handover {
+		// The old master handed over and holds the puts that reached it
+		// for this site (broker/hold.go): take them before ZooKeeper names
+		// this site, when producers move here and MetaQ's Java producer
+		// drops its connection to the old master with them. Puts to topics
+		// with minSyncSites wait for the slave sites to follow here.
+		b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
+		b.Broker.AllowWrites(replicaHolder)
+	}
 	if b.Registry != nil {
 		if o.Handover && fenceSession == 0 {
 			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
@@ -596,7 +605,17 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		b.wakeRejoin() // a master left without a master to follow finds one
 	}()
 	start := time.Now()
+	// Writes off the put route (a transaction's commit) are refused; plain
+	// puts are held and passed on to the new master (broker/hold.go).
 	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
+	hold := b.holdPuts("this master is handing over to " + to)
+	// allow takes puts here again: the handover did not happen.
+	allow := func() {
+		b.Broker.AllowWrites(switchoverHolder)
+		if hold != nil {
+			hold.End() // what it held is stored here
+		}
+	}
 	durableEnd := func() (int64, error) {
 		if err := b.Store.Flush(); err != nil {
 			return 0, err
@@ -611,29 +630,35 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		}
 	})
 	if err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
+	}
+	if hold != nil {
+		hold.Forward(b.newMasterAddr)
+		// Producers that have not seen the new master in ZooKeeper yet
+		// still reach this broker for a while after it follows.
+		defer hold.EndAfter(b.Config().Replication.HandoverHold)
 	}
 	rep.To, rep.WritesStopped = name, time.Since(start)
 	rep.Generation = id.Generation() + 1
 	s.ObserveGeneration(rep.Generation, "switchover to "+name)
 	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
 	if b.Registry == nil && follow == "" {
-		b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
+		allow() // the fence's refusal stays
 		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until gossip names " + name + "'s replication address, or it is restarted as a slave")
 		return rep, nil
 	}
 	// The old master takes the slave id the new master leaves.
 	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
 	if err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s but cannot follow it: %w", name, err)
 	}
 	// Keep shipping until the new master has the promote message: it
 	// disconnects when it takes over. Stopping the shipper before could
 	// drop the message on its way.
 	if err := waitDisconnected(ctx, s, name); err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
 	if b.Registry != nil {
@@ -644,15 +669,62 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		if err := b.Registry.AwaitTopicsTaken(wctx); err != nil {
 			b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries; removing them anyway", "to", name, "err", err)
 		}
+		// The same in the other sites' ensembles, where this master's
+		// mirror stays as it is until then (siteViews.paused).
+		if tc := compOf[*topologyComponent](b); tc != nil {
+			if views := tc.siteViews(); views != nil {
+				if err := views.awaitTopicsTaken(wctx); err != nil {
+					b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries in another site's ZooKeeper; removing them anyway", "to", name, "err", err)
+				}
+			}
+		}
 		cancel()
 	}
 	if err := b.demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
 	b.Broker.AllowWrites(switchoverHolder)
 	rep.Following = true
 	return rep, nil
+}
+
+// holdPuts makes the broker hold plain puts while this master hands over
+// ([replication] handoverHoldMs, handoverHoldBytes); nil when
+// handoverHoldMs=0 (they are refused, 503) or a hold is in effect.
+func (b *Bundle) holdPuts(reason string) *broker.Hold {
+	r := b.Config().Replication
+	if r.HandoverHold <= 0 {
+		return nil
+	}
+	h, err := b.Broker.HoldWrites(broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason})
+	if err != nil {
+		b.log.Warn("FAILOVER: puts are refused while this master hands over, not held", "err", err)
+		return nil
+	}
+	return h
+}
+
+// newMasterAddr is the MetaQ address (host:port) of the master this
+// brokerId's node in ZooKeeper names, once it is not this broker: where
+// the puts held during a switchover go.
+func (b *Bundle) newMasterAddr(ctx context.Context) (string, error) {
+	if b.Registry == nil {
+		return "", errors.New("no ZooKeeper: the new master's MetaQ address is not known")
+	}
+	data, _, err := b.Registry.Get(ctx, b.Registry.Paths().Broker(b.Config().System.BrokerID, -1))
+	if err != nil {
+		return "", fmt.Errorf("read the master node: %w", err)
+	}
+	url := strings.TrimSpace(string(data))
+	if url == "" || url == b.Broker.URL() {
+		return "", errors.New("the new master has not registered yet")
+	}
+	addr := strings.TrimPrefix(url, "meta://")
+	if i := strings.IndexByte(addr, '?'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr, nil
 }
 
 // Demotion says whom a former master follows.

@@ -36,6 +36,8 @@ type sitesSpec struct {
 	// deploy/ runs 30 s); probeInterval is [gossip] probeIntervalMs
 	// (default the tests' 100 ms; deploy/ runs 1 s).
 	sessionTimeout, probeInterval time.Duration
+	// overlays is added to a site's overlay file, by site.
+	overlays map[string]string
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -163,6 +165,7 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 			ss.slaveExtra = "compression=zstd\nbandwidthBytesPerSec=20000000\n" + files
 		}
 	}
+	ss.extraOverlay += s.spec.overlays[name]
 	s.mu.Lock()
 	s.taps[name] = &zktest.Tap{}
 	s.mu.Unlock()

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -48,6 +49,11 @@ type siteViews struct {
 	// (ensembles.go), for a check of the generation at the next start.
 	ensFile  string
 	recorded map[string]topology.Ensemble // what ensFile last got; reconcile only
+	// paused, when it returns true, leaves the mirrors as they are: a
+	// master handing over neither rewrites nor removes them while the new
+	// master replaces them (awaitTopicsTaken), so that no ensemble lists a
+	// topic without partitions in between.
+	paused func() bool
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -133,7 +139,7 @@ func (s *siteViews) reconcile(ctx context.Context) {
 		}
 		if r.reg != nil && r.reg.Connected() {
 			reach = append(reach, site)
-			if s.master != nil && !r.mirroring {
+			if s.master != nil && !r.mirroring && (s.paused == nil || !s.paused()) {
 				r.mirroring = true
 				s.wg.Add(1)
 				go s.mirror(ctx, site, r, r.reg)
@@ -172,6 +178,27 @@ func (s *siteViews) record(ens map[string]topology.Ensemble) {
 		return
 	}
 	s.recorded = others
+}
+
+// awaitTopicsTaken waits until, in every other site's ensemble, the topic
+// entries this bundle mirrored there are another session's (the new
+// master replaced them), or ctx ends.
+func (s *siteViews) awaitTopicsTaken(ctx context.Context) error {
+	s.mu.Lock()
+	regs := map[string]*registry.Registry{}
+	for site, r := range s.remote {
+		if r.reg != nil && r.mirrored {
+			regs[site] = r.reg
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for site, reg := range regs {
+		if err := reg.AwaitTopicsTaken(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("site %s's ZooKeeper: %w", site, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // connect opens a session to a remote site's ensemble. It registers nothing:
