@@ -64,11 +64,14 @@ const (
 	MinConnectionBufferedBytes = 16<<20 + 20
 )
 
-// Port offsets from serverPort for the listeners of one bundle. None is
-// +1: MetaQ users run brokers on adjacent ports (serverPort+1 is the next
-// broker's), and the replication stream shares the MetaQ port itself.
+// Port offsets from serverPort for the listeners of the optional [gossip]
+// and [nats] sections, used only when the section is written and gives no
+// address. None is +1 or +2: MetaQ users run brokers on adjacent ports
+// (MetaQ's own slave layout takes 8111, 8112 and 8113), the replication
+// stream shares the MetaQ port itself, and the admin endpoint is a unix
+// socket in the data directory unless [site] adminAddr asks for a port, so
+// a file of MetaQ's takes no port MetaQ did not use.
 const (
-	adminPortOffset  = 2
 	gossipPortOffset = 3
 	natsPortOffset   = 4
 )
@@ -525,18 +528,18 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		}
 		return strconv.Itoa(s.System.ServerPort + offset)
 	}
-	derivedOK := s.System.ServerPort+natsPortOffset <= 65535
+	derivedOK := func(offset int) bool { return s.System.ServerPort+offset <= 65535 }
 
 	r := reader(sectionSite, siteKeys)
 	s.Site = Site{
 		Name:          r.str("name", DefaultSiteName),
 		DashboardAddr: r.addr("dashboardAddr", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.System.DashboardHTTPPort))),
-		AdminAddr:     r.addr("adminAddr", net.JoinHostPort("127.0.0.1", port(adminPortOffset))),
+		AdminAddr:     r.addr("adminAddr", ""), // unset: the unix socket System.AdminSocket only
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
 		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
 	}
-	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
+	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || (s.Site.AdminAddr != "" && !IsLoopbackAddr(s.Site.AdminAddr))) {
 		k, ok := r.raw("dashboardAddr")
 		if !ok || IsLoopbackAddr(k.Value) {
 			k, _ = r.raw("adminAddr")
@@ -623,14 +626,21 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 
 	s.Limits = buildLimits(reader(sectionLimits, limitsKeys))
 
-	if !derivedOK {
-		_, admin := base.sectionKey(sectionSite, "adminAddr")
-		_, gossip := base.sectionKey(sectionGossip, "bind")
-		_, nats := base.sectionKey(sectionNATS, "embeddedListen")
-		if !admin || !gossip || !nats {
+	// A derived port must be a port: only for a section that is written
+	// and leaves its address to the default.
+	for _, d := range []struct {
+		on           bool
+		section, key string
+		offset       int
+	}{
+		{s.Gossip.Enable, sectionGossip, "bind", gossipPortOffset},
+		{s.NATS.Enabled && s.NATS.URL == "", sectionNATS, "embeddedListen", natsPortOffset},
+	} {
+		if _, set := base.sectionKey(d.section, d.key); d.on && !set && !derivedOK(d.offset) {
 			sr := sectionReader{sec: base.section(sectionSystem), file: file, p: p}
 			k, _ := sr.raw("serverPort")
-			sr.bad(k, "a port at most 65531, so serverPort+2..+4 (admin, gossip, NATS) are ports too, or those three addresses set explicitly")
+			sr.bad(k, "a port at most %d, so serverPort+%d ([%s] %s) is a port too, or that address set explicitly",
+				65535-d.offset, d.offset, d.section, d.key)
 		}
 	}
 }

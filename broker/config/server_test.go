@@ -53,7 +53,7 @@ func TestDefaults(t *testing.T) {
 		{"zk.zkRoot", s.ZooKeeper.Root, "/meta"},
 		{"site.name", s.Site.Name, "default"},
 		{"site.dashboardAddr", s.Site.DashboardAddr, "127.0.0.1:8120"},
-		{"site.adminAddr", s.Site.AdminAddr, "127.0.0.1:8125"},
+		{"site.adminAddr", s.Site.AdminAddr, ""}, // the unix socket <dataPath>/admin.sock
 		{"site.token", s.Site.Token, ""},
 		{"gossip.enable", s.Gossip.Enable, false},
 		{"gossip.bind", s.Gossip.Bind, "127.0.0.1:8126"},
@@ -213,7 +213,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort+k", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "9000").set("system", "dashboardHttpPort", "9100"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen, s.Site.DashboardAddr}
-		want := []string{"", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
+		want := []string{"", "", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -221,7 +221,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort=0 gives free ports", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "0"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen}
-		want := []string{"", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+		want := []string{"", "", "127.0.0.1:0", "127.0.0.1:0"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -232,6 +232,16 @@ func TestDerivedPorts(t *testing.T) {
 			if s.Replication.Listen != "" || s.Replication.ListenSet {
 				t.Errorf("hostName %s: listen %q (set %v), want the MetaQ port", host, s.Replication.Listen, s.Replication.ListenSet)
 			}
+		}
+	})
+	t.Run("without [gossip] and [nats] any serverPort takes no other port", func(t *testing.T) {
+		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "65535"))
+		if s.Site.AdminAddr != "" || s.Gossip.Enable || s.NATS.Enabled {
+			t.Errorf("admin %q, gossip %v, NATS %v: a file with no [site], [gossip] or [nats] must take no port but serverPort",
+				s.Site.AdminAddr, s.Gossip.Enable, s.NATS.Enabled)
+		}
+		if got := s.System.AdminSocket(); got != filepath.Join(s.System.DataPath, "admin.sock") {
+			t.Errorf("admin socket %q", got)
 		}
 	})
 	t.Run("high serverPort needs no replication address", func(t *testing.T) {
@@ -274,7 +284,8 @@ func TestErrors(t *testing.T) {
 		{"maxTransferSize missing", base.del("system", "maxTransferSize"), "system", "maxTransferSize", "", "required"},
 		{"maxTransferSize zero", base.set("system", "maxTransferSize", "0"), "system", "maxTransferSize", "0", "1.."},
 		{"serverPort too big", base.set("system", "serverPort", "70000"), "system", "serverPort", "70000", "0..65535"},
-		{"serverPort leaves no room", base.set("system", "serverPort", "65534"), "system", "serverPort", "65534", "65531"},
+		{"serverPort leaves gossip no room", base.set("system", "serverPort", "65534").set("gossip", "label", "x"), "system", "serverPort", "65534", "65532"},
+		{"serverPort leaves NATS no room", base.set("system", "serverPort", "65532").set("nats", "bucket", "x"), "system", "serverPort", "65532", "65531"},
 		{"dashboardHttpPort bad", base.set("system", "dashboardHttpPort", "x"), "system", "dashboardHttpPort", "x", "integer"},
 		{"getProcessThreadCount zero", base.set("system", "getProcessThreadCount", "0"), "system", "getProcessThreadCount", "0", "1.."},
 		{"putProcessThreadCount bad", base.set("system", "putProcessThreadCount", "(1"), "system", "putProcessThreadCount", "(1", "integer"},
