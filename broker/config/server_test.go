@@ -971,3 +971,56 @@ func TestOptionalFeaturesWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestZkConnectBeside: MetaQ's samsa_server1.ini sets no ZooKeeper key; its
+// broker then takes zk.zkConnect from beside the file (here: zk.properties,
+// as MetaQ's integration resources keep it, or a server.ini read as
+// properties). With neither, the error names both places.
+func TestZkConnectBeside(t *testing.T) {
+	src := filepath.Join("testdata", "metaq-1.4.6", "integration-test-resources")
+	ini, err := os.ReadFile(filepath.Join(src, "samsa_server1.ini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zkProps, err := os.ReadFile(filepath.Join(src, "zk.properties"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("MetaQ's files as they are", func(t *testing.T) {
+		s, w, err := Load(filepath.Join(src, "samsa_server1.ini"))
+		if err != nil || s.ZooKeeper.Connect != "localhost:2181" || CheckUnknown(w) != nil {
+			t.Fatalf("connect %v, err %v, warnings %v", s, err, w)
+		}
+		if len(w) != 1 || !strings.Contains(w[0].String(), "zk.properties") {
+			t.Errorf("warnings %v, want one saying where zk.zkConnect came from", w)
+		}
+	})
+	t.Run("neither", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "samsa_server1.ini")
+		os.WriteFile(path, ini, 0o644)
+		_, _, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "zk.properties")) ||
+			!strings.Contains(err.Error(), filepath.Join(dir, "server.ini")) || !strings.Contains(err.Error(), "zk.zkConnect") {
+			t.Fatalf("err %v, want one naming zk.zkConnect, %s/zk.properties and %s/server.ini", err, dir, dir)
+		}
+		// Bytes parsed without a path: the key is simply required.
+		if _, _, err := Parse("x.ini", ini); err == nil || !strings.Contains(err.Error(), "the key is required") {
+			t.Fatalf("Parse: %v", err)
+		}
+	})
+	t.Run("server.ini beside", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "samsa_server1.ini")
+		os.WriteFile(path, ini, 0o644)
+		os.WriteFile(filepath.Join(dir, "server.ini"), []byte("[zookeeper]\n;zk.zkConnect=nothere:1\nzk.zkConnect = 127.0.0.1:2999\n"), 0o644)
+		if s, _, err := Load(path); err != nil || s.ZooKeeper.Connect != "127.0.0.1:2999" {
+			t.Fatalf("%v %v", s, err)
+		}
+		// zk.properties comes first.
+		os.WriteFile(filepath.Join(dir, "zk.properties"), zkProps, 0o644)
+		if s, _, err := Load(path); err != nil || s.ZooKeeper.Connect != "localhost:2181" {
+			t.Fatalf("%v %v", s, err)
+		}
+	})
+}
