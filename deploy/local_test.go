@@ -19,10 +19,11 @@ import (
 	"time"
 )
 
-// TestLocalThreeSites runs deploy/local-three-sites.sh up, produces at bj,
-// reads the messages at hf and gz (from each site's replica, and through
-// each site's ZooKeeper view as a Java consumer there would), checks that
-// configsync reached every site, runs the scenario of
+// TestLocalThreeSites runs deploy/local-three-sites.sh up (deploy/'s
+// layout: bj's two masters, brokerIds 1 and 2, and a slave of each at hf and
+// gz), produces at bj, reads the messages at hf and gz (from each site's two
+// replicas, and through each site's ZooKeeper view as a Java consumer there
+// would), checks that configsync reached all six bundles, runs the scenario of
 // stoppedMasterAcknowledgesNothing, and runs down, which must leave no
 // process behind. It needs ZooKeeper's jars and openssl, as CI has them: skipped
 // without METAQ_TEST_ZK.
@@ -33,7 +34,7 @@ func TestLocalThreeSites(t *testing.T) {
 
 	// configsync: the first version reached all three sites.
 	st := run("configsync", "status", "-nats", "nats://127.0.0.1:"+strconv.Itoa(base+1))
-	for _, agent := range []string{"bj-1", "hf-1", "gz-1"} {
+	for _, agent := range []string{"bj-1", "bj-2", "hf-1", "hf-2", "gz-1", "gz-2"} {
 		if !regexp.MustCompile(`(?m)^` + agent + `\s+v1\s`).MatchString(st) {
 			t.Errorf("configsync status: %s does not run v1:\n%s", agent, st)
 		}
@@ -45,20 +46,23 @@ func TestLocalThreeSites(t *testing.T) {
 	}
 	for _, site := range []string{"hf", "gz"} {
 		upper := strings.ToUpper(site)
-		// The replica holds every message (replication over mutual TLS
-		// with the shared secret).
+		// The site's two replicas hold every message between them, each
+		// its master's partitions (replication over mutual TLS with the
+		// shared secret); the producer used both masters.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			got := 0
-			for p := 0; p < 8; p++ {
-				out := run("metaq", "fetch", "-brokers", env[upper+"_BROKER"], "-topic", "orders", "-partition", fmt.Sprintf("1-%d", p), "-n", "0")
-				got += strings.Count(out, "\n") - strings.Count(out, "end of partition")
+			var got [2]int
+			for b, addr := range []string{env[upper+"_BROKER"], env[upper+"_BROKER2"]} {
+				for p := 0; p < 8; p++ {
+					out := run("metaq", "fetch", "-brokers", addr, "-topic", "orders", "-partition", fmt.Sprintf("%d-%d", b+1, p), "-n", "0")
+					got[b] += strings.Count(out, "\n") - strings.Count(out, "end of partition")
+				}
 			}
-			if got == n {
+			if got[0]+got[1] == n && got[0] > 0 && got[1] > 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s's replica holds %d of %d messages", site, got, n)
+				t.Fatalf("%s's replicas hold %d and %d of %d messages", site, got[0], got[1], n)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}

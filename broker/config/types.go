@@ -96,6 +96,15 @@ func (s *System) MoveData(dir string) {
 	s.DataPath = dir
 }
 
+// AdminSocketName is the admin endpoint's unix socket in the data
+// directory (System.AdminSocket).
+const AdminSocketName = "admin.sock"
+
+// AdminSocket is the path of the admin endpoint's unix socket: in the data
+// directory, which belongs to one broker, so brokers on one host never
+// share it and it takes no port.
+func (s *System) AdminSocket() string { return filepath.Join(s.DataPath, AdminSocketName) }
+
 // ZooKeeper is the [zookeeper] section (see Configuration in broker/wire/doc.go).
 type ZooKeeper struct {
 	Connect           string        // zk.zkConnect, default localhost:2181
@@ -169,7 +178,7 @@ type Cron struct {
 type Site struct {
 	Name          string // e.g. "bj"; default "default"
 	DashboardAddr string // listen address for the dashboard/JSON API; default 127.0.0.1:<dashboardHttpPort>
-	AdminAddr     string // listen address for the admin endpoint; default 127.0.0.1:<serverPort+2>
+	AdminAddr     string // TCP listen address for the admin endpoint; default none (the endpoint is the unix socket System.AdminSocket)
 	Token         string // required when DashboardAddr or AdminAddr is not loopback
 	Overlay       string // path of the per-site overlay file that configsync never overwrites
 	// Dashboard is true when [system] dashboardHttpPort or [site]

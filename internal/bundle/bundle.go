@@ -266,8 +266,8 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if b.opts.AdminAddr != "" {
 		adminAddr = b.opts.AdminAddr
 	}
-	if adminAddr != "off" && adminAddr != "" {
-		b.Admin, err = startAdmin(b, adminAddr, cfg.Site.Token)
+	if adminAddr != "off" {
+		b.Admin, err = startAdmin(b, cfg.System.AdminSocket(), adminAddr, cfg.Site.Token)
 		if err != nil {
 			return err
 		}
@@ -321,7 +321,7 @@ func (b *Bundle) startRole() siterole.State {
 
 func startBrokerErr(err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+2..+4: admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set [site] adminAddr, [gossip] bind and [nats] embeddedListen)", err)
+		return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+3 or +4, for [gossip] or [nats] with no address of their own: set [gossip] bind and [nats] embeddedListen, or give such brokers on one host serverPorts 5 apart)", err)
 	}
 	return fmt.Errorf("bundle: start broker: %w", err)
 }
@@ -342,12 +342,22 @@ func addrString(br *broker.Broker) string {
 	return ""
 }
 
-// AdminAddr returns the admin endpoint's address, "" when it is off.
+// AdminAddr returns the admin endpoint's TCP address, "" when it is off or
+// serves only its unix socket (AdminSocket).
 func (b *Bundle) AdminAddr() string {
 	if b.Admin == nil {
 		return ""
 	}
 	return b.Admin.Addr()
+}
+
+// AdminSocket returns the path of the admin endpoint's unix socket, "" when
+// the endpoint is off.
+func (b *Bundle) AdminSocket() string {
+	if b.Admin == nil {
+		return ""
+	}
+	return b.Admin.Socket()
 }
 
 // Close stops the bundle cleanly (idempotent): components in reverse order,

@@ -107,3 +107,17 @@ func TestPickSkipsLeasedPorts(t *testing.T) {
 		t.Fatal("a port leased just now was leased again")
 	}
 }
+
+func TestConsecutive(t *testing.T) {
+	p, err := Consecutive(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+i)))
+		if err != nil {
+			t.Fatalf("port %d of %d..%d: %v", p+i, p, p+4, err)
+		}
+		l.Close()
+	}
+}
