@@ -45,9 +45,11 @@
 //
 // A get's records leave the log unchanged, so on a plain TCP connection
 // the answer is sent from the segment files with sendfile (store.ReadRun,
-// a store.LogRun): the writer goroutine writes the value header and any
-// answers before it, then sends the run straight to the socket under the
-// same write deadline, updating writingSince as the run progresses. The
+// a store.LogRun): the writer goroutine writes any answers before it, then
+// sends the value header (held back with MSG_MORE, so it leaves in the
+// same packet as the first records) and the run straight to the socket
+// under the same write deadline, updating writingSince as the run
+// progresses. The
 // run holds its length of the byte budget until written, as copied data
 // does, so [limits] bound it the same way. The store declines runs it
 // cannot vouch for or that would cost more than a copy (bytes no crc

@@ -92,27 +92,52 @@ type queueKey struct {
 // drainer goroutine per partition gave 14-18% fewer msgs/s, COMPARE.md run
 // K). The in-flight slots bound the batches in the store; a full store
 // queue blocks the reader, which pushes back on the client.
+//
+// Its cost per partition matters as much as per put: at 10,000 partitions
+// a read's puts (up to maxHeldPuts) are mostly one per partition. So the
+// grouping allocates no slice per partition (one slice of the puts in
+// group order, cut per group), and the batches, their messages and their
+// opaques are cut from one allocation each for the whole read (batchSlab).
 func (c *conn) routePuts(reqs []putReq) {
-	var keys []queueKey
-	var groups [][]*putReq
+	keys := make([]queueKey, 0, 4)
+	group := make([]int32, len(reqs)) // keys[group[i]] is the key of reqs[i]
+	var counts []int32                // puts per key
+	var seen keyTable
 	for i := range reqs {
 		r := &reqs[i]
 		key := queueKey{topic: r.topic, partition: c.b.resolvePartition(r), sync: r.sync}
-		k := slices.Index(keys, key)
+		k := seen.find(keys, key)
 		if k < 0 {
 			k = len(keys)
 			keys = append(keys, key)
-			groups = append(groups, nil)
+			counts = append(counts, 0)
+			seen.add(key, k)
 		}
-		groups[k] = append(groups[k], r)
+		group[i] = int32(k)
+		counts[k]++
 	}
+	// The puts in group order, each group in arrival order.
+	starts := make([]int32, len(keys)+1)
+	for k, n := range counts {
+		starts[k+1] = starts[k] + n
+	}
+	next := counts // each group's next place; the counts are no longer needed
+	copy(next, starts[:len(keys)])
+	ordered := make([]*putReq, len(reqs))
+	for i := range reqs {
+		k := group[i]
+		ordered[next[k]] = &reqs[i]
+		next[k]++
+	}
+	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
-	for i, g := range groups {
+	for k, key := range keys {
+		g := ordered[starts[k]:starts[k+1]]
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
 			held := reqBodies(g[:n])
-			pp := c.b.newBatch(keys[i], g[:n:n])
+			pp := c.b.newBatch(key, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
 			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil {
@@ -120,6 +145,9 @@ func (c *conn) routePuts(reqs []putReq) {
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
 				if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
+					if direct == nil {
+						direct = make([]*pendingPuts, 0, len(keys)-k)
+					}
 					direct = append(direct, pp)
 				}
 			}
@@ -129,6 +157,70 @@ func (c *conn) routePuts(reqs []putReq) {
 	if len(direct) > 0 {
 		c.b.storeBatches(c, gs, direct)
 	}
+}
+
+// keyTable finds a read's queue keys by partition number: an open
+// addressing table of their places in keys (plus one, 0 = empty), hashed
+// by partition alone since a read's keys mostly share their topic. Past
+// its size (more keys than maxHeldPuts brings) find falls back to a scan.
+type keyTable struct {
+	slot [keySlots]uint16
+	n    int
+}
+
+const keySlots = 256 // a power of two, at least twice maxHeldPuts
+
+func (t *keyTable) find(keys []queueKey, key queueKey) int {
+	if t.n >= keySlots/2 {
+		return slices.Index(keys, key)
+	}
+	for h := uint32(key.partition) & (keySlots - 1); ; h = (h + 1) & (keySlots - 1) {
+		s := t.slot[h]
+		if s == 0 {
+			return -1
+		}
+		if keys[s-1] == key {
+			return int(s - 1)
+		}
+	}
+}
+
+func (t *keyTable) add(key queueKey, k int) {
+	if t.n >= keySlots/2 {
+		return
+	}
+	h := uint32(key.partition) & (keySlots - 1)
+	for t.slot[h] != 0 {
+		h = (h + 1) & (keySlots - 1)
+	}
+	t.slot[h] = uint16(k + 1)
+	t.n++
+}
+
+// batchSlab is where the batches of one read are cut from: one allocation
+// each for the batches, their messages and their opaques, whatever the
+// number of partitions the read's puts go to.
+type batchSlab struct {
+	pps     []pendingPuts
+	msgs    []store.Message
+	opaques []int32
+}
+
+// newBatchSlab makes room for batches batches of puts puts in all.
+func newBatchSlab(batches, puts int) *batchSlab {
+	return &batchSlab{pps: make([]pendingPuts, batches), msgs: make([]store.Message, puts), opaques: make([]int32, puts)}
+}
+
+// take cuts a batch with room for n puts off the slab (nil: allocate).
+func (s *batchSlab) take(n int) *pendingPuts {
+	if s == nil || len(s.pps) == 0 || len(s.msgs) < n {
+		return &pendingPuts{msgs: make([]store.Message, 0, n), opaques: make([]int32, 0, n)}
+	}
+	pp := &s.pps[0]
+	s.pps = s.pps[1:]
+	pp.msgs, s.msgs = s.msgs[:0:n], s.msgs[n:]
+	pp.opaques, s.opaques = s.opaques[:0:n], s.opaques[n:]
+	return pp
 }
 
 // reqBodies is the bytes the bodies of reqs hold in the connection's byte
@@ -180,13 +272,12 @@ type pendingPuts struct {
 
 // newBatch is step 2 for a batch: it validates each put on its own,
 // answering a refusal at once, and keeps the accepted ones in order.
-func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
+//
+// The batch is cut from slab (nil: allocated on its own).
+func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendingPuts {
 	te := b.topicEntry(key.topic)
-	pp := &pendingPuts{
-		key: key, te: te, n: len(reqs),
-		msgs:    make([]store.Message, 0, len(reqs)),
-		opaques: make([]int32, 0, len(reqs)),
-	}
+	pp := slab.take(len(reqs))
+	pp.key, pp.te, pp.n = key, te, len(reqs)
 	if !key.sync {
 		pp.held = b.holding() // decided once for the batch
 	}
@@ -393,7 +484,7 @@ func (e messageErrors) Error() string {
 // commit, so the connection's next batch can join the same commit.
 func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.storedMu.Lock()
-	c.stored[pp] = struct{}{} // before the store can answer it
+	c.stored[pp] = nil // before the store can answer it
 	c.storedMu.Unlock()
 	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
 	if pp.held != nil {
@@ -414,11 +505,11 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 
 // storeBatches is storeBatch for the batches of several partitions that
 // one read brought: one store call, answered with one frame (answerBatches).
+//
+// The batches are listed in c.stored once, under the first, not once each.
 func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Lock()
-	for _, pp := range pps {
-		c.stored[pp] = struct{}{} // before the store can answer it
-	}
+	c.stored[pps[0]] = pps // before the store can answer them
 	c.storedMu.Unlock()
 	appends := make([]store.PartitionAppend, len(pps))
 	for i, pp := range pps {
@@ -427,13 +518,15 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
 	})
+	var size int64
 	for _, pp := range pps {
 		for i := range pp.msgs {
 			freeBody(pp.msgs[i].Body)
 			pp.msgs[i].Body = nil
 		}
-		c.bytes.release(pp.size)
+		size += pp.size
 	}
+	c.bytes.release(size)
 }
 
 // answerBatches is answerBatch for the batches of one storeBatches, with
@@ -448,11 +541,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		}
 	}
 	c.storedMu.Lock()
-	for i, pp := range pps {
-		if won[i] {
-			delete(c.stored, pp)
-		}
-	}
+	delete(c.stored, pps[0])
 	c.storedMu.Unlock()
 	out := make([]byte, 0, size)
 	type topicTally struct {
@@ -491,11 +580,13 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
 	}
+	done := 0
 	for i := range pps {
 		if won[i] {
-			c.wg.Done()
+			done++
 		}
 	}
+	c.wg.Add(-done)
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer
