@@ -30,12 +30,15 @@ type Cluster struct {
 	procs   map[string]*proc
 	stopped map[string]bool // SIGSTOPped
 	zkDown  map[string]bool
+	exits   []string // processes that exited without being killed
+	closing bool
 }
 
 type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *os.File
+	cmd    *exec.Cmd
+	done   chan struct{}
+	out    *os.File
+	killed bool
 }
 
 // NewCluster returns a cluster of the layout's sites, nothing started.
@@ -168,15 +171,20 @@ func (c *Cluster) StartSite(site string) error {
 	p := &proc{cmd: cmd, done: make(chan struct{}), out: out}
 	c.procs[site] = p
 	c.stopped[site] = false
+	started := time.Now()
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		out.Close()
-		close(p.done)
 		c.mu.Lock()
 		if c.procs[site] == p {
 			delete(c.procs, site)
 		}
+		if !p.killed && !c.closing {
+			c.exits = append(c.exits, fmt.Sprintf("%s (pid %d, started %v before) exited by itself: %v; its log: %s",
+				site, cmd.Process.Pid, time.Since(started).Round(time.Millisecond), err, filepath.Join(logs, "server.out")))
+		}
 		c.mu.Unlock()
+		close(p.done)
 	}()
 	return nil
 }
@@ -186,6 +194,13 @@ func (c *Cluster) Running(site string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.procs[site] != nil
+}
+
+// Exits lists the site processes that exited without being killed.
+func (c *Cluster) Exits() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.exits...)
 }
 
 // Stopped reports whether the site's process is SIGSTOPped.
@@ -203,6 +218,9 @@ func (c *Cluster) Kill(site string) error {
 	if p == nil {
 		return fmt.Errorf("faultsched: kill %s: not running", site)
 	}
+	c.mu.Lock()
+	p.killed = true
+	c.mu.Unlock()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-p.done:
@@ -302,6 +320,9 @@ func (c *Cluster) Command(ctx context.Context, site string, timeout time.Duratio
 
 // Close kills every site process and ZooKeeper and closes the proxies.
 func (c *Cluster) Close() error {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	var errs []error
 	for _, s := range Sites {
 		if c.Running(s) {
