@@ -89,7 +89,7 @@ func (s Schedule) String() string {
 
 // NewSchedule draws a schedule of faults of the given kinds over d from
 // seed. It is a function of its arguments alone: the same seed gives the
-// same schedule. Faults overlap: a new one starts every 0.3-2.5 s and
+// same schedule. Faults overlap: a new one starts every 0.3-1.5 s and
 // lasting ones last 0.5-6 s, but one site never has two process faults
 // (kill, pause) at once, and a link is cut once at a time.
 func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
@@ -102,7 +102,7 @@ func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
 	id := 0
 	end := d - 500*time.Millisecond
-	for t := ms(500, 1500); t < end; t += ms(300, 2500) {
+	for t := ms(500, 1500); t < end; t += ms(300, 1500) {
 		k := kinds[rng.IntN(len(kinds))]
 		a := Sites[rng.IntN(len(Sites))]
 		b := Sites[rng.IntN(len(Sites))]
