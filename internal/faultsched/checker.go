@@ -42,16 +42,16 @@ func (k partKey) String() string { return fmt.Sprintf("%s-%d", k.Topic, k.Part) 
 // partitions as read with get from the start, and the records each site
 // saved aside (its data directory's replication/unreplicated files).
 type Final struct {
-	Master    string                            // the site that is master, "" when none is
-	Logs      map[string]map[partKey][]byte     // site -> partition -> bytes from offset Starts
-	Starts    map[string]map[partKey]int64      // site -> partition -> first offset served
-	ReadErrs  map[string]string                 // site -> why its log could not be read whole
-	Aside     map[string]map[string]bool        // site -> payloads saved aside
-	Converged bool                              // every site serves identical bytes
-	ConvergeT time.Duration                     // from the heal to identical bytes
-	Diff      string                            // when not converged: how the sites differ
-	Exits     []string                          // site processes that exited without a kill
-	NoAnswer  []string                          // sites that did not answer /status after the heal
+	Master    string                        // the site that is master, "" when none is
+	Logs      map[string]map[partKey][]byte // site -> partition -> bytes from offset Starts
+	Starts    map[string]map[partKey]int64  // site -> partition -> first offset served
+	ReadErrs  map[string]string             // site -> why its log could not be read whole
+	Aside     map[string]map[string]bool    // site -> payloads saved aside
+	Converged bool                          // every site serves identical bytes
+	ConvergeT time.Duration                 // from the heal to identical bytes
+	Diff      string                        // when not converged: how the sites differ
+	Exits     []string                      // site processes that exited without a kill
+	NoAnswer  []string                      // sites that did not answer /status after the heal
 	served    map[string]map[partKey]map[int64][]byte
 }
 
