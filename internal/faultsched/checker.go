@@ -15,7 +15,7 @@ const (
 	VSyncAckLost     = "sync-ack-lost"       // an acknowledged put to the synchronous topic is not served
 	VAsyncAckLost    = "async-ack-lost"      // an acknowledged asynchronous put is neither served at its offset nor saved aside
 	VAckMoved        = "ack-moved"           // an acknowledged put is served, but not at the offset it was acknowledged with
-	VOffsetConflict  = "offset-two-records"  // two acknowledged puts with different records at one partition and offset
+	VOffsetConflict  = "offset-two-records"  // two acknowledged puts with different records at one partition and offset, neither saved aside
 	VNoConvergence   = "no-convergence"      // the sites do not serve identical bytes within the bound after the last fault
 	VNoMaster        = "no-master"           // no site is master after every fault healed
 	VUnreadable      = "unreadable"          // a site's log could not be read at the end (a damaged record, an error answer)
@@ -55,9 +55,20 @@ type Final struct {
 	served    map[string]map[partKey]map[int64][]byte
 }
 
-// Check returns the violations the history and the final state show.
-func Check(ops []Op, faults []FaultRecord, f *Final) []Violation {
-	var vs []Violation
+// Check returns the violations the history and the final state show, and
+// the acknowledged puts to the synchronous topic that a forced promotion
+// explains: `promote -force` is the operator's choice to lose what only
+// the old master and its followers hold (saved aside when they rejoin), so
+// once one was issued, a synchronous put that is saved aside is counted,
+// not reported. A synchronous put lost without a forced promotion, or not
+// saved aside anywhere, is a violation.
+func Check(ops []Op, faults []FaultRecord, f *Final) (vs []Violation, forcedLoss int) {
+	forced := false
+	for _, r := range faults {
+		if r.Kind == KindPromoteForce {
+			forced = true
+		}
+	}
 	add := func(kind, format string, args ...any) {
 		vs = append(vs, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -107,9 +118,14 @@ func Check(ops []Op, faults []FaultRecord, f *Final) []Violation {
 		}
 		k := partKey{op.Topic, op.Partition}
 		key := fmt.Sprintf("%s@%d", k, op.Offset)
+		// One offset acknowledged twice is a failover's doing when the
+		// earlier record was cut and saved aside; when neither was, one
+		// record was overwritten without a trace.
 		if prev, ok := byOffset[key]; ok && prev.Payload != op.Payload {
-			add(VOffsetConflict, "%s acknowledged to %s (%s, %v) and to %s (%s, %v)", key,
-				prev.Payload, prev.Client+prev.Site, prev.End, op.Payload, op.Client+op.Site, op.End)
+			if aside(prev.Payload) == "" && aside(op.Payload) == "" {
+				add(VOffsetConflict, "%s acknowledged to %s (%s%s, %v) and to %s (%s%s, %v), neither saved aside", key,
+					prev.Payload, prev.Client, prev.Site, prev.End, op.Payload, op.Client, op.Site, op.End)
+			}
 		} else {
 			byOffset[key] = op
 		}
@@ -129,7 +145,11 @@ func Check(ops []Op, faults []FaultRecord, f *Final) []Violation {
 		}
 		note := ""
 		if s := aside(op.Payload); s != "" {
-			note = " (saved aside at " + s + ")"
+			if forced {
+				forcedLoss++
+				continue
+			}
+			note = " (saved aside at " + s + ", and no promote -force was issued)"
 		}
 		add(VSyncAckLost, "%s acknowledged at %s by %s%s at %v: not served by %s%s", op.Payload, key, op.Client, op.Site, op.End, ref, note)
 	}
@@ -138,7 +158,7 @@ func Check(ops []Op, faults []FaultRecord, f *Final) []Violation {
 			add(VUnnamedFailure, "%s failed without a cause: %s / %q", r.Event, r.Err, r.Output)
 		}
 	}
-	return vs
+	return vs, forcedLoss
 }
 
 // namesCause reports whether a failed command said why: more than its

@@ -129,7 +129,8 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 			b = setINI(b, "zookeeper", "zk.zkSyncTimeMs", strconv.Itoa(o.SyncTimeMs))
 			b = setINI(b, "zookeeper", "zk.zkConnectionTimeoutMs", strconv.Itoa(o.SessionTimeoutMs))
 			b = setINI(b, "replication", "stuckAfterMs", "3000")
-			return append(b, topics...)
+			// configsync's NATS is not run here.
+			return append(dropSection(b, "nats"), topics...)
 		}); err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ type Totals struct {
 	Puts       map[string]int
 	Violations map[string]int
 	Converge   []time.Duration
+	ForcedLoss int
 	Failed     []string // one line per failing run, with its seed
 	Wall       time.Duration
 }
@@ -45,6 +46,7 @@ func (t *Totals) Add(res *Result, err error) {
 	for _, v := range res.Violations {
 		t.Violations[v.Kind]++
 	}
+	t.ForcedLoss += res.ForcedLoss
 	if res.Converged {
 		t.Converge = append(t.Converge, res.ConvergeTime)
 	}
@@ -86,6 +88,7 @@ func (t *Totals) Write(w io.Writer) {
 	for _, k := range sortedKeys(t.Puts) {
 		fmt.Fprintf(w, "  %-14s %8d\n", k, t.Puts[k])
 	}
+	fmt.Fprintf(w, "  acknowledged synchronous puts lost to a promote -force (saved aside; not violations): %d\n", t.ForcedLoss)
 	fmt.Fprintf(w, "\nviolations, by kind:\n")
 	if len(t.Violations) == 0 {
 		fmt.Fprintf(w, "  none\n")

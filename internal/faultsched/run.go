@@ -36,7 +36,10 @@ type Result struct {
 	Violations []Violation    `json:"violations"`
 	Puts       map[string]int `json:"puts"`   // by outcome
 	Faults     map[Kind]int   `json:"faults"` // injected, by kind (heals not counted)
-	Converged  bool           `json:"converged"`
+	// ForcedLoss counts acknowledged synchronous puts lost to a forced
+	// promotion (saved aside), which are not violations.
+	ForcedLoss int  `json:"forcedLoss"`
+	Converged  bool `json:"converged"`
 	// ConvergeTime is from the heal of the last fault to identical bytes
 	// at every site.
 	ConvergeTime time.Duration `json:"convergeTime"`
@@ -52,8 +55,8 @@ func (r *Result) Summary() string {
 	for _, v := range r.Violations {
 		kinds[v.Kind]++
 	}
-	return fmt.Sprintf("seed %d: puts %v, faults %v, converged %t in %v, violations %v (took %v, files %s)",
-		r.Seed, r.Puts, r.Faults, r.Converged, r.ConvergeTime.Round(time.Millisecond), kinds, r.Took.Round(time.Second), r.Dir)
+	return fmt.Sprintf("seed %d: puts %v, faults %v, converged %t in %v, sync acks lost to promote -force %d, violations %v (took %v, files %s)",
+		r.Seed, r.Puts, r.Faults, r.Converged, r.ConvergeTime.Round(time.Millisecond), r.ForcedLoss, kinds, r.Took.Round(time.Second), r.Dir)
 }
 
 // Run sets up the three sites, runs the seeded schedule with the workload,
@@ -142,7 +145,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	f.Exits = c.Exits()
 	ops := w.Ops()
 	faults := n.Records()
-	res.Violations = Check(ops, faults, f)
+	res.Violations, res.ForcedLoss = Check(ops, faults, f)
 	if len(masters) > 1 {
 		res.Violations = append(res.Violations, Violation{Kind: "two-masters", Detail: fmt.Sprintf("after the heal %v all report mode master", masters)})
 	}
