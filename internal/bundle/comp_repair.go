@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"metaq/topology"
 )
 
 // repairInterval is how often a degraded master looks for a replica to
@@ -16,8 +18,8 @@ var repairInterval = time.Minute
 
 // repairComponent repairs a master's damaged ranges by itself where it can:
 // at start and then every repairInterval while the store reports damage,
-// it asks each slave of its broker id registered in ZooKeeper for the lost
-// records (RepairFrom: fetched with `get`, verified, written back
+// it asks each slave of its broker id registered in ZooKeeper or alive in
+// gossip for the lost records (RepairFrom: fetched with `get`, verified, written back
 // byte-identical). Ranges no replica holds stay reported; `metaq-server
 // repair -from` names a replica by hand.
 type repairComponent struct {
@@ -58,24 +60,44 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	return nil
 }
 
-// attempt tries every damaged partition against every registered slave.
+// attempt tries every damaged partition against every slave of this
+// broker id: those registered in this site's ZooKeeper, and those gossip
+// has alive (with one ZooKeeper ensemble per site, as deploy/ lays them
+// out, the slave sites register in their own ensembles, not here).
 func (c *repairComponent) attempt(ctx context.Context) {
 	b := c.b
-	brokers, err := b.Registry.Brokers(ctx)
-	if err != nil {
-		c.setErr(err)
-		return
+	id := b.Config().System.BrokerID
+	var (
+		replicas []string
+		seen     = map[string]bool{}
+	)
+	addReplica := func(u string) {
+		if a := strings.TrimPrefix(u, "meta://"); a != "" && !seen[a] {
+			seen[a] = true
+			replicas = append(replicas, a)
+		}
 	}
-	var replicas []string
+	brokers, zkErr := b.Registry.Brokers(ctx)
 	for _, br := range brokers {
-		if br.ID == b.Config().System.BrokerID {
+		if br.ID == id {
 			for _, u := range br.Slaves {
-				replicas = append(replicas, strings.TrimPrefix(u, "meta://"))
+				addReplica(u)
+			}
+		}
+	}
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		for _, m := range tc.Topology().Members() {
+			if !m.Local && m.State == topology.StateAlive && m.Meta.BrokerID == id && m.Meta.Role == topology.RoleSlave {
+				addReplica(m.Meta.ServeURL)
 			}
 		}
 	}
 	if len(replicas) == 0 {
-		c.setErr(errors.New("no slave registered to repair from"))
+		if zkErr != nil {
+			c.setErr(fmt.Errorf("no slave to repair from: gossip knows none alive, and ZooKeeper: %w", zkErr))
+			return
+		}
+		c.setErr(errors.New("no slave registered to repair from, and gossip knows none alive"))
 		return
 	}
 	type pk struct {
