@@ -22,6 +22,8 @@ const (
 	VUnnamedFailure  = "unnamed-failure"     // a command or put failed without naming its cause
 	VUnexpectedExit  = "unexpected-exit"     // a site's process exited without being killed
 	VSiteNotStarting = "site-did-not-answer" // a site did not answer its admin endpoint after the heal
+	VTwoMastersInGen = "two-sites-one-gen"   // two sites acknowledged puts in the same generation
+	VTwoMasters      = "two-masters"         // two sites report mode master after the heal
 )
 
 // Violation is one finding of the checker.
@@ -107,6 +109,25 @@ func Check(ops []Op, faults []FaultRecord, f *Final) (vs []Violation, forcedLoss
 			}
 		}
 		return ""
+	}
+	// Raw puts name their site and, when it did not change around the
+	// put, the site's generation: one generation has one master.
+	genSite := map[int64]Op{}
+	reported := map[string]bool{}
+	for _, op := range ops {
+		if op.Outcome != OutcomeOK || op.Gen < 0 {
+			continue
+		}
+		prev, ok := genSite[op.Gen]
+		if !ok {
+			genSite[op.Gen] = op
+			continue
+		}
+		if key := fmt.Sprintf("%d/%s/%s", op.Gen, prev.Site, op.Site); prev.Site != op.Site && !reported[key] {
+			reported[key] = true
+			add(VTwoMastersInGen, "generation %d: %s acknowledged %s at %v and %s acknowledged %s at %v",
+				op.Gen, prev.Site, prev.Payload, prev.End, op.Site, op.Payload, op.End)
+		}
 	}
 	byOffset := map[string]Op{}
 	for _, op := range ops {

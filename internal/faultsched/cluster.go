@@ -25,6 +25,9 @@ type Cluster struct {
 	Bin   string // holds metaq-server
 	Repo  string // the repository (for .ci/zookeeper.sh)
 	Links *Links
+	// KeepData copies each site's data filesystem aside (<dataPath>.saved)
+	// before Close unmounts it.
+	KeepData bool
 
 	mu      sync.Mutex
 	procs   map[string]*proc
@@ -32,6 +35,7 @@ type Cluster struct {
 	zkDown  map[string]bool
 	exits   []string // processes that exited without being killed
 	closing bool
+	mounted []string // the sites' data filesystems (tmpfs), when root
 }
 
 type proc struct {
@@ -61,6 +65,7 @@ func (c *Cluster) pids() map[int]string {
 // Start starts every ZooKeeper and proxy, then bj and the two slave sites,
 // and waits until each answers its admin /status.
 func (c *Cluster) Start(ctx context.Context) error {
+	c.mountDisks()
 	for _, s := range Sites {
 		if err := c.StartZK(ctx, s); err != nil {
 			return err
@@ -339,6 +344,9 @@ func (c *Cluster) Close() error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := c.unmountDisks(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

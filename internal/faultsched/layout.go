@@ -129,6 +129,8 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 			b = setINI(b, "zookeeper", "zk.zkSyncTimeMs", strconv.Itoa(o.SyncTimeMs))
 			b = setINI(b, "zookeeper", "zk.zkConnectionTimeoutMs", strconv.Itoa(o.SessionTimeoutMs))
 			b = setINI(b, "replication", "stuckAfterMs", "3000")
+			// Small segments, so that a schedule has sealed ones to damage.
+			b = setINI(b, "system", "maxSegmentSize", "65536")
 			// configsync's NATS is not run here.
 			return append(dropSection(b, "nats"), topics...)
 		}); err != nil {

@@ -124,6 +124,12 @@ func (n *Nemesis) apply(ctx context.Context, e Event) {
 			p = 0
 		}
 		c.Links.Lossy(e.A, e.B, p)
+	case KindDiskFull:
+		err = c.FillDisk(e.A, !e.Heal)
+	case KindFlip:
+		var what string
+		what, err = c.FlipSealed(e.A, e.Amount)
+		rec.Output = what
 	case KindSwitchover, KindPromote, KindPromoteForce:
 		n.wg.Add(1)
 		go func() {
@@ -167,6 +173,15 @@ func (n *Nemesis) command(ctx context.Context, e Event, rec FaultRecord) {
 func (n *Nemesis) HealAll(ctx context.Context) {
 	c := n.C
 	c.Links.HealAll()
+	for _, s := range Sites {
+		if c.DiskFilled(s) {
+			rec := FaultRecord{At: n.since(), Event: "heal-all disk-full " + s, Kind: KindDiskFull, Heal: true}
+			if err := c.FillDisk(s, false); err != nil {
+				rec.Err = err.Error()
+			}
+			n.record(rec)
+		}
+	}
 	n.record(FaultRecord{At: n.since(), Event: "heal all links"})
 	for _, s := range Sites {
 		if c.ZKDown(s) {

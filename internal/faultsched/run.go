@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	faults := n.Records()
 	res.Violations, res.ForcedLoss = Check(ops, faults, f)
 	if len(masters) > 1 {
-		res.Violations = append(res.Violations, Violation{Kind: "two-masters", Detail: fmt.Sprintf("after the heal %v all report mode master", masters)})
+		res.Violations = append(res.Violations, Violation{Kind: VTwoMasters, Detail: fmt.Sprintf("after the heal %v all report mode master", masters)})
 	}
 	res.Converged, res.ConvergeTime = f.Converged, f.ConvergeT
 	for _, op := range ops {
@@ -162,8 +162,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := writeRun(dir, ops, res); err != nil {
 		return res, err
 	}
+	c.mu.Lock()
+	c.KeepData = res.Failed() || o.Keep
+	c.mu.Unlock()
+	if err := c.Close(); err != nil {
+		res.Violations = append(res.Violations, Violation{Kind: "teardown", Detail: err.Error()})
+	}
 	if !res.Failed() && !o.Keep {
-		c.Close()
 		os.RemoveAll(dir)
 	}
 	return res, nil

@@ -23,16 +23,18 @@ const (
 	KindSwitchover   Kind = "switchover"    // metaq-server switchover -to B, run at site A
 	KindPromote      Kind = "promote"       // metaq-server promote, run at site A
 	KindPromoteForce Kind = "promote-force" // metaq-server promote -force, run at site A
+	KindDiskFull     Kind = "disk-full"     // site A's data filesystem (a tmpfs of its own) filled; healed by freeing it
+	KindFlip         Kind = "flip"          // one byte flipped in a sealed log segment of site A
 )
 
 // AllKinds lists every kind the nemesis can inject.
 var AllKinds = []Kind{KindKill, KindPause, KindCut, KindZKCut, KindZKDown, KindSlow, KindLossy,
-	KindSwitchover, KindPromote, KindPromoteForce}
+	KindSwitchover, KindPromote, KindPromoteForce, KindDiskFull, KindFlip}
 
 // lasting reports whether a fault lasts until a heal event.
 func (k Kind) lasting() bool {
 	switch k {
-	case KindSwitchover, KindPromote, KindPromoteForce:
+	case KindSwitchover, KindPromote, KindPromoteForce, KindFlip:
 		return false
 	}
 	return true
@@ -121,6 +123,8 @@ func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
 			}
 		case KindZKCut, KindZKDown:
 			res = "zk:" + a
+		case KindDiskFull:
+			res = "disk:" + a
 		}
 		if res != "" && busy[res] > t {
 			continue
@@ -136,6 +140,8 @@ func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
 			e.Amount = 50 + rng.IntN(251)
 		case KindLossy:
 			e.Amount = 50 + rng.IntN(251)
+		case KindFlip:
+			e.Amount = rng.IntN(1 << 30) // picks the segment and the byte
 		}
 		s.Events = append(s.Events, e)
 		if k.lasting() {

@@ -2,9 +2,12 @@ package faultsched
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +34,11 @@ type Op struct {
 	Partition int           `json:"partition"`
 	Offset    int64         `json:"offset"`
 	Err       string        `json:"err,omitempty"`
+	// Gen is the generation the raw put's site had recorded before it was
+	// sent and still had when it was answered, -1 when it changed between
+	// the two or for the Go client (which does not say which site
+	// answered).
+	Gen int64 `json:"gen"`
 }
 
 // Workload runs producers on both clients until stopped and records every
@@ -140,7 +148,7 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 		}
 		n++
 		t := workloadTopics[rng.IntN(len(workloadTopics))]
-		op := Op{Client: name, Topic: t.name, Payload: fmt.Sprintf("%s-%d", name, n), Start: w.since()}
+		op := Op{Client: name, Topic: t.name, Payload: fmt.Sprintf("%s-%d", name, n), Start: w.since(), Gen: -1}
 		sctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 		res, err := p.Send(sctx, &client.Message{Topic: t.name, Payload: []byte(op.Payload)})
 		cancel()
@@ -194,7 +202,8 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 		n++
 		t := workloadTopics[rng.IntN(len(workloadTopics))]
 		part := rng.IntN(t.parts)
-		op := Op{Client: name, Site: site, Topic: t.name, Payload: fmt.Sprintf("%s-%d", name, n), Start: w.since(), Partition: part}
+		op := Op{Client: name, Site: site, Topic: t.name, Payload: fmt.Sprintf("%s-%d", name, n), Start: w.since(), Partition: part, Gen: -1}
+		genBefore := siteGeneration(w.L, site)
 		var err error
 		if rc == nil {
 			rc, err = rawDial(w.L.MetaQAddr(site), time.Second)
@@ -214,6 +223,9 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 			switch {
 			case err == nil:
 				op.Outcome, op.Partition, op.Offset = OutcomeOK, p, off
+				if g := siteGeneration(w.L, site); g == genBefore {
+					op.Gen = g
+				}
 			case errors.As(err, &st):
 				op.Outcome, op.Err = OutcomeRefused, st.Error()
 			default:
@@ -238,6 +250,23 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 			return
 		}
 	}
+}
+
+// siteGeneration is the generation the site recorded in its identity file
+// (<dataPath>/replication/identity.json; 0 before any failover), -2 when
+// it cannot be read (being rewritten).
+func siteGeneration(l *Layout, site string) int64 {
+	b, err := os.ReadFile(filepath.Join(l.DataDir(site), "replication", "identity.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	var id struct {
+		Generation int64 `json:"generation"`
+	}
+	if err != nil || json.Unmarshal(b, &id) != nil {
+		return -2
+	}
+	return id.Generation
 }
 
 // summarizeErr shortens an error text for reports.
