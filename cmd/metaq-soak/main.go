@@ -36,7 +36,7 @@ func main() {
 		report   = flag.String("report", "", "write the report to this file too")
 		repo     = flag.String("repo", ".", "the repository (deploy/ and .ci/ scripts)")
 		bin      = flag.String("bin", "", "directory holding metaq-server and configsync (default: built into -dir/bin)")
-		converge = flag.Duration("converge", 60*time.Second, "how long the sites may take to converge after the heal")
+		converge = flag.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
 		keep     = flag.Bool("keep", false, "keep the files of clean runs too")
 	)
 	flag.Parse()
