@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"metaq/broker/registry"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -16,8 +18,10 @@ import (
 // repair its damaged ranges from.
 var repairInterval = time.Minute
 
-// repairComponent repairs a master's damaged ranges by itself where it can:
-// at start and then every repairInterval while the store reports damage,
+// repairComponent repairs a master's damaged ranges by itself where it can
+// (every bundle runs it; it acts only while the site is master, configured
+// or promoted, and not stepped down): at start and then every
+// repairInterval while the store reports damage,
 // it asks each slave of its broker id registered in ZooKeeper or alive in
 // gossip for the lost records (RepairFrom: fetched with `get`, verified, written back
 // byte-identical). Ranges no replica holds stay reported; `metaq-server
@@ -47,7 +51,9 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 		t := time.NewTicker(repairInterval)
 		defer t.Stop()
 		for {
-			if len(b.Store.Damaged()) > 0 {
+			// Only a master repairs: a slave's log follows its master's
+			// byte for byte, and the master ships its repairs.
+			if r := b.Role(); r.Role == siterole.Master && !r.SteppedDown && len(b.Store.Damaged()) > 0 {
 				c.attempt(ctx)
 			}
 			select {
@@ -77,7 +83,13 @@ func (c *repairComponent) attempt(ctx context.Context) {
 			replicas = append(replicas, a)
 		}
 	}
-	brokers, zkErr := b.Registry.Brokers(ctx)
+	var (
+		brokers []registry.Broker
+		zkErr   error
+	)
+	if b.Registry != nil {
+		brokers, zkErr = b.Registry.Brokers(ctx)
+	}
 	for _, br := range brokers {
 		if br.ID == id {
 			for _, u := range br.Slaves {
