@@ -22,27 +22,41 @@ import (
 	"syscall"
 	"time"
 
+	"metaq/internal/cli"
 	"metaq/internal/faultsched"
 )
 
 func main() {
+	fs := flag.NewFlagSet("metaq-soak", flag.ContinueOnError)
 	var (
-		seed     = flag.Uint64("seed", 0, "run this one seed only (replay); 0 runs seeds from -first-seed on")
-		first    = flag.Uint64("first-seed", 0, "first seed of a soak (default: drawn at random, printed)")
-		schedule = flag.Duration("schedule", envDuration("SOAK_SCHEDULE_SECONDS", 30*time.Second), "length of one schedule (env SOAK_SCHEDULE_SECONDS, in seconds)")
-		duration = flag.Duration("duration", envDuration("SOAK_DURATION", 0), "stop starting schedules after this long; 0 runs until interrupted (env SOAK_DURATION, e.g. 20m)")
-		kinds    = flag.String("kinds", "all", "fault kinds, a comma list: "+kindList())
-		dir      = flag.String("dir", "soak-runs", "where each run writes its files (kept for failing runs)")
-		report   = flag.String("report", "", "write the report to this file too")
-		repo     = flag.String("repo", ".", "the repository (deploy/ and .ci/ scripts)")
-		bin      = flag.String("bin", "", "directory holding metaq-server and configsync (default: built into -dir/bin)")
-		converge = flag.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
-		keep     = flag.Bool("keep", false, "keep the files of clean runs too")
+		seed     = fs.Uint64("seed", 0, "run this one seed only (replay); 0 runs seeds from -first-seed on")
+		first    = fs.Uint64("first-seed", 0, "first seed of a soak (default: drawn at random, printed)")
+		schedule = fs.Duration("schedule", envDuration("SOAK_SCHEDULE_SECONDS", 30*time.Second), "length of one schedule (env SOAK_SCHEDULE_SECONDS, in seconds)")
+		duration = fs.Duration("duration", envDuration("SOAK_DURATION", 0), "stop starting schedules after this long; 0 runs until interrupted (env SOAK_DURATION, e.g. 20m)")
+		kinds    = fs.String("kinds", "all", "fault kinds, a comma list: "+kindList())
+		dir      = fs.String("dir", "soak-runs", "where each run writes its files (kept for failing runs)")
+		report   = fs.String("report", "", "write the report to this file too")
+		repo     = fs.String("repo", ".", "the repository (deploy/ and .ci/ scripts)")
+		bin      = fs.String("bin", "", "directory holding metaq-server and configsync (default: built into -dir/bin)")
+		converge = fs.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
+		keep     = fs.Bool("keep", false, "keep the files of clean runs too")
 	)
-	flag.Parse()
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: metaq-soak [flags]\n\nRuns seeded fault schedules against three metaq-server processes (deploy/'s layout) and checks each.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if len(os.Args) > 1 && cli.IsHelp(os.Args[1]) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return
+	}
+	if err := cli.Parse(fs, os.Args[1:], false, os.Stdout, os.Stderr); err != nil {
+		os.Exit(cli.ExitCode(err))
+	}
 	ks, err := faultsched.ParseKinds(*kinds)
 	if err != nil {
-		log.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	root, err := filepath.Abs(*repo)
 	if err != nil {

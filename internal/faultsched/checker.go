@@ -24,6 +24,7 @@ const (
 	VSiteNotStarting = "site-did-not-answer" // a site did not answer its admin endpoint after the heal
 	VTwoMastersInGen = "two-sites-one-gen"   // two sites acknowledged puts in the same generation
 	VTwoMasters      = "two-masters"         // two sites report mode master after the heal
+	VDamageUnserved  = "damage-not-repaired" // a site skips a range of a partition (lost to damage) after the heal
 )
 
 // Violation is one finding of the checker.
@@ -44,16 +45,16 @@ func (k partKey) String() string { return fmt.Sprintf("%s-%d", k.Topic, k.Part) 
 // partitions as read with get from the start, and the records each site
 // saved aside (its data directory's replication/unreplicated files).
 type Final struct {
-	Master    string                        // the site that is master, "" when none is
-	Logs      map[string]map[partKey][]byte // site -> partition -> bytes from offset Starts
-	Starts    map[string]map[partKey]int64  // site -> partition -> first offset served
-	ReadErrs  map[string]string             // site -> why its log could not be read whole
-	Aside     map[string]map[string]bool    // site -> payloads saved aside
-	Converged bool                          // every site serves identical bytes
-	ConvergeT time.Duration                 // from the heal to identical bytes
-	Diff      string                        // when not converged: how the sites differ
-	Exits     []string                      // site processes that exited without a kill
-	NoAnswer  []string                      // sites that did not answer /status after the heal
+	Master    string                       // the site that is master, "" when none is
+	Runs      map[string]map[partKey][]run // site -> partition -> runs of records served
+	ReadErrs  map[string]string            // site -> why its log could not be read whole
+	Holes     map[string][]string          // site -> ranges it skips (damaged, not repaired)
+	Aside     map[string]map[string]bool   // site -> payloads saved aside
+	Converged bool                         // every site serves identical bytes
+	ConvergeT time.Duration                // from the heal to identical bytes
+	Diff      string                       // when not converged: how the sites differ
+	Exits     []string                     // site processes that exited without a kill
+	NoAnswer  []string                     // sites that did not answer /status after the heal
 	served    map[string]map[partKey]map[int64][]byte
 }
 
@@ -83,6 +84,9 @@ func Check(ops []Op, faults []FaultRecord, f *Final) (vs []Violation, forcedLoss
 	for _, s := range Sites {
 		if e := f.ReadErrs[s]; e != "" {
 			add(VUnreadable, "%s: %s", s, e)
+		}
+		for _, h := range f.Holes[s] {
+			add(VDamageUnserved, "%s skips %s", s, h)
 		}
 	}
 	for _, e := range f.Exits {
@@ -198,11 +202,13 @@ func (f *Final) recordsOf(site string) map[partKey]map[int64][]byte {
 		return m
 	}
 	m := map[partKey]map[int64][]byte{}
-	for k, data := range f.Logs[site] {
-		recs, _, _ := decodeRecords(data, f.Starts[site][k])
+	for k, runs := range f.Runs[site] {
 		mm := map[int64][]byte{}
-		for _, r := range recs {
-			mm[r.Offset] = r.Body
+		for _, rn := range runs {
+			recs, _, _ := decodeRecords(rn.Data, rn.Off)
+			for _, r := range recs {
+				mm[r.Offset] = r.Body
+			}
 		}
 		m[k] = mm
 	}
@@ -211,34 +217,61 @@ func (f *Final) recordsOf(site string) map[partKey]map[int64][]byte {
 }
 
 // readSites reads every partition the workload writes at every site.
-func readSites(l *Layout) (logs map[string]map[partKey][]byte, starts map[string]map[partKey]int64, errs map[string]string) {
-	logs, starts, errs = map[string]map[partKey][]byte{}, map[string]map[partKey]int64{}, map[string]string{}
+func readSites(l *Layout) (runs map[string]map[partKey][]run, errs map[string]string, holes map[string][]string) {
+	runs, errs, holes = map[string]map[partKey][]run{}, map[string]string{}, map[string][]string{}
 	for _, s := range Sites {
-		logs[s], starts[s] = map[partKey][]byte{}, map[partKey]int64{}
+		runs[s] = map[partKey][]run{}
 		for _, t := range workloadTopics {
 			for p := range t.parts {
 				k := partKey{t.name, p}
-				st, data, err := readPartition(l.MetaQAddr(s), t.name, p)
+				rs, hs, err := readPartition(l.MetaQAddr(s), t.name, p)
 				if err != nil {
 					errs[s] = fmt.Sprintf("%s: %v", k, err)
 				}
-				logs[s][k], starts[s][k] = data, st
+				for _, h := range hs {
+					holes[s] = append(holes[s], fmt.Sprintf("%s [%d,%d)", k, h.From, h.To))
+				}
+				runs[s][k] = rs
 			}
 		}
 	}
-	return logs, starts, errs
+	return runs, errs, holes
+}
+
+// span describes runs: "[a,b)" for each.
+func span(rs []run) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, fmt.Sprintf("[%d,%d)", r.Off, r.Off+int64(len(r.Data))))
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, "+")
+}
+
+// sameRuns reports whether two sites serve the same runs, byte for byte.
+func sameRuns(a, b []run) (bool, string) {
+	if len(a) != len(b) {
+		return false, ""
+	}
+	for i := range a {
+		if a[i].Off != b[i].Off || !bytes.Equal(a[i].Data, b[i].Data) {
+			return false, firstDiff(a[i].Data, b[i].Data)
+		}
+	}
+	return true, ""
 }
 
 // sameLogs reports how the sites' logs differ ("" when identical).
-func sameLogs(logs map[string]map[partKey][]byte, starts map[string]map[partKey]int64) string {
+func sameLogs(runs map[string]map[partKey][]run) string {
 	var diffs []string
 	ref := Sites[0]
-	for k, want := range logs[ref] {
+	for k, want := range runs[ref] {
 		for _, s := range Sites[1:] {
-			got := logs[s][k]
-			if starts[s][k] != starts[ref][k] || !bytes.Equal(got, want) {
-				diffs = append(diffs, fmt.Sprintf("%s: %s serves [%d,%d), %s [%d,%d)%s", k, ref, starts[ref][k], starts[ref][k]+int64(len(want)),
-					s, starts[s][k], starts[s][k]+int64(len(got)), firstDiff(want, got)))
+			got := runs[s][k]
+			if ok, first := sameRuns(want, got); !ok {
+				diffs = append(diffs, fmt.Sprintf("%s: %s serves %s, %s %s%s", k, ref, span(want), s, span(got), first))
 			}
 		}
 	}

@@ -183,40 +183,69 @@ func decodeRecords(data []byte, base int64) (recs []record, next int64, err erro
 	return recs, base + int64(pos), nil
 }
 
+// hole is a range of a partition a site skips (answers 301 past it): the
+// records it lost to damage and has not repaired.
+type hole struct{ From, To int64 }
+
+// run is a stretch of a partition's records, from Off.
+type run struct {
+	Off  int64
+	Data []byte
+}
+
 // readPartition reads the whole partition from the start (the offset the
-// broker names as nearest to 0) to its readable end.
-func readPartition(addr, topic string, partition int) (start int64, data []byte, err error) {
+// broker names as nearest to 0) to its readable end, as runs of records
+// between the ranges the site skips (a get inside one answers 301 with an
+// offset beyond it), which are returned as holes.
+func readPartition(addr, topic string, partition int) (runs []run, holes []hole, err error) {
 	rc, err := rawDial(addr, 5*time.Second)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	defer rc.Close()
-	start, err = rc.offset(topic, "chaos-checker", partition, 0)
+	start, err := rc.offset(topic, "chaos-checker", partition, 0)
 	var st *rawStatus
 	if errors.As(err, &st) && st.Code == 404 {
-		return 0, nil, nil // no store: nothing written
+		return nil, nil, nil // no store: nothing written
 	}
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
+	}
+	cur := run{Off: start}
+	flush := func() {
+		if len(cur.Data) > 0 || len(runs) == 0 {
+			runs = append(runs, cur)
+		}
 	}
 	off := start
 	for {
 		b, err := rc.get(topic, "chaos-checker", partition, off, 1<<20)
-		if err != nil {
-			return start, data, err
+		if errors.As(err, &st) && st.Code == 301 {
+			next, perr := strconv.ParseInt(st.Text, 10, 64)
+			if perr != nil || next <= off {
+				flush()
+				return runs, holes, err
+			}
+			holes = append(holes, hole{off, next})
+			flush()
+			cur, off = run{Off: next}, next
+			continue
 		}
-		if b == nil {
-			return start, data, nil
+		if err != nil || b == nil {
+			flush()
+			return runs, holes, err
 		}
 		// Keep whole records only: a run may end inside one.
 		_, next, derr := decodeRecords(b, off)
 		if derr != nil {
-			return start, data, derr
+			flush()
+			return runs, holes, derr
 		}
 		if next == off {
-			return start, data, fmt.Errorf("%s-%d at %d: a record larger than 1 MiB", topic, partition, off)
+			flush()
+			return runs, holes, fmt.Errorf("%s-%d at %d: a record larger than 1 MiB", topic, partition, off)
 		}
-		data = append(data, b[:next-off]...)
+		cur.Data = append(cur.Data, b[:next-off]...)
 		off = next
 	}
 }

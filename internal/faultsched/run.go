@@ -117,10 +117,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	deadline := healed.Add(o.ConvergeBound)
 	for {
-		logs, starts, errs := readSites(l)
-		f.Logs, f.Starts, f.ReadErrs = logs, starts, errs
-		f.Diff = sameLogs(logs, starts)
-		if len(errs) == 0 && f.Diff == "" {
+		runs, errs, holes := readSites(l)
+		f.Runs, f.ReadErrs, f.Holes = runs, errs, holes
+		f.Diff = sameLogs(runs)
+		if len(errs) == 0 && len(holes) == 0 && f.Diff == "" {
 			f.Converged, f.ConvergeT = true, time.Since(healed)
 			break
 		}
