@@ -129,7 +129,7 @@ func main() {
 	}
 	tot.Wall = time.Since(t0)
 	var b strings.Builder
-	fmt.Fprintf(&b, "command: %s\n", strings.Join(os.Args, " "))
+	fmt.Fprintf(&b, "command: %s %s\n", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "schedule length %v, fault kinds %s, convergence bound %v\n\n", *schedule, *kinds, *converge)
 	tot.Write(&b)
 	fmt.Print("\n" + b.String())
