@@ -110,9 +110,9 @@ func regressions(t *testing.T, name string) []Options {
 // TestSchedules runs the fixed short schedules of testdata/regressions.txt
 // against three metaq-server processes and fails on any violation, printing
 // the seed and where the history and fault log were written. With
-// FAULTSCHED_LONG=1 it runs testdata/regressions-long.txt too: schedules
-// too long for the suite's budget (a repair waits for the master's repair
-// interval, a minute).
+// FAULTSCHED_LONG=1 it runs testdata/regressions-long.txt too: the seeds
+// that found a (fixed) violation, too long or too eventful for the suite's
+// budget (a repair waits for the master's repair interval, a minute).
 func TestSchedules(t *testing.T) {
 	needs(t)
 	bin, repo := buildBin(t)

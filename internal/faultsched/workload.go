@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -267,15 +266,4 @@ func siteGeneration(l *Layout, site string) int64 {
 		return -2
 	}
 	return id.Generation
-}
-
-// summarizeErr shortens an error text for reports.
-func summarizeErr(s string) string {
-	if i := strings.Index(s, "Detail:"); i >= 0 {
-		s = s[i+len("Detail:"):]
-	}
-	if len(s) > 120 {
-		s = s[:120]
-	}
-	return s
 }
