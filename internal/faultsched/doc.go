@@ -14,7 +14,8 @@
 //     listener and each site's ZooKeeper that tells which site dialed it
 //     (from /proc) and so cuts, slows or stalls one pair of sites;
 //   - cluster.go: the processes (ZooKeeper per site, metaq-server per site)
-//     and the operator commands (switchover, promote);
+//     and the operator commands (switchover, promote); disk.go: each site's
+//     data filesystem (a tmpfs, as root) to fill, and flipped bytes;
 //   - schedule.go: a schedule of faults drawn from a seed, a pure function
 //     of the seed and the options, so the same seed replays it;
 //   - nemesis.go: applies a schedule to a cluster and logs every fault;
@@ -26,5 +27,10 @@
 //
 // Gossip (memberlist, UDP and TCP) and the clients' connections are not
 // proxied: a link cut black-holes replication and ZooKeeper traffic, not
-// gossip. SOAK.md beside this file lists the fault kinds and what runs found.
+// gossip. SOAK.md beside this file lists the fault kinds, the checks and
+// what runs found.
+//
+// Locks: Links.mu, each proxy's mu, Cluster.mu, Nemesis.mu and Workload.mu
+// are leaves; Links.Close copies the proxies under Links.mu and closes them
+// after releasing it.
 package faultsched
