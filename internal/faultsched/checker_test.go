@@ -80,4 +80,13 @@ func TestCheckerFindsWhatIsWrong(t *testing.T) {
 	if got := kinds(vs); !slices.Equal(got, want) {
 		t.Fatalf("violations %v, want %v", got, want)
 	}
+	// With no master, a put served by some site is not lost, one served by
+	// none is.
+	f3 := &Final{Runs: map[string]map[partKey][]run{"bj": {{AsyncTopic, 0}: {{0, log[:22]}}}, "hf": runs, "gz": runs}}
+	f3.Diff = sameLogs(f3.Runs)
+	vs, _ = Check([]Op{ok(AsyncTopic, "a2", 22, "hf", 1), ok(AsyncTopic, "nowhere", 44, "hf", 1)}, nil, f3)
+	want = []string{VAsyncAckLost, VNoConvergence, VNoMaster}
+	if got := kinds(vs); !slices.Equal(got, want) {
+		t.Fatalf("no master: violations %v, want %v:\n%+v", got, want, vs)
+	}
 }
