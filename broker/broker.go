@@ -52,7 +52,12 @@ type Broker struct {
 	// minSyncSites wait for (syncsites.go); siteStats their state.
 	siteRep   atomic.Pointer[siteRepHolder]
 	siteStats siteSyncStats
-	gate      writeGate // client writes refused, by holder
+	gate      writeGate               // client writes refused, by holder
+	hold      atomic.Pointer[Hold]    // puts held while mastership is handed over (hold.go)
+	gateway   atomic.Pointer[Gateway] // a slave's forwarding of puts to the master (gateway.go)
+	// sitesUntil (unix ns) is when puts to minSyncSites topics stop
+	// waiting for their slave sites to connect (AwaitSitesFor).
+	sitesUntil atomic.Int64
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -311,6 +316,9 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	defer close(b.done)
+	if h := b.holding(); h != nil {
+		h.abandon() // what it holds is answered, not stored
+	}
 	if r := b.opts.Registry; r != nil && b.isStarted() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		// The wait after unregistering lets connected clients notice;

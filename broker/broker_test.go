@@ -704,6 +704,29 @@ func TestRegistersListenerURL(t *testing.T) {
 	}
 }
 
+// TestUnmatchableTopicRegisteredAndRefused: MetaQ's integration tests
+// configure [topic=!@#$%]. MetaQ registers every configured name in
+// ZooKeeper, and accepts a put only for a topic some section's pattern
+// matches; read as a pattern "!@#$%" matches nothing ('$' is an anchor), so
+// its puts are refused with MetaQ's text, which SpecialCharTopicTest
+// expects from the Java client.
+func TestUnmatchableTopicRegisteredAndRefused(t *testing.T) {
+	reg := &fakeRegistry{}
+	cfg := parseConfig(t, iniWith(t, "\n[topic=!@#$%]\nnumPartitions=2\n\n[topic=order.created]\n"))
+	brk := startBroker(t, cfg, func(o *Options) { o.Registry = reg })
+	for topic, parts := range map[string]int{"!@#$%": 2, "order.created": 1} {
+		if n, ok := reg.topic(topic); !ok || n != parts {
+			t.Fatalf("%s registered %d %v, want %d partitions at start", topic, n, ok, parts)
+		}
+	}
+	cl := dial(t, brk.Addr())
+	cl.sendCmd(putCmd("!@#$%", 0, "x", 1))
+	if r := cl.result(); r.Code != 500 || !strings.Contains(string(r.Body), "The server do not accept topic !@#$%") {
+		t.Fatalf("put to !@#$%%: %s", r)
+	}
+	mustPut(t, cl, "order.created", 0, "x")
+}
+
 func TestFirstPutRegistersTopic(t *testing.T) {
 	reg := &fakeRegistry{}
 	cfg := parseConfig(t, iniWith(t, "\n[topic=pat-*]\nnumPartitions=3\n"))

@@ -58,7 +58,10 @@ type conn struct {
 	waiting *serialQueues[queueKey, *pendingPuts]
 
 	storedMu sync.Mutex
-	stored   map[*pendingPuts]struct{} // put batches in the store, not yet answered
+	// stored holds the put batches in the store, not yet answered: a batch
+	// stored alone under itself (value nil), those of one store call
+	// (storeBatches) under the first, all of them as the value.
+	stored map[*pendingPuts][]*pendingPuts
 
 	closeOnce sync.Once
 
@@ -131,7 +134,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
-		stored: make(map[*pendingPuts]struct{}),
+		stored: make(map[*pendingPuts][]*pendingPuts),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
 	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
@@ -207,8 +210,11 @@ func (c *conn) waitRequests() {
 	}
 	c.storedMu.Lock()
 	stuck := make([]*pendingPuts, 0, len(c.stored))
-	for pp := range c.stored {
-		stuck = append(stuck, pp)
+	for pp, group := range c.stored {
+		if group == nil {
+			stuck = append(stuck, pp)
+		}
+		stuck = append(stuck, group...)
 	}
 	c.storedMu.Unlock()
 	for _, pp := range stuck {
@@ -487,12 +493,11 @@ func (c *conn) writeLoop() {
 const writePiece = 256 << 10
 
 func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
-	if _, err := w.Write(f.head); err != nil {
-		f.run.Release()
-		return err
-	}
 	if f.run != nil {
-		return c.writeRun(w, f.run)
+		return c.writeRun(w, f.head, f.run)
+	}
+	if _, err := w.Write(f.head); err != nil {
+		return err
 	}
 	for data := f.data; len(data) > 0; {
 		n := min(len(data), writePiece)
@@ -507,14 +512,16 @@ func (c *conn) writeFrame(w *bufio.Writer, f outFrame) error {
 	return nil
 }
 
-// writeRun sends a get's data from the log files (sendfile): the header
-// and the answers before it go first, then the run straight to the socket,
-// under the same write deadline.
-func (c *conn) writeRun(w *bufio.Writer, run *store.LogRun) error {
+// writeRun sends a get's data from the log files (sendfile): the answers
+// before it go first, then its header and the run straight to the socket
+// (the header in the same packet as the run's first bytes), under the same
+// write deadline.
+func (c *conn) writeRun(w *bufio.Writer, head []byte, run *store.LogRun) error {
 	defer run.Release()
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	run.Head = head
 	run.Progress = func() { c.writingSince.Store(time.Now().UnixNano()) }
 	_, err := run.WriteTo(c.nc)
 	return err

@@ -45,9 +45,11 @@
 //
 // A get's records leave the log unchanged, so on a plain TCP connection
 // the answer is sent from the segment files with sendfile (store.ReadRun,
-// a store.LogRun): the writer goroutine writes the value header and any
-// answers before it, then sends the run straight to the socket under the
-// same write deadline, updating writingSince as the run progresses. The
+// a store.LogRun): the writer goroutine writes any answers before it, then
+// sends the value header (held back with MSG_MORE, so it leaves in the
+// same packet as the first records) and the run straight to the socket
+// under the same write deadline, updating writingSince as the run
+// progresses. The
 // run holds its length of the byte budget until written, as copied data
 // does, so [limits] bound it the same way. The store declines runs it
 // cannot vouch for or that would cost more than a copy (bytes no crc
@@ -91,7 +93,9 @@
 // that. A byte a MetaQ request may start with (wire.CanStartRequest) makes
 // it a MetaQ connection. A byte no request starts with goes to the listener
 // that claimed it with ListenFirstBytes (the replication stream: its frame
-// magic and a TLS ClientHello's first byte), still counted by connLimits
+// magic and a TLS ClientHello's first byte; a slave site's gateway link,
+// 0xA8, served as a MetaQ connection through ServeConn once
+// authenticated), still counted by connLimits
 // until closed, or, unclaimed, closes the connection (MetaQ would, at the
 // end of that line).
 //
@@ -113,9 +117,13 @@
 //
 // # Lock order
 //
-// Locks are held briefly and, with one exception, not nested: a
+// Locks are held briefly and, with two exceptions, not nested: a
 // synchronous master holds syncMaster.closeMu while it queues a batch
-// (serialQueues.mu) or starts its probe. Broker.mu, topicTable.mu,
+// (serialQueues.mu) or starts its probe, and the forwarder of held puts
+// (hold.go, forward.go) and a slave's write gateway (gateway.go) take a
+// connection's fwdConn.mu under their own mu (forwarder.mu, Gateway.mu).
+// Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
+// answered with no hold or gateway lock held. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
 // connection's budget, its address's and the broker's are never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the

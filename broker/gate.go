@@ -51,6 +51,16 @@ type writeGate struct {
 	// check, when set, is asked at every client write that no holder
 	// refuses (SetWriteCheck).
 	check atomic.Pointer[func() *Refusal]
+	// holding is the set of holders that refuse writes, replaced whole
+	// under mu: the write gateway (gateway.go) forwards only while its
+	// holder refuses.
+	holding atomic.Pointer[map[string]bool]
+}
+
+// refusedBy reports whether holder refuses client writes now.
+func (g *writeGate) refusedBy(holder string) bool {
+	m := g.holding.Load()
+	return m != nil && (*m)[holder]
 }
 
 // SetWriteCheck makes the broker ask check at every client write that no
@@ -140,6 +150,11 @@ func (b *Broker) writeRefusal() *Refusal {
 
 // updateLocked recomputes current; the caller holds g.mu.
 func (g *writeGate) updateLocked() {
+	set := make(map[string]bool, len(g.holders))
+	for h := range g.holders {
+		set[h] = true
+	}
+	g.holding.Store(&set)
 	var pick *Refusal
 	for _, h := range slices.Sorted(maps.Keys(g.holders)) {
 		r := g.holders[h]

@@ -24,7 +24,10 @@ package broker
 //     and answers it, as one frame, from the store's notify when the commit
 //     returns (answerBatch). b.puts is the store itself, or on a
 //     synchronous-replication master the syncMaster in front of it, which
-//     has the slave store every message too (sync.go).
+//     has the slave store every message too (sync.go). On a slave whose
+//     write gateway forwards the topic (gateway.go), the batch skipped the
+//     write gate at step 2 and is sent to the master here instead, and
+//     answered with the master's answer.
 //
 // A transaction's messages were validated when they were put; at commit
 // they join the route at step 3 (Broker.StoreValidated).
@@ -92,34 +95,62 @@ type queueKey struct {
 // drainer goroutine per partition gave 14-18% fewer msgs/s, COMPARE.md run
 // K). The in-flight slots bound the batches in the store; a full store
 // queue blocks the reader, which pushes back on the client.
+//
+// Its cost per partition matters as much as per put: at 10,000 partitions
+// a read's puts (up to maxHeldPuts) are mostly one per partition. So the
+// grouping allocates no slice per partition (one slice of the puts in
+// group order, cut per group), and the batches, their messages and their
+// opaques are cut from one allocation each for the whole read (batchSlab).
 func (c *conn) routePuts(reqs []putReq) {
-	var keys []queueKey
-	var groups [][]*putReq
+	keys := make([]queueKey, 0, 4)
+	group := make([]int32, len(reqs)) // keys[group[i]] is the key of reqs[i]
+	var counts []int32                // puts per key
+	var seen keyTable
 	for i := range reqs {
 		r := &reqs[i]
 		key := queueKey{topic: r.topic, partition: c.b.resolvePartition(r), sync: r.sync}
-		k := slices.Index(keys, key)
+		k := seen.find(keys, key)
 		if k < 0 {
 			k = len(keys)
 			keys = append(keys, key)
-			groups = append(groups, nil)
+			counts = append(counts, 0)
+			seen.add(key, k)
 		}
-		groups[k] = append(groups[k], r)
+		group[i] = int32(k)
+		counts[k]++
 	}
+	// The puts in group order, each group in arrival order.
+	starts := make([]int32, len(keys)+1)
+	for k, n := range counts {
+		starts[k+1] = starts[k] + n
+	}
+	next := counts // each group's next place; the counts are no longer needed
+	copy(next, starts[:len(keys)])
+	ordered := make([]*putReq, len(reqs))
+	for i := range reqs {
+		k := group[i]
+		ordered[next[k]] = &reqs[i]
+		next[k]++
+	}
+	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
-	for i, g := range groups {
+	for k, key := range keys {
+		g := ordered[starts[k]:starts[k+1]]
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
 			held := reqBodies(g[:n])
-			pp := c.b.newBatch(keys[i], g[:n:n])
+			pp := c.b.newBatch(key, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() {
+			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
 				c.routeBatch(pp)
 			} else {
 				c.wg.Add(1) // done by answerBatches or answerBatch
 				if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
+					if direct == nil {
+						direct = make([]*pendingPuts, 0, len(keys)-k)
+					}
 					direct = append(direct, pp)
 				}
 			}
@@ -129,6 +160,70 @@ func (c *conn) routePuts(reqs []putReq) {
 	if len(direct) > 0 {
 		c.b.storeBatches(c, gs, direct)
 	}
+}
+
+// keyTable finds a read's queue keys by partition number: an open
+// addressing table of their places in keys (plus one, 0 = empty), hashed
+// by partition alone since a read's keys mostly share their topic. Past
+// its size (more keys than maxHeldPuts brings) find falls back to a scan.
+type keyTable struct {
+	slot [keySlots]uint16
+	n    int
+}
+
+const keySlots = 256 // a power of two, at least twice maxHeldPuts
+
+func (t *keyTable) find(keys []queueKey, key queueKey) int {
+	if t.n >= keySlots/2 {
+		return slices.Index(keys, key)
+	}
+	for h := uint32(key.partition) & (keySlots - 1); ; h = (h + 1) & (keySlots - 1) {
+		s := t.slot[h]
+		if s == 0 {
+			return -1
+		}
+		if keys[s-1] == key {
+			return int(s - 1)
+		}
+	}
+}
+
+func (t *keyTable) add(key queueKey, k int) {
+	if t.n >= keySlots/2 {
+		return
+	}
+	h := uint32(key.partition) & (keySlots - 1)
+	for t.slot[h] != 0 {
+		h = (h + 1) & (keySlots - 1)
+	}
+	t.slot[h] = uint16(k + 1)
+	t.n++
+}
+
+// batchSlab is where the batches of one read are cut from: one allocation
+// each for the batches, their messages and their opaques, whatever the
+// number of partitions the read's puts go to.
+type batchSlab struct {
+	pps     []pendingPuts
+	msgs    []store.Message
+	opaques []int32
+}
+
+// newBatchSlab makes room for batches batches of puts puts in all.
+func newBatchSlab(batches, puts int) *batchSlab {
+	return &batchSlab{pps: make([]pendingPuts, batches), msgs: make([]store.Message, puts), opaques: make([]int32, puts)}
+}
+
+// take cuts a batch with room for n puts off the slab (nil: allocate).
+func (s *batchSlab) take(n int) *pendingPuts {
+	if s == nil || len(s.pps) == 0 || len(s.msgs) < n {
+		return &pendingPuts{msgs: make([]store.Message, 0, n), opaques: make([]int32, 0, n)}
+	}
+	pp := &s.pps[0]
+	s.pps = s.pps[1:]
+	pp.msgs, s.msgs = s.msgs[:0:n], s.msgs[n:]
+	pp.opaques, s.opaques = s.opaques[:0:n], s.opaques[n:]
+	return pp
 }
 
 // reqBodies is the bytes the bodies of reqs hold in the connection's byte
@@ -173,20 +268,32 @@ type pendingPuts struct {
 	// answered is set by whoever sends the batch's answers: the store's
 	// notify when the commit returns, or a shutdown that stops waiting.
 	answered atomic.Bool
+	// held is the Hold in effect when the batch was validated: its puts
+	// skipped the write gate and go to it instead of the store (hold.go).
+	held *Hold
+	// fwd is the gateway that forwards the batch to the master, when this
+	// broker is a slave and the topic is forwarded (gateway.go): its puts
+	// skipped the write gate too.
+	fwd *Gateway
 }
 
 // newBatch is step 2 for a batch: it validates each put on its own,
 // answering a refusal at once, and keeps the accepted ones in order.
-func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
+//
+// The batch is cut from slab (nil: allocated on its own).
+func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendingPuts {
 	te := b.topicEntry(key.topic)
-	pp := &pendingPuts{
-		key: key, te: te, n: len(reqs),
-		msgs:    make([]store.Message, 0, len(reqs)),
-		opaques: make([]int32, 0, len(reqs)),
+	pp := slab.take(len(reqs))
+	pp.key, pp.te, pp.n = key, te, len(reqs)
+	if !key.sync {
+		pp.held = b.holding() // decided once for the batch
+		if pp.held == nil {
+			pp.fwd = b.forwarding(te)
+		}
 	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
-		if res := b.checkPut(r, key.partition, te); res != nil {
+		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil || pp.fwd != nil); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
 			if pp.out == nil {
@@ -214,8 +321,14 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq) *pendingPuts {
 // topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
 // nil.
 func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
+	return b.checkPutHeld(r, p, te, false)
+}
+
+// checkPutHeld is checkPut for a put that a Hold takes when held: the
+// write gate and minSyncSites are then the new master's to check.
+func (b *Broker) checkPutHeld(r *putReq, p int32, te *topicEntry, held bool) *wire.Result {
 	topic := r.topic
-	if ref := b.writeRefusal(); ref != nil && !r.sync {
+	if ref := b.writeRefusal(); ref != nil && !r.sync && !held {
 		return wire.NewResult(ref.code(), b.putError(topic, p, ref.Reason), r.opaque)
 	}
 	if b.isClosed(topic, int(r.partition)) {
@@ -244,7 +357,7 @@ func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
 	if p < 0 || int(p) >= n {
 		return wire.NewResult(wire.StatusInternalServerError, b.putError(topic, p, "wrong partition "+strconv.Itoa(int(p))), r.opaque)
 	}
-	if res := b.checkSyncSites(r, p, te); res != nil {
+	if res := b.checkSyncSites(r, p, te); res != nil && !held {
 		return res
 	}
 	if r.checksum != wire.NoChecksum && wire.Checksum(r.body) != r.checksum {
@@ -290,6 +403,11 @@ func (c *conn) routeBatch(pp *pendingPuts) {
 	c.wg.Add(1) // done by answerBatch
 	if len(pp.msgs) == 0 {
 		c.b.answerBatch(c, pp, nil, nil)
+		return
+	}
+	if pp.held != nil || pp.fwd != nil {
+		// Not registered in ZooKeeper here: the (new) master has it.
+		c.b.storeBatch(c, pp)
 		return
 	}
 	if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
@@ -376,13 +494,19 @@ func (e messageErrors) Error() string {
 // commit, so the connection's next batch can join the same commit.
 func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.storedMu.Lock()
-	c.stored[pp] = struct{}{} // before the store can answer it
+	c.stored[pp] = nil // before the store can answer it
 	c.storedMu.Unlock()
-	// The broker's context, not the connection's: puts that reached the
-	// store complete even if their client goes away.
-	b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, func(as []store.Appended, err error) {
-		b.answerBatch(c, pp, as, err)
-	})
+	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
+	switch {
+	case pp.held != nil:
+		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	case pp.fwd != nil:
+		pp.fwd.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
+	default:
+		// The broker's context, not the connection's: puts that reached
+		// the store complete even if their client goes away.
+		b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, done)
+	}
 	// The store keeps no body: the buffers can take the next bodies, and
 	// their bytes go back to the connection's byte budget.
 	for i := range pp.msgs {
@@ -394,11 +518,11 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 
 // storeBatches is storeBatch for the batches of several partitions that
 // one read brought: one store call, answered with one frame (answerBatches).
+//
+// The batches are listed in c.stored once, under the first, not once each.
 func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Lock()
-	for _, pp := range pps {
-		c.stored[pp] = struct{}{} // before the store can answer it
-	}
+	c.stored[pps[0]] = pps // before the store can answer them
 	c.storedMu.Unlock()
 	appends := make([]store.PartitionAppend, len(pps))
 	for i, pp := range pps {
@@ -407,13 +531,15 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
 	})
+	var size int64
 	for _, pp := range pps {
 		for i := range pp.msgs {
 			freeBody(pp.msgs[i].Body)
 			pp.msgs[i].Body = nil
 		}
-		c.bytes.release(pp.size)
+		size += pp.size
 	}
+	c.bytes.release(size)
 }
 
 // answerBatches is answerBatch for the batches of one storeBatches, with
@@ -428,11 +554,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		}
 	}
 	c.storedMu.Lock()
-	for i, pp := range pps {
-		if won[i] {
-			delete(c.stored, pp)
-		}
-	}
+	delete(c.stored, pps[0])
 	c.storedMu.Unlock()
 	out := make([]byte, 0, size)
 	type topicTally struct {
@@ -471,11 +593,13 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
 	}
+	done := 0
 	for i := range pps {
 		if won[i] {
-			c.wg.Done()
+			done++
 		}
 	}
+	c.wg.Add(-done)
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer
@@ -514,6 +638,12 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 	if err != nil && (!errors.As(err, &each) || len(each) != n || len(as) != n) {
 		each = nil
 	}
+	if err == nil || each != nil {
+		err = b.checkAck(pp, err)
+		if _, ok := err.(*heldError); ok {
+			each = nil
+		}
+	}
 	var scratch [64]byte
 	var stored, size int64
 	for i, opaque := range pp.opaques {
@@ -522,7 +652,15 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 			failed = each[i]
 		}
 		if failed != nil {
-			out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			var he *heldError
+			switch {
+			case errors.As(failed, &he) && he.raw:
+				out = wire.AppendResult(out, he.code, he.text, opaque)
+			case errors.As(failed, &he):
+				out = wire.AppendResult(out, he.code, b.putError(pp.key.topic, p, he.text), opaque)
+			default:
+				out = wire.AppendResult(out, wire.StatusInternalServerError, b.storeFailure(pp, failed), opaque)
+			}
 			continue
 		}
 		ans := strconv.AppendInt(scratch[:0], as[i].ID, 10)
@@ -539,6 +677,31 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		size = pp.size * stored / int64(n)
 	}
 	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
+}
+
+// checkAck asks the write check (SetWriteCheck) again when a batch of
+// client puts is answered: a master that was paused (SIGSTOP, a frozen VM)
+// between storing a put and answering it may have been replaced
+// meanwhile, so what it stored is not known to survive. Such a batch is
+// answered 500 saying so instead of acknowledged; err is returned
+// otherwise.
+func (b *Broker) checkAck(pp *pendingPuts, err error) error {
+	if pp.key.sync || pp.held != nil || pp.fwd != nil {
+		// Not stored here: the (new) master's answer, which it checked.
+		return err
+	}
+	c := b.gate.check.Load()
+	if c == nil {
+		return err
+	}
+	ref := (*c)()
+	if ref == nil {
+		return err
+	}
+	b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
+		"puts", len(pp.opaques), "reason", ref.Reason)
+	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
+		"; whether the record survives (a new master may have taken over) is unknown"}
 }
 
 // putTally is what answered puts add to a topic's statistics.

@@ -1,6 +1,9 @@
 package broker
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // serialQueues runs the jobs queued under one key one after another, in
 // the order queued, on one goroutine per key that has jobs; jobs of
@@ -17,6 +20,10 @@ type serialQueues[K comparable, J any] struct {
 
 	mu sync.Mutex
 	m  map[K][]J // queued, not yet running; a key is present while its goroutine runs
+	// keys is len(m), changed under mu: a push that need not wait finds
+	// no queue at all without taking mu (the usual case: a read's puts to
+	// many partitions, none of whose topics is still being registered).
+	keys atomic.Int32
 }
 
 func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, max int, run func(K, []J)) *serialQueues[K, J] {
@@ -27,6 +34,9 @@ func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, max int, run func(
 // mustWait is false it queues nothing and returns false: the caller runs j
 // itself, and nothing of key's can run before it.
 func (q *serialQueues[K, J]) push(key K, j J, mustWait bool) bool {
+	if !mustWait && q.keys.Load() == 0 {
+		return false
+	}
 	q.mu.Lock()
 	jobs, busy := q.m[key]
 	if !busy && !mustWait {
@@ -34,6 +44,9 @@ func (q *serialQueues[K, J]) push(key K, j J, mustWait bool) bool {
 		return false
 	}
 	q.m[key] = append(jobs, j)
+	if !busy {
+		q.keys.Add(1)
+	}
 	q.mu.Unlock()
 	if !busy {
 		q.wg.Add(1)
@@ -52,6 +65,7 @@ func (q *serialQueues[K, J]) drain(key K) {
 		jobs := q.m[key]
 		if len(jobs) == 0 {
 			delete(q.m, key)
+			q.keys.Add(-1)
 			q.mu.Unlock()
 			return
 		}

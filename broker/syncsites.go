@@ -171,7 +171,7 @@ func (b *Broker) checkSyncSites(r *putReq, p int32, te *topicEntry) *wire.Result
 		return nil
 	}
 	connected := b.connectedSites()
-	if connected >= n {
+	if connected >= n || b.awaitingSites() {
 		return nil
 	}
 	b.siteStats.topic(r.topic).refusedPuts.Add(1)
@@ -198,6 +198,17 @@ func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition i
 	connected := 0
 	if rep != nil {
 		connected = rep.ConnectedSites()
+	}
+	if connected < n && rep != nil && b.awaitingSites() {
+		// A new master's slave sites are on their way (AwaitSitesFor).
+		held := make([]store.Message, len(msgs))
+		for i, m := range msgs {
+			held[i] = m
+			held[i].Body = append([]byte(nil), m.Body...)
+		}
+		if b.routines.Go(func() { s.awaitSites(ctx, topic, partition, held, done) }) {
+			return
+		}
 	}
 	if connected < n {
 		if tc.SyncDegrade == config.SyncDegradeAsync {
@@ -250,6 +261,37 @@ func (s siteSyncStore) storeBatch(ctx context.Context, topic string, partition i
 				strconv.Itoa(n)+" slave sites (minSyncSites) within "+timeout.String()+"; retry")})
 		})
 	})
+}
+
+// awaitSites waits until the topic's slave sites are connected or the
+// wait AwaitSitesFor allowed is over, then stores the batch (or refuses it
+// as storeBatch does).
+func (s siteSyncStore) awaitSites(ctx context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.b.awaitingSites() && s.b.connectedSites() < s.b.topicEntry(topic).tc.MinSyncSites {
+		select {
+		case <-ctx.Done():
+			done(nil, ctx.Err())
+			return
+		case <-t.C:
+		}
+	}
+	s.storeBatch(ctx, topic, partition, msgs, done) // checks the sites again
+}
+
+// AwaitSitesFor makes puts to topics with minSyncSites wait, for d from
+// now, for their slave sites to connect instead of being refused (503):
+// a new master that took over from a master handing over has its slave
+// sites reconnect to it within moments, while the puts the old master
+// held for it arrive.
+func (b *Broker) AwaitSitesFor(d time.Duration) {
+	b.sitesUntil.Store(time.Now().Add(d).UnixNano())
+}
+
+func (b *Broker) awaitingSites() bool {
+	u := b.sitesUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
 }
 
 // siteSyncGroupStore is siteSyncStore in front of a groupStore: it keeps

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The recommended three-site layout of deploy/ on one machine, for learning
-# and for the tests: bj runs the master of brokerId 1, hf and gz a slave of
-# it each, every site with
+# and for the tests: bj runs the masters of brokerIds 1 and 2, hf and gz a
+# slave of each, every site with
 #   - its own ZooKeeper (one node per site; deploy/zookeeper shows three),
 #   - its own NATS server with JetStream, joined to the other sites' by
 #     gateways as deploy/nats configures it,
-#   - one metaq-server bundle running deploy/common/server.ini byte for byte,
-#     with an overlay (site.ini) like deploy/<site>-1/site.ini on loopback ports
-#     that do not clash,
+#   - two metaq-server bundles (<site>-1 and <site>-2) running
+#     deploy/common/server.ini byte for byte, each with an overlay (site.ini)
+#     like deploy/<site>-<n>/site.ini on loopback ports that do not clash,
 # and the secrets of "Securing the links between sites": the replication
-# secret, a CA and one certificate per site for mutual TLS (openssl), the
+# secret, a CA and one certificate per bundle for mutual TLS (openssl), the
 # gossip key, a configsync signing key trusted by every site, a dashboard
 # token. Everything lives under one directory; nothing is written elsewhere.
 #
@@ -21,7 +21,7 @@
 #
 # up prints how to reach each site and writes DIR/env (source it for the
 # commands); down stops every process it started (by the pids it recorded)
-# and removes DIR. layout writes the files up writes for the three bundles
+# and removes DIR. layout writes the files up writes for the bundles
 # (secrets, certificates, server.ini, site.ini, async_slave.properties) and
 # starts nothing: the fault-schedule harness (internal/faultsched) starts
 # the processes itself, behind its link proxies.
@@ -32,6 +32,7 @@ dir=${2:-${METAQ_LOCAL_DIR:-./local-sites}}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 base=${METAQ_PORT_BASE:-28000}
 sites=(bj hf gz)
+hosts=(bj-1 bj-2 hf-1 hf-2 gz-1 gz-2)
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
@@ -45,11 +46,14 @@ zk_port() { port "$1" 0; }
 nats_port() { port "$1" 1; }
 nats_cluster_port() { port "$1" 2; }
 nats_gateway_port() { port "$1" 3; }
-metaq_port() { port "$1" 10; }
-repl_port() { port "$1" 11; }
-admin_port() { port "$1" 12; }
-gossip_port() { port "$1" 13; }
-dash_port() { port "$1" 15; }
+# hport HOST OFFSET: a bundle's port; <site>-1 uses the site's offsets
+# 10-13, <site>-2 14-17. (Its admin endpoint is a unix socket in its data
+# directory: no port.)
+hport() { port "${1%-*}" $((10 + 4 * (${1#*-} - 1) + $2)); }
+metaq_port() { hport "$1" 0; }
+repl_port() { hport "$1" 1; }
+gossip_port() { hport "$1" 2; }
+dash_port() { hport "$1" 3; }
 
 log() { echo "local-three-sites: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -75,24 +79,24 @@ build() {
 		go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2)
 }
 
-# certs: one CA, and one certificate per site for server and client use
+# certs: one CA, and one certificate per bundle for server and client use
 # (extendedKeyUsage = serverAuth, clientAuth), as deploy/README.md asks.
 certs() {
 	local ca=$dir/ca
 	mkdir -p "$ca"
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
 		-subj "/CN=metaq local CA" -keyout "$ca/ca.key" -out "$ca/ca.crt" 2>/dev/null
-	for s in "${sites[@]}"; do
-		local tls=$dir/$s-1/conf/tls
+	for h in "${hosts[@]}"; do
+		local tls=$dir/$h/conf/tls
 		mkdir -p "$tls"
-		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=metaq-1.$s" \
-			-keyout "$tls/$s-1.key" -out "$tls/$s-1.csr" 2>/dev/null
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=metaq-${h#*-}.${h%-*}" \
+			-keyout "$tls/$h.key" -out "$tls/$h.csr" 2>/dev/null
 		printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >"$tls/ext.cnf"
-		openssl x509 -req -in "$tls/$s-1.csr" -CA "$ca/ca.crt" -CAkey "$ca/ca.key" -CAcreateserial \
-			-days 30 -extfile "$tls/ext.cnf" -out "$tls/$s-1.crt" 2>/dev/null
+		openssl x509 -req -in "$tls/$h.csr" -CA "$ca/ca.crt" -CAkey "$ca/ca.key" -CAcreateserial \
+			-days 30 -extfile "$tls/ext.cnf" -out "$tls/$h.crt" 2>/dev/null
 		cp "$ca/ca.crt" "$tls/ca.crt"
-		rm -f "$tls/$s-1.csr" "$tls/ext.cnf"
-		chmod 600 "$tls/$s-1.key"
+		rm -f "$tls/$h.csr" "$tls/ext.cnf"
+		chmod 600 "$tls/$h.key"
 	done
 }
 
@@ -133,60 +137,70 @@ EOF
 	echo $! >"$d/nats.pid"
 }
 
-# overlay SITE: site.ini of <site>-1, the shape of deploy/<site>-1/site.ini.
+# overlay HOST: site.ini of <site>-<n>, the shape of deploy/<site>-<n>/site.ini.
 overlay() {
-	local s=$1 conf=$dir/$1-1/conf join=""
-	for o in "${sites[@]}"; do join="$join${join:+,}127.0.0.1:$(gossip_port "$o")"; done
+	local h=$1 s=${1%-*} n=${1#*-} conf=$dir/$1/conf join=""
+	for o in bj-1 bj-2 hf-1 gz-1; do join="$join${join:+,}127.0.0.1:$(gossip_port "$o")"; done
 	cat >"$conf/site.ini" <<EOF
-;; Overlay of broker 1 at $s on this machine (compare deploy/$s-1/site.ini).
+;; Overlay of broker $n at $s on this machine (compare deploy/$h/site.ini).
 [system]
-brokerId=1
+brokerId=$n
 hostName=127.0.0.1
-serverPort=$(metaq_port "$s")
-dashboardHttpPort=$(dash_port "$s")
-dataPath=$dir/$s-1/data
+serverPort=$(metaq_port "$h")
+dashboardHttpPort=$(dash_port "$h")
+dataPath=$dir/$h/data
 
 [zookeeper]
 zk.zkConnect=127.0.0.1:$(zk_port "$s")
 
 [site]
 name=$s
-dashboardAddr=127.0.0.1:$(dash_port "$s")
-adminAddr=127.0.0.1:$(admin_port "$s")
+dashboardAddr=127.0.0.1:$(dash_port "$h")
 token=$token
 
 [replication]
-listen=127.0.0.1:$(repl_port "$s")
+listen=127.0.0.1:$(repl_port "$h")
 secretFile=$conf/replication.key
-tlsCert=$conf/tls/$s-1.crt
-tlsKey=$conf/tls/$s-1.key
+tlsCert=$conf/tls/$h.crt
+tlsKey=$conf/tls/$h.key
 tlsCA=$conf/tls/ca.crt
 
 [gossip]
-bind=127.0.0.1:$(gossip_port "$s")
-advertise=127.0.0.1:$(gossip_port "$s")
+bind=127.0.0.1:$(gossip_port "$h")
+advertise=127.0.0.1:$(gossip_port "$h")
 join=$join
 key=$gossip_key
 
 [nats]
 url=nats://127.0.0.1:$(nats_port "$s")
-agent=$s-1
+agent=$h
 trustedKeys=$push_pub
 EOF
 	if [ "$s" != bj ]; then
-		# deploy/<site>-1/async_slave.properties, pointed at bj's listener.
-		sed -e "s#^masterAddress=.*#masterAddress=127.0.0.1:$(repl_port bj)#" \
+		# deploy/<site>-<n>/async_slave.properties, pointed at bj-<n>'s listener.
+		sed -e "s#^masterAddress=.*#masterAddress=127.0.0.1:$(repl_port "bj-$n")#" \
 			-e "s#/etc/metaq/tls/#$conf/tls/#" \
-			"$repo/deploy/$s-1/async_slave.properties" >"$conf/async_slave.properties"
+			"$repo/deploy/$h/async_slave.properties" >"$conf/async_slave.properties"
 	fi
 }
 
 start_bundle() {
-	local s=$1 conf=$dir/$1-1/conf
+	local h=$1 conf=$dir/$1/conf
 	local args=(start)
-	[ "$s" = bj ] || args+=(slave -s "$conf/async_slave.properties")
-	"$bin/metaq-server" "${args[@]}" -f "$conf/server.ini" -logdir "$dir/$s-1/logs" >/dev/null ||
-		{ tail -n 30 "$dir/$s-1/logs/"*.log >&2 || true; die "metaq-server at $s did not start"; }
+	[ "${h%-*}" = bj ] || args+=(slave -s "$conf/async_slave.properties")
+	"$bin/metaq-server" "${args[@]}" -f "$conf/server.ini" -logdir "$dir/$h/logs" >/dev/null ||
+		{ tail -n 30 "$dir/$h/logs/"*.log >&2 || true; die "metaq-server $h did not start"; }
+}
+
+# start_bundles HOST...: in parallel; fails if one does.
+start_bundles() {
+	local pids=() p rc=0
+	for h in "$@"; do
+		start_bundle "$h" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	[ $rc -eq 0 ] || die "a bundle did not start"
 }
 
 # files: the layout's directories, secrets and configuration files.
@@ -194,7 +208,7 @@ files() {
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	build
-	for s in "${sites[@]}"; do mkdir -p "$dir/$s-1/conf" "$dir/$s-1/logs"; done
+	for h in "${hosts[@]}"; do mkdir -p "$dir/$h/conf" "$dir/$h/logs"; done
 
 	log "secrets: replication secret, CA and certificates, gossip key, configsync key, dashboard token"
 	certs
@@ -206,11 +220,11 @@ files() {
 	chmod 600 "$dir/token"
 	push_pub=$("$bin/configsync" keygen -o "$dir/push.key" | sed -n 's/^public key: //p')
 	[ -n "$push_pub" ] || die "configsync keygen printed no public key"
-	for s in "${sites[@]}"; do
-		local conf=$dir/$s-1/conf
+	for h in "${hosts[@]}"; do
+		local conf=$dir/$h/conf
 		(umask 077 && echo "$secret" >"$conf/replication.key")
 		cp "$repo/deploy/common/server.ini" "$conf/server.ini"
-		overlay "$s"
+		overlay "$h"
 	done
 }
 
@@ -223,7 +237,7 @@ layout() {
 up() {
 	[ ! -e "$dir/env" ] || die "$dir already holds a layout: run '$0 down $dir' first"
 	for s in "${sites[@]}"; do
-		for off in 0 1 2 3 10 11 12 13 15; do
+		for off in 0 1 2 3 10 11 12 13 14 15 16 17; do
 			if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$s" "$off")") 2>/dev/null; then
 				die "port $(port "$s" "$off") is in use: set METAQ_PORT_BASE"
 			fi
@@ -245,34 +259,31 @@ export METAQ_CONFIGSYNC_KEY=$dir/push.key
 export METAQ_CONF=$dir/bj-1/conf/server.ini
 METAQ_LOCAL_DIR=$dir
 BJ_ZK=127.0.0.1:$(zk_port bj) HF_ZK=127.0.0.1:$(zk_port hf) GZ_ZK=127.0.0.1:$(zk_port gz)
-BJ_BROKER=127.0.0.1:$(metaq_port bj) HF_BROKER=127.0.0.1:$(metaq_port hf) GZ_BROKER=127.0.0.1:$(metaq_port gz)
-BJ_DASHBOARD=127.0.0.1:$(dash_port bj) HF_DASHBOARD=127.0.0.1:$(dash_port hf) GZ_DASHBOARD=127.0.0.1:$(dash_port gz)
+BJ_BROKER=127.0.0.1:$(metaq_port bj-1) HF_BROKER=127.0.0.1:$(metaq_port hf-1) GZ_BROKER=127.0.0.1:$(metaq_port gz-1)
+BJ_BROKER2=127.0.0.1:$(metaq_port bj-2) HF_BROKER2=127.0.0.1:$(metaq_port hf-2) GZ_BROKER2=127.0.0.1:$(metaq_port gz-2)
+BJ_DASHBOARD=127.0.0.1:$(dash_port bj-1) HF_DASHBOARD=127.0.0.1:$(dash_port hf-1) GZ_DASHBOARD=127.0.0.1:$(dash_port gz-1)
+BJ_DASHBOARD2=127.0.0.1:$(dash_port bj-2) HF_DASHBOARD2=127.0.0.1:$(dash_port hf-2) GZ_DASHBOARD2=127.0.0.1:$(dash_port gz-2)
 EOF
 
-	log "bundles: bj master, then hf and gz slaves"
-	start_bundle bj
-	local pids=()
-	for s in hf gz; do
-		start_bundle "$s" &
-		pids+=($!)
-	done
-	for p in "${pids[@]}"; do wait "$p"; done
+	log "bundles: bj's two masters, then the slaves of both at hf and gz"
+	start_bundles bj-1 bj-2
+	start_bundles hf-1 hf-2 gz-1 gz-2
 
 	# JetStream elects its meta leader across the gateways within seconds;
 	# until then the bucket cannot be opened, so the first push may retry.
 	log "configsync: publishing deploy/common/server.ini as the first version"
 	local tries=0
 	until "$bin/configsync" push -f "$dir/bj-1/conf/server.ini" -key "$dir/push.key" \
-		-nats "nats://127.0.0.1:$(nats_port bj)" -sites bj-1,hf-1,gz-1 -timeout 20s >"$dir/configsync-push.log" 2>&1; do
+		-nats "nats://127.0.0.1:$(nats_port bj)" -sites "$(IFS=,; echo "${hosts[*]}")" -timeout 20s >"$dir/configsync-push.log" 2>&1; do
 		tries=$((tries + 1))
 		[ "$tries" -lt 4 ] || { cat "$dir/configsync-push.log" >&2; die "configsync push failed"; }
 		sleep 1
 	done
 
 	cat <<EOF
-three sites up under $dir (source $dir/env for the commands below)
-  site  ZooKeeper        MetaQ            dashboard (token in $dir/token)
-$(for s in "${sites[@]}"; do printf '  %-5s 127.0.0.1:%-6s 127.0.0.1:%-6s http://127.0.0.1:%s/\n' "$s" "$(zk_port "$s")" "$(metaq_port "$s")" "$(dash_port "$s")"; done)
+three sites, two bundles each, up under $dir (source $dir/env for the commands below)
+  bundle  ZooKeeper        MetaQ            dashboard (token in $dir/token)
+$(for h in "${hosts[@]}"; do printf '  %-7s 127.0.0.1:%-6s 127.0.0.1:%-6s http://127.0.0.1:%s/\n' "$h" "$(zk_port "${h%-*}")" "$(metaq_port "$h")" "$(dash_port "$h")"; done)
 try:
   metaq produce -zk \$BJ_ZK -topic orders -n 100
   metaq consume -zk \$HF_ZK -root /meta-view-hf -topic orders -n 100     # hf's replica, as a Java consumer at hf
@@ -287,9 +298,9 @@ down() {
 	dir=$(cd "$dir" && pwd)
 	bin=${METAQ_BIN:-$dir/bin}
 	local pids=()
-	for s in "${sites[@]}"; do
-		if [ -f "$dir/$s-1/logs/.run.pid" ]; then
-			"$bin/metaq-server" stop -f "$dir/$s-1/conf/server.ini" -logdir "$dir/$s-1/logs" >/dev/null &
+	for h in "${hosts[@]}"; do
+		if [ -f "$dir/$h/logs/.run.pid" ]; then
+			"$bin/metaq-server" stop -f "$dir/$h/conf/server.ini" -logdir "$dir/$h/logs" >/dev/null &
 			pids+=($!)
 		fi
 	done
@@ -314,9 +325,9 @@ down() {
 status() {
 	dir=$(cd "$dir" && pwd)
 	bin=${METAQ_BIN:-$dir/bin}
-	for s in "${sites[@]}"; do
-		echo "== $s"
-		"$bin/metaq-server" status -f "$dir/$s-1/conf/server.ini" -logdir "$dir/$s-1/logs" || true
+	for h in "${hosts[@]}"; do
+		echo "== $h"
+		"$bin/metaq-server" status -f "$dir/$h/conf/server.ini" -logdir "$dir/$h/logs" || true
 	done
 }
 

@@ -19,68 +19,22 @@ import (
 	"time"
 )
 
-// TestLocalThreeSites runs deploy/local-three-sites.sh up, produces at bj,
-// reads the messages at hf and gz (from each site's replica, and through
-// each site's ZooKeeper view as a Java consumer there would), checks that
-// configsync reached every site, and runs down, which must leave no process
-// behind. It needs ZooKeeper's jars and openssl, as CI has them: skipped
+// TestLocalThreeSites runs deploy/local-three-sites.sh up (deploy/'s
+// layout: bj's two masters, brokerIds 1 and 2, and a slave of each at hf and
+// gz), produces at bj, reads the messages at hf and gz (from each site's two
+// replicas, and through each site's ZooKeeper view as a Java consumer there
+// would), checks that configsync reached all six bundles, runs the scenario of
+// stoppedMasterAcknowledgesNothing, and runs down, which must leave no
+// process behind. It needs ZooKeeper's jars and openssl, as CI has them: skipped
 // without METAQ_TEST_ZK.
 func TestLocalThreeSites(t *testing.T) {
-	if os.Getenv("METAQ_TEST_ZK") == "" {
-		t.Skip("METAQ_TEST_ZK is not set (CI sets it; the script starts its own three ZooKeepers)")
-	}
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl is not installed")
-	}
-	dir := filepath.Join(t.TempDir(), "sites")
-	base := freeBase(t)
-	script, err := filepath.Abs("local-three-sites.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	sh := func(args ...string) (string, error) {
-		// Not ctx: down must run in the cleanup too, after ctx is cancelled.
-		cmd := exec.Command("bash", append([]string{script}, args...)...)
-		cmd.WaitDelay = time.Minute
-		cmd.Env = append(os.Environ(), "METAQ_PORT_BASE="+strconv.Itoa(base))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		return out.String(), err
-	}
-	downDone := false
-	t.Cleanup(func() {
-		if !downDone {
-			if out, err := sh("down", dir); err != nil {
-				t.Logf("down: %v\n%s", err, out)
-			}
-		}
-	})
-	start := time.Now()
-	if out, err := sh("up", dir); err != nil {
-		t.Fatalf("up: %v\n%s", err, out)
-	}
-	t.Logf("up in %v", time.Since(start).Round(time.Second))
-	env := readEnv(t, filepath.Join(dir, "env"))
-	bin := filepath.Join(dir, "bin")
-	// run returns the command's stdout followed by its stderr.
-	run := func(name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		cmd.Env = append(os.Environ(), "METAQ_TOKEN="+env["METAQ_TOKEN"], "METAQ_CONF="+env["METAQ_CONF"])
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
-		}
-		return out.String() + errb.String()
-	}
+	l := upLayout(t)
+	dir, base, env, run, sh := l.dir, l.base, l.env, l.run, l.sh
+	start := l.start
 
 	// configsync: the first version reached all three sites.
 	st := run("configsync", "status", "-nats", "nats://127.0.0.1:"+strconv.Itoa(base+1))
-	for _, agent := range []string{"bj-1", "hf-1", "gz-1"} {
+	for _, agent := range []string{"bj-1", "bj-2", "hf-1", "hf-2", "gz-1", "gz-2"} {
 		if !regexp.MustCompile(`(?m)^` + agent + `\s+v1\s`).MatchString(st) {
 			t.Errorf("configsync status: %s does not run v1:\n%s", agent, st)
 		}
@@ -92,20 +46,23 @@ func TestLocalThreeSites(t *testing.T) {
 	}
 	for _, site := range []string{"hf", "gz"} {
 		upper := strings.ToUpper(site)
-		// The replica holds every message (replication over mutual TLS
-		// with the shared secret).
+		// The site's two replicas hold every message between them, each
+		// its master's partitions (replication over mutual TLS with the
+		// shared secret); the producer used both masters.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			got := 0
-			for p := 0; p < 8; p++ {
-				out := run("metaq", "fetch", "-brokers", env[upper+"_BROKER"], "-topic", "orders", "-partition", fmt.Sprintf("1-%d", p), "-n", "0")
-				got += strings.Count(out, "\n") - strings.Count(out, "end of partition")
+			var got [2]int
+			for b, addr := range []string{env[upper+"_BROKER"], env[upper+"_BROKER2"]} {
+				for p := 0; p < 8; p++ {
+					out := run("metaq", "fetch", "-brokers", addr, "-topic", "orders", "-partition", fmt.Sprintf("%d-%d", b+1, p), "-n", "0")
+					got[b] += strings.Count(out, "\n") - strings.Count(out, "end of partition")
+				}
 			}
-			if got == n {
+			if got[0]+got[1] == n && got[0] > 0 && got[1] > 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s's replica holds %d of %d messages", site, got, n)
+				t.Fatalf("%s's replicas hold %d and %d of %d messages", site, got[0], got[1], n)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -117,8 +74,11 @@ func TestLocalThreeSites(t *testing.T) {
 		}
 	}
 
+	// bj paused (SIGSTOP) while hf or gz is promoted, then let run again.
+	t.Run("StoppedMasterAcknowledgesNothingAfterPromotion", func(t *testing.T) { stoppedMasterAcknowledgesNothing(t, l) })
+
 	out, err := sh("down", dir)
-	downDone = true
+	l.downDone = true
 	if err != nil {
 		t.Fatalf("down: %v\n%s", err, out)
 	}
@@ -132,6 +92,85 @@ func TestLocalThreeSites(t *testing.T) {
 		}
 	}
 	t.Logf("up to down in %v", time.Since(start).Round(time.Second))
+}
+
+// layout is deploy/local-three-sites.sh up in a temporary directory,
+// taken down when the test ends.
+type layout struct {
+	dir      string
+	base     int
+	env      map[string]string
+	start    time.Time
+	ctx      context.Context
+	downDone bool
+	// sh runs the script with args; run runs one of the built commands
+	// with the layout's token and configuration, failing the test on error,
+	// and returns its stdout followed by its stderr.
+	sh  func(args ...string) (string, error)
+	run func(name string, args ...string) string
+}
+
+// upLayout runs local-three-sites.sh up. It needs ZooKeeper's jars and
+// openssl, as CI has them: skipped without METAQ_TEST_ZK.
+func upLayout(t *testing.T) *layout {
+	t.Helper()
+	if os.Getenv("METAQ_TEST_ZK") == "" {
+		t.Skip("METAQ_TEST_ZK is not set (CI sets it; the script starts its own three ZooKeepers)")
+	}
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl is not installed")
+	}
+	l := &layout{dir: filepath.Join(t.TempDir(), "sites"), base: freeBase(t)}
+	script, err := filepath.Abs("local-three-sites.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	l.ctx = ctx
+	l.sh = func(args ...string) (string, error) {
+		// Not ctx: down must run in the cleanup too, after ctx is cancelled.
+		cmd := exec.Command("bash", append([]string{script}, args...)...)
+		cmd.WaitDelay = time.Minute
+		cmd.Env = append(os.Environ(), "METAQ_PORT_BASE="+strconv.Itoa(l.base))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	t.Cleanup(func() {
+		if !l.downDone {
+			if out, err := l.sh("down", l.dir); err != nil {
+				t.Logf("down: %v\n%s", err, out)
+			}
+		}
+	})
+	l.start = time.Now()
+	if out, err := l.sh("up", l.dir); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	t.Logf("up in %v", time.Since(l.start).Round(time.Second))
+	l.env = readEnv(t, filepath.Join(l.dir, "env"))
+	l.run = func(name string, args ...string) string {
+		t.Helper()
+		out, err := l.runErr(name, args...)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	return l
+}
+
+// runErr runs one of the built commands with the layout's token and
+// configuration and returns its stdout followed by its stderr.
+func (l *layout) runErr(name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(l.ctx, filepath.Join(l.dir, "bin", name), args...)
+	cmd.Env = append(os.Environ(), "METAQ_TOKEN="+l.env["METAQ_TOKEN"], "METAQ_CONF="+l.env["METAQ_CONF"])
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String() + errb.String(), err
 }
 
 // freeBase finds a port base whose 60 ports (three sites of 20) nothing

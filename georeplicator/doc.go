@@ -246,4 +246,11 @@
 // Secret: the first of LoadSecrets([replication] secretFile),
 // AutoSyncMasterConfig, OnMasterConfig: write the file (temp, rename) and
 // reload when the topic sections differ}), Start, Close before the store.
+//
+// Write gateway (gatewaylink.go): every bundle claims GatewayFirstByte on
+// its MetaQ port (Broker.ListenFirstBytes), runs GatewayAccept with
+// LoadSecrets([replication] secretFile) on each connection and serves the
+// link as a MetaQ client connection (Broker.ServeConn); a replica's
+// broker.GatewayOptions.Dial opens the master's MetaQ port and runs
+// GatewayDial with its current secret, compressing.
 package georeplicator

@@ -44,9 +44,10 @@ type GroupLag struct {
 	Behind   time.Duration
 	Stuck    bool
 	// LogBytes is MasterPos - AppliedPos: bytes of the shared log not yet applied.
-	LogBytes     int64
-	LastAck      time.Time
-	LastProgress time.Time
+	LogBytes int64
+	// Left out of the JSON (status -json) until they happen.
+	LastAck      time.Time `json:",omitzero"`
+	LastProgress time.Time `json:",omitzero"`
 	RTT          time.Duration
 	Mode         string // configured mode for this link (zstd, s2, none, auto)
 	Codec        string // codec of the last data frame

@@ -136,7 +136,7 @@ type MetaQStatus struct {
 	Records     int64
 	Bytes       int64
 	LastError   string
-	LastErrorAt time.Time
+	LastErrorAt time.Time `json:",omitzero"` // left out of the JSON until an error happens
 	Detail      []MetaQPartStatus
 }
 

@@ -63,11 +63,13 @@ type ReceiverStatus struct {
 	Diverged []string
 	// Skips counts ranges the master lost to disk damage that this replica
 	// did not hold either: it continues past them at the master's offsets.
-	Skips       int64
-	Codec       string
-	LastApply   time.Time
+	Skips int64
+	Codec string
+	// Times that have not happened yet are left out of the JSON
+	// (slave-status -json), not printed as Go's zero time.
+	LastApply   time.Time `json:",omitzero"`
 	LastError   string
-	LastErrorAt time.Time
+	LastErrorAt time.Time `json:",omitzero"`
 }
 
 // Receiver is the slave side: it connects to the master, applies the shipped

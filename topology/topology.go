@@ -423,6 +423,12 @@ func (t *Topology) Close() error {
 	return t.close(true)
 }
 
+// Crash stops gossip without leaving the pool, as a killed process does:
+// the other members find this one down by failure detection (probes, then
+// suspicion), not at once. Tests that kill a bundle use it; Close after it
+// does nothing.
+func (t *Topology) Crash() error { return t.close(false) }
+
 // close with leave=false stops without telling anyone, as a crash would:
 // tests use it to exercise failure detection.
 func (t *Topology) close(leave bool) error {

@@ -119,6 +119,8 @@ func (s *Server) blocks() []block {
 			{"secretFile", s.Replication.SecretFile},
 			{"autoFailover", btoa(s.Replication.AutoFailover)},
 			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
+			{"handoverHoldMs", ms(s.Replication.HandoverHold)},
+			{"handoverHoldBytes", strconv.FormatInt(s.Replication.HandoverHoldBytes, 10)},
 			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
 		}},
 		block{sectionLimits, []entry{
@@ -150,6 +152,9 @@ func topicEntries(t Topic) []entry {
 	if t.MinSyncSites > 0 || t.SyncDegrade == SyncDegradeAsync {
 		// Only when set, so a MetaQ file describes as MetaQ keys alone.
 		es = append(es, entry{"minSyncSites", itoa(t.MinSyncSites)}, entry{"syncDegrade", t.SyncDegrade})
+	}
+	if t.ForwardPuts != ForwardUnset {
+		es = append(es, entry{"forwardPuts", btoa(t.ForwardPuts == ForwardOn)})
 	}
 	groups := make([]string, 0, len(t.Filters))
 	for g := range t.Filters {

@@ -24,7 +24,7 @@ func TestDiff(t *testing.T) {
 		{"same effective value written differently", base.set("topic=a", "numPartitions", "1+1"), Changes{}, "no changes"},
 		{"explicit default is no change", base.set("topic=b", "acceptPublish", "true"), Changes{}, "no changes"},
 		{"system key", base.set("system", "serverPort", "9000"),
-			Changes{RestartKeys: []string{"system.serverPort", "site.adminAddr", "gossip.bind", "nats.embeddedListen"}}, ""},
+			Changes{RestartKeys: []string{"system.serverPort", "gossip.bind", "nats.embeddedListen"}}, ""},
 		{"zookeeper key", base.set("zookeeper", "zk.zkConnect", "127.0.0.1:2182"), Changes{RestartKeys: []string{"zookeeper.zk.zkConnect"}},
 			"restart needed for: zookeeper.zk.zkConnect"},
 		{"extension key", base.set("site", "name", "gz"), Changes{RestartKeys: []string{"site.name"}}, "restart needed for: site.name"},

@@ -72,19 +72,21 @@ var topicKeys = []string{
 	"acceptPublish", "acceptSubscribe", "stat",
 	// This project's: synchronous cross-site replication.
 	"minSyncSites", "syncDegrade",
+	// This project's: puts at a slave site carried to the master (gateway).
+	"forwardPuts",
 }
 
 // topicInertKeys are TopicConfig field names MetaQ accepts but never reads.
 var topicInertKeys = []string{"topic", "filterClassNames"}
 
-var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay"}
+var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes",
 }
-var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "allowUnauthenticatedSwitchover"}
+var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads
 // (MetamorphosisSlaveBroker.putSlaveProperties) followed by this project's.

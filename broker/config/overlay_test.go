@@ -34,8 +34,8 @@ func TestParseWithOverlay(t *testing.T) {
 		t.Errorf("overlay not applied: %+v %+v %+v %+v", s.System, s.ZooKeeper, s.Site, s.Gossip)
 	}
 	// Defaults derive from the overlaid values.
-	if s.Replication.Listen != "" || s.Site.AdminAddr != "127.0.0.1:9125" || s.Topics[0].DataPath != "/srv/bj" {
-		t.Errorf("derived values: %q %q %q", s.Replication.Listen, s.Site.AdminAddr, s.Topics[0].DataPath)
+	if s.Replication.Listen != "" || s.Gossip.Bind != "127.0.0.1:9126" || s.Topics[0].DataPath != "/srv/bj" {
+		t.Errorf("derived values: %q %q %q", s.Replication.Listen, s.Gossip.Bind, s.Topics[0].DataPath)
 	}
 	// Raw and Checksum are the shared file's: that is what configsync ships.
 	plain, _, _ := Parse("server.ini", base)

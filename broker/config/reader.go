@@ -129,7 +129,7 @@ func (r sectionReader) oneOf(key, def string, allowed []string) string {
 // addr reads a host:port listen or dial address.
 func (r sectionReader) addr(key, def string) string {
 	k, ok := r.raw(key)
-	if !ok {
+	if !ok || strings.TrimSpace(k.Value) == "" { // written blank: the default
 		return def
 	}
 	if err := checkAddr(k.Value); err != nil {

@@ -46,8 +46,13 @@ const (
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
 	DefaultAutoFailoverAfter         = 30 * time.Second
-	DefaultSlaveGroupPrefix          = "meta-slave-group"
-	DefaultSlaveMaxDelay             = 500 * time.Millisecond
+	// A put a master holds while it hands over waits at most this long
+	// for the new master: below the 3 s MetaQ's Java producer waits for
+	// an answer, so that no held put is answered after its client gave up.
+	DefaultHandoverHold      = 2500 * time.Millisecond
+	DefaultHandoverHoldBytes = 64 << 20
+	DefaultSlaveGroupPrefix  = "meta-slave-group"
+	DefaultSlaveMaxDelay     = 500 * time.Millisecond
 
 	// [limits]. Kafka's connections.max.idle.ms is 10 minutes; MetaQ's Java
 	// client sends a heartbeat after 10 s without traffic, so a healthy
@@ -64,11 +69,14 @@ const (
 	MinConnectionBufferedBytes = 16<<20 + 20
 )
 
-// Port offsets from serverPort for the listeners of one bundle. None is
-// +1: MetaQ users run brokers on adjacent ports (serverPort+1 is the next
-// broker's), and the replication stream shares the MetaQ port itself.
+// Port offsets from serverPort for the listeners of the optional [gossip]
+// and [nats] sections, used only when the section is written and gives no
+// address. None is +1 or +2: MetaQ users run brokers on adjacent ports
+// (MetaQ's own slave layout takes 8111, 8112 and 8113), the replication
+// stream shares the MetaQ port itself, and the admin endpoint is a unix
+// socket in the data directory unless [site] adminAddr asks for a port, so
+// a file of MetaQ's takes no port MetaQ did not use.
 const (
-	adminPortOffset  = 2
 	gossipPortOffset = 3
 	natsPortOffset   = 4
 )
@@ -117,7 +125,41 @@ func Load(path string) (*Server, []Warning, error) {
 			appClassPath = abs + "/"
 		}
 	}
-	return build(path, data, base, overlayFile, overlay, appClassPath, &p)
+	return build(path, data, base, overlayFile, overlay, appClassPath, zkConnectBeside(path), &p)
+}
+
+// zkConnectFrom finds zk.zkConnect for a file whose [zookeeper] section
+// leaves it unset: the value, the file it came from, and the files looked
+// at. nil: nowhere to look (bytes parsed without a path).
+type zkConnectFrom func() (value, file string, tried []string)
+
+// zkConnectBeside looks where MetaQ's broker looks when its file sets no
+// ZooKeeper key (BrokerZooKeeper.loadZkConfigFromDiamond reads zk.zkConnect
+// from the properties resource server.ini on the classpath, which in
+// MetaQ's layout is the conf/ directory beside the file), and where MetaQ's
+// integration resources, its tools and its clients keep it: zk.properties.
+// Both are read as java.util.Properties, in the directory of path:
+// zk.properties first, then server.ini (unless path is that file).
+func zkConnectBeside(path string) zkConnectFrom {
+	return func() (string, string, []string) {
+		dir := filepath.Dir(path)
+		tried := []string{filepath.Join(dir, "zk.properties")}
+		if filepath.Base(path) != "server.ini" {
+			tried = append(tried, filepath.Join(dir, "server.ini"))
+		}
+		for _, f := range tried {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, kv := range parseProperties(data) {
+				if kv[0] == "zk.zkConnect" && strings.TrimSpace(kv[1]) != "" {
+					return strings.TrimSpace(kv[1]), f, tried
+				}
+			}
+		}
+		return "", "", tried
+	}
 }
 
 func isDir(path string) bool {
@@ -131,7 +173,7 @@ func isDir(path string) bool {
 func Parse(file string, data []byte) (*Server, []Warning, error) {
 	var p problems
 	base := readIni(file, data, &p)
-	return build(file, data, base, "", nil, "", &p)
+	return build(file, data, base, "", nil, "", nil, &p)
 }
 
 // ParseWithOverlay validates a shared server.ini together with one site's
@@ -157,10 +199,10 @@ func ParseWithOverlay(file string, data []byte, overlayFile string, overlay []by
 	if overlay != nil || overlayFile != "" {
 		over = readIni(overlayFile, overlay, &p)
 	}
-	return build(file, data, base, overlayFile, over, "", &p)
+	return build(file, data, base, overlayFile, over, "", nil, &p)
 }
 
-func build(file string, data []byte, base *rawIni, overlayFile string, overlay *rawIni, appClassPath string, p *problems) (*Server, []Warning, error) {
+func build(file string, data []byte, base *rawIni, overlayFile string, overlay *rawIni, appClassPath string, zkFrom zkConnectFrom, p *problems) (*Server, []Warning, error) {
 	if base == nil {
 		return nil, p.warnings, p.err()
 	}
@@ -194,7 +236,7 @@ func build(file string, data []byte, base *rawIni, overlayFile string, overlay *
 		p.errorf(file, sectionZooKeeper, "", "", "a [zookeeper] section (MetaQ requires it)")
 	}
 	s.System = buildSystem(sectionReader{sec: sys, file: file, p: p}, appClassPath)
-	s.ZooKeeper = buildZooKeeper(sectionReader{sec: zk, file: file, p: p}, sys != nil)
+	s.ZooKeeper = buildZooKeeper(sectionReader{sec: zk, file: file, p: p}, zkFrom)
 
 	for _, sec := range base.Sections {
 		switch {
@@ -332,7 +374,7 @@ func cronKey(r sectionReader, def Cron) Cron {
 	return c
 }
 
-func buildZooKeeper(r sectionReader, haveSystem bool) ZooKeeper {
+func buildZooKeeper(r sectionReader, zkFrom zkConnectFrom) ZooKeeper {
 	z := ZooKeeper{
 		Connect:           DefaultZkConnect,
 		SessionTimeout:    DefaultZkSessionTimeout,
@@ -351,11 +393,30 @@ func buildZooKeeper(r sectionReader, haveSystem bool) ZooKeeper {
 	r.checkKeys(zkKeys, inert, false)
 	z.Enable = r.boolean("zk.zkEnable", true)
 	// MetaConfig.verify refuses a blank zk.zkConnect even with zkEnable=false;
-	// we only require it when ZooKeeper is used.
-	if z.Enable {
-		r.required("zk.zkConnect")
-	}
+	// we only require it when ZooKeeper is used. A file that leaves it unset
+	// (MetaQ's samsa_server1.ini) takes it from beside the file, as MetaQ's
+	// broker does (zkConnectBeside).
 	z.Connect = r.str("zk.zkConnect", DefaultZkConnect)
+	if _, set := r.raw("zk.zkConnect"); z.Enable && !set {
+		var value, from string
+		var tried []string
+		if zkFrom != nil {
+			value, from, tried = zkFrom()
+		}
+		switch {
+		case value != "":
+			z.Connect = value
+			r.p.warnf(r.file, r.name(), "zk.zkConnect", "unset here: %s taken from %s, as MetaQ does", value, from)
+		case len(tried) > 0:
+			k, present := r.sec.get("zk.zkConnect")
+			if !present {
+				k = rawKey{Name: "zk.zkConnect", File: r.file}
+			}
+			r.bad(k, "a value, here or as zk.zkConnect in %s (where MetaQ looks when its file sets none)", strings.Join(tried, " or "))
+		default:
+			r.required("zk.zkConnect")
+		}
+	}
 	z.SessionTimeout = time.Duration(r.int32("zk.zkSessionTimeoutMs", int(DefaultZkSessionTimeout.Milliseconds()), 1)) * time.Millisecond
 	z.ConnectionTimeout = time.Duration(r.int32("zk.zkConnectionTimeoutMs", int(DefaultZkConnectionTimeout.Milliseconds()), 1)) * time.Millisecond
 	z.SyncTime = time.Duration(r.int32("zk.zkSyncTimeMs", int(DefaultZkSyncTime.Milliseconds()), 0)) * time.Millisecond
@@ -435,6 +496,7 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		Stat:             topicStat(r, sys.Stat),
 		MinSyncSites:     int(r.integer("minSyncSites", 0, 0, 64)),
 		SyncDegrade:      syncDegradeKey(r),
+		ForwardPuts:      forwardKey(r),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -450,6 +512,16 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		}
 	}
 	return t, true
+}
+
+func forwardKey(r sectionReader) Forward {
+	if _, ok := r.raw("forwardPuts"); !ok {
+		return ForwardUnset
+	}
+	if r.boolean("forwardPuts", false) {
+		return ForwardOn
+	}
+	return ForwardOff
 }
 
 func syncDegradeKey(r sectionReader) string {
@@ -468,30 +540,44 @@ func syncDegradeKey(r sectionReader) string {
 // TopicFor returns the configuration that governs topic name: the section
 // named exactly name if there is one, otherwise the first [topic=...] section
 // in file order whose pattern matches the whole name. ok is false when no
-// section matches: MetaQ refuses puts to such a topic.
+// section's pattern matches the name, as MetaQ's isLegalTopic decides: MetaQ
+// refuses puts to such a topic. A section whose name does not match itself
+// read as a pattern (MetaQ's integration tests configure [topic=!@#$%],
+// where '$' is an anchor) therefore governs nothing: MetaQ registers it in
+// ZooKeeper and refuses its puts ("The server do not accept topic !@#$%").
 //
 // MetaQ itself gives a topic that only matches a pattern the [system]
 // values, not the pattern section's; using the pattern section's values is
 // the more useful reading of a file that bothers to set them.
 func (s *Server) TopicFor(name string) (Topic, bool) {
-	for _, t := range s.Topics {
-		if t.Name == name {
-			return t, true
+	exact, first := -1, -1
+	for i, t := range s.Topics {
+		if exact < 0 && t.Name == name {
+			exact = i
+		}
+		if first < 0 && t.matches(name) {
+			first = i
 		}
 	}
-	for _, t := range s.Topics {
-		re := t.re
-		if re == nil {
-			var err error
-			if re, err = regexp.Compile(t.Pattern); err != nil {
-				continue
-			}
-		}
-		if re.MatchString(name) {
-			return t, true
+	switch {
+	case first < 0:
+		return Topic{}, false
+	case exact >= 0:
+		return s.Topics[exact], true
+	}
+	return s.Topics[first], true
+}
+
+// matches reports whether the section's pattern matches the whole name.
+func (t Topic) matches(name string) bool {
+	re := t.re
+	if re == nil {
+		var err error
+		if re, err = regexp.Compile(t.Pattern); err != nil {
+			return false
 		}
 	}
-	return Topic{}, false
+	return re.MatchString(name)
 }
 
 // topicStat reads a topic's stat key the way MetaQ does: with
@@ -525,18 +611,19 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		}
 		return strconv.Itoa(s.System.ServerPort + offset)
 	}
-	derivedOK := s.System.ServerPort+natsPortOffset <= 65535
+	derivedOK := func(offset int) bool { return s.System.ServerPort+offset <= 65535 }
 
 	r := reader(sectionSite, siteKeys)
 	s.Site = Site{
 		Name:          r.str("name", DefaultSiteName),
 		DashboardAddr: r.addr("dashboardAddr", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.System.DashboardHTTPPort))),
-		AdminAddr:     r.addr("adminAddr", net.JoinHostPort("127.0.0.1", port(adminPortOffset))),
+		AdminAddr:     r.addr("adminAddr", ""), // unset: the unix socket System.AdminSocket only
 		Token:         r.str("token", ""),
 		Overlay:       r.str("overlay", ""),
 		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
+		ForwardPuts:   r.boolean("forwardPuts", false),
 	}
-	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || !IsLoopbackAddr(s.Site.AdminAddr)) {
+	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || (s.Site.AdminAddr != "" && !IsLoopbackAddr(s.Site.AdminAddr))) {
 		k, ok := r.raw("dashboardAddr")
 		if !ok || IsLoopbackAddr(k.Value) {
 			k, _ = r.raw("adminAddr")
@@ -616,6 +703,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		SecretFile:           r.str("secretFile", ""),
 		AutoFailover:         r.boolean("autoFailover", false),
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
+		HandoverHold:         r.millis("handoverHoldMs", DefaultHandoverHold, 0),
+		HandoverHoldBytes:    r.integer("handoverHoldBytes", DefaultHandoverHoldBytes, 0, math.MaxInt64),
 
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}
@@ -623,14 +712,21 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 
 	s.Limits = buildLimits(reader(sectionLimits, limitsKeys))
 
-	if !derivedOK {
-		_, admin := base.sectionKey(sectionSite, "adminAddr")
-		_, gossip := base.sectionKey(sectionGossip, "bind")
-		_, nats := base.sectionKey(sectionNATS, "embeddedListen")
-		if !admin || !gossip || !nats {
+	// A derived port must be a port: only for a section that is written
+	// and leaves its address to the default.
+	for _, d := range []struct {
+		on           bool
+		section, key string
+		offset       int
+	}{
+		{s.Gossip.Enable, sectionGossip, "bind", gossipPortOffset},
+		{s.NATS.Enabled && s.NATS.URL == "", sectionNATS, "embeddedListen", natsPortOffset},
+	} {
+		if _, set := base.sectionKey(d.section, d.key); d.on && !set && !derivedOK(d.offset) {
 			sr := sectionReader{sec: base.section(sectionSystem), file: file, p: p}
 			k, _ := sr.raw("serverPort")
-			sr.bad(k, "a port at most 65531, so serverPort+2..+4 (admin, gossip, NATS) are ports too, or those three addresses set explicitly")
+			sr.bad(k, "a port at most %d, so serverPort+%d ([%s] %s) is a port too, or that address set explicitly",
+				65535-d.offset, d.offset, d.section, d.key)
 		}
 	}
 }

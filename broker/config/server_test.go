@@ -53,7 +53,7 @@ func TestDefaults(t *testing.T) {
 		{"zk.zkRoot", s.ZooKeeper.Root, "/meta"},
 		{"site.name", s.Site.Name, "default"},
 		{"site.dashboardAddr", s.Site.DashboardAddr, "127.0.0.1:8120"},
-		{"site.adminAddr", s.Site.AdminAddr, "127.0.0.1:8125"},
+		{"site.adminAddr", s.Site.AdminAddr, ""}, // the unix socket <dataPath>/admin.sock
 		{"site.token", s.Site.Token, ""},
 		{"gossip.enable", s.Gossip.Enable, false},
 		{"gossip.bind", s.Gossip.Bind, "127.0.0.1:8126"},
@@ -213,7 +213,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort+k", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "9000").set("system", "dashboardHttpPort", "9100"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen, s.Site.DashboardAddr}
-		want := []string{"", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
+		want := []string{"", "", "127.0.0.1:9003", "127.0.0.1:9004", "127.0.0.1:9100"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -221,7 +221,7 @@ func TestDerivedPorts(t *testing.T) {
 	t.Run("serverPort=0 gives free ports", func(t *testing.T) {
 		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "0"))
 		got := []string{s.Replication.Listen, s.Site.AdminAddr, s.Gossip.Bind, s.NATS.EmbeddedListen}
-		want := []string{"", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+		want := []string{"", "", "127.0.0.1:0", "127.0.0.1:0"}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -232,6 +232,16 @@ func TestDerivedPorts(t *testing.T) {
 			if s.Replication.Listen != "" || s.Replication.ListenSet {
 				t.Errorf("hostName %s: listen %q (set %v), want the MetaQ port", host, s.Replication.Listen, s.Replication.ListenSet)
 			}
+		}
+	})
+	t.Run("without [gossip] and [nats] any serverPort takes no other port", func(t *testing.T) {
+		s, _ := mustParse(t, minimalDoc().set("system", "serverPort", "65535"))
+		if s.Site.AdminAddr != "" || s.Gossip.Enable || s.NATS.Enabled {
+			t.Errorf("admin %q, gossip %v, NATS %v: a file with no [site], [gossip] or [nats] must take no port but serverPort",
+				s.Site.AdminAddr, s.Gossip.Enable, s.NATS.Enabled)
+		}
+		if got := s.System.AdminSocket(); got != filepath.Join(s.System.DataPath, "admin.sock") {
+			t.Errorf("admin socket %q", got)
 		}
 	})
 	t.Run("high serverPort needs no replication address", func(t *testing.T) {
@@ -274,7 +284,8 @@ func TestErrors(t *testing.T) {
 		{"maxTransferSize missing", base.del("system", "maxTransferSize"), "system", "maxTransferSize", "", "required"},
 		{"maxTransferSize zero", base.set("system", "maxTransferSize", "0"), "system", "maxTransferSize", "0", "1.."},
 		{"serverPort too big", base.set("system", "serverPort", "70000"), "system", "serverPort", "70000", "0..65535"},
-		{"serverPort leaves no room", base.set("system", "serverPort", "65534"), "system", "serverPort", "65534", "65531"},
+		{"serverPort leaves gossip no room", base.set("system", "serverPort", "65534").set("gossip", "label", "x"), "system", "serverPort", "65534", "65532"},
+		{"serverPort leaves NATS no room", base.set("system", "serverPort", "65532").set("nats", "bucket", "x"), "system", "serverPort", "65532", "65531"},
 		{"dashboardHttpPort bad", base.set("system", "dashboardHttpPort", "x"), "system", "dashboardHttpPort", "x", "integer"},
 		{"getProcessThreadCount zero", base.set("system", "getProcessThreadCount", "0"), "system", "getProcessThreadCount", "0", "1.."},
 		{"putProcessThreadCount bad", base.set("system", "putProcessThreadCount", "(1"), "system", "putProcessThreadCount", "(1", "integer"},
@@ -959,4 +970,57 @@ func TestOptionalFeaturesWritten(t *testing.T) {
 			t.Errorf("dashboard not enabled by %s", d)
 		}
 	}
+}
+
+// TestZkConnectBeside: MetaQ's samsa_server1.ini sets no ZooKeeper key; its
+// broker then takes zk.zkConnect from beside the file (here: zk.properties,
+// as MetaQ's integration resources keep it, or a server.ini read as
+// properties). With neither, the error names both places.
+func TestZkConnectBeside(t *testing.T) {
+	src := filepath.Join("testdata", "metaq-1.4.6", "integration-test-resources")
+	ini, err := os.ReadFile(filepath.Join(src, "samsa_server1.ini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zkProps, err := os.ReadFile(filepath.Join(src, "zk.properties"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("MetaQ's files as they are", func(t *testing.T) {
+		s, w, err := Load(filepath.Join(src, "samsa_server1.ini"))
+		if err != nil || s.ZooKeeper.Connect != "localhost:2181" || CheckUnknown(w) != nil {
+			t.Fatalf("connect %v, err %v, warnings %v", s, err, w)
+		}
+		if len(w) != 1 || !strings.Contains(w[0].String(), "zk.properties") {
+			t.Errorf("warnings %v, want one saying where zk.zkConnect came from", w)
+		}
+	})
+	t.Run("neither", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "samsa_server1.ini")
+		os.WriteFile(path, ini, 0o644)
+		_, _, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "zk.properties")) ||
+			!strings.Contains(err.Error(), filepath.Join(dir, "server.ini")) || !strings.Contains(err.Error(), "zk.zkConnect") {
+			t.Fatalf("err %v, want one naming zk.zkConnect, %s/zk.properties and %s/server.ini", err, dir, dir)
+		}
+		// Bytes parsed without a path: the key is simply required.
+		if _, _, err := Parse("x.ini", ini); err == nil || !strings.Contains(err.Error(), "the key is required") {
+			t.Fatalf("Parse: %v", err)
+		}
+	})
+	t.Run("server.ini beside", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "samsa_server1.ini")
+		os.WriteFile(path, ini, 0o644)
+		os.WriteFile(filepath.Join(dir, "server.ini"), []byte("[zookeeper]\n;zk.zkConnect=nothere:1\nzk.zkConnect = 127.0.0.1:2999\n"), 0o644)
+		if s, _, err := Load(path); err != nil || s.ZooKeeper.Connect != "127.0.0.1:2999" {
+			t.Fatalf("%v %v", s, err)
+		}
+		// zk.properties comes first.
+		os.WriteFile(filepath.Join(dir, "zk.properties"), zkProps, 0o644)
+		if s, _, err := Load(path); err != nil || s.ZooKeeper.Connect != "localhost:2181" {
+			t.Fatalf("%v %v", s, err)
+		}
+	})
 }

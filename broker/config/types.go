@@ -96,6 +96,15 @@ func (s *System) MoveData(dir string) {
 	s.DataPath = dir
 }
 
+// AdminSocketName is the admin endpoint's unix socket in the data
+// directory (System.AdminSocket).
+const AdminSocketName = "admin.sock"
+
+// AdminSocket is the path of the admin endpoint's unix socket: in the data
+// directory, which belongs to one broker, so brokers on one host never
+// share it and it takes no port.
+func (s *System) AdminSocket() string { return filepath.Join(s.DataPath, AdminSocketName) }
+
 // ZooKeeper is the [zookeeper] section (see Configuration in broker/wire/doc.go).
 type ZooKeeper struct {
 	Connect           string        // zk.zkConnect, default localhost:2181
@@ -131,6 +140,11 @@ type Topic struct {
 	// default, a retriable refusal) or SyncDegradeAsync (stored and
 	// acknowledged without waiting, with an alarm).
 	SyncDegrade string
+	// ForwardPuts is forwardPuts: while this site's broker is a slave, it
+	// accepts puts to the topic and carries them to the master, answering
+	// with the master's answer (the write gateway). ForwardUnset, the
+	// default, takes [site] forwardPuts.
+	ForwardPuts Forward
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
 
@@ -164,12 +178,37 @@ type Cron struct {
 type Site struct {
 	Name          string // e.g. "bj"; default "default"
 	DashboardAddr string // listen address for the dashboard/JSON API; default 127.0.0.1:<dashboardHttpPort>
-	AdminAddr     string // listen address for the admin endpoint; default 127.0.0.1:<serverPort+2>
+	AdminAddr     string // TCP listen address for the admin endpoint; default none (the endpoint is the unix socket System.AdminSocket)
 	Token         string // required when DashboardAddr or AdminAddr is not loopback
 	Overlay       string // path of the per-site overlay file that configsync never overwrites
 	// Dashboard is true when [system] dashboardHttpPort or [site]
 	// dashboardAddr is written: the bundle then serves its dashboard.
 	Dashboard bool
+	// ForwardPuts is forwardPuts: the default of topics' forwardPuts at
+	// this site (false, MetaQ's behaviour: a slave refuses puts).
+	ForwardPuts bool
+}
+
+// Forward is a topic's forwardPuts setting.
+type Forward int8
+
+// Forward values.
+const (
+	ForwardUnset Forward = iota // the site's [site] forwardPuts
+	ForwardOn
+	ForwardOff
+)
+
+// Forwards reports whether a slave broker of site forwards t's puts to the
+// master (see Topic.ForwardPuts).
+func (t *Topic) Forwards(site Site) bool {
+	switch t.ForwardPuts {
+	case ForwardOn:
+		return true
+	case ForwardOff:
+		return false
+	}
+	return site.ForwardPuts
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.
@@ -262,6 +301,15 @@ type Replication struct {
 	// site (ties: the lowest site name) does. It needs gossip and ZooKeeper.
 	AutoFailover      bool
 	AutoFailoverAfter time.Duration
+	// HandoverHold (handoverHoldMs, default 2500) is how long a master
+	// that hands mastership over (switchover) holds a put that arrives
+	// meanwhile, waiting to pass it on to the new master, before answering
+	// it 503, not stored; 0 refuses such puts at once (503). Held puts are
+	// answered with the new master's answer (broker/hold.go).
+	// HandoverHoldBytes (handoverHoldBytes, default 64 MiB) bounds the body
+	// bytes held at once; a put beyond it is answered 503 at once.
+	HandoverHold      time.Duration
+	HandoverHoldBytes int64
 	// AllowUnauthenticatedSwitchover (default false) lets a master hand
 	// mastership over when a slave site asks over a replication link that
 	// neither the shared secret (SecretFile) nor mutual TLS authenticates.

@@ -122,6 +122,18 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	if !m.Master() {
 		return r.unmirror(ctx)
 	}
+	// A master this ensemble knows to be superseded (one that was paused
+	// while another site was promoted, and has not read the newer
+	// generation yet) writes nothing here: it would wait for the new
+	// master's node, or publish its replication address to this site's
+	// slaves.
+	cur, err := r.Generation(ctx, m.BrokerID)
+	if err != nil {
+		return fmt.Errorf("registry: mirror: read the generation: %w", err)
+	}
+	if cur > m.Generation {
+		return fmt.Errorf("registry: mirror: %w: this ensemble has generation %d, the mirrored master %d", ErrNotCurrentMaster, cur, m.Generation)
+	}
 	repl := r.paths.BrokerID(m.BrokerID) + "/" + replicationNode
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
@@ -167,7 +179,17 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 		want := topicReg{numPartitions: t.NumPartitions, acceptPublish: t.AcceptPublish, acceptSub: t.AcceptSubscribe}
 		old, known := r.state.topics[name]
 		if known && old == want && !fresh {
-			continue
+			// Written already; an entry removed behind this session's
+			// back (an older master stepping down deletes the nodes it
+			// owns, and a node this session replaced in one step has the
+			// version the old one had) is written again.
+			gone, err := r.topicGoneLocked(ctx, name, want, session)
+			if err != nil {
+				return fmt.Errorf("registry: mirror: read topic %s: %w", name, err)
+			}
+			if !gone {
+				continue
+			}
 		}
 		r.state.topics[name] = want
 		if known && old != want {
@@ -309,4 +331,27 @@ func (r *Registry) RaiseGenerationTo(ctx context.Context, brokerID int, gen uint
 		}
 		return gen, nil
 	}
+}
+
+// topicGoneLocked reports whether one of topic's entries that t says this
+// mirror writes is missing, or held by another session than session.
+func (r *Registry) topicGoneLocked(ctx context.Context, topic string, t topicReg, session int64) (bool, error) {
+	legacy, pub, sub := r.topicPaths(topic)
+	paths := []string{legacy}
+	if t.acceptPublish {
+		paths = append(paths, pub)
+	}
+	if t.acceptSub {
+		paths = append(paths, sub)
+	}
+	for _, p := range paths {
+		ok, st, err := r.Exists(ctx, p)
+		if err != nil {
+			return false, err
+		}
+		if !ok || st.EphemeralOwner != session {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -90,6 +90,12 @@ func TestMirrorCopiesMasterRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Registration = src.Registration()
+	// A master of an older generation than the ensemble's is superseded:
+	// it writes nothing (the generation is never lowered either).
+	if err := mirror.Mirror(ctx, m); !errors.Is(err, ErrNotCurrentMaster) {
+		t.Fatalf("Mirror of generation %d into an ensemble of generation 5: %v", m.Generation, err)
+	}
+	m.Generation = 5
 	if err := mirror.Mirror(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +233,72 @@ func TestMirrorTakesTheNodeOfASupersededMaster(t *testing.T) {
 		}
 		if st.EphemeralOwner == old.conn.SessionID() {
 			t.Fatalf("%s still belongs to the superseded master's session", p)
+		}
+	}
+}
+
+// TestMirrorRewritesATopicEntryRemovedBehindIt: a topic entry a mirror
+// wrote and that went behind its session's back (an older master stepping
+// down deleted it: a node replaced in one step has the version the old
+// one had, so its delete by version can hit the new one) is written again
+// at the next Mirror, as the master node is.
+func TestMirrorRewritesATopicEntryRemovedBehindIt(t *testing.T) {
+	root, other := testRoot(t), testRoot(t)
+	cleanupRoot(t, root)
+	cleanupRoot(t, other)
+	ctx := context.Background()
+	src := newRegistry(t, testOptions(t, root))
+	if err := src.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, other)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	obs := newRegistry(t, testOptions(t, other))
+	m := MasterMirror{Registration: src.Registration(), ReplicationAddr: "127.0.0.1:8124", Generation: 1}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	pub := other + "/brokers/topics-pub/orders/0-m"
+	if err := obs.Delete(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	data, st, err := obs.Get(ctx, pub)
+	if err != nil || string(data) != TopicJSON(2, "0-m") || st.EphemeralOwner != mirror.SessionID() {
+		t.Fatalf("%s = %q (owner 0x%x, %v) after the next Mirror, want it written again by the mirror's session", pub, data, st.EphemeralOwner, err)
+	}
+}
+
+// TestMirrorOfASupersededMasterRegistersNothing: a master whose generation
+// is older than this ensemble's (it was paused while another site was
+// promoted and has not read the newer generation yet) is refused
+// (ErrNotCurrentMaster) and writes no node, instead of waiting for the new
+// master's node.
+func TestMirrorOfASupersededMasterRegistersNothing(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	if _, err := mirror.RaiseGenerationTo(ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 1, AcceptPublish: true, AcceptSubscribe: true}}},
+		ReplicationAddr: "127.0.0.1:8124", Generation: 0}
+	if err := mirror.Mirror(ctx, m); !errors.Is(err, ErrNotCurrentMaster) {
+		t.Fatalf("Mirror of a master of generation 0 into an ensemble of generation 1: %v", err)
+	}
+	for _, p := range []string{"/brokers/ids/0/master", "/brokers/topics-pub/orders/0-m"} {
+		if ok, _, err := mirror.Exists(ctx, root+p); err != nil || ok {
+			t.Fatalf("%s written by a superseded master (%v)", p, err)
 		}
 	}
 }

@@ -343,6 +343,7 @@ func (s *Store) loadCheckpoint() (int64, error) {
 		}
 	}
 	s.parts = make(map[pkey]*partition)
+	s.byTopic = make(map[string]*topicParts)
 	s.byPid = make(map[uint32]*partition)
 	s.nextPid = 0
 	s.quarantine = nil
@@ -522,7 +523,7 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 			prev = k.off
 			s.w.lastMs = max(s.w.lastMs, k.ms)
 		}
-		s.parts[cp.key] = p
+		s.setPartLocked(p)
 		s.byPid[cp.pid] = p
 	}
 	for _, g := range torn {

@@ -248,8 +248,14 @@
 //     notify; the writer takes its parts in order into the same batch), so
 //     a caller whose messages spread over thousands of partitions pays the
 //     hand-off once per call, not once per partition; it also looks up the
-//     partitions in the caller's goroutine, and the writer uses them unless
-//     a partition left the table meanwhile (partsGen).
+//     partitions in the caller's goroutine (by topic, then by number in a
+//     slice, topicParts), and the writer uses them unless a partition left
+//     the table meanwhile (partsGen). With one message per partition per
+//     call (a topic of 10,000), the work per partition is the cost to cut:
+//     the writer notes each partition it wrote with its new end in a list
+//     (dirtySet, no map), which a commit takes whole without locking the
+//     partitions again, and index blocks are encoded into one reused
+//     buffer and written a MiB at a time.
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its
@@ -396,7 +402,9 @@
 // the partition's chunks as they sit in the log. ReadRun answers with
 // their places (sections of segment files, a LogRun) instead of the bytes,
 // and the broker sends them with sendfile(2) from the page cache to the
-// socket, after the answer's header; the bytes never enter the process.
+// socket, after the answer's header (LogRun.Head, sent with MSG_MORE so
+// that it leaves in the same packet as the first chunk, not as a packet
+// of its own); the bytes never enter the process.
 // Each chunk is one section (the 36-byte entry headers between chunks
 // are not sent), so one sendfile call per chunk: measured on this
 // machine (BenchmarkGetPath, BENCH.md) sendfile costs the sending thread
@@ -436,6 +444,14 @@
 // recovery does, and then marks the segment checked. Scrub reports its
 // passes, the bytes checked, the damage found and the bytes still
 // unchecked (the bundle puts them in its status and /metrics).
+// The scrub leaves the page cache as it found it: before reading a range
+// it asks the kernel (cachestat, Linux 6.5 and later) which 64 KiB pieces
+// of it, and of the 16 MiB after it that the kernel's read-ahead may
+// bring in, have no page cached, and once its reads have moved past such
+// a piece it drops it (posix_fadvise DONTNEED). Pieces that were cached,
+// even in part, stay. So a pass over cold segments does not push the
+// data consumers are reading out of the cache. Where the kernel cannot
+// tell what is cached, the scrub reads without the advice.
 //
 // A file under a sendfile is never truncated or reused: a LogRun holds
 // only bytes at or below the durable end, and the log is truncated only

@@ -153,6 +153,38 @@ func adviseRandom(f File) {
 // AdviseRandom turns the kernel's read-ahead off for f.
 func (f osFile) AdviseRandom() { f.fadvise(0, 0, unix.FADV_RANDOM) }
 
+// pageCacher is a File that can tell how much of a range is in the page
+// cache (cachestat, Linux 6.5 and later) and drop a range from it
+// (posix_fadvise DONTNEED). The scrub uses it to leave the page cache as
+// it found it (scrub.go). Files that cannot are read without the advice.
+type pageCacher interface {
+	// CachedBytes returns how many bytes of the pages of [off, off+n) are
+	// in the page cache; ok is false if the kernel cannot tell.
+	CachedBytes(off, n int64) (cached int64, ok bool)
+	// DropCache asks the kernel to drop the clean pages wholly inside
+	// [off, off+n) from the page cache.
+	DropCache(off, n int64)
+}
+
+// CachedBytes implements pageCacher with cachestat(2).
+func (f osFile) CachedBytes(off, n int64) (int64, bool) {
+	sc, err := f.File.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var st unix.Cachestat_t
+	var cerr error
+	if err := sc.Control(func(fd uintptr) {
+		cerr = unix.Cachestat(uint(fd), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &st, 0)
+	}); err != nil || cerr != nil {
+		return 0, false
+	}
+	return int64(st.Cache) * int64(os.Getpagesize()), true
+}
+
+// DropCache implements pageCacher.
+func (f osFile) DropCache(off, n int64) { f.fadvise(off, n, unix.FADV_DONTNEED) }
+
 // writeFileAtomic replaces path with data through fs (see internal/atomicfile).
 func writeFileAtomic(fs FS, path string, data []byte) error {
 	return atomicfile.WriteFileFS(atomicFS{fs}, path, data, 0o644)

@@ -154,7 +154,8 @@ func (s *Store) flushTailLocked(p *partition, g *segment) error {
 	if len(p.tail) == 0 {
 		return nil
 	}
-	b := encodeEntries(make([]byte, 0, len(p.tail)*idxEntryLen), p.tail)
+	b := encodeEntries(s.w.idxBuf[:0], p.tail)
+	s.w.idxBuf = b[:0]
 	at := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
 	if _, err := g.idx.WriteAt(b, at); err != nil {
 		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), at, err)
@@ -168,38 +169,62 @@ func (s *Store) flushTailLocked(p *partition, g *segment) error {
 }
 
 // flushTailsOf writes the tails of ps (those of at least min entries) into
-// g's .idx with ONE write, as consecutive blocks: a sweep or a roll with
-// thousands of partitions costs one system call, not one per partition.
-// Only the writer goroutine (or recovery) calls it: it alone appends to
-// tails, so a tail cannot change between the copy and the publish.
+// g's .idx as consecutive blocks, with one write per idxWriteMax bytes: a
+// sweep or a roll with thousands of partitions costs a few system calls,
+// not one per partition. The blocks are encoded into the writer's reused
+// buffer (writerState.idxBuf), not into memory fresh from the system
+// (a sweep at 10,000 partitions writes megabytes, and faulting fresh pages
+// in cost more than encoding them). Only the writer goroutine (or
+// recovery, or Close after the writer stopped) calls it: it alone appends
+// to tails, so a tail cannot change between the copy and the publish.
 func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
-	type pend struct {
-		p   *partition
-		ref blockRef
-	}
-	var todo []pend
-	var buf []byte
+	w := &s.w
+	todo := w.idxTodo[:0]
+	defer func() {
+		clear(todo)
+		w.idxTodo = todo[:0]
+	}()
+	buf := w.idxBuf[:0]
 	at := g.idxN
-	for _, p := range ps {
-		p.mu.RLock()
-		if n := len(p.tail); n > 0 && n >= min {
-			start := len(buf)
-			buf = encodeEntries(buf, p.tail)
-			todo = append(todo, pend{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n),
-				crc: crc32.Checksum(buf[start:], castagnoli)}})
-			at += uint32(n)
+	pos := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
 		}
-		p.mu.RUnlock()
-	}
-	if len(todo) == 0 {
+		if _, err := g.idx.WriteAt(buf, pos); err != nil {
+			return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
+		}
+		pos += int64(len(buf))
+		buf = buf[:0]
 		return nil
 	}
-	pos := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
-	if _, err := g.idx.WriteAt(buf, pos); err != nil {
-		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
+	for _, p := range ps {
+		p.mu.RLock()
+		n := len(p.tail)
+		if n == 0 || n < min {
+			p.mu.RUnlock()
+			continue
+		}
+		if len(buf)+n*idxEntryLen > idxWriteMax {
+			if err := write(); err != nil {
+				p.mu.RUnlock()
+				return err
+			}
+		}
+		start := len(buf)
+		buf = encodeEntries(buf, p.tail)
+		todo = append(todo, pendBlock{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n),
+			crc: crc32.Checksum(buf[start:], castagnoli)}})
+		at += uint32(n)
+		p.mu.RUnlock()
+	}
+	err := write()
+	w.idxBuf = buf[:0]
+	if err != nil || len(todo) == 0 {
+		return err
 	}
 	g.idxN = at
-	g.idxSize = pos + int64(len(buf))
+	g.idxSize = pos
 	for _, x := range todo {
 		x.p.mu.Lock()
 		x.p.blocks = append(x.p.blocks, x.ref)
@@ -207,6 +232,16 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
 		x.p.mu.Unlock()
 	}
 	return nil
+}
+
+// idxWriteMax bounds one write of index blocks, and so the writer's
+// encoding buffer (idxBuf: at most this plus one block).
+const idxWriteMax = 1 << 20
+
+// pendBlock is a block flushTailsOf wrote, published once all are written.
+type pendBlock struct {
+	p   *partition
+	ref blockRef
 }
 
 // errIndexDamaged marks an index block that fails its checks: the log is

@@ -19,6 +19,10 @@ type LogRun struct {
 	// Progress, when set, is called after each piece WriteTo sent, so a
 	// caller can tell a slow reader from one that reads nothing.
 	Progress func()
+	// Head, when set, is sent before the run's bytes (an answer's header):
+	// to a socket in the same packet as the first of them (MSG_MORE), not
+	// as a packet (and a wake-up of the reader) of its own.
+	Head []byte
 }
 
 // section is n bytes of a segment file at off.
@@ -69,10 +73,19 @@ func (r *LogRun) Release() {
 // buffer. A section that comes back short (the file ended before it)
 // is an error: the bytes sent so far are a correct prefix, never others.
 func (r *LogRun) WriteTo(w io.Writer) (int64, error) {
-	if sent, ok, err := sendSections(w, r.secs, r.Progress); ok {
+	if sent, ok, err := sendSections(w, r.Head, r.secs, r.Progress); ok {
 		return sent, err
 	}
-	return copySections(w, r.secs, r.Progress)
+	var sent int64
+	if len(r.Head) > 0 {
+		n, err := w.Write(r.Head)
+		sent += int64(n)
+		if err != nil {
+			return sent, err
+		}
+	}
+	n, err := copySections(w, r.secs, r.Progress)
+	return sent + n, err
 }
 
 // copySections writes the sections through a buffer.

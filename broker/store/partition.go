@@ -60,6 +60,9 @@ type partition struct {
 
 	// writer-owned: end including requests of the batch being built.
 	wEnd int64
+	// writer-owned: p's place in the writer's dirty set plus one (0: not
+	// in it), see dirtySet.
+	wDirty int32
 
 	// idxAhead is the partition offset up to which a reader of old data
 	// asked for p's index blocks ahead (prefetchIndex); only a hint.
@@ -401,4 +404,67 @@ func (p *partition) cutDamageLocked(off int64) {
 		}
 	}
 	p.fills = fills
+}
+
+// maxIndexedNum bounds the partition numbers topicParts indexes: a larger
+// number (the store takes any) is found through Store.parts alone.
+const maxIndexedNum = 1 << 16
+
+// topicParts is a topic's partitions by number: the same partitions as
+// Store.parts, under Store.mu. AppendManyAsync finds the partitions of a
+// call (up to 64 of a topic of 10,000) by index in it rather than hashing
+// each key into the table of every partition.
+type topicParts struct {
+	topic string
+	byNum []*partition // nil where the topic has no such partition
+	n     int          // partitions in byNum
+}
+
+// get returns partition num of t, or nil when t (which may be nil) does
+// not index it.
+func (t *topicParts) get(num int) *partition {
+	if t == nil || num < 0 || num >= len(t.byNum) {
+		return nil
+	}
+	return t.byNum[num]
+}
+
+// setPartLocked puts p into the partition table (the caller holds Store.mu
+// for writing, or owns the store during recovery).
+func (s *Store) setPartLocked(p *partition) {
+	if old := s.parts[p.key]; old != nil {
+		s.deletePartLocked(p.key)
+	}
+	s.parts[p.key] = p
+	num := p.key.num
+	if num < 0 || num >= maxIndexedNum {
+		return
+	}
+	t := s.byTopic[p.key.topic]
+	if t == nil {
+		t = &topicParts{topic: p.key.topic}
+		s.byTopic[p.key.topic] = t
+	}
+	if num >= len(t.byNum) {
+		t.byNum = append(t.byNum, make([]*partition, num+1-len(t.byNum))...)
+	}
+	t.byNum[num] = p
+	t.n++
+}
+
+// deletePartLocked takes key out of the partition table (the caller
+// holds Store.mu for writing, or owns the store during recovery).
+func (s *Store) deletePartLocked(key pkey) {
+	if _, ok := s.parts[key]; !ok {
+		return
+	}
+	delete(s.parts, key)
+	t := s.byTopic[key.topic]
+	if t == nil || key.num < 0 || key.num >= len(t.byNum) || t.byNum[key.num] == nil {
+		return
+	}
+	t.byNum[key.num] = nil
+	if t.n--; t.n == 0 {
+		delete(s.byTopic, key.topic)
+	}
 }

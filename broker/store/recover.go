@@ -263,7 +263,7 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment,
 			start = min(start, orphans[0].off)
 		}
 		p := newPartition(key, h.pid, start)
-		s.parts[key] = p
+		s.setPartLocked(p)
 		s.byPid[h.pid] = p
 		if len(orphans) > 0 {
 			if err := s.adoptOrphans(p, orphans, g); err != nil {
@@ -280,7 +280,7 @@ func (s *Store) applyEntry(h entryHeader, payload []byte, pos int64, g *segment,
 			delete(s.byPid, h.pid)
 			delete(lost, p)
 			if s.parts[p.key] == p {
-				delete(s.parts, p.key)
+				s.deletePartLocked(p.key)
 			}
 		}
 	case entryData:

@@ -145,7 +145,9 @@ func (s *Store) scrubSegment(ctx context.Context, lim *rate.Limiter, g *segment,
 		return nil
 	}
 	defer g.unpin()
-	r := newSegReader(g.f, limit)
+	sf, done := scrubFile(g.f, limit)
+	defer done()
+	r := newSegReader(sf, limit)
 	r.window = scrubBurst
 	var damaged []posRange
 	// paid: bytes read and not yet paid for to the rate limiter, in
@@ -207,3 +209,65 @@ func (s *Store) scrubSegment(ctx context.Context, lim *rate.Limiter, g *segment,
 	g.checked.Store(true)
 	return pay()
 }
+
+// scrubFile returns f for the scrub's reads of its first limit bytes, and
+// a function to call when the scrub is done with it. Where f can tell what
+// is in the page cache (pageCacher), the pieces the scrub read that had no
+// page cached before its reads (and before the kernel's read-ahead for
+// them) are dropped from the page cache once read, so a pass over cold
+// segments does not push the data readers use out of it; pieces that were
+// cached, even in part, are left as they were.
+func scrubFile(f File, limit int64) (File, func()) {
+	pc, ok := f.(pageCacher)
+	if !ok {
+		return f, func() {}
+	}
+	c := &cacheNeutralFile{File: f, pc: pc, limit: limit}
+	return c, c.finish
+}
+
+// scrubPiece is the unit the scrub asks about and drops: small enough
+// that a partly cached window is mostly dropped where it was cold, large
+// enough that the calls cost nothing beside the read (16 per MiB).
+const scrubPiece = 64 << 10
+
+// scrubLookahead is how far past a read its pieces are classified, before
+// the read: the kernel's read-ahead may bring in that much after it (up to
+// the device's read_ahead_kb; more than this is left cached).
+const scrubLookahead = 16 << 20
+
+// cacheNeutralFile is a File read forward by the scrub. Each piece of its
+// first limit bytes is classified (cold: no page cached) before the first
+// read that could bring it in, and a cold piece is dropped once the reads
+// have moved past it (reads never go back before the last read's start)
+// or at finish.
+type cacheNeutralFile struct {
+	File
+	pc      pageCacher
+	limit   int64
+	cold    []bool // per piece from 0, classified so far
+	dropped int    // pieces below this are dealt with
+}
+
+func (f *cacheNeutralFile) ReadAt(b []byte, off int64) (int, error) {
+	for end := min(off+int64(len(b))+scrubLookahead, f.limit); int64(len(f.cold))*scrubPiece < end; {
+		p := int64(len(f.cold)) * scrubPiece
+		c, ok := f.pc.CachedBytes(p, scrubPiece)
+		f.cold = append(f.cold, ok && c == 0)
+	}
+	f.drop(int(off / scrubPiece))
+	return f.File.ReadAt(b, off)
+}
+
+// drop drops the cold pieces below piece to from the page cache.
+func (f *cacheNeutralFile) drop(to int) {
+	to = min(to, len(f.cold))
+	for i := f.dropped; i < to; i++ {
+		if f.cold[i] {
+			f.pc.DropCache(int64(i)*scrubPiece, scrubPiece)
+		}
+	}
+	f.dropped = max(f.dropped, to)
+}
+
+func (f *cacheNeutralFile) finish() { f.drop(len(f.cold)) }

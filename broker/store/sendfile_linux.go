@@ -9,13 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sendSections sends the sections to w with sendfile(2) when w is a TCP
-// socket (a syscall.Conn whose descriptor accepts it); ok is false when it
+// sendSections sends head and then the sections to w with sendfile(2)
+// when w is a TCP socket (a syscall.Conn whose descriptor accepts it),
+// head in the same packet as the first section; ok is false when it
 // is not, and nothing was sent. The socket's write deadline applies: the
 // runtime's poller waits for it to be writable and gives up at the
 // deadline. A section the file cannot fill (it ended before) stops the
 // send with io.ErrUnexpectedEOF after a correct prefix.
-func sendSections(w io.Writer, secs []section, progress func()) (sent int64, ok bool, err error) {
+func sendSections(w io.Writer, head []byte, secs []section, progress func()) (sent int64, ok bool, err error) {
 	sc, isConn := w.(syscall.Conn)
 	if !isConn || !sendfileWriter(w) {
 		return 0, false, nil
@@ -29,6 +30,40 @@ func sendSections(w io.Writer, secs []section, progress func()) (sent int64, ok 
 		// them instead of sending one (and waking the reader) per section.
 		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, 1) })
 		defer rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, 0) })
+	}
+	if len(head) > 0 {
+		// The head waits in the socket (MSG_MORE) for the first section,
+		// which pushes both out together.
+		flags := unix.MSG_NOSIGNAL
+		if len(secs) > 0 {
+			flags |= unix.MSG_MORE
+		}
+		var serr error
+		werr := rc.Write(func(fd uintptr) bool {
+			for len(head) > 0 {
+				n, e := unix.SendmsgN(int(fd), head, nil, nil, flags)
+				if n > 0 {
+					head = head[n:]
+					sent += int64(n)
+				}
+				switch {
+				case e == unix.EAGAIN:
+					return false
+				case e == unix.EINTR:
+					continue
+				case e != nil:
+					serr = e
+					return true
+				}
+			}
+			return true
+		})
+		if werr == nil {
+			werr = serr
+		}
+		if werr != nil {
+			return sent, true, fmt.Errorf("store: send answer header: %w", werr)
+		}
 	}
 	for _, s := range secs {
 		off, left := s.off, s.n

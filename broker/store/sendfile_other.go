@@ -5,4 +5,4 @@ package store
 import "io"
 
 // sendSections: sendfile is used on Linux only; elsewhere runs are copied.
-func sendSections(io.Writer, []section, func()) (int64, bool, error) { return 0, false, nil }
+func sendSections(io.Writer, []byte, []section, func()) (int64, bool, error) { return 0, false, nil }

@@ -73,6 +73,9 @@ type Store struct {
 
 	mu    sync.RWMutex // partition table
 	parts map[pkey]*partition
+	// byTopic holds the same partitions as parts by topic and number (see
+	// topicParts); setPartLocked and deletePartLocked change both.
+	byTopic map[string]*topicParts
 	// partsGen counts removals from parts (under mu), which make the
 	// partitions appends looked up before them stale (request.hint).
 	partsGen atomic.Uint64
@@ -144,6 +147,7 @@ func Open(opts Options) (*Store, error) {
 		dir:      opts.Dir,
 		logDir:   filepath.Join(opts.Dir, "log"),
 		parts:    make(map[pkey]*partition),
+		byTopic:  make(map[string]*topicParts),
 		byPid:    make(map[uint32]*partition),
 		policies: make(map[string]Policy),
 		durCh:    make(chan struct{}),
@@ -161,7 +165,6 @@ func Open(opts Options) (*Store, error) {
 	s.fs = s.fds
 	s.sums.budget = opts.summaryBudget
 	s.w.ids.broker = int64(opts.BrokerID)
-	s.w.dirty = make(map[*partition]struct{})
 	s.w.unflushed = make(map[string]int)
 	if err := s.fs.MkdirAll(s.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", s.logDir, err)
@@ -349,13 +352,19 @@ func (s *Store) encodeAppend(topic string, partition int, msgs []Message) (*Pend
 // checkAppend checks an append and returns the bytes its records take (0
 // for no messages).
 func (s *Store) checkAppend(topic string, partition int, msgs []Message) (int, error) {
+	return appendSize(topic, partition, msgs, s.fatal)
+}
+
+// appendSize is checkAppend with the store's health asked through fatal,
+// only for an append that has messages (AppendManyAsync asks once per call).
+func appendSize(topic string, partition int, msgs []Message, fatal func() error) (int, error) {
 	if err := checkKey(topic, partition); err != nil {
 		return 0, err
 	}
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	if err := s.fatal(); err != nil {
+	if err := fatal(); err != nil {
 		return 0, err
 	}
 	size := 0
@@ -410,8 +419,17 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 	outs := make([]AppendOutcome, len(appends))
 	sizes := make([]int, len(appends))
 	total, records := 0, 0
+	// The store's health is asked once for the whole call, not per part.
+	var health error
+	asked := false
+	fatal := func() error {
+		if !asked {
+			health, asked = s.fatal(), true
+		}
+		return health
+	}
 	for i, a := range appends {
-		sizes[i], outs[i].Err = s.checkAppend(a.Topic, a.Partition, a.Msgs)
+		sizes[i], outs[i].Err = appendSize(a.Topic, a.Partition, a.Msgs, fatal)
 		if outs[i].Err != nil {
 			outs[i].Err = fmt.Errorf("store: append %s-%d: %w", a.Topic, a.Partition, outs[i].Err)
 		}
@@ -432,35 +450,51 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 	g := &request{kind: reqAppend, payload: payload, size: total}
 	parts := make([]request, 0, len(appends))
 	idx := make([]int, 0, len(appends)) // appends[idx[k]] is parts[k]
+	// A call's parts are mostly of one topic: its policy and its
+	// partitions' table are looked up once per run of the same topic.
+	var topic string
+	var pol Policy
 	for i, a := range appends {
 		if sizes[i] == 0 {
 			continue
 		}
+		if len(parts) == 0 || a.Topic != topic {
+			topic, pol = a.Topic, s.policy(a.Topic)
+		}
 		n, start := len(a.Msgs), len(payload)
 		payload = encodeRecords(payload, recOffs[:n:n], ids[:n:n], a.Msgs)
 		parts = append(parts, request{kind: reqAppend, key: pkey{a.Topic, a.Partition}, payload: payload[start:len(payload):len(payload)],
-			recOffs: recOffs[:n:n], ids: ids[:n:n], records: n, policy: s.policy(a.Topic), parent: g})
+			recOffs: recOffs[:n:n], ids: ids[:n:n], records: n, policy: pol, parent: g})
 		recOffs, ids = recOffs[n:], ids[n:]
 		idx = append(idx, i)
 	}
 	g.group = make([]*request, len(parts))
 	s.mu.RLock()
 	gen := s.partsGen.Load()
+	var tp *topicParts
 	for k := range parts {
-		parts[k].size = len(parts[k].payload)
-		parts[k].hint, parts[k].hintGen = s.parts[parts[k].key], gen
-		g.group[k] = &parts[k]
+		r := &parts[k]
+		r.size = len(r.payload)
+		if tp == nil || tp.topic != r.key.topic {
+			tp = s.byTopic[r.key.topic]
+		}
+		r.hint, r.hintGen = tp.get(r.key.num), gen
+		g.group[k] = r
 	}
 	s.mu.RUnlock()
 	g.pending.Store(int32(len(parts)))
 	g.notify = func() {
+		// One slice of results for every part, cut in turn.
+		all := make([]Appended, records)
 		for k, i := range idx {
 			r := g.group[k]
 			if r.err != nil {
 				outs[i].Err = fmt.Errorf("store: append %s-%d: %w", r.key.topic, r.key.num, r.err)
 				continue
 			}
-			as := make([]Appended, len(r.recOffs))
+			n := len(r.recOffs)
+			as := all[:n:n]
+			all = all[n:]
 			for j, o := range r.recOffs {
 				as[j] = Appended{ID: r.ids[j], Offset: r.offset + int64(o)}
 			}

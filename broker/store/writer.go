@@ -112,12 +112,70 @@ type writerState struct {
 	ids        idGen
 	lastMs     int64
 	pend       []pendingChunk
-	dirty      map[*partition]struct{}
+	dirty      dirtySet
 	unflushed  map[string]int
 	deadline   time.Time
 	timer      <-chan time.Time
 	jobs       int // group commits started or queued, not yet completed
 	sinceSweep int // chunks indexed since the last sweepTails
+	// idxBuf and idxTodo are reused by every flush of index blocks
+	// (flushTailLocked, flushTailsOf), empty between them.
+	idxBuf  []byte
+	idxTodo []pendBlock
+}
+
+// partEnd is a partition and its end.
+type partEnd struct {
+	p   *partition
+	end int64
+}
+
+// dirtySet is the partitions written since their last fdatasync was
+// queued, with their ends, in the order first written. It is the writer
+// goroutine's: a partition's place in it is its wDirty field, so marking
+// one costs no map operation, and handing the set to a group commit (take)
+// reads no partition's lock: with a batch spread over thousands of
+// partitions each partition is touched once per commit, when its chunk is
+// indexed.
+type dirtySet struct {
+	list []partEnd // a removed partition leaves p nil
+	n    int       // partitions in list
+}
+
+// mark puts p into the set with end as its end (the newest wins).
+func (d *dirtySet) mark(p *partition, end int64) {
+	if i := p.wDirty; i > 0 {
+		d.list[i-1].end = end
+		return
+	}
+	d.list = append(d.list, partEnd{p, end})
+	p.wDirty = int32(len(d.list))
+	d.n++
+}
+
+// remove takes p out of the set.
+func (d *dirtySet) remove(p *partition) {
+	if i := p.wDirty; i > 0 {
+		d.list[i-1].p = nil
+		p.wDirty = 0
+		d.n--
+	}
+}
+
+// len is the number of partitions in the set.
+func (d *dirtySet) len() int { return d.n }
+
+// take appends the set to dst and empties it.
+func (d *dirtySet) take(dst []partEnd) []partEnd {
+	for _, x := range d.list {
+		if x.p != nil {
+			x.p.wDirty = 0
+			dst = append(dst, x)
+		}
+	}
+	clear(d.list)
+	d.list, d.n = d.list[:0], 0
+	return dst
 }
 
 // syncJob is one group commit's fdatasync, run by the syncer goroutine
@@ -127,11 +185,11 @@ type writerState struct {
 type syncJob struct {
 	f     File
 	path  string
-	pos   int64                // log end the sync covers
-	parts map[*partition]int64 // partition ends it makes durable
-	reqs  []*request           // answered when it returns
-	err   error                // set by the syncer
-	took  time.Duration        // set by the syncer
+	pos   int64         // log end the sync covers
+	parts []partEnd     // partition ends it makes durable (a partition may appear more than once)
+	reqs  []*request    // answered when it returns
+	err   error         // set by the syncer
+	took  time.Duration // set by the syncer
 }
 
 // syncQueue passes group commits from the writer to the syncer. While a
@@ -265,7 +323,7 @@ func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
 	pid := s.nextPid
 	s.nextPid++
 	p = newPartition(key, pid, start)
-	s.parts[key] = p
+	s.setPartLocked(p)
 	s.byPid[pid] = p
 	return p, true
 }
@@ -365,7 +423,7 @@ func (s *Store) process(batch []*request) {
 			s.mu.Lock()
 			p := s.parts[r.key]
 			if p != nil {
-				delete(s.parts, r.key)
+				s.deletePartLocked(r.key)
 				s.partsGen.Add(1)
 			}
 			s.mu.Unlock()
@@ -454,12 +512,12 @@ func (s *Store) process(batch []*request) {
 			s.mu.Lock()
 			s.partsGen.Add(1)
 			for _, p := range created {
-				delete(s.parts, p.key)
+				s.deletePartLocked(p.key)
 				delete(s.byPid, p.pid)
 			}
 			for _, p := range deleted {
 				if s.parts[p.key] == nil {
-					s.parts[p.key] = p
+					s.setPartLocked(p)
 				}
 			}
 			s.mu.Unlock()
@@ -487,8 +545,9 @@ func (s *Store) process(batch []*request) {
 			if len(pc.p.tail) >= s.opts.blockEntries && idxErr == nil {
 				idxErr = s.flushTailLocked(pc.p, w.active)
 			}
+			end := pc.p.end
 			pc.p.mu.Unlock()
-			w.dirty[pc.p] = struct{}{}
+			w.dirty.mark(pc.p, end)
 		}
 		w.sinceSweep += len(w.pend)
 		if w.sinceSweep >= s.opts.tailBudget/4 && idxErr == nil {
@@ -504,13 +563,16 @@ func (s *Store) process(batch []*request) {
 			s.writeOK()
 		}
 		for _, p := range created {
-			w.dirty[p] = struct{}{}
+			p.mu.RLock()
+			end := p.end
+			p.mu.RUnlock()
+			w.dirty.mark(p, end)
 		}
 		if len(deleted) > 0 {
 			s.mu.Lock()
 			for _, p := range deleted {
 				delete(s.byPid, p.pid)
-				delete(w.dirty, p)
+				w.dirty.remove(p)
 			}
 			s.mu.Unlock()
 			for _, p := range deleted {
@@ -572,7 +634,7 @@ func (s *Store) commit(batch []*request) {
 		if j == nil {
 			j = q.next
 			if start = q.inflight == nil; start || j == nil {
-				j = &syncJob{f: w.active.f, path: w.active.path, parts: make(map[*partition]int64, len(w.dirty))}
+				j = &syncJob{f: w.active.f, path: w.active.path, parts: make([]partEnd, 0, w.dirty.len())}
 				w.jobs++
 				if start {
 					q.inflight = j
@@ -587,12 +649,7 @@ func (s *Store) commit(batch []*request) {
 	}
 	if j != nil {
 		j.pos = w.pos
-		for p := range w.dirty {
-			p.mu.RLock()
-			j.parts[p] = p.end
-			p.mu.RUnlock()
-			delete(w.dirty, p)
-		}
+		j.parts = w.dirty.take(j.parts)
 	}
 	q.mu.Unlock()
 	if j == nil {
@@ -628,9 +685,7 @@ func (s *Store) completeSync(j *syncJob) {
 		err := s.setUnhealthy(fmt.Errorf("store: fdatasync %s: %w", j.path, j.err))
 		if next != nil {
 			w.jobs--
-			for p, end := range next.parts {
-				j.parts[p] = end
-			}
+			j.parts = append(j.parts, next.parts...)
 		}
 		s.rollbackUnsynced(j.parts)
 		for _, r := range j.reqs {
@@ -652,10 +707,11 @@ func (s *Store) completeSync(j *syncJob) {
 	if j.took > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
 	}
-	for p, end := range j.parts {
+	for _, x := range j.parts {
+		p := x.p
 		p.mu.Lock()
-		if end > p.durable {
-			p.durable = end
+		if x.end > p.durable {
+			p.durable = x.end
 		}
 		p.mu.Unlock()
 	}
@@ -690,7 +746,7 @@ func (s *Store) syncNow() error {
 	if err := s.fatal(); err != nil {
 		return err
 	}
-	if w.pos == s.durable() && len(w.dirty) == 0 {
+	if w.pos == s.durable() && w.dirty.len() == 0 {
 		return nil
 	}
 	start := time.Now()
@@ -705,11 +761,11 @@ func (s *Store) syncNow() error {
 	if d := time.Since(start); d > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", w.active.path, "took", d)
 	}
-	for p := range w.dirty {
+	for _, x := range w.dirty.take(nil) {
+		p := x.p
 		p.mu.Lock()
 		p.durable = p.end
 		p.mu.Unlock()
-		delete(w.dirty, p)
 	}
 	clear(w.unflushed)
 	w.deadline = time.Time{}
@@ -769,7 +825,7 @@ func (s *Store) skip(p *partition, at, ms int64) error {
 	}
 	if p.addHoleLocked(at, ms) {
 		p.wEnd = at
-		s.w.dirty[p] = struct{}{}
+		s.w.dirty.mark(p, p.end)
 		s.dropCheckpoint()
 		s.log.Warn("STORE: partition continues past records lost on its source",
 			"partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "to", at)
@@ -793,9 +849,9 @@ func (s *Store) checkFill(p *partition, off, n int64) error {
 
 // rollbackUnsynced cuts the log and the indexes back to the durable end:
 // every dirty partition, and those of a failed commit (synced, not durable).
-func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
-	for p := range synced {
-		s.w.dirty[p] = struct{}{}
+func (s *Store) rollbackUnsynced(synced []partEnd) {
+	for _, x := range synced {
+		s.w.dirty.mark(x.p, x.end)
 	}
 	w := &s.w
 	d := s.durable()
@@ -807,13 +863,13 @@ func (s *Store) rollbackUnsynced(synced map[*partition]int64) {
 	}
 	w.active.size.Store(d - w.active.start)
 	w.pos = d
-	for p := range w.dirty {
+	for _, x := range w.dirty.take(nil) {
+		p := x.p
 		p.mu.Lock()
 		if err := s.cutIndexLocked(p, p.durable); err != nil {
 			s.log.Error("STORE: cannot cut the index back", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "err", err)
 		}
 		p.mu.Unlock()
-		delete(w.dirty, p)
 	}
 }
 

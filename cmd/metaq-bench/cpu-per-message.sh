@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
 # Broker CPU time per message: one run of metaq-bench against a broker started as its own process, with the
 # broker's utime+stime read from /proc/PID/stat over the measured window (after the warm-up, and when the
-# bench exits). Prints: KIND CONSUMERS PUTS DELIVERED CPU_TICKS LOADAVG | put latency | delivery latency.
-# Usage: cpu-per-message.sh KIND CONSUMERS
+# bench exits). Prints one line:
+#   TIME KIND GROUPS PUTS DELIVERED CPU_TICKS LOAD1 msgs/s=PRODUCED/DELIVERED us/put=CPU per produced message
+#   us/delivery=CPU per delivered message (0 groups: -) | put latency | delivery latency
+# (LOAD1: the 1-minute load average when the round ends; ticks are 1/CLK_TCK s).
+# Usage: cpu-per-message.sh KIND GROUPS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
 #   metaq-java/build.sh, ZK=a running ZooKeeper). MB=metaq-bench binary. WARMUP, DURATION in seconds.
+#   GROUPS: consumer groups (metaq-bench -groups), each one connection reading every partition, so every
+#   message is delivered GROUPS times.
+#        cpu-per-message.sh disk
+#   measures the disk under a fresh temp dir instead: 1 KiB and 1 MiB O_DSYNC writes (dd), to quote beside
+#   the rounds (MACHINE-NOTES: the disk's speed moves from day to day).
 # Alternate brokers between rounds yourself (broker/store/BENCH.md, "Zero-copy gets").
 set -u
-KIND=$1; CONS=$2
+KIND=$1
+if [ "$KIND" = disk ]; then
+	d=$(mktemp -d)
+	k=$(dd if=/dev/zero of="$d/f" bs=1k count=4000 oflag=dsync 2>&1 | tail -1)
+	rm -f "$d/f"
+	m=$(dd if=/dev/zero of="$d/f" bs=1M count=512 oflag=dsync 2>&1 | tail -1)
+	rm -rf "$d"
+	echo "$(date -u +%H:%M:%S) disk 1KiB-dsync: $k | 1MiB-dsync: $m | load $(cut -d' ' -f1 /proc/loadavg)"
+	exit 0
+fi
+CONS=${2:?usage: cpu-per-message.sh KIND GROUPS}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MB=${MB:?metaq-bench binary}; WARM=${WARMUP:-5}; DUR=${DURATION:-10}
@@ -23,7 +41,7 @@ fi
 pid=$!
 for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 sleep 1
-"$MB" -addr "127.0.0.1:$port" -consumers "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 > "$data/mb.out" 2>&1 &
+"$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 > "$data/mb.out" 2>&1 &
 mbpid=$!
 sleep "$WARM"
 c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
@@ -36,6 +54,8 @@ kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
-echo "$(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
+tck=$(getconf CLK_TCK)
+echo "$(date -u +%H:%M:%S) $(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load $(awk -v p="${puts:-0}" -v c="${cons:-0}" -v t=$((c1 - c0)) -v d="$DUR" -v k="$tck" \
+	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
 rm -rf "$data"

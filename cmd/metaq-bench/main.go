@@ -7,6 +7,13 @@
 // targets a running broker instead.
 //
 //	metaq-bench -producers 4 -inflight 256 -size 1024 -duration 10s -consumers 2
+//
+// Two kinds of readers: -consumers N are N connections of one consumer
+// group that split the partitions between them (each message is delivered
+// once; with more connections than partitions each reads every partition),
+// and -groups N are N consumer groups of one connection each, every one
+// reading every partition (each message is delivered N times, as when N
+// applications subscribe to a topic). The two can be combined.
 package main
 
 import (
@@ -38,6 +45,7 @@ type options struct {
 	addr       string
 	producers  int
 	consumers  int
+	groups     int
 	inflight   int
 	size       int
 	duration   time.Duration
@@ -52,7 +60,8 @@ func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "", "broker address host:port; empty starts a broker in process on a temp dir")
 	flag.IntVar(&o.producers, "producers", 4, "producer connections")
-	flag.IntVar(&o.consumers, "consumers", 0, "consumer connections (each fetches partitions round robin)")
+	flag.IntVar(&o.consumers, "consumers", 0, "consumer connections of one group, splitting the partitions (each fetches its partitions round robin)")
+	flag.IntVar(&o.groups, "groups", 0, "consumer groups of one connection each, every one reading every partition (each message delivered -groups times; MetaQ protocol only)")
 	flag.IntVar(&o.inflight, "inflight", 128, "pipelined puts in flight per producer connection")
 	flag.IntVar(&o.size, "size", 1024, "message body size in bytes")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured run time")
@@ -192,15 +201,19 @@ func (s *stats) observeConsume(n int64) {
 	s.mu.Unlock()
 }
 
-// observeDelivery records one message's time from its put to its
-// delivery to a consumer.
-func (s *stats) observeDelivery(d time.Duration) {
+// observeGet counts the n messages of b payload bytes one get delivered,
+// with the put-to-delivery times of those that carried a send time: one
+// lock per get, not per message, so the load generator's own cost per
+// delivery stays small beside the broker's.
+func (s *stats) observeGet(n, b int64, lat []time.Duration) {
 	if !s.measuring.Load() {
 		return
 	}
 	s.mu.Lock()
 	if s.measuring.Load() {
-		s.dlat = append(s.dlat, d)
+		s.consumed.Add(n)
+		s.cbytes.Add(b)
+		s.dlat = append(s.dlat, lat...)
 	}
 	s.mu.Unlock()
 }
@@ -234,7 +247,7 @@ func (r result) print(o options) {
 	fmt.Printf("produce: %d msgs in %.1fs = %.0f msgs/s, %.1f MB/s (payload), %d failed\n",
 		r.puts, sec, float64(r.puts)/sec, float64(r.puts)*float64(o.size)/sec/1e6, r.failed)
 	fmt.Printf("put latency: p50 %v  p99 %v  max %v\n", pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
-	if o.consumers > 0 {
+	if o.readers() > 0 {
 		fmt.Printf("consume: %d msgs = %.0f msgs/s, %.1f MB/s (payload)\n", r.consumed, float64(r.consumed)/sec, float64(r.cbytes)/sec/1e6)
 		if len(r.dlat) > 0 {
 			slices.Sort(r.dlat)
@@ -355,8 +368,36 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	}
 }
 
-// consume fetches partitions round robin from offset 0, following records.
+// readers is the number of consumer connections, of -consumers and -groups.
+func (o options) readers() int { return o.consumers + o.groups }
+
+// consume runs consumer n of the group "bench": the partitions p with
+// p mod consumers = n (every partition when there are more consumers than
+// partitions).
 func consume(ctx context.Context, o options, addr string, n int, st *stats) error {
+	parts := max(o.partitions, 1)
+	var mine []int
+	for p := range parts {
+		if o.consumers > parts || p%o.consumers == n {
+			mine = append(mine, p)
+		}
+	}
+	return fetch(ctx, o, addr, "bench", mine, st)
+}
+
+// consumeGroup runs the only consumer of group "bench-g<g>", reading every
+// partition.
+func consumeGroup(ctx context.Context, o options, addr string, g int, st *stats) error {
+	all := make([]int, max(o.partitions, 1))
+	for p := range all {
+		all[p] = p
+	}
+	return fetch(ctx, o, addr, fmt.Sprintf("bench-g%d", g), all, st)
+}
+
+// fetch gets the partitions mine round robin for group from offset 0,
+// following records.
+func fetch(ctx context.Context, o options, addr, group string, mine []int, st *stats) error {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err
@@ -364,18 +405,22 @@ func consume(ctx context.Context, o options, addr string, n int, st *stats) erro
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
 	d := wire.NewDecoder(bufio.NewReaderSize(nc, 1<<20))
-	offsets := make([]int64, max(o.partitions, 1))
-	var mine []int
-	for p := range offsets {
-		if o.consumers > len(offsets) || p%o.consumers == n {
-			mine = append(mine, p)
+	// An answer's records are counted before the next get, so one buffer
+	// serves every answer.
+	var buf []byte
+	d.Alloc = func(n int) []byte {
+		if cap(buf) < n {
+			buf = make([]byte, n)
 		}
+		return buf[:n]
 	}
+	var lat []time.Duration
+	offsets := make([]int64, max(o.partitions, 1))
 	var opaque int32
 	for i := 0; ; i++ {
 		p := mine[i%len(mine)]
 		opaque++
-		if err := wire.Write(nc, &wire.Get{Topic: o.topic, Group: "bench", Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: opaque}); err != nil {
+		if err := wire.Write(nc, &wire.Get{Topic: o.topic, Group: group, Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: opaque}); err != nil {
 			return err
 		}
 		cmd, err := d.Decode()
@@ -385,18 +430,23 @@ func consume(ctx context.Context, o options, addr string, n int, st *stats) erro
 		switch c := cmd.(type) {
 		case *wire.Value:
 			data := c.Data
+			now := time.Now()
+			var n, b int64
+			lat = lat[:0]
 			for len(data) >= 20 {
 				l := int(binary.BigEndian.Uint32(data))
 				if len(data) < 20+l {
 					break
 				}
 				offsets[p] += int64(20 + l)
-				st.observeConsume(int64(l))
+				n++
+				b += int64(l)
 				if flag := binary.BigEndian.Uint32(data[16:]); flag == 0 && l >= 8 {
-					st.observeDelivery(time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(data[20:])))))
+					lat = append(lat, now.Sub(time.Unix(0, int64(binary.BigEndian.Uint64(data[20:])))))
 				}
 				data = data[20+l:]
 			}
+			st.observeGet(n, b, lat)
 		case *wire.Result:
 			if c.Code == 301 {
 				var off int64

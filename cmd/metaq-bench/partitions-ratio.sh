@@ -4,7 +4,8 @@
 # the two topics round by round (the order swaps every round). Per round it prints msgs/s of each topic, the
 # ratio pN / p16, the broker's CPU time per message (utime+stime from /proc/PID/stat over the measured
 # window; after the slash the user part alone, which leaves out the kernel's copy into the page cache), and
-# the load average; then the median and minimum of the ratios.
+# the load average; then the median and minimum of the ratios, and of the CPU ratios (p16's CPU per message
+# divided by pN's: 1 when a message costs the broker the same at N partitions as at 16).
 # Usage: partitions-ratio.sh SERVER_BINARY BENCH_BINARY [N [ROUNDS [SECONDS]]]
 #   PERF=dir records a perf profile of the broker per topic and round into dir (needs perf).
 set -u
@@ -48,6 +49,7 @@ printf '%-6s %-7s %10s %10s %7s %14s %14s %s\n' round first p16/s "p$N/s" ratio 
 rep=/sys/module/page_reporting/parameters/reported_kib
 [ -r $rep ] && echo "free page reporting: $(cat $rep) KiB reported so far" || true
 ratios=()
+cpuratios=()
 for r in $(seq 1 "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then
 		a=$(run p16 16 "$r"); b=$(run "p$N" "$N" "$r"); first=p16
@@ -57,7 +59,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	set -- $a $b
 	ratio=$(awk -v x="$3" -v y="$1" 'BEGIN{printf "%.2f", (y>0)?x/y:0}')
 	ratios+=("$ratio")
+	cpuratios+=("$(awk -v x="${2%%/*}" -v y="${4%%/*}" 'BEGIN{printf "%.2f", (y>0)?x/y:0}')")
 	printf '%-6s %-7s %10s %10s %7s %14s %14s %s\n' "$r" "$first" "$1" "$3" "$ratio" "$2" "$4" "$(cut -d' ' -f1-3 /proc/loadavg)"
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END{m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "ratio median %.2f  minimum %.2f  (%d rounds)\n", m, a[1], NR}'
+printf '%s\n' "${cpuratios[@]}" | sort -n | awk -v n="$N" -v each="${cpuratios[*]}" '{a[NR]=$1} END{m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "broker CPU per message p16 / p%s: median %.2f  minimum %.2f  (rounds: %s)\n", n, m, a[1], each}'
 [ -r $rep ] && echo "free page reporting: $(cat $rep) KiB reported so far" || true

@@ -35,7 +35,10 @@ type target struct {
 	addr    string
 	produce func(ctx context.Context, n int, st *stats) error
 	consume func(ctx context.Context, n int, st *stats) error
-	close   func()
+	// group runs the only consumer of group g, reading every partition;
+	// nil where -groups is not supported.
+	group func(ctx context.Context, g int, st *stats) error
+	close func()
 }
 
 // dispatch picks the mode from the peer flags: -compare, one -peer, or
@@ -101,6 +104,7 @@ func metaqTarget(o options, name, addr string, close func()) target {
 		addr:    addr,
 		produce: func(ctx context.Context, n int, st *stats) error { return produce(ctx, o, addr, n, st) },
 		consume: func(ctx context.Context, n int, st *stats) error { return consume(ctx, o, addr, n, st) },
+		group:   func(ctx context.Context, g int, st *stats) error { return consumeGroup(ctx, o, addr, g, st) },
 		close:   close,
 	}
 }
@@ -108,13 +112,16 @@ func metaqTarget(o options, name, addr string, close func()) target {
 // runLoad runs o's producers and consumers against t: warm-up, then the
 // measured window.
 func runLoad(o options, t target) (result, error) {
-	fmt.Printf("target %s %s: %d producers x %d in flight, %d consumers, %d B messages, %d partitions, warm-up %v, run %v\n",
-		t.name, t.addr, o.producers, o.inflight, o.consumers, o.size, o.partitions, o.warmup, o.duration)
+	fmt.Printf("target %s %s: %d producers x %d in flight, %d consumers, %d groups, %d B messages, %d partitions, warm-up %v, run %v\n",
+		t.name, t.addr, o.producers, o.inflight, o.consumers, o.groups, o.size, o.partitions, o.warmup, o.duration)
+	if o.groups > 0 && t.group == nil {
+		return result{}, fmt.Errorf("-groups is not supported against %s", t.name)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &stats{}
 	var wg sync.WaitGroup
-	errCh := make(chan error, o.producers+o.consumers)
+	errCh := make(chan error, o.producers+o.readers())
 	for i := range o.producers {
 		wg.Add(1)
 		go func() {
@@ -130,6 +137,15 @@ func runLoad(o options, t target) (result, error) {
 			defer wg.Done()
 			if err := t.consume(ctx, i, st); err != nil && ctx.Err() == nil {
 				errCh <- fmt.Errorf("consumer %d: %w", i, err)
+			}
+		}()
+	}
+	for g := range o.groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := t.group(ctx, g, st); err != nil && ctx.Err() == nil {
+				errCh <- fmt.Errorf("group %d: %w", g, err)
 			}
 		}()
 	}
@@ -229,15 +245,15 @@ func printRatios(w io.Writer, o options, names []string, cs []compared) {
 	if len(cs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "summary (%d B, %d producers x %d in flight, %d consumers, %d partitions, %v per run):\n",
-		o.size, o.producers, o.inflight, o.consumers, o.partitions, o.duration)
+	fmt.Fprintf(w, "summary (%d B, %d producers x %d in flight, %d consumers, %d groups, %d partitions, %v per run):\n",
+		o.size, o.producers, o.inflight, o.consumers, o.groups, o.partitions, o.duration)
 	total := map[string]*result{}
 	for _, c := range cs {
 		p50, p99 := c.res.percentile(0.50), c.res.percentile(0.99)
 		fmt.Fprintf(w, "  %-9s produce %8.0f msgs/s %7.1f MB/s  p50 %v p99 %v", c.name,
 			rate(c.res.puts, c.res.elapsed), rate(c.res.puts*int64(o.size), c.res.elapsed)/1e6,
 			p50.Round(time.Microsecond), p99.Round(time.Microsecond))
-		if o.consumers > 0 {
+		if o.readers() > 0 {
 			fmt.Fprintf(w, "  consume %8.0f msgs/s", rate(c.res.consumed, c.res.elapsed))
 		}
 		fmt.Fprintln(w)
@@ -258,7 +274,7 @@ func printRatios(w io.Writer, o options, names []string, cs []compared) {
 		}
 		fmt.Fprintf(w, "  ratio %s/%s: produce %.2fx", names[0], name,
 			ratio(rate(ours.puts, ours.elapsed), rate(peer.puts, peer.elapsed)))
-		if o.consumers > 0 {
+		if o.readers() > 0 {
 			fmt.Fprintf(w, ", consume %.2fx",
 				ratio(rate(ours.consumed, ours.elapsed), rate(peer.consumed, peer.elapsed)))
 		}

@@ -16,7 +16,8 @@
 //
 // There is no JMX: stop is SIGTERM (a clean stop), reload is the admin
 // endpoint or SIGHUP, and the partition and status commands use the admin
-// endpoint on 127.0.0.1:<serverPort+2>.
+// endpoint: the unix socket <dataPath>/admin.sock, or [site] adminAddr when
+// set (a server started with -data is reached with the same -data).
 package main
 
 import (
@@ -142,7 +143,7 @@ func (c *common) startFlags() {
 	c.fs.BoolVar(&c.verbose, "v", false, "debug logging")
 	c.fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server to answer")
 	c.fs.StringVar(&c.listen, "listen", "", "MetaQ protocol listen `address` (default :<serverPort>)")
-	c.fs.StringVar(&c.admin, "admin", "", "admin listen `address` (default [site] adminAddr; \"off\" disables)")
+	c.fs.StringVar(&c.admin, "admin", "", "TCP listen `address` of the admin endpoint besides its unix socket <dataPath>/admin.sock (default [site] adminAddr, else none; \"off\" disables the endpoint)")
 	c.dataFlag()
 	c.allowUnknownFlag()
 }
@@ -153,6 +154,13 @@ func (c *common) allowUnknownFlag() {
 
 func (c *common) dataFlag() {
 	c.fs.StringVar(&c.dataPath, "data", "", "override [system] dataPath (the transaction journal moves with it unless dataLogPath names its own `dir`)")
+}
+
+// adminDataFlag is -data for a command that calls the admin endpoint: its
+// unix socket is in the data directory, so a server started with -data is
+// reached with the same -data.
+func (c *common) adminDataFlag() {
+	c.fs.StringVar(&c.dataPath, "data", "", "the -data `dir` the server was started with, where its admin socket is (default [system] dataPath)")
 }
 
 func (c *common) stopFlags() {
@@ -181,23 +189,23 @@ var commands = map[string]command{
 	"start":   {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags}},
 	"restart": {"[slave|samsa|gregor] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).startFlags, (*common).stopFlags}},
 	"stop":    {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).stopFlags}},
-	"status":  {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).jsonFlag}},
-	"reload":  {"[flags]", []func(*common){(*common).configFlag, (*common).fileFlags}},
+	"status":  {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, (*common).fileFlags, (*common).jsonFlag}},
+	"reload":  {"[flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, (*common).fileFlags}},
 	"stats": {"[flags]", []func(*common){(*common).configFlag, func(c *common) {
 		c.fs.StringVar(&c.item, "item", "", "stats item (topics, offsets, realtime, slave, config, help, reset or a topic)")
 	}}},
-	"slave-status": {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).jsonFlag}},
-	"repair": {"-topic T -partition P -from host:port [flags]", []func(*common){(*common).configFlag, func(c *common) {
+	"slave-status": {"[-json] [flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, (*common).jsonFlag}},
+	"repair": {"-topic T -partition P -from host:port [flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, func(c *common) {
 		c.fs.StringVar(&c.topic, "topic", "", "topic")
 		c.fs.IntVar(&c.part, "partition", -1, "partition")
 		c.fs.StringVar(&c.from, "from", "", "MetaQ `address` (host:port) of a replica holding the damaged records")
 	}}},
-	"promote": {"[-force] [-wait] [-json] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, func(c *common) {
+	"promote": {"[-force] [-wait] [-json] [flags]   (at a slave site: become master)", []func(*common){(*common).configFlag, (*common).adminDataFlag, func(c *common) {
 		c.fs.BoolVar(&c.force, "force", false, "even while the master is alive and reachable (replication link, gossip or ZooKeeper)")
 		c.fs.BoolVar(&c.waitFree, "wait", false, "when the master node is held by a live ZooKeeper session not known to be a dead master's, wait for it to expire instead of refusing")
 		c.fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	}}},
-	"switchover": {"-to <slave> [-follow addr] [-json] [flags]   (at any site: the master hands over to a slave, nothing lost, then follows it)", []func(*common){(*common).configFlag, func(c *common) {
+	"switchover": {"-to <slave> [-follow addr] [-json] [flags]   (at any site: the master hands over to a slave, nothing lost, then follows it)", []func(*common){(*common).configFlag, (*common).adminDataFlag, func(c *common) {
 		c.fs.StringVar(&c.to, "to", "", "the slave that takes over (slave group, its last '-' field, or slaveId)")
 		c.fs.StringVar(&c.follow, "follow", "", "without ZooKeeper: the new master's replication `address`, which the old master then follows as a slave")
 		c.fs.BoolVar(&c.json, "json", false, "print the report as JSON")
@@ -209,8 +217,8 @@ var commands = map[string]command{
 	"role": {"[-clear] [flags]   (the role a failover gave this site; it overrides the start command)", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).dataFlag, func(c *common) {
 		c.fs.BoolVar(&c.clear, "clear", false, "remove it (server stopped): the next start takes the role its command line says")
 	}}},
-	"close-partitions": {"-topic T -start a -end b [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
-	"open-partitions":  {"-topic T [-start a -end b] [flags]", []func(*common){(*common).configFlag, (*common).partitionFlags}},
+	"close-partitions": {"-topic T -start a -end b [flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, (*common).partitionFlags}},
+	"open-partitions":  {"-topic T [-start a -end b] [flags]", []func(*common){(*common).configFlag, (*common).adminDataFlag, (*common).partitionFlags}},
 	"move-partitions": {"-topic T -start a -end b -offset n [flags]   (server stopped)", []func(*common){(*common).configFlag, (*common).fileFlags, (*common).partitionFlags, (*common).dataFlag, func(c *common) {
 		c.fs.IntVar(&c.offset, "offset", 0, "number added to each partition number")
 	}}},

@@ -66,13 +66,13 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 
 type server struct {
 	dir, ini, logDir, root, zk string
-	port, adminPort            int
+	port                       int
 }
 
 func newServer(t *testing.T, zk, topics string) *server {
 	b := make([]byte, 6)
 	rand.Read(b)
-	s := &server{dir: t.TempDir(), zk: zk, root: "/metaq-test-" + hex.EncodeToString(b), port: testutil.FreePort(t), adminPort: testutil.FreePort(t)}
+	s := &server{dir: t.TempDir(), zk: zk, root: "/metaq-test-" + hex.EncodeToString(b), port: testutil.FreePort(t)}
 	s.ini = filepath.Join(s.dir, "conf", "server.ini")
 	s.logDir = filepath.Join(s.dir, "logs")
 	os.MkdirAll(filepath.Dir(s.ini), 0o755)
@@ -106,10 +106,7 @@ zk.zkSessionTimeoutMs=5000
 zk.zkConnectionTimeoutMs=10000
 zk.zkSyncTimeMs=100
 
-[site]
-adminAddr=127.0.0.1:%d
-
-%s`, s.port, filepath.Join(s.dir, "data"), zk, zkEnable, s.root, s.adminPort, topics)
+%s`, s.port, filepath.Join(s.dir, "data"), zk, zkEnable, s.root, topics)
 	if err := os.WriteFile(s.ini, []byte(ini), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -382,15 +379,15 @@ func TestCommandFlags(t *testing.T) {
 		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown"}, "-topic"},
 		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-tries", "-wait"}, "-item"},
 		{"stop", []string{"-f", "-logdir", "-pidfile", "-tries", "-wait"}, "-topic"},
-		{"status", []string{"-f", "-logdir", "-pidfile", "-json"}, "-tries"},
-		{"reload", []string{"-f", "-logdir", "-pidfile"}, "-s"},
+		{"status", []string{"-f", "-data", "-logdir", "-pidfile", "-json"}, "-tries"},
+		{"reload", []string{"-f", "-data", "-logdir", "-pidfile"}, "-s"},
 		{"stats", []string{"-f", "-item"}, "-group"},
-		{"slave-status", []string{"-f", "-json"}, "-item"},
-		{"promote", []string{"-f", "-force", "-json", "-wait"}, "-topic"},
-		{"switchover", []string{"-f", "-follow", "-to", "-json"}, "-force"},
+		{"slave-status", []string{"-f", "-data", "-json"}, "-item"},
+		{"promote", []string{"-f", "-data", "-force", "-json", "-wait"}, "-topic"},
+		{"switchover", []string{"-f", "-data", "-follow", "-to", "-json"}, "-force"},
 		{"unreplicated", []string{"-f", "-data", "-publish", "-brokers"}, "-to"},
-		{"close-partitions", []string{"-f", "-topic", "-start", "-end"}, "-offset"},
-		{"open-partitions", []string{"-f", "-topic", "-start", "-end"}, "-foreground"},
+		{"close-partitions", []string{"-f", "-data", "-topic", "-start", "-end"}, "-offset"},
+		{"open-partitions", []string{"-f", "-data", "-topic", "-start", "-end"}, "-foreground"},
 		{"move-partitions", []string{"-f", "-topic", "-start", "-end", "-offset", "-data", "-logdir", "-pidfile"}, "-group"},
 		{"delete-partitions", []string{"-f", "-topic", "-start", "-end", "-data", "-logdir", "-pidfile"}, "-offset"},
 		{"query", []string{"-f", "-group", "-topic"}, "-start"},

@@ -398,6 +398,19 @@ func testSlaveFromCommandLine(t *testing.T, zk string) {
 		}
 	}
 
+	// -json prints no Go zero time ("0001-01-01T00:00:00Z") for a time
+	// that has not happened (no error yet, no ack yet): such a field is
+	// left out.
+	for _, c := range []struct {
+		s    *server
+		args []string
+	}{{slave, []string{"slave-status", "-json"}}, {slave, []string{"status", "-json"}}, {master, []string{"status", "-json"}}} {
+		code, out, errOut := cli(t, append(c.args, "-f", c.s.ini)...)
+		if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "{") || strings.Contains(out, "0001-01-01") {
+			t.Errorf("%v on %s: exit %d\n%s%s", c.args, c.s.ini, code, out, errOut)
+		}
+	}
+
 	// Without -json, slave-status and status print a short summary.
 	if code, out, errOut := cli(t, "slave-status", "-f", slave.ini); code != 0 ||
 		!strings.Contains(out, fmt.Sprintf("replication: connected to 127.0.0.1:%d", replPort)) || strings.Contains(out, "0001-01-01") {

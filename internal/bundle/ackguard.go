@@ -50,8 +50,20 @@ func ackBound(sessionTimeout time.Duration) time.Duration {
 	return min(max(sessionTimeout/3, time.Second), 3*time.Second)
 }
 
-// confirm records a read that showed this master's generation current.
-func (g *ackGuard) confirm() { g.confirmed.Store(max(int64(time.Since(g.base)), 1)) }
+// confirm records a read, begun at readStart, that showed this master's
+// generation current. The confirmation dates from when the read began,
+// not from its answer: a promotion that raised the generation while the
+// read was on its way then finds the confirmation stale one ackBound
+// after the raise, however slow the answer was.
+func (g *ackGuard) confirm(readStart time.Time) {
+	n := max(int64(readStart.Sub(g.base)), 1)
+	for {
+		old := g.confirmed.Load()
+		if old >= n || g.confirmed.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
 
 // confirmedAt is the last confirmation, zero when none.
 func (g *ackGuard) confirmedAt() time.Time {

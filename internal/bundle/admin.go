@@ -15,12 +15,18 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/internal/unixsock"
 )
 
 // Admin is the bundle's admin HTTP endpoint, which replaces MetaQ's JMX
-// operations (see metaServer.sh in broker/wire/doc.go). It listens on 127.0.0.1:<serverPort+2> unless [site]
-// adminAddr says otherwise; with a non-loopback address the [site] token is
-// required in every request ("Authorization: Bearer <token>").
+// operations (see metaServer.sh in broker/wire/doc.go). It listens on the
+// unix socket <dataPath>/admin.sock (mode 0660: the broker's user and group),
+// which takes no port, so brokers started from MetaQ's files on adjacent
+// ports (its slave layout: 8111, 8112, 8113) run side by side; and also on
+// TCP when [site] adminAddr (or Options.AdminAddr) gives an address. With a
+// non-loopback address the [site] token is required; when a token is set it
+// is required in every request, on either listener ("Authorization: Bearer
+// <token>").
 //
 //	GET  /status                                  bundle status (JSON)
 //	GET  /stats?item=X                            the body of `stats X`
@@ -32,7 +38,8 @@ import (
 //	POST /switchover?to=<slave>                   hand mastership to a caught-up slave (JSON report)
 type Admin struct {
 	b     *Bundle
-	ln    net.Listener
+	ln    net.Listener // TCP; nil without an address
+	sock  *unixsock.Listener
 	srv   *http.Server
 	mux   *http.ServeMux
 	token string
@@ -41,15 +48,23 @@ type Admin struct {
 	once  sync.Once
 }
 
-func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
-	if !config.IsLoopbackAddr(addr) && token == "" {
+// startAdmin serves the endpoint on the unix socket sock and, when addr is
+// not "", on TCP at addr.
+func startAdmin(b *Bundle, sock, addr, token string) (a *Admin, err error) {
+	if addr != "" && !config.IsLoopbackAddr(addr) && token == "" {
 		return nil, fmt.Errorf("bundle: admin address %s is not loopback: set [site] token", addr)
 	}
-	ln, err := net.Listen("tcp", addr)
+	a = &Admin{b: b, mux: http.NewServeMux(), token: token, log: b.log.With("component", "admin")}
+	a.sock, err = unixsock.Listen(sock, 0o660)
 	if err != nil {
-		return nil, fmt.Errorf("bundle: admin listen %s: %w", addr, err)
+		return nil, fmt.Errorf("bundle: admin socket: %w", err)
 	}
-	a := &Admin{b: b, ln: ln, mux: http.NewServeMux(), token: token, log: b.log.With("component", "admin")}
+	if addr != "" {
+		if a.ln, err = net.Listen("tcp", addr); err != nil {
+			a.sock.Close()
+			return nil, fmt.Errorf("bundle: admin listen %s: %w", addr, err)
+		}
+	}
 	a.mux.HandleFunc("GET /status", a.status)
 	a.mux.HandleFunc("GET /stats", a.stats)
 	a.mux.HandleFunc("POST /reload", a.reload)
@@ -64,19 +79,32 @@ func startAdmin(b *Bundle, addr, token string) (*Admin, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("ADMIN: serve", "err", err)
+	for _, ln := range []net.Listener{a.sock, a.ln} {
+		if ln == nil {
+			continue
 		}
-	}()
-	a.log.Info("ADMIN: listening", "addr", ln.Addr().String(), "token", token != "")
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("ADMIN: serve", "addr", ln.Addr().String(), "err", err)
+			}
+		}()
+	}
+	a.log.Info("ADMIN: listening", "socket", sock, "addr", a.Addr(), "token", token != "")
 	return a, nil
 }
 
-// Addr returns the listening address.
-func (a *Admin) Addr() string { return a.ln.Addr().String() }
+// Addr returns the TCP listening address, "" when there is none.
+func (a *Admin) Addr() string {
+	if a.ln == nil {
+		return ""
+	}
+	return a.ln.Addr().String()
+}
+
+// Socket returns the path of the unix socket.
+func (a *Admin) Socket() string { return a.sock.Path() }
 
 // Handle adds an endpoint (pattern as in http.ServeMux, e.g. "GET /lag").
 // The token check applies to it too.

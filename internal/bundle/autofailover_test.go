@@ -95,12 +95,18 @@ func wantPromoted(t *testing.T, s *Bundle) {
 	})
 }
 
-// TestAutoFailoverWaitsForZooKeeper: only gossip to bj is lost (bj leaves
-// the gossip pool) and hf's replication link to bj is cut, so gossip says
-// the master is gone (bj's site and hf: 2 of 3 sites), but bj still holds
-// ids/0/master in hf's ZooKeeper: no promotion after autoFailoverAfterMs.
-// Once that node goes (bj stops), a slave site promotes itself.
-func TestAutoFailoverWaitsForZooKeeper(t *testing.T) {
+// TestAutoFailoverWaitsWhileASiteFollows: gossip loses bj (bj leaves the
+// gossip pool) and hf's replication link to bj is cut, while bj still holds
+// ids/0/master in ZooKeeper with a live session and gz still replicates
+// from it. hf takes that session for a dead master's (link down, gossip
+// declared bj down, silent for longer than a master acknowledges without
+// confirming its generation), as promote without -force does, so its
+// ZooKeeper no longer holds it back; but gz still follows bj, so gz's
+// position is not final and hf does not promote itself (the candidate
+// rule: a slave site promotes only when every live sibling's position is
+// final and none is ahead). Once bj stops (gz loses it too), a slave site
+// promotes itself, once.
+func TestAutoFailoverWaitsWhileASiteFollows(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -110,7 +116,22 @@ func TestAutoFailoverWaitsForZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutLink(t, toHF, hf)
-	wantNoPromotion(t, hf, "still registered in this site's ZooKeeper")
+	topo := mustComp[*topologyComponent](t, hf).Topology()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if lost, why := hf.masterLost(context.Background(), topo); !lost || !strings.Contains(why, "held by a dead master's session") {
+			return fmt.Errorf("hf: master lost %t: %s", lost, why)
+		}
+		return nil
+	})
+	// Four times autoFailoverAfterMs: hf stays a slave, and says why.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if hf.promotedShipper() != nil {
+			t.Fatal("hf promoted itself while gz still follows bj")
+		}
+	}
+	if _, err := hf.Promote(context.Background(), false); !errors.Is(err, ErrSiblingAhead) || !strings.Contains(err.Error(), "gz still follows") {
+		t.Fatalf("promote at hf while gz follows bj: %v, want ErrSiblingAhead naming gz", err)
+	}
 
 	// Both slave sites hold all of bj's log: the candidate rule (ties to
 	// the lowest site name) picks gz, and hf follows it.
@@ -138,7 +159,9 @@ func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
 	// keeper must not look within the test.
 	old := keepPublishedEvery
 	keepPublishedEvery = time.Hour
-	defer func() { keepPublishedEvery = old }()
+	// Restored after the bundles the test starts are closed (cleanups run last
+	// first): a shipper started meanwhile reads it.
+	t.Cleanup(func() { keepPublishedEvery = old })
 	bj, hf, gz, toHF, toGZ, zkRoot := autoFailoverSites(t, zk)
 	cutLink(t, toHF, hf)
 	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})

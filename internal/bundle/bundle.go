@@ -36,10 +36,6 @@ type Bundle struct {
 	// (ModeSlave, or the slave role a former master recorded), else nil.
 	// Never changed once Start runs: SlaveConfig is the role at run time.
 	Slave *config.Slave
-	// role is the slave configuration in effect, nil while master: a
-	// promotion or a demotion changes it while /status, the dashboard and
-	// gossip read it.
-	role atomic.Pointer[config.Slave]
 	// Samsa holds samsa_master.properties (ModeSamsa), else nil.
 	Samsa *config.Samsa
 
@@ -62,14 +58,16 @@ type Bundle struct {
 
 	// roleWatchers are the goroutines that keep state following the current
 	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.
-	roleWatchers     routines.Group
+	roleWatchers routines.Group
+	// gatewayLinks counts the slave sites' gateway links served (gateway.go).
+	gatewayLinks     atomic.Int64
 	stopRoleWatchers context.CancelFunc
 
 	comps     []Component      // set in Start before any reader runs; never changed after
 	nStarted  int              // comps[:nStarted] started; Start and Close only
 	slave     slaveStatsHolder // `stats slave`, filled by the replication component
 	msgs      msgCounter       // messages held per partition, for the dashboard
-	failover  failoverState    // replication identity; the shipper of a promotion
+	failover  failoverState    // the role and what runs for it; replication identity
 	started   time.Time
 	reloadMu  sync.Mutex // one reload at a time
 	onStarted func()     // set by OnStarted, called by Run
@@ -86,7 +84,10 @@ func New(opts Options) (*Bundle, error) {
 	}
 	b := &Bundle{opts: opts, commandMode: opts.Mode, log: opts.Logger, closed: make(chan struct{})}
 	b.failover.rejoinWake = make(chan struct{}, 1)
-	b.failover.role = siterole.New(siterole.State{Role: siterole.Master, Why: "not started"})
+	b.failover.role = newRoleOwner(func() (*shipperComponent, *receiverComponent) {
+		return compOf[*shipperComponent](b), compOf[*receiverComponent](b)
+	})
+	b.slave.role = b.failover.role
 	cfg, warnings, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
@@ -141,7 +142,7 @@ func (b *Bundle) Mode() Mode { return b.opts.Mode }
 
 // SlaveConfig is the slave configuration in effect now: nil while this
 // bundle is master (also after a promotion), the demotion's after one.
-func (b *Bundle) SlaveConfig() *config.Slave { return b.role.Load() }
+func (b *Bundle) SlaveConfig() *config.Slave { return b.failover.role.slaveConfig() }
 
 // Logger returns the bundle's logger, for components.
 func (b *Bundle) Logger() *slog.Logger { return b.log }
@@ -164,9 +165,8 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if err = b.applyPersistedRole(); err != nil {
 		return err
 	}
-	b.role.Store(b.Slave)
 	cfg := b.Config()
-	b.failover.role.Set(b.startRole())
+	b.failover.role.start(b.startRole(), b.Slave)
 
 	b.Store, err = store.Open(store.Options{
 		Dir:           cfg.System.DataPath,
@@ -234,6 +234,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	}
 	// A replica refuses client writes before anything can reach the broker.
 	b.refuseReplicaWrites(ctx)
+	if err = b.startGateway(); err != nil {
+		return err
+	}
 
 	// Set once, before anything (the admin endpoint, the dashboard's
 	// sampler) can read it; components report "not running" until started.
@@ -263,8 +266,8 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	if b.opts.AdminAddr != "" {
 		adminAddr = b.opts.AdminAddr
 	}
-	if adminAddr != "off" && adminAddr != "" {
-		b.Admin, err = startAdmin(b, adminAddr, cfg.Site.Token)
+	if adminAddr != "off" {
+		b.Admin, err = startAdmin(b, cfg.System.AdminSocket(), adminAddr, cfg.Site.Token)
 		if err != nil {
 			return err
 		}
@@ -290,6 +293,7 @@ func (b *Bundle) startRoleWatchers() {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopRoleWatchers = cancel
 	b.roleWatchers.Go(func() { b.followMasterInRefusal(ctx) })
+	b.roleWatchers.Go(func() { b.serveGatewayLinks(ctx) })
 	if b.Registry != nil {
 		b.roleWatchers.Go(func() { b.followRoleInNATSRecord(ctx) })
 	}
@@ -317,7 +321,7 @@ func (b *Bundle) startRole() siterole.State {
 
 func startBrokerErr(err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+2..+4: admin, gossip, NATS; give brokers on one host serverPorts 5 apart, or set [site] adminAddr, [gossip] bind and [nats] embeddedListen)", err)
+		return fmt.Errorf("bundle: start broker: %w (another bundle on this host may hold it as its serverPort+3 or +4, for [gossip] or [nats] with no address of their own: set [gossip] bind and [nats] embeddedListen, or give such brokers on one host serverPorts 5 apart)", err)
 	}
 	return fmt.Errorf("bundle: start broker: %w", err)
 }
@@ -338,12 +342,22 @@ func addrString(br *broker.Broker) string {
 	return ""
 }
 
-// AdminAddr returns the admin endpoint's address, "" when it is off.
+// AdminAddr returns the admin endpoint's TCP address, "" when it is off or
+// serves only its unix socket (AdminSocket).
 func (b *Bundle) AdminAddr() string {
 	if b.Admin == nil {
 		return ""
 	}
 	return b.Admin.Addr()
+}
+
+// AdminSocket returns the path of the admin endpoint's unix socket, "" when
+// the endpoint is off.
+func (b *Bundle) AdminSocket() string {
+	if b.Admin == nil {
+		return ""
+	}
+	return b.Admin.Socket()
 }
 
 // Close stops the bundle cleanly (idempotent): components in reverse order,
@@ -498,11 +512,13 @@ func (b *Bundle) Status() Status {
 	}
 	if sl := b.SlaveConfig(); sl != nil {
 		s.SlaveID = sl.SlaveID
-		if b.opts.Mode == ModeMaster {
-			s.Mode = ModeSlave.String() // demoted at run time
+	}
+	if b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave {
+		// The role now: a promotion or a demotion at run time changes it.
+		s.Mode = ModeMaster.String()
+		if b.Role().Role == siterole.Slave {
+			s.Mode = ModeSlave.String()
 		}
-	} else if b.opts.Mode == ModeSlave {
-		s.Mode = ModeMaster.String() // promoted at run time
 	}
 	if b.Broker != nil {
 		s.Addr = addrString(b.Broker)
@@ -555,7 +571,7 @@ func (b *Bundle) SlaveStatus() (any, error) {
 			return r.SlaveStatus(), nil
 		}
 	}
-	if b.opts.Mode != ModeSlave {
+	if !b.failover.role.isSlave() {
 		return nil, errors.New("bundle: not an async slave")
 	}
 	return nil, errors.New("bundle: async-slave replication is not running in this build")

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"hash/crc32"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"metaq/broker"
 	"metaq/broker/registry"
 	"metaq/internal/testutil"
+	"metaq/internal/unixsock"
 )
 
 // The registry is the broker's ZooKeeper registry as it is, no adapter.
@@ -155,6 +160,28 @@ func TestAdminToken(t *testing.T) {
 	}
 	if code, _ := adminDo(t, b, "GET", "/status", "s3cret"); code != 200 {
 		t.Errorf("right token: %d, want 200", code)
+	}
+	// The unix socket in the data directory serves the same endpoint, with
+	// the same rule.
+	if got, want := b.AdminSocket(), filepath.Join(b.Config().System.DataPath, "admin.sock"); got != want {
+		t.Fatalf("admin socket %q, want %q", got, want)
+	}
+	sock := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return unixsock.Dial(ctx, b.AdminSocket(), 5*time.Second)
+	}}}
+	for token, want := range map[string]int{"": 401, "s3cret": 200} {
+		req, _ := http.NewRequest("GET", "http://admin/status", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := sock.Do(req)
+		if err != nil {
+			t.Fatalf("admin socket: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("admin socket, token %q: %d, want %d", token, resp.StatusCode, want)
+		}
 	}
 }
 

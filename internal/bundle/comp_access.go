@@ -9,12 +9,10 @@ import (
 // each returns the zero value when the component does not run.
 
 // ReplicationAddr is the master's replication address as slaves dial it:
-// the listener of the shipper a promotion started, else the configured one.
+// the listener of the shipper that runs for the role now (a promotion's,
+// else the configured one); "" on a slave.
 func (b *Bundle) ReplicationAddr() string {
-	if c := b.promotedShipper(); c != nil {
-		return c.Addr()
-	}
-	if c, ok := findComp[*shipperComponent](b); ok {
+	if c := b.failover.role.shipper(); c != nil {
 		return c.Addr()
 	}
 	return ""

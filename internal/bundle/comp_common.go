@@ -42,7 +42,6 @@ func (b *Bundle) shipperEnabled() bool {
 // MetaQ).
 func (b *Bundle) slaveStats() broker.SlaveStats {
 	if b.opts.Mode == ModeSlave || b.shipperEnabled() {
-		b.slave.isSlave.Store(b.opts.Mode == ModeSlave)
 		return &b.slave
 	}
 	return nil
@@ -51,11 +50,11 @@ func (b *Bundle) slaveStats() broker.SlaveStats {
 // slaveStatsHolder lets the broker, which starts before the components,
 // answer `stats slave` from the replication component once it runs.
 type slaveStatsHolder struct {
-	isSlave atomic.Bool // changes with a promotion or a demotion
-	lines   atomic.Pointer[func() []string]
+	role  *roleOwner // asked at every call: a promotion or a demotion changes it
+	lines atomic.Pointer[func() []string]
 }
 
-func (h *slaveStatsHolder) IsSlave() bool { return h.isSlave.Load() }
+func (h *slaveStatsHolder) IsSlave() bool { return h.role.isSlave() }
 
 func (h *slaveStatsHolder) Lines() []string {
 	if f := h.lines.Load(); f != nil {

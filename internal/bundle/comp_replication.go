@@ -162,7 +162,9 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		watched.Add(2)
 		go func() { // ended by cancel in Close, which waits for it
 			defer watched.Done()
-			b.watchGeneration(pctx, s, c.guard, max(cfg.Replication.Lease/4, 100*time.Millisecond))
+			// Confirmed several times within the guard's bound, so that one
+			// slow read does not make this master refuse puts.
+			b.watchGeneration(pctx, s, c.guard, min(max(cfg.Replication.Lease/4, 100*time.Millisecond), c.guard.bound/4))
 		}()
 		go func() { // the same
 			defer watched.Done()
@@ -197,16 +199,20 @@ func (c *shipperComponent) publish(ctx context.Context) error {
 	// Only the current master writes ids/<id>/replication: a returning
 	// old master overwriting it would leave the new master without one
 	// once it steps down and deletes its own.
+	readStart := time.Now()
 	gen, err := r.Generation(ctx, brokerID)
 	if err != nil {
 		return fmt.Errorf("replication: read the generation before publishing the address: %w", err)
+	}
+	if other, _ := c.b.otherGenerations(ctx); other > gen {
+		gen = other // one ensemble per site: this site's may have missed it
 	}
 	if s != nil {
 		if s.ObserveGeneration(gen, "ZooKeeper"); s.Fence().SteppedDown {
 			return fmt.Errorf("replication: not publishing the address: %w (ZooKeeper has generation %d)", errNotCurrentMaster, gen)
 		}
 		if c.guard != nil {
-			c.guard.confirm()
+			c.guard.confirm(readStart)
 		}
 	}
 	if err := r.EnsurePath(ctx, r.Paths().BrokerID(brokerID)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"metaq/broker/client"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -103,7 +104,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		h := topology.Health{StorageOK: b.Store.Health() == nil, ReplicationOK: true}
 		switch rc := b.receiver(); {
 		case b.runningShipper() != nil:
-		case b.promotedShipper() == nil && rc != nil:
+		case rc != nil:
 			h.ReplicationOK = rc.Connected() // either method
 		case hasShipper || b.promotedShipper() != nil:
 			h.ReplicationOK = false // a master whose shipper stopped
@@ -190,9 +191,11 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 			Dialer:            b.opts.ZooKeeperDialer,
 		}
 		views = newSiteViews(t, reg, o.Site, base, log)
+		views.ensFile = ensemblesFile(cfg.System.DataPath)
 		static := topology.Mastership{Role: o.Role, SlaveID: o.SlaveID, ReplAddr: o.ReplAddr}
 		views.master = func() registry.MasterMirror { return b.masterMirror(static) }
 		views.generation = func() uint64 { return b.masterGeneration(static) }
+		views.paused = func() bool { return b.failover.role.Busy() == siterole.HandingOver }
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()
@@ -212,14 +215,19 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		defer c.wg.Done()
 		b.watchGossipGenerations(rctx, t, every)
 	}()
-	if rp := cfg.Replication; rp.AutoFailover && b.Slave != nil {
+	// Automatic failover runs whatever role the bundle started with: a
+	// master demoted at run time follows, and may take over, as any slave.
+	if rp := cfg.Replication; rp.AutoFailover && (b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave) {
 		if b.Registry == nil {
 			log.Warn("FAILOVER: [replication] autoFailover=true needs ZooKeeper to agree the master is lost; it stays off")
 		} else {
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, every)
+				// Ticks at most a quarter second apart: the metadata
+				// refresh (five probe intervals) would add seconds to
+				// the failover time.
+				b.runAutoFailover(rctx, t, rp.AutoFailoverAfter, min(every, max(cfg.Gossip.ProbeInterval/2, 50*time.Millisecond), 250*time.Millisecond))
 			}()
 		}
 	}
@@ -239,6 +247,14 @@ func (c *topologyComponent) Topology() *topology.Topology {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
+}
+
+// siteViews returns the sessions to the other sites' ensembles (nil
+// without ZooKeeper, before Start or after Close).
+func (c *topologyComponent) siteViews() *siteViews {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.views
 }
 
 // Router returns the site-affinity router for Go consumers in this process.

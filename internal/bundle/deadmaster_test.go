@@ -56,11 +56,17 @@ func TestDeadMasterNoFallBackToMetaQGet(t *testing.T) {
 
 // killBundle stops b as a kill on a live host does, as far as other sites
 // can tell: its ZooKeeper connection is cut first (its session, and with it
-// its nodes, lives on until it expires), then everything closes without
+// its nodes, lives on until it expires), its gossip stops without a word,
+// then everything closes without
 // waiting for ZooKeeper (a clean Close would unregister first and keep its
 // ports open meanwhile). It returns once b's ports are closed.
 func killBundle(b *Bundle, zk *zktest.Tap) {
 	zk.Block()
+	// Gossip stops without leaving the pool: the other sites find the
+	// bundle down by failure detection, as after kill -9.
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		_ = tc.Topology().Crash()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // up to a second: the close request cannot be sent

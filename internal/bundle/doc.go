@@ -11,15 +11,19 @@
 // to the admin server.
 //
 // The site's role (master or slave of its brokerId, the generation) and
-// every change of it go through one internal/siterole.Machine
-// (failoverState.role): Promote, Demote, switchover and the fence are the
-// only code that sets it, one transition at a time; Bundle.Role is what
-// components read instead of the mode the bundle started in. The decisions
+// every change of it go through one internal/siterole.Machine, held by the
+// roleOwner (failoverState.role), which also starts and stops the shipper
+// or receiver a transition runs and answers what runs now (shipper,
+// receiver, the slave configuration in effect): Promote, Demote,
+// switchover and the fence are the only code that changes it, one
+// transition at a time; Bundle.Role is what components read instead of
+// the mode the bundle started in. The decisions
 // (master lost, candidate, sibling ahead, may acknowledge, follows) are
 // siterole's pure functions; this package gathers the facts.
 //
-// Locks: component mu locks are leaves; failoverState.mu is a leaf (it
-// guards pointers, copied out before any call); failoverState.idMu is held
+// Locks: component mu locks are leaves; roleOwner.mu and failoverState.mu
+// are leaves (they guard pointers, copied out before any call; components
+// start and stop with them released); failoverState.idMu is held
 // alone while the identity file is opened. The registry's MasterGuard
 // (guardMaster) runs under the registry's regMu and takes none of the
 // registry's locks.

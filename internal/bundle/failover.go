@@ -30,19 +30,14 @@ const failoverHolder = "failover"
 // replication identity (log id, generation) and the shipper or receiver a
 // transition at run time started.
 type failoverState struct {
-	// role is the site's role and the transition in progress; Promote,
-	// Demote, switchover and the fence are the only code that changes it.
-	role *siterole.Machine
+	// role is the site's role, the transition in progress and what runs
+	// for the role (roleOwner); Promote, Demote, switchover and the fence
+	// are the only code that changes it.
+	role *roleOwner
 	// idMu serialises opening the identity file; it is never held with mu.
 	idMu sync.Mutex
-	mu   sync.Mutex
+	mu   sync.Mutex // guards id and stopRejoin
 	id   *georeplicator.IdentityStore
-	// promoted is the shipper a promotion started.
-	promoted *shipperComponent
-	// demoted is the receiver a master started when it became a slave of
-	// the new master at run time, as slave demotedID.
-	demoted   *receiverComponent
-	demotedID int
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -121,12 +116,19 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		readStart := time.Now()
 		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
 		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites)
 		if err == nil {
+			// With one ensemble per site this site's may have missed a
+			// promotion elsewhere; the other sites' ensembles this bundle
+			// reaches are read too before a confirmation.
+			if other, site := b.otherGenerations(ctx); other > gen {
+				s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
+			}
 			s.ObserveGeneration(gen, "ZooKeeper")
 			if !s.Fence().SteppedDown {
-				g.confirm()
+				g.confirm(readStart)
 			}
 		} else if ctx.Err() == nil {
 			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
@@ -204,6 +206,13 @@ type PromoteOptions struct {
 	// instead of waited for, so that ZooKeeper lists the topics' partitions
 	// throughout.
 	Handover bool
+	// Auto: automatic failover promotes on the dead-master rule
+	// (siterole.MasterLost). Having raised the generation it waits as long
+	// as a master acknowledges without confirming its generation also when
+	// no live session held the master node (with one ZooKeeper per site the
+	// old master's node may never have reached this site's ensemble): a
+	// master that is in fact alive acknowledges nothing by then.
+	Auto bool
 }
 
 // PromoteWith is Promote with its options. Without Force, a master node
@@ -271,7 +280,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return rep, err
 	}
-	if err := rc.Close(); err != nil {
+	if err := f.role.stopReceiver(rc); err != nil {
 		b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
 	}
 	if err := b.Store.Flush(); err != nil {
@@ -293,17 +302,20 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		return rep, fmt.Errorf("promote: %w", err)
 	}
 	rep.Generation = gen
-	sc := newShipperComponent()
-	if err := sc.Start(ctx, b); err != nil {
+	sc, err := f.role.startShipper(ctx, b)
+	if err != nil {
 		return rep, fmt.Errorf("promote: start shipping: %w", err)
 	}
-	f.mu.Lock()
-	f.promoted = sc
-	if f.demoted == rc {
-		f.demoted = nil
-	}
-	f.mu.Unlock()
 	b.Broker.SetPromotionEnds(rep.Ends)
+	if o.Handover {
+		// The old master handed over and holds the puts that reached it
+		// for this site (broker/hold.go): take them before ZooKeeper names
+		// this site, when producers move here and MetaQ's Java producer
+		// drops its connection to the old master with them. Puts to topics
+		// with minSyncSites wait for the slave sites to follow here.
+		b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
+		b.Broker.AllowWrites(replicaHolder)
+	}
 	if b.Registry != nil {
 		if o.Handover && fenceSession == 0 {
 			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
@@ -334,6 +346,11 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 					"session", rep.FencedSession, "generation", gen)
 			}
 		}
+		if o.Auto && rep.FencedSession == "" {
+			if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+				return rep, fmt.Errorf("promote: %w", err)
+			}
+		}
 		// A lost master's session may hold its nodes until it expires;
 		// consumers have committed their last offsets read there by then.
 		waitStart := time.Now()
@@ -354,9 +371,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		rep.Fence = s.Fence()
 	}
 	rep.Took = time.Since(start)
-	b.role.Store(nil)
-	b.slave.isSlave.Store(false)
-	f.role.Set(siterole.State{Role: siterole.Master, Generation: gen, Why: promoteWhy(force)})
+	f.role.becomeMaster(siterole.State{Role: siterole.Master, Generation: gen, Why: promoteWhy(force)})
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
 		"behindBytes", rep.BehindBytes, "took", rep.Took)
@@ -415,9 +430,8 @@ func (b *Bundle) lastKnownLag() *topology.Report {
 
 // promotedShipper is the shipper a promotion started, nil without one.
 func (b *Bundle) promotedShipper() *shipperComponent {
-	b.failover.mu.Lock()
-	defer b.failover.mu.Unlock()
-	return b.failover.promoted
+	sc, _, _ := b.failover.role.runtime()
+	return sc
 }
 
 // servePromote is POST /promote[?force=true] on the admin endpoint: the
@@ -446,7 +460,7 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 // shipper started by a promotion.
 func (b *Bundle) closeFailover() error {
 	f := &b.failover
-	f.role.Close()
+	f.role.Machine.Close() // no transition starts from here on
 	f.remote.stop()
 	f.mu.Lock()
 	stop := f.stopRejoin
@@ -456,18 +470,7 @@ func (b *Bundle) closeFailover() error {
 		stop()
 	}
 	f.handovers.Wait()
-	f.mu.Lock()
-	sc, rc := f.promoted, f.demoted
-	f.promoted, f.demoted = nil, nil
-	f.mu.Unlock()
-	var err error
-	if rc != nil {
-		err = rc.Close()
-	}
-	if sc != nil {
-		err = errors.Join(err, sc.Close())
-	}
-	return err
+	return f.role.close()
 }
 
 // compOf returns the bundle's component of type T, nil when not running.
@@ -579,14 +582,7 @@ func checkSwitchoverTarget(to string, slaves []georeplicator.GroupLag, match fun
 
 func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver func(SwitchoverReport)) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
-	sc := b.promotedShipper()
-	if sc == nil {
-		sc = compOf[*shipperComponent](b)
-	}
-	var s *georeplicator.Shipper
-	if sc != nil {
-		s = sc.Shipper()
-	}
+	s := b.runningShipper()
 	if s == nil {
 		return rep, errors.New("switchover: this site is not a master shipping its log")
 	}
@@ -609,7 +605,17 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		b.wakeRejoin() // a master left without a master to follow finds one
 	}()
 	start := time.Now()
+	// Writes off the put route (a transaction's commit) are refused; plain
+	// puts are held and passed on to the new master (broker/hold.go).
 	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
+	hold := b.holdPuts("this master is handing over to " + to)
+	// allow takes puts here again: the handover did not happen.
+	allow := func() {
+		b.Broker.AllowWrites(switchoverHolder)
+		if hold != nil {
+			hold.End() // what it held is stored here
+		}
+	}
 	durableEnd := func() (int64, error) {
 		if err := b.Store.Flush(); err != nil {
 			return 0, err
@@ -624,29 +630,35 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		}
 	})
 	if err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
+	}
+	if hold != nil {
+		hold.Forward(b.newMasterAddr)
+		// Producers that have not seen the new master in ZooKeeper yet
+		// still reach this broker for a while after it follows.
+		defer hold.EndAfter(b.Config().Replication.HandoverHold)
 	}
 	rep.To, rep.WritesStopped = name, time.Since(start)
 	rep.Generation = id.Generation() + 1
 	s.ObserveGeneration(rep.Generation, "switchover to "+name)
 	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
 	if b.Registry == nil && follow == "" {
-		b.Broker.AllowWrites(switchoverHolder) // the fence's refusal stays
+		allow() // the fence's refusal stays
 		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until gossip names " + name + "'s replication address, or it is restarted as a slave")
 		return rep, nil
 	}
 	// The old master takes the slave id the new master leaves.
 	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
 	if err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s but cannot follow it: %w", name, err)
 	}
 	// Keep shipping until the new master has the promote message: it
 	// disconnects when it takes over. Stopping the shipper before could
 	// drop the message on its way.
 	if err := waitDisconnected(ctx, s, name); err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
 	if b.Registry != nil {
@@ -657,15 +669,62 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		if err := b.Registry.AwaitTopicsTaken(wctx); err != nil {
 			b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries; removing them anyway", "to", name, "err", err)
 		}
+		// The same in the other sites' ensembles, where this master's
+		// mirror stays as it is until then (siteViews.paused).
+		if tc := compOf[*topologyComponent](b); tc != nil {
+			if views := tc.siteViews(); views != nil {
+				if err := views.awaitTopicsTaken(wctx); err != nil {
+					b.log.Warn("FAILOVER: the new master has not replaced this master's topic entries in another site's ZooKeeper; removing them anyway", "to", name, "err", err)
+				}
+			}
+		}
 		cancel()
 	}
 	if err := b.demote(ctx, Demotion{SlaveID: slaveID, MasterAddress: follow, NewMaster: name, Generation: rep.Generation}); err != nil {
-		b.Broker.AllowWrites(switchoverHolder)
+		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
 	b.Broker.AllowWrites(switchoverHolder)
 	rep.Following = true
 	return rep, nil
+}
+
+// holdPuts makes the broker hold plain puts while this master hands over
+// ([replication] handoverHoldMs, handoverHoldBytes); nil when
+// handoverHoldMs=0 (they are refused, 503) or a hold is in effect.
+func (b *Bundle) holdPuts(reason string) *broker.Hold {
+	r := b.Config().Replication
+	if r.HandoverHold <= 0 {
+		return nil
+	}
+	h, err := b.Broker.HoldWrites(broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason})
+	if err != nil {
+		b.log.Warn("FAILOVER: puts are refused while this master hands over, not held", "err", err)
+		return nil
+	}
+	return h
+}
+
+// newMasterAddr is the MetaQ address (host:port) of the master this
+// brokerId's node in ZooKeeper names, once it is not this broker: where
+// the puts held during a switchover go.
+func (b *Bundle) newMasterAddr(ctx context.Context) (string, error) {
+	if b.Registry == nil {
+		return "", errors.New("no ZooKeeper: the new master's MetaQ address is not known")
+	}
+	data, _, err := b.Registry.Get(ctx, b.Registry.Paths().Broker(b.Config().System.BrokerID, -1))
+	if err != nil {
+		return "", fmt.Errorf("read the master node: %w", err)
+	}
+	url := strings.TrimSpace(string(data))
+	if url == "" || url == b.Broker.URL() {
+		return "", errors.New("the new master has not registered yet")
+	}
+	addr := strings.TrimPrefix(url, "meta://")
+	if i := strings.IndexByte(addr, '?'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr, nil
 }
 
 // Demotion says whom a former master follows.
@@ -719,23 +778,14 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	if (f.role.Current().Role == siterole.Slave && b.promotedShipper() == nil) || b.closing.Load() {
 		return errors.New("demote: this site is already a slave, or stopping")
 	}
-	f.mu.Lock()
-	sc := f.promoted
-	f.promoted = nil
-	f.mu.Unlock()
-	if sc == nil {
-		sc = compOf[*shipperComponent](b)
-	}
-	if sc == nil && b.receiver() != nil {
+	if f.role.shipper() == nil && f.role.receiver() != nil {
 		return errors.New("demote: this site is already a slave")
 	}
 	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
 		"this broker is no longer master of broker %d; it follows the new master %s: send puts there",
 		b.Config().System.BrokerID, d.NewMaster)})
-	if sc != nil {
-		if err := sc.Close(); err != nil {
-			b.log.Warn("FAILOVER: stopping the shipper", "err", err)
-		}
+	if _, err := f.role.stopShipper(); err != nil {
+		b.log.Warn("FAILOVER: stopping the shipper", "err", err)
 	}
 	// The shipper's fence no longer applies: the replica refusal stands.
 	b.Broker.AllowWrites(failoverHolder)
@@ -758,24 +808,18 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
 		}
 	}
-	// Set before the receiver starts; the components that read it at run
-	// time (status, dashboard) see a slave from here on.
-	b.role.Store(b.withSiteLink(config.Slave{
+	// The slave configuration is in effect before the receiver starts; the
+	// components that read it at run time (status, dashboard) see a slave
+	// from here on.
+	if err := f.role.startReceiver(ctx, b, b.withSiteLink(config.Slave{
 		File:          "(demoted at run time)",
 		SlaveID:       d.SlaveID,
 		SlaveGroup:    d.Group,
 		SlaveMaxDelay: 500 * time.Millisecond,
 		MasterAddress: d.MasterAddress,
-	}))
-	rc := newReceiverComponent()
-	rc.streamOnly = true
-	if err := rc.Start(ctx, b); err != nil {
+	})); err != nil {
 		return fmt.Errorf("demote: follow the new master: %w", err)
 	}
-	f.mu.Lock()
-	f.demoted, f.demotedID = rc, d.SlaveID
-	f.mu.Unlock()
-	b.slave.isSlave.Store(true)
 	f.role.Set(siterole.State{Role: siterole.Slave, Generation: max(d.Generation, id.Generation()), SlaveID: d.SlaveID,
 		SlaveGroup: d.Group, Master: d.NewMaster, Why: "demoted: follows the master of generation " + strconv.FormatUint(d.Generation, 10)})
 	b.refreshGossip()
@@ -784,22 +828,13 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 }
 
 // receiver is the running async-slave receiver: the one a demotion
-// started, else the configured one; nil on a master.
-func (b *Bundle) receiver() *receiverComponent {
-	b.failover.mu.Lock()
-	rc := b.failover.demoted
-	b.failover.mu.Unlock()
-	if rc != nil {
-		return rc
-	}
-	return compOf[*receiverComponent](b)
-}
+// started, else the configured one; nil on a master (roleOwner.receiver).
+func (b *Bundle) receiver() *receiverComponent { return b.failover.role.receiver() }
 
 // demotedReceiver is the receiver a demotion started, nil without one.
 func (b *Bundle) demotedReceiver() *receiverComponent {
-	b.failover.mu.Lock()
-	defer b.failover.mu.Unlock()
-	return b.failover.demoted
+	_, rc, _ := b.failover.role.runtime()
+	return rc
 }
 
 // serveSwitchover is POST /switchover?to=<slave> on the admin endpoint.
@@ -830,10 +865,8 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 	m := static
 	pos := b.appliedPos()
-	f := &b.failover
-	f.mu.Lock()
-	id, promoted, demoted, demotedID := f.id, f.promoted, f.demoted, f.demotedID
-	f.mu.Unlock()
+	id := b.failover.openedIdentity()
+	promoted, demoted, demotedID := b.failover.role.runtime()
 	if id != nil { // opened by replication; a bundle without it has none
 		m.Generation = id.Generation()
 	}
@@ -868,19 +901,24 @@ func (b *Bundle) appliedPos() int64 {
 
 // runAutoFailover promotes this slave site when the master has been lost
 // (masterLost) for after without a break and this site is the candidate.
-// It returns when ctx ends or once this site is master.
+// It asks the role at every tick: while this site is master it waits (a
+// master demoted later takes part as any slave). It returns when ctx ends.
 func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, after, every time.Duration) {
 	tk := time.NewTicker(every)
 	defer tk.Stop()
-	var since time.Time
+	var (
+		since   time.Time
+		waiting string // why the last tick did not promote, logged once
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
 		}
-		if b.promotedShipper() != nil {
-			return
+		if !b.failover.role.isSlave() || b.failover.role.Busy() != siterole.None {
+			since, waiting = time.Time{}, ""
+			continue
 		}
 		lost, why := b.masterLost(ctx, t)
 		if !lost {
@@ -902,28 +940,46 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
 			continue
 		}
-		rep, err := b.Promote(ctx, false)
+		// A sibling that still follows the master (its position is not
+		// final) or holds more of its log: Promote would refuse; wait for
+		// gossip to settle instead of trying every tick.
+		if why := b.siblingAhead(b.appliedPos()); why != "" {
+			if why != waiting {
+				b.log.Info("FAILOVER: not promoting automatically yet", "why", why)
+				waiting = why
+			}
+			continue
+		}
+		waiting = ""
+		rep, err := b.PromoteWith(ctx, PromoteOptions{Auto: true})
 		if err != nil {
 			b.log.Error("FAILOVER: automatic promotion failed", "err", err)
 			since = time.Time{}
 			continue
 		}
 		b.log.Warn("FAILOVER: promoted automatically", "generation", rep.Generation, "behindBytes", rep.BehindBytes, "lostFor", time.Since(since))
-		return
+		since = time.Time{}
 	}
 }
 
 // masterLost reports whether a majority of the sites of this brokerId and
 // this site's ZooKeeper agree that the master is unreachable, and why (or
-// why not): siterole.MasterLost on what this site observes.
+// why not): siterole.MasterLost on what this site observes. A master node
+// still held by a dead master's session (siterole.FenceDeadMaster, the rule
+// promote without -force follows) counts as ZooKeeper agreeing: the
+// promotion takes it at the raised generation.
 func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, string) {
 	rc := b.receiver()
 	if rc == nil || rc.Connected() {
 		return false, "this site reaches its master"
 	}
+	r := rc.Receiver()
+	if r == nil {
+		return false, "this site runs no stream receiver: it does not know how far it got in the master's log"
+	}
 	brokerID := b.Config().System.BrokerID
 	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
-		Peers: gossipPeers(t, brokerID)}
+		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, r.Status())}
 	if id, err := b.identity(); err == nil {
 		f.KnownGeneration = id.Generation()
 	}
@@ -932,11 +988,11 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		defer cancel()
 		f.ZooKeeper.Enabled = true
 		f.ZooKeeper.Path = b.Registry.Paths().Broker(brokerID, -1)
-		ok, _, err := b.Registry.Exists(zctx, f.ZooKeeper.Path)
+		ok, st, err := b.Registry.Exists(zctx, f.ZooKeeper.Path)
 		if err != nil {
 			f.ZooKeeper.Err = err.Error()
 		}
-		f.ZooKeeper.MasterRegistered = ok
+		f.ZooKeeper.MasterRegistered = ok && st.EphemeralOwner != b.Registry.SessionID()
 	}
 	return siterole.MasterLost(f)
 }
@@ -978,12 +1034,10 @@ func (b *Bundle) refreshGossip() {
 }
 
 // runningShipper is the shipper of a master: the one a promotion started,
-// else the configured one; nil on a slave or after a demotion.
+// else the configured one; nil on a slave or after a demotion
+// (roleOwner.shipper).
 func (b *Bundle) runningShipper() *georeplicator.Shipper {
-	sc := b.promotedShipper()
-	if sc == nil && b.demotedReceiver() == nil {
-		sc = compOf[*shipperComponent](b)
-	}
+	sc := b.failover.role.shipper()
 	if sc == nil {
 		return nil
 	}

@@ -48,7 +48,10 @@ import (
 //     because gz holds more of bj's log;
 //   - auto: the same kill with autoFailover=true and autoFailoverAfterMs=500
 //     (a 5 s ZooKeeper session timeout, gossip probing every 100 ms): the
-//     most caught-up slave site promotes itself.
+//     most caught-up slave site promotes itself;
+//   - auto-deploy: the same with deploy/'s timing: a 30 s ZooKeeper session
+//     (bj's master node outlives it: the promotion fences its session by
+//     generation), gossip probing every 500 ms, autoFailoverAfterMs=1000.
 //
 // After a kill, bj is restarted as a slave of the new master and its saved
 // unreplicated records are read.
@@ -73,6 +76,11 @@ import (
 //     promote-reported-lag-msgs is the lag promote printed (bj's last
 //     gossiped lag report for the promoted site's slave group, both
 //     topics);
+//   - send-errors-sync, send-errors-async: sends the producers saw fail
+//     from the change on (they do not retry: every failure counts);
+//   - fenced-acks: puts acknowledged from the change on that the new
+//     master does not hold, i.e. acknowledged by the old master after it
+//     was replaced;
 //   - sync/async put p50/p99 (ms), before the change: one goroutine
 //     alternating a put to each topic (the same load on both), 100 pairs
 //     per iteration.
@@ -82,7 +90,7 @@ import (
 //	METAQ_TEST_ZK=... go test -run '^$' -bench BenchmarkFailover -benchtime 3x ./internal/bundle/
 func BenchmarkFailover(b *testing.B) {
 	zk := testutil.ZooKeeper(b)
-	for _, sc := range []failoverScenario{scenarioSwitchover, scenarioPromote, scenarioAuto} {
+	for _, sc := range []failoverScenario{scenarioSwitchover, scenarioPromote, scenarioAuto, scenarioAutoDeploy} {
 		b.Run(sc.String(), func(b *testing.B) {
 			var all []failoverRun
 			for i := range b.N {
@@ -99,10 +107,11 @@ const (
 	scenarioSwitchover failoverScenario = iota
 	scenarioPromote
 	scenarioAuto
+	scenarioAutoDeploy
 )
 
 func (s failoverScenario) String() string {
-	return [...]string{"switchover", "promote", "auto"}[s]
+	return [...]string{"switchover", "promote", "auto", "auto-deploy"}[s]
 }
 
 // failoverTopics: the synchronous and the asynchronous topic.
@@ -124,6 +133,11 @@ type failoverRun struct {
 	reportedLag                  int // promote: the last gossiped lag report of the promoted site's group, -1 without one
 	acked                        int
 	latSync, latAsync            []time.Duration
+	// sendErrSync, sendErrAsync: sends the producers saw fail from the
+	// loss on; fencedAcks: puts acknowledged from the loss on that the new
+	// master does not hold (acknowledged by the old master after it was
+	// replaced).
+	sendErrSync, sendErrAsync, fencedAcks int
 }
 
 // wanDialer is a bundle's ReplicationDialer that puts a proxy with the WAN
@@ -221,6 +235,8 @@ type failoverRig struct {
 	closers  []func()
 	mu       sync.Mutex
 	acked    map[string][]ackedPut // by topic
+	lossAt   time.Time             // the change began; sends failing from then on count in errs
+	errs     map[string]int        // by topic
 	stopProd chan struct{}
 	prodDone sync.WaitGroup
 }
@@ -280,16 +296,23 @@ func (r *failoverRig) logger(name string) *slog.Logger {
 func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failoverRun {
 	b.Helper()
 	repl := ""
-	if sc == scenarioAuto {
+	switch sc {
+	case scenarioAuto:
 		repl = "autoFailover=true\nautoFailoverAfterMs=500\n"
+	case scenarioAutoDeploy:
+		repl = "autoFailover=true\nautoFailoverAfterMs=1000\n"
 	}
 	zkRoot := multiSiteRoot(b, []string{zk})
 	shared := sharedINI(zk, zkRoot, "[topic="+topicSync+"]\nnumPartitions=2\nminSyncSites=1\n\n[topic="+topicAsync+"]\nnumPartitions=2\n")
 	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1) // configsync plays no part
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\n"+repl, 1)
+	if sc == scenarioAutoDeploy {
+		shared = strings.Replace(shared, "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
+		shared = strings.Replace(shared, "probeIntervalMs=100", "probeIntervalMs=500", 1)
+	}
 	r := &failoverRig{b: b, dir: filepath.Join(b.TempDir(), strconv.Itoa(iter)), shared: shared,
 		name: fmt.Sprintf("%s-%d-%d", sc, b.N, iter),
-		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}}
+		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}, errs: map[string]int{}}
 	r.closers = append(r.closers, r.wan.Close)
 	defer r.close()
 
@@ -332,14 +355,20 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 
 	var lossAt time.Time
 	probes := r.probe(ctx, hf, gz)
+	markLoss := func() {
+		lossAt = time.Now()
+		r.mu.Lock()
+		r.lossAt = lossAt
+		r.mu.Unlock()
+	}
 	switch sc {
 	case scenarioSwitchover:
-		lossAt = time.Now()
+		markLoss()
 		if _, err := bj.Switchover(ctx, "hf", ""); err != nil {
 			b.Fatal(err)
 		}
-	case scenarioPromote, scenarioAuto:
-		lossAt = time.Now()
+	case scenarioPromote, scenarioAuto, scenarioAutoDeploy:
+		markLoss()
 		r.kill(bj)
 		if sc == scenarioPromote {
 			testutil.Eventually(b, 20*time.Second, 2*time.Millisecond, func() error {
@@ -410,6 +439,9 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			if held[a.payload] {
 				continue
 			}
+			if !a.at.Before(lossAt) {
+				run.fencedAcks++
+			}
 			if topic == topicSync {
 				run.rpoSync++
 			} else {
@@ -418,6 +450,7 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			}
 		}
 	}
+	run.sendErrSync, run.sendErrAsync = r.errs[topicSync], r.errs[topicAsync]
 	r.mu.Unlock()
 	if run.rpoSync > 0 || (sc == scenarioSwitchover && run.rpoAsync > 0) {
 		b.Fatalf("%s: acknowledged messages lost: %d of the synchronous topic, %d of the asynchronous one", sc, run.rpoSync, run.rpoAsync)
@@ -428,9 +461,9 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			b.Fatalf("%s: %d acknowledged messages of the asynchronous topic are lost and not saved aside at bj", sc, run.unsavedLost)
 		}
 	}
-	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d)",
+	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d); send errors from the change on sync %d async %d; acknowledged from the change on and not at the new master %d",
 		sc, iter, nm.Config().Site.Name, run.rto, run.rtoSync, run.producerRTO, run.producerRTOSync,
-		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag)
+		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag, run.sendErrSync, run.sendErrAsync, run.fencedAcks)
 	return run
 }
 
@@ -533,6 +566,11 @@ func (r *failoverRig) write(ctx context.Context, stop <-chan struct{}, p *client
 		res, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(m)})
 		cancel()
 		if err != nil {
+			r.mu.Lock()
+			if !r.lossAt.IsZero() {
+				r.errs[topic]++
+			}
+			r.mu.Unlock()
 			select {
 			case <-stop:
 				return
@@ -729,6 +767,9 @@ func reportFailover(b *testing.B, sc failoverScenario, runs []failoverRun) {
 	b.ReportMetric(float64(maxSyncLoss), "rpo-sync-max-msgs")
 	b.ReportMetric(n(func(r failoverRun) int { return r.rpoAsync }), "rpo-async-msgs")
 	b.ReportMetric(n(func(r failoverRun) int { return r.acked }), "acked-msgs")
+	b.ReportMetric(n(func(r failoverRun) int { return r.sendErrSync }), "send-errors-sync")
+	b.ReportMetric(n(func(r failoverRun) int { return r.sendErrAsync }), "send-errors-async")
+	b.ReportMetric(n(func(r failoverRun) int { return r.fencedAcks }), "fenced-acks")
 	if sc != scenarioSwitchover {
 		b.ReportMetric(n(func(r failoverRun) int { return r.lagAtLoss }), "lag-at-loss-msgs")
 		if sc == scenarioPromote {

@@ -24,7 +24,9 @@ func TestMasterRestoresItsRegistrations(t *testing.T) {
 	}
 	old := keepPublishedEvery
 	keepPublishedEvery = 300 * time.Millisecond
-	defer func() { keepPublishedEvery = old }()
+	// Restored after the bundles the test starts are closed (cleanups run last
+	// first): a shipper started meanwhile reads it.
+	t.Cleanup(func() { keepPublishedEvery = old })
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
 	bj := startSite(t, filepath.Join(root, "bj"), failoverINIZK(zk, zkRoot, ""), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})

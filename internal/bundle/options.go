@@ -72,7 +72,9 @@ type Options struct {
 	// ListenAddr overrides the MetaQ protocol address (default
 	// ":<serverPort>"); tests use "127.0.0.1:0".
 	ListenAddr string
-	// AdminAddr overrides [site] adminAddr; "off" disables the admin endpoint.
+	// AdminAddr overrides [site] adminAddr: a TCP address for the admin
+	// endpoint besides its unix socket (<dataPath>/admin.sock); "off"
+	// disables the endpoint, socket included.
 	AdminAddr string
 	// DataPath overrides [system] dataPath (metaq-server start -data, tests),
 	// with the transaction journal unless dataLogPath names its own directory.

@@ -21,11 +21,11 @@ const replicaHolder = "replica"
 // georeplicator's appends, the samsa master's syncs) is not gated.
 func (b *Bundle) refuseReplicaWrites(ctx context.Context) {
 	var reason string
-	switch b.opts.Mode {
-	case ModeSlave:
-		reason = slaveRefusal(b.Config().System.BrokerID, false, b.masterName(ctx))
-	case ModeGregor:
+	switch {
+	case b.opts.Mode == ModeGregor:
 		reason = "this broker is the synchronous slave of a samsa master and takes no puts; send them to the master"
+	case b.failover.role.isSlave():
+		reason = slaveRefusal(b.Config().System.BrokerID, false, b.masterName(ctx))
 	default:
 		return
 	}

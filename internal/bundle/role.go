@@ -215,6 +215,19 @@ func (b *Bundle) supersededMaster() (*georeplicator.Role, error) {
 			"starting as master, which takes no puts until its generation is confirmed", "err", err)
 		return nil, nil
 	}
+	// With one ensemble per site, this site's may have missed a promotion
+	// elsewhere (its site was cut off): the other sites' ensembles it
+	// reaches tell.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	other, site, otherUsed := b.recordedGenerations(ctx)
+	cancel()
+	if other > gen {
+		b.log.Warn("FAILOVER: another site's ZooKeeper has a newer generation than this site's", "site", site, "generation", other, "here", gen)
+		gen = other
+		for id := range otherUsed {
+			used[id] = true
+		}
+	}
 	if gen <= known {
 		return nil, nil
 	}
@@ -247,6 +260,12 @@ func (b *Bundle) guardMaster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the generation of broker %d: %w", brokerID, err)
 	}
+	// The other sites' ensembles this bundle reaches: its own may have
+	// missed a promotion elsewhere (one ensemble per site).
+	where := "ZooKeeper"
+	if other, site := b.otherGenerations(ctx); other > gen {
+		gen, where = other, "site "+site+"'s ZooKeeper"
+	}
 	var known uint64
 	if id := b.failover.openedIdentity(); id != nil {
 		known = id.Generation()
@@ -256,10 +275,10 @@ func (b *Bundle) guardMaster(ctx context.Context) error {
 	if gen <= known {
 		return nil
 	}
-	b.failover.role.StepDown(gen, fmt.Sprintf("generation %d took over in ZooKeeper", gen))
+	b.failover.role.StepDown(gen, fmt.Sprintf("generation %d took over in %s", gen, where))
 	if s := b.runningShipper(); s != nil {
-		s.ObserveGeneration(gen, "ZooKeeper")
+		s.ObserveGeneration(gen, where)
 	}
 	b.wakeRejoin()
-	return fmt.Errorf("%w: ZooKeeper has generation %d, this master %d", registry.ErrNotCurrentMaster, gen, known)
+	return fmt.Errorf("%w: %s has generation %d, this master %d", registry.ErrNotCurrentMaster, where, gen, known)
 }

@@ -2,26 +2,35 @@ package bundle
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"metaq/internal/siterole"
+	"metaq/internal/testutil"
 )
 
 // TestFailoverScenarios runs every script in testdata/scenarios on a fresh
 // deployment from newSites, so that a failover scenario is a text file.
 // A script is one command per line ('#' starts a comment):
 //
-//	sites bj hf gz [deploy] [perzk]  the deployment (first line; first site is master)
+//	sites bj hf gz [deploy] [perzk] [autofailover]
+//	                                 the deployment (first line; first site is master)
 //	produce <site> <topic> <n>       n puts through <site>'s ZooKeeper, all acknowledged
 //	switchover <from> <to>           hand mastership over
 //	promote <site> [force]           promote a slave site
 //	kill <site> / restart <site>     kill -9, and start again by the unit's command
 //	cut <site> / heal <site>         a slave site's link to the first master
 //	cutzk <site> / healzk <site>     a site's connection to its ZooKeeper
+//	caughtup <topic> [site...]       every running slave site (or the named ones) holds the
+//	                                 master's log of topic
+//	                                 (an asynchronous put acknowledged just before a kill may
+//	                                 be lost otherwise: the documented RPO)
+//	autopromoted <site>              <site> promoted itself (automatic failover), no operator action
 //	converged <topic> [master]       one master, every running site byte-identical,
 //	                                 every acknowledged put served (at master, when named)
 //	role <site> master|slave         the site's role now
@@ -71,6 +80,11 @@ func runScenario(t *testing.T, file string) {
 					spec.deploy = true
 				case "perzk":
 					spec.perSiteZK = true
+				case "autofailover":
+					// deploy/'s timing: 30 s sessions, gossip probing
+					// every 500 ms, autoFailoverAfterMs=1000.
+					auto := autoFailoverDeploy()
+					spec.sessionTimeout, spec.probeInterval, spec.replication = auto.sessionTimeout, auto.probeInterval, auto.replication
 				default:
 					spec.sites = append(spec.sites, w)
 				}
@@ -109,6 +123,31 @@ func runScenario(t *testing.T, file string) {
 		case "healzk":
 			need(1)
 			s.healZK(f[1])
+		case "caughtup":
+			need(1)
+			m := s.master()
+			if m == "" {
+				t.Fatalf("%s: no master to catch up with", at)
+			}
+			names := f[2:]
+			if len(names) == 0 {
+				names = s.running()
+			}
+			for _, n := range names {
+				if n != m {
+					waitCaughtUp(t, s.site(m), s.site(n), f[1], 30*time.Second)
+				}
+			}
+		case "autopromoted":
+			need(1)
+			start := time.Now()
+			testutil.Eventually(t, 25*time.Second, 20*time.Millisecond, func() error {
+				if m := s.master(); m != f[1] {
+					return fmt.Errorf("master %q, want %s", m, f[1])
+				}
+				return nil
+			})
+			t.Logf("%s: %s took puts %v later, by itself", at, f[1], time.Since(start).Round(time.Millisecond))
 		case "converged":
 			need(1)
 			m := s.converged(f[1])

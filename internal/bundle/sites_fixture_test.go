@@ -3,6 +3,7 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,12 @@ type sitesSpec struct {
 	perSiteZK bool
 	// replication is added to the shared file's [replication] section.
 	replication string
+	// sessionTimeout is zk.zkSessionTimeoutMs (default the tests' 5 s;
+	// deploy/ runs 30 s); probeInterval is [gossip] probeIntervalMs
+	// (default the tests' 100 ms; deploy/ runs 1 s).
+	sessionTimeout, probeInterval time.Duration
+	// overlays is added to a site's overlay file, by site.
+	overlays map[string]string
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -49,10 +56,14 @@ type sites struct {
 	taps   map[string]*zktest.Tap
 	links  map[string]*netproxy.Proxy // slave site -> its link to the first master
 
-	mu     sync.Mutex
-	b      map[string]*Bundle // nil while killed
-	acked  map[string][]string
-	serial int
+	mu sync.Mutex
+	b  map[string]*Bundle // nil while killed
+	// zkCut: ZooKeeper addresses the other sites cannot reach
+	// (cutEnsemble); zkConns: each site's open ZooKeeper connections.
+	zkCut   map[string]bool
+	zkConns map[string][]zkConn
+	acked   map[string][]string
+	serial  int
 }
 
 // newSites starts the deployment spec describes, the master first, and
@@ -67,7 +78,8 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 		spec.sites = []string{"bj", "hf", "gz"}
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
-		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{}}
+		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
+		zkCut: map[string]bool{}, zkConns: map[string][]zkConn{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
 		if spec.perSiteZK && i > 0 {
@@ -93,6 +105,12 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	}
 	// Without configsync: its embedded NATS would stop with the master.
 	s.shared = strings.Replace(failoverINIZK(zk, s.zkRoot, repl), "[nats]\nbucket=metaq_config\n", "", 1)
+	if spec.sessionTimeout > 0 {
+		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)
+	}
+	if spec.probeInterval > 0 {
+		s.shared = strings.Replace(s.shared, "probeIntervalMs=100", fmt.Sprintf("probeIntervalMs=%d", spec.probeInterval.Milliseconds()), 1)
+	}
 
 	master := spec.sites[0]
 	s.specs[master] = s.siteSpecOf(master, 0, "")
@@ -147,10 +165,64 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 			ss.slaveExtra = "compression=zstd\nbandwidthBytesPerSec=20000000\n" + files
 		}
 	}
-	tap := &zktest.Tap{}
-	s.taps[name] = tap
-	ss.options = func(o *Options) { o.ZooKeeperDialer = s.tapOf(name).Dial }
+	ss.extraOverlay += s.spec.overlays[name]
+	s.mu.Lock()
+	s.taps[name] = &zktest.Tap{}
+	s.mu.Unlock()
+	ss.options = func(o *Options) { o.ZooKeeperDialer = s.zkDialer(name) }
 	return ss
+}
+
+type zkConn struct {
+	addr string
+	c    net.Conn
+}
+
+// zkDialer is site name's ZooKeeper dialer: through its tap (kill, cutZK),
+// refusing the ensembles cutEnsemble cut off from the other sites.
+func (s *sites) zkDialer(name string) func(network, addr string, timeout time.Duration) (net.Conn, error) {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		s.mu.Lock()
+		cut := s.zkCut[addr] && s.zks[name] != addr
+		s.mu.Unlock()
+		if cut {
+			return nil, fmt.Errorf("sites: %s cannot reach ZooKeeper %s (cut)", name, addr)
+		}
+		c, err := s.tapOf(name).Dial(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.zkConns[name] = append(s.zkConns[name], zkConn{addr: addr, c: c})
+		s.mu.Unlock()
+		return c, nil
+	}
+}
+
+// cutEnsemble cuts every other site off from site's ZooKeeper ensemble
+// (site itself still reaches it): what a cut-off site's ensemble misses
+// stays missing until healEnsemble.
+func (s *sites) cutEnsemble(site string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addr := s.zks[site]
+	s.zkCut[addr] = true
+	for name, conns := range s.zkConns {
+		if s.zks[name] == addr {
+			continue
+		}
+		for _, zc := range conns {
+			if zc.addr == addr {
+				zc.c.Close()
+			}
+		}
+	}
+}
+
+func (s *sites) healEnsemble(site string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.zkCut, s.zks[site])
 }
 
 func (s *sites) tapOf(name string) *zktest.Tap {

@@ -2,8 +2,10 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -43,6 +45,15 @@ type siteViews struct {
 	// other ensembles meanwhile, so that an old master that still holds
 	// nodes and reads its own ensemble steps down and lets go.
 	generation func() uint64
+	// ensFile, when set, records the other sites' ensembles gossip names
+	// (ensembles.go), for a check of the generation at the next start.
+	ensFile  string
+	recorded map[string]topology.Ensemble // what ensFile last got; reconcile only
+	// paused, when it returns true, leaves the mirrors as they are: a
+	// master handing over neither rewrites nor removes them while the new
+	// master replaces them (awaitTopicsTaken), so that no ensemble lists a
+	// topic without partitions in between.
+	paused func() bool
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -103,6 +114,7 @@ func (s *siteViews) run(ctx context.Context, interval time.Duration, kick <-chan
 
 func (s *siteViews) reconcile(ctx context.Context) {
 	ens := s.t.Ensembles()
+	s.record(ens)
 	var reach []string
 	ownOK := s.own.Connected()
 	s.mu.Lock()
@@ -127,7 +139,7 @@ func (s *siteViews) reconcile(ctx context.Context) {
 		}
 		if r.reg != nil && r.reg.Connected() {
 			reach = append(reach, site)
-			if s.master != nil && !r.mirroring {
+			if s.master != nil && !r.mirroring && (s.paused == nil || !s.paused()) {
 				r.mirroring = true
 				s.wg.Add(1)
 				go s.mirror(ctx, site, r, r.reg)
@@ -144,6 +156,49 @@ func (s *siteViews) reconcile(ctx context.Context) {
 		reach = append(reach, s.site)
 	}
 	s.t.SetViewReach(reach)
+}
+
+// record keeps ensFile to the other sites' ensembles in ens (those of
+// this bundle's own ensemble left out), writing only when they change.
+func (s *siteViews) record(ens map[string]topology.Ensemble) {
+	if s.ensFile == "" {
+		return
+	}
+	others := map[string]topology.Ensemble{}
+	for site, e := range ens {
+		if site != s.site && !s.sameEnsemble(e) {
+			others[site] = e
+		}
+	}
+	if len(others) == 0 || maps.Equal(others, s.recorded) {
+		return
+	}
+	if err := recordEnsembles(s.ensFile, others); err != nil {
+		s.log.Warn("TOPOLOGY: cannot record the other sites' ensembles", "err", err)
+		return
+	}
+	s.recorded = others
+}
+
+// awaitTopicsTaken waits until, in every other site's ensemble, the topic
+// entries this bundle mirrored there are another session's (the new
+// master replaced them), or ctx ends.
+func (s *siteViews) awaitTopicsTaken(ctx context.Context) error {
+	s.mu.Lock()
+	regs := map[string]*registry.Registry{}
+	for site, r := range s.remote {
+		if r.reg != nil && r.mirrored {
+			regs[site] = r.reg
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for site, reg := range regs {
+		if err := reg.AwaitTopicsTaken(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("site %s's ZooKeeper: %w", site, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // connect opens a session to a remote site's ensemble. It registers nothing:

@@ -33,9 +33,9 @@ const (
 	offZK      = 0
 	offZKProxy = 4 // the harness's proxy to the site's ZooKeeper
 	offLink    = 5 // the harness's proxy in front of the replication listener
+	offAdmin   = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
 	offMetaQ   = 10
 	offRepl    = 11
-	offAdmin   = 12
 )
 
 // Layout is the deploy/ layout of three sites under Dir, with ports from
@@ -139,6 +139,7 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 		if err := editFile(filepath.Join(conf, "site.ini"), func(b []byte) []byte {
 			b = setINI(b, "zookeeper", "zk.zkConnect", l.ZKProxyAddr(s))
 			b = setINI(b, "replication", "advertise", l.LinkAddr(s))
+			b = setINI(b, "site", "adminAddr", l.AdminAddr(s))
 			return dropSection(b, "nats")
 		}); err != nil {
 			return nil, err

@@ -7,14 +7,33 @@
 // to every outgoing connection, so a connection can take the port before the
 // server binds it. Ports here come from below that range, at random, and are
 // checked free for TCP and UDP.
+//
+// Checking is not enough when several processes pick at once (the test
+// binaries of `go test ./...` run in parallel): two of them can find the
+// same port free and both hand it out. So a picked port is also leased for
+// leaseTTL through a file in a directory every process shares; a port whose
+// lease is live is skipped by every other picker.
 package freeport
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"time"
 )
+
+// leaseTTL is how long a picked port stays reserved for its picker: long
+// enough for a test to bind what it picked, short enough that the range is
+// never used up by leases.
+const leaseTTL = 10 * time.Minute
+
+// leaseDir holds one file per leased port, named by the port.
+var leaseDir = filepath.Join(os.TempDir(), "metaq-freeport")
 
 // The range ports are picked from: above the well-known and registered
 // ports most services use, below the kernel's ephemeral range.
@@ -44,6 +63,9 @@ func Pick(n int) ([]int, error) {
 			return nil, fmt.Errorf("freeport: no free port between %d and %d after %d tries", low, high, tries)
 		}
 		p := low + rand.IntN(high-low+1)
+		if !lease(p) {
+			continue
+		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -61,6 +83,39 @@ func Pick(n int) ([]int, error) {
 	return ports, nil
 }
 
+// lease reserves port p for leaseTTL across processes, and reports false
+// when another picker holds a live lease on it. When the lease directory
+// cannot be used, every port is taken as unleased: the bind checks still
+// apply.
+func lease(p int) bool {
+	if err := os.MkdirAll(leaseDir, 0o777); err != nil {
+		return true
+	}
+	name := filepath.Join(leaseDir, strconv.Itoa(p))
+	for range 2 {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return true
+		}
+		fi, err := os.Stat(name)
+		if err != nil {
+			continue // removed meanwhile: try to take it again
+		}
+		if time.Since(fi.ModTime()) < leaseTTL {
+			return false
+		}
+		// A stale lease: whoever removes it first may take the port.
+		if os.Remove(name) != nil {
+			return false
+		}
+	}
+	return false
+}
+
 // One returns one port as Pick does.
 func One() (int, error) {
 	ps, err := Pick(1)
@@ -69,3 +124,55 @@ func One() (int, error) {
 	}
 	return ps[0], nil
 }
+
+// Consecutive returns p such that p, p+1, ..., p+n-1 were all free (TCP and
+// UDP on 127.0.0.1) when checked, and leases them as Pick does: for brokers
+// laid out on adjacent ports, as MetaQ's own tests run them.
+func Consecutive(n int) (int, error) {
+	for tries := 0; tries < 200; tries++ {
+		p := low + rand.IntN(high-low-n+2)
+		if allFree(p, n) && leaseAll(p, n) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("freeport: no %d consecutive free ports between %d and %d", n, low, high)
+}
+
+func allFree(p, n int) bool {
+	var closers []func() error
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for i := range n {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p+i))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		closers = append(closers, l.Close)
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return false
+		}
+		closers = append(closers, c.Close)
+	}
+	return true
+}
+
+// leaseAll leases p..p+n-1, or none of them when another picker holds one.
+func leaseAll(p, n int) bool {
+	for i := range n {
+		if !lease(p + i) {
+			for j := range i {
+				unlease(p + j)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// unlease gives back a lease this process took a moment ago.
+func unlease(p int) { os.Remove(filepath.Join(leaseDir, strconv.Itoa(p))) }

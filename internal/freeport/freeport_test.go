@@ -2,8 +2,11 @@ package freeport
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func TestPickDistinctBindableOutsideEphemeralRange(t *testing.T) {
@@ -59,5 +62,62 @@ func TestPickSkipsTakenPorts(t *testing.T) {
 		if taken[p] {
 			t.Fatalf("One returned %d, which this test listens on", p)
 		}
+	}
+}
+
+// TestPickSkipsLeasedPorts: a port another process leased a moment ago is
+// not handed out again, even though nothing listens on it yet; a stale lease
+// is taken over.
+func TestPickSkipsLeasedPorts(t *testing.T) {
+	dir := t.TempDir()
+	old := leaseDir
+	leaseDir = dir
+	t.Cleanup(func() { leaseDir = old })
+	leased := map[int]bool{}
+	for p := low; p <= high; p++ {
+		if p%4 != 0 { // leave a quarter of the range unleased
+			if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(p)), nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			leased[p] = true
+		}
+	}
+	ports, err := Pick(30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		if leased[p] {
+			t.Fatalf("Pick returned %d, which holds a live lease", p)
+		}
+		if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(p))); err != nil {
+			t.Fatalf("port %d handed out without a lease: %v", p, err)
+		}
+	}
+	// Age one lease past the TTL: it is taken over.
+	stale := low + 1
+	past := time.Now().Add(-2 * leaseTTL)
+	if err := os.Chtimes(filepath.Join(dir, strconv.Itoa(stale)), past, past); err != nil {
+		t.Fatal(err)
+	}
+	if !lease(stale) {
+		t.Fatalf("a lease older than %v was not taken over", leaseTTL)
+	}
+	if lease(stale) {
+		t.Fatal("a port leased just now was leased again")
+	}
+}
+
+func TestConsecutive(t *testing.T) {
+	p, err := Consecutive(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+i)))
+		if err != nil {
+			t.Fatalf("port %d of %d..%d: %v", p+i, p, p+4, err)
+		}
+		l.Close()
 	}
 }

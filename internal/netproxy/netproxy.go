@@ -47,6 +47,8 @@ type Proxy struct {
 	cut  [2]int64 // bytes still to pass before cutting; -1 = none
 
 	flips, cuts atomic.Int64
+	moved       [2]atomic.Int64 // bytes forwarded, by Direction
+	accepted    atomic.Int64    // connections forwarded since New
 	closed      atomic.Bool
 	wg          sync.WaitGroup
 }
@@ -128,6 +130,12 @@ func (p *Proxy) CutAll() {
 // Flips and Cuts count the faults injected so far.
 func (p *Proxy) Flips() int64 { return p.flips.Load() }
 
+// Bytes is the number of bytes forwarded in direction d since New.
+func (p *Proxy) Bytes(d Direction) int64 { return p.moved[d].Load() }
+
+// Accepted is the number of connections forwarded since New.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
 // Cuts counts connections cut by CutAfter or CutAll.
 func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
 
@@ -179,6 +187,7 @@ func (p *Proxy) acceptLoop() {
 		}
 		p.conns[pr] = struct{}{}
 		p.mu.Unlock()
+		p.accepted.Add(1)
 		p.wg.Add(2)
 		go p.pipe(pr, Upstream, c, s)
 		go p.pipe(pr, Downstream, s, c)
@@ -252,6 +261,7 @@ func (p *Proxy) pipe(pr *pair, d Direction, src, dst net.Conn) {
 				return
 			}
 		}
+		p.moved[d].Add(int64(len(data)))
 		if cut {
 			p.cuts.Add(1)
 			if tc, ok := dst.(*net.TCPConn); ok {

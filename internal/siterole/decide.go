@@ -29,7 +29,8 @@ type ZooKeeperFact struct {
 	Enabled bool
 	// Err is why it could not be read ("" when it was).
 	Err string
-	// MasterRegistered: ids/<brokerId>/master exists; Path names it.
+	// MasterRegistered: ids/<brokerId>/master exists, held by another
+	// session than this site's; Path names it.
 	MasterRegistered bool
 	Path             string
 }
@@ -47,12 +48,22 @@ type LossFacts struct {
 	FenceSites int
 	Peers      []Peer
 	ZooKeeper  ZooKeeperFact
+	// DeadMaster is what this site knows about the master whose node
+	// ZooKeeper may still hold (FenceDeadMaster).
+	DeadMaster DeadMasterFacts
 }
 
-// MasterLost reports whether a majority of the sites of this brokerId (by
-// gossip: the master's bundle not alive, slave sites that lost it) and this
-// site's ZooKeeper (no master node) agree that the master is gone, and why
-// (or why not). A master of a newer generation alive anywhere means the
+// MasterLost reports whether the master is gone, and why (or why not): a
+// majority of the sites of this brokerId agree (by gossip: the master's
+// bundle not alive, slave sites that lost it), the master is a dead one by
+// the rule a promote without -force follows (FenceDeadMaster: link down,
+// gossip declared it down, silent past the acknowledgement bound), and
+// this site's ZooKeeper agrees: it has no master node, or the node is held
+// by that dead master's session (the promotion raises the generation and
+// takes the node instead of waiting for the session to expire). With one
+// ZooKeeper per site a missing node proves little (the master's mirror may
+// not have reached this site's ensemble), hence the dead-master rule in
+// every case. A master of a newer generation alive anywhere means the
 // master is not lost: another site took over.
 func MasterLost(f LossFacts) (bool, string) {
 	if f.Connected {
@@ -78,6 +89,9 @@ func MasterLost(f LossFacts) (bool, string) {
 	if !Majority(len(agree), total) {
 		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
 	}
+	if ok, why := FenceDeadMaster(f.DeadMaster); !ok {
+		return false, fmt.Sprintf("%d of %d sites agree the master is lost, but it is not known to be dead: %s", len(agree), total, why)
+	}
 	z := f.ZooKeeper
 	switch {
 	case !z.Enabled:
@@ -85,7 +99,7 @@ func MasterLost(f LossFacts) (bool, string) {
 	case z.Err != "":
 		return false, "this site's ZooKeeper cannot be read: " + z.Err
 	case z.MasterRegistered:
-		return false, "the master is still registered in this site's ZooKeeper at " + z.Path
+		return true, fmt.Sprintf("%d of %d sites agree the master is lost, and the master node in this site's ZooKeeper (%s) is held by a dead master's session (fenced by generation)", len(agree), total, z.Path)
 	}
 	return true, fmt.Sprintf("%d of %d sites and this site's ZooKeeper agree the master is lost", len(agree), total)
 }

@@ -15,22 +15,39 @@ func TestMasterLost(t *testing.T) {
 		return Peer{Site: site, Role: Slave, Alive: alive, Follows: follows}
 	}
 	self := Peer{Site: "hf", Self: true, Role: Slave, Alive: true}
+	registered := ZooKeeperFact{Enabled: true, MasterRegistered: true, Path: "/x/master"}
+	dead := DeadMasterFacts{Gossip: true, MasterDown: true, Silent: 5 * time.Second, AckBound: 3 * time.Second}
+	suspect, recent := dead, dead
+	suspect.MasterDown = false
+	recent.Silent = 2 * time.Second
 	for _, tc := range []struct {
 		name string
 		f    LossFacts
 		lost bool
 		why  string
 	}{
-		{"link up", LossFacts{Site: "hf", Connected: true, ZooKeeper: zkGone}, false, "reaches its master"},
-		{"all agree", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone}, true, "3 of 3"},
-		{"master dead, gz still follows: 2 of 3", LossFacts{Site: "hf", Peers: []Peer{master(false, 0), slave("gz", true, true)}, ZooKeeper: zkGone}, true, "2 of 3"},
-		{"master alive by gossip", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: zkGone}, false, "1 of 3"},
-		{"fenceSites counts unseen sites", LossFacts{Site: "hf", FenceSites: 7, Peers: []Peer{master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone}, false, "3 of 7"},
-		{"newer master elsewhere", LossFacts{Site: "hf", KnownGeneration: 2, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}}, ZooKeeper: zkGone}, false, "generation 3, newer"},
-		{"a master of the generation followed is no newer one", LossFacts{Site: "hf", KnownGeneration: 3, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}, slave("sh", true, false)}, ZooKeeper: zkGone}, true, "2 of 3"},
-		{"ZooKeeper off", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}}, false, "ZooKeeper is off"},
-		{"ZooKeeper unreadable", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, Err: "timeout"}}, false, "cannot be read: timeout"},
-		{"still registered", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, MasterRegistered: true, Path: "/x/master"}}, false, "still registered"},
+		{"link up", LossFacts{Site: "hf", Connected: true, ZooKeeper: zkGone, DeadMaster: dead}, false, "reaches its master"},
+		{"all agree", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "3 of 3"},
+		{"master dead, gz still follows: 2 of 3", LossFacts{Site: "hf", Peers: []Peer{master(false, 0), slave("gz", true, true)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "2 of 3"},
+		{"master alive by gossip", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: zkGone, DeadMaster: dead}, false, "1 of 3"},
+		{"fenceSites counts unseen sites", LossFacts{Site: "hf", FenceSites: 7, Peers: []Peer{master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, false, "3 of 7"},
+		{"newer master elsewhere", LossFacts{Site: "hf", KnownGeneration: 2, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}}, ZooKeeper: zkGone, DeadMaster: dead}, false, "generation 3, newer"},
+		{"a master of the generation followed is no newer one", LossFacts{Site: "hf", KnownGeneration: 3, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}, slave("sh", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "2 of 3"},
+		{"ZooKeeper off", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, DeadMaster: dead}, false, "ZooKeeper is off"},
+		{"ZooKeeper unreadable", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: ZooKeeperFact{Enabled: true, Err: "timeout"}, DeadMaster: dead}, false, "cannot be read: timeout"},
+		{"registered by a dead master's session", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: dead}, true, "held by a dead master's session"},
+		// The dead-master rule holds whether or not this site's
+		// ZooKeeper has the master node: with one ensemble per site a
+		// missing node may be a mirror that never arrived.
+		{"no master node, master only suspect", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: zkGone, DeadMaster: suspect}, false, "not declared the master's bundle down"},
+		{"registered, master only suspect", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: registered, DeadMaster: suspect}, false, "not declared the master's bundle down"},
+		{"no master node, silent within the bound", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: zkGone, DeadMaster: recent}, false, "not longer than"},
+		{"no master node, no gossip", LossFacts{Site: "hf", Peers: []Peer{master(false, 0)}, ZooKeeper: zkGone, DeadMaster: DeadMasterFacts{Silent: time.Minute, AckBound: time.Second}}, false, "gossip is off"},
+		// A master partitioned from this site only: gossip (through the
+		// other sites' probes) keeps it alive, the other slave site still
+		// follows it. No majority, however long the link stays cut.
+		{"cut from this site only", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: registered,
+			DeadMaster: DeadMasterFacts{Gossip: true, Silent: time.Minute, AckBound: time.Second}}, false, "1 of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, why := MasterLost(tc.f)

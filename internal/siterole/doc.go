@@ -4,7 +4,9 @@
 //
 // The bundle's transition code is the only caller of Begin and Set; every
 // other part of the bundle reads the role with Current (or waits for a
-// change with Changed) instead of the role it started with.
+// change with Changed) instead of the role it started with. The bundle
+// keeps the Machine in its roleOwner, which also starts and stops the
+// shipper or receiver a transition runs and answers what runs now.
 //
 // The decisions a failover takes (is the master lost, which slave site is
 // the candidate, may this master acknowledge) are pure functions of

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/internal/unixsock"
 )
 
 // Stats sends `stats <item> 0` over the MetaQ protocol, as BrokerStatsTool
@@ -63,14 +64,27 @@ func readResult(r *bufio.Reader) (int, string, error) {
 
 // Admin calls a running server's admin endpoint.
 type Admin struct {
-	Base  string // http://host:port
+	Base  string // http://host:port (a unix socket's requests use http://admin)
+	Where string // the endpoint in error messages: Base, or unix:<path>
 	Token string
 	HTTP  *http.Client
 }
 
-// NewAdmin returns a client for the admin endpoint that cfg configures.
+// NewAdmin returns a client for the admin endpoint that cfg configures: its
+// TCP address when [site] adminAddr gives one, else its unix socket in the
+// data directory (cfg's dataPath, after any -data override).
 func NewAdmin(cfg *config.Server) *Admin {
-	return &Admin{Base: AdminURL(cfg), Token: cfg.Site.Token, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	if base := AdminURL(cfg); base != "" {
+		return &Admin{Base: base, Where: base, Token: cfg.Site.Token, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	}
+	sock := cfg.System.AdminSocket()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return unixsock.Dial(ctx, sock, 10*time.Second)
+		},
+	}
+	return &Admin{Base: "http://admin", Where: "unix:" + sock, Token: cfg.Site.Token,
+		HTTP: &http.Client{Timeout: 60 * time.Second, Transport: tr}}
 }
 
 // Do sends method path?query and returns the body; a non-2xx answer is an error.
@@ -88,12 +102,12 @@ func (a *Admin) Do(ctx context.Context, method, path string, query url.Values) (
 	}
 	resp, err := a.HTTP.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Base, err)
+		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Where, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Base, err)
+		return "", fmt.Errorf("ctl: admin endpoint %s: %w", a.Where, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		return string(body), fmt.Errorf("ctl: %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))

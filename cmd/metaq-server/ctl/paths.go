@@ -65,12 +65,17 @@ func instanceName(configPath string) string {
 	return strings.TrimSuffix(base, filepath.Ext(base))
 }
 
-// AdminURL is the base URL of a server's admin endpoint from its config
-// (a wildcard listen address is reached on loopback).
+// AdminURL is the base URL of a server's admin endpoint over TCP from its
+// config (a wildcard listen address is reached on loopback), "" when the
+// config gives the endpoint no TCP address: it is then reached on its unix
+// socket, cfg.System.AdminSocket().
 func AdminURL(cfg *config.Server) string {
+	if cfg.Site.AdminAddr == "" {
+		return ""
+	}
 	host, port, err := net.SplitHostPort(cfg.Site.AdminAddr)
 	if err != nil {
-		host, port = "127.0.0.1", strconv.Itoa(cfg.System.ServerPort+2)
+		return ""
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"

@@ -57,10 +57,8 @@ if [ ${#classes[@]} -eq 0 ]; then
 fi
 
 export METAQ_SERVER=$W/metaq-server METAQ_IT_LOGS=$W/logs
-# The admin endpoint listens on loopback at serverPort+2 by default: in MetaQ's slave layout that is a
-# broker's port (slave1-1.ini's 8111+2 is slave2-1.ini's 8113), so the harness turns it off unless
-# METAQ_IT_ADMIN says otherwise (METAQ_IT_ADMIN=default keeps it, to see the clash).
-if [ "${METAQ_IT_ADMIN:-off}" = default ]; then unset METAQ_IT_ADMIN; else export METAQ_IT_ADMIN=${METAQ_IT_ADMIN:-off}; fi
+# Every broker runs as MetaQ's files and the defaults say, admin endpoint included (a unix socket in its
+# data directory: it takes no port). METAQ_IT_ADMIN, when set, is passed as -admin.
 results=()
 for c in "${classes[@]}"; do
 	log=$W/logs/$c.txt

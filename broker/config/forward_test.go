@@ -1,0 +1,32 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestForwardPuts: a topic's forwardPuts overrides [site] forwardPuts,
+// which is off by default; other values are refused.
+func TestForwardPuts(t *testing.T) {
+	base := "[system]\nbrokerId=0\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=1000\nmaxSegmentSize=1048576\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=/tmp/x\n[zookeeper]\nzk.zkEnable=false\n" +
+		"[topic=plain]\n[topic=on]\nforwardPuts=true\n[topic=off]\nforwardPuts=false\n"
+	for _, tc := range []struct {
+		site          string
+		plain, on, of bool
+	}{{"", false, true, false}, {"[site]\nforwardPuts=true\n", true, true, false}, {"[site]\nforwardPuts=false\n", false, true, false}} {
+		s, _, err := Parse("server.ini", []byte(base+tc.site))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]bool{"plain": tc.plain, "on": tc.on, "off": tc.of} {
+			tp, ok := s.TopicFor(name)
+			if !ok || tp.Forwards(s.Site) != want {
+				t.Errorf("site %q: topic %s forwards %v, want %v", tc.site, name, tp.Forwards(s.Site), want)
+			}
+		}
+	}
+	_, _, err := Parse("server.ini", []byte(base+"[topic=bad]\nforwardPuts=yes\n"))
+	if err == nil || !strings.Contains(err.Error(), "forwardPuts") {
+		t.Fatalf("forwardPuts=yes: %v", err)
+	}
+}

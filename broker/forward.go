@@ -1,0 +1,228 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// forwarder sends a Hold's puts to the new master's MetaQ port as a MetaQ
+// client does: one connection, puts pipelined, answers matched by opaque.
+type forwarder struct {
+	b      *Broker
+	target func(context.Context) (string, error)
+
+	mu       sync.Mutex
+	cur      *fwdConn
+	inflight int  // send calls running
+	idle     bool // close the connection once no send runs (the Hold ended)
+	opaque   atomic.Int32
+}
+
+// fwdConn is one connection to the new master.
+type fwdConn struct {
+	addr string
+	nc   net.Conn
+	wmu  sync.Mutex // frames are written whole
+
+	mu      sync.Mutex
+	pending map[int32]chan *wire.Result
+	err     error       // set once broken; every pending channel is closed then
+	stop    func() bool // stops the watch of the broker's context
+}
+
+// fwdResult is the outcome of one forwarded message: the new master's
+// answer, or err; sent says the put may have reached the new master.
+type fwdResult struct {
+	res  *wire.Result
+	err  error
+	sent bool
+}
+
+func newForwarder(b *Broker, target func(context.Context) (string, error)) *forwarder {
+	return &forwarder{b: b, target: target}
+}
+
+// closeWhenIdle closes the connection now, or once the last send returns.
+func (f *forwarder) closeWhenIdle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.idle = true
+	if f.inflight == 0 && f.cur != nil {
+		f.cur.fail(errors.New("forwarding ended"))
+		f.cur = nil
+	}
+}
+
+// conn returns the connection to the new master, dialing it when there is
+// none or the target moved.
+func (f *forwarder) conn(ctx context.Context) (*fwdConn, error) {
+	addr, err := f.target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.cur; c != nil {
+		c.mu.Lock()
+		ok := c.err == nil && c.addr == addr
+		c.mu.Unlock()
+		if ok {
+			return c, nil
+		}
+		c.fail(errors.New("the new master moved to " + addr))
+		f.cur = nil
+	}
+	d := net.Dialer{Timeout: time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial the new master %s: %w", addr, err)
+	}
+	c := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}}
+	if !f.b.routines.Go(c.readLoop) {
+		nc.Close()
+		return nil, errors.New("the broker is closing")
+	}
+	// Closing the broker closes the connection, which ends readLoop.
+	stop := context.AfterFunc(f.b.ctx, func() { c.fail(errors.New("the broker is closing")) })
+	c.mu.Lock()
+	c.stop = stop
+	c.mu.Unlock()
+	f.cur = c
+	return c, nil
+}
+
+// send forwards msgs[i] for each i of idx to topic-partition and returns
+// their outcomes in idx's order, waiting for answers until waitUntil.
+func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx []int, waitUntil time.Time) []fwdResult {
+	f.mu.Lock()
+	f.inflight++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		if f.inflight == 0 && f.idle && f.cur != nil {
+			f.cur.fail(errors.New("forwarding ended"))
+			f.cur = nil
+		}
+		f.mu.Unlock()
+	}()
+	out := make([]fwdResult, len(idx))
+	ctx, cancel := context.WithDeadline(f.b.ctx, waitUntil)
+	defer cancel()
+	c, err := f.conn(ctx)
+	if err != nil {
+		for k := range out {
+			out[k].err = err
+		}
+		return out
+	}
+	chans := make([]chan *wire.Result, len(idx))
+	var frames []byte
+	c.mu.Lock()
+	broken := c.err
+	for k, i := range idx {
+		m := &msgs[i]
+		op := f.opaque.Add(1)
+		ch := make(chan *wire.Result, 1)
+		if broken == nil {
+			c.pending[op] = ch
+		}
+		chans[k] = ch
+		sum := wire.Checksum(m.Body)
+		if m.ChecksumSet {
+			sum = int32(m.Checksum)
+		}
+		p := wire.Put{Topic: topic, Partition: int32(partition), Flag: m.Flag, Checksum: sum, Opaque: op, Body: m.Body}
+		frames = p.AppendTo(frames)
+	}
+	c.mu.Unlock()
+	if broken != nil {
+		for k := range out {
+			out[k].err = broken
+		}
+		return out
+	}
+	c.wmu.Lock()
+	c.nc.SetWriteDeadline(waitUntil)
+	_, werr := c.nc.Write(frames)
+	c.wmu.Unlock()
+	if werr != nil {
+		c.fail(werr)
+	}
+	for k, ch := range chans {
+		out[k].sent = true
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				out[k].err = c.failure()
+				continue
+			}
+			out[k].res = r
+		case <-ctx.Done():
+			out[k].err = fmt.Errorf("no answer from %s: %w", c.addr, ctx.Err())
+		}
+	}
+	return out
+}
+
+// readLoop matches the new master's answers to the puts sent.
+func (c *fwdConn) readLoop() {
+	d := wire.NewDecoder(bufio.NewReader(c.nc))
+	for {
+		cmd, err := d.Decode()
+		if err != nil {
+			c.fail(fmt.Errorf("connection to the new master %s: %w", c.addr, err))
+			return
+		}
+		r, ok := cmd.(*wire.Result)
+		if !ok {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[r.Opaque]
+		delete(c.pending, r.Opaque)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+}
+
+// fail breaks the connection: every put awaiting an answer gets err.
+func (c *fwdConn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	c.nc.Close()
+	for _, ch := range pending {
+		close(ch)
+	}
+}
+
+func (c *fwdConn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return errors.New("connection closed")
+	}
+	return c.err
+}

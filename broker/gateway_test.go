@@ -1,0 +1,260 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"metaq/broker/config"
+	"metaq/broker/wire"
+)
+
+// gatewayConfig is the vectors' configuration with extra appended to it
+// (forwardPuts keys, more topics).
+func gatewayConfig(t *testing.T, extra string) *config.Server {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(vectorDir, "server.ini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseConfig(t, append(data, "\n"+extra+"\n"...))
+}
+
+// gatewayPair starts a master and a slave that refuses writes as a slave
+// does, with a gateway to the master; dials counts the connections it
+// opens.
+func gatewayPair(t *testing.T, slaveExtra string, o GatewayOptions) (master, slave *testBroker, g *Gateway, dials *atomic.Int32) {
+	t.Helper()
+	master = startBroker(t, gatewayConfig(t, "[topic=other]\nnumPartitions=1"), nil)
+	slave = startBroker(t, gatewayConfig(t, slaveExtra), nil)
+	slave.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of " + master.URL()})
+	dials = new(atomic.Int32)
+	o.Holder = "slave"
+	if o.Master == nil {
+		o.Master = func(context.Context) (string, error) { return master.Addr().String(), nil }
+	}
+	o.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	g, err := slave.SetGateway(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return master, slave, g, dials
+}
+
+// TestGatewayForwardsPuts: puts to a forwarded topic at a slave are
+// answered with the master's id, partition and offset, where the master
+// holds the record; the slave stores nothing; every client shares one
+// connection to the master; puts of a connection to a partition keep their
+// order at the master.
+func TestGatewayForwardsPuts(t *testing.T) {
+	master, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{})
+	const clients, each = 3, 40
+	cls := make([]*client, clients)
+	for i := range cls {
+		cls[i] = dial(t, slave.Addr())
+	}
+	for k, cl := range cls {
+		var buf []byte
+		for i := range each {
+			buf = putCmd("test", int32(k%2), fmt.Sprintf("c%d-%03d", k, i), int32(i+1)).AppendTo(buf)
+		}
+		cl.send(buf)
+	}
+	for k, cl := range cls {
+		var last int64 = -1
+		for range each {
+			r := cl.result()
+			if r.Code != wire.StatusOK {
+				t.Fatalf("client %d put %d: %s", k, r.Opaque, r)
+			}
+			a, err := parsePutAnswer(r.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(r.Body), fmt.Sprintf(" %d ", k%2)) {
+				t.Fatalf("answer %q does not name partition %d", r.Body, k%2)
+			}
+			data, err := master.store.Read("test", k%2, a.Offset, 1<<10)
+			if err != nil {
+				t.Fatalf("client %d put %d answered at offset %d: %v", k, r.Opaque, a.Offset, err)
+			}
+			recs, _ := parseRecords(t, data)
+			want := fmt.Sprintf("c%d-%03d", k, r.Opaque-1)
+			if len(recs) == 0 || recs[0].id != a.ID || string(recs[0].body) != want {
+				t.Fatalf("put %q answered %q, the master has %+v there", want, r.Body, recs)
+			}
+			// Answers come in the order of the puts (opaque order), and
+			// their offsets grow: the master stored them in that order.
+			if a.Offset <= last {
+				t.Fatalf("client %d: put %d stored at %d, before the previous put's %d", k, r.Opaque, a.Offset, last)
+			}
+			last = a.Offset
+		}
+	}
+	for p := range 2 {
+		if partitionEnd(t, slave, "test", p) > 0 {
+			t.Fatalf("the slave stored a forwarded put in test-%d", p)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections to the master for %d clients, want 1", n, clients)
+	}
+	if st := g.Stats(); st.Forwarded != clients*each || st.Unknown != 0 || st.NotSent != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestGatewayRefusals: the master's refusal reaches the client as the
+// master gave it (a topic the master does not accept; a closed partition);
+// a topic that is not forwarded is refused by the slave as before; without
+// a gateway a slave refuses every put.
+func TestGatewayRefusals(t *testing.T) {
+	master, slave, _, _ := gatewayPair(t, "[topic=onlyhere]\nforwardPuts=true\n[topic=other]\nforwardPuts=true\n[topic=notfwd]\nforwardPuts=false\n[site]\nforwardPuts=true", GatewayOptions{})
+	cl := dial(t, slave.Addr())
+
+	cl.sendCmd(putCmd("onlyhere", 0, "x", 1))
+	r := cl.result()
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "The server do not accept topic onlyhere") ||
+		!strings.Contains(string(r.Body), master.URL()) {
+		t.Fatalf("put to a topic the master refuses: %s", r)
+	}
+
+	master.ClosePartitions("other", 0, 0)
+	cl.sendCmd(putCmd("other", 0, "x", 2))
+	r = cl.result()
+	if r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "has been closed") {
+		t.Fatalf("put to a partition closed at the master: %s", r)
+	}
+
+	cl.sendCmd(putCmd("notfwd", 0, "x", 3))
+	r = cl.result()
+	if r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "is a slave of") {
+		t.Fatalf("put to a topic not forwarded: %s", r)
+	}
+
+	slave.SetGateway(nil)
+	cl.sendCmd(putCmd("test", 0, "x", 4))
+	r = cl.result()
+	if r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "is a slave of") {
+		t.Fatalf("put without a gateway: %s", r)
+	}
+	for p := range 2 {
+		if partitionEnd(t, slave, "test", p) > 0 || partitionEnd(t, master, "test", p) > 0 {
+			t.Fatalf("a refused put was stored in test-%d", p)
+		}
+	}
+}
+
+// TestGatewayOffByDefault: a slave with a gateway but no forwardPuts key
+// refuses puts as MetaQ's slave does.
+func TestGatewayOffByDefault(t *testing.T) {
+	_, slave, g, dials := gatewayPair(t, "", GatewayOptions{})
+	cl := dial(t, slave.Addr())
+	cl.sendCmd(putCmd("test", 0, "x", 1))
+	if r := cl.result(); r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "is a slave of") {
+		t.Fatalf("put at a slave without forwardPuts: %s", r)
+	}
+	if dials.Load() != 0 || g.Stats().Forwarded != 0 {
+		t.Fatalf("forwarded with forwardPuts unset: %d dials, %+v", dials.Load(), g.Stats())
+	}
+}
+
+// TestGatewayFollowsMaster: while the master refuses as a slave (it handed
+// over), puts are sent again to the master named then, and answered with
+// its answer; a master that cannot be reached within MaxWait makes the put
+// 503, not stored.
+func TestGatewayFollowsMaster(t *testing.T) {
+	var target atomic.Value
+	master, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
+		MaxWait: time.Second,
+		Master:  func(context.Context) (string, error) { return target.Load().(string), nil },
+	})
+	target.Store(master.Addr().String())
+	cl := dial(t, slave.Addr())
+	cl.sendCmd(putCmd("test", 0, "first", 1))
+	if r := cl.result(); r.Code != wire.StatusOK {
+		t.Fatalf("first put: %s", r)
+	}
+	// The master becomes a slave of a new master, named only later.
+	nu := startBroker(t, vectorConfig(t), nil)
+	master.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of " + nu.URL()})
+	cl.sendCmd(putCmd("test", 0, "second", 2))
+	cl.expectSilence(150 * time.Millisecond)
+	target.Store(nu.Addr().String())
+	r := cl.result()
+	if r.Code != wire.StatusOK {
+		t.Fatalf("put while the master moved: %s", r)
+	}
+	a, _ := parsePutAnswer(r.Body)
+	data, err := nu.store.Read("test", 0, a.Offset, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := parseRecords(t, data); len(recs) == 0 || string(recs[0].body) != "second" {
+		t.Fatalf("the new master holds %+v at %d", recs, a.Offset)
+	}
+	if dials.Load() < 2 || g.Stats().Retried == 0 {
+		t.Fatalf("%d dials, stats %+v", dials.Load(), g.Stats())
+	}
+
+	// No master reachable: not stored, 503.
+	nu.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of nobody"})
+	target.Store("127.0.0.1:1")
+	cl.sendCmd(putCmd("test", 0, "third", 3))
+	r = cl.result()
+	if r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not stored") {
+		t.Fatalf("put with no master: %s", r)
+	}
+	if got := partitionEnd(t, slave, "test", 0); got > 0 {
+		t.Fatalf("the slave stored %d bytes", got)
+	}
+}
+
+// TestGatewayUnknownOutcome: a put sent to the master whose connection
+// breaks before the master answers is answered 500, its outcome unknown,
+// never as stored; the next put opens a new connection.
+func TestGatewayUnknownOutcome(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// A master that reads a put and goes away without answering.
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 1<<10)
+				nc.Read(buf)
+				nc.Close()
+			}()
+		}
+	}()
+	_, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
+		Master: func(context.Context) (string, error) { return ln.Addr().String(), nil },
+	})
+	cl := dial(t, slave.Addr())
+	for i := range 2 {
+		cl.sendCmd(putCmd("test", 0, "lost", int32(i+1)))
+		r := cl.result()
+		if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "whether it is stored there is unknown") {
+			t.Fatalf("put %d whose answer never came: %s", i+1, r)
+		}
+	}
+	if st := g.Stats(); st.Unknown != 2 || st.Forwarded != 0 || dials.Load() != 2 {
+		t.Fatalf("stats %+v, %d dials", st, dials.Load())
+	}
+}

@@ -1,0 +1,421 @@
+package broker
+
+// Holding puts while mastership is handed over. A master that hands its
+// brokerId over to a slave site (a switchover) must stop storing puts, so
+// that the new master holds its whole log when it takes over. Refusing
+// them (503) fails most sends of MetaQ's Java producer, which does not
+// retry a failed put, for as long as the handover takes. Instead the
+// broker holds them: a plain put that arrives while a Hold is in effect
+// passes the usual checks except the write gate and minSyncSites (the
+// new master checks those), is kept in memory, bounded in bytes and in
+// time, and answered later:
+//
+//   - once the Hold forwards (Hold.Forward: the new master took over), it
+//     is sent to the new master's MetaQ port as a client would send it,
+//     at the same partition, and answered with the new master's answer
+//     (its id, the partition and the offset where the record is stored
+//     there); a 403 or 503 of the new master (not master yet, its slave
+//     sites not connected yet) is retried until the put's time is up;
+//   - when the Hold ends before forwarding (Hold.End: the handover
+//     failed), it takes the route a put arriving then would take: the
+//     write gate, then the store here;
+//   - when its time is up before it was sent, or the held bytes would
+//     exceed the bound, it is answered 503 saying it was not stored, so a
+//     client may send it again without making a duplicate;
+//   - when it was sent and no answer came (the connection to the new
+//     master broke), it is answered 500 saying that whether it was stored
+//     is unknown. No held put is ever answered as stored unless the new
+//     master said it was.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/broker/wire"
+)
+
+// Default bounds of a Hold.
+const (
+	// DefaultHoldMaxWait is below the 3 s MetaQ's Java producer waits for
+	// a put's answer by default: a put answered later would be retried by
+	// the client although stored.
+	DefaultHoldMaxWait  = 2500 * time.Millisecond
+	DefaultHoldMaxBytes = 64 << 20
+)
+
+// holdRetryEvery is the pause before a put the new master refused (403,
+// 503) is sent again, and the period of a Hold's expiry check.
+const holdRetryEvery = 20 * time.Millisecond
+
+// HoldOptions bound the puts a Hold keeps.
+type HoldOptions struct {
+	// MaxWait is how long a put may wait, from its arrival, to be sent to
+	// the new master; then it is answered 503, not stored. 0 means
+	// DefaultHoldMaxWait.
+	MaxWait time.Duration
+	// MaxBytes bounds the body bytes held at once; a put beyond it is
+	// answered 503 at once, not stored. 0 means DefaultHoldMaxBytes.
+	MaxBytes int64
+	// Reason is said in the answer of a put not stored, e.g. "this master
+	// is handing over to hf".
+	Reason string
+}
+
+// HoldStats counts what a Hold did with the puts it held.
+type HoldStats struct {
+	Held      int64 // puts held
+	Forwarded int64 // answered with the new master's answer
+	Local     int64 // stored here after the Hold ended without forwarding
+	Expired   int64 // answered 503 (not stored): time or bytes bound
+	Unknown   int64 // answered 500: sent, no answer
+}
+
+// Hold is in effect from Broker.HoldWrites until End (see the top of this
+// file). Its methods are safe for concurrent use.
+type Hold struct {
+	b    *Broker
+	opts HoldOptions
+
+	mu     sync.Mutex
+	queue  []*heldBatch // waiting for Forward or End
+	bytes  int64        // body bytes of the held batches not answered yet
+	target func(context.Context) (string, error)
+	ended  bool
+	endAt  time.Time // End is called by the expiry loop then (EndAfter)
+	fwd    *forwarder
+
+	quit  chan struct{} // closed by End
+	stats struct{ held, forwarded, local, expired, unknown atomic.Int64 }
+}
+
+// heldBatch is one partition's batch of a connection's held puts.
+type heldBatch struct {
+	topic     string
+	partition int
+	msgs      []store.Message // bodies copied: the put route reuses its buffers
+	size      int64
+	deadline  time.Time
+	done      func([]store.Appended, error)
+	answered  atomic.Bool
+	// gone reports that the client closed its connection: what was not
+	// sent yet is dropped, not stored (nobody awaits its answer, and a
+	// client that resends it would store it twice).
+	gone func() bool
+}
+
+// heldError is the answer of a held put that was not stored here: its
+// code and text. raw text is the new master's own answer body.
+type heldError struct {
+	code int
+	text string
+	raw  bool
+}
+
+func (e *heldError) Error() string { return "broker: held put: " + strconv.Itoa(e.code) + " " + e.text }
+
+// HoldWrites makes the broker hold client puts instead of storing them,
+// until the returned Hold's End (see the top of this file). It fails while
+// another Hold is in effect.
+func (b *Broker) HoldWrites(o HoldOptions) (*Hold, error) {
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultHoldMaxWait
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultHoldMaxBytes
+	}
+	h := &Hold{b: b, opts: o, quit: make(chan struct{})}
+	if !b.hold.CompareAndSwap(nil, h) {
+		return nil, errors.New("broker: puts are already held")
+	}
+	if !b.routines.Go(h.expireLoop) {
+		b.hold.Store(nil)
+		return nil, errors.New("broker: hold puts: the broker is closing")
+	}
+	b.log.Warn("BROKER: holding client puts", "reason", o.Reason, "maxWait", o.MaxWait, "maxBytes", o.MaxBytes)
+	return h, nil
+}
+
+// holding returns the Hold in effect, or nil.
+func (b *Broker) holding() *Hold { return b.hold.Load() }
+
+// Forward sends the held puts, and those that arrive until End, to the
+// address target returns (the new master's MetaQ host:port; an error
+// while it is not known yet, which is asked again).
+func (h *Hold) Forward(target func(context.Context) (string, error)) {
+	h.mu.Lock()
+	if h.ended || h.target != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.target = target
+	h.fwd = newForwarder(h.b, target)
+	q := h.queue
+	h.queue = nil
+	h.mu.Unlock()
+	h.b.log.Info("BROKER: forwarding held puts to the new master", "held", len(q))
+	for _, hb := range q {
+		h.startForward(hb)
+	}
+}
+
+// EndAfter ends the Hold d from now (see End).
+func (h *Hold) EndAfter(d time.Duration) {
+	h.mu.Lock()
+	if !h.ended {
+		h.endAt = time.Now().Add(d)
+	}
+	h.mu.Unlock()
+}
+
+// End ends the Hold: puts are no longer held. Those still held and not
+// forwarded take the route of a put arriving now (the write gate, then the
+// store here); those being forwarded are answered as they complete. End
+// is idempotent.
+func (h *Hold) End() {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	q := h.queue
+	h.queue = nil
+	fwd := h.fwd
+	h.mu.Unlock()
+	h.b.hold.CompareAndSwap(h, nil)
+	close(h.quit)
+	if fwd != nil {
+		fwd.closeWhenIdle()
+	}
+	for _, hb := range q {
+		h.storeHere(hb)
+	}
+	st := h.Stats()
+	h.b.log.Info("BROKER: no longer holding client puts", "held", st.Held, "forwarded", st.Forwarded,
+		"storedHere", st.Local, "notStored", st.Expired, "unknown", st.Unknown)
+}
+
+// Stats reports what the Hold did so far.
+func (h *Hold) Stats() HoldStats {
+	return HoldStats{Held: h.stats.held.Load(), Forwarded: h.stats.forwarded.Load(), Local: h.stats.local.Load(),
+		Expired: h.stats.expired.Load(), Unknown: h.stats.unknown.Load()}
+}
+
+// add holds a validated batch and calls done once with its outcome. It
+// copies the bodies.
+func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func() bool, done func([]store.Appended, error)) {
+	hb := &heldBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
+		deadline: time.Now().Add(h.opts.MaxWait)}
+	for i, m := range msgs {
+		hb.msgs[i] = m
+		hb.msgs[i].Body = append([]byte(nil), m.Body...)
+		hb.size += int64(len(m.Body))
+	}
+	h.stats.held.Add(int64(len(msgs)))
+	h.mu.Lock()
+	switch {
+	case h.ended:
+		h.mu.Unlock()
+		h.storeHere(hb)
+		return
+	case h.bytes+hb.size > h.opts.MaxBytes:
+		h.mu.Unlock()
+		h.finish(hb, h.notStored(fmt.Sprintf("more than %d bytes of puts held", h.opts.MaxBytes)), &h.stats.expired)
+		return
+	}
+	h.bytes += hb.size
+	if h.target == nil {
+		h.queue = append(h.queue, hb)
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.startForward(hb)
+}
+
+// notStored is the answer of a held put that was never sent anywhere.
+func (h *Hold) notStored(why string) *heldError {
+	return &heldError{code: wire.StatusServiceUnavailable, text: h.opts.Reason + "; the put was held and not stored (" + why + "); retry"}
+}
+
+// finish answers hb once with err for every message (nil: stored, as).
+func (h *Hold) finish(hb *heldBatch, err error, count *atomic.Int64) {
+	if !hb.answered.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	h.bytes -= hb.size
+	h.mu.Unlock()
+	count.Add(int64(len(hb.msgs)))
+	hb.done(nil, err)
+}
+
+// storeHere sends a held batch the way of a put arriving after the Hold:
+// refused by the write gate, or stored here.
+func (h *Hold) storeHere(hb *heldBatch) {
+	if !hb.answered.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	h.bytes -= hb.size
+	h.mu.Unlock()
+	b := h.b
+	if ref := b.writeRefusal(); ref != nil {
+		h.stats.expired.Add(int64(len(hb.msgs)))
+		hb.done(nil, &heldError{code: ref.code(), text: ref.Reason})
+		return
+	}
+	h.stats.local.Add(int64(len(hb.msgs)))
+	b.puts.storeBatch(b.ctx, hb.topic, hb.partition, hb.msgs, hb.done)
+}
+
+// expireLoop answers the batches whose time is up before they could be
+// sent, and ends the Hold at its EndAfter time.
+func (h *Hold) expireLoop() {
+	t := time.NewTicker(holdRetryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.quit:
+			return
+		case <-h.b.ctx.Done():
+			h.abandon()
+			return
+		case now := <-t.C:
+			h.mu.Lock()
+			endNow := !h.endAt.IsZero() && !now.Before(h.endAt)
+			var late []*heldBatch
+			kept := h.queue[:0]
+			for _, hb := range h.queue {
+				if now.After(hb.deadline) || hb.gone() {
+					late = append(late, hb)
+				} else {
+					kept = append(kept, hb)
+				}
+			}
+			h.queue = kept
+			h.mu.Unlock()
+			for _, hb := range late {
+				h.finish(hb, h.notStored(fmt.Sprintf("no new master to send it to within %v", h.opts.MaxWait)), &h.stats.expired)
+			}
+			if endNow {
+				h.End()
+				return
+			}
+		}
+	}
+}
+
+// abandon answers every batch still queued as not stored: the broker is
+// closing.
+func (h *Hold) abandon() {
+	h.mu.Lock()
+	q := h.queue
+	h.queue = nil
+	h.ended = true
+	h.mu.Unlock()
+	h.b.hold.CompareAndSwap(h, nil)
+	for _, hb := range q {
+		h.finish(hb, h.notStored("the broker is closing"), &h.stats.expired)
+	}
+}
+
+// startForward sends hb to the new master on a goroutine of the broker.
+func (h *Hold) startForward(hb *heldBatch) {
+	if !h.b.routines.Go(func() { h.forward(hb) }) {
+		h.finish(hb, h.notStored("the broker is closing"), &h.stats.expired)
+	}
+}
+
+// forward sends hb's messages to the new master until each is answered
+// there, or its time is up.
+func (h *Hold) forward(hb *heldBatch) {
+	out := make([]store.Appended, len(hb.msgs))
+	errs := make(messageErrors, len(hb.msgs))
+	left := make([]int, len(hb.msgs)) // indexes not answered yet
+	for i := range left {
+		left[i] = i
+	}
+	failed := 0
+	for len(left) > 0 {
+		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil || hb.gone() {
+			why := fmt.Sprintf("the new master did not take it within %v", h.opts.MaxWait)
+			switch {
+			case h.b.ctx.Err() != nil:
+				why = "the broker is closing"
+			case hb.gone():
+				why = "its client closed the connection"
+			}
+			for _, i := range left {
+				errs[i] = h.notStored(why)
+				failed++
+			}
+			h.stats.expired.Add(int64(len(left)))
+			break
+		}
+		var retry []int
+		res := h.fwd.send(hb.topic, hb.partition, hb.msgs, left, hb.deadline)
+		for k, i := range left {
+			r := res[k]
+			switch {
+			case r.err != nil && !r.sent:
+				retry = append(retry, i)
+			case r.err != nil:
+				errs[i] = &heldError{code: wire.StatusInternalServerError, text: h.opts.Reason +
+					"; the put was sent to the new master and no answer came (" + r.err.Error() + "): whether it is stored there is unknown"}
+				failed++
+				h.stats.unknown.Add(1)
+			case r.res.Code == wire.StatusOK:
+				a, err := parsePutAnswer(r.res.Body)
+				if err != nil {
+					errs[i] = &heldError{code: wire.StatusInternalServerError, text: h.opts.Reason + "; the new master answered " + err.Error() + ": whether the put is stored there is unknown"}
+					failed++
+					h.stats.unknown.Add(1)
+					continue
+				}
+				out[i] = a
+				h.stats.forwarded.Add(1)
+			case r.res.Code == wire.StatusForbidden || r.res.Code == wire.StatusServiceUnavailable:
+				retry = append(retry, i) // not stored: not master yet, its sites not connected yet
+			default:
+				errs[i] = &heldError{code: r.res.Code, text: string(r.res.Body), raw: true}
+				failed++
+				h.stats.forwarded.Add(1)
+			}
+		}
+		left = retry
+		if len(left) > 0 {
+			select {
+			case <-time.After(holdRetryEvery):
+			case <-h.b.ctx.Done():
+			}
+		}
+	}
+	if !hb.answered.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	h.bytes -= hb.size
+	h.mu.Unlock()
+	if failed == 0 {
+		hb.done(out, nil)
+		return
+	}
+	hb.done(out, errs)
+}
+
+// parsePutAnswer reads a put's answer `<id> <partition> <offset>`.
+func parsePutAnswer(body []byte) (store.Appended, error) {
+	var a store.Appended
+	var p int
+	if n, err := fmt.Sscanf(string(body), "%d %d %d", &a.ID, &p, &a.Offset); err != nil || n != 3 {
+		return a, fmt.Errorf("%q, not <id> <partition> <offset>", body)
+	}
+	return a, nil
+}

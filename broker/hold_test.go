@@ -1,0 +1,201 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"metaq/broker/wire"
+)
+
+// holdOldMaster starts a broker as a master that hands over: writes off
+// the put route refused, plain puts held with o.
+func holdOldMaster(t *testing.T, o HoldOptions) (*testBroker, *Hold) {
+	t.Helper()
+	old := startBroker(t, vectorConfig(t), nil)
+	old.RefuseWrites("switchover", Refusal{Reason: "handing over; retry", Retry: true})
+	if o.Reason == "" {
+		o.Reason = "this master is handing over"
+	}
+	h, err := old.HoldWrites(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return old, h
+}
+
+// TestHoldForwardsToNewMaster: puts that reach a master while it hands
+// over are held (no answer) until the new master is known, then sent
+// there, retried while it still refuses (403: not master yet), and
+// answered with the new master's id, partition and offset, where the
+// record is; the old master stores nothing. A transaction's store is
+// refused, not held.
+func TestHoldForwardsToNewMaster(t *testing.T) {
+	old, h := holdOldMaster(t, HoldOptions{MaxWait: 10 * time.Second})
+	nu := startBroker(t, vectorConfig(t), nil)
+	nu.RefuseWrites("slave", Refusal{Reason: "this broker is a slave"})
+	if _, err := old.StoreValidated(context.Background(), "test", 0, nil); err == nil {
+		t.Fatal("a transaction's store was not refused while puts are held")
+	}
+
+	cl := dial(t, old.Addr())
+	var buf []byte
+	for i := range 3 {
+		buf = putCmd("test", int32(i%2), fmt.Sprintf("held-%d", i), int32(i+1)).AppendTo(buf)
+	}
+	cl.send(buf)
+	cl.expectSilence(200 * time.Millisecond)
+
+	h.Forward(func(context.Context) (string, error) { return nu.Addr().String(), nil })
+	cl.expectSilence(200 * time.Millisecond) // the new master refuses: retried
+	nu.AllowWrites("slave")
+	got := map[int32]*wire.Result{}
+	for range 3 {
+		r := cl.result()
+		got[r.Opaque] = r
+	}
+	for i := range 3 {
+		r := got[int32(i+1)]
+		if r == nil || r.Code != wire.StatusOK {
+			t.Fatalf("held put %d: %v", i+1, r)
+		}
+		a, err := parsePutAnswer(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := nu.store.Read("test", i%2, a.Offset, 1<<10)
+		if err != nil {
+			t.Fatalf("put %d answered at offset %d: %v", i+1, a.Offset, err)
+		}
+		recs, _ := parseRecords(t, data)
+		if len(recs) == 0 || recs[0].id != a.ID || string(recs[0].body) != fmt.Sprintf("held-%d", i) {
+			t.Fatalf("put %d answered %q, the new master has %+v there", i+1, r.Body, recs)
+		}
+	}
+	for p := range 2 {
+		if partitionEnd(t, old, "test", p) > 0 {
+			t.Fatalf("the old master stored a held put in test-%d", p)
+		}
+	}
+	if st := h.Stats(); st.Held != 3 || st.Forwarded != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Until End, later puts go the same way.
+	cl.sendCmd(putCmd("test", 0, "later", 9))
+	if r := cl.result(); r.Code != wire.StatusOK {
+		t.Fatalf("put after Forward: %s", r)
+	}
+	h.End()
+	old.RefuseWrites("replica", Refusal{Reason: "this broker follows the new master"})
+	cl.sendCmd(putCmd("test", 0, "after the hold", 10))
+	if r := cl.result(); r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "follows the new master") {
+		t.Fatalf("put after the hold ended: %s", r)
+	}
+}
+
+// TestHoldBounds: a held put not sent within MaxWait, and one beyond
+// MaxBytes, are answered 503 saying they were not stored; nothing is
+// stored.
+func TestHoldBounds(t *testing.T) {
+	old, _ := holdOldMaster(t, HoldOptions{MaxWait: 300 * time.Millisecond, MaxBytes: 10})
+	cl := dial(t, old.Addr())
+	start := time.Now()
+	cl.sendCmd(putCmd("test", 0, "0123456789", 1)) // 10 bytes: fits
+	cl.expectSilence(50 * time.Millisecond)
+	cl.sendCmd(putCmd("test", 0, "x", 2)) // beyond the bound
+	r := cl.result()
+	if r.Opaque != 2 || r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not stored (more than 10 bytes of puts held); retry") {
+		t.Fatalf("put beyond MaxBytes: %s", r)
+	}
+	r = cl.result()
+	if r.Opaque != 1 || r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "this master is handing over; the put was held and not stored (no new master to send it to within 300ms); retry") {
+		t.Fatalf("put held past MaxWait: %s", r)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("answered after %v, before MaxWait", waited)
+	}
+	if partitionEnd(t, old, "test", 0) > 0 {
+		t.Fatal("a held put was stored")
+	}
+}
+
+// TestHoldEndStoresHere: when the handover fails, the Hold ends without
+// forwarding and what it held is stored here once writes pass again.
+func TestHoldEndStoresHere(t *testing.T) {
+	old, h := holdOldMaster(t, HoldOptions{MaxWait: 10 * time.Second})
+	cl := dial(t, old.Addr())
+	cl.sendCmd(putCmd("test", 1, "kept", 1))
+	cl.expectSilence(100 * time.Millisecond)
+	old.AllowWrites("switchover")
+	h.End()
+	if r := cl.result(); r.Code != wire.StatusOK || !strings.HasSuffix(string(r.Body), " 1 0") {
+		t.Fatalf("held put after a failed handover: %s", r)
+	}
+	if partitionEnd(t, old, "test", 1) <= 0 {
+		t.Fatal("not stored here")
+	}
+}
+
+// TestHoldUnknownOutcome: a put sent to the new master whose connection
+// breaks before it answers is answered 500 saying the outcome is unknown,
+// never as stored.
+func TestHoldUnknownOutcome(t *testing.T) {
+	old, h := holdOldMaster(t, HoldOptions{MaxWait: 10 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 1)
+		nc.Read(buf) // the put arrived
+		nc.Close()
+	}()
+	h.Forward(func(context.Context) (string, error) { return ln.Addr().String(), nil })
+	cl := dial(t, old.Addr())
+	cl.sendCmd(putCmd("test", 0, "lost in the middle", 1))
+	r := cl.result()
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "whether it is stored there is unknown") {
+		t.Fatalf("put whose forward broke: %s", r)
+	}
+	if st := h.Stats(); st.Unknown != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := old.HoldWrites(HoldOptions{}); err == nil {
+		t.Fatal("a second Hold while one is in effect")
+	}
+}
+
+// TestAcknowledgementCheckedAgainWhenAnswered: a put that passed the write
+// check when it arrived but is answered when the check refuses (the master
+// was paused in between and cannot confirm it still is the master) is not
+// acknowledged: 500, saying whether it survives is unknown.
+func TestAcknowledgementCheckedAgainWhenAnswered(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	var calls atomic.Int32
+	brk.SetWriteCheck(func() *Refusal {
+		if calls.Add(1) == 1 {
+			return nil // at validation
+		}
+		return &Refusal{Reason: "this master could not confirm its generation; retry", Retry: true}
+	})
+	cl := dial(t, brk.Addr())
+	cl.sendCmd(putCmd("test", 0, "paused in between", 1))
+	r := cl.result()
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "stored here, but not acknowledged: this master could not confirm its generation; whether the record survives") {
+		t.Fatalf("put answered after the check turned: %s", r)
+	}
+	brk.SetWriteCheck(nil)
+	cl.sendCmd(putCmd("test", 0, "fine", 2))
+	if r := cl.result(); r.Code != wire.StatusOK {
+		t.Fatalf("put without a check: %s", r)
+	}
+}

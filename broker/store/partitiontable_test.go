@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"testing"
+)
+
+// TestAppendManyPartitionTable: AppendManyAsync finds its partitions by
+// topic and number (topicParts), and the writer appends to what it found.
+// That table must follow the partition table through a delete (a deleted
+// partition found there would take the appends of its successor), a
+// re-creation, partition numbers it does not index, and a reopen.
+func TestAppendManyPartitionTable(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir})
+	ctx := context.Background()
+	many := func(s *Store, apps ...PartitionAppend) {
+		t.Helper()
+		got := make(chan []AppendOutcome, 1)
+		s.AppendManyAsync(ctx, apps, func(o []AppendOutcome) { got <- o })
+		for i, o := range <-got {
+			if o.Err != nil {
+				t.Fatalf("append %d (%s-%d): %v", i, apps[i].Topic, apps[i].Partition, o.Err)
+			}
+		}
+	}
+	one := func(topic string, part int, body string) PartitionAppend {
+		return PartitionAppend{Topic: topic, Partition: part, Msgs: []Message{{Body: []byte(body)}}}
+	}
+	bodies := func(s *Store, topic string, part int) []string {
+		t.Helper()
+		var out []string
+		for _, r := range decodeAll(t, readAll(t, s, topic, part)) {
+			out = append(out, string(r.Body))
+		}
+		return out
+	}
+	want := func(s *Store, topic string, part int, w ...string) {
+		t.Helper()
+		if got := bodies(s, topic, part); len(got) != len(w) || (len(w) > 0 && got[len(got)-1] != w[len(w)-1]) || (len(w) > 0 && got[0] != w[0]) {
+			t.Fatalf("%s-%d holds %q, want %q", topic, part, got, w)
+		}
+	}
+	big := maxIndexedNum + 5
+	many(s, one("w", 3, "a"), one("w", 0, "b"), one("v", 3, "c"), one("w", big, "d"))
+	checkTopicParts(t, s)
+	if err := s.DeletePartition("w", 3); err != nil {
+		t.Fatal(err)
+	}
+	checkTopicParts(t, s)
+	many(s, one("w", 3, "e"), one("w", big, "f"))
+	checkTopicParts(t, s)
+	want(s, "w", 3, "e")
+	want(s, "w", 0, "b")
+	want(s, "v", 3, "c")
+	want(s, "w", big, "d", "f")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openT(t, Options{Dir: dir})
+	checkTopicParts(t, s2)
+	many(s2, one("w", 3, "g"), one("v", 3, "h"))
+	want(s2, "w", 3, "e", "g")
+	want(s2, "v", 3, "c", "h")
+}
+
+// checkTopicParts checks that s.byTopic holds exactly the partitions of
+// s.parts it indexes.
+func checkTopicParts(t *testing.T, s *Store) {
+	t.Helper()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	indexed := 0
+	for key, p := range s.parts {
+		if key.num >= maxIndexedNum {
+			continue
+		}
+		indexed++
+		if got := s.byTopic[key.topic].get(key.num); got != p {
+			t.Errorf("%s-%d: the table by topic has %p, the partition table %p", key.topic, key.num, got, p)
+		}
+	}
+	listed := 0
+	for topic, tp := range s.byTopic {
+		n := 0
+		for num, p := range tp.byNum {
+			if p == nil {
+				continue
+			}
+			n++
+			if s.parts[pkey{topic, num}] != p {
+				t.Errorf("%s-%d is in the table by topic only", topic, num)
+			}
+		}
+		if tp.topic != topic || n != tp.n || n == 0 {
+			t.Errorf("topic %q: entry of %q counts %d partitions, holds %d", topic, tp.topic, tp.n, n)
+		}
+		listed += n
+	}
+	if listed != indexed {
+		t.Errorf("table by topic lists %d partitions, the partition table %d below %d", listed, indexed, maxIndexedNum)
+	}
+}

@@ -1,0 +1,417 @@
+package georeplicator
+
+// The gateway link: the one connection a slave site's broker keeps to the
+// master's MetaQ port to carry the puts it forwards (broker/gateway.go).
+// It shares the port with MetaQ clients and the replication stream: its
+// first byte, GatewayFirstByte, is one no MetaQ request starts with. After
+// a short handshake the connection carries the MetaQ protocol itself
+// (puts, answers), framed, compressed and authenticated:
+//
+//	slave  → master  GatewayFirstByte, 'T' (TLS follows) or 'P' (plain)
+//	                 [a TLS handshake, mutual when the master has a CA; what
+//	                 follows then runs inside TLS]
+//	slave  → master  version, codec, slave nonce (32 bytes)
+//	master → slave   status (0: go on, else refused, then a reason), master nonce (32 bytes)
+//	slave  → master  HMAC-SHA256(secret, gatewaySlaveLabel | slave nonce | master nonce | codec)
+//	master → slave   status (0: accepted, else refused, then a reason),
+//	                 HMAC-SHA256(secret, gatewayMasterLabel | slave nonce | master nonce | codec)
+//
+// then, in each direction, frames:
+//
+//	+----------------+------------------------+--------------------+
+//	| length, uint32 | payload (length bytes) | MAC (16 bytes)     |
+//	+----------------+------------------------+--------------------+
+//
+// where the payload is what the sender wrote, compressed (one zstd stream
+// per direction, flushed at every write, so later frames use the earlier
+// ones' context: small puts of similar text compress well) and the MAC,
+// on a link with a secret and without TLS, is HMAC-SHA256 truncated to 16
+// bytes, keyed per direction and connection (from the secret and both
+// nonces), over the frame's sequence number, its length and its payload: a
+// frame inserted, dropped, reordered or replayed fails. Inside TLS, whose
+// records are authenticated and ordered, and where the secret was proven
+// in the same session, frames carry no MAC. The master accepts the secret of [replication] secretFile and the
+// older ones it still accepts; a side with a secret refuses a peer without
+// one. With TLS (the replication's certificates) the link is encrypted too;
+// a master whose TLS config requires client certificates refuses a plain
+// link.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// GatewayFirstByte is the first byte of a gateway link on the MetaQ port.
+const GatewayFirstByte byte = 0xA8
+
+const (
+	gatewayVersion     = 1
+	gatewaySlaveLabel  = "metaq-gateway slave v1"
+	gatewayMasterLabel = "metaq-gateway master v1"
+	gatewayMACLen      = 16
+	// gatewayMaxFrame bounds a frame's payload (compressed bytes).
+	gatewayMaxFrame = 16 << 20
+	// gatewayHandshakeTimeout bounds the handshake.
+	gatewayHandshakeTimeout = 10 * time.Second
+)
+
+// Gateway link codecs.
+const (
+	gatewayRaw  byte = 0
+	gatewayZstd byte = 1
+)
+
+// Gateway link modes, the byte after GatewayFirstByte.
+const (
+	gatewayPlain byte = 'P'
+	gatewayTLS   byte = 'T'
+)
+
+// GatewayDial opens a gateway link over nc, a connection to the master's
+// MetaQ port, authenticating with secret (nil: none; the master must have
+// none either), compressing with zstd when compress, and inside TLS with
+// tc when not nil (its ServerName, when empty, is the host nc reaches).
+// It closes nc when it fails.
+func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c net.Conn, err error) {
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
+	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
+	mode := gatewayPlain
+	if tc != nil {
+		mode = gatewayTLS
+	}
+	if _, err := nc.Write([]byte{GatewayFirstByte, mode}); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello to %s: %w", nc.RemoteAddr(), err)
+	}
+	if tc != nil {
+		if tc.ServerName == "" {
+			tc = tc.Clone()
+			tc.ServerName, _, _ = net.SplitHostPort(nc.RemoteAddr().String())
+		}
+		t := tls.Client(nc, tc)
+		if err := t.Handshake(); err != nil {
+			return nil, fmt.Errorf("%w: gateway: TLS with %s: %v", ErrAuth, nc.RemoteAddr(), err)
+		}
+		nc = t
+	}
+	codec := gatewayRaw
+	if compress {
+		codec = gatewayZstd
+	}
+	sn, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
+	hello := append([]byte{gatewayVersion, codec}, sn...)
+	if _, err := nc.Write(hello); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello to %s: %w", nc.RemoteAddr(), err)
+	}
+	br := bufio.NewReader(nc)
+	if err := readStatus(br, "master "+nc.RemoteAddr().String()); err != nil {
+		return nil, err
+	}
+	mn := make([]byte, nonceLen)
+	if _, err := io.ReadFull(br, mn); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	proof := make([]byte, proofLen)
+	if len(secret) > 0 {
+		proof = authMAC(secret, gatewaySlaveLabel, sn, mn, []byte{codec})
+	}
+	if _, err := nc.Write(proof); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway proof to %s: %w", nc.RemoteAddr(), err)
+	}
+	if err := readStatus(br, "master "+nc.RemoteAddr().String()); err != nil {
+		return nil, err
+	}
+	mp := make([]byte, proofLen)
+	if _, err := io.ReadFull(br, mp); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	if len(secret) > 0 && !hmac.Equal(mp, authMAC(secret, gatewayMasterLabel, sn, mn, []byte{codec})) {
+		return nil, fmt.Errorf("%w: gateway: master %s failed to prove the replication shared secret", ErrAuth, nc.RemoteAddr())
+	}
+	if len(secret) == 0 && !bytes.Equal(mp, make([]byte, proofLen)) {
+		return nil, fmt.Errorf("%w: gateway: master %s has a replication shared secret and this broker none ([replication] secretFile)", ErrAuth, nc.RemoteAddr())
+	}
+	nc.SetDeadline(time.Time{})
+	return newGatewayConn(nc, br, secret, sn, mn, codec, true, tc != nil)
+}
+
+// GatewayAccept runs the master's side of the handshake on a connection
+// whose first byte is GatewayFirstByte, accepting any of secrets (none:
+// only a slave without a secret) and TLS with tc (nil: none; one that
+// requires client certificates refuses a plain link), and returns the
+// link, which carries the MetaQ protocol.
+func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, error) {
+	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
+	var head [2]byte
+	if _, err := io.ReadFull(nc, head[:]); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
+	}
+	refuse := func(w io.Writer, msg string) error {
+		w.Write(append([]byte{1, byte(min(len(msg), 255))}, msg[:min(len(msg), 255)]...))
+		return fmt.Errorf("%w: gateway from %s: %s", ErrAuth, nc.RemoteAddr(), msg)
+	}
+	switch {
+	case head[0] != GatewayFirstByte || (head[1] != gatewayPlain && head[1] != gatewayTLS):
+		return nil, fmt.Errorf("%w: gateway from %s: not a gateway hello (%#x %#x)", ErrProtocol, nc.RemoteAddr(), head[0], head[1])
+	case head[1] == gatewayTLS && tc == nil:
+		return nil, fmt.Errorf("%w: gateway from %s: TLS asked and this broker has no TLS certificate ([replication] tlsCert)", ErrAuth, nc.RemoteAddr())
+	case head[1] == gatewayTLS:
+		t := tls.Server(nc, tc)
+		if err := t.Handshake(); err != nil {
+			return nil, fmt.Errorf("%w: gateway: TLS with %s: %v", ErrAuth, nc.RemoteAddr(), err)
+		}
+		nc = t
+	case tc != nil && tc.ClientAuth == tls.RequireAndVerifyClientCert:
+		// Read the hello first, so the refusal reaches the slave.
+		io.ReadFull(nc, make([]byte, 2+nonceLen))
+		return nil, refuse(nc, "this master requires TLS with a client certificate ([replication] tlsCert, tlsKey, tlsCA)")
+	}
+	br := bufio.NewReader(nc)
+	hello := make([]byte, 2+nonceLen)
+	if _, err := io.ReadFull(br, hello); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
+	}
+	codec := hello[1]
+	switch {
+	case hello[0] != gatewayVersion:
+		return nil, refuse(nc, fmt.Sprintf("unknown gateway version %d", hello[0]))
+	case codec != gatewayRaw && codec != gatewayZstd:
+		return nil, refuse(nc, fmt.Sprintf("unknown gateway codec %d", codec))
+	}
+	sn := hello[2:]
+	mn, err := newNonce()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nc.Write(append([]byte{0}, mn...)); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	proof := make([]byte, proofLen)
+	if _, err := io.ReadFull(br, proof); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	var matched []byte
+	for _, k := range secrets {
+		if hmac.Equal(proof, authMAC(k, gatewaySlaveLabel, sn, mn, []byte{codec})) {
+			matched = k
+			break
+		}
+	}
+	switch {
+	case len(secrets) > 0 && matched == nil:
+		return nil, refuse(nc, "the slave's replication shared secret differs from the master's, or it has none")
+	case len(secrets) == 0 && !bytes.Equal(proof, make([]byte, proofLen)):
+		return nil, refuse(nc, "this master has no replication shared secret ([replication] secretFile) and the slave has one")
+	}
+	mp := make([]byte, proofLen)
+	if matched != nil {
+		mp = authMAC(matched, gatewayMasterLabel, sn, mn, []byte{codec})
+	}
+	if _, err := nc.Write(append([]byte{0}, mp...)); err != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	nc.SetDeadline(time.Time{})
+	return newGatewayConn(nc, br, matched, sn, mn, codec, false, head[1] == gatewayTLS)
+}
+
+// readStatus reads a handshake status byte and, when it refuses, the
+// reason.
+func readStatus(br *bufio.Reader, peer string) error {
+	st, err := br.ReadByte()
+	if err != nil {
+		return fmt.Errorf("georeplicator: gateway handshake with %s: %w", peer, err)
+	}
+	if st == 0 {
+		return nil
+	}
+	n, err := br.ReadByte()
+	msg := make([]byte, n)
+	if err == nil {
+		io.ReadFull(br, msg)
+	}
+	return fmt.Errorf("%w: gateway: %s refused: %s", ErrAuth, peer, msg)
+}
+
+// gatewayConn is an established gateway link (see the top of this file).
+// Read and Write may be called concurrently with each other; Writes are
+// serialised.
+type gatewayConn struct {
+	net.Conn
+
+	wmu    sync.Mutex
+	wmac   hash.Hash // nil without a secret
+	wseq   uint64
+	enc    *zstd.Encoder // nil for gatewayRaw
+	encBuf bytes.Buffer
+	frame  []byte
+
+	rmu    sync.Mutex // held by Read; Close takes it to release the decoder
+	closed bool       // under rmu
+	in     *frameReader
+	dec    *zstd.Decoder // nil for gatewayRaw
+}
+
+func newGatewayConn(nc net.Conn, br *bufio.Reader, secret, sn, mn []byte, codec byte, slave, inTLS bool) (*gatewayConn, error) {
+	c := &gatewayConn{Conn: nc, in: &frameReader{r: br}}
+	// Inside TLS every record is authenticated and ordered already, and
+	// the secret was proven inside the same session: frames carry no MAC.
+	if len(secret) > 0 && !inTLS {
+		s2m := authMAC(secret, "metaq-gateway slave to master", sn, mn, []byte{codec})
+		m2s := authMAC(secret, "metaq-gateway master to slave", sn, mn, []byte{codec})
+		w, r := s2m, m2s
+		if !slave {
+			w, r = m2s, s2m
+		}
+		c.wmac, c.in.mac = hmac.New(sha256.New, w), hmac.New(sha256.New, r)
+	}
+	if codec == gatewayZstd {
+		enc, err := zstd.NewWriter(&c.encBuf, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(1<<20))
+		if err != nil {
+			return nil, fmt.Errorf("georeplicator: gateway encoder: %w", err)
+		}
+		dec, err := zstd.NewReader(c.in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20),
+			zstd.WithDecoderMaxMemory(64<<20))
+		if err != nil {
+			return nil, fmt.Errorf("georeplicator: gateway decoder: %w", err)
+		}
+		c.enc, c.dec = enc, dec
+	}
+	return c, nil
+}
+
+// Write sends p as one frame.
+func (c *gatewayConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	payload := p
+	if c.enc != nil {
+		c.encBuf.Reset()
+		if _, err := c.enc.Write(p); err != nil {
+			return 0, err
+		}
+		if err := c.enc.Flush(); err != nil {
+			return 0, err
+		}
+		payload = c.encBuf.Bytes()
+	}
+	if len(payload) > gatewayMaxFrame {
+		return 0, fmt.Errorf("georeplicator: gateway frame of %d bytes, at most %d", len(payload), gatewayMaxFrame)
+	}
+	c.frame = binary.BigEndian.AppendUint32(c.frame[:0], uint32(len(payload)))
+	c.frame = append(c.frame, payload...)
+	if c.wmac != nil {
+		c.frame = append(c.frame, frameMACOf(c.wmac, c.wseq, payload)...)
+		c.wseq++
+	}
+	if _, err := c.Conn.Write(c.frame); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Read reads what the peer wrote.
+func (c *gatewayConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
+	if c.dec != nil {
+		return c.dec.Read(p)
+	}
+	return c.in.Read(p)
+}
+
+// Close closes the connection, which ends a Read in progress, then
+// releases the decoder once no Read uses it.
+func (c *gatewayConn) Close() error {
+	err := c.Conn.Close()
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if !c.closed {
+		c.closed = true
+		if c.dec != nil {
+			c.dec.Close()
+		}
+	}
+	return err
+}
+
+// frameReader yields the payloads of verified frames.
+type frameReader struct {
+	r   *bufio.Reader
+	mac hash.Hash // nil without a secret
+	seq uint64
+	buf []byte // payload not read yet
+	err error
+}
+
+func (f *frameReader) Read(p []byte) (int, error) {
+	for len(f.buf) == 0 {
+		if f.err != nil {
+			return 0, f.err
+		}
+		f.err = f.next()
+	}
+	n := copy(p, f.buf)
+	f.buf = f.buf[n:]
+	return n, nil
+}
+
+func (f *frameReader) next() error {
+	var hb [4]byte
+	if _, err := io.ReadFull(f.r, hb[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hb[:])
+	if n > gatewayMaxFrame {
+		return fmt.Errorf("%w: gateway frame of %d bytes, at most %d", ErrProtocol, n, gatewayMaxFrame)
+	}
+	size := int(n)
+	if f.mac != nil {
+		size += gatewayMACLen
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f.r, data); err != nil {
+		return err
+	}
+	payload := data[:n]
+	if f.mac != nil {
+		if !hmac.Equal(data[n:], frameMACOf(f.mac, f.seq, payload)) {
+			return fmt.Errorf("%w: gateway frame %d fails its MAC", ErrAuth, f.seq)
+		}
+		f.seq++
+	}
+	f.buf = payload
+	return nil
+}
+
+// frameMACOf is a frame's MAC: m (keyed) over seq, the length and payload.
+func frameMACOf(m hash.Hash, seq uint64, payload []byte) []byte {
+	m.Reset()
+	var h [12]byte
+	binary.BigEndian.PutUint64(h[:8], seq)
+	binary.BigEndian.PutUint32(h[8:], uint32(len(payload)))
+	m.Write(h[:])
+	m.Write(payload)
+	return m.Sum(nil)[:gatewayMACLen]
+}

@@ -1,0 +1,185 @@
+package bundle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"metaq/broker/registry"
+	"metaq/internal/atomicfile"
+	"metaq/topology"
+)
+
+// With one ZooKeeper ensemble per site (deploy/'s layout), a master whose
+// site was cut off may find its own ensemble without the generation
+// another site's promotion raised (the new master mirrors it into every
+// ensemble it reaches, which did not include this one). Before such a
+// master writes any znode or acknowledges a put, it reads the generation
+// in the other sites' ensembles it can reach too:
+//
+//   - at start (supersededMaster), from the ensembles recorded in
+//     <dataPath>/replication/ensembles.json, which the running bundle
+//     keeps to the ensembles gossip named (gossip is not running yet);
+//   - while it runs, through the sessions siteViews holds to them
+//     (guardMaster before a registration, watchGeneration before a
+//     confirmation lets it acknowledge).
+
+// ensemblesFile is where a bundle records the other sites' ensembles.
+func ensemblesFile(dataPath string) string {
+	return filepath.Join(dataPath, "replication", "ensembles.json")
+}
+
+// recordedEnsemble is one other site's ensemble as recorded.
+type recordedEnsemble struct {
+	Site    string `json:"site"`
+	Connect string `json:"zk"`
+	Root    string `json:"root"`
+}
+
+// recordEnsembles adds the other sites' ensembles gossip names to those
+// file holds (a site gossip names anew replaces its entry; a site gossip
+// does not name now keeps its own), writing the file only when that
+// changes it, atomically: a reader at start sees the old or the new list.
+func recordEnsembles(file string, ens map[string]topology.Ensemble) error {
+	old, _ := readEnsembles(file)
+	merged := map[string]recordedEnsemble{}
+	for _, e := range old {
+		merged[e.Site] = e
+	}
+	for site, e := range ens {
+		merged[site] = recordedEnsemble{Site: site, Connect: e.Connect, Root: e.Root}
+	}
+	list := make([]recordedEnsemble, 0, len(merged))
+	for _, e := range merged {
+		list = append(list, e)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Site < list[j].Site })
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	if old, err := os.ReadFile(file); err == nil && string(old) == string(data) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return fmt.Errorf("record the other sites' ensembles: %w", err)
+	}
+	if err := atomicfile.WriteFile(file, data, 0o644); err != nil {
+		return fmt.Errorf("record the other sites' ensembles in %s: %w", file, err)
+	}
+	return nil
+}
+
+// readEnsembles reads what recordEnsembles wrote; none when there is no
+// file.
+func readEnsembles(file string) ([]recordedEnsemble, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []recordedEnsemble
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return list, nil
+}
+
+// recordedGenerations reads the brokerId's generation, and the slaveIds
+// its slaves use, in each recorded ensemble of another site it reaches
+// within the context, with short-lived sessions that register nothing.
+// An ensemble it cannot reach is skipped (and logged): the site may be the
+// one cut off.
+func (b *Bundle) recordedGenerations(ctx context.Context) (gen uint64, from string, used map[int]bool) {
+	cfg := b.Config()
+	list, err := readEnsembles(ensemblesFile(cfg.System.DataPath))
+	if err != nil {
+		b.log.Warn("FAILOVER: cannot read the other sites' ensembles recorded by the last run", "err", err)
+	}
+	used = map[int]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, e := range list {
+		if e.Connect == cfg.ZooKeeper.Connect && e.Root == cfg.ZooKeeper.Root {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := registry.New(ctx, registry.Options{Connect: e.Connect, Root: e.Root,
+				SessionTimeout: cfg.ZooKeeper.SessionTimeout, ConnectionTimeout: 5 * time.Second,
+				Dialer: b.opts.ZooKeeperDialer, Logger: b.log})
+			if err != nil {
+				b.log.Warn("FAILOVER: cannot reach another site's ZooKeeper to read the generation", "site", e.Site, "zk", e.Connect, "err", err)
+				return
+			}
+			defer r.Close()
+			g, err := r.Generation(ctx, cfg.System.BrokerID)
+			if err != nil {
+				b.log.Warn("FAILOVER: cannot read the generation in another site's ZooKeeper", "site", e.Site, "zk", e.Connect, "err", err)
+				return
+			}
+			kids, _ := r.Children(ctx, r.Paths().BrokerID(cfg.System.BrokerID))
+			mu.Lock()
+			defer mu.Unlock()
+			if g > gen {
+				gen, from = g, e.Site
+			}
+			for id := range usedSlaveIDs(kids) {
+				used[id] = true
+			}
+		}()
+	}
+	wg.Wait()
+	return gen, from, used
+}
+
+// otherGenerations is the highest generation of the brokerId in the other
+// sites' ensembles this bundle holds a session to (siteViews), and the
+// site it was read in; 0 without any.
+func (b *Bundle) otherGenerations(ctx context.Context) (uint64, string) {
+	tc := compOf[*topologyComponent](b)
+	if tc == nil {
+		return 0, ""
+	}
+	tc.mu.Lock()
+	v := tc.views
+	tc.mu.Unlock()
+	if v == nil {
+		return 0, ""
+	}
+	return v.generations(ctx, b.Config().System.BrokerID)
+}
+
+// generations reads the brokerId's generation in every other site's
+// ensemble this bundle holds a session to, and returns the highest and
+// the site it was read in.
+func (s *siteViews) generations(ctx context.Context, brokerID int) (uint64, string) {
+	s.mu.Lock()
+	regs := map[string]*registry.Registry{}
+	for site, r := range s.remote {
+		if r.reg != nil && r.reg.Connected() {
+			regs[site] = r.reg
+		}
+	}
+	s.mu.Unlock()
+	var best uint64
+	var from string
+	for site, reg := range regs {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, err := reg.Generation(rctx, brokerID)
+		cancel()
+		if err == nil && g > best {
+			best, from = g, site
+		}
+	}
+	return best, from
+}

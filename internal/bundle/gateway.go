@@ -1,0 +1,127 @@
+package bundle
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"metaq/broker"
+	"metaq/georeplicator"
+)
+
+// startGateway gives the broker its write gateway (broker/gateway.go):
+// while this bundle is a replica (its write gate's replicaHolder refuses
+// client writes), puts to topics forwarded at this site ([site]
+// forwardPuts, a topic's forwardPuts) are carried to the master its
+// brokerId registered in ZooKeeper, over one gateway link to the master's
+// MetaQ port (georeplicator/gatewaylink.go: compressed, authenticated with
+// [replication] secretFile, inside TLS with the site's replication
+// certificates when it has them), and answered with the master's answer. A
+// topic not forwarded is refused as before; a master never forwards (no
+// replicaHolder refusal). A samsa slave (gregor) and a bundle without
+// ZooKeeper have no gateway.
+func (b *Bundle) startGateway() error {
+	if b.opts.Mode == ModeGregor || b.Registry == nil {
+		return nil
+	}
+	secrets, err := ReplicationSecrets(b.Config())
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0] // a slave proves with its current secret only
+	}
+	tc, err := gatewayClientTLS(b)
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return georeplicator.GatewayDial(nc, secret, true, tc)
+	}
+	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
+		Holder: replicaHolder,
+		Master: b.newMasterAddr,
+		Dial:   dial,
+	}); err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
+	return nil
+}
+
+// gatewayClientTLS is the TLS a gateway link is dialed with: the
+// certificates of [replication] (tlsCert, tlsKey, tlsCA: this site's, which
+// it also serves replication with), else those async_slave.properties
+// gives the replication link; nil without either.
+func gatewayClientTLS(b *Bundle) (*tls.Config, error) {
+	r := b.Config().Replication
+	if r.TLSCert != "" || r.TLSCA != "" {
+		return georeplicator.ClientTLS(r.TLSCert, r.TLSKey, r.TLSCA, "")
+	}
+	if sl := b.SlaveConfig(); sl != nil && (sl.TLSCert != "" || sl.TLSCA != "") {
+		return georeplicator.ClientTLS(sl.TLSCert, sl.TLSKey, sl.TLSCA, "")
+	}
+	return nil, nil
+}
+
+// serveGatewayLinks serves the gateway links of slave sites' brokers that
+// reach this broker's MetaQ port (first byte georeplicator.GatewayFirstByte)
+// until ctx ends: each, once authenticated, is served as a MetaQ client
+// connection. A bundle that is a replica serves them too (a put reaching
+// it is refused, or forwarded again, as any client's).
+func (b *Bundle) serveGatewayLinks(ctx context.Context) {
+	secrets, err := ReplicationSecrets(b.Config())
+	if err != nil {
+		b.log.Error("GATEWAY: not serving gateway links", "err", err)
+		return
+	}
+	var tc *tls.Config
+	if r := b.Config().Replication; r.TLSCert != "" {
+		if tc, err = georeplicator.ServerTLS(r.TLSCert, r.TLSKey, r.TLSCA); err != nil {
+			b.log.Error("GATEWAY: not serving gateway links", "err", err)
+			return
+		}
+	}
+	ln, err := b.Broker.ListenFirstBytes(georeplicator.GatewayFirstByte)
+	if err != nil {
+		b.log.Error("GATEWAY: not serving gateway links", "err", err)
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				b.log.Warn("GATEWAY: accept failed", "err", err)
+			}
+			return
+		}
+		ok := b.roleWatchers.Go(func() {
+			c, err := georeplicator.GatewayAccept(nc, secrets, tc)
+			if err != nil {
+				nc.Close()
+				b.log.Warn("GATEWAY: refused a gateway link", "remote", nc.RemoteAddr().String(), "err", err)
+				return
+			}
+			b.gatewayLinks.Add(1)
+			b.log.Info("GATEWAY: serving a slave site's gateway link", "remote", nc.RemoteAddr().String())
+			stopConn := context.AfterFunc(ctx, func() { c.Close() })
+			defer stopConn()
+			b.Broker.ServeConn(c)
+		})
+		if !ok {
+			nc.Close()
+			return
+		}
+	}
+}

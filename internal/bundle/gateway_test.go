@@ -1,0 +1,283 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/internal/testutil"
+)
+
+// forwardingSites is deploy/'s layout (secret, mutual TLS, one ZooKeeper
+// per site) with hf forwarding puts ([site] forwardPuts=true in hf's
+// overlay) and gz not, as by default.
+func forwardingSites(t *testing.T) *sites {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	return newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+}
+
+// viewClient is a client that finds brokers through site's view root in
+// site's ensemble: the one-line change (zkRoot) a Java client at the site
+// makes, here with the Go client.
+func viewClient(t *testing.T, s *sites, site string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot + "-view-" + site, ZKSyncTime: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("client through %s's view: %v", site, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitViewAt waits until site's view names site's own bundle as the master
+// of brokerId 0.
+func waitViewAt(t *testing.T, s *sites, site string) {
+	t.Helper()
+	zc := zkClient(t, &testEnv{zk: s.zks[site], root: s.zkRoot})
+	want := s.site(site).Broker.URL()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		data, _, err := zc.Get(context.Background(), s.zkRoot+"-view-"+site+"/brokers/ids/0/master")
+		if err != nil || string(data) != want {
+			return fmt.Errorf("%s's view names %q (%v), want %s", site, data, err, want)
+		}
+		return nil
+	})
+}
+
+// TestGatewayThroughSite: a producer at hf that finds brokers through hf's
+// view sends to hf's bundle, which carries the puts to bj: each answer
+// carries bj's id, partition and offset, bj holds the record there, and
+// hf holds it at the same offset once replicated; pipelined puts of one
+// connection to a partition are stored in the order sent; hf keeps one
+// (TLS-encrypted and authenticated: bj requires client certificates)
+// connection to bj. gz, which does not forward, refuses puts as a slave
+// does, and a put bj refuses reaches the producer with bj's answer.
+func TestGatewayThroughSite(t *testing.T) {
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	waitViewAt(t, s, "gz")
+
+	prod, err := client.NewProducer(viewClient(t, s, "hf"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close(context.Background())
+	const n = 60
+	type ack struct {
+		payload string
+		r       client.SendResult
+	}
+	acks := make([]ack, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for i := range n {
+		payload := fmt.Sprintf("via-hf-gateway-%03d", i)
+		wg.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		err := prod.SendAsync(ctx, &client.Message{Topic: "orders", Payload: []byte(payload)}, func(r client.SendResult, err error) {
+			defer wg.Done()
+			defer cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("send %s: %w", payload, err))
+				return
+			}
+			acks[i] = ack{payload, r}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d sends failed, the first: %v", len(errs), n, errs[0])
+	}
+	last := map[int]int64{}
+	for _, a := range acks {
+		rec, err := recordAt(bj, "orders", a.r.Partition.Partition, a.r.Offset)
+		if err != nil || rec.ID != a.r.ID || string(rec.Body) != a.payload {
+			t.Fatalf("%s acknowledged as id %d at orders-%d offset %d, bj has there %+v (%v)", a.payload, a.r.ID, a.r.Partition.Partition, a.r.Offset, rec, err)
+		}
+		if prev, ok := last[a.r.Partition.Partition]; ok && a.r.Offset <= prev {
+			t.Fatalf("%s stored at orders-%d offset %d, before an earlier send's %d", a.payload, a.r.Partition.Partition, a.r.Offset, prev)
+		}
+		last[a.r.Partition.Partition] = a.r.Offset
+	}
+	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
+	for _, a := range acks {
+		rec, err := recordAt(hf, "orders", a.r.Partition.Partition, a.r.Offset)
+		if err != nil || rec.ID != a.r.ID || string(rec.Body) != a.payload {
+			t.Fatalf("%s: hf has at orders-%d offset %d %+v (%v)", a.payload, a.r.Partition.Partition, a.r.Offset, rec, err)
+		}
+	}
+	st := hf.Broker.Gateway().Stats()
+	if st.Forwarded != n || st.Unknown != 0 || st.NotSent != 0 {
+		t.Fatalf("hf's gateway: %+v, want %d forwarded", st, n)
+	}
+	if st.Dials != 1 {
+		t.Fatalf("hf's gateway opened %d connections to bj, want 1", st.Dials)
+	}
+	if n := bj.gatewayLinks.Load(); n != 1 {
+		t.Fatalf("bj served %d gateway links, want 1 (hf's, authenticated with the deployment's secret)", n)
+	}
+
+	// bj's refusal reaches the producer as bj gave it: bj closed the
+	// partitions (hf has not).
+	bj.Broker.ClosePartitions("orders", 0, 1)
+	_, err = prod.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("to a closed partition")})
+	var se *client.StatusError
+	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Text, "has been closed") ||
+		!strings.Contains(se.Text, bj.Broker.URL()) || se.Addr == strings.TrimPrefix(bj.Broker.URL(), "meta://") {
+		t.Fatalf("a put through hf to partitions bj closed: %v, want bj's refusal through hf", err)
+	}
+
+	// gz does not forward: a slave's refusal.
+	gzProd, err := client.NewProducer(viewClient(t, s, "gz"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gzProd.Close(context.Background())
+	_, err = gzProd.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("via-gz")})
+	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(err.Error(), "slave") {
+		t.Fatalf("a put at gz, which does not forward: %v, want a slave's refusal", err)
+	}
+	if st := s.site("gz").Broker.Gateway().Stats(); st.Forwarded != 0 {
+		t.Fatalf("gz forwarded: %+v", st)
+	}
+}
+
+// TestGatewaySwitchover: producers at hf that send one put at a time
+// without client retries through hf's view, so through hf's gateway, send
+// throughout `switchover -to gz`: no send fails, and every acknowledged put
+// is at gz afterwards at the partition and offset, with the id, its
+// producer was told.
+func TestGatewaySwitchover(t *testing.T) {
+	s := forwardingSites(t)
+	waitViewAt(t, s, "hf")
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := []*syncProducer{{name: "hf-a"}, {name: "hf-b"}}
+	for _, p := range prods {
+		c := viewClient(t, s, "hf")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runWith(ctx, c, "orders")
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	waitProduced := func(since time.Time, n int) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+			for _, p := range prods {
+				if got := p.ackedSince(since); got < n {
+					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
+				}
+			}
+			return nil
+		})
+	}
+	waitProduced(time.Time{}, 20)
+	rep := s.switchover("bj", "gz")
+	waitProduced(time.Now(), 20)
+	// Once bj stops passing puts on (its hold ended), hf's gateway sends
+	// them to gz.
+	hfGW := s.site("hf").Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st := hfGW.Stats(); st.Dials < 2 {
+			return fmt.Errorf("hf's gateway still sends to bj: %+v", st)
+		}
+		return nil
+	})
+	waitProduced(time.Now(), 20)
+	stop()
+	wg.Wait()
+
+	gz := s.site("gz")
+	total := 0
+	for _, p := range prods {
+		if len(p.errs) > 0 {
+			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
+		}
+		total += len(p.acks)
+		for _, a := range p.acks {
+			r, err := recordAt(gz, "orders", a.partition, a.offset)
+			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
+				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but gz has there %+v (%v)", p.name, a.id, a.partition, a.offset, r, err)
+				break
+			}
+		}
+	}
+	st := s.site("hf").Broker.Gateway().Stats()
+	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged through hf's gateway (%+v)", rep.WritesStopped, total, st)
+	if st.Forwarded < int64(total) {
+		t.Errorf("hf's gateway forwarded %d puts, %d were acknowledged", st.Forwarded, total)
+	}
+	s.converged("orders")
+}
+
+// runWith is syncProducer.run with a client of the test's choosing.
+func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic string) {
+	prod, err := client.NewProducer(c, client.WithRetries(0))
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	defer prod.Close(context.Background())
+	for i := 0; ctx.Err() == nil; i++ {
+		payload := fmt.Sprintf("%s-%d", p.name, i)
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := prod.Send(sctx, &client.Message{Topic: topic, Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			p.fail(fmt.Errorf("send %s: %w", payload, err))
+			continue
+		}
+		p.mu.Lock()
+		p.acks = append(p.acks, holdAck{payload: payload, id: r.ID, partition: r.Partition.Partition, offset: r.Offset, at: time.Now()})
+		p.mu.Unlock()
+	}
+}
+
+// TestGatewayJavaProducer: MetaQ 1.4.6's Java producer at hf, whose only
+// change is zkRoot (hf's view root in hf's ensemble, the one consumers at
+// hf use), sends to hf's bundle, which forwards: every send is
+// acknowledged at its first attempt with bj's id, partition and offset,
+// where bj holds the record.
+func TestGatewayJavaProducer(t *testing.T) {
+	cp := javaClasspath(t)
+	s := forwardingSites(t)
+	bj := s.site("bj")
+	waitViewAt(t, s, "hf")
+	prod := startJava(t, cp, "FailoverProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders")
+	waitAcks(t, prod, 30, time.Time{})
+	prod.stop()
+	answered, unanswered, _ := prod.failedSends()
+	if len(answered)+len(unanswered) > 0 {
+		t.Errorf("the Java producer had %d failed sends, the first: %v %v", len(answered)+len(unanswered), answered, unanswered)
+	}
+	acks := prod.acks(t)
+	for _, a := range acks {
+		rec, err := recordAt(bj, "orders", a.partition, a.offset)
+		if err != nil || rec.ID != a.id || string(rec.Body) != a.payload() {
+			t.Fatalf("send %d acknowledged as id %d at orders-%d offset %d, bj has there %+v (%v)", a.seq, a.id, a.partition, a.offset, rec, err)
+		}
+	}
+	if st := s.site("hf").Broker.Gateway().Stats(); st.Forwarded < int64(len(acks)) {
+		t.Fatalf("hf's gateway forwarded %d puts, the producer has %d acknowledgements: %+v", st.Forwarded, len(acks), st)
+	}
+}

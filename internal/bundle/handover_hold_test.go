@@ -1,0 +1,161 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"metaq/broker/client"
+	"metaq/internal/testutil"
+)
+
+// syncProducer sends puts one at a time (the next once the last is
+// answered) with the project's client and no client retries, as MetaQ's
+// Java producer sends: every failed put counts.
+type syncProducer struct {
+	name string
+	mu   sync.Mutex
+	acks []holdAck
+	errs []error
+}
+
+type holdAck struct {
+	payload   string
+	id        int64
+	partition int
+	offset    int64
+	at        time.Time
+}
+
+// run sends to topic through site's ZooKeeper until ctx ends.
+func (p *syncProducer) run(ctx context.Context, s *sites, site, topic string) {
+	cfg := client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot, ZKSyncTime: 200 * time.Millisecond}
+	cctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	c, err := client.New(cctx, cfg)
+	cancel()
+	if err != nil {
+		p.fail(fmt.Errorf("client through %s's ZooKeeper: %w", site, err))
+		return
+	}
+	defer c.Close()
+	prod, err := client.NewProducer(c, client.WithRetries(0))
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	defer prod.Close(context.Background())
+	for i := 0; ctx.Err() == nil; i++ {
+		payload := fmt.Sprintf("%s-%d", p.name, i)
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := prod.Send(sctx, &client.Message{Topic: topic, Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			p.fail(fmt.Errorf("send %s: %w", payload, err))
+			continue
+		}
+		p.mu.Lock()
+		p.acks = append(p.acks, holdAck{payload: payload, id: r.ID, partition: r.Partition.Partition, offset: r.Offset, at: time.Now()})
+		p.mu.Unlock()
+	}
+}
+
+func (p *syncProducer) fail(err error) {
+	p.mu.Lock()
+	p.errs = append(p.errs, err)
+	p.mu.Unlock()
+}
+
+// ackedSince counts the acknowledgements after since.
+func (p *syncProducer) ackedSince(since time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, a := range p.acks {
+		if a.at.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitListed waits until site's ZooKeeper lists topic's partitions (the
+// master registers it in every site's ensemble).
+func waitListed(t *testing.T, s *sites, site, topic string) {
+	t.Helper()
+	cfg := client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot}
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	c, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("client through %s's ZooKeeper: %v", site, err)
+	}
+	defer c.Close()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		ps, err := c.Partitions(ctx, topic)
+		if err == nil && len(ps) == 0 {
+			err = fmt.Errorf("%s's ZooKeeper lists no partition of %s", site, topic)
+		}
+		return err
+	})
+}
+
+// TestSwitchoverHoldsPuts: in deploy/'s layout (secret, mutual TLS, one
+// ZooKeeper per site), producers that send one put at a time without
+// client retries, finding the master through bj's and gz's ZooKeeper,
+// send throughout `switchover -to hf`. The puts that reach bj while it
+// hands over are held and passed on to hf, so no send fails, and every
+// acknowledged put is at hf afterwards at the partition and offset its
+// producer was told, with the id it was told.
+func TestSwitchoverHoldsPuts(t *testing.T) {
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true})
+	for _, site := range []string{"bj", "gz"} {
+		waitListed(t, s, site, "orders")
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := []*syncProducer{{name: "via-bj"}, {name: "via-gz"}}
+	for i, site := range []string{"bj", "gz"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prods[i].run(ctx, s, site, "orders")
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	waitProduced := func(since time.Time, n int) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+			for _, p := range prods {
+				if got := p.ackedSince(since); got < n {
+					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
+				}
+			}
+			return nil
+		})
+	}
+	waitProduced(time.Time{}, 20)
+	rep := s.switchover("bj", "hf")
+	waitProduced(time.Now(), 20)
+	stop()
+	wg.Wait()
+
+	hf := s.site("hf")
+	total := 0
+	for _, p := range prods {
+		if len(p.errs) > 0 {
+			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
+		}
+		total += len(p.acks)
+		for _, a := range p.acks {
+			r, err := recordAt(hf, "orders", a.partition, a.offset)
+			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
+				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but hf has there %+v (%v)", p.name, a.id, a.partition, a.offset, r, err)
+				break
+			}
+		}
+	}
+	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged by two producers, %d failed", rep.WritesStopped, total, len(prods[0].errs)+len(prods[1].errs))
+	s.converged("orders")
+}
