@@ -26,7 +26,7 @@ FUZZ_TARGETS ?= \
 	./broker/config:FuzzParseCron \
 	./broker/config:FuzzSlave
 
-.PHONY: all build test unit testrace vet lint fmt fuzz integ bench tidy clean
+.PHONY: all build test unit testrace vet lint fmt fuzz integ bench tidy clean soak
 
 all: build test
 
@@ -50,6 +50,20 @@ test:
 		echo "started ZooKeeper at $$METAQ_TEST_ZK"; \
 	fi; \
 	$(MAKE) --no-print-directory fmt vet lint testrace fuzz
+
+## soak: seeded fault schedules (internal/faultsched) against three metaq-server
+## processes, one after the other, until interrupted or for SOAK_DURATION (a Go
+## duration, e.g. 20m; empty runs until Ctrl-C), each SOAK_SCHEDULE_SECONDS
+## long; the report (schedules, faults by kind, puts by outcome, violations by
+## kind, convergence percentiles) is printed and written to SOAK_REPORT, and
+## the files of failing runs are kept under SOAK_DIR.
+SOAK_SCHEDULE_SECONDS ?= 30
+SOAK_REPORT ?= soak-report.txt
+SOAK_DIR ?= soak-runs
+soak:
+	@bash .ci/deps.sh
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_SCHEDULE_SECONDS=$(SOAK_SCHEDULE_SECONDS) \
+		$(GO) run ./cmd/metaq-soak -dir $(SOAK_DIR) -report $(SOAK_REPORT) $(SOAK_FLAGS)
 
 ## fmt: fail when a file is not gofmt'ed
 fmt:

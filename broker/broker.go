@@ -218,7 +218,8 @@ func (b *Broker) Start(ctx context.Context) error {
 	if r := b.opts.Registry; r != nil {
 		r.SetURL(b.url)
 		if err := r.RegisterBroker(ctx); err != nil {
-			b.log.Error("BROKER: register in ZooKeeper failed", "err", err)
+			b.log.Error("BROKER: register in ZooKeeper failed; retrying", "err", err)
+			b.routines.Go(func() { b.registerUntilDone(r) })
 		}
 		b.registerConfiguredTopics(ctx, cfg)
 	}
@@ -231,6 +232,34 @@ func (b *Broker) Start(ctx context.Context) error {
 		stop()
 	})
 	return nil
+}
+
+// registerUntilDone retries a registration that failed at start (the node
+// held by a session that has not expired, or by a master this one
+// superseded, while ZooKeeper was unreachable) until it succeeds or the
+// broker closes: a broker that gave up would serve for the rest of its
+// life without being found through ZooKeeper, and a restarted master
+// would be followed by no slave that finds it there.
+func (b *Broker) registerUntilDone(r Registry) {
+	wait := backoff.Backoff{Min: time.Second, Max: 10 * time.Second}
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-time.After(wait.Next()):
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		err := r.RegisterBroker(ctx)
+		cancel()
+		if err == nil {
+			b.log.Info("BROKER: registered in ZooKeeper after retrying")
+			return
+		}
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.log.Warn("BROKER: register in ZooKeeper failed; retrying", "err", err)
+	}
 }
 
 func (b *Broker) acceptLoop(ln net.Listener) {

@@ -20,7 +20,7 @@ import (
 // with words they do not take (exit 2, nothing started).
 func TestCommandLine(t *testing.T) {
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./metaq", "./metaq-server", "./configsync", "./metaq-bench", "./metaq-demo")
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./metaq", "./metaq-server", "./configsync", "./metaq-bench", "./metaq-demo", "./metaq-soak")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
@@ -75,6 +75,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"configsync", "diff"}, []string{"-f", "-nats"}, []string{"-key", "-json"}},
 		{[]string{"metaq-bench"}, []string{"-addr", "-duration"}, nil},
 		{[]string{"metaq-demo"}, []string{"-once", "-dir"}, nil},
+		{[]string{"metaq-soak"}, []string{"-seed", "-duration", "-schedule", "-kinds", "-report"}, nil},
 	}
 	flagNames := map[string]bool{} // every flag some help lists
 	for _, h := range helps {
@@ -111,7 +112,7 @@ func TestCommandLine(t *testing.T) {
 	checkDocsSpelling(t, flagNames, append(docs, "../README.md", "../deploy/README.md")...)
 
 	// The word help in place of a command: help, not the default action.
-	for _, b := range []string{"metaq", "metaq-server", "configsync", "metaq-bench", "metaq-demo"} {
+	for _, b := range []string{"metaq", "metaq-server", "configsync", "metaq-bench", "metaq-demo", "metaq-soak"} {
 		t.Run(b+" help", func(t *testing.T) {
 			code, out, errOut := run(t, b, "help")
 			if code != 0 || !strings.Contains(strings.ToLower(out), "usage") {
@@ -124,6 +125,8 @@ func TestCommandLine(t *testing.T) {
 		{"metaq-demo", "tour"},
 		{"metaq-demo", "-once", "now"},
 		{"metaq-bench", "run"},
+		{"metaq-soak", "now"},
+		{"metaq-soak", "-kinds", "nosuch"},
 		{"metaq-bench", "-duration", "1s", "extra"},
 		{"metaq", "nosuchcommand"},
 		{"metaq", "topics", "extra"},

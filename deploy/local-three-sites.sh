@@ -13,7 +13,7 @@
 # gossip key, a configsync signing key trusted by every site, a dashboard
 # token. Everything lives under one directory; nothing is written elsewhere.
 #
-# usage: deploy/local-three-sites.sh up|down|status [DIR]
+# usage: deploy/local-three-sites.sh up|down|status|layout [DIR]
 #   DIR          default $METAQ_LOCAL_DIR, else ./local-sites
 #   METAQ_PORT_BASE  first port (default 28000); site i uses base+20*i .. +19
 #   METAQ_BIN    directory holding metaq-server, configsync, metaq and
@@ -21,7 +21,10 @@
 #
 # up prints how to reach each site and writes DIR/env (source it for the
 # commands); down stops every process it started (by the pids it recorded)
-# and removes DIR.
+# and removes DIR. layout writes the files up writes for the bundles
+# (secrets, certificates, server.ini, site.ini, async_slave.properties) and
+# starts nothing: the fault-schedule harness (internal/faultsched) starts
+# the processes itself, behind its link proxies.
 set -euo pipefail
 
 cmd=${1:-}
@@ -200,15 +203,8 @@ start_bundles() {
 	[ $rc -eq 0 ] || die "a bundle did not start"
 }
 
-up() {
-	[ ! -e "$dir/env" ] || die "$dir already holds a layout: run '$0 down $dir' first"
-	for s in "${sites[@]}"; do
-		for off in 0 1 2 3 10 11 12 13 14 15 16 17; do
-			if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$s" "$off")") 2>/dev/null; then
-				die "port $(port "$s" "$off") is in use: set METAQ_PORT_BASE"
-			fi
-		done
-	done
+# files: the layout's directories, secrets and configuration files.
+files() {
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	build
@@ -230,6 +226,24 @@ up() {
 		cp "$repo/deploy/common/server.ini" "$conf/server.ini"
 		overlay "$h"
 	done
+}
+
+layout() {
+	[ ! -e "$dir/bj-1/conf/site.ini" ] || die "$dir already holds a layout"
+	files
+	log "layout written under $dir (nothing started)"
+}
+
+up() {
+	[ ! -e "$dir/env" ] || die "$dir already holds a layout: run '$0 down $dir' first"
+	for s in "${sites[@]}"; do
+		for off in 0 1 2 3 10 11 12 13 14 15 16 17; do
+			if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$s" "$off")") 2>/dev/null; then
+				die "port $(port "$s" "$off") is in use: set METAQ_PORT_BASE"
+			fi
+		done
+	done
+	files
 
 	log "ZooKeeper and NATS per site"
 	for s in "${sites[@]}"; do start_zookeeper "$s" & done
@@ -319,6 +333,7 @@ status() {
 
 case "$cmd" in
 up) up ;;
+layout) layout ;;
 down) down ;;
 status) status ;;
 -h | --help | help) usage ;;

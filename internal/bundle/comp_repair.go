@@ -8,16 +8,22 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"metaq/broker/registry"
+	"metaq/internal/siterole"
+	"metaq/topology"
 )
 
 // repairInterval is how often a degraded master looks for a replica to
 // repair its damaged ranges from.
 var repairInterval = time.Minute
 
-// repairComponent repairs a master's damaged ranges by itself where it can:
-// at start and then every repairInterval while the store reports damage,
-// it asks each slave of its broker id registered in ZooKeeper for the lost
-// records (RepairFrom: fetched with `get`, verified, written back
+// repairComponent repairs a master's damaged ranges by itself where it can
+// (every bundle runs it; it acts only while the site is master, configured
+// or promoted, and not stepped down): at start and then every
+// repairInterval while the store reports damage,
+// it asks each slave of its broker id registered in ZooKeeper or alive in
+// gossip for the lost records (RepairFrom: fetched with `get`, verified, written back
 // byte-identical). Ranges no replica holds stay reported; `metaq-server
 // repair -from` names a replica by hand.
 type repairComponent struct {
@@ -45,7 +51,9 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 		t := time.NewTicker(repairInterval)
 		defer t.Stop()
 		for {
-			if len(b.Store.Damaged()) > 0 {
+			// Only a master repairs: a slave's log follows its master's
+			// byte for byte, and the master ships its repairs.
+			if r := b.Role(); r.Role == siterole.Master && !r.SteppedDown && len(b.Store.Damaged()) > 0 {
 				c.attempt(ctx)
 			}
 			select {
@@ -58,24 +66,50 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	return nil
 }
 
-// attempt tries every damaged partition against every registered slave.
+// attempt tries every damaged partition against every slave of this
+// broker id: those registered in this site's ZooKeeper, and those gossip
+// has alive (with one ZooKeeper ensemble per site, as deploy/ lays them
+// out, the slave sites register in their own ensembles, not here).
 func (c *repairComponent) attempt(ctx context.Context) {
 	b := c.b
-	brokers, err := b.Registry.Brokers(ctx)
-	if err != nil {
-		c.setErr(err)
-		return
+	id := b.Config().System.BrokerID
+	var (
+		replicas []string
+		seen     = map[string]bool{}
+	)
+	addReplica := func(u string) {
+		if a := strings.TrimPrefix(u, "meta://"); a != "" && !seen[a] {
+			seen[a] = true
+			replicas = append(replicas, a)
+		}
 	}
-	var replicas []string
+	var (
+		brokers []registry.Broker
+		zkErr   error
+	)
+	if b.Registry != nil {
+		brokers, zkErr = b.Registry.Brokers(ctx)
+	}
 	for _, br := range brokers {
-		if br.ID == b.Config().System.BrokerID {
+		if br.ID == id {
 			for _, u := range br.Slaves {
-				replicas = append(replicas, strings.TrimPrefix(u, "meta://"))
+				addReplica(u)
+			}
+		}
+	}
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		for _, m := range tc.Topology().Members() {
+			if !m.Local && m.State == topology.StateAlive && m.Meta.BrokerID == id && m.Meta.Role == topology.RoleSlave {
+				addReplica(m.Meta.ServeURL)
 			}
 		}
 	}
 	if len(replicas) == 0 {
-		c.setErr(errors.New("no slave registered to repair from"))
+		if zkErr != nil {
+			c.setErr(fmt.Errorf("no slave to repair from: gossip knows none alive, and ZooKeeper: %w", zkErr))
+			return
+		}
+		c.setErr(errors.New("no slave registered to repair from, and gossip knows none alive"))
 		return
 	}
 	type pk struct {

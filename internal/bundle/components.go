@@ -16,8 +16,9 @@ package bundle
 //     dashboard, JSON API, /lag and Prometheus /metrics;
 //   - topology: with a [gossip] section, gossip membership, the read router,
 //     the site's ZooKeeper view (ZooKeeper on) and lag reports;
-//   - repair: a master with ZooKeeper on refills ranges lost to disk damage
-//     from its registered slaves.
+//   - repair: while this site is master (started so, or promoted), it
+//     refills ranges lost to disk damage from its slaves (registered in
+//     ZooKeeper, or alive in gossip).
 //
 // These three start before the broker accepts connections and registers in
 // ZooKeeper (see beforeServing); the others after the admin endpoint.
@@ -41,7 +42,7 @@ func builtinComponents(b *Bundle) []Component {
 	if cfg.Gossip.Enable {
 		comps = append(comps, newTopologyComponent())
 	}
-	if b.opts.Mode != ModeSlave && b.Registry != nil {
+	if b.Registry != nil || cfg.Gossip.Enable {
 		comps = append(comps, newRepairComponent())
 	}
 	return comps

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"metaq/broker/store"
 	"metaq/internal/testutil"
+	"metaq/topology"
 )
 
 // TestDamageReportedAndRepaired: a bundle whose store lost records to disk
@@ -75,9 +77,9 @@ func TestDamageReportedAndRepaired(t *testing.T) {
 
 // damagedEnv runs a bundle, puts records, stops it and damages its store;
 // it returns the env and an intact copy of the store.
-func damagedEnv(t *testing.T) (*testEnv, string) {
+func damagedEnv(t *testing.T, extra ...string) (*testEnv, string) {
 	t.Helper()
-	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n")
+	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n\n"+strings.Join(extra, ""))
 	b := e.start(t)
 	mc, err := dialMeta(b.Broker.Addr().String())
 	if err != nil {
@@ -126,6 +128,46 @@ func TestMasterRepairsFromRegisteredSlave(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if d := b.Status().Degraded; d != "" {
+			return errors.New(d)
+		}
+		return nil
+	})
+	if !bytes.Equal(readPartition(t, b.Store, "e2e", 0), readPartition(t, replica, "e2e", 0)) {
+		t.Fatal("repaired partition differs from the replica's")
+	}
+}
+
+// TestMasterRepairsFromGossipSlave: with one ZooKeeper ensemble per site
+// (deploy/'s layout) the slave sites register in their own ensembles, so a
+// degraded master finds none in its own; it finds one alive in gossip and
+// refills the damaged range from it by itself (found by the fault
+// schedules, internal/faultsched: a flipped byte at bj stayed unserved).
+func TestMasterRepairsFromGossipSlave(t *testing.T) {
+	defer func(d time.Duration) { repairInterval = d }(repairInterval)
+	repairInterval = 50 * time.Millisecond
+	e, intact := damagedEnv(t, fmt.Sprintf("[gossip]\nbind=127.0.0.1:%d\nprobeIntervalMs=100\nlabel=metaq-test\n", testutil.FreePort(t)))
+	replica, err := store.Open(store.Options{Dir: intact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	b := e.start(t)
+	if b.Status().Degraded == "" {
+		t.Fatal("not degraded")
+	}
+	g := b.Config().Gossip
+	tp, err := topology.New(topology.Options{Site: "hf", Role: topology.RoleSlave, BrokerID: 0, SlaveID: 1,
+		ServeURL: "meta://" + serve(t, replica), Bind: "127.0.0.1:0", Key: g.Key, Label: g.Label,
+		Join: []string{mustComp[*topologyComponent](t, b).Topology().Addr()}, Timing: topology.FastTiming()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Close() })
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if d := b.Status().Degraded; d != "" {
 			return errors.New(d)
 		}

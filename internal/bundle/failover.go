@@ -770,7 +770,12 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 		d.NewMaster = d.MasterAddress
 	}
 	f := &b.failover
-	if f.role.Current().Role == siterole.Slave || b.closing.Load() {
+	// A promotion that failed after it started shipping (it could not
+	// take the master node or register as master in ZooKeeper) leaves the
+	// role a slave's but its shipper running and no receiver: that site is
+	// demoted like a master, or it would follow no one once a newer
+	// generation takes over.
+	if (f.role.Current().Role == siterole.Slave && b.promotedShipper() == nil) || b.closing.Load() {
 		return errors.New("demote: this site is already a slave, or stopping")
 	}
 	if f.role.shipper() == nil && f.role.receiver() != nil {

@@ -1,0 +1,170 @@
+// Command metaq-soak runs seeded fault schedules (internal/faultsched)
+// against three metaq-server processes in deploy/'s layout, one after the
+// other, until stopped or for -duration, and writes a report: schedules
+// run, faults by kind, puts by outcome, violations by kind, convergence
+// time percentiles. A failing run prints its seed; -seed replays one.
+//
+//	metaq-soak -duration 20m -schedule 30s -report SOAK-REPORT.txt
+//	metaq-soak -seed 1234 -schedule 30s     (replay one schedule)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"metaq/internal/cli"
+	"metaq/internal/faultsched"
+)
+
+func main() {
+	fs := flag.NewFlagSet("metaq-soak", flag.ContinueOnError)
+	var (
+		seed     = fs.Uint64("seed", 0, "run this one seed only (replay); 0 runs seeds from -first-seed on")
+		first    = fs.Uint64("first-seed", 0, "first seed of a soak (default: drawn at random, printed)")
+		schedule = fs.Duration("schedule", envDuration("SOAK_SCHEDULE_SECONDS", 30*time.Second), "length of one schedule (env SOAK_SCHEDULE_SECONDS, in seconds)")
+		duration = fs.Duration("duration", envDuration("SOAK_DURATION", 0), "stop starting schedules after this long; 0 runs until interrupted (env SOAK_DURATION, e.g. 20m)")
+		kinds    = fs.String("kinds", "all", "fault kinds, a comma list: "+kindList())
+		dir      = fs.String("dir", "soak-runs", "where each run writes its files (kept for failing runs)")
+		report   = fs.String("report", "", "write the report to this file too")
+		repo     = fs.String("repo", ".", "the repository (deploy/ and .ci/ scripts)")
+		bin      = fs.String("bin", "", "directory holding metaq-server and configsync (default: built into -dir/bin)")
+		converge = fs.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
+		keep     = fs.Bool("keep", false, "keep the files of clean runs too")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: metaq-soak [flags]\n\nRuns seeded fault schedules against three metaq-server processes (deploy/'s layout) and checks each.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if len(os.Args) > 1 && cli.IsHelp(os.Args[1]) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return
+	}
+	if err := cli.Parse(fs, os.Args[1:], false, os.Stdout, os.Stderr); err != nil {
+		os.Exit(cli.ExitCode(err))
+	}
+	ks, err := faultsched.ParseKinds(*kinds)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	root, err := filepath.Abs(*repo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	out, err := filepath.Abs(*dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if *bin == "" {
+		*bin = filepath.Join(out, "bin")
+		cmd := exec.Command("go", "build", "-o", *bin+"/", "./cmd/metaq-server", "./cmd/configsync")
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			log.Fatalf("metaq-soak: build metaq-server: %v", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	seeds := func(yield func(uint64) bool) {
+		if *seed != 0 {
+			yield(*seed)
+			return
+		}
+		s := *first
+		if s == 0 {
+			s = rand.Uint64N(1 << 31)
+		}
+		fmt.Printf("metaq-soak: first seed %d\n", s)
+		for ; ; s++ {
+			if !yield(s) {
+				return
+			}
+		}
+	}
+	tot := faultsched.NewTotals()
+	t0 := time.Now()
+	failed := false
+	for s := range seeds {
+		if ctx.Err() != nil || (*duration > 0 && time.Since(t0) >= *duration) {
+			break
+		}
+		res, err := faultsched.Run(ctx, faultsched.Options{Seed: s, Duration: *schedule, Kinds: ks, Bin: *bin, Repo: root,
+			Dir: out, ConvergeBound: *converge, Keep: *keep})
+		if ctx.Err() != nil {
+			break // interrupted: the run is not counted
+		}
+		tot.Add(res, err)
+		switch {
+		case err != nil:
+			fmt.Printf("seed %d: could not run: %v\n", s, err)
+		case res.Failed():
+			failed = true
+			fmt.Printf("FAIL %s\n", res.Summary())
+			for i, v := range res.Violations {
+				if i == 5 {
+					fmt.Printf("  ... %d more in %s/violations.txt\n", len(res.Violations)-5, res.Dir)
+					break
+				}
+				fmt.Printf("  %s: %s\n", v.Kind, v.Detail)
+			}
+		default:
+			fmt.Printf("ok   %s\n", res.Summary())
+		}
+	}
+	tot.Wall = time.Since(t0)
+	var b strings.Builder
+	fmt.Fprintf(&b, "command: %s %s\n", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "schedule length %v, fault kinds %s, convergence bound %v\n\n", *schedule, *kinds, *converge)
+	tot.Write(&b)
+	fmt.Print("\n" + b.String())
+	if *report != "" {
+		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func kindList() string {
+	var s []string
+	for _, k := range faultsched.AllKinds {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ",")
+}
+
+// envDuration reads a duration from the environment: a Go duration, or a
+// plain number of seconds.
+func envDuration(name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	log.Fatalf("metaq-soak: %s=%q is neither a duration nor seconds", name, v)
+	return 0
+}

@@ -1,0 +1,252 @@
+package faultsched
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Sites are the three sites of the layout, the configured master first.
+var Sites = []string{"bj", "hf", "gz"}
+
+// Topics the workload writes: SyncTopic waits for one slave site
+// (minSyncSites=1), the others are asynchronous.
+const (
+	SyncTopic     = "chaos-sync"
+	AsyncTopic    = "orders"
+	AsyncTopic2   = "chaos-async"
+	syncParts     = 2
+	asyncParts    = 8
+	async2Parts   = 2
+	layoutPortMax = 20 // ports per site, as local-three-sites.sh lays them out
+)
+
+// Port offsets within a site's block; the script's own, plus the proxies'.
+const (
+	offZK      = 0
+	offZKProxy = 4 // the harness's proxy to the site's ZooKeeper
+	offLink    = 5 // the harness's proxy in front of the replication listener
+	offAdmin   = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
+	offMetaQ   = 10
+	offRepl    = 11
+)
+
+// Layout is the deploy/ layout of three sites under Dir, with ports from
+// Base (site i uses Base+20*i .. +19).
+type Layout struct {
+	Dir   string
+	Base  int
+	Token string
+}
+
+func (l *Layout) port(site string, off int) int {
+	for i, s := range Sites {
+		if s == site {
+			return l.Base + layoutPortMax*i + off
+		}
+	}
+	panic("faultsched: no site " + site)
+}
+
+func (l *Layout) addr(site string, off int) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.port(site, off)))
+}
+
+// ZKAddr is the site's ZooKeeper itself (clients use it); the site's
+// bundle reaches it through ZKProxyAddr.
+func (l *Layout) ZKAddr(site string) string      { return l.addr(site, offZK) }
+func (l *Layout) ZKProxyAddr(site string) string { return l.addr(site, offZKProxy) }
+
+// MetaQAddr is the site's MetaQ port.
+func (l *Layout) MetaQAddr(site string) string { return l.addr(site, offMetaQ) }
+
+// ReplAddr is the site's replication listener; LinkAddr the proxy other
+// sites dial instead (the site advertises it).
+func (l *Layout) ReplAddr(site string) string { return l.addr(site, offRepl) }
+func (l *Layout) LinkAddr(site string) string { return l.addr(site, offLink) }
+
+// AdminAddr is the site's admin endpoint.
+func (l *Layout) AdminAddr(site string) string { return l.addr(site, offAdmin) }
+
+// Conf is the site's configuration directory; SiteDir its root.
+func (l *Layout) Conf(site string) string    { return filepath.Join(l.SiteDir(site), "conf") }
+func (l *Layout) SiteDir(site string) string { return filepath.Join(l.Dir, site+"-1") }
+
+// DataDir is the site's dataPath.
+func (l *Layout) DataDir(site string) string { return filepath.Join(l.SiteDir(site), "data") }
+
+// ZKDir is where the site's ZooKeeper keeps its files.
+func (l *Layout) ZKDir(site string) string { return filepath.Join(l.Dir, "zk-"+site) }
+
+// LayoutOptions are the timeouts the schedule's sites run with: the
+// deploy/ defaults (30 s sessions) are for production, not for a schedule
+// of seconds.
+type LayoutOptions struct {
+	SessionTimeoutMs int // zk.zkSessionTimeoutMs, default 4000
+	SyncTimeMs       int // zk.zkSyncTimeMs, default 200
+}
+
+// WriteLayout runs deploy/local-three-sites.sh layout (secrets, mutual
+// TLS certificates, server.ini and every site's overlay) under dir with
+// the commands in bin, then points each site's ZooKeeper and replication
+// addresses at the harness's proxies, drops configsync's NATS (not run
+// here) and adds the workload's topics.
+func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*Layout, error) {
+	if o.SessionTimeoutMs == 0 {
+		o.SessionTimeoutMs = 4000
+	}
+	if o.SyncTimeMs == 0 {
+		o.SyncTimeMs = 200
+	}
+	base, err := freeBase()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "deploy", "local-three-sites.sh"), "layout", dir)
+	cmd.Env = append(os.Environ(), "METAQ_BIN="+bin, "METAQ_PORT_BASE="+strconv.Itoa(base))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("faultsched: local-three-sites.sh layout %s: %w\n%s", dir, err, out)
+	}
+	l := &Layout{Dir: dir, Base: base}
+	tok, err := os.ReadFile(filepath.Join(dir, "token"))
+	if err != nil {
+		return nil, fmt.Errorf("faultsched: layout token: %w", err)
+	}
+	l.Token = strings.TrimSpace(string(tok))
+	topics := fmt.Sprintf("\n[topic=%s]\nnumPartitions=%d\nminSyncSites=1\n\n[topic=%s]\nnumPartitions=%d\n",
+		SyncTopic, syncParts, AsyncTopic2, async2Parts)
+	for _, s := range Sites {
+		conf := l.Conf(s)
+		if err := editFile(filepath.Join(conf, "server.ini"), func(b []byte) []byte {
+			b = setINI(b, "zookeeper", "zk.zkSessionTimeoutMs", strconv.Itoa(o.SessionTimeoutMs))
+			b = setINI(b, "zookeeper", "zk.zkSyncTimeMs", strconv.Itoa(o.SyncTimeMs))
+			b = setINI(b, "zookeeper", "zk.zkConnectionTimeoutMs", strconv.Itoa(o.SessionTimeoutMs))
+			b = setINI(b, "replication", "stuckAfterMs", "3000")
+			// Small segments, so that a schedule has sealed ones to damage.
+			b = setINI(b, "system", "maxSegmentSize", "65536")
+			// configsync's NATS is not run here.
+			return append(dropSection(b, "nats"), topics...)
+		}); err != nil {
+			return nil, err
+		}
+		if err := editFile(filepath.Join(conf, "site.ini"), func(b []byte) []byte {
+			b = setINI(b, "zookeeper", "zk.zkConnect", l.ZKProxyAddr(s))
+			b = setINI(b, "replication", "advertise", l.LinkAddr(s))
+			b = setINI(b, "site", "adminAddr", l.AdminAddr(s))
+			return dropSection(b, "nats")
+		}); err != nil {
+			return nil, err
+		}
+		if s != Sites[0] {
+			if err := editFile(filepath.Join(conf, "async_slave.properties"), func(b []byte) []byte {
+				return setProp(b, "masterAddress", l.LinkAddr(Sites[0]))
+			}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+func editFile(path string, f func([]byte) []byte) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("faultsched: edit %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, f(b), 0o600); err != nil {
+		return fmt.Errorf("faultsched: edit %s: %w", path, err)
+	}
+	return nil
+}
+
+// setINI sets key in [section], replacing its line or adding one after the
+// section's header (a section that is missing is appended).
+func setINI(b []byte, section, key, value string) []byte {
+	lines := strings.Split(string(b), "\n")
+	in, at := false, -1
+	for i, ln := range lines {
+		t := strings.TrimSpace(ln)
+		if strings.HasPrefix(t, "[") {
+			in = t == "["+section+"]"
+			if in {
+				at = i
+			}
+			continue
+		}
+		if in {
+			if k, _, ok := strings.Cut(t, "="); ok && strings.TrimSpace(k) == key {
+				lines[i] = key + "=" + value
+				return []byte(strings.Join(lines, "\n"))
+			}
+		}
+	}
+	if at < 0 {
+		return append(b, []byte("\n["+section+"]\n"+key+"="+value+"\n")...)
+	}
+	lines = append(lines[:at+1], append([]string{key + "=" + value}, lines[at+1:]...)...)
+	return []byte(strings.Join(lines, "\n"))
+}
+
+// dropSection removes [section] and its keys.
+func dropSection(b []byte, section string) []byte {
+	var out []string
+	in := false
+	for _, ln := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(ln)
+		if strings.HasPrefix(t, "[") {
+			in = t == "["+section+"]"
+		}
+		if !in {
+			out = append(out, ln)
+		}
+	}
+	return []byte(strings.Join(out, "\n"))
+}
+
+// setProp sets key=value in a properties file.
+func setProp(b []byte, key, value string) []byte {
+	lines := bytes.Split(b, []byte("\n"))
+	for i, ln := range lines {
+		if k, _, ok := bytes.Cut(ln, []byte("=")); ok && string(bytes.TrimSpace(k)) == key {
+			lines[i] = []byte(key + "=" + value)
+			return bytes.Join(lines, []byte("\n"))
+		}
+	}
+	return append(b, []byte("\n"+key+"="+value+"\n")...)
+}
+
+// freeBase finds a base whose three blocks of ports nothing listens on
+// (TCP or UDP: gossip uses both), below the kernel's ephemeral range.
+func freeBase() (int, error) {
+	for range 100 {
+		base := 20000 + rand.IntN(120)*100
+		if portsFree(base, layoutPortMax*len(Sites)) {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("faultsched: no free block of %d ports", layoutPortMax*len(Sites))
+}
+
+func portsFree(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		a := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return false
+		}
+		l.Close()
+		u, err := net.ListenPacket("udp", a)
+		if err != nil {
+			return false
+		}
+		u.Close()
+	}
+	return true
+}

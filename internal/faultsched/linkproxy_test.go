@@ -1,0 +1,125 @@
+package faultsched
+
+import (
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// echoServer echoes every connection until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip sends one byte and waits up to d for it to come back.
+func roundTrip(c net.Conn, d time.Duration) bool {
+	c.SetDeadline(time.Now().Add(d))
+	if _, err := c.Write([]byte{'x'}); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	_, err := io.ReadFull(c, b)
+	return err == nil
+}
+
+// TestLinkCutHoldsOnlyItsPair: the proxy names the dialing site from the
+// socket this process holds (this test's pid is "hf"), so cutting hf-bj
+// holds hf's bytes and new connections, cutting gz-bj does not, and a
+// heal lets the held bytes through.
+func TestLinkCutHoldsOnlyItsPair(t *testing.T) {
+	target := echoServer(t)
+	ls := NewLinks(func() map[int]string { return map[int]string{os.Getpid(): "hf"} })
+	defer ls.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if err := ls.Listen("bj", addr, target); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !roundTrip(c, 5*time.Second) {
+		t.Fatal("no echo through the open link")
+	}
+	ls.Cut("gz", "bj", true)
+	if !roundTrip(c, 5*time.Second) {
+		t.Fatal("cutting gz-bj held hf's connection to bj")
+	}
+	ls.Cut("bj", "hf", true)
+	if roundTrip(c, 300*time.Millisecond) {
+		t.Fatal("bytes crossed the cut hf-bj link")
+	}
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if roundTrip(c2, 300*time.Millisecond) {
+		t.Fatal("a new connection crossed the cut hf-bj link")
+	}
+	ls.Cut("hf", "bj", false)
+	// The held byte of each connection arrives, then its echo.
+	for i, cc := range []net.Conn{c, c2} {
+		cc.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(cc, b); err != nil {
+			t.Fatalf("connection %d: the held byte did not come back after the heal: %v", i, err)
+		}
+	}
+	if !roundTrip(c2, 5*time.Second) {
+		t.Fatal("no echo after the heal")
+	}
+}
+
+// TestScheduleIsAFunctionOfItsSeed: the same seed gives the same schedule,
+// another seed another one, and every lasting fault is healed in time.
+func TestScheduleIsAFunctionOfItsSeed(t *testing.T) {
+	a := NewSchedule(42, 30*time.Second, nil)
+	b := NewSchedule(42, 30*time.Second, nil)
+	if a.String() != b.String() {
+		t.Fatalf("seed 42 gave two schedules:\n%s\n%s", a, b)
+	}
+	if c := NewSchedule(43, 30*time.Second, nil); c.String() == a.String() {
+		t.Fatal("seeds 42 and 43 gave the same schedule")
+	}
+	open := map[int]Event{}
+	for _, e := range a.Events {
+		if e.At > a.Duration {
+			t.Fatalf("%v after the end", e)
+		}
+		if e.Heal {
+			delete(open, e.ID)
+		} else if e.Kind.lasting() {
+			open[e.ID] = e
+		}
+	}
+	if len(open) > 0 {
+		t.Fatalf("faults never healed: %v", open)
+	}
+	if len(a.Events) < 20 {
+		t.Fatalf("only %d events in 30 s:\n%s", len(a.Events), a)
+	}
+}

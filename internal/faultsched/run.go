@@ -1,0 +1,202 @@
+package faultsched
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Options configure one run of a schedule.
+type Options struct {
+	Seed     uint64
+	Duration time.Duration // of the schedule (faults and workload)
+	Kinds    []Kind        // default AllKinds
+	Bin      string        // holds metaq-server and configsync
+	Repo     string        // the repository: deploy/ and .ci/ scripts
+	Dir      string        // the run writes under Dir/seed-<seed>
+	// ConvergeBound is how long the sites may take, after the heal, to
+	// serve identical bytes; default 60 s.
+	ConvergeBound time.Duration
+	// Keep keeps the run's directory when it found no violation.
+	Keep bool
+	// Every is the pause between two puts of one producer (default 20 ms).
+	Every time.Duration
+}
+
+// Result is what one run found.
+type Result struct {
+	Seed       uint64         `json:"seed"`
+	Dir        string         `json:"dir"`
+	Schedule   string         `json:"schedule"`
+	Violations []Violation    `json:"violations"`
+	Puts       map[string]int `json:"puts"`   // by outcome
+	Faults     map[Kind]int   `json:"faults"` // injected, by kind (heals not counted)
+	// ForcedLoss counts acknowledged synchronous puts lost to a forced
+	// promotion (saved aside), which are not violations.
+	ForcedLoss int  `json:"forcedLoss"`
+	Converged  bool `json:"converged"`
+	// ConvergeTime is from the heal of the last fault to identical bytes
+	// at every site.
+	ConvergeTime time.Duration `json:"convergeTime"`
+	Took         time.Duration `json:"took"`
+}
+
+// Failed reports whether the run found a violation.
+func (r *Result) Failed() bool { return len(r.Violations) > 0 }
+
+// Summary is one line about the run, with its seed.
+func (r *Result) Summary() string {
+	kinds := map[string]int{}
+	for _, v := range r.Violations {
+		kinds[v.Kind]++
+	}
+	return fmt.Sprintf("seed %d: puts %v, faults %v, converged %t in %v, sync acks lost to promote -force %d, violations %v (took %v, files %s)",
+		r.Seed, r.Puts, r.Faults, r.Converged, r.ConvergeTime.Round(time.Millisecond), r.ForcedLoss, kinds, r.Took.Round(time.Second), r.Dir)
+}
+
+// Run sets up the three sites, runs the seeded schedule with the workload,
+// heals every fault, waits for the sites to converge and checks. An error
+// means the run could not be carried out (setup); what the checker found
+// is in the Result. The history (history.jsonl), the fault log
+// (faults.log), the schedule and the violations are written under the
+// run's directory, which is removed after a clean run unless Keep is set.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.ConvergeBound == 0 {
+		o.ConvergeBound = 60 * time.Second
+	}
+	t0 := time.Now()
+	dir := filepath.Join(o.Dir, fmt.Sprintf("seed-%d", o.Seed))
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("faultsched: %w", err)
+	}
+	sched := NewSchedule(o.Seed, o.Duration, o.Kinds)
+	res := &Result{Seed: o.Seed, Dir: dir, Schedule: sched.String(), Puts: map[string]int{}, Faults: map[Kind]int{}}
+	if err := os.WriteFile(filepath.Join(dir, "schedule.txt"), []byte(res.Schedule), 0o644); err != nil {
+		return nil, fmt.Errorf("faultsched: %w", err)
+	}
+	l, err := WriteLayout(ctx, o.Repo, o.Bin, filepath.Join(dir, "sites"), LayoutOptions{})
+	if err != nil {
+		return res, err
+	}
+	c := NewCluster(l, o.Bin, o.Repo)
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		return res, err
+	}
+	flog, err := os.Create(filepath.Join(dir, "faults.log"))
+	if err != nil {
+		return res, fmt.Errorf("faultsched: %w", err)
+	}
+	defer flog.Close()
+	start := time.Now()
+	fmt.Fprintf(flog, "%s", res.Schedule)
+	fmt.Fprintf(flog, "---- applied (times since the start of the schedule)\n")
+	n := &Nemesis{C: c, Start: start, Log: flog}
+	w := &Workload{L: l, Start: start, Seed: o.Seed, Every: o.Every}
+	wctx, stopWorkload := context.WithCancel(ctx)
+	w.Run(wctx)
+	n.Run(ctx, sched)
+	n.HealAll(ctx)
+	healed := time.Now()
+	// The producers go on for a moment after the heal, then stop.
+	sleepCtx(ctx, time.Second)
+	stopWorkload()
+	w.Wait()
+
+	f := &Final{}
+	for _, s := range Sites {
+		if err := c.WaitUp(ctx, s, 30*time.Second); err != nil {
+			f.NoAnswer = append(f.NoAnswer, err.Error())
+		}
+	}
+	deadline := healed.Add(o.ConvergeBound)
+	for {
+		runs, errs, holes := readSites(l)
+		f.Runs, f.ReadErrs, f.Holes = runs, errs, holes
+		f.Diff = sameLogs(runs)
+		if len(errs) == 0 && len(holes) == 0 && f.Diff == "" {
+			f.Converged, f.ConvergeT = true, time.Since(healed)
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if f.Diff == "" {
+				f.Diff = fmt.Sprintf("sites could not be read: %v", errs)
+			}
+			break
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	var masters []string
+	for _, s := range Sites {
+		if st, err := c.Status(ctx, s); err == nil && st.Mode == "master" {
+			masters = append(masters, s)
+		}
+	}
+	if len(masters) > 0 {
+		f.Master = masters[0]
+	}
+	f.Aside = readAside(l)
+	f.Exits = c.Exits()
+	ops := w.Ops()
+	faults := n.Records()
+	res.Violations, res.ForcedLoss = Check(ops, faults, f)
+	if len(masters) > 1 {
+		res.Violations = append(res.Violations, Violation{Kind: VTwoMasters, Detail: fmt.Sprintf("after the heal %v all report mode master", masters)})
+	}
+	res.Converged, res.ConvergeTime = f.Converged, f.ConvergeT
+	for _, op := range ops {
+		res.Puts[op.Outcome]++
+	}
+	for _, r := range faults {
+		if !r.Heal && r.Kind != "" {
+			res.Faults[r.Kind]++
+		}
+	}
+	res.Took = time.Since(t0)
+	if err := writeRun(dir, ops, res); err != nil {
+		return res, err
+	}
+	c.mu.Lock()
+	c.KeepData = res.Failed() || o.Keep
+	c.mu.Unlock()
+	if err := c.Close(); err != nil {
+		res.Violations = append(res.Violations, Violation{Kind: "teardown", Detail: err.Error()})
+	}
+	if !res.Failed() && !o.Keep {
+		os.RemoveAll(dir)
+	}
+	return res, nil
+}
+
+func writeRun(dir string, ops []Op, res *Result) error {
+	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		return fmt.Errorf("faultsched: %w", err)
+	}
+	enc := json.NewEncoder(hf)
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Start < ops[j].Start })
+	for _, op := range ops {
+		if err := enc.Encode(op); err != nil {
+			hf.Close()
+			return fmt.Errorf("faultsched: history: %w", err)
+		}
+	}
+	if err := hf.Close(); err != nil {
+		return fmt.Errorf("faultsched: history: %w", err)
+	}
+	var b strings.Builder
+	for _, v := range res.Violations {
+		fmt.Fprintf(&b, "%s: %s\n", v.Kind, v.Detail)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "violations.txt"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("faultsched: %w", err)
+	}
+	js, _ := json.MarshalIndent(res, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "result.json"), js, 0o644)
+}
