@@ -293,6 +293,12 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendin
 	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
+		if pp.held == nil && pp.fwd == nil && !key.sync && b.writeRefusal() != nil {
+			// A handover holds puts before it refuses writes: a refusal
+			// seen now means the Hold (if the handover still runs) is
+			// in place, though it was not when the batch began.
+			pp.held = b.holding()
+		}
 		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil || pp.fwd != nil); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)

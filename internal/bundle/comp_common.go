@@ -14,6 +14,7 @@ const (
 	compConfig    = "configsync"
 	compTopology  = "topology"
 	compDashboard = "dashboard"
+	compRepair    = "repair"
 )
 
 // findComp returns the bundle's component of type T, if it runs one. It

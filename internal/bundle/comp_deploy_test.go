@@ -25,8 +25,8 @@ func TestDeployLayout(t *testing.T) {
 	if strings.Contains(string(shared), "\nbrokerId=") {
 		t.Error("the shared server.ini sets brokerId: it belongs to each host's overlay")
 	}
-	master := []string{compTxn, compShipper, compConfig, compDashboard, compTopology}
-	slave := []string{compTxn, compReceiver, compConfig, compDashboard, compTopology}
+	master := []string{compTxn, compShipper, compConfig, compDashboard, compTopology, compRepair}
+	slave := []string{compTxn, compReceiver, compConfig, compDashboard, compTopology, compRepair}
 	want := map[string][]string{"bj-1": master, "bj-2": master, "hf-1": slave, "hf-2": slave, "gz-1": slave, "gz-2": slave}
 	for host, comps := range want {
 		site, idText, _ := strings.Cut(host, "-")

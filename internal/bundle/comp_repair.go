@@ -39,7 +39,7 @@ type repairComponent struct {
 
 func newRepairComponent() *repairComponent { return &repairComponent{} }
 
-func (c *repairComponent) Name() string { return "repair" }
+func (c *repairComponent) Name() string { return compRepair }
 
 func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	c.b = b

@@ -606,9 +606,11 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	}()
 	start := time.Now()
 	// Writes off the put route (a transaction's commit) are refused; plain
-	// puts are held and passed on to the new master (broker/hold.go).
-	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
+	// puts are held and passed on to the new master (broker/hold.go). The
+	// hold comes first: a put that sees the refusal finds the hold too,
+	// instead of being answered 503 in between.
 	hold := b.holdPuts("this master is handing over to " + to)
+	b.Broker.RefuseWrites(switchoverHolder, broker.Refusal{Reason: "this master is handing over to " + to + "; retry", Retry: true})
 	// allow takes puts here again: the handover did not happen.
 	allow := func() {
 		b.Broker.AllowWrites(switchoverHolder)
