@@ -230,29 +230,6 @@ func TestGatewaySwitchover(t *testing.T) {
 	s.converged("orders")
 }
 
-// runWith is syncProducer.run with a client of the test's choosing.
-func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic string) {
-	prod, err := client.NewProducer(c, client.WithRetries(0))
-	if err != nil {
-		p.fail(err)
-		return
-	}
-	defer prod.Close(context.Background())
-	for i := 0; ctx.Err() == nil; i++ {
-		payload := fmt.Sprintf("%s-%d", p.name, i)
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := prod.Send(sctx, &client.Message{Topic: topic, Payload: []byte(payload)})
-		cancel()
-		if err != nil {
-			p.fail(fmt.Errorf("send %s: %w", payload, err))
-			continue
-		}
-		p.mu.Lock()
-		p.acks = append(p.acks, holdAck{payload: payload, id: r.ID, partition: r.Partition.Partition, offset: r.Offset, at: time.Now()})
-		p.mu.Unlock()
-	}
-}
-
 // TestGatewayJavaProducer: MetaQ 1.4.6's Java producer at hf, whose only
 // change is zkRoot (hf's view root in hf's ensemble, the one consumers at
 // hf use), sends to hf's bundle, which forwards: every send is

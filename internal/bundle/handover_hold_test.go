@@ -40,6 +40,12 @@ func (p *syncProducer) run(ctx context.Context, s *sites, site, topic string) {
 		return
 	}
 	defer c.Close()
+	p.runWith(ctx, c, topic)
+}
+
+// runWith sends to topic with client c, one put at a time and no client
+// retries, until ctx ends.
+func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic string) {
 	prod, err := client.NewProducer(c, client.WithRetries(0))
 	if err != nil {
 		p.fail(err)

@@ -6,26 +6,13 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
 // echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return ln.Addr().String()
+	return testutil.ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
 }
 
 // roundTrip sends one byte and waits up to d for it to come back.

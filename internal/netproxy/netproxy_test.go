@@ -6,26 +6,13 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
-// echoServer echoes every connection until closed.
+// echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
+	return testutil.ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
 }
 
 func dial(t *testing.T, p *Proxy) net.Conn {
