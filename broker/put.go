@@ -293,13 +293,14 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendin
 	}
 	for _, r := range reqs {
 		b.stats.cmdPut.Add(1)
-		if pp.held == nil && pp.fwd == nil && !key.sync && b.writeRefusal() != nil {
+		ref := b.writeRefusal()
+		if ref != nil && pp.held == nil && pp.fwd == nil && !key.sync {
 			// A handover holds puts before it refuses writes: a refusal
 			// seen now means the Hold (if the handover still runs) is
 			// in place, though it was not when the batch began.
 			pp.held = b.holding()
 		}
-		if res := b.checkPutHeld(r, key.partition, te, pp.held != nil || pp.fwd != nil); res != nil {
+		if res := b.checkPutWith(r, key.partition, te, pp.held != nil || pp.fwd != nil, ref); res != nil {
 			b.stats.putFailed.Add(1)
 			b.stats.realtime(r.topic, statPutFailed, 1)
 			if pp.out == nil {
@@ -327,14 +328,16 @@ func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendin
 // topic, partition range and checksum. It returns the refusal with MetaQ's code and text, or
 // nil.
 func (b *Broker) checkPut(r *putReq, p int32, te *topicEntry) *wire.Result {
-	return b.checkPutHeld(r, p, te, false)
+	return b.checkPutWith(r, p, te, false, b.writeRefusal())
 }
 
-// checkPutHeld is checkPut for a put that a Hold takes when held: the
-// write gate and minSyncSites are then the new master's to check.
-func (b *Broker) checkPutHeld(r *putReq, p int32, te *topicEntry, held bool) *wire.Result {
+// checkPutWith is checkPut with the write gate's refusal read by the caller
+// (nil: writes allowed), so that the gate is read once per put, for a put
+// that a Hold or the gateway takes when held: the write gate and
+// minSyncSites are then the new master's to check.
+func (b *Broker) checkPutWith(r *putReq, p int32, te *topicEntry, held bool, ref *Refusal) *wire.Result {
 	topic := r.topic
-	if ref := b.writeRefusal(); ref != nil && !r.sync && !held {
+	if ref != nil && !r.sync && !held {
 		return wire.NewResult(ref.code(), b.putError(topic, p, ref.Reason), r.opaque)
 	}
 	if b.isClosed(topic, int(r.partition)) {
