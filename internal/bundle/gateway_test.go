@@ -207,21 +207,7 @@ func TestGatewaySwitchover(t *testing.T) {
 	stop()
 	wg.Wait()
 
-	gz := s.site("gz")
-	total := 0
-	for _, p := range prods {
-		if len(p.errs) > 0 {
-			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
-		}
-		total += len(p.acks)
-		for _, a := range p.acks {
-			r, err := recordAt(gz, "orders", a.partition, a.offset)
-			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
-				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but gz has there %+v (%v)", p.name, a.id, a.partition, a.offset, r, err)
-				break
-			}
-		}
-	}
+	total := checkAcksAt(t, prods, s.site("gz"), "gz")
 	st := s.site("hf").Broker.Gateway().Stats()
 	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged through hf's gateway (%+v)", rep.WritesStopped, total, st)
 	if st.Forwarded < int64(total) {

@@ -67,6 +67,28 @@ func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic stri
 	}
 }
 
+// checkAcksAt reports every producer's failed sends and checks that each
+// acknowledged put is at its partition and offset at site (named name);
+// it returns how many puts were acknowledged.
+func checkAcksAt(t *testing.T, prods []*syncProducer, site *Bundle, name string) int {
+	t.Helper()
+	total := 0
+	for _, p := range prods {
+		if len(p.errs) > 0 {
+			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
+		}
+		total += len(p.acks)
+		for _, a := range p.acks {
+			r, err := recordAt(site, "orders", a.partition, a.offset)
+			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
+				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but %s has there %+v (%v)", p.name, a.id, a.partition, a.offset, name, r, err)
+				break
+			}
+		}
+	}
+	return total
+}
+
 func (p *syncProducer) fail(err error) {
 	p.mu.Lock()
 	p.errs = append(p.errs, err)
@@ -147,21 +169,7 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 	stop()
 	wg.Wait()
 
-	hf := s.site("hf")
-	total := 0
-	for _, p := range prods {
-		if len(p.errs) > 0 {
-			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
-		}
-		total += len(p.acks)
-		for _, a := range p.acks {
-			r, err := recordAt(hf, "orders", a.partition, a.offset)
-			if err != nil || r.ID != a.id || string(r.Body) != a.payload {
-				t.Errorf("%s: acknowledged as id %d at orders-%d offset %d, but hf has there %+v (%v)", p.name, a.id, a.partition, a.offset, r, err)
-				break
-			}
-		}
-	}
+	total := checkAcksAt(t, prods, s.site("hf"), "hf")
 	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged by two producers, %d failed", rep.WritesStopped, total, len(prods[0].errs)+len(prods[1].errs))
 	s.converged("orders")
 }
