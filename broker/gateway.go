@@ -24,8 +24,12 @@ package broker
 //
 // Puts of one client connection to one partition reach the master in the
 // order they arrived here: they are written on the reader's goroutine, and
-// the master serves one connection's puts to a partition in order. A put
-// sent again (above) may land after puts that arrived later.
+// the master serves one connection's puts to a partition in order. Batches
+// that could not be sent (no master known, no connection) wait in one
+// queue, oldest first, and every later batch goes behind them until the
+// queue is empty, so a connection that opens late does not let later puts
+// overtake earlier ones. A put the master refused because it moved, sent
+// again (above), may land after puts that arrived later.
 
 import (
 	"context"
@@ -39,6 +43,7 @@ import (
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/backoff"
 )
 
 // GatewayOptions configure a slave's forwarding of puts to its master.
@@ -81,6 +86,12 @@ type Gateway struct {
 	closed bool
 	opaque atomic.Int32
 	stats  struct{ forwarded, notSent, unknown, retried, dials atomic.Int64 }
+
+	// unsent holds the batches not sent yet, oldest first; sendUnsent
+	// (running while sending is set) sends them in that order.
+	qmu     sync.Mutex
+	unsent  []*fwdBatch
+	sending bool
 }
 
 // SetGateway makes the broker forward the puts of topics with forwardPuts
@@ -248,19 +259,141 @@ func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone fu
 		fb.msgs[i] = m
 		fb.msgs[i].Body = append([]byte(nil), m.Body...)
 	}
-	idx := make([]int, len(msgs))
+	g.qmu.Lock()
+	if len(g.unsent) > 0 {
+		// Behind the batches still waiting to be sent.
+		g.unsent = append(g.unsent, fb)
+		g.qmu.Unlock()
+		return
+	}
+	g.qmu.Unlock()
+	c, chans, err := g.post(fb, fb.all())
+	if err != nil {
+		g.queueUnsent(fb, err)
+		return
+	}
+	g.goComplete(fb, c, chans)
+}
+
+// all lists every message of fb, for post.
+func (fb *fwdBatch) all() []int {
+	idx := make([]int, len(fb.msgs))
 	for i := range idx {
 		idx[i] = i
 	}
-	c, chans, err := g.post(fb, idx)
-	if !g.b.routines.Go(func() { g.complete(fb, c, chans, err) }) {
-		errs := make(messageErrors, len(msgs))
+	return idx
+}
+
+// goComplete waits for the answers of a sent batch on a goroutine of its own.
+func (g *Gateway) goComplete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) {
+	if !g.b.routines.Go(func() { g.complete(fb, c, chans, nil) }) {
+		// Sent, but nobody can wait for the answers: whether they are
+		// stored is unknown.
+		errs := make(messageErrors, len(fb.msgs))
 		for i := range errs {
-			errs[i] = g.notSent("the broker is closing")
+			errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
+				" and the broker closed before its answer: whether it is stored there is unknown"}
 		}
-		g.stats.notSent.Add(int64(len(msgs)))
-		done(make([]store.Appended, len(msgs)), errs)
+		g.stats.unknown.Add(int64(len(fb.msgs)))
+		fb.done(make([]store.Appended, len(fb.msgs)), errs)
 	}
+}
+
+// queueUnsent puts fb, which could not be sent (why), at the end of the
+// unsent queue and starts sendUnsent if it does not run.
+func (g *Gateway) queueUnsent(fb *fwdBatch, why error) {
+	g.qmu.Lock()
+	g.unsent = append(g.unsent, fb)
+	if g.sending {
+		g.qmu.Unlock()
+		return
+	}
+	g.sending = true
+	g.qmu.Unlock()
+	if !g.b.routines.Go(func() { g.sendUnsent(why) }) {
+		g.failUnsent("the broker is closing")
+	}
+}
+
+// sendUnsent sends the unsent batches in order, each once a connection to
+// the master is there, and answers 503 those whose time ran out first.
+// It returns when the queue is empty.
+func (g *Gateway) sendUnsent(last error) {
+	wait := backoff.Backoff{Min: holdRetryEvery, Max: 20 * holdRetryEvery}
+	for {
+		g.qmu.Lock()
+		if len(g.unsent) == 0 {
+			g.sending = false
+			g.qmu.Unlock()
+			return
+		}
+		fb := g.unsent[0]
+		g.qmu.Unlock()
+		if why := g.expired(fb); why != "" {
+			g.popUnsent()
+			g.answerNotSent(fb, fmt.Sprintf("%s (%v)", why, last))
+			continue
+		}
+		c, chans, err := g.post(fb, fb.all())
+		if err != nil {
+			last = err
+			select {
+			case <-time.After(min(wait.Next(), time.Until(fb.deadline))):
+			case <-g.b.ctx.Done():
+			}
+			continue
+		}
+		wait.Reset()
+		// Off the queue only once written: a batch arriving meanwhile
+		// goes behind it.
+		g.popUnsent()
+		g.goComplete(fb, c, chans)
+	}
+}
+
+// expired says why fb will not be sent any more, or "".
+func (g *Gateway) expired(fb *fwdBatch) string {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	switch {
+	case g.b.ctx.Err() != nil:
+		return "the broker is closing"
+	case closed:
+		return "forwarding stopped"
+	case fb.gone():
+		return "its client closed the connection"
+	case !time.Now().Before(fb.deadline):
+		return fmt.Sprintf("no connection to the master within %v", g.opts.MaxWait)
+	}
+	return ""
+}
+
+func (g *Gateway) popUnsent() {
+	g.qmu.Lock()
+	g.unsent[0] = nil
+	g.unsent = g.unsent[1:]
+	g.qmu.Unlock()
+}
+
+// failUnsent answers every unsent batch 503 (why).
+func (g *Gateway) failUnsent(why string) {
+	g.qmu.Lock()
+	q := g.unsent
+	g.unsent, g.sending = nil, false
+	g.qmu.Unlock()
+	for _, fb := range q {
+		g.answerNotSent(fb, why)
+	}
+}
+
+func (g *Gateway) answerNotSent(fb *fwdBatch, why string) {
+	errs := make(messageErrors, len(fb.msgs))
+	for i := range errs {
+		errs[i] = g.notSent(why)
+	}
+	g.stats.notSent.Add(int64(len(fb.msgs)))
+	fb.done(make([]store.Appended, len(fb.msgs)), errs)
 }
 
 // post writes fb.msgs[i] for each i of idx to the master and returns the
@@ -313,10 +446,7 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result, 
 	out := make([]store.Appended, len(fb.msgs))
 	errs := make(messageErrors, len(fb.msgs))
 	failed := 0
-	left := make([]int, len(fb.msgs))
-	for i := range left {
-		left[i] = i
-	}
+	left := fb.all()
 	for {
 		var retry []int
 		var last error

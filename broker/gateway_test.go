@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -217,6 +218,60 @@ func TestGatewayFollowsMaster(t *testing.T) {
 	}
 	if got := partitionEnd(t, slave, "test", 0); got > 0 {
 		t.Fatalf("the slave stored %d bytes", got)
+	}
+}
+
+// TestGatewayKeepsOrderUntilConnected: puts that arrive before the
+// gateway can reach the master (no master known yet) wait, and the
+// connection's later puts go behind them: once the master is known they
+// are stored there in arrival order, each answered once.
+func TestGatewayKeepsOrderUntilConnected(t *testing.T) {
+	var target atomic.Value
+	target.Store("")
+	master, slave, g, _ := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
+		MaxWait: 2 * time.Second,
+		Master: func(context.Context) (string, error) {
+			if a := target.Load().(string); a != "" {
+				return a, nil
+			}
+			return "", errors.New("no master registered yet")
+		},
+	})
+	cl := dial(t, slave.Addr())
+	const reads, each = 6, 5
+	for r := range reads {
+		var buf []byte
+		for i := range each {
+			n := r*each + i
+			buf = putCmd("test", 0, fmt.Sprintf("m%03d", n), int32(n+1)).AppendTo(buf)
+		}
+		cl.send(buf)
+		time.Sleep(15 * time.Millisecond) // separate reads, each retried on its own before
+		if r == reads/2 {
+			target.Store(master.Addr().String())
+		}
+	}
+	// Answers may come in any order (a client matches them by opaque);
+	// the offsets, in the order of the puts, must grow.
+	offsets := make([]int64, reads*each+1)
+	for range reads * each {
+		r := cl.result()
+		if r.Code != wire.StatusOK {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		a, err := parsePutAnswer(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets[r.Opaque] = a.Offset
+	}
+	for op := 2; op < len(offsets); op++ {
+		if offsets[op] <= offsets[op-1] {
+			t.Fatalf("put %d stored at %d, before the previous put's %d", op, offsets[op], offsets[op-1])
+		}
+	}
+	if st := g.Stats(); st.Forwarded != reads*each || st.NotSent != 0 || st.Unknown != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
