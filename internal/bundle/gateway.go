@@ -47,7 +47,7 @@ func (b *Bundle) startGateway() error {
 		if err != nil {
 			return nil, err
 		}
-		return georeplicator.GatewayDial(nc, secret, true, tc)
+		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
 	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
 		Holder: replicaHolder,
@@ -57,6 +57,18 @@ func (b *Bundle) startGateway() error {
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
 	return nil
+}
+
+// gatewayCompresses says whether the gateway link is compressed (zstd,
+// the one codec it has): unless this site's replication link is set to
+// compression=none (async_slave.properties, else [replication]).
+func (b *Bundle) gatewayCompresses() bool {
+	mode := b.Config().Replication.Compression
+	if sl := b.SlaveConfig(); sl != nil && sl.Compression != "" {
+		mode = sl.Compression
+	}
+	m, err := georeplicator.ParseMode(mode)
+	return err != nil || m != georeplicator.ModeNone
 }
 
 // gatewayMasterAddr is where the gateway link goes: the MetaQ address of
