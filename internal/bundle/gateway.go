@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/outbox"
 	"metaq/georeplicator"
 )
 
@@ -47,14 +50,45 @@ func (b *Bundle) startGateway() error {
 		}
 		return georeplicator.GatewayDial(nc, secret, true, tc)
 	}
+	ob, err := b.openOutbox()
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
 		Holder: replicaHolder,
 		Master: b.newMasterAddr,
 		Dial:   dial,
+		Outbox: ob,
 	}); err != nil {
+		if ob != nil {
+			ob.Close()
+		}
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
+	b.outbox = ob
 	return nil
+}
+
+// openOutbox opens the store-and-forward outbox, <dataPath>/outbox, when
+// a topic stores and forwards at this site or the directory is there
+// (entries left to drain); nil otherwise, so a bundle that never stores
+// and forwards adds nothing to MetaQ's files. The bounds are [site]
+// outboxMaxBytes and outboxMaxAgeMs, read at start.
+func (b *Bundle) openOutbox() (*outbox.Outbox, error) {
+	cfg := b.Config()
+	dir := filepath.Join(cfg.System.DataPath, "outbox")
+	want := cfg.Site.StoreAndForward
+	for i := range cfg.Topics {
+		want = want || cfg.Topics[i].StoresAndForwards(cfg.Site)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		want = true
+	}
+	if !want {
+		return nil, nil
+	}
+	return outbox.Open(outbox.Options{Dir: dir, MaxBytes: cfg.Site.OutboxMaxBytes, MaxAge: cfg.Site.OutboxMaxAge,
+		Logger: b.log.With("component", "outbox")})
 }
 
 // gatewayClientTLS is the TLS a gateway link is dialed with: the
