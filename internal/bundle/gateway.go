@@ -13,6 +13,7 @@ import (
 	"metaq/broker"
 	"metaq/broker/outbox"
 	"metaq/georeplicator"
+	"metaq/topology"
 )
 
 // startGateway gives the broker its write gateway (broker/gateway.go):
@@ -158,4 +159,24 @@ func (b *Bundle) serveGatewayLinks(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// gatewayReport is the write gateway's counters and outbox for /lag, the
+// dashboard and /metrics; nil without a gateway.
+func gatewayReport(b *Bundle) *topology.GatewayReport {
+	if b.Broker == nil {
+		return nil
+	}
+	g := b.Broker.Gateway()
+	if g == nil {
+		return nil
+	}
+	st := g.Stats()
+	r := &topology.GatewayReport{Forwarded: st.Forwarded, NotSent: st.NotSent, Unknown: st.Unknown, Retried: st.Retried, Dials: st.Dials,
+		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated}
+	if ob, ok := g.OutboxStats(); ok {
+		r.Outbox = &topology.OutboxReport{Entries: ob.Entries, Bytes: ob.Bytes, OldestAgeSeconds: ob.OldestAge, MaxBytes: ob.MaxBytes,
+			MaxAgeSeconds: ob.MaxAge, DrainError: ob.DrainError}
+	}
+	return r
 }
