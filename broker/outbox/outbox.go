@@ -16,9 +16,13 @@
 //	         flag i32 | topic length u16 | topic | body
 //
 // all big endian, the CRC (Castagnoli) over the payload. Append writes the
-// records of one call at the end of the newest segment and fsyncs it
-// before it returns (a new segment's directory entry too): an entry whose
-// Append returned survives kill -9 and a power cut. A segment rolls at
+// records of one call at the end of the newest segment and returns once
+// an fsync of that segment that began after its write returned (a new
+// segment's directory entry is fsynced too): an entry whose Append
+// returned survives kill -9 and a power cut. Concurrent Appends share
+// fsyncs (group commit): while one runs, the next ones write and then
+// wait for one fsync covering them all. An entry is pending for the
+// gateway (Keys, Pending) only once fsynced. A segment rolls at
 // Options.SegmentBytes.
 //
 // The cursor file (cursor, replaced by write-temp, fsync, rename, fsync
@@ -153,9 +157,10 @@ type Stats struct {
 }
 
 type segment struct {
-	first uint64 // seq of its first entry (its name)
-	last  uint64 // seq of its last entry (0: empty)
-	size  int64
+	first uint64   // seq of its first entry (its name)
+	last  uint64   // seq of its last entry (0: empty)
+	size  int64    // bytes written
+	f     *os.File // open for appends and fsyncs; nil for a recovered segment
 }
 
 // Outbox is a durable queue of entries (see the package comment). Its
@@ -164,9 +169,14 @@ type Outbox struct {
 	opts Options
 	log  *slog.Logger
 
+	// syncMu serialises fsyncs (taken before mu, never under it).
+	syncMu sync.Mutex
+
 	mu      sync.Mutex
 	closed  bool
+	failed  error    // an fsync failed: nothing is acknowledged any more
 	f       *os.File // the newest segment, open for appends
+	synced  uint64   // entries up to this seq are fsynced
 	segs    []segment
 	nextSeq uint64
 	pending map[Key][]Entry // in seq order
@@ -241,6 +251,7 @@ func (o *Outbox) recover() error {
 	for _, c := range o.cursors {
 		o.nextSeq = max(o.nextSeq, c.Seq+1)
 	}
+	o.synced = o.nextSeq - 1
 	o.dropConfirmedLocked()
 	if o.count > 0 {
 		o.log.Info("OUTBOX: recovered pending entries", "dir", o.opts.Dir, "entries", o.count, "bytes", o.bytes, "partitions", len(o.pending))
@@ -352,65 +363,111 @@ func appendRecord(dst []byte, e *Entry) []byte {
 
 // Append accepts entries (their Seq and Accepted are set here; the bodies
 // are copied), in order, once written and fsynced; or refuses them all
-// with a *BoundError, or fails with the write's error (nothing of the
-// call is then pending).
+// with a *BoundError, or fails with the write's or the fsync's error.
 func (o *Outbox) Append(entries []Entry) error {
+	f, last, err := o.write(entries)
+	if err != nil {
+		return err
+	}
+	return o.sync(f, last)
+}
+
+// write writes entries at the end of the newest segment and makes them
+// pending (visible once synced); it returns the file and the last seq.
+func (o *Outbox) write(entries []Entry) (*os.File, uint64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return ErrClosed
+		return nil, 0, ErrClosed
 	}
 	now := o.opts.Now()
 	var size int64
 	for i := range entries {
 		if len(entries[i].Key.Topic) > maxTopicLen {
-			return fmt.Errorf("outbox: topic name of %d bytes", len(entries[i].Key.Topic))
+			return nil, 0, fmt.Errorf("outbox: topic name of %d bytes", len(entries[i].Key.Topic))
 		}
 		size += entries[i].Size()
 	}
 	if err := o.checkBoundsLocked(now, size); err != nil {
-		return err
+		return nil, 0, err
 	}
 	if o.f == nil || (len(o.segs) > 0 && o.segs[len(o.segs)-1].size >= o.opts.SegmentBytes) {
 		if err := o.rollLocked(); err != nil {
-			return err
+			return nil, 0, err
 		}
 	}
 	seg := &o.segs[len(o.segs)-1]
 	buf := make([]byte, 0, size)
-	kept := make([]Entry, len(entries))
 	for i := range entries {
 		e := entries[i]
-		e.Seq = o.nextSeq + uint64(i)
+		e.Seq = o.nextSeq
+		o.nextSeq++
 		e.Accepted = now
 		e.Body = slices.Clone(e.Body)
 		buf = appendRecord(buf, &e)
-		kept[i] = e
+		o.pending[e.Key] = append(o.pending[e.Key], e)
 	}
+	last := o.nextSeq - 1
 	if _, err := o.f.Write(buf); err != nil {
 		// Part of it may be in the file: cut it off, so that what
 		// follows is not read after a torn record.
 		o.f.Truncate(seg.size)
 		o.f.Seek(seg.size, io.SeekStart)
-		return fmt.Errorf("outbox: write %d entries to %s: %w", len(entries), o.f.Name(), err)
+		o.nextSeq -= uint64(len(entries))
+		for i := range entries {
+			k := entries[i].Key
+			o.pending[k] = o.pending[k][:len(o.pending[k])-1]
+			if len(o.pending[k]) == 0 {
+				delete(o.pending, k)
+			}
+		}
+		return nil, 0, fmt.Errorf("outbox: write %d entries to %s: %w", len(entries), o.f.Name(), err)
 	}
-	if err := o.f.Sync(); err != nil {
-		// The page cache's state is unknown after a failed fsync: stop
-		// taking entries rather than acknowledge what may be lost.
-		name := o.f.Name()
-		o.f.Close()
-		o.f = nil
-		o.closed = true
-		return fmt.Errorf("outbox: fsync %s: %w (outbox closed)", name, err)
-	}
-	o.nextSeq += uint64(len(entries))
 	seg.size += int64(len(buf))
-	seg.last = o.nextSeq - 1
-	for _, e := range kept {
-		o.pending[e.Key] = append(o.pending[e.Key], e)
-	}
+	seg.last = last
 	o.bytes += size
 	o.count += int64(len(entries))
+	return o.f, last, nil
+}
+
+// sync returns once entries up to last, written to f, are fsynced: by an
+// fsync of its own, which covers every entry written to f before it
+// began, or by one that began after them.
+func (o *Outbox) sync(f *os.File, last uint64) error {
+	o.syncMu.Lock()
+	defer o.syncMu.Unlock()
+	o.mu.Lock()
+	if o.failed != nil {
+		err := o.failed
+		o.mu.Unlock()
+		return err
+	}
+	if o.synced >= last {
+		o.mu.Unlock()
+		return nil
+	}
+	// Everything written to f so far; a later segment's entries are
+	// synced by their own writers.
+	target := last
+	for i := range o.segs {
+		if o.segs[i].f == f {
+			target = o.segs[i].last
+		}
+	}
+	o.mu.Unlock()
+	err := f.Sync()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		// The page cache's state is unknown after a failed fsync: stop
+		// taking entries rather than acknowledge what may be lost.
+		o.failed = fmt.Errorf("outbox: fsync %s: %w (outbox stopped)", f.Name(), err)
+		o.closed = true
+		return o.failed
+	}
+	if target > o.synced {
+		o.synced = target
+	}
 	return nil
 }
 
@@ -440,10 +497,9 @@ func (o *Outbox) oldestLocked() time.Time {
 // rollLocked starts a new segment at nextSeq.
 func (o *Outbox) rollLocked() error {
 	name := filepath.Join(o.opts.Dir, segName(o.nextSeq))
-	if o.f != nil {
-		o.f.Close()
-		o.f = nil
-	}
+	// The old segment stays open (its writers may still be syncing it)
+	// until it is removed or the outbox closed.
+	o.f = nil
 	// The newest segment of a recovered outbox, when it starts at
 	// nextSeq (empty), is reused.
 	if n := len(o.segs); n > 0 && o.segs[n-1].first == o.nextSeq {
@@ -462,7 +518,7 @@ func (o *Outbox) rollLocked() error {
 		return err
 	}
 	o.f = f
-	o.segs = append(o.segs, segment{first: o.nextSeq})
+	o.segs = append(o.segs, segment{first: o.nextSeq, f: f})
 	o.log.Info("OUTBOX: new segment", "segment", name)
 	return nil
 }
@@ -473,7 +529,7 @@ func (o *Outbox) Keys() []Key {
 	defer o.mu.Unlock()
 	keys := make([]Key, 0, len(o.pending))
 	for k, es := range o.pending {
-		if len(es) > 0 {
+		if len(es) > 0 && es[0].Seq <= o.synced {
 			keys = append(keys, k)
 		}
 	}
@@ -486,9 +542,9 @@ func (o *Outbox) Keys() []Key {
 	return keys
 }
 
-// Pending returns up to n of k's pending entries (at most maxBytes of
-// bodies, at least one), oldest first. The entries' bodies must not be
-// changed.
+// Pending returns up to n of k's pending fsynced entries (at most
+// maxBytes of bodies, at least one), oldest first. The entries' bodies
+// must not be changed.
 func (o *Outbox) Pending(k Key, n int, maxBytes int) []Entry {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -496,7 +552,7 @@ func (o *Outbox) Pending(k Key, n int, maxBytes int) []Entry {
 	size := 0
 	for i := range es {
 		size += len(es[i].Body)
-		if i == n || (i > 0 && size > maxBytes) {
+		if i == n || (i > 0 && size > maxBytes) || es[i].Seq > o.synced {
 			es = es[:i]
 			break
 		}
@@ -576,6 +632,9 @@ func (o *Outbox) removeSegmentsLocked() error {
 	}
 	for len(o.segs) > 1 && o.segs[0].last < low {
 		name := filepath.Join(o.opts.Dir, segName(o.segs[0].first))
+		if f := o.segs[0].f; f != nil {
+			f.Close() // its entries are confirmed: synced long before
+		}
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("outbox: remove confirmed segment %s: %w", name, err)
 		}
@@ -683,10 +742,13 @@ func (o *Outbox) Close() error {
 		return nil
 	}
 	o.closed = true
-	if o.f != nil {
-		err := o.f.Close()
-		o.f = nil
-		return err
+	o.f = nil
+	var errs []error
+	for i := range o.segs {
+		if f := o.segs[i].f; f != nil {
+			errs = append(errs, f.Close())
+			o.segs[i].f = nil
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

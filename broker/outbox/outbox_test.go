@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -179,5 +180,41 @@ func TestDamagedOlderSegment(t *testing.T) {
 	}
 	if _, err := os.Stat(segs[0] + ".bad"); err != nil {
 		t.Fatalf("damaged segment not quarantined: %v", err)
+	}
+}
+
+// TestConcurrentAppends: appends from many goroutines (sharing fsyncs)
+// across segment rolls are all pending once they return, in each
+// goroutine's order, and all come back after a reopen.
+func TestConcurrentAppends(t *testing.T) {
+	dir := t.TempDir()
+	ob := mustOpen(t, Options{Dir: dir, SegmentBytes: 2000})
+	const writers, each = 8, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := Key{"t", w}
+			for i := range each {
+				if err := ob.Append(entries(k, i, 1)); err != nil {
+					t.Error(err)
+					return
+				}
+				if got := ob.Pending(k, each, 1<<20); len(got) != i+1 {
+					t.Errorf("writer %d: %d pending after append %d returned", w, len(got), i+1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ob.Close()
+	ob = mustOpen(t, Options{Dir: dir, SegmentBytes: 2000})
+	for w := range writers {
+		got := bodies(ob.Pending(Key{"t", w}, 1000, 1<<20))
+		if strings.Join(got, ",") != strings.Join(bodies(entries(Key{}, 0, each)), ",") {
+			t.Fatalf("writer %d after reopen: %v", w, got)
+		}
 	}
 }
