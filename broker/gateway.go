@@ -30,6 +30,9 @@ package broker
 // queue is empty, so a connection that opens late does not let later puts
 // overtake earlier ones. A put the master refused because it moved, sent
 // again (above), may land after puts that arrived later.
+//
+// A topic with storeAndForward is answered from the site's outbox instead
+// and drained to the master later (storeforward.go).
 
 import (
 	"context"
