@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -242,5 +244,93 @@ func TestGatewayJavaProducer(t *testing.T) {
 	}
 	if st := s.site("hf").Broker.Gateway().Stats(); st.Forwarded < int64(len(acks)) {
 		t.Fatalf("hf's gateway forwarded %d puts, the producer has %d acknowledgements: %+v", st.Forwarded, len(acks), st)
+	}
+}
+
+// TestGatewayStoreAndForwardThroughSite: with storeAndForward in hf's
+// overlay, a Go producer at hf (through hf's view) is answered
+// accepted-locally from hf's outbox (<dataPath>/outbox), with the id the
+// message gets at bj; hf drains the outbox to bj over its gateway link
+// (deploy/'s secret and mutual TLS), where every message is stored once,
+// in the order sent per partition, under that id; the gateway report
+// (/lag, the dashboard, /metrics) counts them. gz, which does not store
+// and forward, has no outbox directory.
+func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	prod, err := client.NewProducer(viewClient(t, s, "hf"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close(context.Background())
+	const n = 40
+	ids := map[int64]string{}
+	order := map[int][]int64{} // partition -> ids in send order
+	for i := range n {
+		payload := fmt.Sprintf("saf-via-hf-%03d", i)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		r, err := prod.Send(ctx, &client.Message{Topic: "orders", Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			t.Fatalf("send %s: %v", payload, err)
+		}
+		if !r.AcceptedLocally || r.Offset != -1 || r.ID == 0 {
+			t.Fatalf("send %s: %+v, want accepted locally with an id and offset -1", payload, r)
+		}
+		ids[r.ID] = payload
+		order[r.Partition.Partition] = append(order[r.Partition.Partition], r.ID)
+	}
+	gw := hf.Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st, _ := gw.OutboxStats(); st.Entries > 0 || gw.Stats().Drained < n {
+			return fmt.Errorf("hf's outbox: %+v, %+v", st, gw.Stats())
+		}
+		return nil
+	})
+	// bj holds each message once, under its id, in send order per partition.
+	seen := map[int64]int{}
+	for _, pi := range bj.Store.Partitions() {
+		if pi.Topic != "orders" {
+			continue
+		}
+		var got []int64
+		for off := pi.Min; off < pi.Max; {
+			rec, err := recordAt(bj, "orders", pi.Partition, off)
+			if err != nil {
+				t.Fatalf("bj orders-%d at %d: %v", pi.Partition, off, err)
+			}
+			if want, ok := ids[rec.ID]; ok {
+				if string(rec.Body) != want {
+					t.Fatalf("bj holds id %d as %q, sent %q", rec.ID, rec.Body, want)
+				}
+				seen[rec.ID]++
+				got = append(got, rec.ID)
+			}
+			off += int64(20 + len(rec.Body))
+		}
+		if want := order[pi.Partition]; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("orders-%d at bj: ids %v, sent in order %v", pi.Partition, got, want)
+		}
+	}
+	for id, p := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("%s (id %d) is at bj %d times", p, id, seen[id])
+		}
+	}
+	rep := gatewayReport(hf)
+	if rep == nil || rep.Accepted != n || rep.Drained != n || rep.Outbox == nil || rep.Outbox.Entries != 0 || rep.Outbox.MaxBytes == 0 {
+		t.Fatalf("hf's gateway report: %+v %+v", rep, rep.Outbox)
+	}
+	if _, err := os.Stat(filepath.Join(hf.Config().System.DataPath, "outbox")); err != nil {
+		t.Fatalf("hf's outbox directory: %v", err)
+	}
+	gz := s.site("gz")
+	if _, err := os.Stat(filepath.Join(gz.Config().System.DataPath, "outbox")); !os.IsNotExist(err) {
+		t.Fatalf("gz, which does not store and forward, has an outbox directory (%v)", err)
 	}
 }
