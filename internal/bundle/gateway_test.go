@@ -396,3 +396,59 @@ func TestGatewayStoreAndForwardKills(t *testing.T) {
 		t.Fatalf("bj holds ids %v, hf accepted %v", got, ids)
 	}
 }
+
+// TestGatewayStoreAndForwardJavaProducer: MetaQ 1.4.6's Java producer at
+// hf (zkRoot: hf's view) parses hf's accepted-locally answers as
+// successful sends (offset -1, the id bj stores the message under): every
+// send succeeds at its first attempt, and bj holds each message once under
+// its id after hf's outbox drained.
+func TestGatewayStoreAndForwardJavaProducer(t *testing.T) {
+	cp := javaClasspath(t)
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	prod := startJava(t, cp, "FailoverProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders")
+	waitAcks(t, prod, 30, time.Time{})
+	prod.stop()
+	answered, unanswered, _ := prod.failedSends()
+	if len(answered)+len(unanswered) > 0 {
+		t.Errorf("the Java producer had %d failed sends, the first: %v %v", len(answered)+len(unanswered), answered, unanswered)
+	}
+	acks := prod.acks(t)
+	gw := hf.Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st, _ := gw.OutboxStats(); st.Entries > 0 {
+			return fmt.Errorf("hf's outbox holds %d entries", st.Entries)
+		}
+		return nil
+	})
+	atBJ := map[int64]string{}
+	for _, pi := range bj.Store.Partitions() {
+		if pi.Topic != "orders" {
+			continue
+		}
+		for off := pi.Min; off < pi.Max; {
+			rec, err := recordAt(bj, "orders", pi.Partition, off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := atBJ[rec.ID]; dup {
+				t.Fatalf("id %d twice at bj", rec.ID)
+			}
+			atBJ[rec.ID] = string(rec.Body)
+			off += int64(20 + len(rec.Body))
+		}
+	}
+	for _, a := range acks {
+		if a.offset != -1 || a.attempts != 1 {
+			t.Fatalf("send %d acknowledged at offset %d after %d attempts, want -1 (accepted locally) at the first", a.seq, a.offset, a.attempts)
+		}
+		if atBJ[a.id] != a.payload() {
+			t.Fatalf("send %d acknowledged as id %d; bj holds %q under it", a.seq, a.id, atBJ[a.id])
+		}
+	}
+	if st := gw.Stats(); st.Accepted < int64(len(acks)) {
+		t.Fatalf("hf's gateway: %+v, the producer has %d acknowledgements", st, len(acks))
+	}
+}
