@@ -404,3 +404,64 @@ func TestStoreAndForwardBounds(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestStoreAndForwardFailoverMidDrain: the gateway drains to master A,
+// which stores every entry but whose answers are lost; A dies, and B,
+// which replicated A's log (a copy of A's files), becomes the master: the
+// gateway, now sending to B, finds the entries there by id and sends none
+// twice; later puts follow them in order.
+func TestStoreAndForwardFailoverMidDrain(t *testing.T) {
+	adir := t.TempDir()
+	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
+	a := startBrokerDir(t, mcfg, adir, nil)
+	var target atomic.Value
+	target.Store("127.0.0.1:1")
+	ob := openOutbox(t, t.TempDir(), outbox.Options{})
+	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
+		Outbox: ob,
+		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
+	})
+	// A holds records of other producers before.
+	direct := dial(t, a.Addr())
+	for i := range 3 {
+		direct.sendCmd(putCmd("test", 0, fmt.Sprintf("direct-%d", i), int32(i+1)))
+		if r := direct.result(); r.Code != wire.StatusOK {
+			t.Fatal(r)
+		}
+	}
+	cl := dial(t, slave.Addr())
+	const n = 20
+	ids := putLocally(t, cl, 0, "fo", 0, n)
+	drop := newAnswerDropper(t, serveAsGatewayLinks(t, a))
+	target.Store(drop.ln.Addr().String())
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if bodies, _ := masterBodies(t, a, "test", 0); len(bodies) < 3+n {
+			return fmt.Errorf("A holds %d of %d", len(bodies), 3+n)
+		}
+		return nil
+	})
+	target.Store("127.0.0.1:1")
+	a.Close()
+	a.store.Close()
+	bdir := t.TempDir()
+	if err := os.CopyFS(bdir, os.DirFS(adir)); err != nil {
+		t.Fatal(err)
+	}
+	b := startBrokerDir(t, mcfg, bdir, nil)
+	target.Store(serveAsGatewayLinks(t, b))
+	ids = append(ids, putLocally(t, cl, 0, "fo", n, 4)...)
+	waitOutboxEmpty(t, g)
+	bodies, gotIDs := masterBodies(t, b, "test", 0)
+	want := append([]string{"direct-0", "direct-1", "direct-2"}, wantBodies("fo", n+4)...)
+	if strings.Join(bodies, ",") != strings.Join(want, ",") {
+		t.Fatalf("the new master holds %v", bodies)
+	}
+	for i := range ids {
+		if gotIDs[3+i] != ids[i] {
+			t.Fatalf("put %d answered id %d, stored as %d", i, ids[i], gotIDs[3+i])
+		}
+	}
+	if st := g.Stats(); st.Deduplicated != n {
+		t.Fatalf("stats %+v, want the %d entries A stored found at B", st, n)
+	}
+}
