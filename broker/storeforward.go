@@ -262,6 +262,11 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 				}
 			case <-ctx.Done():
 				c.fail(fmt.Errorf("no answer from the master %s within %v", c.addr, drainWait))
+			case <-g.quit:
+				// The gateway is replaced or stopped: the connection may
+				// have been dropped from it (the master moved), so it is
+				// not closed with it.
+				c.fail(errors.New("forwarding stopped"))
 			}
 			e := &b.es[i]
 			switch {
@@ -463,6 +468,9 @@ func (g *Gateway) request(ctx context.Context, c *fwdConn, cmd interface {
 	case <-ctx.Done():
 		c.fail(fmt.Errorf("no answer from the master %s: %w", c.addr, ctx.Err()))
 		return nil, ctx.Err()
+	case <-g.quit:
+		c.fail(errors.New("forwarding stopped"))
+		return nil, errors.New("forwarding stopped")
 	}
 }
 
