@@ -86,6 +86,9 @@ type conn struct {
 	// heartbeats and may be quiet for long; never closed as idle (reader
 	// goroutine only).
 	syncPeer bool
+	// gatewayPeer: a slave site's gateway link (ServeConn), whose syncs
+	// are client puts keeping their ids (broker/storeforward.go).
+	gatewayPeer bool
 }
 
 // timeoutCause is why a connection's read timed out.
@@ -309,6 +312,14 @@ func (c *conn) readLoop() bool {
 				continue
 			}
 		case *wire.Sync:
+			if c.gatewayPeer {
+				r := syncReqOf(x)
+				r.sync = false // a client's put, with every check of one
+				if held = append(held, r); len(held) == maxHeldPuts {
+					handOff()
+				}
+				continue
+			}
 			if !c.b.opts.SyncReceiver {
 				// A plain MetaQ broker has no processor for sync.
 				c.bytes.release(bodyLen(cmd))

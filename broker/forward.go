@@ -183,8 +183,14 @@ func (c *fwdConn) readLoop() {
 			c.fail(fmt.Errorf("connection to the new master %s: %w", c.addr, err))
 			return
 		}
-		r, ok := cmd.(*wire.Result)
-		if !ok {
+		var r *wire.Result
+		switch x := cmd.(type) {
+		case *wire.Result:
+			r = x
+		case *wire.Value:
+			// A get's data (the gateway's outbox reconciliation).
+			r = &wire.Result{Code: valueCode, Body: x.Data, Opaque: x.Opaque}
+		default:
 			continue
 		}
 		c.mu.Lock()

@@ -33,6 +33,9 @@ package broker
 // until the old connection's answers are in (at most MaxWait/4), so a batch
 // sent again lands before later ones. Only a put whose outcome is unknown
 // (500) when that bound passes can be overtaken.
+//
+// A topic with storeAndForward is answered from the site's outbox instead
+// and drained to the master later (storeforward.go).
 
 import (
 	"context"
@@ -45,6 +48,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/broker/outbox"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/backoff"
@@ -68,6 +72,11 @@ type GatewayOptions struct {
 	// the master; 0 means DefaultHoldMaxWait (below the 3 s MetaQ's Java
 	// producer waits for an answer).
 	MaxWait time.Duration
+	// Outbox, when not nil, takes the puts of topics with storeAndForward:
+	// they are answered once in it and forwarded later (storeforward.go).
+	// The gateway drains it while it is in effect; its owner closes it
+	// after the broker.
+	Outbox *outbox.Outbox
 }
 
 // GatewayStats counts what the gateway did with the puts it forwarded.
@@ -77,6 +86,11 @@ type GatewayStats struct {
 	Unknown   int64 // answered 500: sent, no answer
 	Retried   int64 // sent again after a refusal saying the master moved
 	Dials     int64 // connections opened to the master
+	// Store and forward (storeforward.go).
+	Accepted     int64 // answered accepted-locally: in the outbox
+	Refused      int64 // refused by the outbox (a bound, a write failure)
+	Drained      int64 // outbox entries confirmed stored at the master
+	Deduplicated int64 // outbox entries found at the master, not sent again
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -89,7 +103,19 @@ type Gateway struct {
 	cur    *fwdConn
 	closed bool
 	opaque atomic.Int32
-	stats  struct{ forwarded, notSent, unknown, retried, dials atomic.Int64 }
+	stats  struct {
+		forwarded, notSent, unknown, retried, dials atomic.Int64
+		accepted, refused, drained, deduplicated    atomic.Int64
+	}
+
+	// Store and forward (storeforward.go): ids fixed at acceptance, the
+	// drain goroutine's wake-up, stop and exit, and its last failure.
+	ids      idGen
+	kick     chan struct{}
+	quit     chan struct{}
+	drained  chan struct{} // closed when drain returns; nil without an outbox
+	drainMu  sync.Mutex
+	drainErr string
 
 	// Every send to the master happens under qmu, in arrival order:
 	// unsent holds the batches waiting to be sent (not sent yet, or sent
@@ -123,13 +149,20 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 				return d.DialContext(ctx, "tcp", addr)
 			}
 		}
-		g = &Gateway{b: b, opts: opts}
+		g = &Gateway{b: b, opts: opts, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+		g.ids = idGen{brokerID: int64(b.brokerID()), clock: b.opts.Clock}
 	}
 	if old := b.gateway.Swap(g); old != nil {
 		old.close()
 	}
 	if g != nil {
-		b.log.Info("BROKER: forwarding puts of forwarded topics to the master", "maxWait", g.opts.MaxWait)
+		b.log.Info("BROKER: forwarding puts of forwarded topics to the master", "maxWait", g.opts.MaxWait, "outbox", g.opts.Outbox != nil)
+		if g.opts.Outbox != nil {
+			g.drained = make(chan struct{})
+			if !b.routines.Go(g.drain) {
+				close(g.drained)
+			}
+		}
 	}
 	return g, nil
 }
@@ -140,7 +173,9 @@ func (b *Broker) Gateway() *Gateway { return b.gateway.Load() }
 // Stats reports what the gateway did so far.
 func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
-		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load()}
+		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
+		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
+		Deduplicated: g.stats.deduplicated.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
@@ -157,16 +192,25 @@ func (b *Broker) forwarding(te *topicEntry) *Gateway {
 	return g
 }
 
-// close drops the connection; puts awaiting answers on it are answered
-// unknown.
+// close stops the outbox's drain and drops the connection; puts awaiting
+// answers on it are answered unknown.
 func (g *Gateway) close() {
 	g.mu.Lock()
+	already := g.closed
 	g.closed = true
 	c := g.cur
 	g.cur = nil
 	g.mu.Unlock()
+	if !already {
+		close(g.quit)
+	}
 	if c != nil {
 		c.fail(errors.New("forwarding stopped"))
+	}
+	if g.drained != nil {
+		// One drain at a time: a gateway that replaces this one starts
+		// its own only once this one stopped sending.
+		<-g.drained
 	}
 }
 
@@ -294,6 +338,10 @@ type fwdBatch struct {
 // reader (so a connection's batches to a partition reach the master in
 // order); otherwise behind the batches waiting there.
 func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone func() bool, done func([]store.Appended, error)) {
+	if g.storesAndForwards(topic) {
+		g.accept(topic, partition, msgs, done)
+		return
+	}
 	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
 		deadline: time.Now().Add(g.opts.MaxWait), out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
 	for i, m := range msgs {
@@ -484,6 +532,13 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 		sum := wire.Checksum(m.Body)
 		if m.ChecksumSet {
 			sum = int32(m.Checksum)
+		}
+		if m.ID != 0 {
+			// An id fixed before (a gateway link's put forwarded again):
+			// kept, as a sync on the gateway link keeps it (ServeConn).
+			s := wire.Sync{Topic: fb.topic, Partition: int32(fb.partition), Flag: m.Flag, MsgID: m.ID, Checksum: sum, Opaque: op, Body: m.Body}
+			frames = s.AppendTo(frames)
+			continue
 		}
 		p := wire.Put{Topic: fb.topic, Partition: int32(fb.partition), Flag: m.Flag, Checksum: sum, Opaque: op, Body: m.Body}
 		frames = p.AppendTo(frames)

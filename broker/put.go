@@ -677,6 +677,11 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		ans = strconv.AppendInt(ans, int64(p), 10)
 		ans = append(ans, ' ')
 		ans = strconv.AppendInt(ans, as[i].Offset, 10)
+		if pp.fwd != nil && as[i].Offset == localOffset {
+			// In the gateway's outbox, not at the master yet.
+			ans = append(ans, ' ')
+			ans = append(ans, acceptedLocally...)
+		}
 		out = wire.AppendResult(out, wire.StatusOK, ans, opaque)
 		stored++
 	}

@@ -9,7 +9,9 @@ import (
 // link, see ListenFirstBytes), as on a client connection accepted here,
 // and returns once it is closed. nc counts against the connection limits
 // as its handoff listener's connections do (it is not admitted again).
-// Gets are copied, not sent with sendfile: nc is not a bare socket.
+// Gets are copied, not sent with sendfile: nc is not a bare socket. A
+// sync on nc is a put that keeps the id it carries (a slave site's outbox
+// entry, broker/storeforward.go), checked and stored as any client's put.
 func (b *Broker) ServeConn(nc net.Conn) error {
 	ip := remoteIP(nc)
 	b.mu.Lock()
@@ -21,6 +23,7 @@ func (b *Broker) ServeConn(nc net.Conn) error {
 	// The broker's byte budget, not an address's share: one gateway
 	// link carries a whole site's producers.
 	c := b.newConn(nc, ip, b.mem)
+	c.gatewayPeer = true
 	b.conns[c] = struct{}{}
 	b.connWG.Add(1)
 	b.stats.connections.Add(1)

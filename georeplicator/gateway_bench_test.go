@@ -16,6 +16,7 @@ import (
 
 	"metaq/broker"
 	"metaq/broker/config"
+	"metaq/broker/outbox"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/netproxy"
@@ -29,16 +30,21 @@ import (
 type gatewayRig struct {
 	bj, hf          *broker.Broker
 	direct, gateway *netproxy.Proxy // WAN links to bj's port
+	gw              *broker.Gateway // hf's
 }
 
-func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
+func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
 	b.Helper()
 	dir := b.TempDir()
 	secret := []byte("the-deployment-replication-key-1")
 	log := slog.New(slog.DiscardHandler)
 	start := func(name string) *broker.Broker {
-		ini := fmt.Sprintf("[system]\nbrokerId=0\nhostName=127.0.0.1\nserverPort=8123\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=10000\nmaxSegmentSize=1073741824\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=%s\n[zookeeper]\nzk.zkEnable=false\n[site]\nforwardPuts=true\n[topic=logs]\nnumPartitions=4\n",
-			filepath.Join(dir, name))
+		site := "forwardPuts=true\n"
+		if saf {
+			site += "storeAndForward=true\n"
+		}
+		ini := fmt.Sprintf("[system]\nbrokerId=0\nhostName=127.0.0.1\nserverPort=8123\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=10000\nmaxSegmentSize=1073741824\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=%s\n[zookeeper]\nzk.zkEnable=false\n[site]\n%s[topic=logs]\nnumPartitions=4\n",
+			filepath.Join(dir, name), site)
 		cfg, _, err := config.Parse("server.ini", []byte(ini))
 		if err != nil {
 			b.Fatal(err)
@@ -107,7 +113,16 @@ func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
 		*p = px
 	}
 	g.hf.RefuseWrites("slave", broker.Refusal{Reason: "this broker is a slave"})
-	if _, err := g.hf.SetGateway(&broker.GatewayOptions{
+	var ob *outbox.Outbox
+	if saf {
+		if ob, err = outbox.Open(outbox.Options{Dir: filepath.Join(dir, "hf", "outbox")}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ob.Close() })
+	}
+	var gerr error
+	if g.gw, gerr = g.hf.SetGateway(&broker.GatewayOptions{
+		Outbox: ob,
 		Holder: "slave",
 		Master: func(context.Context) (string, error) { return g.gateway.Addr(), nil },
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
@@ -118,8 +133,8 @@ func newGatewayRig(b *testing.B, oneWay time.Duration) *gatewayRig {
 			}
 			return GatewayDial(nc, secret, true, clientTLS)
 		},
-	}); err != nil {
-		b.Fatal(err)
+	}); gerr != nil {
+		b.Fatal(gerr)
 	}
 	return g
 }
@@ -197,14 +212,17 @@ func gwProduce(b *testing.B, addr string, threads int, d time.Duration) []time.D
 // with the same producers putting to their own site's broker, which
 // forwards over the gateway link: synchronous puts per second, p50
 // latency, WAN bytes per message (both directions) and connections across
-// the WAN, for 1 and 64 producer threads, ~200-byte log lines.
+// the WAN, for 1 and 64 producer threads, ~200-byte log lines. Path saf is
+// the gateway with storeAndForward: puts answered once in hf's outbox;
+// drain-s is the time from the producers' end to the outbox's last entry
+// confirmed by bj.
 func BenchmarkGatewayWAN(b *testing.B) {
 	for _, threads := range []int{1, 64} {
-		for _, path := range []string{"direct", "gateway"} {
+		for _, path := range []string{"direct", "gateway", "saf"} {
 			b.Run(fmt.Sprintf("%s/threads=%d", path, threads), func(b *testing.B) {
-				g := newGatewayRig(b, 30*time.Millisecond)
+				g := newGatewayRig(b, 30*time.Millisecond, path == "saf")
 				addr, px := g.direct.Addr(), g.direct
-				if path == "gateway" {
+				if path != "direct" {
 					addr, px = g.hf.Addr().String(), g.gateway
 				}
 				gwProduce(b, addr, threads, 500*time.Millisecond) // warm up: connections, codecs
@@ -213,6 +231,20 @@ func BenchmarkGatewayWAN(b *testing.B) {
 				d := 3 * time.Second
 				lat := gwProduce(b, addr, threads, d)
 				b.StopTimer()
+				if path == "saf" {
+					t0 := time.Now()
+					for {
+						s, _ := g.gw.OutboxStats()
+						if s.Entries == 0 {
+							break
+						}
+						if time.Since(t0) > time.Minute {
+							b.Fatalf("outbox not drained in a minute: %+v", s)
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					b.ReportMetric(time.Since(t0).Seconds(), "drain-s")
+				}
 				n := len(lat)
 				slices.Sort(lat)
 				wan := px.Bytes(netproxy.Upstream) - up0 + px.Bytes(netproxy.Downstream) - down0

@@ -18,6 +18,35 @@ type LagDocument struct {
 	Consumers []ConsumerLagReport `json:"consumerGroups"`
 	// ConsumerError is set when consumer offsets could not be read.
 	ConsumerError string `json:"consumerError,omitempty"`
+	// Gateway is the write gateway of the bundle that answered, when it
+	// has one (a slave site's forwarding of puts to the master).
+	Gateway *GatewayReport `json:"gateway,omitempty"`
+}
+
+// GatewayReport is a bundle's write gateway: what it did with the puts it
+// forwarded to the master, and its store-and-forward outbox.
+type GatewayReport struct {
+	Forwarded    int64 `json:"forwarded"`    // answered with the master's answer
+	NotSent      int64 `json:"notSent"`      // answered 503, never sent
+	Unknown      int64 `json:"unknown"`      // answered 500, sent and no answer
+	Retried      int64 `json:"retried"`      // sent again after the master moved
+	Dials        int64 `json:"dials"`        // connections opened to the master
+	Accepted     int64 `json:"accepted"`     // answered accepted-locally (in the outbox)
+	Refused      int64 `json:"refused"`      // refused by the outbox (a bound, a write failure)
+	Drained      int64 `json:"drained"`      // outbox entries confirmed stored at the master
+	Deduplicated int64 `json:"deduplicated"` // outbox entries found at the master, not sent again
+	// Outbox is the store-and-forward outbox, when the gateway has one.
+	Outbox *OutboxReport `json:"outbox,omitempty"`
+}
+
+// OutboxReport is a gateway's store-and-forward outbox.
+type OutboxReport struct {
+	Entries          int64   `json:"entries"`          // accepted, not yet confirmed by the master
+	Bytes            int64   `json:"bytes"`            // their bytes in the outbox
+	OldestAgeSeconds float64 `json:"oldestAgeSeconds"` // age of the oldest; 0 when empty
+	MaxBytes         int64   `json:"maxBytes"`         // outboxMaxBytes
+	MaxAgeSeconds    float64 `json:"maxAgeSeconds"`    // outboxMaxAgeMs, in seconds
+	DrainError       string  `json:"drainError,omitempty"`
 }
 
 // Document builds the /lag body. offsets may be nil (no consumer lag).
@@ -53,6 +82,12 @@ func (t *Topology) Document(ctx context.Context, offsets OffsetSource) LagDocume
 // (the dashboard mounts it at /lag on dashboardHttpPort). offsets may be nil.
 // Reading consumer offsets is bounded by a 5 s timeout.
 func Handler(t *Topology, offsets OffsetSource) http.Handler {
+	return HandlerWith(t, offsets, nil)
+}
+
+// HandlerWith is Handler with the bundle's write gateway in the document
+// (gateway may be nil, or return nil when there is none).
+func HandlerWith(t *Topology, offsets OffsetSource, gateway func() *GatewayReport) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -66,6 +101,9 @@ func Handler(t *Topology, offsets OffsetSource) http.Handler {
 			src = nil
 		}
 		doc := t.Document(ctx, src)
+		if gateway != nil {
+			doc.Gateway = gateway()
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

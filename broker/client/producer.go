@@ -21,8 +21,12 @@ type SendResult struct {
 	// partition from the answer, so it is right even when the broker picked).
 	Partition Partition
 	// Offset is the byte offset where the message's record starts (-1 in a
-	// transaction).
+	// transaction, or when AcceptedLocally).
 	Offset int64
+	// AcceptedLocally says a slave site's write gateway stored the message
+	// in its outbox (storeAndForward) and carries it to the master later:
+	// ID and Partition are final, the master's offset is not known yet.
+	AcceptedLocally bool
 }
 
 type producerOptions struct {
@@ -323,7 +327,8 @@ func (p *Producer) await(ctx context.Context, cl *call, part Partition) (SendRes
 		return SendResult{}, &StatusError{Code: f.code, Text: string(f.body), Addr: cl.c.addr}
 	}
 	fs := strings.Split(strings.TrimSpace(string(f.body)), " ")
-	if len(fs) != 3 {
+	local := len(fs) == 4 && fs[3] == "accepted-locally"
+	if len(fs) != 3 && !local {
 		return SendResult{}, fmt.Errorf("client: bad put answer %q", f.body)
 	}
 	id, err1 := strconv.ParseInt(fs[0], 10, 64)
@@ -332,7 +337,7 @@ func (p *Producer) await(ctx context.Context, cl *call, part Partition) (SendRes
 	if err1 != nil || err2 != nil || err3 != nil {
 		return SendResult{}, fmt.Errorf("client: bad put answer %q", f.body)
 	}
-	return SendResult{ID: id, Partition: Partition{BrokerID: part.BrokerID, Partition: pn}, Offset: off}, nil
+	return SendResult{ID: id, Partition: Partition{BrokerID: part.BrokerID, Partition: pn}, Offset: off, AcceptedLocally: local}, nil
 }
 
 // Close waits for async sends to finish (or ctx to end) and stops the

@@ -156,6 +156,9 @@ func topicEntries(t Topic) []entry {
 	if t.ForwardPuts != ForwardUnset {
 		es = append(es, entry{"forwardPuts", btoa(t.ForwardPuts == ForwardOn)})
 	}
+	if t.StoreAndForward != ForwardUnset {
+		es = append(es, entry{"storeAndForward", btoa(t.StoreAndForward == ForwardOn)})
+	}
 	groups := make([]string, 0, len(t.Filters))
 	for g := range t.Filters {
 		groups = append(groups, g)

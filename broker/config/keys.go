@@ -74,12 +74,14 @@ var topicKeys = []string{
 	"minSyncSites", "syncDegrade",
 	// This project's: puts at a slave site carried to the master (gateway).
 	"forwardPuts",
+	// This project's: forwarded puts answered from the site's outbox.
+	"storeAndForward",
 }
 
 // topicInertKeys are TopicConfig field names MetaQ accepts but never reads.
 var topicInertKeys = []string{"topic", "filterClassNames"}
 
-var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts"}
+var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts", "storeAndForward", "outboxMaxBytes", "outboxMaxAgeMs"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{

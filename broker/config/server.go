@@ -496,7 +496,8 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 		Stat:             topicStat(r, sys.Stat),
 		MinSyncSites:     int(r.integer("minSyncSites", 0, 0, 64)),
 		SyncDegrade:      syncDegradeKey(r),
-		ForwardPuts:      forwardKey(r),
+		ForwardPuts:      triKey(r, "forwardPuts"),
+		StoreAndForward:  triKey(r, "storeAndForward"),
 		Filters:          map[string]string{},
 	}
 	t.re = regexp.MustCompile(t.Pattern)
@@ -514,11 +515,12 @@ func buildTopic(r sectionReader, sys System) (Topic, bool) {
 	return t, true
 }
 
-func forwardKey(r sectionReader) Forward {
-	if _, ok := r.raw("forwardPuts"); !ok {
+// triKey reads a boolean key that may be left to the site's default.
+func triKey(r sectionReader, key string) Forward {
+	if _, ok := r.raw(key); !ok {
 		return ForwardUnset
 	}
-	if r.boolean("forwardPuts", false) {
+	if r.boolean(key, false) {
 		return ForwardOn
 	}
 	return ForwardOff
@@ -622,6 +624,10 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		Overlay:       r.str("overlay", ""),
 		Dashboard:     base.hasKey(sectionSystem, "dashboardHttpPort") || base.hasKey(sectionSite, "dashboardAddr"),
 		ForwardPuts:   r.boolean("forwardPuts", false),
+		// Store and forward: see Topic.StoreAndForward.
+		StoreAndForward: r.boolean("storeAndForward", false),
+		OutboxMaxBytes:  r.integer("outboxMaxBytes", 0, 0, 1<<50),
+		OutboxMaxAge:    r.millis("outboxMaxAgeMs", 0, 0),
 	}
 	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || (s.Site.AdminAddr != "" && !IsLoopbackAddr(s.Site.AdminAddr))) {
 		k, ok := r.raw("dashboardAddr")

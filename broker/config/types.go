@@ -145,6 +145,11 @@ type Topic struct {
 	// with the master's answer (the write gateway). ForwardUnset, the
 	// default, takes [site] forwardPuts.
 	ForwardPuts Forward
+	// StoreAndForward is storeAndForward: a forwarded put (ForwardPuts) is
+	// answered once it is durable in this site's outbox (<dataPath>/outbox)
+	// and carried to the master later, instead of once the master stored
+	// it. ForwardUnset, the default, takes [site] storeAndForward.
+	StoreAndForward Forward
 	// Filters maps consumer group to the filter class named by group.<g>=<class>.
 	Filters map[string]string
 
@@ -187,6 +192,16 @@ type Site struct {
 	// ForwardPuts is forwardPuts: the default of topics' forwardPuts at
 	// this site (false, MetaQ's behaviour: a slave refuses puts).
 	ForwardPuts bool
+	// StoreAndForward is storeAndForward: the default of topics'
+	// storeAndForward at this site (false: a forwarded put waits for the
+	// master's answer).
+	StoreAndForward bool
+	// OutboxMaxBytes is outboxMaxBytes: the bytes of puts the outbox holds
+	// before it refuses more (0: outbox.DefaultMaxBytes, 256 MiB).
+	OutboxMaxBytes int64
+	// OutboxMaxAge is outboxMaxAgeMs: the age of the outbox's oldest put
+	// past which it refuses more (0: outbox.DefaultMaxAge, one hour).
+	OutboxMaxAge time.Duration
 }
 
 // Forward is a topic's forwardPuts setting.
@@ -209,6 +224,22 @@ func (t *Topic) Forwards(site Site) bool {
 		return false
 	}
 	return site.ForwardPuts
+}
+
+// StoresAndForwards reports whether a slave broker of site answers t's
+// forwarded puts once they are in its outbox (see Topic.StoreAndForward):
+// only for a topic it forwards.
+func (t *Topic) StoresAndForwards(site Site) bool {
+	if !t.Forwards(site) {
+		return false
+	}
+	switch t.StoreAndForward {
+	case ForwardOn:
+		return true
+	case ForwardOff:
+		return false
+	}
+	return site.StoreAndForward
 }
 
 // Gossip is the optional [gossip] section for topology's memberlist pool.

@@ -131,6 +131,26 @@ func printLag(w io.Writer, doc topology.LagDocument) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if gw := doc.Gateway; gw != nil {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WRITE GATEWAY\tFORWARDED\tNOT SENT\tUNKNOWN\tACCEPTED LOCALLY\tREFUSED\tDRAINED\tOUTBOX ENTRIES\tOUTBOX BYTES\tOLDEST (S)\tDRAIN")
+		entries, bytes, oldest, drain := "-", "-", "-", "-"
+		if ob := gw.Outbox; ob != nil {
+			entries = strconv.FormatInt(ob.Entries, 10)
+			bytes = fmt.Sprintf("%d/%d", ob.Bytes, ob.MaxBytes)
+			oldest = strconv.FormatFloat(ob.OldestAgeSeconds, 'f', 1, 64) + "/" + strconv.FormatFloat(ob.MaxAgeSeconds, 'f', 0, 64)
+			drain = "ok"
+			if ob.DrainError != "" {
+				drain = ob.DrainError
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", doc.Site, gw.Forwarded, gw.NotSent, gw.Unknown, gw.Accepted, gw.Refused,
+			gw.Drained, entries, bytes, oldest, drain)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(doc.Consumers) == 0 && doc.ConsumerError == "" {
 		return nil
 	}

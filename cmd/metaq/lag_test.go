@@ -39,7 +39,10 @@ func startLagBundle(t *testing.T, token string) string {
 	offsets := topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 		return []topology.ConsumerOffset{{Root: "/meta-view-hf", Group: "audit", Topic: "t", BrokerID: 1, Partition: 0, Offset: 6000}}, nil
 	})
-	h := topology.Handler(tp, offsets)
+	h := topology.HandlerWith(tp, offsets, func() *topology.GatewayReport {
+		return &topology.GatewayReport{Forwarded: 7, Accepted: 40, Drained: 35, Deduplicated: 2,
+			Outbox: &topology.OutboxReport{Entries: 5, Bytes: 512, OldestAgeSeconds: 2.5, MaxBytes: 1 << 20, MaxAgeSeconds: 3600, DrainError: "dial the master: refused"}}
+	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/lag", func(w http.ResponseWriter, r *http.Request) {
 		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
@@ -66,6 +69,9 @@ func TestLagTable(t *testing.T) {
 		// No slave 0 in the pool: its row is down, with the master's figures.
 		"meta-slave-group_0  ?     1       2           1000   10        1.5             down",
 		"audit           hf    /meta-view-hf  t      1       1           3000",
+		// The bundle's write gateway and its store-and-forward outbox.
+		"WRITE GATEWAY  FORWARDED  NOT SENT  UNKNOWN  ACCEPTED LOCALLY  REFUSED  DRAINED  OUTBOX ENTRIES  OUTBOX BYTES",
+		"bj             7          0         0        40                0        35       5               512/1048576   2.5/3600    dial the master: refused",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)

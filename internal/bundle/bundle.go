@@ -14,6 +14,7 @@ import (
 
 	"metaq/broker"
 	"metaq/broker/config"
+	"metaq/broker/outbox"
 	"metaq/broker/registry"
 	"metaq/broker/store"
 	"metaq/configsync"
@@ -60,7 +61,10 @@ type Bundle struct {
 	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.
 	roleWatchers routines.Group
 	// gatewayLinks counts the slave sites' gateway links served (gateway.go).
-	gatewayLinks     atomic.Int64
+	gatewayLinks atomic.Int64
+	// outbox is the gateway's store-and-forward outbox, or nil; closed
+	// after the broker (gateway.go).
+	outbox           *outbox.Outbox
 	stopRoleWatchers context.CancelFunc
 
 	comps     []Component      // set in Start before any reader runs; never changed after
@@ -395,6 +399,11 @@ func (b *Bundle) Close() error {
 	}
 	if b.Registry != nil {
 		b.Registry.Close()
+	}
+	if b.outbox != nil {
+		if err := b.outbox.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if b.Store != nil {
 		if err := b.Store.Close(); err != nil {

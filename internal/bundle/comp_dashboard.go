@@ -136,6 +136,7 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 	if sl != nil {
 		s.Role = "slave"
 	}
+	s.Gateway = gatewayReport(b)
 	health := func(name string, err error) {
 		h := dashboard.HealthItem{Name: name, OK: err == nil}
 		if err != nil {
@@ -284,6 +285,9 @@ type bundleCollector struct {
 	cfgVersion, cfgPending, cfgError          *prometheus.Desc
 	connRefused, connClosed                   *prometheus.Desc
 	buffered, bufferedPeak, bufferedLimit     *prometheus.Desc
+	gwPuts, gwDials                           *prometheus.Desc
+	obEntries, obBytes, obAge, obMaxBytes     *prometheus.Desc
+	obMaxAge                                  *prometheus.Desc
 }
 
 func newBundleCollector(b *Bundle) *bundleCollector {
@@ -329,6 +333,15 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		buffered:       d("metaq_broker_buffered_bytes", "Bytes of get answers not yet written and put bodies not yet stored."),
 		bufferedPeak:   d("metaq_broker_buffered_bytes_peak", "The most buffered bytes held at once since start."),
 		bufferedLimit:  d("metaq_broker_buffered_bytes_limit", "[limits] maxBufferedBytes."),
+		gwPuts: d("metaq_gateway_puts_total", "Puts the write gateway handled, by outcome: forwarded (the master's answer), not_sent (503), unknown (500), "+
+			"retried (sent again, the master moved), accepted (accepted-locally, in the outbox), refused (by the outbox), drained (outbox entries the master confirmed), "+
+			"deduplicated (outbox entries found at the master, not sent again).", "outcome"),
+		gwDials:    d("metaq_gateway_dials_total", "Connections the write gateway opened to the master."),
+		obEntries:  d("metaq_gateway_outbox_entries", "Puts in the store-and-forward outbox, not yet confirmed by the master."),
+		obBytes:    d("metaq_gateway_outbox_bytes", "Bytes of the outbox's entries."),
+		obAge:      d("metaq_gateway_outbox_oldest_age_seconds", "Age of the outbox's oldest entry (0 when empty)."),
+		obMaxBytes: d("metaq_gateway_outbox_max_bytes", "[site] outboxMaxBytes."),
+		obMaxAge:   d("metaq_gateway_outbox_max_age_seconds", "[site] outboxMaxAgeMs, in seconds."),
 	}
 }
 
@@ -337,7 +350,8 @@ func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.scrubBytes, c.scrubPasses, c.scrubDamaged, c.scrubUnchecked, c.getsSent,
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
 		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects, c.recvDiverged,
-		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit} {
+		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit,
+		c.gwPuts, c.gwDials, c.obEntries, c.obBytes, c.obAge, c.obMaxBytes, c.obMaxAge} {
 		ch <- d
 	}
 }
@@ -374,6 +388,23 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.buffered, float64(res.BufferedBytes))
 	g(c.bufferedPeak, float64(res.BufferedBytesPeak))
 	g(c.bufferedLimit, float64(res.MaxBufferedBytes))
+	if gw := gatewayReport(b); gw != nil {
+		for _, o := range []struct {
+			outcome string
+			n       int64
+		}{{"forwarded", gw.Forwarded}, {"not_sent", gw.NotSent}, {"unknown", gw.Unknown}, {"retried", gw.Retried},
+			{"accepted", gw.Accepted}, {"refused", gw.Refused}, {"drained", gw.Drained}, {"deduplicated", gw.Deduplicated}} {
+			ct(c.gwPuts, float64(o.n), o.outcome)
+		}
+		ct(c.gwDials, float64(gw.Dials))
+		if ob := gw.Outbox; ob != nil {
+			g(c.obEntries, float64(ob.Entries))
+			g(c.obBytes, float64(ob.Bytes))
+			g(c.obAge, ob.OldestAgeSeconds)
+			g(c.obMaxBytes, float64(ob.MaxBytes))
+			g(c.obMaxAge, ob.MaxAgeSeconds)
+		}
+	}
 	ct(c.getsSent, float64(res.GetsSent))
 	sc := b.Store.Scrub()
 	ct(c.scrubBytes, float64(sc.Bytes))

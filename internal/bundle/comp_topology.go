@@ -234,7 +234,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.t, c.cancel, c.views = t, cancel, views
 	c.router = topology.NewRouter(t)
-	c.lag = topology.Handler(t, offsets)
+	c.lag = topology.HandlerWith(t, offsets, func() *topology.GatewayReport { return gatewayReport(b) })
 	c.mu.Unlock()
 	if d, ok := findComp[*dashboardComponent](b); ok {
 		d.attachTopology(t, offsets)

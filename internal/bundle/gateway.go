@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/outbox"
 	"metaq/georeplicator"
+	"metaq/topology"
 )
 
 // startGateway gives the broker its write gateway (broker/gateway.go):
@@ -49,13 +53,22 @@ func (b *Bundle) startGateway() error {
 		}
 		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
 	}
+	ob, err := b.openOutbox()
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
 		Holder: replicaHolder,
 		Master: b.gatewayMasterAddr,
 		Dial:   dial,
+		Outbox: ob,
 	}); err != nil {
+		if ob != nil {
+			ob.Close()
+		}
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
+	b.outbox = ob
 	return nil
 }
 
@@ -83,6 +96,28 @@ func (b *Bundle) gatewayMasterAddr(ctx context.Context) (string, error) {
 		return "", errors.New("no ZooKeeper and no masterAddress to follow: the master is not known")
 	}
 	return b.gossipResolver(sl.MasterAddress).MasterAddr(ctx)
+}
+
+// openOutbox opens the store-and-forward outbox, <dataPath>/outbox, when
+// a topic stores and forwards at this site or the directory is there
+// (entries left to drain); nil otherwise, so a bundle that never stores
+// and forwards adds nothing to MetaQ's files. The bounds are [site]
+// outboxMaxBytes and outboxMaxAgeMs, read at start.
+func (b *Bundle) openOutbox() (*outbox.Outbox, error) {
+	cfg := b.Config()
+	dir := filepath.Join(cfg.System.DataPath, "outbox")
+	want := cfg.Site.StoreAndForward
+	for i := range cfg.Topics {
+		want = want || cfg.Topics[i].StoresAndForwards(cfg.Site)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		want = true
+	}
+	if !want {
+		return nil, nil
+	}
+	return outbox.Open(outbox.Options{Dir: dir, MaxBytes: cfg.Site.OutboxMaxBytes, MaxAge: cfg.Site.OutboxMaxAge,
+		Logger: b.log.With("component", "outbox")})
 }
 
 // gatewayClientTLS is the TLS a gateway link is dialed with: the
@@ -159,4 +194,24 @@ func (b *Bundle) serveGatewayOn(ctx context.Context, ln net.Listener) {
 			return
 		}
 	}
+}
+
+// gatewayReport is the write gateway's counters and outbox for /lag, the
+// dashboard and /metrics; nil without a gateway.
+func gatewayReport(b *Bundle) *topology.GatewayReport {
+	if b.Broker == nil {
+		return nil
+	}
+	g := b.Broker.Gateway()
+	if g == nil {
+		return nil
+	}
+	st := g.Stats()
+	r := &topology.GatewayReport{Forwarded: st.Forwarded, NotSent: st.NotSent, Unknown: st.Unknown, Retried: st.Retried, Dials: st.Dials,
+		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated}
+	if ob, ok := g.OutboxStats(); ok {
+		r.Outbox = &topology.OutboxReport{Entries: ob.Entries, Bytes: ob.Bytes, OldestAgeSeconds: ob.OldestAge, MaxBytes: ob.MaxBytes,
+			MaxAgeSeconds: ob.MaxAge, DrainError: ob.DrainError}
+	}
+	return r
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/wire"
 	"metaq/internal/testutil"
 )
 
@@ -242,5 +245,210 @@ func TestGatewayJavaProducer(t *testing.T) {
 	}
 	if st := s.site("hf").Broker.Gateway().Stats(); st.Forwarded < int64(len(acks)) {
 		t.Fatalf("hf's gateway forwarded %d puts, the producer has %d acknowledgements: %+v", st.Forwarded, len(acks), st)
+	}
+}
+
+// TestGatewayStoreAndForwardThroughSite: with storeAndForward in hf's
+// overlay, a Go producer at hf (through hf's view) is answered
+// accepted-locally from hf's outbox (<dataPath>/outbox), with the id the
+// message gets at bj; hf drains the outbox to bj over its gateway link
+// (deploy/'s secret and mutual TLS), where every message is stored once,
+// in the order sent per partition, under that id; the gateway report
+// (/lag, the dashboard, /metrics) counts them. gz, which does not store
+// and forward, has no outbox directory.
+func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	prod, err := client.NewProducer(viewClient(t, s, "hf"), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close(context.Background())
+	const n = 40
+	ids := map[int64]string{}
+	order := map[int][]int64{} // partition -> ids in send order
+	for i := range n {
+		payload := fmt.Sprintf("saf-via-hf-%03d", i)
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		r, err := prod.Send(ctx, &client.Message{Topic: "orders", Payload: []byte(payload)})
+		cancel()
+		if err != nil {
+			t.Fatalf("send %s: %v", payload, err)
+		}
+		if !r.AcceptedLocally || r.Offset != -1 || r.ID == 0 {
+			t.Fatalf("send %s: %+v, want accepted locally with an id and offset -1", payload, r)
+		}
+		ids[r.ID] = payload
+		order[r.Partition.Partition] = append(order[r.Partition.Partition], r.ID)
+	}
+	gw := hf.Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st, _ := gw.OutboxStats(); st.Entries > 0 || gw.Stats().Drained < n {
+			return fmt.Errorf("hf's outbox: %+v, %+v", st, gw.Stats())
+		}
+		return nil
+	})
+	// bj holds each message once, under its id, in send order per partition.
+	seen := map[int64]int{}
+	for _, pi := range bj.Store.Partitions() {
+		if pi.Topic != "orders" {
+			continue
+		}
+		var got []int64
+		for off := pi.Min; off < pi.Max; {
+			rec, err := recordAt(bj, "orders", pi.Partition, off)
+			if err != nil {
+				t.Fatalf("bj orders-%d at %d: %v", pi.Partition, off, err)
+			}
+			if want, ok := ids[rec.ID]; ok {
+				if string(rec.Body) != want {
+					t.Fatalf("bj holds id %d as %q, sent %q", rec.ID, rec.Body, want)
+				}
+				seen[rec.ID]++
+				got = append(got, rec.ID)
+			}
+			off += int64(20 + len(rec.Body))
+		}
+		if want := order[pi.Partition]; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("orders-%d at bj: ids %v, sent in order %v", pi.Partition, got, want)
+		}
+	}
+	for id, p := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("%s (id %d) is at bj %d times", p, id, seen[id])
+		}
+	}
+	rep := gatewayReport(hf)
+	if rep == nil || rep.Accepted != n || rep.Drained != n || rep.Outbox == nil || rep.Outbox.Entries != 0 || rep.Outbox.MaxBytes == 0 {
+		t.Fatalf("hf's gateway report: %+v %+v", rep, rep.Outbox)
+	}
+	if _, err := os.Stat(filepath.Join(hf.Config().System.DataPath, "outbox")); err != nil {
+		t.Fatalf("hf's outbox directory: %v", err)
+	}
+	gz := s.site("gz")
+	if _, err := os.Stat(filepath.Join(gz.Config().System.DataPath, "outbox")); !os.IsNotExist(err) {
+		t.Fatalf("gz, which does not store and forward, has an outbox directory (%v)", err)
+	}
+}
+
+// TestGatewayStoreAndForwardKills: bj is killed; puts at hf are accepted
+// locally meanwhile; hf is killed with them in its outbox (killBundle: its
+// ZooKeeper and gossip cut, then closed; the outbox keeps only what was
+// fsynced before each answer, as after kill -9); bj and hf are started
+// again with their units' commands: hf drains its outbox to bj, which
+// holds every accepted put once, in order, under the id hf gave. (One
+// shared ZooKeeper: with deploy/'s per-site ensembles and TLS a restarted
+// bj was not reached again by hf's replication within the test's time,
+// which this test is not about.)
+func TestGatewayStoreAndForwardKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	s.kill("bj")
+	w := dialWire(t, s.site("hf").Broker.Addr().String())
+	const n = 30
+	var ids []int64
+	for i := range n {
+		body := []byte(fmt.Sprintf("saf-kill-%03d", i))
+		r := w.result(&wire.Put{Topic: "orders", Partition: 1, Checksum: wire.Checksum(body), Body: body})
+		if r.Code != wire.StatusOK || !strings.HasSuffix(string(r.Body), " 1 -1 accepted-locally") {
+			t.Fatalf("put %d at hf with bj down: %d %s", i, r.Code, r.Body)
+		}
+		var id int64
+		fmt.Sscanf(string(r.Body), "%d", &id)
+		ids = append(ids, id)
+	}
+	if st, _ := s.site("hf").Broker.Gateway().OutboxStats(); st.Entries != n {
+		t.Fatalf("hf's outbox holds %d entries, want %d", st.Entries, n)
+	}
+	s.kill("hf")
+	s.restart("bj")
+	s.restart("hf")
+	hf, bj := s.site("hf"), s.site("bj")
+	testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if st, _ := hf.Broker.Gateway().OutboxStats(); st.Entries > 0 {
+			return fmt.Errorf("hf's outbox holds %d entries (%s)", st.Entries, st.DrainError)
+		}
+		return nil
+	})
+	pi, err := bj.Store.Partition("orders", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for off := pi.Min; off < pi.Max; {
+		rec, err := recordAt(bj, "orders", 1, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(rec.Body), "saf-kill-") {
+			got = append(got, rec.ID)
+		}
+		off += int64(20 + len(rec.Body))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("bj holds ids %v, hf accepted %v", got, ids)
+	}
+}
+
+// TestGatewayStoreAndForwardJavaProducer: MetaQ 1.4.6's Java producer at
+// hf (zkRoot: hf's view) parses hf's accepted-locally answers as
+// successful sends (offset -1, the id bj stores the message under): every
+// send succeeds at its first attempt, and bj holds each message once under
+// its id after hf's outbox drained.
+func TestGatewayStoreAndForwardJavaProducer(t *testing.T) {
+	cp := javaClasspath(t)
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	prod := startJava(t, cp, "FailoverProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders")
+	waitAcks(t, prod, 30, time.Time{})
+	prod.stop()
+	answered, unanswered, _ := prod.failedSends()
+	if len(answered)+len(unanswered) > 0 {
+		t.Errorf("the Java producer had %d failed sends, the first: %v %v", len(answered)+len(unanswered), answered, unanswered)
+	}
+	acks := prod.acks(t)
+	gw := hf.Broker.Gateway()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if st, _ := gw.OutboxStats(); st.Entries > 0 {
+			return fmt.Errorf("hf's outbox holds %d entries", st.Entries)
+		}
+		return nil
+	})
+	atBJ := map[int64]string{}
+	for _, pi := range bj.Store.Partitions() {
+		if pi.Topic != "orders" {
+			continue
+		}
+		for off := pi.Min; off < pi.Max; {
+			rec, err := recordAt(bj, "orders", pi.Partition, off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := atBJ[rec.ID]; dup {
+				t.Fatalf("id %d twice at bj", rec.ID)
+			}
+			atBJ[rec.ID] = string(rec.Body)
+			off += int64(20 + len(rec.Body))
+		}
+	}
+	for _, a := range acks {
+		if a.offset != -1 || a.attempts != 1 {
+			t.Fatalf("send %d acknowledged at offset %d after %d attempts, want -1 (accepted locally) at the first", a.seq, a.offset, a.attempts)
+		}
+		if atBJ[a.id] != a.payload() {
+			t.Fatalf("send %d acknowledged as id %d; bj holds %q under it", a.seq, a.id, atBJ[a.id])
+		}
+	}
+	if st := gw.Stats(); st.Accepted < int64(len(acks)) {
+		t.Fatalf("hf's gateway: %+v, the producer has %d acknowledgements", st, len(acks))
 	}
 }

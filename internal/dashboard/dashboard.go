@@ -56,7 +56,9 @@ type Snapshot struct {
 	Lag       []topology.Report `json:"lag"`
 	Sites     []Site            `json:"sites"`
 	Config    ConfigInfo        `json:"config"`
-	Extra     map[string]any    `json:"extra,omitempty"`
+	// Gateway is the bundle's write gateway, when it has one.
+	Gateway *topology.GatewayReport `json:"gateway,omitempty"`
+	Extra   map[string]any          `json:"extra,omitempty"`
 }
 
 // HealthItem is one component's health; Err is "" when healthy.
