@@ -129,13 +129,36 @@ func One() (int, error) {
 // UDP on 127.0.0.1) when checked, and leases them as Pick does: for brokers
 // laid out on adjacent ports, as MetaQ's own tests run them.
 func Consecutive(n int) (int, error) {
-	for tries := 0; tries < 200; tries++ {
-		p := low + rand.IntN(high-low-n+2)
+	// Windows are scanned from a random start over the whole range, and a
+	// window holding a leased port is skipped past it: with many ports
+	// leased by the tests of other packages, random tries alone miss the
+	// free stretches.
+	span := high - low - n + 2
+	start := rand.IntN(span)
+	for i := 0; i < span; {
+		p := low + (start+i)%span
+		if k := firstLeased(p, n); k >= 0 {
+			i += k + 1
+			continue
+		}
 		if allFree(p, n) && leaseAll(p, n) {
 			return p, nil
 		}
+		i++
 	}
 	return 0, fmt.Errorf("freeport: no %d consecutive free ports between %d and %d", n, low, high)
+}
+
+// firstLeased returns the index of the first of p..p+n-1 another picker
+// holds a live lease on, or -1.
+func firstLeased(p, n int) int {
+	for i := range n {
+		fi, err := os.Stat(filepath.Join(leaseDir, strconv.Itoa(p+i)))
+		if err == nil && time.Since(fi.ModTime()) < leaseTTL {
+			return i
+		}
+	}
+	return -1
 }
 
 func allFree(p, n int) bool {

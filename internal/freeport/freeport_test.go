@@ -121,3 +121,36 @@ func TestConsecutive(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestConsecutiveFindsTheOneFreeStretch: with every port leased but one
+// stretch of 60 (the fault schedules' block), Consecutive finds it; random
+// tries alone failed in CI once the suite's other packages had leased
+// ports all over the range.
+func TestConsecutiveFindsTheOneFreeStretch(t *testing.T) {
+	dir := t.TempDir()
+	old := leaseDir
+	leaseDir = dir
+	t.Cleanup(func() { leaseDir = old })
+	free := low + (high-low)/2
+	for !allFree(free, 60) { // a stretch nothing on this machine holds now
+		free += 60
+	}
+	for p := low; p <= high; p++ {
+		if p >= free && p < free+60 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(p)), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := Consecutive(60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != free {
+		t.Fatalf("Consecutive(60) = %d, the only free stretch starts at %d", p, free)
+	}
+	if _, err := Consecutive(60); err == nil {
+		t.Fatal("a second stretch of 60 was found where none is left")
+	}
+}
