@@ -128,15 +128,21 @@ func One() (int, error) {
 // Consecutive returns p such that p, p+1, ..., p+n-1 were all free (TCP and
 // UDP on 127.0.0.1) when checked, and leases them as Pick does: for brokers
 // laid out on adjacent ports, as MetaQ's own tests run them.
-func Consecutive(n int) (int, error) {
+func Consecutive(n int) (int, error) { return ConsecutiveIn(n, low, high) }
+
+// ConsecutiveIn is Consecutive within lo..hi: a caller that needs a long
+// stretch takes it from a range of its own, since the ports every test
+// picks one by one leave few long stretches unleased in the common range.
+func ConsecutiveIn(n, lo, hi int) (int, error) {
 	// Windows are scanned from a random start over the whole range, and a
-	// window holding a leased port is skipped past it: with many ports
-	// leased by the tests of other packages, random tries alone miss the
-	// free stretches.
-	span := high - low - n + 2
+	// window holding a leased port is skipped past it.
+	span := hi - lo - n + 2
+	if span <= 0 {
+		return 0, fmt.Errorf("freeport: %d consecutive ports do not fit between %d and %d", n, lo, hi)
+	}
 	start := rand.IntN(span)
 	for i := 0; i < span; {
-		p := low + (start+i)%span
+		p := lo + (start+i)%span
 		if k := firstLeased(p, n); k >= 0 {
 			i += k + 1
 			continue
@@ -146,7 +152,7 @@ func Consecutive(n int) (int, error) {
 		}
 		i++
 	}
-	return 0, fmt.Errorf("freeport: no %d consecutive free ports between %d and %d", n, low, high)
+	return 0, fmt.Errorf("freeport: no %d consecutive free ports between %d and %d", n, lo, hi)
 }
 
 // firstLeased returns the index of the first of p..p+n-1 another picker
