@@ -174,9 +174,10 @@ func (r *Registry) SetConfigChecksum(ctx context.Context, sum uint32) error {
 	return r.writeChecksumLocked(ctx)
 }
 
-// RegisterTopic registers a topic's three nodes (topics, and topics-pub /
+// RegisterTopic registers a topic's nodes (topics, and topics-pub /
 // topics-sub when acceptPublish / acceptSubscribe) under this broker's name
-// (<id>-m or <id>-s<n>). A topic already registered with the same settings is
+// (<id>-m or <id>-s<n>). A slave writes no topics-pub entry (see
+// writeTopicLocked). A topic already registered with the same settings is
 // left alone; one whose settings changed has its nodes deleted and created
 // again, as a MetaQ reload does. The topic is registered again after every
 // session expiry until UnregisterAll.
@@ -220,6 +221,19 @@ func (r *Registry) topicPaths(topic string) (legacy, pub, sub string) {
 		r.paths.TopicsSub() + "/" + topic + "/" + bs
 }
 
+// writeTopicLocked writes topic's entries for the broker's current role.
+//
+// A slave writes none under topics-pub, where MetaQ 1.4.6's slaves write
+// <id>-s<n>: its producer (ProducerZooKeeper.BrokerConnectionListener)
+// skips those entries when it picks brokers, but on every change of the
+// children of topics-pub/<topic>, whatever the child, it closes its
+// connection to each master it knows before connecting again, and a put in
+// flight on a closed connection fails unanswered (gecko's
+// DefaultConnection.dispose). Nothing else reads them. A slave's entry
+// there would cost every producer of the topic its connection each time
+// the slave registers or leaves: during a switchover, the old master
+// registering as the new master's slave, or the new master dropping its
+// slave entry, each dropped the producers' connection to the new master.
 func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicReg) error {
 	legacy, pub, sub := r.topicPaths(topic)
 	js := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, r.opts.SlaveID)))
@@ -229,7 +243,7 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 	for _, n := range []struct {
 		path   string
 		accept bool
-	}{{pub, t.acceptPublish}, {sub, t.acceptSub}} {
+	}{{pub, t.acceptPublish && r.master()}, {sub, t.acceptSub}} {
 		var err error
 		if n.accept {
 			err = r.ensureEphemeral(ctx, n.path, js)
