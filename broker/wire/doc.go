@@ -207,11 +207,8 @@
 // brokers/topics-pub/<topic>/<id>-m when acceptPublish and
 // brokers/topics-sub/<topic>/<id>-m when acceptSubscribe, both
 // {"numParts":n,"broker":"<id>-m"} with exactly those two fields (a slave
-// writes -s<n> under topics and topics-sub; MetaQ's slave also writes one
-// under topics-pub, which no client reads and whose every change makes
-// MetaQ's Java producer drop its connections, so ours writes none there).
-// On a clean stop it removes them and waits zk.zkSyncTimeMs so that
-// clients notice.
+// writes -s<n>). On a clean stop it removes them and waits zk.zkSyncTimeMs
+// so that clients notice.
 //
 // # Consumer offsets
 //
