@@ -197,7 +197,7 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 				return err
 			}
 		}
-		if err := r.writeTopicLocked(ctx, name, want); err != nil {
+		if err := r.writeTopicLocked(ctx, name, want, false); err != nil {
 			return err
 		}
 	}

@@ -18,13 +18,15 @@ type Stat struct {
 	Version int32
 	// NumChildren is the number of children.
 	NumChildren int32
+	// Cversion counts the creations and deletions of children.
+	Cversion int32
 }
 
 func toStat(s *zk.Stat) Stat {
 	if s == nil {
 		return Stat{}
 	}
-	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren}
+	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren, Cversion: s.Cversion}
 }
 
 // Watch fires once: it is closed when the watched node or its children

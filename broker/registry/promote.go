@@ -7,7 +7,8 @@ import (
 )
 
 // BecomeMaster turns a slave's registration into its brokerId's master's,
-// at run time (a promoted slave site): the slave's own nodes go, and the
+// at run time (a promoted slave site): the slave's own nodes go (but for
+// its entries under topics-pub: see switchRoleLocked), and the
 // master's are written (ids/<id>/master, the config checksum, every
 // registered topic under <id>-m), as RegisterBroker and RegisterTopic write
 // them, also after later session expiries. Like RegisterBroker it waits up
@@ -47,6 +48,12 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 // switchRoleLocked deletes this broker's nodes (its ids/<id> node, the
 // extra paths, its topics' entries), takes the new role and writes them
 // again as that role. The caller holds regMu.
+//
+// Its entries under topics-pub change as little as MetaQ's Java producer
+// needs (see writeTopicLocked): a slave becoming master leaves its slave
+// entry there (keptPub) for the old master, which takes its slaveId; a
+// master becoming slave leaves an entry of its new name that holds what
+// it would write, its own kept one or the new master's.
 func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool, slaveID int, extra ...string) error {
 	if r.state.broker {
 		for _, p := range append([]string{r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)}, extra...) {
@@ -55,13 +62,34 @@ func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool
 			}
 		}
 	}
-	for topic := range r.state.topics {
-		if err := r.deleteTopicLocked(ctx, topic); err != nil {
-			return fmt.Errorf("registry: become %s: %w", role, err)
+	newName := BrokerString(r.opts.BrokerID, slaveID)
+	if !slave {
+		newName = BrokerString(r.opts.BrokerID, -1)
+	}
+	for topic, t := range r.state.topics {
+		legacy, pub, sub := r.topicPaths(topic)
+		del := []string{legacy, pub, sub}
+		if kept, ok := r.state.keptPub[topic]; ok {
+			delete(r.state.keptPub, topic)
+			if kept != r.paths.TopicsPub()+"/"+topic+"/"+newName {
+				del = append(del, kept)
+			}
+		}
+		if !slave && !r.master() && t.acceptPublish {
+			del = []string{legacy, sub}
+			if r.state.keptPub == nil {
+				r.state.keptPub = make(map[string]string)
+			}
+			r.state.keptPub[topic] = pub
+		}
+		for _, p := range del {
+			if err := r.DeleteOwned(ctx, p); err != nil {
+				return fmt.Errorf("registry: become %s: unregister topic %s: %w", role, topic, err)
+			}
 		}
 	}
 	r.opts.Slave, r.opts.SlaveID = slave, slaveID
-	if err := r.writeAllLocked(ctx); err != nil {
+	if err := r.writeAllLocked(ctx, slave); err != nil {
 		return err
 	}
 	r.log.Warn("REGISTRY: registered as "+role, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))

@@ -202,7 +202,7 @@ func (r *Registry) RegisterTopic(ctx context.Context, topic string, numPartition
 			return err
 		}
 	}
-	if err := r.writeTopicLocked(ctx, topic, t); err != nil {
+	if err := r.writeTopicLocked(ctx, topic, t, false); err != nil {
 		return err
 	}
 	if r.state.session == 0 {
@@ -220,7 +220,19 @@ func (r *Registry) topicPaths(topic string) (legacy, pub, sub string) {
 		r.paths.TopicsSub() + "/" + topic + "/" + bs
 }
 
-func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicReg) error {
+// writeTopicLocked writes topic's entries for the broker's current role.
+//
+// MetaQ 1.4.6's Java producer (ProducerZooKeeper.BrokerConnectionListener)
+// closes its connection to every master of a topic on each change of the
+// children of topics-pub/<topic>, whichever child (it ignores the slaves'
+// <id>-s<n> entries otherwise), before it connects again; gecko fails the
+// put in flight on the closed connection without an answer. So during a
+// switchover those children change once, the new master's <id>-m replacing
+// the old master's: the new master leaves its slave entry there
+// (switchRoleLocked), and the old master, taking that slaveId, finds an
+// entry of its name holding what it would write and leaves it as it is
+// (leavePub) instead of replacing it.
+func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicReg, leavePub bool) error {
 	legacy, pub, sub := r.topicPaths(topic)
 	js := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, r.opts.SlaveID)))
 	if err := r.ensureEphemeral(ctx, legacy, []byte(strconv.Itoa(t.numPartitions))); err != nil {
@@ -231,9 +243,12 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 		accept bool
 	}{{pub, t.acceptPublish}, {sub, t.acceptSub}} {
 		var err error
-		if n.accept {
+		switch {
+		case n.accept && n.path == pub && leavePub && !r.master():
+			err = r.leaveOrEnsure(ctx, n.path, js)
+		case n.accept:
 			err = r.ensureEphemeral(ctx, n.path, js)
-		} else {
+		default:
 			err = r.Delete(ctx, n.path)
 		}
 		if err != nil {
@@ -245,12 +260,31 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 
 func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
 	legacy, pub, sub := r.topicPaths(topic)
-	for _, p := range []string{legacy, pub, sub} {
+	paths := []string{legacy, pub, sub}
+	if kept, ok := r.state.keptPub[topic]; ok {
+		paths = append(paths, kept)
+		delete(r.state.keptPub, topic)
+	}
+	for _, p := range paths {
 		if err := r.DeleteOwned(ctx, p); err != nil {
 			return fmt.Errorf("registry: unregister topic %s: %w", topic, err)
 		}
 	}
 	return nil
+}
+
+// leaveOrEnsure leaves path as it is when it holds data, whoever's node it
+// is (see writeTopicLocked), and makes it an ephemeral node of this session
+// holding data otherwise.
+func (r *Registry) leaveOrEnsure(ctx context.Context, path string, data []byte) error {
+	cur, _, err := r.Get(ctx, path)
+	if err == nil && string(cur) == string(data) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return err
+	}
+	return r.ensureEphemeral(ctx, path, data)
 }
 
 // UnregisterTopic deletes this broker's nodes of topic and stops registering

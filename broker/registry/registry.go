@@ -166,6 +166,10 @@ type regState struct {
 	broker   bool // RegisterBroker succeeded and UnregisterAll was not called since
 	checksum uint32
 	topics   map[string]topicReg
+	// keptPub: topic -> this broker's slave entry under topics-pub, left in
+	// place when it became master (switchRoleLocked) for the old master,
+	// which takes its slaveId; deleted with the topic's other entries.
+	keptPub map[string]string
 	// session is the ZooKeeper session the nodes above were written in.
 	session int64
 	// mirrorGen is the generation a Mirror wrote or found (never lowered);
@@ -416,7 +420,9 @@ func (r *Registry) reregister() error {
 	defer cancel()
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
-	if err := r.writeAllLocked(ctx); err != nil {
+	// Kept entries went with the old session.
+	r.state.keptPub = nil
+	if err := r.writeAllLocked(ctx, false); err != nil {
 		return err
 	}
 	r.state.session = r.conn.SessionID()
@@ -425,8 +431,9 @@ func (r *Registry) reregister() error {
 }
 
 // writeAllLocked writes the broker node and every registered topic's
-// entries for the broker's current role. The caller holds regMu.
-func (r *Registry) writeAllLocked(ctx context.Context) error {
+// entries for the broker's current role (leavePub: see writeTopicLocked).
+// The caller holds regMu.
+func (r *Registry) writeAllLocked(ctx context.Context, leavePub bool) error {
 	if err := r.guardMasterLocked(ctx); err != nil {
 		return err
 	}
@@ -436,7 +443,7 @@ func (r *Registry) writeAllLocked(ctx context.Context) error {
 		}
 	}
 	for topic, t := range r.state.topics {
-		if err := r.writeTopicLocked(ctx, topic, t); err != nil {
+		if err := r.writeTopicLocked(ctx, topic, t, leavePub); err != nil {
 			return err
 		}
 	}
@@ -540,7 +547,7 @@ func (r *Registry) guardMasterLocked(ctx context.Context) error {
 func (r *Registry) Reassert(ctx context.Context) error {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
-	return r.writeAllLocked(ctx)
+	return r.writeAllLocked(ctx, false)
 }
 
 // Owns reports whether path exists as an ephemeral node of this session.

@@ -78,14 +78,18 @@ import (
 //     topics);
 //   - send-errors-sync, send-errors-async: sends the producers saw fail
 //     from the change on (they do not retry: every failure counts);
-//   - fenced-acks: puts acknowledged from the change on that the new
-//     master does not hold, i.e. acknowledged by the old master after it
-//     was replaced;
+//   - fenced-acks: puts sent from the change on and acknowledged that the
+//     new master does not hold, i.e. acknowledged by the old master after
+//     it was cut off or replaced (must be 0); inflight-lost-acks: puts
+//     sent before the change and acknowledged after it that the new
+//     master does not hold (a kill's: the old master stored them while it
+//     was master; they are among lag-at-loss-msgs);
 //   - sync/async put p50/p99 (ms), before the change: one goroutine
 //     alternating a put to each topic (the same load on both), 100 pairs
 //     per iteration.
 //
-// Synchronous and switchover losses and unsaved losses fail the benchmark.
+// Synchronous and switchover losses, unsaved losses and fenced-acks fail
+// the benchmark.
 //
 //	METAQ_TEST_ZK=... go test -run '^$' -bench BenchmarkFailover -benchtime 3x ./internal/bundle/
 func BenchmarkFailover(b *testing.B) {
@@ -134,10 +138,12 @@ type failoverRun struct {
 	acked                        int
 	latSync, latAsync            []time.Duration
 	// sendErrSync, sendErrAsync: sends the producers saw fail from the
-	// loss on; fencedAcks: puts acknowledged from the loss on that the new
-	// master does not hold (acknowledged by the old master after it was
-	// replaced).
-	sendErrSync, sendErrAsync, fencedAcks int
+	// loss on; fencedAcks: puts sent from the loss on, acknowledged, that
+	// the new master does not hold (acknowledged by the old master after it
+	// was cut off or replaced); inFlightLost: puts sent before the loss and
+	// acknowledged after it that the new master does not hold (stored by
+	// the old master while it was master, among its replication lag).
+	sendErrSync, sendErrAsync, fencedAcks, inFlightLost int
 }
 
 // wanDialer is a bundle's ReplicationDialer that puts a proxy with the WAN
@@ -219,7 +225,8 @@ func (w *wanDialer) Close() {
 // ackedPut is one put the producer had acknowledged.
 type ackedPut struct {
 	payload string
-	at      time.Time
+	sent    time.Time // when the producer sent it
+	at      time.Time // when the acknowledgement came
 	res     client.SendResult
 }
 
@@ -439,8 +446,11 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 			if held[a.payload] {
 				continue
 			}
-			if !a.at.Before(lossAt) {
+			switch {
+			case !a.sent.Before(lossAt):
 				run.fencedAcks++
+			case !a.at.Before(lossAt):
+				run.inFlightLost++
 			}
 			if topic == topicSync {
 				run.rpoSync++
@@ -455,15 +465,18 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 	if run.rpoSync > 0 || (sc == scenarioSwitchover && run.rpoAsync > 0) {
 		b.Fatalf("%s: acknowledged messages lost: %d of the synchronous topic, %d of the asynchronous one", sc, run.rpoSync, run.rpoAsync)
 	}
+	if run.fencedAcks > 0 {
+		b.Fatalf("%s: %d puts sent after the change were acknowledged and are not at the new master", sc, run.fencedAcks)
+	}
 	if sc != scenarioSwitchover {
 		run.lagAtLoss, run.unsavedLost = r.failback(nm, lostAsync)
 		if run.unsavedLost > 0 {
 			b.Fatalf("%s: %d acknowledged messages of the asynchronous topic are lost and not saved aside at bj", sc, run.unsavedLost)
 		}
 	}
-	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d); send errors from the change on sync %d async %d; acknowledged from the change on and not at the new master %d",
+	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d); send errors from the change on sync %d async %d; sent from the change on, acknowledged and not at the new master %d; sent before it, acknowledged after it and not at the new master %d",
 		sc, iter, nm.Config().Site.Name, run.rto, run.rtoSync, run.producerRTO, run.producerRTOSync,
-		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag, run.sendErrSync, run.sendErrAsync, run.fencedAcks)
+		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag, run.sendErrSync, run.sendErrAsync, run.fencedAcks, run.inFlightLost)
 	return run
 }
 
@@ -562,6 +575,7 @@ func (r *failoverRig) write(ctx context.Context, stop <-chan struct{}, p *client
 		default:
 		}
 		m := fmt.Sprintf("%s-%d-%d", topic, writer, i)
+		sent := time.Now()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := p.Send(sctx, &client.Message{Topic: topic, Payload: []byte(m)})
 		cancel()
@@ -579,7 +593,7 @@ func (r *failoverRig) write(ctx context.Context, stop <-chan struct{}, p *client
 			continue // not acknowledged: may be lost
 		}
 		r.mu.Lock()
-		r.acked[topic] = append(r.acked[topic], ackedPut{payload: m, at: time.Now(), res: res})
+		r.acked[topic] = append(r.acked[topic], ackedPut{payload: m, sent: sent, at: time.Now(), res: res})
 		r.mu.Unlock()
 	}
 }
@@ -770,6 +784,7 @@ func reportFailover(b *testing.B, sc failoverScenario, runs []failoverRun) {
 	b.ReportMetric(n(func(r failoverRun) int { return r.sendErrSync }), "send-errors-sync")
 	b.ReportMetric(n(func(r failoverRun) int { return r.sendErrAsync }), "send-errors-async")
 	b.ReportMetric(n(func(r failoverRun) int { return r.fencedAcks }), "fenced-acks")
+	b.ReportMetric(n(func(r failoverRun) int { return r.inFlightLost }), "inflight-lost-acks")
 	if sc != scenarioSwitchover {
 		b.ReportMetric(n(func(r failoverRun) int { return r.lagAtLoss }), "lag-at-loss-msgs")
 		if sc == scenarioPromote {

@@ -55,7 +55,8 @@ type LossFacts struct {
 
 // MasterLost reports whether the master is gone, and why (or why not): a
 // majority of the sites of this brokerId agree (by gossip: the master's
-// bundle not alive, slave sites that lost it), the master is a dead one by
+// bundle declared down, not merely suspected; slave sites that lost it),
+// the master is a dead one by
 // the rule a promote without -force follows (FenceDeadMaster: link down,
 // gossip declared it down, silent past the acknowledgement bound), and
 // this site's ZooKeeper agrees: it has no master node, or the node is held
@@ -79,7 +80,11 @@ func MasterLost(f LossFacts) (bool, string) {
 		}
 		sites[p.Site] = true
 		switch {
-		case p.Role == Master && !p.Alive:
+		case p.Role == Master && !p.Alive && !p.Suspect:
+			// A master gossip only suspects (its probes failed on a
+			// loaded machine or a slow link) is no vote: the dead-master
+			// rule below would refuse it anyway, for not being declared
+			// down.
 			agree[p.Site] = true
 		case p.Role == Slave && p.Alive && !p.Follows:
 			agree[p.Site] = true

@@ -30,6 +30,8 @@ func TestMasterLost(t *testing.T) {
 		{"all agree", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "3 of 3"},
 		{"master dead, gz still follows: 2 of 3", LossFacts{Site: "hf", Peers: []Peer{master(false, 0), slave("gz", true, true)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "2 of 3"},
 		{"master alive by gossip", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: zkGone, DeadMaster: dead}, false, "1 of 3"},
+		// Only suspected (a loaded machine): no vote, as if alive.
+		{"master suspected by gossip", LossFacts{Site: "hf", Peers: []Peer{{Site: "bj", Role: Master, Suspect: true}, slave("gz", true, true)}, ZooKeeper: zkGone, DeadMaster: suspect}, false, "1 of 3"},
 		{"fenceSites counts unseen sites", LossFacts{Site: "hf", FenceSites: 7, Peers: []Peer{master(false, 0), slave("gz", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, false, "3 of 7"},
 		{"newer master elsewhere", LossFacts{Site: "hf", KnownGeneration: 2, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}}, ZooKeeper: zkGone, DeadMaster: dead}, false, "generation 3, newer"},
 		{"a master of the generation followed is no newer one", LossFacts{Site: "hf", KnownGeneration: 3, Peers: []Peer{{Site: "gz", Role: Master, Alive: true, Generation: 3}, slave("sh", true, false)}, ZooKeeper: zkGone, DeadMaster: dead}, true, "2 of 3"},
