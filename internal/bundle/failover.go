@@ -36,13 +36,14 @@ type failoverState struct {
 	role *roleOwner
 	// idMu serialises opening the identity file; it is never held with mu.
 	idMu sync.Mutex
-	mu   sync.Mutex // guards id, stopRejoin, pending and stopFinish
+	mu   sync.Mutex // guards id, stopRejoin, pending, stopFinish and closed
 	id   *georeplicator.IdentityStore
 	// pending is a promotion that failed after raising the generation and
 	// is finished in the background (promote_finish.go); stopFinish ends
 	// its finisher (closeFailover).
 	pending    *PendingPromotion
 	stopFinish func()
+	closed     bool // closeFailover ran: no finisher starts
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -421,7 +422,7 @@ func (b *Bundle) closeFailover() error {
 	f.remote.stop()
 	f.mu.Lock()
 	stop, stopFinish := f.stopRejoin, f.stopFinish
-	f.stopRejoin, f.stopFinish = nil, nil
+	f.stopRejoin, f.stopFinish, f.closed = nil, nil, true
 	f.mu.Unlock()
 	if stopFinish != nil {
 		stopFinish()

@@ -224,6 +224,12 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		cancel()
+		end()
+		return
+	}
 	f.pending = &PendingPromotion{Generation: p.gen, Since: time.Now(), Attempts: 1, LastError: err.Error(), Shipping: p.sc != nil}
 	f.stopFinish = func() { cancel(); <-done }
 	f.mu.Unlock()
