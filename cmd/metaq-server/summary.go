@@ -31,6 +31,10 @@ func printStatusSummary(w io.Writer, body []byte) error {
 	}
 	fmt.Fprintf(w, "  %s, serving %s, up %s, %s\n", who, str(st["url"]), str(st["uptime"]), health)
 	fmt.Fprintf(w, "  config %s (checksum %v)\n", str(st["configFile"]), st["configChecksum"])
+	if pp, ok := st["pendingPromotion"].(map[string]any); ok {
+		fmt.Fprintf(w, "  PROMOTION PENDING: generation %v raised by this site, not finished after %v attempts (retrying): %s\n",
+			pp["generation"], pp["attempts"], str(pp["lastError"]))
+	}
 	if zk, ok := st["zookeeper"].(map[string]any); ok {
 		reg := "broker registered"
 		if zk["brokerRegistered"] != true {

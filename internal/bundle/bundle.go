@@ -497,6 +497,9 @@ type Status struct {
 	Scrub      *store.ScrubStatus `json:"scrub,omitempty"`
 	ZooKeeper  *ZKStatus          `json:"zookeeper,omitempty"`
 	Components map[string]any     `json:"components,omitempty"`
+	// PendingPromotion is a promotion that failed after it raised the
+	// generation and is being finished (promote_finish.go).
+	PendingPromotion *PendingPromotion `json:"pendingPromotion,omitempty"`
 }
 
 // ZKStatus is the registry part of Status.
@@ -522,6 +525,7 @@ func (b *Bundle) Status() Status {
 	if sl := b.SlaveConfig(); sl != nil {
 		s.SlaveID = sl.SlaveID
 	}
+	s.PendingPromotion = b.pendingPromotion()
 	if b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave {
 		// The role now: a promotion or a demotion at run time changes it.
 		s.Mode = ModeMaster.String()

@@ -36,8 +36,14 @@ type failoverState struct {
 	role *roleOwner
 	// idMu serialises opening the identity file; it is never held with mu.
 	idMu sync.Mutex
-	mu   sync.Mutex // guards id and stopRejoin
+	mu   sync.Mutex // guards id, stopRejoin, pending, stopFinish and closed
 	id   *georeplicator.IdentityStore
+	// pending is a promotion that failed after raising the generation and
+	// is finished in the background (promote_finish.go); stopFinish ends
+	// its finisher (closeFailover).
+	pending    *PendingPromotion
+	stopFinish func()
+	closed     bool // closeFailover ran: no finisher starts
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -232,7 +238,12 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return PromoteReport{}, fmt.Errorf("promote: %w", err)
 	}
-	defer end()
+	handed := false // the transition is the background finisher's
+	defer func() {
+		if !handed {
+			end()
+		}
+	}()
 	if f.role.Current().Role == siterole.Master {
 		return PromoteReport{}, errors.New("promote: this site is already master")
 	}
@@ -280,102 +291,21 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return rep, err
 	}
-	if err := f.role.stopReceiver(rc); err != nil {
-		b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
-	}
-	if err := b.Store.Flush(); err != nil {
-		return rep, fmt.Errorf("promote: flush: %w", err)
-	}
-	rep.Ends = map[string]int64{}
-	for _, p := range b.Store.Partitions() {
-		rep.Ends[georeplicator.PartKey(p.Topic, p.Partition)] = p.Max
-	}
-	if err := id.Promote(gen, rep.Ends); err != nil {
-		return rep, err
-	}
-	// The slave checkpoint (the receiver's CheckpointFile) is a position in
-	// the old master's log; from now on this log diverges from it, so a
-	// later rejoin must resume by partition ends (and cut what the master
-	// lacks), never at that position.
-	checkpoint := filepath.Join(b.Config().System.DataPath, "replication", "slave.checkpoint")
-	if err := os.Remove(checkpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return rep, fmt.Errorf("promote: %w", err)
-	}
-	rep.Generation = gen
-	sc, err := f.role.startShipper(ctx, b)
-	if err != nil {
-		return rep, fmt.Errorf("promote: start shipping: %w", err)
-	}
-	b.Broker.SetPromotionEnds(rep.Ends)
-	if o.Handover {
-		// The old master handed over and holds the puts that reached it
-		// for this site (broker/hold.go): take them before ZooKeeper names
-		// this site, when producers move here and MetaQ's Java producer
-		// drops its connection to the old master with them. Puts to topics
-		// with minSyncSites wait for the slave sites to follow here.
-		b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
-		b.Broker.AllowWrites(replicaHolder)
-	}
-	if b.Registry != nil {
-		if o.Handover && fenceSession == 0 {
-			path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
-			if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
-				fenceSession = st.EphemeralOwner // the old master's: it handed over
-			}
+	// From here on the generation is this site's: no other site takes it
+	// (a compare-and-set raised it), and the master of the older one steps
+	// down when it sees it. A step that fails is retried in the background
+	// until the promotion is done or a newer generation takes over
+	// (finishPromotion), never left half done with no master of gen.
+	p := &promotion{gen: gen, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start}
+	if err := b.completePromotion(ctx, p); err != nil {
+		if b.closing.Load() {
+			return p.rep, err
 		}
-		if fenceSession != 0 {
-			// The generation is raised: the dead master's node goes now
-			// instead of with its session.
-			taken, err := b.Registry.TakeMasterNode(ctx, fenceSession)
-			if err != nil {
-				return rep, fmt.Errorf("promote: take the master node from the dead master's session 0x%x: %w", fenceSession, err)
-			}
-			switch {
-			case taken && o.Handover:
-				b.log.Info("FAILOVER: replaced the old master's node as it hands over", "session", fmt.Sprintf("0x%x", fenceSession), "generation", gen)
-			case taken:
-				rep.FencedSession = fmt.Sprintf("0x%x", fenceSession)
-				// A master that is in fact alive either reads the newer
-				// generation within its watch period and steps down, or
-				// cannot confirm its own within ackBound and acknowledges
-				// nothing: after ackBound it takes no puts either way.
-				if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
-					return rep, fmt.Errorf("promote: %w", err)
-				}
-				b.log.Warn("FAILOVER: removed the dead master's node instead of waiting for its session to expire; a master that is in fact alive acknowledges nothing and steps down at the newer generation",
-					"session", rep.FencedSession, "generation", gen)
-			}
-		}
-		if o.Auto && rep.FencedSession == "" {
-			if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
-				return rep, fmt.Errorf("promote: %w", err)
-			}
-		}
-		// A lost master's session may hold its nodes until it expires;
-		// consumers have committed their last offsets read there by then.
-		waitStart := time.Now()
-		if err := b.Registry.AwaitMasterFree(ctx); err != nil {
-			return rep, fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
-		}
-		rep.Waited = time.Since(waitStart)
-		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
-			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
-		}
-		// Producers and consumers that follow ZooKeeper move here.
-		if err := b.Registry.BecomeMaster(ctx); err != nil {
-			return rep, fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
-		}
+		handed = true
+		b.finishPromotion(p, end, err)
+		return p.rep, fmt.Errorf("%w; generation %d is raised and this site's: it finishes the promotion in the background, retrying 1-10 s apart until it is master or a newer generation takes over (status: pendingPromotion)", err, gen)
 	}
-	b.Broker.AllowWrites(replicaHolder)
-	if s := sc.Shipper(); s != nil {
-		rep.Fence = s.Fence()
-	}
-	rep.Took = time.Since(start)
-	f.role.becomeMaster(siterole.State{Role: siterole.Master, Generation: gen, Why: promoteWhy(force)})
-	b.refreshGossip()
-	b.log.Warn("FAILOVER: this site is now master", "generation", gen, "forced", force,
-		"behindBytes", rep.BehindBytes, "took", rep.Took)
-	return rep, nil
+	return p.rep, nil
 }
 
 func promoteWhy(force bool) string {
@@ -383,6 +313,34 @@ func promoteWhy(force bool) string {
 		return "promoted (forced, or a switchover handed over)"
 	}
 	return "promoted"
+}
+
+// raiseTimeout bounds a promotion's raise of the generation in ZooKeeper.
+const raiseTimeout = 10 * time.Second
+
+// handoverConfirmWait is how long a master that handed over waits for the
+// new generation to exist before it takes puts again: longer than the new
+// master may take to raise it.
+const handoverConfirmWait = raiseTimeout + 5*time.Second
+
+// awaitNewGeneration waits until a generation of at least want is seen
+// (observedGeneration: ZooKeeper or gossip) and returns it and where it
+// was seen; an error when none is within bound or ctx.
+func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time.Duration) (uint64, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	tk := time.NewTicker(50 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		if g, from := b.observedGeneration(ctx); g >= want {
+			return g, from, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", fmt.Errorf("generation %d was not seen in ZooKeeper or by gossip within %v: %w", want, bound, ctx.Err())
+		case <-tk.C:
+		}
+	}
 }
 
 // nextGeneration is one above the highest generation known here and, with
@@ -396,7 +354,7 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 	if b.Registry == nil {
 		return known + 1, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	defer cancel()
 	raise := b.Registry.RaiseGeneration
 	if !force {
@@ -463,9 +421,12 @@ func (b *Bundle) closeFailover() error {
 	f.role.Machine.Close() // no transition starts from here on
 	f.remote.stop()
 	f.mu.Lock()
-	stop := f.stopRejoin
-	f.stopRejoin = nil
+	stop, stopFinish := f.stopRejoin, f.stopFinish
+	f.stopRejoin, f.stopFinish, f.closed = nil, nil, true
 	f.mu.Unlock()
+	if stopFinish != nil {
+		stopFinish()
+	}
 	if stop != nil {
 		stop()
 	}
@@ -635,16 +596,36 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		allow()
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
 	}
+	rep.To = name
+	rep.Generation = id.Generation() + 1
+	// This master steps down only once the new generation exists: the new
+	// master raised it in ZooKeeper (it then finishes its promotion, or a
+	// newer generation takes over: promote_finish.go) or gossips itself
+	// master of it. A new master that failed to take over follows this
+	// one again, and this one takes puts again, at its own generation.
+	// With ZooKeeper off no raise can fail: the new master takes over once
+	// it has the message, and leaves this master's link as it does.
+	gen, seenAt, err := rep.Generation, name+" left this master's link to take over", error(nil)
+	if b.Registry != nil {
+		gen, seenAt, err = b.awaitNewGeneration(ctx, rep.Generation, handoverConfirmWait)
+	} else if err = waitDisconnected(ctx, s, name); err != nil {
+		err = fmt.Errorf("it did not leave this master's link: %w", err)
+	}
+	if err != nil {
+		allow()
+		b.log.Error("FAILOVER: the new master did not take over; this master takes puts again", "to", name, "generation", id.Generation(), "err", err)
+		return rep, fmt.Errorf("switchover: handed over to %s, but %w; this master takes puts again at generation %d", name, err, id.Generation())
+	}
+	rep.Generation = gen
+	s.ObserveGeneration(gen, seenAt)
 	if hold != nil {
 		hold.Forward(b.newMasterAddr)
 		// Producers that have not seen the new master in ZooKeeper yet
 		// still reach this broker for a while after it follows.
 		defer hold.EndAfter(b.Config().Replication.HandoverHold)
 	}
-	rep.To, rep.WritesStopped = name, time.Since(start)
-	rep.Generation = id.Generation() + 1
-	s.ObserveGeneration(rep.Generation, "switchover to "+name)
-	b.log.Warn("FAILOVER: handed mastership over", "to", name, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
+	rep.WritesStopped = time.Since(start)
+	b.log.Warn("FAILOVER: handed mastership over", "to", name, "generation", gen, "seenAt", seenAt, "durableEnd", rep.DurableEnd, "writesStopped", rep.WritesStopped)
 	if b.Registry == nil && follow == "" {
 		allow() // the fence's refusal stays
 		b.log.Warn("FAILOVER: no ZooKeeper and no address to follow: this broker refuses puts until gossip names " + name + "'s replication address, or it is restarted as a slave")

@@ -36,7 +36,9 @@ type Op struct {
 	// Gen is the generation the raw put's site had recorded before it was
 	// sent and still had when it was answered, -1 when it changed between
 	// the two or for the Go client (which does not say which site
-	// answered).
+	// answered), -3 when the site had recorded itself a slave (a former
+	// master that handed over passes the puts that reach it on to the new
+	// master and answers with its answer: it stores nothing itself).
 	Gen int64 `json:"gen"`
 }
 
@@ -253,7 +255,8 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 
 // siteGeneration is the generation the site recorded in its identity file
 // (<dataPath>/replication/identity.json; 0 before any failover), -2 when
-// it cannot be read (being rewritten).
+// it cannot be read (being rewritten), -3 when the file records the site a
+// slave (see Op.Gen).
 func siteGeneration(l *Layout, site string) int64 {
 	b, err := os.ReadFile(filepath.Join(l.DataDir(site), "replication", "identity.json"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -261,9 +264,15 @@ func siteGeneration(l *Layout, site string) int64 {
 	}
 	var id struct {
 		Generation int64 `json:"generation"`
+		Role       *struct {
+			Name string `json:"name"`
+		} `json:"role"`
 	}
 	if err != nil || json.Unmarshal(b, &id) != nil {
 		return -2
+	}
+	if id.Role != nil && id.Role.Name == "slave" {
+		return -3
 	}
 	return id.Generation
 }

@@ -1,0 +1,370 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"metaq/broker"
+	"metaq/georeplicator"
+	"metaq/internal/siterole"
+)
+
+// A promotion raises the brokerId's generation first (nextGeneration).
+// From then on the master of the older generation steps down as soon as
+// it sees the newer one, so a promotion that fails after the raise (the
+// identity file cannot be written on a full disk, the shipper cannot
+// publish while ZooKeeper is away, the master node stays held by another
+// session) must not be left half done: nobody would be master. The steps
+// after the raise (completePromotion) are therefore each done once and
+// retried, 1 s to 10 s apart, by a background finisher that keeps the
+// Promoting transition until the site is master of the generation it
+// raised, or a newer generation takes over (another site was promoted
+// since): then it undoes what it did, and the site follows that master
+// (abandonPromotion). Status reports the pending promotion.
+
+// Bounds of the finisher's retries.
+const (
+	finishFirstRetry = time.Second
+	finishMaxRetry   = 10 * time.Second
+)
+
+// promotion is a promotion past the raise of its generation: what it did
+// so far, so that a retry repeats only the steps that have not succeeded.
+type promotion struct {
+	gen          uint64
+	o            PromoteOptions
+	rep          PromoteReport
+	fenceSession int64
+	rc           *receiverComponent // the receiver the site followed with
+	id           *georeplicator.IdentityStore
+	start        time.Time
+
+	receiverStopped bool
+	recorded        bool // identity.json names this site master of gen
+	sc              *shipperComponent
+	fenceWaited     bool // the wait after taking a dead master's node (or Auto's) is done
+}
+
+// PendingPromotion is a promotion that failed after it raised the
+// generation and is being finished in the background (Status).
+type PendingPromotion struct {
+	Generation uint64    `json:"generation"`
+	Since      time.Time `json:"since"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"lastError"`
+	// Shipping: the shipper of the new generation runs (the site waits for
+	// the master node or its registration as master).
+	Shipping bool `json:"shipping"`
+}
+
+// pendingPromotion is the promotion being finished, nil when none.
+func (b *Bundle) pendingPromotion() *PendingPromotion {
+	f := &b.failover
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending == nil {
+		return nil
+	}
+	p := *f.pending
+	return &p
+}
+
+func (f *failoverState) setPending(p *PendingPromotion) {
+	f.mu.Lock()
+	f.pending = p
+	f.mu.Unlock()
+}
+
+// completePromotion does the steps of a promotion after the raise of its
+// generation that are not done yet: stop following, record the identity,
+// start shipping, take the master node and register as master, take puts.
+func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
+	f := &b.failover
+	rep := &p.rep
+	if !p.receiverStopped {
+		if err := f.role.stopReceiver(p.rc); err != nil {
+			b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
+		}
+		p.receiverStopped = true
+	}
+	if !p.recorded {
+		if err := b.Store.Flush(); err != nil {
+			return fmt.Errorf("promote: flush: %w", err)
+		}
+		rep.Ends = map[string]int64{}
+		for _, pt := range b.Store.Partitions() {
+			rep.Ends[georeplicator.PartKey(pt.Topic, pt.Partition)] = pt.Max
+		}
+		if err := recordPromotion(p.id, p.gen, rep.Ends); err != nil {
+			return fmt.Errorf("promote: record generation %d: %w", p.gen, err)
+		}
+		p.recorded = true
+	}
+	// The slave checkpoint (the receiver's CheckpointFile) is a position in
+	// the old master's log; from now on this log diverges from it, so a
+	// later rejoin must resume by partition ends (and cut what the master
+	// lacks), never at that position.
+	checkpoint := filepath.Join(b.Config().System.DataPath, "replication", "slave.checkpoint")
+	if err := os.Remove(checkpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("promote: %w", err)
+	}
+	rep.Generation = p.gen
+	if p.sc == nil {
+		sc, err := f.role.startShipper(ctx, b)
+		if err != nil {
+			return fmt.Errorf("promote: start shipping: %w", err)
+		}
+		p.sc = sc
+		b.Broker.SetPromotionEnds(rep.Ends)
+		if p.o.Handover {
+			// The old master handed over and holds the puts that reached it
+			// for this site (broker/hold.go): take them before ZooKeeper names
+			// this site, when producers move here and MetaQ's Java producer
+			// drops its connection to the old master with them. Puts to topics
+			// with minSyncSites wait for the slave sites to follow here.
+			b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
+			b.Broker.AllowWrites(replicaHolder)
+		}
+	}
+	if b.Registry != nil {
+		if err := b.registerPromoted(ctx, p); err != nil {
+			return err
+		}
+	}
+	b.Broker.AllowWrites(replicaHolder)
+	if s := p.sc.Shipper(); s != nil {
+		rep.Fence = s.Fence()
+	}
+	rep.Took = time.Since(p.start)
+	f.role.becomeMaster(siterole.State{Role: siterole.Master, Generation: p.gen, Why: promoteWhy(p.o.Force)})
+	b.refreshGossip()
+	b.log.Warn("FAILOVER: this site is now master", "generation", p.gen, "forced", p.o.Force,
+		"behindBytes", rep.BehindBytes, "took", rep.Took)
+	return nil
+}
+
+// recordPromotion writes gen, ends and the master role to the identity
+// file. A write that failed before left them in memory (IdentityStore
+// changes its copy first): the retry writes that copy again.
+func recordPromotion(id *georeplicator.IdentityStore, gen uint64, ends map[string]int64) error {
+	if id.Generation() == gen {
+		return id.SetRole(&georeplicator.Role{Name: georeplicator.RoleMaster, Generation: gen})
+	}
+	return id.Promote(gen, ends)
+}
+
+// registerPromoted takes the master node in ZooKeeper (from a dead or
+// handing-over master's session, or once it is free) and registers this
+// site as master of p.gen.
+func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
+	rep, o, gen := &p.rep, p.o, p.gen
+	path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
+	if o.Handover && p.fenceSession == 0 {
+		if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
+			p.fenceSession = st.EphemeralOwner // the old master's: it handed over
+		}
+	}
+	if p.fenceSession != 0 {
+		// The generation is raised: the dead master's node goes now
+		// instead of with its session.
+		taken, err := b.Registry.TakeMasterNode(ctx, p.fenceSession)
+		if err != nil {
+			return fmt.Errorf("promote: take the master node from the dead master's session 0x%x: %w", p.fenceSession, err)
+		}
+		switch {
+		case taken && o.Handover:
+			b.log.Info("FAILOVER: replaced the old master's node as it hands over", "session", fmt.Sprintf("0x%x", p.fenceSession), "generation", gen)
+		case taken && !p.fenceWaited:
+			rep.FencedSession = fmt.Sprintf("0x%x", p.fenceSession)
+			// A master that is in fact alive either reads the newer
+			// generation within its watch period and steps down, or
+			// cannot confirm its own within ackBound and acknowledges
+			// nothing: after ackBound it takes no puts either way.
+			if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+				return fmt.Errorf("promote: %w", err)
+			}
+			p.fenceWaited = true
+			b.log.Warn("FAILOVER: removed the dead master's node instead of waiting for its session to expire; a master that is in fact alive acknowledges nothing and steps down at the newer generation",
+				"session", rep.FencedSession, "generation", gen)
+		}
+	}
+	if o.Auto && rep.FencedSession == "" && !p.fenceWaited {
+		if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+			return fmt.Errorf("promote: %w", err)
+		}
+		p.fenceWaited = true
+	}
+	// A lost master's session may hold its nodes until it expires;
+	// consumers have committed their last offsets read there by then.
+	waitStart := time.Now()
+	if err := b.Registry.AwaitMasterFree(ctx); err != nil {
+		return fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
+	}
+	rep.Waited += time.Since(waitStart)
+	if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
+		b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
+	}
+	// Producers and consumers that follow ZooKeeper move here.
+	if err := b.Registry.BecomeMaster(ctx); err != nil {
+		return fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
+	}
+	return nil
+}
+
+// finishPromotion hands p, which failed with err after raising its
+// generation, to a background finisher that owns the transition (end)
+// from now on; closeFailover stops it.
+func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
+	f := &b.failover
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		cancel()
+		end()
+		return
+	}
+	f.pending = &PendingPromotion{Generation: p.gen, Since: time.Now(), Attempts: 1, LastError: err.Error(), Shipping: p.sc != nil}
+	f.stopFinish = func() { cancel(); <-done }
+	f.mu.Unlock()
+	b.log.Error("FAILOVER: the promotion failed after raising the generation; finishing it in the background", "generation", p.gen, "err", err)
+	go func() {
+		defer close(done)
+		defer end()
+		defer f.setPending(nil)
+		b.runFinishPromotion(ctx, p)
+	}()
+}
+
+// runFinishPromotion retries completePromotion until it succeeds, a newer
+// generation than p's takes over (abandonPromotion), or ctx ends.
+func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion) {
+	wait := finishFirstRetry
+	for attempt := 2; ; attempt++ {
+		if err := sleepCtx(ctx, wait); err != nil {
+			return
+		}
+		wait = min(2*wait, finishMaxRetry)
+		if newer, from := b.newerGeneration(ctx, p); newer > p.gen {
+			b.abandonPromotion(ctx, p, newer, from)
+			return
+		}
+		err := b.completePromotion(ctx, p)
+		if err == nil {
+			b.log.Warn("FAILOVER: finished the promotion that had failed", "generation", p.gen, "attempts", attempt)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		b.failover.mu.Lock()
+		if pp := b.failover.pending; pp != nil {
+			pp.Attempts, pp.LastError, pp.Shipping = attempt, err.Error(), p.sc != nil
+		}
+		b.failover.mu.Unlock()
+		b.log.Warn("FAILOVER: finishing the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "in", wait, "err", err)
+	}
+}
+
+// newerGeneration is a generation above p's seen in ZooKeeper (this
+// site's ensemble or another site's), by gossip or by the promotion's own
+// shipper, and where; 0 when none is known.
+func (b *Bundle) newerGeneration(ctx context.Context, p *promotion) (uint64, string) {
+	var best uint64
+	var from string
+	see := func(g uint64, where string) {
+		if g > best {
+			best, from = g, where
+		}
+	}
+	if p.sc != nil {
+		if s := p.sc.Shipper(); s != nil {
+			if fe := s.Fence(); fe.SteppedDown {
+				see(fe.Newer, "this site's shipper")
+			}
+		}
+	}
+	see(b.observedGeneration(ctx))
+	return best, from
+}
+
+// observedGeneration is the highest generation of this brokerId that
+// ZooKeeper (this site's ensemble and the other sites' this bundle
+// reaches) or gossip (a master other than this bundle) shows, and where it
+// was seen; reads that fail count as nothing seen.
+func (b *Bundle) observedGeneration(ctx context.Context) (uint64, string) {
+	var best uint64
+	var from string
+	see := func(g uint64, where string) {
+		if g > best {
+			best, from = g, where
+		}
+	}
+	brokerID := b.Config().System.BrokerID
+	if b.Registry != nil {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if g, err := b.Registry.Generation(rctx, brokerID); err == nil {
+			see(g, "this site's ZooKeeper")
+		}
+		cancel()
+		if g, site := b.otherGenerations(ctx); g > 0 {
+			see(g, "site "+site+"'s ZooKeeper")
+		}
+	}
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		if t := tc.Topology(); t != nil {
+			if m, ok := t.Master(brokerID); ok {
+				see(m.Meta.Generation, "gossip from "+m.Meta.Site)
+			}
+		}
+	}
+	return best, from
+}
+
+// abandonPromotion undoes p once generation newer (seen at from) took
+// over: a shipper the promotion started steps down and runRejoin makes
+// the site a slave of the new master (Demote); without one the site
+// follows again at once, as the slave it was.
+func (b *Bundle) abandonPromotion(ctx context.Context, p *promotion, newer uint64, from string) {
+	b.log.Warn("FAILOVER: abandoning the promotion: a newer generation took over; this site follows its master",
+		"generation", p.gen, "newer", newer, "seenAt", from)
+	if p.sc != nil {
+		if s := p.sc.Shipper(); s != nil {
+			s.ObserveGeneration(newer, from) // onFence wakes runRejoin
+		}
+		return
+	}
+	f := &b.failover
+	sl := f.role.slaveConfig()
+	if sl == nil {
+		b.log.Error("FAILOVER: no slave configuration to follow the new master with; restart this site as a slave", "generation", newer)
+		return
+	}
+	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
+		"this broker is a slave of broker %d; it follows the master of generation %d: send puts there", b.Config().System.BrokerID, newer)})
+	if p.recorded {
+		if err := p.id.SetRole(&georeplicator.Role{Name: georeplicator.RoleSlave, Generation: newer,
+			SlaveID: sl.SlaveID, SlaveGroup: sl.SlaveGroup, MasterAddress: sl.MasterAddress}); err != nil {
+			b.log.Error("FAILOVER: recording the slave role", "err", err)
+		}
+	}
+	follow := *sl
+	if b.Registry != nil {
+		follow.MasterAddress = "" // the receiver finds the new master in ZooKeeper
+	}
+	follow.File = "(promotion abandoned at run time)"
+	if err := f.role.startReceiver(ctx, b, b.withSiteLink(follow)); err != nil {
+		b.log.Error("FAILOVER: following the new master after the abandoned promotion failed; restart this site as a slave", "err", err)
+		return
+	}
+	cur := f.role.Current()
+	f.role.Set(siterole.State{Role: siterole.Slave, Generation: newer, SlaveID: sl.SlaveID, SlaveGroup: sl.SlaveGroup,
+		Master: cur.Master, Why: "promotion to generation " + strconv.FormatUint(p.gen, 10) + " abandoned: follows the master of generation " + strconv.FormatUint(newer, 10)})
+	b.refreshGossip()
+}

@@ -1,0 +1,181 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"metaq/internal/siterole"
+	"metaq/internal/testutil"
+)
+
+// failIdentityWrites makes every later write of b's identity file fail, as
+// on a full disk: the file is replaced by a directory that is not empty,
+// which the atomic rename cannot replace (the identity is already open:
+// nothing reads the file again). The returned function undoes it.
+func failIdentityWrites(t *testing.T, b *Bundle) func() {
+	t.Helper()
+	if _, err := b.identity(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(b.Config().System.DataPath, "replication", "identity.json")
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(file, "full"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.RemoveAll(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPromotionFailedAtIdentityIsFinished: a forced promotion at hf raises
+// the generation in ZooKeeper, then cannot write its identity file (a full
+// disk). bj, master of the older generation, steps down when it sees the
+// newer one. Before the fix hf followed no one (its receiver closed, no
+// shipper, role slave) and the deployment had no master for good (found by
+// the fault schedules, seed 1635651954). Now hf finishes the promotion once
+// the file can be written, and bj and gz follow it.
+func TestPromotionFailedAtIdentityIsFinished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	s.produce("bj", "orders", 10)
+	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
+	hf := s.site("hf")
+	undo := failIdentityWrites(t, hf)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := hf.Promote(ctx, true)
+	if err == nil {
+		t.Fatal("hf's promotion succeeded although its identity file cannot be written")
+	}
+	t.Logf("hf's promotion failed after raising the generation, as wanted: %v", err)
+	if st := hf.Status(); st.PendingPromotion == nil || st.PendingPromotion.Generation != 1 {
+		t.Fatalf("hf's status reports no pending promotion of generation 1: %+v", st.PendingPromotion)
+	}
+	// bj sees generation 1 and steps down while hf cannot finish.
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if r := s.site("bj").Role(); r.IsMaster() {
+			return fmt.Errorf("bj: %v", r)
+		}
+		return nil
+	})
+	undo()
+	if m := s.converged("orders"); m != "hf" {
+		t.Fatalf("master %s, want hf", m)
+	}
+	if r := hf.Role(); r.Generation != 1 {
+		t.Fatalf("hf: %v, want master of generation 1", r)
+	}
+	if st := hf.Status(); st.PendingPromotion != nil {
+		t.Fatalf("hf's status still reports a pending promotion: %+v", st.PendingPromotion)
+	}
+	s.produce("gz", "orders", 10)
+	s.produce("bj", "orders", 10)
+	s.converged("orders")
+}
+
+// TestPromotionFailedAtMasterNodeIsFinished: a forced promotion at hf that
+// fails waiting for the old master's node (bj's session lingers while its
+// ZooKeeper connection is blocked, then hf's own connection goes) leaves
+// hf shipping at the raised generation and taking no puts. Before the fix
+// it stayed so when no newer generation came (seed 761491328): bj stepped
+// down at hf's generation and no site was master. Now hf takes the node
+// and registers once ZooKeeper lets it.
+func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	s.produce("bj", "orders", 10)
+	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
+	s.cutZK("bj")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hf := s.site("hf")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := hf.Promote(ctx, true)
+		errc <- err
+	}()
+	testutil.Eventually(t, 20*time.Second, 5*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil {
+			return fmt.Errorf("hf has not started shipping yet")
+		}
+		return nil
+	})
+	s.cutZK("hf")
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("hf's promotion succeeded with its ZooKeeper cut while waiting for the master node")
+		}
+		t.Logf("hf's promotion failed half way, as wanted: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("hf's promotion did not return after its ZooKeeper was cut")
+	}
+	if r := hf.Role(); r.Role != siterole.Slave || hf.promotedShipper() == nil {
+		t.Fatalf("hf: role %+v, promoted shipper %v: not the half-promoted state this test is about", r, hf.promotedShipper() != nil)
+	}
+	s.healZK("hf")
+	s.healZK("bj")
+	// bj sees generation 1 once it reads ZooKeeper again, and steps down.
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		if m := s.master(); m != "hf" {
+			return fmt.Errorf("master %q, want hf (hf: %v; pending %+v)", m, hf.Role(), hf.Status().PendingPromotion)
+		}
+		return nil
+	})
+	if m := s.converged("orders"); m != "hf" {
+		t.Fatalf("master %s, want hf", m)
+	}
+	s.produce("bj", "orders", 10)
+	s.converged("orders")
+}
+
+// TestSwitchoverNotTakenOverKeepsMaster: bj hands over to hf while hf's
+// ZooKeeper is cut, so hf gets the whole log and the handover message but
+// cannot raise the generation. Before the fix bj stepped down anyway
+// (its shipper had observed the generation it expected) and became a
+// slave of a master that never came: no site was master (seed 761491324).
+// Now bj steps down only once the new generation is seen, takes puts
+// again, and hf follows it again.
+func TestSwitchoverNotTakenOverKeepsMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	s.produce("bj", "orders", 10)
+	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
+	s.cutZK("hf")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	rep, err := s.site("bj").Switchover(ctx, "hf", "")
+	if err == nil {
+		t.Fatalf("the switchover succeeded although hf could not raise the generation: %+v", rep)
+	}
+	t.Logf("switchover failed, as wanted: %v", err)
+	s.healZK("hf")
+	if m := s.converged("orders"); m != "bj" {
+		t.Fatalf("master %s, want bj", m)
+	}
+	if r := s.site("bj").Role(); r.Generation != 0 {
+		t.Fatalf("bj: %v, want master of generation 0", r)
+	}
+	s.produce("hf", "orders", 10)
+	s.produce("bj", "orders", 10)
+	if m := s.converged("orders"); m != "bj" {
+		t.Fatalf("master %s, want bj", m)
+	}
+	if r := s.site("hf").Role(); r.Role != siterole.Slave {
+		t.Fatalf("hf: %v, want a slave", r)
+	}
+}
