@@ -3,8 +3,6 @@ package georeplicator
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -114,21 +112,27 @@ func (s *Shipper) fenceAtStart() {
 	}
 }
 
-// promotionEnds lists PromotionEnds for the welcome.
-func (s *Shipper) promotionEnds() []partEnd {
-	var out []partEnd
-	for k, end := range s.opts.PromotionEnds {
-		i := strings.LastIndexByte(k, '-')
-		if i <= 0 {
-			continue
-		}
-		n, err := strconv.Atoi(k[i+1:])
-		if err != nil {
-			continue
-		}
-		out = append(out, partEnd{Topic: k[:i], Partition: n, End: end})
+// history is the history of this master's log: History, else this
+// master's own epoch when it was promoted (PromotionEnds), else none (the
+// first master's log).
+func (s *Shipper) history() []Epoch {
+	if s.opts.History != nil {
+		return s.opts.History
 	}
-	return out
+	if s.opts.PromotionEnds != nil {
+		return []Epoch{{Generation: s.opts.Generation, Ends: s.opts.PromotionEnds}}
+	}
+	return []Epoch{}
+}
+
+// cutEnds is where a slave that resumes by partition ends must cut its
+// partitions: the earliest fork of both histories when it sent its own,
+// else this master's promotion ends (a slave that predates histories).
+func (s *Shipper) cutEnds(h hello) map[string]int64 {
+	if !h.HasHistory {
+		return s.opts.PromotionEnds
+	}
+	return forkEnds(s.history(), h.History, h.Ends)
 }
 
 // positionLocator is implemented by stores that can map a partition offset
@@ -139,9 +143,10 @@ type positionLocator interface {
 
 // startForEnds finds where a slave that followed another master's log
 // resumes on this one: the lowest log position that covers every
-// partition's end it reported (partitions it lacks from their start). The
+// partition's end it reported, or of where it cuts (cuts, see cutEnds),
+// whichever is lower (partitions it lacks from their start). The
 // receiver verifies and skips what it already holds.
-func (s *Shipper) startForEnds(ends []partEnd) (start int64, truncated bool, err error) {
+func (s *Shipper) startForEnds(ends []partEnd, cuts map[string]int64) (start int64, truncated bool, err error) {
 	first, durable := s.opts.Source.LogBounds()
 	have := make(map[pkey]int64, len(ends))
 	for _, e := range ends {
@@ -150,7 +155,7 @@ func (s *Shipper) startForEnds(ends []partEnd) (start int64, truncated bool, err
 	start = durable
 	for _, p := range s.opts.Source.Partitions() {
 		from, ok := have[pkey{p.Topic, p.Partition}]
-		if pe, cut := s.opts.PromotionEnds[PartKey(p.Topic, p.Partition)]; ok && cut && from > pe {
+		if pe, cut := cuts[PartKey(p.Topic, p.Partition)]; ok && cut && from > pe {
 			from = pe // the slave cuts what it holds beyond (see Receiver.cutTail)
 		}
 		if !ok || from < p.Min {

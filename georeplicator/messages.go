@@ -35,6 +35,12 @@ type hello struct {
 	// Features are the optional messages this slave understands
 	// (feature* in control.go), after Ends: older masters ignore them.
 	Features uint32
+	// History (with HasHistory, after Features) is the history of the
+	// slave's log (Identity.History): a master that resumes it by
+	// partition ends cuts it at the earliest fork of both histories. Older
+	// slaves send none; they are cut at the master's own promotion ends.
+	HasHistory bool
+	History    []Epoch
 }
 
 func (h hello) encode() []byte {
@@ -57,6 +63,9 @@ func (h hello) encode() []byte {
 	e.u64(h.Generation)
 	encodeEnds(&e, h.Ends)
 	e.u32(h.Features)
+	if h.HasHistory {
+		encodeHistory(&e, h.History)
+	}
 	return e.b
 }
 
@@ -104,6 +113,9 @@ func decodeHello(p []byte) (hello, error) {
 	if d.err == nil && len(d.b) >= 4 {
 		h.Features = d.u32()
 	}
+	if d.err == nil && len(d.b) > 0 {
+		h.HasHistory, h.History = true, decodeHistory(&d)
+	}
 	return h, d.err
 }
 
@@ -123,14 +135,21 @@ type welcome struct {
 	LogID      string
 	Generation uint64
 	ByEnds     bool
-	// PromotionEnds (with ByEnds) are each partition's end when this master
-	// was promoted: a slave holding more (a former master's unreplicated
-	// tail) cuts it and saves it aside before it follows.
+	// PromotionEnds (with ByEnds) are where the slave's partitions fork from
+	// this master's log (the earliest fork of both histories, or, for a
+	// slave that sent none, each partition's end when this master was
+	// promoted): a slave holding more (a former master's unreplicated tail)
+	// cuts it and saves it aside before it follows.
 	PromotionEnds []partEnd
 	// Features are the optional messages this master accepts or sends on
 	// this link (feature* in control.go), after PromotionEnds: older
 	// slaves ignore them, and a slave reads none from an older master.
 	Features uint32
+	// History (with HasHistory, after Features) is the history of this
+	// master's log, which the slave takes as its own once it follows (cut
+	// where the two forked). Older masters send none.
+	HasHistory bool
+	History    []Epoch
 }
 
 func (w welcome) encode() []byte {
@@ -155,6 +174,9 @@ func (w welcome) encode() []byte {
 	e.u8(f)
 	encodeEnds(&e, w.PromotionEnds)
 	e.u32(w.Features)
+	if w.HasHistory {
+		encodeHistory(&e, w.History)
+	}
 	return e.b
 }
 
@@ -171,6 +193,9 @@ func decodeWelcome(p []byte) (welcome, error) {
 	}
 	if d.err == nil && len(d.b) >= 4 {
 		w.Features = d.u32()
+	}
+	if d.err == nil && len(d.b) > 0 {
+		w.HasHistory, w.History = true, decodeHistory(&d)
 	}
 	return w, d.err
 }

@@ -385,6 +385,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		MasterLog: masterLog, Features: slaveFeatures}
 	if r.opts.Identity != nil {
 		h.Generation = r.opts.Identity.Generation()
+		h.HasHistory, h.History = true, r.opts.Identity.History()
 	}
 	if masterLog == "" && resume < 0 && r.opts.Identity != nil && len(r.opts.Sink.Partitions()) > 0 {
 		// No checkpoint, but data (a former master rejoining as a slave):
@@ -432,6 +433,12 @@ func (r *Receiver) session() (progressed bool, err error) {
 	}
 	if w.ByEnds && len(w.PromotionEnds) > 0 {
 		if err := r.cutTail(w.PromotionEnds, w.Generation); err != nil {
+			return false, err
+		}
+	}
+	if id := r.opts.Identity; id != nil && w.HasHistory {
+		// Cut where it forked, this log follows the master's from here.
+		if err := id.Follow(w.History); err != nil {
 			return false, err
 		}
 	}

@@ -336,10 +336,13 @@ func (s *Shipper) serve(c net.Conn) error {
 	first, durable := s.opts.Source.LogBounds()
 	start, truncated := h.Resume, false
 	byEnds := h.MasterLog != "" && s.opts.LogID != "" && h.MasterLog != s.opts.LogID
+	var cuts map[string]int64
 	if byEnds {
 		// The slave's position is in another master's log (a failover):
-		// only partition offsets mean the same here.
-		if start, truncated, err = s.startForEnds(h.Ends); err != nil {
+		// only partition offsets mean the same here, up to where the two
+		// logs forked.
+		cuts = s.cutEnds(h)
+		if start, truncated, err = s.startForEnds(h.Ends, cuts); err != nil {
 			return refuse(err.Error())
 		}
 	} else if start < first {
@@ -382,9 +385,10 @@ func (s *Shipper) serve(c net.Conn) error {
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive,
-		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds, Features: ss.features}
+		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds, Features: ss.features,
+		HasHistory: true, History: s.history()}
 	if byEnds {
-		w.PromotionEnds = s.promotionEnds()
+		w.PromotionEnds = endsList(cuts)
 	}
 	if err := ss.write(header{typ: typeWelcome}, w.encode()); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
