@@ -62,12 +62,18 @@
 // older peers neither send nor read). A slave whose checkpoint names
 // another log than the master's (it followed the master before a
 // failover, or it is a former master without a checkpoint) also sends its
-// partition ends; the master cuts them at the earliest fork of both
-// histories (forkEnds: below the newest generation both hold, the lowest
-// end any later epoch of either recorded; a slave that sends no history is
-// cut at the master's own promotion ends), starts the stream at the lowest
-// log position that covers every one of them (Store.LogPosition) and the receiver
-// verifies and skips what it holds. A site two generations behind (bj, the
+// partition ends and the generations of its history; the two logs share
+// every generation up to the newest both hold, and each partition forks at
+// the lowest end a later epoch of either history recorded (forkEnds). The
+// master cuts the ends at its own later epochs (a slave that sends no
+// generations, at its own promotion ends), starts the stream at the lowest
+// log position that covers every one of them (Store.LogPosition), and
+// names the common generation in welcome; the slave cuts at those ends
+// and at its own later epochs (then connects again, since the master
+// chose the start without them), and the receiver verifies and skips what
+// it holds. After welcome the master sends its history (featureHistory),
+// which the slave keeps as its own. A history keeps at most 16 epochs: older
+// ones are merged into one that cuts no higher than they would. A site two generations behind (bj, the
 // master of generation 0, rejoining hf, promoted at generation 2 from the
 // log of gz, promoted at 1) is cut at gz's promotion, where its log forked,
 // not at hf's. Ends beyond the fork are records the new master never had:

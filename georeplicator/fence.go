@@ -126,13 +126,17 @@ func (s *Shipper) history() []Epoch {
 }
 
 // cutEnds is where a slave that resumes by partition ends must cut its
-// partitions: the earliest fork of both histories when it sent its own,
-// else this master's promotion ends (a slave that predates histories).
-func (s *Shipper) cutEnds(h hello) map[string]int64 {
-	if !h.HasHistory {
-		return s.opts.PromotionEnds
+// partitions for this master's sake: where this master's generations its
+// log lacks start (from its lineage, see forkEnds; common is the newest
+// generation both hold, ok false without a lineage), else this master's
+// promotion ends (a slave that predates histories).
+func (s *Shipper) cutEnds(h hello) (cuts map[string]int64, common uint64, ok bool) {
+	if !h.HasLineage {
+		return s.opts.PromotionEnds, 0, false
 	}
-	return forkEnds(s.history(), h.History, h.Ends)
+	hist := s.history()
+	common = commonGeneration(hist, h.Lineage)
+	return cutsAbove(hist, common, h.Ends), common, true
 }
 
 // positionLocator is implemented by stores that can map a partition offset

@@ -44,42 +44,107 @@ func sameHistory(a, b []Epoch) bool {
 	return true
 }
 
-// forkEnds is where a site must cut its partitions (ends, as it holds
-// them) to follow a master: the history of the master's log and of its
-// own log (slave) share every generation up to the newest one both hold
-// (0, the first master's, when they share none); the records of any later
-// generation, in either history, are not in the other log. So each
-// partition forks at the lowest end any later epoch of either history
-// recorded for it (0 where an epoch lacks the partition). Only partitions
-// the site holds beyond their fork are returned.
-//
-// bj (generation 0, no epoch), gz promoted at generation 1 with ends E1,
-// hf promoted at generation 2 from gz's log with ends E2: bj rejoining hf
-// cuts at min(E1, E2), gz rejoining hf at E2.
-func forkEnds(master, slave []Epoch, ends []partEnd) map[string]int64 {
+// maxEpochs bounds a history: older epochs are merged into one (see
+// boundHistory), so that a history stays small however many failovers a
+// brokerId has been through.
+const maxEpochs = 16
+
+// boundHistory merges the oldest epochs of h into one so that at most
+// maxEpochs remain. The merged epoch has the newest merged generation and,
+// per partition, the lowest end of the merged ones (a partition missing
+// from any: missing): a site compared with it is cut at or below where it
+// would be with the whole history (forkEnds), never above, so the merge
+// can only make a rejoining site save aside, and receive again, more than
+// it had to.
+func boundHistory(h []Epoch) []Epoch {
+	if len(h) <= maxEpochs {
+		return h
+	}
+	n := len(h) - maxEpochs + 1
+	m := Epoch{Generation: h[n-1].Generation, Ends: map[string]int64{}}
+	for k, v := range h[0].Ends {
+		low, all := v, true
+		for _, e := range h[1:n] {
+			x, ok := e.Ends[k]
+			if !ok {
+				all = false
+				break
+			}
+			low = min(low, x)
+		}
+		if all {
+			m.Ends[k] = low
+		}
+	}
+	return append([]Epoch{m}, h[n:]...)
+}
+
+// generations lists the generations of h.
+func generations(h []Epoch) []uint64 {
+	out := make([]uint64, len(h))
+	for i, e := range h {
+		out[i] = e.Generation
+	}
+	return out
+}
+
+// commonGeneration is the newest generation of the master's history that
+// the other history (lineage: its generations) holds too, 0 (the first
+// master's) when they share none: both logs hold the same records up to
+// the ends of the epoch after it.
+func commonGeneration(master []Epoch, lineage []uint64) uint64 {
 	inMaster := make(map[uint64]bool, len(master))
 	for _, e := range master {
 		inMaster[e.Generation] = true
 	}
 	var common uint64
-	for _, e := range slave {
-		if inMaster[e.Generation] {
-			common = max(common, e.Generation)
+	for _, g := range lineage {
+		if inMaster[g] {
+			common = max(common, g)
 		}
 	}
+	return common
+}
+
+// cutsAbove is where the records of the generations of h above common
+// start in each partition of ends (the lowest end any such epoch recorded,
+// 0 where an epoch lacks the partition): those records are not in a log
+// that shares only the generations up to common. Only partitions that
+// hold more than that are returned.
+func cutsAbove(h []Epoch, common uint64, ends []partEnd) map[string]int64 {
 	out := map[string]int64{}
 	for _, p := range ends {
 		k := PartKey(p.Topic, p.Partition)
 		cut := p.End
-		for _, h := range [2][]Epoch{master, slave} {
-			for _, e := range h {
-				if e.Generation > common {
-					cut = min(cut, e.Ends[k]) // a missing partition: 0
-				}
+		for _, e := range h {
+			if e.Generation > common {
+				cut = min(cut, e.Ends[k]) // a missing partition: 0
 			}
 		}
 		if cut < p.End {
 			out[k] = cut
+		}
+	}
+	return out
+}
+
+// forkEnds is where a site must cut its partitions (ends, as it holds
+// them) to follow a master, from the histories of both logs: they share
+// every generation up to the newest both hold, and the records of any
+// later generation, in either history, are not in the other log. The
+// master computes its part (cutsAbove of its history, from the site's
+// generations in hello) and the site its own (cutsAbove of its history,
+// from the common generation in welcome).
+//
+// bj (generation 0, no epoch), gz promoted at generation 1 with ends E1,
+// hf promoted at generation 2 from gz's log with ends E2: bj rejoining hf
+// cuts at min(E1, E2), gz rejoining hf at E2.
+func forkEnds(master, slave []Epoch, ends []partEnd) map[string]int64 {
+	common := commonGeneration(master, generations(slave))
+	out := cutsAbove(master, common, ends)
+	for k, v := range cutsAbove(slave, common, ends) {
+		if c, ok := out[k]; !ok || v < c {
+			out[k] = v
 		}
 	}
 	return out
@@ -142,4 +207,24 @@ func decodeHistory(d *dec) []Epoch {
 		h = append(h, ep)
 	}
 	return h
+}
+
+func encodeGenerations(e *enc, gens []uint64) {
+	e.u32(uint32(len(gens)))
+	for _, g := range gens {
+		e.u64(g)
+	}
+}
+
+func decodeGenerations(d *dec) []uint64 {
+	n := int(d.u32())
+	if d.err == nil && n > len(d.b)/8 {
+		d.err = fmt.Errorf("%w: %d generations claimed", ErrProtocol, n)
+		return nil
+	}
+	out := []uint64{}
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.u64())
+	}
+	return out
 }

@@ -166,7 +166,7 @@ func (s *IdentityStore) Promote(gen uint64, ends map[string]int64) error {
 	}
 	s.id.Generation = gen
 	s.id.Ends = ends
-	s.id.History = append(cloneHistory(s.id.History), Epoch{Generation: gen, Ends: maps.Clone(ends)})
+	s.id.History = boundHistory(append(cloneHistory(s.id.History), Epoch{Generation: gen, Ends: maps.Clone(ends)}))
 	s.id.Role = &Role{Name: RoleMaster, Generation: gen, Since: time.Now().UTC()}
 	return s.saveLocked()
 }
@@ -190,7 +190,7 @@ func (s *IdentityStore) Follow(h []Epoch) error {
 	if sameHistory(s.id.History, h) {
 		return nil
 	}
-	s.id.History = cloneHistory(h)
+	s.id.History = boundHistory(cloneHistory(h))
 	return s.saveLocked()
 }
 
