@@ -5,23 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/broker/store"
 	"metaq/georeplicator"
 	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
-// repairInterval is how often a degraded master looks for a replica to
-// repair its damaged ranges from.
-var repairInterval = time.Minute
+// repairInterval is how often a degraded site looks for a replica to
+// repair its damaged ranges from; repairPoll how often it looks for damage
+// it has not tried to repair yet.
+var (
+	repairInterval = time.Minute
+	repairPoll     = 5 * time.Second
+)
 
 // repairComponent repairs a site's damaged ranges by itself where it can
-// (every bundle runs it): at start and then every repairInterval while the
-// store reports damage,
+// (every bundle runs it): at start, then every repairInterval while the
+// store reports damage, and within repairPoll of new damage,
 //   - a master (configured or promoted, not stepped down) asks each slave of
 //     its broker id registered in ZooKeeper or alive in gossip for the lost
 //     records;
@@ -55,16 +61,25 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTicker(repairInterval)
+		t := time.NewTicker(min(repairPoll, repairInterval))
 		defer t.Stop()
+		var (
+			tried []store.Damage // the damage the last attempt saw
+			last  time.Time
+		)
 		for {
-			if r := b.Role(); !r.SteppedDown && len(b.Store.Damaged()) > 0 {
+			// An attempt every repairInterval while damaged, and at once
+			// when the store finds damage it did not have at the last
+			// attempt (a scrub or a get met it).
+			d := b.Store.Damaged()
+			if r := b.Role(); !r.SteppedDown && len(d) > 0 && (!slices.Equal(d, tried) || time.Since(last) >= repairInterval) {
 				switch r.Role {
 				case siterole.Master:
 					c.attempt(ctx)
 				case siterole.Slave:
 					c.attemptFromMaster(ctx)
 				}
+				tried, last = d, time.Now()
 			}
 			select {
 			case <-ctx.Done():
