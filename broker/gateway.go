@@ -23,19 +23,23 @@ package broker
 //     said so.
 //
 // Puts of one client connection to one partition reach the master in the
-// order they arrived here: they are written on the reader's goroutine, and
-// the master serves one connection's puts to a partition in order. Batches
-// that could not be sent (no master known, no connection) wait in one
-// queue, oldest first, and every later batch goes behind them until the
-// queue is empty, so a connection that opens late does not let later puts
-// overtake earlier ones. A put the master refused because it moved, sent
-// again (above), may land after puts that arrived later.
+// order they arrived here, also across a change of master: every batch is
+// written in arrival order (under Gateway.qmu), at once on the reader's
+// goroutine when nothing waits, and the master serves one connection's puts
+// to a partition in order. Batches that could not be sent (no master known,
+// no connection) and batches the master refused because it moved wait in
+// one queue in arrival order, and every later batch goes behind them; after
+// a refusal that says the master moved, nothing is sent to the next master
+// until the old connection's answers are in (at most MaxWait/4), so a batch
+// sent again lands before later ones. Only a put whose outcome is unknown
+// (500) when that bound passes can be overtaken.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,11 +91,16 @@ type Gateway struct {
 	opaque atomic.Int32
 	stats  struct{ forwarded, notSent, unknown, retried, dials atomic.Int64 }
 
-	// unsent holds the batches not sent yet, oldest first; sendUnsent
-	// (running while sending is set) sends them in that order.
-	qmu     sync.Mutex
-	unsent  []*fwdBatch
-	sending bool
+	// Every send to the master happens under qmu, in arrival order:
+	// unsent holds the batches waiting to be sent (not sent yet, or sent
+	// again after the master moved), oldest first; sendUnsent (running
+	// while sending is set) sends them once no connection is retiring (a
+	// dropped connection some of whose puts await their answers).
+	qmu      sync.Mutex
+	seq      uint64
+	unsent   []*fwdBatch
+	sending  bool
+	retiring int
 }
 
 // SetGateway makes the broker forward the puts of topics with forwardPuts
@@ -204,7 +213,10 @@ func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
 
 // drop stops sending on c if it is still the current connection (the
 // master moved): the next put finds the master again. c is closed once no
-// put awaits an answer on it, or after twice MaxWait.
+// put awaits an answer on it, or after twice MaxWait; until then (at most a
+// quarter of MaxWait) it counts as retiring, and nothing is sent on another
+// connection (sendUnsent waits), so that a put c's master refuses and that
+// is sent again cannot land behind later puts. The caller holds g.qmu.
 func (g *Gateway) drop(c *fwdConn, why error) {
 	g.mu.Lock()
 	if g.cur != c {
@@ -213,8 +225,22 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 	}
 	g.cur = nil
 	g.mu.Unlock()
+	g.retiring++
+	// Sends wait for c's answers at most a quarter of MaxWait, so that a
+	// master that stopped answering does not make every later put wait
+	// out its time; c itself stays open for its answers up to 2 MaxWait.
+	holdSends := time.Now().Add(g.opts.MaxWait / 4)
 	until := time.Now().Add(2 * g.opts.MaxWait)
 	retire := func() {
+		var once sync.Once
+		released := func() {
+			once.Do(func() {
+				g.qmu.Lock()
+				g.retiring--
+				g.qmu.Unlock()
+			})
+		}
+		defer released()
 		t := time.NewTicker(holdRetryEvery)
 		defer t.Stop()
 		for time.Now().Before(until) {
@@ -223,6 +249,9 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 			c.mu.Unlock()
 			if idle {
 				break
+			}
+			if !time.Now().Before(holdSends) {
+				released()
 			}
 			select {
 			case <-t.C:
@@ -234,91 +263,111 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 		c.fail(why)
 	}
 	if !g.b.routines.Go(retire) {
+		g.retiring--
 		c.fail(why)
 	}
 }
 
-// fwdBatch is one partition's batch of a connection's forwarded puts.
+// fwdBatch is one partition's batch of a connection's forwarded puts, with
+// its outcome so far: a batch sent again keeps what the first sending
+// settled.
 type fwdBatch struct {
+	seq       uint64 // arrival order at the gateway
 	topic     string
 	partition int
 	msgs      []store.Message // bodies copied: the put route reuses its buffers
 	deadline  time.Time
 	done      func([]store.Appended, error)
 	gone      func() bool
+
+	left   []int // the messages to send (next)
+	out    []store.Appended
+	errs   messageErrors
+	failed int
+	last   error // why the messages in left were not stored yet
 }
 
 // add forwards a validated batch and calls done once with its outcome. The
-// put route calls it on the connection's reader, in order: the batch is
-// written to the master before it returns (when a connection is there),
-// so a connection's batches to a partition reach the master in order.
+// put route calls it on the connection's reader, in order. Every batch is
+// written to the master under g.qmu, in the order of the unsent queue:
+// when the queue is empty and no connection is retiring, at once, on the
+// reader (so a connection's batches to a partition reach the master in
+// order); otherwise behind the batches waiting there.
 func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone func() bool, done func([]store.Appended, error)) {
 	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
-		deadline: time.Now().Add(g.opts.MaxWait)}
+		deadline: time.Now().Add(g.opts.MaxWait), out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
 	for i, m := range msgs {
 		fb.msgs[i] = m
 		fb.msgs[i].Body = append([]byte(nil), m.Body...)
 	}
+	fb.left = make([]int, len(msgs))
+	for i := range fb.left {
+		fb.left[i] = i
+	}
 	g.qmu.Lock()
-	if len(g.unsent) > 0 {
-		// Behind the batches still waiting to be sent.
-		g.unsent = append(g.unsent, fb)
-		g.qmu.Unlock()
-		return
+	g.seq++
+	fb.seq = g.seq
+	if len(g.unsent) == 0 && g.retiring == 0 {
+		c, chans, err := g.post(fb)
+		if err == nil {
+			g.qmu.Unlock()
+			g.goComplete(fb, c, chans)
+			return
+		}
+		fb.last = err
 	}
+	closing := g.queueLocked(fb)
 	g.qmu.Unlock()
-	c, chans, err := g.post(fb, fb.all())
-	if err != nil {
-		g.queueUnsent(fb, err)
-		return
-	}
-	g.goComplete(fb, c, chans)
-}
-
-// all lists every message of fb, for post.
-func (fb *fwdBatch) all() []int {
-	idx := make([]int, len(fb.msgs))
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
+	g.answerClosing(closing)
 }
 
 // goComplete waits for the answers of a sent batch on a goroutine of its own.
 func (g *Gateway) goComplete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) {
-	if !g.b.routines.Go(func() { g.complete(fb, c, chans, nil) }) {
+	if !g.b.routines.Go(func() { g.complete(fb, c, chans) }) {
 		// Sent, but nobody can wait for the answers: whether they are
 		// stored is unknown.
-		errs := make(messageErrors, len(fb.msgs))
-		for i := range errs {
-			errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
+		for _, i := range fb.left {
+			fb.errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
 				" and the broker closed before its answer: whether it is stored there is unknown"}
+			fb.failed++
 		}
-		g.stats.unknown.Add(int64(len(fb.msgs)))
-		fb.done(make([]store.Appended, len(fb.msgs)), errs)
+		g.stats.unknown.Add(int64(len(fb.left)))
+		fb.finish()
 	}
 }
 
-// queueUnsent puts fb, which could not be sent (why), at the end of the
-// unsent queue and starts sendUnsent if it does not run.
-func (g *Gateway) queueUnsent(fb *fwdBatch, why error) {
-	g.qmu.Lock()
-	g.unsent = append(g.unsent, fb)
+// queueLocked puts fb into the unsent queue in arrival order (a batch sent
+// again goes before those that arrived after it) and starts sendUnsent if
+// it does not run. The caller holds g.qmu, and answers the batches it
+// returns (the broker is closing) once it released it.
+func (g *Gateway) queueLocked(fb *fwdBatch) (closing []*fwdBatch) {
+	i := len(g.unsent)
+	for i > 0 && g.unsent[i-1].seq > fb.seq {
+		i--
+	}
+	g.unsent = slices.Insert(g.unsent, i, fb)
 	if g.sending {
-		g.qmu.Unlock()
-		return
+		return nil
 	}
 	g.sending = true
-	g.qmu.Unlock()
-	if !g.b.routines.Go(func() { g.sendUnsent(why) }) {
-		g.failUnsent("the broker is closing")
+	if !g.b.routines.Go(g.sendUnsent) {
+		closing = g.unsent
+		g.unsent, g.sending = nil, false
+	}
+	return closing
+}
+
+// answerClosing answers batches queueLocked could not queue.
+func (g *Gateway) answerClosing(fbs []*fwdBatch) {
+	for _, fb := range fbs {
+		g.answerNotSent(fb, "the broker is closing")
 	}
 }
 
 // sendUnsent sends the unsent batches in order, each once a connection to
-// the master is there, and answers 503 those whose time ran out first.
-// It returns when the queue is empty.
-func (g *Gateway) sendUnsent(last error) {
+// the master is there and no connection is retiring, and answers 503 those
+// whose time ran out first. It returns when the queue is empty.
+func (g *Gateway) sendUnsent() {
 	wait := backoff.Backoff{Min: holdRetryEvery, Max: 20 * holdRetryEvery}
 	for {
 		g.qmu.Lock()
@@ -328,26 +377,34 @@ func (g *Gateway) sendUnsent(last error) {
 			return
 		}
 		fb := g.unsent[0]
-		g.qmu.Unlock()
 		if why := g.expired(fb); why != "" {
-			g.popUnsent()
-			g.answerNotSent(fb, fmt.Sprintf("%s (%v)", why, last))
+			g.popLocked()
+			g.qmu.Unlock()
+			g.answerNotSent(fb, why)
 			continue
 		}
-		c, chans, err := g.post(fb, fb.all())
-		if err != nil {
-			last = err
-			select {
-			case <-time.After(min(wait.Next(), time.Until(fb.deadline))):
-			case <-g.b.ctx.Done():
+		var err error
+		if g.retiring == 0 {
+			var c *fwdConn
+			var chans []chan *wire.Result
+			if c, chans, err = g.post(fb); err == nil {
+				wait.Reset()
+				g.popLocked()
+				g.qmu.Unlock()
+				g.goComplete(fb, c, chans)
+				continue
 			}
-			continue
+			fb.last = err
 		}
-		wait.Reset()
-		// Off the queue only once written: a batch arriving meanwhile
-		// goes behind it.
-		g.popUnsent()
-		g.goComplete(fb, c, chans)
+		g.qmu.Unlock()
+		pause := holdRetryEvery // a retiring connection: its answers come soon
+		if err != nil {
+			pause = wait.Next()
+		}
+		select {
+		case <-time.After(min(pause, max(time.Until(fb.deadline), 0))):
+		case <-g.b.ctx.Done():
+		}
 	}
 }
 
@@ -364,56 +421,61 @@ func (g *Gateway) expired(fb *fwdBatch) string {
 	case fb.gone():
 		return "its client closed the connection"
 	case !time.Now().Before(fb.deadline):
-		return fmt.Sprintf("no connection to the master within %v", g.opts.MaxWait)
+		return fmt.Sprintf("no master took it within %v (%v)", g.opts.MaxWait, fb.last)
 	}
 	return ""
 }
 
-func (g *Gateway) popUnsent() {
-	g.qmu.Lock()
+func (g *Gateway) popLocked() {
 	g.unsent[0] = nil
 	g.unsent = g.unsent[1:]
-	g.qmu.Unlock()
 }
 
-// failUnsent answers every unsent batch 503 (why).
-func (g *Gateway) failUnsent(why string) {
-	g.qmu.Lock()
-	q := g.unsent
-	g.unsent, g.sending = nil, false
-	g.qmu.Unlock()
-	for _, fb := range q {
-		g.answerNotSent(fb, why)
-	}
-}
-
+// answerNotSent answers the messages of fb still to send 503 (why), or
+// with the master's last refusal when that is why they were not stored,
+// and calls done.
 func (g *Gateway) answerNotSent(fb *fwdBatch, why string) {
-	errs := make(messageErrors, len(fb.msgs))
-	for i := range errs {
-		errs[i] = g.notSent(why)
+	var he *heldError
+	for _, i := range fb.left {
+		if errors.As(fb.last, &he) && he.raw {
+			fb.errs[i] = he // the master's last refusal, as it gave it
+		} else {
+			fb.errs[i] = g.notSent(why)
+		}
+		fb.failed++
 	}
-	g.stats.notSent.Add(int64(len(fb.msgs)))
-	fb.done(make([]store.Appended, len(fb.msgs)), errs)
+	g.stats.notSent.Add(int64(len(fb.left)))
+	fb.finish()
 }
 
-// post writes fb.msgs[i] for each i of idx to the master and returns the
-// channels their answers come on (nil and the error when not sent).
-func (g *Gateway) post(fb *fwdBatch, idx []int) (*fwdConn, []chan *wire.Result, error) {
+// finish answers the batch once.
+func (fb *fwdBatch) finish() {
+	if fb.failed == 0 {
+		fb.done(fb.out, nil)
+		return
+	}
+	fb.done(fb.out, fb.errs)
+}
+
+// post writes the messages of fb.left to the master and returns the
+// channels their answers come on (nil and the error when not sent). The
+// caller holds g.qmu: sends happen in the queue's order.
+func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
 	defer cancel()
 	c, err := g.conn(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	chans := make([]chan *wire.Result, len(idx))
-	frames := make([]byte, 0, 64*len(idx))
+	chans := make([]chan *wire.Result, len(fb.left))
+	frames := make([]byte, 0, 64*len(fb.left))
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
 		return nil, nil, err
 	}
-	for k, i := range idx {
+	for k, i := range fb.left {
 		m := &fb.msgs[i]
 		op := g.opaque.Add(1)
 		ch := make(chan *wire.Result, 1)
@@ -439,98 +501,62 @@ func (g *Gateway) post(fb *fwdBatch, idx []int) (*fwdConn, []chan *wire.Result, 
 	return c, chans, nil
 }
 
-// complete waits for the answers of fb's puts, sends again those the
-// master refused because it moved or that could not be sent, and answers
-// the batch once.
-func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result, sendErr error) {
-	out := make([]store.Appended, len(fb.msgs))
-	errs := make(messageErrors, len(fb.msgs))
-	failed := 0
-	left := fb.all()
-	for {
-		var retry []int
-		var last error
-		if sendErr != nil {
-			retry, last = left, sendErr
-		} else {
-			ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline.Add(g.opts.MaxWait))
-			for k, i := range left {
-				var r *wire.Result
-				select {
-				case res, ok := <-chans[k]:
-					if ok {
-						r = res
-					}
-				case <-ctx.Done():
-				}
-				switch {
-				case r == nil:
-					errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
-						" and no answer came (" + c.failure().Error() + "): whether it is stored there is unknown"}
-					failed++
-					g.stats.unknown.Add(1)
-				case r.Code == wire.StatusOK:
-					a, err := parsePutAnswer(r.Body)
-					if err != nil {
-						errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the master " + c.addr + " answered " + err.Error() +
-							": whether the put is stored there is unknown"}
-						failed++
-						g.stats.unknown.Add(1)
-						continue
-					}
-					out[i] = a
-					g.stats.forwarded.Add(1)
-				case time.Now().Before(fb.deadline) && g.masterMoved(r, c.addr):
-					retry = append(retry, i)
-					last = &heldError{code: r.Code, text: string(r.Body), raw: true}
-				default:
-					errs[i] = &heldError{code: r.Code, text: string(r.Body), raw: true}
-					failed++
-					g.stats.forwarded.Add(1)
-				}
-			}
-			cancel()
-			if len(retry) > 0 {
-				// Ask ZooKeeper again: the master may have moved.
-				g.drop(c, errors.New("the master refused a put: it moved"))
-			}
-		}
-		if len(retry) == 0 {
-			break
-		}
-		if time.Now().After(fb.deadline) || g.b.ctx.Err() != nil || fb.gone() {
-			why := fmt.Sprintf("no master took it within %v (%v)", g.opts.MaxWait, last)
-			switch {
-			case g.b.ctx.Err() != nil:
-				why = "the broker is closing"
-			case fb.gone():
-				why = "its client closed the connection"
-			}
-			var he *heldError
-			for _, i := range retry {
-				if errors.As(last, &he) && he.raw {
-					errs[i] = he // the master's last refusal, as it gave it
-				} else {
-					errs[i] = g.notSent(why)
-				}
-				failed++
-			}
-			g.stats.notSent.Add(int64(len(retry)))
-			break
-		}
-		g.stats.retried.Add(int64(len(retry)))
+// complete waits for the answers of fb's puts sent on c, settles them, and
+// queues again those the master refused because it moved (they go to the
+// master found then, before every batch that arrived after fb); once
+// nothing is left to send it answers the batch.
+func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) {
+	var retry []int
+	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline.Add(g.opts.MaxWait))
+	for k, i := range fb.left {
+		var r *wire.Result
 		select {
-		case <-time.After(holdRetryEvery):
-		case <-g.b.ctx.Done():
+		case res, ok := <-chans[k]:
+			if ok {
+				r = res
+			}
+		case <-ctx.Done():
 		}
-		left = retry
-		c, chans, sendErr = g.post(fb, left)
+		switch {
+		case r == nil:
+			fb.errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
+				" and no answer came (" + c.failure().Error() + "): whether it is stored there is unknown"}
+			fb.failed++
+			g.stats.unknown.Add(1)
+		case r.Code == wire.StatusOK:
+			a, err := parsePutAnswer(r.Body)
+			if err != nil {
+				fb.errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the master " + c.addr + " answered " + err.Error() +
+					": whether the put is stored there is unknown"}
+				fb.failed++
+				g.stats.unknown.Add(1)
+				continue
+			}
+			fb.out[i] = a
+			g.stats.forwarded.Add(1)
+		case time.Now().Before(fb.deadline) && g.masterMoved(r, c.addr):
+			retry = append(retry, i)
+			fb.last = &heldError{code: r.Code, text: string(r.Body), raw: true}
+		default:
+			fb.errs[i] = &heldError{code: r.Code, text: string(r.Body), raw: true}
+			fb.failed++
+			g.stats.forwarded.Add(1)
+		}
 	}
-	if failed == 0 {
-		fb.done(out, nil)
+	cancel()
+	if len(retry) == 0 {
+		fb.finish()
 		return
 	}
-	fb.done(out, errs)
+	g.stats.retried.Add(int64(len(retry)))
+	fb.left = retry
+	g.qmu.Lock()
+	// Ask ZooKeeper again: the master may have moved. Queued before the
+	// connection is dropped, so no later batch is sent in between.
+	closing := g.queueLocked(fb)
+	g.drop(c, errors.New("the master refused a put: it moved"))
+	g.qmu.Unlock()
+	g.answerClosing(closing)
 }
 
 // masterMoved says the refusal r of the broker at addr means the put

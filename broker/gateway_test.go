@@ -275,6 +275,61 @@ func TestGatewayKeepsOrderUntilConnected(t *testing.T) {
 	}
 }
 
+// TestGatewayKeepsOrderAcrossMasterMove: puts the old master refuses
+// because it is a slave now are sent again to the new master before the
+// puts that reached the gateway after them, so the new master stores one
+// connection's puts to a partition in the order they were sent.
+func TestGatewayKeepsOrderAcrossMasterMove(t *testing.T) {
+	var target atomic.Value
+	master, slave, _, _ := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
+		MaxWait: 2 * time.Second,
+		Master:  func(context.Context) (string, error) { return target.Load().(string), nil },
+	})
+	target.Store(master.Addr().String())
+	cl := dial(t, slave.Addr())
+	cl.sendCmd(putCmd("test", 0, "first", 1))
+	if r := cl.result(); r.Code != wire.StatusOK {
+		t.Fatalf("first put: %s", r)
+	}
+	nu := startBroker(t, vectorConfig(t), nil)
+	master.RefuseWrites("slave", Refusal{Reason: "this broker is a slave of " + nu.URL()})
+	target.Store(nu.Addr().String())
+	const reads, each = 4, 5
+	for r := range reads {
+		var buf []byte
+		for i := range each {
+			n := 2 + r*each + i
+			buf = putCmd("test", 0, fmt.Sprintf("m%03d", n), int32(n)).AppendTo(buf)
+		}
+		cl.send(buf)
+		time.Sleep(3 * time.Millisecond) // separate reads
+	}
+	offsets := make([]int64, 2+reads*each)
+	for range reads * each {
+		r := cl.result()
+		if r.Code != wire.StatusOK {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+		a, err := parsePutAnswer(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := nu.store.Read("test", 0, a.Offset, 1<<10)
+		if err != nil {
+			t.Fatalf("put %d answered at %d: %v", r.Opaque, a.Offset, err)
+		}
+		if recs, _ := parseRecords(t, data); len(recs) == 0 || string(recs[0].body) != fmt.Sprintf("m%03d", r.Opaque) {
+			t.Fatalf("put %d answered at %d, the new master has %+v there", r.Opaque, a.Offset, recs)
+		}
+		offsets[r.Opaque] = a.Offset
+	}
+	for op := 3; op < len(offsets); op++ {
+		if offsets[op] <= offsets[op-1] {
+			t.Fatalf("put %d stored at %d by the new master, before the previous put's %d", op, offsets[op], offsets[op-1])
+		}
+	}
+}
+
 // TestGatewayUnknownOutcome: a put sent to the master whose connection
 // breaks before the master answers is answered 500, its outcome unknown,
 // never as stored; the next put opens a new connection.

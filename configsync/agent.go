@@ -335,6 +335,14 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 		a.answerWaiters()
 		return
 	}
+	if older && a.staleEntry(ctx, processed) {
+		// The watch delivers every update in order, and a pusher's
+		// request made this agent read (and apply) a newer desired
+		// version before the watch delivered this one: not a rewind.
+		a.log.Debug("CONFIGSYNC: skipped an older desired version the watch delivered late", "version", v.Version, "applied", processed)
+		a.answerWaiters()
+		return
+	}
 	err = tr.check(v)
 	if err == nil && older {
 		err = fmt.Errorf("%w: version %d is older than version %d applied here; not applied (was the bucket's desired version set back?)",
@@ -373,6 +381,18 @@ func (a *Agent) handleEntry(ctx context.Context, value []byte) {
 	a.mu.Unlock()
 	a.recordState(ctx)
 	a.answerWaiters()
+}
+
+// staleEntry says whether the bucket's desired version now is the one
+// applied here (processed) or newer: an older entry is then a late update
+// of the watch, not the desired version set back.
+func (a *Agent) staleEntry(ctx context.Context, processed uint64) bool {
+	e, err := a.kv.Get(ctx, keyDesired)
+	if err != nil {
+		return false
+	}
+	cur, err := decodeVersion(e.Value())
+	return err == nil && cur.Version >= processed
 }
 
 // apply runs one version through validate, write and reload, and returns

@@ -2,6 +2,7 @@ package configsync
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -146,4 +147,28 @@ func TestChainWalkedAfterAbsence(t *testing.T) {
 	must(t, err)
 	s.start(t)
 	waitRejected(t, s, 6, "does not follow version 4")
+}
+
+// TestLateWatchEntryIsNotARewind: the watch delivers an older desired
+// version after the agent already applied a newer one (a pusher's request
+// made it read the bucket first, as seen under faults with three sites):
+// nothing is applied and no error is recorded, since the bucket holds the
+// newer version. Before, the site reported "older than version 3 applied
+// here … was the bucket's desired version set back?" until the next push.
+func TestLateWatchEntryIsNotARewind(t *testing.T) {
+	e := startNATS(t)
+	s := newSite(t, "bj", 1, e.ClientURL())
+	c := newClient(t, e.ClientURL())
+	for i := 1; i <= 3; i++ {
+		_, err := push(t, c, baseIni(fmt.Sprintf("[topic=t%d]\n", i)), "bj")
+		must(t, err)
+	}
+	v3 := s.file(t)
+	late, err := json.Marshal(genuineVersion(t, c, 2))
+	must(t, err)
+	s.agent.handleEntry(context.Background(), late)
+	if st := s.agent.State(); st.Version != 3 || st.Error != "" {
+		t.Fatalf("site state after a late watch entry: %+v, want version 3 and no error", st)
+	}
+	sameBytes(t, "site after a late watch entry", s.file(t), v3)
 }

@@ -471,6 +471,27 @@ func produce(ctx context.Context, addr, topic string, n int, from string) error 
 	return nil
 }
 
+// produceOne sends one message to topic at the broker at addr, which
+// stores it or, at a slave site, forwards it to the master.
+func produceOne(ctx context.Context, addr, topic, from string) (client.SendResult, error) {
+	c, err := client.New(ctx, client.Config{Brokers: []string{addr}})
+	if err != nil {
+		return client.SendResult{}, fmt.Errorf("demo: client: %w", err)
+	}
+	defer c.Close()
+	p, err := client.NewProducer(c)
+	if err != nil {
+		return client.SendResult{}, fmt.Errorf("demo: producer: %w", err)
+	}
+	defer p.Close(context.Background())
+	body := fmt.Sprintf(`{"from":%q,"ts":%q}`, from, time.Now().UTC().Format(time.RFC3339Nano))
+	r, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(body)})
+	if err != nil {
+		return r, fmt.Errorf("demo: send to %s at %s: %w", topic, addr, err)
+	}
+	return r, nil
+}
+
 // consume reads want messages of the sample topic at hf with a local-first
 // consumer routed by hf's gossip view, and returns how many it read.
 func consume(ctx context.Context, hf *site, want int, offsets string) (int, error) {
@@ -609,7 +630,9 @@ func waitFor(ctx context.Context, timeout time.Duration, fn func() error) error 
 // pushNewTopic publishes shared plus a [topic=pushedTopic] section to the
 // three sites and returns the tour's step-4 line with each site's answer.
 func pushNewTopic(ctx context.Context, cs *configsync.Client, shared []byte) (string, error) {
-	newINI := append(append([]byte{}, shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\n")...)
+	// forwardPuts: producers at the slave sites write through their own
+	// site's write gateway (tour step 4).
+	newINI := append(append([]byte{}, shared...), []byte("\n[topic="+pushedTopic+"]\nnumPartitions=2\nforwardPuts=true\n")...)
 	start := time.Now()
 	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf", "gz"}, Timeout: 15 * time.Second})
 	if err != nil {

@@ -44,6 +44,10 @@ func TestDemoOnce(t *testing.T) {
 		"read 300 messages;",
 		"bj served 0 gets",
 		"bj ok (topics added: payments); gz ok (topics added: payments); hf ok (topics added: payments)",
+		// hf and gz refuse client puts as slaves: only their write
+		// gateways, on for the pushed topic, can have taken these.
+		"a producer in each of bj, hf and gz published to payments at its own site",
+		"hf's and gz's write gateways carried the puts to bj",
 		"SLAVE GROUP",
 		"stopped; config sets and logs are in",
 	} {

@@ -91,7 +91,7 @@ func TestDemoNetnsOnce(t *testing.T) {
 		"read 300 messages;",
 		"bj served 0 gets",
 		"bj ok (topics added: payments); gz ok (topics added: payments); hf ok (topics added: payments)",
-		"a producer in each of bj, hf and gz published to payments",
+		"a producer in each of bj, hf and gz published to payments at its own site",
 		"removed namespaces " + prefix + "bj, " + prefix + "hf, " + prefix + "gz and the WAN relay",
 		"stopped; config sets and logs are in",
 	} {

@@ -65,6 +65,9 @@ type probeResult struct {
 
 type produceResult struct {
 	Sent int `json:"sent"`
+	// Partition and Offset answer produce-one: where the master stored it.
+	Partition int   `json:"partition,omitempty"`
+	Offset    int64 `json:"offset,omitempty"`
 }
 
 type compareResult struct {
@@ -134,6 +137,12 @@ func runStep(ctx context.Context, req stepRequest) (any, error) {
 			return nil, err
 		}
 		return produceResult{Sent: req.N}, nil
+	case "produce-one":
+		r, err := produceOne(ctx, req.Addr, req.Topic, req.From)
+		if err != nil {
+			return nil, err
+		}
+		return produceResult{Sent: 1, Partition: r.Partition.Partition, Offset: r.Offset}, nil
 	case "trickle":
 		for i := 0; ctx.Err() == nil; i++ {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,9 @@ type tourSites interface {
 	// produce sends n messages to topic through bj's master, from site's
 	// network.
 	produce(ctx context.Context, site, topic string, n int, from string) error
+	// produceAtSite sends one message to topic at site's own bundle (its
+	// write gateway when site is a slave site) and returns the answer.
+	produceAtSite(ctx context.Context, site, topic, from string) (client.SendResult, error)
 	// replicated waits until every slave holds bj's copy of topic (of the
 	// given partitions) and returns its crc32 and size.
 	replicated(ctx context.Context, topic string, partitions int) (sum uint32, size int64, err error)
@@ -88,13 +92,20 @@ func runTour(ctx context.Context, out io.Writer, s tourSites, messages int, shar
 		return err
 	}
 	printf("%s", line)
+	// The pushed topic is forwarded at the slave sites (forwardPuts): a
+	// producer there writes to its own site's bundle, whose write gateway
+	// carries the put to bj and answers with bj's offset.
 	start = time.Now()
+	var answers []string
 	for _, site := range []string{"bj", "hf", "gz"} {
-		if err := s.produce(ctx, site, pushedTopic, 1, "from-"+site); err != nil {
-			return fmt.Errorf("demo: publish to %s from %s: %w", pushedTopic, site, err)
+		r, err := s.produceAtSite(ctx, site, pushedTopic, "from-"+site)
+		if err != nil {
+			return fmt.Errorf("demo: publish to %s at %s: %w", pushedTopic, site, err)
 		}
+		answers = append(answers, fmt.Sprintf("%s: %s-%d offset %d", site, pushedTopic, r.Partition.Partition, r.Offset))
 	}
-	printf("      a producer in each of bj, hf and gz published to %s through the master in %v\n", pushedTopic, time.Since(start).Round(time.Millisecond))
+	printf("      a producer in each of bj, hf and gz published to %s at its own site in %v; hf's and gz's write gateways carried the puts to bj, which stored them (%s)\n",
+		pushedTopic, time.Since(start).Round(time.Millisecond), strings.Join(answers, ", "))
 	if _, _, err := s.replicated(ctx, pushedTopic, 2); err != nil {
 		return fmt.Errorf("demo: replication of %s: %w", pushedTopic, err)
 	}
@@ -113,6 +124,10 @@ func (d *demo) Tour(ctx context.Context) error {
 
 func (d *demo) produce(ctx context.Context, site, topic string, n int, from string) error {
 	return produce(ctx, d.site(site).bjAddr, topic, n, from)
+}
+
+func (d *demo) produceAtSite(ctx context.Context, site, topic, from string) (client.SendResult, error) {
+	return produceOne(ctx, d.site(site).b.Broker.Addr().String(), topic, from)
 }
 
 func (d *demo) replicated(ctx context.Context, topic string, _ int) (uint32, int64, error) {
@@ -183,6 +198,12 @@ func (n *netnsDemo) Tour(ctx context.Context) error {
 func (n *netnsDemo) produce(ctx context.Context, site, topic string, count int, from string) error {
 	var pr produceResult
 	return n.step(ctx, n.site(site).ns, stepRequest{Op: "produce", Addr: n.site("bj").metaqAddr(), Topic: topic, N: count, From: from}, &pr)
+}
+
+func (n *netnsDemo) produceAtSite(ctx context.Context, site, topic, from string) (client.SendResult, error) {
+	var pr produceResult
+	err := n.step(ctx, n.site(site).ns, stepRequest{Op: "produce-one", Addr: n.site(site).metaqAddr(), Topic: topic, From: from}, &pr)
+	return client.SendResult{Partition: client.Partition{Partition: pr.Partition}, Offset: pr.Offset}, err
 }
 
 // replicated compares every copy record for record at the same offsets,

@@ -15,7 +15,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -37,7 +36,7 @@ func main() {
 		dir      = fs.String("dir", "soak-runs", "where each run writes its files (kept for failing runs)")
 		report   = fs.String("report", "", "write the report to this file too")
 		repo     = fs.String("repo", ".", "the repository (deploy/ and .ci/ scripts)")
-		bin      = fs.String("bin", "", "directory holding metaq-server and configsync (default: built into -dir/bin)")
+		bin      = fs.String("bin", "", "directory holding metaq-server, configsync and nats-server (default: built into -dir/bin)")
 		converge = fs.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
 		keep     = fs.Bool("keep", false, "keep the files of clean runs too")
 	)
@@ -71,11 +70,8 @@ func main() {
 	}
 	if *bin == "" {
 		*bin = filepath.Join(out, "bin")
-		cmd := exec.Command("go", "build", "-o", *bin+"/", "./cmd/metaq-server", "./cmd/configsync")
-		cmd.Dir = root
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			log.Fatalf("metaq-soak: build metaq-server: %v", err)
+		if err := faultsched.BuildBin(root, *bin); err != nil {
+			log.Fatalf("metaq-soak: %v", err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -148,7 +144,11 @@ func kindList() string {
 	for _, k := range faultsched.AllKinds {
 		s = append(s, string(k))
 	}
-	return strings.Join(s, ",")
+	var extra []string
+	for _, k := range faultsched.ExtraKinds {
+		extra = append(extra, string(k))
+	}
+	return "all (" + strings.Join(s, ",") + "), and " + strings.Join(extra, ",") + " (named on its own: all,push)"
 }
 
 // envDuration reads a duration from the environment: a Go duration, or a

@@ -18,6 +18,7 @@ import (
 	"metaq/georeplicator"
 	"metaq/internal/atomicfile"
 	"metaq/internal/hostaddr"
+	"metaq/internal/peek"
 	"metaq/internal/siterole"
 )
 
@@ -43,6 +44,9 @@ type shipperComponent struct {
 	// guard is when the generation was last confirmed in ZooKeeper (nil
 	// with ZooKeeper off); set in Start before anything reads it.
 	guard *ackGuard
+	// stopGateway stops serving gateway links on a [replication] listen
+	// of its own (nil on the MetaQ port, which serves them itself).
+	stopGateway func()
 }
 
 func newShipperComponent() *shipperComponent { return &shipperComponent{} }
@@ -77,6 +81,19 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 	ln, shared, err := listenReplication(b, cfg)
 	if err != nil {
 		return err
+	}
+	if !shared {
+		// A listener of its own serves the slave sites' gateway links
+		// too: without ZooKeeper a slave knows only this address.
+		sp := peek.NewSplit(ln, georeplicator.GatewayFirstByte, 10*time.Second)
+		ln = sp.Rest()
+		gctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { // ended with the listener (the shipper closes it) or by stop
+			defer close(done)
+			b.serveGatewayOn(gctx, sp.Matched())
+		}()
+		c.stopGateway = func() { stop(); <-done }
 	}
 	if serverTLS == nil && secret == nil && !config.IsLoopbackAddr(ln.Addr().String()) {
 		b.Logger().Warn("REPLICATION: the log is served without TLS to any host that reaches "+ln.Addr().String()+
@@ -311,7 +328,12 @@ func (c *shipperComponent) Close() error {
 	s, b := c.s, c.b
 	c.s = nil
 	cancel := c.cancel
+	stopGateway := c.stopGateway
+	c.stopGateway = nil
 	c.mu.Unlock()
+	if stopGateway != nil {
+		defer stopGateway() // after the shipper closed the shared listener
+	}
 	if s == nil {
 		return nil
 	}

@@ -952,6 +952,16 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			}
 			continue
 		}
+		// A sibling gossip declared down that had applied more: promoting
+		// this site would drop what it holds (acknowledged synchronous
+		// puts among them); wait for it to come back, or an operator.
+		if why := b.downSiblingAhead(t); why != "" {
+			if why != waiting {
+				b.log.Warn("FAILOVER: not promoting automatically", "why", why)
+				waiting = why
+			}
+			continue
+		}
 		waiting = ""
 		rep, err := b.PromoteWith(ctx, PromoteOptions{Auto: true})
 		if err != nil {
@@ -1023,6 +1033,16 @@ func (b *Bundle) failoverCandidate(t *topology.Topology) (string, bool) {
 	mySite := b.Config().Site.Name
 	best := siterole.Candidate(mySite, b.appliedPos(), gossipPeers(t, b.Config().System.BrokerID))
 	return best, best == mySite
+}
+
+// downSiblingAhead is siterole.DownSiblingAhead for this site: "" unless a
+// slave site gossip declared down was last seen ahead of it.
+func (b *Bundle) downSiblingAhead(t *topology.Topology) string {
+	var gen uint64
+	if id, err := b.identity(); err == nil {
+		gen = id.Generation()
+	}
+	return siterole.DownSiblingAhead(b.Config().Site.Name, b.appliedPos(), gen, gossipPeers(t, b.Config().System.BrokerID))
 }
 
 // refreshGossip gossips a changed mastership now rather than at the next

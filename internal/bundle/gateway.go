@@ -21,10 +21,12 @@ import (
 // [replication] secretFile, inside TLS with the site's replication
 // certificates when it has them), and answered with the master's answer. A
 // topic not forwarded is refused as before; a master never forwards (no
-// replicaHolder refusal). A samsa slave (gregor) and a bundle without
-// ZooKeeper have no gateway.
+// replicaHolder refusal). Without ZooKeeper the link goes to the master's
+// replication address (masterAddress, or what gossip names after a
+// failover), where a master with a [replication] listen of its own serves
+// gateway links too (serveGatewayOn). A samsa slave (gregor) has no gateway.
 func (b *Bundle) startGateway() error {
-	if b.opts.Mode == ModeGregor || b.Registry == nil {
+	if b.opts.Mode == ModeGregor {
 		return nil
 	}
 	secrets, err := ReplicationSecrets(b.Config())
@@ -45,16 +47,42 @@ func (b *Bundle) startGateway() error {
 		if err != nil {
 			return nil, err
 		}
-		return georeplicator.GatewayDial(nc, secret, true, tc)
+		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
 	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
 		Holder: replicaHolder,
-		Master: b.newMasterAddr,
+		Master: b.gatewayMasterAddr,
 		Dial:   dial,
 	}); err != nil {
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
 	return nil
+}
+
+// gatewayCompresses says whether the gateway link is compressed (zstd,
+// the one codec it has): unless this site's replication link is set to
+// compression=none (async_slave.properties, else [replication]).
+func (b *Bundle) gatewayCompresses() bool {
+	mode := b.Config().Replication.Compression
+	if sl := b.SlaveConfig(); sl != nil && sl.Compression != "" {
+		mode = sl.Compression
+	}
+	m, err := georeplicator.ParseMode(mode)
+	return err != nil || m != georeplicator.ModeNone
+}
+
+// gatewayMasterAddr is where the gateway link goes: the MetaQ address of
+// the master ZooKeeper names; without ZooKeeper, the replication address
+// this site follows, which serves gateway links as well.
+func (b *Bundle) gatewayMasterAddr(ctx context.Context) (string, error) {
+	if b.Registry != nil {
+		return b.newMasterAddr(ctx)
+	}
+	sl := b.SlaveConfig()
+	if sl == nil || sl.MasterAddress == "" {
+		return "", errors.New("no ZooKeeper and no masterAddress to follow: the master is not known")
+	}
+	return b.gossipResolver(sl.MasterAddress).MasterAddr(ctx)
 }
 
 // gatewayClientTLS is the TLS a gateway link is dialed with: the
@@ -78,6 +106,19 @@ func gatewayClientTLS(b *Bundle) (*tls.Config, error) {
 // connection. A bundle that is a replica serves them too (a put reaching
 // it is refused, or forwarded again, as any client's).
 func (b *Bundle) serveGatewayLinks(ctx context.Context) {
+	ln, err := b.Broker.ListenFirstBytes(georeplicator.GatewayFirstByte)
+	if err != nil {
+		b.log.Error("GATEWAY: not serving gateway links", "err", err)
+		return
+	}
+	b.serveGatewayOn(ctx, ln)
+}
+
+// serveGatewayOn serves the gateway links ln accepts (the MetaQ port's, or
+// those of a [replication] listen of its own) until ctx ends or ln is
+// closed, and closes ln.
+func (b *Bundle) serveGatewayOn(ctx context.Context, ln net.Listener) {
+	defer ln.Close()
 	secrets, err := ReplicationSecrets(b.Config())
 	if err != nil {
 		b.log.Error("GATEWAY: not serving gateway links", "err", err)
@@ -90,14 +131,8 @@ func (b *Bundle) serveGatewayLinks(ctx context.Context) {
 			return
 		}
 	}
-	ln, err := b.Broker.ListenFirstBytes(georeplicator.GatewayFirstByte)
-	if err != nil {
-		b.log.Error("GATEWAY: not serving gateway links", "err", err)
-		return
-	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	defer ln.Close()
 	for {
 		nc, err := ln.Accept()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/registry"
 	"metaq/configsync"
 	"metaq/internal/testutil"
 	"metaq/topology"
@@ -124,6 +125,18 @@ func TestTwoBrokersPerSite(t *testing.T) {
 		}
 		return nil
 	})
+	// A watch on each view node says whether the view kept pointing at hf
+	// while the consumer read: under load the view keeper may move a
+	// broker id back to its master for a while (gossip found hf's replica
+	// unhealthy), and then the master serving gets is what pinning means.
+	moved := map[int]registry.Watch{}
+	for _, id := range []int{1, 2} {
+		data, w, err := zc.GetW(ctx, fmt.Sprintf("%s/brokers/ids/%d/master", view, id))
+		if err != nil || string(data) != slaves[slaveKey{"hf", id}].Broker.URL() {
+			t.Fatalf("view master of %d = %q %v", id, data, err)
+		}
+		moved[id] = w
+	}
 	gets := map[int]int64{}
 	for id, m := range masters {
 		gets[id] = statInt(m, "cmd_get")
@@ -140,6 +153,12 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	consumeDistinct(t, ctx, cons, "orders")(n, 30*time.Second)
 	cons.Close(context.Background())
 	for id, m := range masters {
+		select {
+		case <-moved[id]:
+			t.Logf("hf's view of broker %d changed while the consumer read: its gets are not checked", id)
+			continue
+		default:
+		}
 		if d := statInt(m, "cmd_get") - gets[id]; d != 0 {
 			t.Errorf("master %d served %d gets to the consumer pinned to hf", id, d)
 		}

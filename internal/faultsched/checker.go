@@ -12,19 +12,20 @@ import (
 
 // Violation kinds.
 const (
-	VSyncAckLost     = "sync-ack-lost"       // an acknowledged put to the synchronous topic is not served
-	VAsyncAckLost    = "async-ack-lost"      // an acknowledged asynchronous put is neither served at its offset nor saved aside
-	VAckMoved        = "ack-moved"           // an acknowledged put is served, but not at the offset it was acknowledged with
-	VOffsetConflict  = "offset-two-records"  // two acknowledged puts with different records at one partition and offset, neither saved aside
-	VNoConvergence   = "no-convergence"      // the sites do not serve identical bytes within the bound after the last fault
-	VNoMaster        = "no-master"           // no site is master after every fault healed
-	VUnreadable      = "unreadable"          // a site's log could not be read at the end (a damaged record, an error answer)
-	VUnnamedFailure  = "unnamed-failure"     // a command or put failed without naming its cause
-	VUnexpectedExit  = "unexpected-exit"     // a site's process exited without being killed
-	VSiteNotStarting = "site-did-not-answer" // a site did not answer its admin endpoint after the heal
-	VTwoMastersInGen = "two-sites-one-gen"   // two sites acknowledged puts in the same generation
-	VTwoMasters      = "two-masters"         // two sites report mode master after the heal
-	VDamageUnserved  = "damage-not-repaired" // a site skips a range of a partition (lost to damage) after the heal
+	VSyncAckLost        = "sync-ack-lost"        // an acknowledged put to the synchronous topic is not served
+	VAsyncAckLost       = "async-ack-lost"       // an acknowledged asynchronous put is neither served at its offset nor saved aside
+	VAckMoved           = "ack-moved"            // an acknowledged put is served, but not at the offset it was acknowledged with
+	VOffsetConflict     = "offset-two-records"   // two acknowledged puts with different records at one partition and offset, neither saved aside
+	VNoConvergence      = "no-convergence"       // the sites do not serve identical bytes within the bound after the last fault
+	VNoMaster           = "no-master"            // no site is master after every fault healed
+	VUnreadable         = "unreadable"           // a site's log could not be read at the end (a damaged record, an error answer)
+	VUnnamedFailure     = "unnamed-failure"      // a command or put failed without naming its cause
+	VUnexpectedExit     = "unexpected-exit"      // a site's process exited without being killed
+	VSiteNotStarting    = "site-did-not-answer"  // a site did not answer its admin endpoint after the heal
+	VTwoMastersInGen    = "two-sites-one-gen"    // two sites acknowledged puts in the same generation
+	VTwoMasters         = "two-masters"          // two sites report mode master after the heal
+	VDamageUnserved     = "damage-not-repaired"  // a site skips a range of a partition (lost to damage) after the heal
+	VConfigNotConverged = "config-not-converged" // a site does not run the last server.ini published by configsync after the heal
 )
 
 // Violation is one finding of the checker.

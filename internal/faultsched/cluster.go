@@ -29,8 +29,13 @@ type Cluster struct {
 	// before Close unmounts it.
 	KeepData bool
 
-	mu      sync.Mutex
-	procs   map[string]*proc
+	mu    sync.Mutex
+	procs map[string]*proc
+	nats  map[string]*proc // the sites' NATS servers, with configsync
+	// pushed is the last server.ini a push published (the next push
+	// adds to it).
+	pushed  []byte
+	pushN   int
 	stopped map[string]bool // SIGSTOPped
 	zkDown  map[string]bool
 	exits   []string // processes that exited without being killed
@@ -47,7 +52,7 @@ type proc struct {
 
 // NewCluster returns a cluster of the layout's sites, nothing started.
 func NewCluster(l *Layout, bin, repo string) *Cluster {
-	c := &Cluster{L: l, Bin: bin, Repo: repo, procs: map[string]*proc{}, stopped: map[string]bool{}, zkDown: map[string]bool{}}
+	c := &Cluster{L: l, Bin: bin, Repo: repo, procs: map[string]*proc{}, nats: map[string]*proc{}, stopped: map[string]bool{}, zkDown: map[string]bool{}}
 	c.Links = NewLinks(c.pids)
 	return c
 }
@@ -76,6 +81,11 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.Links.Listen(s, c.L.LinkAddr(s), c.L.ReplAddr(s)); err != nil {
 			return err
 		}
+		if c.L.ConfigSync {
+			if err := c.startNATS(ctx, s); err != nil {
+				return err
+			}
+		}
 	}
 	for _, s := range Sites {
 		if err := c.StartSite(s); err != nil {
@@ -84,6 +94,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.WaitUp(ctx, s, 60*time.Second); err != nil {
 			return err
 		}
+	}
+	if c.L.ConfigSync {
+		return c.firstPush(ctx)
 	}
 	return nil
 }
@@ -338,6 +351,7 @@ func (c *Cluster) Close() error {
 		}
 	}
 	c.Links.Close()
+	c.stopNATS()
 	for _, s := range Sites {
 		if !c.ZKDown(s) {
 			if err := c.StopZK(s); err != nil {

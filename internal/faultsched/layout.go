@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"metaq/internal/freeport"
 )
 
 // Sites are the three sites of the layout, the configured master first.
@@ -30,12 +31,15 @@ const (
 
 // Port offsets within a site's block; the script's own, plus the proxies'.
 const (
-	offZK      = 0
-	offZKProxy = 4 // the harness's proxy to the site's ZooKeeper
-	offLink    = 5 // the harness's proxy in front of the replication listener
-	offAdmin   = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
-	offMetaQ   = 10
-	offRepl    = 11
+	offZK          = 0
+	offNATS        = 1 // the site's NATS server (configsync), when run
+	offNATSCluster = 2
+	offNATSGateway = 3
+	offZKProxy     = 4 // the harness's proxy to the site's ZooKeeper
+	offLink        = 5 // the harness's proxy in front of the replication listener
+	offAdmin       = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
+	offMetaQ       = 10
+	offRepl        = 11
 )
 
 // Layout is the deploy/ layout of three sites under Dir, with ports from
@@ -44,6 +48,10 @@ type Layout struct {
 	Dir   string
 	Base  int
 	Token string
+	// ConfigSync says the sites run configsync's agents against a NATS
+	// server per site (joined by gateways, as deploy/nats has it), which
+	// the cluster starts.
+	ConfigSync bool
 }
 
 func (l *Layout) port(site string, off int) int {
@@ -82,6 +90,15 @@ func (l *Layout) SiteDir(site string) string { return filepath.Join(l.Dir, site+
 // DataDir is the site's dataPath.
 func (l *Layout) DataDir(site string) string { return filepath.Join(l.SiteDir(site), "data") }
 
+// NATSAddr is the site's NATS server (configsync).
+func (l *Layout) NATSAddr(site string) string { return l.addr(site, offNATS) }
+
+// Agent is the name the site's configsync agent reports under.
+func (l *Layout) Agent(site string) string { return site + "-1" }
+
+// PushKey is the key configsync pushes are signed with (every site trusts it).
+func (l *Layout) PushKey() string { return filepath.Join(l.Dir, "push.key") }
+
 // ZKDir is where the site's ZooKeeper keeps its files.
 func (l *Layout) ZKDir(site string) string { return filepath.Join(l.Dir, "zk-"+site) }
 
@@ -91,13 +108,17 @@ func (l *Layout) ZKDir(site string) string { return filepath.Join(l.Dir, "zk-"+s
 type LayoutOptions struct {
 	SessionTimeoutMs int // zk.zkSessionTimeoutMs, default 4000
 	SyncTimeMs       int // zk.zkSyncTimeMs, default 200
+	// ConfigSync keeps deploy/'s [nats] sections: the sites' configsync
+	// agents run, against NATS servers the cluster starts. Without it
+	// they are dropped and nothing of configsync runs.
+	ConfigSync bool
 }
 
 // WriteLayout runs deploy/local-three-sites.sh layout (secrets, mutual
 // TLS certificates, server.ini and every site's overlay) under dir with
 // the commands in bin, then points each site's ZooKeeper and replication
-// addresses at the harness's proxies, drops configsync's NATS (not run
-// here) and adds the workload's topics.
+// addresses at the harness's proxies, drops configsync's NATS unless
+// o.ConfigSync, and adds the workload's topics.
 func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*Layout, error) {
 	if o.SessionTimeoutMs == 0 {
 		o.SessionTimeoutMs = 4000
@@ -114,7 +135,13 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("faultsched: local-three-sites.sh layout %s: %w\n%s", dir, err, out)
 	}
-	l := &Layout{Dir: dir, Base: base}
+	l := &Layout{Dir: dir, Base: base, ConfigSync: o.ConfigSync}
+	keepNATS := func(b []byte) []byte {
+		if o.ConfigSync {
+			return b
+		}
+		return dropSection(b, "nats")
+	}
 	tok, err := os.ReadFile(filepath.Join(dir, "token"))
 	if err != nil {
 		return nil, fmt.Errorf("faultsched: layout token: %w", err)
@@ -131,8 +158,7 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 			b = setINI(b, "replication", "stuckAfterMs", "3000")
 			// Small segments, so that a schedule has sealed ones to damage.
 			b = setINI(b, "system", "maxSegmentSize", "65536")
-			// configsync's NATS is not run here.
-			return append(dropSection(b, "nats"), topics...)
+			return append(keepNATS(b), topics...)
 		}); err != nil {
 			return nil, err
 		}
@@ -140,7 +166,7 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 			b = setINI(b, "zookeeper", "zk.zkConnect", l.ZKProxyAddr(s))
 			b = setINI(b, "replication", "advertise", l.LinkAddr(s))
 			b = setINI(b, "site", "adminAddr", l.AdminAddr(s))
-			return dropSection(b, "nats")
+			return keepNATS(b)
 		}); err != nil {
 			return nil, err
 		}
@@ -223,30 +249,12 @@ func setProp(b []byte, key, value string) []byte {
 }
 
 // freeBase finds a base whose three blocks of ports nothing listens on
-// (TCP or UDP: gossip uses both), below the kernel's ephemeral range.
+// (TCP or UDP: gossip uses both), leased through internal/freeport so that
+// the tests of other packages running at the same time do not pick them.
 func freeBase() (int, error) {
-	for range 100 {
-		base := 20000 + rand.IntN(120)*100
-		if portsFree(base, layoutPortMax*len(Sites)) {
-			return base, nil
-		}
+	base, err := freeport.Consecutive(layoutPortMax * len(Sites))
+	if err != nil {
+		return 0, fmt.Errorf("faultsched: %w", err)
 	}
-	return 0, fmt.Errorf("faultsched: no free block of %d ports", layoutPortMax*len(Sites))
-}
-
-func portsFree(base, n int) bool {
-	for p := base; p < base+n; p++ {
-		a := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		l, err := net.Listen("tcp", a)
-		if err != nil {
-			return false
-		}
-		l.Close()
-		u, err := net.ListenPacket("udp", a)
-		if err != nil {
-			return false
-		}
-		u.Close()
-	}
-	return true
+	return base, nil
 }

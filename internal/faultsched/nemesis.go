@@ -130,7 +130,7 @@ func (n *Nemesis) apply(ctx context.Context, e Event) {
 		var what string
 		what, err = c.FlipSealed(e.A, e.Amount)
 		rec.Output = what
-	case KindSwitchover, KindPromote, KindPromoteForce:
+	case KindSwitchover, KindPromote, KindPromoteForce, KindPush:
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -147,6 +147,10 @@ func (n *Nemesis) apply(ctx context.Context, e Event) {
 // command runs an operator command at site A; a stopped or killed site
 // cannot answer, which the command must say.
 func (n *Nemesis) command(ctx context.Context, e Event, rec FaultRecord) {
+	if e.Kind == KindPush {
+		n.push(ctx, e, rec)
+		return
+	}
 	var args []string
 	switch e.Kind {
 	case KindSwitchover:
@@ -163,6 +167,27 @@ func (n *Nemesis) command(ctx context.Context, e Event, rec FaultRecord) {
 	rec.Output = out
 	if err != nil {
 		rec.Err = err.Error()
+	}
+	rec.Event += fmt.Sprintf(" (took %v)", rec.Took.Round(time.Millisecond))
+	n.record(rec)
+}
+
+// push publishes server.ini with one more topic with configsync at site A;
+// a site that is down or cut off must be named in the command's per-site
+// result, and catch up after the heal (Cluster.ConfigConverged).
+func (n *Nemesis) push(ctx context.Context, e Event, rec FaultRecord) {
+	rec.Command = true
+	file := n.C.NextPush()
+	t0 := time.Now()
+	out, v, err := n.C.Push(ctx, e.A, file, 10*time.Second)
+	rec.Took = time.Since(t0)
+	rec.Output = out
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	if v > 0 {
+		n.C.Pushed(file)
+		rec.Event += fmt.Sprintf(" (version %d)", v)
 	}
 	rec.Event += fmt.Sprintf(" (took %v)", rec.Took.Round(time.Millisecond))
 	n.record(rec)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.WriteFile(filepath.Join(dir, "schedule.txt"), []byte(res.Schedule), 0o644); err != nil {
 		return nil, fmt.Errorf("faultsched: %w", err)
 	}
-	l, err := WriteLayout(ctx, o.Repo, o.Bin, filepath.Join(dir, "sites"), LayoutOptions{})
+	l, err := WriteLayout(ctx, o.Repo, o.Bin, filepath.Join(dir, "sites"), LayoutOptions{ConfigSync: slices.Contains(sched.Kinds, KindPush)})
 	if err != nil {
 		return res, err
 	}
@@ -132,6 +133,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		sleepCtx(ctx, 500*time.Millisecond)
 	}
+	if l.ConfigSync {
+		// Every site runs the last version published: those down or cut
+		// off during a push caught up.
+		for {
+			ok, out := c.ConfigConverged(ctx)
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				res.Violations = append(res.Violations, Violation{Kind: VConfigNotConverged,
+					Detail: fmt.Sprintf("%v after the heal the sites do not all run the desired version:\n%s", o.ConvergeBound, out)})
+				break
+			}
+			sleepCtx(ctx, 500*time.Millisecond)
+		}
+	}
 	var masters []string
 	for _, s := range Sites {
 		if st, err := c.Status(ctx, s); err == nil && st.Mode == "master" {
@@ -145,7 +162,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	f.Exits = c.Exits()
 	ops := w.Ops()
 	faults := n.Records()
-	res.Violations, res.ForcedLoss = Check(ops, faults, f)
+	vs, forced := Check(ops, faults, f)
+	res.Violations, res.ForcedLoss = append(vs, res.Violations...), forced
 	if len(masters) > 1 {
 		res.Violations = append(res.Violations, Violation{Kind: VTwoMasters, Detail: fmt.Sprintf("after the heal %v all report mode master", masters)})
 	}

@@ -25,16 +25,23 @@ const (
 	KindPromoteForce Kind = "promote-force" // metaq-server promote -force, run at site A
 	KindDiskFull     Kind = "disk-full"     // site A's data filesystem (a tmpfs of its own) filled; healed by freeing it
 	KindFlip         Kind = "flip"          // one byte flipped in a sealed log segment of site A
+	KindPush         Kind = "push"          // configsync push at site A of server.ini with one more topic
 )
 
-// AllKinds lists every kind the nemesis can inject.
+// AllKinds lists the kinds "all" means: the twelve the harness started
+// with. It does not grow, so that a seed recorded with "all" (SOAK.md)
+// draws the same schedule later.
 var AllKinds = []Kind{KindKill, KindPause, KindCut, KindZKCut, KindZKDown, KindSlow, KindLossy,
 	KindSwitchover, KindPromote, KindPromoteForce, KindDiskFull, KindFlip}
+
+// ExtraKinds are kinds named on their own ("all,push"): push also runs a
+// NATS server per site for configsync.
+var ExtraKinds = []Kind{KindPush}
 
 // lasting reports whether a fault lasts until a heal event.
 func (k Kind) lasting() bool {
 	switch k {
-	case KindSwitchover, KindPromote, KindPromoteForce, KindFlip:
+	case KindSwitchover, KindPromote, KindPromoteForce, KindFlip, KindPush:
 		return false
 	}
 	return true
@@ -161,18 +168,23 @@ func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
 	return s
 }
 
-// ParseKinds reads a comma list of kinds ("" or "all": every kind).
+// ParseKinds reads a comma list of kinds, where "all" stands for AllKinds
+// ("" is "all").
 func ParseKinds(s string) ([]Kind, error) {
-	if s == "" || s == "all" {
-		return AllKinds, nil
+	if s == "" {
+		s = "all"
 	}
 	var out []Kind
 	for _, f := range strings.Split(s, ",") {
 		k := Kind(strings.TrimSpace(f))
-		if !slices.Contains(AllKinds, k) {
-			return nil, fmt.Errorf("faultsched: unknown fault kind %q (kinds: %v)", k, AllKinds)
+		switch {
+		case k == "all":
+			out = append(out, AllKinds...)
+		case slices.Contains(AllKinds, k) || slices.Contains(ExtraKinds, k):
+			out = append(out, k)
+		default:
+			return nil, fmt.Errorf("faultsched: unknown fault kind %q (kinds: all = %v, and %v)", k, AllKinds, ExtraKinds)
 		}
-		out = append(out, k)
 	}
 	return out, nil
 }

@@ -44,7 +44,7 @@ var (
 	binErr  error
 )
 
-// buildBin builds metaq-server and configsync once for the package's tests.
+// buildBin builds the harness's commands (BuildBin) once for the package's tests.
 func buildBin(t *testing.T) (bin, repo string) {
 	t.Helper()
 	repo, err := filepath.Abs("../..")
@@ -56,12 +56,7 @@ func buildBin(t *testing.T) (bin, repo string) {
 		if binErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/metaq-server", "./cmd/configsync")
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = err
-			t.Logf("%s", out)
-		}
+		binErr = BuildBin(repo, binDir)
 	})
 	if binErr != nil {
 		t.Fatalf("build metaq-server: %v", binErr)

@@ -145,6 +145,26 @@ func SiblingAhead(self string, applied int64, peers []Peer) string {
 	return ""
 }
 
+// DownSiblingAhead is why automatic failover must not promote this site,
+// which applied the master's log of generation gen up to applied: a slave
+// site of that generation that gossip declared down was last seen having
+// applied more of it. Promoting this site would drop what only that site
+// holds, synchronous puts the master acknowledged with it among them (the
+// master needed one slave site, not this one). An operator who knows that
+// site is gone for good promotes with -force. "" when none is.
+func DownSiblingAhead(self string, applied int64, gen uint64, peers []Peer) string {
+	for _, p := range peers {
+		if p.Self || p.Site == self || p.Role != Slave || p.Alive || p.Suspect || p.Generation != gen {
+			continue
+		}
+		if p.LogPos > applied {
+			return fmt.Sprintf("slave site %s, down now, was last seen having applied the master's log up to %d, this site up to %d: "+
+				"it may hold acknowledged puts this site lacks; bring it back, or promote -force to drop them", p.Site, p.LogPos, applied)
+		}
+	}
+	return ""
+}
+
 // AckFacts are what a master knows when it asks whether it may acknowledge
 // a put.
 type AckFacts struct {

@@ -119,6 +119,31 @@ func TestSiblingAhead(t *testing.T) {
 	}
 }
 
+func TestDownSiblingAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		peers []Peer
+		want  string
+	}{
+		{"none", nil, ""},
+		{"down and ahead", []Peer{{Site: "hf", Role: Slave, Generation: 2, LogPos: 11}}, "hf, down now, was last seen having applied the master's log up to 11, this site up to 10"},
+		{"down and behind", []Peer{{Site: "hf", Role: Slave, Generation: 2, LogPos: 9}}, ""},
+		{"down, equal", []Peer{{Site: "hf", Role: Slave, Generation: 2, LogPos: 10}}, ""},
+		{"alive and ahead is SiblingAhead's", []Peer{{Site: "hf", Role: Slave, Alive: true, Generation: 2, LogPos: 11}}, ""},
+		{"suspect is not down", []Peer{{Site: "hf", Role: Slave, Suspect: true, Generation: 2, LogPos: 11}}, ""},
+		{"an older generation's position", []Peer{{Site: "hf", Role: Slave, Generation: 1, LogPos: 99}}, ""},
+		{"the dead master", []Peer{{Site: "bj", Role: Master, Generation: 2, LogPos: 99}}, ""},
+		{"self", []Peer{{Site: "gz", Self: true, Role: Slave, Generation: 2, LogPos: 99}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DownSiblingAhead("gz", 10, 2, tc.peers)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("DownSiblingAhead = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestMayAcknowledge(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := State{Role: Master, Generation: 4}
