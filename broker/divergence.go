@@ -21,6 +21,9 @@ package broker
 // group's first get here since the promotion is beyond the end for a
 // legitimate reason (it read this master's records at one of its slave
 // sites), is that it reads them again: at least once, never skipped.
+//
+// A repair's gets (RepairGroup) are never moved: a slave refilling a range
+// it lost to disk damage asks for records it knows this master holds.
 
 import (
 	"math"
@@ -28,6 +31,11 @@ import (
 	"sync"
 	"sync/atomic"
 )
+
+// RepairGroup is the consumer group of the gets with which a site refills
+// a damaged range from a replica (a master from its slaves, a slave from
+// its master): records fetched at the offsets asked, never moved.
+const RepairGroup = "metaq-repair"
 
 type divergence struct {
 	active atomic.Bool // ends are set: the fast path of every other get
@@ -60,7 +68,7 @@ func (b *Broker) SetPromotionEnds(ends map[string]int64) {
 // logged.
 func (b *Broker) divergedGet(group, topic string, partition int32, off, readableEnd int64) (int64, bool) {
 	d := &b.divergence
-	if !d.active.Load() || off == math.MaxInt64 { // MaxInt64: "from the end", answered as usual
+	if !d.active.Load() || off == math.MaxInt64 || group == RepairGroup { // MaxInt64: "from the end", answered as usual
 		return 0, false
 	}
 	part := topic + "-" + strconv.Itoa(int(partition))

@@ -15,7 +15,8 @@ import (
 // of the former master lost at the failover) answers 301 with the end; a
 // get at or before the end, "from the end" (Long.MAX_VALUE), and every
 // later get of a group that passed once are answered as before, and so is
-// everything once the ends are forgotten.
+// everything once the ends are forgotten. A repair's gets (RepairGroup: a
+// slave refilling a range it lost to damage) are never moved.
 func TestGetBeyondPromotionEndMovesBack(t *testing.T) {
 	brk := startBroker(t, vectorConfig(t), nil)
 	cl := dial(t, brk.Addr())
@@ -69,6 +70,7 @@ func TestGetBeyondPromotionEndMovesBack(t *testing.T) {
 		{"at a record boundary after the end", "g3", offsets[4], true},
 		{"at the end", "g4", end, false},
 		{"before the end", "g5", offsets[1], false},
+		{"a repair (a slave refilling a damaged range) after the end", RepairGroup, offsets[4], false},
 	} {
 		to, served := get(c.group, c.off)
 		if c.wantMoved && to != end {

@@ -23,6 +23,7 @@ const (
 	typeControl      byte = 10 // slave → master: a control request (featureControl)
 	typeControlReply byte = 11 // master → slave: its outcome
 	typeLagReport    byte = 12 // master → slave: this slave's lag per partition (featureLagReport)
+	typeHistory      byte = 13 // master → slave: the history of the master's log (featureHistory)
 )
 
 // Feature bits of hello.Features and welcome.Features.
@@ -37,10 +38,14 @@ const (
 	// a shared-secret handshake (framemac.go). Stated in hello only: the
 	// master answers by the label of its proof.
 	featureFrameMAC uint32 = 1 << 2
+	// featureHistory: in hello, the slave reads the history of the
+	// master's log (history.go), which the master sends after welcome and
+	// the slave takes as its own.
+	featureHistory uint32 = 1 << 3
 )
 
 // slaveFeatures are the features every receiver of this version states.
-const slaveFeatures = featureControl | featureLagReport | featureFrameMAC
+const slaveFeatures = featureControl | featureLagReport | featureFrameMAC | featureHistory
 
 // ErrControlUnsupported: the master on the other end of the link takes no
 // control requests (an older version, or one not configured to).

@@ -52,16 +52,32 @@
 // Log positions mean something only within one site's log; partition
 // offsets are the same everywhere. Each site's data directory keeps an
 // Identity: its own log id, the highest master generation it has seen, on a
-// promoted site each partition's end at its promotion, and the role a
+// promoted site each partition's end at its promotion, the history of its
+// log (history.go: every generation whose records it holds, with the
+// partition ends its master was promoted with, as Kafka's leader-epoch
+// checkpoint keeps epoch -> start offset; a promotion appends its epoch, a
+// slave takes its master's history once it follows it), and the role a
 // promotion or a demotion gave the site (the bundle starts in it again). Both ends of
 // the handshake carry them (optional tails of hello and welcome, which
 // older peers neither send nor read). A slave whose checkpoint names
 // another log than the master's (it followed the master before a
 // failover, or it is a former master without a checkpoint) also sends its
-// partition ends; the master starts the stream at the lowest log position
-// that covers every one of them (Store.LogPosition) and the receiver
-// verifies and skips what it holds. Ends beyond the master's promotion ends
-// are records the new master never had: the slave saves them in
+// partition ends and the generations of its history; the two logs share
+// every generation up to the newest both hold, and each partition forks at
+// the lowest end a later epoch of either history recorded (forkEnds). The
+// master cuts the ends at its own later epochs (a slave that sends no
+// generations, at its own promotion ends), starts the stream at the lowest
+// log position that covers every one of them (Store.LogPosition), and
+// names the common generation in welcome; the slave cuts at those ends
+// and at its own later epochs (then connects again, since the master
+// chose the start without them), and the receiver verifies and skips what
+// it holds. After welcome the master sends its history (featureHistory),
+// which the slave keeps as its own. A history keeps at most 16 epochs: older
+// ones are merged into one that cuts no higher than they would. A site two generations behind (bj, the
+// master of generation 0, rejoining hf, promoted at generation 2 from the
+// log of gz, promoted at 1) is cut at gz's promotion, where its log forked,
+// not at hf's. Ends beyond the fork are records the new master never had:
+// the slave saves them in
 // <TailDir>/<topic>-<partition>-<from>-<to>-gen<g>.records (fsynced), then
 // cuts them with Store.TruncatePartition, so they are never served as if
 // replicated (`metaq-server unreplicated` lists and re-publishes them).

@@ -66,7 +66,7 @@ func (s *site) startMaster(sites int, onFence func(*site, Fence)) {
 	s.t.Helper()
 	id := s.id.Get()
 	sh, err := NewShipper(ShipperOptions{Listen: "127.0.0.1:0", BrokerID: 7, Source: s.st, Keepalive: testKeepalive,
-		StuckAfter: time.Hour, FrameBytes: 16 << 10, LogID: id.LogID, Generation: id.Generation, PromotionEnds: id.Ends,
+		StuckAfter: time.Hour, FrameBytes: 16 << 10, LogID: id.LogID, Generation: id.Generation, PromotionEnds: id.Ends, History: id.History,
 		Sites: sites, Lease: testLease, OnFence: func(f Fence) {
 			s.fence.Store(&f)
 			if onFence != nil {

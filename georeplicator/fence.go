@@ -3,8 +3,6 @@ package georeplicator
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"metaq/broker/store"
@@ -114,21 +112,31 @@ func (s *Shipper) fenceAtStart() {
 	}
 }
 
-// promotionEnds lists PromotionEnds for the welcome.
-func (s *Shipper) promotionEnds() []partEnd {
-	var out []partEnd
-	for k, end := range s.opts.PromotionEnds {
-		i := strings.LastIndexByte(k, '-')
-		if i <= 0 {
-			continue
-		}
-		n, err := strconv.Atoi(k[i+1:])
-		if err != nil {
-			continue
-		}
-		out = append(out, partEnd{Topic: k[:i], Partition: n, End: end})
+// history is the history of this master's log: History, else this
+// master's own epoch when it was promoted (PromotionEnds), else none (the
+// first master's log).
+func (s *Shipper) history() []Epoch {
+	if s.opts.History != nil {
+		return s.opts.History
 	}
-	return out
+	if s.opts.PromotionEnds != nil {
+		return []Epoch{{Generation: s.opts.Generation, Ends: s.opts.PromotionEnds}}
+	}
+	return []Epoch{}
+}
+
+// cutEnds is where a slave that resumes by partition ends must cut its
+// partitions for this master's sake: where this master's generations its
+// log lacks start (from its lineage, see forkEnds; common is the newest
+// generation both hold, ok false without a lineage), else this master's
+// promotion ends (a slave that predates histories).
+func (s *Shipper) cutEnds(h hello) (cuts map[string]int64, common uint64, ok bool) {
+	if !h.HasLineage {
+		return s.opts.PromotionEnds, 0, false
+	}
+	hist := s.history()
+	common = commonGeneration(hist, h.Lineage)
+	return cutsAbove(hist, common, h.Ends), common, true
 }
 
 // positionLocator is implemented by stores that can map a partition offset
@@ -139,9 +147,10 @@ type positionLocator interface {
 
 // startForEnds finds where a slave that followed another master's log
 // resumes on this one: the lowest log position that covers every
-// partition's end it reported (partitions it lacks from their start). The
+// partition's end it reported, or of where it cuts (cuts, see cutEnds),
+// whichever is lower (partitions it lacks from their start). The
 // receiver verifies and skips what it already holds.
-func (s *Shipper) startForEnds(ends []partEnd) (start int64, truncated bool, err error) {
+func (s *Shipper) startForEnds(ends []partEnd, cuts map[string]int64) (start int64, truncated bool, err error) {
 	first, durable := s.opts.Source.LogBounds()
 	have := make(map[pkey]int64, len(ends))
 	for _, e := range ends {
@@ -150,7 +159,7 @@ func (s *Shipper) startForEnds(ends []partEnd) (start int64, truncated bool, err
 	start = durable
 	for _, p := range s.opts.Source.Partitions() {
 		from, ok := have[pkey{p.Topic, p.Partition}]
-		if pe, cut := s.opts.PromotionEnds[PartKey(p.Topic, p.Partition)]; ok && cut && from > pe {
+		if pe, cut := cuts[PartKey(p.Topic, p.Partition)]; ok && cut && from > pe {
 			from = pe // the slave cuts what it holds beyond (see Receiver.cutTail)
 		}
 		if !ok || from < p.Min {

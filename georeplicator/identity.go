@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -25,6 +26,13 @@ import (
 //   - Ends, when this site became master, are each partition's end at that
 //     moment (what the new master had). A former master that rejoins cuts
 //     everything beyond them (the unreplicated tail) and saves it aside.
+//   - History is the history of this site's log: the epoch of every
+//     generation whose records it holds (Epoch: the generation and the
+//     partition ends its master was promoted with), oldest first. A
+//     promotion appends its own epoch; a slave takes its master's history
+//     once it follows it (cut where the two forked). A rejoining site is
+//     cut at the earliest fork of its history and the new master's, which
+//     may lie generations back.
 //   - Role, once a promotion or a demotion changed this site's role at run
 //     time, is that role: it overrides the role the site is started in, so
 //     that a restart with the unchanged configuration comes back as what
@@ -33,6 +41,7 @@ type Identity struct {
 	LogID      string           `json:"logId"`
 	Generation uint64           `json:"generation"`
 	Ends       map[string]int64 `json:"promotionEnds,omitempty"` // "topic-partition" -> end
+	History    []Epoch          `json:"history,omitempty"`
 	Role       *Role            `json:"role,omitempty"`
 }
 
@@ -85,6 +94,13 @@ func OpenIdentity(file string) (*IdentityStore, error) {
 	if s.id.LogID == "" {
 		return nil, fmt.Errorf("georeplicator: identity %s has no logId", file)
 	}
+	if s.id.History == nil && s.id.Ends != nil && s.id.Role != nil && s.id.Role.Name == RoleMaster {
+		// Written before histories were kept: a master knows its own epoch.
+		// Elsewhere the history is unknown, and an empty one makes a
+		// rejoining site cut at the earliest epoch of the master's history
+		// (it saves aside, and then receives again, what it shares beyond).
+		s.id.History = []Epoch{{Generation: s.id.Role.Generation, Ends: s.id.Ends}}
+	}
 	return s, nil
 }
 
@@ -109,6 +125,7 @@ func (s *IdentityStore) Get() Identity {
 			id.Ends[k] = v
 		}
 	}
+	id.History = cloneHistory(s.id.History)
 	return id
 }
 
@@ -149,7 +166,31 @@ func (s *IdentityStore) Promote(gen uint64, ends map[string]int64) error {
 	}
 	s.id.Generation = gen
 	s.id.Ends = ends
+	s.id.History = boundHistory(append(cloneHistory(s.id.History), Epoch{Generation: gen, Ends: maps.Clone(ends)}))
 	s.id.Role = &Role{Name: RoleMaster, Generation: gen, Since: time.Now().UTC()}
+	return s.saveLocked()
+}
+
+// History is the history of this site's log (see Identity), a copy; empty
+// for the first master's log.
+func (s *IdentityStore) History() []Epoch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id.History == nil {
+		return []Epoch{}
+	}
+	return cloneHistory(s.id.History)
+}
+
+// Follow makes h, the history of the master this site now follows (its log
+// cut where the two forked), the history of this site's log.
+func (s *IdentityStore) Follow(h []Epoch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sameHistory(s.id.History, h) {
+		return nil
+	}
+	s.id.History = boundHistory(cloneHistory(h))
 	return s.saveLocked()
 }
 

@@ -35,6 +35,13 @@ type hello struct {
 	// Features are the optional messages this slave understands
 	// (feature* in control.go), after Ends: older masters ignore them.
 	Features uint32
+	// Lineage (with HasLineage, after Features) lists the generations of
+	// the history of the slave's log (Identity.History): a master that
+	// resumes it by partition ends finds the newest generation both logs
+	// hold and cuts it where the master's later generations start. Older
+	// slaves send none; they are cut at the master's own promotion ends.
+	HasLineage bool
+	Lineage    []uint64
 }
 
 func (h hello) encode() []byte {
@@ -57,6 +64,9 @@ func (h hello) encode() []byte {
 	e.u64(h.Generation)
 	encodeEnds(&e, h.Ends)
 	e.u32(h.Features)
+	if h.HasLineage {
+		encodeGenerations(&e, h.Lineage)
+	}
 	return e.b
 }
 
@@ -104,6 +114,9 @@ func decodeHello(p []byte) (hello, error) {
 	if d.err == nil && len(d.b) >= 4 {
 		h.Features = d.u32()
 	}
+	if d.err == nil && len(d.b) > 0 {
+		h.HasLineage, h.Lineage = true, decodeGenerations(&d)
+	}
 	return h, d.err
 }
 
@@ -123,14 +136,23 @@ type welcome struct {
 	LogID      string
 	Generation uint64
 	ByEnds     bool
-	// PromotionEnds (with ByEnds) are each partition's end when this master
-	// was promoted: a slave holding more (a former master's unreplicated
-	// tail) cuts it and saves it aside before it follows.
+	// PromotionEnds (with ByEnds) are where this master's generations that
+	// the slave's log lacks start in its partitions (from the slave's
+	// lineage; for a slave that sent none, each partition's end when this
+	// master was promoted): a slave holding more (a former master's
+	// unreplicated tail) cuts it and saves it aside before it follows.
 	PromotionEnds []partEnd
 	// Features are the optional messages this master accepts or sends on
 	// this link (feature* in control.go), after PromotionEnds: older
 	// slaves ignore them, and a slave reads none from an older master.
 	Features uint32
+	// Common (with HasCommon, after Features; with ByEnds and a lineage in
+	// hello) is the newest generation both logs hold: the slave also cuts
+	// where its own later generations start, which this master does not
+	// know. The master's history itself follows in a history frame
+	// (featureHistory). Older masters send neither.
+	HasCommon bool
+	Common    uint64
 }
 
 func (w welcome) encode() []byte {
@@ -155,6 +177,9 @@ func (w welcome) encode() []byte {
 	e.u8(f)
 	encodeEnds(&e, w.PromotionEnds)
 	e.u32(w.Features)
+	if w.HasCommon {
+		e.u64(w.Common)
+	}
 	return e.b
 }
 
@@ -171,6 +196,9 @@ func decodeWelcome(p []byte) (welcome, error) {
 	}
 	if d.err == nil && len(d.b) >= 4 {
 		w.Features = d.u32()
+	}
+	if d.err == nil && len(d.b) >= 8 {
+		w.HasCommon, w.Common = true, d.u64()
 	}
 	return w, d.err
 }

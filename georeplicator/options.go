@@ -114,6 +114,12 @@ type ShipperOptions struct {
 	// ends is resumed from at most these, and told them: what it holds
 	// beyond them this master never had, and it cuts that tail.
 	PromotionEnds map[string]int64
+	// History is the history of this master's log (Identity.History: every
+	// generation's promotion ends, this master's last). A slave that
+	// resumes by partition ends and sends its own history is cut at the
+	// earliest fork of both, and takes this history as its own. nil with
+	// PromotionEnds set: this master's own epoch only.
+	History []Epoch
 	// Sites is the number of sites of this brokerId, master included. When
 	// above 1 the master holds a lease: it is confirmed while it and enough
 	// slaves for a majority of Sites acked within Lease, and reports

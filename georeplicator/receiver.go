@@ -385,6 +385,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 		MasterLog: masterLog, Features: slaveFeatures}
 	if r.opts.Identity != nil {
 		h.Generation = r.opts.Identity.Generation()
+		h.HasLineage, h.Lineage = true, generations(r.opts.Identity.History())
 	}
 	if masterLog == "" && resume < 0 && r.opts.Identity != nil && len(r.opts.Sink.Partitions()) > 0 {
 		// No checkpoint, but data (a former master rejoining as a slave):
@@ -433,6 +434,22 @@ func (r *Receiver) session() (progressed bool, err error) {
 	if w.ByEnds && len(w.PromotionEnds) > 0 {
 		if err := r.cutTail(w.PromotionEnds, w.Generation); err != nil {
 			return false, err
+		}
+	}
+	if id := r.opts.Identity; id != nil && w.ByEnds && w.HasCommon {
+		// Records of this log's own generations after the common one are
+		// not in the master's log either; the master, which does not know
+		// them, chose the stream's start without them: cut, then resume
+		// from the cut on a new connection.
+		var ends []partEnd
+		for _, pi := range r.opts.Sink.Partitions() {
+			ends = append(ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
+		}
+		if own := cutsAbove(id.History(), w.Common, ends); len(own) > 0 {
+			if err := r.cutTail(endsList(own), w.Generation); err != nil {
+				return false, err
+			}
+			return true, fmt.Errorf("georeplicator: cut the records of this site's own generations after generation %d, which master %s does not hold: resuming from the cut", w.Common, addr)
 		}
 	}
 	conn.SetDeadline(time.Time{})
@@ -655,6 +672,19 @@ func (r *Receiver) session() (progressed bool, err error) {
 				return progressed, err
 			}
 			l.deliver(id, rep)
+		case typeHistory:
+			// Cut where it forked (above), this log follows the master's
+			// from here: the master's history is its own.
+			d := dec{b: f.wire}
+			h := decodeHistory(&d)
+			if d.err != nil {
+				return progressed, fmt.Errorf("georeplicator: history from master: %w", d.err)
+			}
+			if id := r.opts.Identity; id != nil {
+				if err := id.Follow(h); err != nil {
+					return progressed, err
+				}
+			}
 		case typeLagReport:
 			lr, err := decodeLagReport(f.wire)
 			if err != nil {

@@ -336,10 +336,17 @@ func (s *Shipper) serve(c net.Conn) error {
 	first, durable := s.opts.Source.LogBounds()
 	start, truncated := h.Resume, false
 	byEnds := h.MasterLog != "" && s.opts.LogID != "" && h.MasterLog != s.opts.LogID
+	var (
+		cuts      map[string]int64
+		common    uint64
+		hasCommon bool
+	)
 	if byEnds {
 		// The slave's position is in another master's log (a failover):
-		// only partition offsets mean the same here.
-		if start, truncated, err = s.startForEnds(h.Ends); err != nil {
+		// only partition offsets mean the same here, up to where the two
+		// logs forked.
+		cuts, common, hasCommon = s.cutEnds(h)
+		if start, truncated, err = s.startForEnds(h.Ends, cuts); err != nil {
 			return refuse(err.Error())
 		}
 	} else if start < first {
@@ -382,12 +389,20 @@ func (s *Shipper) serve(c net.Conn) error {
 
 	w := welcome{Version: protocolVersion, BrokerID: int32(s.opts.BrokerID), Start: start, First: first,
 		Durable: durable, Truncated: truncated, Keepalive: s.opts.Keepalive,
-		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds, Features: ss.features}
+		LogID: s.opts.LogID, Generation: s.opts.Generation, ByEnds: byEnds, Features: ss.features,
+		HasCommon: hasCommon, Common: common}
 	if byEnds {
-		w.PromotionEnds = s.promotionEnds()
+		w.PromotionEnds = endsList(cuts)
 	}
 	if err := ss.write(header{typ: typeWelcome}, w.encode()); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
+	}
+	if h.Features&featureHistory != 0 {
+		var e enc
+		encodeHistory(&e, s.history())
+		if err := ss.write(header{typ: typeHistory}, e.b); err != nil {
+			return fmt.Errorf("write history: %w", err)
+		}
 	}
 	if h.WantConf {
 		if s.opts.ConfigBytes == nil {

@@ -5,25 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/broker/store"
+	"metaq/georeplicator"
 	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
-// repairInterval is how often a degraded master looks for a replica to
-// repair its damaged ranges from.
-var repairInterval = time.Minute
+// repairInterval is how often a degraded site looks for a replica to
+// repair its damaged ranges from; repairPoll how often it looks for damage
+// it has not tried to repair yet.
+var (
+	repairInterval = time.Minute
+	repairPoll     = 5 * time.Second
+)
 
-// repairComponent repairs a master's damaged ranges by itself where it can
-// (every bundle runs it; it acts only while the site is master, configured
-// or promoted, and not stepped down): at start and then every
-// repairInterval while the store reports damage,
-// it asks each slave of its broker id registered in ZooKeeper or alive in
-// gossip for the lost records (RepairFrom: fetched with `get`, verified, written back
+// repairComponent repairs a site's damaged ranges by itself where it can
+// (every bundle runs it): at start, then every repairInterval while the
+// store reports damage, and within repairPoll of new damage,
+//   - a master (configured or promoted, not stepped down) asks each slave of
+//     its broker id registered in ZooKeeper or alive in gossip for the lost
+//     records;
+//   - a slave whose receiver follows its master (connected, the partition
+//     not diverged) asks its master, found in gossip or in ZooKeeper: the
+//     master never ships a range again, and the slave's log holds the
+//     master's records at the master's offsets;
+//
+// each with RepairFrom (fetched with `get`, verified, written back
 // byte-identical). Ranges no replica holds stay reported; `metaq-server
 // repair -from` names a replica by hand.
 type repairComponent struct {
@@ -48,13 +61,25 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTicker(repairInterval)
+		t := time.NewTicker(min(repairPoll, repairInterval))
 		defer t.Stop()
+		var (
+			tried []store.Damage // the damage the last attempt saw
+			last  time.Time
+		)
 		for {
-			// Only a master repairs: a slave's log follows its master's
-			// byte for byte, and the master ships its repairs.
-			if r := b.Role(); r.Role == siterole.Master && !r.SteppedDown && len(b.Store.Damaged()) > 0 {
-				c.attempt(ctx)
+			// An attempt every repairInterval while damaged, and at once
+			// when the store finds damage it did not have at the last
+			// attempt (a scrub or a get met it).
+			d := b.Store.Damaged()
+			if r := b.Role(); !r.SteppedDown && len(d) > 0 && (!slices.Equal(d, tried) || time.Since(last) >= repairInterval) {
+				switch r.Role {
+				case siterole.Master:
+					c.attempt(ctx)
+				case siterole.Slave:
+					c.attemptFromMaster(ctx)
+				}
+				tried, last = d, time.Now()
 			}
 			select {
 			case <-ctx.Done():
@@ -112,6 +137,14 @@ func (c *repairComponent) attempt(ctx context.Context) {
 		c.setErr(errors.New("no slave registered to repair from, and gossip knows none alive"))
 		return
 	}
+	c.repairFrom(ctx, replicas, nil)
+}
+
+// repairFrom asks replicas, in turn, for the damaged ranges of every
+// damaged partition skip does not name (nil: none), logs and counts what
+// they repaired, and records what is left.
+func (c *repairComponent) repairFrom(ctx context.Context, replicas []string, skip func(topic string, partition int) error) {
+	b := c.b
 	type pk struct {
 		topic string
 		part  int
@@ -124,10 +157,16 @@ func (c *repairComponent) attempt(ctx context.Context) {
 			continue
 		}
 		parts[k] = true
+		if skip != nil {
+			if err := skip(d.Topic, d.Partition); err != nil {
+				errs = append(errs, fmt.Errorf("%s-%d: %w", d.Topic, d.Partition, err))
+				continue
+			}
+		}
 		for _, addr := range replicas {
 			done, err := RepairFrom(ctx, b.Store, addr, d.Topic, d.Partition)
 			for _, r := range done {
-				c.log.Warn("damaged range repaired from a replica", "partition", fmt.Sprintf("%s-%d", r.Topic, r.Partition),
+				c.log.Warn("damaged range repaired from a replica", "role", b.Role().Role.String(), "partition", fmt.Sprintf("%s-%d", r.Topic, r.Partition),
 					"from", r.From, "to", r.To, "replica", addr)
 			}
 			c.mu.Lock()
@@ -144,6 +183,75 @@ func (c *repairComponent) attempt(ctx context.Context) {
 		return
 	}
 	c.setErr(errors.Join(errs...))
+}
+
+// attemptFromMaster repairs a slave's damaged partitions from its master's
+// MetaQ port. Only partitions the receiver follows are repaired: there the
+// slave's log is the master's, offset for offset (a former master that has
+// not yet cut its unreplicated tail, or a diverged partition, holds other
+// records at those offsets).
+func (c *repairComponent) attemptFromMaster(ctx context.Context) {
+	b := c.b
+	id := b.Config().System.BrokerID
+	rc := b.receiver()
+	if rc == nil {
+		c.setErr(errors.New("this slave runs no receiver: not repairing from a master it does not follow"))
+		return
+	}
+	var st *georeplicator.ReceiverStatus
+	if r := rc.Receiver(); r != nil { // nil: the MetaQ method, a consumer copy at the master's offsets
+		s := r.Status()
+		if !s.Connected {
+			c.setErr(errors.New("not connected to the master: repairing once the receiver follows it again"))
+			return
+		}
+		st = &s
+	}
+	var (
+		masters []string
+		seen    = map[string]bool{}
+	)
+	add := func(u string) {
+		if a := strings.TrimPrefix(u, "meta://"); a != "" && !seen[a] {
+			seen[a] = true
+			masters = append(masters, a)
+		}
+	}
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		if m, ok := tc.Topology().Master(id); ok {
+			add(m.Meta.ServeURL)
+		}
+	}
+	var zkErr error
+	if b.Registry != nil {
+		var brokers []registry.Broker
+		brokers, zkErr = b.Registry.Brokers(ctx)
+		for _, br := range brokers {
+			if br.ID == id && br.Master != "" {
+				add(br.Master)
+			}
+		}
+	}
+	if len(masters) == 0 {
+		if zkErr != nil {
+			c.setErr(fmt.Errorf("no master to repair from: gossip knows none alive, and ZooKeeper: %w", zkErr))
+			return
+		}
+		c.setErr(errors.New("no master to repair from: none registered, and gossip knows none alive"))
+		return
+	}
+	c.repairFrom(ctx, masters, func(topic string, partition int) error {
+		if st == nil {
+			return nil
+		}
+		key := "partition " + georeplicator.PartKey(topic, partition) + " diverged"
+		for _, d := range st.Diverged {
+			if strings.Contains(d, key) {
+				return errors.New("replication of this partition diverged from the master's: not repairing it from the master")
+			}
+		}
+		return nil
+	})
 }
 
 func (c *repairComponent) setErr(err error) {

@@ -110,6 +110,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		LogID:                ident.LogID,
 		Generation:           ident.Generation,
 		PromotionEnds:        ident.Ends,
+		History:              ident.History,
 		Sites:                cfg.Replication.FenceSites,
 		Lease:                cfg.Replication.Lease,
 		OnFence:              b.onFence,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"metaq/broker"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 )
@@ -70,7 +71,7 @@ func fetchRange(ctx context.Context, addr, topic string, partition int, from, to
 	var missing []string
 	for off := from; off < to; {
 		c.SetDeadline(time.Now().Add(30 * time.Second))
-		get := &wire.Get{Topic: topic, Group: "metaq-repair", Partition: int32(partition), Offset: off,
+		get := &wire.Get{Topic: topic, Group: broker.RepairGroup, Partition: int32(partition), Offset: off,
 			MaxSize: int32(min(to-off, repairGetBytes)), Opaque: 1}
 		if _, err := c.Write(get.AppendTo(nil)); err != nil {
 			return out, fmt.Errorf("repair: get from replica %s: %w", addr, err)

@@ -47,6 +47,7 @@ func TestCheckerFindsWhatIsWrong(t *testing.T) {
 		ok(AsyncTopic, "gone", 66, "bj", 0),                                         // lost
 		ok(SyncTopic, "saved", 22, "bj", 0),                                         // sync, only aside, no forced promotion
 		ok(AsyncTopic, "a1", 22, "hf", 0),                                           // served at 0, acknowledged at 22; and hf in bj's generation
+		ok(AsyncTopic, "a2", 22, "gz", 0),                                           // gz passed it on to bj (served where acknowledged): not a second master
 		{Client: "go-bj", Topic: AsyncTopic, Payload: "x", Outcome: OutcomeRefused}, // no cause
 		{Client: "go-bj", Topic: AsyncTopic, Payload: "y", Outcome: OutcomeUnknown},
 	}
