@@ -135,12 +135,16 @@ func (c *conn) routePuts(reqs []putReq) {
 	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
+	var te *topicEntry        // of the last key's topic: a read's keys mostly share one
 	for k, key := range keys {
+		if te == nil || key.topic != keys[k-1].topic {
+			te = c.b.topicEntry(key.topic)
+		}
 		g := ordered[starts[k]:starts[k+1]]
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
 			held := reqBodies(g[:n])
-			pp := c.b.newBatch(key, g[:n:n], slab)
+			pp := c.b.newBatch(key, te, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
 			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
@@ -280,9 +284,10 @@ type pendingPuts struct {
 // newBatch is step 2 for a batch: it validates each put on its own,
 // answering a refusal at once, and keeps the accepted ones in order.
 //
-// The batch is cut from slab (nil: allocated on its own).
-func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendingPuts {
-	te := b.topicEntry(key.topic)
+// The batch is cut from slab (nil: allocated on its own). te is
+// b.topicEntry(key.topic), looked up by the caller once for a read's
+// batches of the same topic.
+func (b *Broker) newBatch(key queueKey, te *topicEntry, reqs []*putReq, slab *batchSlab) *pendingPuts {
 	pp := slab.take(len(reqs))
 	pp.key, pp.te, pp.n = key, te, len(reqs)
 	if !key.sync {

@@ -597,6 +597,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	if p.segs[0] > off {
 		p.segs[0] = off
 	}
+	p.segLast = p.segs[len(p.segs)-1]
 	return nil
 }
 

@@ -116,8 +116,9 @@ type writerState struct {
 	unflushed  map[string]int
 	deadline   time.Time
 	timer      <-chan time.Time
-	jobs       int // group commits started or queued, not yet completed
-	sinceSweep int // chunks indexed since the last sweepTails
+	jobs       int   // group commits started or queued, not yet completed
+	sinceSweep int   // chunks indexed since the last sweepTails
+	touched    int64 // what touchPartitions read (kept so the reads stay)
 	// idxBuf and idxTodo are reused by every flush of index blocks
 	// (flushTailLocked, flushTailsOf), empty between them.
 	idxBuf  []byte
@@ -363,6 +364,7 @@ func (s *Store) process(batch []*request) {
 		// disk was full): they go first now.
 		buf = s.appendDefines(buf)
 	}
+	w.touched = touchPartitions(batch)
 	for _, r := range batch {
 		switch r.kind {
 		case reqFlush, reqCheckpoint:
@@ -611,6 +613,30 @@ func (s *Store) process(batch []*request) {
 	s.maybeRoll()
 }
 
+// touchPartitions reads, for each append of batch, its partition's first
+// cache line and the slot its next tail entry goes into, in a loop of loads
+// that do not wait for each other, and returns a sum of what it read. With
+// a batch spread over thousands of partitions each one's memory has left
+// the CPU caches since its last chunk; process, which takes a lock per
+// chunk, would otherwise wait for those misses one after the other, while
+// here the CPU has many in flight at once. Both are the writer goroutine's
+// to change (wEnd, and tail, appended to only by the writer), so reading
+// them without the partition's lock races with nobody.
+func touchPartitions(batch []*request) int64 {
+	var sum int64
+	for _, r := range batch {
+		p := r.hint
+		if p == nil {
+			continue
+		}
+		sum += p.wEnd
+		if t := p.tail; len(t) < cap(t) {
+			sum += t[len(t):cap(t)][0].off
+		}
+	}
+	return sum
+}
+
 // commit queues batch, already written, for a group commit: it starts the
 // fdatasync at once unless one is in flight, else it joins the next one,
 // which the syncer starts as soon as the one in flight returns. The writer
@@ -706,6 +732,9 @@ func (s *Store) completeSync(j *syncJob) {
 	}
 	if j.took > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
+	}
+	for _, x := range j.parts {
+		w.touched += int64(x.p.wDirty) // see touchPartitions
 	}
 	for _, x := range j.parts {
 		p := x.p
