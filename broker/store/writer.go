@@ -66,16 +66,30 @@ type request struct {
 	size    int // payload bytes, of all parts for a group
 	parent  *request
 	pending atomic.Int32 // parts of a group not yet finished
+	// parts is where a group's parts live (AppendManyAsync), given back
+	// when the group finishes.
+	parts *partsBuf
 }
 
 // finish publishes the request's outcome: notify runs, then done is
 // closed, so whoever waits on done sees what notify did.
+//
+// A part is gone once it finished its group: the group gives its parts
+// back (partsBuf), so after finish returns nobody may read the part, and
+// finish itself reads nothing of r after finishing the group. The writer
+// finishes a group's parts in batch order, where they are next to each
+// other (addRequest), and reads no part of a group after its last.
 func (r *request) finish() {
 	if r.notify != nil {
 		r.notify()
 	}
 	if r.done != nil {
 		close(r.done)
+	}
+	if pb := r.parts; pb != nil {
+		r.parts, r.group = nil, nil
+		pb.release()
+		return
 	}
 	if g := r.parent; g != nil && g.pending.Add(-1) == 0 {
 		g.finish()
@@ -646,15 +660,12 @@ func (s *Store) commit(batch []*request) {
 	w := &s.w
 	var j *syncJob
 	start := false
-	for _, r := range batch {
-		if r.err != nil {
-			r.finish() // before taking q.mu: finish runs the caller's notify
-		}
-	}
+	failed := false
 	q := &s.sq
 	q.mu.Lock()
 	for _, r := range batch {
 		if r.err != nil {
+			failed = true
 			continue
 		}
 		if j == nil {
@@ -678,6 +689,17 @@ func (s *Store) commit(batch []*request) {
 		j.parts = w.dirty.take(j.parts)
 	}
 	q.mu.Unlock()
+	if failed {
+		// After q.mu is released: finish runs the caller's notify. The
+		// requests that go on are not answered before their commit (the
+		// writer's own completeSync), so a part finished here cannot
+		// finish its group while another part still waits in the loop.
+		for _, r := range batch {
+			if r.err != nil {
+				r.finish()
+			}
+		}
+	}
 	if j == nil {
 		return
 	}
