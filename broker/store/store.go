@@ -465,8 +465,15 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 		}
 		n, start := len(a.Msgs), len(payload)
 		payload = encodeRecords(payload, recOffs[:n:n], ids[:n:n], a.Msgs)
-		parts = append(parts, request{kind: reqAppend, key: pkey{a.Topic, a.Partition}, payload: payload[start:len(payload):len(payload)],
-			recOffs: recOffs[:n:n], ids: ids[:n:n], records: n, policy: pol, parent: g})
+		// Set field by field in the part's (zeroed) place: a composite
+		// literal is built on the stack and copied in 16-byte moves that
+		// each straddle two of its 8-byte stores, which the CPU cannot
+		// forward (perf annotate: most of this call's own time at 10,000
+		// partitions, where every put is a part).
+		parts = parts[:len(parts)+1]
+		r := &parts[len(parts)-1]
+		r.kind, r.key, r.payload = reqAppend, pkey{a.Topic, a.Partition}, payload[start:len(payload):len(payload)]
+		r.recOffs, r.ids, r.records, r.policy, r.parent = recOffs[:n:n], ids[:n:n], n, pol, g
 		recOffs, ids = recOffs[n:], ids[n:]
 		idx = append(idx, i)
 	}
