@@ -59,7 +59,7 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	newMin = min(newMin, p.durable)
+	newMin = min(newMin, p.durable.Load())
 	if newMin <= p.min {
 		return
 	}

@@ -687,8 +687,8 @@ func (s *Store) plan(topic string, partition int, offset int64, maxBytes int) (r
 	}
 	total := int64(0)
 	p.mu.RLock()
-	if offset < p.min || offset >= p.durable {
-		e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+	if d := p.durable.Load(); offset < p.min || offset >= d {
+		e := &RangeError{Offset: offset, Min: p.min, Max: d}
 		p.mu.RUnlock()
 		return readPlan{}, e
 	}
@@ -699,7 +699,7 @@ func (s *Store) plan(topic string, partition int, offset int64, maxBytes int) (r
 	if err != nil && len(ents) == 0 {
 		if errors.Is(err, ErrLogTruncated) {
 			p.mu.RLock()
-			e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+			e := &RangeError{Offset: offset, Min: p.min, Max: p.durable.Load()}
 			p.mu.RUnlock()
 			return readPlan{}, e
 		}
@@ -786,7 +786,7 @@ func (s *Store) copyChunks(pl readPlan, retried bool) ([]byte, error) {
 				// Retention removed the segment after we looked: answer
 				// with the new bounds.
 				p.mu.RLock()
-				e := &RangeError{Offset: offset, Min: p.min, Max: p.durable}
+				e := &RangeError{Offset: offset, Min: p.min, Max: p.durable.Load()}
 				p.mu.RUnlock()
 				return nil, e
 			}
@@ -995,7 +995,7 @@ func (s *Store) Backlog(topic string, partition int, from int64) (int64, time.Ti
 	}
 	p.mu.RLock()
 	from = max(from, p.min)
-	end := p.durable
+	end := p.durable.Load()
 	msgs := p.recordsInLocked(end - from)
 	p.mu.RUnlock()
 	if from >= end {

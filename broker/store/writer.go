@@ -755,16 +755,11 @@ func (s *Store) completeSync(j *syncJob) {
 	if j.took > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
 	}
+	// No partition lock: durable is the writer's to change (partition).
 	for _, x := range j.parts {
-		w.touched += int64(x.p.wDirty) // see touchPartitions
-	}
-	for _, x := range j.parts {
-		p := x.p
-		p.mu.Lock()
-		if x.end > p.durable {
-			p.durable = x.end
+		if d := &x.p.durable; x.end > d.Load() {
+			d.Store(x.end)
 		}
-		p.mu.Unlock()
 	}
 	s.setDurable(j.pos)
 	for _, r := range j.reqs {
@@ -815,7 +810,7 @@ func (s *Store) syncNow() error {
 	for _, x := range w.dirty.take(nil) {
 		p := x.p
 		p.mu.Lock()
-		p.durable = p.end
+		p.durable.Store(p.end)
 		p.mu.Unlock()
 	}
 	clear(w.unflushed)
@@ -917,7 +912,7 @@ func (s *Store) rollbackUnsynced(synced []partEnd) {
 	for _, x := range w.dirty.take(nil) {
 		p := x.p
 		p.mu.Lock()
-		if err := s.cutIndexLocked(p, p.durable); err != nil {
+		if err := s.cutIndexLocked(p, p.durable.Load()); err != nil {
 			s.log.Error("STORE: cannot cut the index back", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "err", err)
 		}
 		p.mu.Unlock()
