@@ -291,7 +291,12 @@ func (p *partition) setSegsLocked(segs []int64) {
 // the tail once it is full.
 func (p *partition) addChunkLocked(pos int64, n int64, ms int64, records int64, segBytes int64) {
 	off := p.end
-	p.tail = append(p.tail, idxEntry{pid: p.pid, n: uint32(n), off: off, pos: pos, ms: ms})
+	// Appended zero and then set field by field: a literal would be
+	// copied from the stack in moves the CPU cannot forward from the
+	// stores that built it (the same in process's pend).
+	p.tail = append(p.tail, idxEntry{})
+	e := &p.tail[len(p.tail)-1]
+	e.pid, e.n, e.off, e.pos, e.ms = p.pid, uint32(n), off, pos, ms
 	p.end = off + n
 	p.records += records
 	// MetaQ rolls its segment file after an append that leaves it at or

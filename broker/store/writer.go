@@ -492,7 +492,9 @@ func (s *Store) process(batch []*request) {
 				}
 				r.payload = nil
 			}
-			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
+			w.pend = append(w.pend, pendingChunk{})
+			pc := &w.pend[len(w.pend)-1]
+			pc.p, pc.pos, pc.n, pc.ms, pc.records = p, pos, n, ms, int64(r.records)
 			p.wEnd += n
 			r.end = p.wEnd
 			if isNew {
