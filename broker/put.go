@@ -557,15 +557,18 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 }
 
 // answerBatches is answerBatch for the batches of one storeBatches, with
-// their outcomes in order: the answers of every batch not already answered
-// (by a shutdown that stopped waiting) go out as one frame.
+// their outcomes in order: their answers go out as one frame. The store's
+// notify and a shutdown that stops waiting for the store
+// (conn.waitRequests) may both try; the first batch's answered flag stands
+// for all of them (one atomic operation per read, not per partition), and
+// the loser returns.
 func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendOutcome) {
-	won := make([]bool, len(pps))
+	if !pps[0].answered.CompareAndSwap(false, true) {
+		return
+	}
 	size, n := 0, 0
-	for i, pp := range pps {
-		if won[i] = pp.answered.CompareAndSwap(false, true); won[i] {
-			size += len(pp.out) + 48*len(pp.opaques)
-		}
+	for _, pp := range pps {
+		size += len(pp.out) + 48*len(pp.opaques)
 	}
 	c.storedMu.Lock()
 	delete(c.stored, pps[0])
@@ -577,9 +580,6 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
 	for i, pp := range pps {
-		if !won[i] {
-			continue
-		}
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
 			var o store.AppendOutcome
@@ -607,13 +607,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
 	}
-	done := 0
-	for i := range pps {
-		if won[i] {
-			done++
-		}
-	}
-	c.wg.Add(-done)
+	c.wg.Add(-len(pps))
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer
