@@ -540,7 +540,10 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Unlock()
 	appends := make([]store.PartitionAppend, len(pps))
 	for i, pp := range pps {
-		appends[i] = store.PartitionAppend{Topic: pp.key.topic, Partition: int(pp.key.partition), Msgs: pp.msgs}
+		// Field by field: a literal is copied from the stack in moves the
+		// CPU cannot forward from the stores that built it, per partition.
+		a := &appends[i]
+		a.Topic, a.Partition, a.Msgs = pp.key.topic, int(pp.key.partition), pp.msgs
 	}
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
