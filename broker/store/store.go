@@ -523,9 +523,9 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 
 // partsBuf is the part requests of an AppendManyAsync call and the list
 // the writer takes them from, reused from call to call (partsBufs): at
-// 10,000 partitions a read's puts make one part each, and writing 288-byte
-// requests into memory fresh from the allocator cost more than anything
-// else the call did per part. The group's finish gives it back once its
+// 10,000 partitions a read's puts make one part each, and a call no
+// longer allocates, zeroes and leaves to the garbage collector a
+// 288-byte request per part. The group's finish gives it back once its
 // last part finished (request.finish); nothing reads a part after that.
 type partsBuf struct {
 	parts []request
