@@ -1067,6 +1067,61 @@ func TestCloseWithStalledDisk(t *testing.T) {
 	}
 }
 
+// TestCloseWithStalledDiskGroup: puts to two partitions that one read
+// brings go to the store as one call; when the disk stalls under them,
+// Close gives up waiting and returns (the batches of one store call are
+// answered together, as one, which releases the wait of each), and an
+// answer that still gets out is an error, one per put.
+func TestCloseWithStalledDiskGroup(t *testing.T) {
+	cfg := vectorConfig(t)
+	fs := &stallFS{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	st, err := store.Open(store.Options{Dir: t.TempDir(), BrokerID: cfg.System.BrokerID, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	defer close(fs.release)
+	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cl := dial(t, b.Addr())
+	cl.sendCmd(putCmd("test", 0, "before the stall", 1))
+	if r := cl.result(); !r.OK() {
+		t.Fatalf("put before the stall: %s", r)
+	}
+	fs.stalled.Store(true)
+	cl.send(putCmd("test", 1, "during the stall", 3).AppendTo(putCmd("test", 0, "during the stall", 2).AppendTo(nil)))
+	select {
+	case <-fs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the puts' group commit never started")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(closeGrace + 10*time.Second):
+		t.Fatal("Close did not return while the disk was stalled")
+	}
+	seen := map[int32]bool{}
+	for {
+		cl.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		cmd, err := cl.d.Decode()
+		if err != nil {
+			break
+		}
+		r, ok := cmd.(*wire.Result)
+		if !ok || r.OK() || (r.Opaque != 2 && r.Opaque != 3) || seen[r.Opaque] {
+			t.Fatalf("answer to a stalled put: %v (answered before: %v), want one error result each", cmd, seen)
+		}
+		seen[r.Opaque] = true
+	}
+}
+
 // countingStore counts the store calls of the put route.
 type countingStore struct {
 	*store.Store

@@ -212,16 +212,29 @@ func (c *conn) waitRequests() {
 	case <-c.b.ctx.Done():
 	}
 	c.storedMu.Lock()
-	stuck := make([]*pendingPuts, 0, len(c.stored))
+	var stuck []*pendingPuts
+	var groups [][]*pendingPuts
 	for pp, group := range c.stored {
 		if group == nil {
 			stuck = append(stuck, pp)
+		} else {
+			groups = append(groups, group)
 		}
-		stuck = append(stuck, group...)
 	}
 	c.storedMu.Unlock()
+	stopped := func(pp *pendingPuts) error {
+		return fmt.Errorf("append %s-%d: %w", pp.key.topic, pp.key.partition, c.b.ctx.Err())
+	}
 	for _, pp := range stuck {
-		c.b.answerBatch(c, pp, nil, fmt.Errorf("append %s-%d: %w", pp.key.topic, pp.key.partition, c.b.ctx.Err()))
+		c.b.answerBatch(c, pp, nil, stopped(pp))
+	}
+	for _, group := range groups {
+		// A store call's batches are answered together (answerBatches).
+		outs := make([]store.AppendOutcome, len(group))
+		for i, pp := range group {
+			outs[i].Err = stopped(pp)
+		}
+		c.b.answerBatches(c, group, outs)
 	}
 	<-done
 }

@@ -135,12 +135,16 @@ func (c *conn) routePuts(reqs []putReq) {
 	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
+	var te *topicEntry        // of the last key's topic: a read's keys mostly share one
 	for k, key := range keys {
+		if te == nil || key.topic != keys[k-1].topic {
+			te = c.b.topicEntry(key.topic)
+		}
 		g := ordered[starts[k]:starts[k+1]]
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
 			held := reqBodies(g[:n])
-			pp := c.b.newBatch(key, g[:n:n], slab)
+			pp := c.b.newBatch(key, te, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
 			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
@@ -280,9 +284,10 @@ type pendingPuts struct {
 // newBatch is step 2 for a batch: it validates each put on its own,
 // answering a refusal at once, and keeps the accepted ones in order.
 //
-// The batch is cut from slab (nil: allocated on its own).
-func (b *Broker) newBatch(key queueKey, reqs []*putReq, slab *batchSlab) *pendingPuts {
-	te := b.topicEntry(key.topic)
+// The batch is cut from slab (nil: allocated on its own). te is
+// b.topicEntry(key.topic), looked up by the caller once for a read's
+// batches of the same topic.
+func (b *Broker) newBatch(key queueKey, te *topicEntry, reqs []*putReq, slab *batchSlab) *pendingPuts {
 	pp := slab.take(len(reqs))
 	pp.key, pp.te, pp.n = key, te, len(reqs)
 	if !key.sync {
@@ -535,7 +540,10 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Unlock()
 	appends := make([]store.PartitionAppend, len(pps))
 	for i, pp := range pps {
-		appends[i] = store.PartitionAppend{Topic: pp.key.topic, Partition: int(pp.key.partition), Msgs: pp.msgs}
+		// Field by field: a literal is copied from the stack in moves the
+		// CPU cannot forward from the stores that built it, per partition.
+		a := &appends[i]
+		a.Topic, a.Partition, a.Msgs = pp.key.topic, int(pp.key.partition), pp.msgs
 	}
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
@@ -552,15 +560,18 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 }
 
 // answerBatches is answerBatch for the batches of one storeBatches, with
-// their outcomes in order: the answers of every batch not already answered
-// (by a shutdown that stopped waiting) go out as one frame.
+// their outcomes in order: their answers go out as one frame. The store's
+// notify and a shutdown that stops waiting for the store
+// (conn.waitRequests) may both try; the first batch's answered flag stands
+// for all of them (one atomic operation per read, not per partition), and
+// the loser returns.
 func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendOutcome) {
-	won := make([]bool, len(pps))
+	if !pps[0].answered.CompareAndSwap(false, true) {
+		return
+	}
 	size, n := 0, 0
-	for i, pp := range pps {
-		if won[i] = pp.answered.CompareAndSwap(false, true); won[i] {
-			size += len(pp.out) + 48*len(pp.opaques)
-		}
+	for _, pp := range pps {
+		size += len(pp.out) + 48*len(pp.opaques)
 	}
 	c.storedMu.Lock()
 	delete(c.stored, pps[0])
@@ -572,9 +583,6 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
 	for i, pp := range pps {
-		if !won[i] {
-			continue
-		}
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
 			var o store.AppendOutcome
@@ -602,13 +610,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
 	}
-	done := 0
-	for i := range pps {
-		if won[i] {
-			done++
-		}
-	}
-	c.wg.Add(-done)
+	c.wg.Add(-len(pps))
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer

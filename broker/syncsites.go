@@ -304,7 +304,10 @@ type siteSyncGroupStore struct{ siteSyncStore }
 
 func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	gs, grouped := s.next.(groupStore)
-	for _, a := range appends {
+	for i, a := range appends {
+		if i > 0 && a.Topic == appends[i-1].Topic {
+			continue // a read's appends mostly share a topic: asked once per run
+		}
 		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
 			grouped = false
 			break

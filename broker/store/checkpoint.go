@@ -495,7 +495,10 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 		p := newPartition(cp.key, cp.pid, cp.min)
 		p.end = cp.end
 		p.base, p.records = cp.base, cp.records
-		p.segs = cp.segs
+		if len(cp.segs) == 0 {
+			return errCkpt
+		}
+		p.setSegsLocked(cp.segs)
 		p.fences = cp.fences
 		prev := int64(-1)
 		var prevSeg *segment

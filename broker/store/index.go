@@ -589,7 +589,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	}
 	p.records -= p.recordsInLocked(p.end - off)
 	p.end, p.wEnd = off, off
-	p.durable = min(p.durable, off)
+	p.durable.Store(min(p.durable.Load(), off))
 	p.min = min(p.min, off)
 	for len(p.segs) > 1 && p.segs[len(p.segs)-1] > off {
 		p.segs = p.segs[:len(p.segs)-1]
@@ -597,6 +597,7 @@ func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	if p.segs[0] > off {
 		p.segs[0] = off
 	}
+	p.segLast = p.segs[len(p.segs)-1]
 	return nil
 }
 
@@ -610,7 +611,7 @@ func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 
 func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error) {
 	p.mu.RLock()
-	lo, end, pid := p.min, p.durable, p.pid
+	lo, end, pid := p.min, p.durable.Load(), p.pid
 	// The first chunk at or after ms is in the last unit (span, block or
 	// tail chunk) that starts before ms, or it is the next unit's first.
 	if k := sort.Search(len(p.tail), func(i int) bool { return p.tail[i].ms >= ms }); k > 0 {

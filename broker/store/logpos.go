@@ -20,7 +20,7 @@ func (s *Store) LogPosition(topic string, partition int, offset int64) (int64, e
 		return 0, fmt.Errorf("%w: offset %d", ErrBadArgument, offset)
 	}
 	p.mu.RLock()
-	durable, lo := p.durable, p.min
+	durable, lo := p.durable.Load(), p.min
 	p.mu.RUnlock()
 	if offset >= durable {
 		return s.durable(), nil

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -99,5 +101,98 @@ func checkTopicParts(t *testing.T, s *Store) {
 	}
 	if listed != indexed {
 		t.Errorf("table by topic lists %d partitions, the partition table %d below %d", listed, indexed, maxIndexedNum)
+	}
+}
+
+// TestAppendManyConcurrentCalls: AppendManyAsync calls from several
+// goroutines at once, each spread over many partitions (their part
+// requests are reused from call to call once answered): every answered
+// offset holds the record sent with the id answered, and every partition
+// holds exactly what was answered for it, in the order answered.
+func TestAppendManyConcurrentCalls(t *testing.T) {
+	s := openT(t, Options{})
+	const writers, calls, perCall, partitions = 4, 150, 24, 40
+	ctx := context.Background()
+	type answer struct {
+		part int
+		body string
+		a    Appended
+	}
+	answers := make([][]answer, writers)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inflight := make(chan struct{}, 8)
+			var mu sync.Mutex
+			var cwg sync.WaitGroup
+			for c := 0; c < calls; c++ {
+				apps := make([]PartitionAppend, perCall)
+				bodies := make([]string, perCall)
+				for k := range apps {
+					part := (w*7 + c*perCall + k) % partitions
+					bodies[k] = fmt.Sprintf("w%d-c%d-k%d", w, c, k)
+					apps[k] = PartitionAppend{Topic: "many", Partition: part, Msgs: []Message{{Body: []byte(bodies[k])}}}
+				}
+				inflight <- struct{}{}
+				cwg.Add(1)
+				s.AppendManyAsync(ctx, apps, func(outs []AppendOutcome) {
+					defer cwg.Done()
+					defer func() { <-inflight }()
+					mu.Lock()
+					defer mu.Unlock()
+					for k, o := range outs {
+						if o.Err != nil || len(o.Appended) != 1 {
+							t.Errorf("writer %d call %d part %d: %+v", w, c, k, o)
+							continue
+						}
+						answers[w] = append(answers[w], answer{apps[k].Partition, bodies[k], o.Appended[0]})
+					}
+				})
+			}
+			cwg.Wait()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	byPart := make(map[int]map[int64]answer)
+	for _, as := range answers {
+		for _, a := range as {
+			if byPart[a.part] == nil {
+				byPart[a.part] = make(map[int64]answer)
+			}
+			if prev, dup := byPart[a.part][a.a.Offset]; dup {
+				t.Fatalf("partition %d offset %d answered twice: %q and %q", a.part, a.a.Offset, prev.body, a.body)
+			}
+			byPart[a.part][a.a.Offset] = a
+		}
+	}
+	total := 0
+	for part := 0; part < partitions; part++ {
+		b := readAll(t, s, "many", part)
+		off := int64(0)
+		recs := 0
+		for len(b) > 0 {
+			r, n, err := DecodeRecord(b)
+			if err != nil {
+				t.Fatalf("partition %d at %d: %v", part, off, err)
+			}
+			a, ok := byPart[part][off]
+			if !ok || string(r.Body) != a.body || r.ID != a.a.ID {
+				t.Fatalf("partition %d at %d: record %q id %d, answered %+v (found %v)", part, off, r.Body, r.ID, a, ok)
+			}
+			b, off = b[n:], off+int64(n)
+			recs++
+		}
+		if recs != len(byPart[part]) {
+			t.Fatalf("partition %d: %d records, %d answered", part, recs, len(byPart[part]))
+		}
+		total += recs
+	}
+	if total != writers*calls*perCall {
+		t.Fatalf("%d records stored, want %d", total, writers*calls*perCall)
 	}
 }

@@ -81,7 +81,7 @@ func (s *Store) recover() error {
 	s.durablePos = s.w.pos
 	damaged := false
 	for _, p := range s.parts {
-		p.durable = p.end
+		p.durable.Store(p.end)
 		p.wEnd = p.end
 		damaged = damaged || p.damagedLocked()
 	}

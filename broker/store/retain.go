@@ -59,7 +59,7 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	newMin = min(newMin, p.durable)
+	newMin = min(newMin, p.durable.Load())
 	if newMin <= p.min {
 		return
 	}
@@ -85,7 +85,7 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 			segs = append(segs, x)
 		}
 	}
-	p.segs = segs
+	p.setSegsLocked(segs)
 	p.trimDamageLocked(newMin)
 	s.log.Info("STORE: retention moved partition start", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
 		"from", p.min, "to", newMin)

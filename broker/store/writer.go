@@ -66,16 +66,30 @@ type request struct {
 	size    int // payload bytes, of all parts for a group
 	parent  *request
 	pending atomic.Int32 // parts of a group not yet finished
+	// parts is where a group's parts live (AppendManyAsync), given back
+	// when the group finishes.
+	parts *partsBuf
 }
 
 // finish publishes the request's outcome: notify runs, then done is
 // closed, so whoever waits on done sees what notify did.
+//
+// A part is gone once it finished its group: the group gives its parts
+// back (partsBuf), so after finish returns nobody may read the part, and
+// finish itself reads nothing of r after finishing the group. The writer
+// finishes a group's parts in batch order, where they are next to each
+// other (addRequest), and reads no part of a group after its last.
 func (r *request) finish() {
 	if r.notify != nil {
 		r.notify()
 	}
 	if r.done != nil {
 		close(r.done)
+	}
+	if pb := r.parts; pb != nil {
+		r.parts, r.group = nil, nil
+		pb.release()
+		return
 	}
 	if g := r.parent; g != nil && g.pending.Add(-1) == 0 {
 		g.finish()
@@ -116,8 +130,9 @@ type writerState struct {
 	unflushed  map[string]int
 	deadline   time.Time
 	timer      <-chan time.Time
-	jobs       int // group commits started or queued, not yet completed
-	sinceSweep int // chunks indexed since the last sweepTails
+	jobs       int   // group commits started or queued, not yet completed
+	sinceSweep int   // chunks indexed since the last sweepTails
+	touched    int64 // what touchPartitions read (kept so the reads stay)
 	// idxBuf and idxTodo are reused by every flush of index blocks
 	// (flushTailLocked, flushTailsOf), empty between them.
 	idxBuf  []byte
@@ -363,6 +378,7 @@ func (s *Store) process(batch []*request) {
 		// disk was full): they go first now.
 		buf = s.appendDefines(buf)
 	}
+	w.touched = touchPartitions(batch)
 	for _, r := range batch {
 		switch r.kind {
 		case reqFlush, reqCheckpoint:
@@ -476,7 +492,9 @@ func (s *Store) process(batch []*request) {
 				}
 				r.payload = nil
 			}
-			w.pend = append(w.pend, pendingChunk{p: p, pos: pos, n: n, ms: ms, records: int64(r.records)})
+			w.pend = append(w.pend, pendingChunk{})
+			pc := &w.pend[len(w.pend)-1]
+			pc.p, pc.pos, pc.n, pc.ms, pc.records = p, pos, n, ms, int64(r.records)
 			p.wEnd += n
 			r.end = p.wEnd
 			if isNew {
@@ -611,6 +629,30 @@ func (s *Store) process(batch []*request) {
 	s.maybeRoll()
 }
 
+// touchPartitions reads, for each append of batch, its partition's first
+// cache line and the slot its next tail entry goes into, in a loop of loads
+// that do not wait for each other, and returns a sum of what it read. With
+// a batch spread over thousands of partitions each one's memory has left
+// the CPU caches since its last chunk; process, which takes a lock per
+// chunk, would otherwise wait for those misses one after the other, while
+// here the CPU has many in flight at once. Both are the writer goroutine's
+// to change (wEnd, and tail, appended to only by the writer), so reading
+// them without the partition's lock races with nobody.
+func touchPartitions(batch []*request) int64 {
+	var sum int64
+	for _, r := range batch {
+		p := r.hint
+		if p == nil {
+			continue
+		}
+		sum += p.wEnd
+		if t := p.tail; len(t) < cap(t) {
+			sum += t[len(t):cap(t)][0].off
+		}
+	}
+	return sum
+}
+
 // commit queues batch, already written, for a group commit: it starts the
 // fdatasync at once unless one is in flight, else it joins the next one,
 // which the syncer starts as soon as the one in flight returns. The writer
@@ -620,15 +662,12 @@ func (s *Store) commit(batch []*request) {
 	w := &s.w
 	var j *syncJob
 	start := false
-	for _, r := range batch {
-		if r.err != nil {
-			r.finish() // before taking q.mu: finish runs the caller's notify
-		}
-	}
+	failed := false
 	q := &s.sq
 	q.mu.Lock()
 	for _, r := range batch {
 		if r.err != nil {
+			failed = true
 			continue
 		}
 		if j == nil {
@@ -652,6 +691,17 @@ func (s *Store) commit(batch []*request) {
 		j.parts = w.dirty.take(j.parts)
 	}
 	q.mu.Unlock()
+	if failed {
+		// After q.mu is released: finish runs the caller's notify. The
+		// requests that go on are not answered before their commit (the
+		// writer's own completeSync), so a part finished here cannot
+		// finish its group while another part still waits in the loop.
+		for _, r := range batch {
+			if r.err != nil {
+				r.finish()
+			}
+		}
+	}
 	if j == nil {
 		return
 	}
@@ -707,13 +757,11 @@ func (s *Store) completeSync(j *syncJob) {
 	if j.took > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
 	}
+	// No partition lock: durable is the writer's to change (partition).
 	for _, x := range j.parts {
-		p := x.p
-		p.mu.Lock()
-		if x.end > p.durable {
-			p.durable = x.end
+		if d := &x.p.durable; x.end > d.Load() {
+			d.Store(x.end)
 		}
-		p.mu.Unlock()
 	}
 	s.setDurable(j.pos)
 	for _, r := range j.reqs {
@@ -764,7 +812,7 @@ func (s *Store) syncNow() error {
 	for _, x := range w.dirty.take(nil) {
 		p := x.p
 		p.mu.Lock()
-		p.durable = p.end
+		p.durable.Store(p.end)
 		p.mu.Unlock()
 	}
 	clear(w.unflushed)
@@ -866,7 +914,7 @@ func (s *Store) rollbackUnsynced(synced []partEnd) {
 	for _, x := range w.dirty.take(nil) {
 		p := x.p
 		p.mu.Lock()
-		if err := s.cutIndexLocked(p, p.durable); err != nil {
+		if err := s.cutIndexLocked(p, p.durable.Load()); err != nil {
 			s.log.Error("STORE: cannot cut the index back", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num), "err", err)
 		}
 		p.mu.Unlock()
