@@ -138,14 +138,23 @@ func TestCommandLine(t *testing.T) {
 		{"configsync", "status", "extra"},
 		{"configsync", "keygen", "-o", "k", "extra"},
 		{"configsync", "nosuchcommand"},
+		{"metaq", "consume", "-nosuchflag"},
+		{"metaq-server", "start", "-nosuchflag"},
+		{"configsync", "push", "-nosuchflag"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errOut := run(t, args...)
 			if code != 2 {
 				t.Errorf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 			}
-			if last := args[len(args)-1]; !strings.Contains(errOut, last) {
+			last := args[len(args)-1]
+			if !strings.Contains(errOut, last) {
 				t.Errorf("stderr does not name %q:\n%s", last, errOut)
+			}
+			// Said once: the usage lists no words given, so a second
+			// mention is the same error printed twice.
+			if n := strings.Count(errOut, last); n > 1 {
+				t.Errorf("stderr names %q %d times:\n%s", last, n, errOut)
 			}
 		})
 	}

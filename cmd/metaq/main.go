@@ -78,7 +78,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	// A usage error has been written already, with the usage.
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, new(cli.UsageError)) {
 		fmt.Fprintln(os.Stderr, "metaq:", err)
 	}
 	os.Exit(cli.ExitCode(err))
@@ -100,6 +101,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) 
 	}
 	if fs.NArg() == 0 {
 		usage(errw, fs)
+		fmt.Fprintln(errw, "metaq: no command")
 		return cli.UsageError{Err: errors.New("no command")}
 	}
 	name := fs.Arg(0)
@@ -110,7 +112,9 @@ func run(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) 
 	cmd, ok := commands[name]
 	if !ok {
 		usage(errw, fs)
-		return cli.UsageError{Err: fmt.Errorf("unknown command %q", name)}
+		err := fmt.Errorf("unknown command %q", name)
+		fmt.Fprintln(errw, "metaq:", err)
+		return cli.UsageError{Err: err}
 	}
 	return cmd.run(ctx, g, fs.Args()[1:])
 }
