@@ -58,18 +58,26 @@ dash_port() { hport "$1" 3; }
 log() { echo "local-three-sites: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-wait_port() { # host:port seconds what
+wait_port() { # host:port seconds what [log file]
 	local hp=$1 n=$(($2 * 5))
 	for _ in $(seq 1 "$n"); do
 		if (exec 3<>"/dev/tcp/${hp%:*}/${hp#*:}") 2>/dev/null; then return 0; fi
 		sleep 0.2
 	done
-	die "$3 did not open $hp in $2 s"
+	if [ -n "${4:-}" ] && [ -s "$4" ]; then
+		log "the last lines of $4:"
+		tail -n 5 "$4" >&2
+	fi
+	die "$3 did not open $hp in $2 s${4:+ (its log: $4)}"
 }
 
 build() {
 	if [ -n "${METAQ_BIN:-}" ]; then
 		bin=$METAQ_BIN
+		local b
+		for b in metaq-server configsync metaq nats-server; do
+			[ -x "$bin/$b" ] || die "METAQ_BIN=$bin has no $b (it must hold metaq-server, configsync, metaq and nats-server; unset METAQ_BIN to build them)"
+		done
 		return
 	fi
 	bin=$dir/bin
@@ -249,7 +257,7 @@ up() {
 	for s in "${sites[@]}"; do start_zookeeper "$s" & done
 	wait
 	for s in "${sites[@]}"; do start_nats "$s"; done
-	for s in "${sites[@]}"; do wait_port "127.0.0.1:$(nats_port "$s")" 10 "NATS at $s"; done
+	for s in "${sites[@]}"; do wait_port "127.0.0.1:$(nats_port "$s")" 10 "NATS at $s" "$dir/nats-$s/nats.log"; done
 
 	cat >"$dir/env" <<EOF
 # source this file: the commands and this layout's addresses.
