@@ -68,6 +68,11 @@ func componentLine(name string, c map[string]any) string {
 	switch name {
 	case "replication-slave":
 		return slaveLine(c)
+	case "replication-master":
+		if c["running"] == false {
+			break
+		}
+		return shipperLine(c)
 	case "configsync":
 		if s, ok := c["state"].(map[string]any); ok {
 			parts = append(parts, fmt.Sprintf("runs v%v, applied %s", s["version"], when(s["appliedAt"])))
@@ -107,6 +112,32 @@ func slaveLine(s map[string]any) string {
 		line += fmt.Sprintf(", last error %s: %s", when(s["LastErrorAt"]), e)
 	}
 	return line
+}
+
+// shipperLine summarises a replication-master status: where it listens,
+// whether its address is published, and each slave group it ships to.
+func shipperLine(c map[string]any) string {
+	line := "shipping at " + orNone(str(c["addr"]))
+	switch {
+	case str(c["publishedError"]) != "":
+		line += ", address NOT published: " + str(c["publishedError"])
+	case c["published"] == false:
+		line += ", address NOT published in ZooKeeper"
+	}
+	slaves, _ := c["slaves"].([]any)
+	if len(slaves) == 0 {
+		return line + ", no slave attached"
+	}
+	var groups []string
+	for _, g := range slaves {
+		m, _ := g.(map[string]any)
+		state := "connected"
+		if m["Connected"] != true {
+			state = "NOT connected"
+		}
+		groups = append(groups, fmt.Sprintf("%s/%v %s, %v log bytes behind", str(m["Group"]), m["SlaveID"], state, m["LogBytes"]))
+	}
+	return line + "; " + strings.Join(groups, "; ")
 }
 
 // printSlaveSummary renders /slave-status; -json prints the document.

@@ -559,13 +559,24 @@ func (b *Bundle) Status() Status {
 		}
 		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), BrokerRegistered: reg, Topics: topics}
 	}
+	s.Components = map[string]any{}
 	for _, c := range b.comps {
 		if r, ok := c.(StatusReporter); ok {
-			if s.Components == nil {
-				s.Components = map[string]any{}
-			}
 			s.Components[c.Name()] = r.Status()
 		}
+	}
+	// A role change at run time starts a shipper or a receiver that the
+	// role owner holds, and stops the one the bundle started with: report
+	// the one that runs, under its usual name, and not the stopped one.
+	if sc, rc, _ := b.failover.role.runtime(); sc != nil {
+		s.Components[compShipper] = sc.Status()
+		delete(s.Components, compReceiver)
+	} else if rc != nil {
+		s.Components[compReceiver] = rc.Status()
+		delete(s.Components, compShipper)
+	}
+	if len(s.Components) == 0 {
+		s.Components = nil
 	}
 	return s
 }

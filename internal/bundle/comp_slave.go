@@ -551,6 +551,11 @@ func (c *receiverComponent) SlaveStatus() any {
 	case r != nil:
 		st := r.Status()
 		rep.Stream = &st
+		if moved := c.sl.MasterAddress; moved != "" && st.MasterAddr != "" && st.MasterAddr != moved {
+			// The reason names the address the slave started with; after
+			// a switchover or a promotion it follows the new master.
+			rep.MethodReason += fmt.Sprintf("; the master has moved since: following %s, the current master", st.MasterAddr)
+		}
 	case p != nil:
 		st := p.Status()
 		rep.MetaQ = &st
