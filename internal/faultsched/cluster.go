@@ -81,6 +81,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.Links.Listen(s, c.L.LinkAddr(s), c.L.ReplAddr(s)); err != nil {
 			return err
 		}
+		if err := c.Links.ListenClients(s, c.L.ClientAddr(s), c.L.MetaQAddr(s)); err != nil {
+			return err
+		}
 		if c.L.ConfigSync {
 			if err := c.startNATS(ctx, s); err != nil {
 				return err
