@@ -145,7 +145,8 @@ type Registry struct {
 	conn  *zk.Conn
 
 	// Lock order: regMu before urlMu (registerBrokerLocked reads URL);
-	// sessionMu is never held with another lock.
+	// sessionMu is never held with another lock (zkLogger.mu and
+	// firstConns.mu are leaves too).
 	//
 	// regMu serialises every registration write, including re-registration
 	// after a session expiry, so a reload and a resync never interleave.
