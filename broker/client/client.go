@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,10 @@ type Config struct {
 
 	// DialTimeout bounds a TCP connect. Default 10s.
 	DialTimeout time.Duration
+	// Dial, when set, opens the connections to brokers instead of
+	// net.Dialer (a proxy, a test's fault injection). It is called with a
+	// context that ends after DialTimeout, from several goroutines at once.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// RequestTimeout bounds one request when the caller's context has no
 	// deadline. Default 10s (MetaQ's fetchTimeoutInMills).
 	RequestTimeout time.Duration
@@ -107,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if hb < 0 {
 		hb = 0
 	}
-	c.pool = newPool(defaultCodec(), cfg.DialTimeout, hb, cfg.Logger)
+	c.pool = newPool(defaultCodec(), cfg.DialTimeout, cfg.Dial, hb, cfg.Logger)
 	if len(cfg.ZKServers) > 0 {
 		z, err := dialZK(ctx, cfg.ZKServers, cfg.ZKRoot, cfg.ZKSessionTimeout, cfg.ZKConnectTimeout, cfg.Logger)
 		if err != nil {

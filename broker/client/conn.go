@@ -89,9 +89,17 @@ type conn struct {
 // which the client caps at 16 MiB).
 const maxFrameBody = 32 << 20
 
-func dialConn(ctx context.Context, addr string, cd codec, timeout, heartbeat time.Duration, log *slog.Logger) (*conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+// dialFunc opens a connection (Config.Dial).
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func dialConn(ctx context.Context, addr string, cd codec, timeout time.Duration, dial dialFunc, heartbeat time.Duration, log *slog.Logger) (*conn, error) {
+	if dial == nil {
+		d := net.Dialer{Timeout: timeout}
+		dial = d.DialContext
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	nc, err := dial(dctx, "tcp", addr)
+	cancel()
 	if err != nil {
 		return nil, &ConnError{Addr: addr, Err: err}
 	}
@@ -292,6 +300,7 @@ func (cl *call) wait(ctx context.Context) (frame, error) {
 type pool struct {
 	codec     codec
 	dial      time.Duration
+	dialer    dialFunc // nil: net.Dialer
 	heartbeat time.Duration
 	log       *slog.Logger
 
@@ -301,8 +310,8 @@ type pool struct {
 	closed bool
 }
 
-func newPool(cd codec, dial, heartbeat time.Duration, log *slog.Logger) *pool {
-	return &pool{codec: cd, dial: dial, heartbeat: heartbeat, log: log,
+func newPool(cd codec, dial time.Duration, dialer dialFunc, heartbeat time.Duration, log *slog.Logger) *pool {
+	return &pool{codec: cd, dial: dial, dialer: dialer, heartbeat: heartbeat, log: log,
 		conns: make(map[string]*conn), dialMu: make(map[string]*sync.Mutex)}
 }
 
@@ -336,7 +345,7 @@ func (p *pool) get(ctx context.Context, addr string) (*conn, error) {
 	if old != nil {
 		old.close()
 	}
-	c, err := dialConn(ctx, addr, p.codec, p.dial, p.heartbeat, p.log)
+	c, err := dialConn(ctx, addr, p.codec, p.dial, p.dialer, p.heartbeat, p.log)
 	if err != nil {
 		return nil, err
 	}

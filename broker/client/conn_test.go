@@ -76,7 +76,7 @@ func TestConnOutOfOrderAnswers(t *testing.T) {
 			}
 		}
 	})
-	cn, err := dialConn(context.Background(), addr, wireCodec{}, time.Second, 0, discard)
+	cn, err := dialConn(context.Background(), addr, wireCodec{}, time.Second, nil, 0, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestConnHeartbeat(t *testing.T) {
 			}
 		}
 	})
-	cn, err := dialConn(context.Background(), addr, wireCodec{}, time.Second, 40*time.Millisecond, discard)
+	cn, err := dialConn(context.Background(), addr, wireCodec{}, time.Second, nil, 40*time.Millisecond, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestConnErrorBeforeWrite(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	p := newPool(wireCodec{}, time.Second, 0, discard)
+	p := newPool(wireCodec{}, time.Second, nil, 0, discard)
 	defer p.close()
 	_, err := p.do(context.Background(), addr, func(dst []byte, op int32) []byte { return wireCodec{}.appendVersion(dst, op) })
 	if !Retriable(err) {

@@ -47,8 +47,17 @@ type Options struct {
 	// SessionTimeout is zk.zkSessionTimeoutMs, default 30s.
 	SessionTimeout time.Duration
 	// ConnectionTimeout is zk.zkConnectionTimeoutMs, default 30s: how long New
-	// waits for the first session.
+	// waits for the first session (with KeepWaiting, how long before it
+	// first warns that it is still waiting).
 	ConnectionTimeout time.Duration
+	// KeepWaiting makes New wait for the first session until its context
+	// ends instead of failing after ConnectionTimeout: a broker whose
+	// ensemble is down when it starts waits for it. It warns once
+	// ConnectionTimeout has passed and then at doubling intervals (at most
+	// maxWaitWarn apart), naming the ensemble and how long it has waited.
+	// A connect string whose every server answers MetaQ's protocol (a
+	// configuration mistake, not an outage) still fails at once.
+	KeepWaiting bool
 	// SyncTime is zk.zkSyncTimeMs, default 5s: UnregisterAll waits this long
 	// after deleting so that clients notice before the broker stops serving.
 	SyncTime time.Duration
@@ -136,7 +145,8 @@ type Registry struct {
 	conn  *zk.Conn
 
 	// Lock order: regMu before urlMu (registerBrokerLocked reads URL);
-	// sessionMu is never held with another lock.
+	// sessionMu is never held with another lock (zkLogger.mu and
+	// firstConns.mu are leaves too).
 	//
 	// regMu serialises every registration write, including re-registration
 	// after a session expiry, so a reload and a resync never interleave.
@@ -183,9 +193,14 @@ type topicReg struct {
 	acceptPublish, acceptSub bool
 }
 
+// maxWaitWarn is the longest interval between two of New's warnings that
+// it still waits for the first session (Options.KeepWaiting).
+const maxWaitWarn = 5 * time.Minute
+
 // New connects to ZooKeeper and waits for the first session, at most
-// opts.ConnectionTimeout (the library itself would retry forever). It
-// registers nothing: call RegisterBroker and RegisterTopic.
+// opts.ConnectionTimeout (the library itself would retry forever), or,
+// with opts.KeepWaiting, until ctx ends. It registers nothing: call
+// RegisterBroker and RegisterTopic.
 func New(ctx context.Context, opts Options) (*Registry, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -212,7 +227,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	// read timeout on a server that never answers its handshake.
 	var first firstConns
 	conn, events, err := zk.Connect(servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{r.log}), zk.WithLogInfo(false), zk.WithDialer(first.wrap(dialer)))
+		zk.WithLogger(&zkLogger{log: r.log}), zk.WithLogInfo(false), zk.WithDialer(first.wrap(dialer)))
 	if err != nil {
 		return nil, fmt.Errorf("registry: connect %s: %w", opts.Connect, err)
 	}
@@ -221,8 +236,10 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	go r.drainEvents(events)
 	go r.resyncLoop()
 
+	began := time.Now()
 	timer := time.NewTimer(opts.ConnectionTimeout)
 	defer timer.Stop()
+	nextWarn := opts.ConnectionTimeout
 	// A server that is no ZooKeeper (a MetaQ broker port given as zkConnect)
 	// never answers the handshake: look once, early, and fail at once when
 	// every server turns out to be one.
@@ -235,7 +252,7 @@ wait:
 		case <-r.firstSession:
 			first.stop()
 			r.log.Info("REGISTRY: connected", "zk", opts.Connect, "root", opts.Root,
-				"session", fmt.Sprintf("0x%x", conn.SessionID()))
+				"session", fmt.Sprintf("0x%x", conn.SessionID()), "waited", time.Since(began).Round(time.Millisecond))
 			r.recordSession()
 			return r, nil
 		case <-probe.C:
@@ -245,6 +262,14 @@ wait:
 				break wait
 			}
 		case <-timer.C:
+			if opts.KeepWaiting {
+				nextWarn = min(2*nextWarn, maxWaitWarn)
+				timer.Reset(nextWarn)
+				r.log.Warn("REGISTRY: no ZooKeeper session yet; still waiting for the ensemble",
+					"zk", opts.Connect, "root", opts.Root, "waited", time.Since(began).Round(time.Second),
+					"next_warning_in", nextWarn)
+				continue
+			}
 			err = fmt.Errorf("%w: %s within %v", ErrNoSession, opts.Connect, opts.ConnectionTimeout)
 			if len(notZK) > 0 {
 				err = fmt.Errorf("%w (%s)", err, strings.Join(notZK, "; "))
@@ -285,6 +310,12 @@ func (f *firstConns) wrap(dial zk.Dialer) zk.Dialer {
 		if err == nil {
 			f.mu.Lock()
 			if !f.stopped {
+				// The library uses one connection at a time and
+				// closes the ones it gave up on: a New that waits
+				// long keeps only the latest few.
+				if len(f.conns) >= 4 {
+					f.conns = append(f.conns[:0], f.conns[1:]...)
+				}
 				f.conns = append(f.conns, c)
 			}
 			f.mu.Unlock()
@@ -522,11 +553,46 @@ func mapErr(err error) error {
 	return err
 }
 
-// zkLogger routes the library's Printf logs into slog.
-type zkLogger struct{ log *slog.Logger }
+// zkLogger routes the library's Printf logs into slog. The library logs
+// every failed dial (once a second per server while an ensemble is down):
+// those are logged at WARN at most once per failedDialEvery, with how many
+// were left out, and at DEBUG otherwise.
+type zkLogger struct {
+	log *slog.Logger
 
-func (l zkLogger) Printf(format string, args ...any) {
-	l.log.Warn("zk: " + fmt.Sprintf(format, args...))
+	mu         sync.Mutex
+	lastDial   time.Time // the last failed dial logged at WARN
+	quietDials int       // failed dials since, logged at DEBUG only
+}
+
+// failedDialEvery is how often zkLogger logs a failed dial at WARN.
+const failedDialEvery = time.Minute
+
+func (l *zkLogger) Printf(format string, args ...any) {
+	msg := "zk: " + fmt.Sprintf(format, args...)
+	if !strings.HasPrefix(format, "failed to connect to") {
+		l.log.Warn(msg)
+		return
+	}
+	l.mu.Lock()
+	now := time.Now()
+	loud := now.Sub(l.lastDial) >= failedDialEvery
+	quiet := l.quietDials
+	if loud {
+		l.lastDial, l.quietDials = now, 0
+	} else {
+		l.quietDials++
+	}
+	l.mu.Unlock()
+	if !loud {
+		l.log.Debug(msg)
+		return
+	}
+	if quiet > 0 {
+		l.log.Warn(msg, "failed_dials_not_logged_since_last", quiet)
+		return
+	}
+	l.log.Warn(msg)
 }
 
 // guardMasterLocked asks Options.MasterGuard, on a master, whether it may

@@ -148,7 +148,7 @@ func kindList() string {
 	for _, k := range faultsched.ExtraKinds {
 		extra = append(extra, string(k))
 	}
-	return "all (" + strings.Join(s, ",") + "), and " + strings.Join(extra, ",") + " (named on its own: all,push)"
+	return "all (" + strings.Join(s, ",") + "), and " + strings.Join(extra, ",") + " (each named on its own: all,push,client-cut)"
 }
 
 // envDuration reads a duration from the environment: a Go duration, or a

@@ -166,6 +166,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			b.Close()
 		}
 	}()
+	if err = b.waitForEnsemble(ctx); err != nil {
+		return err
+	}
 	if err = b.applyPersistedRole(); err != nil {
 		return err
 	}
@@ -200,6 +203,9 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			// In the data directory, which belongs to this broker alone.
 			SessionFile: filepath.Join(cfg.System.DataPath, "zookeeper.session"),
 			MasterGuard: b.guardMaster,
+			// The ensemble answered waitForEnsemble a moment ago; if it
+			// went again, wait for it here too rather than exit.
+			KeepWaiting: true,
 		}
 		if b.Slave != nil {
 			ro.Slave, ro.SlaveID = true, b.Slave.SlaveID
@@ -286,6 +292,31 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 	b.startRoleWatchers()
 	b.log.Info("BUNDLE: started", "mode", b.opts.Mode.String(), "broker", cfg.System.BrokerID,
 		"addr", addrString(b.Broker), "admin", b.AdminAddr(), "zk", b.Registry != nil)
+	return nil
+}
+
+// waitForEnsemble waits, before anything is opened or served, until this
+// site's ZooKeeper ensemble gives a session (with zk.zkEnable=true): the
+// role a bundle starts in, and whether a master is still current, are read
+// there (applyPersistedRole). It warns once zk.zkConnectionTimeoutMs has
+// passed and then at growing intervals, and returns ctx's error when ctx
+// ends first (Run cancels it on SIGTERM or SIGINT).
+func (b *Bundle) waitForEnsemble(ctx context.Context) error {
+	if !b.zkEnabled() {
+		return nil
+	}
+	cfg := b.Config()
+	began := time.Now()
+	r, err := registry.New(ctx, registry.Options{Connect: cfg.ZooKeeper.Connect, Root: cfg.ZooKeeper.Root,
+		SessionTimeout: cfg.ZooKeeper.SessionTimeout, ConnectionTimeout: cfg.ZooKeeper.ConnectionTimeout,
+		Dialer: b.opts.ZooKeeperDialer, Logger: b.log, KeepWaiting: true})
+	if err != nil {
+		return fmt.Errorf("bundle: wait for ZooKeeper %s before starting: %w", cfg.ZooKeeper.Connect, err)
+	}
+	r.Close()
+	if waited := time.Since(began); waited >= cfg.ZooKeeper.ConnectionTimeout {
+		b.log.Info("BUNDLE: ZooKeeper answers; starting", "zk", cfg.ZooKeeper.Connect, "waited", waited.Round(time.Second))
+	}
 	return nil
 }
 

@@ -10,6 +10,25 @@
 // serving and stop before it, in reverse order. Admin.Handle adds endpoints
 // to the admin server.
 //
+// Start-up with the ensemble down: with zk.zkEnable=true a bundle, master
+// or slave, opens and serves nothing (no store, no MetaQ port, no
+// replication, no admin endpoint) until its own ZooKeeper ensemble gives
+// it a session (waitForEnsemble). It waits for as long as it takes,
+// warning once zk.zkConnectionTimeoutMs has passed and then at doubling
+// intervals up to five minutes, with the ensemble and the time waited; a
+// SIGTERM or SIGINT meanwhile stops it at once, exit status 0. Nothing is
+// served before, because the role a bundle starts in is decided there: a
+// master reads its brokerId's generation (and acknowledges no put before
+// it has confirmed it), a former master learns it was superseded, a slave
+// learns a free slaveId and the master it follows; a slave does not start
+// its receiver early either, since the master it would follow may have
+// been superseded while the site was away. A connect string whose servers
+// all answer MetaQ's protocol is a mistake, not an outage: that still
+// fails at once. MetaQ 1.4.6's broker instead gives up after
+// zk.zkConnectionTimeoutMs (zkclient's ZkTimeoutException from the
+// BrokerZooKeeper constructor) and its JVM stays up serving nothing until
+// it is killed.
+//
 // The site's role (master or slave of its brokerId, the generation) and
 // every change of it go through one internal/siterole.Machine, held by the
 // roleOwner (failoverState.role), which also starts and stops the shipper

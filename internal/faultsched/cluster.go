@@ -81,6 +81,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.Links.Listen(s, c.L.LinkAddr(s), c.L.ReplAddr(s)); err != nil {
 			return err
 		}
+		if err := c.Links.ListenClients(s, c.L.ClientAddr(s), c.L.MetaQAddr(s)); err != nil {
+			return err
+		}
 		if c.L.ConfigSync {
 			if err := c.startNATS(ctx, s); err != nil {
 				return err
@@ -322,10 +325,17 @@ func (c *Cluster) Status(ctx context.Context, site string) (SiteStatus, error) {
 // Command runs `metaq-server <args> -f <site's server.ini>` at the site, as
 // an operator there would, and returns its output.
 func (c *Cluster) Command(ctx context.Context, site string, timeout time.Duration, args ...string) (string, error) {
+	args = append(args, "-f", filepath.Join(c.L.Conf(site), "server.ini"))
+	return c.runTimed(ctx, "metaq-server", timeout, args...)
+}
+
+// runTimed runs the program named (from c.Bin) with args, killed after
+// timeout, and returns its output (stdout and stderr together, trimmed);
+// a timeout is named in the error.
+func (c *Cluster) runTimed(ctx context.Context, program string, timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args = append(args, "-f", filepath.Join(c.L.Conf(site), "server.ini"))
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, "metaq-server"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, program), args...)
 	cmd.WaitDelay = 2 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

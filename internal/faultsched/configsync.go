@@ -1,7 +1,6 @@
 package faultsched
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -118,18 +117,8 @@ func (c *Cluster) stopNATS() {
 // configsync runs the configsync command with args, -f file and the
 // site's NATS server, as an operator at site would, and returns its output.
 func (c *Cluster) configsync(ctx context.Context, site, file string, timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	args = append(args, "-f", file, "-nats", "nats://"+c.L.NATSAddr(site))
-	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, "configsync"), args...)
-	cmd.WaitDelay = 2 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%w (no answer in %v)", ctx.Err(), timeout)
-	}
-	return strings.TrimSpace(out.String()), err
+	return c.runTimed(ctx, "configsync", timeout, args...)
 }
 
 var publishedRE = regexp.MustCompile(`(?m)^published version (\d+)`)

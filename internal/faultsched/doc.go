@@ -12,7 +12,8 @@
 //     proxies and the schedule's short timeouts and topics;
 //   - linkproxy.go: a TCP proxy in front of each site's replication
 //     listener and each site's ZooKeeper that tells which site dialed it
-//     (from /proc) and so cuts, slows or stalls one pair of sites;
+//     (from /proc) and so cuts, slows or stalls one pair of sites, and one
+//     in front of each site's MetaQ port for the workload's clients;
 //   - cluster.go: the processes (ZooKeeper per site, metaq-server per site)
 //     and the operator commands (switchover, promote); disk.go: each site's
 //     data filesystem (a tmpfs, as root) to fill, and flipped bytes;
@@ -25,10 +26,11 @@
 //   - checker.go: the checks over the history and the served logs;
 //   - run.go: one schedule end to end; report.go: many schedules' totals.
 //
-// Gossip (memberlist, UDP and TCP) and the clients' connections are not
-// proxied: a link cut black-holes replication and ZooKeeper traffic, not
-// gossip. SOAK.md beside this file lists the fault kinds, the checks and
-// what runs found.
+// Gossip (memberlist, UDP and TCP), NATS's own links and the Go client's
+// ZooKeeper sessions are not proxied: a link cut black-holes replication
+// and ZooKeeper traffic, not gossip; a client-cut black-holes the
+// workload's connections to one site's MetaQ port. SOAK.md beside this
+// file lists the fault kinds, the checks and what runs found.
 //
 // Locks: Links.mu, each proxy's mu, Cluster.mu, Nemesis.mu and Workload.mu
 // are leaves; Links.Close copies the proxies under Links.mu and closes them

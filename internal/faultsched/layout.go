@@ -38,6 +38,7 @@ const (
 	offZKProxy     = 4 // the harness's proxy to the site's ZooKeeper
 	offLink        = 5 // the harness's proxy in front of the replication listener
 	offAdmin       = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
+	offClient      = 7 // the harness's proxy in front of the MetaQ port, for the workload's connections
 	offMetaQ       = 10
 	offRepl        = 11
 )
@@ -74,6 +75,10 @@ func (l *Layout) ZKProxyAddr(site string) string { return l.addr(site, offZKProx
 
 // MetaQAddr is the site's MetaQ port.
 func (l *Layout) MetaQAddr(site string) string { return l.addr(site, offMetaQ) }
+
+// ClientAddr is the proxy in front of the site's MetaQ port that the
+// workload's clients dial instead (a client-cut black-holes it).
+func (l *Layout) ClientAddr(site string) string { return l.addr(site, offClient) }
 
 // ReplAddr is the site's replication listener; LinkAddr the proxy other
 // sites dial instead (the site advertises it).

@@ -14,11 +14,13 @@ import (
 	"time"
 )
 
-// Links are the proxies on the links between sites, and between a site and
-// its ZooKeeper, with the faults set on each pair of endpoints. An endpoint
-// is a site name, or "zk:<site>" for a site's ZooKeeper. A proxy tells
-// which site dialed it by finding the dialing socket among the site
-// processes' open files, so one listener serves every pair.
+// Links are the proxies on the links between sites, between a site and its
+// ZooKeeper, and between the workload's clients and a site, with the
+// faults set on each pair of endpoints. An endpoint is a site name,
+// "zk:<site>" for a site's ZooKeeper, or Clients. A proxy between sites
+// tells which site dialed it by finding the dialing socket among the site
+// processes' open files, so one listener serves every pair; a proxy of
+// ListenClients knows its dialer.
 type Links struct {
 	pids func() map[int]string // running site processes: pid -> site
 
@@ -38,6 +40,9 @@ func NewLinks(pids func() map[int]string) *Links {
 	return &Links{pids: pids, cut: map[[2]string]bool{}, slow: map[[2]string]time.Duration{},
 		lossy: map[[2]string]float64{}, changed: make(chan struct{})}
 }
+
+// Clients is the endpoint name of the workload's clients.
+const Clients = "clients"
 
 func pairOf(a, b string) [2]string {
 	if a > b {
@@ -109,11 +114,22 @@ func (ls *Links) waitOpen(p [2]string, done <-chan struct{}) bool {
 // Listen starts a proxy on listen that forwards to target, the endpoint
 // owner's service.
 func (ls *Links) Listen(owner, listen, target string) error {
+	return ls.listen(owner, "", listen, target)
+}
+
+// ListenClients starts a proxy on listen that forwards to target, the
+// site's MetaQ port, for the workload's clients: its connections are the
+// pair (Clients, site).
+func (ls *Links) ListenClients(site, listen, target string) error {
+	return ls.listen(site, Clients, listen, target)
+}
+
+func (ls *Links) listen(owner, dialer, listen, target string) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("faultsched: link proxy for %s on %s: %w", owner, listen, err)
 	}
-	p := &linkProxy{ls: ls, owner: owner, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &linkProxy{ls: ls, owner: owner, dialer: dialer, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	ls.mu.Lock()
 	ls.proxies = append(ls.proxies, p)
 	ls.mu.Unlock()
@@ -142,6 +158,7 @@ func (ls *Links) Close() {
 type linkProxy struct {
 	ls     *Links
 	owner  string
+	dialer string // "": found from /proc for each connection
 	ln     net.Listener
 	target string
 
@@ -208,7 +225,10 @@ func (p *linkProxy) acceptLoop() {
 }
 
 func (p *linkProxy) serve(c net.Conn) {
-	dialer := p.whoDialed(c)
+	dialer := p.dialer
+	if dialer == "" {
+		dialer = p.whoDialed(c)
+	}
 	pair := pairOf(dialer, p.owner)
 	done := p.doneCh()
 	if !p.ls.waitOpen(pair, done) {

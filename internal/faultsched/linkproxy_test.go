@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +109,90 @@ func TestScheduleIsAFunctionOfItsSeed(t *testing.T) {
 	}
 	if len(a.Events) < 20 {
 		t.Fatalf("only %d events in 30 s:\n%s", len(a.Events), a)
+	}
+}
+
+// TestClientCutHoldsTheWorkloadOnly: a client-cut of bj black-holes the
+// connections that came through bj's client proxy (the workload's), not
+// those of a site's link to bj, and not the clients' way to gz.
+func TestClientCutHoldsTheWorkloadOnly(t *testing.T) {
+	target := echoServer(t)
+	ls := NewLinks(func() map[int]string { return map[int]string{os.Getpid(): "hf"} })
+	defer ls.Close()
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	siteAddr, bjClients, gzClients := free(), free(), free()
+	if err := ls.Listen("bj", siteAddr, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.ListenClients("bj", bjClients, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.ListenClients("gz", gzClients, target); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(addr string) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	site, toBJ, toGZ := dial(siteAddr), dial(bjClients), dial(gzClients)
+	for _, c := range []net.Conn{site, toBJ, toGZ} {
+		if !roundTrip(c, 5*time.Second) {
+			t.Fatal("no echo before the cut")
+		}
+	}
+	ls.Cut(Clients, "bj", true)
+	if roundTrip(toBJ, 300*time.Millisecond) {
+		t.Fatal("the workload's bytes crossed the client-cut to bj")
+	}
+	if roundTrip(dial(bjClients), 300*time.Millisecond) {
+		t.Fatal("a new workload connection crossed the client-cut to bj")
+	}
+	if !roundTrip(site, 5*time.Second) {
+		t.Fatal("a client-cut of bj held hf's link to bj")
+	}
+	if !roundTrip(toGZ, 5*time.Second) {
+		t.Fatal("a client-cut of bj held the clients' connection to gz")
+	}
+	ls.Cut(Clients, "bj", false)
+	toBJ.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(toBJ, make([]byte, 1)); err != nil {
+		t.Fatalf("the held byte did not come back after the heal: %v", err)
+	}
+}
+
+// TestAllDrawsWhatItDrew: "all" still draws the schedule it drew when
+// seeds were recorded with it (SOAK.md, testdata/regressions-long.txt),
+// whatever kinds are added on their own.
+func TestAllDrawsWhatItDrew(t *testing.T) {
+	kinds, err := ParseKinds("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSchedule(1635651954, 30*time.Second, kinds)
+	var got []string
+	for _, e := range s.Events[:6] {
+		got = append(got, e.String())
+	}
+	want := []string{
+		"   0.928s #1 flip gz",
+		"   1.827s #2 lossy hf gz 137‰",
+		"   2.472s #2 heal lossy hf gz",
+		"   3.040s #3 pause hf",
+		"   4.064s #4 cut gz bj",
+		"   5.546s #5 lossy gz bj 64‰",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("seed 1635651954 with all draws\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

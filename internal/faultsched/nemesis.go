@@ -106,6 +106,8 @@ func (n *Nemesis) apply(ctx context.Context, e Event) {
 		c.Links.Cut(e.A, e.B, !e.Heal)
 	case KindZKCut:
 		c.Links.Cut(e.A, "zk:"+e.A, !e.Heal)
+	case KindClientCut:
+		c.Links.Cut(Clients, e.A, !e.Heal)
 	case KindZKDown:
 		if !e.Heal {
 			err = c.StopZK(e.A)

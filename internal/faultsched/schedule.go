@@ -26,6 +26,7 @@ const (
 	KindDiskFull     Kind = "disk-full"     // site A's data filesystem (a tmpfs of its own) filled; healed by freeing it
 	KindFlip         Kind = "flip"          // one byte flipped in a sealed log segment of site A
 	KindPush         Kind = "push"          // configsync push at site A of server.ini with one more topic
+	KindClientCut    Kind = "client-cut"    // black hole between the workload's clients and site A's MetaQ port
 )
 
 // AllKinds lists the kinds "all" means: the twelve the harness started
@@ -34,9 +35,10 @@ const (
 var AllKinds = []Kind{KindKill, KindPause, KindCut, KindZKCut, KindZKDown, KindSlow, KindLossy,
 	KindSwitchover, KindPromote, KindPromoteForce, KindDiskFull, KindFlip}
 
-// ExtraKinds are kinds named on their own ("all,push"): push also runs a
-// NATS server per site for configsync.
-var ExtraKinds = []Kind{KindPush}
+// ExtraKinds are kinds named on their own ("all,push,client-cut"): push
+// also runs a NATS server per site for configsync; client-cut came after
+// the twelve.
+var ExtraKinds = []Kind{KindPush, KindClientCut}
 
 // lasting reports whether a fault lasts until a heal event.
 func (k Kind) lasting() bool {
@@ -132,6 +134,8 @@ func NewSchedule(seed uint64, d time.Duration, kinds []Kind) Schedule {
 			res = "zk:" + a
 		case KindDiskFull:
 			res = "disk:" + a
+		case KindClientCut:
+			res = "clients:" + a
 		}
 		if res != "" && busy[res] > t {
 			continue

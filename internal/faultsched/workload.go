@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -131,7 +132,8 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var err error
 			c, err = client.New(cctx, client.Config{ZKServers: []string{w.L.ZKAddr(site)}, ZKSyncTime: 200 * time.Millisecond,
-				ZKSessionTimeout: 4 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second})
+				ZKSessionTimeout: 4 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
+				Dial: w.dialBroker})
 			cancel()
 			if err == nil {
 				p, err = client.NewProducer(c, client.WithRetries(2), client.WithRetryBackoff(100*time.Millisecond))
@@ -168,6 +170,20 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 			return
 		}
 	}
+}
+
+// dialBroker opens the Go client's connection to a broker through the
+// proxy in front of that site's MetaQ port (ZooKeeper names the MetaQ
+// port), so that a client-cut reaches it too.
+func (w *Workload) dialBroker(ctx context.Context, network, addr string) (net.Conn, error) {
+	for _, s := range Sites {
+		if addr == w.L.MetaQAddr(s) {
+			addr = w.L.ClientAddr(s)
+			break
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
 }
 
 // goOutcome classifies a Go client error: an answer or a request never
@@ -207,7 +223,7 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 		genBefore := siteGeneration(w.L, site)
 		var err error
 		if rc == nil {
-			rc, err = rawDial(w.L.MetaQAddr(site), time.Second)
+			rc, err = rawDial(w.L.ClientAddr(site), time.Second)
 			if err != nil {
 				rc = nil
 				op.End, op.Outcome, op.Err = w.since(), OutcomeRefused, "dial: "+err.Error()

@@ -112,6 +112,17 @@ func extraZooKeeper(t testing.TB, env string) string {
 	if addr := os.Getenv(env); addr != "" {
 		return addr
 	}
+	return StartZooKeeper(t, FreePort(t))
+}
+
+// StartZooKeeper starts a ZooKeeper server of its own on 127.0.0.1:port
+// with the repository's .ci/zookeeper.sh (empty data), stopped when the
+// test ends, and returns its address: a test of an ensemble that is down
+// and comes up later starts it only then. It skips the test when
+// METAQ_TEST_ZK is not set or no server can be started.
+func StartZooKeeper(t testing.TB, port int) string {
+	t.Helper()
+	ZooKeeper(t)
 	script := ""
 	for dir, _ := os.Getwd(); dir != "" && script == ""; {
 		if _, err := os.Stat(filepath.Join(dir, ".ci", "zookeeper.sh")); err == nil {
@@ -124,20 +135,19 @@ func extraZooKeeper(t testing.TB, env string) string {
 		dir = parent
 	}
 	if script == "" {
-		t.Skipf("%s is not set and .ci/zookeeper.sh was not found to start another ZooKeeper", env)
+		t.Skip(".ci/zookeeper.sh was not found to start another ZooKeeper")
 	}
 	dir, err := os.MkdirTemp("", "metaq-zk-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := FreePort(t)
 	out, err := exec.Command("bash", script, "start", strconv.Itoa(port), dir).Output()
 	t.Cleanup(func() {
 		exec.Command("bash", script, "stop", dir).Run()
 		os.RemoveAll(dir)
 	})
 	if err != nil {
-		t.Skipf("%s is not set and another ZooKeeper did not start: %v", env, err)
+		t.Skipf("another ZooKeeper did not start on port %d: %v", port, err)
 	}
 	return strings.TrimSpace(string(out))
 }
