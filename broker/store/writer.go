@@ -764,8 +764,34 @@ func (s *Store) completeSync(j *syncJob) {
 		}
 	}
 	s.setDurable(j.pos)
-	for _, r := range j.reqs {
-		r.finish()
+	finishAll(j.reqs)
+}
+
+// finishAll finishes reqs in order, as finish on each would, but the parts
+// of one group that follow each other finish it with one atomic operation
+// instead of one per part: with a group's parts spread over thousands of
+// partitions, a commit answers every put as a part of its own. A part's
+// finish only counts it off its group (a part has no notify, no done and
+// no parts of its own), so counting a run of them off at once is the same.
+// Every part's group is read before the group can finish, which gives its
+// parts back (see finish).
+func finishAll(reqs []*request) {
+	for i := 0; i < len(reqs); {
+		r := reqs[i]
+		g := r.parent
+		if g == nil || r.notify != nil || r.done != nil || r.parts != nil {
+			r.finish()
+			i++
+			continue
+		}
+		k := i + 1
+		for k < len(reqs) && reqs[k].parent == g {
+			k++
+		}
+		if g.pending.Add(-int32(k-i)) == 0 {
+			g.finish()
+		}
+		i = k
 	}
 }
 
@@ -939,7 +965,7 @@ func (s *Store) sweepTails() error {
 	if total <= s.opts.tailBudget {
 		return nil
 	}
-	return s.flushTailsOf(ps, s.w.active, max(total/busy/2, 1))
+	return s.flushTailsOf(ps, s.w.active, max(total/busy/2, 1), true)
 }
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
