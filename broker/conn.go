@@ -63,6 +63,11 @@ type conn struct {
 	// (storeBatches) under the first, all of them as the value.
 	stored map[*pendingPuts][]*pendingPuts
 
+	// appends is the reader's list of a store call's appends
+	// (storeBatches), reused from read to read: the store step reads it
+	// during the call and keeps none of it.
+	appends []store.PartitionAppend
+
 	closeOnce sync.Once
 
 	// stopRead is set by Broker.Close, which stops reading with a read

@@ -102,9 +102,14 @@ type queueKey struct {
 // group order, cut per group), and the batches, their messages and their
 // opaques are cut from one allocation each for the whole read (batchSlab).
 func (c *conn) routePuts(reqs []putReq) {
-	keys := make([]queueKey, 0, 4)
-	group := make([]int32, len(reqs)) // keys[group[i]] is the key of reqs[i]
-	var counts []int32                // puts per key
+	// The grouping's slices live on the stack for a read's puts (at most
+	// maxHeldPuts); only a longer list spills to the heap.
+	var keyBuf [maxHeldPuts]queueKey
+	var groupBuf, countBuf [maxHeldPuts]int32
+	var orderedBuf [maxHeldPuts]*putReq
+	keys := keyBuf[:0]
+	group := groupBuf[:0]  // keys[group[i]] is the key of reqs[i]
+	counts := countBuf[:0] // puts per key
 	var seen keyTable
 	for i := range reqs {
 		r := &reqs[i]
@@ -116,17 +121,18 @@ func (c *conn) routePuts(reqs []putReq) {
 			counts = append(counts, 0)
 			seen.add(key, k)
 		}
-		group[i] = int32(k)
+		group = append(group, int32(k))
 		counts[k]++
 	}
 	// The puts in group order, each group in arrival order.
-	starts := make([]int32, len(keys)+1)
+	var startBuf [maxHeldPuts + 1]int32
+	starts := append(startBuf[:0], make([]int32, len(keys)+1)...)
 	for k, n := range counts {
 		starts[k+1] = starts[k] + n
 	}
 	next := counts // each group's next place; the counts are no longer needed
 	copy(next, starts[:len(keys)])
-	ordered := make([]*putReq, len(reqs))
+	ordered := append(orderedBuf[:0], make([]*putReq, len(reqs))...)
 	for i := range reqs {
 		k := group[i]
 		ordered[next[k]] = &reqs[i]
@@ -538,7 +544,9 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Lock()
 	c.stored[pps[0]] = pps // before the store can answer them
 	c.storedMu.Unlock()
-	appends := make([]store.PartitionAppend, len(pps))
+	// The connection's reader alone calls this: its list of appends is
+	// reused (the store step keeps none of it after the call).
+	appends := slices.Grow(c.appends[:0], len(pps))[:len(pps)]
 	for i, pp := range pps {
 		// Field by field: a literal is copied from the stack in moves the
 		// CPU cannot forward from the stores that built it, per partition.
@@ -548,6 +556,8 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
 	})
+	clear(appends) // they point at the batches' messages
+	c.appends = appends[:0]
 	var size int64
 	for _, pp := range pps {
 		for i := range pp.msgs {

@@ -71,6 +71,7 @@ func main() {
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile (client and in-process broker, whole run) to this file at the end")
 	flag.CommandLine.Init("metaq-bench", flag.ContinueOnError)
 	args := os.Args[1:]
 	if len(args) > 0 && cli.IsHelp(args[0]) {
@@ -93,6 +94,26 @@ func main() {
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "metaq-bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// writeHeapProfile writes the allocation profile (alloc_space and
+// alloc_objects count everything allocated since the start) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("memory profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func startBroker(o options, listen string) (string, func(), error) {
