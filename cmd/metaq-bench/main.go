@@ -324,6 +324,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	readErr := make(chan error, 1)
 	go func() {
 		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
+		d.Reuse = true // each answer is done with before the next
 		for {
 			cmd, err := d.Decode()
 			if err != nil {
@@ -426,6 +427,7 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
 	d := wire.NewDecoder(bufio.NewReaderSize(nc, 1<<20))
+	d.Reuse = true
 	// An answer's records are counted before the next get, so one buffer
 	// serves every answer.
 	var buf []byte
