@@ -592,6 +592,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		putTally
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
+	ac := ackCheck{b: b}
 	for i, pp := range pps {
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
@@ -602,7 +603,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 				o.Err = fmt.Errorf("store returned %d outcomes for %d batches", len(outs), len(pps))
 			}
 			var t putTally
-			out, t = b.answerStored(out, pp, o.Appended, o.Err)
+			out, t = b.answerStored(out, pp, o.Appended, o.Err, &ac)
 			k := slices.IndexFunc(tallies, func(x topicTally) bool { return x.topic == pp.key.topic })
 			if k < 0 {
 				k = len(tallies)
@@ -640,7 +641,7 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	}
 	if len(pp.opaques) > 0 {
 		var t putTally
-		out, t = b.answerStored(out, pp, as, err)
+		out, t = b.answerStored(out, pp, as, err, &ackCheck{b: b})
 		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
@@ -654,7 +655,7 @@ const storedAnswerSize = 72
 
 // answerStored appends the answers of a batch's stored puts to out:
 // `<id> <partition> <offset>` for each stored one.
-func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) ([]byte, putTally) {
+func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error, ac *ackCheck) ([]byte, putTally) {
 	p := pp.key.partition
 	n := len(pp.opaques)
 	if err == nil && len(as) != n {
@@ -668,7 +669,7 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 		each = perMessageErrors(err, n, len(as))
 	}
 	if err == nil || each != nil {
-		err = b.checkAck(pp, err)
+		err = b.checkAck(pp, err, ac)
 		if _, ok := err.(*heldError); ok {
 			each = nil
 		}
@@ -728,24 +729,46 @@ func perMessageErrors(err error, n, results int) messageErrors {
 // between storing a put and answering it may have been replaced
 // meanwhile, so what it stored is not known to survive. Such a batch is
 // answered 500 saying so instead of acknowledged; err is returned
-// otherwise.
-func (b *Broker) checkAck(pp *pendingPuts, err error) error {
+// otherwise. ac asks the check once for all the batches of one answer
+// frame (see ackCheck).
+func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 	if pp.key.sync || pp.held != nil || pp.fwd != nil {
 		// Not stored here: the (new) master's answer, which it checked.
 		return err
 	}
-	c := b.gate.check.Load()
-	if c == nil {
-		return err
-	}
-	ref := (*c)()
+	ref := ac.refusal()
 	if ref == nil {
 		return err
 	}
-	b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
-		"puts", len(pp.opaques), "reason", ref.Reason)
+	if !ac.logged {
+		ac.logged = true
+		b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
+			"puts", len(pp.opaques), "reason", ref.Reason)
+	}
 	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
 		"; whether the record survives (a new master may have taken over) is unknown"}
+}
+
+// ackCheck is the write check's answer for the batches of one answer
+// frame, asked when the first of them needs it: they are answered at the
+// same moment, and at 10,000 partitions a frame answers one batch per put
+// (the check reads the clock and the site's role each time). A refusal is
+// logged once per frame, not once per batch.
+type ackCheck struct {
+	b      *Broker
+	asked  bool
+	ref    *Refusal
+	logged bool
+}
+
+func (a *ackCheck) refusal() *Refusal {
+	if !a.asked {
+		a.asked = true
+		if c := a.b.gate.check.Load(); c != nil {
+			a.ref = (*c)()
+		}
+	}
+	return a.ref
 }
 
 // putTally is what answered puts add to a topic's statistics.

@@ -426,7 +426,11 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	}
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
-	d := wire.NewDecoder(bufio.NewReaderSize(nc, 1<<20))
+	// A small read buffer: a body longer than what it holds is read
+	// straight into buf below (bufio reads past its buffer into a large
+	// enough destination), where a 1 MiB buffer copied every delivered
+	// byte once more.
+	d := wire.NewDecoder(bufio.NewReaderSize(nc, 16<<10))
 	d.Reuse = true
 	// An answer's records are counted before the next get, so one buffer
 	// serves every answer.
