@@ -184,6 +184,45 @@ type stats struct {
 	consumed  atomic.Int64
 	cbytes    atomic.Int64
 	t0        time.Time
+
+	shardMu sync.Mutex
+	shards  []*putShard // per producer connection (newShard), merged by stop
+}
+
+// putShard is one producer connection's share of the put counts and
+// latencies, under a lock of its own: with one shared lock every answer of
+// every producer met the others' there (a tenth of the load generator's
+// CPU, taken from the broker's cores).
+type putShard struct {
+	mu           sync.Mutex
+	lat          []time.Duration
+	puts, failed int64
+}
+
+// newShard returns a putShard that stop counts in.
+func (s *stats) newShard() *putShard {
+	sh := &putShard{}
+	s.shardMu.Lock()
+	s.shards = append(s.shards, sh)
+	s.shardMu.Unlock()
+	return sh
+}
+
+// observePutIn is observePut into sh.
+func (s *stats) observePutIn(sh *putShard, d time.Duration, ok bool) {
+	if !s.measuring.Load() {
+		return
+	}
+	sh.mu.Lock()
+	switch {
+	case !s.measuring.Load():
+	case !ok:
+		sh.failed++
+	default:
+		sh.puts++ // with its latency, under mu: stop sees both or neither
+		sh.lat = append(sh.lat, d)
+	}
+	sh.mu.Unlock()
 }
 
 func (s *stats) start() {
@@ -204,8 +243,20 @@ func (s *stats) stop() result {
 	defer s.mu.Unlock()
 	s.measuring.Store(false)
 	el := time.Since(s.t0)
-	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
+	r := result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
 		dlat: append([]time.Duration(nil), s.dlat...)}
+	// An observer that saw measuring under a shard's lock finished before
+	// the shard is read here; a later one sees it false.
+	s.shardMu.Lock()
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		r.puts += sh.puts
+		r.failed += sh.failed
+		r.lat = append(r.lat, sh.lat...)
+		sh.mu.Unlock()
+	}
+	s.shardMu.Unlock()
+	return r
 }
 
 // observeConsume counts one consumed message of n payload bytes. Message
@@ -321,6 +372,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
 	sent := newSendTimes[int32](o.inflight)
+	shard := st.newShard()
 	readErr := make(chan error, 1)
 	go func() {
 		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
@@ -337,7 +389,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 				return
 			}
 			if t, ok := sent.take(r.Opaque); ok {
-				st.observePut(time.Since(t), r.OK())
+				st.observePutIn(shard, time.Since(t), r.OK())
 				if !r.OK() {
 					fmt.Fprintf(os.Stderr, "put failed: %s\n", r)
 				}
