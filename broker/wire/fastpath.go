@@ -61,10 +61,12 @@ func (d *Decoder) decodePlainPut(line []byte) (Command, bool, error) {
 	if size < 0 {
 		return nil, false, nil
 	}
-	c := &Put{}
+	var c *Put
 	if d.Reuse {
 		c = &d.put
 		*c = Put{}
+	} else {
+		c = new(Put)
 	}
 	c.Topic, c.Partition, c.Flag, c.Checksum, c.Fields = d.internTopic(f[0]), nums[0], nums[2], NoChecksum, n+1
 	if n == 6 {
@@ -103,9 +105,11 @@ func (d *Decoder) decodePlainResult(line []byte) (Command, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	c := &Result{}
+	var c *Result
 	if d.Reuse {
 		c = &d.result
+	} else {
+		c = new(Result)
 	}
 	c.Code, c.Body, c.Opaque = int(nums[0]), body, nums[2]
 	return c, true, nil

@@ -239,3 +239,26 @@ func TestDecoderReuse(t *testing.T) {
 		t.Fatal("without Reuse two puts share one object")
 	}
 }
+
+// With Reuse the fast paths allocate nothing but the body.
+func TestDecoderReuseAllocatesOnlyBodies(t *testing.T) {
+	frame := []byte("put a 3 2 1 9 5\r\nhiresult 200 2 7\r\nok")
+	buf := make([]byte, 2)
+	r := bytes.NewReader(frame)
+	d := NewDecoder(bufio.NewReader(r))
+	d.Reuse = true
+	d.Alloc = func(n int) []byte { return buf[:n] }
+	allocs := testing.AllocsPerRun(100, func() {
+		r.Reset(frame)
+		d.r.Reset(r)
+		if _, err := d.Decode(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Decode(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("decoding a plain put and a plain result with Reuse: %v allocations, want 0", allocs)
+	}
+}

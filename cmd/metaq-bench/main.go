@@ -377,6 +377,13 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	go func() {
 		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
 		d.Reuse = true // each answer is done with before the next
+		var body []byte
+		d.Alloc = func(n int) []byte { // and so is its body
+			if cap(body) < n {
+				body = make([]byte, n)
+			}
+			return body[:n]
+		}
 		for {
 			cmd, err := d.Decode()
 			if err != nil {
