@@ -63,6 +63,11 @@ type conn struct {
 	// (storeBatches) under the first, all of them as the value.
 	stored map[*pendingPuts][]*pendingPuts
 
+	// appends is the reader's list of a store call's appends
+	// (storeBatches), reused from read to read: the store step reads it
+	// during the call and keeps none of it.
+	appends []store.PartitionAppend
+
 	closeOnce sync.Once
 
 	// stopRead is set by Broker.Close, which stops reading with a read
@@ -271,6 +276,10 @@ func (c *conn) readLoop() bool {
 	}), 64<<10)
 	d := wire.NewDecoder(r)
 	d.MaxBodySize = c.b.opts.MaxMessageSize
+	// Only plain puts (copied into held at once, putReqOf, never
+	// dispatched: they carry no transaction key) and results (dropped
+	// below) come back reused; whatever goes to a worker is its own.
+	d.Reuse = true
 	// A body's bytes are reserved before it is read (see byteBudget); the
 	// reader waits here while the budgets are used up, after handing on
 	// the puts it holds so that they can give theirs back.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -197,5 +198,36 @@ func TestAcknowledgementCheckedAgainWhenAnswered(t *testing.T) {
 	cl.sendCmd(putCmd("test", 0, "fine", 2))
 	if r := cl.result(); r.Code != wire.StatusOK {
 		t.Fatalf("put without a check: %s", r)
+	}
+}
+
+// TestAcknowledgementCheckedOncePerAnswerFrame: the write check is asked
+// once per put when it arrives, and when the puts are answered once for the
+// whole answer frame, not once per partition's batch (at 10,000
+// partitions every put is a batch of its own).
+func TestAcknowledgementCheckedOncePerAnswerFrame(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=wide]\nnumPartitions=64\n"))
+	brk := startBroker(t, cfg, nil)
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "wide", 0, "first") // registers the topic
+	var calls atomic.Int32
+	brk.SetWriteCheck(func() *Refusal {
+		calls.Add(1)
+		return nil
+	})
+	const n = 60
+	var buf []byte
+	for i := range n {
+		buf = putCmd("wide", int32(i%30), "m"+strconv.Itoa(i), int32(i)).AppendTo(buf)
+	}
+	cl.send(buf)
+	for range n {
+		if r := cl.result(); !r.OK() {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+	}
+	// One write of 60 puts arrives in one read, or a few: one answer frame each.
+	if got := calls.Load(); got < n || got > n+4 {
+		t.Fatalf("write check asked %d times for %d puts over 30 partitions, want %d at arrival and one per answer frame", got, n, n)
 	}
 }

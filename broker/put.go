@@ -102,9 +102,14 @@ type queueKey struct {
 // group order, cut per group), and the batches, their messages and their
 // opaques are cut from one allocation each for the whole read (batchSlab).
 func (c *conn) routePuts(reqs []putReq) {
-	keys := make([]queueKey, 0, 4)
-	group := make([]int32, len(reqs)) // keys[group[i]] is the key of reqs[i]
-	var counts []int32                // puts per key
+	// The grouping's slices live on the stack for a read's puts (at most
+	// maxHeldPuts); only a longer list spills to the heap.
+	var keyBuf [maxHeldPuts]queueKey
+	var groupBuf, countBuf [maxHeldPuts]int32
+	var orderedBuf [maxHeldPuts]*putReq
+	keys := keyBuf[:0]
+	group := groupBuf[:0]  // keys[group[i]] is the key of reqs[i]
+	counts := countBuf[:0] // puts per key
 	var seen keyTable
 	for i := range reqs {
 		r := &reqs[i]
@@ -116,17 +121,18 @@ func (c *conn) routePuts(reqs []putReq) {
 			counts = append(counts, 0)
 			seen.add(key, k)
 		}
-		group[i] = int32(k)
+		group = append(group, int32(k))
 		counts[k]++
 	}
 	// The puts in group order, each group in arrival order.
-	starts := make([]int32, len(keys)+1)
+	var startBuf [maxHeldPuts + 1]int32
+	starts := append(startBuf[:0], make([]int32, len(keys)+1)...)
 	for k, n := range counts {
 		starts[k+1] = starts[k] + n
 	}
 	next := counts // each group's next place; the counts are no longer needed
 	copy(next, starts[:len(keys)])
-	ordered := make([]*putReq, len(reqs))
+	ordered := append(orderedBuf[:0], make([]*putReq, len(reqs))...)
 	for i := range reqs {
 		k := group[i]
 		ordered[next[k]] = &reqs[i]
@@ -538,7 +544,9 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	c.storedMu.Lock()
 	c.stored[pps[0]] = pps // before the store can answer them
 	c.storedMu.Unlock()
-	appends := make([]store.PartitionAppend, len(pps))
+	// The connection's reader alone calls this: its list of appends is
+	// reused (the store step keeps none of it after the call).
+	appends := slices.Grow(c.appends[:0], len(pps))[:len(pps)]
 	for i, pp := range pps {
 		// Field by field: a literal is copied from the stack in moves the
 		// CPU cannot forward from the stores that built it, per partition.
@@ -548,6 +556,8 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
 	})
+	clear(appends) // they point at the batches' messages
+	c.appends = appends[:0]
 	var size int64
 	for _, pp := range pps {
 		for i := range pp.msgs {
@@ -571,7 +581,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	size, n := 0, 0
 	for _, pp := range pps {
-		size += len(pp.out) + 48*len(pp.opaques)
+		size += len(pp.out) + storedAnswerSize*len(pp.opaques)
 	}
 	c.storedMu.Lock()
 	delete(c.stored, pps[0])
@@ -582,6 +592,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		putTally
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
+	ac := ackCheck{b: b}
 	for i, pp := range pps {
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
@@ -592,7 +603,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 				o.Err = fmt.Errorf("store returned %d outcomes for %d batches", len(outs), len(pps))
 			}
 			var t putTally
-			out, t = b.answerStored(out, pp, o.Appended, o.Err)
+			out, t = b.answerStored(out, pp, o.Appended, o.Err, &ac)
 			k := slices.IndexFunc(tallies, func(x topicTally) bool { return x.topic == pp.key.topic })
 			if k < 0 {
 				k = len(tallies)
@@ -626,31 +637,39 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	c.storedMu.Unlock()
 	out := pp.out
 	if out == nil {
-		out = make([]byte, 0, 48*pp.n)
+		out = make([]byte, 0, storedAnswerSize*pp.n)
 	}
 	if len(pp.opaques) > 0 {
 		var t putTally
-		out, t = b.answerStored(out, pp, as, err)
+		out, t = b.answerStored(out, pp, as, err, &ackCheck{b: b})
 		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
 	c.wg.Done()
 }
 
+// storedAnswerSize is room for one stored put's answer: `result 200 <len>
+// <opaque>\r\n<id> <partition> <offset>` is 50-70 bytes (a 48-byte guess
+// made every answer frame grow, and be copied, once).
+const storedAnswerSize = 72
+
 // answerStored appends the answers of a batch's stored puts to out:
 // `<id> <partition> <offset>` for each stored one.
-func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error) ([]byte, putTally) {
+func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, err error, ac *ackCheck) ([]byte, putTally) {
 	p := pp.key.partition
 	n := len(pp.opaques)
-	var each messageErrors
 	if err == nil && len(as) != n {
 		err = fmt.Errorf("store returned %d results for %d messages", len(as), n)
 	}
-	if err != nil && (!errors.As(err, &each) || len(each) != n || len(as) != n) {
-		each = nil
+	// Looked for only on failure: errors.As takes the address of each,
+	// which would otherwise cost a heap allocation per batch (per put at
+	// 10,000 partitions).
+	var each messageErrors
+	if err != nil {
+		each = perMessageErrors(err, n, len(as))
 	}
 	if err == nil || each != nil {
-		err = b.checkAck(pp, err)
+		err = b.checkAck(pp, err, ac)
 		if _, ok := err.(*heldError); ok {
 			each = nil
 		}
@@ -695,29 +714,61 @@ func (b *Broker) answerStored(out []byte, pp *pendingPuts, as []store.Appended, 
 	return out, putTally{stored: stored, failed: int64(n) - stored, size: size}
 }
 
+// perMessageErrors returns err's one error per message when it has them
+// for all n messages (and the store returned n results), else nil.
+func perMessageErrors(err error, n, results int) messageErrors {
+	var each messageErrors
+	if !errors.As(err, &each) || len(each) != n || results != n {
+		return nil
+	}
+	return each
+}
+
 // checkAck asks the write check (SetWriteCheck) again when a batch of
 // client puts is answered: a master that was paused (SIGSTOP, a frozen VM)
 // between storing a put and answering it may have been replaced
 // meanwhile, so what it stored is not known to survive. Such a batch is
 // answered 500 saying so instead of acknowledged; err is returned
-// otherwise.
-func (b *Broker) checkAck(pp *pendingPuts, err error) error {
+// otherwise. ac asks the check once for all the batches of one answer
+// frame (see ackCheck).
+func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 	if pp.key.sync || pp.held != nil || pp.fwd != nil {
 		// Not stored here: the (new) master's answer, which it checked.
 		return err
 	}
-	c := b.gate.check.Load()
-	if c == nil {
-		return err
-	}
-	ref := (*c)()
+	ref := ac.refusal()
 	if ref == nil {
 		return err
 	}
-	b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
-		"puts", len(pp.opaques), "reason", ref.Reason)
+	if !ac.logged {
+		ac.logged = true
+		b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
+			"puts", len(pp.opaques), "reason", ref.Reason)
+	}
 	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
 		"; whether the record survives (a new master may have taken over) is unknown"}
+}
+
+// ackCheck is the write check's answer for the batches of one answer
+// frame, asked when the first of them needs it: they are answered at the
+// same moment, and at 10,000 partitions a frame answers one batch per put
+// (the check reads the clock and the site's role each time). A refusal is
+// logged once per frame, not once per batch.
+type ackCheck struct {
+	b      *Broker
+	asked  bool
+	ref    *Refusal
+	logged bool
+}
+
+func (a *ackCheck) refusal() *Refusal {
+	if !a.asked {
+		a.asked = true
+		if c := a.b.gate.check.Load(); c != nil {
+			a.ref = (*c)()
+		}
+	}
+	return a.ref
 }
 
 // putTally is what answered puts add to a topic's statistics.

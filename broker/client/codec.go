@@ -60,6 +60,7 @@ func (wireCodec) appendVersion(dst []byte, opaque int32) []byte {
 func (wireCodec) newReader(br *bufio.Reader, maxBody int) func() (frame, error) {
 	d := wire.NewDecoder(br)
 	d.MaxBodySize = maxBody
+	d.Reuse = true // a result's fields are copied into the frame at once
 	return func() (frame, error) {
 		cmd, err := d.Decode()
 		if err != nil {

@@ -3,7 +3,9 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -193,6 +195,40 @@ func TestDecodeRecords(t *testing.T) {
 	bad[25-1] ^= 1
 	if _, _, err := decodeRecords("t", Partition{0, 0}, 0, bad); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("corrupt record: %v", err)
+	}
+}
+
+// A fetch's records are decoded with one allocation (the list of messages):
+// the payloads share the fetched buffer, each with a capacity of its own, so
+// appending to one leaves the next record as it was.
+func TestDecodeRecordsSharesTheFetchedBuffer(t *testing.T) {
+	var data []byte
+	for i := range 50 {
+		body := []byte(fmt.Sprintf("message-%02d", i))
+		rec := make([]byte, 20+len(body))
+		binary.BigEndian.PutUint32(rec, uint32(len(body)))
+		binary.BigEndian.PutUint32(rec[4:], uint32(checksum(body)))
+		binary.BigEndian.PutUint64(rec[8:], uint64(1000+i))
+		copy(rec[20:], body)
+		data = append(data, rec...)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if msgs, _, err := decodeRecords("t", Partition{0, 0}, 0, data); err != nil || len(msgs) != 50 {
+			t.Fatalf("decoded %d messages: %v", len(msgs), err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("decodeRecords of 50 records: %v allocations, want 1", allocs)
+	}
+	msgs, _, _ := decodeRecords("t", Partition{0, 0}, 0, data)
+	_ = append(msgs[0].Payload, "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"...)
+	for i, m := range msgs {
+		if want := fmt.Sprintf("message-%02d", i); string(m.Payload) != want || m.ID != int64(1000+i) {
+			t.Fatalf("message %d: %q id %d, want %q id %d", i, m.Payload, m.ID, want, 1000+i)
+		}
+	}
+	if msgs, _, err := decodeRecords("t", Partition{0, 0}, 0, data); err != nil || string(msgs[1].Payload) != "message-01" {
+		t.Fatalf("after an append to the first payload the second reads %q (%v)", msgs[1].Payload, err)
 	}
 }
 

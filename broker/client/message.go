@@ -41,7 +41,11 @@ func ParsePartition(s string) (Partition, error) {
 type Message struct {
 	// Topic is the message's topic.
 	Topic string
-	// Payload is the message body without the attribute section.
+	// Payload is the message body without the attribute section. In a
+	// received message it shares the fetched answer's buffer with the
+	// other messages of that fetch (one buffer per fetch, never reused by
+	// the client): keeping one message keeps that buffer; copy the payload
+	// to keep it alone.
 	Payload []byte
 	// Attribute is the optional string attribute; it is sent only when
 	// HasAttribute is true (an empty attribute is allowed, as in MetaQ).
@@ -115,8 +119,12 @@ var ErrCorrupt = errors.New("client: corrupt message record")
 // It stops at the first incomplete record and returns the messages and the
 // number of bytes they used. A record that fails its checksum gives
 // ErrCorrupt together with the messages before it.
+//
+// The payloads alias data (a fetch's own buffer): a copy per message was an
+// allocation and a copy of every delivered byte, for a buffer nobody else
+// uses.
 func decodeRecords(topic string, p Partition, base int64, data []byte) ([]Message, int, error) {
-	var out []Message
+	out := make([]Message, 0, countRecords(data))
 	pos := 0
 	for len(data)-pos >= recordHeaderLen {
 		h := data[pos:]
@@ -136,8 +144,7 @@ func decodeRecords(topic string, p Partition, base int64, data []byte) ([]Messag
 		}
 		m := Message{Topic: topic, ID: id, Partition: p, Offset: base + int64(pos), Flag: flag,
 			NextOffset: base + int64(pos) + recordHeaderLen + int64(n)}
-		payload := make([]byte, n)
-		copy(payload, body)
+		payload := body[:n:n] // a cap of its own: an append does not run into the next record
 		if flag&1 != 0 {
 			if n < 4 {
 				return out, pos, fmt.Errorf("%w: attribute at offset %d", ErrCorrupt, m.Offset)
@@ -155,4 +162,19 @@ func decodeRecords(topic string, p Partition, base int64, data []byte) ([]Messag
 		pos += recordHeaderLen + int(n)
 	}
 	return out, pos, nil
+}
+
+// countRecords counts the complete records at the start of data by their
+// lengths alone (decodeRecords checks them), to size its list once.
+func countRecords(data []byte) int {
+	n := 0
+	for len(data) >= recordHeaderLen {
+		l := int32(binary.BigEndian.Uint32(data))
+		if l < 0 || l > maxRecordBody || len(data) < recordHeaderLen+int(l) {
+			break
+		}
+		data = data[recordHeaderLen+int(l):]
+		n++
+	}
+	return n
 }

@@ -619,7 +619,7 @@ func (s *Store) writeCheckpoint() error {
 // flushTails writes every partition's tail into g's .idx (the writer at a
 // roll or a checkpoint, or recovery at the end of a segment).
 func (s *Store) flushTails(g *segment) error {
-	return s.flushTailsOf(s.partitionList(), g, 1)
+	return s.flushTailsOf(s.partitionList(), g, 1, false)
 }
 
 // partitionList returns the partitions of the table.

@@ -89,7 +89,9 @@
 // block, and at a segment roll and at every checkpoint all tails are
 // written out (a block may then be short). With many busy partitions the
 // tails are bounded by a budget (512 Ki entries, 16 MiB, in all): past it
-// the longer tails are written out early as short blocks.
+// the longer tails are written out early as short blocks, each tail keeping
+// its (emptied) array for its next entries; a roll or a checkpoint lets
+// the arrays go, so a partition that went idle holds none.
 //
 // When a segment is sealed (at a roll, or when recovery has re-indexed
 // it) its .idx gets a footer written once: one 32-byte record per block in

@@ -177,7 +177,14 @@ func (s *Store) flushTailLocked(p *partition, g *segment) error {
 // in cost more than encoding them). Only the writer goroutine (or
 // recovery, or Close after the writer stopped) calls it: it alone appends
 // to tails, so a tail cannot change between the copy and the publish.
-func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
+//
+// keep leaves each written tail its array, empty, for its next entries
+// (the sweep: with thousands of busy partitions each tail would otherwise
+// be allocated again and grown from one entry, a garbage slice per
+// doubling); without it the arrays are let go (a roll, a checkpoint),
+// so a partition that went idle holds none. Keeping them adds no memory
+// at the sweep's peak: the arrays existed, full, just before it.
+func (s *Store) flushTailsOf(ps []*partition, g *segment, min int, keep bool) error {
 	w := &s.w
 	todo := w.idxTodo[:0]
 	defer func() {
@@ -228,7 +235,13 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int) error {
 	for _, x := range todo {
 		x.p.mu.Lock()
 		x.p.blocks = append(x.p.blocks, x.ref)
-		x.p.tail = nil
+		if keep {
+			// Entries are read only under the partition's lock and
+			// copied out (chunks), so the array can take the next ones.
+			x.p.tail = x.p.tail[:0]
+		} else {
+			x.p.tail = nil
+		}
 		x.p.mu.Unlock()
 	}
 	return nil

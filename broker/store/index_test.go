@@ -327,6 +327,49 @@ func TestTailBudget(t *testing.T) {
 	}
 }
 
+// A sweep writes the tails of many busy partitions out and leaves each its
+// array, empty, for the next entries (no allocation and regrowth per
+// partition per sweep); every record stays readable in order, from the
+// swept blocks and from the refilled tails.
+func TestSweptTailsKeepTheirArrays(t *testing.T) {
+	s := openT(t, Options{blockEntries: 64, tailBudget: 200})
+	const parts = 50
+	swept := 0
+	for i := 0; i < 40; i++ {
+		for p := 0; p < parts; p++ {
+			mustAppend(t, s, "b", p, fmt.Sprintf("r%d-p%d", i, p))
+		}
+		if tails, _, _ := indexSize(s); tails != 0 {
+			continue
+		}
+		// A sweep wrote every tail out at the end of this round.
+		swept++
+		for p := 0; p < parts; p++ {
+			pt := s.lookup("b", p)
+			pt.mu.RLock()
+			n, c := len(pt.tail), cap(pt.tail)
+			pt.mu.RUnlock()
+			if n != 0 || c == 0 {
+				t.Fatalf("round %d: b-%d tail after the sweep: %d entries, room for %d; want empty with its array kept", i, p, n, c)
+			}
+		}
+	}
+	if swept == 0 {
+		t.Fatal("no round ended with a sweep")
+	}
+	for p := 0; p < parts; p++ {
+		got := decodeAll(t, readAll(t, s, "b", p))
+		if len(got) != 40 {
+			t.Fatalf("b-%d: %d records, want 40", p, len(got))
+		}
+		for i, r := range got {
+			if want := fmt.Sprintf("r%d-p%d", i, p); string(r.Body) != want {
+				t.Fatalf("b-%d record %d = %q, want %q", p, i, r.Body, want)
+			}
+		}
+	}
+}
+
 // Backlog gives the time of the chunk holding an offset from the index and
 // counts records by the partition's mean size, also after a restart.
 func TestBacklog(t *testing.T) {

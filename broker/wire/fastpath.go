@@ -61,7 +61,14 @@ func (d *Decoder) decodePlainPut(line []byte) (Command, bool, error) {
 	if size < 0 {
 		return nil, false, nil
 	}
-	c := &Put{Topic: d.internTopic(f[0]), Partition: nums[0], Flag: nums[2], Checksum: NoChecksum, Fields: n + 1}
+	var c *Put
+	if d.Reuse {
+		c = &d.put
+		*c = Put{}
+	} else {
+		c = new(Put)
+	}
+	c.Topic, c.Partition, c.Flag, c.Checksum, c.Fields = d.internTopic(f[0]), nums[0], nums[2], NoChecksum, n+1
 	if n == 6 {
 		c.Checksum, c.Opaque = nums[3], nums[4]
 	} else {
@@ -98,7 +105,14 @@ func (d *Decoder) decodePlainResult(line []byte) (Command, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	return &Result{Code: int(nums[0]), Body: body, Opaque: nums[2]}, true, nil
+	var c *Result
+	if d.Reuse {
+		c = &d.result
+	} else {
+		c = new(Result)
+	}
+	c.Code, c.Body, c.Opaque = int(nums[0]), body, nums[2]
+	return c, true, nil
 }
 
 // internTopic returns b as a string, reusing the previous topic's string

@@ -187,3 +187,78 @@ func FuzzPlainResult(f *testing.F) {
 		checkSameWith(t, plainResult, frame)
 	})
 }
+
+// With Reuse a Decoder returns its plain puts and results in one object of
+// its own each, overwritten by the next Decode, with the same fields a fresh
+// one would have (the previous frame's fields gone); without it, each frame
+// is a new object.
+func TestDecoderReuse(t *testing.T) {
+	stream := "put a 3 2 1 9 5\r\nhiput b 4 3 0 6\r\nyes" +
+		"result 200 2 7\r\nokresult 404 0 8\r\n" +
+		"put c 5 1 2 3\r\nx"
+	decodeAll := func(reuse bool) []Command {
+		d := NewDecoder(bufio.NewReader(bytes.NewReader([]byte(stream))))
+		d.Reuse = reuse
+		var out []Command
+		for {
+			c, err := d.Decode()
+			if err != nil {
+				return out
+			}
+			switch x := c.(type) { // copy, as a caller keeping it must
+			case *Put:
+				y := *x
+				out = append(out, &y)
+			case *Result:
+				y := *x
+				out = append(out, &y)
+			}
+		}
+	}
+	fresh, reused := decodeAll(false), decodeAll(true)
+	if len(fresh) != 5 || !reflect.DeepEqual(fresh, reused) {
+		t.Fatalf("reused decoding differs:\n fresh  %+v\n reused %+v", fresh, reused)
+	}
+	if p := fresh[1].(*Put); p.Checksum != NoChecksum || p.Opaque != 6 || string(p.Body) != "yes" {
+		t.Fatalf("second put kept the first's fields: %+v", p)
+	}
+
+	d := NewDecoder(bufio.NewReader(bytes.NewReader([]byte(stream))))
+	d.Reuse = true
+	p1, _ := d.Decode()
+	p2, _ := d.Decode()
+	r1, _ := d.Decode()
+	r2, _ := d.Decode()
+	if p1 != p2 || r1 != r2 {
+		t.Fatalf("with Reuse: puts %p %p, results %p %p, want one object each", p1, p2, r1, r2)
+	}
+	d = NewDecoder(bufio.NewReader(bytes.NewReader([]byte(stream))))
+	q1, _ := d.Decode()
+	q2, _ := d.Decode()
+	if q1 == q2 {
+		t.Fatal("without Reuse two puts share one object")
+	}
+}
+
+// With Reuse the fast paths allocate nothing but the body.
+func TestDecoderReuseAllocatesOnlyBodies(t *testing.T) {
+	frame := []byte("put a 3 2 1 9 5\r\nhiresult 200 2 7\r\nok")
+	buf := make([]byte, 2)
+	r := bytes.NewReader(frame)
+	d := NewDecoder(bufio.NewReader(r))
+	d.Reuse = true
+	d.Alloc = func(n int) []byte { return buf[:n] }
+	allocs := testing.AllocsPerRun(100, func() {
+		r.Reset(frame)
+		d.r.Reset(r)
+		if _, err := d.Decode(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Decode(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("decoding a plain put and a plain result with Reuse: %v allocations, want 0", allocs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -107,5 +108,24 @@ func TestGroupsRejectedWherePeerCannot(t *testing.T) {
 	tg := target{name: "peer", produce: func(context.Context, int, *stats) error { return nil }}
 	if _, err := runLoad(o, tg); err == nil {
 		t.Error("runLoad ran -groups against a target without group support")
+	}
+}
+
+// TestStatsShardsMerge: the producers' own shards and the shared counts
+// add up in stop, and only what was observed between start and stop counts.
+func TestStatsShardsMerge(t *testing.T) {
+	st := &stats{}
+	a, b := st.newShard(), st.newShard()
+	st.observePutIn(a, time.Millisecond, true) // before start: not counted
+	st.start()
+	st.observePutIn(a, 2*time.Millisecond, true)
+	st.observePutIn(a, 0, false)
+	st.observePutIn(b, 3*time.Millisecond, true)
+	st.observePut(4*time.Millisecond, true)
+	r := st.stop()
+	st.observePutIn(b, 5*time.Millisecond, true) // after stop: not counted
+	slices.Sort(r.lat)
+	if r.puts != 3 || r.failed != 1 || !slices.Equal(r.lat, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}) {
+		t.Fatalf("merged puts %d failed %d latencies %v, want 3, 1, [2ms 3ms 4ms]", r.puts, r.failed, r.lat)
 	}
 }

@@ -71,6 +71,7 @@ func main() {
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile (client and in-process broker, whole run) to this file at the end")
 	flag.CommandLine.Init("metaq-bench", flag.ContinueOnError)
 	args := os.Args[1:]
 	if len(args) > 0 && cli.IsHelp(args[0]) {
@@ -93,6 +94,26 @@ func main() {
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "metaq-bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// writeHeapProfile writes the allocation profile (alloc_space and
+// alloc_objects count everything allocated since the start) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("memory profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func startBroker(o options, listen string) (string, func(), error) {
@@ -163,6 +184,45 @@ type stats struct {
 	consumed  atomic.Int64
 	cbytes    atomic.Int64
 	t0        time.Time
+
+	shardMu sync.Mutex
+	shards  []*putShard // per producer connection (newShard), merged by stop
+}
+
+// putShard is one producer connection's share of the put counts and
+// latencies, under a lock of its own: with one shared lock every answer of
+// every producer met the others' there (a tenth of the load generator's
+// CPU, taken from the broker's cores).
+type putShard struct {
+	mu           sync.Mutex
+	lat          []time.Duration
+	puts, failed int64
+}
+
+// newShard returns a putShard that stop counts in.
+func (s *stats) newShard() *putShard {
+	sh := &putShard{}
+	s.shardMu.Lock()
+	s.shards = append(s.shards, sh)
+	s.shardMu.Unlock()
+	return sh
+}
+
+// observePutIn is observePut into sh.
+func (s *stats) observePutIn(sh *putShard, d time.Duration, ok bool) {
+	if !s.measuring.Load() {
+		return
+	}
+	sh.mu.Lock()
+	switch {
+	case !s.measuring.Load():
+	case !ok:
+		sh.failed++
+	default:
+		sh.puts++ // with its latency, under mu: stop sees both or neither
+		sh.lat = append(sh.lat, d)
+	}
+	sh.mu.Unlock()
 }
 
 func (s *stats) start() {
@@ -183,8 +243,20 @@ func (s *stats) stop() result {
 	defer s.mu.Unlock()
 	s.measuring.Store(false)
 	el := time.Since(s.t0)
-	return result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
+	r := result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
 		dlat: append([]time.Duration(nil), s.dlat...)}
+	// An observer that saw measuring under a shard's lock finished before
+	// the shard is read here; a later one sees it false.
+	s.shardMu.Lock()
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		r.puts += sh.puts
+		r.failed += sh.failed
+		r.lat = append(r.lat, sh.lat...)
+		sh.mu.Unlock()
+	}
+	s.shardMu.Unlock()
+	return r
 }
 
 // observeConsume counts one consumed message of n payload bytes. Message
@@ -300,9 +372,18 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
 	sent := newSendTimes[int32](o.inflight)
+	shard := st.newShard()
 	readErr := make(chan error, 1)
 	go func() {
 		d := wire.NewDecoder(bufio.NewReaderSize(nc, 256<<10))
+		d.Reuse = true // each answer is done with before the next
+		var body []byte
+		d.Alloc = func(n int) []byte { // and so is its body
+			if cap(body) < n {
+				body = make([]byte, n)
+			}
+			return body[:n]
+		}
 		for {
 			cmd, err := d.Decode()
 			if err != nil {
@@ -315,7 +396,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 				return
 			}
 			if t, ok := sent.take(r.Opaque); ok {
-				st.observePut(time.Since(t), r.OK())
+				st.observePutIn(shard, time.Since(t), r.OK())
 				if !r.OK() {
 					fmt.Fprintf(os.Stderr, "put failed: %s\n", r)
 				}
@@ -404,7 +485,12 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	}
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
-	d := wire.NewDecoder(bufio.NewReaderSize(nc, 1<<20))
+	// A small read buffer: a body longer than what it holds is read
+	// straight into buf below (bufio reads past its buffer into a large
+	// enough destination), where a 1 MiB buffer copied every delivered
+	// byte once more.
+	d := wire.NewDecoder(bufio.NewReaderSize(nc, 16<<10))
+	d.Reuse = true
 	// An answer's records are counted before the next get, so one buffer
 	// serves every answer.
 	var buf []byte

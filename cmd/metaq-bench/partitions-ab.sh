@@ -26,7 +26,14 @@ start() {
 }
 read -r pa porta da < <(start "$A")
 read -r pb portb db < <(start "$B")
-trap 'kill -TERM $pa $pb 2>/dev/null; wait $pa $pb 2>/dev/null; rm -rf "$da" "$db" "$out"' EXIT
+# The brokers were started in a subshell (start), so wait cannot wait for them: poll until both have exited
+# before their folders go (a broker writes its checkpoint as it stops).
+stop() {
+	kill -TERM $pa $pb 2>/dev/null
+	for _ in $(seq 1 300); do kill -0 $pa 2>/dev/null || kill -0 $pb 2>/dev/null || break; sleep 0.1; done
+	rm -rf "$da" "$db" "$out"
+}
+trap stop EXIT
 for port in $porta $portb; do
 	for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 done
