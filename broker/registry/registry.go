@@ -55,6 +55,9 @@ type Options struct {
 
 	// BrokerID is [system] brokerId.
 	BrokerID int
+	// Site is this broker's site ([site] name), recorded as the raiser of a
+	// generation it raises (GenerationRaiser); "" records none.
+	Site string
 	// Slave makes this registration an async slave's (ids/<id>/slave<SlaveID>,
 	// topic nodes <id>-s<SlaveID>); false registers a master.
 	Slave bool

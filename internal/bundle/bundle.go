@@ -192,6 +192,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			ConnectionTimeout: cfg.ZooKeeper.ConnectionTimeout,
 			SyncTime:          cfg.ZooKeeper.SyncTime,
 			BrokerID:          cfg.System.BrokerID,
+			Site:              cfg.Site.Name,
 			Host:              cfg.System.HostName,
 			Port:              cfg.System.ServerPort,
 			ConfigChecksum:    cfg.Checksum,
