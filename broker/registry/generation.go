@@ -233,6 +233,56 @@ type Raiser struct {
 	Generation uint64 `json:"generation"`
 	Site       string `json:"site"`
 	Token      string `json:"token"`
+	// Abandoned: the raiser gave up its promotion to this generation
+	// (AbandonGeneration); nobody is its master, and the master that
+	// stepped down for it may take mastership back at the next one.
+	Abandoned bool `json:"abandoned,omitempty"`
+}
+
+// AbandonGeneration records that this broker's site gives up its
+// promotion to generation gen (Raiser.Abandoned), only while the
+// brokerId's generation is still gen (a check on its version in the same
+// multi-op); ErrGenerationMoved when it is not.
+func (r *Registry) AbandonGeneration(ctx context.Context, brokerID int, gen uint64) error {
+	path, rpath := r.paths.GenerationPath(brokerID), r.paths.RaiserPath(brokerID)
+	cur, version, err := r.readGeneration(ctx, brokerID)
+	if err != nil {
+		return err
+	}
+	if cur != gen {
+		return fmt.Errorf("%w: %s is %d, not the %d given up", ErrGenerationMoved, path, cur, gen)
+	}
+	by, err := r.readRaiser(ctx, brokerID)
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return err
+	}
+	exists := err == nil
+	if by.Generation != gen {
+		by = Raiser{Generation: gen}
+	}
+	if by.Site == "" {
+		by.Site = r.opts.Site
+	}
+	by.Abandoned = true
+	data, err := json.Marshal(by)
+	if err != nil {
+		return err
+	}
+	var op any = &zk.CreateRequest{Path: rpath, Data: data, Acl: openACL}
+	if exists {
+		op = &zk.SetDataRequest{Path: rpath, Data: data, Version: -1}
+	}
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Multi(&zk.CheckVersionRequest{Path: path, Version: version}, op)
+		return err
+	})
+	if errors.Is(err, zk.ErrBadVersion) {
+		return fmt.Errorf("%w: %s changed", ErrGenerationMoved, path)
+	}
+	if err != nil {
+		return fmt.Errorf("registry: mark generation %d abandoned at %s: %w", gen, rpath, err)
+	}
+	return nil
 }
 
 // GenerationRaiser reads the brokerId's generation and who raised it; the
