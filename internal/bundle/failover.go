@@ -1148,6 +1148,44 @@ func (b *Bundle) gossipResolver(static string) georeplicator.Resolver {
 	})
 }
 
+// newestMasterResolver finds the master to follow for a slave whose
+// properties name a masterAddress (static): the master of the newest
+// generation this site can learn, from gossip (gossipResolver) or from
+// ZooKeeper (the generation node and the replication address its master
+// publishes, ids/<id>/replication), whichever knows the newer one; static
+// only while neither knows a promotion. A slave site restarted by its
+// unit after a promotion (a former promoted master among them) follows
+// the new master, not the address its file was written with. Reads that
+// fail count as nothing learnt.
+func (b *Bundle) newestMasterResolver(static string) georeplicator.Resolver {
+	gossip := b.gossipResolver(static)
+	if b.Registry == nil {
+		return gossip
+	}
+	brokerID := b.Config().System.BrokerID
+	zkAddr := zkMasterResolver(b.Registry, brokerID)
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		var gossipGen uint64
+		if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+			if m, ok := tc.Topology().Master(brokerID); ok && m.Meta.ReplAddr != "" {
+				gossipGen = m.Meta.Generation
+			}
+		}
+		zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		zkGen, err := b.Registry.Generation(zctx, brokerID)
+		if err == nil && zkGen > 0 && zkGen > gossipGen {
+			if id, err := b.identity(); err == nil && zkGen < id.Generation() {
+				return gossip.MasterAddr(ctx)
+			}
+			if addr, err := zkAddr.MasterAddr(zctx); err == nil {
+				return addr, nil
+			}
+		}
+		return gossip.MasterAddr(ctx)
+	})
+}
+
 // waitDisconnected waits until the slave named group/slaveId is no longer
 // connected to s.
 func waitDisconnected(ctx context.Context, s *georeplicator.Shipper, name string) error {

@@ -36,6 +36,9 @@ type sitesSpec struct {
 	// deploy/ runs 30 s); probeInterval is [gossip] probeIntervalMs
 	// (default the tests' 100 ms; deploy/ runs 1 s).
 	sessionTimeout, probeInterval time.Duration
+	// noGossip turns gossip off ([gossip] enable=false): sites learn of a
+	// new master from ZooKeeper alone.
+	noGossip bool
 	// overlays is added to a site's overlay file, by site.
 	overlays map[string]string
 }
@@ -108,6 +111,9 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	if spec.sessionTimeout > 0 {
 		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)
 	}
+	if spec.noGossip {
+		s.shared = strings.Replace(s.shared, "[gossip]\n", "[gossip]\nenable=false\n", 1)
+	}
 	if spec.probeInterval > 0 {
 		s.shared = strings.Replace(s.shared, "probeIntervalMs=100", fmt.Sprintf("probeIntervalMs=%d", spec.probeInterval.Milliseconds()), 1)
 	}
@@ -116,7 +122,10 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	s.specs[master] = s.siteSpecOf(master, 0, "")
 	s.start(master)
 	masterRepl := mustComp[*shipperComponent](t, s.b[master]).Addr()
-	join := []string{mustComp[*topologyComponent](t, s.b[master]).Topology().Addr()}
+	var join []string
+	if !spec.noGossip {
+		join = []string{mustComp[*topologyComponent](t, s.b[master]).Topology().Addr()}
+	}
 	for i, name := range spec.sites[1:] {
 		link := wanProxy(t, masterRepl)
 		s.links[name] = link
