@@ -173,6 +173,9 @@ type regState struct {
 	// place when it became master (switchRoleLocked) for the old master,
 	// which takes its slaveId; deleted with the topic's other entries.
 	keptPub map[string]string
+	// borrowed: this slave's topics-pub entries that another session's
+	// node holds, each watched until it is this broker's (borrowLocked).
+	borrowed map[string]bool
 	// session is the ZooKeeper session the nodes above were written in.
 	session int64
 	// mirrorGen is the generation a Mirror wrote or found (never lowered);
