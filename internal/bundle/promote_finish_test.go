@@ -66,12 +66,7 @@ func TestPromotionFailedAtIdentityIsFinished(t *testing.T) {
 		t.Fatalf("hf's status reports no pending promotion of generation 1: %+v", st.PendingPromotion)
 	}
 	// bj sees generation 1 and steps down while hf cannot finish.
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if r := s.site("bj").Role(); r.IsMaster() {
-			return fmt.Errorf("bj: %v", r)
-		}
-		return nil
-	})
+	s.steppedDown("bj")
 	undo()
 	if m := s.converged("orders"); m != "hf" {
 		t.Fatalf("master %s, want hf", m)
@@ -101,31 +96,8 @@ func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
 	s := newSites(t, sitesSpec{})
 	s.produce("bj", "orders", 10)
 	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
-	s.cutZK("bj")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	hf := s.site("hf")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := hf.Promote(ctx, true)
-		errc <- err
-	}()
-	testutil.Eventually(t, 20*time.Second, 5*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return fmt.Errorf("hf has not started shipping yet")
-		}
-		return nil
-	})
-	s.cutZK("hf")
-	select {
-	case err := <-errc:
-		if err == nil {
-			t.Fatal("hf's promotion succeeded with its ZooKeeper cut while waiting for the master node")
-		}
-		t.Logf("hf's promotion failed half way, as wanted: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("hf's promotion did not return after its ZooKeeper was cut")
-	}
+	t.Logf("hf's promotion failed half way, as wanted: %v", s.promoteHalfWay("hf", "bj"))
 	if r := hf.Role(); r.Role != siterole.Slave || hf.promotedShipper() == nil {
 		t.Fatalf("hf: role %+v, promoted shipper %v: not the half-promoted state this test is about", r, hf.promotedShipper() != nil)
 	}
@@ -205,12 +177,7 @@ func TestPromotionGivenUpOldMasterTakesBack(t *testing.T) {
 		t.Fatalf("hf's promotion: %v; want it pending (its identity file cannot be written)", err)
 	}
 	// bj steps down for generation 1 while hf cannot finish.
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if r := s.site("bj").Role(); r.IsMaster() {
-			return fmt.Errorf("bj: %v", r)
-		}
-		return nil
-	})
+	s.steppedDown("bj")
 	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if m := s.master(); m != "bj" || s.site("bj").Role().Generation != 2 {
 			return fmt.Errorf("master %q, want bj back (bj %v; hf %v, pending %+v)", m, s.site("bj").Role(), hf.Role(), hf.Status().PendingPromotion)

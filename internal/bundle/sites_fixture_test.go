@@ -339,6 +339,52 @@ func (s *sites) promote(name string, force bool) PromoteReport {
 	return rep
 }
 
+// promoteHalfWay runs a forced promotion of the slave site name that fails
+// after it started shipping: master's ZooKeeper connection is blocked
+// first (its session, and its master node, stay), so the promotion waits
+// for the master node; then name's own ZooKeeper is cut. It returns the
+// promotion's error with both connections still cut (healZK undoes it).
+func (s *sites) promoteHalfWay(name, master string) error {
+	s.t.Helper()
+	s.cutZK(master)
+	b := s.site(name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Promote(ctx, true)
+		errc <- err
+	}()
+	testutil.Eventually(s.t, 20*time.Second, 5*time.Millisecond, func() error {
+		if b.promotedShipper() == nil {
+			return fmt.Errorf("%s has not started shipping yet", name)
+		}
+		return nil
+	})
+	s.cutZK(name)
+	select {
+	case err := <-errc:
+		if err == nil {
+			s.t.Fatalf("%s's promotion succeeded with its ZooKeeper cut while waiting for the master node", name)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("%s's promotion did not return after its ZooKeeper was cut", name)
+		return nil
+	}
+}
+
+// steppedDown waits until the site name is no longer master.
+func (s *sites) steppedDown(name string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 20*time.Second, 20*time.Millisecond, func() error {
+		if r := s.site(name).Role(); r.IsMaster() {
+			return fmt.Errorf("%s: %v", name, r)
+		}
+		return nil
+	})
+}
+
 // switchover hands mastership from the master at from to the slave site to.
 func (s *sites) switchover(from, to string) SwitchoverReport {
 	s.t.Helper()
