@@ -167,7 +167,14 @@ func TestPromotionGivenUpOldMasterTakesBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}})
+	// One ensemble, and one per site (hf marks the generation abandoned in
+	// its own; bj reads it there).
+	t.Run("shared", func(t *testing.T) { promotionGivenUp(t, false) })
+	t.Run("perzk", func(t *testing.T) { promotionGivenUp(t, true) })
+}
+
+func promotionGivenUp(t *testing.T, perZK bool) {
+	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}, perSiteZK: perZK})
 	hf := s.site("hf")
 	hf.opts.PromoteFinishTimeout = 2 * time.Second
 	undo := failIdentityWrites(t, hf)

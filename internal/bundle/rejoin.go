@@ -201,12 +201,11 @@ func (b *Bundle) reclaimAbandoned(ctx context.Context) {
 		b.failover.role.Busy() != siterole.None {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	gen, by, err := b.Registry.GenerationRaiser(rctx, b.Config().System.BrokerID)
-	cancel()
-	if err != nil || !by.Abandoned || gen != cur.Generation || by.Site == b.Config().Site.Name {
+	by, ok := b.abandonedRaise(ctx, b.Config().System.BrokerID, cur.Generation)
+	if !ok || by.Site == b.Config().Site.Name {
 		return
 	}
+	gen := cur.Generation
 	b.log.Warn("FAILOVER: the promotion this master stepped down for was given up by its site; taking mastership back",
 		"abandoned", gen, "by", by.Site)
 	rep, err := b.PromoteWith(ctx, PromoteOptions{Force: true, ReclaimFrom: gen})
