@@ -108,7 +108,8 @@ func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from b
 			// The outcome is unknown: find out whether the write committed.
 			mine, err := r.awaitRaiseOutcome(ctx, brokerID, next, token)
 			if err != nil {
-				return 0, fmt.Errorf("registry: raise %s to %d: the answer was lost (%w) and the outcome could not be read back: %w", path, next, werr, err)
+				return 0, &RaiseUnknownError{Path: path, Generation: next, Token: token,
+					Err: fmt.Errorf("the answer was lost (%w) and the outcome could not be read back: %w", werr, err)}
 			}
 			if mine {
 				r.log.Warn("REGISTRY: the answer to raising the generation was lost; it had committed", "path", path, "generation", next, "err", werr)
@@ -161,6 +162,41 @@ func (r *Registry) writeRaise(ctx context.Context, path, rpath string, exists bo
 	})
 }
 
+// RaiseUnknownError: a raise's answer was lost and reading the nodes back
+// did not tell whether it committed (ZooKeeper stayed away); RaiseOutcome
+// tells later, by Token.
+type RaiseUnknownError struct {
+	Path       string
+	Generation uint64
+	Token      string
+	Err        error
+}
+
+func (e *RaiseUnknownError) Error() string {
+	return fmt.Sprintf("registry: raise %s to %d: %v", e.Path, e.Generation, e.Err)
+}
+
+func (e *RaiseUnknownError) Unwrap() error { return e.Err }
+
+// RaiseOutcome reads once whether the raise of gen with token (a
+// RaiseUnknownError's) committed: true when the raiser node names token at
+// gen; false when the generation is below gen (it did not) or another
+// raise holds gen or a newer one.
+func (r *Registry) RaiseOutcome(ctx context.Context, brokerID int, gen uint64, token string) (bool, error) {
+	cur, err := r.Generation(ctx, brokerID)
+	if err != nil {
+		return false, err
+	}
+	if cur < gen {
+		return false, nil
+	}
+	by, err := r.readRaiser(ctx, brokerID)
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return false, err
+	}
+	return by.Generation == gen && by.Token == token, nil
+}
+
 // definiteZKError reports whether err is ZooKeeper's answer that a write
 // was not applied (as opposed to a lost connection or an ended context,
 // after which it may have been).
@@ -189,27 +225,14 @@ func (r *Registry) awaitRaiseOutcome(ctx context.Context, brokerID int, gen uint
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), raiseOutcomeWait)
 		defer cancel()
 	}
-	var last error
 	for {
-		cur, err := r.Generation(ctx, brokerID)
+		mine, err := r.RaiseOutcome(ctx, brokerID, gen, token)
 		if err == nil {
-			var by Raiser
-			by, err = r.readRaiser(ctx, brokerID)
-			if err == nil || errors.Is(err, ErrNoNode) {
-				switch {
-				case cur < gen:
-					return false, nil
-				case by.Generation == gen && by.Token == token:
-					return true, nil
-				default:
-					return false, nil
-				}
-			}
+			return mine, nil
 		}
-		last = err
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("%w (last read: %w)", ctx.Err(), last)
+			return false, fmt.Errorf("%w (last read: %w)", ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -310,6 +310,17 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		known = o.ReclaimFrom
 	}
 	gen, err := b.nextGeneration(ctx, known, force && o.ReclaimFrom == 0)
+	var unknown *registry.RaiseUnknownError
+	if errors.As(err, &unknown) && !b.closing.Load() {
+		// The raise's answer was lost and ZooKeeper did not let it be read
+		// back: it may have committed, and then the old master steps down.
+		// The finisher learns whether it is this site's and finishes the
+		// promotion, or ends it; this site follows meanwhile.
+		handed = true
+		b.finishPromotion(&promotion{gen: unknown.Generation, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start, unconfirmed: unknown.Token}, end, err)
+		return rep, fmt.Errorf("%w; %w: whether generation %d was raised is not known yet: the site finishes the promotion if it was, retrying 1-10 s apart, for up to %v (status: pendingPromotion)",
+			err, ErrPromotionPending, unknown.Generation, b.promoteFinishTimeout())
+	}
 	if err != nil {
 		return rep, err
 	}
@@ -338,13 +349,14 @@ func promoteWhy(force bool) string {
 	return "promoted"
 }
 
-// raiseTimeout bounds a promotion's raise of the generation in ZooKeeper.
-const raiseTimeout = 10 * time.Second
+// raiseTimeout bounds a promotion's raise of the generation in ZooKeeper
+// (a variable for tests).
+var raiseTimeout = 10 * time.Second
 
 // handoverConfirmWait is how long a master that handed over waits for the
 // new generation to exist before it takes puts again: longer than the new
 // master may take to raise it.
-const handoverConfirmWait = raiseTimeout + 5*time.Second
+var handoverConfirmWait = raiseTimeout + 5*time.Second
 
 // awaitNewGeneration waits until a generation of at least want is seen
 // (observedGeneration: ZooKeeper or gossip) and returns it and where it

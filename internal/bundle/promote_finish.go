@@ -73,6 +73,12 @@ type promotion struct {
 	id           *georeplicator.IdentityStore
 	start        time.Time
 
+	// unconfirmed is the token of a raise of gen whose answer was lost and
+	// whose outcome could not be read back yet (registry.RaiseUnknownError):
+	// nothing else was done; the finisher first learns whether the raise
+	// is this site's (confirmRaise).
+	unconfirmed string
+
 	receiverStopped bool
 	recorded        bool // identity.json names this site master of gen
 	sc              *shipperComponent
@@ -93,6 +99,9 @@ type PendingPromotion struct {
 	// after Since); NotGivingUp says why it keeps retrying past it.
 	GiveUpAt    time.Time `json:"giveUpAt"`
 	NotGivingUp string    `json:"notGivingUp,omitempty"`
+	// RaiseUnconfirmed: the raise's answer was lost and whether it
+	// committed is not known yet; nothing else was done.
+	RaiseUnconfirmed bool `json:"raiseUnconfirmed,omitempty"`
 }
 
 // GivenUpPromotion is the last promotion the finisher gave up (Status):
@@ -328,13 +337,16 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 	}
 	now := time.Now()
 	f.pending = &PendingPromotion{Generation: p.gen, Since: now, Attempts: 1, LastError: err.Error(), Shipping: p.sc != nil,
-		GiveUpAt: now.Add(b.promoteFinishTimeout())}
+		GiveUpAt: now.Add(b.promoteFinishTimeout()), RaiseUnconfirmed: p.unconfirmed != ""}
 	f.stopFinish = func() { cancel(); <-done }
 	out := &finishOutcome{done: make(chan struct{}), err: err}
 	f.finish = out
 	f.mu.Unlock()
-	b.log.Error("FAILOVER: the promotion failed after raising the generation; finishing it in the background", "generation", p.gen,
-		"givesUpAfter", b.promoteFinishTimeout(), "err", err)
+	msg := "FAILOVER: the promotion failed after raising the generation; finishing it in the background"
+	if p.unconfirmed != "" {
+		msg = "FAILOVER: whether the promotion raised the generation is not known (its answer was lost); finding out and finishing it in the background"
+	}
+	b.log.Error(msg, "generation", p.gen, "givesUpAfter", b.promoteFinishTimeout(), "err", err)
 	go func() {
 		defer close(done)
 		defer close(out.done)
@@ -356,6 +368,16 @@ func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt 
 			return p.rep, fmt.Errorf("the bundle stopped while the promotion was being finished: %w", last)
 		}
 		wait = min(2*wait, finishMaxRetry)
+		if p.unconfirmed != "" {
+			done, err := b.confirmRaise(ctx, p, attempt, giveUpAt)
+			if done {
+				return p.rep, err
+			}
+			if p.unconfirmed != "" {
+				last = err
+				continue
+			}
+		}
 		if newer, from := b.newerGeneration(ctx, p); newer > p.gen {
 			b.abandonPromotion(ctx, p, newer, from)
 			return p.rep, fmt.Errorf("the promotion to generation %d was abandoned: generation %d took over (seen at %s); this site follows its master", p.gen, newer, from)
@@ -384,6 +406,53 @@ func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt 
 		b.failover.mu.Unlock()
 		b.log.Warn("FAILOVER: finishing the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "in", wait, "err", err, "notGivingUp", notGivingUp)
 	}
+}
+
+// confirmRaise reads whether p's raise, whose answer was lost, committed
+// (p.unconfirmed). Ours: it clears p.unconfirmed and the promotion goes
+// on. Not ours (it did not commit, or a newer generation took over): the
+// finisher ends (done) with the site as it was, a slave still following.
+// Still unknown: the error, and done once giveUpAt passed (the site again
+// stays as it was, its raise marked nowhere: the outcome is unknown).
+func (b *Bundle) confirmRaise(ctx context.Context, p *promotion, attempt int, giveUpAt time.Time) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	mine, err := b.Registry.RaiseOutcome(rctx, b.Config().System.BrokerID, p.gen, p.unconfirmed)
+	cancel()
+	switch {
+	case err == nil && mine:
+		b.log.Warn("FAILOVER: the raise whose answer was lost had committed: finishing the promotion", "generation", p.gen)
+		p.unconfirmed = ""
+		b.failover.mu.Lock()
+		if pp := b.failover.pending; pp != nil {
+			pp.RaiseUnconfirmed = false
+		}
+		b.failover.mu.Unlock()
+		return false, nil
+	case err == nil:
+		b.log.Warn("FAILOVER: the raise whose answer was lost did not commit (or a newer generation took over): no promotion; this site follows as before", "generation", p.gen)
+		return true, fmt.Errorf("the raise of generation %d did not commit, or a newer generation took over: no promotion; this site follows its master as before", p.gen)
+	}
+	err = fmt.Errorf("promote: reading whether the raise of generation %d committed: %w", p.gen, err)
+	if !time.Now().Before(giveUpAt) {
+		f := &b.failover
+		f.mu.Lock()
+		g := &GivenUpPromotion{GaveUpAt: time.Now()}
+		if f.pending != nil {
+			g.PendingPromotion = *f.pending
+		}
+		g.Generation, g.Attempts, g.LastError = p.gen, attempt, err.Error()
+		f.gaveUp = g
+		f.mu.Unlock()
+		b.log.Error("FAILOVER: GIVING UP the promotion: whether its raise committed could not be read within its bound; this site follows as before",
+			"generation", p.gen, "bound", b.promoteFinishTimeout(), "err", err)
+		return true, fmt.Errorf("the promotion to generation %d was given up: %w", p.gen, err)
+	}
+	b.failover.mu.Lock()
+	if pp := b.failover.pending; pp != nil {
+		pp.Attempts, pp.LastError = attempt, err.Error()
+	}
+	b.failover.mu.Unlock()
+	return false, err
 }
 
 // cannotGiveUp is why the finisher of p must keep retrying past its bound,

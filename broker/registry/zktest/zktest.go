@@ -29,6 +29,7 @@ type Tap struct {
 	// loseReplyTo arms LoseReplyTo ("" when not armed); lost counts the
 	// replies it dropped.
 	loseReplyTo string
+	blockAfter  bool
 	lost        int
 }
 
@@ -41,7 +42,15 @@ type Tap struct {
 // body in separate reads, as go-zookeeper does.
 func (z *Tap) LoseReplyTo(pathPart string) {
 	z.mu.Lock()
-	z.loseReplyTo = pathPart
+	z.loseReplyTo, z.blockAfter = pathPart, false
+	z.mu.Unlock()
+}
+
+// LoseReplyThenBlock is LoseReplyTo, and the tap then refuses new
+// connections until Unblock (ZooKeeper stays away after the lost answer).
+func (z *Tap) LoseReplyThenBlock(pathPart string) {
+	z.mu.Lock()
+	z.loseReplyTo, z.blockAfter = pathPart, true
 	z.mu.Unlock()
 }
 
@@ -132,10 +141,13 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	// A reply's body starts with its xid (a length read is 4 bytes long).
 	if c.dropping.Load() && n > 4 && int32(binary.BigEndian.Uint32(p[:4])) == c.drop.Load() {
-		c.Conn.Close()
 		c.tap.mu.Lock()
 		c.tap.lost++
+		if c.tap.blockAfter {
+			c.tap.blocked = true
+		}
 		c.tap.mu.Unlock()
+		c.Conn.Close()
 		return 0, errors.New("zktest: reply lost (LoseReplyTo)")
 	}
 	if !c.done && n > 0 {
