@@ -51,7 +51,8 @@ const (
 )
 
 // ErrPromotionPending: a promotion failed after it raised the generation
-// and is being finished in the background (awaitPromotionFinish).
+// (or after a raise whose answer was lost) and is being finished in the
+// background (awaitPromotionFinish).
 var ErrPromotionPending = errors.New("the promotion is being finished in the background")
 
 // promoteFinishTimeout is how long the finisher retries before it gives up.
@@ -155,9 +156,13 @@ func (b *Bundle) awaitPromotionFinish(ctx context.Context, bound time.Duration) 
 	case <-t.C:
 	}
 	if p := b.pendingPromotion(); p != nil {
-		return PromoteReport{}, fmt.Errorf("%w: generation %d is raised and this site's, but the promotion is not finished after %v: attempt %d failed: %s; "+
+		what := fmt.Sprintf("generation %d is raised and this site's", p.Generation)
+		if p.RaiseUnconfirmed {
+			what = fmt.Sprintf("whether this site raised generation %d is not known yet (the answer was lost)", p.Generation)
+		}
+		return PromoteReport{}, fmt.Errorf("%w: %s, but the promotion is not finished after %v: attempt %d failed: %s; "+
 			"it keeps retrying until %s, then gives up (status: pendingPromotion)",
-			ErrPromotionPending, p.Generation, bound, p.Attempts, p.LastError, p.GiveUpAt.UTC().Format(time.RFC3339))
+			ErrPromotionPending, what, bound, p.Attempts, p.LastError, p.GiveUpAt.UTC().Format(time.RFC3339))
 	}
 	select {
 	case <-o.done:
