@@ -2,10 +2,14 @@ package registry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -44,55 +48,10 @@ func (r *Registry) readGeneration(ctx context.Context, brokerID int) (uint64, in
 
 // RaiseGeneration sets the brokerId's generation to one above both the
 // stored one and known, with a compare-and-set on the node's version, and
-// returns it: of two sites raising at once, each gets its own number.
+// returns it: of two sites raising at once, each gets its own number. The
+// raiser is recorded beside it (see raise).
 func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint64) (uint64, error) {
-	path := r.paths.GenerationPath(brokerID)
-	for {
-		cur, version, err := r.readGeneration(ctx, brokerID)
-		if errors.Is(err, ErrNoNode) {
-			next := known + 1
-			err := r.createGeneration(ctx, path, next)
-			if errors.Is(err, ErrNodeExists) {
-				continue // another site raised it first
-			}
-			if err != nil {
-				return 0, err
-			}
-			return next, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		next := max(cur, known) + 1
-		err = r.call(ctx, func() error {
-			_, err := r.conn.Set(path, []byte(strconv.FormatUint(next, 10)), version)
-			return err
-		})
-		if errors.Is(err, zk.ErrBadVersion) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("registry: set %s: %w", path, err)
-		}
-		return next, nil
-	}
-}
-
-// createGeneration creates the generation node at path holding gen (and
-// its parents). It fails with ErrNodeExists when another site created it
-// first.
-func (r *Registry) createGeneration(ctx context.Context, path string, gen uint64) error {
-	if err := r.createParents(ctx, path); err != nil {
-		return err
-	}
-	err := r.call(ctx, func() error {
-		_, err := r.conn.Create(path, []byte(strconv.FormatUint(gen, 10)), 0, openACL)
-		return err
-	})
-	if err != nil && !errors.Is(err, ErrNodeExists) {
-		return fmt.Errorf("registry: create %s: %w", path, err)
-	}
-	return err
+	return r.raise(ctx, brokerID, known, false)
 }
 
 // ErrGenerationMoved: the brokerId's generation is no longer the one a
@@ -103,36 +62,285 @@ var ErrGenerationMoved = errors.New("registry: the generation moved")
 // is not above known (never raised counts as 0), with a compare-and-set on
 // the node's version; otherwise it fails with ErrGenerationMoved naming the
 // current one. Of two sites promoting themselves from the same master at
-// once, exactly one succeeds.
+// once, exactly one succeeds. The raiser is recorded beside it (see raise).
 func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known uint64) (uint64, error) {
+	return r.raise(ctx, brokerID, known, true)
+}
+
+// raise is RaiseGeneration (from false) and RaiseGenerationFrom (from
+// true). The new generation and who raised it (Options.Site and a token
+// of this call, the raiserNode) are written in one multi-op. A write whose
+// answer is lost (the connection drops after ZooKeeper committed it, or
+// ctx ends while it is in flight) has an unknown outcome: raise reads the
+// nodes again until it can tell, and a generation whose raiser node holds
+// this call's token is this call's. Without that, a promotion whose raise
+// committed but whose answer was lost would leave the generation with no
+// owner: the old master steps down when it reads it, and the promoting
+// site believes it failed.
+func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from bool) (uint64, error) {
 	path := r.paths.GenerationPath(brokerID)
-	next := known + 1
-	cur, version, err := r.readGeneration(ctx, brokerID)
-	switch {
-	case errors.Is(err, ErrNoNode):
-		err := r.createGeneration(ctx, path, next)
-		if errors.Is(err, ErrNodeExists) {
-			return 0, fmt.Errorf("%w: another site raised %s first", ErrGenerationMoved, path)
-		}
-		if err != nil {
-			return 0, err
-		}
-		return next, nil
-	case err != nil:
+	rpath := r.paths.RaiserPath(brokerID)
+	token, err := newRaiseToken()
+	if err != nil {
 		return 0, err
 	}
-	if cur > known {
-		return 0, fmt.Errorf("%w: %s is %d, not the %d this site knows", ErrGenerationMoved, path, cur, known)
+	for {
+		cur, version, err := r.readGeneration(ctx, brokerID)
+		exists := err == nil
+		switch {
+		case errors.Is(err, ErrNoNode):
+			cur = 0
+		case err != nil:
+			return 0, err
+		}
+		if from && cur > known {
+			return 0, fmt.Errorf("%w: %s is %d, not the %d this site knows", ErrGenerationMoved, path, cur, known)
+		}
+		next := max(cur, known) + 1
+		if from {
+			next = known + 1
+		}
+		werr := r.writeRaise(ctx, path, rpath, exists, version, next, token)
+		if werr == nil {
+			return next, nil
+		}
+		if !definiteZKError(werr) {
+			// The outcome is unknown: find out whether the write committed.
+			mine, err := r.awaitRaiseOutcome(ctx, brokerID, next, token)
+			if err != nil {
+				return 0, &RaiseUnknownError{Path: path, Generation: next, Token: token,
+					Err: fmt.Errorf("the answer was lost (%w) and the outcome could not be read back: %w", werr, err)}
+			}
+			if mine {
+				r.log.Warn("REGISTRY: the answer to raising the generation was lost; it had committed", "path", path, "generation", next, "err", werr)
+				return next, nil
+			}
+			continue // not written: read again and retry (or find it moved)
+		}
+		if !errors.Is(werr, zk.ErrBadVersion) && !errors.Is(werr, ErrNodeExists) && !errors.Is(werr, ErrNoNode) {
+			return 0, fmt.Errorf("registry: raise %s to %d: %w", path, next, werr)
+		}
+		if from {
+			// Another site raised it (or created it) first; the next read
+			// tells which generation, unless it only wrote the raiser.
+			if g, err := r.Generation(ctx, brokerID); err == nil && g > known {
+				return 0, fmt.Errorf("%w: another site raised %s first (now %d)", ErrGenerationMoved, path, g)
+			}
+		}
+	}
+}
+
+// writeRaise writes generation gen at path (created when !exists, else
+// set at version) and its raiser at rpath, in one multi-op.
+func (r *Registry) writeRaise(ctx context.Context, path, rpath string, exists bool, version int32, gen uint64, token string) error {
+	if err := r.createParents(ctx, path); err != nil {
+		return err
+	}
+	rok, _, err := r.Exists(ctx, rpath)
+	if err != nil {
+		return err
+	}
+	val := []byte(strconv.FormatUint(gen, 10))
+	raiser, err := json.Marshal(Raiser{Generation: gen, Site: r.opts.Site, Token: token})
+	if err != nil {
+		return err
+	}
+	ops := make([]any, 0, 2)
+	if exists {
+		ops = append(ops, &zk.SetDataRequest{Path: path, Data: val, Version: version})
+	} else {
+		ops = append(ops, &zk.CreateRequest{Path: path, Data: val, Acl: openACL})
+	}
+	if rok {
+		ops = append(ops, &zk.SetDataRequest{Path: rpath, Data: raiser, Version: -1})
+	} else {
+		ops = append(ops, &zk.CreateRequest{Path: rpath, Data: raiser, Acl: openACL})
+	}
+	return r.call(ctx, func() error {
+		_, err := r.conn.Multi(ops...)
+		return err
+	})
+}
+
+// RaiseUnknownError: a raise's answer was lost and reading the nodes back
+// did not tell whether it committed (ZooKeeper stayed away); RaiseOutcome
+// tells later, by Token.
+type RaiseUnknownError struct {
+	Path       string
+	Generation uint64
+	Token      string
+	Err        error
+}
+
+func (e *RaiseUnknownError) Error() string {
+	return fmt.Sprintf("registry: raise %s to %d: %v", e.Path, e.Generation, e.Err)
+}
+
+func (e *RaiseUnknownError) Unwrap() error { return e.Err }
+
+// RaiseOutcome reads once whether the raise of gen with token (a
+// RaiseUnknownError's) committed: true when the raiser node names token at
+// gen; false when the generation is below gen (it did not) or another
+// raise holds gen or a newer one.
+func (r *Registry) RaiseOutcome(ctx context.Context, brokerID int, gen uint64, token string) (bool, error) {
+	cur, err := r.Generation(ctx, brokerID)
+	if err != nil {
+		return false, err
+	}
+	if cur < gen {
+		return false, nil
+	}
+	by, err := r.readRaiser(ctx, brokerID)
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return false, err
+	}
+	return by.Generation == gen && by.Token == token, nil
+}
+
+// definiteZKError reports whether err is ZooKeeper's answer that a write
+// was not applied (as opposed to a lost connection or an ended context,
+// after which it may have been).
+func definiteZKError(err error) bool {
+	for _, e := range []error{zk.ErrBadVersion, ErrNodeExists, ErrNoNode, zk.ErrNoAuth, zk.ErrBadArguments, zk.ErrInvalidACL, ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// raiseOutcomeWait bounds how long raise reads back a write whose answer
+// was lost when its own context has ended.
+const raiseOutcomeWait = 10 * time.Second
+
+// awaitRaiseOutcome reads the generation and its raiser until it can tell
+// whether this call's write of gen (token) committed: mine when the raiser
+// node names token at gen; not mine when the generation is below gen (not
+// written) or the raiser node names another raise of gen or above.
+func (r *Registry) awaitRaiseOutcome(ctx context.Context, brokerID int, gen uint64, token string) (bool, error) {
+	if ctx.Err() != nil {
+		// The write was cut short by ctx, not by ZooKeeper: the reads
+		// need their own bound.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), raiseOutcomeWait)
+		defer cancel()
+	}
+	for {
+		mine, err := r.RaiseOutcome(ctx, brokerID, gen, token)
+		if err == nil {
+			return mine, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w (last read: %w)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// raiserNode is the persistent node beside the generation node that says
+// who raised the generation last (JSON, Raiser). It is written in the same
+// multi-op as the generation; a generation node without it, or with a
+// raiser of another generation, was written by an older version or by a
+// mirror (RaiseGenerationTo): its raiser is unknown.
+const raiserNode = "generation-raiser"
+
+// RaiserPath is <root>/brokers/ids/<id>/generation-raiser.
+func (p Paths) RaiserPath(brokerID int) string {
+	return p.BrokerID(brokerID) + "/" + raiserNode
+}
+
+// Raiser is who raised a brokerId's generation: the site (Options.Site)
+// and a token unique to the raise.
+type Raiser struct {
+	Generation uint64 `json:"generation"`
+	Site       string `json:"site"`
+	Token      string `json:"token"`
+	// Abandoned: the raiser gave up its promotion to this generation
+	// (AbandonGeneration); nobody is its master, and the master that
+	// stepped down for it may take mastership back at the next one.
+	Abandoned bool `json:"abandoned,omitempty"`
+}
+
+// AbandonGeneration records that this broker's site gives up its
+// promotion to generation gen (Raiser.Abandoned), only while the
+// brokerId's generation is still gen (a check on its version in the same
+// multi-op); ErrGenerationMoved when it is not.
+func (r *Registry) AbandonGeneration(ctx context.Context, brokerID int, gen uint64) error {
+	path, rpath := r.paths.GenerationPath(brokerID), r.paths.RaiserPath(brokerID)
+	cur, version, err := r.readGeneration(ctx, brokerID)
+	if err != nil {
+		return err
+	}
+	if cur != gen {
+		return fmt.Errorf("%w: %s is %d, not the %d given up", ErrGenerationMoved, path, cur, gen)
+	}
+	by, err := r.readRaiser(ctx, brokerID)
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return err
+	}
+	exists := err == nil
+	if by.Generation != gen {
+		by = Raiser{Generation: gen}
+	}
+	if by.Site == "" {
+		by.Site = r.opts.Site
+	}
+	by.Abandoned = true
+	data, err := json.Marshal(by)
+	if err != nil {
+		return err
+	}
+	var op any = &zk.CreateRequest{Path: rpath, Data: data, Acl: openACL}
+	if exists {
+		op = &zk.SetDataRequest{Path: rpath, Data: data, Version: -1}
 	}
 	err = r.call(ctx, func() error {
-		_, err := r.conn.Set(path, []byte(strconv.FormatUint(next, 10)), version)
+		_, err := r.conn.Multi(&zk.CheckVersionRequest{Path: path, Version: version}, op)
 		return err
 	})
 	if errors.Is(err, zk.ErrBadVersion) {
-		return 0, fmt.Errorf("%w: another site raised %s first", ErrGenerationMoved, path)
+		return fmt.Errorf("%w: %s changed", ErrGenerationMoved, path)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("registry: set %s: %w", path, err)
+		return fmt.Errorf("registry: mark generation %d abandoned at %s: %w", gen, rpath, err)
 	}
-	return next, nil
+	return nil
+}
+
+// GenerationRaiser reads the brokerId's generation and who raised it; the
+// Raiser is zero when the raiser is unknown (never raised, raised by an
+// older version or mirrored from another ensemble).
+func (r *Registry) GenerationRaiser(ctx context.Context, brokerID int) (uint64, Raiser, error) {
+	gen, err := r.Generation(ctx, brokerID)
+	if err != nil || gen == 0 {
+		return gen, Raiser{}, err
+	}
+	by, err := r.readRaiser(ctx, brokerID)
+	if errors.Is(err, ErrNoNode) || (err == nil && by.Generation != gen) {
+		return gen, Raiser{}, nil
+	}
+	return gen, by, err
+}
+
+// readRaiser reads the raiser node (ErrNoNode when missing; a node that
+// does not parse counts as an unknown raiser).
+func (r *Registry) readRaiser(ctx context.Context, brokerID int) (Raiser, error) {
+	data, _, err := r.Get(ctx, r.paths.RaiserPath(brokerID))
+	if err != nil {
+		return Raiser{}, err
+	}
+	var by Raiser
+	if json.Unmarshal(data, &by) != nil {
+		return Raiser{}, nil
+	}
+	return by, nil
+}
+
+func newRaiseToken() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("registry: raise token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }

@@ -245,7 +245,10 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 		var err error
 		switch {
 		case n.accept && n.path == pub && leavePub && !r.master():
-			err = r.leaveOrEnsure(ctx, n.path, js)
+			var left bool
+			if left, err = r.leaveOrEnsure(ctx, n.path, js); err == nil && left {
+				r.borrowLocked(topic, n.path)
+			}
 		case n.accept:
 			err = r.ensureEphemeral(ctx, n.path, js)
 		default:
@@ -275,16 +278,119 @@ func (r *Registry) deleteTopicLocked(ctx context.Context, topic string) error {
 
 // leaveOrEnsure leaves path as it is when it holds data, whoever's node it
 // is (see writeTopicLocked), and makes it an ephemeral node of this session
-// holding data otherwise.
-func (r *Registry) leaveOrEnsure(ctx context.Context, path string, data []byte) error {
-	cur, _, err := r.Get(ctx, path)
+// holding data otherwise. left reports a node of another session left in
+// place.
+func (r *Registry) leaveOrEnsure(ctx context.Context, path string, data []byte) (left bool, err error) {
+	cur, st, err := r.Get(ctx, path)
 	if err == nil && string(cur) == string(data) {
-		return nil
+		return st.EphemeralOwner != r.conn.SessionID(), nil
 	}
 	if err != nil && !errors.Is(err, ErrNoNode) {
+		return false, err
+	}
+	return false, r.ensureEphemeral(ctx, path, data)
+}
+
+// borrowLocked starts watching path, this slave's entry of topic under
+// topics-pub that another session's node holds (a switchover's new master
+// left its slave entry for this broker, which took its slaveId): when
+// that node goes (that session ends, or it deletes it), this broker
+// writes its own at once (watchBorrowed). Replacing it right away would
+// change the topic's children once more during the switchover, and MetaQ
+// 1.4.6's Java producer drops its connections on every such change. The
+// caller holds regMu.
+func (r *Registry) borrowLocked(topic, path string) {
+	if r.state.borrowed[path] || r.closing.Load() {
+		return
+	}
+	if r.state.borrowed == nil {
+		r.state.borrowed = make(map[string]bool)
+	}
+	r.state.borrowed[path] = true
+	r.wg.Add(1)
+	go r.watchBorrowed(topic, path)
+}
+
+// watchBorrowedRetry is how long watchBorrowed waits after a failed read.
+const watchBorrowedRetry = time.Second
+
+// watchBorrowed waits until the node at path (topic's topics-pub entry of
+// this slave) is no longer another session's, and writes this broker's own
+// when it is missing while this broker still registers topic as that
+// slave. It ends then, when the node became this session's, or when the
+// registry closes.
+func (r *Registry) watchBorrowed(topic, path string) {
+	defer r.wg.Done()
+	defer func() {
+		r.regMu.Lock()
+		delete(r.state.borrowed, path)
+		r.regMu.Unlock()
+	}()
+	wait := func(w Watch) bool {
+		select {
+		case <-w:
+			return true
+		case <-r.quit:
+			return false
+		}
+	}
+	retry := func() bool {
+		select {
+		case <-time.After(watchBorrowedRetry):
+			return true
+		case <-r.quit:
+			return false
+		}
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.SessionTimeout)
+		ok, w, err := r.ExistsW(ctx, path)
+		if err == nil && ok {
+			var st Stat
+			if ok, st, err = r.Exists(ctx, path); err == nil && ok && st.EphemeralOwner == r.conn.SessionID() {
+				cancel()
+				return // this session's own now
+			}
+		}
+		if err == nil && !ok {
+			err = r.takeBorrowed(ctx, topic, path)
+			if err == nil {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		switch {
+		case r.closing.Load():
+			return
+		case err != nil:
+			r.log.Warn("REGISTRY: watching this slave's topics-pub entry held by another session", "path", path, "err", err)
+			if !retry() {
+				return
+			}
+		case !wait(w):
+			return
+		}
+	}
+}
+
+// takeBorrowed writes this slave's own entry of topic at path, gone from
+// the session that held it, when this broker still registers topic as
+// the slave that path names.
+func (r *Registry) takeBorrowed(ctx context.Context, topic, path string) error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
+	t, ok := r.state.topics[topic]
+	_, pub, _ := r.topicPaths(topic)
+	if !ok || !t.acceptPublish || !r.state.broker || r.master() || pub != path {
+		return nil // no longer this slave's entry: nothing to take
+	}
+	js := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, r.opts.SlaveID)))
+	if err := r.ensureEphemeral(ctx, path, js); err != nil {
 		return err
 	}
-	return r.ensureEphemeral(ctx, path, data)
+	r.log.Info("REGISTRY: this slave's topics-pub entry, held by another session since a switchover, was gone; wrote its own", "path", path)
+	return nil
 }
 
 // UnregisterTopic deletes this broker's nodes of topic and stops registering

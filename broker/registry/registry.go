@@ -64,6 +64,9 @@ type Options struct {
 
 	// BrokerID is [system] brokerId.
 	BrokerID int
+	// Site is this broker's site ([site] name), recorded as the raiser of a
+	// generation it raises (GenerationRaiser); "" records none.
+	Site string
 	// Slave makes this registration an async slave's (ids/<id>/slave<SlaveID>,
 	// topic nodes <id>-s<SlaveID>); false registers a master.
 	Slave bool
@@ -180,6 +183,9 @@ type regState struct {
 	// place when it became master (switchRoleLocked) for the old master,
 	// which takes its slaveId; deleted with the topic's other entries.
 	keptPub map[string]string
+	// borrowed: this slave's topics-pub entries that another session's
+	// node holds, each watched until it is this broker's (borrowLocked).
+	borrowed map[string]bool
 	// session is the ZooKeeper session the nodes above were written in.
 	session int64
 	// mirrorGen is the generation a Mirror wrote or found (never lowered);

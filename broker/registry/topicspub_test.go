@@ -2,8 +2,12 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"metaq/internal/testutil"
 )
 
 // TestSwitchoverChangesTopicsPubOnce replays a switchover's registry
@@ -100,5 +104,53 @@ func TestSwitchoverChangesTopicsPubOnce(t *testing.T) {
 	}
 	if kids, _ := children(); !slices.Equal(kids, []string{"0-s2"}) {
 		t.Errorf("topics-pub/orders = %v after the topic was removed at hf and bj, want gz's 0-s2 only", kids)
+	}
+}
+
+// TestSwitchoverSlaveEntryBecomesOwn: after a switchover the old master's
+// slave entry under topics-pub is the node the new master left for it
+// (replacing it then would change the topic's children a second time).
+// When the new master's session ends, the old master writes its own entry
+// at once; before the fix it was gone until the old master's next session.
+func TestSwitchoverSlaveEntryBecomesOwn(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	reg := func(slaveID, port int) *Registry {
+		o := testOptions(t, root)
+		o.Slave, o.SlaveID, o.Port = slaveID >= 0, slaveID, port
+		r := newRegistry(t, o)
+		if err := r.RegisterBroker(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	bj, hf := reg(-1, 8123), reg(1, 8124)
+	if taken, err := hf.TakeMasterNode(ctx, bj.SessionID()); err != nil || !taken {
+		t.Fatalf("TakeMasterNode = %v %v", taken, err)
+	}
+	if err := hf.BecomeMaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := bj.BecomeSlave(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	entry := root + "/brokers/topics-pub/orders/0-s1"
+	if ok, err := hf.Owns(ctx, entry); err != nil || !ok {
+		t.Fatalf("%s right after the switchover is not the new master's node: %v %v (the case this test is about)", entry, ok, err)
+	}
+	hf.Close() // its session ends: its nodes go
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := bj.Owns(ctx, entry); err != nil || !ok {
+			return fmt.Errorf("%s is not bj's: %v %v", entry, ok, err)
+		}
+		return nil
+	})
+	data, _, err := bj.Get(ctx, entry)
+	if err != nil || string(data) != TopicJSON(2, "0-s1") {
+		t.Fatalf("%s = %q %v, want %q", entry, data, err, TopicJSON(2, "0-s1"))
 	}
 }

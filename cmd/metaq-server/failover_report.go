@@ -93,6 +93,9 @@ func printPromote(w io.Writer, body []byte) error {
 		forced = ", forced"
 	}
 	fmt.Fprintf(w, "promoted: this site is master at generation %d (took %s%s)\n", rep.Generation, round(rep.Took), forced)
+	if rep.FinishedInBackground != "" {
+		fmt.Fprintf(w, "a step after raising the generation failed first and was retried until it succeeded: %s\n", rep.FinishedInBackground)
+	}
 	if rep.FencedSession != "" {
 		fmt.Fprintf(w, "the dead master's ZooKeeper session %s held the master node: taken at the new generation instead of waiting for the session to expire\n", rep.FencedSession)
 	}

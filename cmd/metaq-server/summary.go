@@ -32,8 +32,19 @@ func printStatusSummary(w io.Writer, body []byte) error {
 	fmt.Fprintf(w, "  %s, serving %s, up %s, %s\n", who, str(st["url"]), str(st["uptime"]), health)
 	fmt.Fprintf(w, "  config %s (checksum %v)\n", str(st["configFile"]), st["configChecksum"])
 	if pp, ok := st["pendingPromotion"].(map[string]any); ok {
-		fmt.Fprintf(w, "  PROMOTION PENDING: generation %v raised by this site, not finished after %v attempts (retrying): %s\n",
-			pp["generation"], pp["attempts"], str(pp["lastError"]))
+		fmt.Fprintf(w, "  PROMOTION PENDING: generation %v raised by this site, not finished after %v attempts (retrying until %s, then giving up): %s\n",
+			pp["generation"], pp["attempts"], str(pp["giveUpAt"]), str(pp["lastError"]))
+		if why := str(pp["notGivingUp"]); why != "" {
+			fmt.Fprintf(w, "  it keeps retrying past that: %s\n", why)
+		}
+	}
+	if g, ok := st["promotionGivenUp"].(map[string]any); ok {
+		abandoned := "marked abandoned in ZooKeeper: the master that stepped down for it takes mastership back"
+		if g["abandoned"] != true {
+			abandoned = "NOT marked abandoned in ZooKeeper"
+		}
+		fmt.Fprintf(w, "  PROMOTION GIVEN UP at %s: generation %v, after %v attempts (%s); this site follows again as a slave: %s\n",
+			str(g["gaveUpAt"]), g["generation"], g["attempts"], abandoned, str(g["lastError"]))
 	}
 	if zk, ok := st["zookeeper"].(map[string]any); ok {
 		reg := "broker registered"

@@ -122,6 +122,9 @@ func TestAutoFailoverFencesADeadMastersSession(t *testing.T) {
 	if m := s.master(); m != "bj" {
 		t.Fatalf("master %q while hf is cut from a live bj, want bj", m)
 	}
+	// An asynchronous put acknowledged just before the kill may not have
+	// reached gz (the documented RPO): the kill comes once gz holds them.
+	waitCaughtUp(t, s.site("bj"), gz, "orders", 30*time.Second)
 
 	killed := time.Now()
 	s.kill("bj")

@@ -195,6 +195,7 @@ func (b *Bundle) Start(ctx context.Context) (err error) {
 			ConnectionTimeout: cfg.ZooKeeper.ConnectionTimeout,
 			SyncTime:          cfg.ZooKeeper.SyncTime,
 			BrokerID:          cfg.System.BrokerID,
+			Site:              cfg.Site.Name,
 			Host:              cfg.System.HostName,
 			Port:              cfg.System.ServerPort,
 			ConfigChecksum:    cfg.Checksum,
@@ -531,6 +532,9 @@ type Status struct {
 	// PendingPromotion is a promotion that failed after it raised the
 	// generation and is being finished (promote_finish.go).
 	PendingPromotion *PendingPromotion `json:"pendingPromotion,omitempty"`
+	// PromotionGivenUp is the last promotion whose finisher gave up after
+	// its bound (promote_finish.go).
+	PromotionGivenUp *GivenUpPromotion `json:"promotionGivenUp,omitempty"`
 }
 
 // ZKStatus is the registry part of Status.
@@ -557,6 +561,7 @@ func (b *Bundle) Status() Status {
 		s.SlaveID = sl.SlaveID
 	}
 	s.PendingPromotion = b.pendingPromotion()
+	s.PromotionGivenUp = b.promotionGivenUp()
 	if b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave {
 		// The role now: a promotion or a demotion at run time changes it.
 		s.Mode = ModeMaster.String()

@@ -399,7 +399,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	cfg := b.Config()
 	var res georeplicator.Resolver
 	if sl.MasterAddress != "" {
-		res = b.gossipResolver(sl.MasterAddress)
+		res = b.newestMasterResolver(sl.MasterAddress)
 	} else {
 		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
 	}

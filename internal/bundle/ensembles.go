@@ -183,3 +183,38 @@ func (s *siteViews) generations(ctx context.Context, brokerID int) (uint64, stri
 	}
 	return best, from
 }
+
+// abandonedRaise is who raised generation gen of brokerID and gave its
+// promotion up, read in this site's ensemble and in every other site's
+// ensemble this bundle holds a session to (with one ensemble per site the
+// raiser marks it in its own: registry.AbandonGeneration); ok false when
+// none shows gen abandoned.
+func (b *Bundle) abandonedRaise(ctx context.Context, brokerID int, gen uint64) (registry.Raiser, bool) {
+	regs := map[string]*registry.Registry{}
+	if b.Registry != nil {
+		regs[b.Config().Site.Name] = b.Registry
+	}
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		tc.mu.Lock()
+		v := tc.views
+		tc.mu.Unlock()
+		if v != nil {
+			v.mu.Lock()
+			for site, r := range v.remote {
+				if r.reg != nil && r.reg.Connected() {
+					regs[site] = r.reg
+				}
+			}
+			v.mu.Unlock()
+		}
+	}
+	for _, reg := range regs {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, by, err := reg.GenerationRaiser(rctx, brokerID)
+		cancel()
+		if err == nil && g == gen && by.Abandoned {
+			return by, true
+		}
+	}
+	return registry.Raiser{}, false
+}

@@ -43,7 +43,11 @@ type failoverState struct {
 	// its finisher (closeFailover).
 	pending    *PendingPromotion
 	stopFinish func()
-	closed     bool // closeFailover ran: no finisher starts
+	// finish is how the last finisher ended (awaitPromotionFinish); gaveUp
+	// the last promotion it gave up (Status).
+	finish *finishOutcome
+	gaveUp *GivenUpPromotion
+	closed bool // closeFailover ran: no finisher starts
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -179,6 +183,10 @@ type PromoteReport struct {
 	// is how long it waited for the master node to be free.
 	FencedSession string        `json:"fencedSession,omitempty"`
 	Waited        time.Duration `json:"waitedNs"`
+	// FinishedInBackground is the error a step after the raise failed with
+	// first, when the background finisher completed the promotion within
+	// the admin call's bound (POST /promote); "" when it did not fail.
+	FinishedInBackground string `json:"finishedInBackground,omitempty"`
 }
 
 // ErrMasterReachable refuses a promotion while the master is alive and
@@ -219,6 +227,11 @@ type PromoteOptions struct {
 	// old master's node may never have reached this site's ensemble): a
 	// master that is in fact alive acknowledges nothing by then.
 	Auto bool
+	// ReclaimFrom: the master that stepped down for generation ReclaimFrom
+	// takes mastership back after its raiser gave that promotion up
+	// (reclaimAbandoned); the generation is raised from ReclaimFrom only
+	// (as without Force), the other checks are skipped (as with Force).
+	ReclaimFrom uint64
 }
 
 // PromoteWith is Promote with its options. Without Force, a master node
@@ -249,10 +262,15 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	}
 
 	rc := b.receiver()
-	if rc == nil || rc.Receiver() == nil {
+	// A former master taking mastership back follows no one: its receiver
+	// may not have begun a stream (nothing to stop, nothing behind).
+	if rc == nil || (rc.Receiver() == nil && o.ReclaimFrom == 0) {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
-	st := rc.Receiver().Status()
+	var st georeplicator.ReceiverStatus
+	if r := rc.Receiver(); r != nil {
+		st = r.Status()
+	}
 	var fenceSession int64 // a dead master's session whose master node this promotion takes
 	if !force {
 		ev, heldBy := b.masterAliveEvidence(ctx, st)
@@ -287,7 +305,22 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	// The generation is taken while this site still follows: when another
 	// site was promoted meanwhile, this one keeps following (and finds the
 	// new master) instead of having stopped for nothing.
-	gen, err := b.nextGeneration(ctx, id.Generation(), force)
+	known := id.Generation()
+	if o.ReclaimFrom > 0 {
+		known = o.ReclaimFrom
+	}
+	gen, err := b.nextGeneration(ctx, known, force && o.ReclaimFrom == 0)
+	var unknown *registry.RaiseUnknownError
+	if errors.As(err, &unknown) && !b.closing.Load() {
+		// The raise's answer was lost and ZooKeeper did not let it be read
+		// back: it may have committed, and then the old master steps down.
+		// The finisher learns whether it is this site's and finishes the
+		// promotion, or ends it; this site follows meanwhile.
+		handed = true
+		b.finishPromotion(&promotion{gen: unknown.Generation, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start, unconfirmed: unknown.Token}, end, err)
+		return rep, fmt.Errorf("%w; %w: whether generation %d was raised is not known yet: the site finishes the promotion if it was, retrying 1-10 s apart, for up to %v (status: pendingPromotion)",
+			err, ErrPromotionPending, unknown.Generation, b.promoteFinishTimeout())
+	}
 	if err != nil {
 		return rep, err
 	}
@@ -303,7 +336,8 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		}
 		handed = true
 		b.finishPromotion(p, end, err)
-		return p.rep, fmt.Errorf("%w; generation %d is raised and this site's: it finishes the promotion in the background, retrying 1-10 s apart until it is master or a newer generation takes over (status: pendingPromotion)", err, gen)
+		return p.rep, fmt.Errorf("%w; %w: generation %d is raised and this site's: it retries 1-10 s apart until it is master, a newer generation takes over, or it gives up after %v (status: pendingPromotion)",
+			err, ErrPromotionPending, gen, b.promoteFinishTimeout())
 	}
 	return p.rep, nil
 }
@@ -315,13 +349,14 @@ func promoteWhy(force bool) string {
 	return "promoted"
 }
 
-// raiseTimeout bounds a promotion's raise of the generation in ZooKeeper.
-const raiseTimeout = 10 * time.Second
+// raiseTimeout bounds a promotion's raise of the generation in ZooKeeper
+// (a variable for tests).
+var raiseTimeout = 10 * time.Second
 
 // handoverConfirmWait is how long a master that handed over waits for the
 // new generation to exist before it takes puts again: longer than the new
 // master may take to raise it.
-const handoverConfirmWait = raiseTimeout + 5*time.Second
+var handoverConfirmWait = raiseTimeout + 5*time.Second
 
 // awaitNewGeneration waits until a generation of at least want is seen
 // (observedGeneration: ZooKeeper or gossip) and returns it and where it
@@ -403,6 +438,22 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := a.b.PromoteWith(r.Context(), PromoteOptions{Force: force, Wait: wait})
+	if errors.Is(err, ErrPromotionPending) {
+		// A step after the raise failed: the finisher retries it. Wait for
+		// it, so that the answer says what happened in the end.
+		finish, ferr := finishWait(r)
+		if ferr != nil {
+			http.Error(w, ferr.Error(), http.StatusBadRequest)
+			return
+		}
+		first := err
+		rep, err = a.b.awaitPromotionFinish(r.Context(), finish)
+		if err == nil {
+			rep.FinishedInBackground = first.Error()
+		} else {
+			err = fmt.Errorf("promote: %w (it first failed with: %v)", err, first)
+		}
+	}
 	switch {
 	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead):
 		http.Error(w, err.Error(), http.StatusConflict)
@@ -412,6 +463,23 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 		rep.Followers, rep.FollowersNote = a.b.awaitFollowers(r.Context(), rep.Generation, bound)
 		writeJSON(w, http.StatusOK, rep)
 	}
+}
+
+// defaultFinishWait is how long POST /promote waits for the background
+// finisher of a promotion that failed after its raise (finishWait).
+const defaultFinishWait = 20 * time.Second
+
+// finishWait is POST /promote's finishWait parameter (a duration).
+func finishWait(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("finishWait")
+	if v == "" {
+		return defaultFinishWait, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("finishWait=%q: want a duration such as 30s", v)
+	}
+	return d, nil
 }
 
 // closeFailover waits for a promotion a handover started and stops a
@@ -1089,6 +1157,44 @@ func (b *Bundle) gossipResolver(static string) georeplicator.Resolver {
 			return static, nil
 		}
 		return m.Meta.ReplAddr, nil
+	})
+}
+
+// newestMasterResolver finds the master to follow for a slave whose
+// properties name a masterAddress (static): the master of the newest
+// generation this site can learn, from gossip (gossipResolver) or from
+// ZooKeeper (the generation node and the replication address its master
+// publishes, ids/<id>/replication), whichever knows the newer one; static
+// only while neither knows a promotion. A slave site restarted by its
+// unit after a promotion (a former promoted master among them) follows
+// the new master, not the address its file was written with. Reads that
+// fail count as nothing learnt.
+func (b *Bundle) newestMasterResolver(static string) georeplicator.Resolver {
+	gossip := b.gossipResolver(static)
+	if b.Registry == nil {
+		return gossip
+	}
+	brokerID := b.Config().System.BrokerID
+	zkAddr := zkMasterResolver(b.Registry, brokerID)
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		var gossipGen uint64
+		if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+			if m, ok := tc.Topology().Master(brokerID); ok && m.Meta.ReplAddr != "" {
+				gossipGen = m.Meta.Generation
+			}
+		}
+		zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		zkGen, err := b.Registry.Generation(zctx, brokerID)
+		if err == nil && zkGen > 0 && zkGen > gossipGen {
+			if id, err := b.identity(); err == nil && zkGen < id.Generation() {
+				return gossip.MasterAddr(ctx)
+			}
+			if addr, err := zkAddr.MasterAddr(zctx); err == nil {
+				return addr, nil
+			}
+		}
+		return gossip.MasterAddr(ctx)
 	})
 }
 

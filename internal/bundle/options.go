@@ -101,6 +101,11 @@ type Options struct {
 	// slave at run time.
 	ReplicationDialer func(ctx context.Context, network, address string) (net.Conn, error)
 
+	// PromoteFinishTimeout bounds the background finisher of a promotion
+	// that failed after it raised the generation: past it the site gives
+	// the promotion up (promote_finish.go); default 5 minutes.
+	PromoteFinishTimeout time.Duration
+
 	// Components are started after the built-in ones (see components.go).
 	Components []Component
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/internal/siterole"
 )
@@ -26,12 +27,41 @@ import (
 // raised, or a newer generation takes over (another site was promoted
 // since): then it undoes what it did, and the site follows that master
 // (abandonPromotion). Status reports the pending promotion.
+//
+// The finisher has an overall bound (Options.PromoteFinishTimeout, 5
+// minutes by default): a step that keeps failing (a disk that stays full)
+// must not leave the brokerId without a master for good. Past the bound
+// the site gives up (giveUpPromotion): it stops what the promotion
+// started, takes no puts, marks the generation abandoned in ZooKeeper
+// (registry.AbandonGeneration) and follows again as the slave it was. The
+// master that stepped down for that generation, when it is alive, reads
+// the mark and takes mastership back at the next generation
+// (reclaimAbandoned): the brokerId has a master again without an
+// operator. A site that took puts at its generation (a switchover's held
+// puts reached it before it could register) never gives up: it alone holds
+// them; it keeps retrying and status says why. Status reports a promotion
+// given up (promotionGivenUp).
 
 // Bounds of the finisher's retries.
 const (
 	finishFirstRetry = time.Second
 	finishMaxRetry   = 10 * time.Second
+	// defaultPromoteFinishTimeout is Options.PromoteFinishTimeout's default.
+	defaultPromoteFinishTimeout = 5 * time.Minute
 )
+
+// ErrPromotionPending: a promotion failed after it raised the generation
+// (or after a raise whose answer was lost) and is being finished in the
+// background (awaitPromotionFinish).
+var ErrPromotionPending = errors.New("the promotion is being finished in the background")
+
+// promoteFinishTimeout is how long the finisher retries before it gives up.
+func (b *Bundle) promoteFinishTimeout() time.Duration {
+	if d := b.opts.PromoteFinishTimeout; d > 0 {
+		return d
+	}
+	return defaultPromoteFinishTimeout
+}
 
 // promotion is a promotion past the raise of its generation: what it did
 // so far, so that a retry repeats only the steps that have not succeeded.
@@ -43,6 +73,12 @@ type promotion struct {
 	rc           *receiverComponent // the receiver the site followed with
 	id           *georeplicator.IdentityStore
 	start        time.Time
+
+	// unconfirmed is the token of a raise of gen whose answer was lost and
+	// whose outcome could not be read back yet (registry.RaiseUnknownError):
+	// nothing else was done; the finisher first learns whether the raise
+	// is this site's (confirmRaise).
+	unconfirmed string
 
 	receiverStopped bool
 	recorded        bool // identity.json names this site master of gen
@@ -60,6 +96,80 @@ type PendingPromotion struct {
 	// Shipping: the shipper of the new generation runs (the site waits for
 	// the master node or its registration as master).
 	Shipping bool `json:"shipping"`
+	// GiveUpAt is when the finisher gives up (Options.PromoteFinishTimeout
+	// after Since); NotGivingUp says why it keeps retrying past it.
+	GiveUpAt    time.Time `json:"giveUpAt"`
+	NotGivingUp string    `json:"notGivingUp,omitempty"`
+	// RaiseUnconfirmed: the raise's answer was lost and whether it
+	// committed is not known yet; nothing else was done.
+	RaiseUnconfirmed bool `json:"raiseUnconfirmed,omitempty"`
+}
+
+// GivenUpPromotion is the last promotion the finisher gave up (Status):
+// the site follows again as a slave, and the master that stepped down for
+// the generation may take mastership back.
+type GivenUpPromotion struct {
+	PendingPromotion
+	GaveUpAt time.Time `json:"gaveUpAt"`
+	// Abandoned: the generation is marked abandoned in ZooKeeper (or
+	// ZooKeeper is off).
+	Abandoned bool `json:"abandoned"`
+}
+
+// promotionGivenUp is the last promotion the finisher gave up, nil when none.
+func (b *Bundle) promotionGivenUp() *GivenUpPromotion {
+	f := &b.failover
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gaveUp == nil {
+		return nil
+	}
+	g := *f.gaveUp
+	return &g
+}
+
+// finishOutcome is how the finisher of a promotion ended: done is closed
+// then; rep and err are set before (err nil: the promotion completed).
+type finishOutcome struct {
+	done chan struct{}
+	rep  PromoteReport
+	err  error
+}
+
+// awaitPromotionFinish waits up to bound for the background finisher of
+// the promotion that failed after its raise: the report once it completed,
+// else an error naming what is still pending or why it ended.
+func (b *Bundle) awaitPromotionFinish(ctx context.Context, bound time.Duration) (PromoteReport, error) {
+	f := &b.failover
+	f.mu.Lock()
+	o := f.finish
+	f.mu.Unlock()
+	if o == nil {
+		return PromoteReport{}, errors.New("no promotion is being finished")
+	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-o.done:
+		return o.rep, o.err
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if p := b.pendingPromotion(); p != nil {
+		what := fmt.Sprintf("generation %d is raised and this site's", p.Generation)
+		if p.RaiseUnconfirmed {
+			what = fmt.Sprintf("whether this site raised generation %d is not known yet (the answer was lost)", p.Generation)
+		}
+		return PromoteReport{}, fmt.Errorf("%w: %s, but the promotion is not finished after %v: attempt %d failed: %s; "+
+			"it keeps retrying until %s, then gives up (status: pendingPromotion)",
+			ErrPromotionPending, what, bound, p.Attempts, p.LastError, p.GiveUpAt.UTC().Format(time.RFC3339))
+	}
+	select {
+	case <-o.done:
+		return o.rep, o.err
+	default:
+		return PromoteReport{}, fmt.Errorf("%w: not finished within %v", ErrPromotionPending, bound)
+	}
 }
 
 // pendingPromotion is the promotion being finished, nil when none.
@@ -230,46 +340,181 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 		end()
 		return
 	}
-	f.pending = &PendingPromotion{Generation: p.gen, Since: time.Now(), Attempts: 1, LastError: err.Error(), Shipping: p.sc != nil}
+	now := time.Now()
+	f.pending = &PendingPromotion{Generation: p.gen, Since: now, Attempts: 1, LastError: err.Error(), Shipping: p.sc != nil,
+		GiveUpAt: now.Add(b.promoteFinishTimeout()), RaiseUnconfirmed: p.unconfirmed != ""}
 	f.stopFinish = func() { cancel(); <-done }
+	out := &finishOutcome{done: make(chan struct{}), err: err}
+	f.finish = out
 	f.mu.Unlock()
-	b.log.Error("FAILOVER: the promotion failed after raising the generation; finishing it in the background", "generation", p.gen, "err", err)
+	msg := "FAILOVER: the promotion failed after raising the generation; finishing it in the background"
+	if p.unconfirmed != "" {
+		msg = "FAILOVER: whether the promotion raised the generation is not known (its answer was lost); finding out and finishing it in the background"
+	}
+	b.log.Error(msg, "generation", p.gen, "givesUpAfter", b.promoteFinishTimeout(), "err", err)
 	go func() {
 		defer close(done)
+		defer close(out.done)
 		defer end()
 		defer f.setPending(nil)
-		b.runFinishPromotion(ctx, p)
+		out.rep, out.err = b.runFinishPromotion(ctx, p, now.Add(b.promoteFinishTimeout()), err)
 	}()
 }
 
-// runFinishPromotion retries completePromotion until it succeeds, a newer
-// generation than p's takes over (abandonPromotion), or ctx ends.
-func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion) {
+// runFinishPromotion retries completePromotion until it succeeds (nil
+// error and the report), a newer generation than p's takes over
+// (abandonPromotion), the bound giveUpAt passes (giveUpPromotion) or ctx
+// ends; first is the error the promotion failed with.
+func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt time.Time, first error) (PromoteReport, error) {
 	wait := finishFirstRetry
+	last := first
 	for attempt := 2; ; attempt++ {
 		if err := sleepCtx(ctx, wait); err != nil {
-			return
+			return p.rep, fmt.Errorf("the bundle stopped while the promotion was being finished: %w", last)
 		}
 		wait = min(2*wait, finishMaxRetry)
+		if p.unconfirmed != "" {
+			done, err := b.confirmRaise(ctx, p, attempt, giveUpAt)
+			if done {
+				return p.rep, err
+			}
+			if p.unconfirmed != "" {
+				last = err
+				continue
+			}
+		}
 		if newer, from := b.newerGeneration(ctx, p); newer > p.gen {
 			b.abandonPromotion(ctx, p, newer, from)
-			return
+			return p.rep, fmt.Errorf("the promotion to generation %d was abandoned: generation %d took over (seen at %s); this site follows its master", p.gen, newer, from)
 		}
 		err := b.completePromotion(ctx, p)
 		if err == nil {
 			b.log.Warn("FAILOVER: finished the promotion that had failed", "generation", p.gen, "attempts", attempt)
-			return
+			return p.rep, nil
 		}
 		if ctx.Err() != nil {
-			return
+			return p.rep, fmt.Errorf("the bundle stopped while the promotion was being finished: %w", err)
+		}
+		last = err
+		notGivingUp := ""
+		if !time.Now().Before(giveUpAt) {
+			if notGivingUp = b.cannotGiveUp(p); notGivingUp == "" {
+				b.giveUpPromotion(ctx, p, attempt, err)
+				return p.rep, fmt.Errorf("the promotion to generation %d was given up after %v (%d attempts; last: %w): this site follows again as a slave, and the master that stepped down for generation %d takes mastership back",
+					p.gen, b.promoteFinishTimeout(), attempt, err, p.gen)
+			}
 		}
 		b.failover.mu.Lock()
 		if pp := b.failover.pending; pp != nil {
-			pp.Attempts, pp.LastError, pp.Shipping = attempt, err.Error(), p.sc != nil
+			pp.Attempts, pp.LastError, pp.Shipping, pp.NotGivingUp = attempt, err.Error(), p.sc != nil, notGivingUp
 		}
 		b.failover.mu.Unlock()
-		b.log.Warn("FAILOVER: finishing the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "in", wait, "err", err)
+		b.log.Warn("FAILOVER: finishing the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "in", wait, "err", err, "notGivingUp", notGivingUp)
 	}
+}
+
+// confirmRaise reads whether p's raise, whose answer was lost, committed
+// (p.unconfirmed). Ours: it clears p.unconfirmed and the promotion goes
+// on. Not ours (it did not commit, or a newer generation took over): the
+// finisher ends (done) with the site as it was, a slave still following.
+// Still unknown: the error, and done once giveUpAt passed (the site again
+// stays as it was, its raise marked nowhere: the outcome is unknown).
+func (b *Bundle) confirmRaise(ctx context.Context, p *promotion, attempt int, giveUpAt time.Time) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	mine, err := b.Registry.RaiseOutcome(rctx, b.Config().System.BrokerID, p.gen, p.unconfirmed)
+	cancel()
+	switch {
+	case err == nil && mine:
+		b.log.Warn("FAILOVER: the raise whose answer was lost had committed: finishing the promotion", "generation", p.gen)
+		p.unconfirmed = ""
+		b.failover.mu.Lock()
+		if pp := b.failover.pending; pp != nil {
+			pp.RaiseUnconfirmed = false
+		}
+		b.failover.mu.Unlock()
+		return false, nil
+	case err == nil:
+		b.log.Warn("FAILOVER: the raise whose answer was lost did not commit (or a newer generation took over): no promotion; this site follows as before", "generation", p.gen)
+		return true, fmt.Errorf("the raise of generation %d did not commit, or a newer generation took over: no promotion; this site follows its master as before", p.gen)
+	}
+	err = fmt.Errorf("promote: reading whether the raise of generation %d committed: %w", p.gen, err)
+	if !time.Now().Before(giveUpAt) {
+		f := &b.failover
+		f.mu.Lock()
+		g := &GivenUpPromotion{GaveUpAt: time.Now()}
+		if f.pending != nil {
+			g.PendingPromotion = *f.pending
+		}
+		g.Generation, g.Attempts, g.LastError = p.gen, attempt, err.Error()
+		f.gaveUp = g
+		f.mu.Unlock()
+		b.log.Error("FAILOVER: GIVING UP the promotion: whether its raise committed could not be read within its bound; this site follows as before",
+			"generation", p.gen, "bound", b.promoteFinishTimeout(), "err", err)
+		return true, fmt.Errorf("the promotion to generation %d was given up: %w", p.gen, err)
+	}
+	b.failover.mu.Lock()
+	if pp := b.failover.pending; pp != nil {
+		pp.Attempts, pp.LastError = attempt, err.Error()
+	}
+	b.failover.mu.Unlock()
+	return false, err
+}
+
+// cannotGiveUp is why the finisher of p must keep retrying past its bound,
+// "" when it may give up: a site that took puts at p's generation (a
+// switchover's held puts reached it: its log grew beyond the ends it
+// recorded) alone holds them.
+func (b *Bundle) cannotGiveUp(p *promotion) string {
+	if p.sc == nil || !p.o.Handover {
+		return ""
+	}
+	for _, pt := range b.Store.Partitions() {
+		if end, ok := p.rep.Ends[georeplicator.PartKey(pt.Topic, pt.Partition)]; !ok || pt.Max > end {
+			return fmt.Sprintf("this site took puts at generation %d (%s-%d grew beyond its promotion end): it alone holds them", p.gen, pt.Topic, pt.Partition)
+		}
+	}
+	return ""
+}
+
+// giveUpPromotion ends p once its finisher's bound passed: the shipper it
+// started stops, puts are refused, the generation is marked abandoned in
+// ZooKeeper (retried until done, moved on, or ctx ends) so that the
+// master that stepped down for it takes mastership back
+// (reclaimAbandoned), and this site follows again as the slave it was.
+func (b *Bundle) giveUpPromotion(ctx context.Context, p *promotion, attempts int, last error) {
+	f := &b.failover
+	b.log.Error("FAILOVER: GIVING UP the promotion: it could not be finished within its bound; this site follows again as a slave",
+		"generation", p.gen, "bound", b.promoteFinishTimeout(), "attempts", attempts, "err", last)
+	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
+		"this broker is a slave of broker %d: its promotion to generation %d was given up", b.Config().System.BrokerID, p.gen)})
+	if p.sc != nil {
+		if _, err := f.role.stopShipper(); err != nil {
+			b.log.Warn("FAILOVER: stopping the shipper of the promotion given up", "err", err)
+		}
+		p.sc = nil
+		b.Broker.SetPromotionEnds(nil)
+	}
+	abandoned := b.Registry == nil
+	for wait := finishFirstRetry; !abandoned; wait = min(2*wait, finishMaxRetry) {
+		err := b.Registry.AbandonGeneration(ctx, b.Config().System.BrokerID, p.gen)
+		if err == nil || errors.Is(err, registry.ErrGenerationMoved) {
+			abandoned = err == nil
+			break
+		}
+		b.log.Warn("FAILOVER: marking the generation given up as abandoned in ZooKeeper failed; retrying", "generation", p.gen, "in", wait, "err", err)
+		if sleepCtx(ctx, wait) != nil {
+			break
+		}
+	}
+	f.mu.Lock()
+	g := &GivenUpPromotion{GaveUpAt: time.Now(), Abandoned: abandoned}
+	if f.pending != nil {
+		g.PendingPromotion = *f.pending
+	}
+	g.Generation, g.Attempts, g.LastError = p.gen, attempts, last.Error()
+	f.gaveUp = g
+	f.mu.Unlock()
+	b.followAgain(ctx, p, p.gen, "promotion to generation "+strconv.FormatUint(p.gen, 10)+" given up after "+b.promoteFinishTimeout().String())
 }
 
 // newerGeneration is a generation above p's seen in ZooKeeper (this
@@ -340,6 +585,13 @@ func (b *Bundle) abandonPromotion(ctx context.Context, p *promotion, newer uint6
 		}
 		return
 	}
+	b.followAgain(ctx, p, newer, "promotion to generation "+strconv.FormatUint(p.gen, 10)+" abandoned: follows the master of generation "+strconv.FormatUint(newer, 10))
+}
+
+// followAgain makes the site of p, whose shipper does not run, follow
+// again as the slave it was: the master of generation newer (or later),
+// found in ZooKeeper (or at its masterAddress without ZooKeeper).
+func (b *Bundle) followAgain(ctx context.Context, p *promotion, newer uint64, why string) {
 	f := &b.failover
 	sl := f.role.slaveConfig()
 	if sl == nil {
@@ -365,6 +617,6 @@ func (b *Bundle) abandonPromotion(ctx context.Context, p *promotion, newer uint6
 	}
 	cur := f.role.Current()
 	f.role.Set(siterole.State{Role: siterole.Slave, Generation: newer, SlaveID: sl.SlaveID, SlaveGroup: sl.SlaveGroup,
-		Master: cur.Master, Why: "promotion to generation " + strconv.FormatUint(p.gen, 10) + " abandoned: follows the master of generation " + strconv.FormatUint(newer, 10)})
+		Master: cur.Master, Why: why})
 	b.refreshGossip()
 }

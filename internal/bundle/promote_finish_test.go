@@ -2,9 +2,13 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,12 +66,7 @@ func TestPromotionFailedAtIdentityIsFinished(t *testing.T) {
 		t.Fatalf("hf's status reports no pending promotion of generation 1: %+v", st.PendingPromotion)
 	}
 	// bj sees generation 1 and steps down while hf cannot finish.
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if r := s.site("bj").Role(); r.IsMaster() {
-			return fmt.Errorf("bj: %v", r)
-		}
-		return nil
-	})
+	s.steppedDown("bj")
 	undo()
 	if m := s.converged("orders"); m != "hf" {
 		t.Fatalf("master %s, want hf", m)
@@ -97,31 +96,8 @@ func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
 	s := newSites(t, sitesSpec{})
 	s.produce("bj", "orders", 10)
 	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
-	s.cutZK("bj")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	hf := s.site("hf")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := hf.Promote(ctx, true)
-		errc <- err
-	}()
-	testutil.Eventually(t, 20*time.Second, 5*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return fmt.Errorf("hf has not started shipping yet")
-		}
-		return nil
-	})
-	s.cutZK("hf")
-	select {
-	case err := <-errc:
-		if err == nil {
-			t.Fatal("hf's promotion succeeded with its ZooKeeper cut while waiting for the master node")
-		}
-		t.Logf("hf's promotion failed half way, as wanted: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("hf's promotion did not return after its ZooKeeper was cut")
-	}
+	t.Logf("hf's promotion failed half way, as wanted: %v", s.promoteHalfWay("hf", "bj"))
 	if r := hf.Role(); r.Role != siterole.Slave || hf.promotedShipper() == nil {
 		t.Fatalf("hf: role %+v, promoted shipper %v: not the half-promoted state this test is about", r, hf.promotedShipper() != nil)
 	}
@@ -177,5 +153,90 @@ func TestSwitchoverNotTakenOverKeepsMaster(t *testing.T) {
 	}
 	if r := s.site("hf").Role(); r.Role != siterole.Slave {
 		t.Fatalf("hf: %v, want a slave", r)
+	}
+}
+
+// TestPromotionGivenUpOldMasterTakesBack: hf's forced promotion raises the
+// generation and then cannot write its identity file (a disk that stays
+// full); bj steps down for the new generation. Before the fix hf retried
+// for ever and the brokerId had no master while bj was alive. Now hf gives
+// up after its bound, marks the generation abandoned, and follows again;
+// bj takes mastership back at the next generation and takes puts, with
+// hf's disk still full.
+func TestPromotionGivenUpOldMasterTakesBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	// One ensemble, and one per site (hf marks the generation abandoned in
+	// its own; bj reads it there).
+	t.Run("shared", func(t *testing.T) { promotionGivenUp(t, false) })
+	t.Run("perzk", func(t *testing.T) { promotionGivenUp(t, true) })
+}
+
+func promotionGivenUp(t *testing.T, perZK bool) {
+	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}, perSiteZK: perZK})
+	hf := s.site("hf")
+	hf.opts.PromoteFinishTimeout = 2 * time.Second
+	undo := failIdentityWrites(t, hf)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := hf.Promote(ctx, true); !errors.Is(err, ErrPromotionPending) {
+		t.Fatalf("hf's promotion: %v; want it pending (its identity file cannot be written)", err)
+	}
+	// bj steps down for generation 1 while hf cannot finish.
+	s.steppedDown("bj")
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if m := s.master(); m != "bj" || s.site("bj").Role().Generation != 2 {
+			return fmt.Errorf("master %q, want bj back (bj %v; hf %v, pending %+v)", m, s.site("bj").Role(), hf.Role(), hf.Status().PendingPromotion)
+		}
+		return nil
+	})
+	if r := s.site("bj").Role(); r.Generation != 2 {
+		t.Fatalf("bj: %v, want master of generation 2", r)
+	}
+	st := hf.Status()
+	if st.PendingPromotion != nil || st.PromotionGivenUp == nil || st.PromotionGivenUp.Generation != 1 || !st.PromotionGivenUp.Abandoned {
+		t.Fatalf("hf's status: pending %+v, given up %+v; want generation 1 given up and abandoned", st.PendingPromotion, st.PromotionGivenUp)
+	}
+	if r := hf.Role(); r.Role != siterole.Slave {
+		t.Fatalf("hf: %v, want a slave", r)
+	}
+	s.produce("bj", "orders", 10)
+	undo()
+	if m := s.converged("orders"); m != "bj" {
+		t.Fatalf("master %s, want bj", m)
+	}
+	s.produce("hf", "orders", 10)
+	s.converged("orders")
+}
+
+// TestPromoteAnswerNamesPendingFinisher: POST /promote (what `metaq-server
+// promote` calls) after a step past the raise failed waits up to
+// finishWait for the background finisher; not finished by then, it fails
+// naming the pending promotion and when it gives up. Once the disk is
+// back the finisher completes and awaitPromotionFinish, what the endpoint
+// waits with, reports the promotion done.
+func TestPromoteAnswerNamesPendingFinisher(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}})
+	hf := s.site("hf")
+	undo := failIdentityWrites(t, hf)
+	w := httptest.NewRecorder()
+	(&Admin{b: hf}).servePromote(w, httptest.NewRequest("POST", "/promote?force=true&finishWait=300ms", nil))
+	body := w.Body.String()
+	if w.Code != http.StatusInternalServerError || !strings.Contains(body, "generation 1 is raised") || !strings.Contains(body, "pendingPromotion") {
+		t.Fatalf("POST /promote with the finisher pending: %d %s; want 500 naming the pending promotion", w.Code, body)
+	}
+	undo()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := hf.awaitPromotionFinish(ctx, 45*time.Second)
+	if err != nil || rep.Generation != 1 {
+		t.Fatalf("the finisher after the disk came back: %+v %v; want generation 1 done", rep, err)
+	}
+	if m := s.converged("orders"); m != "hf" {
+		t.Fatalf("master %s, want hf", m)
 	}
 }

@@ -65,6 +65,7 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 		case <-b.failover.rejoinWake:
 		case <-tk.C:
 		}
+		b.reclaimAbandoned(ctx)
 		// A shipper that stepped down names the generation; a demotion that
 		// failed half way (no shipper, no receiver) is retried with it.
 		switch s := b.runningShipper(); {
@@ -185,4 +186,32 @@ func (b *Bundle) persistedSlaveRole() *georeplicator.Role {
 		return r
 	}
 	return nil
+}
+
+// reclaimAbandoned makes this former master, which stepped down for a
+// generation whose raiser then gave its promotion up (promote_finish.go,
+// registry.AbandonGeneration), master again at the next generation: the
+// brokerId would otherwise have no master while this site is alive. It
+// acts only while it follows no one (its receiver is not connected) and
+// the abandoned generation is the one it stepped down for.
+func (b *Bundle) reclaimAbandoned(ctx context.Context) {
+	rc := b.demotedReceiver()
+	cur := b.failover.role.Current()
+	if b.Registry == nil || rc == nil || rc.Connected() || cur.Role != siterole.Slave || cur.Generation == 0 ||
+		b.failover.role.Busy() != siterole.None {
+		return
+	}
+	by, ok := b.abandonedRaise(ctx, b.Config().System.BrokerID, cur.Generation)
+	if !ok || by.Site == b.Config().Site.Name {
+		return
+	}
+	gen := cur.Generation
+	b.log.Warn("FAILOVER: the promotion this master stepped down for was given up by its site; taking mastership back",
+		"abandoned", gen, "by", by.Site)
+	rep, err := b.PromoteWith(ctx, PromoteOptions{Force: true, ReclaimFrom: gen})
+	if err != nil {
+		b.log.Error("FAILOVER: taking mastership back after an abandoned promotion failed", "abandoned", gen, "err", err)
+		return
+	}
+	b.log.Warn("FAILOVER: master again after the promotion it stepped down for was given up", "generation", rep.Generation, "abandoned", gen, "by", by.Site)
 }

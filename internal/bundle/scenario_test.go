@@ -18,7 +18,7 @@ import (
 // deployment from newSites, so that a failover scenario is a text file.
 // A script is one command per line ('#' starts a comment):
 //
-//	sites bj hf gz [deploy] [perzk] [autofailover]
+//	sites bj hf gz [deploy] [perzk] [nogossip] [autofailover]
 //	                                 the deployment (first line; first site is master)
 //	produce <site> <topic> <n>       n puts through <site>'s ZooKeeper, all acknowledged
 //	switchover <from> <to>           hand mastership over
@@ -80,6 +80,8 @@ func runScenario(t *testing.T, file string) {
 					spec.deploy = true
 				case "perzk":
 					spec.perSiteZK = true
+				case "nogossip":
+					spec.noGossip = true
 				case "autofailover":
 					// deploy/'s timing: 30 s sessions, gossip probing
 					// every 500 ms, autoFailoverAfterMs=1000.

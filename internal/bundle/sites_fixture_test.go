@@ -36,6 +36,9 @@ type sitesSpec struct {
 	// deploy/ runs 30 s); probeInterval is [gossip] probeIntervalMs
 	// (default the tests' 100 ms; deploy/ runs 1 s).
 	sessionTimeout, probeInterval time.Duration
+	// noGossip turns gossip off ([gossip] enable=false): sites learn of a
+	// new master from ZooKeeper alone.
+	noGossip bool
 	// overlays is added to a site's overlay file, by site.
 	overlays map[string]string
 }
@@ -108,6 +111,9 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	if spec.sessionTimeout > 0 {
 		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)
 	}
+	if spec.noGossip {
+		s.shared = strings.Replace(s.shared, "[gossip]\n", "[gossip]\nenable=false\n", 1)
+	}
 	if spec.probeInterval > 0 {
 		s.shared = strings.Replace(s.shared, "probeIntervalMs=100", fmt.Sprintf("probeIntervalMs=%d", spec.probeInterval.Milliseconds()), 1)
 	}
@@ -116,7 +122,10 @@ func newSites(t *testing.T, spec sitesSpec) *sites {
 	s.specs[master] = s.siteSpecOf(master, 0, "")
 	s.start(master)
 	masterRepl := mustComp[*shipperComponent](t, s.b[master]).Addr()
-	join := []string{mustComp[*topologyComponent](t, s.b[master]).Topology().Addr()}
+	var join []string
+	if !spec.noGossip {
+		join = []string{mustComp[*topologyComponent](t, s.b[master]).Topology().Addr()}
+	}
 	for i, name := range spec.sites[1:] {
 		link := wanProxy(t, masterRepl)
 		s.links[name] = link
@@ -328,6 +337,52 @@ func (s *sites) promote(name string, force bool) PromoteReport {
 		s.t.Fatalf("promote %s (force %t): %v", name, force, err)
 	}
 	return rep
+}
+
+// promoteHalfWay runs a forced promotion of the slave site name that fails
+// after it started shipping: master's ZooKeeper connection is blocked
+// first (its session, and its master node, stay), so the promotion waits
+// for the master node; then name's own ZooKeeper is cut. It returns the
+// promotion's error with both connections still cut (healZK undoes it).
+func (s *sites) promoteHalfWay(name, master string) error {
+	s.t.Helper()
+	s.cutZK(master)
+	b := s.site(name)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Promote(ctx, true)
+		errc <- err
+	}()
+	testutil.Eventually(s.t, 20*time.Second, 5*time.Millisecond, func() error {
+		if b.promotedShipper() == nil {
+			return fmt.Errorf("%s has not started shipping yet", name)
+		}
+		return nil
+	})
+	s.cutZK(name)
+	select {
+	case err := <-errc:
+		if err == nil {
+			s.t.Fatalf("%s's promotion succeeded with its ZooKeeper cut while waiting for the master node", name)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("%s's promotion did not return after its ZooKeeper was cut", name)
+		return nil
+	}
+}
+
+// steppedDown waits until the site name is no longer master.
+func (s *sites) steppedDown(name string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 20*time.Second, 20*time.Millisecond, func() error {
+		if r := s.site(name).Role(); r.IsMaster() {
+			return fmt.Errorf("%s: %v", name, r)
+		}
+		return nil
+	})
 }
 
 // switchover hands mastership from the master at from to the slave site to.

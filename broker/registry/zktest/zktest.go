@@ -6,12 +6,14 @@
 package zktest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +26,39 @@ type Tap struct {
 	passwd  []byte
 	conns   []net.Conn
 	blocked bool
+	// loseReplyTo arms LoseReplyTo ("" when not armed); lost counts the
+	// replies it dropped.
+	loseReplyTo string
+	blockAfter  bool
+	lost        int
+}
+
+// LoseReplyTo arms a one-shot fault: the next write request (create,
+// delete, setData or multi) whose frame holds pathPart goes to ZooKeeper,
+// and the connection is cut when its answer comes back, before the client
+// reads it. ZooKeeper has applied the write; the client sees a lost
+// connection and reconnects (its session lives on). It relies on the
+// client writing one request per Write and reading a frame's length and
+// body in separate reads, as go-zookeeper does.
+func (z *Tap) LoseReplyTo(pathPart string) {
+	z.mu.Lock()
+	z.loseReplyTo, z.blockAfter = pathPart, false
+	z.mu.Unlock()
+}
+
+// LoseReplyThenBlock is LoseReplyTo, and the tap then refuses new
+// connections until Unblock (ZooKeeper stays away after the lost answer).
+func (z *Tap) LoseReplyThenBlock(pathPart string) {
+	z.mu.Lock()
+	z.loseReplyTo, z.blockAfter = pathPart, true
+	z.mu.Unlock()
+}
+
+// LostReplies counts the answers LoseReplyTo dropped.
+func (z *Tap) LostReplies() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.lost
 }
 
 // Dial has the signature of registry.Options.Dialer.
@@ -76,6 +111,27 @@ type tapConn struct {
 	tap  *Tap
 	buf  []byte
 	done bool
+	// drop is the xid of a request whose answer is to be lost (LoseReplyTo);
+	// dropping says it is set.
+	drop     atomic.Int32
+	dropping atomic.Bool
+}
+
+// ZooKeeper's write opcodes: create, delete, setData, multi, create2.
+var writeOps = map[int32]bool{1: true, 2: true, 5: true, 14: true, 15: true}
+
+// Write passes a request on; an armed LoseReplyTo picks the request whose
+// answer is to be lost: length, xid int32, opcode int32, body.
+func (c *tapConn) Write(p []byte) (int, error) {
+	c.tap.mu.Lock()
+	part := c.tap.loseReplyTo
+	if part != "" && c.done && len(p) >= 12 && writeOps[int32(binary.BigEndian.Uint32(p[8:12]))] && bytes.Contains(p[12:], []byte(part)) {
+		c.tap.loseReplyTo = ""
+		c.drop.Store(int32(binary.BigEndian.Uint32(p[4:8])))
+		c.dropping.Store(true)
+	}
+	c.tap.mu.Unlock()
+	return c.Conn.Write(p)
 }
 
 // Read passes bytes through and parses the first frame, the connect
@@ -83,6 +139,17 @@ type tapConn struct {
 // passwd (int32 length + bytes).
 func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	// A reply's body starts with its xid (a length read is 4 bytes long).
+	if c.dropping.Load() && n > 4 && int32(binary.BigEndian.Uint32(p[:4])) == c.drop.Load() {
+		c.tap.mu.Lock()
+		c.tap.lost++
+		if c.tap.blockAfter {
+			c.tap.blocked = true
+		}
+		c.tap.mu.Unlock()
+		c.Conn.Close()
+		return 0, errors.New("zktest: reply lost (LoseReplyTo)")
+	}
 	if !c.done && n > 0 {
 		c.buf = append(c.buf, p[:n]...)
 		if len(c.buf) >= 4 {

@@ -1,0 +1,85 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"metaq/broker/registry/zktest"
+)
+
+// TestRaiseGenerationLostReply: ZooKeeper applies a raise of the
+// generation but its answer is lost (the connection drops first). The
+// raiser recognises its own raise by the token it wrote beside the
+// generation, instead of reporting a failure while the generation is
+// raised; the raiser node names its site. Both forms of the raise, the
+// node missing and present.
+func TestRaiseGenerationLostReply(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	tap := &zktest.Tap{}
+	opts := testOptions(t, root)
+	opts.Dialer, opts.Site = tap.Dial, "hf"
+	r := newRegistry(t, opts)
+	for i, raise := range []func(context.Context, int, uint64) (uint64, error){r.RaiseGenerationFrom, r.RaiseGeneration} {
+		known := uint64(i)
+		tap.LoseReplyTo("/" + generationNode)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		gen, err := raise(ctx, 3, known)
+		cancel()
+		if lost := tap.LostReplies(); lost != i+1 {
+			t.Fatalf("raise %d: %d answers lost, want %d (the fault did not fire)", i, lost, i+1)
+		}
+		if err != nil || gen != known+1 {
+			t.Fatalf("raise %d from %d with its answer lost: %d %v; want %d (the raise committed)", i, known, gen, err, known+1)
+		}
+		g, by, err := r.GenerationRaiser(context.Background(), 3)
+		if err != nil || g != known+1 || by.Site != "hf" || by.Token == "" {
+			t.Fatalf("after raise %d: generation %d raised by %+v (%v); want %d by hf", i, g, by, err, known+1)
+		}
+	}
+	// Exactly once each: a retry of a committed raise would have moved it
+	// one further, or failed as moved.
+	if g, err := r.Generation(context.Background(), 3); err != nil || g != 2 {
+		t.Fatalf("generation %d %v, want 2", g, err)
+	}
+}
+
+// TestGenerationRaiserOldData: a generation written without a raiser (an
+// older version, or a mirror) reads as before, with an unknown raiser; so
+// does a raiser node left from an earlier generation.
+func TestGenerationRaiserOldData(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	opts := testOptions(t, root)
+	opts.Site = "bj"
+	r := newRegistry(t, opts)
+	ctx := context.Background()
+	path := r.Paths().GenerationPath(4)
+	if err := r.createParents(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.call(ctx, func() error { _, err := r.conn.Create(path, []byte("7\n"), 0, openACL); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 4); err != nil || g != 7 || by != (Raiser{}) {
+		t.Fatalf("old data: %d %+v %v; want 7, unknown raiser", g, by, err)
+	}
+	if g, err := r.RaiseGenerationFrom(ctx, 4, 7); err != nil || g != 8 {
+		t.Fatalf("raise from old data: %d %v", g, err)
+	}
+	if _, by, _ := r.GenerationRaiser(ctx, 4); by.Site != "bj" || by.Generation != 8 {
+		t.Fatalf("raiser %+v, want bj at 8", by)
+	}
+	// A mirror raises without a raiser: the one of 8 no longer applies.
+	if g, err := r.RaiseGenerationTo(ctx, 4, 9); err != nil || g != 9 {
+		t.Fatalf("raise to 9: %d %v", g, err)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 4); err != nil || g != 9 || by != (Raiser{}) {
+		t.Fatalf("after a mirror's raise: %d %+v %v; want 9, unknown raiser", g, by, err)
+	}
+	if _, err := r.RaiseGenerationFrom(ctx, 4, 8); !errors.Is(err, ErrGenerationMoved) {
+		t.Fatalf("raise from 8 at 9: %v, want ErrGenerationMoved", err)
+	}
+}
