@@ -74,9 +74,11 @@ wait_port() { # host:port seconds what [log file]
 build() {
 	if [ -n "${METAQ_BIN:-}" ]; then
 		bin=$METAQ_BIN
-		local b
-		for b in metaq-server configsync metaq nats-server; do
-			[ -x "$bin/$b" ] || die "METAQ_BIN=$bin has no $b (it must hold metaq-server, configsync, metaq and nats-server; unset METAQ_BIN to build them)"
+		# layout runs configsync (keygen) only; up runs all four.
+		local b need=(configsync)
+		[ "$cmd" != up ] || need=(metaq-server configsync metaq nats-server)
+		for b in "${need[@]}"; do
+			[ -x "$bin/$b" ] || die "METAQ_BIN=$bin has no $b ($cmd needs ${need[*]}; unset METAQ_BIN to build them)"
 		done
 		return
 	fi
