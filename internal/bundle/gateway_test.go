@@ -340,16 +340,18 @@ func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
 // locally meanwhile; hf is killed with them in its outbox (killBundle: its
 // ZooKeeper and gossip cut, then closed; the outbox keeps only what was
 // fsynced before each answer, as after kill -9); bj and hf are started
-// again with their units' commands: hf drains its outbox to bj, which
-// holds every accepted put once, in order, under the id hf gave. (One
-// shared ZooKeeper: with deploy/'s per-site ensembles and TLS a restarted
-// bj was not reached again by hf's replication within the test's time,
-// which this test is not about.)
+// again with their units' commands (the same files and ports): hf drains
+// its outbox to bj, which holds every accepted put once, in order, under
+// the id hf gave, and hf's replication from bj resumes and brings them back
+// to hf. deploy/'s layout: secret, mutual TLS, one ZooKeeper per site, so
+// hf's gateway finds bj only through the registration bj mirrors into hf's
+// ensemble once gossip names it.
 func TestGatewayStoreAndForwardKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	s := newSites(t, sitesSpec{overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, keepPorts: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
 	s.kill("bj")
 	w := dialWire(t, s.site("hf").Broker.Addr().String())
 	const n = 30
@@ -377,6 +379,7 @@ func TestGatewayStoreAndForwardKills(t *testing.T) {
 		}
 		return nil
 	})
+	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
 	pi, err := bj.Store.Partition("orders", 1)
 	if err != nil {
 		t.Fatal(err)
