@@ -43,12 +43,13 @@ package broker
 // master killed after storing but before answering, or a connection that
 // breaks, leads to the same reconciliation; a failover to a new master
 // that received the old one's records by replication finds them there by
-// id. What is not covered: an entry the master confirmed and lost in a
-// failover (it was not replicated before the master died) is not sent
-// again (the outbox drops confirmed entries, as a producer that sent it
-// directly would have moved on); a handover (switchover) passes a held
-// put on to the new master as a plain put, without its id, so an entry
-// sent during a switchover's hold whose answer is lost may be stored twice.
+// id. An entry that reaches a master while it hands over (a switchover's
+// Hold, hold.go) is passed on to the new master over a gateway link as a
+// sync, keeping its id, so the same holds when its answer is lost. What is
+// not covered: an entry the master confirmed and lost in a failover (it
+// was not replicated before the master died) is not sent again (the
+// outbox drops confirmed entries, as a producer that sent it directly
+// would have moved on).
 //
 // Order: a partition's entries are sent in outbox order on one
 // connection, a batch at a time, and the master stores a connection's
