@@ -43,6 +43,10 @@ type fwdConn struct {
 	pending map[int32]chan *wire.Result
 	err     error       // set once broken; every pending channel is closed then
 	stop    func() bool // stops the watch of the broker's context
+
+	// moved: the master answered that it is no longer master (a client
+	// connection's link for transactions, gatewaytx.go).
+	moved atomic.Bool
 }
 
 // fwdResult is the outcome of one forwarded message: the new master's

@@ -91,6 +91,9 @@ type GatewayStats struct {
 	Refused      int64 // refused by the outbox (a bound, a write failure)
 	Drained      int64 // outbox entries confirmed stored at the master
 	Deduplicated int64 // outbox entries found at the master, not sent again
+	// Transactions (gatewaytx.go).
+	TxForwarded int64 // transaction commands and puts answered with the master's answer
+	TxLinks     int64 // gateway links opened for client connections' transactions
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -106,6 +109,7 @@ type Gateway struct {
 	stats  struct {
 		forwarded, notSent, unknown, retried, dials atomic.Int64
 		accepted, refused, drained, deduplicated    atomic.Int64
+		txForwarded, txLinks                        atomic.Int64
 	}
 
 	// Store and forward (storeforward.go): ids fixed at acceptance, the
@@ -175,7 +179,7 @@ func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
-		Deduplicated: g.stats.deduplicated.Load()}
+		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
