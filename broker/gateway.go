@@ -35,7 +35,9 @@ package broker
 // (500) when that bound passes can be overtaken.
 //
 // A topic with storeAndForward is answered from the site's outbox instead
-// and drained to the master later (storeforward.go).
+// and drained to the master later (storeforward.go). Clients' transactions
+// are carried to the master too, each client connection's on a link of its
+// own (gatewaytx.go).
 
 import (
 	"context"

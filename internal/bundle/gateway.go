@@ -25,7 +25,9 @@ import (
 // [replication] secretFile, inside TLS with the site's replication
 // certificates when it has them), and answered with the master's answer. A
 // topic not forwarded is refused as before; a master never forwards (no
-// replicaHolder refusal). Without ZooKeeper the link goes to the master's
+// replicaHolder refusal). While any topic is forwarded, the clients'
+// transactions are carried to the master too, each client connection's
+// on a gateway link of its own (broker/gatewaytx.go). Without ZooKeeper the link goes to the master's
 // replication address (masterAddress, or what gossip names after a
 // failover), where a master with a [replication] listen of its own serves
 // gateway links too (serveGatewayOn). A samsa slave (gregor) has no gateway.
