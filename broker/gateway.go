@@ -318,6 +318,14 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 	}
 }
 
+// dropMoved is drop for a caller that does not hold g.qmu (the outbox's
+// drain): the master moved, c is no longer used.
+func (g *Gateway) dropMoved(c *fwdConn, why error) {
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
+	g.drop(c, why)
+}
+
 // fwdBatch is one partition's batch of a connection's forwarded puts, with
 // its outcome so far: a batch sent again keeps what the first sending
 // settled.

@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,12 +161,7 @@ func TestGatewayForwardsTransactions(t *testing.T) {
 // received and whose answer never came back is answered 500, outcome
 // unknown, never as done; with no master to send to, 503, not sent.
 func TestGatewayTransactionUnknownOutcome(t *testing.T) {
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
-	master, slave, _, _ := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
-		MaxWait: 300 * time.Millisecond,
-		Master:  func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 300 * time.Millisecond})
 	master.SetTxHandler(VectorTxHandler(t, master.store, master.Broker))
 	const s = "10.0.0.7-1370000000000-9"
 	key := "TX:" + s + ":1"

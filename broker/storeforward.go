@@ -288,9 +288,7 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 				// reconcile before sending again.
 				delete(st.verified, b.key)
 				if g.masterMoved(r, c.addr) {
-					g.qmu.Lock()
-					g.drop(c, errors.New("the master refused an outbox entry: it moved"))
-					g.qmu.Unlock()
+					g.dropMoved(c, errors.New("the master refused an outbox entry: it moved"))
 				}
 				firstErr = cmp(firstErr, fmt.Errorf("outbox: %s: the master %s refused: %d %s", b.key, c.addr, r.Code, r.Body))
 			}

@@ -146,13 +146,8 @@ func waitOutboxEmpty(t *testing.T, g *Gateway) {
 // once the master is back they are stored there in order, under the ids
 // the producer was given, once each, and the outbox empties.
 func TestStoreAndForwardThroughOutage(t *testing.T) {
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	master, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 50
 	ids := putLocally(t, cl, 0, "out", 0, n)
@@ -271,13 +266,8 @@ func newAnswerDropper(t *testing.T, target string) *answerDropper {
 // again.
 func TestStoreAndForwardRestartNoDuplicates(t *testing.T) {
 	dir := t.TempDir()
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, dir, outbox.Options{})
-	master, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 40
 	ids := putLocally(t, cl, 1, "rs", 0, n)
@@ -311,8 +301,7 @@ func TestStoreAndForwardRestartNoDuplicates(t *testing.T) {
 		t.Fatalf("after the restart the outbox holds %d entries, want %d", s.Entries, n)
 	}
 	target.Store(links)
-	g2, err := slave.SetGateway(&GatewayOptions{Holder: "slave", Outbox: ob2,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil }})
+	g2, err := slave.SetGateway(&GatewayOptions{Holder: "slave", Outbox: ob2, Master: target.find})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,13 +335,8 @@ func TestStoreAndForwardMasterRestartMidDrain(t *testing.T) {
 	mdir := t.TempDir()
 	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
 	master := startBrokerDir(t, mcfg, mdir, nil)
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 600 // several drain batches
 	var ids []int64
@@ -422,13 +406,8 @@ func TestStoreAndForwardFailoverMidDrain(t *testing.T) {
 	adir := t.TempDir()
 	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
 	a := startBrokerDir(t, mcfg, adir, nil)
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	// A holds records of other producers before.
 	direct := dial(t, a.Addr())
 	for i := range 3 {
@@ -500,13 +479,8 @@ func TestStoreAndForwardThroughSwitchoverHold(t *testing.T) {
 	}
 	h.Forward(func(context.Context) (string, error) { return nu.Addr().String(), nil })
 
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 20
 	ids := putLocally(t, cl, 0, "sw", 0, n)
