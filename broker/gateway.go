@@ -79,6 +79,10 @@ type GatewayOptions struct {
 	// The gateway drains it while it is in effect; its owner closes it
 	// after the broker.
 	Outbox *outbox.Outbox
+
+	// drainBatch bounds the outbox entries sent per partition per drain
+	// round; 0 means drainBatch (tests make it small).
+	drainBatch int
 }
 
 // GatewayStats counts what the gateway did with the puts it forwarded.
@@ -148,6 +152,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		opts := *o
 		if opts.MaxWait <= 0 {
 			opts.MaxWait = DefaultHoldMaxWait
+		}
+		if opts.drainBatch <= 0 {
+			opts.drainBatch = drainBatch
 		}
 		if opts.Dial == nil {
 			opts.Dial = func(ctx context.Context, addr string) (net.Conn, error) {

@@ -86,7 +86,7 @@ const valueCode = 1
 
 // Store-and-forward drain bounds.
 const (
-	drainBatch      = 256     // entries sent per partition per round
+	drainBatch      = 2048    // entries sent per partition per round (GatewayOptions.drainBatch)
 	drainBatchBytes = 1 << 20 // body bytes sent per partition per round
 	drainWait       = 30 * time.Second
 	reconcileRead   = 1 << 20 // bytes asked per get while reconciling
@@ -237,7 +237,7 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 			return err
 		}
 		var es []outbox.Entry
-		for _, e := range g.opts.Outbox.Pending(k, drainBatch, drainBatchBytes) {
+		for _, e := range g.opts.Outbox.Pending(k, g.opts.drainBatch, drainBatchBytes) {
 			if _, ok := st.at[k][e.ID]; !ok {
 				es = append(es, e)
 			}

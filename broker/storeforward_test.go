@@ -336,7 +336,7 @@ func TestStoreAndForwardMasterRestartMidDrain(t *testing.T) {
 	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
 	master := startBrokerDir(t, mcfg, mdir, nil)
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob, drainBatch: 100})
 	cl := dial(t, slave.Addr())
 	const n = 600 // several drain batches
 	var ids []int64
