@@ -575,7 +575,12 @@ func (o *Outbox) dropConfirmedLocked() {
 		if i == len(es) {
 			delete(o.pending, k)
 		} else if i > 0 {
-			o.pending[k] = slices.Clone(es[i:])
+			// Resliced, not copied: a copy per confirmation made a long
+			// drain quadratic, under the lock Appends wait for. The
+			// confirmed entries' bodies are let go; their slots go once
+			// an append outgrows the array.
+			clear(es[:i])
+			o.pending[k] = es[i:]
 		}
 	}
 }
