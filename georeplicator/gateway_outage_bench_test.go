@@ -144,8 +144,9 @@ func bjRecords(b *testing.B, st *store.Store) (map[int64][]string, int) {
 
 // BenchmarkStoreAndForwardOutage: synchronous producers at hf write to a
 // storeAndForward topic through hf's gateway while the WAN link to bj
-// (30 ms one way, 50 Mbit/s each way) goes down for 60 s (connections
-// reset, new ones refused) and comes back. Reported: puts accepted during
+// (30 ms one way, 50 Mbit/s each way) goes down for 60 s and comes back
+// (reset: connections reset, new ones refused; blackhole: every byte held,
+// delivered when the link returns). Reported: puts accepted during
 // the outage and their rate, the outbox at the end of it, the time from the
 // link's return until every put accepted before it is confirmed by bj
 // (drain-s, producers still writing), and, once the outbox is empty and
@@ -155,6 +156,16 @@ func bjRecords(b *testing.B, st *store.Store) (map[int64][]string, int) {
 //
 //	go test -run '^$' -bench BenchmarkStoreAndForwardOutage -benchtime 1x -count 3 -timeout 30m ./georeplicator/
 func BenchmarkStoreAndForwardOutage(b *testing.B) {
+	for _, kind := range []string{"reset", "blackhole"} {
+		b.Run(kind, func(b *testing.B) { safOutage(b, kind) })
+	}
+}
+
+// safOutage is one run of BenchmarkStoreAndForwardOutage: kind reset
+// resets the link's connections and refuses new ones; blackhole holds
+// every byte without closing anything (a path that drops packets), and
+// delivers what it held when it returns.
+func safOutage(b *testing.B, kind string) {
 	const threads = 4
 	outage := 60 * time.Second
 	g := newGatewayRig(b, 30*time.Millisecond, true)
@@ -171,12 +182,17 @@ func BenchmarkStoreAndForwardOutage(b *testing.B) {
 	}()
 	time.Sleep(3 * time.Second)
 	tCut := time.Now()
-	g.gateway.SetRefuse(true)
-	g.gateway.CutAll()
+	if kind == "reset" {
+		g.gateway.SetRefuse(true)
+		g.gateway.CutAll()
+	} else {
+		g.gateway.SetStall(true)
+	}
 	time.Sleep(outage)
 	peak := g.ob.Stats()
 	tUp := time.Now()
 	g.gateway.SetRefuse(false)
+	g.gateway.SetStall(false)
 	var tDrained time.Time
 	for {
 		s := g.ob.Stats()
