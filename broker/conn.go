@@ -94,6 +94,10 @@ type conn struct {
 	// gatewayPeer: a slave site's gateway link (ServeConn), whose syncs
 	// are client puts keeping their ids (broker/storeforward.go).
 	gatewayPeer bool
+	// txLink is the gateway link this connection's transactions are
+	// forwarded on (gatewaytx.go): the reader's, then closeTxLink's once
+	// the connection is closed.
+	txLink *fwdConn
 }
 
 // timeoutCause is why a connection's read timed out.
@@ -193,6 +197,7 @@ func (c *conn) serve() {
 	if h := c.b.txHandler(); h != nil {
 		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
 	}
+	c.closeTxLink()
 	// Answers the writer never took still hold their bytes: give back
 	// everything the connection held.
 	if n := c.bytes.detach(); n > 0 {
@@ -365,6 +370,9 @@ func (c *conn) readLoop() bool {
 			<-c.slots
 			c.log.Debug("CONN: dropped a response frame sent by the client", "cmd", cmd.Name())
 			continue
+		}
+		if c.forwardTx(cmd) {
+			continue // a slave's gateway carries the transaction to the master
 		}
 		c.dispatch(cmd)
 	}

@@ -16,14 +16,20 @@ import (
 
 // forwarder sends a Hold's puts to the new master's MetaQ port as a MetaQ
 // client does: one connection, puts pipelined, answers matched by opaque.
+// Puts that carry an id fixed before they reached this broker (a slave
+// site's outbox entries, storeforward.go) go on a second connection, a
+// gateway link opened with link (HoldOptions.Dial), as syncs that keep
+// their ids there; without link they are not sent (Hold.forward).
 type forwarder struct {
 	b      *Broker
 	target func(context.Context) (string, error)
+	link   func(context.Context, string) (net.Conn, error)
 
 	mu       sync.Mutex
-	cur      *fwdConn
-	inflight int  // send calls running
-	idle     bool // close the connection once no send runs (the Hold ended)
+	cur      *fwdConn // plain puts
+	curLink  *fwdConn // puts that keep their ids, on a gateway link
+	inflight int      // send calls running
+	idle     bool     // close the connections once no send runs (the Hold ended)
 	opaque   atomic.Int32
 }
 
@@ -37,6 +43,10 @@ type fwdConn struct {
 	pending map[int32]chan *wire.Result
 	err     error       // set once broken; every pending channel is closed then
 	stop    func() bool // stops the watch of the broker's context
+
+	// moved: the master answered that it is no longer master (a client
+	// connection's link for transactions, gatewaytx.go).
+	moved atomic.Bool
 }
 
 // fwdResult is the outcome of one forwarded message: the new master's
@@ -47,31 +57,47 @@ type fwdResult struct {
 	sent bool
 }
 
-func newForwarder(b *Broker, target func(context.Context) (string, error)) *forwarder {
-	return &forwarder{b: b, target: target}
+func newForwarder(b *Broker, target func(context.Context) (string, error), link func(context.Context, string) (net.Conn, error)) *forwarder {
+	return &forwarder{b: b, target: target, link: link}
 }
 
-// closeWhenIdle closes the connection now, or once the last send returns.
+// keepsIDs says puts that carry an id can be sent keeping it (a gateway
+// link can be opened).
+func (f *forwarder) keepsIDs() bool { return f.link != nil }
+
+// closeWhenIdle closes the connections now, or once the last send returns.
 func (f *forwarder) closeWhenIdle() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.idle = true
-	if f.inflight == 0 && f.cur != nil {
-		f.cur.fail(errors.New("forwarding ended"))
-		f.cur = nil
+	if f.inflight == 0 {
+		f.closeLocked()
 	}
 }
 
-// conn returns the connection to the new master, dialing it when there is
-// none or the target moved.
-func (f *forwarder) conn(ctx context.Context) (*fwdConn, error) {
+func (f *forwarder) closeLocked() {
+	for _, c := range []*fwdConn{f.cur, f.curLink} {
+		if c != nil {
+			c.fail(errors.New("forwarding ended"))
+		}
+	}
+	f.cur, f.curLink = nil, nil
+}
+
+// conn returns the connection to the new master (a gateway link when
+// link is set), dialing it when there is none or the target moved.
+func (f *forwarder) conn(ctx context.Context, link bool) (*fwdConn, error) {
 	addr, err := f.target(ctx)
 	if err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.cur; c != nil {
+	cur := &f.cur
+	if link {
+		cur = &f.curLink
+	}
+	if c := *cur; c != nil {
 		c.mu.Lock()
 		ok := c.err == nil && c.addr == addr
 		c.mu.Unlock()
@@ -79,10 +105,15 @@ func (f *forwarder) conn(ctx context.Context) (*fwdConn, error) {
 			return c, nil
 		}
 		c.fail(errors.New("the new master moved to " + addr))
-		f.cur = nil
+		*cur = nil
 	}
-	d := net.Dialer{Timeout: time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	if link {
+		nc, err = f.link(ctx, addr)
+	} else {
+		d := net.Dialer{Timeout: time.Second}
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial the new master %s: %w", addr, err)
 	}
@@ -96,12 +127,14 @@ func (f *forwarder) conn(ctx context.Context) (*fwdConn, error) {
 	c.mu.Lock()
 	c.stop = stop
 	c.mu.Unlock()
-	f.cur = c
+	*cur = c
 	return c, nil
 }
 
 // send forwards msgs[i] for each i of idx to topic-partition and returns
-// their outcomes in idx's order, waiting for answers until waitUntil.
+// their outcomes in idx's order, waiting for answers until waitUntil. When
+// one of them carries an id, all go on the gateway link, those with an id
+// as syncs that keep it (the caller checked keepsIDs).
 func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx []int, waitUntil time.Time) []fwdResult {
 	f.mu.Lock()
 	f.inflight++
@@ -109,16 +142,19 @@ func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx 
 	defer func() {
 		f.mu.Lock()
 		f.inflight--
-		if f.inflight == 0 && f.idle && f.cur != nil {
-			f.cur.fail(errors.New("forwarding ended"))
-			f.cur = nil
+		if f.inflight == 0 && f.idle {
+			f.closeLocked()
 		}
 		f.mu.Unlock()
 	}()
 	out := make([]fwdResult, len(idx))
 	ctx, cancel := context.WithDeadline(f.b.ctx, waitUntil)
 	defer cancel()
-	c, err := f.conn(ctx)
+	link := false
+	for _, i := range idx {
+		link = link || msgs[i].ID != 0
+	}
+	c, err := f.conn(ctx, link)
 	if err != nil {
 		for k := range out {
 			out[k].err = err
@@ -140,6 +176,12 @@ func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx 
 		sum := wire.Checksum(m.Body)
 		if m.ChecksumSet {
 			sum = int32(m.Checksum)
+		}
+		if m.ID != 0 {
+			// Served on the gateway link as a put that keeps its id.
+			s := wire.Sync{Topic: topic, Partition: int32(partition), Flag: m.Flag, MsgID: m.ID, Checksum: sum, Opaque: op, Body: m.Body}
+			frames = s.AppendTo(frames)
+			continue
 		}
 		p := wire.Put{Topic: topic, Partition: int32(partition), Flag: m.Flag, Checksum: sum, Opaque: op, Body: m.Body}
 		frames = p.AppendTo(frames)

@@ -35,7 +35,9 @@ package broker
 // (500) when that bound passes can be overtaken.
 //
 // A topic with storeAndForward is answered from the site's outbox instead
-// and drained to the master later (storeforward.go).
+// and drained to the master later (storeforward.go). Clients' transactions
+// are carried to the master too, each client connection's on a link of its
+// own (gatewaytx.go).
 
 import (
 	"context"
@@ -77,6 +79,10 @@ type GatewayOptions struct {
 	// The gateway drains it while it is in effect; its owner closes it
 	// after the broker.
 	Outbox *outbox.Outbox
+
+	// drainBatch bounds the outbox entries sent per partition per drain
+	// round; 0 means drainBatch (tests make it small).
+	drainBatch int
 }
 
 // GatewayStats counts what the gateway did with the puts it forwarded.
@@ -91,6 +97,9 @@ type GatewayStats struct {
 	Refused      int64 // refused by the outbox (a bound, a write failure)
 	Drained      int64 // outbox entries confirmed stored at the master
 	Deduplicated int64 // outbox entries found at the master, not sent again
+	// Transactions (gatewaytx.go).
+	TxForwarded int64 // transaction commands and puts answered with the master's answer
+	TxLinks     int64 // gateway links opened for client connections' transactions
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -106,6 +115,7 @@ type Gateway struct {
 	stats  struct {
 		forwarded, notSent, unknown, retried, dials atomic.Int64
 		accepted, refused, drained, deduplicated    atomic.Int64
+		txForwarded, txLinks                        atomic.Int64
 	}
 
 	// Store and forward (storeforward.go): ids fixed at acceptance, the
@@ -143,6 +153,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		if opts.MaxWait <= 0 {
 			opts.MaxWait = DefaultHoldMaxWait
 		}
+		if opts.drainBatch <= 0 {
+			opts.drainBatch = drainBatch
+		}
 		if opts.Dial == nil {
 			opts.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
 				d := net.Dialer{Timeout: time.Second}
@@ -175,7 +188,7 @@ func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
-		Deduplicated: g.stats.deduplicated.Load()}
+		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
@@ -310,6 +323,14 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 		g.retiring--
 		c.fail(why)
 	}
+}
+
+// dropMoved is drop for a caller that does not hold g.qmu (the outbox's
+// drain): the master moved, c is no longer used.
+func (g *Gateway) dropMoved(c *fwdConn, why error) {
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
+	g.drop(c, why)
 }
 
 // fwdBatch is one partition's batch of a connection's forwarded puts, with

@@ -52,6 +52,30 @@ func gatewayPair(t *testing.T, slaveExtra string, o GatewayOptions) (master, sla
 	return master, slave, g, dials
 }
 
+// movingMaster is the master address a test's gateway finds
+// (GatewayOptions.Master), which the test moves with Store; "" is no
+// master registered yet, which Master says.
+type movingMaster struct{ addr atomic.Value }
+
+func (m *movingMaster) Store(addr string) { m.addr.Store(addr) }
+
+func (m *movingMaster) find(context.Context) (string, error) {
+	if a, _ := m.addr.Load().(string); a != "" {
+		return a, nil
+	}
+	return "", errors.New("no master registered yet")
+}
+
+// movingGateway is gatewayPair with a master the test moves (none until
+// it stores one).
+func movingGateway(t *testing.T, slaveExtra string, o GatewayOptions) (master, slave *testBroker, g *Gateway, target *movingMaster) {
+	t.Helper()
+	target = &movingMaster{}
+	o.Master = target.find
+	master, slave, g, _ = gatewayPair(t, slaveExtra, o)
+	return master, slave, g, target
+}
+
 // TestGatewayForwardsPuts: puts to a forwarded topic at a slave are
 // answered with the master's id, partition and offset, where the master
 // holds the record; the slave stores nothing; every client shares one
@@ -175,11 +199,8 @@ func TestGatewayOffByDefault(t *testing.T) {
 // its answer; a master that cannot be reached within MaxWait makes the put
 // 503, not stored.
 func TestGatewayFollowsMaster(t *testing.T) {
-	var target atomic.Value
-	master, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
-		MaxWait: time.Second,
-		Master:  func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	target := &movingMaster{}
+	master, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: time.Second, Master: target.find})
 	target.Store(master.Addr().String())
 	cl := dial(t, slave.Addr())
 	cl.sendCmd(putCmd("test", 0, "first", 1))
@@ -226,17 +247,7 @@ func TestGatewayFollowsMaster(t *testing.T) {
 // connection's later puts go behind them: once the master is known they
 // are stored there in arrival order, each answered once.
 func TestGatewayKeepsOrderUntilConnected(t *testing.T) {
-	var target atomic.Value
-	target.Store("")
-	master, slave, g, _ := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
-		MaxWait: 2 * time.Second,
-		Master: func(context.Context) (string, error) {
-			if a := target.Load().(string); a != "" {
-				return a, nil
-			}
-			return "", errors.New("no master registered yet")
-		},
-	})
+	master, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 2 * time.Second})
 	cl := dial(t, slave.Addr())
 	const reads, each = 6, 5
 	for r := range reads {
@@ -280,11 +291,7 @@ func TestGatewayKeepsOrderUntilConnected(t *testing.T) {
 // puts that reached the gateway after them, so the new master stores one
 // connection's puts to a partition in the order they were sent.
 func TestGatewayKeepsOrderAcrossMasterMove(t *testing.T) {
-	var target atomic.Value
-	master, slave, _, _ := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
-		MaxWait: 2 * time.Second,
-		Master:  func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 2 * time.Second})
 	target.Store(master.Addr().String())
 	cl := dial(t, slave.Addr())
 	cl.sendCmd(putCmd("test", 0, "first", 1))

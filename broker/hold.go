@@ -26,11 +26,21 @@ package broker
 //     master broke), it is answered 500 saying that whether it was stored
 //     is unknown. No held put is ever answered as stored unless the new
 //     master said it was.
+//
+// A put that carries an id fixed before it reached this broker (a slave
+// site's outbox entry, which its gateway sends as a sync on a gateway
+// link: storeforward.go) keeps it: it is sent to the new master over a
+// gateway link of its own (HoldOptions.Dial) as a sync, which the new
+// master stores under that id, so that the slave site's outbox finds it
+// there by id if this broker's answer is lost. Without HoldOptions.Dial
+// such a put is answered 503, not stored, once the Hold forwards: the
+// outbox sends it to the new master itself.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,6 +75,12 @@ type HoldOptions struct {
 	// Reason is said in the answer of a put not stored, e.g. "this master
 	// is handing over to hf".
 	Reason string
+	// Dial opens a gateway link to the new master's MetaQ port (addr), a
+	// connection the new master serves with ServeConn, for the puts that
+	// keep their ids (see the top of this file); nil: such puts are
+	// answered 503, not stored. A deployment passes the dial of its write
+	// gateway (GatewayOptions.Dial).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // HoldStats counts what a Hold did with the puts it held.
@@ -154,7 +170,7 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 		return
 	}
 	h.target = target
-	h.fwd = newForwarder(h.b, target)
+	h.fwd = newForwarder(h.b, target, h.opts.Dial)
 	q := h.queue
 	h.queue = nil
 	h.mu.Unlock()
@@ -343,6 +359,21 @@ func (h *Hold) forward(hb *heldBatch) {
 		left[i] = i
 	}
 	failed := 0
+	if !h.fwd.keepsIDs() {
+		// Sent as a plain put it would be stored under a new id, and twice
+		// if this answer is lost and the outbox sends it again.
+		kept := left[:0]
+		for _, i := range left {
+			if hb.msgs[i].ID == 0 {
+				kept = append(kept, i)
+				continue
+			}
+			errs[i] = h.notStored("it carries its id, and this broker has no gateway link to pass it on with it")
+			failed++
+			h.stats.expired.Add(1)
+		}
+		left = kept
+	}
 	for len(left) > 0 {
 		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil || hb.gone() {
 			why := fmt.Sprintf("the new master did not take it within %v", h.opts.MaxWait)

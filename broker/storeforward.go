@@ -43,12 +43,13 @@ package broker
 // master killed after storing but before answering, or a connection that
 // breaks, leads to the same reconciliation; a failover to a new master
 // that received the old one's records by replication finds them there by
-// id. What is not covered: an entry the master confirmed and lost in a
-// failover (it was not replicated before the master died) is not sent
-// again (the outbox drops confirmed entries, as a producer that sent it
-// directly would have moved on); a handover (switchover) passes a held
-// put on to the new master as a plain put, without its id, so an entry
-// sent during a switchover's hold whose answer is lost may be stored twice.
+// id. An entry that reaches a master while it hands over (a switchover's
+// Hold, hold.go) is passed on to the new master over a gateway link as a
+// sync, keeping its id, so the same holds when its answer is lost. What is
+// not covered: an entry the master confirmed and lost in a failover (it
+// was not replicated before the master died) is not sent again (the
+// outbox drops confirmed entries, as a producer that sent it directly
+// would have moved on).
 //
 // Order: a partition's entries are sent in outbox order on one
 // connection, a batch at a time, and the master stores a connection's
@@ -85,7 +86,7 @@ const valueCode = 1
 
 // Store-and-forward drain bounds.
 const (
-	drainBatch      = 256     // entries sent per partition per round
+	drainBatch      = 2048    // entries sent per partition per round (GatewayOptions.drainBatch)
 	drainBatchBytes = 1 << 20 // body bytes sent per partition per round
 	drainWait       = 30 * time.Second
 	reconcileRead   = 1 << 20 // bytes asked per get while reconciling
@@ -236,7 +237,7 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 			return err
 		}
 		var es []outbox.Entry
-		for _, e := range g.opts.Outbox.Pending(k, drainBatch, drainBatchBytes) {
+		for _, e := range g.opts.Outbox.Pending(k, g.opts.drainBatch, drainBatchBytes) {
 			if _, ok := st.at[k][e.ID]; !ok {
 				es = append(es, e)
 			}
@@ -287,9 +288,7 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 				// reconcile before sending again.
 				delete(st.verified, b.key)
 				if g.masterMoved(r, c.addr) {
-					g.qmu.Lock()
-					g.drop(c, errors.New("the master refused an outbox entry: it moved"))
-					g.qmu.Unlock()
+					g.dropMoved(c, errors.New("the master refused an outbox entry: it moved"))
 				}
 				firstErr = cmp(firstErr, fmt.Errorf("outbox: %s: the master %s refused: %d %s", b.key, c.addr, r.Code, r.Body))
 			}

@@ -146,13 +146,8 @@ func waitOutboxEmpty(t *testing.T, g *Gateway) {
 // once the master is back they are stored there in order, under the ids
 // the producer was given, once each, and the outbox empties.
 func TestStoreAndForwardThroughOutage(t *testing.T) {
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	master, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 50
 	ids := putLocally(t, cl, 0, "out", 0, n)
@@ -271,13 +266,8 @@ func newAnswerDropper(t *testing.T, target string) *answerDropper {
 // again.
 func TestStoreAndForwardRestartNoDuplicates(t *testing.T) {
 	dir := t.TempDir()
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, dir, outbox.Options{})
-	master, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	master, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	cl := dial(t, slave.Addr())
 	const n = 40
 	ids := putLocally(t, cl, 1, "rs", 0, n)
@@ -311,8 +301,7 @@ func TestStoreAndForwardRestartNoDuplicates(t *testing.T) {
 		t.Fatalf("after the restart the outbox holds %d entries, want %d", s.Entries, n)
 	}
 	target.Store(links)
-	g2, err := slave.SetGateway(&GatewayOptions{Holder: "slave", Outbox: ob2,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil }})
+	g2, err := slave.SetGateway(&GatewayOptions{Holder: "slave", Outbox: ob2, Master: target.find})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,13 +335,8 @@ func TestStoreAndForwardMasterRestartMidDrain(t *testing.T) {
 	mdir := t.TempDir()
 	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
 	master := startBrokerDir(t, mcfg, mdir, nil)
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob, drainBatch: 100})
 	cl := dial(t, slave.Addr())
 	const n = 600 // several drain batches
 	var ids []int64
@@ -422,13 +406,8 @@ func TestStoreAndForwardFailoverMidDrain(t *testing.T) {
 	adir := t.TempDir()
 	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
 	a := startBrokerDir(t, mcfg, adir, nil)
-	var target atomic.Value
-	target.Store("127.0.0.1:1")
 	ob := openOutbox(t, t.TempDir(), outbox.Options{})
-	_, slave, g, _ := gatewayPair(t, safSite, GatewayOptions{
-		Outbox: ob,
-		Master: func(context.Context) (string, error) { return target.Load().(string), nil },
-	})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
 	// A holds records of other producers before.
 	direct := dial(t, a.Addr())
 	for i := range 3 {
@@ -471,5 +450,89 @@ func TestStoreAndForwardFailoverMidDrain(t *testing.T) {
 	}
 	if st := g.Stats(); st.Deduplicated != n {
 		t.Fatalf("stats %+v, want the %d entries A stored found at B", st, n)
+	}
+}
+
+// TestStoreAndForwardThroughSwitchoverHold: the gateway drains to a master
+// that is handing over (its puts held, then passed on to the new master)
+// and whose answers are lost; the old master goes and the gateway sends to
+// the new master: the entries the hold passed on are there under the ids
+// the producer was given, found by id and not sent again, each stored
+// once. A hold without a gateway link to pass them on with their ids
+// answers them 503, not stored.
+func TestStoreAndForwardThroughSwitchoverHold(t *testing.T) {
+	mcfg := gatewayConfig(t, "[topic=other]\nnumPartitions=1")
+	nu := startBroker(t, mcfg, nil)
+	nuLinks := serveAsGatewayLinks(t, nu)
+	linkDial := func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr != nu.Addr().String() {
+			return nil, fmt.Errorf("dial %s: not the new master", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", nuLinks) // the MetaQ port's gateway links
+	}
+	old := startBroker(t, mcfg, nil)
+	old.RefuseWrites("switchover", Refusal{Reason: "handing over; retry", Retry: true})
+	h, err := old.HoldWrites(HoldOptions{MaxWait: 10 * time.Second, Reason: "this master is handing over", Dial: linkDial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Forward(func(context.Context) (string, error) { return nu.Addr().String(), nil })
+
+	ob := openOutbox(t, t.TempDir(), outbox.Options{})
+	_, slave, g, target := movingGateway(t, safSite, GatewayOptions{Outbox: ob})
+	cl := dial(t, slave.Addr())
+	const n = 20
+	ids := putLocally(t, cl, 0, "sw", 0, n)
+	drop := newAnswerDropper(t, serveAsGatewayLinks(t, old))
+	target.Store(drop.ln.Addr().String())
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if bodies, _ := masterBodies(t, nu, "test", 0); len(bodies) < n {
+			return fmt.Errorf("the new master holds %d of %d", len(bodies), n)
+		}
+		return nil
+	})
+	if st := h.Stats(); st.Forwarded != n {
+		t.Fatalf("hold: %+v, want %d passed on", st, n)
+	}
+	// The old master goes (demoted, restarted): its link breaks.
+	target.Store(nuLinks)
+	old.Close()
+	ids = append(ids, putLocally(t, cl, 0, "sw", n, 3)...)
+	waitOutboxEmpty(t, g)
+	bodies, gotIDs := masterBodies(t, nu, "test", 0)
+	if strings.Join(bodies, ",") != strings.Join(wantBodies("sw", n+3), ",") {
+		t.Fatalf("the new master holds %d records, want %d once each in order: %v", len(bodies), n+3, bodies)
+	}
+	for i := range ids {
+		if gotIDs[i] != ids[i] {
+			t.Fatalf("put %d answered id %d, stored at the new master as %d", i, ids[i], gotIDs[i])
+		}
+	}
+	if st := g.Stats(); st.Deduplicated != n {
+		t.Fatalf("gateway: %+v, want the %d entries the hold passed on found at the new master", st, n)
+	}
+
+	// Without a gateway link a hold does not pass an entry on as a plain
+	// put (a new id): 503, not stored.
+	old2 := startBroker(t, mcfg, nil)
+	old2.RefuseWrites("switchover", Refusal{Reason: "handing over; retry", Retry: true})
+	h2, err := old2.HoldWrites(HoldOptions{MaxWait: 10 * time.Second, Reason: "this master is handing over"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.Forward(func(context.Context) (string, error) { return nu.Addr().String(), nil })
+	la, err := net.ResolveTCPAddr("tcp", serveAsGatewayLinks(t, old2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := dial(t, la)
+	body := []byte("keeps-its-id")
+	link.sendCmd(&wire.Sync{Topic: "test", Partition: 1, MsgID: ids[0] + 1000, Checksum: wire.Checksum(body), Opaque: 7, Body: body})
+	if r := link.result(); r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not stored") {
+		t.Fatalf("an entry held without a gateway link: %s, want 503 not stored", r)
+	}
+	if end := partitionEnd(t, nu, "test", 1); end > 0 {
+		t.Fatalf("the new master stored %d bytes in test-1", end)
 	}
 }

@@ -29,8 +29,10 @@ import (
 // bj (direct) or to hf's broker (gateway).
 type gatewayRig struct {
 	bj, hf          *broker.Broker
+	bjStore         *store.Store
 	direct, gateway *netproxy.Proxy // WAN links to bj's port
 	gw              *broker.Gateway // hf's
+	ob              *outbox.Outbox  // hf's, with saf
 }
 
 func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
@@ -38,6 +40,7 @@ func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
 	dir := b.TempDir()
 	secret := []byte("the-deployment-replication-key-1")
 	log := slog.New(slog.DiscardHandler)
+	var bjStore *store.Store
 	start := func(name string) *broker.Broker {
 		site := "forwardPuts=true\n"
 		if saf {
@@ -61,6 +64,9 @@ func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { br.Close(); st.Close() })
+		if name == "bj" {
+			bjStore = st
+		}
 		return br
 	}
 	// deploy/'s link settings: the secret and mutual TLS.
@@ -77,6 +83,7 @@ func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
 		b.Fatal(err)
 	}
 	g := &gatewayRig{bj: start("bj"), hf: start("hf")}
+	g.bjStore = bjStore
 	ln, err := g.bj.ListenFirstBytes(GatewayFirstByte)
 	if err != nil {
 		b.Fatal(err)
@@ -119,6 +126,7 @@ func newGatewayRig(b *testing.B, oneWay time.Duration, saf bool) *gatewayRig {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { ob.Close() })
+		g.ob = ob
 	}
 	var gerr error
 	if g.gw, gerr = g.hf.SetGateway(&broker.GatewayOptions{

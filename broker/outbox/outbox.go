@@ -1,5 +1,5 @@
 // Package outbox is a slave site's durable queue of puts accepted locally
-// for store and forward (see broker/gateway.go and broker/outbox.go): a put
+// for store and forward (see broker/gateway.go and broker/storeforward.go): a put
 // is answered once its entry is written and fsynced here, and the write
 // gateway forwards the entries to the master later, in order per partition.
 //
@@ -70,13 +70,6 @@ import (
 	"time"
 )
 
-// Defaults.
-const (
-	DefaultMaxBytes     = 256 << 20 // bytes of pending entries
-	DefaultMaxAge       = time.Hour // age of the oldest pending entry
-	DefaultSegmentBytes = 16 << 20  // a segment rolls past this size
-)
-
 const (
 	headerLen   = 8  // len, crc
 	fixedLen    = 34 // seq, accepted, id, partition, flag, topic length
@@ -100,25 +93,6 @@ type BoundError struct {
 
 func (e *BoundError) Error() string {
 	return fmt.Sprintf("outbox: full: %s=%s reached (%s)", e.Bound, e.Limit, e.Now)
-}
-
-// Options configure an Outbox.
-type Options struct {
-	// Dir is the outbox's directory, created when missing. Required.
-	Dir string
-	// MaxBytes bounds the pending entries (record bytes); 0 means
-	// DefaultMaxBytes.
-	MaxBytes int64
-	// MaxAge bounds the age of the oldest pending entry; 0 means
-	// DefaultMaxAge.
-	MaxAge time.Duration
-	// SegmentBytes is the size past which a segment rolls; 0 means
-	// DefaultSegmentBytes.
-	SegmentBytes int64
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Logger; nil discards.
-	Logger *slog.Logger
 }
 
 // Key names a topic's partition.
@@ -188,23 +162,8 @@ type Outbox struct {
 // Open opens (or creates) the outbox in opts.Dir and recovers it (see
 // Recovery in the package comment).
 func Open(opts Options) (*Outbox, error) {
-	if opts.Dir == "" {
-		return nil, errors.New("outbox: no directory")
-	}
-	if opts.MaxBytes <= 0 {
-		opts.MaxBytes = DefaultMaxBytes
-	}
-	if opts.MaxAge <= 0 {
-		opts.MaxAge = DefaultMaxAge
-	}
-	if opts.SegmentBytes <= 0 {
-		opts.SegmentBytes = DefaultSegmentBytes
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("outbox: create %s: %w", opts.Dir, err)
@@ -616,7 +575,12 @@ func (o *Outbox) dropConfirmedLocked() {
 		if i == len(es) {
 			delete(o.pending, k)
 		} else if i > 0 {
-			o.pending[k] = slices.Clone(es[i:])
+			// Resliced, not copied: a copy per confirmation made a long
+			// drain quadratic, under the lock Appends wait for. The
+			// confirmed entries' bodies are let go; their slots go once
+			// an append outgrows the array.
+			clear(es[:i])
+			o.pending[k] = es[i:]
 		}
 	}
 }

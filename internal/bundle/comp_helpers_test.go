@@ -36,6 +36,9 @@ type siteSpec struct {
 	join []string
 	// gossipBind is host:port for gossip (127.0.0.1:0 when empty).
 	gossipBind string
+	// port is the MetaQ port (serverPort); 0 picks a free one at every
+	// start.
+	port int
 	// extraOverlay is appended to the overlay (e.g. a [site] token).
 	extraOverlay string
 	// autoSync sets autoSyncMasterConfig=true on a slave.
@@ -130,7 +133,10 @@ func startSite(t testing.TB, dir, shared string, s siteSpec) *Bundle {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := testutil.FreePort(t)
+	port := s.port
+	if port == 0 {
+		port = testutil.FreePort(t)
+	}
 	ini := filepath.Join(dir, "server.ini")
 	if err := os.WriteFile(ini, []byte(shared), 0o644); err != nil {
 		t.Fatal(err)

@@ -748,7 +748,13 @@ func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	if r.HandoverHold <= 0 {
 		return nil
 	}
-	h, err := b.Broker.HoldWrites(broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason})
+	o := broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason}
+	if dial, err := b.gatewayLinkDial(); err == nil {
+		o.Dial = dial // slave sites' outbox entries keep their ids at the new master
+	} else {
+		b.log.Warn("FAILOVER: outbox entries of slave sites reaching this master while it hands over are refused, not passed on", "err", err)
+	}
+	h, err := b.Broker.HoldWrites(o)
 	if err != nil {
 		b.log.Warn("FAILOVER: puts are refused while this master hands over, not held", "err", err)
 		return nil

@@ -25,7 +25,9 @@ import (
 // [replication] secretFile, inside TLS with the site's replication
 // certificates when it has them), and answered with the master's answer. A
 // topic not forwarded is refused as before; a master never forwards (no
-// replicaHolder refusal). Without ZooKeeper the link goes to the master's
+// replicaHolder refusal). While any topic is forwarded, the clients'
+// transactions are carried to the master too, each client connection's
+// on a gateway link of its own (broker/gatewaytx.go). Without ZooKeeper the link goes to the master's
 // replication address (masterAddress, or what gossip names after a
 // failover), where a master with a [replication] listen of its own serves
 // gateway links too (serveGatewayOn). A samsa slave (gregor) has no gateway.
@@ -33,25 +35,9 @@ func (b *Bundle) startGateway() error {
 	if b.opts.Mode == ModeGregor {
 		return nil
 	}
-	secrets, err := ReplicationSecrets(b.Config())
+	dial, err := b.gatewayLinkDial()
 	if err != nil {
 		return fmt.Errorf("bundle: write gateway: %w", err)
-	}
-	var secret []byte
-	if len(secrets) > 0 {
-		secret = secrets[0] // a slave proves with its current secret only
-	}
-	tc, err := gatewayClientTLS(b)
-	if err != nil {
-		return fmt.Errorf("bundle: write gateway: %w", err)
-	}
-	dial := func(ctx context.Context, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: 5 * time.Second}
-		nc, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
 	}
 	ob, err := b.openOutbox()
 	if err != nil {
@@ -70,6 +56,36 @@ func (b *Bundle) startGateway() error {
 	}
 	b.outbox = ob
 	return nil
+}
+
+// gatewayLinkDial returns the dial of gateway links to a master's MetaQ
+// port (host:port): TCP, then georeplicator.GatewayDial's handshake with
+// this site's current replication secret, compressed unless the site's
+// replication link says compression=none, inside TLS with the site's
+// replication certificates when it has them. The write gateway dials its
+// master with it, and a master handing over (holdPuts) the new master, to
+// pass on the puts that keep their ids.
+func (b *Bundle) gatewayLinkDial() (func(context.Context, string) (net.Conn, error), error) {
+	secrets, err := ReplicationSecrets(b.Config())
+	if err != nil {
+		return nil, err
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0] // a slave proves with its current secret only
+	}
+	tc, err := gatewayClientTLS(b)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
+	}, nil
 }
 
 // gatewayCompresses says whether the gateway link is compressed (zstd,

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
 )
@@ -340,16 +343,18 @@ func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
 // locally meanwhile; hf is killed with them in its outbox (killBundle: its
 // ZooKeeper and gossip cut, then closed; the outbox keeps only what was
 // fsynced before each answer, as after kill -9); bj and hf are started
-// again with their units' commands: hf drains its outbox to bj, which
-// holds every accepted put once, in order, under the id hf gave. (One
-// shared ZooKeeper: with deploy/'s per-site ensembles and TLS a restarted
-// bj was not reached again by hf's replication within the test's time,
-// which this test is not about.)
+// again with their units' commands (the same files and ports): hf drains
+// its outbox to bj, which holds every accepted put once, in order, under
+// the id hf gave, and hf's replication from bj resumes and brings them back
+// to hf. deploy/'s layout: secret, mutual TLS, one ZooKeeper per site, so
+// hf's gateway finds bj only through the registration bj mirrors into hf's
+// ensemble once gossip names it.
 func TestGatewayStoreAndForwardKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	s := newSites(t, sitesSpec{overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, keepPorts: true,
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nstoreAndForward=true\n"}})
 	s.kill("bj")
 	w := dialWire(t, s.site("hf").Broker.Addr().String())
 	const n = 30
@@ -377,6 +382,7 @@ func TestGatewayStoreAndForwardKills(t *testing.T) {
 		}
 		return nil
 	})
+	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
 	pi, err := bj.Store.Partition("orders", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -451,4 +457,198 @@ func TestGatewayStoreAndForwardJavaProducer(t *testing.T) {
 	if st := gw.Stats(); st.Accepted < int64(len(acks)) {
 		t.Fatalf("hf's gateway: %+v, the producer has %d acknowledgements", st, len(acks))
 	}
+}
+
+// bodiesByID is every record of topic at b, by id; the test fails on an
+// id held twice.
+func bodiesByID(t *testing.T, b *Bundle, topic string) map[int64]string {
+	t.Helper()
+	out := map[int64]string{}
+	for _, pi := range b.Store.Partitions() {
+		if pi.Topic != topic {
+			continue
+		}
+		for off := pi.Min; off < pi.Max; {
+			rec, err := recordAt(b, topic, pi.Partition, off)
+			if err != nil {
+				t.Fatalf("%s-%d at %d: %v", topic, pi.Partition, off, err)
+			}
+			if _, dup := out[rec.ID]; dup {
+				t.Fatalf("id %d twice in %s", rec.ID, topic)
+			}
+			out[rec.ID] = string(rec.Body)
+			off += int64(store.RecordHeaderLen + len(rec.Body))
+		}
+	}
+	return out
+}
+
+// TestGatewayTransactionsThroughSite: in deploy/'s layout (secret, mutual
+// TLS, one ZooKeeper per site), a producer at hf sends a local transaction
+// (begin, puts, commit) and one it rolls back to hf's bundle, found
+// through hf's view: hf carries them to bj on a gateway link of the
+// connection's own; the committed messages are at bj under the ids their
+// puts were answered with, and at hf once replicated; the rolled-back one
+// is nowhere. The Go client has no transaction API: the producer speaks
+// the protocol as MetaQ's Java producer does.
+func TestGatewayTransactionsThroughSite(t *testing.T) {
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	w := dialWire(t, hf.Broker.Addr().String())
+	const session = "10.0.0.9-1370000000000-1"
+	tx := func(n int, typ wire.TxType) *wire.Transaction {
+		return &wire.Transaction{TxKey: fmt.Sprintf("TX:%s:%d", session, n), SessionID: session, Type: typ}
+	}
+	want := map[int64]string{}
+	for n := 1; n <= 2; n++ {
+		if r := w.result(tx(n, wire.TxBegin)); r.Code != wire.StatusOK {
+			t.Fatalf("BEGIN %d at hf: %d %s", n, r.Code, r.Body)
+		}
+		ids := map[int64]string{}
+		for i := range 3 {
+			body := []byte(fmt.Sprintf("tx%d-msg%d", n, i))
+			r := w.result(&wire.Put{Topic: "orders", Partition: int32(i % 2), Checksum: wire.Checksum(body), TxKey: tx(n, "").TxKey, Body: body})
+			if r.Code != wire.StatusOK || !strings.HasSuffix(string(r.Body), fmt.Sprintf(" %d -1", i%2)) {
+				t.Fatalf("put %s at hf: %d %s", body, r.Code, r.Body)
+			}
+			var id int64
+			fmt.Sscanf(string(r.Body), "%d", &id)
+			ids[id] = string(body)
+		}
+		end := wire.TxCommitOnePhase
+		if n == 2 {
+			end = wire.TxRollback
+		}
+		if r := w.result(tx(n, end)); r.Code != wire.StatusOK {
+			t.Fatalf("%s %d at hf: %d %s", end, n, r.Code, r.Body)
+		}
+		if n == 1 {
+			want = ids
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if got := bodiesByID(t, bj, "orders"); len(got) < 10+len(want) {
+			return fmt.Errorf("bj holds %d records of orders, want %d", len(got), 10+len(want))
+		}
+		return nil
+	})
+	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
+	for name, b := range map[string]*Bundle{"bj": bj, "hf": hf} {
+		got := bodiesByID(t, b, "orders")
+		for id, body := range want {
+			if got[id] != body {
+				t.Fatalf("%s holds %q under id %d, the commit's put was answered with it for %q", name, got[id], id, body)
+			}
+		}
+		for id, body := range got {
+			if strings.HasPrefix(body, "tx2-") {
+				t.Fatalf("%s holds the rolled-back %q (id %d)", name, body, id)
+			}
+		}
+	}
+	if st := hf.Broker.Gateway().Stats(); st.TxLinks != 1 || st.Unknown != 0 || st.NotSent != 0 {
+		t.Fatalf("hf's gateway: %+v, want one link for the producer's transactions and every answer bj's", st)
+	}
+}
+
+// javaDriverClasspath is cp with the driver's classes compiled from
+// cmd/metaq-bench/metaq-java/driver first, so that a driver newer than the
+// built jar runs.
+func javaDriverClasspath(t *testing.T, cp string) string {
+	t.Helper()
+	src, err := filepath.Glob(filepath.Join("..", "..", "cmd", "metaq-bench", "metaq-java", "driver", "failover", "*.java"))
+	if err != nil || len(src) == 0 {
+		t.Fatalf("the driver's sources: %v", err)
+	}
+	out := t.TempDir()
+	args := append([]string{"--release", "8", "-nowarn", "-cp", cp, "-d", out}, src...)
+	if b, err := exec.Command("javac", args...).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, b)
+	}
+	return out + string(filepath.ListSeparator) + cp
+}
+
+// TestGatewayTransactionsJavaProducer: MetaQ 1.4.6's Java producer at hf
+// (zkRoot: hf's view) runs local transactions with its transaction API
+// (beginTransaction, sendMessage, commit or rollback) through hf's bundle,
+// which carries them to bj: every transaction ends as the producer asked,
+// bj holds the committed ones' messages once each under the ids the
+// producer was given, and none of the rolled-back ones.
+func TestGatewayTransactionsJavaProducer(t *testing.T) {
+	cp := javaDriverClasspath(t, javaClasspath(t))
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	const count, per = 6, 3
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "java", "-Xmx256m", "-cp", cp, "failover.TxProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders",
+		fmt.Sprint(count), fmt.Sprint(per))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("TxProducer: %v\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	committed := map[int64]string{}
+	var rolledBack []string
+	sent := map[int][]string{} // seq -> "id payload"
+	ends := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 6 && f[0] == "msg":
+			sent[atoi(t, f[1])] = append(sent[atoi(t, f[1])], f[3]+" javatx-"+f[1]+"-"+f[2])
+			if f[5] != "-1" {
+				t.Fatalf("%q: a message in a transaction answered with an offset", line)
+			}
+		case len(f) == 4 && f[0] == "tx":
+			ends++
+			seq := atoi(t, f[1])
+			want := "commit"
+			if seq%3 == 2 {
+				want = "rollback"
+			}
+			if f[2] != want || f[3] != "ok" {
+				t.Fatalf("%q: want %s ok\nstderr:\n%s", line, want, stderr.String())
+			}
+			for _, m := range sent[seq] {
+				id, payload, _ := strings.Cut(m, " ")
+				if want == "commit" {
+					committed[int64(atoi(t, id))] = payload
+				} else {
+					rolledBack = append(rolledBack, payload)
+				}
+			}
+		}
+	}
+	if ends != count || len(committed) != (count-count/3)*per {
+		t.Fatalf("%d transactions ended, %d messages committed:\n%s\nstderr:\n%s", ends, len(committed), out, stderr.String())
+	}
+	got := bodiesByID(t, bj, "orders")
+	for id, payload := range committed {
+		if got[id] != payload {
+			t.Fatalf("bj holds %q under id %d, the producer sent %q with it and committed", got[id], id, payload)
+		}
+	}
+	for _, body := range got {
+		for _, rb := range rolledBack {
+			if body == rb {
+				t.Fatalf("bj holds the rolled-back %q", rb)
+			}
+		}
+	}
+	if st := hf.Broker.Gateway().Stats(); st.TxLinks == 0 || st.Unknown != 0 {
+		t.Fatalf("hf's gateway: %+v", st)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
 }

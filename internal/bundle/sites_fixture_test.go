@@ -41,6 +41,11 @@ type sitesSpec struct {
 	noGossip bool
 	// overlays is added to a site's overlay file, by site.
 	overlays map[string]string
+	// keepPorts gives each site fixed MetaQ and gossip ports, which a
+	// restart keeps, as deploy/'s units do; otherwise every start picks
+	// new ones (and a restarted site is reached through ZooKeeper only:
+	// the links' proxies and the gossip seeds name the old ports).
+	keepPorts bool
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -161,6 +166,10 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 	}
 	// The replication stream on the MetaQ port, as by default.
 	ss := siteSpec{name: name, slave: slaveID > 0, slaveID: slaveID, masterAddr: masterAddr, noNATS: true, metaqPort: true}
+	if s.spec.keepPorts {
+		ss.port = testutil.FreePort(s.t)
+		ss.gossipBind = fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(s.t))
+	}
 	if s.zks[name] != s.zks[s.spec.sites[0]] {
 		ss.extraOverlay += "[zookeeper]\nzk.zkConnect=" + s.zks[name] + "\n\n"
 	}

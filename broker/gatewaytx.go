@@ -1,0 +1,293 @@
+package broker
+
+// Transactions through the write gateway. While a slave's gateway forwards
+// (gateway.go) and this site forwards at least one topic, the `transaction`
+// commands of a client connection and its puts that carry a transaction
+// key are carried to the master and answered with the master's answers:
+// the transactions, local and XA, are the master's, exactly as if the
+// producer had sent them there.
+//
+// MetaQ's broker keeps a local transaction per (connection, sessionId) and
+// rolls back a connection's open local transactions when it closes. So a
+// client connection that uses transactions gets a gateway link of its own
+// (GatewayOptions.Dial, to the master GatewayOptions.Master names), opened
+// at its first transaction command and closed when the connection closes:
+// the master then rolls back what the producer left open, as for a
+// connection of its own, and what one producer does cannot end another's
+// transactions. (The plain puts of every connection share the gateway's
+// one connection instead; a transaction's puts do not.)
+//
+// Order: the commands are written to the link from the connection's reader,
+// in the order they arrived, so begin, puts, prepare, commit and rollback
+// reach the master in that order; the master handles them as it handles a
+// direct connection's.
+//
+// Outcomes: the master's answer, code and text; not sent (no master known,
+// the link could not be opened): 503, not sent; sent and no answer within
+// twice MaxWait (the link broke): 500, the outcome unknown, as MetaQ's
+// producer reports a commit that timed out. A broken link is not reopened
+// for the transactions begun on it (the master rolled them back when it
+// broke): their next commands go on a new link, where the master answers
+// that they have not been started. A transaction does not follow a change
+// of master: when the master answers that it moved (403 from a slave, or
+// while another master is registered), the link is closed once its answers
+// are in, and the next command opens one to the master found then.
+//
+// A put in a transaction to a topic this site does not forward is refused
+// here as any put to it is (the slave's 403); one to a topic with
+// storeAndForward is forwarded, not kept in the outbox: a transaction's
+// atomicity is the master's.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"metaq/broker/wire"
+)
+
+// txForwarding returns the gateway that carries this broker's clients'
+// transactions to the master, or nil: the gateway's holder refuses writes
+// here (a slave) and this site forwards at least one topic.
+func (b *Broker) txForwarding() *Gateway {
+	g := b.gateway.Load()
+	if g == nil || !b.gate.refusedBy(g.opts.Holder) {
+		return nil
+	}
+	cfg := b.cfg.Load()
+	if cfg.Site.ForwardPuts {
+		return g
+	}
+	for i := range cfg.Topics {
+		if cfg.Topics[i].Forwards(cfg.Site) {
+			return g
+		}
+	}
+	return nil
+}
+
+// forwardTx takes cmd when it is a transaction command or a put with a
+// transaction key and this broker forwards transactions (see the top of
+// this file): it writes it to the connection's gateway link and has it
+// answered later. It reports whether it took cmd. Reader goroutine only:
+// the reader holds cmd's in-flight token and its body's bytes.
+func (c *conn) forwardTx(cmd wire.Command) bool {
+	var put *wire.Put
+	var tx *wire.Transaction
+	switch x := cmd.(type) {
+	case *wire.Put:
+		put = x
+	case *wire.Transaction:
+		tx = x
+	default:
+		return false
+	}
+	g := c.b.txForwarding()
+	if g == nil {
+		return false
+	}
+	defer c.bytes.release(bodyLen(cmd)) // copied into the frame, or refused
+	op := g.opaque.Add(1)
+	var frame []byte
+	var opaque int32
+	if put != nil {
+		c.b.stats.cmdPut.Add(1)
+		te := c.b.topicEntry(put.Topic)
+		if c.b.forwarding(te) == nil {
+			r := putReqOf(put)
+			res := c.b.checkPut(&r, put.Partition, te)
+			if res == nil {
+				res = wire.NewResult(wire.StatusForbidden, c.b.putError(put.Topic, put.Partition, "this broker forwards transactions to the master, not this topic's puts"), put.Opaque)
+			}
+			c.b.stats.putFailed.Add(1)
+			c.send(outFrame{head: res.AppendTo(nil)})
+			return true
+		}
+		p := *put
+		p.Opaque, p.Fields = op, 0 // the 1.4.4+ form, which carries the key
+		frame, opaque = p.AppendTo(nil), put.Opaque
+	} else {
+		t := *tx
+		t.Opaque = op
+		frame, opaque = t.AppendTo(nil), tx.Opaque
+	}
+	end := tx != nil && tx.Type == wire.TxEnd // no answer, from anyone
+
+	fc, err := c.txLinkFor(g)
+	var ch chan *wire.Result
+	if err == nil {
+		fc.mu.Lock()
+		if err = fc.err; err == nil && !end {
+			ch = make(chan *wire.Result, 1)
+			fc.pending[op] = ch
+		}
+		fc.mu.Unlock()
+	}
+	if err != nil {
+		g.stats.notSent.Add(1)
+		if end {
+			c.noAnswer()
+			return true
+		}
+		res := g.notSent(err.Error())
+		if put != nil {
+			c.b.stats.putFailed.Add(1)
+		}
+		c.sendResult(res.code, strings.Replace(res.text, "forwards puts", "forwards transactions", 1), opaque)
+		return true
+	}
+	fc.wmu.Lock()
+	fc.nc.SetWriteDeadline(time.Now().Add(g.opts.MaxWait))
+	_, werr := fc.nc.Write(frame)
+	fc.wmu.Unlock()
+	if werr != nil {
+		fc.fail(errors.New("write to the master " + fc.addr + ": " + werr.Error()))
+	}
+	if end {
+		c.noAnswer()
+		return true
+	}
+	c.wg.Add(1)
+	if !c.b.routines.Go(func() {
+		defer c.wg.Done()
+		g.answerTx(c, fc, op, ch, opaque, put != nil)
+	}) {
+		c.wg.Done()
+		c.sendResult(wire.StatusInternalServerError, "the transaction command was forwarded to the master "+fc.addr+
+			" and the broker closed before its answer: its outcome there is unknown", opaque)
+	}
+	return true
+}
+
+// txLinkFor returns the connection's gateway link for transactions,
+// opening one when there is none, the last one broke, or its master moved
+// (that one is closed once its answers are in).
+func (c *conn) txLinkFor(g *Gateway) (*fwdConn, error) {
+	if fc := c.txLink; fc != nil {
+		fc.mu.Lock()
+		broken := fc.err != nil
+		fc.mu.Unlock()
+		if !broken && !fc.moved.Load() {
+			return fc, nil
+		}
+		c.txLink = nil
+		if !broken {
+			g.retireTxLink(fc)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, g.opts.MaxWait)
+	defer cancel()
+	addr, err := g.opts.Master(ctx)
+	if err != nil {
+		return nil, errors.New("find the master: " + err.Error())
+	}
+	nc, err := g.opts.Dial(ctx, addr)
+	if err != nil {
+		return nil, errors.New("dial the master " + addr + ": " + err.Error())
+	}
+	g.stats.txLinks.Add(1)
+	fc := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}}
+	if !c.b.routines.Go(fc.readLoop) {
+		nc.Close()
+		return nil, ErrClosed
+	}
+	stop := context.AfterFunc(c.b.ctx, func() { fc.fail(errors.New("the broker is closing")) })
+	fc.mu.Lock()
+	fc.stop = stop
+	fc.mu.Unlock()
+	c.txLink = fc
+	return fc, nil
+}
+
+// closeTxLink closes the connection's gateway link for transactions, once
+// the connection is closed and its requests answered: the master rolls
+// back the local transactions left open on it.
+func (c *conn) closeTxLink() {
+	if fc := c.txLink; fc != nil {
+		c.txLink = nil
+		fc.fail(errors.New("its client closed the connection"))
+	}
+}
+
+// retireTxLink closes fc once no command awaits an answer on it, or after
+// twice MaxWait.
+func (g *Gateway) retireTxLink(fc *fwdConn) {
+	retire := func() {
+		until := time.Now().Add(2 * g.opts.MaxWait)
+		t := time.NewTicker(holdRetryEvery)
+		defer t.Stop()
+		for time.Now().Before(until) {
+			fc.mu.Lock()
+			idle := fc.err != nil || len(fc.pending) == 0
+			fc.mu.Unlock()
+			if idle {
+				break
+			}
+			select {
+			case <-t.C:
+			case <-g.b.ctx.Done():
+			}
+		}
+		fc.fail(errors.New("the master moved"))
+	}
+	if !g.b.routines.Go(retire) {
+		fc.fail(errors.New("the master moved"))
+	}
+}
+
+// answerTx waits for the master's answer to the command sent on fc as op
+// and answers the client with it (opaque), or 500 when none came.
+func (g *Gateway) answerTx(c *conn, fc *fwdConn, op int32, ch chan *wire.Result, opaque int32, isPut bool) {
+	t := time.NewTimer(2 * g.opts.MaxWait)
+	defer t.Stop()
+	var r *wire.Result
+	select {
+	case res, ok := <-ch:
+		if ok {
+			r = res
+		}
+	case <-t.C:
+	case <-g.b.ctx.Done():
+	}
+	var res *wire.Result
+	if r == nil {
+		why := "no answer within " + (2 * g.opts.MaxWait).String()
+		fc.mu.Lock()
+		delete(fc.pending, op) // nil once broken: a no-op
+		if fc.err != nil {
+			why = fc.err.Error()
+		}
+		fc.mu.Unlock()
+		g.stats.unknown.Add(1)
+		res = wire.NewResult(wire.StatusInternalServerError, "the transaction command was forwarded to the master "+fc.addr+
+			" and no answer came ("+why+"): its outcome there is unknown", opaque)
+	} else {
+		g.stats.txForwarded.Add(1)
+		if g.txMasterMoved(r, fc.addr) {
+			fc.moved.Store(true)
+		}
+		res = &wire.Result{Code: r.Code, Body: r.Body, Opaque: opaque}
+	}
+	if isPut && !res.OK() {
+		g.b.stats.putFailed.Add(1)
+	}
+	c.send(outFrame{head: res.AppendTo(nil)})
+}
+
+// txMasterMoved says the answer r of the master at addr says it is no
+// longer the master: 403 from a slave, or a 403 or 503 while ZooKeeper
+// names another master. (A 503 alone does not: a master answers it for
+// other reasons too, and the link's transactions live there.)
+func (g *Gateway) txMasterMoved(r *wire.Result, addr string) bool {
+	if r.Code != wire.StatusForbidden && r.Code != wire.StatusServiceUnavailable {
+		return false
+	}
+	if r.Code == wire.StatusForbidden && (strings.Contains(string(r.Body), "slave") || strings.Contains(string(r.Body), "no longer master")) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(g.b.ctx, time.Second)
+	defer cancel()
+	now, err := g.opts.Master(ctx)
+	return err == nil && now != addr
+}
