@@ -178,9 +178,16 @@ func (c *conn) txLinkFor(g *Gateway) (*fwdConn, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, g.opts.MaxWait)
 	defer cancel()
+	// As a put waits for its master (up to MaxWait), so does a
+	// transaction: the site's ZooKeeper may not name the master yet.
 	addr, err := g.opts.Master(ctx)
-	if err != nil {
-		return nil, errors.New("find the master: " + err.Error())
+	for err != nil {
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("find the master: " + err.Error())
+		case <-time.After(50 * time.Millisecond):
+		}
+		addr, err = g.opts.Master(ctx)
 	}
 	nc, err := g.opts.Dial(ctx, addr)
 	if err != nil {

@@ -178,3 +178,31 @@ func TestGatewayTransactionUnknownOutcome(t *testing.T) {
 		t.Fatalf("COMMIT whose answer is lost: %s, want 500 outcome unknown", r)
 	}
 }
+
+// TestGatewayTransactionWaitsForTheMaster: a transaction begun at a slave
+// site before its ZooKeeper names the master waits for it, as a put does
+// (within MaxWait), instead of being refused at once: a site's view is
+// written before the master's node reaches it.
+func TestGatewayTransactionWaitsForTheMaster(t *testing.T) {
+	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 5 * time.Second})
+	master.SetTxHandler(VectorTxHandler(t, master.store, master.Broker))
+	const sa = "10.0.0.8-1370000000000-1"
+	key := "TX:" + sa + ":1"
+	a := dial(t, slave.Addr())
+	time.AfterFunc(300*time.Millisecond, func() { target.Store(master.Addr().String()) })
+	if r := txRequest(t, a, txFrame(key, sa, "BEGIN", 1)); r.Code != wire.StatusOK {
+		t.Fatalf("BEGIN before the master was known: %s, want the master's OK once it is", r)
+	}
+	if r := txRequest(t, a, txPutFrame("test", 0, "tx-late", key, 2)); r.Code != wire.StatusOK {
+		t.Fatalf("put in the transaction: %s", r)
+	}
+	if r := txRequest(t, a, txFrame(key, sa, "COMMIT_ONE_PHASE", 3)); r.Code != wire.StatusOK {
+		t.Fatalf("COMMIT: %s", r)
+	}
+	testutil.Eventually(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if b, _ := masterBodies(t, master, "test", 0); len(b) != 1 || b[0] != "tx-late" {
+			return fmt.Errorf("the master holds %v in test-0, want [tx-late]", b)
+		}
+		return nil
+	})
+}

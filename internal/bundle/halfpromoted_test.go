@@ -22,6 +22,12 @@ func TestHalfPromotedSiteRejoins(t *testing.T) {
 	}
 	s := newSites(t, sitesSpec{})
 	s.produce("bj", "orders", 10)
+	// Asynchronous puts: bj answers before its slave sites hold them, and
+	// gz's forced promotion below keeps only what gz holds (the documented
+	// RPO). Start from sites that hold all of bj's log.
+	for _, n := range []string{"hf", "gz"} {
+		waitCaughtUp(t, s.site("bj"), s.site(n), "orders", 30*time.Second)
+	}
 	// bj's session stays in ZooKeeper while its connection is blocked:
 	// hf's promotion waits for bj's master node to be free.
 	hf := s.site("hf")
