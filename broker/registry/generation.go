@@ -256,7 +256,8 @@ func (r *Registry) awaitRaiseOutcome(ctx context.Context, brokerID int, gen uint
 // who raised the generation last (JSON, Raiser). It is written in the same
 // multi-op as the generation; a generation node without it, or with a
 // raiser of another generation, was written by an older version or by a
-// mirror (RaiseGenerationTo): its raiser is unknown.
+// mirror (RaiseGenerationTo; RaiseGenerationToBy writes the raiser too):
+// its raiser is unknown.
 const raiserNode = "generation-raiser"
 
 // RaiserPath is <root>/brokers/ids/<id>/generation-raiser.

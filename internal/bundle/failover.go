@@ -384,7 +384,9 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 // ZooKeeper's must still be the one known here: otherwise another site was
 // promoted since, and a second master of a newer generation would fence
 // the first while failing to register itself (two slave sites failing over
-// automatically at once left no master at all).
+// automatically at once left no master at all). With one ensemble per site
+// that compare-and-set must win in a majority of the deployment's
+// ensembles (quorumRaise); a forced raise stays in this site's own.
 func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
