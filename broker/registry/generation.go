@@ -51,7 +51,11 @@ func (r *Registry) readGeneration(ctx context.Context, brokerID int) (uint64, in
 // returns it: of two sites raising at once, each gets its own number. The
 // raiser is recorded beside it (see raise).
 func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint64) (uint64, error) {
-	return r.raise(ctx, brokerID, known, false)
+	token, err := NewRaiseToken()
+	if err != nil {
+		return 0, err
+	}
+	return r.raise(ctx, brokerID, known, false, r.opts.Site, token)
 }
 
 // ErrGenerationMoved: the brokerId's generation is no longer the one a
@@ -64,7 +68,21 @@ var ErrGenerationMoved = errors.New("registry: the generation moved")
 // current one. Of two sites promoting themselves from the same master at
 // once, exactly one succeeds. The raiser is recorded beside it (see raise).
 func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known uint64) (uint64, error) {
-	return r.raise(ctx, brokerID, known, true)
+	token, err := NewRaiseToken()
+	if err != nil {
+		return 0, err
+	}
+	return r.raise(ctx, brokerID, known, true, r.opts.Site, token)
+}
+
+// RaiseGenerationFromAs is RaiseGenerationFrom with the raiser given (its
+// Site and Token, from NewRaiseToken; a session to another site's ensemble
+// has no site of its own): a promotion that raises the generation in
+// several ensembles writes the same raiser in each, so that it can undo
+// its wins (UndoRaise) and carry them into the others
+// (RaiseGenerationToBy).
+func (r *Registry) RaiseGenerationFromAs(ctx context.Context, brokerID int, known uint64, by Raiser) (uint64, error) {
+	return r.raise(ctx, brokerID, known, true, by.Site, by.Token)
 }
 
 // raise is RaiseGeneration (from false) and RaiseGenerationFrom (from
@@ -77,13 +95,9 @@ func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known 
 // committed but whose answer was lost would leave the generation with no
 // owner: the old master steps down when it reads it, and the promoting
 // site believes it failed.
-func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from bool) (uint64, error) {
+func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from bool, site, token string) (uint64, error) {
 	path := r.paths.GenerationPath(brokerID)
 	rpath := r.paths.RaiserPath(brokerID)
-	token, err := newRaiseToken()
-	if err != nil {
-		return 0, err
-	}
 	for {
 		cur, version, err := r.readGeneration(ctx, brokerID)
 		exists := err == nil
@@ -100,7 +114,7 @@ func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from b
 		if from {
 			next = known + 1
 		}
-		werr := r.writeRaise(ctx, path, rpath, exists, version, next, token)
+		werr := r.writeRaise(ctx, path, rpath, exists, version, next, site, token)
 		if werr == nil {
 			return next, nil
 		}
@@ -132,7 +146,7 @@ func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from b
 
 // writeRaise writes generation gen at path (created when !exists, else
 // set at version) and its raiser at rpath, in one multi-op.
-func (r *Registry) writeRaise(ctx context.Context, path, rpath string, exists bool, version int32, gen uint64, token string) error {
+func (r *Registry) writeRaise(ctx context.Context, path, rpath string, exists bool, version int32, gen uint64, site, token string) error {
 	if err := r.createParents(ctx, path); err != nil {
 		return err
 	}
@@ -141,7 +155,7 @@ func (r *Registry) writeRaise(ctx context.Context, path, rpath string, exists bo
 		return err
 	}
 	val := []byte(strconv.FormatUint(gen, 10))
-	raiser, err := json.Marshal(Raiser{Generation: gen, Site: r.opts.Site, Token: token})
+	raiser, err := json.Marshal(Raiser{Generation: gen, Site: site, Token: token})
 	if err != nil {
 		return err
 	}
@@ -242,7 +256,8 @@ func (r *Registry) awaitRaiseOutcome(ctx context.Context, brokerID int, gen uint
 // who raised the generation last (JSON, Raiser). It is written in the same
 // multi-op as the generation; a generation node without it, or with a
 // raiser of another generation, was written by an older version or by a
-// mirror (RaiseGenerationTo): its raiser is unknown.
+// mirror (RaiseGenerationTo; RaiseGenerationToBy writes the raiser too):
+// its raiser is unknown.
 const raiserNode = "generation-raiser"
 
 // RaiserPath is <root>/brokers/ids/<id>/generation-raiser.
@@ -337,10 +352,125 @@ func (r *Registry) readRaiser(ctx context.Context, brokerID int) (Raiser, error)
 	return by, nil
 }
 
-func newRaiseToken() (string, error) {
+// NewRaiseToken returns a token unique to one raise (Raiser.Token).
+func NewRaiseToken() (string, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("registry: raise token: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// UndoRaise gives back a raise of the brokerId's generation to gen by the
+// raise whose token is token (a promotion that won fewer than a majority
+// of the deployment's ensembles): the generation is set back to gen-1 and
+// the raiser node to prev (the raiser before the raise; unknown when
+// zero), in one multi-op checked on both nodes' versions, only while the
+// nodes still hold that raise. It reports false, and changes nothing,
+// when they do not any more (another raise moved them, or the raise did
+// not commit there).
+func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, token string, prev Raiser) (bool, error) {
+	path, rpath := r.paths.GenerationPath(brokerID), r.paths.RaiserPath(brokerID)
+	cur, version, err := r.readGeneration(ctx, brokerID)
+	if errors.Is(err, ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	data, rst, err := r.Get(ctx, rpath)
+	if errors.Is(err, ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var by Raiser
+	if cur != gen || json.Unmarshal(data, &by) != nil || by.Generation != gen || by.Token != token {
+		return false, nil
+	}
+	if prev.Generation != gen-1 {
+		prev = Raiser{Generation: gen - 1}
+	}
+	pdata, err := json.Marshal(prev)
+	if err != nil {
+		return false, err
+	}
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Multi(
+			&zk.SetDataRequest{Path: path, Data: []byte(strconv.FormatUint(gen-1, 10)), Version: version},
+			&zk.SetDataRequest{Path: rpath, Data: pdata, Version: rst.Version})
+		return err
+	})
+	if errors.Is(err, zk.ErrBadVersion) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: set %s back from %d to %d: %w", path, gen, gen-1, err)
+	}
+	return true, nil
+}
+
+// RaiseGenerationToBy raises the brokerId's generation to gen with by as
+// its raiser, where it holds less, with a compare-and-set on both nodes,
+// and returns the generation the node holds afterwards and its raiser.
+// Where it holds gen already with another raiser, it writes by there too
+// only when overwrite (the caller owns gen: it won a majority of the
+// ensembles, and the other raise there lost and is given up); otherwise it
+// leaves it and returns that raiser.
+func (r *Registry) RaiseGenerationToBy(ctx context.Context, brokerID int, gen uint64, by Raiser, overwrite bool) (uint64, Raiser, error) {
+	path, rpath := r.paths.GenerationPath(brokerID), r.paths.RaiserPath(brokerID)
+	by.Generation = gen
+	val := []byte(strconv.FormatUint(gen, 10))
+	bdata, err := json.Marshal(by)
+	if err != nil {
+		return 0, Raiser{}, err
+	}
+	if err := r.createParents(ctx, path); err != nil {
+		return 0, Raiser{}, err
+	}
+	for {
+		cur, version, err := r.readGeneration(ctx, brokerID)
+		exists := err == nil
+		if err != nil && !errors.Is(err, ErrNoNode) {
+			return 0, Raiser{}, err
+		}
+		data, rst, rerr := r.Get(ctx, rpath)
+		rexists := rerr == nil
+		if rerr != nil && !errors.Is(rerr, ErrNoNode) {
+			return 0, Raiser{}, rerr
+		}
+		var held Raiser
+		if rexists && json.Unmarshal(data, &held) != nil {
+			held = Raiser{}
+		}
+		if held.Generation != cur {
+			held = Raiser{}
+		}
+		if exists && (cur > gen || (cur == gen && (held.Token == by.Token || !overwrite))) {
+			return cur, held, nil
+		}
+		ops := make([]any, 0, 2)
+		switch {
+		case !exists:
+			ops = append(ops, &zk.CreateRequest{Path: path, Data: val, Acl: openACL})
+		case cur < gen:
+			ops = append(ops, &zk.SetDataRequest{Path: path, Data: val, Version: version})
+		default: // gen held by a raise that lost: keep the number, check it
+			ops = append(ops, &zk.CheckVersionRequest{Path: path, Version: version})
+		}
+		if rexists {
+			ops = append(ops, &zk.SetDataRequest{Path: rpath, Data: bdata, Version: rst.Version})
+		} else {
+			ops = append(ops, &zk.CreateRequest{Path: rpath, Data: bdata, Acl: openACL})
+		}
+		err = r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err })
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, ErrNodeExists) || errors.Is(err, ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return 0, Raiser{}, fmt.Errorf("registry: raise %s to %d (raised by %s): %w", path, gen, by.Site, err)
+		}
+		return gen, by, nil
+	}
 }

@@ -83,3 +83,62 @@ func TestGenerationRaiserOldData(t *testing.T) {
 		t.Fatalf("raise from 8 at 9: %v, want ErrGenerationMoved", err)
 	}
 }
+
+// TestUndoRaiseAndRaiseToBy: a raise that lost the deployment's majority is
+// set back (generation and previous raiser) only while it is still there;
+// the winner's RaiseGenerationToBy overwrites a losing raise of the same
+// generation only when told to, and never lowers a newer one.
+func TestUndoRaiseAndRaiseToBy(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	opts := testOptions(t, root)
+	opts.Site = "gz"
+	r := newRegistry(t, opts)
+	ctx := context.Background()
+	first := Raiser{Site: "bj", Token: "t-bj"}
+	if g, err := r.RaiseGenerationFromAs(ctx, 5, 0, first); err != nil || g != 1 {
+		t.Fatalf("raise to 1: %d %v", g, err)
+	}
+	_, prev, _ := r.GenerationRaiser(ctx, 5)
+	loser := Raiser{Site: "gz", Token: "t-gz"}
+	if g, err := r.RaiseGenerationFromAs(ctx, 5, 1, loser); err != nil || g != 2 {
+		t.Fatalf("raise to 2: %d %v", g, err)
+	}
+	// A token that is not the one written changes nothing.
+	if ok, err := r.UndoRaise(ctx, 5, 2, "t-other", prev); err != nil || ok {
+		t.Fatalf("undo with another token: %v %v, want false", ok, err)
+	}
+	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || !ok {
+		t.Fatalf("undo: %v %v, want true", ok, err)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	}
+	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || ok {
+		t.Fatalf("second undo: %v %v, want false", ok, err)
+	}
+	// The losing raise again, then the winner's number written over it.
+	if _, err := r.RaiseGenerationFromAs(ctx, 5, 1, loser); err != nil {
+		t.Fatal(err)
+	}
+	winner := Raiser{Site: "hf", Token: "t-hf"}
+	if g, by, err := r.RaiseGenerationToBy(ctx, 5, 2, winner, false); err != nil || g != 2 || by.Token != "t-gz" {
+		t.Fatalf("raise to 2 by hf without overwrite: %d %+v %v, want 2 held by gz", g, by, err)
+	}
+	if g, by, err := r.RaiseGenerationToBy(ctx, 5, 2, winner, true); err != nil || g != 2 || by.Token != "t-hf" {
+		t.Fatalf("raise to 2 by hf with overwrite: %d %+v %v", g, by, err)
+	}
+	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || ok {
+		t.Fatalf("undo after the winner wrote over it: %v %v, want false", ok, err)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 2 || by.Site != "hf" || by.Token != "t-hf" {
+		t.Fatalf("end: %d by %+v (%v), want 2 by hf", g, by, err)
+	}
+	// Never lowered; a missing node is created with its raiser.
+	if g, _, err := r.RaiseGenerationToBy(ctx, 5, 1, winner, true); err != nil || g != 2 {
+		t.Fatalf("raise to 1 over 2: %d %v, want 2", g, err)
+	}
+	if g, by, err := r.RaiseGenerationToBy(ctx, 6, 3, winner, false); err != nil || g != 3 || by.Site != "hf" {
+		t.Fatalf("raise a missing node to 3: %d %+v %v", g, by, err)
+	}
+}

@@ -384,18 +384,36 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 // ZooKeeper's must still be the one known here: otherwise another site was
 // promoted since, and a second master of a newer generation would fence
 // the first while failing to register itself (two slave sites failing over
-// automatically at once left no master at all).
+// automatically at once left no master at all). With one ensemble per site
+// that compare-and-set must win in a majority of the deployment's
+// ensembles (quorumRaise); a forced raise stays in this site's own.
 func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	defer cancel()
+	total, ens := b.raiseEnsembles()
 	raise := b.Registry.RaiseGeneration
-	if !force {
+	switch {
+	case !force && total > 1:
+		// One ensemble per site: a majority of them decides (genquorum.go).
+		raise = func(ctx context.Context, _ int, known uint64) (uint64, error) {
+			return b.quorumRaise(ctx, total, ens, known)
+		}
+	case !force:
 		raise = b.Registry.RaiseGenerationFrom
 	}
 	gen, err := raise(ctx, b.Config().System.BrokerID, known)
+	if err == nil && force && len(ens) > 1 {
+		// The operator's decision stands in this site's ensemble; the
+		// others are tried, and where they hold this generation or a newer
+		// one raised by another site is reported.
+		if lost := b.forcedRaiseElsewhere(ctx, ens, gen); len(lost) > 0 {
+			b.log.Warn("FAILOVER: a forced promotion raised the generation in this site's ZooKeeper; other sites' ensembles hold it or a newer one raised elsewhere",
+				"generation", gen, "lost", strings.Join(lost, "; "))
+		}
+	}
 	if errors.Is(err, registry.ErrGenerationMoved) {
 		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use -force to override)", err)
 	}

@@ -253,7 +253,14 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 		raised := r.raisedGen
 		s.mu.Unlock()
 		if gen = s.generation(); gen > raised {
-			_, err = reg.RaiseGenerationTo(mctx, s.base.BrokerID, gen)
+			// With its raiser when this site's ensemble names it (the
+			// promotion that raised it), so that every ensemble says who
+			// owns the generation.
+			if g, by, rerr := s.own.GenerationRaiser(mctx, s.base.BrokerID); rerr == nil && g == gen && by.Token != "" && !by.Abandoned {
+				_, _, err = reg.RaiseGenerationToBy(mctx, s.base.BrokerID, gen, by, false)
+			} else {
+				_, err = reg.RaiseGenerationTo(mctx, s.base.BrokerID, gen)
+			}
 		}
 	}
 	var m registry.MasterMirror

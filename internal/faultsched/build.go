@@ -10,7 +10,7 @@ import (
 // own dependency, as local-three-sites.sh builds it).
 func BuildBin(repo, bin string) error {
 	for _, args := range [][]string{
-		{"build", "-o", bin + "/", "./cmd/metaq-server", "./cmd/configsync"},
+		{"build", "-o", bin + "/", "./cmd/metaq-server", "./cmd/configsync", "./cmd/metaq"},
 		{"build", "-o", bin + "/nats-server", "github.com/nats-io/nats-server/v2"},
 	} {
 		cmd := exec.Command("go", args...)

@@ -266,3 +266,27 @@ func FenceDeadMaster(f DeadMasterFacts) (bool, string) {
 	}
 	return true, ""
 }
+
+// RaiseTally is how a promotion's raise of the generation went across the
+// deployment's ZooKeeper ensembles (one per site in deploy/'s layout): the
+// number of distinct ensembles known (Ensembles, this site's included),
+// how many this site reached, and in how many its compare-and-set from the
+// generation it followed won.
+type RaiseTally struct {
+	Ensembles, Reached, Won int
+}
+
+// RaiseWon decides whether a promotion that is not forced owns the
+// generation it raised: only when it won the compare-and-set in a majority
+// of all the deployment's ensembles, reached or not (each ensemble's
+// compare-and-set has one winner, so two sites cannot both own it). With
+// a single ensemble (one shared by every site) winning there is enough.
+// need is the number of wins that make a majority.
+func RaiseWon(t RaiseTally) (ok bool, need int, why string) {
+	total := max(t.Ensembles, 1)
+	need = total/2 + 1
+	if t.Won >= need {
+		return true, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles (%d reached; %d make a majority)", t.Won, total, t.Reached, need)
+	}
+	return false, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles (%d reached); %d make a majority", t.Won, total, t.Reached, need)
+}

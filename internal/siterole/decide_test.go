@@ -222,3 +222,32 @@ func TestFenceDeadMaster(t *testing.T) {
 		})
 	}
 }
+
+func TestRaiseWon(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		t    RaiseTally
+		ok   bool
+		need int
+	}{
+		{"one shared ensemble, won", RaiseTally{Ensembles: 1, Reached: 1, Won: 1}, true, 1},
+		{"one shared ensemble, lost", RaiseTally{Ensembles: 1, Reached: 1, Won: 0}, false, 1},
+		{"no ensemble known counts as one", RaiseTally{Ensembles: 0, Reached: 1, Won: 1}, true, 1},
+		{"three sites, won all", RaiseTally{Ensembles: 3, Reached: 3, Won: 3}, true, 2},
+		{"three sites, won two", RaiseTally{Ensembles: 3, Reached: 3, Won: 2}, true, 2},
+		{"three sites, won own only", RaiseTally{Ensembles: 3, Reached: 3, Won: 1}, false, 2},
+		{"three sites, two reached and won", RaiseTally{Ensembles: 3, Reached: 2, Won: 2}, true, 2},
+		{"three sites, cut off from the others", RaiseTally{Ensembles: 3, Reached: 1, Won: 1}, false, 2},
+		{"two sites need both", RaiseTally{Ensembles: 2, Reached: 2, Won: 1}, false, 2},
+		{"two sites, both won", RaiseTally{Ensembles: 2, Reached: 2, Won: 2}, true, 2},
+		{"five sites, three won", RaiseTally{Ensembles: 5, Reached: 4, Won: 3}, true, 3},
+		{"five sites, two won", RaiseTally{Ensembles: 5, Reached: 5, Won: 2}, false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, need, why := RaiseWon(tc.t)
+			if ok != tc.ok || need != tc.need || why == "" {
+				t.Fatalf("RaiseWon(%+v) = %v, %d, %q; want %v, %d", tc.t, ok, need, why, tc.ok, tc.need)
+			}
+		})
+	}
+}
