@@ -15,9 +15,11 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +41,7 @@ func main() {
 		bin      = fs.String("bin", "", "directory holding metaq-server, configsync and nats-server (default: built into -dir/bin)")
 		converge = fs.Duration("converge", 90*time.Second, "how long the sites may take to converge after the heal")
 		keep     = fs.Bool("keep", false, "keep the files of clean runs too")
+		parallel = fs.Int("parallel", 1, "schedules run at once, each with its own three sites, ZooKeepers and ports")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: metaq-soak [flags]\n\nRuns seeded fault schedules against three metaq-server processes (deploy/'s layout) and checks each.\n\nflags:\n")
@@ -51,6 +54,10 @@ func main() {
 	}
 	if err := cli.Parse(fs, os.Args[1:], false, os.Stdout, os.Stderr); err != nil {
 		os.Exit(cli.ExitCode(err))
+	}
+	if *parallel < 1 {
+		fmt.Fprintf(os.Stderr, "metaq-soak: -parallel %d: want at least 1\n", *parallel)
+		os.Exit(2)
 	}
 	ks, err := faultsched.ParseKinds(*kinds)
 	if err != nil {
@@ -95,38 +102,54 @@ func main() {
 	}
 	tot := faultsched.NewTotals()
 	t0 := time.Now()
-	failed := false
-	for s := range seeds {
-		if ctx.Err() != nil || (*duration > 0 && time.Since(t0) >= *duration) {
-			break
-		}
-		res, err := faultsched.Run(ctx, faultsched.Options{Seed: s, Duration: *schedule, Kinds: ks, Bin: *bin, Repo: root,
-			Dir: out, ConvergeBound: *converge, Keep: *keep})
-		if ctx.Err() != nil {
-			break // interrupted: the run is not counted
-		}
-		tot.Add(res, err)
-		switch {
-		case err != nil:
-			fmt.Printf("seed %d: could not run: %v\n", s, err)
-		case res.Failed():
-			failed = true
-			fmt.Printf("FAIL %s\n", res.Summary())
-			for i, v := range res.Violations {
-				if i == 5 {
-					fmt.Printf("  ... %d more in %s/violations.txt\n", len(res.Violations)-5, res.Dir)
-					break
+	var (
+		mu     sync.Mutex // tot, failed and the printed lines of one run
+		failed bool
+		wg     sync.WaitGroup
+	)
+	next := make(chan uint64)
+	for range *parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range next {
+				res, err := faultsched.Run(ctx, faultsched.Options{Seed: s, Duration: *schedule, Kinds: ks, Bin: *bin, Repo: root,
+					Dir: out, ConvergeBound: *converge, Keep: *keep})
+				if ctx.Err() != nil {
+					return // interrupted: the run is not counted
 				}
-				fmt.Printf("  %s: %s\n", v.Kind, v.Detail)
+				mu.Lock()
+				tot.Add(res, err)
+				if err == nil && res.Failed() {
+					failed = true
+				}
+				printRun(s, res, err)
+				mu.Unlock()
 			}
-		default:
-			fmt.Printf("ok   %s\n", res.Summary())
-		}
+		}()
 	}
+	// Schedules are handed out until the duration is up; those started
+	// before it run to their end.
+	dispatch, stopDispatch := ctx, context.CancelFunc(func() {})
+	if *duration > 0 {
+		dispatch, stopDispatch = context.WithTimeout(ctx, *duration)
+	}
+	for s := range seeds {
+		select {
+		case next <- s:
+			continue
+		case <-dispatch.Done():
+		}
+		break
+	}
+	stopDispatch()
+	close(next)
+	wg.Wait()
 	tot.Wall = time.Since(t0)
 	var b strings.Builder
 	fmt.Fprintf(&b, "command: %s %s\n", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
-	fmt.Fprintf(&b, "schedule length %v, fault kinds %s, convergence bound %v\n\n", *schedule, *kinds, *converge)
+	fmt.Fprintf(&b, "commit: %s\n", commitOf(root))
+	fmt.Fprintf(&b, "schedule length %v, fault kinds %s, convergence bound %v, %d at once\n\n", *schedule, *kinds, *converge, *parallel)
 	tot.Write(&b)
 	fmt.Print("\n" + b.String())
 	if *report != "" {
@@ -137,6 +160,40 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// printRun prints one run's outcome: ok, FAIL with its first violations, or
+// why it could not run.
+func printRun(seed uint64, res *faultsched.Result, err error) {
+	switch {
+	case err != nil:
+		fmt.Printf("seed %d: could not run: %v\n", seed, err)
+	case res.Failed():
+		fmt.Printf("FAIL %s\n", res.Summary())
+		for i, v := range res.Violations {
+			if i == 5 {
+				fmt.Printf("  ... %d more in %s/violations.txt\n", len(res.Violations)-5, res.Dir)
+				break
+			}
+			fmt.Printf("  %s: %s\n", v.Kind, v.Detail)
+		}
+	default:
+		fmt.Printf("ok   %s\n", res.Summary())
+	}
+}
+
+// commitOf names the commit the soak's binaries were built from, and says
+// when the work tree differs from it.
+func commitOf(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		c += " (with uncommitted changes)"
+	}
+	return c
 }
 
 func kindList() string {

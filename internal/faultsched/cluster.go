@@ -64,6 +64,9 @@ func (c *Cluster) pids() map[int]string {
 	for s, p := range c.procs {
 		m[p.cmd.Process.Pid] = s
 	}
+	for s, p := range c.nats {
+		m[p.cmd.Process.Pid] = s // a site's NATS server dials the others' gateways
+	}
 	return m
 }
 
@@ -84,7 +87,16 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.Links.ListenClients(s, c.L.ClientAddr(s), c.L.MetaQAddr(s)); err != nil {
 			return err
 		}
+		if err := c.Links.Listen(s, c.L.GossipProxyAddr(s), c.L.GossipAddr(s)); err != nil {
+			return err
+		}
+		if err := c.Links.ListenUDP(s, c.L.GossipProxyAddr(s), c.L.GossipAddr(s), c.L.siteOfGossipPort); err != nil {
+			return err
+		}
 		if c.L.ConfigSync {
+			if err := c.Links.Listen(s, c.L.addr(s, offNATSGatewayProxy), c.L.addr(s, offNATSGateway)); err != nil {
+				return err
+			}
 			if err := c.startNATS(ctx, s); err != nil {
 				return err
 			}

@@ -28,7 +28,9 @@ import (
 func (l *Layout) natsConf(site string) string {
 	var gws strings.Builder
 	for _, o := range Sites {
-		fmt.Fprintf(&gws, "    { name: %s, urls: [ nats://%s ] }\n", o, l.addr(o, offNATSGateway))
+		// Through the harness's proxy, so that a cut between two sites
+		// cuts their NATS gateways too.
+		fmt.Fprintf(&gws, "    { name: %s, urls: [ nats://%s ] }\n", o, l.addr(o, offNATSGatewayProxy))
 	}
 	d := filepath.Join(l.Dir, "nats-"+site)
 	return fmt.Sprintf(`server_name: nats-1-%[1]s
@@ -46,10 +48,11 @@ cluster {
 gateway {
   name: %[1]s
   listen: %[5]s
+  advertise: %[7]s
   gateways: [
 %[6]s  ]
 }
-`, site, l.NATSAddr(site), d, l.addr(site, offNATSCluster), l.addr(site, offNATSGateway), gws.String())
+`, site, l.NATSAddr(site), d, l.addr(site, offNATSCluster), l.addr(site, offNATSGateway), gws.String(), l.addr(site, offNATSGatewayProxy))
 }
 
 // startNATS starts the site's NATS server (bin/nats-server) and waits

@@ -26,13 +26,16 @@
 //   - checker.go: the checks over the history and the served logs;
 //   - run.go: one schedule end to end; report.go: many schedules' totals.
 //
-// Gossip (memberlist, UDP and TCP), NATS's own links and the Go client's
-// ZooKeeper sessions are not proxied: a link cut black-holes replication
-// and ZooKeeper traffic, not gossip; a client-cut black-holes the
-// workload's connections to one site's MetaQ port. SOAK.md beside this
-// file lists the fault kinds, the checks and what runs found.
+// Every link between two sites goes through the proxies: replication,
+// gossip (memberlist's TCP through a proxy, its UDP through a datagram
+// relay, udpproxy.go) and, with push faults, the NATS gateways; a cut
+// between two sites is a partition. The Go client's ZooKeeper sessions
+// and the sites' site-view sessions to the other sites' ensembles are not
+// proxied; a client-cut black-holes the workload's connections to one
+// site's MetaQ port. SOAK.md beside this file lists the fault kinds, the
+// checks and what runs found.
 //
-// Locks: Links.mu, each proxy's mu, Cluster.mu, Nemesis.mu and Workload.mu
+// Locks: Links.mu, each proxy's and relay's mu, Cluster.mu, Nemesis.mu and Workload.mu
 // are leaves; Links.Close copies the proxies under Links.mu and closes them
 // after releasing it.
 package faultsched

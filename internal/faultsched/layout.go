@@ -39,8 +39,13 @@ const (
 	offLink        = 5 // the harness's proxy in front of the replication listener
 	offAdmin       = 6 // the admin endpoint on TCP (the script leaves it on a unix socket)
 	offClient      = 7 // the harness's proxy in front of the MetaQ port, for the workload's connections
-	offMetaQ       = 10
-	offRepl        = 11
+	offGossipProxy = 8 // the harness's proxy (TCP and UDP) in front of the site's gossip
+	// offNATSGatewayProxy is the harness's proxy in front of the site's
+	// NATS gateway, when run.
+	offNATSGatewayProxy = 9
+	offMetaQ            = 10
+	offRepl             = 11
+	offGossip           = 12
 )
 
 // Layout is the deploy/ layout of three sites under Dir, with ports from
@@ -84,6 +89,22 @@ func (l *Layout) ClientAddr(site string) string { return l.addr(site, offClient)
 // sites dial instead (the site advertises it).
 func (l *Layout) ReplAddr(site string) string { return l.addr(site, offRepl) }
 func (l *Layout) LinkAddr(site string) string { return l.addr(site, offLink) }
+
+// GossipAddr is the site's gossip socket (memberlist's TCP and UDP);
+// GossipProxyAddr the proxy other sites reach it through, which it
+// advertises.
+func (l *Layout) GossipAddr(site string) string      { return l.addr(site, offGossip) }
+func (l *Layout) GossipProxyAddr(site string) string { return l.addr(site, offGossipProxy) }
+
+// siteOfGossipPort names the site whose gossip socket has port p, or "".
+func (l *Layout) siteOfGossipPort(p int) string {
+	for _, s := range Sites {
+		if l.port(s, offGossip) == p {
+			return s
+		}
+	}
+	return ""
+}
 
 // AdminAddr is the site's admin endpoint.
 func (l *Layout) AdminAddr(site string) string { return l.addr(site, offAdmin) }
@@ -171,6 +192,15 @@ func WriteLayout(ctx context.Context, repo, bin, dir string, o LayoutOptions) (*
 			b = setINI(b, "zookeeper", "zk.zkConnect", l.ZKProxyAddr(s))
 			b = setINI(b, "replication", "advertise", l.LinkAddr(s))
 			b = setINI(b, "site", "adminAddr", l.AdminAddr(s))
+			// Gossip goes through the proxies too: a cut between two
+			// sites is a partition, not a broken replication link beside
+			// a healthy gossip one.
+			b = setINI(b, "gossip", "advertise", l.GossipProxyAddr(s))
+			var join []string
+			for _, o := range Sites {
+				join = append(join, l.GossipProxyAddr(o))
+			}
+			b = setINI(b, "gossip", "join", strings.Join(join, ","))
 			return keepNATS(b)
 		}); err != nil {
 			return nil, err

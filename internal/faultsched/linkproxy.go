@@ -30,6 +30,7 @@ type Links struct {
 	lossy   map[[2]string]float64
 	changed chan struct{} // closed and replaced at every change
 	proxies []*linkProxy
+	closers []func() // the datagram relays
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -147,10 +148,13 @@ func (ls *Links) Close() {
 	ls.closed = true
 	close(ls.changed)
 	ls.changed = make(chan struct{})
-	ps := ls.proxies
+	ps, cs := ls.proxies, ls.closers
 	ls.mu.Unlock()
 	for _, p := range ps {
 		p.close()
+	}
+	for _, c := range cs {
+		c()
 	}
 	ls.wg.Wait()
 }
