@@ -213,20 +213,24 @@ func TestRestart(t *testing.T) {
 	s.stop(t)
 }
 
-func TestForeground(t *testing.T) {
-	s := newServer(t, "", "[topic=orders]\nnumPartitions=1\n")
-	logPath := filepath.Join(s.dir, "foreground.log")
+// startForeground runs `metaq-server start -f server.ini -foreground` (the
+// systemd unit's command) with its output in foreground.log; done gets
+// Wait's result, and the process is killed at the test's end if it still
+// runs.
+func (s *server) startForeground(t *testing.T) (cmd *exec.Cmd, done chan error, logPath string) {
+	t.Helper()
+	logPath = filepath.Join(s.dir, "foreground.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
-	cmd := exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "-foreground")
+	t.Cleanup(func() { logf.Close() })
+	cmd = exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "-foreground")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	done = make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -234,6 +238,12 @@ func TestForeground(t *testing.T) {
 			<-done
 		}
 	})
+	return cmd, done, logPath
+}
+
+func TestForeground(t *testing.T) {
+	s := newServer(t, "", "[topic=orders]\nnumPartitions=1\n")
+	cmd, done, logPath := s.startForeground(t)
 	// It serves, and the process serving is the one we started (it did not
 	// detach into a child): the pid file names it and it has not exited.
 	testutil.Eventually(t, 15*time.Second, 50*time.Millisecond, func() error {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,25 +28,7 @@ func TestSIGTERMWhileWaitingForZooKeeper(t *testing.T) {
 	if err := os.WriteFile(s.ini, []byte(strings.Replace(string(data), "zk.zkConnectionTimeoutMs=10000", "zk.zkConnectionTimeoutMs=1000", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(s.dir, "foreground.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(binary, "start", "-f", s.ini, "-listen", s.addr(), "-foreground")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	cmd, done, logPath := s.startForeground(t)
 	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 		select {
 		case err := <-done:

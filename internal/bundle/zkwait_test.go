@@ -25,21 +25,7 @@ import (
 func TestStartWaitsForZooKeeper(t *testing.T) {
 	testutil.ZooKeeper(t) // the ZooKeeper tooling; this test starts its own server
 	zkPort := testutil.FreePort(t)
-	e := &testEnv{dir: t.TempDir(), root: "/metaq-wait", zk: "127.0.0.1:" + strconv.Itoa(zkPort), port: testutil.FreePort(t)}
-	e.ini = filepath.Join(e.dir, "server.ini")
-	e.writeINI(t, "[topic=e2e]\nnumPartitions=1\n")
-	shortenConnectionTimeout(t, e.ini)
-
-	var logs syncBuffer
-	b, err := New(Options{
-		ConfigPath: e.ini,
-		Logger:     slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
-		AdminAddr:  "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, e, logs := newWaitingBundle(t, zkPort)
 	started := make(chan error, 1)
 	go func() { started <- b.Start(context.Background()) }()
 	t.Cleanup(func() { b.Close() })
@@ -108,20 +94,7 @@ func TestStartWaitsForZooKeeper(t *testing.T) {
 // cmd/metaq-server's TestSIGTERMWhileWaitingForZooKeeper) and returns no
 // error: being stopped is not a failed start.
 func TestRunStopsWhileWaitingForZooKeeper(t *testing.T) {
-	e := &testEnv{dir: t.TempDir(), root: "/metaq-wait", zk: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), port: testutil.FreePort(t)}
-	e.ini = filepath.Join(e.dir, "server.ini")
-	e.writeINI(t, "[topic=e2e]\nnumPartitions=1\n")
-	shortenConnectionTimeout(t, e.ini)
-	var logs syncBuffer
-	b, err := New(Options{
-		ConfigPath: e.ini,
-		Logger:     slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
-		AdminAddr:  "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _, logs := newWaitingBundle(t, testutil.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ran := make(chan error, 1)
@@ -149,6 +122,28 @@ func TestRunStopsWhileWaitingForZooKeeper(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("Run did not return within 20s of its context ending\n%s", logs.String())
 	}
+}
+
+// newWaitingBundle builds, not starts, a master bundle whose ensemble is
+// to be on zkPort (nothing listens there yet), with a one-second
+// zk.zkConnectionTimeoutMs, logging at INFO into the returned buffer.
+func newWaitingBundle(t *testing.T, zkPort int) (*Bundle, *testEnv, *syncBuffer) {
+	t.Helper()
+	e := &testEnv{dir: t.TempDir(), root: "/metaq-wait", zk: "127.0.0.1:" + strconv.Itoa(zkPort), port: testutil.FreePort(t)}
+	e.ini = filepath.Join(e.dir, "server.ini")
+	e.writeINI(t, "[topic=e2e]\nnumPartitions=1\n")
+	shortenConnectionTimeout(t, e.ini)
+	logs := &syncBuffer{}
+	b, err := New(Options{
+		ConfigPath: e.ini,
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port),
+		AdminAddr:  "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, e, logs
 }
 
 // shortenConnectionTimeout sets zk.zkConnectionTimeoutMs to one second in
