@@ -20,6 +20,13 @@
 // the prober's log line (memberlist's logs are routed to slog anyway) and
 // cleared by the next successful probe.
 //
+// memberlist gossips to a member it declared dead only for a while
+// (GossipToTheDeadTime) and never probes it again, so every RejoinInterval
+// (30 s) a node asks its join seeds that are not alive members, and the
+// members it holds down, to join again: a WAN partition longer than that
+// heals when the link does, and a bundle whose seeds were all down when it
+// started joins them once they are up.
+//
 // # Read routing (Go consumers)
 //
 // Router implements broker/client's Router. Choose is the pure rule: a

@@ -104,6 +104,19 @@ type Timing struct {
 	// DeadNodeReclaimTime lets a node that died come back at a new address
 	// after this long; default 0 (only at the same address).
 	DeadNodeReclaimTime time.Duration
+	// RejoinInterval is how often the join seeds that are not alive members
+	// and the members held down are asked to join again; default 30s.
+	RejoinInterval time.Duration
+}
+
+// DefaultRejoinInterval is Timing.RejoinInterval's default.
+const DefaultRejoinInterval = 30 * time.Second
+
+func (t Timing) rejoinInterval() time.Duration {
+	if t.RejoinInterval > 0 {
+		return t.RejoinInterval
+	}
+	return DefaultRejoinInterval
 }
 
 // FastTiming returns intervals for tests on loopback: a dead member is
@@ -118,6 +131,7 @@ func FastTiming() Timing {
 		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 2,
 		DeadNodeReclaimTime:     100 * time.Millisecond,
+		RejoinInterval:          500 * time.Millisecond,
 	}
 }
 

@@ -94,6 +94,23 @@ func (p *pausableTransport) DialTimeout(addr string, timeout time.Duration) (net
 	return p.NetTransport.DialTimeout(addr, timeout)
 }
 
+// WriteToAddress and DialAddressTimeout are what memberlist calls on a
+// transport that has them (NetTransport does): without these the pause
+// would leave the member's own probes and pushes going out.
+func (p *pausableTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if p.paused.Load() {
+		return time.Now(), nil
+	}
+	return p.NetTransport.WriteToAddress(b, a)
+}
+
+func (p *pausableTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if p.paused.Load() {
+		return nil, errors.New("paused")
+	}
+	return p.NetTransport.DialAddressTimeout(a, timeout)
+}
+
 func (p *pausableTransport) Shutdown() error {
 	err := p.NetTransport.Shutdown()
 	p.once.Do(func() { close(p.quit) })

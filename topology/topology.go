@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -271,7 +272,77 @@ func (t *Topology) Start(ctx context.Context) error {
 			t.log.Warn("TOPOLOGY: join failed, waiting for others to join us", "seeds", t.opts.Join, "err", err)
 		}
 	}
+	t.wg.Add(1)
+	go t.rejoinLoop()
 	return nil
+}
+
+// rejoinLoop asks, every RejoinInterval, the join seeds that are not alive
+// members and the members this node holds down to join again, as Serf
+// reconnects to failed members. memberlist gossips to a member it declared
+// dead only for GossipToTheDeadTime and never probes it again, so without
+// this two sites split by a WAN partition longer than that stay split after
+// it heals, and a bundle whose seeds were all down when it started stays
+// alone.
+func (t *Topology) rejoinLoop() {
+	defer t.wg.Done()
+	tick := t.opts.Clock.NewTicker(t.opts.Timing.rejoinInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.quit:
+			return
+		case <-tick.C():
+		}
+		addrs := t.rejoinAddrs()
+		if len(addrs) == 0 {
+			continue
+		}
+		// Join waits up to TCPTimeout for an address that black-holes;
+		// Close must not wait for that, so the wait ends with quit.
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-t.quit:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		n, err := t.Join(ctx, addrs...)
+		cancel()
+		if t.closing.Load() {
+			return
+		}
+		if n > 0 {
+			t.log.Info("TOPOLOGY: rejoined", "asked", addrs, "answered", n)
+		} else {
+			t.log.Debug("TOPOLOGY: rejoin found nobody", "asked", addrs, "err", err)
+		}
+	}
+}
+
+// rejoinAddrs lists the join seeds that are not the address of an alive
+// member (this node's own included) and the addresses of members held down.
+func (t *Topology) rejoinAddrs() []string {
+	alive := map[string]bool{t.Addr(): true}
+	var down []string
+	for _, m := range t.Members() {
+		if m.State == StateDown {
+			down = append(down, m.Addr)
+		} else {
+			alive[m.Addr] = true
+		}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range append(slices.Clone(t.opts.Join), down...) {
+		if a == "" || alive[a] || seen[a] {
+			continue
+		}
+		seen[a] = true
+		out = append(out, a)
+	}
+	return out
 }
 
 // Join contacts the given gossip addresses and returns how many answered.

@@ -54,6 +54,7 @@ func gossipTiming(probe time.Duration) topology.Timing {
 		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 2,
 		DeadNodeReclaimTime:     probe,
+		RejoinInterval:          probe * 10,
 	}
 }
 
