@@ -100,6 +100,7 @@ func main() {
 			}
 		}
 	}
+	built := commitOf(root) // before the schedules: the work tree may move meanwhile
 	tot := faultsched.NewTotals()
 	t0 := time.Now()
 	var (
@@ -148,7 +149,7 @@ func main() {
 	tot.Wall = time.Since(t0)
 	var b strings.Builder
 	fmt.Fprintf(&b, "command: %s %s\n", filepath.Base(os.Args[0]), strings.Join(os.Args[1:], " "))
-	fmt.Fprintf(&b, "commit: %s\n", commitOf(root))
+	fmt.Fprintf(&b, "commit: %s\n", built)
 	fmt.Fprintf(&b, "schedule length %v, fault kinds %s, convergence bound %v, %d at once\n\n", *schedule, *kinds, *converge, *parallel)
 	tot.Write(&b)
 	fmt.Print("\n" + b.String())
