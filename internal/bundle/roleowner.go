@@ -32,6 +32,12 @@ type roleOwner struct {
 	promoted  *shipperComponent
 	demoted   *receiverComponent
 	demotedID int
+	// promotedOnce and demotedOnce say a transition at run time replaced
+	// the configured receiver or shipper: from then on that one never runs
+	// again (a later transition starts its own), so it is not what runs
+	// while a demotion that stopped the promotion's shipper has not
+	// started its receiver yet, or failed in between and is retried.
+	promotedOnce, demotedOnce bool
 	// slave is the slave configuration in effect, nil while master.
 	slave *config.Slave
 }
@@ -77,6 +83,12 @@ func (o *roleOwner) shipper() *shipperComponent {
 	if rc != nil {
 		return nil
 	}
+	o.mu.Lock()
+	replaced := o.demotedOnce
+	o.mu.Unlock()
+	if replaced {
+		return nil
+	}
 	conf, _ := o.configured()
 	return conf
 }
@@ -92,6 +104,12 @@ func (o *roleOwner) receiver() *receiverComponent {
 	if sc != nil {
 		return nil
 	}
+	o.mu.Lock()
+	replaced := o.promotedOnce
+	o.mu.Unlock()
+	if replaced {
+		return nil
+	}
 	_, conf := o.configured()
 	return conf
 }
@@ -103,10 +121,15 @@ func (o *roleOwner) startShipper(ctx context.Context, b *Bundle) (*shipperCompon
 	if err := sc.Start(ctx, b); err != nil {
 		return nil, err
 	}
-	o.mu.Lock()
-	o.promoted, o.demoted = sc, nil
-	o.mu.Unlock()
+	o.setPromoted(sc)
 	return sc, nil
+}
+
+// setPromoted records sc as the shipper a promotion started.
+func (o *roleOwner) setPromoted(sc *shipperComponent) {
+	o.mu.Lock()
+	o.promoted, o.demoted, o.promotedOnce = sc, nil, true
+	o.mu.Unlock()
 }
 
 // becomeMaster records the role a promotion reached: no slave
@@ -149,7 +172,7 @@ func (o *roleOwner) startReceiver(ctx context.Context, b *Bundle, sl *config.Sla
 		return err
 	}
 	o.mu.Lock()
-	o.demoted, o.demotedID = rc, sl.SlaveID
+	o.demoted, o.demotedID, o.demotedOnce = rc, sl.SlaveID, true
 	o.mu.Unlock()
 	return nil
 }
