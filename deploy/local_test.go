@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"metaq/internal/freeport"
 )
 
 // TestLocalThreeSites runs deploy/local-three-sites.sh up (deploy/'s
@@ -174,26 +175,18 @@ func (l *layout) runErr(name string, args ...string) (string, error) {
 }
 
 // freeBase finds a port base whose 60 ports (three sites of 20) nothing
-// listens on.
+// listens on, leased through internal/freeport from the stretch below its
+// single ports that the fault schedules use too. It used to pick from
+// 30000-59999, inside the kernel's ephemeral range (32768-60999), where an
+// outgoing connection of another test could take a port between the check
+// and the bundle's listen ("bind: address already in use" in a CI run).
 func freeBase(t *testing.T) int {
 	t.Helper()
-	for range 50 {
-		base := 30000 + rand.IntN(300)*100
-		free := true
-		for off := 0; off < 60 && free; off++ {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+off)))
-			if err != nil {
-				free = false
-				continue
-			}
-			l.Close()
-		}
-		if free {
-			return base
-		}
+	base, err := freeport.ConsecutiveIn(60, 10000, 19999)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free range of 60 ports")
-	return 0
+	return base
 }
 
 // readEnv reads the KEY=VALUE words of the env file up writes.
