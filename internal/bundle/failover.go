@@ -378,15 +378,17 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 	}
 }
 
-// nextGeneration is one above the highest generation known here and, with
-// ZooKeeper on, in ZooKeeper (raised there with a compare-and-set, so two
-// sites promoted at once cannot take the same generation). Unless force,
-// ZooKeeper's must still be the one known here: otherwise another site was
-// promoted since, and a second master of a newer generation would fence
-// the first while failing to register itself (two slave sites failing over
-// automatically at once left no master at all). With one ensemble per site
-// that compare-and-set must win in a majority of the deployment's
-// ensembles (quorumRaise); a forced raise stays in this site's own.
+// nextGeneration raises the brokerId's generation for a promotion and
+// returns it. Without ZooKeeper it is one above the generation known here.
+// Unless force, ZooKeeper's must still be the one known here: otherwise
+// another site was promoted since, and a second master of a newer
+// generation would fence the first while failing to register itself (two
+// slave sites failing over automatically at once left no master at all);
+// with one ensemble per site that compare-and-set must win in a majority
+// of the deployment's ensembles (quorumRaise). A forced raise (promote
+// -force, a switchover's new master) goes one above every generation it
+// sees and must win in its own ensemble and in every other it reaches
+// (forcedRaise): it never takes a number it can see taken.
 func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
@@ -394,25 +396,16 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 	ctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	defer cancel()
 	total, ens := b.raiseEnsembles()
-	raise := b.Registry.RaiseGeneration
+	var gen uint64
+	var err error
 	switch {
-	case !force && total > 1:
+	case force:
+		gen, err = b.forcedRaise(ctx, ens, known)
+	case total > 1:
 		// One ensemble per site: a majority of them decides (genquorum.go).
-		raise = func(ctx context.Context, _ int, known uint64) (uint64, error) {
-			return b.quorumRaise(ctx, total, ens, known)
-		}
-	case !force:
-		raise = b.Registry.RaiseGenerationFrom
-	}
-	gen, err := raise(ctx, b.Config().System.BrokerID, known)
-	if err == nil && force && len(ens) > 1 {
-		// The operator's decision stands in this site's ensemble; the
-		// others are tried, and where they hold this generation or a newer
-		// one raised by another site is reported.
-		if lost := b.forcedRaiseElsewhere(ctx, ens, gen); len(lost) > 0 {
-			b.log.Warn("FAILOVER: a forced promotion raised the generation in this site's ZooKeeper; other sites' ensembles hold it or a newer one raised elsewhere",
-				"generation", gen, "lost", strings.Join(lost, "; "))
-		}
+		gen, err = b.quorumRaise(ctx, total, ens, known)
+	default:
+		gen, err = b.Registry.RaiseGenerationFrom(ctx, b.Config().System.BrokerID, known)
 	}
 	if errors.Is(err, registry.ErrGenerationMoved) {
 		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use -force to override)", err)
