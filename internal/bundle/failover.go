@@ -56,6 +56,9 @@ type failoverState struct {
 	// rejoinWake wakes runRejoin; stopRejoin ends it (closeFailover).
 	rejoinWake chan struct{}
 	stopRejoin func()
+	// notices is what a handover's new master told this master over the
+	// replication link (takeover_notice.go).
+	notices takeoverNotices
 }
 
 // identity opens <dataPath>/replication/identity.json once. The file is
@@ -324,6 +327,9 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return rep, err
 	}
+	if o.Handover {
+		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
+	}
 	// From here on the generation is this site's: no other site takes it
 	// (a compare-and-set raised it), and the master of the older one steps
 	// down when it sees it. A step that fails is retried in the background
@@ -369,6 +375,9 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 	for {
 		if g, from := b.observedGeneration(ctx); g >= want {
 			return g, from, nil
+		}
+		if n := b.failover.notices.notice(); n.gen >= want {
+			return n.gen, "the new master at " + n.site + ", over the replication link", nil
 		}
 		select {
 		case <-ctx.Done():
@@ -666,7 +675,9 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		rep.DurableEnd = d
 		return d, nil
 	}
+	defer b.failover.notices.expect("")
 	name, err := s.HandoverThen(ctx, match, durableEnd, func(name string, _ int64) {
+		b.failover.notices.expect(name)
 		if handedOver != nil {
 			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
@@ -723,7 +734,18 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
-	if b.Registry != nil {
+	// With gossip off and one ensemble per site, this site's ensemble may
+	// never name the new master: follow it where its notice said.
+	linkOnly := false
+	if n := b.failover.notices.notice(); n.gen >= rep.Generation && n.addr != "" && b.Registry != nil {
+		if g, err := b.Registry.Generation(ctx, b.Config().System.BrokerID); err == nil && g < n.gen {
+			linkOnly = true
+			if follow == "" {
+				follow = n.addr
+			}
+		}
+	}
+	if b.Registry != nil && !linkOnly {
 		// The new master replaces this master's topic entries in one step
 		// each; removing them first would list the topics without
 		// partitions until it writes its own.
