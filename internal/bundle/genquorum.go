@@ -198,10 +198,17 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 		}
 		for _, e := range order {
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if g, err := e.reg.Generation(rctx, id); err == nil {
-				seen = append(seen, g)
-			}
+			g, err := e.reg.Generation(rctx, id)
 			cancel()
+			switch {
+			case err == nil:
+				seen = append(seen, g)
+			case e.reg == b.Registry:
+				// Nothing can be registered without it: write nowhere
+				// (a raise in another ensemble would make its master step
+				// down for nothing).
+				return 0, fmt.Errorf("this site's own ZooKeeper ensemble cannot be read: %w", err)
+			}
 		}
 		gen := siterole.NextForcedGeneration(known, seen...)
 		token, err := registry.NewRaiseToken()

@@ -655,7 +655,10 @@ func (b *Bundle) sharedGenFacts(ctx context.Context, p *promotion) siterole.Shar
 			}
 		}
 	}
-	if b.Registry == nil || p.unconfirmed != "" {
+	// Only a forced raise, which needs no majority, can share its number
+	// with another raise; a raise that won a majority of the ensembles
+	// owns it even where a loser's undo failed and still names the loser.
+	if b.Registry == nil || p.unconfirmed != "" || !p.o.Force || p.o.ReclaimFrom != 0 {
 		return f
 	}
 	_, ens := b.raiseEnsembles()
