@@ -171,6 +171,29 @@ func (s *IdentityStore) Promote(gen uint64, ends map[string]int64) error {
 	return s.saveLocked()
 }
 
+// DropEpoch removes the epoch of generation gen from the history of this
+// site's log (the generation known stays): a promotion that recorded gen
+// and then gave it up to another site holding the same number (two forced
+// raises that reached no ZooKeeper ensemble in common) took no puts at it,
+// and must not count as sharing that site's epoch gen when it follows it:
+// the two logs forked at the generation before. It changes nothing when
+// the history holds no epoch gen.
+func (s *IdentityStore) DropEpoch(gen uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := make([]Epoch, 0, len(s.id.History))
+	for _, e := range s.id.History {
+		if e.Generation != gen {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == len(s.id.History) {
+		return nil
+	}
+	s.id.History = kept
+	return s.saveLocked()
+}
+
 // History is the history of this site's log (see Identity), a copy; empty
 // for the first master's log.
 func (s *IdentityStore) History() []Epoch {

@@ -253,11 +253,11 @@ func (r *Registry) awaitRaiseOutcome(ctx context.Context, brokerID int, gen uint
 }
 
 // raiserNode is the persistent node beside the generation node that says
-// who raised the generation last (JSON, Raiser). It is written in the same
-// multi-op as the generation; a generation node without it, or with a
-// raiser of another generation, was written by an older version or by a
-// mirror (RaiseGenerationTo; RaiseGenerationToBy writes the raiser too):
-// its raiser is unknown.
+// who raised the generation last (JSON, Raiser). Every write of the
+// generation writes it in the same multi-op (a raise, a mirror's
+// RaiseGenerationToBy); a generation node without it, or with a raiser of
+// another generation, was written by an older version: its raiser is
+// unknown.
 const raiserNode = "generation-raiser"
 
 // RaiserPath is <root>/brokers/ids/<id>/generation-raiser.
@@ -324,8 +324,9 @@ func (r *Registry) AbandonGeneration(ctx context.Context, brokerID int, gen uint
 }
 
 // GenerationRaiser reads the brokerId's generation and who raised it; the
-// Raiser is zero when the raiser is unknown (never raised, raised by an
-// older version or mirrored from another ensemble).
+// Raiser is zero when the raiser is unknown (never raised, or written by
+// an older version). A mirrored generation names the site that holds it,
+// with the token of its raise when the master's own ensemble had one.
 func (r *Registry) GenerationRaiser(ctx context.Context, brokerID int) (uint64, Raiser, error) {
 	gen, err := r.Generation(ctx, brokerID)
 	if err != nil || gen == 0 {

@@ -72,12 +72,12 @@ func TestGenerationRaiserOldData(t *testing.T) {
 	if _, by, _ := r.GenerationRaiser(ctx, 4); by.Site != "bj" || by.Generation != 8 {
 		t.Fatalf("raiser %+v, want bj at 8", by)
 	}
-	// A mirror raises without a raiser: the one of 8 no longer applies.
-	if g, err := r.RaiseGenerationTo(ctx, 4, 9); err != nil || g != 9 {
+	// A generation mirrored from another ensemble names its raiser too.
+	if g, _, err := r.RaiseGenerationToBy(ctx, 4, 9, Raiser{Site: "hf"}, false); err != nil || g != 9 {
 		t.Fatalf("raise to 9: %d %v", g, err)
 	}
-	if g, by, err := r.GenerationRaiser(ctx, 4); err != nil || g != 9 || by != (Raiser{}) {
-		t.Fatalf("after a mirror's raise: %d %+v %v; want 9, unknown raiser", g, by, err)
+	if g, by, err := r.GenerationRaiser(ctx, 4); err != nil || g != 9 || by.Site != "hf" || by.Generation != 9 {
+		t.Fatalf("after a mirror's raise: %d %+v %v; want 9 raised by hf", g, by, err)
 	}
 	if _, err := r.RaiseGenerationFrom(ctx, 4, 8); !errors.Is(err, ErrGenerationMoved) {
 		t.Fatalf("raise from 8 at 9: %v, want ErrGenerationMoved", err)

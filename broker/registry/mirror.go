@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -53,8 +52,13 @@ type MasterMirror struct {
 	// ReplicationAddr is published at ids/<id>/replication ("" publishes none).
 	ReplicationAddr string
 	// Generation is the master's generation: ids/<id>/generation is raised
-	// to it when lower (never lowered).
+	// to it when lower (never lowered), with Raiser as its raiser.
 	Generation uint64
+	// Raiser is who raised Generation (the promotion's raiser as the
+	// master's own ensemble names it); with no Site, the mirroring
+	// registry's Options.Site is written, so that every ensemble names the
+	// site that holds the generation.
+	Raiser Raiser
 }
 
 // takeSupersededMasterLocked removes the brokerId's master node from this
@@ -216,7 +220,11 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	}
 	r.state.mirrorRepl = m.ReplicationAddr != ""
 	if m.Generation > r.state.mirrorGen {
-		gen, err := r.RaiseGenerationTo(ctx, m.BrokerID, m.Generation)
+		by := m.Raiser
+		if by.Site == "" || by.Generation != m.Generation {
+			by = Raiser{Site: r.opts.Site}
+		}
+		gen, _, err := r.RaiseGenerationToBy(ctx, m.BrokerID, m.Generation, by, false)
 		if err != nil {
 			return err
 		}
@@ -293,44 +301,6 @@ func (r *Registry) deleteOwned(ctx context.Context, path string) error {
 		return fmt.Errorf("registry: delete %s: %w", path, err)
 	}
 	return nil
-}
-
-// RaiseGenerationTo raises the brokerId's generation to gen when it holds
-// less (or none), with a compare-and-set, and returns the generation the
-// node holds afterwards: gen, or a higher one written by someone else.
-func (r *Registry) RaiseGenerationTo(ctx context.Context, brokerID int, gen uint64) (uint64, error) {
-	path := r.paths.GenerationPath(brokerID)
-	val := []byte(strconv.FormatUint(gen, 10))
-	for {
-		cur, version, err := r.readGeneration(ctx, brokerID)
-		if errors.Is(err, ErrNoNode) {
-			if err := r.createParents(ctx, path); err != nil {
-				return 0, err
-			}
-			err := r.call(ctx, func() error { _, err := r.conn.Create(path, val, 0, openACL); return err })
-			if errors.Is(err, ErrNodeExists) {
-				continue
-			}
-			if err != nil {
-				return 0, fmt.Errorf("registry: create %s: %w", path, err)
-			}
-			return gen, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		if cur >= gen {
-			return cur, nil
-		}
-		err = r.call(ctx, func() error { _, err := r.conn.Set(path, val, version); return err })
-		if errors.Is(err, zk.ErrBadVersion) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("registry: set %s: %w", path, err)
-		}
-		return gen, nil
-	}
 }
 
 // topicGoneLocked reports whether one of topic's entries that t says this

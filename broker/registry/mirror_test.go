@@ -86,7 +86,7 @@ func TestMirrorCopiesMasterRegistration(t *testing.T) {
 	if err := src.UnregisterTopic(ctx, "audit"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := obs.RaiseGenerationTo(ctx, 0, 5); err != nil {
+	if _, _, err := obs.RaiseGenerationToBy(ctx, 0, 5, Raiser{Site: "gz"}, false); err != nil {
 		t.Fatal(err)
 	}
 	m.Registration = src.Registration()
@@ -214,7 +214,7 @@ func TestMirrorTakesTheNodeOfASupersededMaster(t *testing.T) {
 	mOpts := testOptions(t, root)
 	mOpts.Port = 0
 	mirror := newRegistry(t, mOpts)
-	if _, err := mirror.RaiseGenerationTo(ctx, 0, 1); err != nil {
+	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
 		t.Fatal(err)
 	}
 	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
@@ -287,7 +287,7 @@ func TestMirrorOfASupersededMasterRegistersNothing(t *testing.T) {
 	mOpts := testOptions(t, root)
 	mOpts.Port = 0
 	mirror := newRegistry(t, mOpts)
-	if _, err := mirror.RaiseGenerationTo(ctx, 0, 1); err != nil {
+	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
 		t.Fatal(err)
 	}
 	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
@@ -300,5 +300,40 @@ func TestMirrorOfASupersededMasterRegistersNothing(t *testing.T) {
 		if ok, _, err := mirror.Exists(ctx, root+p); err != nil || ok {
 			t.Fatalf("%s written by a superseded master (%v)", p, err)
 		}
+	}
+}
+
+// TestMirrorWritesTheGenerationsRaiser: every write of the generation
+// carries its raiser. A mirror raises the generation in another site's
+// ensemble with the raiser the master's promotion wrote in its own (site
+// and token), or, when none is given, with the mirroring site's name; a
+// generation written there so far named no raiser.
+func TestMirrorWritesTheGenerationsRaiser(t *testing.T) {
+	root, other := testRoot(t), testRoot(t)
+	cleanupRoot(t, root)
+	cleanupRoot(t, other)
+	ctx := context.Background()
+	src := newRegistry(t, testOptions(t, root))
+	if err := src.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, other)
+	mOpts.Port, mOpts.Site = 0, "hf"
+	mirror := newRegistry(t, mOpts)
+	obs := newRegistry(t, testOptions(t, other))
+
+	by := Raiser{Generation: 2, Site: "hf", Token: "the-promotions-token"}
+	if err := mirror.Mirror(ctx, MasterMirror{Registration: src.Registration(), Generation: 2, Raiser: by}); err != nil {
+		t.Fatal(err)
+	}
+	if g, got, err := obs.GenerationRaiser(ctx, 0); err != nil || g != 2 || got != by {
+		t.Fatalf("after the mirror: generation %d raised by %+v (%v), want 2 raised by %+v", g, got, err, by)
+	}
+	// No raiser given: the mirroring site is named.
+	if err := mirror.Mirror(ctx, MasterMirror{Registration: src.Registration(), Generation: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if g, got, err := obs.GenerationRaiser(ctx, 0); err != nil || g != 3 || got.Site != "hf" {
+		t.Fatalf("after the mirror: generation %d raised by %+v (%v), want 3 raised by hf", g, got, err)
 	}
 }

@@ -37,11 +37,13 @@
 // switchover and the fence are the only code that changes it, one
 // transition at a time; Bundle.Role is what components read instead of
 // the mode the bundle started in. The decisions
-// (master lost, candidate, sibling ahead, may acknowledge, follows) are
+// (master lost, candidate, sibling ahead, may acknowledge, follows,
+// whether a raise of the generation owns it, what to do about a shared
+// generation) are
 // siterole's pure functions; this package gathers the facts.
 //
-// Locks: component mu locks are leaves; roleOwner.mu and failoverState.mu
-// are leaves (they guard pointers, copied out before any call; components
+// Locks: component mu locks are leaves; roleOwner.mu, failoverState.mu
+// and takeoverNotices.mu are leaves (they guard pointers, copied out before any call; components
 // start and stop with them released); failoverState.idMu is held
 // alone while the identity file is opened. The registry's MasterGuard
 // (guardMaster) runs under the registry's regMu and takes none of the

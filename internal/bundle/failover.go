@@ -56,6 +56,9 @@ type failoverState struct {
 	// rejoinWake wakes runRejoin; stopRejoin ends it (closeFailover).
 	rejoinWake chan struct{}
 	stopRejoin func()
+	// notices is what a handover's new master told this master over the
+	// replication link (takeover_notice.go).
+	notices takeoverNotices
 }
 
 // identity opens <dataPath>/replication/identity.json once. The file is
@@ -324,6 +327,9 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return rep, err
 	}
+	if o.Handover {
+		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
+	}
 	// From here on the generation is this site's: no other site takes it
 	// (a compare-and-set raised it), and the master of the older one steps
 	// down when it sees it. A step that fails is retried in the background
@@ -370,6 +376,9 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 		if g, from := b.observedGeneration(ctx); g >= want {
 			return g, from, nil
 		}
+		if n := b.failover.notices.notice(); n.gen >= want {
+			return n.gen, "the new master at " + n.site + ", over the replication link", nil
+		}
 		select {
 		case <-ctx.Done():
 			return 0, "", fmt.Errorf("generation %d was not seen in ZooKeeper or by gossip within %v: %w", want, bound, ctx.Err())
@@ -378,15 +387,17 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 	}
 }
 
-// nextGeneration is one above the highest generation known here and, with
-// ZooKeeper on, in ZooKeeper (raised there with a compare-and-set, so two
-// sites promoted at once cannot take the same generation). Unless force,
-// ZooKeeper's must still be the one known here: otherwise another site was
-// promoted since, and a second master of a newer generation would fence
-// the first while failing to register itself (two slave sites failing over
-// automatically at once left no master at all). With one ensemble per site
-// that compare-and-set must win in a majority of the deployment's
-// ensembles (quorumRaise); a forced raise stays in this site's own.
+// nextGeneration raises the brokerId's generation for a promotion and
+// returns it. Without ZooKeeper it is one above the generation known here.
+// Unless force, ZooKeeper's must still be the one known here: otherwise
+// another site was promoted since, and a second master of a newer
+// generation would fence the first while failing to register itself (two
+// slave sites failing over automatically at once left no master at all);
+// with one ensemble per site that compare-and-set must win in a majority
+// of the deployment's ensembles (quorumRaise). A forced raise (promote
+// -force, a switchover's new master) goes one above every generation it
+// sees and must win in its own ensemble and in every other it reaches
+// (forcedRaise): it never takes a number it can see taken.
 func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
@@ -394,25 +405,16 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 	ctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	defer cancel()
 	total, ens := b.raiseEnsembles()
-	raise := b.Registry.RaiseGeneration
+	var gen uint64
+	var err error
 	switch {
-	case !force && total > 1:
+	case force:
+		gen, err = b.forcedRaise(ctx, ens, known)
+	case total > 1:
 		// One ensemble per site: a majority of them decides (genquorum.go).
-		raise = func(ctx context.Context, _ int, known uint64) (uint64, error) {
-			return b.quorumRaise(ctx, total, ens, known)
-		}
-	case !force:
-		raise = b.Registry.RaiseGenerationFrom
-	}
-	gen, err := raise(ctx, b.Config().System.BrokerID, known)
-	if err == nil && force && len(ens) > 1 {
-		// The operator's decision stands in this site's ensemble; the
-		// others are tried, and where they hold this generation or a newer
-		// one raised by another site is reported.
-		if lost := b.forcedRaiseElsewhere(ctx, ens, gen); len(lost) > 0 {
-			b.log.Warn("FAILOVER: a forced promotion raised the generation in this site's ZooKeeper; other sites' ensembles hold it or a newer one raised elsewhere",
-				"generation", gen, "lost", strings.Join(lost, "; "))
-		}
+		gen, err = b.quorumRaise(ctx, total, ens, known)
+	default:
+		gen, err = b.Registry.RaiseGenerationFrom(ctx, b.Config().System.BrokerID, known)
 	}
 	if errors.Is(err, registry.ErrGenerationMoved) {
 		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use -force to override)", err)
@@ -673,7 +675,9 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		rep.DurableEnd = d
 		return d, nil
 	}
+	defer b.failover.notices.expect("")
 	name, err := s.HandoverThen(ctx, match, durableEnd, func(name string, _ int64) {
+		b.failover.notices.expect(name)
 		if handedOver != nil {
 			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
@@ -730,7 +734,18 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		allow()
 		return rep, fmt.Errorf("switchover: handed over to %s: %w", name, err)
 	}
-	if b.Registry != nil {
+	// With gossip off and one ensemble per site, this site's ensemble may
+	// never name the new master: follow it where its notice said.
+	linkOnly := false
+	if n := b.failover.notices.notice(); n.gen >= rep.Generation && n.addr != "" && b.Registry != nil {
+		if g, err := b.Registry.Generation(ctx, b.Config().System.BrokerID); err == nil && g < n.gen {
+			linkOnly = true
+			if follow == "" {
+				follow = n.addr
+			}
+		}
+	}
+	if b.Registry != nil && !linkOnly {
 		// The new master replaces this master's topic entries in one step
 		// each; removing them first would list the topics without
 		// partitions until it writes its own.

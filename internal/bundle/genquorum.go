@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"metaq/broker/registry"
 	"metaq/internal/siterole"
@@ -171,25 +174,123 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 	return 0, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, msg)
 }
 
-// forcedRaiseElsewhere writes a forced promotion's generation (raised in
-// this site's own ensemble by the operator's decision) into the other
-// ensembles it reaches, with its raiser where they hold less, and reports
-// those where another raise holds that generation or a newer one.
-func (b *Bundle) forcedRaiseElsewhere(ctx context.Context, ens []raiseEnsemble, gen uint64) []string {
+// forcedRaise raises the brokerId's generation for a forced promotion
+// (promote -force, or a switchover's new master, which the old master
+// handed over to explicitly): to one above every generation this site
+// knows or sees (its identity, every ensemble it reaches, gossip), by a
+// compare-and-set with one raiser in every ensemble it reaches, tried in
+// one order (by site) so that of two forced raises of one number that
+// reach a common ensemble only one goes on past it. It owns the number
+// when it won in its own ensemble and lost in none it reached
+// (siterole.ForcedRaiseVerdict); otherwise it gives back its wins
+// (registry.UndoRaise) and raises again above what it saw, until ctx
+// ends. Ensembles it does not reach get the number from its mirror.
+func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uint64) (uint64, error) {
 	id := b.Config().System.BrokerID
-	g, by, err := b.Registry.GenerationRaiser(ctx, id)
-	if err != nil || g != gen || by.Token == "" {
-		return nil
-	}
-	var lost []string
-	for _, e := range ens[1:] {
-		g, held, err := e.reg.RaiseGenerationToBy(ctx, id, gen, by, false)
-		switch {
-		case err != nil:
-			lost = append(lost, fmt.Sprintf("%s's ensemble: %v", e.site, err))
-		case g > gen || held.Token != by.Token:
-			lost = append(lost, fmt.Sprintf("%s's ensemble holds generation %d raised by %q", e.site, g, held.Site))
+	self := b.Config().Site.Name
+	order := slices.Clone(ens)
+	sort.SliceStable(order, func(i, j int) bool { return order[i].site < order[j].site })
+	var lastTaken string
+	for attempt := 1; ; attempt++ {
+		var seen []uint64
+		if g, _ := b.observedGeneration(ctx); g > 0 {
+			seen = append(seen, g)
+		}
+		for _, e := range order {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			g, err := e.reg.Generation(rctx, id)
+			cancel()
+			switch {
+			case err == nil:
+				seen = append(seen, g)
+			case e.reg == b.Registry:
+				// Nothing can be registered without it: write nowhere
+				// (a raise in another ensemble would make its master step
+				// down for nothing).
+				return 0, fmt.Errorf("this site's own ZooKeeper ensemble cannot be read: %w", err)
+			}
+		}
+		gen := siterole.NextForcedGeneration(known, seen...)
+		token, err := registry.NewRaiseToken()
+		if err != nil {
+			return 0, err
+		}
+		by := registry.Raiser{Generation: gen, Site: self, Token: token}
+		var fr siterole.ForcedRaise
+		var tried []raiseResult
+		var ownErr error
+		for _, e := range order {
+			r := raiseResult{raiseEnsemble: e}
+			if g, p, err := e.reg.GenerationRaiser(ctx, id); err == nil && g == gen-1 {
+				r.prev = p
+			} else if err == nil {
+				r.prev = registry.Raiser{Generation: g}
+			}
+			_, r.err = e.reg.RaiseGenerationFromAs(ctx, id, gen-1, by)
+			out := siterole.RaisedHere
+			switch {
+			case r.err == nil:
+				r.won = true
+			case errors.Is(r.err, registry.ErrGenerationMoved):
+				out = siterole.TakenHere
+				r.held, r.heldBy, _ = e.reg.GenerationRaiser(ctx, id)
+			case errors.As(r.err, new(*registry.RaiseUnknownError)):
+				out = siterole.UnknownHere
+			default:
+				out = siterole.NotReached
+			}
+			if e.reg == b.Registry {
+				fr.Own, ownErr = out, r.err
+			} else {
+				fr.Others = append(fr.Others, out)
+			}
+			tried = append(tried, r)
+			if out == siterole.TakenHere {
+				break // the number is taken: the ensembles after this one are not touched
+			}
+		}
+		verdict, why := siterole.ForcedRaiseVerdict(fr)
+		if verdict == siterole.ForcedOwns {
+			var missed []string
+			for _, r := range tried {
+				if !r.won {
+					missed = append(missed, fmt.Sprintf("%s's ensemble (%v)", r.site, r.err))
+				}
+			}
+			if len(missed) > 0 {
+				b.log.Warn("FAILOVER: a forced raise of the generation could not write some ZooKeeper ensembles; this master's mirror carries the generation there",
+					"generation", gen, "notReached", strings.Join(missed, "; "))
+			}
+			b.log.Info("FAILOVER: raised the generation (forced)", "generation", gen, "attempts", attempt, "result", why)
+			return gen, nil
+		}
+		// Give back what this raise may have written (its own ensemble's
+		// unknown outcome is left for RaiseOutcome to tell).
+		for _, r := range tried {
+			unknown := errors.As(r.err, new(*registry.RaiseUnknownError))
+			if !r.won && !unknown || (unknown && verdict == siterole.ForcedUnknown && r.reg == b.Registry) {
+				continue
+			}
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), raiseTimeout)
+			undone, err := r.reg.UndoRaise(uctx, id, gen, token, r.prev)
+			cancel()
+			if err != nil || (r.won && !undone) {
+				b.log.Warn("FAILOVER: could not set back a forced raise of the generation that did not own it",
+					"site", r.site, "generation", gen, "undone", undone, "err", err)
+			}
+		}
+		switch verdict {
+		case siterole.ForcedFail:
+			return 0, fmt.Errorf("%s: %w", why, ownErr)
+		case siterole.ForcedUnknown:
+			return 0, ownErr
+		}
+		last := tried[len(tried)-1]
+		lastTaken = fmt.Sprintf("%s's ensemble holds generation %d raised by %q", last.site, last.held, last.heldBy.Site)
+		b.log.Info("FAILOVER: a forced raise found its generation taken; raising above it", "generation", gen, "attempt", attempt, "taken", lastTaken)
+		// A short random pause: two forced raises that keep meeting drift apart.
+		if err := sleepCtx(ctx, time.Duration(10+rand.IntN(90))*time.Millisecond); err != nil {
+			return 0, fmt.Errorf("a forced raise of the generation lost to other raises %d times (last: %s): %w", attempt, lastTaken, err)
 		}
 	}
-	return lost
 }

@@ -31,42 +31,12 @@ func TestPerSiteZKTwoPromotionsOneGeneration(t *testing.T) {
 	hf, gz := s.site("hf"), s.site("gz")
 	known := hf.Role().Generation
 	// Both must reach every other site's ensemble before bj goes.
-	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
-		for _, b := range []*Bundle{hf, gz} {
-			st := mustComp[*topologyComponent](t, b).siteViews().status()
-			for _, other := range []string{"bj", "hf", "gz"} {
-				if e, ok := st[other]; other != b.Config().Site.Name && (!ok || !e.Connected) {
-					return fmt.Errorf("%s holds no session to %s's ensemble yet (%+v)", b.Config().Site.Name, other, st)
-				}
-			}
-		}
-		return nil
-	})
+	s.reachesAllEnsembles("hf", "gz")
 	s.kill("bj")
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	regs := map[string]*registry.Registry{}
-	for _, name := range []string{"bj", "hf", "gz"} {
-		regs[name] = zkClient(t, &testEnv{zk: s.zks[name], root: s.zkRoot})
-	}
-	// bj's sessions expire (promote refuses while a live session holds its
-	// master node) and neither slave site follows it any more.
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		for name, zc := range regs {
-			if held, _, err := zc.Exists(ctx, zc.Paths().Broker(0, -1)); err != nil || held {
-				return fmt.Errorf("bj's master node is still in %s's ensemble (%v)", name, err)
-			}
-		}
-		for _, b := range []*Bundle{hf, gz} {
-			if b.receiver().Connected() {
-				return fmt.Errorf("%s still follows bj", b.Config().Site.Name)
-			}
-			if why := b.siblingAhead(b.appliedPos()); why != "" {
-				return fmt.Errorf("%s: %s", b.Config().Site.Name, why)
-			}
-		}
-		return nil
-	})
+	regs := s.ensembleClients()
+	s.waitMasterGone("bj")
 
 	sites := []*Bundle{hf, gz}
 	errs := make([]error, 2)

@@ -13,6 +13,7 @@ import (
 	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/internal/siterole"
+	"metaq/topology"
 )
 
 // A promotion raises the brokerId's generation first (nextGeneration).
@@ -206,9 +207,13 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 		if err := b.Store.Flush(); err != nil {
 			return fmt.Errorf("promote: flush: %w", err)
 		}
-		rep.Ends = map[string]int64{}
-		for _, pt := range b.Store.Partitions() {
-			rep.Ends[georeplicator.PartKey(pt.Topic, pt.Partition)] = pt.Max
+		// Ends taken once: a promotion raised again (raiseAgain) forked
+		// from the old master's log where it first did.
+		if rep.Ends == nil {
+			rep.Ends = map[string]int64{}
+			for _, pt := range b.Store.Partitions() {
+				rep.Ends[georeplicator.PartKey(pt.Topic, pt.Partition)] = pt.Max
+			}
 		}
 		if err := recordPromotion(p.id, p.gen, rep.Ends); err != nil {
 			return fmt.Errorf("promote: record generation %d: %w", p.gen, err)
@@ -386,6 +391,18 @@ func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt 
 		if newer, from := b.newerGeneration(ctx, p); newer > p.gen {
 			b.abandonPromotion(ctx, p, newer, from)
 			return p.rep, fmt.Errorf("the promotion to generation %d was abandoned: generation %d took over (seen at %s); this site follows its master", p.gen, newer, from)
+		}
+		switch act, why := siterole.SharedGeneration(b.sharedGenFacts(ctx, p)); act {
+		case siterole.GiveUpAndFollow:
+			gen := p.gen
+			b.yieldGeneration(ctx, p, why)
+			return p.rep, fmt.Errorf("the promotion to generation %d was given up: %s", gen, why)
+		case siterole.RaiseAgain:
+			if err := b.raiseAgain(ctx, p, why); err != nil {
+				last = err
+				b.log.Warn("FAILOVER: raising a newer generation for the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "err", err)
+				continue
+			}
 		}
 		err := b.completePromotion(ctx, p)
 		if err == nil {
@@ -619,4 +636,94 @@ func (b *Bundle) followAgain(ctx context.Context, p *promotion, newer uint64, wh
 	f.role.Set(siterole.State{Role: siterole.Slave, Generation: newer, SlaveID: sl.SlaveID, SlaveGroup: sl.SlaveGroup,
 		Master: cur.Master, Why: why})
 	b.refreshGossip()
+}
+
+// sharedGenFacts gathers what the finisher of p knows about another site
+// holding p's generation: a master of it by gossip, and its raiser in
+// every ensemble this site reaches (siterole.SharedGeneration).
+func (b *Bundle) sharedGenFacts(ctx context.Context, p *promotion) siterole.SharedGenFacts {
+	self := b.Config().Site.Name
+	f := siterole.SharedGenFacts{Site: self, Generation: p.gen, TookPuts: b.cannotGiveUp(p) != ""}
+	id := b.Config().System.BrokerID
+	if tc := compOf[*topologyComponent](b); tc != nil {
+		if t := tc.Topology(); t != nil {
+			for _, m := range t.Members() {
+				if m.State == topology.StateAlive && m.Meta.Role == topology.RoleMaster && m.Meta.BrokerID == id &&
+					m.Meta.Generation == p.gen && m.Meta.Site != "" && m.Meta.Site != self {
+					f.OtherMaster = m.Meta.Site
+				}
+			}
+		}
+	}
+	// Only a forced raise, which needs no majority, can share its number
+	// with another raise; a raise that won a majority of the ensembles
+	// owns it even where a loser's undo failed and still names the loser.
+	if b.Registry == nil || p.unconfirmed != "" || !p.o.Force || p.o.ReclaimFrom != 0 {
+		return f
+	}
+	_, ens := b.raiseEnsembles()
+	for _, e := range ens {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, by, err := e.reg.GenerationRaiser(rctx, id)
+		cancel()
+		if err == nil && g == p.gen && by.Site != "" && by.Site != self && !by.Abandoned && (f.OtherRaiser == "" || by.Site < f.OtherRaiser) {
+			f.OtherRaiser = by.Site
+		}
+	}
+	return f
+}
+
+// yieldGeneration gives p's generation up to another site that holds the
+// same number (siterole.SharedGeneration): the shipper p started stops,
+// puts are refused, the epoch p recorded leaves the identity's history
+// (the two logs forked at the generation before), and the site follows
+// the master of that generation. Unlike giveUpPromotion it marks nothing
+// abandoned: the generation is the other site's.
+func (b *Bundle) yieldGeneration(ctx context.Context, p *promotion, why string) {
+	b.log.Error("FAILOVER: another site holds the generation this promotion raised; giving it up", "generation", p.gen, "why", why)
+	b.Broker.RefuseWrites(replicaHolder, broker.Refusal{Reason: fmt.Sprintf(
+		"this broker is a slave of broker %d: %s", b.Config().System.BrokerID, why)})
+	if p.sc != nil {
+		if _, err := b.failover.role.stopShipper(); err != nil {
+			b.log.Warn("FAILOVER: stopping the shipper of the generation given up", "err", err)
+		}
+		p.sc = nil
+		b.Broker.SetPromotionEnds(nil)
+	}
+	// Also when the record failed: the identity changed its copy first.
+	if err := p.id.DropEpoch(p.gen); err != nil {
+		b.log.Error("FAILOVER: removing the generation given up from the identity's history", "generation", p.gen, "err", err)
+	}
+	b.followAgain(ctx, p, p.gen, why)
+}
+
+// raiseAgain raises a newer generation for p (the forced rule), whose
+// generation another site holds while this site took puts at it: the
+// epoch recorded for the old number leaves the identity's history, the
+// shipper started at it stops, and the finisher completes the promotion
+// at the new number (with the ends it first recorded).
+func (b *Bundle) raiseAgain(ctx context.Context, p *promotion, why string) error {
+	gen, err := b.nextGeneration(ctx, p.gen, true)
+	if err != nil {
+		return err
+	}
+	b.log.Error("FAILOVER: another site holds the generation this promotion raised, and this site took puts at it; raised a newer one",
+		"generation", p.gen, "newGeneration", gen, "why", why)
+	if p.sc != nil {
+		if _, err := b.failover.role.stopShipper(); err != nil {
+			b.log.Warn("FAILOVER: stopping the shipper of the old generation", "err", err)
+		}
+		p.sc = nil
+	}
+	if err := p.id.DropEpoch(p.gen); err != nil {
+		return fmt.Errorf("promote: remove generation %d from the identity's history: %w", p.gen, err)
+	}
+	p.recorded = false
+	p.gen = gen
+	b.failover.mu.Lock()
+	if pp := b.failover.pending; pp != nil {
+		pp.Generation = gen
+	}
+	b.failover.mu.Unlock()
+	return nil
 }

@@ -3,14 +3,9 @@ package bundle
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	"metaq/broker/registry/zktest"
-	"metaq/internal/testutil"
 )
 
 // TestTwoSitesPromoteAtOnce: bj is killed and both slave sites, equally
@@ -20,39 +15,20 @@ import (
 // new master. A second promotion must not raise the generation again: the
 // first master would step down for it while the second could not register.
 func TestTwoSitesPromoteAtOnce(t *testing.T) {
-	zk := testutil.ZooKeeper(t)
-	root := t.TempDir()
-	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := failoverINIZK(zk, zkRoot, "")
-	tap := &zktest.Tap{}
-	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true,
-		options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
-	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
-	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true, join: seed})
-	gz := startSite(t, filepath.Join(root, "gz"), shared, siteSpec{name: "gz", slave: true, slaveID: 2, noNATS: true, join: seed})
-	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
-	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
-	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	hf, gz := s.site("hf"), s.site("gz")
+	s.produce("bj", "orders", 20)
+	waitCaughtUp(t, s.site("bj"), hf, "orders", 20*time.Second)
+	waitCaughtUp(t, s.site("bj"), gz, "orders", 20*time.Second)
 
-	killBundle(bj, tap)
+	s.kill("bj")
 	// Both have lost bj and know the other has too, at the same position;
 	// bj's ZooKeeper session has expired (promote refuses while its master
 	// node is held by a live session).
-	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
-	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if held, _, err := zc.Exists(context.Background(), zc.Paths().Broker(0, -1)); err != nil || held {
-			return fmt.Errorf("bj's master node is still in ZooKeeper (%v)", err)
-		}
-		for _, s := range []*Bundle{hf, gz} {
-			if s.receiver().Connected() {
-				return fmt.Errorf("%s still follows bj", s.Config().Site.Name)
-			}
-			if why := s.siblingAhead(s.appliedPos()); why != "" {
-				return fmt.Errorf("%s: %s", s.Config().Site.Name, why)
-			}
-		}
-		return nil
-	})
+	s.waitMasterGone("bj")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sites := []*Bundle{hf, gz}
@@ -84,6 +60,6 @@ func TestTwoSitesPromoteAtOnce(t *testing.T) {
 	if r := winner.Broker.WriteRefusal(); r != nil {
 		t.Fatalf("the new master %s refuses puts: %s", winner.Config().Site.Name, r.Reason)
 	}
-	produce(t, winner.Broker.Addr().String(), "orders", 10, "new")
+	s.produce(winner.Config().Site.Name, "orders", 10)
 	wantFollowsByteIdentical(t, winner, loser, "orders")
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/broker/registry"
 	"metaq/broker/registry/zktest"
 	"metaq/internal/netproxy"
 	"metaq/internal/siterole"
@@ -484,4 +485,60 @@ func (s *sites) converged(topic string) string {
 		s.t.Fatalf("master %s does not serve %d of %d acknowledged puts to %s, e.g. %v", m, len(missing), len(acked), topic, missing[:min(5, len(missing))])
 	}
 	return m
+}
+
+// waitMasterGone waits until the killed master's node is gone from every
+// site's ensemble (its sessions expired: promote refuses while a live
+// session holds it) and no running site follows it any more, each with
+// nothing a sibling holds beyond it (a promotion without -force would be
+// refused).
+func (s *sites) waitMasterGone(master string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	regs := s.ensembleClients()
+	testutil.Eventually(s.t, 30*time.Second, 50*time.Millisecond, func() error {
+		for name, zc := range regs {
+			if held, _, err := zc.Exists(ctx, zc.Paths().Broker(0, -1)); err != nil || held {
+				return fmt.Errorf("%s's master node is still in %s's ensemble (%v)", master, name, err)
+			}
+		}
+		for _, n := range s.running() {
+			b := s.site(n)
+			if b.receiver().Connected() {
+				return fmt.Errorf("%s still follows %s", n, master)
+			}
+			if why := b.siblingAhead(b.appliedPos()); why != "" {
+				return fmt.Errorf("%s: %s", n, why)
+			}
+		}
+		return nil
+	})
+}
+
+// ensembleClients is a registry client to every site's ensemble, by site.
+func (s *sites) ensembleClients() map[string]*registry.Registry {
+	s.t.Helper()
+	regs := map[string]*registry.Registry{}
+	for _, name := range s.spec.sites {
+		regs[name] = zkClient(s.t, &testEnv{zk: s.zks[name], root: s.zkRoot})
+	}
+	return regs
+}
+
+// reachesAllEnsembles waits until each of names holds a session to every
+// other site's ensemble.
+func (s *sites) reachesAllEnsembles(names ...string) {
+	s.t.Helper()
+	testutil.Eventually(s.t, 20*time.Second, 50*time.Millisecond, func() error {
+		for _, n := range names {
+			st := mustComp[*topologyComponent](s.t, s.site(n)).siteViews().status()
+			for _, other := range s.spec.sites {
+				if e, ok := st[other]; other != n && (!ok || !e.Connected) {
+					return fmt.Errorf("%s holds no session to %s's ensemble yet (%+v)", n, other, st)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -253,19 +253,18 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 		raised := r.raisedGen
 		s.mu.Unlock()
 		if gen = s.generation(); gen > raised {
-			// With its raiser when this site's ensemble names it (the
-			// promotion that raised it), so that every ensemble says who
-			// owns the generation.
-			if g, by, rerr := s.own.GenerationRaiser(mctx, s.base.BrokerID); rerr == nil && g == gen && by.Token != "" && !by.Abandoned {
-				_, _, err = reg.RaiseGenerationToBy(mctx, s.base.BrokerID, gen, by, false)
-			} else {
-				_, err = reg.RaiseGenerationTo(mctx, s.base.BrokerID, gen)
-			}
+			// With its raiser, so that every ensemble says who owns the
+			// generation: the promotion's as this site's ensemble names it,
+			// else this site.
+			_, _, err = reg.RaiseGenerationToBy(mctx, s.base.BrokerID, gen, s.raiserOf(mctx, gen), false)
 		}
 	}
 	var m registry.MasterMirror
 	if err == nil {
 		m = s.master()
+		if m.Generation > 0 {
+			m.Raiser = s.raiserOf(mctx, m.Generation)
+		}
 		err = reg.Mirror(mctx, m)
 	}
 	s.mu.Lock()
@@ -294,6 +293,16 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 				"site", site, "zk", r.ens.Connect)
 		}
 	}
+}
+
+// raiserOf is the raiser this bundle writes with generation gen into
+// another site's ensemble: the one this site's ensemble names for gen
+// (the promotion that raised it), else this site with no token.
+func (s *siteViews) raiserOf(ctx context.Context, gen uint64) registry.Raiser {
+	if g, by, err := s.own.GenerationRaiser(ctx, s.base.BrokerID); err == nil && g == gen && by.Site != "" && !by.Abandoned {
+		return by
+	}
+	return registry.Raiser{Generation: gen, Site: s.site}
 }
 
 // masterMirror is what this bundle mirrors into the other sites'

@@ -113,6 +113,10 @@ func (rs *remoteSwitchovers) stop() {
 // onControl is the shipper's OnControl: requests slave sites send over
 // their (authenticated) replication link.
 func (b *Bundle) onControl(req *georeplicator.ControlRequest) {
+	if req.Op == opTakenOver {
+		b.onTakenOver(req)
+		return
+	}
 	if req.Op != opSwitchover {
 		req.Reply(nil, fmt.Errorf("this master does not know the request %q", req.Op))
 		return

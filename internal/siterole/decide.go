@@ -290,3 +290,151 @@ func RaiseWon(t RaiseTally) (ok bool, need int, why string) {
 	}
 	return false, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles (%d reached); %d make a majority", t.Won, total, t.Reached, need)
 }
+
+// EnsembleRaise is how one ZooKeeper ensemble answered a forced raise of
+// the generation (promote -force, or a switchover's new master).
+type EnsembleRaise int
+
+const (
+	// NotReached: the ensemble could not be written (no session, or the
+	// write failed without ZooKeeper's answer that it was not applied).
+	NotReached EnsembleRaise = iota
+	// RaisedHere: the compare-and-set to the target generation won there.
+	RaisedHere
+	// TakenHere: the ensemble holds the target generation, or a newer one,
+	// raised by someone else: the number is taken.
+	TakenHere
+	// UnknownHere: the answer was lost and reading back did not tell
+	// whether the write committed.
+	UnknownHere
+)
+
+// ForcedRaise is a forced raise's answers: its own site's ensemble's and
+// the other ensembles' it tried, in the order it tried them.
+type ForcedRaise struct {
+	Own    EnsembleRaise
+	Others []EnsembleRaise
+}
+
+// ForcedVerdict is what a forced raise does with its answers.
+type ForcedVerdict int
+
+const (
+	// ForcedOwns: the raise owns the generation.
+	ForcedOwns ForcedVerdict = iota
+	// ForcedRetry: another raise holds the number (or a newer one) in an
+	// ensemble this one reached: give back every win and raise again above
+	// the highest generation seen.
+	ForcedRetry
+	// ForcedFail: this site's own ensemble was not reached (nothing can be
+	// registered without it): give back every win and fail.
+	ForcedFail
+	// ForcedUnknown: whether the raise committed in this site's own
+	// ensemble is not known: give back the other wins; whoever reads the
+	// own ensemble later learns it (registry.RaiseOutcome).
+	ForcedUnknown
+)
+
+// ForcedRaiseVerdict decides a forced raise of the generation to one
+// above every generation it saw. A forced promotion must work while other
+// sites' ensembles are unreachable (that is what -force is for), so it
+// does not need a majority; but it owns the number only when it won in
+// its own ensemble and lost in none it reached: a number another raise
+// holds anywhere this site reaches is never reused. Each ensemble's
+// compare-and-set has one winner, and forced raises try the ensembles in
+// one order (by site), so of two forced raises of one number that reach a
+// common ensemble exactly one goes on past it. Ensembles not reached get
+// the number later from the master's mirror. Two forced raises that reach
+// no ensemble in common (a partition) can still take one number; a
+// finisher that finds another site master of its generation gives it up
+// (SharedGeneration).
+func ForcedRaiseVerdict(r ForcedRaise) (ForcedVerdict, string) {
+	won, reached := 0, 0
+	for _, e := range append([]EnsembleRaise{r.Own}, r.Others...) {
+		switch e {
+		case TakenHere:
+			return ForcedRetry, "another raise holds the generation (or a newer one) in an ensemble this site reaches"
+		case RaisedHere:
+			won++
+			reached++
+		case UnknownHere:
+			reached++
+		}
+	}
+	switch r.Own {
+	case NotReached:
+		return ForcedFail, "this site's own ZooKeeper ensemble could not be written"
+	case UnknownHere:
+		return ForcedUnknown, "whether the raise committed in this site's own ZooKeeper ensemble is not known"
+	}
+	return ForcedOwns, fmt.Sprintf("raised in %d of the %d ZooKeeper ensembles tried (%d not reached; the master's mirror carries it there)",
+		won, 1+len(r.Others), 1+len(r.Others)-reached)
+}
+
+// NextForcedGeneration is the generation a forced raise tries: one above
+// the generation this site knows and every generation it saw (in any
+// ensemble it reaches, or gossiped by a master).
+func NextForcedGeneration(known uint64, seen ...uint64) uint64 {
+	top := known
+	for _, g := range seen {
+		top = max(top, g)
+	}
+	return top + 1
+}
+
+// SharedGenFacts are what the finisher of a promotion that raised
+// generation Generation, and is not master yet, knows about another site
+// holding the same number.
+type SharedGenFacts struct {
+	Site       string // this site
+	Generation uint64
+	// OtherMaster is a site other than this one that is master of
+	// Generation (gossip), "" when none is known.
+	OtherMaster string
+	// OtherRaiser is a site other than this one that an ensemble this
+	// site reaches names as the raiser of Generation (not given up), ""
+	// when none does.
+	OtherRaiser string
+	// TookPuts: this site took puts at Generation (a switchover's held
+	// puts reached it): it alone holds them.
+	TookPuts bool
+}
+
+// SharedGenAction is what a finisher does about a shared generation.
+type SharedGenAction int
+
+const (
+	// KeepFinishing: no other site holds the generation, or this one
+	// keeps it (the other gives it up).
+	KeepFinishing SharedGenAction = iota
+	// GiveUpAndFollow: give the generation up and follow the other site.
+	GiveUpAndFollow
+	// RaiseAgain: raise a newer generation (forced rule) and finish at it.
+	RaiseAgain
+)
+
+// SharedGeneration decides what the finisher of a promotion does when
+// another site holds its generation (two forced raises that reached no
+// ensemble in common). A finisher that took no puts at it gives it up
+// and follows when the other site is master of it, or when the other is
+// only its raiser and has the lower name (both finishers decide the same
+// way, so exactly one keeps it). A finisher that took puts at it alone
+// holds them: it raises a newer generation instead, and the other master
+// steps down for it.
+func SharedGeneration(f SharedGenFacts) (SharedGenAction, string) {
+	other := f.OtherMaster
+	if other == "" {
+		other = f.OtherRaiser
+	}
+	switch {
+	case other == "" || other == f.Site:
+		return KeepFinishing, ""
+	case f.TookPuts:
+		return RaiseAgain, fmt.Sprintf("site %s holds generation %d too, and this site took puts at it: raising a newer generation", other, f.Generation)
+	case f.OtherMaster != "" && f.OtherMaster != f.Site:
+		return GiveUpAndFollow, fmt.Sprintf("site %s is master of generation %d, which this site raised too: giving it up and following %s", f.OtherMaster, f.Generation, f.OtherMaster)
+	case f.OtherRaiser < f.Site:
+		return GiveUpAndFollow, fmt.Sprintf("site %s raised generation %d too and keeps it (the lower name): giving it up and following", f.OtherRaiser, f.Generation)
+	}
+	return KeepFinishing, fmt.Sprintf("site %s raised generation %d too and gives it up (this site has the lower name)", f.OtherRaiser, f.Generation)
+}

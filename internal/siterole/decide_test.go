@@ -251,3 +251,67 @@ func TestRaiseWon(t *testing.T) {
 		})
 	}
 }
+
+func TestForcedRaiseVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    ForcedRaise
+		want ForcedVerdict
+	}{
+		{"one shared ensemble, won", ForcedRaise{Own: RaisedHere}, ForcedOwns},
+		{"one shared ensemble, taken", ForcedRaise{Own: TakenHere}, ForcedRetry},
+		{"won everywhere", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{RaisedHere, RaisedHere}}, ForcedOwns},
+		{"others unreachable: -force still works", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{NotReached, NotReached}}, ForcedOwns},
+		{"taken in another site's ensemble", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{RaisedHere, TakenHere}}, ForcedRetry},
+		{"taken in another, own not tried yet", ForcedRaise{Own: NotReached, Others: []EnsembleRaise{TakenHere}}, ForcedRetry},
+		{"own unreachable", ForcedRaise{Own: NotReached, Others: []EnsembleRaise{RaisedHere, RaisedHere}}, ForcedFail},
+		{"own unknown", ForcedRaise{Own: UnknownHere, Others: []EnsembleRaise{RaisedHere}}, ForcedUnknown},
+		{"another unknown counts as no loss", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{UnknownHere}}, ForcedOwns},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := ForcedRaiseVerdict(tc.r); got != tc.want || why == "" {
+				t.Fatalf("ForcedRaiseVerdict(%+v) = %v, %q; want %v", tc.r, got, why, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextForcedGeneration(t *testing.T) {
+	for _, tc := range []struct {
+		known uint64
+		seen  []uint64
+		want  uint64
+	}{
+		{0, nil, 1},
+		{3, []uint64{3, 3}, 4},
+		{3, []uint64{4, 2}, 5}, // another site's ensemble holds 4: never reuse it
+		{5, []uint64{0, 4}, 6},
+	} {
+		if got := NextForcedGeneration(tc.known, tc.seen...); got != tc.want {
+			t.Errorf("NextForcedGeneration(%d, %v) = %d, want %d", tc.known, tc.seen, got, tc.want)
+		}
+	}
+}
+
+func TestSharedGeneration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    SharedGenFacts
+		want SharedGenAction
+	}{
+		{"nobody else", SharedGenFacts{Site: "gz", Generation: 3}, KeepFinishing},
+		{"another site is master of it", SharedGenFacts{Site: "gz", Generation: 3, OtherMaster: "hf", OtherRaiser: "hf"}, GiveUpAndFollow},
+		{"another master with a higher name still wins", SharedGenFacts{Site: "bj", Generation: 3, OtherMaster: "hf"}, GiveUpAndFollow},
+		{"took puts: raise again", SharedGenFacts{Site: "gz", Generation: 3, OtherMaster: "hf", TookPuts: true}, RaiseAgain},
+		{"raiser only, lower name keeps it", SharedGenFacts{Site: "hf", Generation: 3, OtherRaiser: "gz"}, GiveUpAndFollow},
+		{"raiser only, this site has the lower name", SharedGenFacts{Site: "bj", Generation: 3, OtherRaiser: "hf"}, KeepFinishing},
+		{"itself", SharedGenFacts{Site: "gz", Generation: 3, OtherMaster: "gz"}, KeepFinishing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := SharedGeneration(tc.f)
+			if got != tc.want || (got != KeepFinishing && why == "") {
+				t.Fatalf("SharedGeneration(%+v) = %v, %q; want %v", tc.f, got, why, tc.want)
+			}
+		})
+	}
+}
