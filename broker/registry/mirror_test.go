@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -301,4 +302,95 @@ func TestMirrorOfASupersededMasterRegistersNothing(t *testing.T) {
 			t.Fatalf("%s written by a superseded master (%v)", p, err)
 		}
 	}
+}
+
+// TestMirrorLeavesTheOldMastersSlaveEntry: with one ensemble per site, the
+// new master's mirror in the ensemble of the site that handed over
+// (MasterMirror.LeaveSlave) replaces the old master's topics-pub entry and
+// creates the entry of the slave the old master becomes in one multi; the
+// old master, becoming that slave, leaves it as it is. The children of
+// topics-pub/<topic> change in one step (cversion +3: a delete and two
+// creates), not two (before, the old master's slave entry was created on
+// its own afterwards, and MetaQ 1.4.6's Java producer dropped its
+// connection at each). Removing the mirror removes that entry too.
+func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	oldOpts := testOptions(t, root)
+	oldOpts.Port = 9000
+	old := newRegistry(t, oldOpts)
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	if _, err := mirror.RaiseGenerationTo(ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	pub := root + "/brokers/topics-pub/orders"
+	cversion := func() int32 {
+		t.Helper()
+		_, st, err := old.Get(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Cversion
+	}
+	before := cversion()
+	slaveID := 1
+	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}},
+		Generation: 1, LeaveSlave: &slaveID}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.BecomeSlave(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := old.Children(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(kids)
+	if !slices.Equal(kids, []string{"0-m", "0-s1"}) {
+		t.Fatalf("topics-pub/orders = %v, want [0-m 0-s1]", kids)
+	}
+	if n := cversion() - before; n != 3 {
+		t.Errorf("topics-pub/orders children changed %d times, want 3 (one multi: a delete and two creates)", n)
+	}
+	for _, name := range []string{"0-m", "0-s1"} {
+		if ok, err := mirror.Owns(ctx, pub+"/"+name); err != nil || !ok {
+			t.Errorf("topics-pub/orders/%s is not the mirror's: %v %v", name, ok, err)
+		}
+	}
+	if data, _, err := old.Get(ctx, pub+"/0-s1"); err != nil || string(data) != TopicJSON(2, "0-s1") {
+		t.Errorf("topics-pub/orders/0-s1 = %q %v", data, err)
+	}
+	// A later Mirror changes nothing there.
+	mid := cversion()
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if n := cversion() - mid; n != 0 {
+		t.Errorf("a second Mirror changed topics-pub/orders' children %d times", n)
+	}
+	// The mirror removed: its nodes go, and the slave writes its own entry
+	// (watchBorrowed).
+	if err := mirror.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := old.Owns(ctx, pub+"/0-s1"); err != nil || !ok {
+			return fmt.Errorf("topics-pub/orders/0-s1 is not the slave's own: %v %v", ok, err)
+		}
+		if ok, _, err := old.Exists(ctx, pub+"/0-m"); err != nil || ok {
+			return fmt.Errorf("topics-pub/orders/0-m is still there: %v", err)
+		}
+		return nil
+	})
 }

@@ -53,6 +53,9 @@ type failoverState struct {
 	handovers sync.WaitGroup
 	// remote are switchovers slave sites asked this master for.
 	remote remoteSwitchovers
+	// handedFrom is the master that last handed mastership over to this
+	// site (a switchover), nil without one (handoverSlaveEntry).
+	handedFrom *handoverOrigin
 	// rejoinWake wakes runRejoin; stopRejoin ends it (closeFailover).
 	rejoinWake chan struct{}
 	stopRejoin func()
@@ -543,13 +546,66 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 	f.handovers.Add(1)
 	go func() {
 		defer f.handovers.Done()
+		origin := b.handoverOriginNow()
+		f.mu.Lock()
+		f.handedFrom = origin
+		f.mu.Unlock()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
 		if err != nil {
+			f.mu.Lock()
+			if f.handedFrom == origin {
+				f.handedFrom = nil
+			}
+			f.mu.Unlock()
 			b.log.Error("FAILOVER: taking over from the master failed", "at", pos, "err", err)
 			return
 		}
 		b.log.Warn("FAILOVER: took over from the master (switchover)", "generation", rep.Generation, "at", pos, "took", rep.Took)
 	}()
+}
+
+// handoverOrigin is the master that hands mastership over to this site:
+// its site, the slaveId it takes (the one this site leaves), and the
+// generation the handover makes this site master of.
+type handoverOrigin struct {
+	site    string
+	slaveID int
+	gen     uint64
+}
+
+// handoverOriginNow is the master this slave site follows, as gossip
+// names its site, and this site's slaveId; nil when either is not known.
+func (b *Bundle) handoverOriginNow() *handoverOrigin {
+	sl := b.SlaveConfig()
+	tc := compOf[*topologyComponent](b)
+	if sl == nil || tc == nil || tc.Topology() == nil {
+		return nil
+	}
+	m, ok := tc.Topology().Master(b.Config().System.BrokerID)
+	if !ok || m.Meta.Site == "" || m.Meta.Site == b.Config().Site.Name {
+		return nil
+	}
+	id, err := b.identity()
+	if err != nil {
+		return nil
+	}
+	return &handoverOrigin{site: m.Meta.Site, slaveID: sl.SlaveID, gen: id.Generation() + 1}
+}
+
+// handoverSlaveEntry reports, for the ensemble of site, the slaveId whose
+// topics-pub entry this master leaves there when it replaces the old
+// master's entries (registry.MasterMirror.LeaveSlave): only for the site
+// of the master that handed over to it, and only while this site's
+// generation is the handover's (not after a later promotion).
+func (b *Bundle) handoverSlaveEntry(site string) (int, bool) {
+	f := &b.failover
+	f.mu.Lock()
+	o := f.handedFrom
+	f.mu.Unlock()
+	if o == nil || o.site != site || f.role.Current().Generation > o.gen {
+		return 0, false
+	}
+	return o.slaveID, true
 }
 
 // SwitchoverReport is what `metaq-server switchover` prints.
