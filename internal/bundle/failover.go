@@ -1035,7 +1035,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), switchoverCallTimeout)
 	defer cancel()
 	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
 	if err != nil {
