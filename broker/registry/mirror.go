@@ -63,7 +63,8 @@ type MasterMirror struct {
 	// master then finds and leaves as it is (it borrows it, as in one
 	// shared ensemble: see writeTopicLocked): the topic's children change
 	// once in that ensemble, not twice (the replacement, then the old
-	// master's slave entry). MetaQ 1.4.6's Java producer drops its
+	// master's slave entry). That entry stays while this session lives,
+	// also once this registration is no master's (see unmirror). MetaQ 1.4.6's Java producer drops its
 	// connection, and fails the put in flight on it, at every change.
 	LeaveSlave *int
 }
@@ -327,9 +328,11 @@ func (r *Registry) unmirror(ctx context.Context) error {
 		legacy, pub, sub := r.topicPaths(topic)
 		paths = append(paths, legacy, pub, sub)
 	}
-	for _, kept := range r.state.keptPub {
-		paths = append(paths, kept)
-	}
+	// The slave entries LeaveSlave created stay (keptPub): the old master
+	// borrows them, and when mastership moves back it takes its master
+	// entry again in one step; deleting them here would change the
+	// topics' children once more. They go with this session, or with
+	// their topic.
 	var errs []error
 	for _, p := range paths {
 		errs = append(errs, r.deleteOwned(ctx, p))
@@ -352,7 +355,6 @@ func (r *Registry) unmirror(ctx context.Context) error {
 	}
 	r.state.broker = false
 	r.state.topics = make(map[string]topicReg)
-	r.state.keptPub = nil
 	r.state.mirrorGen, r.state.mirrorRepl = 0, false
 	r.log.Info("REGISTRY: removed the mirrored master registration", "broker", BrokerString(id, -1))
 	return nil

@@ -312,7 +312,8 @@ func TestMirrorOfASupersededMasterRegistersNothing(t *testing.T) {
 // topics-pub/<topic> change in one step (cversion +3: a delete and two
 // creates), not two (before, the old master's slave entry was created on
 // its own afterwards, and MetaQ 1.4.6's Java producer dropped its
-// connection at each). Removing the mirror removes that entry too.
+// connection at each). Mastership moved back, the mirror removed, that
+// entry stays: the children change once then too.
 func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
 	root := testRoot(t)
 	cleanupRoot(t, root)
@@ -379,18 +380,24 @@ func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
 	if n := cversion() - mid; n != 0 {
 		t.Errorf("a second Mirror changed topics-pub/orders' children %d times", n)
 	}
-	// The mirror removed: its nodes go, and the slave writes its own entry
-	// (watchBorrowed).
+	// Back to bj (a switchover back): bj replaces the mirror's master
+	// entry in one step, then the mirror is removed; it leaves the slave
+	// entry it kept there, where removing it would change the children
+	// once more.
+	mid = cversion()
+	if taken, err := old.TakeMasterNode(ctx, mirror.SessionID()); err != nil || !taken {
+		t.Fatalf("TakeMasterNode = %v %v", taken, err)
+	}
+	if err := old.BecomeMaster(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := mirror.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1}}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if ok, err := old.Owns(ctx, pub+"/0-s1"); err != nil || !ok {
-			return fmt.Errorf("topics-pub/orders/0-s1 is not the slave's own: %v %v", ok, err)
-		}
-		if ok, _, err := old.Exists(ctx, pub+"/0-m"); err != nil || ok {
-			return fmt.Errorf("topics-pub/orders/0-m is still there: %v", err)
-		}
-		return nil
-	})
+	if n := cversion() - mid; n != 2 {
+		t.Errorf("back to bj: topics-pub/orders children changed %d times, want 2 (one delete and one create, in one step)", n)
+	}
+	if ok, err := old.Owns(ctx, pub+"/0-m"); err != nil || !ok {
+		t.Errorf("topics-pub/orders/0-m is not bj's after it took mastership back: %v %v", ok, err)
+	}
 }
