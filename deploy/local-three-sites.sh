@@ -165,6 +165,7 @@ zk.zkConnect=127.0.0.1:$(zk_port "$s")
 
 [site]
 name=$s
+forwardPuts=true
 dashboardAddr=127.0.0.1:$(dash_port "$h")
 token=$token
 

@@ -120,6 +120,7 @@ func (s *Server) blocks() []block {
 			{"autoFailover", btoa(s.Replication.AutoFailover)},
 			{"autoFailoverAfterMs", ms(s.Replication.AutoFailoverAfter)},
 			{"handoverHoldMs", ms(s.Replication.HandoverHold)},
+			{"promoteFinishTimeoutMs", ms(s.Replication.PromoteFinishTimeout)},
 			{"handoverHoldBytes", strconv.FormatInt(s.Replication.HandoverHoldBytes, 10)},
 			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
 		}},

@@ -46,6 +46,7 @@ const (
 	DefaultStuckAfter                = 30 * time.Second
 	DefaultLease                     = 4 * time.Second
 	DefaultAutoFailoverAfter         = 30 * time.Second
+	DefaultPromoteFinishTimeout      = 5 * time.Minute // promoteFinishTimeoutMs
 	// A put a master holds while it hands over waits at most this long
 	// for the new master: below the 3 s MetaQ's Java producer waits for
 	// an answer, so that no held put is answered after its client gave up.
@@ -711,6 +712,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
 		HandoverHold:         r.millis("handoverHoldMs", DefaultHandoverHold, 0),
 		HandoverHoldBytes:    r.integer("handoverHoldBytes", DefaultHandoverHoldBytes, 0, math.MaxInt64),
+		PromoteFinishTimeout: r.millis("promoteFinishTimeoutMs", DefaultPromoteFinishTimeout, 1000),
 
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}

@@ -347,6 +347,12 @@ type Replication struct {
 	// Off, such a request is refused: anyone who reaches the replication
 	// port could otherwise move mastership across sites.
 	AllowUnauthenticatedSwitchover bool
+	// PromoteFinishTimeout (promoteFinishTimeoutMs, default 300000, at
+	// least 1000) is how long a site keeps finishing a promotion whose step
+	// after the raise of the generation failed (taking the master node,
+	// registering, a disk that stays full) before it gives the promotion
+	// up, stops what it started and takes no puts.
+	PromoteFinishTimeout time.Duration
 }
 
 // Limits is the optional [limits] section: what one client, or many, may

@@ -59,6 +59,18 @@ type MasterMirror struct {
 	// registry's Options.Site is written, so that every ensemble names the
 	// site that holds the generation.
 	Raiser Raiser
+	// LeaveSlave, when set, is the slaveId a master handing over to this
+	// one takes in this ensemble (a switchover; set only for the ensemble
+	// of the site that handed over). Where a topic's master entry under
+	// topics-pub is still another session's, it is replaced together with
+	// the creation of that slave's entry, in one multi, which the old
+	// master then finds and leaves as it is (it borrows it, as in one
+	// shared ensemble: see writeTopicLocked): the topic's children change
+	// once in that ensemble, not twice (the replacement, then the old
+	// master's slave entry). That entry stays while this session lives,
+	// also once this registration is no master's (see unmirror). MetaQ 1.4.6's Java producer drops its
+	// connection, and fails the put in flight on it, at every change.
+	LeaveSlave *int
 }
 
 // takeSupersededMasterLocked removes the brokerId's master node from this
@@ -181,6 +193,11 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	}
 	for name, t := range m.Topics {
 		want := topicReg{numPartitions: t.NumPartitions, acceptPublish: t.AcceptPublish, acceptSub: t.AcceptSubscribe}
+		if m.LeaveSlave != nil && want.acceptPublish {
+			if err := r.replacePubLeavingSlaveLocked(ctx, name, want, *m.LeaveSlave); err != nil {
+				return err
+			}
+		}
 		old, known := r.state.topics[name]
 		if known && old == want && !fresh {
 			// Written already; an entry removed behind this session's
@@ -233,6 +250,57 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	return nil
 }
 
+// replacePubLeavingSlaveLocked replaces topic's master entry under
+// topics-pub when another session holds it (the master handing over) with
+// this session's, and creates in the same multi the entry of slaveID (the
+// slaveId the old master takes) when missing; that entry is kept as
+// keptPub is for a master's own registry, and deleted with the topic's
+// entries. Nothing is done when the entry is missing or already this
+// session's, or when the slave's entry exists; a multi that fails because
+// a node changed meanwhile is left to writeTopicLocked, which replaces the
+// master entry alone.
+func (r *Registry) replacePubLeavingSlaveLocked(ctx context.Context, topic string, t topicReg, slaveID int) error {
+	if slaveID < 0 {
+		return nil
+	}
+	_, pub, _ := r.topicPaths(topic)
+	_, st, err := r.Get(ctx, pub)
+	if errors.Is(err, ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registry: mirror: read %s: %w", pub, err)
+	}
+	if st.EphemeralOwner == r.conn.SessionID() {
+		return nil
+	}
+	slave := r.paths.TopicsPub() + "/" + topic + "/" + BrokerString(r.opts.BrokerID, slaveID)
+	if ok, _, err := r.Exists(ctx, slave); err != nil || ok {
+		return err
+	}
+	masterJS := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, -1)))
+	slaveJS := []byte(TopicJSON(t.numPartitions, BrokerString(r.opts.BrokerID, slaveID)))
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Multi(&zk.DeleteRequest{Path: pub, Version: st.Version},
+			&zk.CreateRequest{Path: pub, Data: masterJS, Acl: openACL, Flags: zk.FlagEphemeral},
+			&zk.CreateRequest{Path: slave, Data: slaveJS, Acl: openACL, Flags: zk.FlagEphemeral})
+		return err
+	})
+	switch {
+	case err == nil:
+		if r.state.keptPub == nil {
+			r.state.keptPub = make(map[string]string)
+		}
+		r.state.keptPub[topic] = slave
+		r.log.Info("REGISTRY: replaced the master's topic entry and left one for the slave it becomes", "topic", topic, "slave", BrokerString(r.opts.BrokerID, slaveID))
+		return nil
+	case errors.Is(err, ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, ErrNodeExists):
+		return nil
+	default:
+		return fmt.Errorf("registry: mirror: replace %s: %w", pub, err)
+	}
+}
+
 // mirrorReplicationLocked makes path hold addr as a node of this session
 // ("" removes ours). It reads the node every time: another broker's clean
 // stop deletes the node without looking whose it is.
@@ -268,6 +336,11 @@ func (r *Registry) unmirror(ctx context.Context) error {
 		legacy, pub, sub := r.topicPaths(topic)
 		paths = append(paths, legacy, pub, sub)
 	}
+	// The slave entries LeaveSlave created stay (keptPub): the old master
+	// borrows them, and when mastership moves back it takes its master
+	// entry again in one step; deleting them here would change the
+	// topics' children once more. They go with this session, or with
+	// their topic.
 	var errs []error
 	for _, p := range paths {
 		errs = append(errs, r.deleteOwned(ctx, p))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -335,5 +336,103 @@ func TestMirrorWritesTheGenerationsRaiser(t *testing.T) {
 	}
 	if g, got, err := obs.GenerationRaiser(ctx, 0); err != nil || g != 3 || got.Site != "hf" {
 		t.Fatalf("after the mirror: generation %d raised by %+v (%v), want 3 raised by hf", g, got, err)
+	}
+}
+
+// TestMirrorLeavesTheOldMastersSlaveEntry: with one ensemble per site, the
+// new master's mirror in the ensemble of the site that handed over
+// (MasterMirror.LeaveSlave) replaces the old master's topics-pub entry and
+// creates the entry of the slave the old master becomes in one multi; the
+// old master, becoming that slave, leaves it as it is. The children of
+// topics-pub/<topic> change in one step (cversion +3: a delete and two
+// creates), not two (before, the old master's slave entry was created on
+// its own afterwards, and MetaQ 1.4.6's Java producer dropped its
+// connection at each). Mastership moved back, the mirror removed, that
+// entry stays: the children change once then too.
+func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	oldOpts := testOptions(t, root)
+	oldOpts.Port = 9000
+	old := newRegistry(t, oldOpts)
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
+		t.Fatal(err)
+	}
+	pub := root + "/brokers/topics-pub/orders"
+	cversion := func() int32 {
+		t.Helper()
+		_, st, err := old.Get(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Cversion
+	}
+	before := cversion()
+	slaveID := 1
+	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}},
+		Generation: 1, LeaveSlave: &slaveID}
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.BecomeSlave(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := old.Children(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(kids)
+	if !slices.Equal(kids, []string{"0-m", "0-s1"}) {
+		t.Fatalf("topics-pub/orders = %v, want [0-m 0-s1]", kids)
+	}
+	if n := cversion() - before; n != 3 {
+		t.Errorf("topics-pub/orders children changed %d times, want 3 (one multi: a delete and two creates)", n)
+	}
+	for _, name := range []string{"0-m", "0-s1"} {
+		if ok, err := mirror.Owns(ctx, pub+"/"+name); err != nil || !ok {
+			t.Errorf("topics-pub/orders/%s is not the mirror's: %v %v", name, ok, err)
+		}
+	}
+	if data, _, err := old.Get(ctx, pub+"/0-s1"); err != nil || string(data) != TopicJSON(2, "0-s1") {
+		t.Errorf("topics-pub/orders/0-s1 = %q %v", data, err)
+	}
+	// A later Mirror changes nothing there.
+	mid := cversion()
+	if err := mirror.Mirror(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if n := cversion() - mid; n != 0 {
+		t.Errorf("a second Mirror changed topics-pub/orders' children %d times", n)
+	}
+	// Back to bj (a switchover back): bj replaces the mirror's master
+	// entry in one step, then the mirror is removed; it leaves the slave
+	// entry it kept there, where removing it would change the children
+	// once more.
+	mid = cversion()
+	if taken, err := old.TakeMasterNode(ctx, mirror.SessionID()); err != nil || !taken {
+		t.Fatalf("TakeMasterNode = %v %v", taken, err)
+	}
+	if err := old.BecomeMaster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mirror.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := cversion() - mid; n != 2 {
+		t.Errorf("back to bj: topics-pub/orders children changed %d times, want 2 (one delete and one create, in one step)", n)
+	}
+	if ok, err := old.Owns(ctx, pub+"/0-m"); err != nil || !ok {
+		t.Errorf("topics-pub/orders/0-m is not bj's after it took mastership back: %v %v", ok, err)
 	}
 }

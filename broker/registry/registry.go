@@ -181,7 +181,8 @@ type regState struct {
 	topics   map[string]topicReg
 	// keptPub: topic -> this broker's slave entry under topics-pub, left in
 	// place when it became master (switchRoleLocked) for the old master,
-	// which takes its slaveId; deleted with the topic's other entries.
+	// which takes its slaveId, or created by a mirror for the old master
+	// (MasterMirror.LeaveSlave); deleted with the topic's other entries.
 	keptPub map[string]string
 	// borrowed: this slave's topics-pub entries that another session's
 	// node holds, each watched until it is this broker's (borrowLocked).

@@ -22,7 +22,9 @@ func reportCall(ctx context.Context, c *common, path string, q url.Values, show 
 	if err != nil {
 		return err
 	}
-	body, err := ctl.NewAdmin(cfg).Do(ctx, "POST", path, q)
+	// The client waits as long as the server may (promote -wait, the
+	// finisher's and the followers' waits), not a fixed minute.
+	body, err := ctl.NewAdmin(cfg).DoWithin(ctx, bundle.AdminCallBound(cfg, "POST", path, q), "POST", path, q)
 	if err != nil {
 		return err // it carries the endpoint's answer
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,4 +245,44 @@ func (a *Admin) repair(w http.ResponseWriter, r *http.Request) {
 	if len(done) == 0 {
 		fmt.Fprintf(w, "%s-%d has no damaged range\n", topic, part)
 	}
+}
+
+// switchoverCallTimeout bounds POST /switchover's switchover (the followers'
+// wait comes after it).
+const switchoverCallTimeout = time.Minute
+
+// AdminCallBound is how long the admin endpoint of a bundle running cfg may
+// take to answer method path?query by its own bounds, 0 for a call that
+// waits for nothing; a client waits at least that long, plus a margin of
+// its own, before it gives up (`metaq-server promote -wait` at deploy/'s
+// 30 s ZooKeeper session takes longer than a fixed minute):
+//
+//   - POST /promote: the raise of the generation (10 s), the wait for the
+//     master node another session holds (up to zk.zkSessionTimeoutMs;
+//     twice with wait=true, which waits for that session to expire first),
+//     the background finisher's finishWait (default 20 s) and the
+//     followers' followWait (default 10 s);
+//   - POST /switchover: the switchover (1 minute) and followWait.
+func AdminCallBound(cfg *config.Server, method, path string, query url.Values) time.Duration {
+	if method != http.MethodPost {
+		return 0
+	}
+	wait := func(key string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(query.Get(key)); err == nil && d >= 0 {
+			return d
+		}
+		return def
+	}
+	follow := wait("followWait", defaultFollowWait)
+	switch path {
+	case "/promote":
+		session := cfg.ZooKeeper.SessionTimeout
+		if ok, _ := strconv.ParseBool(query.Get("wait")); ok {
+			session *= 2
+		}
+		return raiseTimeout + session + wait("finishWait", defaultFinishWait) + follow
+	case "/switchover":
+		return switchoverCallTimeout + follow
+	}
+	return 0
 }

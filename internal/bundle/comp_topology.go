@@ -197,6 +197,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		views.master = func() registry.MasterMirror { return b.masterMirror(static) }
 		views.generation = func() uint64 { return b.masterGeneration(static) }
 		views.paused = func() bool { return b.failover.role.Busy() == siterole.HandingOver }
+		views.leaveSlave = b.handoverSlaveEntry
 		c.wg.Add(2)
 		go func() {
 			defer c.wg.Done()

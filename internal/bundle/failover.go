@@ -53,6 +53,9 @@ type failoverState struct {
 	handovers sync.WaitGroup
 	// remote are switchovers slave sites asked this master for.
 	remote remoteSwitchovers
+	// handedFrom is the master that last handed mastership over to this
+	// site (a switchover), nil without one (handoverSlaveEntry).
+	handedFrom *handoverOrigin
 	// rejoinWake wakes runRejoin; stopRejoin ends it (closeFailover).
 	rejoinWake chan struct{}
 	stopRejoin func()
@@ -545,13 +548,66 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 	f.handovers.Add(1)
 	go func() {
 		defer f.handovers.Done()
+		origin := b.handoverOriginNow()
+		f.mu.Lock()
+		f.handedFrom = origin
+		f.mu.Unlock()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
 		if err != nil {
+			f.mu.Lock()
+			if f.handedFrom == origin {
+				f.handedFrom = nil
+			}
+			f.mu.Unlock()
 			b.log.Error("FAILOVER: taking over from the master failed", "at", pos, "err", err)
 			return
 		}
 		b.log.Warn("FAILOVER: took over from the master (switchover)", "generation", rep.Generation, "at", pos, "took", rep.Took)
 	}()
+}
+
+// handoverOrigin is the master that hands mastership over to this site:
+// its site, the slaveId it takes (the one this site leaves), and the
+// generation the handover makes this site master of.
+type handoverOrigin struct {
+	site    string
+	slaveID int
+	gen     uint64
+}
+
+// handoverOriginNow is the master this slave site follows, as gossip
+// names its site, and this site's slaveId; nil when either is not known.
+func (b *Bundle) handoverOriginNow() *handoverOrigin {
+	sl := b.SlaveConfig()
+	tc := compOf[*topologyComponent](b)
+	if sl == nil || tc == nil || tc.Topology() == nil {
+		return nil
+	}
+	m, ok := tc.Topology().Master(b.Config().System.BrokerID)
+	if !ok || m.Meta.Site == "" || m.Meta.Site == b.Config().Site.Name {
+		return nil
+	}
+	id, err := b.identity()
+	if err != nil {
+		return nil
+	}
+	return &handoverOrigin{site: m.Meta.Site, slaveID: sl.SlaveID, gen: id.Generation() + 1}
+}
+
+// handoverSlaveEntry reports, for the ensemble of site, the slaveId whose
+// topics-pub entry this master leaves there when it replaces the old
+// master's entries (registry.MasterMirror.LeaveSlave): only for the site
+// of the master that handed over to it, and only while this site's
+// generation is the handover's (not after a later promotion).
+func (b *Bundle) handoverSlaveEntry(site string) (int, bool) {
+	f := &b.failover
+	f.mu.Lock()
+	o := f.handedFrom
+	f.mu.Unlock()
+	if o == nil || o.site != site || f.role.Current().Generation > o.gen {
+		return 0, false
+	}
+	return o.slaveID, true
 }
 
 // SwitchoverReport is what `metaq-server switchover` prints.
@@ -709,7 +765,7 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	rep.Generation = gen
 	s.ObserveGeneration(gen, seenAt)
 	if hold != nil {
-		hold.Forward(b.newMasterAddr)
+		hold.Forward(b.heldPutsTarget(gen))
 		// Producers that have not seen the new master in ZooKeeper yet
 		// still reach this broker for a while after it follows.
 		defer hold.EndAfter(b.Config().Replication.HandoverHold)
@@ -795,6 +851,65 @@ func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	return h
 }
 
+// heldPutsZKWait bounds each read of the master node in ZooKeeper when
+// gossip does not name the new master yet: a ZooKeeper this site does not
+// reach must not keep a held put from its new master for its whole bound.
+const heldPutsZKWait = 500 * time.Millisecond
+
+// heldPutsTarget is where the puts held during a switchover go: the MetaQ
+// address of the master of generation gen or newer as gossip names it (no
+// ZooKeeper needed: the old master may have lost its ensemble, or run
+// without one), else as this brokerId's master node in ZooKeeper names it
+// (newMasterAddr).
+//
+// The replication link to the new master is not used: the new master
+// leaves it when it takes over (it disconnects from this master's shipper),
+// and the link this site then opens to it as a slave carries the log from
+// master to slave only. Gossip names the new master's MetaQ address (the
+// one its producers use), which this broker reaches as the new master's
+// gateway links and producers do.
+func (b *Bundle) heldPutsTarget(gen uint64) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		if addr, ok := b.gossipMasterAddr(gen); ok {
+			return addr, nil
+		}
+		if b.Registry == nil {
+			return "", fmt.Errorf("no ZooKeeper, and gossip names no master of generation %d yet", gen)
+		}
+		zctx, cancel := context.WithTimeout(ctx, heldPutsZKWait)
+		defer cancel()
+		addr, err := b.newMasterAddr(zctx)
+		if err != nil {
+			return "", fmt.Errorf("gossip names no master of generation %d yet, and ZooKeeper: %w", gen, err)
+		}
+		return addr, nil
+	}
+}
+
+// gossipMasterAddr is the MetaQ address (host:port) of the master of this
+// brokerId of generation gen or newer that gossip knows, when it is not
+// this broker.
+func (b *Bundle) gossipMasterAddr(gen uint64) (string, bool) {
+	tc := compOf[*topologyComponent](b)
+	if tc == nil || tc.Topology() == nil {
+		return "", false
+	}
+	m, ok := tc.Topology().Master(b.Config().System.BrokerID)
+	if !ok || m.Meta.Generation < gen || m.Meta.ServeURL == "" || m.Meta.ServeURL == b.Broker.URL() {
+		return "", false
+	}
+	return metaqHostPort(m.Meta.ServeURL), true
+}
+
+// metaqHostPort is the host:port of a meta://host:port[?...] url.
+func metaqHostPort(url string) string {
+	addr := strings.TrimPrefix(url, "meta://")
+	if i := strings.IndexByte(addr, '?'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr
+}
+
 // newMasterAddr is the MetaQ address (host:port) of the master this
 // brokerId's node in ZooKeeper names, once it is not this broker: where
 // the puts held during a switchover go.
@@ -810,11 +925,7 @@ func (b *Bundle) newMasterAddr(ctx context.Context) (string, error) {
 	if url == "" || url == b.Broker.URL() {
 		return "", errors.New("the new master has not registered yet")
 	}
-	addr := strings.TrimPrefix(url, "meta://")
-	if i := strings.IndexByte(addr, '?'); i >= 0 {
-		addr = addr[:i]
-	}
-	return addr, nil
+	return metaqHostPort(url), nil
 }
 
 // Demotion says whom a former master follows.
@@ -939,7 +1050,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), switchoverCallTimeout)
 	defer cancel()
 	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
 	if err != nil {

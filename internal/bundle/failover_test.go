@@ -263,7 +263,7 @@ func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
 
 // wantFollowsByteIdentical waits until follower holds leader's whole log
 // of topic and checks both hold the same bytes in every partition.
-func wantFollowsByteIdentical(t *testing.T, leader, follower *Bundle, topic string) {
+func wantFollowsByteIdentical(t testing.TB, leader, follower *Bundle, topic string) {
 	t.Helper()
 	waitCaughtUp(t, leader, follower, topic, 20*time.Second)
 	// Equal ends are not equal bytes: a follower that has not cut a

@@ -48,7 +48,7 @@ func viewClient(t *testing.T, s *sites, site string) *client.Client {
 
 // waitViewAt waits until site's view names site's own bundle as the master
 // of brokerId 0.
-func waitViewAt(t *testing.T, s *sites, site string) {
+func waitViewAt(t testing.TB, s *sites, site string) {
 	t.Helper()
 	zc := zkClient(t, &testEnv{zk: s.zks[site], root: s.zkRoot})
 	want := s.site(site).Broker.URL()

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -172,4 +173,72 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 	total := checkAcksAt(t, prods, s.site("hf"), "hf")
 	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged by two producers, %d failed", rep.WritesStopped, total, len(prods[0].errs)+len(prods[1].errs))
 	s.converged("orders")
+}
+
+// TestSwitchoverPassesHeldPutsOnWithoutZooKeeper: bj loses its ZooKeeper
+// just as it hands over to hf (its ensemble cut off; the producers' and the
+// other sites' are not). The puts that reach bj while it hands over are
+// still passed on to hf, whose MetaQ address gossip names (before, bj read
+// it from its master node in ZooKeeper alone, and every held put was
+// answered 503, not stored, when its bound ran out): no send of producers
+// that send one put at a time without client retries fails, and every
+// acknowledged put is at hf where its producer was told.
+func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := []*syncProducer{{name: "p1"}, {name: "p2"}}
+	for _, p := range prods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.run(ctx, s, "bj", "orders")
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	waitProduced := func(since time.Time, n int) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+			for _, p := range prods {
+				if got := p.ackedSince(since); got < n {
+					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
+				}
+			}
+			return nil
+		})
+	}
+	waitProduced(time.Time{}, 20)
+	bj, hf := s.site("bj"), s.site("hf")
+	s.cutZK("bj")
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := bj.Switchover(sctx, "hf", "")
+		done <- err
+	}()
+	// hf takes over and registers; the producers move to it through
+	// ZooKeeper, and what they sent to bj meanwhile reached hf through bj.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if hf.promotedShipper() == nil {
+			return errors.New("hf has not taken over yet")
+		}
+		return nil
+	})
+	waitProduced(time.Now(), 20)
+	s.healZK("bj")
+	select {
+	case err := <-done:
+		t.Logf("switchover with bj's ZooKeeper cut off: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the switchover did not return")
+	}
+	stop()
+	wg.Wait()
+	total := checkAcksAt(t, prods, hf, "hf")
+	t.Logf("%d puts acknowledged in all, %d failed; %s since the command", total, len(prods[0].errs)+len(prods[1].errs), time.Since(start))
 }

@@ -40,7 +40,7 @@ const javaDebugEnv = "METAQ_JAVA_DEBUG"
 const javaGroup = "java-failover"
 
 // javaClasspath is the Java client's and driver's classpath, or skips.
-func javaClasspath(t *testing.T) string {
+func javaClasspath(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv(javaClientEnv)
 	if dir == "" {
@@ -73,7 +73,7 @@ type javaDriver struct {
 
 // startJava starts class of the driver and waits until it is ready (the
 // client connected to ZooKeeper and, for a consumer, subscribed).
-func startJava(t *testing.T, cp, class string, args ...string) *javaDriver {
+func startJava(t testing.TB, cp, class string, args ...string) *javaDriver {
 	t.Helper()
 	d := &javaDriver{name: class, errLog: filepath.Join(t.TempDir(), class+".stderr"),
 		ready: make(chan struct{}), exited: make(chan struct{})}
@@ -196,7 +196,7 @@ func (a javaAck) payload() string {
 }
 
 // acks parses the producer's "ack SEQ MSGID PARTITION OFFSET ATTEMPTS MILLIS".
-func (d *javaDriver) acks(t *testing.T) []javaAck {
+func (d *javaDriver) acks(t testing.TB) []javaAck {
 	t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -281,7 +281,7 @@ func (s *javaSites) startClients(t *testing.T, n int) (prod, cons *javaDriver) {
 }
 
 // waitAcks waits until the producer has n acknowledgements after since.
-func waitAcks(t *testing.T, prod *javaDriver, n int, since time.Time) {
+func waitAcks(t testing.TB, prod *javaDriver, n int, since time.Time) {
 	t.Helper()
 	testutil.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
 		got := 0
@@ -325,7 +325,7 @@ func checkAcked(b *Bundle, topic string, acks []javaAck) []javaAck {
 // after it the first acknowledgement of a record the new master stored
 // (beyond its partition ends at the promotion, and there) came, and the
 // longest gap between two acknowledgements.
-func stall(t *testing.T, newMaster *Bundle, topic string, acks []javaAck, from time.Time) (firstAtNew, maxGap time.Duration) {
+func stall(t testing.TB, newMaster *Bundle, topic string, acks []javaAck, from time.Time) (firstAtNew, maxGap time.Duration) {
 	t.Helper()
 	id, err := newMaster.identity()
 	if err != nil {

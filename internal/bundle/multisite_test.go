@@ -18,7 +18,7 @@ import (
 // wanDelay is the one-way delay of the emulated WAN between sites.
 const wanDelay = 30 * time.Millisecond
 
-func wanProxy(t *testing.T, target string) *netproxy.Proxy {
+func wanProxy(t testing.TB, target string) *netproxy.Proxy {
 	t.Helper()
 	p, err := netproxy.New(target)
 	if err != nil {

@@ -103,7 +103,8 @@ type Options struct {
 
 	// PromoteFinishTimeout bounds the background finisher of a promotion
 	// that failed after it raised the generation: past it the site gives
-	// the promotion up (promote_finish.go); default 5 minutes.
+	// the promotion up (promote_finish.go); 0 takes [replication]
+	// promoteFinishTimeoutMs (default 5 minutes).
 	PromoteFinishTimeout time.Duration
 
 	// Components are started after the built-in ones (see components.go).

@@ -29,8 +29,8 @@ import (
 // since): then it undoes what it did, and the site follows that master
 // (abandonPromotion). Status reports the pending promotion.
 //
-// The finisher has an overall bound (Options.PromoteFinishTimeout, 5
-// minutes by default): a step that keeps failing (a disk that stays full)
+// The finisher has an overall bound (Options.PromoteFinishTimeout, else
+// [replication] promoteFinishTimeoutMs, 5 minutes by default): a step that keeps failing (a disk that stays full)
 // must not leave the brokerId without a master for good. Past the bound
 // the site gives up (giveUpPromotion): it stops what the promotion
 // started, takes no puts, marks the generation abandoned in ZooKeeper
@@ -56,9 +56,14 @@ const (
 // background (awaitPromotionFinish).
 var ErrPromotionPending = errors.New("the promotion is being finished in the background")
 
-// promoteFinishTimeout is how long the finisher retries before it gives up.
+// promoteFinishTimeout is how long the finisher retries before it gives
+// up: Options.PromoteFinishTimeout when set, else [replication]
+// promoteFinishTimeoutMs.
 func (b *Bundle) promoteFinishTimeout() time.Duration {
 	if d := b.opts.PromoteFinishTimeout; d > 0 {
+		return d
+	}
+	if d := b.Config().Replication.PromoteFinishTimeout; d > 0 {
 		return d
 	}
 	return defaultPromoteFinishTimeout

@@ -55,7 +55,7 @@ type sitesSpec struct {
 // to expire), restart one by its unit's command, promote, switch over,
 // produce through a site's ZooKeeper, and wait for every site to converge.
 type sites struct {
-	t      *testing.T
+	t      testing.TB
 	spec   sitesSpec
 	dir    string
 	shared string
@@ -77,7 +77,7 @@ type sites struct {
 
 // newSites starts the deployment spec describes, the master first, and
 // waits until every slave site holds the master's log.
-func newSites(t *testing.T, spec sitesSpec) *sites {
+func newSites(t testing.TB, spec sitesSpec) *sites {
 	t.Helper()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {

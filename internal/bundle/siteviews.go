@@ -54,6 +54,10 @@ type siteViews struct {
 	// master replaces them (awaitTopicsTaken), so that no ensemble lists a
 	// topic without partitions in between.
 	paused func() bool
+	// leaveSlave, when set, is the slaveId the master that handed over to
+	// this one takes, when site is that master's site
+	// (registry.MasterMirror.LeaveSlave); ok false otherwise.
+	leaveSlave func(site string) (slaveID int, ok bool)
 
 	mu     sync.Mutex
 	remote map[string]*remoteEnsemble // by site
@@ -264,6 +268,11 @@ func (s *siteViews) mirror(ctx context.Context, site string, r *remoteEnsemble, 
 		m = s.master()
 		if m.Generation > 0 {
 			m.Raiser = s.raiserOf(mctx, m.Generation)
+		}
+		if s.leaveSlave != nil && m.Master() {
+			if id, ok := s.leaveSlave(site); ok {
+				m.LeaveSlave = &id
+			}
 		}
 		err = reg.Mirror(mctx, m)
 	}

@@ -75,7 +75,7 @@ type Admin struct {
 // data directory (cfg's dataPath, after any -data override).
 func NewAdmin(cfg *config.Server) *Admin {
 	if base := AdminURL(cfg); base != "" {
-		return &Admin{Base: base, Where: base, Token: cfg.Site.Token, HTTP: &http.Client{Timeout: 60 * time.Second}}
+		return &Admin{Base: base, Where: base, Token: cfg.Site.Token, HTTP: &http.Client{Timeout: AdminTimeout}}
 	}
 	sock := cfg.System.AdminSocket()
 	tr := &http.Transport{
@@ -84,7 +84,24 @@ func NewAdmin(cfg *config.Server) *Admin {
 		},
 	}
 	return &Admin{Base: "http://admin", Where: "unix:" + sock, Token: cfg.Site.Token,
-		HTTP: &http.Client{Timeout: 60 * time.Second, Transport: tr}}
+		HTTP: &http.Client{Timeout: AdminTimeout, Transport: tr}}
+}
+
+// AdminTimeout is how long an admin call waits for its answer, unless the
+// call asks for longer (DoWithin). A variable for tests.
+var AdminTimeout = 60 * time.Second
+
+// AdminMargin is what a client adds to the server's own bound of a call
+// (DoWithin): the time to send and read it, and a loaded host.
+const AdminMargin = 30 * time.Second
+
+// DoWithin is Do for a call the server may take up to bound to answer (its
+// own waits, as the command asked for them): the client waits bound plus
+// AdminMargin, and never less than AdminTimeout.
+func (a *Admin) DoWithin(ctx context.Context, bound time.Duration, method, path string, query url.Values) (string, error) {
+	c := *a.HTTP
+	c.Timeout = max(c.Timeout, bound+AdminMargin)
+	return (&Admin{Base: a.Base, Where: a.Where, Token: a.Token, HTTP: &c}).Do(ctx, method, path, query)
 }
 
 // Do sends method path?query and returns the body; a non-2xx answer is an error.
