@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 )
 
 const (
@@ -408,7 +409,7 @@ func (s *Store) upgradeV2(c *checkpoint) error {
 			}
 		}
 		g.idxN = cg.idxN
-		if err := s.writeFooter(g, foot[i]); err != nil {
+		if err := s.writeFooter(g, foot[i], true); err != nil {
 			return err
 		}
 		cg.sealed, cg.footN, cg.footCRC = true, g.footN, g.footCRC
@@ -551,18 +552,53 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 // writeCheckpoint records the state at the writer's position. Only the
 // writer goroutine (or Close after it stopped) calls it, after a sync, so
 // the state is consistent and the position durable. Every tail is written
-// out as a block first and the active .idx fdatasynced, so the checkpoint
-// vouches only for index entries on disk.
+// out as a block first and the active .idx fdatasynced before the file is
+// written, so the checkpoint vouches only for index entries on disk.
 func (s *Store) writeCheckpoint() error {
-	w := &s.w
-	if s.noCheckpoint.Load() {
-		return nil
-	}
-	if err := s.flushTails(w.active); err != nil {
+	job, err := s.buildCheckpoint(nil)
+	if err != nil || job == nil {
 		return err
 	}
-	if err := w.active.idx.Datasync(); err != nil {
-		return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(w.active.path), err)
+	return s.storeCheckpoint(job)
+}
+
+// ckptWriter orders the checkpoint files: a roll's checkpoint is built by
+// the writer (a snapshot of the state at its position) and written by a
+// goroutine of its own, so the writer does not wait for its encoding,
+// the fdatasyncs of the .idx files it vouches for and its file's; a
+// checkpoint written synchronously (a retention's, Close's) or a removal
+// (dropCheckpoint) waits for one being written, and a checkpoint older
+// than the last written is dropped.
+type ckptWriter struct {
+	// mu is held while a checkpoint file is written or removed. It comes
+	// after partition.mu (dropCheckpoint is called under it) and before a
+	// segment's idxMu and healthMu.
+	mu      sync.Mutex
+	written uint64 // under mu: seq of the last checkpoint written
+	seq     uint64 // the writer's: seq of the last checkpoint built
+	wg      sync.WaitGroup
+}
+
+// ckptJob is a checkpoint built by the writer, to be written: the .idx
+// files of syncIdx are fdatasynced first (the active segment's, and at a
+// roll the sealed one's footer).
+type ckptJob struct {
+	c       *checkpoint
+	seq     uint64
+	syncIdx []*segment
+}
+
+// buildCheckpoint writes every tail out as blocks of the active .idx and
+// snapshots the state at the writer's position (see writeCheckpoint); nil
+// when checkpoints are off. sealed, when not nil, is the segment a roll
+// just sealed, whose footer is made durable with the checkpoint.
+func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
+	w := &s.w
+	if s.noCheckpoint.Load() {
+		return nil, nil
+	}
+	if err := s.flushTails(w.active); err != nil {
+		return nil, err
 	}
 	c := &checkpoint{pos: w.pos}
 	segIdx := make(map[*segment]uint32)
@@ -609,10 +645,40 @@ func (s *Store) writeCheckpoint() error {
 		c.parts = append(c.parts, cp)
 	}
 	s.mu.RUnlock()
+	s.ckpt.seq++
+	job := &ckptJob{c: c, seq: s.ckpt.seq, syncIdx: []*segment{w.active}}
+	if sealed != nil {
+		job.syncIdx = append(job.syncIdx, sealed)
+	}
+	return job, nil
+}
+
+// storeCheckpoint makes job's .idx files durable, then encodes and writes
+// its checkpoint, unless a newer one was written meanwhile or checkpoints
+// were turned off (dropCheckpoint). Any goroutine may call it.
+func (s *Store) storeCheckpoint(job *ckptJob) error {
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	if job.seq <= s.ckpt.written || s.noCheckpoint.Load() {
+		return nil
+	}
+	for _, g := range job.syncIdx {
+		g.idxMu.RLock()
+		var err error
+		if !g.removed {
+			err = g.idx.Datasync()
+		}
+		g.idxMu.RUnlock()
+		if err != nil {
+			return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(g.path), err)
+		}
+	}
+	c := job.c
 	sort.Slice(c.parts, func(i, j int) bool { return c.parts[i].pid < c.parts[j].pid })
 	if err := writeFileAtomic(s.fs, filepath.Join(s.dir, ckptName), encodeCheckpoint(c)); err != nil {
 		return fmt.Errorf("store: write checkpoint: %w", err)
 	}
+	s.ckpt.written = job.seq
 	return nil
 }
 
@@ -638,7 +704,11 @@ func (s *Store) partitionList() []*partition {
 // block in it, and the file is made durable; each partition's blocks in g
 // then become one span. So no index entry refers to a sealed segment from
 // memory alone, and memory keeps nothing per block of a sealed segment.
-func (s *Store) sealed(g *segment) error {
+//
+// With durable false (a roll) the footer is not fdatasynced here: the
+// roll's checkpoint, the first to vouch for it, syncs it before it is
+// written (storeCheckpoint).
+func (s *Store) sealed(g *segment, durable bool) error {
 	if g.sealed {
 		return nil
 	}
@@ -656,7 +726,7 @@ func (s *Store) sealed(g *segment) error {
 		}
 		p.mu.RUnlock()
 	}
-	if err := s.writeFooter(g, fbs); err != nil {
+	if err := s.writeFooter(g, fbs, durable); err != nil {
 		return err
 	}
 	for _, p := range ps {
@@ -681,17 +751,37 @@ func (s *Store) sealed(g *segment) error {
 	return nil
 }
 
-// afterRoll is called by the writer once a new segment started.
-func (s *Store) afterRoll() {
-	if err := s.writeCheckpoint(); err != nil {
+// afterRoll is called by the writer once a new segment started, sealed
+// being the one it sealed (its footer not yet fdatasynced): the writer
+// builds a checkpoint, and a goroutine of the store's writes it. Until it
+// is written the previous checkpoint stands, which a start-up can use as
+// it could before the roll.
+func (s *Store) afterRoll(sealed *segment) {
+	job, err := s.buildCheckpoint(sealed)
+	if err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
+		return
 	}
+	if job == nil {
+		return
+	}
+	s.ckpt.wg.Add(1)
+	go func() {
+		defer s.ckpt.wg.Done()
+		if err := s.storeCheckpoint(job); err != nil {
+			s.log.Warn("STORE: cannot write checkpoint", "err", err)
+		}
+	}()
 }
 
 // dropCheckpoint removes the checkpoint so the next start-up scans (and
 // re-indexes) the whole log, and writes no more.
 func (s *Store) dropCheckpoint() {
 	if s.noCheckpoint.CompareAndSwap(false, true) {
+		// After a checkpoint being written: it sees noCheckpoint, or is
+		// removed here.
+		s.ckpt.mu.Lock()
+		defer s.ckpt.mu.Unlock()
 		path := filepath.Join(s.dir, ckptName)
 		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			s.log.Error("STORE: cannot remove checkpoint", "path", path, "err", rerr)
