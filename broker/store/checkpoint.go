@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -40,6 +42,10 @@ type ckptPart struct {
 	fences   []fenceRef
 	spans    ckptSpans
 	blocks   []ckptBlock
+	// mem is the partition's spans as memory holds them (segments by
+	// sequence number), copied by the writer's snapshot and turned into
+	// spans by the checkpoint's own goroutine (resolveSpans); not encoded.
+	mem spanList
 }
 
 // ckptSpans is a partition's spans as the checkpoint (format 4) holds
@@ -586,6 +592,30 @@ type ckptJob struct {
 	c       *checkpoint
 	seq     uint64
 	syncIdx []*segment
+	// seqIdx[seq-seq0] is the checkpoint's index of segment seq + 1, 0
+	// for none (seqs ascend along the list, with gaps where recovery cut
+	// segments away).
+	seq0   uint32
+	seqIdx []uint32
+}
+
+// resolveSpans turns each partition's spans from memory's form (by
+// segment sequence number) into the checkpoint's (by index into its
+// segment list), dropping those whose segment the snapshot no longer had:
+// on the checkpoint's goroutine, so that the writer only copies them (a
+// few bytes per partition and sealed segment).
+func (j *ckptJob) resolveSpans() {
+	for i := range j.c.parts {
+		cp := &j.c.parts[i]
+		cp.spans.b = make([]byte, 0, cp.mem.encodedLen())
+		for sp := range cp.mem.All() {
+			if sp.seg < j.seq0 || sp.seg-j.seq0 >= uint32(len(j.seqIdx)) || j.seqIdx[sp.seg-j.seq0] == 0 {
+				continue // its segment is gone: the span is below min
+			}
+			cp.spans.add(segSpan{seg: j.seqIdx[sp.seg-j.seq0] - 1, off: sp.off, ms: sp.ms})
+		}
+		cp.mem = spanList{}
+	}
 }
 
 // buildCheckpoint writes every tail out as blocks of the active .idx and
@@ -623,17 +653,18 @@ func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 	s.segMu.RUnlock()
 	s.mu.RLock()
 	c.nextPid = s.nextPid
+	c.parts = make([]ckptPart, 0, len(s.parts))
+	// The partitions' segments and spans are copied into a few shared
+	// arrays rather than a few arrays each: 10,000 partitions would
+	// otherwise cost the writer tens of thousands of allocations a roll.
+	var segsA []int64
+	var spanData []byte
+	var spanRestarts []spanRestart
 	for _, p := range s.parts {
 		p.mu.RLock()
-		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
+		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: arenaCopy(&segsA, p.segs),
 			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
-		cp.spans.b = make([]byte, 0, p.spans.encodedLen())
-		for sp := range p.spans.All() {
-			if sp.seg < seq0 || sp.seg-seq0 >= uint32(len(seqIdx)) || seqIdx[sp.seg-seq0] == 0 {
-				continue // its segment is gone: the span is below min
-			}
-			cp.spans.add(segSpan{seg: seqIdx[sp.seg-seq0] - 1, off: sp.off, ms: sp.ms})
-		}
+		cp.mem = spanList{data: arenaCopy(&spanData, p.spans.data), restarts: arenaCopy(&spanRestarts, p.spans.restarts), n: p.spans.n, skip: p.spans.skip}
 		for _, b := range p.blocks {
 			i, ok := segIdx[b.g]
 			if !ok {
@@ -646,11 +677,26 @@ func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 	}
 	s.mu.RUnlock()
 	s.ckpt.seq++
-	job := &ckptJob{c: c, seq: s.ckpt.seq, syncIdx: []*segment{w.active}}
+	job := &ckptJob{c: c, seq: s.ckpt.seq, syncIdx: []*segment{w.active}, seq0: seq0, seqIdx: seqIdx}
 	if sealed != nil {
 		job.syncIdx = append(job.syncIdx, sealed)
 	}
 	return job, nil
+}
+
+// arenaCopy copies src to the end of *arena and returns the copy (nil for
+// none), capped so that appending to it cannot reach into the next. A full
+// arena is replaced by a new one; the copies made into it stay valid.
+func arenaCopy[T any](arena *[]T, src []T) []T {
+	if len(src) == 0 {
+		return nil
+	}
+	if cap(*arena)-len(*arena) < len(src) {
+		*arena = make([]T, 0, max(len(src), 2*cap(*arena), 1024))
+	}
+	start := len(*arena)
+	*arena = append(*arena, src...)
+	return (*arena)[start:len(*arena):len(*arena)]
 }
 
 // storeCheckpoint makes job's .idx files durable, then encodes and writes
@@ -674,7 +720,8 @@ func (s *Store) storeCheckpoint(job *ckptJob) error {
 		}
 	}
 	c := job.c
-	sort.Slice(c.parts, func(i, j int) bool { return c.parts[i].pid < c.parts[j].pid })
+	job.resolveSpans()
+	slices.SortFunc(c.parts, func(a, b ckptPart) int { return cmp.Compare(a.pid, b.pid) })
 	if err := writeFileAtomic(s.fs, filepath.Join(s.dir, ckptName), encodeCheckpoint(c)); err != nil {
 		return fmt.Errorf("store: write checkpoint: %w", err)
 	}

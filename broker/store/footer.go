@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -102,11 +104,11 @@ func decodeFooter(b []byte, idxN uint32, start int64) ([]footBlock, uint32, erro
 }
 
 func sortFootBlocks(fbs []footBlock) {
-	sort.Slice(fbs, func(i, j int) bool {
-		if fbs[i].pid != fbs[j].pid {
-			return fbs[i].pid < fbs[j].pid
+	slices.SortFunc(fbs, func(a, b footBlock) int {
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
 		}
-		return fbs[i].off < fbs[j].off
+		return cmp.Compare(a.off, b.off)
 	})
 }
 
