@@ -24,10 +24,10 @@ for r in $(seq 1 "$ROUNDS"); do
 		done
 	done
 done
-# Fields: r TIME KIND GROUPS PUTS DELIVERED TICKS LOAD msgs/s=P/D us/put=X ...
+# Fields: r TIME KIND GROUPS PUTS DELIVERED TICKS LOAD msgs/s=P/D us/put=X ... (split on = and /, the produced rate is the third piece)
 awk -v srv="$(basename "$SRV")" '
 	{ split($9, m, "[=/]"); split($10, u, "="); k = ($3 == "java") ? "java" : "ours"
-	  rate[$1, $4, k] = m[2]; cpu[$1, $4, k] = u[2]; rounds[$1] = 1; groups[$4] = 1 }
+	  rate[$1, $4, k] = m[3]; cpu[$1, $4, k] = u[2]; rounds[$1] = 1; groups[$4] = 1 }
 	END {
 		for (g in groups) for (r in rounds) {
 			line = sprintf("%s groups=%s ours/java msgs/s %.2f", r, g, (rate[r, g, "java"] > 0) ? rate[r, g, "ours"] / rate[r, g, "java"] : 0)
