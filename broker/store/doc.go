@@ -586,5 +586,9 @@
 // then reads the footer, the .idx and the log; only cutIndexLocked (rare:
 // fences, rollback) reads a footer and a block while holding partition.mu,
 // through idxMu and the cache's lock alone. The writer goroutine takes
-// partition.mu and Store.mu one at a time and segMu alone.
+// partition.mu and Store.mu one at a time and segMu alone. ckptWriter.mu
+// (held while a checkpoint file is written or removed) comes after
+// partition.mu (dropCheckpoint is called under it) and before
+// segment.idxMu: the goroutine that writes a roll's checkpoint takes it,
+// then the idxMu of each .idx it fdatasyncs, and nothing else.
 package store
