@@ -79,7 +79,8 @@ type conn struct {
 	writingSince atomic.Int64
 	// bodySince is when the body being read (its bytes reserved by its
 	// declared length) last brought bytes (unix nanoseconds), 0 while no
-	// body is being read. See Broker.relievePressure.
+	// body is being read, bodyStarted while one is and no time was taken
+	// yet. See Broker.relievePressure.
 	bodySince atomic.Int64
 	// timedOut says why the last socket read timed out (reader goroutine only).
 	timedOut timeoutCause
@@ -297,7 +298,10 @@ func (c *conn) readLoop() bool {
 			}
 		}
 		reserved += int64(n)
-		c.bodySince.Store(time.Now().UnixNano())
+		// Not time.Now per body (a clock read per put): relievePressure
+		// stamps the body's start the first time it sees it, and a socket
+		// read that brings bytes restamps it (readSocket).
+		c.bodySince.Store(bodyStarted)
 		return allocBody(n)
 	}
 	for {

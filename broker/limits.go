@@ -254,6 +254,10 @@ func bodyLen(cmd wire.Command) int64 {
 	return 0
 }
 
+// bodyStarted is conn.bodySince while a body is being read and its time
+// was not taken yet: relievePressure takes it when it first sees it.
+const bodyStarted = 1
+
 // relievePressure runs while requests wait for the broker's byte budget or
 // an address's: a connection that holds some of it and whose client has
 // taken none of its answers for StallTimeout is closed, and what it held is
@@ -271,7 +275,11 @@ func (b *Broker) relievePressure() {
 		if since != 0 && now.Sub(time.Unix(0, since)) >= b.opts.StallTimeout {
 			stalled = append(stalled, c)
 		}
-		if since := c.bodySince.Load(); since != 0 && now.Sub(time.Unix(0, since)) >= b.opts.StallTimeout {
+		switch since := c.bodySince.Load(); {
+		case since == bodyStarted:
+			// Its time starts now (or at its next socket read).
+			c.bodySince.CompareAndSwap(bodyStarted, now.UnixNano())
+		case since != 0 && now.Sub(time.Unix(0, since)) >= b.opts.StallTimeout:
 			silent = append(silent, c)
 		}
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"sync"
 )
 
 const (
@@ -39,6 +42,10 @@ type ckptPart struct {
 	fences   []fenceRef
 	spans    ckptSpans
 	blocks   []ckptBlock
+	// mem is the partition's spans as memory holds them (segments by
+	// sequence number), copied by the writer's snapshot and turned into
+	// spans by the checkpoint's own goroutine (resolveSpans); not encoded.
+	mem spanList
 }
 
 // ckptSpans is a partition's spans as the checkpoint (format 4) holds
@@ -408,7 +415,7 @@ func (s *Store) upgradeV2(c *checkpoint) error {
 			}
 		}
 		g.idxN = cg.idxN
-		if err := s.writeFooter(g, foot[i]); err != nil {
+		if err := s.writeFooter(g, foot[i], true); err != nil {
 			return err
 		}
 		cg.sealed, cg.footN, cg.footCRC = true, g.footN, g.footCRC
@@ -551,18 +558,77 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 // writeCheckpoint records the state at the writer's position. Only the
 // writer goroutine (or Close after it stopped) calls it, after a sync, so
 // the state is consistent and the position durable. Every tail is written
-// out as a block first and the active .idx fdatasynced, so the checkpoint
-// vouches only for index entries on disk.
+// out as a block first and the active .idx fdatasynced before the file is
+// written, so the checkpoint vouches only for index entries on disk.
 func (s *Store) writeCheckpoint() error {
-	w := &s.w
-	if s.noCheckpoint.Load() {
-		return nil
-	}
-	if err := s.flushTails(w.active); err != nil {
+	job, err := s.buildCheckpoint(nil)
+	if err != nil || job == nil {
 		return err
 	}
-	if err := w.active.idx.Datasync(); err != nil {
-		return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(w.active.path), err)
+	return s.storeCheckpoint(job)
+}
+
+// ckptWriter orders the checkpoint files: a roll's checkpoint is built by
+// the writer (a snapshot of the state at its position) and written by a
+// goroutine of its own, so the writer does not wait for its encoding,
+// the fdatasyncs of the .idx files it vouches for and its file's; a
+// checkpoint written synchronously (a retention's, Close's) or a removal
+// (dropCheckpoint) waits for one being written, and a checkpoint older
+// than the last written is dropped.
+type ckptWriter struct {
+	// mu is held while a checkpoint file is written or removed. It comes
+	// after partition.mu (dropCheckpoint is called under it) and before a
+	// segment's idxMu and healthMu.
+	mu      sync.Mutex
+	written uint64 // under mu: seq of the last checkpoint written
+	seq     uint64 // the writer's: seq of the last checkpoint built
+	wg      sync.WaitGroup
+}
+
+// ckptJob is a checkpoint built by the writer, to be written: the .idx
+// files of syncIdx are fdatasynced first (the active segment's, and at a
+// roll the sealed one's footer).
+type ckptJob struct {
+	c       *checkpoint
+	seq     uint64
+	syncIdx []*segment
+	// seqIdx[seq-seq0] is the checkpoint's index of segment seq + 1, 0
+	// for none (seqs ascend along the list, with gaps where recovery cut
+	// segments away).
+	seq0   uint32
+	seqIdx []uint32
+}
+
+// resolveSpans turns each partition's spans from memory's form (by
+// segment sequence number) into the checkpoint's (by index into its
+// segment list), dropping those whose segment the snapshot no longer had:
+// on the checkpoint's goroutine, so that the writer only copies them (a
+// few bytes per partition and sealed segment).
+func (j *ckptJob) resolveSpans() {
+	for i := range j.c.parts {
+		cp := &j.c.parts[i]
+		cp.spans.b = make([]byte, 0, cp.mem.encodedLen())
+		for sp := range cp.mem.All() {
+			if sp.seg < j.seq0 || sp.seg-j.seq0 >= uint32(len(j.seqIdx)) || j.seqIdx[sp.seg-j.seq0] == 0 {
+				continue // its segment is gone: the span is below min
+			}
+			cp.spans.add(segSpan{seg: j.seqIdx[sp.seg-j.seq0] - 1, off: sp.off, ms: sp.ms})
+		}
+		cp.mem = spanList{}
+	}
+}
+
+// buildCheckpoint writes every tail out as blocks of the active .idx and
+// snapshots the state at the writer's position (see writeCheckpoint); nil
+// when checkpoints are off. sealed, when not nil, is the segment a roll
+// just sealed, whose footer is made durable with the checkpoint.
+func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
+	w := &s.w
+	if s.noCheckpoint.Load() {
+		return nil, nil
+	}
+	if err := s.flushTails(w.active); err != nil {
+		return nil, err
 	}
 	c := &checkpoint{pos: w.pos}
 	segIdx := make(map[*segment]uint32)
@@ -587,17 +653,18 @@ func (s *Store) writeCheckpoint() error {
 	s.segMu.RUnlock()
 	s.mu.RLock()
 	c.nextPid = s.nextPid
+	c.parts = make([]ckptPart, 0, len(s.parts))
+	// The partitions' segments and spans are copied into a few shared
+	// arrays rather than a few arrays each: 10,000 partitions would
+	// otherwise cost the writer tens of thousands of allocations a roll.
+	var segsA []int64
+	var spanData []byte
+	var spanRestarts []spanRestart
 	for _, p := range s.parts {
 		p.mu.RLock()
-		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: append([]int64(nil), p.segs...),
+		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: arenaCopy(&segsA, p.segs),
 			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
-		cp.spans.b = make([]byte, 0, p.spans.encodedLen())
-		for sp := range p.spans.All() {
-			if sp.seg < seq0 || sp.seg-seq0 >= uint32(len(seqIdx)) || seqIdx[sp.seg-seq0] == 0 {
-				continue // its segment is gone: the span is below min
-			}
-			cp.spans.add(segSpan{seg: seqIdx[sp.seg-seq0] - 1, off: sp.off, ms: sp.ms})
-		}
+		cp.mem = spanList{data: arenaCopy(&spanData, p.spans.data), restarts: arenaCopy(&spanRestarts, p.spans.restarts), n: p.spans.n, skip: p.spans.skip}
 		for _, b := range p.blocks {
 			i, ok := segIdx[b.g]
 			if !ok {
@@ -609,10 +676,56 @@ func (s *Store) writeCheckpoint() error {
 		c.parts = append(c.parts, cp)
 	}
 	s.mu.RUnlock()
-	sort.Slice(c.parts, func(i, j int) bool { return c.parts[i].pid < c.parts[j].pid })
+	s.ckpt.seq++
+	job := &ckptJob{c: c, seq: s.ckpt.seq, syncIdx: []*segment{w.active}, seq0: seq0, seqIdx: seqIdx}
+	if sealed != nil {
+		job.syncIdx = append(job.syncIdx, sealed)
+	}
+	return job, nil
+}
+
+// arenaCopy copies src to the end of *arena and returns the copy (nil for
+// none), capped so that appending to it cannot reach into the next. A full
+// arena is replaced by a new one; the copies made into it stay valid.
+func arenaCopy[T any](arena *[]T, src []T) []T {
+	if len(src) == 0 {
+		return nil
+	}
+	if cap(*arena)-len(*arena) < len(src) {
+		*arena = make([]T, 0, max(len(src), 2*cap(*arena), 1024))
+	}
+	start := len(*arena)
+	*arena = append(*arena, src...)
+	return (*arena)[start:len(*arena):len(*arena)]
+}
+
+// storeCheckpoint makes job's .idx files durable, then encodes and writes
+// its checkpoint, unless a newer one was written meanwhile or checkpoints
+// were turned off (dropCheckpoint). Any goroutine may call it.
+func (s *Store) storeCheckpoint(job *ckptJob) error {
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	if job.seq <= s.ckpt.written || s.noCheckpoint.Load() {
+		return nil
+	}
+	for _, g := range job.syncIdx {
+		g.idxMu.RLock()
+		var err error
+		if !g.removed {
+			err = g.idx.Datasync()
+		}
+		g.idxMu.RUnlock()
+		if err != nil {
+			return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(g.path), err)
+		}
+	}
+	c := job.c
+	job.resolveSpans()
+	slices.SortFunc(c.parts, func(a, b ckptPart) int { return cmp.Compare(a.pid, b.pid) })
 	if err := writeFileAtomic(s.fs, filepath.Join(s.dir, ckptName), encodeCheckpoint(c)); err != nil {
 		return fmt.Errorf("store: write checkpoint: %w", err)
 	}
+	s.ckpt.written = job.seq
 	return nil
 }
 
@@ -638,7 +751,11 @@ func (s *Store) partitionList() []*partition {
 // block in it, and the file is made durable; each partition's blocks in g
 // then become one span. So no index entry refers to a sealed segment from
 // memory alone, and memory keeps nothing per block of a sealed segment.
-func (s *Store) sealed(g *segment) error {
+//
+// With durable false (a roll) the footer is not fdatasynced here: the
+// roll's checkpoint, the first to vouch for it, syncs it before it is
+// written (storeCheckpoint).
+func (s *Store) sealed(g *segment, durable bool) error {
 	if g.sealed {
 		return nil
 	}
@@ -656,7 +773,7 @@ func (s *Store) sealed(g *segment) error {
 		}
 		p.mu.RUnlock()
 	}
-	if err := s.writeFooter(g, fbs); err != nil {
+	if err := s.writeFooter(g, fbs, durable); err != nil {
 		return err
 	}
 	for _, p := range ps {
@@ -681,17 +798,37 @@ func (s *Store) sealed(g *segment) error {
 	return nil
 }
 
-// afterRoll is called by the writer once a new segment started.
-func (s *Store) afterRoll() {
-	if err := s.writeCheckpoint(); err != nil {
+// afterRoll is called by the writer once a new segment started, sealed
+// being the one it sealed (its footer not yet fdatasynced): the writer
+// builds a checkpoint, and a goroutine of the store's writes it. Until it
+// is written the previous checkpoint stands, which a start-up can use as
+// it could before the roll.
+func (s *Store) afterRoll(sealed *segment) {
+	job, err := s.buildCheckpoint(sealed)
+	if err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
+		return
 	}
+	if job == nil {
+		return
+	}
+	s.ckpt.wg.Add(1)
+	go func() {
+		defer s.ckpt.wg.Done()
+		if err := s.storeCheckpoint(job); err != nil {
+			s.log.Warn("STORE: cannot write checkpoint", "err", err)
+		}
+	}()
 }
 
 // dropCheckpoint removes the checkpoint so the next start-up scans (and
 // re-indexes) the whole log, and writes no more.
 func (s *Store) dropCheckpoint() {
 	if s.noCheckpoint.CompareAndSwap(false, true) {
+		// After a checkpoint being written: it sees noCheckpoint, or is
+		// removed here.
+		s.ckpt.mu.Lock()
+		defer s.ckpt.mu.Unlock()
 		path := filepath.Join(s.dir, ckptName)
 		if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			s.log.Error("STORE: cannot remove checkpoint", "path", path, "err", rerr)

@@ -369,3 +369,70 @@ func TestCheckpointHugeSpanLength(t *testing.T) {
 		t.Fatalf("decode allocated %d bytes", n)
 	}
 }
+
+// readCkptPos returns the position of the checkpoint in dir, -1 when there
+// is none.
+func readCkptPos(t *testing.T, dir string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, ckptName))
+	if errors.Is(err, os.ErrNotExist) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	return c.pos
+}
+
+// A roll's checkpoint is written off the writer goroutine: it appears
+// without a Close, is never replaced by an older one written later, and
+// once checkpoints are dropped (damage) none is written any more. The
+// store reopens from it with every record.
+func TestRollCheckpointWrittenInBackground(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Options{Dir: dir, SegmentBytes: 16 << 10})
+	want := fill(t, s, "bg", 3, 120)
+	s.segMu.RLock()
+	segs := len(s.segs)
+	active := s.segs[len(s.segs)-1].start
+	s.segMu.RUnlock()
+	if segs < 3 {
+		t.Fatalf("%d segments, want rolls", segs)
+	}
+	// The last roll's checkpoint is at the start of the active segment or
+	// past it (its defines).
+	deadline := time.Now().Add(10 * time.Second)
+	for readCkptPos(t, dir) < active {
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint at %d, want the last roll's (>= %d)", readCkptPos(t, dir), active)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pos := readCkptPos(t, dir)
+	// An older checkpoint, written late, does not replace it.
+	if err := s.storeCheckpoint(&ckptJob{c: &checkpoint{pos: 0}, seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCkptPos(t, dir); got != pos {
+		t.Fatalf("checkpoint at %d after an older one was stored, want %d", got, pos)
+	}
+	s.Close()
+	s = openT(t, Options{Dir: dir, SegmentBytes: 16 << 10})
+	for p, w := range want {
+		if got := readAll(t, s, "bg", p); !bytes.Equal(got, w) {
+			t.Fatalf("partition %d after reopening: %d bytes, want %d", p, len(got), len(w))
+		}
+	}
+	// Checkpoints off: a job built before is not written.
+	s.dropCheckpoint()
+	if err := s.storeCheckpoint(&ckptJob{c: &checkpoint{pos: 0}, seq: s.ckpt.written + 100}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCkptPos(t, dir); got != -1 {
+		t.Fatalf("checkpoint at %d after checkpoints were dropped, want none", got)
+	}
+}

@@ -204,9 +204,15 @@
 // block count and crc; the quarantined ranges and the log position P up
 // to which all of that is complete. Before it is written the tails go to
 // the active .idx and that file is fdatasynced; a sealed segment's .idx is
-// fdatasynced with its footer. So a checkpoint never refers to index bytes
+// fdatasynced with its footer, or, at a roll, with the roll's checkpoint
+// before that is written. So a checkpoint never refers to index bytes
 // that are not on disk. It is written after each segment roll, before
-// retention removes files, and by Close. Its size grows like memory: with
+// retention removes files, and by Close. A roll's checkpoint is built by
+// the writer (a snapshot at P, taken right after the roll's fdatasync) and
+// written by a goroutine of its own, so the writer goes on with the next
+// appends meanwhile; a checkpoint written later (retention's, Close's)
+// waits for it, an older one never replaces a newer, and until it is on
+// disk the previous checkpoint stands. Its size grows like memory: with
 // partitions (and the active segment's blocks) and with partitions x
 // segments (a few bytes per span), not with the retained chunks: 69-98 KB
 // for BenchmarkBacklog's 4 partitions (nearly all of it the active
@@ -325,9 +331,11 @@
 // is therefore harmless: the last checkpoint still saw it active.
 //
 // The crash bound: the checkpoint is written at each segment roll, so
-// after a crash recovery reads at most the active segment (SegmentBytes,
-// 1 GiB by default, plus one batch of at most MaxBatchBytes): a few seconds
-// at the disk's sequential read rate, whatever the retained size.
+// after a crash recovery reads at most the active segment and, when the
+// crash came before the roll's checkpoint was on disk, the one it sealed
+// (SegmentBytes each, 1 GiB by default, plus one batch of at most
+// MaxBatchBytes): a few seconds at the disk's sequential read rate,
+// whatever the retained size.
 //
 // A data directory of format 2 (every block of every segment in the
 // checkpoint, .idx files without footers) is upgraded in place from its
@@ -578,5 +586,9 @@
 // then reads the footer, the .idx and the log; only cutIndexLocked (rare:
 // fences, rollback) reads a footer and a block while holding partition.mu,
 // through idxMu and the cache's lock alone. The writer goroutine takes
-// partition.mu and Store.mu one at a time and segMu alone.
+// partition.mu and Store.mu one at a time and segMu alone. ckptWriter.mu
+// (held while a checkpoint file is written or removed) comes after
+// partition.mu (dropCheckpoint is called under it) and before
+// segment.idxMu: the goroutine that writes a roll's checkpoint takes it,
+// then the idxMu of each .idx it fdatasyncs, and nothing else.
 package store

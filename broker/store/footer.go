@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -102,18 +104,19 @@ func decodeFooter(b []byte, idxN uint32, start int64) ([]footBlock, uint32, erro
 }
 
 func sortFootBlocks(fbs []footBlock) {
-	sort.Slice(fbs, func(i, j int) bool {
-		if fbs[i].pid != fbs[j].pid {
-			return fbs[i].pid < fbs[j].pid
+	slices.SortFunc(fbs, func(a, b footBlock) int {
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
 		}
-		return fbs[i].off < fbs[j].off
+		return cmp.Compare(a.off, b.off)
 	})
 }
 
-// writeFooter seals g's .idx: the footer goes after its entries and the
-// file is fdatasynced. Only the writer goroutine (or recovery) calls it,
+// writeFooter seals g's .idx: the footer goes after its entries and, with
+// durable, the file is fdatasynced (without, the caller's checkpoint syncs
+// it before it vouches for the footer). Only the writer goroutine (or recovery) calls it,
 // on a segment no longer written to.
-func (s *Store) writeFooter(g *segment, fbs []footBlock) error {
+func (s *Store) writeFooter(g *segment, fbs []footBlock, durable bool) error {
 	sortFootBlocks(fbs)
 	b := encodeFooter(fbs, g.idxN, g.start)
 	at := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
@@ -124,8 +127,10 @@ func (s *Store) writeFooter(g *segment, fbs []footBlock) error {
 	if err := g.idx.Truncate(at + int64(len(b))); err != nil {
 		return fmt.Errorf("store: truncate index %s: %w", path, err)
 	}
-	if err := g.idx.Datasync(); err != nil {
-		return fmt.Errorf("store: fdatasync %s: %w", path, err)
+	if durable {
+		if err := g.idx.Datasync(); err != nil {
+			return fmt.Errorf("store: fdatasync %s: %w", path, err)
+		}
 	}
 	g.idxMu.Lock()
 	g.idxSize = at + int64(len(b))

@@ -125,7 +125,7 @@ func (s *Store) scan(from int64) error {
 		if g.end() <= from && i < len(s.segs)-1 {
 			// Written before the checkpoint; sealed after it if the
 			// checkpoint still saw it active (its blocks are in memory).
-			if err := s.sealed(g); err != nil {
+			if err := s.sealed(g, true); err != nil {
 				return err
 			}
 			continue
@@ -160,7 +160,7 @@ func (s *Store) scan(from int64) error {
 			x = y
 		}
 		if i < len(s.segs)-1 {
-			if err := s.sealed(g); err != nil {
+			if err := s.sealed(g, true); err != nil {
 				return err
 			}
 		}

@@ -132,6 +132,8 @@ type Store struct {
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
+
+	ckpt ckptWriter
 }
 
 // Open opens or creates the store under opts.Dir and recovers it.
@@ -1187,6 +1189,8 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.done
 		s.closeErr = s.shutdown()
+		// A roll's checkpoint may still be written: it syncs .idx files.
+		s.ckpt.wg.Wait()
 		s.closeFiles()
 	})
 	return s.closeErr

@@ -1003,10 +1003,12 @@ func (s *Store) maybeRoll() {
 	if w.active.size.Load() < s.opts.SegmentBytes || s.fatal() != nil || w.needDefines {
 		return
 	}
+	t0 := time.Now()
 	if err := s.syncNow(); err != nil {
 		return
 	}
 	old := w.active
+	var tOpen, tSeal time.Time
 	g, err := openSegment(s.fs, s.logDir, w.pos, true)
 	if err == nil {
 		g.seq = s.nextSeq()
@@ -1016,9 +1018,11 @@ func (s *Store) maybeRoll() {
 		if err == nil {
 			err = s.fs.SyncDir(s.logDir)
 		}
+		tOpen = time.Now()
 		if err == nil {
-			err = s.sealed(old)
+			err = s.sealed(old, false)
 		}
+		tSeal = time.Now()
 		if err != nil {
 			g.close()
 			s.fs.Remove(g.path)
@@ -1044,7 +1048,6 @@ func (s *Store) maybeRoll() {
 	s.publishSegs()
 	s.segMu.Unlock()
 	w.active = g
-	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path)
 	buf := s.appendDefines(w.buf[:0])
 	if err := s.writeActive(buf); err != nil {
 		w.needDefines = true
@@ -1055,7 +1058,15 @@ func (s *Store) maybeRoll() {
 	if err := s.syncNow(); err != nil {
 		return
 	}
-	s.afterRoll()
+	tDef := time.Now()
+	s.afterRoll(old)
+	tEnd := time.Now()
+	// took is how long the writer stopped taking appends for the roll: the
+	// fdatasync of the old segment and the new one's creation, its sealing
+	// (tails and footer into its .idx), the new segment's defines and
+	// their fdatasync, and the checkpoint's snapshot.
+	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path, "took", tEnd.Sub(t0),
+		"seal", tSeal.Sub(tOpen), "defines", tDef.Sub(tSeal), "checkpoint", tEnd.Sub(tDef))
 }
 
 // appendDefines appends a define entry for every live partition at its

@@ -3,7 +3,8 @@
 # broker's utime+stime read from /proc/PID/stat over the measured window (after the warm-up, and when the
 # bench exits). Prints one line:
 #   TIME KIND GROUPS PUTS DELIVERED CPU_TICKS LOAD1 msgs/s=PRODUCED/DELIVERED us/put=CPU per produced message
-#   us/delivery=CPU per delivered message (0 groups: -) | put latency | delivery latency
+#   us/delivery=CPU per delivered message (0 groups: -) lg-us/put=the load generator's own CPU per produced
+#   message | put latency | delivery latency
 # (LOAD1: the 1-minute load average when the round ends; ticks are 1/CLK_TCK s).
 # Usage: cpu-per-message.sh KIND GROUPS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
@@ -56,6 +57,6 @@ puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
 tck=$(getconf CLK_TCK)
 echo "$(date -u +%H:%M:%S) $(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load $(awk -v p="${puts:-0}" -v c="${cons:-0}" -v t=$((c1 - c0)) -v d="$DUR" -v k="$tck" \
-	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
+	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
 rm -rf "$data"

@@ -184,6 +184,7 @@ type stats struct {
 	consumed  atomic.Int64
 	cbytes    atomic.Int64
 	t0        time.Time
+	cpu0      time.Duration // processCPU at start
 
 	shardMu sync.Mutex
 	shards  []*putShard // per producer connection (newShard), merged by stop
@@ -227,11 +228,13 @@ func (s *stats) observePutIn(sh *putShard, d time.Duration, ok bool) {
 
 func (s *stats) start() {
 	s.t0 = time.Now()
+	s.cpu0 = processCPU()
 	s.measuring.Store(true)
 }
 
 type result struct {
 	elapsed                time.Duration
+	cpu                    time.Duration // this process's CPU time over the measured window
 	puts, failed, consumed int64
 	cbytes                 int64
 	lat                    []time.Duration
@@ -243,7 +246,7 @@ func (s *stats) stop() result {
 	defer s.mu.Unlock()
 	s.measuring.Store(false)
 	el := time.Since(s.t0)
-	r := result{elapsed: el, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
+	r := result{elapsed: el, cpu: processCPU() - s.cpu0, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
 		dlat: append([]time.Duration(nil), s.dlat...)}
 	// An observer that saw measuring under a shard's lock finished before
 	// the shard is read here; a later one sees it false.
@@ -319,6 +322,13 @@ func (r result) print(o options) {
 	fmt.Printf("produce: %d msgs in %.1fs = %.0f msgs/s, %.1f MB/s (payload), %d failed\n",
 		r.puts, sec, float64(r.puts)/sec, float64(r.puts)*float64(o.size)/sec/1e6, r.failed)
 	fmt.Printf("put latency: p50 %v  p99 %v  max %v\n", pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
+	if r.puts > 0 && r.cpu > 0 {
+		who := "the load generator"
+		if o.addr == "" {
+			who = "the load generator and the in-process broker"
+		}
+		fmt.Printf("process CPU: %.2f us per produced message (%s)\n", float64(r.cpu.Microseconds())/float64(r.puts), who)
+	}
 	if o.readers() > 0 {
 		fmt.Printf("consume: %d msgs = %.0f msgs/s, %.1f MB/s (payload)\n", r.consumed, float64(r.consumed)/sec, float64(r.cbytes)/sec/1e6)
 		if len(r.dlat) > 0 {

@@ -125,6 +125,7 @@ type common struct {
 	from     string
 	json     bool
 	allowUnk bool
+	gcFloor  int
 }
 
 // Groups of flags, combined per command.
@@ -144,6 +145,7 @@ func (c *common) startFlags() {
 	c.fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server to answer")
 	c.fs.StringVar(&c.listen, "listen", "", "MetaQ protocol listen `address` (default :<serverPort>)")
 	c.fs.StringVar(&c.admin, "admin", "", "TCP listen `address` of the admin endpoint besides its unix socket <dataPath>/admin.sock (default [site] adminAddr, else none; \"off\" disables the endpoint)")
+	c.fs.IntVar(&c.gcFloor, "gcfloor", defaultGCFloorMiB, "keep the garbage collector's heap goal at least about twice this many `MiB` (a ballast of address space, not resident memory; 0, GOGC or GOMEMLIMIT in the environment: none)")
 	c.dataFlag()
 	c.allowUnknownFlag()
 }
@@ -467,6 +469,9 @@ func start(ctx context.Context, c *common, modeName string) error {
 		return err
 	}
 	defer removePID()
+	if keepGCFloor(c.gcFloor) {
+		logger.Debug("metaq-server: garbage collector heap floor", "mib", c.gcFloor)
+	}
 	b, err := bundle.New(bundle.Options{
 		ConfigPath: c.config,
 		Mode:       mode,

@@ -376,8 +376,8 @@ func TestCommandFlags(t *testing.T) {
 		has     []string
 		foreign string // a flag of another command
 	}{
-		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown"}, "-topic"},
-		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-tries", "-wait"}, "-item"},
+		{"start", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-gcfloor"}, "-topic"},
+		{"restart", []string{"-f", "-s", "-foreground", "-logdir", "-pidfile", "-timeout", "-listen", "-admin", "-data", "-v", "-allow-unknown", "-gcfloor", "-tries", "-wait"}, "-item"},
 		{"stop", []string{"-f", "-logdir", "-pidfile", "-tries", "-wait"}, "-topic"},
 		{"status", []string{"-f", "-data", "-logdir", "-pidfile", "-json"}, "-tries"},
 		{"reload", []string{"-f", "-data", "-logdir", "-pidfile"}, "-s"},
