@@ -186,20 +186,9 @@ func TestGatewaySwitchover(t *testing.T) {
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
-	waitProduced := func(since time.Time, n int) {
-		t.Helper()
-		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
-			for _, p := range prods {
-				if got := p.ackedSince(since); got < n {
-					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
-				}
-			}
-			return nil
-		})
-	}
-	waitProduced(time.Time{}, 20)
+	waitAcked(t, prods, time.Time{}, 20)
 	rep := s.switchover("bj", "gz")
-	waitProduced(time.Now(), 20)
+	waitAcked(t, prods, time.Now(), 20)
 	// Once bj stops passing puts on (its hold ended), hf's gateway sends
 	// them to gz.
 	hfGW := s.site("hf").Broker.Gateway()
@@ -209,7 +198,7 @@ func TestGatewaySwitchover(t *testing.T) {
 		}
 		return nil
 	})
-	waitProduced(time.Now(), 20)
+	waitAcked(t, prods, time.Now(), 20)
 	stop()
 	wg.Wait()
 

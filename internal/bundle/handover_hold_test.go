@@ -153,20 +153,9 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
-	waitProduced := func(since time.Time, n int) {
-		t.Helper()
-		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
-			for _, p := range prods {
-				if got := p.ackedSince(since); got < n {
-					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
-				}
-			}
-			return nil
-		})
-	}
-	waitProduced(time.Time{}, 20)
+	waitAcked(t, prods, time.Time{}, 20)
 	rep := s.switchover("bj", "hf")
-	waitProduced(time.Now(), 20)
+	waitAcked(t, prods, time.Now(), 20)
 	stop()
 	wg.Wait()
 
@@ -199,18 +188,7 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
-	waitProduced := func(since time.Time, n int) {
-		t.Helper()
-		testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
-			for _, p := range prods {
-				if got := p.ackedSince(since); got < n {
-					return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
-				}
-			}
-			return nil
-		})
-	}
-	waitProduced(time.Time{}, 20)
+	waitAcked(t, prods, time.Time{}, 20)
 	bj, hf := s.site("bj"), s.site("hf")
 	s.cutZK("bj")
 	start := time.Now()
@@ -229,7 +207,7 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 		}
 		return nil
 	})
-	waitProduced(time.Now(), 20)
+	waitAcked(t, prods, time.Now(), 20)
 	s.healZK("bj")
 	select {
 	case err := <-done:
@@ -241,4 +219,17 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	wg.Wait()
 	total := checkAcksAt(t, prods, hf, "hf")
 	t.Logf("%d puts acknowledged in all, %d failed; %s since the command", total, len(prods[0].errs)+len(prods[1].errs), time.Since(start))
+}
+
+// waitAcked waits until every producer has n acknowledgements since since.
+func waitAcked(t *testing.T, prods []*syncProducer, since time.Time, n int) {
+	t.Helper()
+	testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+		for _, p := range prods {
+			if got := p.ackedSince(since); got < n {
+				return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))
+			}
+		}
+		return nil
+	})
 }
