@@ -142,6 +142,11 @@ func (s *site) promote(sites int, onFence func(*site, Fence)) {
 	if err := s.id.Promote(s.id.Generation()+1, ends); err != nil {
 		s.t.Fatal(err)
 	}
+	// As internal/bundle's promotion does: the checkpoint is a position in
+	// the old master's log, which this log leaves.
+	if err := os.Remove(filepath.Join(s.dir, "replication.checkpoint")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.t.Fatal(err)
+	}
 	s.startMaster(sites, onFence)
 }
 
