@@ -102,7 +102,10 @@
 // master's Handover waits until the chosen slave reports its whole durable
 // log checkpointed, then sends it promote (the durable end); the slave
 // checkpoints and calls OnPromote, which makes it master at the next
-// generation, and the old master steps down. The bundle then turns the old
+// generation, and the old master steps down. A slave with a diverged
+// partition refuses (its log position passed the master's end, but that
+// partition holds other records and lacks the master's later ones): it
+// stays a slave and says why in its last error. The bundle then turns the old
 // master into a receiver of the new one at run time; that receiver is a
 // former master without a checkpoint, so it resumes by partition ends and
 // cuts any tail beyond the promotion ends as above. A master that stepped
