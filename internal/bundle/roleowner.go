@@ -32,6 +32,13 @@ type roleOwner struct {
 	promoted  *shipperComponent
 	demoted   *receiverComponent
 	demotedID int
+	// leftConfigured: a transition at run time stopped the configured
+	// component (a promotion started shipping, a demotion stopped the
+	// shipper or started following), which never runs again. A demotion
+	// that failed between stopping the shipper and starting its receiver
+	// leaves neither promoted nor demoted: the site then runs nothing, and
+	// the demotion is retried (runRejoin), not refused as a slave's.
+	leftConfigured bool
 	// slave is the slave configuration in effect, nil while master.
 	slave *config.Slave
 }
@@ -74,11 +81,19 @@ func (o *roleOwner) shipper() *shipperComponent {
 	if sc != nil {
 		return sc
 	}
-	if rc != nil {
+	if rc != nil || o.configuredStopped() {
 		return nil
 	}
 	conf, _ := o.configured()
 	return conf
+}
+
+// configuredStopped reports whether a transition at run time stopped the
+// configured component (leftConfigured).
+func (o *roleOwner) configuredStopped() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leftConfigured
 }
 
 // receiver is the async-slave receiver that runs now: the demotion's,
@@ -89,7 +104,7 @@ func (o *roleOwner) receiver() *receiverComponent {
 	if rc != nil {
 		return rc
 	}
-	if sc != nil {
+	if sc != nil || o.configuredStopped() {
 		return nil
 	}
 	_, conf := o.configured()
@@ -104,7 +119,7 @@ func (o *roleOwner) startShipper(ctx context.Context, b *Bundle) (*shipperCompon
 		return nil, err
 	}
 	o.mu.Lock()
-	o.promoted, o.demoted = sc, nil
+	o.promoted, o.demoted, o.leftConfigured = sc, nil, true
 	o.mu.Unlock()
 	return sc, nil
 }
@@ -125,8 +140,10 @@ func (o *roleOwner) stopShipper() (bool, error) {
 	sc := o.promoted
 	o.promoted = nil
 	demoted := o.demoted != nil
+	left := o.leftConfigured
+	o.leftConfigured = true
 	o.mu.Unlock()
-	if sc == nil && !demoted {
+	if sc == nil && !demoted && !left {
 		sc, _ = o.configured()
 	}
 	if sc == nil {
@@ -149,7 +166,7 @@ func (o *roleOwner) startReceiver(ctx context.Context, b *Bundle, sl *config.Sla
 		return err
 	}
 	o.mu.Lock()
-	o.demoted, o.demotedID = rc, sl.SlaveID
+	o.demoted, o.demotedID, o.leftConfigured = rc, sl.SlaveID, true
 	o.mu.Unlock()
 	return nil
 }
