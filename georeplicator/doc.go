@@ -59,10 +59,15 @@
 // slave takes its master's history once it follows it), and the role a
 // promotion or a demotion gave the site (the bundle starts in it again). Both ends of
 // the handshake carry them (optional tails of hello and welcome, which
-// older peers neither send nor read). A slave whose checkpoint names
-// another log than the master's (it followed the master before a
-// failover, or it is a former master without a checkpoint) also sends its
-// partition ends and the generations of its history; the two logs share
+// older peers neither send nor read). A slave whose checkpoint names a log
+// also sends its partition ends and the generations of its history. It is
+// resumed by those ends when its checkpoint names another log than the
+// master's (it followed the master before a failover, or it is a former
+// master without a checkpoint), and also when it names the master's log
+// but the generations differ from the master's history: the master's log
+// forked since the slave followed it (it followed another master in
+// between, cut its tail there and took that master's records at the same
+// offsets), so a position in it no longer means what it did. The two logs share
 // every generation up to the newest both hold, and each partition forks at
 // the lowest end a later epoch of either history recorded (forkEnds). The
 // master cuts the ends at its own later epochs (a slave that sends no
@@ -97,7 +102,10 @@
 // master's Handover waits until the chosen slave reports its whole durable
 // log checkpointed, then sends it promote (the durable end); the slave
 // checkpoints and calls OnPromote, which makes it master at the next
-// generation, and the old master steps down. The bundle then turns the old
+// generation, and the old master steps down. A slave with a diverged
+// partition refuses (its log position passed the master's end, but that
+// partition holds other records and lacks the master's later ones): it
+// stays a slave and says why in its last error. The bundle then turns the old
 // master into a receiver of the new one at run time; that receiver is a
 // former master without a checkpoint, so it resumes by partition ends and
 // cuts any tail beyond the promotion ends as above. A master that stepped

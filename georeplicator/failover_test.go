@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/internal/netproxy"
 	"metaq/internal/testutil"
 )
@@ -140,6 +141,11 @@ func (s *site) promote(sites int, onFence func(*site, Fence)) {
 		ends[PartKey(p.Topic, p.Partition)] = p.Max
 	}
 	if err := s.id.Promote(s.id.Generation()+1, ends); err != nil {
+		s.t.Fatal(err)
+	}
+	// As internal/bundle's promotion does: the checkpoint is a position in
+	// the old master's log, which this log leaves.
+	if err := os.Remove(filepath.Join(s.dir, "replication.checkpoint")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.t.Fatal(err)
 	}
 	s.startMaster(sites, onFence)
@@ -469,4 +475,54 @@ func TestHandover(t *testing.T) {
 		putSome(t, hf, 3, "hf")
 		testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return gz.sameAs(hf) })
 	})
+}
+
+// TestHandoverRefusedWithDivergedPartition: hf holds a record of its own in
+// one partition, which therefore stopped replicating as diverged; its log
+// position still reaches bj's end (the others went on). Told to take over,
+// it refuses, says why, and bj's records stay where they are. Found by the
+// fault schedules (internal/faultsched, seed 900008): hf took over in a
+// switchover with partitions diverged and behind, and the old master's
+// acknowledged records there were lost to the new generation.
+func TestHandoverRefusedWithDivergedPartition(t *testing.T) {
+	k := kinds()[0]
+	root := t.TempDir()
+	bj, hf := newSite(t, k, root, "bj"), newSite(t, k, root, "hf")
+	parts := defaultParts()
+	bad := parts[0]
+	if _, err := hf.st.(*store.Store).AppendRaw(t.Context(), bad.Topic, bad.Partition, 0, makeRecord(1, []byte("a stray record here"))); err != nil {
+		t.Fatal(err)
+	}
+	bj.startMaster(0, nil)
+	putSome(t, bj, 20, "bj")
+	var promoted atomic.Bool
+	hf.onPromote = func(int64) { promoted.Store(true) }
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		_, end := bj.st.LogBounds()
+		if st := hf.rc.Status(); len(st.Diverged) != 1 || st.AppliedPos < end {
+			return fmt.Errorf("hf: diverged %v, applied %d", st.Diverged, st.AppliedPos)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := bj.sh.Handover(ctx, func(g string, _ int) bool { return g == "hf" }, func() (int64, error) {
+		_, d := bj.st.LogBounds()
+		return d, nil
+	}); err != nil {
+		t.Fatalf("handover: %v", err)
+	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if promoted.Load() {
+			return nil // reported below
+		}
+		if e := hf.rc.Status().LastError; !strings.Contains(e, "refused the mastership") || !strings.Contains(e, fmt.Sprintf("%s-%d", bad.Topic, bad.Partition)) {
+			return fmt.Errorf("hf's last error: %q", e)
+		}
+		return nil
+	})
+	if promoted.Load() {
+		t.Fatal("hf took mastership over with a diverged partition")
+	}
 }

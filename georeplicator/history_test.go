@@ -235,3 +235,87 @@ func TestRejoinCutsOwnGeneration(t *testing.T) {
 		t.Fatalf("gz's history %+v, want hf's %+v", h, hf.id.History())
 	}
 }
+
+// TestResumeOnMasterWhoseLogForked: hf follows gz (generation 1) and holds
+// gz's last records, which bj, forced to generation 2 while behind, never
+// got. gz rejoins bj: it cuts those records and takes bj's in their place,
+// at the same offsets, in the same log (its log id does not change). gz is
+// promoted again (generation 3) and hf reconnects to it with its checkpoint
+// in gz's log: its position there no longer means what it did, so it is
+// resumed by partition ends, cuts at bj's promotion (the newest generation
+// both histories hold is 1), saves gz's old records aside and then holds
+// gz's bytes. Found by the fault schedules (internal/faultsched, seed
+// 900008): hf resumed by position, its partitions stopped as diverged, it
+// took gz's history (generations 2 and 3) as its own although it held
+// generation 1's records where they had been cut, and two promotions later
+// two sites served different records at the same offsets with nothing cut.
+func TestResumeOnMasterWhoseLogForked(t *testing.T) {
+	k := kinds()[0] // the file store: the cut is the store's
+	root := t.TempDir()
+	bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 20, "bj")
+	hf.follow(bj)
+	gz.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(bj), gz.sameAs(bj)) })
+	hf.stopSlave()
+	gz.stopSlave()
+	bj.stopMaster()
+
+	gz.promote(0, nil) // generation 1
+	putSome(t, gz, 4, "gz-both")
+	hf.follow(gz)
+	bj.follow(gz)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(gz), bj.sameAs(gz)) })
+	bj.stopSlave()
+	putSome(t, gz, 3, "gz-hf-only") // hf gets them, bj does not
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(gz) })
+	hf.stopSlave() // hf keeps its checkpoint in gz's log
+	gz.stopMaster()
+
+	bj.promote(0, nil)              // generation 2 (forced: behind hf)
+	putSome(t, bj, 5, "bj-gen2-xx") // as long as gz-hf-only: the same offsets
+	gz.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := gz.sameAs(bj); err != nil {
+			return fmt.Errorf("%w (%+v)", err, gz.rc.Status())
+		}
+		return nil
+	})
+	gz.stopSlave()
+	bj.stopMaster()
+
+	gz.promote(0, nil) // generation 3, gz's log id unchanged
+	if g := gz.id.Generation(); g != 3 {
+		t.Fatalf("gz at generation %d, want 3", g)
+	}
+	putSome(t, gz, 2, "gz-gen3")
+	hf.follow(gz)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := hf.sameAs(gz); err != nil {
+			return fmt.Errorf("%w (%+v)", err, hf.rc.Status())
+		}
+		return nil
+	})
+	if st := hf.rc.Status(); len(st.Diverged) > 0 {
+		t.Fatalf("hf: partitions diverged: %v", st.Diverged)
+	}
+	if got, want := hf.rc.Status().Unreplicated, int64(3*len(defaultParts())); got != want {
+		t.Fatalf("hf saved aside %d records, want %d", got, want)
+	}
+	tails, err := ListTails(filepath.Join(hf.dir, "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tails {
+		data, _ := os.ReadFile(f.Path)
+		if f.Records != 3 || !bytes.Contains(data, []byte("gz-hf-only-2-"+f.Topic)) {
+			t.Fatalf("hf: tail %+v holds %q", f, data)
+		}
+	}
+	if h := hf.id.History(); !sameHistory(h, gz.id.History()) || len(h) != 3 {
+		t.Fatalf("hf's history %+v, want gz's %+v", h, gz.id.History())
+	}
+	putSome(t, gz, 2, "gz-after")
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(gz) })
+}

@@ -26,9 +26,10 @@ type hello struct {
 
 	// Optional tail (older slaves send none). MasterLog is the master log
 	// Resume refers to ("" = unknown: trust Resume); a master with another
-	// log starts at the lowest position covering Ends, this slave's
-	// partition ends. Generation is the highest master generation the
-	// slave knows.
+	// log, or with its own log whose history has other generations than
+	// Lineage (its log forked since), starts at the lowest position
+	// covering Ends, this slave's partition ends. Generation is the highest
+	// master generation the slave knows.
 	MasterLog  string
 	Generation uint64
 	Ends       []partEnd

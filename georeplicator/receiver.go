@@ -661,6 +661,17 @@ func (r *Receiver) session() (progressed bool, err error) {
 					"applied", applied, "masterDurable", pos, "promotable", r.opts.OnPromote != nil)
 				continue
 			}
+			if div := r.Status().Diverged; len(div) > 0 {
+				// Its log position passed the master's end, but the
+				// diverged partitions were skipped: they hold other records
+				// than the master's and lack its later ones, which a
+				// takeover would lose.
+				err := fmt.Errorf("georeplicator: refused the mastership the master handed over at %d: %d partition(s) diverged from the master and lack its records (%s)",
+					pos, len(div), strings.Join(div, "; "))
+				r.log.Error("REPLICATION: master handed mastership over, but this slave cannot take it", "err", err)
+				r.setErr(err)
+				continue
+			}
 			if err := r.checkpointNow(); err != nil {
 				return progressed, err
 			}

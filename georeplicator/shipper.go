@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,7 +336,8 @@ func (s *Shipper) serve(c net.Conn) error {
 	}
 	first, durable := s.opts.Source.LogBounds()
 	start, truncated := h.Resume, false
-	byEnds := h.MasterLog != "" && s.opts.LogID != "" && h.MasterLog != s.opts.LogID
+	byEnds := h.MasterLog != "" && s.opts.LogID != "" &&
+		(h.MasterLog != s.opts.LogID || (h.HasLineage && !slices.Equal(h.Lineage, generations(s.history()))))
 	var (
 		cuts      map[string]int64
 		common    uint64

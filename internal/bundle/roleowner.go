@@ -32,12 +32,13 @@ type roleOwner struct {
 	promoted  *shipperComponent
 	demoted   *receiverComponent
 	demotedID int
-	// promotedOnce and demotedOnce say a transition at run time replaced
-	// the configured receiver or shipper: from then on that one never runs
-	// again (a later transition starts its own), so it is not what runs
-	// while a demotion that stopped the promotion's shipper has not
-	// started its receiver yet, or failed in between and is retried.
-	promotedOnce, demotedOnce bool
+	// leftConfigured: a transition at run time stopped the configured
+	// component (a promotion started shipping, a demotion stopped the
+	// shipper or started following), which never runs again. A demotion
+	// that failed between stopping the shipper and starting its receiver
+	// leaves neither promoted nor demoted: the site then runs nothing, and
+	// the demotion is retried (runRejoin), not refused as a slave's.
+	leftConfigured bool
 	// slave is the slave configuration in effect, nil while master.
 	slave *config.Slave
 }
@@ -80,17 +81,19 @@ func (o *roleOwner) shipper() *shipperComponent {
 	if sc != nil {
 		return sc
 	}
-	if rc != nil {
-		return nil
-	}
-	o.mu.Lock()
-	replaced := o.demotedOnce
-	o.mu.Unlock()
-	if replaced {
+	if rc != nil || o.configuredStopped() {
 		return nil
 	}
 	conf, _ := o.configured()
 	return conf
+}
+
+// configuredStopped reports whether a transition at run time stopped the
+// configured component (leftConfigured).
+func (o *roleOwner) configuredStopped() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leftConfigured
 }
 
 // receiver is the async-slave receiver that runs now: the demotion's,
@@ -101,13 +104,7 @@ func (o *roleOwner) receiver() *receiverComponent {
 	if rc != nil {
 		return rc
 	}
-	if sc != nil {
-		return nil
-	}
-	o.mu.Lock()
-	replaced := o.promotedOnce
-	o.mu.Unlock()
-	if replaced {
+	if sc != nil || o.configuredStopped() {
 		return nil
 	}
 	_, conf := o.configured()
@@ -121,15 +118,10 @@ func (o *roleOwner) startShipper(ctx context.Context, b *Bundle) (*shipperCompon
 	if err := sc.Start(ctx, b); err != nil {
 		return nil, err
 	}
-	o.setPromoted(sc)
-	return sc, nil
-}
-
-// setPromoted records sc as the shipper a promotion started.
-func (o *roleOwner) setPromoted(sc *shipperComponent) {
 	o.mu.Lock()
-	o.promoted, o.demoted, o.promotedOnce = sc, nil, true
+	o.promoted, o.demoted, o.leftConfigured = sc, nil, true
 	o.mu.Unlock()
+	return sc, nil
 }
 
 // becomeMaster records the role a promotion reached: no slave
@@ -148,8 +140,10 @@ func (o *roleOwner) stopShipper() (bool, error) {
 	sc := o.promoted
 	o.promoted = nil
 	demoted := o.demoted != nil
+	left := o.leftConfigured
+	o.leftConfigured = true
 	o.mu.Unlock()
-	if sc == nil && !demoted {
+	if sc == nil && !demoted && !left {
 		sc, _ = o.configured()
 	}
 	if sc == nil {
@@ -172,7 +166,7 @@ func (o *roleOwner) startReceiver(ctx context.Context, b *Bundle, sl *config.Sla
 		return err
 	}
 	o.mu.Lock()
-	o.demoted, o.demotedID, o.demotedOnce = rc, sl.SlaveID, true
+	o.demoted, o.demotedID, o.leftConfigured = rc, sl.SlaveID, true
 	o.mu.Unlock()
 	return nil
 }
