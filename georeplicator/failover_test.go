@@ -581,3 +581,55 @@ func TestFailbackCutsDamagedTail(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoverRefusedWithDivergedPartition: hf holds its own bytes in a
+// partition, where replication stopped as diverged; bj's handover to it
+// is not taken (its applied position covers the skipped entries, not that
+// partition), and hf goes on replicating the others as a slave (fault
+// schedule seed 900014: hf took over with three diverged partitions, and
+// the sites that followed it cut what bj had acknowledged there).
+func TestHandoverRefusedWithDivergedPartition(t *testing.T) {
+	k := kinds()[0]
+	root := t.TempDir()
+	bj, hf := newSite(t, k, root, "bj"), newSite(t, k, root, "hf")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 5, "bj")
+	var promoted atomic.Int64
+	hf.onPromote = func(pos int64) { promoted.Store(pos) }
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+	hf.stopSlave()
+	div := defaultParts()[0]
+	k.put(t, hf.st, div.Topic, div.Partition, [][]byte{[]byte("hf-own")})
+	putSome(t, bj, 2, "bj-more")
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if st := hf.rc.Status(); len(st.Diverged) != 1 {
+			return fmt.Errorf("hf: diverged %v", st.Diverged)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := bj.sh.Handover(ctx, func(g string, _ int) bool { return g == "hf" }, func() (int64, error) {
+		_, d := bj.st.LogBounds()
+		return d, nil
+	}); err != nil {
+		t.Fatalf("handover: %v", err)
+	}
+	// The promote frame precedes these records on the link: once hf holds
+	// them, it has handled it.
+	other := defaultParts()[1]
+	k.put(t, bj.st, other.Topic, other.Partition, [][]byte{[]byte("after-handover")})
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		mi, _ := bj.st.Partition(other.Topic, other.Partition)
+		si, err := hf.st.Partition(other.Topic, other.Partition)
+		if err != nil || si.Max != mi.Max {
+			return fmt.Errorf("hf %s-%d: %+v %v, bj's end %d", other.Topic, other.Partition, si, err, mi.Max)
+		}
+		return nil
+	})
+	if p := promoted.Load(); p != 0 {
+		t.Fatalf("hf took over at %d with a diverged partition", p)
+	}
+}

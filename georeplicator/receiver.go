@@ -175,6 +175,17 @@ func (r *Receiver) Close() error {
 	return err
 }
 
+// divergedErrs lists the partitions stopped as diverged.
+func (r *Receiver) divergedErrs() []error {
+	r.divMu.Lock()
+	defer r.divMu.Unlock()
+	var out []error
+	for _, d := range r.diverged {
+		out = append(out, d)
+	}
+	return out
+}
+
 // Status returns a snapshot of the slave's state.
 func (r *Receiver) Status() ReceiverStatus {
 	r.mu.Lock()
@@ -659,6 +670,16 @@ func (r *Receiver) session() (progressed bool, err error) {
 			if applied < pos || r.opts.OnPromote == nil {
 				r.log.Error("REPLICATION: master handed mastership over, but this slave cannot take it",
 					"applied", applied, "masterDurable", pos, "promotable", r.opts.OnPromote != nil)
+				continue
+			}
+			// A partition that stopped as diverged is not the master's: its
+			// entries were skipped, so the applied position says nothing of
+			// it, and this site taking over would serve its own bytes there
+			// and make the others cut theirs to match. The master, whose
+			// handover is not taken, takes puts again.
+			if div := r.divergedErrs(); len(div) > 0 {
+				r.log.Error("REPLICATION: master handed mastership over, but this slave cannot take it: partitions diverged from the master",
+					"applied", applied, "masterDurable", pos, "diverged", errors.Join(div...))
 				continue
 			}
 			if err := r.checkpointNow(); err != nil {
