@@ -72,8 +72,8 @@ type sites struct {
 	zkConns map[string][]zkConn
 	// replConns: each site's replication connections (replDialer).
 	replConns map[string][]net.Conn
-	acked   map[string][]string
-	serial  int
+	acked     map[string][]string
+	serial    int
 }
 
 // newSites starts the deployment spec describes, the master first, and
