@@ -69,8 +69,12 @@
 // between, cut its tail there and took that master's records at the same
 // offsets), so a position in it no longer means what it did. The two logs share
 // every generation up to the newest both hold, and each partition forks at
-// the lowest end a later epoch of either history recorded (forkEnds). The
-// master cuts the ends at its own later epochs (a slave that sends no
+// the lowest end a later epoch of either history recorded (forkEnds). A
+// slave whose checkpoint names the master's own log is resumed the same
+// way when the master's history has a generation the slave lacks that
+// began below what the slave holds: the master followed another log since
+// (cutting its tail there) and was promoted again, so a log position no
+// longer names the same records. The master cuts the ends at its own later epochs (a slave that sends no
 // generations, at its own promotion ends), starts the stream at the lowest
 // log position that covers every one of them (Store.LogPosition), and
 // names the common generation in welcome; the slave cuts at those ends
@@ -83,7 +87,9 @@
 // log of gz, promoted at 1) is cut at gz's promotion, where its log forked,
 // not at hf's. Ends beyond the fork are records the new master never had:
 // the slave saves them in
-// <TailDir>/<topic>-<partition>-<from>-<to>-gen<g>.records (fsynced), then
+// <TailDir>/<topic>-<partition>-<from>-<to>-gen<g>.records (fsynced; one
+// file per run of readable records when the tail holds a range the site
+// lost to disk damage, which is logged and cut with the rest), then
 // cuts them with Store.TruncatePartition, so they are never served as if
 // replicated (`metaq-server unreplicated` lists and re-publishes them).
 //

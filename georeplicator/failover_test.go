@@ -526,3 +526,114 @@ func TestHandoverRefusedWithDivergedPartition(t *testing.T) {
 		t.Fatal("hf took mastership over with a diverged partition")
 	}
 }
+
+// TestFailbackCutsDamagedTail: bj's unreplicated tail holds a range bj lost
+// to disk damage. Rejoining hf, bj saves aside every readable run of the
+// tail (each in a file of its own, at its offsets), cuts the tail with the
+// lost range in it, and then follows hf; before, the cut stopped at the
+// damaged range and bj followed no master for good (fault schedule seed
+// 900014: bj's chaos-async-0 [4592,4621)).
+func TestFailbackCutsDamagedTail(t *testing.T) {
+	defer func(n int64) { fileSegmentBytes = n }(fileSegmentBytes)
+	fileSegmentBytes = 8 << 10
+	k := kinds()[0] // the file store: the cut and the damage are the store's
+	root := t.TempDir()
+	bj, hf := newSite(t, k, root, "bj"), newSite(t, k, root, "hf")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 2, "bj")
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+	hf.stopSlave()
+	putSome(t, bj, 200, "bj-unreplicated") // acknowledged at bj only
+	bj.stopMaster()
+
+	// A sealed segment of the tail (every segment after the first holds
+	// only records hf never had) is damaged.
+	k.close(bj.st)
+	storeDir := filepath.Join(bj.dir, "store")
+	segs, _ := filepath.Glob(filepath.Join(storeDir, "log", "*.log"))
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, have %v", segs)
+	}
+	b, err := os.ReadFile(segs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+64; i++ {
+		b[i] ^= 0xFF
+	}
+	if err := os.WriteFile(segs[2], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(storeDir, "checkpoint"))
+	bj.st = k.open(t, storeDir)
+
+	hf.promote(0, nil)
+	ends := map[pkey]int64{}
+	for _, p := range hf.st.Partitions() {
+		ends[pkey{p.Topic, p.Partition}] = p.Max
+	}
+	// What bj serves beyond hf's ends, by offset, read around the damage.
+	want := map[pkey]map[int64][]byte{}
+	lost := 0
+	for _, p := range bj.st.Partitions() {
+		k := pkey{p.Topic, p.Partition}
+		runs, err := servedRuns(bj.st, p.Topic, p.Partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = map[int64][]byte{}
+		for off, run := range runs {
+			if off < ends[k] {
+				if off+int64(len(run)) <= ends[k] {
+					continue
+				}
+				run, off = run[ends[k]-off:], ends[k]
+			}
+			want[k][off] = run
+		}
+		if len(runs) > 1 {
+			lost++
+		}
+	}
+	if lost == 0 {
+		t.Fatal("no damaged range in bj's tail")
+	}
+	putSome(t, hf, 3, "hf")
+	bj.follow(hf)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := bj.sameAs(hf); err != nil {
+			return fmt.Errorf("%w (bj: %+v)", err, bj.rc.Status())
+		}
+		return nil
+	})
+	tails, err := ListTails(filepath.Join(bj.dir, "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[pkey]map[int64][]byte{}
+	for _, f := range tails {
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := pkey{f.Topic, f.Partition}
+		if got[k] == nil {
+			got[k] = map[int64][]byte{}
+		}
+		if f.To != f.From+int64(len(data)) || f.Generation != 1 {
+			t.Fatalf("tail %+v holds %d bytes", f, len(data))
+		}
+		got[k][f.From] = data
+	}
+	for k, runs := range want {
+		for off, run := range runs {
+			if !bytes.Equal(got[k][off], run) {
+				t.Fatalf("%s-%d: the run bj served at %d (%d bytes) is not saved aside at that offset: %d bytes", k.Topic, k.Partition, off, len(run), len(got[k][off]))
+			}
+		}
+		if len(got[k]) != len(runs) {
+			t.Fatalf("%s-%d: %d tail files, want %d", k.Topic, k.Partition, len(got[k]), len(runs))
+		}
+	}
+}

@@ -319,3 +319,65 @@ func TestResumeOnMasterWhoseLogForked(t *testing.T) {
 	putSome(t, gz, 2, "gz-after")
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(gz) })
 }
+
+// TestRejoinSameLogAfterFork: hf holds the tail of bj's generation-0 log
+// that gz, promoted at generation 1, never had; bj rejoined gz (cutting
+// that tail) and was promoted again at generation 2, serving the same log
+// ID as before with gz's records at the offsets it cut. hf, whose
+// checkpoint names bj's log, must not resume by log position (its tail
+// would then differ from the records shipped at the same offsets, and the
+// partitions stop as diverged): it cuts and saves aside that tail, and then
+// holds bj's bytes (fault schedule seed 900014).
+func TestRejoinSameLogAfterFork(t *testing.T) {
+	k := kinds()[0] // the file store: the cut is the store's
+	root := t.TempDir()
+	bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 20, "bj")
+	hf.follow(bj)
+	gz.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(bj), gz.sameAs(bj)) })
+	gz.stopSlave()
+	putSome(t, bj, 3, "bj-late") // hf has them, gz does not
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+	hf.stopSlave()
+	bj.stopMaster()
+
+	gz.promote(0, nil) // generation 1, without bj's late records
+	putSome(t, gz, 4, "gz")
+	bj.follow(gz) // cuts its late records, takes gz's at their offsets
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return bj.sameAs(gz) })
+	bj.stopSlave()
+	gz.stopMaster()
+
+	bj.promote(0, nil) // generation 2, bj's log ID again
+	if g := bj.id.Generation(); g != 2 {
+		t.Fatalf("bj at generation %d, want 2", g)
+	}
+	putSome(t, bj, 2, "bj-gen2")
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := hf.sameAs(bj); err != nil {
+			return fmt.Errorf("%w (%+v)", err, hf.rc.Status())
+		}
+		return nil
+	})
+	if got, want := hf.rc.Status().Unreplicated, int64(3*len(defaultParts())); got != want {
+		t.Fatalf("hf saved aside %d records, want %d", got, want)
+	}
+	tails, err := ListTails(filepath.Join(hf.dir, "unreplicated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tails) != len(defaultParts()) {
+		t.Fatalf("hf: %d tail files, want %d: %+v", len(tails), len(defaultParts()), tails)
+	}
+	for _, f := range tails {
+		data, _ := os.ReadFile(f.Path)
+		if f.Records != 3 || !bytes.Contains(data, []byte("bj-late-2-"+f.Topic)) {
+			t.Fatalf("hf: tail %+v holds %q", f, data)
+		}
+	}
+	putSome(t, bj, 2, "bj-after")
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+}

@@ -343,11 +343,24 @@ func (s *Shipper) serve(c net.Conn) error {
 		common    uint64
 		hasCommon bool
 	)
+	if !byEnds && h.MasterLog != "" && h.MasterLog == s.opts.LogID && h.HasLineage {
+		// The slave followed this log before, but this site may have
+		// followed another master since (cutting its own tail and taking
+		// that master's records at the same offsets) and been promoted
+		// again: a log position then no longer means the same records.
+		// Whatever the slave holds beyond where a generation it lacks
+		// began is resumed by partition ends, cut and saved aside.
+		if c, cm, ok := s.cutEnds(h); len(c) > 0 {
+			byEnds, cuts, common, hasCommon = true, c, cm, ok
+		}
+	}
 	if byEnds {
 		// The slave's position is in another master's log (a failover):
 		// only partition offsets mean the same here, up to where the two
 		// logs forked.
-		cuts, common, hasCommon = s.cutEnds(h)
+		if cuts == nil {
+			cuts, common, hasCommon = s.cutEnds(h)
+		}
 		if start, truncated, err = s.startForEnds(h.Ends, cuts); err != nil {
 			return refuse(err.Error())
 		}

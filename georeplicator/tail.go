@@ -1,12 +1,15 @@
 package georeplicator
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"metaq/broker/store"
 )
 
 // partitionCutter is implemented by sinks that can cut a partition back
@@ -112,22 +115,33 @@ func (r *Receiver) cutTail(ends []partEnd, gen uint64) error {
 		if err != nil {
 			return fmt.Errorf("georeplicator: partition %s-%d: %w", e.Topic, e.Partition, err)
 		}
-		var tail []byte
-		for off := e.End; off < info.Max; {
-			b, err := sink.Read(e.Topic, e.Partition, off, int(min(info.Max-off, 4<<20)))
-			if err != nil || len(b) == 0 {
-				return &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot read the unreplicated tail: %v", err)}
-			}
-			tail = append(tail, b...)
-			off += int64(len(b))
-		}
-		n, err := countRecords(tail)
+		// The tail is saved as runs of readable records, one file each: a
+		// range this site lost to disk damage cannot be read, nor saved,
+		// nor fetched from a master that never had it, and refusing the cut
+		// for it would leave this site following no master for good.
+		runs, lost, err := readTail(sink, e, info.Max)
 		if err != nil {
-			return &DivergedError{e.Topic, e.Partition, e.End, "the new master's end is not a record boundary here"}
+			return err
+		}
+		n := 0
+		for _, run := range runs {
+			rn, err := countRecords(run.b)
+			if err != nil {
+				return &DivergedError{e.Topic, e.Partition, run.from, "the new master's end is not a record boundary here"}
+			}
+			path := filepath.Join(r.opts.TailDir, tailName(e.Topic, e.Partition, run.from, run.from+int64(len(run.b)), gen))
+			if err := writeFileAtomic(path, run.b); err != nil {
+				return fmt.Errorf("georeplicator: save the unreplicated tail of %s-%d: %w", e.Topic, e.Partition, err)
+			}
+			n += rn
+		}
+		for _, l := range lost {
+			r.log.Error("REPLICATION: records the new master never had were lost to disk damage here; they are cut and cannot be saved aside",
+				"partition", fmt.Sprintf("%s-%d", e.Topic, e.Partition), "from", l[0], "to", l[1], "generation", gen)
 		}
 		path := filepath.Join(r.opts.TailDir, tailName(e.Topic, e.Partition, e.End, info.Max, gen))
-		if err := writeFileAtomic(path, tail); err != nil {
-			return fmt.Errorf("georeplicator: save the unreplicated tail of %s-%d: %w", e.Topic, e.Partition, err)
+		if len(runs) != 1 || len(lost) != 0 {
+			path = filepath.Join(r.opts.TailDir, fmt.Sprintf("%s-%d-*-gen%d.records", e.Topic, e.Partition, gen))
 		}
 		if err := cutter.TruncatePartition(e.Topic, e.Partition, e.End); err != nil {
 			return &DivergedError{e.Topic, e.Partition, e.End, fmt.Sprintf("cannot cut the unreplicated tail: %v", err)}
@@ -140,4 +154,36 @@ func (r *Receiver) cutTail(ends []partEnd, gen uint64) error {
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// tailRun is a readable run of a partition's tail from offset from.
+type tailRun struct {
+	from int64
+	b    []byte
+}
+
+// readTail reads the records of e's partition from e.End to max as runs
+// around the ranges the store lost to damage (lost, [from, to) each).
+func readTail(sink LogSink, e partEnd, max int64) (runs []tailRun, lost [][2]int64, err error) {
+	var cur *tailRun
+	for off := e.End; off < max; {
+		b, err := sink.Read(e.Topic, e.Partition, off, int(min(max-off, 4<<20)))
+		var de *store.DamagedError
+		if errors.As(err, &de) && de.Next > off {
+			lost = append(lost, [2]int64{off, min(de.Next, max)})
+			cur = nil
+			off = de.Next
+			continue
+		}
+		if err != nil || len(b) == 0 {
+			return nil, nil, &DivergedError{e.Topic, e.Partition, off, fmt.Sprintf("cannot read the unreplicated tail: %v", err)}
+		}
+		if cur == nil {
+			runs = append(runs, tailRun{from: off})
+			cur = &runs[len(runs)-1]
+		}
+		cur.b = append(cur.b, b...)
+		off += int64(len(b))
+	}
+	return runs, lost, nil
 }

@@ -401,7 +401,7 @@ func (c *receiverComponent) newReceiver() (*georeplicator.Receiver, error) {
 	if sl.MasterAddress != "" {
 		res = b.newestMasterResolver(sl.MasterAddress)
 	} else {
-		res = zkMasterResolver(b.Registry, cfg.System.BrokerID)
+		res = b.zkThenGossipResolver(cfg.System.BrokerID)
 	}
 	var mode georeplicator.Mode
 	if sl.Compression != "" {
@@ -565,6 +565,36 @@ func (c *receiverComponent) SlaveStatus() any {
 
 // Status is the same report for /status.
 func (c *receiverComponent) Status() any { return c.SlaveStatus() }
+
+// zkThenGossipResolver reads the master's replication address from this
+// site's ZooKeeper (zkMasterResolver) and, when that read fails (the
+// ensemble is down or cut off, or the new master has not written its
+// address there yet: with one ensemble per site it writes it in the
+// ensembles it reaches), takes the replication address gossip names for
+// the master of the newest generation, unless this site already knows a
+// newer generation. A former master demoted at run time (a switchover, a
+// promotion elsewhere) has no masterAddress and finds its master this way.
+func (b *Bundle) zkThenGossipResolver(brokerID int) georeplicator.Resolver {
+	zk := zkMasterResolver(b.Registry, brokerID)
+	return georeplicator.ResolverFunc(func(ctx context.Context) (string, error) {
+		addr, err := zk.MasterAddr(ctx)
+		if err == nil {
+			return addr, nil
+		}
+		tc := compOf[*topologyComponent](b)
+		if tc == nil || tc.Topology() == nil {
+			return "", err
+		}
+		m, ok := tc.Topology().Master(brokerID)
+		if !ok || m.Meta.ReplAddr == "" {
+			return "", err
+		}
+		if id, ierr := b.identity(); ierr == nil && m.Meta.Generation < id.Generation() {
+			return "", err
+		}
+		return m.Meta.ReplAddr, nil
+	})
+}
 
 // zkMasterResolver reads the master's replication address from ZooKeeper,
 // ids/<id>/replication.

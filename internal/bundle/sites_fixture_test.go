@@ -71,8 +71,10 @@ type sites struct {
 	// (cutEnsemble); zkConns: each site's open ZooKeeper connections.
 	zkCut   map[string]bool
 	zkConns map[string][]zkConn
-	acked   map[string][]string
-	serial  int
+	// replConns: each site's replication connections (replDialer).
+	replConns map[string][]net.Conn
+	acked     map[string][]string
+	serial    int
 }
 
 // newSites starts the deployment spec describes, the master first, and
@@ -88,7 +90,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
 		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
-		zkCut: map[string]bool{}, zkConns: map[string][]zkConn{}}
+		zkCut: map[string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
 		if spec.perSiteZK && i > 0 {
@@ -188,8 +190,39 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 	s.mu.Lock()
 	s.taps[name] = &zktest.Tap{}
 	s.mu.Unlock()
-	ss.options = func(o *Options) { o.ZooKeeperDialer = s.zkDialer(name) }
+	ss.options = func(o *Options) {
+		o.ZooKeeperDialer = s.zkDialer(name)
+		o.ReplicationDialer = s.replDialer(name)
+	}
 	return ss
+}
+
+// replDialer is site name's replication dialer (its receiver's connections
+// to a master), which records them for dropReplication.
+func (s *sites) replDialer(name string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.replConns[name] = append(s.replConns[name], c)
+		s.mu.Unlock()
+		return c, nil
+	}
+}
+
+// dropReplication closes site name's open replication connections: its
+// receiver finds its master again and reconnects.
+func (s *sites) dropReplication(name string) {
+	s.mu.Lock()
+	conns := s.replConns[name]
+	s.replConns[name] = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 type zkConn struct {
