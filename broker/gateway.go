@@ -79,6 +79,10 @@ type GatewayOptions struct {
 	// The gateway drains it while it is in effect; its owner closes it
 	// after the broker.
 	Outbox *outbox.Outbox
+	// DrainWait bounds how long the outbox's drain waits for the master's
+	// answers (and for a write to the link) before it gives up on the
+	// connection and opens another; 0 means 30 s.
+	DrainWait time.Duration
 
 	// drainBatch bounds the outbox entries sent per partition per drain
 	// round; 0 means drainBatch (tests make it small).
@@ -152,6 +156,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		opts := *o
 		if opts.MaxWait <= 0 {
 			opts.MaxWait = DefaultHoldMaxWait
+		}
+		if opts.DrainWait <= 0 {
+			opts.DrainWait = drainWait
 		}
 		if opts.drainBatch <= 0 {
 			opts.drainBatch = drainBatch

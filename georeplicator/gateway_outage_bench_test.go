@@ -110,7 +110,7 @@ func safProducers(b *testing.B, addr string, threads int, stop <-chan struct{}) 
 }
 
 // bjRecords is every record of topic logs at bj: id -> bodies stored under it.
-func bjRecords(b *testing.B, st *store.Store) (map[int64][]string, int) {
+func bjRecords(b testing.TB, st *store.Store) (map[int64][]string, int) {
 	b.Helper()
 	out := map[int64][]string{}
 	n := 0
