@@ -65,6 +65,13 @@ type GatewayOptions struct {
 	// Dial opens the connection to the master's MetaQ port; nil dials TCP.
 	// A deployment passes one that authenticates and compresses.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// LinkDial, when not nil, opens the gateway's own connection (the
+	// forwarded puts and the outbox's drain) instead of Dial: a gateway
+	// link that names this gateway with a new epoch, so that the master
+	// supersedes the links it opened before and never applies what
+	// reaches it late on one of them (georeplicator.GatewayDialAs).
+	// Transactions' links (gatewaytx.go) are opened with Dial.
+	LinkDial func(ctx context.Context, addr string) (net.Conn, error)
 	// Holder is the write gate holder (RefuseWrites) whose refusal puts
 	// are forwarded under: the one that says this broker is a slave.
 	// Required. Puts refused only by other holders (a master's full disk, a
@@ -257,7 +264,11 @@ func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
 		return nil, fmt.Errorf("find the master: %w", err)
 	}
 	g.stats.dials.Add(1)
-	nc, err := g.opts.Dial(ctx, addr)
+	dial := g.opts.Dial
+	if g.opts.LinkDial != nil {
+		dial = g.opts.LinkDial
+	}
+	nc, err := dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial the master %s: %w", addr, err)
 	}

@@ -43,7 +43,16 @@ package broker
 // master killed after storing but before answering, or a connection that
 // breaks, leads to the same reconciliation; a failover to a new master
 // that received the old one's records by replication finds them there by
-// id. An entry that reaches a master while it hands over (a switchover's
+// id. The reconciliation reads what the master holds; an entry sent on a
+// connection the gateway gave up on (no answer within DrainWait) whose
+// bytes reach the master only after that reading would be stored a second
+// time. So the gateway's own connection is a gateway link that names the
+// gateway with a new epoch (GatewayOptions.LinkDial,
+// georeplicator.GatewayDialAs), and the master serves it only once it has
+// stopped reading the gateway's older link and finished what it read there
+// (georeplicator.GatewayLinks): nothing of an older link is applied after
+// the newer link's first request, the reconciliation's. An entry that
+// reaches a master while it hands over (a switchover's
 // Hold, hold.go) is passed on to the new master over a gateway link as a
 // sync, keeping its id, so the same holds when its answer is lost. What is
 // not covered: an entry the master confirmed and lost in a failover (it

@@ -86,6 +86,7 @@ func newGatewayRig(b testing.TB, oneWay time.Duration, saf bool, tweaks ...func(
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	var links GatewayLinks // as the bundle serves them: a newer link of hf supersedes the older
 	b.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
 	go func() {
@@ -98,11 +99,12 @@ func newGatewayRig(b testing.TB, oneWay time.Duration, saf bool, tweaks ...func(
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := GatewayAccept(nc, [][]byte{secret}, serverTLS)
+				c, release, err := links.Accept(nc, [][]byte{secret}, serverTLS)
 				if err != nil {
 					nc.Close()
 					return
 				}
+				defer release()
 				g.bj.ServeConn(c)
 			}()
 		}
@@ -135,7 +137,7 @@ func newGatewayRig(b testing.TB, oneWay time.Duration, saf bool, tweaks ...func(
 			if err != nil {
 				return nil, err
 			}
-			return GatewayDial(nc, secret, true, clientTLS)
+			return GatewayDialAs(nc, secret, true, clientTLS, "hf/0")
 		},
 	}
 	for _, tw := range tweaks {
