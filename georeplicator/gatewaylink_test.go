@@ -358,16 +358,32 @@ func TestGatewayLinksSupersede(t *testing.T) {
 	if s2.(*gatewayConn).superseded.Load() || a2.c.(*gatewayConn).superseded.Load() {
 		t.Fatal("a refused link superseded the newest")
 	}
-	gatewayEpochs.observe(id2.Epoch + 1e12) // as if a previous process's clock ran ahead
-	sStale, err := dial(GatewayIdentity{Name: "hf/0", Epoch: 1})
-	if err == nil {
-		sStale.Close()
-		t.Fatal("epoch 1 admitted")
+	// A previous process whose clock ran ahead left a higher epoch for
+	// hf/1: this process's first link there is refused, its next one
+	// goes above it and is admitted.
+	ahead := uint64(time.Now().Add(time.Hour).UnixNano())
+	if _, err := dial(GatewayIdentity{Name: "hf/1", Epoch: ahead}); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-acc; a.err != nil {
+		t.Fatal(a.err)
+	} else {
+		a.release()
+	}
+	if _, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/1"); err == nil || !strings.Contains(err.Error(), gatewayStaleMark) {
+		t.Fatalf("a link below the previous process's epoch: %v, want refused as stale", err)
 	}
 	<-acc
-	if e := gatewayEpochs.next(); e <= id2.Epoch+1e12 {
-		t.Fatalf("next epoch %d, not above the %d seen", e, id2.Epoch+1e12)
+	s3, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/1")
+	if err != nil {
+		t.Fatalf("the link after a stale refusal: %v", err)
 	}
+	defer s3.Close()
+	a3 := <-acc
+	if id, _ := GatewayLinkName(a3.c); a3.err != nil || id.Epoch <= ahead {
+		t.Fatalf("the link after a stale refusal: %v, epoch %d, want above %d", a3.err, id.Epoch, ahead)
+	}
+	a3.release()
 }
 
 func mustDial(t *testing.T, addr string) net.Conn {
