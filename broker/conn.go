@@ -99,6 +99,11 @@ type conn struct {
 	// forwarded on (gatewaytx.go): the reader's, then closeTxLink's once
 	// the connection is closed.
 	txLink *fwdConn
+	// txOpen holds the local transactions begun on a gateway link for
+	// transactions and not ended yet (by key), txLost those whose master
+	// moved before they ended, with why (gatewaytx.go). The reader's.
+	txOpen map[string]*fwdConn
+	txLost map[string]string
 }
 
 // timeoutCause is why a connection's read timed out.

@@ -65,6 +65,13 @@ type GatewayOptions struct {
 	// Dial opens the connection to the master's MetaQ port; nil dials TCP.
 	// A deployment passes one that authenticates and compresses.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// LinkDial, when not nil, opens the gateway's own connection (the
+	// forwarded puts and the outbox's drain) instead of Dial: a gateway
+	// link that names this gateway with a new epoch, so that the master
+	// supersedes the links it opened before and never applies what
+	// reaches it late on one of them (georeplicator.GatewayDialAs).
+	// Transactions' links (gatewaytx.go) are opened with Dial.
+	LinkDial func(ctx context.Context, addr string) (net.Conn, error)
 	// Holder is the write gate holder (RefuseWrites) whose refusal puts
 	// are forwarded under: the one that says this broker is a slave.
 	// Required. Puts refused only by other holders (a master's full disk, a
@@ -79,6 +86,10 @@ type GatewayOptions struct {
 	// The gateway drains it while it is in effect; its owner closes it
 	// after the broker.
 	Outbox *outbox.Outbox
+	// DrainWait bounds how long the outbox's drain waits for the master's
+	// answers (and for a write to the link) before it gives up on the
+	// connection and opens another; 0 means 30 s.
+	DrainWait time.Duration
 
 	// drainBatch bounds the outbox entries sent per partition per drain
 	// round; 0 means drainBatch (tests make it small).
@@ -152,6 +163,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		opts := *o
 		if opts.MaxWait <= 0 {
 			opts.MaxWait = DefaultHoldMaxWait
+		}
+		if opts.DrainWait <= 0 {
+			opts.DrainWait = drainWait
 		}
 		if opts.drainBatch <= 0 {
 			opts.drainBatch = drainBatch
@@ -250,7 +264,11 @@ func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
 		return nil, fmt.Errorf("find the master: %w", err)
 	}
 	g.stats.dials.Add(1)
-	nc, err := g.opts.Dial(ctx, addr)
+	dial := g.opts.Dial
+	if g.opts.LinkDial != nil {
+		dial = g.opts.LinkDial
+	}
+	nc, err := dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial the master %s: %w", addr, err)
 	}

@@ -28,10 +28,26 @@ package broker
 // producer reports a commit that timed out. A broken link is not reopened
 // for the transactions begun on it (the master rolled them back when it
 // broke): their next commands go on a new link, where the master answers
-// that they have not been started. A transaction does not follow a change
-// of master: when the master answers that it moved (403 from a slave, or
-// while another master is registered), the link is closed once its answers
-// are in, and the next command opens one to the master found then.
+// that they have not been started.
+//
+// A transaction does not follow a change of master: it lives at the master
+// it began at, and MetaQ has no way to move it. When that master is no
+// longer the master (it answers that it moved: a 403 from a slave, a
+// refusal saying it is no longer master, or a 403 or 503 while another
+// master is registered; or, at a BEGIN, ZooKeeper names another master
+// than the link's), the link is closed once its answers are in, which makes
+// the old master roll back the local transactions open on it, as MetaQ's
+// broker does for a lost connection (a demoted master stores nothing more
+// anyway). Their later commands are answered here as MetaQ's broker
+// answers them on a new connection after a lost one: a put into one or its
+// commit or prepare 500 "Local transaction '<key>' has not been started",
+// followed by why (the master it began at moved; none of its messages is
+// stored; begin it again), its rollback 200 (it is rolled back), its end
+// nothing. The next BEGIN goes to the master found then. A command
+// already on its way to the old master is answered by it: a commit there
+// after it was demoted fails (its writes are refused), never stored. XA
+// transactions are not tracked: a prepared one stays at the master it was
+// prepared at (recover there).
 //
 // A put in a transaction to a topic this site does not forward is refused
 // here as any put to it is (the slave's 403); one to a topic with
@@ -113,6 +129,20 @@ func (c *conn) forwardTx(cmd wire.Command) bool {
 		frame, opaque = t.AppendTo(nil), tx.Opaque
 	}
 	end := tx != nil && tx.Type == wire.TxEnd // no answer, from anyone
+	if tx != nil && tx.Type == wire.TxBegin {
+		c.txCheckMaster(g)
+	}
+	c.txRetireMoved(g)
+	local, key := txLocalKey(put, tx)
+	if local {
+		if why, lost := c.txLost[key]; lost {
+			if tx == nil || tx.Type != wire.TxBegin {
+				c.answerLostTx(put, tx, key, why, opaque)
+				return true
+			}
+			delete(c.txLost, key) // begun again
+		}
+	}
 
 	fc, err := c.txLinkFor(g)
 	var ch chan *wire.Result
@@ -136,6 +166,17 @@ func (c *conn) forwardTx(cmd wire.Command) bool {
 		}
 		c.sendResult(res.code, strings.Replace(res.text, "forwards puts", "forwards transactions", 1), opaque)
 		return true
+	}
+	if local && tx != nil {
+		switch tx.Type {
+		case wire.TxBegin:
+			if c.txOpen == nil {
+				c.txOpen = map[string]*fwdConn{}
+			}
+			c.txOpen[key] = fc
+		case wire.TxCommitOnePhase, wire.TxCommitTwoPhase, wire.TxRollback:
+			delete(c.txOpen, key)
+		}
 	}
 	fc.wmu.Lock()
 	fc.nc.SetWriteDeadline(time.Now().Add(g.opts.MaxWait))
@@ -175,6 +216,11 @@ func (c *conn) txLinkFor(g *Gateway) (*fwdConn, error) {
 		if !broken {
 			g.retireTxLink(fc)
 		}
+		for key, at := range c.txOpen {
+			if at == fc {
+				delete(c.txOpen, key) // rolled back by the master when fc broke
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, g.opts.MaxWait)
 	defer cancel()
@@ -205,6 +251,87 @@ func (c *conn) txLinkFor(g *Gateway) (*fwdConn, error) {
 	fc.mu.Unlock()
 	c.txLink = fc
 	return fc, nil
+}
+
+// txLocalKey says whether the command (put or tx) belongs to a local
+// transaction, and its key.
+func txLocalKey(put *wire.Put, tx *wire.Transaction) (bool, string) {
+	if put != nil {
+		return put.Tx.Kind == wire.TxLocal, put.Tx.String()
+	}
+	return tx.Tx.Kind == wire.TxLocal, tx.Tx.String()
+}
+
+// txCheckMaster marks the connection's link for transactions moved when
+// ZooKeeper names another master than the link's, so that a transaction
+// begun now begins at the master (a BEGIN is answered by a demoted master
+// too). Reader goroutine only.
+func (c *conn) txCheckMaster(g *Gateway) {
+	fc := c.txLink
+	if fc == nil || fc.moved.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+	defer cancel()
+	if addr, err := g.opts.Master(ctx); err == nil && addr != fc.addr {
+		fc.moved.Store(true)
+	}
+}
+
+// txRetireMoved retires the connection's link for transactions when its
+// master moved, recording the local transactions open on it as lost.
+// Reader goroutine only.
+func (c *conn) txRetireMoved(g *Gateway) {
+	fc := c.txLink
+	if fc == nil || !fc.moved.Load() {
+		return
+	}
+	fc.mu.Lock()
+	broken := fc.err != nil
+	fc.mu.Unlock()
+	if broken {
+		return // txLinkFor opens another; the master rolled back what was open
+	}
+	c.txLink = nil
+	c.txInterrupted(fc)
+	g.retireTxLink(fc)
+}
+
+// txInterrupted records the local transactions open on fc, a link being
+// retired because its master moved, as lost: the old master rolls them
+// back when fc closes. Reader goroutine only.
+func (c *conn) txInterrupted(fc *fwdConn) {
+	for key, at := range c.txOpen {
+		if at != fc {
+			continue
+		}
+		delete(c.txOpen, key)
+		if c.txLost == nil {
+			c.txLost = map[string]string{}
+		}
+		c.txLost[key] = "it was begun at the master " + fc.addr + ", which is no longer the master: it was rolled back there " +
+			"when this broker closed its link, and none of its messages is stored; begin it again"
+	}
+}
+
+// answerLostTx answers a command of a local transaction whose master moved
+// before it ended (see the top of this file).
+func (c *conn) answerLostTx(put *wire.Put, tx *wire.Transaction, key, why string, opaque int32) {
+	switch {
+	case tx != nil && tx.Type == wire.TxEnd:
+		c.noAnswer()
+		return
+	case tx != nil && tx.Type == wire.TxRollback:
+		delete(c.txLost, key)
+		c.sendResult(wire.StatusOK, "", opaque)
+		return
+	case tx != nil && (tx.Type == wire.TxCommitOnePhase || tx.Type == wire.TxCommitTwoPhase):
+		delete(c.txLost, key)
+	}
+	if put != nil {
+		c.b.stats.putFailed.Add(1)
+	}
+	c.sendResult(wire.StatusInternalServerError, "Local transaction '"+key+"' has not been started: "+why+".", opaque)
 }
 
 // closeTxLink closes the connection's gateway link for transactions, once
@@ -283,10 +410,13 @@ func (g *Gateway) answerTx(c *conn, fc *fwdConn, op int32, ch chan *wire.Result,
 }
 
 // txMasterMoved says the answer r of the master at addr says it is no
-// longer the master: 403 from a slave, or a 403 or 503 while ZooKeeper
+// longer the master: a refusal saying so, 403 from a slave, or a 403 or 503 while ZooKeeper
 // names another master. (A 503 alone does not: a master answers it for
 // other reasons too, and the link's transactions live there.)
 func (g *Gateway) txMasterMoved(r *wire.Result, addr string) bool {
+	if r.Code != wire.StatusOK && strings.Contains(string(r.Body), "no longer master") {
+		return true // a demoted master's refusal, of a put or of a commit's writes
+	}
 	if r.Code != wire.StatusForbidden && r.Code != wire.StatusServiceUnavailable {
 		return false
 	}

@@ -442,11 +442,47 @@ func (h *Hold) forward(hb *heldBatch) {
 }
 
 // parsePutAnswer reads a put's answer `<id> <partition> <offset>`.
+// Text after the offset (` accepted-locally`) is ignored. It runs once per
+// forwarded put, so it parses by hand (fmt.Sscanf cost a fifth of the
+// gateway's CPU).
 func parsePutAnswer(body []byte) (store.Appended, error) {
-	var a store.Appended
-	var p int
-	if n, err := fmt.Sscanf(string(body), "%d %d %d", &a.ID, &p, &a.Offset); err != nil || n != 3 {
-		return a, fmt.Errorf("%q, not <id> <partition> <offset>", body)
+	var v [3]int64
+	rest := body
+	for i := range v {
+		for len(rest) > 0 && rest[0] == ' ' {
+			rest = rest[1:]
+		}
+		n, used, ok := parseDecimal(rest)
+		if !ok || (used < len(rest) && rest[used] != ' ') {
+			return store.Appended{}, fmt.Errorf("%q, not <id> <partition> <offset>", body)
+		}
+		v[i] = n
+		rest = rest[used:]
 	}
-	return a, nil
+	return store.Appended{ID: v[0], Offset: v[2]}, nil
+}
+
+// parseDecimal reads a signed decimal int64 at the start of b: its value,
+// the bytes it took, and false when there is none or it overflows.
+func parseDecimal(b []byte) (int64, int, bool) {
+	i, neg := 0, false
+	if i < len(b) && (b[i] == '-' || b[i] == '+') {
+		neg = b[i] == '-'
+		i++
+	}
+	start := i
+	var n uint64
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if n > (1<<63)/10 {
+			return 0, 0, false
+		}
+		n = n*10 + uint64(b[i]-'0')
+	}
+	if i == start || n > 1<<63 || (!neg && n == 1<<63) {
+		return 0, 0, false
+	}
+	if neg {
+		return -int64(n), i, true
+	}
+	return int64(n), i, true
 }

@@ -231,3 +231,30 @@ func TestAcknowledgementCheckedOncePerAnswerFrame(t *testing.T) {
 		t.Fatalf("write check asked %d times for %d puts over 30 partitions, want %d at arrival and one per answer frame", got, n, n)
 	}
 }
+
+// TestParsePutAnswer: a put's answer `<id> <partition> <offset>`, with
+// text after it or not; anything else is an error.
+func TestParsePutAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		id     int64
+		offset int64
+		ok     bool
+	}{
+		{"2066372701240426496 1 4096", 2066372701240426496, 4096, true},
+		{"7 0 -1", 7, -1, true},
+		{"7 3 -1 accepted-locally", 7, -1, true},
+		{"9223372036854775807 0 0", 1<<63 - 1, 0, true},
+		{"9223372036854775808 0 0", 0, 0, false},
+		{"7 3", 0, 0, false},
+		{"", 0, 0, false},
+		{"7 x 9", 0, 0, false},
+		{"7x 3 9", 0, 0, false},
+		{"- 3 9", 0, 0, false},
+	} {
+		a, err := parsePutAnswer([]byte(tc.in))
+		if (err == nil) != tc.ok || (tc.ok && (a.ID != tc.id || a.Offset != tc.offset)) {
+			t.Errorf("parsePutAnswer(%q) = %+v, %v", tc.in, a, err)
+		}
+	}
+}

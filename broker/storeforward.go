@@ -43,7 +43,16 @@ package broker
 // master killed after storing but before answering, or a connection that
 // breaks, leads to the same reconciliation; a failover to a new master
 // that received the old one's records by replication finds them there by
-// id. An entry that reaches a master while it hands over (a switchover's
+// id. The reconciliation reads what the master holds; an entry sent on a
+// connection the gateway gave up on (no answer within DrainWait) whose
+// bytes reach the master only after that reading would be stored a second
+// time. So the gateway's own connection is a gateway link that names the
+// gateway with a new epoch (GatewayOptions.LinkDial,
+// georeplicator.GatewayDialAs), and the master serves it only once it has
+// stopped reading the gateway's older link and finished what it read there
+// (georeplicator.GatewayLinks): nothing of an older link is applied after
+// the newer link's first request, the reconciliation's. An entry that
+// reaches a master while it hands over (a switchover's
 // Hold, hold.go) is passed on to the new master over a gateway link as a
 // sync, keeping its id, so the same holds when its answer is lost. What is
 // not covered: an entry the master confirmed and lost in a failover (it
@@ -86,10 +95,10 @@ const valueCode = 1
 
 // Store-and-forward drain bounds.
 const (
-	drainBatch      = 2048    // entries sent per partition per round (GatewayOptions.drainBatch)
-	drainBatchBytes = 1 << 20 // body bytes sent per partition per round
-	drainWait       = 30 * time.Second
-	reconcileRead   = 1 << 20 // bytes asked per get while reconciling
+	drainBatch      = 2048             // entries sent per partition per round (GatewayOptions.drainBatch)
+	drainBatchBytes = 1 << 20          // body bytes sent per partition per round
+	drainWait       = 30 * time.Second // GatewayOptions.DrainWait
+	reconcileRead   = 1 << 20          // bytes asked per get while reconciling
 )
 
 // storedAt is where an entry was found or confirmed at the master.
@@ -214,7 +223,7 @@ type drainState struct {
 // connection, then sends one batch of each partition's pending entries and
 // confirms what the master stored.
 func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
-	ctx, cancel := context.WithTimeout(g.b.ctx, drainWait)
+	ctx, cancel := context.WithTimeout(g.b.ctx, g.opts.DrainWait)
 	defer cancel()
 	c, err := g.conn(ctx)
 	if err != nil {
@@ -262,7 +271,7 @@ func (g *Gateway) drainRound(st *drainState, keys []outbox.Key) error {
 					r = res
 				}
 			case <-ctx.Done():
-				c.fail(fmt.Errorf("no answer from the master %s within %v", c.addr, drainWait))
+				c.fail(fmt.Errorf("no answer from the master %s within %v", c.addr, g.opts.DrainWait))
 			case <-g.quit:
 				// The gateway is replaced or stopped: the connection may
 				// have been dropped from it (the master moved), so it is
@@ -454,7 +463,7 @@ func (g *Gateway) request(ctx context.Context, c *fwdConn, cmd interface {
 		gc.Opaque = op
 	}
 	c.wmu.Lock()
-	c.nc.SetWriteDeadline(time.Now().Add(drainWait))
+	c.nc.SetWriteDeadline(time.Now().Add(g.opts.DrainWait))
 	_, err := c.nc.Write(cmd.AppendTo(nil))
 	c.wmu.Unlock()
 	if err != nil {
@@ -497,7 +506,7 @@ func (g *Gateway) postEntries(c *fwdConn, k outbox.Key, es []outbox.Entry) ([]ch
 	}
 	c.mu.Unlock()
 	c.wmu.Lock()
-	c.nc.SetWriteDeadline(time.Now().Add(drainWait))
+	c.nc.SetWriteDeadline(time.Now().Add(g.opts.DrainWait))
 	_, werr := c.nc.Write(frames)
 	c.wmu.Unlock()
 	if werr != nil {

@@ -278,9 +278,13 @@
 // reload when the topic sections differ}), Start, Close before the store.
 //
 // Write gateway (gatewaylink.go): every bundle claims GatewayFirstByte on
-// its MetaQ port (Broker.ListenFirstBytes), runs GatewayAccept with
-// LoadSecrets([replication] secretFile) on each connection and serves the
-// link as a MetaQ client connection (Broker.ServeConn); a replica's
-// broker.GatewayOptions.Dial opens the master's MetaQ port and runs
-// GatewayDial with its current secret, compressing.
+// its MetaQ port (Broker.ListenFirstBytes), runs GatewayLinks.Accept (one
+// register per bundle) with LoadSecrets([replication] secretFile) on each
+// connection and serves the link as a MetaQ client connection
+// (Broker.ServeConn), releasing it when served; a replica's
+// broker.GatewayOptions.LinkDial opens the master's MetaQ port and runs
+// GatewayDialAs with its current secret, compressing, naming the gateway
+// "<site>/<brokerId>" (GatewayDial, anonymous, when the master predates
+// named links: ErrGatewayVersion), and its Dial, for transactions' links,
+// runs GatewayDial.
 package georeplicator

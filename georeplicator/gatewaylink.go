@@ -11,10 +11,11 @@ package georeplicator
 //	                 [a TLS handshake, mutual when the master has a CA; what
 //	                 follows then runs inside TLS]
 //	slave  → master  version, codec, slave nonce (32 bytes)
+//	                 [version 2: name length (1 byte), name, epoch (uint64)]
 //	master → slave   status (0: go on, else refused, then a reason), master nonce (32 bytes)
-//	slave  → master  HMAC-SHA256(secret, gatewaySlaveLabel | slave nonce | master nonce | codec)
+//	slave  → master  HMAC-SHA256(secret, gatewaySlaveLabel | slave nonce | master nonce | codec [| name length | name | epoch])
 //	master → slave   status (0: accepted, else refused, then a reason),
-//	                 HMAC-SHA256(secret, gatewayMasterLabel | slave nonce | master nonce | codec)
+//	                 HMAC-SHA256(secret, gatewayMasterLabel | slave nonce | master nonce | codec [| name length | name | epoch])
 //
 // then, in each direction, frames:
 //
@@ -35,6 +36,28 @@ package georeplicator
 // one. With TLS (the replication's certificates) the link is encrypted too;
 // a master whose TLS config requires client certificates refuses a plain
 // link.
+//
+// A version 1 hello is anonymous: the transaction links of client
+// connections and a handing-over master's links use it, and so did every
+// slave before version 2. A version 2 hello names the gateway the link
+// belongs to (GatewayDialAs: the slave site's write gateway, its puts and
+// its outbox's drain) and the link's epoch, higher for every link the
+// slave's process opens later (its wall clock in nanoseconds, raised past
+// the last one used). A master serving links through GatewayLinks keeps
+// the highest epoch of each name: a link with a higher one supersedes the
+// name's older link, which is then read no further (its reads end as at
+// EOF: requests read before are served and answered, bytes that arrive on
+// it later are never applied), and the newer link is served only once the
+// older one's requests are all done; a link whose epoch is not higher is
+// refused. So bytes of a link the slave gave up on (no answer in time) that
+// the network still delivers after the slave opened another link and
+// read the master's partitions there (the outbox's reconciliation) are
+// never stored: without it they would be stored a second time. A refusal
+// for a stale epoch names the master's highest; the slave's next link
+// takes an epoch above it (its clock went back, or a previous process
+// ran with a clock ahead). A master that predates version 2 refuses such a
+// hello as an unknown version (ErrGatewayVersion): the slave then dials
+// version 1, without superseding.
 
 import (
 	"bufio"
@@ -43,11 +66,15 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -57,7 +84,8 @@ import (
 const GatewayFirstByte byte = 0xA8
 
 const (
-	gatewayVersion     = 1
+	gatewayVersion     = 1 // anonymous links
+	gatewayVersionName = 2 // links naming their gateway and epoch
 	gatewaySlaveLabel  = "metaq-gateway slave v1"
 	gatewayMasterLabel = "metaq-gateway master v1"
 	gatewayMACLen      = 16
@@ -84,7 +112,76 @@ const (
 // none either), compressing with zstd when compress, and inside TLS with
 // tc when not nil (its ServerName, when empty, is the host nc reaches).
 // It closes nc when it fails.
-func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c net.Conn, err error) {
+func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (net.Conn, error) {
+	return gatewayDial(nc, secret, compress, tc, GatewayIdentity{})
+}
+
+// GatewayIdentity is what a version 2 hello names: the gateway a link
+// belongs to and the link's epoch (see the top of this file).
+type GatewayIdentity struct {
+	Name  string // the slave's gateway, the same for all its links: its site and brokerId; at most 255 bytes
+	Epoch uint64 // higher for every link opened later
+}
+
+// ErrGatewayVersion is returned by GatewayDialAs when the master refuses
+// the version 2 hello as unknown (it predates it): dial version 1
+// (GatewayDial) instead.
+var ErrGatewayVersion = errors.New("georeplicator: gateway: the master does not know gateway links that name their gateway (version 2)")
+
+// GatewayDialAs is GatewayDial for the links of the gateway name (a slave
+// site's write gateway): the hello names it and an epoch higher than any
+// this process gave before, so the master supersedes the gateway's older
+// links (see the top of this file).
+func GatewayDialAs(nc net.Conn, secret []byte, compress bool, tc *tls.Config, name string) (net.Conn, error) {
+	if name == "" || len(name) > 255 {
+		nc.Close()
+		return nil, fmt.Errorf("georeplicator: gateway name %q: 1 to 255 bytes", name)
+	}
+	return gatewayDial(nc, secret, compress, tc, GatewayIdentity{Name: name, Epoch: gatewayEpochs.next()})
+}
+
+// gatewayEpochs gives the epochs of this process's named gateway links.
+var gatewayEpochs epochSource
+
+// epochSource gives increasing epochs: the wall clock in nanoseconds,
+// raised past the last given and past the highest a master reported.
+type epochSource struct{ last atomic.Uint64 }
+
+func (e *epochSource) next() uint64 {
+	for {
+		last := e.last.Load()
+		n := max(uint64(time.Now().UnixNano()), last+1)
+		if e.last.CompareAndSwap(last, n) {
+			return n
+		}
+	}
+}
+
+// observe makes later epochs exceed seen (a master's highest).
+func (e *epochSource) observe(seen uint64) {
+	for {
+		last := e.last.Load()
+		if last >= seen || e.last.CompareAndSwap(last, seen) {
+			return
+		}
+	}
+}
+
+// gatewayStaleMark starts a master's refusal of a stale epoch, followed
+// by the master's highest epoch for the name.
+const gatewayStaleMark = "stale gateway link epoch; newest "
+
+// helloExtra is what a hello adds to the codec in the handshake's MACs:
+// nothing for version 1, the name and epoch for version 2.
+func (id GatewayIdentity) helloExtra() []byte {
+	if id.Name == "" {
+		return nil
+	}
+	b := append([]byte{byte(len(id.Name))}, id.Name...)
+	return binary.BigEndian.AppendUint64(b, id.Epoch)
+}
+
+func gatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config, id GatewayIdentity) (c net.Conn, err error) {
 	defer func() {
 		if err != nil {
 			nc.Close()
@@ -117,12 +214,21 @@ func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c n
 	if err != nil {
 		return nil, err
 	}
-	hello := append([]byte{gatewayVersion, codec}, sn...)
+	version := byte(gatewayVersion)
+	extra := id.helloExtra()
+	if extra != nil {
+		version = gatewayVersionName
+	}
+	hello := append([]byte{version, codec}, sn...)
+	hello = append(hello, extra...)
 	if _, err := nc.Write(hello); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway hello to %s: %w", nc.RemoteAddr(), err)
 	}
 	br := bufio.NewReader(nc)
 	if err := readStatus(br, "master "+nc.RemoteAddr().String()); err != nil {
+		if extra != nil && strings.Contains(err.Error(), unknownVersion) {
+			return nil, fmt.Errorf("%w (%v)", ErrGatewayVersion, err)
+		}
 		return nil, err
 	}
 	mn := make([]byte, nonceLen)
@@ -131,27 +237,45 @@ func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c n
 	}
 	proof := make([]byte, proofLen)
 	if len(secret) > 0 {
-		proof = authMAC(secret, gatewaySlaveLabel, sn, mn, []byte{codec})
+		proof = authMAC(secret, gatewaySlaveLabel, sn, mn, append([]byte{codec}, extra...))
 	}
 	if _, err := nc.Write(proof); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway proof to %s: %w", nc.RemoteAddr(), err)
 	}
 	if err := readStatus(br, "master "+nc.RemoteAddr().String()); err != nil {
+		msg := err.Error()
+		if i := strings.Index(msg, gatewayStaleMark); i >= 0 {
+			digits := msg[i+len(gatewayStaleMark):]
+			if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+				digits = digits[:j]
+			}
+			if seen, perr := strconv.ParseUint(digits, 10, 64); perr == nil {
+				gatewayEpochs.observe(seen) // the next link goes above it
+			}
+		}
 		return nil, err
 	}
 	mp := make([]byte, proofLen)
 	if _, err := io.ReadFull(br, mp); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
 	}
-	if len(secret) > 0 && !hmac.Equal(mp, authMAC(secret, gatewayMasterLabel, sn, mn, []byte{codec})) {
+	if len(secret) > 0 && !hmac.Equal(mp, authMAC(secret, gatewayMasterLabel, sn, mn, append([]byte{codec}, extra...))) {
 		return nil, fmt.Errorf("%w: gateway: master %s failed to prove the replication shared secret", ErrAuth, nc.RemoteAddr())
 	}
 	if len(secret) == 0 && !bytes.Equal(mp, make([]byte, proofLen)) {
 		return nil, fmt.Errorf("%w: gateway: master %s has a replication shared secret and this broker none ([replication] secretFile)", ErrAuth, nc.RemoteAddr())
 	}
 	nc.SetDeadline(time.Time{})
-	return newGatewayConn(nc, br, secret, sn, mn, codec, true, tc != nil)
+	gc, err := newGatewayConn(nc, br, secret, sn, mn, codec, true, tc != nil)
+	if err != nil {
+		return nil, err
+	}
+	gc.id = id
+	return gc, nil
 }
+
+// unknownVersion starts the master's refusal of a hello's version.
+const unknownVersion = "unknown gateway version"
 
 // GatewayAccept runs the master's side of the handshake on a connection
 // whose first byte is GatewayFirstByte, accepting any of secrets (none:
@@ -159,6 +283,17 @@ func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (c n
 // requires client certificates refuses a plain link), and returns the
 // link, which carries the MetaQ protocol.
 func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, error) {
+	c, err := gatewayAccept(nc, secrets, tc, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// gatewayAccept is GatewayAccept; admit, when not nil, is asked about a
+// named link before the handshake's last answer, and refuses it with an
+// error.
+func gatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config, admit func(GatewayIdentity) error) (*gatewayConn, error) {
 	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
 	var head [2]byte
 	if _, err := io.ReadFull(nc, head[:]); err != nil {
@@ -191,11 +326,27 @@ func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, err
 	}
 	codec := hello[1]
 	switch {
-	case hello[0] != gatewayVersion:
-		return nil, refuse(nc, fmt.Sprintf("unknown gateway version %d", hello[0]))
+	case hello[0] != gatewayVersion && hello[0] != gatewayVersionName:
+		return nil, refuse(nc, fmt.Sprintf("%s %d", unknownVersion, hello[0]))
 	case codec != gatewayRaw && codec != gatewayZstd:
 		return nil, refuse(nc, fmt.Sprintf("unknown gateway codec %d", codec))
 	}
+	var id GatewayIdentity
+	if hello[0] == gatewayVersionName {
+		n, err := br.ReadByte()
+		if err != nil {
+			return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
+		}
+		rest := make([]byte, int(n)+8)
+		if _, err := io.ReadFull(br, rest); err != nil {
+			return nil, fmt.Errorf("georeplicator: gateway hello from %s: %w", nc.RemoteAddr(), err)
+		}
+		id = GatewayIdentity{Name: string(rest[:n]), Epoch: binary.BigEndian.Uint64(rest[n:])}
+		if id.Name == "" {
+			return nil, refuse(nc, "a gateway link named with an empty name")
+		}
+	}
+	extra := append([]byte{codec}, id.helloExtra()...)
 	sn := hello[2:]
 	mn, err := newNonce()
 	if err != nil {
@@ -210,7 +361,7 @@ func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, err
 	}
 	var matched []byte
 	for _, k := range secrets {
-		if hmac.Equal(proof, authMAC(k, gatewaySlaveLabel, sn, mn, []byte{codec})) {
+		if hmac.Equal(proof, authMAC(k, gatewaySlaveLabel, sn, mn, extra)) {
 			matched = k
 			break
 		}
@@ -221,15 +372,25 @@ func GatewayAccept(nc net.Conn, secrets [][]byte, tc *tls.Config) (net.Conn, err
 	case len(secrets) == 0 && !bytes.Equal(proof, make([]byte, proofLen)):
 		return nil, refuse(nc, "this master has no replication shared secret ([replication] secretFile) and the slave has one")
 	}
+	if admit != nil && id.Name != "" {
+		if err := admit(id); err != nil {
+			return nil, refuse(nc, err.Error())
+		}
+	}
 	mp := make([]byte, proofLen)
 	if matched != nil {
-		mp = authMAC(matched, gatewayMasterLabel, sn, mn, []byte{codec})
+		mp = authMAC(matched, gatewayMasterLabel, sn, mn, extra)
 	}
 	if _, err := nc.Write(append([]byte{0}, mp...)); err != nil {
 		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: %w", nc.RemoteAddr(), err)
 	}
 	nc.SetDeadline(time.Time{})
-	return newGatewayConn(nc, br, matched, sn, mn, codec, false, head[1] == gatewayTLS)
+	c, err := newGatewayConn(nc, br, matched, sn, mn, codec, false, head[1] == gatewayTLS)
+	if err != nil {
+		return nil, err
+	}
+	c.id = id
+	return c, nil
 }
 
 // readStatus reads a handshake status byte and, when it refuses, the
@@ -255,6 +416,8 @@ func readStatus(br *bufio.Reader, peer string) error {
 // serialised.
 type gatewayConn struct {
 	net.Conn
+	id         GatewayIdentity // the hello's; zero for version 1
+	superseded atomic.Bool     // reads end as at EOF (GatewayLinks)
 
 	wmu    sync.Mutex
 	wmac   hash.Hash // nil without a secret
@@ -328,17 +491,55 @@ func (c *gatewayConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Read reads what the peer wrote.
+// Read reads what the peer wrote; once the link is superseded, nothing
+// more: io.EOF.
 func (c *gatewayConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closed {
 		return 0, net.ErrClosed
 	}
-	if c.dec != nil {
-		return c.dec.Read(p)
+	if c.superseded.Load() {
+		return 0, io.EOF
 	}
-	return c.in.Read(p)
+	var n int
+	var err error
+	if c.dec != nil {
+		n, err = c.dec.Read(p)
+	} else {
+		n, err = c.in.Read(p)
+	}
+	if c.superseded.Load() {
+		// Superseded while this read waited: what it got arrived after
+		// the newer link, and is not handed on.
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// supersede ends the link's reads: the current one at once, later ones
+// before they start.
+func (c *gatewayConn) supersede() {
+	c.superseded.Store(true)
+	c.Conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// SetReadDeadline sets the read deadline, except on a superseded link,
+// whose reads stay ended.
+func (c *gatewayConn) SetReadDeadline(t time.Time) error {
+	err := c.Conn.SetReadDeadline(t)
+	if c.superseded.Load() {
+		return c.Conn.SetReadDeadline(time.Unix(1, 0))
+	}
+	return err
+}
+
+// SetDeadline is SetReadDeadline and the write deadline.
+func (c *gatewayConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
 }
 
 // Close closes the connection, which ends a Read in progress, then

@@ -229,3 +229,194 @@ func TestGatewayLinkFrameMAC(t *testing.T) {
 		t.Fatalf("read %q, %v: want nothing and ErrAuth", got, err)
 	}
 }
+
+// TestGatewayLinksSupersede: a master serving links through GatewayLinks
+// ends the reads of a gateway's link when the gateway opens a newer one
+// (the older link's reader sees EOF, bytes written on it later are never
+// read), serves the newer one only once the older one is released, and
+// refuses a link whose epoch is not above the newest it admitted, naming
+// that epoch: the slave's next link goes above it. Anonymous (version 1)
+// links are served alongside, untouched.
+func TestGatewayLinksSupersede(t *testing.T) {
+	key := []byte("0123456789abcdef0123")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var links GatewayLinks
+	type accepted struct {
+		c       net.Conn
+		release func()
+		err     error
+	}
+	acc := make(chan accepted, 4)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				c, release, err := links.Accept(nc, [][]byte{key}, nil)
+				if err != nil {
+					nc.Close()
+				} else {
+					t.Cleanup(func() { c.Close() })
+				}
+				acc <- accepted{c, release, err}
+			}()
+		}
+	}()
+	dial := func(id GatewayIdentity) (net.Conn, error) {
+		t.Helper()
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := gatewayDial(nc, key, true, nil, id)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	readLine := func(c net.Conn) (string, error) {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		return string(buf[:n]), err
+	}
+
+	s1, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	a1 := <-acc
+	if a1.err != nil {
+		t.Fatal(a1.err)
+	}
+	if id, ok := GatewayLinkName(a1.c); !ok || id.Name != "hf/0" {
+		t.Fatalf("link name %+v %v", id, ok)
+	}
+	s1.Write([]byte("one"))
+	if got, err := readLine(a1.c); got != "one" || err != nil {
+		t.Fatalf("read %q %v", got, err)
+	}
+	anon, err := dial(GatewayIdentity{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aAnon := <-acc
+	if _, named := GatewayLinkName(aAnon.c); aAnon.err != nil || named {
+		t.Fatalf("anonymous link: %v, named %v", aAnon.err, named)
+	}
+
+	// A newer link of hf/0: the older one's reads end, and the newer one is
+	// handed over only once the older one is released.
+	s2, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got, err := readLine(a1.c); got != "" || err != io.EOF {
+		t.Fatalf("superseded link read %q %v, want EOF", got, err)
+	}
+	s1.Write([]byte("late"))
+	if got, err := readLine(a1.c); got != "" || err != io.EOF {
+		t.Fatalf("superseded link read %q %v after a late write, want EOF", got, err)
+	}
+	select {
+	case a := <-acc:
+		t.Fatalf("newer link handed over before the older one was released: %v", a.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a1.release()
+	a2 := <-acc
+	if a2.err != nil {
+		t.Fatal(a2.err)
+	}
+	s2.Write([]byte("two"))
+	if got, err := readLine(a2.c); got != "two" || err != nil {
+		t.Fatalf("read %q %v", got, err)
+	}
+	anon.Write([]byte("anon"))
+	if got, err := readLine(aAnon.c); got != "anon" || err != nil {
+		t.Fatalf("anonymous link read %q %v", got, err)
+	}
+
+	// An older epoch is refused, naming the newest; the next link goes
+	// above it.
+	id2, _ := GatewayLinkName(a2.c)
+	_, err = dial(GatewayIdentity{Name: "hf/0", Epoch: id2.Epoch})
+	if err == nil || !strings.Contains(err.Error(), gatewayStaleMark+fmt.Sprint(id2.Epoch)) {
+		t.Fatalf("a link with the newest link's epoch: %v, want refused as stale", err)
+	}
+	if a := <-acc; a.err == nil {
+		t.Fatal("master admitted a stale epoch")
+	}
+	if s2.(*gatewayConn).superseded.Load() || a2.c.(*gatewayConn).superseded.Load() {
+		t.Fatal("a refused link superseded the newest")
+	}
+	// A previous process whose clock ran ahead left a higher epoch for
+	// hf/1: this process's first link there is refused, its next one
+	// goes above it and is admitted.
+	ahead := uint64(time.Now().Add(time.Hour).UnixNano())
+	if _, err := dial(GatewayIdentity{Name: "hf/1", Epoch: ahead}); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-acc; a.err != nil {
+		t.Fatal(a.err)
+	} else {
+		a.release()
+	}
+	if _, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/1"); err == nil || !strings.Contains(err.Error(), gatewayStaleMark) {
+		t.Fatalf("a link below the previous process's epoch: %v, want refused as stale", err)
+	}
+	<-acc
+	s3, err := GatewayDialAs(mustDial(t, ln.Addr().String()), key, true, nil, "hf/1")
+	if err != nil {
+		t.Fatalf("the link after a stale refusal: %v", err)
+	}
+	defer s3.Close()
+	a3 := <-acc
+	if id, _ := GatewayLinkName(a3.c); a3.err != nil || id.Epoch <= ahead {
+		t.Fatalf("the link after a stale refusal: %v, epoch %d, want above %d", a3.err, id.Epoch, ahead)
+	}
+	a3.release()
+}
+
+func mustDial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// TestGatewayDialAsOldMaster: a master that knows only version 1 hellos
+// refuses a named one as an unknown version; GatewayDialAs reports it as
+// ErrGatewayVersion (the bundle then dials version 1).
+func TestGatewayDialAsOldMaster(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		// Version 1's master: the mode byte pair, then the hello, refused.
+		io.ReadFull(nc, make([]byte, 2+2+nonceLen))
+		msg := "unknown gateway version 2"
+		nc.Write(append([]byte{1, byte(len(msg))}, msg...))
+	}()
+	_, err = GatewayDialAs(mustDial(t, ln.Addr().String()), nil, true, nil, "hf/0")
+	if !errors.Is(err, ErrGatewayVersion) {
+		t.Fatalf("dial: %v, want ErrGatewayVersion", err)
+	}
+}

@@ -29,7 +29,9 @@
 // the directory) holds, for each topic and partition, the last entry the
 // master confirmed (its sequence number) and the master's offset just past
 // it, where the next entry is to be stored. Confirm writes it; a segment is
-// removed once every entry in it is confirmed.
+// removed once every entry in it is confirmed. The cursor file is written
+// and fsynced without the lock Append takes: a drain confirming entries
+// does not hold up the puts being accepted (it shares only the disk).
 //
 // # Recovery
 //
@@ -145,6 +147,10 @@ type Outbox struct {
 
 	// syncMu serialises fsyncs (taken before mu, never under it).
 	syncMu sync.Mutex
+	// cursorMu serialises writes of the cursor file (taken before mu,
+	// never under it, never with syncMu): the file is written and
+	// fsynced with mu released, so Appends do not wait for it.
+	cursorMu sync.Mutex
 
 	mu      sync.Mutex
 	closed  bool
@@ -157,6 +163,8 @@ type Outbox struct {
 	cursors map[Key]Cursor
 	bytes   int64
 	count   int64
+
+	cursorHook func() // tests: called before the cursor file's fsync
 }
 
 // Open opens (or creates) the outbox in opts.Dir and recovers it (see
@@ -531,35 +539,71 @@ func (o *Outbox) Cursor(k Key) (Cursor, bool) {
 // offset off (the gateway sets it before it sends k's first entry, so a
 // later resend knows where to look for what it sent).
 func (o *Outbox) SetCursor(k Key, off int64) error {
+	o.cursorMu.Lock()
+	defer o.cursorMu.Unlock()
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed {
+		o.mu.Unlock()
 		return ErrClosed
 	}
-	c := o.cursors[k]
+	prev, had := o.cursors[k]
+	c := prev
 	c.Offset = off
 	o.cursors[k] = c
-	return o.writeCursorLocked()
+	data := o.cursorDataLocked()
+	o.mu.Unlock()
+	if err := o.writeCursor(data); err != nil {
+		o.restoreCursor(k, prev, had)
+		return err
+	}
+	return nil
+}
+
+// restoreCursor puts k's cursor back as it was before a cursor write that
+// failed.
+func (o *Outbox) restoreCursor(k Key, prev Cursor, had bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if had {
+		o.cursors[k] = prev
+	} else {
+		delete(o.cursors, k)
+	}
 }
 
 // Confirm records, durably, that k's pending entries up to seq are stored
 // at the master, the last ending at the master's offset off, and drops
-// them; segments left with no pending entry are removed.
+// them; segments left with no pending entry are removed. The cursor file
+// is written and fsynced with mu released: Appends go on meanwhile.
 func (o *Outbox) Confirm(k Key, seq uint64, off int64) error {
+	o.cursorMu.Lock()
+	defer o.cursorMu.Unlock()
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed {
+		o.mu.Unlock()
 		return ErrClosed
 	}
-	if c := o.cursors[k]; seq < c.Seq {
-		return fmt.Errorf("outbox: confirm %s up to %d, already confirmed up to %d", k, seq, c.Seq)
+	prev, had := o.cursors[k]
+	if seq < prev.Seq {
+		o.mu.Unlock()
+		return fmt.Errorf("outbox: confirm %s up to %d, already confirmed up to %d", k, seq, prev.Seq)
 	}
 	o.cursors[k] = Cursor{Seq: seq, Offset: off}
-	if err := o.writeCursorLocked(); err != nil {
+	data := o.cursorDataLocked()
+	o.mu.Unlock()
+	if err := o.writeCursor(data); err != nil {
+		o.restoreCursor(k, prev, had)
 		return err
 	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil // durable; the next Open drops them
+	}
 	o.dropConfirmedLocked()
-	return o.removeSegmentsLocked()
+	gone := o.takeConfirmedSegmentsLocked()
+	o.mu.Unlock()
+	return o.removeSegments(gone)
 }
 
 // dropConfirmedLocked drops the pending entries the cursors confirm.
@@ -585,31 +629,44 @@ func (o *Outbox) dropConfirmedLocked() {
 	}
 }
 
-// removeSegmentsLocked removes the segments, other than the newest, that
-// hold no pending entry.
-func (o *Outbox) removeSegmentsLocked() error {
+// takeConfirmedSegmentsLocked takes the segments, other than the newest,
+// that hold no pending entry out of o.segs; the caller removes them
+// (removeSegments) once mu is released.
+func (o *Outbox) takeConfirmedSegmentsLocked() []segment {
 	low := o.nextSeq
 	for _, es := range o.pending {
 		if len(es) > 0 {
 			low = min(low, es[0].Seq)
 		}
 	}
+	var gone []segment
 	for len(o.segs) > 1 && o.segs[0].last < low {
-		name := filepath.Join(o.opts.Dir, segName(o.segs[0].first))
-		if f := o.segs[0].f; f != nil {
-			f.Close() // its entries are confirmed: synced long before
-		}
-		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("outbox: remove confirmed segment %s: %w", name, err)
-		}
+		gone = append(gone, o.segs[0])
 		o.segs = o.segs[1:]
 	}
-	return nil
+	return gone
+}
+
+// removeSegments closes and removes segments whose entries are all
+// confirmed (a crash before it leaves them to the next Open, which drops
+// their entries by the cursor).
+func (o *Outbox) removeSegments(gone []segment) error {
+	var errs []error
+	for _, seg := range gone {
+		name := filepath.Join(o.opts.Dir, segName(seg.first))
+		if seg.f != nil {
+			seg.f.Close() // its entries are confirmed: synced long before
+		}
+		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("outbox: remove confirmed segment %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // cursor file: one line per partition, "seq offset partition topic", then
-// "crc <crc32c of the lines before>".
-func (o *Outbox) writeCursorLocked() error {
+// "crc <crc32c of the lines before>". cursorDataLocked is its contents now.
+func (o *Outbox) cursorDataLocked() string {
 	keys := make([]Key, 0, len(o.cursors))
 	for k := range o.cursors {
 		keys = append(keys, k)
@@ -621,7 +678,12 @@ func (o *Outbox) writeCursorLocked() error {
 		fmt.Fprintf(&sb, "%d %d %d %s\n", c.Seq, c.Offset, k.Partition, k.Topic)
 	}
 	body := sb.String()
-	data := body + "crc " + strconv.FormatUint(uint64(crc32.Checksum([]byte(body), crcTable)), 10) + "\n"
+	return body + "crc " + strconv.FormatUint(uint64(crc32.Checksum([]byte(body), crcTable)), 10) + "\n"
+}
+
+// writeCursor replaces the cursor file with data, durably. The caller
+// holds cursorMu, not mu.
+func (o *Outbox) writeCursor(data string) error {
 	name := filepath.Join(o.opts.Dir, cursorName)
 	tmp := name + ".tmp"
 	f, err := os.Create(tmp)
@@ -629,6 +691,9 @@ func (o *Outbox) writeCursorLocked() error {
 		return fmt.Errorf("outbox: write cursor %s: %w", tmp, err)
 	}
 	_, err = f.WriteString(data)
+	if o.cursorHook != nil {
+		o.cursorHook()
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -18,6 +18,7 @@ import (
 	"metaq/broker/registry"
 	"metaq/broker/store"
 	"metaq/configsync"
+	"metaq/georeplicator"
 	"metaq/internal/routines"
 	"metaq/internal/siterole"
 )
@@ -62,6 +63,9 @@ type Bundle struct {
 	roleWatchers routines.Group
 	// gatewayLinks counts the slave sites' gateway links served (gateway.go).
 	gatewayLinks atomic.Int64
+	// gatewayLinkSet supersedes a slave gateway's older links when it
+	// opens a newer one (georeplicator.GatewayLinks; gateway.go).
+	gatewayLinkSet georeplicator.GatewayLinks
 	// outbox is the gateway's store-and-forward outbox, or nil; closed
 	// after the broker (gateway.go).
 	outbox           *outbox.Outbox

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"metaq/broker"
@@ -39,15 +40,20 @@ func (b *Bundle) startGateway() error {
 	if err != nil {
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
+	linkDial, err := b.gatewayOwnLinkDial()
+	if err != nil {
+		return fmt.Errorf("bundle: write gateway: %w", err)
+	}
 	ob, err := b.openOutbox()
 	if err != nil {
 		return fmt.Errorf("bundle: write gateway: %w", err)
 	}
 	if _, err := b.Broker.SetGateway(&broker.GatewayOptions{
-		Holder: replicaHolder,
-		Master: b.gatewayMasterAddr,
-		Dial:   dial,
-		Outbox: ob,
+		Holder:   replicaHolder,
+		Master:   b.gatewayMasterAddr,
+		Dial:     dial,
+		LinkDial: linkDial,
+		Outbox:   ob,
 	}); err != nil {
 		if ob != nil {
 			ob.Close()
@@ -80,6 +86,58 @@ func (b *Bundle) gatewayLinkDial() (func(context.Context, string) (net.Conn, err
 	}
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: 5 * time.Second}
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
+	}, nil
+}
+
+// gatewayOwnLinkDial returns the dial of the write gateway's own link
+// (its puts and its outbox's drain): gatewayLinkDial's, with a hello that
+// names this gateway (its site and brokerId) and a new epoch, so that the
+// master supersedes this gateway's older links
+// (georeplicator.GatewayDialAs). A master that predates such hellos
+// refuses them; the link is then dialed as gatewayLinkDial does, without
+// superseding, and the fallback is logged once per master address.
+func (b *Bundle) gatewayOwnLinkDial() (func(context.Context, string) (net.Conn, error), error) {
+	secrets, err := ReplicationSecrets(b.Config())
+	if err != nil {
+		return nil, err
+	}
+	var secret []byte
+	if len(secrets) > 0 {
+		secret = secrets[0]
+	}
+	tc, err := gatewayClientTLS(b)
+	if err != nil {
+		return nil, err
+	}
+	cfg := b.Config()
+	name := fmt.Sprintf("%s/%d", cfg.Site.Name, cfg.System.BrokerID)
+	var mu sync.Mutex
+	anonymous := map[string]bool{} // masters that refused a named hello
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		mu.Lock()
+		old := anonymous[addr]
+		mu.Unlock()
+		if !old {
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			c, err := georeplicator.GatewayDialAs(nc, secret, b.gatewayCompresses(), tc, name)
+			if !errors.Is(err, georeplicator.ErrGatewayVersion) {
+				return c, err
+			}
+			b.log.Warn("GATEWAY: the master does not know named gateway links; its links are not superseded (a late delivery on a link given up on could store outbox entries twice)",
+				"master", addr, "err", err)
+			mu.Lock()
+			anonymous[addr] = true
+			mu.Unlock()
+		}
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
@@ -193,14 +251,19 @@ func (b *Bundle) serveGatewayOn(ctx context.Context, ln net.Listener) {
 			return
 		}
 		ok := b.roleWatchers.Go(func() {
-			c, err := georeplicator.GatewayAccept(nc, secrets, tc)
+			c, release, err := b.gatewayLinkSet.Accept(nc, secrets, tc)
 			if err != nil {
 				nc.Close()
 				b.log.Warn("GATEWAY: refused a gateway link", "remote", nc.RemoteAddr().String(), "err", err)
 				return
 			}
+			defer release()
 			b.gatewayLinks.Add(1)
-			b.log.Info("GATEWAY: serving a slave site's gateway link", "remote", nc.RemoteAddr().String())
+			if id, named := georeplicator.GatewayLinkName(c); named {
+				b.log.Info("GATEWAY: serving a slave site's gateway link", "remote", nc.RemoteAddr().String(), "gateway", id.Name, "epoch", id.Epoch)
+			} else {
+				b.log.Info("GATEWAY: serving a slave site's gateway link", "remote", nc.RemoteAddr().String())
+			}
 			stopConn := context.AfterFunc(ctx, func() { c.Close() })
 			defer stopConn()
 			b.Broker.ServeConn(c)

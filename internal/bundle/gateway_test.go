@@ -641,3 +641,104 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestGatewayTransactionAcrossSwitchover: two producers at hf each begin
+// a local transaction through hf's gateway (at bj) and put into it, then
+// bj hands over to gz. One puts again (bj refuses: no longer master) and
+// commits: the commit is answered 500 "has not been started", naming the
+// move; the other commits at once: bj refuses the commit's writes. Neither
+// transaction's messages is stored at gz, bj or hf (not committed, not
+// half); each producer's next transaction, on the same connection, begins
+// at gz and commits there, its messages stored once.
+func TestGatewayTransactionAcrossSwitchover(t *testing.T) {
+	s := forwardingSites(t)
+	hf, gz := s.site("hf"), s.site("gz")
+	waitViewAt(t, s, "hf")
+	type producer struct {
+		w       *wireConn
+		session string
+	}
+	prods := []producer{{dialWire(t, hf.Broker.Addr().String()), "10.0.0.9-1370000000000-2"},
+		{dialWire(t, hf.Broker.Addr().String()), "10.0.0.9-1370000000000-3"}}
+	tx := func(p producer, n int, typ wire.TxType) *wire.Result {
+		return p.w.result(&wire.Transaction{TxKey: fmt.Sprintf("TX:%s:%d", p.session, n), SessionID: p.session, Type: typ})
+	}
+	put := func(p producer, n, i int) (*wire.Result, string) {
+		body := fmt.Sprintf("swtx-%s-%d-msg%d", p.session, n, i)
+		return p.w.result(&wire.Put{Topic: "orders", Partition: int32(i % 2), Checksum: wire.Checksum([]byte(body)),
+			TxKey: fmt.Sprintf("TX:%s:%d", p.session, n), Body: []byte(body)}), body
+	}
+	interrupted := map[string]bool{}
+	for _, p := range prods {
+		if r := tx(p, 1, wire.TxBegin); r.Code != wire.StatusOK {
+			t.Fatalf("BEGIN at hf: %d %s", r.Code, r.Body)
+		}
+		for i := range 2 {
+			r, body := put(p, 1, i)
+			if r.Code != wire.StatusOK {
+				t.Fatalf("put %s at hf: %d %s", body, r.Code, r.Body)
+			}
+			interrupted[body] = true
+		}
+	}
+	s.switchover("bj", "gz")
+
+	r, body := put(prods[0], 1, 2)
+	interrupted[body] = true
+	if r.Code == wire.StatusOK {
+		t.Errorf("put into a transaction begun at bj, after bj handed over: answered OK (%s)", r.Body)
+	}
+	r = tx(prods[0], 1, wire.TxCommitOnePhase)
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "has not been started") ||
+		!strings.Contains(string(r.Body), "no longer the master") {
+		t.Errorf("COMMIT after a put bj refused: %d %s, want 500 has not been started, naming the move", r.Code, r.Body)
+	}
+	if r := tx(prods[1], 1, wire.TxCommitOnePhase); r.Code == wire.StatusOK {
+		t.Errorf("COMMIT of a transaction begun at bj, after bj handed over to gz: answered OK (%s)", r.Body)
+	} else {
+		t.Logf("COMMIT at once after the switchover: %d %s", r.Code, r.Body)
+	}
+
+	committed := map[string]bool{}
+	for _, p := range prods {
+		if r := tx(p, 2, wire.TxBegin); r.Code != wire.StatusOK {
+			t.Fatalf("BEGIN 2 at hf: %d %s", r.Code, r.Body)
+		}
+		for i := range 2 {
+			r, body := put(p, 2, i)
+			if r.Code != wire.StatusOK {
+				t.Fatalf("put %s at hf: %d %s", body, r.Code, r.Body)
+			}
+			committed[body] = true
+		}
+		if r := tx(p, 2, wire.TxCommitOnePhase); r.Code != wire.StatusOK {
+			t.Fatalf("COMMIT 2 at hf: %d %s", r.Code, r.Body)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		n := 0
+		for _, body := range bodiesByID(t, gz, "orders") {
+			if committed[body] {
+				n++
+			}
+		}
+		if n != len(committed) {
+			return fmt.Errorf("gz holds %d of the %d committed messages", n, len(committed))
+		}
+		return nil
+	})
+	for _, name := range []string{"gz", "bj", "hf"} {
+		seen := map[string]int{}
+		for _, body := range bodiesByID(t, s.site(name), "orders") {
+			seen[body]++
+		}
+		for body, n := range seen {
+			if interrupted[body] {
+				t.Errorf("%s holds %q of a transaction the switchover interrupted (%d times)", name, body, n)
+			}
+			if n > 1 && committed[body] {
+				t.Errorf("%s holds %q %d times", name, body, n)
+			}
+		}
+	}
+}

@@ -56,6 +56,7 @@ type Proxy struct {
 type pair struct {
 	client, server net.Conn
 	once           sync.Once
+	hold           atomic.Bool // HoldOpen: hold this connection's bytes
 }
 
 func (p *pair) close() {
@@ -96,6 +97,26 @@ func (p *Proxy) SetRate(bytesPerSec int64) { p.rateBp.Store(bytesPerSec) }
 // SetStall holds every byte in flight without closing anything while on: a
 // link that went silent (a black hole), which only keepalives can detect.
 func (p *Proxy) SetStall(on bool) { p.stall.Store(on) }
+
+// HoldOpen holds every byte of the connections open now, in both
+// directions, without closing anything (a path that stopped delivering
+// for those connections only: new connections pass), until release is
+// called; then what was held is delivered, in order, even to a peer whose
+// other side closed meanwhile.
+func (p *Proxy) HoldOpen() (release func()) {
+	p.mu.Lock()
+	held := make([]*pair, 0, len(p.conns))
+	for pr := range p.conns {
+		pr.hold.Store(true)
+		held = append(held, pr)
+	}
+	p.mu.Unlock()
+	return func() {
+		for _, pr := range held {
+			pr.hold.Store(false)
+		}
+	}
+}
 
 // SetRefuse makes the proxy close new connections immediately (a down link).
 func (p *Proxy) SetRefuse(on bool) { p.refuse.Store(on) }
@@ -238,7 +259,7 @@ func (p *Proxy) pipe(pr *pair, d Direction, src, dst net.Conn) {
 		if w := time.Until(t.at); w > 0 {
 			time.Sleep(w)
 		}
-		for p.stall.Load() {
+		for p.stall.Load() || pr.hold.Load() {
 			if p.closed.Load() {
 				return
 			}
