@@ -157,6 +157,19 @@ func (b *Broker) HoldWrites(o HoldOptions) (*Hold, error) {
 	return h, nil
 }
 
+// EndHold ends the Hold in effect, if any (see Hold.End), and reports
+// whether there was one. A site that becomes master again while it still
+// passes puts on to the master it handed over to (for HandoverHold after
+// a switchover) must take them itself: that master follows it now.
+func (b *Broker) EndHold() bool {
+	h := b.holding()
+	if h == nil {
+		return false
+	}
+	h.End()
+	return true
+}
+
 // holding returns the Hold in effect, or nil.
 func (b *Broker) holding() *Hold { return b.hold.Load() }
 

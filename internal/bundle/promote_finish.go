@@ -249,6 +249,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			// with minSyncSites wait for the slave sites to follow here.
 			b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
 			b.Broker.AllowWrites(replicaHolder)
+			b.endStaleHold()
 		}
 	}
 	if b.Registry != nil {
@@ -257,6 +258,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 		}
 	}
 	b.Broker.AllowWrites(replicaHolder)
+	b.endStaleHold()
 	if s := p.sc.Shipper(); s != nil {
 		rep.Fence = s.Fence()
 	}
@@ -731,4 +733,14 @@ func (b *Bundle) raiseAgain(ctx context.Context, p *promotion, why string) error
 	}
 	b.failover.mu.Unlock()
 	return nil
+}
+
+// endStaleHold ends the hold this site's own earlier handover left in
+// effect (it passes puts on to the master it handed over to for
+// HandoverHold after a switchover): switched back within that time, this
+// site would otherwise send its producers' puts to a slave.
+func (b *Bundle) endStaleHold() {
+	if b.Broker.EndHold() {
+		b.log.Warn("FAILOVER: this site is master again: the puts it still passed on to the master it had handed over to are taken here")
+	}
 }
