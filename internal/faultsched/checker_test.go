@@ -69,6 +69,22 @@ func TestCheckerFindsWhatIsWrong(t *testing.T) {
 		t.Fatalf("after promote -force: violations %v, forced %d; want no %s and 1 forced", kinds(vs), forced, VSyncAckLost)
 	}
 
+	// A put gz's gateway answered for bj, cut and saved aside at bj when bj
+	// rejoined after a failover, was bj's write: not a second master of
+	// bj's generation (seed 5 of the fixed schedules once deploy/ forwarded
+	// puts at every site). One gz saved aside itself was gz's.
+	f4 := &Final{Master: "bj", Converged: true,
+		Runs:  map[string]map[partKey][]run{"bj": runs, "hf": runs, "gz": runs},
+		Aside: map[string]map[string]bool{"bj": {"forwarded": true}, "gz": {"own": true}}}
+	vs, _ = Check([]Op{ok(AsyncTopic, "a1", 0, "bj", 0), ok(AsyncTopic, "forwarded", 44, "gz", 0)}, nil, f4)
+	if slices.Contains(kinds(vs), VTwoMastersInGen) {
+		t.Fatalf("a forwarded put saved aside at the master: %+v", vs)
+	}
+	vs, _ = Check([]Op{ok(AsyncTopic, "a1", 0, "bj", 0), ok(AsyncTopic, "own", 44, "gz", 0)}, nil, f4)
+	if !slices.Contains(kinds(vs), VTwoMastersInGen) {
+		t.Fatalf("gz's own record of bj's generation saved aside at gz: %+v, want %s", vs, VTwoMastersInGen)
+	}
+
 	// Sites that differ, skip a range, or have no master are named.
 	f2 := &Final{Runs: map[string]map[partKey][]run{"bj": runs, "hf": {{SyncTopic, 0}: {{0, log[:22]}}}, "gz": runs},
 		Holes: map[string][]string{"gz": {"orders-0 [22,44)"}}}
