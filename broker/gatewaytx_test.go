@@ -157,15 +157,22 @@ func TestGatewayForwardsTransactions(t *testing.T) {
 	}
 }
 
+// txThroughMovingGateway sets up a master that runs MetaQ's transactions, a
+// slave site forwarding puts to it through a gateway whose master target the
+// test moves (none at first), and a client of the slave; it returns the
+// transaction key of the given producer session.
+func txThroughMovingGateway(t *testing.T, maxWait time.Duration, session string) (master *testBroker, cl *client, target *movingMaster, _ string, key string) {
+	t.Helper()
+	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: maxWait})
+	master.SetTxHandler(VectorTxHandler(t, master.store, master.Broker))
+	return master, dial(t, slave.Addr()), target, session, "TX:" + session + ":1"
+}
+
 // TestGatewayTransactionUnknownOutcome: a transaction command the master
 // received and whose answer never came back is answered 500, outcome
 // unknown, never as done; with no master to send to, 503, not sent.
 func TestGatewayTransactionUnknownOutcome(t *testing.T) {
-	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 300 * time.Millisecond})
-	master.SetTxHandler(VectorTxHandler(t, master.store, master.Broker))
-	const s = "10.0.0.7-1370000000000-9"
-	key := "TX:" + s + ":1"
-	cl := dial(t, slave.Addr())
+	master, cl, target, s, key := txThroughMovingGateway(t, 300*time.Millisecond, "10.0.0.7-1370000000000-9")
 	if r := txRequest(t, cl, txFrame(key, s, "BEGIN", 1)); r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not sent") {
 		t.Fatalf("BEGIN with the master away: %s, want 503 not sent", r)
 	}
@@ -184,11 +191,7 @@ func TestGatewayTransactionUnknownOutcome(t *testing.T) {
 // (within MaxWait), instead of being refused at once: a site's view is
 // written before the master's node reaches it.
 func TestGatewayTransactionWaitsForTheMaster(t *testing.T) {
-	master, slave, _, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 5 * time.Second})
-	master.SetTxHandler(VectorTxHandler(t, master.store, master.Broker))
-	const sa = "10.0.0.8-1370000000000-1"
-	key := "TX:" + sa + ":1"
-	a := dial(t, slave.Addr())
+	master, a, target, sa, key := txThroughMovingGateway(t, 5*time.Second, "10.0.0.8-1370000000000-1")
 	time.AfterFunc(300*time.Millisecond, func() { target.Store(master.Addr().String()) })
 	if r := txRequest(t, a, txFrame(key, sa, "BEGIN", 1)); r.Code != wire.StatusOK {
 		t.Fatalf("BEGIN before the master was known: %s, want the master's OK once it is", r)
