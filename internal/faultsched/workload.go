@@ -37,9 +37,10 @@ type Op struct {
 	// Gen is the generation the raw put's site had recorded before it was
 	// sent and still had when it was answered, -1 when it changed between
 	// the two or for the Go client (which does not say which site
-	// answered), -3 when the site had recorded itself a slave (a former
-	// master that handed over passes the puts that reach it on to the new
-	// master and answers with its answer: it stores nothing itself).
+	// answered), -3 when the site was a slave by its identity file or its
+	// start command (a former master that handed over passes the puts that
+	// reach it on to the new master and answers with its answer, and a
+	// slave site's gateway forwards them: neither stores anything itself).
 	Gen int64 `json:"gen"`
 }
 
@@ -271,23 +272,35 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 
 // siteGeneration is the generation the site recorded in its identity file
 // (<dataPath>/replication/identity.json; 0 before any failover), -2 when
-// it cannot be read (being rewritten), -3 when the file records the site a
-// slave (see Op.Gen).
+// it cannot be read (being rewritten), -3 when the site is a slave by what
+// the file says (see Op.Gen): a slave role, a master role of an older
+// generation than the one it follows now (a master that was superseded
+// while it was down starts as the slave its command says and keeps that
+// record), or no role at all at a site whose start command makes it a
+// slave (its gateway answers puts it forwards to the master).
 func siteGeneration(l *Layout, site string) int64 {
+	startsAsSlave := site != Sites[0]
 	b, err := os.ReadFile(filepath.Join(l.DataDir(site), "replication", "identity.json"))
 	if errors.Is(err, os.ErrNotExist) {
+		if startsAsSlave {
+			return -3
+		}
 		return 0
 	}
 	var id struct {
 		Generation int64 `json:"generation"`
 		Role       *struct {
-			Name string `json:"name"`
+			Name       string `json:"name"`
+			Generation int64  `json:"generation"`
 		} `json:"role"`
 	}
 	if err != nil || json.Unmarshal(b, &id) != nil {
 		return -2
 	}
-	if id.Role != nil && id.Role.Name == "slave" {
+	switch {
+	case id.Role == nil && startsAsSlave,
+		id.Role != nil && id.Role.Name == "slave",
+		id.Role != nil && id.Role.Generation < id.Generation:
 		return -3
 	}
 	return id.Generation
