@@ -170,8 +170,11 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			// It stepped down: it refuses puts and rejoins as a slave.
 			b.Logger().Warn("REPLICATION: "+err.Error(), "path", c.znode)
 		case err != nil:
-			c.Close()
-			return err
+			// ZooKeeper lost the session or refused the write: the keeper
+			// below publishes the address once it can, and until this
+			// master confirms its generation it acknowledges nothing. A
+			// bundle that exited here died on a passing ZooKeeper outage.
+			b.Logger().Warn("REPLICATION: publishing the replication address failed; retrying", "path", c.znode, "every", keepPublishedEvery, "err", err)
 		}
 		// Ephemeral nodes die with the session; the registry re-creates its
 		// own, this one is ours.

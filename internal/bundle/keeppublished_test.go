@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"metaq/internal/testutil"
 )
@@ -60,6 +63,64 @@ func TestMasterRestoresItsRegistrations(t *testing.T) {
 		}
 		if st := bj.Status(); !st.ZooKeeper.BrokerRegistered {
 			return errors.New("status does not report the master node registered again")
+		}
+		return nil
+	})
+}
+
+// TestMasterStartsWhenPublishingFails: a master whose replication address
+// cannot be written in ZooKeeper when it starts (its ensemble lost the
+// session, or refuses the write) starts anyway and publishes the address
+// once ZooKeeper takes it. It used to exit ("bundle: start
+// replication-master: replication: publish address: zk: connection
+// closed"): a bundle restarted by the unit's command during a ZooKeeper
+// outage died (fault schedules, internal/faultsched: seed 920283). Here the
+// write is refused by an ACL on ids/0 that lets nobody create under it,
+// then allowed (read and admin only: no create).
+func TestMasterStartsWhenPublishingFails(t *testing.T) {
+	zkAddr := testutil.ZooKeeper(t)
+	if zkAddr == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	old := keepPublishedEvery
+	keepPublishedEvery = 300 * time.Millisecond
+	t.Cleanup(func() { keepPublishedEvery = old })
+	zkRoot := multiSiteRoot(t, []string{zkAddr})
+	zc := zkClient(t, &testEnv{zk: zkAddr, root: zkRoot})
+	ids := zc.Paths().BrokerID(0)
+	ctx := context.Background()
+	if err := zc.EnsurePath(ctx, path.Dir(ids)); err != nil {
+		t.Fatal(err)
+	}
+	raw, _, err := zk.Connect([]string{zkAddr}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(raw.Close)
+	if _, err := raw.Create(ids, nil, 0, zk.WorldACL(zk.PermRead|zk.PermAdmin)); err != nil {
+		t.Fatalf("create %s read-only: %v", ids, err)
+	}
+	allow := func() {
+		if _, err := raw.SetACL(ids, zk.WorldACL(zk.PermAll), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Errorf("open %s again: %v", ids, err)
+		}
+	}
+	t.Cleanup(allow) // so that the root can be removed
+
+	bj := startSite(t, filepath.Join(t.TempDir(), "bj"), failoverINIZK(zkAddr, zkRoot, ""), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	addr := mustComp[*shipperComponent](t, bj).Addr()
+	if ok, _, _ := zc.Exists(ctx, ids+"/replication"); ok {
+		t.Fatal("the replication address was written under a read-only node")
+	}
+	allow()
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		data, _, err := zc.Get(ctx, ids+"/replication")
+		if err != nil || string(data) != addr {
+			return fmt.Errorf("ids/0/replication = %q (%v), want %s", data, err, addr)
+		}
+		data, _, err = zc.Get(ctx, ids+"/master")
+		if err != nil || string(data) != bj.Broker.URL() {
+			return fmt.Errorf("ids/0/master = %q (%v), want %s", data, err, bj.Broker.URL())
 		}
 		return nil
 	})
