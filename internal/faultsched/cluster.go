@@ -78,25 +78,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 		if err := c.StartZK(ctx, s); err != nil {
 			return err
 		}
-		if err := c.Links.Listen("zk:"+s, c.L.ZKProxyAddr(s), c.L.ZKAddr(s)); err != nil {
-			return err
-		}
-		if err := c.Links.Listen(s, c.L.LinkAddr(s), c.L.ReplAddr(s)); err != nil {
-			return err
-		}
-		if err := c.Links.ListenClients(s, c.L.ClientAddr(s), c.L.MetaQAddr(s)); err != nil {
-			return err
-		}
-		if err := c.Links.Listen(s, c.L.GossipProxyAddr(s), c.L.GossipAddr(s)); err != nil {
-			return err
-		}
-		if err := c.Links.ListenUDP(s, c.L.GossipProxyAddr(s), c.L.GossipAddr(s), c.L.siteOfGossipPort); err != nil {
+		if err := c.Links.ListenSite(c.L, s); err != nil {
 			return err
 		}
 		if c.L.ConfigSync {
-			if err := c.Links.Listen(s, c.L.addr(s, offNATSGatewayProxy), c.L.addr(s, offNATSGateway)); err != nil {
-				return err
-			}
 			if err := c.startNATS(ctx, s); err != nil {
 				return err
 			}

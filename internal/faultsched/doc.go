@@ -12,8 +12,10 @@
 //     proxies and the schedule's short timeouts and topics;
 //   - linkproxy.go: a TCP proxy in front of each site's replication
 //     listener and each site's ZooKeeper that tells which site dialed it
-//     (from /proc) and so cuts, slows or stalls one pair of sites, and one
-//     in front of each site's MetaQ port for the workload's clients;
+//     (from /proc) and so cuts, slows or stalls one pair of sites (a
+//     site's connection to another site's ZooKeeper is the pair of the two
+//     sites), and ones in front of each site's MetaQ port and ZooKeeper for
+//     the workload's clients;
 //   - cluster.go: the processes (ZooKeeper per site, metaq-server per site)
 //     and the operator commands (switchover, promote); disk.go: each site's
 //     data filesystem (a tmpfs, as root) to fill, and flipped bytes;
@@ -28,12 +30,12 @@
 //
 // Every link between two sites goes through the proxies: replication,
 // gossip (memberlist's TCP through a proxy, its UDP through a datagram
-// relay, udpproxy.go) and, with push faults, the NATS gateways; a cut
-// between two sites is a partition. The Go client's ZooKeeper sessions
-// and the sites' site-view sessions to the other sites' ensembles are not
-// proxied; a client-cut black-holes the workload's connections to one
-// site's MetaQ port. SOAK.md beside this file lists the fault kinds, the
-// checks and what runs found.
+// relay, udpproxy.go), each site's sessions with the other sites'
+// ZooKeepers and, with push faults, the NATS gateways; a cut between two
+// sites is a partition. A client-cut black-holes the workload's
+// connections to one site: its MetaQ port and the Go client's ZooKeeper
+// session. SOAK.md beside this file lists the fault kinds, the checks and
+// what runs found.
 //
 // Locks: Links.mu, each proxy's and relay's mu, Cluster.mu, Nemesis.mu and Workload.mu
 // are leaves; Links.Close copies the proxies under Links.mu and closes them

@@ -46,6 +46,10 @@ const (
 	offMetaQ            = 10
 	offRepl             = 11
 	offGossip           = 12
+	// offClientZK is the harness's proxy in front of the site's
+	// ZooKeeper for the workload's Go client (past the script's offsets
+	// of <site>-2, which the harness does not start).
+	offClientZK = 18
 )
 
 // Layout is the deploy/ layout of three sites under Dir, with ports from
@@ -73,10 +77,13 @@ func (l *Layout) addr(site string, off int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.port(site, off)))
 }
 
-// ZKAddr is the site's ZooKeeper itself (clients use it); the site's
-// bundle reaches it through ZKProxyAddr.
-func (l *Layout) ZKAddr(site string) string      { return l.addr(site, offZK) }
-func (l *Layout) ZKProxyAddr(site string) string { return l.addr(site, offZKProxy) }
+// ZKAddr is the site's ZooKeeper itself; the sites reach it through
+// ZKProxyAddr (the site's own bundle in its zk.zkConnect, the other sites'
+// bundles as the ensemble it gossips), the workload's Go client through
+// ClientZKAddr.
+func (l *Layout) ZKAddr(site string) string       { return l.addr(site, offZK) }
+func (l *Layout) ZKProxyAddr(site string) string  { return l.addr(site, offZKProxy) }
+func (l *Layout) ClientZKAddr(site string) string { return l.addr(site, offClientZK) }
 
 // MetaQAddr is the site's MetaQ port.
 func (l *Layout) MetaQAddr(site string) string { return l.addr(site, offMetaQ) }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,9 @@ import (
 // "zk:<site>" for a site's ZooKeeper, or Clients. A proxy between sites
 // tells which site dialed it by finding the dialing socket among the site
 // processes' open files, so one listener serves every pair; a proxy of
-// ListenClients knows its dialer.
+// ListenClients knows its dialer. A site's session with another site's
+// ZooKeeper crosses the link between the two sites (linkPair): a cut
+// between them holds it, as a partition would.
 type Links struct {
 	pids func() map[int]string // running site processes: pid -> site
 
@@ -119,10 +122,42 @@ func (ls *Links) Listen(owner, listen, target string) error {
 }
 
 // ListenClients starts a proxy on listen that forwards to target, the
-// site's MetaQ port, for the workload's clients: its connections are the
-// pair (Clients, site).
+// site's MetaQ port or its ZooKeeper, for the workload's clients: its
+// connections are the pair (Clients, site).
 func (ls *Links) ListenClients(site, listen, target string) error {
 	return ls.listen(site, Clients, listen, target)
+}
+
+// ListenSite starts the proxies of the layout's site: in front of its
+// ZooKeeper for the sites (its own, and the others' site-view sessions),
+// its replication listener, its gossip (TCP and UDP), its NATS gateway
+// when the layout runs configsync, and its MetaQ port and ZooKeeper for
+// the workload's clients.
+func (ls *Links) ListenSite(l *Layout, s string) error {
+	if err := ls.Listen("zk:"+s, l.ZKProxyAddr(s), l.ZKAddr(s)); err != nil {
+		return err
+	}
+	if err := ls.Listen(s, l.LinkAddr(s), l.ReplAddr(s)); err != nil {
+		return err
+	}
+	if err := ls.ListenClients(s, l.ClientAddr(s), l.MetaQAddr(s)); err != nil {
+		return err
+	}
+	if err := ls.ListenClients(s, l.ClientZKAddr(s), l.ZKAddr(s)); err != nil {
+		return err
+	}
+	if err := ls.Listen(s, l.GossipProxyAddr(s), l.GossipAddr(s)); err != nil {
+		return err
+	}
+	if err := ls.ListenUDP(s, l.GossipProxyAddr(s), l.GossipAddr(s), l.siteOfGossipPort); err != nil {
+		return err
+	}
+	if l.ConfigSync {
+		if err := ls.Listen(s, l.addr(s, offNATSGatewayProxy), l.addr(s, offNATSGateway)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (ls *Links) listen(owner, dialer, listen, target string) error {
@@ -233,7 +268,7 @@ func (p *linkProxy) serve(c net.Conn) {
 	if dialer == "" {
 		dialer = p.whoDialed(c)
 	}
-	pair := pairOf(dialer, p.owner)
+	pair := linkPair(dialer, p.owner)
 	done := p.doneCh()
 	if !p.ls.waitOpen(pair, done) {
 		return
@@ -253,6 +288,21 @@ func (p *linkProxy) serve(c net.Conn) {
 	go func() { defer wg.Done(); p.pipe(pair, c, up, done) }()
 	go func() { defer wg.Done(); p.pipe(pair, up, c, done) }()
 	wg.Wait()
+}
+
+// linkPair is the pair whose faults a connection from dialer to the
+// owner's service crosses. A site's connection to another site's
+// ZooKeeper ("zk:<other>") crosses the link between the two sites: the
+// sessions a site holds with the other sites' ensembles (its site views,
+// its master's mirrored registration, the generation a forced promotion
+// reads) are cut, slowed and stalled with that link, so a cut between two
+// sites is a partition of ZooKeeper too. A site's connection to its own
+// ZooKeeper is the pair (site, "zk:<site>"), which zk-cut holds.
+func linkPair(dialer, owner string) [2]string {
+	if zkSite, ok := strings.CutPrefix(owner, "zk:"); ok && dialer != zkSite && slices.Contains(Sites, dialer) {
+		return pairOf(dialer, zkSite)
+	}
+	return pairOf(dialer, owner)
 }
 
 // pipe copies src to dst chunk by chunk, holding each chunk while the pair

@@ -26,7 +26,7 @@ const (
 	KindDiskFull     Kind = "disk-full"     // site A's data filesystem (a tmpfs of its own) filled; healed by freeing it
 	KindFlip         Kind = "flip"          // one byte flipped in a sealed log segment of site A
 	KindPush         Kind = "push"          // configsync push at site A of server.ini with one more topic
-	KindClientCut    Kind = "client-cut"    // black hole between the workload's clients and site A's MetaQ port
+	KindClientCut    Kind = "client-cut"    // black hole between the workload's clients and site A (its MetaQ port, its ZooKeeper)
 )
 
 // AllKinds lists the kinds "all" means: the twelve the harness started

@@ -132,9 +132,7 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 		if p == nil {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var err error
-			c, err = client.New(cctx, client.Config{ZKServers: []string{w.L.ZKAddr(site)}, ZKSyncTime: 200 * time.Millisecond,
-				ZKSessionTimeout: 4 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
-				Dial: w.dialBroker})
+			c, err = client.New(cctx, w.goClientConfig(site))
 			cancel()
 			if err == nil {
 				p, err = client.NewProducer(c, client.WithRetries(2), client.WithRetryBackoff(100*time.Millisecond))
@@ -171,6 +169,17 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 			return
 		}
 	}
+}
+
+// goClientConfig is the configuration of the Go client that produces
+// through the site's ZooKeeper: its session goes through the proxy in
+// front of that ZooKeeper for the workload's clients, and its broker
+// connections through dialBroker, so that a client-cut of the site holds
+// both.
+func (w *Workload) goClientConfig(site string) client.Config {
+	return client.Config{ZKServers: []string{w.L.ClientZKAddr(site)}, ZKSyncTime: 200 * time.Millisecond,
+		ZKSessionTimeout: 4 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
+		Dial: w.dialBroker}
 }
 
 // dialBroker opens the Go client's connection to a broker through the
