@@ -208,3 +208,42 @@ func TestFrameReaderMatchesWireDecoder(t *testing.T) {
 		t.Fatalf("stream cut inside a frame: %v, want %v", err, io.ErrUnexpectedEOF)
 	}
 }
+
+// TestPacer: a paced producer is never ahead of its rate (put n goes no
+// sooner than n/rate after the start) and may send at once what is due.
+func TestPacer(t *testing.T) {
+	if p := newPacer(0); p != nil || !p.may() || p.wait(context.Background()) != nil {
+		t.Fatal("no rate: every put may go at once")
+	}
+	p := newPacer(1000)
+	p.start = time.Now().Add(-time.Second) // a second ago: about 1,000 puts due
+	for range 900 {
+		if !p.may() {
+			t.Fatalf("put %d of a second's 1,000 held back", p.n)
+		}
+		p.sent()
+	}
+	p.n = 3000 // 2 s ahead of the rate
+	if p.may() {
+		t.Fatal("a put 2 s ahead of the rate may go")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.wait(ctx); err == nil {
+		t.Fatal("wait for a put 2 s ahead returned at once with no error")
+	}
+	if got, want := p.due(3000).Sub(p.start), 3*time.Second; got != want {
+		t.Fatalf("put 3000 at 1,000/s is due %v after the start, want %v", got, want)
+	}
+}
+
+// TestRateRejectedWherePeerCannot: -rate applies to the MetaQ producers
+// only; a peer without it refuses the flag.
+func TestRateRejectedWherePeerCannot(t *testing.T) {
+	o := shortLoad(0)
+	o.rate = 1000
+	tg := target{name: "peer", produce: func(context.Context, int, *stats) error { return nil }}
+	if _, err := runLoad(o, tg); err == nil {
+		t.Error("runLoad ran -rate against a target that cannot pace")
+	}
+}

@@ -56,6 +56,7 @@ type options struct {
 	partitions int
 	dataDir    string
 	unflush    int
+	rate       int
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	flag.StringVar(&o.topic, "topic", "bench", "topic")
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions (in-process broker; puts go round robin)")
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
+	flag.IntVar(&o.rate, "rate", 0, "produce at most this many msgs/s in all, spread over the producers (MetaQ protocol only; 0: as fast as the broker answers)")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile (client and in-process broker, whole run) to this file at the end")
@@ -420,7 +422,11 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	buf := make([]byte, 0, o.size+128)
 	var opaque int32 = int32(n) << 24
 	part := int32(n % max(o.partitions, 1))
+	pace := newPacer(float64(o.rate) / float64(max(o.producers, 1)))
 	for {
+		if err := pace.wait(ctx); err != nil {
+			return nil
+		}
 		// Block for the first slot, then batch every free slot into one write.
 		select {
 		case slots <- struct{}{}:
@@ -430,6 +436,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 			return nil
 		}
 		for k := 0; ; k++ {
+			pace.sent()
 			opaque++
 			part = (part + 1) % int32(max(o.partitions, 1))
 			now := time.Now()
@@ -442,7 +449,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 			if _, err := w.Write(buf); err != nil {
 				return err
 			}
-			if k >= 64 {
+			if k >= 64 || !pace.may() {
 				break
 			}
 			select {
@@ -458,6 +465,54 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 			}
 			return err
 		}
+	}
+}
+
+// pacer spreads a producer's puts at a rate: may says whether one more
+// may go now, wait waits until one may. A nil pacer (no rate) lets all
+// go at once.
+type pacer struct {
+	perSec float64
+	start  time.Time
+	n      int64 // puts sent
+}
+
+// newPacer returns a pacer of perSec puts a second, or nil when perSec is 0.
+func newPacer(perSec float64) *pacer {
+	if perSec <= 0 {
+		return nil
+	}
+	return &pacer{perSec: perSec, start: time.Now()}
+}
+
+// due is when put n (from 0) may go.
+func (p *pacer) due(n int64) time.Time {
+	return p.start.Add(time.Duration(float64(n) / p.perSec * float64(time.Second)))
+}
+
+func (p *pacer) may() bool { return p == nil || !time.Now().Before(p.due(p.n)) }
+
+func (p *pacer) sent() {
+	if p != nil {
+		p.n++
+	}
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	d := time.Until(p.due(p.n))
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
