@@ -235,6 +235,20 @@ func TestPacer(t *testing.T) {
 	if got, want := p.due(3000).Sub(p.start), 3*time.Second; got != want {
 		t.Fatalf("put 3000 at 1,000/s is due %v after the start, want %v", got, want)
 	}
+	// Held back 1 s: no more than pacerBurst's puts may go at once after.
+	p = newPacer(1000)
+	p.start = time.Now().Add(-time.Second)
+	if err := p.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	burst := 0
+	for p.may() && burst < 1000 {
+		p.sent()
+		burst++
+	}
+	if max := int(pacerBurst/time.Millisecond) + 100; burst > max { // 100 ms of slack for a descheduled test
+		t.Fatalf("%d puts went at once after a 1 s lag, want at most %d (pacerBurst at 1,000/s)", burst, max)
+	}
 }
 
 // TestRateRejectedWherePeerCannot: -rate applies to the MetaQ producers

@@ -469,8 +469,8 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 }
 
 // pacer spreads a producer's puts at a rate: may says whether one more
-// may go now, wait waits until one may. A nil pacer (no rate) lets all
-// go at once.
+// may go now, wait waits until one may (and forgets a lag beyond
+// pacerBurst). A nil pacer (no rate) lets all go at once.
 type pacer struct {
 	perSec float64
 	start  time.Time
@@ -498,9 +498,19 @@ func (p *pacer) sent() {
 	}
 }
 
+// pacerBurst is how far behind its rate a pacer may fall and catch up at
+// once: a producer held back longer (a stalled broker, a busy machine)
+// does not send the missed puts in a burst afterwards, which would put
+// faster than the rate over the measured window.
+const pacerBurst = 20 * time.Millisecond
+
+// wait waits until the next put may go.
 func (p *pacer) wait(ctx context.Context) error {
 	if p == nil {
 		return nil
+	}
+	if lag := time.Since(p.due(p.n)); lag > pacerBurst {
+		p.start = p.start.Add(lag - pacerBurst)
 	}
 	d := time.Until(p.due(p.n))
 	if d <= 0 {
