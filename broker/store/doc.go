@@ -418,8 +418,9 @@
 // Each chunk is one section (the 36-byte entry headers between chunks
 // are not sent). A run of three sections or more is spliced (splice(2))
 // section by section into a pipe and from the pipe to the socket once
-// per pipeful (1 MiB pipes, at most 16 lent at once: a send that finds
-// none free, and a run of one or two sections, uses sendfile), so the
+// per pipeful (1 MiB pipes, at most 16 and one per 128 descriptors of the
+// open-file limit: a send that finds none free, and a run of one or two
+// sections, uses sendfile), so the
 // socket sees one send per answer instead of one per chunk; the pipe
 // holds references to the page cache's pages, not copies. Otherwise one
 // sendfile call per chunk: measured on this

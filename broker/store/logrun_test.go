@@ -52,7 +52,7 @@ func sendOverTCP(t testing.TB, run *LogRun, srv, cli *net.TCPConn, withSendfile 
 	t.Helper()
 	splicePipes.off.Store(withSendfile)
 	defer splicePipes.off.Store(false)
-	pipes := splicePipes.n.Load()
+	pipes := splicePipes.inUse()
 	got := make(chan []byte, 1)
 	go func() {
 		b := make([]byte, len(run.Head)+run.Len())
@@ -64,7 +64,7 @@ func sendOverTCP(t testing.TB, run *LogRun, srv, cli *net.TCPConn, withSendfile 
 	if sent, ok, err := sendSections(srv, run.Head, run.secs, nil); !ok || err != nil || sent != int64(len(run.Head)+run.Len()) {
 		t.Fatalf("sendfile: sent %d of %d, used %v: %v", sent, len(run.Head)+run.Len(), ok, err)
 	}
-	if n := splicePipes.n.Load(); n != pipes && (n != 1 || pipes != 0 || withSendfile) {
+	if n := splicePipes.inUse(); n != pipes && (n != 1 || pipes != 0 || withSendfile) {
 		t.Fatalf("pipes in existence went from %d to %d across one send", pipes, n)
 	}
 	return <-got

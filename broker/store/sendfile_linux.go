@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -230,7 +231,28 @@ type splicePipe struct {
 // maxSplicePipes bounds the pipes in existence at once (two descriptors
 // each): a send that finds none free uses sendfile instead. Writers that
 // send at the same moment are few (one per connection sending an answer).
+// Under a low open-file limit there are fewer (pipeBound), so the pipes
+// never take the descriptors segment files and connections need.
 const maxSplicePipes = 16
+
+// pipeBound is the number of pipes allowed under an open-file limit of
+// limit (0: unknown): one pipe per 128 descriptors, at most maxSplicePipes.
+func pipeBound(limit uint64) int {
+	if limit == 0 {
+		return maxSplicePipes
+	}
+	return int(min(limit/128, maxSplicePipes))
+}
+
+// openFileLimit is the process's soft RLIMIT_NOFILE, 0 when unknown or
+// unlimited.
+func openFileLimit() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return rl.Cur
+}
 
 // splicePipeSize is the capacity asked of each pipe: most answers
 // (maxTransferSize, 1 MiB by default) fit in one, so they reach the socket
@@ -242,12 +264,36 @@ type pipePool struct {
 	free chan *splicePipe
 	n    atomic.Int32 // pipes in existence
 	max  int32
+}
+
+// splicePipes is the process's pool, sized when first used: a process
+// lowers its open-file limit at start (or Go raises it) before any get.
+var splicePipes = &lazyPipePool{}
+
+// lazyPipePool makes its pool on first use.
+type lazyPipePool struct {
+	once sync.Once
+	pool *pipePool
 	// off makes get lend nothing: every run is sent with sendfile (tests
 	// compare the two ways).
 	off atomic.Bool
 }
 
-var splicePipes = newPipePool(maxSplicePipes)
+func (l *lazyPipePool) get() *splicePipe {
+	if l.off.Load() {
+		return nil
+	}
+	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
+	return l.pool.get()
+}
+
+func (l *lazyPipePool) put(p *splicePipe) { l.pool.put(p) }
+
+// inUse returns the pipes in existence.
+func (l *lazyPipePool) inUse() int32 {
+	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
+	return l.pool.n.Load()
+}
 
 func newPipePool(max int) *pipePool {
 	return &pipePool{free: make(chan *splicePipe, max), max: int32(max)}
@@ -256,9 +302,6 @@ func newPipePool(max int) *pipePool {
 // get returns a free pipe, a new one, or nil when max exist (or a pipe
 // cannot be made: out of descriptors, say).
 func (pp *pipePool) get() *splicePipe {
-	if pp.off.Load() {
-		return nil
-	}
 	select {
 	case p := <-pp.free:
 		return p

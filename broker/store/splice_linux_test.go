@@ -112,3 +112,19 @@ func TestSpliceThroughSmallPipe(t *testing.T) {
 		t.Fatalf("%d pipes after a failed send, want 0 (closed)", pool.n.Load())
 	}
 }
+
+// TestPipeBound: pipes take at most one descriptor pair per 128 of the
+// open-file limit, and none under a limit of less than 128.
+func TestPipeBound(t *testing.T) {
+	for _, c := range []struct {
+		limit uint64
+		want  int
+	}{{0, maxSplicePipes}, {64, 0}, {256, 2}, {1024, 8}, {1 << 20, maxSplicePipes}} {
+		if got := pipeBound(c.limit); got != c.want {
+			t.Errorf("pipeBound(%d) = %d, want %d", c.limit, got, c.want)
+		}
+	}
+	if p := newPipePool(0).get(); p != nil {
+		t.Fatal("a pool of 0 pipes lent one")
+	}
+}
