@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,16 +20,30 @@ import (
 // body has been copied into the store (or the request is done with it). So
 // when a budget is used up, gets wait and readers stop reading, which
 // pushes back on the clients through TCP instead of buffering without limit.
+//
+// Taking bytes that are free while nobody waits, and giving bytes back
+// while nobody waits, is one atomic operation on each level (connection,
+// address, broker): a put body passes through all three on its way in and
+// out, and a mutex per level per body was a measurable share of the
+// broker's CPU. mu is taken only to queue a waiter and to serve waiters.
 type byteBudget struct {
+	total int64
+	avail atomic.Int64
+	peak  atomic.Int64 // largest total-avail seen
+	// waiting is waiters.Len(), changed under mu and read without it: the
+	// fast paths take and give back bytes without mu while it is 0. A
+	// waiter counts itself here before it looks at avail, and a release
+	// adds to avail before it looks here, so one of the two always sees
+	// the other (no waiter is left waiting for bytes that are free).
+	waiting atomic.Int32
+	parent  atomic.Pointer[byteBudget] // the broker's budget a connection's draws from; nil once detached
+
 	mu      sync.Mutex
-	total   int64
-	avail   int64
-	peak    int64       // largest total-avail seen
-	waiters list.List   // *budgetWaiter, first come first served
-	parent  *byteBudget // the broker's budget a connection's draws from; nil once detached
+	waiters list.List // *budgetWaiter, first come first served
 
 	// onWait, when set, is called (without mu held) when an acquire finds
-	// the budget used up, and every recheck while it waits.
+	// the budget used up, and every recheck while it waits. Set before the
+	// budget is shared.
 	onWait  func()
 	recheck time.Duration
 }
@@ -41,7 +56,12 @@ type budgetWaiter struct {
 }
 
 func newByteBudget(total int64, parent *byteBudget) *byteBudget {
-	return &byteBudget{total: total, avail: total, parent: parent}
+	b := &byteBudget{total: total}
+	b.avail.Store(total)
+	if parent != nil {
+		b.parent.Store(parent)
+	}
+	return b
 }
 
 // acquire takes n bytes, waiting until they are free or ctx ends. Waiters
@@ -75,11 +95,10 @@ func (b *byteBudget) tryAcquire(n int64) bool {
 	if n <= 0 {
 		return true
 	}
-	ok, p := b.tryOwn(n)
-	if !ok {
+	if !b.tryOwn(n) {
 		return false
 	}
-	if p != nil && !p.tryAcquire(n) {
+	if p := b.parent.Load(); p != nil && !p.tryAcquire(n) {
 		b.releaseOwn(n)
 		return false
 	}
@@ -102,26 +121,20 @@ func (b *byteBudget) acquireOver(n int64) {
 	if n <= 0 {
 		return
 	}
-	b.mu.Lock()
-	b.avail -= n
-	b.notePeakLocked()
-	p := b.parent
-	b.mu.Unlock()
-	if p != nil {
+	b.notePeak(b.total - b.avail.Add(-n))
+	if p := b.parent.Load(); p != nil {
 		p.acquireOver(n)
 	}
 }
 
 // detach gives what b still holds back to its parent and cuts b off from
 // it, so that releases after this (there should be none) cannot count
-// twice. A connection calls it once it has ended: whatever it held, even
-// through a bug, returns to the broker.
+// twice. A connection calls it once it has ended, when nothing of it can
+// take or give back bytes any more: whatever it held, even through a bug,
+// returns to the broker.
 func (b *byteBudget) detach() (held int64) {
-	b.mu.Lock()
-	p := b.parent
-	b.parent = nil
-	held = b.total - b.avail
-	b.mu.Unlock()
+	p := b.parent.Swap(nil)
+	held = b.total - b.avail.Load()
 	if p != nil && held > 0 {
 		p.release(held)
 	}
@@ -129,73 +142,71 @@ func (b *byteBudget) detach() (held int64) {
 }
 
 // used returns the bytes held now.
-func (b *byteBudget) used() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total - b.avail
-}
+func (b *byteBudget) used() int64 { return b.total - b.avail.Load() }
 
 // peakUsed returns the most bytes ever held at once.
-func (b *byteBudget) peakUsed() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.peak
+func (b *byteBudget) peakUsed() int64 { return b.peak.Load() }
+
+// fits reports whether n bytes may be taken when avail are free.
+func (b *byteBudget) fits(avail, n int64) bool {
+	return avail >= n || (n > b.total && avail == b.total)
 }
 
-// tryOwn takes n bytes of b alone if they are free now and nobody waits;
-// it returns b's parent too.
-func (b *byteBudget) tryOwn(n int64) (bool, *byteBudget) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.waiters.Len() == 0 && b.fitsLocked(n) {
-		b.takeLocked(n)
-		return true, b.parent
+// take takes n bytes of b alone if they fit now, without waiting and
+// whether or not others wait.
+func (b *byteBudget) take(n int64) bool {
+	for {
+		a := b.avail.Load()
+		if !b.fits(a, n) {
+			return false
+		}
+		if b.avail.CompareAndSwap(a, a-n) {
+			b.notePeak(b.total - (a - n))
+			return true
+		}
 	}
-	return false, nil
 }
 
-func (b *byteBudget) fitsLocked(n int64) bool {
-	return b.avail >= n || (n > b.total && b.avail == b.total)
-}
-
-func (b *byteBudget) takeLocked(n int64) {
-	b.avail -= n
-	b.notePeakLocked()
+// tryOwn takes n bytes of b alone if they are free now and nobody waits.
+func (b *byteBudget) tryOwn(n int64) bool {
+	return b.waiting.Load() == 0 && b.take(n)
 }
 
 // acquireOwn takes n bytes of b alone, waiting in turn; it returns b's
 // parent once they are taken.
 func (b *byteBudget) acquireOwn(ctx context.Context, n int64) (*byteBudget, error) {
-	b.mu.Lock()
-	if b.waiters.Len() == 0 && b.fitsLocked(n) {
-		b.takeLocked(n)
-		p := b.parent
-		b.mu.Unlock()
-		return p, nil
+	if b.tryOwn(n) {
+		return b.parent.Load(), nil
 	}
 	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.mu.Lock()
 	elem := b.waiters.PushBack(w)
-	onWait, recheck := b.onWait, b.recheck
+	b.waiting.Add(1)
+	// Bytes given back before this waiter was counted found nobody to
+	// serve: look again now that it is.
+	b.grantLocked()
 	b.mu.Unlock()
+	select {
+	case <-w.ready:
+		return b.parent.Load(), nil
+	default:
+	}
 
 	var tick <-chan time.Time
-	if onWait != nil {
+	if b.onWait != nil {
 		// Waiting for the broker's budget: look for connections to close
 		// now, and again while the wait lasts.
-		onWait()
-		t := time.NewTicker(recheck)
+		b.onWait()
+		t := time.NewTicker(b.recheck)
 		defer t.Stop()
 		tick = t.C
 	}
 	for {
 		select {
 		case <-w.ready:
-			b.mu.Lock()
-			p := b.parent
-			b.mu.Unlock()
-			return p, nil
+			return b.parent.Load(), nil
 		case <-tick:
-			onWait()
+			b.onWait()
 		case <-ctx.Done():
 			b.mu.Lock()
 			select {
@@ -206,6 +217,7 @@ func (b *byteBudget) acquireOwn(ctx context.Context, n int64) (*byteBudget, erro
 			default:
 				front := b.waiters.Front() == elem
 				b.waiters.Remove(elem)
+				b.waiting.Add(-1)
 				if front {
 					// Those behind may fit now.
 					b.grantLocked()
@@ -225,26 +237,31 @@ func (b *byteBudget) grantLocked() {
 			return
 		}
 		w := e.Value.(*budgetWaiter)
-		if !b.fitsLocked(w.n) {
+		if !b.take(w.n) {
 			return
 		}
-		b.takeLocked(w.n)
 		b.waiters.Remove(e)
+		b.waiting.Add(-1)
 		close(w.ready)
 	}
 }
 
 // releaseOwn returns n bytes to b alone and returns b's parent.
 func (b *byteBudget) releaseOwn(n int64) *byteBudget {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.avail += n
-	b.grantLocked()
-	return b.parent
+	b.avail.Add(n)
+	if b.waiting.Load() > 0 {
+		b.mu.Lock()
+		b.grantLocked()
+		b.mu.Unlock()
+	}
+	return b.parent.Load()
 }
 
-func (b *byteBudget) notePeakLocked() {
-	if u := b.total - b.avail; u > b.peak {
-		b.peak = u
+func (b *byteBudget) notePeak(u int64) {
+	for {
+		p := b.peak.Load()
+		if u <= p || b.peak.CompareAndSwap(p, u) {
+			return
+		}
 	}
 }

@@ -124,8 +124,9 @@
 // connection's fwdConn.mu under their own mu (forwarder.mu, Gateway.mu).
 // Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
 // answered with no hold or gateway lock held. Broker.mu, topicTable.mu,
-// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (a
-// connection's budget, its address's and the broker's are never locked together),
+// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (only
+// for waiters; a connection's budget, its address's and the broker's are
+// never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the
 // syncMaster's mu and wmu are leaves. A connection handed over to another
 // protocol (ListenFirstBytes) takes connLimits.mu when it is closed, and

@@ -416,7 +416,14 @@
 // that it leaves in the same packet as the first chunk, not as a packet
 // of its own); the bytes never enter the process.
 // Each chunk is one section (the 36-byte entry headers between chunks
-// are not sent), so one sendfile call per chunk: measured on this
+// are not sent). A run of three sections or more is spliced (splice(2))
+// section by section into a pipe and from the pipe to the socket once
+// per pipeful (1 MiB pipes, at most 16 and one per 128 descriptors of the
+// open-file limit: a send that finds none free, and a run of one or two
+// sections, uses sendfile), so the
+// socket sees one send per answer instead of one per chunk; the pipe
+// holds references to the page cache's pages, not copies. Otherwise one
+// sendfile call per chunk: measured on this
 // machine (BenchmarkGetPath, BENCH.md) sendfile costs the sending thread
 // less CPU than the copy path (pread, crc32c, copy, write) from a mean
 // chunk of about 4 KiB up (0.69 against 0.85 ns per byte at 4 KiB, 0.16

@@ -26,25 +26,28 @@ func threadCPU() time.Duration {
 // on another thread, not counted. Run with -cpu 1 on a busy machine.
 func BenchmarkGetPath(b *testing.B) {
 	for _, chunk := range []int{1, 2, 4, 32, 256} {
-		for _, mode := range []string{"copy", "sendfile"} {
+		for _, mode := range []string{"copy", "sendfile", "splice"} {
 			b.Run(fmt.Sprintf("chunk=%dKiB/%s", chunk, mode), func(b *testing.B) {
-				getPath(b, chunk, 1<<20, mode == "sendfile")
+				getPath(b, chunk, 1<<20, mode)
 			})
 		}
 	}
 	// Small answers, as consumers at the tail get: the fixed cost per get.
 	for _, chunk := range []int{4, 16} {
 		for _, get := range []int{8, 32, 128} {
-			for _, mode := range []string{"copy", "sendfile"} {
+			for _, mode := range []string{"copy", "sendfile", "splice"} {
 				b.Run(fmt.Sprintf("chunk=%dKiB/get=%dKiB/%s", chunk, get, mode), func(b *testing.B) {
-					getPath(b, chunk, get<<10, mode == "sendfile")
+					getPath(b, chunk, get<<10, mode)
 				})
 			}
 		}
 	}
 }
 
-func getPath(b *testing.B, chunkKiB, getBytes int, sendfile bool) {
+func getPath(b *testing.B, chunkKiB, getBytes int, mode string) {
+	sendfile := mode != "copy"
+	splicePipes.off.Store(mode == "sendfile")
+	defer splicePipes.off.Store(false)
 	s, err := Open(Options{Dir: b.TempDir(), ScrubRate: -1, sendfileMinChunk: 1,
 		DefaultPolicy: Policy{UnflushThreshold: 1 << 20, UnflushInterval: time.Hour}})
 	if err != nil {

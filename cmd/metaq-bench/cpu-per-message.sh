@@ -9,6 +9,8 @@
 # Usage: cpu-per-message.sh KIND GROUPS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
 #   metaq-java/build.sh, ZK=a running ZooKeeper). MB=metaq-bench binary. WARMUP, DURATION in seconds.
+#   RATE (msgs/s, optional): the producers together put no faster (metaq-bench -rate), so runs with and
+#   without consumers can be compared at the same put rate.
 #   GROUPS: consumer groups (metaq-bench -groups), each one connection reading every partition, so every
 #   message is delivered GROUPS times.
 #        cpu-per-message.sh disk
@@ -42,7 +44,7 @@ fi
 pid=$!
 for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 sleep 1
-"$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 > "$data/mb.out" 2>&1 &
+"$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 ${RATE:+-rate "$RATE"} > "$data/mb.out" 2>&1 &
 mbpid=$!
 sleep "$WARM"
 c0=$(awk '{print $14+$15}' "/proc/$pid/stat")

@@ -6,7 +6,9 @@
 # msgs/s (ours / Java) and each broker's CPU per delivery over the same round's 0-group run.
 # Usage: delivery-vs-java.sh SERVER_BINARY [ROUNDS [GROUPS...]]
 #   MB=metaq-bench binary, METAQ_JAVA=build dir of metaq-java/build.sh, ZK=a running ZooKeeper (for Java);
-#   WARMUP and DURATION (seconds) as for cpu-per-message.sh.
+#   WARMUP, DURATION (seconds) and RATE (msgs/s: every run puts at that rate, or slower when a broker
+#   cannot keep it, so the CPU a delivery adds is not mixed with a put path running at another rate) as
+#   for cpu-per-message.sh.
 set -u
 SRV=$1; ROUNDS=${2:-3}; shift $(( $# > 1 ? 2 : 1 ))
 GROUPS_LIST=${*:-0 2 8}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -127,5 +130,134 @@ func TestStatsShardsMerge(t *testing.T) {
 	slices.Sort(r.lat)
 	if r.puts != 3 || r.failed != 1 || !slices.Equal(r.lat, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}) {
 		t.Fatalf("merged puts %d failed %d latencies %v, want 3, 1, [2ms 3ms 4ms]", r.puts, r.failed, r.lat)
+	}
+}
+
+// chunkReader returns what it holds a few bytes at a time, sizes varying,
+// as a socket does when answers arrive in pieces.
+type chunkReader struct {
+	b []byte
+	k int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	r.k++
+	n := min(len(p), len(r.b), 1+(r.k*7919)%5000)
+	copy(p, r.b[:n])
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// TestFrameReaderMatchesWireDecoder: the consumers' in-place frame reader
+// returns the same answers as broker/wire's decoder for a stream of values
+// and results arriving in pieces, with bodies that end the buffer, do not
+// fit behind what was read, and are longer than the whole buffer.
+func TestFrameReaderMatchesWireDecoder(t *testing.T) {
+	var stream []byte
+	for i := range 200 {
+		switch i % 5 {
+		case 0:
+			stream = wire.AppendResult(stream, 404, "Could not find message at position "+strconv.Itoa(i), int32(i))
+		case 1:
+			stream = wire.AppendResult(stream, 301, strconv.Itoa(i*1000), int32(-i))
+		default:
+			data := make([]byte, (i*4093)%70000+i)
+			for k := range data {
+				data[k] = byte(k * i)
+			}
+			stream = (&wire.Value{Data: data, Opaque: int32(i)}).AppendTo(stream)
+		}
+	}
+	want := wire.NewDecoder(bufio.NewReader(bytes.NewReader(stream)))
+	fr := newFrameReader(&chunkReader{b: stream}, 64<<10)
+	for n := 0; ; n++ {
+		f, err := fr.next()
+		w, werr := want.Decode()
+		if werr == io.EOF {
+			if err != io.EOF {
+				t.Fatalf("frame %d: after the last answer got %+v, %v; want EOF", n, f, err)
+			}
+			break
+		}
+		if werr != nil || err != nil {
+			t.Fatalf("frame %d: %v / %v", n, err, werr)
+		}
+		switch w := w.(type) {
+		case *wire.Value:
+			if !f.value || f.opaque != w.Opaque || !bytes.Equal(f.body, w.Data) {
+				t.Fatalf("frame %d: got value=%v opaque %d, %d bytes; want value opaque %d, %d bytes", n, f.value, f.opaque, len(f.body), w.Opaque, len(w.Data))
+			}
+		case *wire.Result:
+			if f.value || f.code != w.Code || f.opaque != w.Opaque || string(f.body) != string(w.Body) {
+				t.Fatalf("frame %d: got %d %q opaque %d; want %d %q opaque %d", n, f.code, f.body, f.opaque, w.Code, w.Body, w.Opaque)
+			}
+		default:
+			t.Fatalf("frame %d: decoder gave %T", n, w)
+		}
+	}
+	// A frame cut short is an error, not a silent end.
+	fr = newFrameReader(&chunkReader{b: stream[:len(stream)-3]}, 64<<10)
+	var err error
+	for err == nil {
+		_, err = fr.next()
+	}
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("stream cut inside a frame: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+}
+
+// TestPacer: a paced producer is never ahead of its rate (put n goes no
+// sooner than n/rate after the start) and may send at once what is due.
+func TestPacer(t *testing.T) {
+	if p := newPacer(0); p != nil || !p.may() || p.wait(context.Background()) != nil {
+		t.Fatal("no rate: every put may go at once")
+	}
+	p := newPacer(1000)
+	p.start = time.Now().Add(-time.Second) // a second ago: about 1,000 puts due
+	for range 900 {
+		if !p.may() {
+			t.Fatalf("put %d of a second's 1,000 held back", p.n)
+		}
+		p.sent()
+	}
+	p.n = 3000 // 2 s ahead of the rate
+	if p.may() {
+		t.Fatal("a put 2 s ahead of the rate may go")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.wait(ctx); err == nil {
+		t.Fatal("wait for a put 2 s ahead returned at once with no error")
+	}
+	if got, want := p.due(3000).Sub(p.start), 3*time.Second; got != want {
+		t.Fatalf("put 3000 at 1,000/s is due %v after the start, want %v", got, want)
+	}
+	// Held back 1 s: no more than pacerBurst's puts may go at once after.
+	p = newPacer(1000)
+	p.start = time.Now().Add(-time.Second)
+	if err := p.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	burst := 0
+	for p.may() && burst < 1000 {
+		p.sent()
+		burst++
+	}
+	if max := int(pacerBurst/time.Millisecond) + 100; burst > max { // 100 ms of slack for a descheduled test
+		t.Fatalf("%d puts went at once after a 1 s lag, want at most %d (pacerBurst at 1,000/s)", burst, max)
+	}
+}
+
+// TestRateRejectedWherePeerCannot: -rate applies to the MetaQ producers
+// only; a peer without it refuses the flag.
+func TestRateRejectedWherePeerCannot(t *testing.T) {
+	o := shortLoad(0)
+	o.rate = 1000
+	tg := target{name: "peer", produce: func(context.Context, int, *stats) error { return nil }}
+	if _, err := runLoad(o, tg); err == nil {
+		t.Error("runLoad ran -rate against a target that cannot pace")
 	}
 }

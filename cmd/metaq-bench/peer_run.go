@@ -117,6 +117,9 @@ func runLoad(o options, t target) (result, error) {
 	if o.groups > 0 && t.group == nil {
 		return result{}, fmt.Errorf("-groups is not supported against %s", t.name)
 	}
+	if o.rate > 0 && t.group == nil {
+		return result{}, fmt.Errorf("-rate is not supported against %s", t.name)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &stats{}

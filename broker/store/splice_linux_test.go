@@ -1,0 +1,130 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSpliceThroughSmallPipe: a run many times the pipe's size reaches the
+// socket whole and in order (the pipe emptied into the socket each time it
+// fills); a section the file cannot fill sends the correct prefix, then
+// fails with io.ErrUnexpectedEOF, and its pipe is closed, not lent again.
+func TestSpliceThroughSmallPipe(t *testing.T) {
+	s := openT(t, Options{ScrubRate: -1, sendfileMinChunk: 1})
+	var want []byte
+	for i := range 40 {
+		msgs := make([]Message, 8)
+		for k := range msgs {
+			b := bytes.Repeat([]byte{byte(i), byte(k)}, 1000+i*37)
+			msgs[k] = Message{Body: b}
+		}
+		a, err := s.Append(context.Background(), "z", 0, msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, m := range msgs {
+			want = AppendRecord(want, a[k].ID, 0, m.Body)
+		}
+		mustAppend(t, s, "z", 1, "between") // the chunks are sections of their own
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.ReadRun("z", 0, 0, len(want))
+	if err != nil || run == nil {
+		t.Fatalf("ReadRun: %v, %v", run, err)
+	}
+	defer run.Release()
+	if run.Len() != len(want) || len(run.secs) < 20 {
+		t.Fatalf("run of %d bytes in %d sections, want %d bytes in 40", run.Len(), len(run.secs), len(want))
+	}
+	head := []byte("value 1 2\r\n")
+	exp := append(append([]byte(nil), head...), want...)
+
+	pool := newPipePool(1)
+	send := func(secs []section) ([]byte, int64, error) {
+		p := pool.get()
+		if p == nil {
+			t.Fatal("no pipe")
+		}
+		size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, 4096)
+		if err != nil {
+			t.Fatalf("F_SETPIPE_SZ: %v", err)
+		}
+		p.size = size
+		srv, cli := tcpPair(t)
+		got := make(chan []byte, 1)
+		go func() {
+			cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(cli)
+			got <- b
+		}()
+		rc, err := srv.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		sent, serr := spliceSections(rc, p, head, secs, nil)
+		if serr != nil || p.held > 0 {
+			p.close()
+		} else {
+			pool.put(p)
+		}
+		srv.Close()
+		return <-got, sent, serr
+	}
+	got, sent, err := send(run.secs)
+	if err != nil || sent != int64(len(exp)) || !bytes.Equal(got, exp) {
+		t.Fatalf("spliced through a %d-byte pipe: sent %d, %d bytes arrived (want %d, equal %v): %v", 4096, sent, len(got), len(exp), bytes.Equal(got, exp), err)
+	}
+	if pool.n.Load() != 1 {
+		t.Fatalf("%d pipes after a good send, want the one lent back", pool.n.Load())
+	}
+
+	// A section past its file's end.
+	f, err := os.Create(filepath.Join(t.TempDir(), "short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	secs := []section{{f: f, off: 0, n: 5000}, {f: f, off: 6000, n: 8000}}
+	got, _, err = send(secs)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a section past the file's end: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	prefix := append(append(append([]byte(nil), head...), data[:5000]...), data[6000:]...)
+	if !bytes.Equal(got, prefix) {
+		t.Fatalf("got %d bytes, want the %d bytes the file holds, in order", len(got), len(prefix))
+	}
+	if pool.n.Load() != 0 {
+		t.Fatalf("%d pipes after a failed send, want 0 (closed)", pool.n.Load())
+	}
+}
+
+// TestPipeBound: pipes take at most one descriptor pair per 128 of the
+// open-file limit, and none under a limit of less than 128.
+func TestPipeBound(t *testing.T) {
+	for _, c := range []struct {
+		limit uint64
+		want  int
+	}{{0, maxSplicePipes}, {64, 0}, {256, 2}, {1024, 8}, {1 << 20, maxSplicePipes}} {
+		if got := pipeBound(c.limit); got != c.want {
+			t.Errorf("pipeBound(%d) = %d, want %d", c.limit, got, c.want)
+		}
+	}
+	if p := newPipePool(0).get(); p != nil {
+		t.Fatal("a pool of 0 pipes lent one")
+	}
+}
