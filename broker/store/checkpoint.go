@@ -844,12 +844,15 @@ type sealJob struct {
 // The writer calls it at a roll, before the next append.
 func (s *Store) detachTails(g *segment) *sealJob {
 	ps := s.partitionList()
-	job := &sealJob{g: g, ps: ps, done: make(chan struct{})}
+	job := &sealJob{g: g, ps: ps, mem: make([]pendBlock, 0, len(ps)), done: make(chan struct{})}
 	at := g.idxN
+	// One allocation for every partition's memBlock, not one each.
+	mbs := make([]memBlock, 0, len(ps))
 	for _, p := range ps {
 		p.mu.Lock()
 		if n := len(p.tail); n > 0 {
-			ref := blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n), mem: &memBlock{ents: p.tail}}
+			mbs = append(mbs, memBlock{ents: p.tail})
+			ref := blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n), mem: &mbs[len(mbs)-1]}
 			p.blocks = append(p.blocks, ref)
 			job.mem = append(job.mem, pendBlock{p, ref})
 			at += uint32(n)
