@@ -826,17 +826,22 @@ func (s *Store) sealBlocks(g *segment, ps []*partition, durable bool) error {
 // assigned), so reads find those chunks at once; the goroutine writes
 // those blocks into the .idx, then the footer, turns each partition's
 // blocks there into a span, and writes the roll's checkpoint (built by
-// the writer at the roll). The writer waits for it (waitSeal) before the
-// next roll, before anything that is not an append (a fence, a hole, a
-// checkpoint, ...) and at Close.
+// the writer at the roll). The writer waits for the sealing before the
+// next roll (waitSealed), and for the sealing and its checkpoint
+// (waitSeal) before anything that is not an append (a fence, a hole, a
+// checkpoint, ...) and at Close. A roll's checkpoint is written after the
+// previous roll's (prev), so each sealed .idx is fdatasynced by the
+// checkpoint that first vouches for it.
 type sealJob struct {
-	g    *segment
-	ps   []*partition
-	mem  []pendBlock // the blocks held in memory, in .idx order
-	idxN uint32      // the .idx's entries once they are written
-	ckpt *ckptJob    // the roll's checkpoint, nil when checkpoints are off
-	done chan struct{}
-	err  error // read after done
+	g      *segment
+	ps     []*partition
+	mem    []pendBlock // the blocks held in memory, in .idx order
+	idxN   uint32      // the .idx's entries once they are written
+	ckpt   *ckptJob    // the roll's checkpoint, nil when checkpoints are off
+	prev   *sealJob    // the previous roll's, until its checkpoint is written
+	sealed chan struct{}
+	done   chan struct{}
+	err    error // read after sealed
 }
 
 // detachTails starts the sealing of g (no longer active): every tail
@@ -844,7 +849,7 @@ type sealJob struct {
 // The writer calls it at a roll, before the next append.
 func (s *Store) detachTails(g *segment) *sealJob {
 	ps := s.partitionList()
-	job := &sealJob{g: g, ps: ps, mem: make([]pendBlock, 0, len(ps)), done: make(chan struct{})}
+	job := &sealJob{g: g, ps: ps, mem: make([]pendBlock, 0, len(ps)), sealed: make(chan struct{}), done: make(chan struct{})}
 	at := g.idxN
 	// One allocation for every partition's memBlock, not one each.
 	mbs := make([]memBlock, 0, len(ps))
@@ -869,9 +874,15 @@ func (s *Store) detachTails(g *segment) *sealJob {
 // failure leaves the blocks in memory (still read from there) and drops
 // the checkpoint, so the next start-up re-indexes the log; an error
 // writing the .idx refuses appends as any failed index write does.
+//
+// job.sealed is closed once the segment is sealed, before the checkpoint
+// is written: the next roll waits for the sealing, not for the
+// checkpoint's fdatasyncs.
 func (s *Store) seal(job *sealJob) {
 	defer close(job.done)
 	g := job.g
+	prev := job.prev
+	job.prev = nil
 	err := s.writeMemBlocks(job)
 	if err == nil {
 		err = s.sealBlocks(g, job.ps, false)
@@ -881,18 +892,23 @@ func (s *Store) seal(job *sealJob) {
 		s.log.Error("STORE: cannot seal the log segment's index; the next start-up re-indexes the log", "segment", g.path, "err", err)
 		s.writeFailed(err)
 		s.dropCheckpoint()
+		close(job.sealed)
 		return
 	}
 	ck := job.ckpt
-	if ck == nil {
-		return
-	}
-	if g.seq >= ck.seq0 && g.seq-ck.seq0 < uint32(len(ck.seqIdx)) {
+	if ck != nil && g.seq >= ck.seq0 && g.seq-ck.seq0 < uint32(len(ck.seqIdx)) {
 		if i := ck.seqIdx[g.seq-ck.seq0]; i > 0 {
 			g.idxMu.RLock()
 			ck.c.segs[i-1] = ckptSeg{start: g.start, idxN: g.idxN, sealed: g.sealed, footN: g.footN, footCRC: g.footCRC}
 			g.idxMu.RUnlock()
 		}
+	}
+	close(job.sealed)
+	if prev != nil {
+		<-prev.done
+	}
+	if ck == nil {
+		return
 	}
 	if err := s.storeCheckpoint(ck); err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
@@ -953,12 +969,20 @@ func (s *Store) writeMemBlocks(job *sealJob) error {
 	return nil
 }
 
-// waitSeal waits for the roll's sealing in progress, if any (the writer
-// goroutine, or Close after it stopped).
+// waitSeal waits for the last roll's sealing and checkpoint, if any (the
+// writer goroutine, or Close after it stopped).
 func (s *Store) waitSeal() {
 	if j := s.w.sealing; j != nil {
 		<-j.done
 		s.w.sealing = nil
+	}
+}
+
+// waitSealed waits for the last roll's sealing, if any, not for its
+// checkpoint (the writer goroutine, before the next roll).
+func (s *Store) waitSealed() {
+	if j := s.w.sealing; j != nil {
+		<-j.sealed
 	}
 }
 
@@ -979,6 +1003,7 @@ func (s *Store) afterRoll(job *sealJob) {
 
 // startSeal starts job's goroutine (see sealJob).
 func (s *Store) startSeal(job *sealJob) {
+	job.prev = s.w.sealing
 	s.w.sealing = job
 	s.ckpt.wg.Add(1)
 	go func() {

@@ -113,9 +113,11 @@
 // place in the .idx assigned, its entries read from memory until they are
 // written); the sealing goroutine writes those blocks, then the footer,
 // turns each partition's blocks in the segment into its span, and writes
-// the roll's checkpoint. The writer waits for it before the next roll,
-// before any request that is not an append (a fence or a hole may cut a
-// block, a checkpoint vouches only for sealed segments) and at Close.
+// the roll's checkpoint (after the previous roll's). The writer waits for
+// the sealing before the next roll, and for the sealing and its
+// checkpoint before any request that is not an append (a fence or a hole
+// may cut a block, a checkpoint vouches only for sealed segments) and at
+// Close.
 //
 // In memory each partition keeps one reference per block of the ACTIVE
 // segment (48 bytes: first offset and time, where it is, its crc, the

@@ -1010,7 +1010,7 @@ func (s *Store) maybeRoll() {
 		return
 	}
 	t0 := time.Now()
-	s.waitSeal() // the previous roll's, so spans are added in segment order
+	s.waitSealed() // the previous roll's, so spans are added in segment order
 	if err := s.syncNow(); err != nil {
 		return
 	}
