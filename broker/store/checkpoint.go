@@ -46,6 +46,10 @@ type ckptPart struct {
 	// sequence number), copied by the writer's snapshot and turned into
 	// spans by the checkpoint's own goroutine (resolveSpans); not encoded.
 	mem spanList
+	// sealSpan, when hasSeal, is the partition's span in the segment a
+	// roll is sealing (its blocks there at the snapshot), after mem's.
+	sealSpan segSpan
+	hasSeal  bool
 }
 
 // ckptSpans is a partition's spans as the checkpoint (format 4) holds
@@ -614,6 +618,9 @@ func (j *ckptJob) resolveSpans() {
 			}
 			cp.spans.add(segSpan{seg: j.seqIdx[sp.seg-j.seq0] - 1, off: sp.off, ms: sp.ms})
 		}
+		if sp := cp.sealSpan; cp.hasSeal && sp.seg >= j.seq0 && sp.seg-j.seq0 < uint32(len(j.seqIdx)) && j.seqIdx[sp.seg-j.seq0] != 0 {
+			cp.spans.add(segSpan{seg: j.seqIdx[sp.seg-j.seq0] - 1, off: sp.off, ms: sp.ms})
+		}
 		cp.mem = spanList{}
 	}
 }
@@ -621,7 +628,10 @@ func (j *ckptJob) resolveSpans() {
 // buildCheckpoint writes every tail out as blocks of the active .idx and
 // snapshots the state at the writer's position (see writeCheckpoint); nil
 // when checkpoints are off. sealed, when not nil, is the segment a roll
-// just sealed, whose footer is made durable with the checkpoint.
+// is sealing (sealJob): each partition's blocks in it are recorded as its
+// span there, and the sealing fills in the segment's entry (its entry
+// count and footer) and makes its .idx durable before the checkpoint is
+// written.
 func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 	w := &s.w
 	if s.noCheckpoint.Load() {
@@ -666,6 +676,12 @@ func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
 		cp.mem = spanList{data: arenaCopy(&spanData, p.spans.data), restarts: arenaCopy(&spanRestarts, p.spans.restarts), n: p.spans.n, skip: p.spans.skip}
 		for _, b := range p.blocks {
+			if sealed != nil && b.g == sealed {
+				if !cp.hasSeal {
+					cp.sealSpan, cp.hasSeal = segSpan{seg: sealed.seq, off: b.off, ms: b.ms}, true
+				}
+				continue
+			}
 			i, ok := segIdx[b.g]
 			if !ok {
 				continue // its segment is gone: the block is below min
@@ -762,7 +778,12 @@ func (s *Store) sealed(g *segment, durable bool) error {
 	if err := s.flushTails(g); err != nil {
 		return err
 	}
-	ps := s.partitionList()
+	return s.sealBlocks(g, s.partitionList(), durable)
+}
+
+// sealBlocks writes g's footer, listing every block of ps in g (all in its
+// .idx by then), and turns each partition's blocks in g into one span.
+func (s *Store) sealBlocks(g *segment, ps []*partition, durable bool) error {
 	var fbs []footBlock
 	for _, p := range ps {
 		p.mu.RLock()
@@ -798,26 +819,196 @@ func (s *Store) sealed(g *segment, durable bool) error {
 	return nil
 }
 
+// sealJob is a roll's sealing of the segment it left, done by a goroutine
+// of the store's while the writer goes on with the next appends: at the
+// roll the writer only turns each partition's tail into a block of the
+// sealed segment held in memory (blockRef.mem, its place in the .idx
+// assigned), so reads find those chunks at once; the goroutine writes
+// those blocks into the .idx, then the footer, turns each partition's
+// blocks there into a span, and writes the roll's checkpoint (built by
+// the writer at the roll). The writer waits for the sealing before the
+// next roll (waitSealed), and for the sealing and its checkpoint
+// (waitSeal) before anything that is not an append (a fence, a hole, a
+// checkpoint, ...) and at Close. A roll's checkpoint is written after the
+// previous roll's (prev), so each sealed .idx is fdatasynced by the
+// checkpoint that first vouches for it.
+type sealJob struct {
+	g      *segment
+	ps     []*partition
+	mem    []pendBlock // the blocks held in memory, in .idx order
+	idxN   uint32      // the .idx's entries once they are written
+	ckpt   *ckptJob    // the roll's checkpoint, nil when checkpoints are off
+	prev   *sealJob    // the previous roll's, until its checkpoint is written
+	sealed chan struct{}
+	done   chan struct{}
+	err    error // read after sealed
+}
+
+// detachTails starts the sealing of g (no longer active): every tail
+// becomes a block of g held in memory, numbered after g's blocks on disk.
+// The writer calls it at a roll, before the next append.
+func (s *Store) detachTails(g *segment) *sealJob {
+	ps := s.partitionList()
+	job := &sealJob{g: g, ps: ps, mem: make([]pendBlock, 0, len(ps)), sealed: make(chan struct{}), done: make(chan struct{})}
+	at := g.idxN
+	// One allocation for every partition's memBlock, not one each.
+	mbs := make([]memBlock, 0, len(ps))
+	for _, p := range ps {
+		p.mu.Lock()
+		if n := len(p.tail); n > 0 {
+			mbs = append(mbs, memBlock{ents: p.tail})
+			ref := blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n), mem: &mbs[len(mbs)-1]}
+			p.blocks = append(p.blocks, ref)
+			job.mem = append(job.mem, pendBlock{p, ref})
+			at += uint32(n)
+			p.tail = nil
+		}
+		p.mu.Unlock()
+	}
+	job.idxN = at
+	return job
+}
+
+// seal runs job (on its own goroutine): the blocks held in memory go into
+// the .idx, then the footer, the spans, and the roll's checkpoint. A
+// failure leaves the blocks in memory (still read from there) and drops
+// the checkpoint, so the next start-up re-indexes the log; an error
+// writing the .idx refuses appends as any failed index write does.
+//
+// job.sealed is closed once the segment is sealed, before the checkpoint
+// is written: the next roll waits for the sealing, not for the
+// checkpoint's fdatasyncs.
+func (s *Store) seal(job *sealJob) {
+	defer close(job.done)
+	g := job.g
+	prev := job.prev
+	job.prev = nil
+	err := s.writeMemBlocks(job)
+	if err == nil {
+		err = s.sealBlocks(g, job.ps, false)
+	}
+	if err != nil {
+		job.err = err
+		s.log.Error("STORE: cannot seal the log segment's index; the next start-up re-indexes the log", "segment", g.path, "err", err)
+		s.writeFailed(err)
+		s.dropCheckpoint()
+		close(job.sealed)
+		return
+	}
+	ck := job.ckpt
+	if ck != nil && g.seq >= ck.seq0 && g.seq-ck.seq0 < uint32(len(ck.seqIdx)) {
+		if i := ck.seqIdx[g.seq-ck.seq0]; i > 0 {
+			g.idxMu.RLock()
+			ck.c.segs[i-1] = ckptSeg{start: g.start, idxN: g.idxN, sealed: g.sealed, footN: g.footN, footCRC: g.footCRC}
+			g.idxMu.RUnlock()
+		}
+	}
+	close(job.sealed)
+	if prev != nil {
+		<-prev.done
+	}
+	if ck == nil {
+		return
+	}
+	if err := s.storeCheckpoint(ck); err != nil {
+		s.log.Warn("STORE: cannot write checkpoint", "err", err)
+	}
+}
+
+// writeMemBlocks writes job's blocks held in memory into its segment's
+// .idx, a MiB at a time, and gives each its crc in place of its entries.
+func (s *Store) writeMemBlocks(job *sealJob) error {
+	g := job.g
+	if len(job.mem) == 0 {
+		return nil
+	}
+	pos := int64(idxHeaderLen) + int64(job.mem[0].ref.at)*idxEntryLen
+	crcs := make([]uint32, len(job.mem))
+	var buf []byte
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if _, err := g.idx.WriteAt(buf, pos); err != nil {
+			return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
+		}
+		pos += int64(len(buf))
+		buf = buf[:0]
+		return nil
+	}
+	for i, x := range job.mem {
+		ents := x.ref.mem.ents
+		if len(buf)+len(ents)*idxEntryLen > idxWriteMax {
+			if err := write(); err != nil {
+				return err
+			}
+		}
+		start := len(buf)
+		buf = encodeEntries(buf, ents)
+		crcs[i] = crc32.Checksum(buf[start:], castagnoli)
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	g.idxMu.Lock()
+	g.idxN, g.idxSize = job.idxN, pos
+	g.idxMu.Unlock()
+	for i, x := range job.mem {
+		p := x.p
+		p.mu.Lock()
+		// Retention may have dropped the block meanwhile; its bytes are
+		// in the .idx all the same.
+		for k := range p.blocks {
+			if b := &p.blocks[k]; b.g == g && b.at == x.ref.at && b.mem != nil {
+				b.crc, b.mem = crcs[i], nil
+				break
+			}
+		}
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// waitSeal waits for the last roll's sealing and checkpoint, if any (the
+// writer goroutine, or Close after it stopped).
+func (s *Store) waitSeal() {
+	if j := s.w.sealing; j != nil {
+		<-j.done
+		s.w.sealing = nil
+	}
+}
+
+// waitSealed waits for the last roll's sealing, if any, not for its
+// checkpoint (the writer goroutine, before the next roll).
+func (s *Store) waitSealed() {
+	if j := s.w.sealing; j != nil {
+		<-j.sealed
+	}
+}
+
 // afterRoll is called by the writer once a new segment started, sealed
-// being the one it sealed (its footer not yet fdatasynced): the writer
-// builds a checkpoint, and a goroutine of the store's writes it. Until it
-// is written the previous checkpoint stands, which a start-up can use as
-// it could before the roll.
-func (s *Store) afterRoll(sealed *segment) {
-	job, err := s.buildCheckpoint(sealed)
+// being the one it left, which job is sealing: the writer builds the
+// roll's checkpoint and starts the sealing, which writes the checkpoint
+// once the segment is sealed. Until it is written the previous
+// checkpoint stands, which a start-up can use as it could before the roll.
+func (s *Store) afterRoll(job *sealJob) {
+	ck, err := s.buildCheckpoint(job.g)
 	if err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
-		return
+		ck = nil
 	}
-	if job == nil {
-		return
-	}
+	job.ckpt = ck
+	s.startSeal(job)
+}
+
+// startSeal starts job's goroutine (see sealJob).
+func (s *Store) startSeal(job *sealJob) {
+	job.prev = s.w.sealing
+	s.w.sealing = job
 	s.ckpt.wg.Add(1)
 	go func() {
 		defer s.ckpt.wg.Done()
-		if err := s.storeCheckpoint(job); err != nil {
-			s.log.Warn("STORE: cannot write checkpoint", "err", err)
-		}
+		s.seal(job)
 	}()
 }
 
@@ -839,6 +1030,7 @@ func (s *Store) dropCheckpoint() {
 
 // shutdown runs after the writer stopped: final fsync and checkpoint.
 func (s *Store) shutdown() error {
+	s.waitSeal()
 	if s.fatal() != nil {
 		return nil
 	}

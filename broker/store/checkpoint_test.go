@@ -436,3 +436,158 @@ func TestRollCheckpointWrittenInBackground(t *testing.T) {
 		t.Fatalf("checkpoint at %d after checkpoints were dropped, want none", got)
 	}
 }
+
+// holdIdxFS holds every write to one .idx file (by name) while held is
+// set, and says so on in.
+type holdIdxFS struct {
+	OSFS
+	name string
+	held atomic.Bool
+	in   chan struct{}
+	open chan struct{}
+}
+
+type holdIdxFile struct {
+	File
+	fs *holdIdxFS
+}
+
+func (h *holdIdxFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := h.OSFS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != h.name {
+		return f, err
+	}
+	return holdIdxFile{f, h}, nil
+}
+
+func (f holdIdxFile) WriteAt(b []byte, off int64) (int, error) {
+	if f.fs.held.Load() {
+		select {
+		case f.fs.in <- struct{}{}:
+		default:
+		}
+		<-f.fs.open
+	}
+	return f.File.WriteAt(b, off)
+}
+
+// A roll seals the segment it leaves (its tails into the .idx, the
+// footer, the spans) off the writer goroutine: while the sealed
+// segment's .idx cannot be written, appends after the roll are
+// answered, and every record, those whose index entries are not yet in
+// the .idx included, is read back. Once the sealing is done the roll's
+// checkpoint records the segment sealed, and the store reopens from it
+// with every record.
+func TestRollSealsOffTheWriter(t *testing.T) {
+	dir := t.TempDir()
+	hfs := &holdIdxFS{name: strings.TrimSuffix(segName(0), segSuffix) + idxSuffix, in: make(chan struct{}, 1), open: make(chan struct{})}
+	opts := Options{Dir: dir, FS: hfs, SegmentBytes: 16 << 10}
+	s := openT(t, opts)
+	hfs.held.Store(true)
+	defer func() {
+		if hfs.held.CompareAndSwap(true, false) {
+			close(hfs.open)
+		}
+	}()
+	const parts = 20
+	want := map[int][]byte{}
+	segments := func() int {
+		s.segMu.RLock()
+		defer s.segMu.RUnlock()
+		return len(s.segs)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Until the first roll, then a few rounds more (well below a
+		// second roll, which waits for the first sealing).
+		more := -1
+		for i := 0; more != 0; i++ {
+			for p := 0; p < parts; p++ {
+				body := fmt.Sprintf("seal-r%d-p%d-%s", i, p, strings.Repeat("s", (i*7+p)%200))
+				a, err := s.Append(context.Background(), "seal", p, []Message{{Body: []byte(body)}})
+				if err != nil {
+					done <- err
+					return
+				}
+				want[p] = AppendRecord(want[p], a[0].ID, 0, []byte(body))
+			}
+			if more > 0 {
+				more--
+			} else if more < 0 && segments() > 1 {
+				more = 3
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("appends after a roll waited for the sealed segment's .idx to be written")
+	}
+	select {
+	case <-hfs.in:
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing wrote the sealed segment's .idx")
+	}
+	if segments() != 2 {
+		t.Fatalf("%d segments, want 2", segments())
+	}
+	s.segMu.RLock()
+	first, active := s.segs[0], s.segs[1].start
+	s.segMu.RUnlock()
+	if first.isSealed() {
+		t.Fatal("the first segment is sealed while its .idx writes are held")
+	}
+	for p := 0; p < parts; p++ {
+		if got := readAll(t, s, "seal", p); !bytes.Equal(got, want[p]) {
+			t.Fatalf("partition %d while sealing: %d bytes, want %d", p, len(got), len(want[p]))
+		}
+		if off, err := s.OffsetForTime("seal", p, time.Unix(0, 0)); err != nil || off != 0 {
+			t.Fatalf("partition %d: OffsetForTime(0) = %d, %v while sealing", p, off, err)
+		}
+	}
+	hfs.held.Store(false)
+	close(hfs.open)
+	deadline := time.Now().Add(20 * time.Second)
+	for readCkptPos(t, dir) < active {
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint at %d, want the roll's (>= %d)", readCkptPos(t, dir), active)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !first.isSealed() {
+		t.Fatal("the first segment is not sealed after its roll's checkpoint")
+	}
+	for p := 0; p < parts; p++ {
+		if got := readAll(t, s, "seal", p); !bytes.Equal(got, want[p]) {
+			t.Fatalf("partition %d after sealing: %d bytes, want %d", p, len(got), len(want[p]))
+		}
+	}
+	// The roll's checkpoint (not Close's) is what the next start-up uses.
+	b, err := os.ReadFile(filepath.Join(dir, ckptName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.segs) != 2 || !c.segs[0].sealed || c.segs[1].sealed {
+		t.Fatalf("the roll's checkpoint has segments %+v, want the first sealed, the second active", c.segs)
+	}
+	for _, cp := range c.parts {
+		if cp.spans.n != 1 || len(cp.blocks) != 0 {
+			t.Fatalf("partition %d in the roll's checkpoint: %d spans, %d blocks; want 1 span and no block", cp.pid, cp.spans.n, len(cp.blocks))
+		}
+	}
+	s.Close()
+	s = openT(t, Options{Dir: dir, SegmentBytes: 16 << 10})
+	for p := 0; p < parts; p++ {
+		if got := readAll(t, s, "seal", p); !bytes.Equal(got, want[p]) {
+			t.Fatalf("partition %d after reopening: %d bytes, want %d", p, len(got), len(want[p]))
+		}
+	}
+}

@@ -87,7 +87,8 @@
 // in memory (its tail, at most one block, always in the active segment);
 // when the tail is full it is appended to the active segment's .idx as a
 // block, and at a segment roll and at every checkpoint all tails are
-// written out (a block may then be short). With many busy partitions the
+// written out (a block may then be short; at a roll by the sealing
+// goroutine, see below). With many busy partitions the
 // tails are bounded by a budget (512 Ki entries, 16 MiB, in all): past it
 // the longer tails are written out early as short blocks, each tail keeping
 // its (emptied) array for its next entries; a roll or a checkpoint lets
@@ -106,8 +107,21 @@
 // it in a cache of at most 64 Ki footer blocks (2 MiB) over all segments,
 // the least recently used going first.
 //
+// A roll's sealing runs on a goroutine of its own, so the writer goes on
+// with the next appends meanwhile: at the roll the writer only turns each
+// partition's tail into a block of the sealed segment held in memory (its
+// place in the .idx assigned, its entries read from memory until they are
+// written); the sealing goroutine writes those blocks, then the footer,
+// turns each partition's blocks in the segment into its span, and writes
+// the roll's checkpoint (after the previous roll's). The writer waits for
+// the sealing before the next roll, and for the sealing and its
+// checkpoint before any request that is not an append (a fence or a hole
+// may cut a block, a checkpoint vouches only for sealed segments) and at
+// Close.
+//
 // In memory each partition keeps one reference per block of the ACTIVE
-// segment (40 bytes: first offset and time, where it is, its crc) and one
+// segment (48 bytes: first offset and time, where it is, its crc, the
+// entries of a block being sealed) and one
 // span per SEALED segment it has chunks in (the segment, the offset and
 // append time of its first chunk there; its chunks there run to the next
 // span, or to the active segment's blocks, the tail or its end). Nothing
@@ -127,7 +141,7 @@
 //   - with partitions: each partition's fixed part (its key, bounds,
 //     counters; a few hundred bytes), its tail (at most one block of 32-byte
 //     entries, all tails together at most 16 MiB) and its blocks in the
-//     active segment (one 40-byte reference per 1,024 chunks of a segment
+//     active segment (one 48-byte reference per 1,024 chunks of a segment
 //     of at most SegmentBytes);
 //   - with partitions x segments: one span per partition and sealed
 //     segment it has chunks in, about 7-9 bytes (a partition idle for a
@@ -208,9 +222,10 @@
 // before that is written. So a checkpoint never refers to index bytes
 // that are not on disk. It is written after each segment roll, before
 // retention removes files, and by Close. A roll's checkpoint is built by
-// the writer (a snapshot at P, taken right after the roll's fdatasync) and
-// written by a goroutine of its own, so the writer goes on with the next
-// appends meanwhile; a checkpoint written later (retention's, Close's)
+// the writer (a snapshot at P, taken right after the roll's fdatasync, the
+// sealed segment's blocks recorded as its spans) and written by the
+// sealing goroutine once the segment's footer is written, so the writer
+// goes on with the next appends meanwhile; a checkpoint written later (retention's, Close's)
 // waits for it, an older one never replaces a newer, and until it is on
 // disk the previous checkpoint stands. Its size grows like memory: with
 // partitions (and the active segment's blocks) and with partitions x
@@ -596,6 +611,8 @@
 // partition.mu and Store.mu one at a time and segMu alone. ckptWriter.mu
 // (held while a checkpoint file is written or removed) comes after
 // partition.mu (dropCheckpoint is called under it) and before
-// segment.idxMu: the goroutine that writes a roll's checkpoint takes it,
-// then the idxMu of each .idx it fdatasyncs, and nothing else.
+// segment.idxMu: the goroutine that seals a segment at a roll and writes
+// the roll's checkpoint takes Store.mu (to list the partitions), each
+// partition.mu and the sealed segment's idxMu one at a time, then
+// ckptWriter.mu and under it the idxMu of each .idx it fdatasyncs.
 package store

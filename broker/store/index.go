@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -19,7 +20,8 @@ import (
 // has chunks in (in a compact spanList, see spanlist.go), one blockRef per
 // block of the active segment, and the chunks written since its last
 // block (the tail, at most one block's worth, always in the active
-// segment). See doc.go.
+// segment; a roll turns the tails into blocks of the segment it seals,
+// held in memory until the sealing writes them). See doc.go.
 
 // idxEntry is one data chunk as written to a segment's .idx file.
 type idxEntry struct {
@@ -61,6 +63,17 @@ type blockRef struct {
 	at  uint32   // entry number of the first entry in the .idx
 	n   uint32   // entries
 	crc uint32   // crc32c of the block's bytes
+	// mem holds the block's entries while a roll's sealing has not yet
+	// written them into the sealed segment's .idx (see sealJob): reads
+	// take them from here. Not nil only for blocks of a segment being
+	// sealed; crc is set when mem goes.
+	mem *memBlock
+}
+
+// memBlock is the entries of a block not yet in its .idx: a partition's
+// tail as a roll found it, never appended to again.
+type memBlock struct {
+	ents []idxEntry
 }
 
 func idxPathOf(logPath string) string { return strings.TrimSuffix(logPath, segSuffix) + idxSuffix }
@@ -263,6 +276,9 @@ var errIndexDamaged = errors.New("index block damaged")
 
 // readBlock reads and checks block b of partition pid.
 func (s *Store) readBlock(pid uint32, b blockRef) ([]idxEntry, error) {
+	if b.mem != nil {
+		return slices.Clone(b.mem.ents[:b.n]), nil
+	}
 	buf := make([]byte, int(b.n)*idxEntryLen)
 	at := int64(idxHeaderLen) + int64(b.at)*idxEntryLen
 	b.g.idxMu.RLock()

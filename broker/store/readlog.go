@@ -161,8 +161,9 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (e LogEntry,
 }
 
 // chunkAt finds the partition whose index has a chunk at log position pos,
-// with its offset and length: the tails and fills in memory, else the
-// entries of the segment's .idx (a rare path: damage met by ReadLog).
+// with its offset and length: the tails, fills and blocks not yet written
+// out in memory, else the entries of the segment's .idx (a rare path:
+// damage met by ReadLog).
 func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 	s.mu.RLock()
 	for _, p := range s.parts {
@@ -172,6 +173,20 @@ func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 				p.mu.RUnlock()
 				s.mu.RUnlock()
 				return p, e.off, int64(e.n), true
+			}
+		}
+		// Blocks a roll's sealing has not written into their .idx yet.
+		for _, b := range p.blocks {
+			if b.mem == nil {
+				continue
+			}
+			for _, e := range b.mem.ents[:b.n] {
+				if e.pos == pos {
+					live := p.liveLocked(e.off, int64(e.n), pos)
+					p.mu.RUnlock()
+					s.mu.RUnlock()
+					return p, e.off, int64(e.n), live
+				}
 			}
 		}
 		p.mu.RUnlock()

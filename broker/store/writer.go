@@ -139,6 +139,9 @@ type writerState struct {
 	idxTodo []pendBlock
 	// spareJob is a completed group commit kept for the next (newJob).
 	spareJob *syncJob
+	// sealing is the last roll's sealing of the segment it left, until
+	// waitSeal saw it done.
+	sealing *sealJob
 }
 
 // partEnd is a partition and its end.
@@ -362,8 +365,11 @@ func (s *Store) process(batch []*request) {
 	}
 	if !pipelined {
 		// Partition creation, deletion, fences, flushes and checkpoints
-		// see every earlier commit finished.
+		// see every earlier commit finished, and no segment being sealed
+		// (a fence or a hole may cut a block; a checkpoint vouches for
+		// sealed segments only).
 		s.finishInflight()
+		s.waitSeal()
 	}
 	ms := s.clk.Now().UnixMilli()
 	if ms < w.lastMs {
@@ -1004,6 +1010,7 @@ func (s *Store) maybeRoll() {
 		return
 	}
 	t0 := time.Now()
+	s.waitSealed() // the previous roll's, so spans are added in segment order
 	if err := s.syncNow(); err != nil {
 		return
 	}
@@ -1018,11 +1025,6 @@ func (s *Store) maybeRoll() {
 		if err == nil {
 			err = s.fs.SyncDir(s.logDir)
 		}
-		tOpen = time.Now()
-		if err == nil {
-			err = s.sealed(old, false)
-		}
-		tSeal = time.Now()
 		if err != nil {
 			g.close()
 			s.fs.Remove(g.path)
@@ -1043,6 +1045,9 @@ func (s *Store) maybeRoll() {
 		s.log.Info("STORE: log segment rolled again")
 		w.rollFailing = false
 	}
+	tOpen = time.Now()
+	job := s.detachTails(old)
+	tSeal = time.Now()
 	s.segMu.Lock()
 	s.segs = append(s.segs, g)
 	s.publishSegs()
@@ -1052,19 +1057,22 @@ func (s *Store) maybeRoll() {
 	if err := s.writeActive(buf); err != nil {
 		w.needDefines = true
 		s.writeFailed(err)
+		s.startSeal(job)
 		return
 	}
 	w.buf = buf[:0]
 	if err := s.syncNow(); err != nil {
+		s.startSeal(job)
 		return
 	}
 	tDef := time.Now()
-	s.afterRoll(old)
+	s.afterRoll(job)
 	tEnd := time.Now()
 	// took is how long the writer stopped taking appends for the roll: the
-	// fdatasync of the old segment and the new one's creation, its sealing
-	// (tails and footer into its .idx), the new segment's defines and
-	// their fdatasync, and the checkpoint's snapshot.
+	// fdatasync of the old segment and the new one's creation, its tails
+	// handed to the sealing (seal; the .idx writes and the footer are the
+	// sealing goroutine's), the new segment's defines and their
+	// fdatasync, and the checkpoint's snapshot.
 	s.log.Info("STORE: rolled log segment", "sealed", old.path, "new", g.path, "took", tEnd.Sub(t0),
 		"seal", tSeal.Sub(tOpen), "defines", tDef.Sub(tSeal), "checkpoint", tEnd.Sub(tDef))
 }

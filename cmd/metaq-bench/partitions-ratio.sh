@@ -8,6 +8,8 @@
 # divided by pN's: 1 when a message costs the broker the same at N partitions as at 16).
 # Usage: partitions-ratio.sh SERVER_BINARY BENCH_BINARY [N [ROUNDS [SECONDS]]]
 #   PERF=dir records a perf profile of the broker per topic and round into dir (needs perf).
+#   LOG=dir keeps the broker's log (server.log) and each measured window (windows: topic, round, start and
+#   end as UTC times) in dir, to find what the broker did (rolls, slow fdatasyncs) during a low round.
 set -u
 SRV=$1; MB=$2; N=${3:-10000}; ROUNDS=${4:-7}; DUR=${5:-8}; WARM=${WARMUP:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +22,7 @@ hz=$(getconf CLK_TCK)
   printf '\n[topic=p16]\nnumPartitions=16\n\n[topic=p%s]\nnumPartitions=%s\n' "$N" "$N"; } > "$data/server.ini"
 "$SRV" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; [ -n "${LOG:-}" ] && cp "$data/server.log" "$LOG/"; rm -rf "$data"' EXIT
 for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 sleep 1
 # run TOPIC PARTITIONS ROUND: prints "msgs cpu_us_per_msg"
@@ -30,12 +32,14 @@ run() {
 	local mbpid=$! perfpid=
 	sleep "$WARM"
 	local c0 u0; read -r c0 u0 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
+	local t0; t0=$(date -u +%H:%M:%S.%N)
 	if [ -n "${PERF:-}" ]; then
 		perf record -q -g -p "$pid" -o "$PERF/$1-r$3.data" -- sleep "$DUR" > /dev/null 2>&1 &
 		perfpid=$!
 	fi
 	wait $mbpid
 	local c1 u1; read -r c1 u1 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
+	[ -n "${LOG:-}" ] && echo "$1 $3 ${t0:0:12} $(date -u +%H:%M:%S.%3N)" >> "$LOG/windows"
 	[ -n "$perfpid" ] && wait $perfpid
 	local msgs; msgs=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 	local rate; rate=$(grep -o '= [0-9]* msgs/s' "$data/mb.out" | awk '{print $2}')
