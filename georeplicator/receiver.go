@@ -67,7 +67,12 @@ type ReceiverStatus struct {
 	Codec string
 	// Times that have not happened yet are left out of the JSON
 	// (slave-status -json), not printed as Go's zero time.
-	LastApply   time.Time `json:",omitzero"`
+	LastApply time.Time `json:",omitzero"`
+	// Started is when the receiver started; LinkUp is when a link to a
+	// master was last up (the end of the last session that reached one,
+	// or now while connected is true; zero while none ever did).
+	Started     time.Time `json:",omitzero"`
+	LinkUp      time.Time `json:",omitzero"`
 	LastError   string
 	LastErrorAt time.Time `json:",omitzero"`
 }
@@ -148,6 +153,7 @@ func (r *Receiver) Start() error {
 	}
 	r.mu.Lock()
 	r.st.Running = true
+	r.st.Started = r.opts.Clock.Now()
 	r.mu.Unlock()
 	r.routines.Go(r.run)
 	r.routines.Go(r.checkpointLoop)
@@ -180,6 +186,9 @@ func (r *Receiver) Status() ReceiverStatus {
 	r.mu.Lock()
 	st := r.st
 	r.mu.Unlock()
+	if st.Connected {
+		st.LinkUp = r.opts.Clock.Now()
+	}
 	r.divMu.Lock()
 	for _, d := range r.diverged {
 		st.Diverged = append(st.Diverged, d.Error())
@@ -295,6 +304,9 @@ func (r *Receiver) run() {
 			r.causes.report("link", r.lastAddr(), err, "")
 		}
 		r.mu.Lock()
+		if r.st.Connected {
+			r.st.LinkUp = r.opts.Clock.Now() // the link was up until now
+		}
 		r.st.Connected = false
 		r.st.Reconnects++
 		r.mu.Unlock()
@@ -469,6 +481,7 @@ func (r *Receiver) session() (progressed bool, err error) {
 	r.applied = applied
 	r.st.AppliedPos = applied
 	r.st.Connected, r.st.MasterAddr, r.st.MasterPos = true, addr, w.Durable
+	r.st.LinkUp = r.opts.Clock.Now()
 	r.st.DialFailures = 0
 	if w.Truncated {
 		r.st.Truncated = true

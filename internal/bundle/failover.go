@@ -315,6 +315,9 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if o.ReclaimFrom > 0 {
 		known = o.ReclaimFrom
 	}
+	if o.Auto {
+		known = b.autoRaiseFrom(ctx, known)
+	}
 	gen, err := b.nextGeneration(ctx, known, force && o.ReclaimFrom == 0)
 	var unknown *registry.RaiseUnknownError
 	if errors.As(err, &unknown) && !b.closing.Load() {
@@ -426,6 +429,27 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 		return 0, fmt.Errorf("promote: raise the generation in ZooKeeper: %w", err)
 	}
 	return gen, nil
+}
+
+// autoRaiseFrom is the generation an automatic promotion raises from
+// (siterole.AutoRaiseFrom): known, or a newer generation seen in the
+// ZooKeeper ensembles this bundle reaches that no site is master of in
+// gossip (a promotion raised it and never finished).
+func (b *Bundle) autoRaiseFrom(ctx context.Context, known uint64) uint64 {
+	f := siterole.UnfinishedFacts{Known: known}
+	f.Seen, f.SeenAt = b.observedGeneration(ctx)
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		for _, p := range gossipPeers(tc.Topology(), b.Config().System.BrokerID) {
+			if !p.Self && p.Role == siterole.Master && (p.Alive || p.Suspect) && p.Generation >= f.Seen {
+				f.MasterOfSeen = p.Site
+			}
+		}
+	}
+	from, why := siterole.AutoRaiseFrom(f)
+	if why != "" {
+		b.log.Warn("FAILOVER: "+why, "generation", f.Seen, "known", known)
+	}
+	return from
 }
 
 // lastKnownLag is this site's slave group's lag from the last lag report

@@ -48,12 +48,23 @@ func (b *Bundle) masterAliveEvidence(ctx context.Context, st georeplicator.Recei
 // session may outlive it (siterole.FenceDeadMaster).
 func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.ReceiverStatus) siterole.DeadMasterFacts {
 	f := siterole.DeadMasterFacts{Connected: st.Connected, AckBound: ackBound(b.Config().ZooKeeper.SessionTimeout)}
+	// The master was last heard when it last sent an entry or a lag
+	// report, or when the link to it was last up.
 	last := st.LastApply
 	if lr := lastLagReport(rc); lr != nil && lr.Received.After(last) {
 		last = lr.Received
 	}
-	if !last.IsZero() {
+	if st.LinkUp.After(last) {
+		last = st.LinkUp
+	}
+	switch {
+	case !last.IsZero():
 		f.Silent = time.Since(last)
+	case !st.Started.IsZero():
+		// Never heard from a master since this receiver started (a site
+		// restarted while its master was gone): the master has been
+		// silent at least that long.
+		f.NeverHeardFor = time.Since(st.Started)
 	}
 	tc := compOf[*topologyComponent](b)
 	if tc == nil || tc.Topology() == nil {
@@ -61,12 +72,20 @@ func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.Receive
 	}
 	f.Gossip = true
 	t := tc.Topology()
-	brokerID, mySite := b.Config().System.BrokerID, b.Config().Site.Name
-	alive, down := false, false
+	brokerID := b.Config().System.BrokerID
+	alive, down, peers := false, false, false
 	for _, m := range t.Members() {
-		if m.Name == t.Name() || m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleMaster || m.Meta.Site == mySite {
+		if m.Name == t.Name() {
 			continue
 		}
+		if m.State == topology.StateAlive {
+			peers = true
+		}
+		if m.Meta.BrokerID != brokerID || m.Meta.Role != topology.RoleMaster {
+			continue
+		}
+		// A master of this brokerId at this site too: a master that
+		// restarted as a slave leaves its old node, declared down.
 		switch m.State {
 		case topology.StateDown:
 			down = true
@@ -75,6 +94,9 @@ func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.Receive
 		}
 	}
 	f.MasterDown = down && !alive
+	// No master member at all while gossip reaches live members: a master
+	// alive anywhere they reach would be among them.
+	f.NoMaster = !alive && !down && peers
 	return f
 }
 

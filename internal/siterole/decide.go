@@ -238,31 +238,48 @@ type DeadMasterFacts struct {
 	// Gossip: gossip runs here; MasterDown: it declared the master's
 	// bundle of this brokerId down (not merely suspect).
 	Gossip, MasterDown bool
+	// NoMaster: gossip has no member that is a master of this brokerId
+	// (alive, suspect or down), while it has live members other than
+	// this bundle: a master that restarted as a slave gossips under a new
+	// node, and its old one is reaped GossipToTheDeadTime after it was
+	// declared down, or was never known to a bundle that joined later.
+	NoMaster bool
 	// Silent is how long the master has sent this site nothing (0 when
 	// unknown); AckBound is how long a master acknowledges puts without
 	// confirming its generation (MayAcknowledge's MaxUnconfirmed).
 	Silent, AckBound time.Duration
+	// NeverHeardFor is how long this site's receiver has run without
+	// ever hearing from a master (0 when it heard from one, or is not
+	// known): a lower bound of the master's silence when Silent is 0.
+	NeverHeardFor time.Duration
 }
 
 // FenceDeadMaster reports whether a promotion may take the master node
 // from the session that holds it, raising the generation instead of
 // waiting for the session to expire, and why not. It may when the link is
-// down, gossip declared the master down, and the master has been silent
-// for longer than a master acknowledges without confirming its generation:
-// if it is in fact alive (paused, cut off), its confirmation is stale, it
-// acknowledges nothing, and its next read shows the newer generation.
+// down, gossip declared the master down (or has no master of this
+// brokerId at all while it has live members), and the master has been
+// silent for longer than a master acknowledges without confirming its
+// generation (a receiver that never heard from a master since it started
+// counts the time since then): if it is in fact alive (paused, cut off),
+// its confirmation is stale, it acknowledges nothing, and its next read
+// shows the newer generation.
 func FenceDeadMaster(f DeadMasterFacts) (bool, string) {
+	silent := f.Silent
+	if silent == 0 {
+		silent = f.NeverHeardFor
+	}
 	switch {
 	case f.Connected:
 		return false, "the replication link to the master is up"
 	case !f.Gossip:
 		return false, "gossip is off: nothing but the session's expiry tells that the master is down"
-	case !f.MasterDown:
+	case !f.MasterDown && !f.NoMaster:
 		return false, "gossip has not declared the master's bundle down"
-	case f.Silent == 0:
+	case silent == 0:
 		return false, "this site does not know how long the master has been silent"
-	case f.Silent <= f.AckBound:
-		return false, fmt.Sprintf("the master has been silent for %v, not longer than the %v a master acknowledges without confirming its generation", f.Silent.Round(time.Millisecond), f.AckBound)
+	case silent <= f.AckBound:
+		return false, fmt.Sprintf("the master has been silent for %v, not longer than the %v a master acknowledges without confirming its generation", silent.Round(time.Millisecond), f.AckBound)
 	}
 	return true, ""
 }

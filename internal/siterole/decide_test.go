@@ -211,6 +211,21 @@ func TestFenceDeadMaster(t *testing.T) {
 		{"silence unknown", func(f *DeadMasterFacts) { f.Silent = 0 }, false, "does not know"},
 		{"silent within the bound", func(f *DeadMasterFacts) { f.Silent = 2 * time.Second }, false, "silent for 2s"},
 		{"silent exactly the bound", func(f *DeadMasterFacts) { f.Silent = 3 * time.Second }, false, "not longer"},
+		// A master that restarted as a slave gossips under a new node; its
+		// old one is reaped, or unknown to a bundle that joined later.
+		{"no master in gossip, live members", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster = false, true }, true, ""},
+		{"no master in gossip, link up", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster, f.Connected = false, true, true }, false, "link to the master is up"},
+		{"no master in gossip, silent within the bound", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster, f.Silent = false, true, time.Second }, false, "silent for 1s"},
+		// A receiver that never heard from a master since it started: the
+		// time since then is a lower bound of the master's silence.
+		{"never heard, past the bound", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = 0, 4*time.Second }, true, ""},
+		{"never heard, within the bound", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = 0, 2*time.Second }, false, "silent for 2s"},
+		{"never heard, exactly the bound", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = 0, 3*time.Second }, false, "not longer"},
+		{"heard recently beats never heard", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = time.Second, time.Minute }, false, "silent for 1s"},
+		{"never heard, no master in gossip", func(f *DeadMasterFacts) {
+			f.MasterDown, f.NoMaster, f.Silent, f.NeverHeardFor = false, true, 0, 10*time.Second
+		}, true, ""},
+		{"never heard, master only suspect", func(f *DeadMasterFacts) { f.MasterDown, f.Silent, f.NeverHeardFor = false, 0, 10*time.Second }, false, "not declared"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := dead

@@ -1,0 +1,37 @@
+package siterole
+
+import "fmt"
+
+// UnfinishedFacts are what an automatic promotion knows about a
+// generation newer than the one its site followed.
+type UnfinishedFacts struct {
+	// Known is the generation this site followed; Seen the newest it sees
+	// in the ZooKeeper ensembles it reaches (SeenAt names where).
+	Known, Seen uint64
+	SeenAt      string
+	// MasterOfSeen is a site gossip has as master (alive or only
+	// suspect) of Seen or a newer generation, "" when none.
+	MasterOfSeen string
+}
+
+// AutoRaiseFrom is the generation an automatic promotion raises from
+// (with a compare-and-set, in a majority of the ensembles), and why when
+// it is not the one this site followed. A generation newer than Known
+// that no site is master of in gossip was raised by a promotion that
+// never finished (its site was killed after the raise and came back
+// without it, or gave it up unmarked): nobody will be its master, and
+// waiting for one leaves the brokerId without a master for good. The
+// automatic promotion, which acts only once the master is lost by the
+// dead-master rule, raises above it. While gossip has a master of it,
+// the promotion raises from Known and loses (the generation moved): this
+// site follows that master instead.
+func AutoRaiseFrom(f UnfinishedFacts) (uint64, string) {
+	switch {
+	case f.Seen <= f.Known:
+		return f.Known, ""
+	case f.MasterOfSeen != "":
+		return f.Known, ""
+	}
+	return f.Seen, fmt.Sprintf("generation %d (%s) is newer than the %d this site followed and no site is its master: "+
+		"the promotion that raised it never finished; raising above it", f.Seen, f.SeenAt, f.Known)
+}
