@@ -97,6 +97,19 @@ func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.Receive
 	// No master member at all while gossip reaches live members: a master
 	// alive anywhere they reach would be among them.
 	f.NoMaster = !alive && !down && peers
+	if f.NoMaster {
+		// Only a generation newer than the one this site followed, with
+		// no master, makes that a dead master's (siterole.FenceDeadMaster):
+		// slaves started before their master see no master either.
+		var known uint64
+		if id, err := b.identity(); err == nil {
+			known = id.Generation()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		seen, _ := b.observedGeneration(ctx)
+		f.Unfinished = seen > known
+	}
 	return f
 }
 

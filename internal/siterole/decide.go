@@ -244,6 +244,12 @@ type DeadMasterFacts struct {
 	// node, and its old one is reaped GossipToTheDeadTime after it was
 	// declared down, or was never known to a bundle that joined later.
 	NoMaster bool
+	// Unfinished: this site sees a generation newer than the one it
+	// followed that no site is master of (a promotion raised it and never
+	// finished). Only then does NoMaster stand for a dead master: at a
+	// cold start the slaves' gossip has no master either, until the
+	// master, started after them, joins.
+	Unfinished bool
 	// Silent is how long the master has sent this site nothing (0 when
 	// unknown); AckBound is how long a master acknowledges puts without
 	// confirming its generation (MayAcknowledge's MaxUnconfirmed).
@@ -258,7 +264,8 @@ type DeadMasterFacts struct {
 // from the session that holds it, raising the generation instead of
 // waiting for the session to expire, and why not. It may when the link is
 // down, gossip declared the master down (or has no master of this
-// brokerId at all while it has live members), and the master has been
+// brokerId at all while it has live members and a newer generation was
+// left unfinished), and the master has been
 // silent for longer than a master acknowledges without confirming its
 // generation (a receiver that never heard from a master since it started
 // counts the time since then): if it is in fact alive (paused, cut off),
@@ -276,6 +283,9 @@ func FenceDeadMaster(f DeadMasterFacts) (bool, string) {
 		return false, "gossip is off: nothing but the session's expiry tells that the master is down"
 	case !f.MasterDown && !f.NoMaster:
 		return false, "gossip has not declared the master's bundle down"
+	case !f.MasterDown && !f.Unfinished:
+		return false, "gossip has no master of this brokerId, but no generation newer than the one this site followed was left unfinished: " +
+			"a master that has not joined gossip yet (started after its slaves) is not a dead one"
 	case silent == 0:
 		return false, "this site does not know how long the master has been silent"
 	case silent <= f.AckBound:

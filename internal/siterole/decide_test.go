@@ -213,9 +213,19 @@ func TestFenceDeadMaster(t *testing.T) {
 		{"silent exactly the bound", func(f *DeadMasterFacts) { f.Silent = 3 * time.Second }, false, "not longer"},
 		// A master that restarted as a slave gossips under a new node; its
 		// old one is reaped, or unknown to a bundle that joined later.
-		{"no master in gossip, live members", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster = false, true }, true, ""},
-		{"no master in gossip, link up", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster, f.Connected = false, true, true }, false, "link to the master is up"},
-		{"no master in gossip, silent within the bound", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster, f.Silent = false, true, time.Second }, false, "silent for 1s"},
+		{"no master in gossip, live members", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster, f.Unfinished = false, true, true }, true, ""},
+		// A cold start: the slaves' gossip has no master until the master,
+		// started after them, joins; no generation was left unfinished.
+		{"no master in gossip, nothing unfinished", func(f *DeadMasterFacts) { f.MasterDown, f.NoMaster = false, true }, false, "not joined gossip yet"},
+		{"no master in gossip, never heard, nothing unfinished", func(f *DeadMasterFacts) {
+			f.MasterDown, f.NoMaster, f.Silent, f.NeverHeardFor = false, true, 0, time.Minute
+		}, false, "not joined gossip yet"},
+		{"no master in gossip, link up", func(f *DeadMasterFacts) {
+			f.MasterDown, f.NoMaster, f.Unfinished, f.Connected = false, true, true, true
+		}, false, "link to the master is up"},
+		{"no master in gossip, silent within the bound", func(f *DeadMasterFacts) {
+			f.MasterDown, f.NoMaster, f.Unfinished, f.Silent = false, true, true, time.Second
+		}, false, "silent for 1s"},
 		// A receiver that never heard from a master since it started: the
 		// time since then is a lower bound of the master's silence.
 		{"never heard, past the bound", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = 0, 4*time.Second }, true, ""},
@@ -223,7 +233,7 @@ func TestFenceDeadMaster(t *testing.T) {
 		{"never heard, exactly the bound", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = 0, 3*time.Second }, false, "not longer"},
 		{"heard recently beats never heard", func(f *DeadMasterFacts) { f.Silent, f.NeverHeardFor = time.Second, time.Minute }, false, "silent for 1s"},
 		{"never heard, no master in gossip", func(f *DeadMasterFacts) {
-			f.MasterDown, f.NoMaster, f.Silent, f.NeverHeardFor = false, true, 0, 10*time.Second
+			f.MasterDown, f.NoMaster, f.Unfinished, f.Silent, f.NeverHeardFor = false, true, true, 0, 10*time.Second
 		}, true, ""},
 		{"never heard, master only suspect", func(f *DeadMasterFacts) { f.MasterDown, f.Silent, f.NeverHeardFor = false, 0, 10*time.Second }, false, "not declared"},
 	} {
