@@ -228,12 +228,19 @@ func (t *Topology) Start(ctx context.Context) error {
 	conf.Delegate = delegate{t}
 	conf.Events = eventDelegate{t}
 	conf.Ping = pingDelegate{t}
-	if t.opts.transport != nil {
-		conf.Transport = t.opts.transport
-	}
 	conf.Logger = newMemberlistLogger(t.opts.Logger, func(name string) {
 		t.enqueue(rawEvent{kind: rawSuspect, name: name})
 	})
+	switch {
+	case t.opts.transport != nil:
+		conf.Transport = t.opts.transport
+	case t.opts.DropTo != nil:
+		dt, err := newDropTransport(conf, t.opts.DropTo)
+		if err != nil {
+			return fmt.Errorf("topology: start gossip on %s: %w", t.opts.Bind, err)
+		}
+		conf.Transport = dt
+	}
 	// The event loop must run before Create: memberlist reports our own join
 	// from inside Create.
 	t.wg.Add(2)
@@ -241,6 +248,9 @@ func (t *Topology) Start(ctx context.Context) error {
 	go t.refreshLoop()
 	ml, err := memberlist.Create(conf)
 	if err != nil {
+		if dt, ok := conf.Transport.(*dropTransport); ok {
+			dt.Shutdown()
+		}
 		t.Close()
 		return fmt.Errorf("topology: start gossip on %s: %w", t.opts.Bind, err)
 	}
