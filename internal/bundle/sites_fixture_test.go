@@ -68,9 +68,12 @@ type sites struct {
 	mu sync.Mutex
 	b  map[string]*Bundle // nil while killed
 	// zkCut: ZooKeeper addresses the other sites cannot reach
-	// (cutEnsemble); zkConns: each site's open ZooKeeper connections.
-	zkCut   map[string]bool
-	zkConns map[string][]zkConn
+	// (cutEnsemble); zkCutFrom: those one site cannot reach
+	// (cutEnsembleFrom), by site and address; zkConns: each site's open
+	// ZooKeeper connections.
+	zkCut     map[string]bool
+	zkCutFrom map[[2]string]bool
+	zkConns   map[string][]zkConn
 	// replConns: each site's replication connections (replDialer).
 	replConns map[string][]net.Conn
 	// gossipAddr: each started site's gossip address; gossipCut: pairs of
@@ -94,7 +97,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
 		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
-		zkCut: map[string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
+		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
 		gossipAddr: map[string]string{}, gossipCut: map[[2]string]bool{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
@@ -241,7 +244,7 @@ type zkConn struct {
 func (s *sites) zkDialer(name string) func(network, addr string, timeout time.Duration) (net.Conn, error) {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		s.mu.Lock()
-		cut := s.zkCut[addr] && s.zks[name] != addr
+		cut := s.zkCut[addr] && s.zks[name] != addr || s.zkCutFrom[[2]string{name, addr}]
 		s.mu.Unlock()
 		if cut {
 			return nil, fmt.Errorf("sites: %s cannot reach ZooKeeper %s (cut)", name, addr)
@@ -281,6 +284,28 @@ func (s *sites) healEnsemble(site string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.zkCut, s.zks[site])
+}
+
+// cutEnsembleFrom cuts site from's sessions off from site's ensemble (the
+// other sites still reach it); healEnsembles undoes every cut.
+func (s *sites) cutEnsembleFrom(site, from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addr := s.zks[site]
+	s.zkCutFrom[[2]string{from, addr}] = true
+	for _, zc := range s.zkConns[from] {
+		if zc.addr == addr {
+			zc.c.Close()
+		}
+	}
+}
+
+// healEnsembles lets every site reach every ensemble again.
+func (s *sites) healEnsembles() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.zkCut)
+	clear(s.zkCutFrom)
 }
 
 // gossipPair is the key of two sites in gossipCut.
