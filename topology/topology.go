@@ -140,7 +140,11 @@ type Topology struct {
 	addr string                 // set by Start with ml: the gossip address
 	meta atomic.Pointer[[]byte] // encoded local metadata served to memberlist
 	// refreshMu serialises refreshNow; announced is the metadata last handed
-	// to memberlist's UpdateNode (nil before the first).
+	// to memberlist's UpdateNode (nil before the first). close holds it
+	// across memberlist's Leave and Shutdown: once this member has left,
+	// memberlist reaps its own node after GossipToTheDeadTime, and an
+	// UpdateNode then dereferences the missing node (a nil pointer panic
+	// seen when a loaded machine kept Leave waiting that long).
 	refreshMu sync.Mutex
 	announced []byte
 
@@ -518,12 +522,14 @@ func (t *Topology) close(leave bool) error {
 	}
 	var err error
 	if ml := t.memberlist(); ml != nil {
+		t.refreshMu.Lock() // no UpdateNode from here on (see refreshMu)
 		if leave {
 			if lerr := ml.Leave(t.leaveTimeout()); lerr != nil {
 				t.log.Warn("TOPOLOGY: leave", "err", lerr)
 			}
 		}
 		err = ml.Shutdown()
+		t.refreshMu.Unlock()
 	}
 	close(t.quit)
 	t.wg.Wait()
@@ -729,6 +735,9 @@ func (t *Topology) refreshLoop() {
 func (t *Topology) refreshNow() {
 	t.refreshMu.Lock()
 	defer t.refreshMu.Unlock()
+	if t.closing.Load() {
+		return
+	}
 	b, err := EncodeMeta(t.computeMeta())
 	if err != nil {
 		t.log.Error("TOPOLOGY: cannot encode metadata", "err", err)
