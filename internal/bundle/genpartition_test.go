@@ -27,6 +27,33 @@ import (
 // aside the puts it took at its own generation, and every site, bj
 // restarted by its unit's command included, ends byte-identical.
 func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
+	promotionsAcrossAPartition(t, func(s *sites) {
+		for _, site := range []string{"bj", "hf", "gz"} {
+			s.cutEnsemble(site)
+		}
+	}, true)
+}
+
+// TestPerSiteZKMajorityAndForcedAcrossAPartition: as
+// TestPerSiteZKForcedPromotionsAcrossAPartition, but hf still reaches bj's
+// ensemble (2 of the 3) and is promoted without -force, while gz, cut off
+// from both other ensembles, is forced. On the code before gz's forced
+// raise took generation 1 in its own ensemble and hf's raise won 1 in a
+// majority (its own and bj's): both masters of generation 1. hf's raise
+// cannot write gz's ensemble, so it takes its class's number (2).
+func TestPerSiteZKMajorityAndForcedAcrossAPartition(t *testing.T) {
+	promotionsAcrossAPartition(t, func(s *sites) {
+		s.cutEnsembleFrom("bj", "gz")
+		s.cutEnsembleFrom("hf", "gz")
+		s.cutEnsembleFrom("gz", "hf")
+	}, false)
+}
+
+// promotionsAcrossAPartition runs the two tests above: bj killed, the
+// ensembles cut by cut, hf's and gz's gossip cut; hf promoted (forced when
+// forceHF), gz forced; each acknowledges puts; then everything healed.
+func promotionsAcrossAPartition(t *testing.T, cut func(*sites), forceHF bool) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -34,9 +61,7 @@ func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
 	s.reachesAllEnsembles("hf", "gz")
 	s.kill("bj")
 	s.waitMasterGone("bj")
-	for _, site := range []string{"bj", "hf", "gz"} {
-		s.cutEnsemble(site)
-	}
+	cut(s)
 	s.cutGossip("hf", "gz")
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		for _, pair := range [][2]string{{"hf", "gz"}, {"gz", "hf"}} {
@@ -49,13 +74,13 @@ func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
 
 	const n = 5
 	gens := map[string]uint64{}
-	for _, site := range []string{"hf", "gz"} {
-		rep := s.promote(site, true)
+	for _, site := range []string{"gz", "hf"} {
+		rep := s.promote(site, site == "gz" || forceHF)
 		gens[site] = rep.Generation
 		// Each side acknowledges puts at its own generation.
 		produce(t, s.site(site).Broker.Addr().String(), "orders", n, site+"-side-")
 	}
-	t.Logf("hf promoted to generation %d, gz to %d", gens["hf"], gens["gz"])
+	t.Logf("hf promoted to generation %d (forced %t), gz to %d (forced)", gens["hf"], forceHF, gens["gz"])
 	if gens["hf"] == gens["gz"] {
 		t.Fatalf("hf and gz, cut off from each other, were both promoted to generation %d and both acknowledged puts in it", gens["hf"])
 	}
@@ -69,9 +94,7 @@ func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
 		winner, loser = "gz", "hf"
 	}
 
-	for _, site := range []string{"bj", "hf", "gz"} {
-		s.healEnsemble(site)
-	}
+	s.healEnsembles()
 	s.healGossip("hf", "gz")
 	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
 		var masters []string
