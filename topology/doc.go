@@ -92,7 +92,11 @@
 // Topology has two mutexes that are never held together: qmu guards the
 // queue memberlist's callbacks append to (they run under memberlist's own
 // locks and must take nothing else), mu guards the member table and the
-// subscribers.
+// subscribers. refreshMu serialises the metadata refresh; it is held
+// across memberlist's UpdateNode, and by Close across memberlist's Leave
+// and Shutdown (an UpdateNode after Leave could find this member's own
+// node reaped). mu is taken under it only to read the memberlist pointer,
+// qmu never, and memberlist's callbacks never take it.
 //
 // # Lag reports
 //

@@ -85,6 +85,13 @@ type Options struct {
 	// Clock stamps events and member state changes. Default clock.Real.
 	Clock clock.Clock
 
+	// DropTo, when set, is asked before every gossip packet and connection
+	// this member sends to another member's address (host:port): true
+	// drops it (the packet is lost, the connection refused), as a network
+	// cut between two sites would. Fault injection for tests: two members
+	// whose DropTo names each other are cut off from each other.
+	DropTo func(addr string) bool
+
 	// transport, when set, replaces memberlist's own UDP/TCP transport (Bind
 	// is then ignored); tests use it to make a member stop answering.
 	transport memberlist.Transport

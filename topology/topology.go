@@ -140,7 +140,11 @@ type Topology struct {
 	addr string                 // set by Start with ml: the gossip address
 	meta atomic.Pointer[[]byte] // encoded local metadata served to memberlist
 	// refreshMu serialises refreshNow; announced is the metadata last handed
-	// to memberlist's UpdateNode (nil before the first).
+	// to memberlist's UpdateNode (nil before the first). close holds it
+	// across memberlist's Leave and Shutdown: once this member has left,
+	// memberlist reaps its own node after GossipToTheDeadTime, and an
+	// UpdateNode then dereferences the missing node (a nil pointer panic
+	// seen when a loaded machine kept Leave waiting that long).
 	refreshMu sync.Mutex
 	announced []byte
 
@@ -228,12 +232,19 @@ func (t *Topology) Start(ctx context.Context) error {
 	conf.Delegate = delegate{t}
 	conf.Events = eventDelegate{t}
 	conf.Ping = pingDelegate{t}
-	if t.opts.transport != nil {
-		conf.Transport = t.opts.transport
-	}
 	conf.Logger = newMemberlistLogger(t.opts.Logger, func(name string) {
 		t.enqueue(rawEvent{kind: rawSuspect, name: name})
 	})
+	switch {
+	case t.opts.transport != nil:
+		conf.Transport = t.opts.transport
+	case t.opts.DropTo != nil:
+		dt, err := newDropTransport(conf, t.opts.DropTo)
+		if err != nil {
+			return fmt.Errorf("topology: start gossip on %s: %w", t.opts.Bind, err)
+		}
+		conf.Transport = dt
+	}
 	// The event loop must run before Create: memberlist reports our own join
 	// from inside Create.
 	t.wg.Add(2)
@@ -241,6 +252,9 @@ func (t *Topology) Start(ctx context.Context) error {
 	go t.refreshLoop()
 	ml, err := memberlist.Create(conf)
 	if err != nil {
+		if dt, ok := conf.Transport.(*dropTransport); ok {
+			dt.Shutdown()
+		}
 		t.Close()
 		return fmt.Errorf("topology: start gossip on %s: %w", t.opts.Bind, err)
 	}
@@ -508,12 +522,14 @@ func (t *Topology) close(leave bool) error {
 	}
 	var err error
 	if ml := t.memberlist(); ml != nil {
+		t.refreshMu.Lock() // no UpdateNode from here on (see refreshMu)
 		if leave {
 			if lerr := ml.Leave(t.leaveTimeout()); lerr != nil {
 				t.log.Warn("TOPOLOGY: leave", "err", lerr)
 			}
 		}
 		err = ml.Shutdown()
+		t.refreshMu.Unlock()
 	}
 	close(t.quit)
 	t.wg.Wait()
@@ -719,6 +735,9 @@ func (t *Topology) refreshLoop() {
 func (t *Topology) refreshNow() {
 	t.refreshMu.Lock()
 	defer t.refreshMu.Unlock()
+	if t.closing.Load() {
+		return
+	}
 	b, err := EncodeMeta(t.computeMeta())
 	if err != nil {
 		t.log.Error("TOPOLOGY: cannot encode metadata", "err", err)

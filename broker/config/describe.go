@@ -123,6 +123,7 @@ func (s *Server) blocks() []block {
 			{"promoteFinishTimeoutMs", ms(s.Replication.PromoteFinishTimeout)},
 			{"handoverHoldBytes", strconv.FormatInt(s.Replication.HandoverHoldBytes, 10)},
 			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
+			{"sites", strings.Join(s.Replication.Sites, ",")},
 		}},
 		block{sectionLimits, []entry{
 			{"maxConnections", itoa(s.Limits.MaxConnections)},

@@ -88,7 +88,7 @@ var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes",
 }
-var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs"}
+var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads
 // (MetamorphosisSlaveBroker.putSlaveProperties) followed by this project's.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,8 @@ const (
 	DefaultLease                     = 4 * time.Second
 	DefaultAutoFailoverAfter         = 30 * time.Second
 	DefaultPromoteFinishTimeout      = 5 * time.Minute // promoteFinishTimeoutMs
+	// MaxSites bounds [replication] sites (fenceSites has the same bound).
+	MaxSites = 64
 	// A put a master holds while it hands over waits at most this long
 	// for the new master: below the 3 s MetaQ's Java producer waits for
 	// an answer, so that no held put is answered after its client gave up.
@@ -717,6 +720,29 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
+	if k, ok := r.raw("sites"); ok {
+		seen := map[string]bool{}
+		for item := range strings.SplitSeq(k.Value, ",") {
+			item = strings.TrimSpace(item)
+			switch {
+			case item == "":
+				continue
+			case seen[item]:
+				r.bad(k, "a comma-separated list of distinct site names (%q is listed twice)", item)
+			}
+			seen[item] = true
+			s.Replication.Sites = append(s.Replication.Sites, item)
+		}
+		slices.Sort(s.Replication.Sites)
+		switch {
+		case len(s.Replication.Sites) > MaxSites:
+			r.bad(k, "at most %d site names", MaxSites)
+		case len(s.Replication.Sites) > 0 && !slices.Contains(s.Replication.Sites, s.Site.Name):
+			// A site the list lacks has no class of generations: it could
+			// take a number another site's class holds.
+			r.bad(k, "a list that names this site ([site] name=%s): every site of the deployment is listed", s.Site.Name)
+		}
+	}
 
 	s.Limits = buildLimits(reader(sectionLimits, limitsKeys))
 

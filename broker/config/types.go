@@ -319,6 +319,15 @@ type Replication struct {
 	// default) = no lease: the master acknowledges whatever it can reach.
 	FenceSites int
 	Lease      time.Duration
+	// Sites (sites, comma-separated) lists every site of the deployment,
+	// this one included, sorted; empty when not written. The same list
+	// everywhere (it belongs in the shared file), it gives each site a
+	// class of generations (its index in the list, mod its length) that a
+	// promotion which cannot write every site's ZooKeeper ensemble takes
+	// its number from, so that two sites cut off from each other and both
+	// promoted never take one generation (siterole.ClassAllows). At most
+	// MaxSites; a site it does not name refuses to start.
+	Sites []string
 	// SecretFile names the file holding the replication shared secret. Set
 	// on both sides (one shared server.ini sets it for the whole deployment),
 	// it makes master and slave prove to each other that they hold it

@@ -55,7 +55,8 @@ func (r *Registry) RaiseGeneration(ctx context.Context, brokerID int, known uint
 	if err != nil {
 		return 0, err
 	}
-	return r.raise(ctx, brokerID, known, false, r.opts.Site, token)
+	gen, _, err := r.raise(ctx, brokerID, known, 0, false, r.opts.Site, token)
+	return gen, err
 }
 
 // ErrGenerationMoved: the brokerId's generation is no longer the one a
@@ -72,7 +73,8 @@ func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known 
 	if err != nil {
 		return 0, err
 	}
-	return r.raise(ctx, brokerID, known, true, r.opts.Site, token)
+	gen, _, err := r.raise(ctx, brokerID, known, 0, true, r.opts.Site, token)
+	return gen, err
 }
 
 // RaiseGenerationFromAs is RaiseGenerationFrom with the raiser given (its
@@ -82,7 +84,22 @@ func (r *Registry) RaiseGenerationFrom(ctx context.Context, brokerID int, known 
 // its wins (UndoRaise) and carry them into the others
 // (RaiseGenerationToBy).
 func (r *Registry) RaiseGenerationFromAs(ctx context.Context, brokerID int, known uint64, by Raiser) (uint64, error) {
-	return r.raise(ctx, brokerID, known, true, by.Site, by.Token)
+	gen, _, err := r.raise(ctx, brokerID, known, 0, true, by.Site, by.Token)
+	return gen, err
+}
+
+// RaiseGenerationFromToAs is RaiseGenerationFromAs to generation gen
+// (above known) instead of known+1: a promotion that cannot reach every
+// site's ensemble takes the next number of its site's class, which may
+// skip some. It returns the generation, and its raiser when known, that
+// the raise replaced (read at the version its compare-and-set checked),
+// for UndoRaise to set back exactly.
+func (r *Registry) RaiseGenerationFromToAs(ctx context.Context, brokerID int, known, gen uint64, by Raiser) (Raiser, error) {
+	if gen <= known {
+		return Raiser{}, fmt.Errorf("registry: raise generation from %d to %d: not above it", known, gen)
+	}
+	_, prev, err := r.raise(ctx, brokerID, known, gen, true, by.Site, by.Token)
+	return prev, err
 }
 
 // raise is RaiseGeneration (from false) and RaiseGenerationFrom (from
@@ -95,7 +112,11 @@ func (r *Registry) RaiseGenerationFromAs(ctx context.Context, brokerID int, know
 // committed but whose answer was lost would leave the generation with no
 // owner: the old master steps down when it reads it, and the promoting
 // site believes it failed.
-func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from bool, site, token string) (uint64, error) {
+//
+// target, when not 0, is the generation a raise from known writes instead
+// of known+1. The Raiser returned is the generation (and raiser, when the
+// raiser node names it) the write replaced.
+func (r *Registry) raise(ctx context.Context, brokerID int, known, target uint64, from bool, site, token string) (uint64, Raiser, error) {
 	path := r.paths.GenerationPath(brokerID)
 	rpath := r.paths.RaiserPath(brokerID)
 	for {
@@ -105,40 +126,47 @@ func (r *Registry) raise(ctx context.Context, brokerID int, known uint64, from b
 		case errors.Is(err, ErrNoNode):
 			cur = 0
 		case err != nil:
-			return 0, err
+			return 0, Raiser{}, err
 		}
 		if from && cur > known {
-			return 0, fmt.Errorf("%w: %s is %d, not the %d this site knows", ErrGenerationMoved, path, cur, known)
+			return 0, Raiser{}, fmt.Errorf("%w: %s is %d, not the %d this site knows", ErrGenerationMoved, path, cur, known)
 		}
 		next := max(cur, known) + 1
 		if from {
 			next = known + 1
+			if target > known {
+				next = target
+			}
+		}
+		prev := Raiser{Generation: cur}
+		if by, err := r.readRaiser(ctx, brokerID); err == nil && by.Generation == cur {
+			prev = by
 		}
 		werr := r.writeRaise(ctx, path, rpath, exists, version, next, site, token)
 		if werr == nil {
-			return next, nil
+			return next, prev, nil
 		}
 		if !definiteZKError(werr) {
 			// The outcome is unknown: find out whether the write committed.
 			mine, err := r.awaitRaiseOutcome(ctx, brokerID, next, token)
 			if err != nil {
-				return 0, &RaiseUnknownError{Path: path, Generation: next, Token: token,
+				return 0, prev, &RaiseUnknownError{Path: path, Generation: next, Token: token,
 					Err: fmt.Errorf("the answer was lost (%w) and the outcome could not be read back: %w", werr, err)}
 			}
 			if mine {
 				r.log.Warn("REGISTRY: the answer to raising the generation was lost; it had committed", "path", path, "generation", next, "err", werr)
-				return next, nil
+				return next, prev, nil
 			}
 			continue // not written: read again and retry (or find it moved)
 		}
 		if !errors.Is(werr, zk.ErrBadVersion) && !errors.Is(werr, ErrNodeExists) && !errors.Is(werr, ErrNoNode) {
-			return 0, fmt.Errorf("registry: raise %s to %d: %w", path, next, werr)
+			return 0, Raiser{}, fmt.Errorf("registry: raise %s to %d: %w", path, next, werr)
 		}
 		if from {
 			// Another site raised it (or created it) first; the next read
 			// tells which generation, unless it only wrote the raiser.
 			if g, err := r.Generation(ctx, brokerID); err == nil && g > known {
-				return 0, fmt.Errorf("%w: another site raised %s first (now %d)", ErrGenerationMoved, path, g)
+				return 0, Raiser{}, fmt.Errorf("%w: another site raised %s first (now %d)", ErrGenerationMoved, path, g)
 			}
 		}
 	}
@@ -364,12 +392,16 @@ func NewRaiseToken() (string, error) {
 
 // UndoRaise gives back a raise of the brokerId's generation to gen by the
 // raise whose token is token (a promotion that won fewer than a majority
-// of the deployment's ensembles): the generation is set back to gen-1 and
-// the raiser node to prev (the raiser before the raise; unknown when
-// zero), in one multi-op checked on both nodes' versions, only while the
+// of the deployment's ensembles): the generation is set back to
+// prev.Generation (the generation before the raise, as
+// RaiseGenerationFromToAs returns it; gen-1 when prev holds none below
+// gen) and the raiser node to prev (unknown when its Site is
+// empty), in one multi-op checked on both nodes' versions, only while the
 // nodes still hold that raise. It reports false, and changes nothing,
 // when they do not any more (another raise moved them, or the raise did
-// not commit there).
+// not commit there). A raise to the next number of a site's class may
+// have skipped numbers: setting it back to gen-1 would leave a generation
+// nobody raised, for which the master of prev.Generation steps down.
 func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, token string, prev Raiser) (bool, error) {
 	path, rpath := r.paths.GenerationPath(brokerID), r.paths.RaiserPath(brokerID)
 	cur, version, err := r.readGeneration(ctx, brokerID)
@@ -390,7 +422,7 @@ func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, toke
 	if cur != gen || json.Unmarshal(data, &by) != nil || by.Generation != gen || by.Token != token {
 		return false, nil
 	}
-	if prev.Generation != gen-1 {
+	if prev.Generation >= gen {
 		prev = Raiser{Generation: gen - 1}
 	}
 	pdata, err := json.Marshal(prev)
@@ -399,7 +431,7 @@ func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, toke
 	}
 	err = r.call(ctx, func() error {
 		_, err := r.conn.Multi(
-			&zk.SetDataRequest{Path: path, Data: []byte(strconv.FormatUint(gen-1, 10)), Version: version},
+			&zk.SetDataRequest{Path: path, Data: []byte(strconv.FormatUint(prev.Generation, 10)), Version: version},
 			&zk.SetDataRequest{Path: rpath, Data: pdata, Version: rst.Version})
 		return err
 	})
@@ -407,7 +439,7 @@ func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, toke
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("registry: set %s back from %d to %d: %w", path, gen, gen-1, err)
+		return false, fmt.Errorf("registry: set %s back from %d to %d: %w", path, gen, prev.Generation, err)
 	}
 	return true, nil
 }

@@ -142,3 +142,43 @@ func TestUndoRaiseAndRaiseToBy(t *testing.T) {
 		t.Fatalf("raise a missing node to 3: %d %+v %v", g, by, err)
 	}
 }
+
+// TestRaiseToAClassNumberAndBack: a raise to a number above known+1 (the
+// next of its site's class) writes that number only while the generation
+// is not above known, returns what it replaced, and its undo sets back
+// exactly that: the generation before it and its raiser, not gen-1, a
+// generation nobody raised.
+func TestRaiseToAClassNumberAndBack(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	r := newRegistry(t, testOptions(t, root))
+	ctx := context.Background()
+	first := Raiser{Site: "bj", Token: "t-bj"}
+	if g, err := r.RaiseGenerationFromAs(ctx, 5, 0, first); err != nil || g != 1 {
+		t.Fatalf("raise to 1: %d %v", g, err)
+	}
+	gz := Raiser{Site: "gz", Token: "t-gz"}
+	if _, err := r.RaiseGenerationFromToAs(ctx, 5, 1, 1, gz); err == nil {
+		t.Fatal("a raise from 1 to 1 was taken")
+	}
+	prev, err := r.RaiseGenerationFromToAs(ctx, 5, 1, 4, gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.Generation != 1 || prev.Site != "bj" || prev.Token != "t-bj" {
+		t.Fatalf("replaced %+v, want generation 1 raised by bj", prev)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 4 || by.Site != "gz" {
+		t.Fatalf("after the raise: %d by %+v (%v), want 4 by gz", g, by, err)
+	}
+	// From a generation it is above: moved.
+	if _, err := r.RaiseGenerationFromToAs(ctx, 5, 3, 5, Raiser{Site: "hf", Token: "t-hf"}); !errors.Is(err, ErrGenerationMoved) {
+		t.Fatalf("a raise from 3 over 4: %v, want ErrGenerationMoved", err)
+	}
+	if ok, err := r.UndoRaise(ctx, 5, 4, "t-gz", prev); err != nil || !ok {
+		t.Fatalf("undo: %v %v", ok, err)
+	}
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	}
+}

@@ -199,28 +199,9 @@ func TestMirrorWaitsForTheMasterNode(t *testing.T) {
 // instead of waiting out the session, and the old session's topic entries
 // are replaced in the same pass.
 func TestMirrorTakesTheNodeOfASupersededMaster(t *testing.T) {
-	root := testRoot(t)
-	cleanupRoot(t, root)
-	ctx := context.Background()
-	oldOpts := testOptions(t, root)
-	oldOpts.Port = 9000
-	oldOpts.SessionTimeout = 30 * time.Second // longer than the test waits
-	old := newRegistry(t, oldOpts)
-	if err := old.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.RegisterTopic(ctx, "orders", 1, true, true); err != nil {
-		t.Fatal(err)
-	}
-	mOpts := testOptions(t, root)
-	mOpts.Port = 0
-	mirror := newRegistry(t, mOpts)
-	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
-		t.Fatal(err)
-	}
-	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
-		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 1, AcceptPublish: true, AcceptSubscribe: true}}},
-		ReplicationAddr: "127.0.0.1:8124", Generation: 1}
+	f := newSupersededMaster(t, 1)
+	ctx, root, old, mirror := f.ctx, f.root, f.old, f.mirror
+	m := MasterMirror{Registration: f.reg, ReplicationAddr: "127.0.0.1:8124", Generation: 1}
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := mirror.Mirror(short, m); err != nil {
@@ -350,24 +331,8 @@ func TestMirrorWritesTheGenerationsRaiser(t *testing.T) {
 // connection at each). Mastership moved back, the mirror removed, that
 // entry stays: the children change once then too.
 func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
-	root := testRoot(t)
-	cleanupRoot(t, root)
-	ctx := context.Background()
-	oldOpts := testOptions(t, root)
-	oldOpts.Port = 9000
-	old := newRegistry(t, oldOpts)
-	if err := old.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
-		t.Fatal(err)
-	}
-	mOpts := testOptions(t, root)
-	mOpts.Port = 0
-	mirror := newRegistry(t, mOpts)
-	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
-		t.Fatal(err)
-	}
+	f := newSupersededMaster(t, 2)
+	ctx, root, old, mirror := f.ctx, f.root, f.old, f.mirror
 	pub := root + "/brokers/topics-pub/orders"
 	cversion := func() int32 {
 		t.Helper()
@@ -379,9 +344,7 @@ func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
 	}
 	before := cversion()
 	slaveID := 1
-	m := MasterMirror{Registration: Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
-		Topics: map[string]TopicRegistration{"orders": {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}},
-		Generation: 1, LeaveSlave: &slaveID}
+	m := MasterMirror{Registration: f.reg, Generation: 1, LeaveSlave: &slaveID}
 	if err := mirror.Mirror(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -435,4 +398,46 @@ func TestMirrorLeavesTheOldMastersSlaveEntry(t *testing.T) {
 	if ok, err := old.Owns(ctx, pub+"/0-m"); err != nil || !ok {
 		t.Errorf("topics-pub/orders/0-m is not bj's after it took mastership back: %v %v", ok, err)
 	}
+}
+
+// supersededMaster is the set-up shared by the mirror tests in which a new
+// master's mirror replaces an old one in one ensemble: the old master
+// (port 9000) registered as broker 0 with topic orders, and a mirror
+// session in the same ensemble whose generation hf raised to 1.
+type supersededMaster struct {
+	ctx         context.Context
+	root        string
+	old, mirror *Registry
+	// reg is the new master's registration (MetaQ port 8123, orders with
+	// the old master's partitions), for a MasterMirror.
+	reg Registration
+}
+
+// newSupersededMaster builds a supersededMaster whose topic orders has
+// partitions partitions. The old master's session outlives the test, as a
+// killed master's does until it expires.
+func newSupersededMaster(t *testing.T, partitions int) supersededMaster {
+	t.Helper()
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	oldOpts := testOptions(t, root)
+	oldOpts.Port = 9000
+	oldOpts.SessionTimeout = 30 * time.Second // longer than the tests wait
+	old := newRegistry(t, oldOpts)
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RegisterTopic(ctx, "orders", partitions, true, true); err != nil {
+		t.Fatal(err)
+	}
+	mOpts := testOptions(t, root)
+	mOpts.Port = 0
+	mirror := newRegistry(t, mOpts)
+	if _, _, err := mirror.RaiseGenerationToBy(ctx, 0, 1, Raiser{Site: "hf"}, false); err != nil {
+		t.Fatal(err)
+	}
+	reg := Registration{BrokerID: 0, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8123",
+		Topics: map[string]TopicRegistration{"orders": {NumPartitions: partitions, AcceptPublish: true, AcceptSubscribe: true}}}
+	return supersededMaster{ctx: ctx, root: root, old: old, mirror: mirror, reg: reg}
 }

@@ -73,6 +73,7 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 		Label:    cfg.Gossip.Label,
 		Timing:   gossipTiming(cfg.Gossip.ProbeInterval),
 		Logger:   log,
+		DropTo:   b.opts.GossipDropTo,
 	}
 	if cfg.Gossip.Advertise != "" {
 		o.Advertise = cfg.Gossip.Advertise

@@ -403,7 +403,9 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 // of the deployment's ensembles (quorumRaise). A forced raise (promote
 // -force, a switchover's new master) goes one above every generation it
 // sees and must win in its own ensemble and in every other it reaches
-// (forcedRaise): it never takes a number it can see taken.
+// (forcedRaise): it never takes a number it can see taken. A raise that
+// cannot write every [replication] sites site's ensemble takes the next
+// number of its site's class (genquorum.go).
 func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
 	if b.Registry == nil {
 		return known + 1, nil
@@ -420,7 +422,18 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 		// One ensemble per site: a majority of them decides (genquorum.go).
 		gen, err = b.quorumRaise(ctx, total, ens, known)
 	default:
-		gen, err = b.Registry.RaiseGenerationFrom(ctx, b.Config().System.BrokerID, known)
+		// One ensemble known. When it is not shown to be every listed
+		// site's (gossip and the record name no other), the class rule
+		// applies as for a raise that cannot reach them all.
+		gen = known + 1
+		if covered, _ := b.reachesListedSites(ens); !covered {
+			gen = b.raiseTarget(known+1, false, true)
+		}
+		var token string
+		if token, err = registry.NewRaiseToken(); err == nil {
+			_, err = b.Registry.RaiseGenerationFromToAs(ctx, b.Config().System.BrokerID, known, gen,
+				registry.Raiser{Site: b.Config().Site.Name, Token: token})
+		}
 	}
 	if errors.Is(err, registry.ErrGenerationMoved) {
 		return 0, fmt.Errorf("promote: %w: another site was promoted since this site last followed a master; it follows the new master (use -force to override)", err)

@@ -29,6 +29,15 @@ import (
 // lost (registry.RaiseGenerationToBy), and its mirror carries the number
 // into the others later. With a single shared ensemble nothing changes.
 
+// [replication] sites lists every site of the deployment. A raise that
+// cannot win in every listed site's ensemble (some are cut off from it)
+// cannot tell that a site on the other side raises the same number in
+// the ensembles it does not reach; it therefore takes its number from its
+// own site's class (siterole.ClassGeneration, ClassAllows), which no other
+// site's class shares. Without the list a raise takes the next number, as
+// before, and two forced raises on either side of a partition can take
+// the same one (the finisher's SharedGeneration then gives one up).
+
 // raiseEnsemble is one ensemble a promotion raises the generation in.
 type raiseEnsemble struct {
 	site string // the site whose ensemble it is (this site for its own)
@@ -48,22 +57,15 @@ func (b *Bundle) raiseEnsembles() (int, []raiseEnsemble) {
 	if v == nil {
 		return 1, []raiseEnsemble{own}
 	}
-	key := func(connect, root string) string { return connect + "\x00" + root }
-	known := map[string]bool{key(b.Registry.Connect(), b.Registry.Paths().Root): true}
-	for _, e := range v.t.Ensembles() {
-		known[key(e.Connect, e.Root)] = true
-	}
-	if v.ensFile != "" {
-		list, _ := readEnsembles(v.ensFile)
-		for _, e := range list {
-			known[key(e.Connect, e.Root)] = true
-		}
+	known := map[string]bool{ensembleKey(b.Registry.Connect(), b.Registry.Paths().Root): true}
+	for _, k := range b.siteEnsembleKeys() {
+		known[k] = true
 	}
 	out := []raiseEnsemble{own}
-	seen := map[string]bool{key(b.Registry.Connect(), b.Registry.Paths().Root): true}
+	seen := map[string]bool{ensembleKey(b.Registry.Connect(), b.Registry.Paths().Root): true}
 	v.mu.Lock()
 	for site, r := range v.remote {
-		k := key(r.ens.Connect, r.ens.Root)
+		k := ensembleKey(r.ens.Connect, r.ens.Root)
 		if r.reg == nil || !r.reg.Connected() || seen[k] {
 			continue
 		}
@@ -74,6 +76,79 @@ func (b *Bundle) raiseEnsembles() (int, []raiseEnsemble) {
 	v.mu.Unlock()
 	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].site < out[1+j].site })
 	return len(known), out
+}
+
+// ensembleKey names one ensemble (its connect string and root).
+func ensembleKey(connect, root string) string { return connect + "\x00" + root }
+
+// siteEnsembleKeys is the ensemble of each other site this bundle knows
+// of, by site: those gossip names and those its runs recorded (gossip
+// wins for a site both name).
+func (b *Bundle) siteEnsembleKeys() map[string]string {
+	out := map[string]string{}
+	tc := compOf[*topologyComponent](b)
+	if tc == nil {
+		return out
+	}
+	v := tc.siteViews()
+	if v == nil {
+		return out
+	}
+	if v.ensFile != "" {
+		list, _ := readEnsembles(v.ensFile)
+		for _, e := range list {
+			out[e.Site] = ensembleKey(e.Connect, e.Root)
+		}
+	}
+	for site, e := range v.t.Ensembles() {
+		out[site] = ensembleKey(e.Connect, e.Root)
+	}
+	return out
+}
+
+// reachesListedSites reports whether ens (the ensembles a raise tries:
+// this site's own and those it holds a session to) include every
+// [replication] sites site's ensemble, and names the sites whose ensemble
+// they do not include (or that no gossip or record names). True when no
+// list is configured.
+func (b *Bundle) reachesListedSites(ens []raiseEnsemble) (bool, []string) {
+	sites := b.Config().Replication.Sites
+	if len(sites) == 0 {
+		return true, nil
+	}
+	have := map[string]bool{}
+	for _, e := range ens {
+		have[ensembleKey(e.reg.Connect(), e.reg.Paths().Root)] = true
+	}
+	keys := b.siteEnsembleKeys()
+	self := b.Config().Site.Name
+	var missing []string
+	for _, site := range sites {
+		if site == self {
+			continue
+		}
+		if k, ok := keys[site]; !ok || !have[k] {
+			missing = append(missing, site)
+		}
+	}
+	return len(missing) == 0, missing
+}
+
+// raiseTarget is the generation a raise tries whose natural number is
+// next: next itself when it reaches every listed site's ensemble (covered)
+// and class is false, else the next number of this site's class (next
+// when no [replication] sites list is configured).
+func (b *Bundle) raiseTarget(next uint64, covered, class bool) uint64 {
+	if covered && !class {
+		return next
+	}
+	g, _ := siterole.ClassGeneration(next, b.Config().Site.Name, b.Config().Replication.Sites)
+	return g
+}
+
+// classFacts is what siterole.ClassAllows knows of a raise to gen.
+func (b *Bundle) classFacts(gen uint64, complete bool) siterole.ClassFacts {
+	return siterole.ClassFacts{Site: b.Config().Site.Name, Sites: b.Config().Replication.Sites, Generation: gen, Complete: complete}
 }
 
 // raiseResult is one ensemble's answer to a promotion's raise.
@@ -87,16 +162,35 @@ type raiseResult struct {
 	err    error
 }
 
-// quorumRaise raises the brokerId's generation from known to known+1 in
-// every ensemble in ens (total known to the deployment) with one token and
-// keeps it only when it won in a majority; see the comment at the top.
+// quorumRaise raises the brokerId's generation from known in every
+// ensemble in ens (total known to the deployment) with one token and keeps
+// it only when it won in a majority; see the comment at the top. It tries
+// known+1 when it reaches every [replication] sites site's ensemble, else
+// the next number of its site's class; a raise that won a majority at
+// known+1 but not every listed site's ensemble (a write failed) gives it
+// back and tries its class's number once.
 func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble, known uint64) (uint64, error) {
+	covered, missing := b.reachesListedSites(ens)
+	gen := b.raiseTarget(known+1, covered, false)
+	if gen != known+1 {
+		b.log.Info("FAILOVER: this raise cannot write every site's ZooKeeper ensemble; it takes the next generation of this site's class",
+			"generation", gen, "from", known, "notReached", strings.Join(missing, ","))
+	}
+	gen, reclass, err := b.quorumAttempt(ctx, total, ens, known, gen, covered)
+	if reclass {
+		gen, _, err = b.quorumAttempt(ctx, total, ens, known, b.raiseTarget(known+1, covered, true), covered)
+	}
+	return gen, err
+}
+
+// quorumAttempt is one quorumRaise from known to gen. reclass: it won a
+// majority but the class rule refused gen (and the raise was given back).
+func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemble, known, gen uint64, covered bool) (_ uint64, reclass bool, _ error) {
 	id := b.Config().System.BrokerID
 	token, err := registry.NewRaiseToken()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	gen := known + 1
 	by := registry.Raiser{Generation: gen, Site: b.Config().Site.Name, Token: token}
 	res := make([]raiseResult, len(ens))
 	var wg sync.WaitGroup
@@ -105,12 +199,7 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 		go func() {
 			defer wg.Done()
 			r := raiseResult{raiseEnsemble: e}
-			if g, by, err := e.reg.GenerationRaiser(ctx, id); err == nil && g == known {
-				r.prev = by
-			} else if err == nil {
-				r.prev = registry.Raiser{Generation: g}
-			}
-			_, r.err = e.reg.RaiseGenerationFromAs(ctx, id, known, by)
+			r.prev, r.err = e.reg.RaiseGenerationFromToAs(ctx, id, known, gen, by)
 			r.won = r.err == nil
 			if !r.won {
 				r.held, r.heldBy, _ = e.reg.GenerationRaiser(ctx, id)
@@ -125,7 +214,8 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 			tally.Won++
 		}
 	}
-	ok, _, why := siterole.RaiseWon(tally)
+	tally.Class = b.classFacts(gen, covered && tally.Won == len(res))
+	ok, need, why := siterole.RaiseWon(tally)
 	if ok {
 		// The generation is this site's: write it, and this raise as its
 		// raiser, where another raise of the same number lost.
@@ -140,7 +230,7 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 			}
 		}
 		b.log.Info("FAILOVER: raised the generation", "generation", gen, "result", why)
-		return gen, nil
+		return gen, false, nil
 	}
 	// Lost: give back every ensemble this raise may have written (a raise
 	// whose outcome is unknown too; UndoRaise changes nothing where the
@@ -167,11 +257,15 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 		}
 		lost = append(lost, fmt.Sprintf("%s's ensemble (generation %d raised by %s: %v)", r.site, r.held, w, r.err))
 	}
+	if tally.Won >= need {
+		b.log.Warn("FAILOVER: gave back a raise of the generation that won a majority outside this site's class; raising at its class's number", "generation", gen, "why", why)
+		return 0, true, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, why)
+	}
 	msg := fmt.Sprintf("%s: lost in %s", why, strings.Join(lost, "; "))
 	if len(winners) > 0 {
 		msg = fmt.Sprintf("site %s raised generation %d first; %s", strings.Join(winners, ", "), gen, msg)
 	}
-	return 0, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, msg)
+	return 0, false, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, msg)
 }
 
 // forcedRaise raises the brokerId's generation for a forced promotion
@@ -184,12 +278,20 @@ func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble
 // when it won in its own ensemble and lost in none it reached
 // (siterole.ForcedRaiseVerdict); otherwise it gives back its wins
 // (registry.UndoRaise) and raises again above what it saw, until ctx
-// ends. Ensembles it does not reach get the number from its mirror.
+// ends. Ensembles it does not reach get the number from its mirror. When
+// it cannot reach every [replication] sites site's ensemble it takes the
+// next number of its own site's class instead of the next one (see the
+// comment at the top), so that a forced raise on the other side of a
+// partition never takes the same.
 func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uint64) (uint64, error) {
 	id := b.Config().System.BrokerID
 	self := b.Config().Site.Name
 	order := slices.Clone(ens)
 	sort.SliceStable(order, func(i, j int) bool { return order[i].site < order[j].site })
+	covered, missing := b.reachesListedSites(order)
+	// class: a write failed where the raise needed every listed site's
+	// ensemble: from then on it raises in its own class.
+	class := false
 	var lastTaken string
 	for attempt := 1; ; attempt++ {
 		var seen []uint64
@@ -210,7 +312,12 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 				return 0, fmt.Errorf("this site's own ZooKeeper ensemble cannot be read: %w", err)
 			}
 		}
-		gen := siterole.NextForcedGeneration(known, seen...)
+		next := siterole.NextForcedGeneration(known, seen...)
+		gen := b.raiseTarget(next, covered, class)
+		if gen != next {
+			b.log.Info("FAILOVER: this forced raise cannot write every site's ZooKeeper ensemble; it takes the next generation of this site's class",
+				"generation", gen, "next", next, "notReached", strings.Join(missing, ","), "class", class)
+		}
 		token, err := registry.NewRaiseToken()
 		if err != nil {
 			return 0, err
@@ -221,12 +328,7 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 		var ownErr error
 		for _, e := range order {
 			r := raiseResult{raiseEnsemble: e}
-			if g, p, err := e.reg.GenerationRaiser(ctx, id); err == nil && g == gen-1 {
-				r.prev = p
-			} else if err == nil {
-				r.prev = registry.Raiser{Generation: g}
-			}
-			_, r.err = e.reg.RaiseGenerationFromAs(ctx, id, gen-1, by)
+			r.prev, r.err = e.reg.RaiseGenerationFromToAs(ctx, id, gen-1, gen, by)
 			out := siterole.RaisedHere
 			switch {
 			case r.err == nil:
@@ -249,6 +351,13 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 				break // the number is taken: the ensembles after this one are not touched
 			}
 		}
+		won := 0
+		for _, r := range tried {
+			if r.won {
+				won++
+			}
+		}
+		fr.Class = b.classFacts(gen, covered && won == len(order))
 		verdict, why := siterole.ForcedRaiseVerdict(fr)
 		if verdict == siterole.ForcedOwns {
 			var missed []string
@@ -260,6 +369,9 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 			if len(missed) > 0 {
 				b.log.Warn("FAILOVER: a forced raise of the generation could not write some ZooKeeper ensembles; this master's mirror carries the generation there",
 					"generation", gen, "notReached", strings.Join(missed, "; "))
+				if len(b.Config().Replication.Sites) == 0 {
+					b.log.Warn("FAILOVER: with no [replication] sites list, a forced promotion on the other side of a partition may take this same generation; list the deployment's sites there")
+				}
 			}
 			b.log.Info("FAILOVER: raised the generation (forced)", "generation", gen, "attempts", attempt, "result", why)
 			return gen, nil
@@ -284,6 +396,10 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 			return 0, fmt.Errorf("%s: %w", why, ownErr)
 		case siterole.ForcedUnknown:
 			return 0, ownErr
+		case siterole.ForcedReclass:
+			b.log.Warn("FAILOVER: gave back a forced raise of the generation outside this site's class; raising at its class's number", "generation", gen, "why", why)
+			class = true
+			continue
 		}
 		last := tried[len(tried)-1]
 		lastTaken = fmt.Sprintf("%s's ensemble holds generation %d raised by %q", last.site, last.held, last.heldBy.Site)

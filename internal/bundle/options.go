@@ -94,6 +94,12 @@ type Options struct {
 	// injection in tests, e.g. broker/registry/zktest).
 	ZooKeeperDialer func(network, address string, timeout time.Duration) (net.Conn, error)
 
+	// GossipDropTo, when set, is asked before every gossip packet and
+	// connection this bundle sends to another member's gossip address
+	// (host:port): true drops it (topology.Options.DropTo). Tests cut two
+	// sites' gossip off from each other with it.
+	GossipDropTo func(addr string) bool
+
 	// ReplicationDialer, when set, opens a slave site's connections to its
 	// master's replication listener instead of net.Dialer (tests put an
 	// emulated WAN between sites that find each other in ZooKeeper, or cut

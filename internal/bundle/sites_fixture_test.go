@@ -51,7 +51,7 @@ type sitesSpec struct {
 
 // sites is a running multi-site deployment with the operations failover
 // tests need: cut and heal a slave site's link to the first master, cut
-// a site's ZooKeeper, kill a bundle (as kill -9 does: its session is left
+// a site's ZooKeeper or another site's ensemble, cut two sites' gossip, kill a bundle (as kill -9 does: its session is left
 // to expire), restart one by its unit's command, promote, switch over,
 // produce through a site's ZooKeeper, and wait for every site to converge.
 type sites struct {
@@ -68,13 +68,20 @@ type sites struct {
 	mu sync.Mutex
 	b  map[string]*Bundle // nil while killed
 	// zkCut: ZooKeeper addresses the other sites cannot reach
-	// (cutEnsemble); zkConns: each site's open ZooKeeper connections.
-	zkCut   map[string]bool
-	zkConns map[string][]zkConn
+	// (cutEnsemble); zkCutFrom: those one site cannot reach
+	// (cutEnsembleFrom), by site and address; zkConns: each site's open
+	// ZooKeeper connections.
+	zkCut     map[string]bool
+	zkCutFrom map[[2]string]bool
+	zkConns   map[string][]zkConn
 	// replConns: each site's replication connections (replDialer).
 	replConns map[string][]net.Conn
-	acked     map[string][]string
-	serial    int
+	// gossipAddr: each started site's gossip address; gossipCut: pairs of
+	// sites whose gossip is cut (cutGossip), by gossipPair.
+	gossipAddr map[string]string
+	gossipCut  map[[2]string]bool
+	acked      map[string][]string
+	serial     int
 }
 
 // newSites starts the deployment spec describes, the master first, and
@@ -90,7 +97,8 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
 		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
-		zkCut: map[string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{}}
+		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
+		gossipAddr: map[string]string{}, gossipCut: map[[2]string]bool{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
 		if spec.perSiteZK && i > 0 {
@@ -193,6 +201,7 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 	ss.options = func(o *Options) {
 		o.ZooKeeperDialer = s.zkDialer(name)
 		o.ReplicationDialer = s.replDialer(name)
+		o.GossipDropTo = s.gossipDrop(name)
 	}
 	return ss
 }
@@ -235,7 +244,7 @@ type zkConn struct {
 func (s *sites) zkDialer(name string) func(network, addr string, timeout time.Duration) (net.Conn, error) {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		s.mu.Lock()
-		cut := s.zkCut[addr] && s.zks[name] != addr
+		cut := s.zkCut[addr] && s.zks[name] != addr || s.zkCutFrom[[2]string{name, addr}]
 		s.mu.Unlock()
 		if cut {
 			return nil, fmt.Errorf("sites: %s cannot reach ZooKeeper %s (cut)", name, addr)
@@ -277,6 +286,67 @@ func (s *sites) healEnsemble(site string) {
 	delete(s.zkCut, s.zks[site])
 }
 
+// cutEnsembleFrom cuts site from's sessions off from site's ensemble (the
+// other sites still reach it); healEnsembles undoes every cut.
+func (s *sites) cutEnsembleFrom(site, from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addr := s.zks[site]
+	s.zkCutFrom[[2]string{from, addr}] = true
+	for _, zc := range s.zkConns[from] {
+		if zc.addr == addr {
+			zc.c.Close()
+		}
+	}
+}
+
+// healEnsembles lets every site reach every ensemble again.
+func (s *sites) healEnsembles() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.zkCut)
+	clear(s.zkCutFrom)
+}
+
+// gossipPair is the key of two sites in gossipCut.
+func gossipPair(a, b string) [2]string {
+	if b < a {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// gossipDrop is site name's GossipDropTo: gossip to a site cutGossip cut
+// it off from is dropped.
+func (s *sites) gossipDrop(name string) func(addr string) bool {
+	return func(addr string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for other, a := range s.gossipAddr {
+			if a == addr && other != name {
+				return s.gossipCut[gossipPair(name, other)]
+			}
+		}
+		return false
+	}
+}
+
+// cutGossip cuts the gossip between sites a and b both ways (each
+// declares the other down after gossip's failure detection);
+// healGossip lets it through again (gossip's rejoin loop brings them
+// together).
+func (s *sites) cutGossip(a, b string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gossipCut[gossipPair(a, b)] = true
+}
+
+func (s *sites) healGossip(a, b string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.gossipCut, gossipPair(a, b))
+}
+
 func (s *sites) tapOf(name string) *zktest.Tap {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -286,8 +356,13 @@ func (s *sites) tapOf(name string) *zktest.Tap {
 func (s *sites) start(name string) {
 	s.t.Helper()
 	b := startSite(s.t, filepath.Join(s.dir, name), s.shared, s.specs[name])
+	var gossip string
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		gossip = tc.Topology().Addr()
+	}
 	s.mu.Lock()
 	s.b[name] = b
+	s.gossipAddr[name] = gossip
 	s.mu.Unlock()
 }
 

@@ -301,6 +301,9 @@ func FenceDeadMaster(f DeadMasterFacts) (bool, string) {
 // generation it followed won.
 type RaiseTally struct {
 	Ensembles, Reached, Won int
+	// Class is what the class rule needs to know about the raise (zero:
+	// no [replication] sites list, the rule does not apply).
+	Class ClassFacts
 }
 
 // RaiseWon decides whether a promotion that is not forced owns the
@@ -309,10 +312,19 @@ type RaiseTally struct {
 // compare-and-set has one winner, so two sites cannot both own it). With
 // a single ensemble (one shared by every site) winning there is enough.
 // need is the number of wins that make a majority.
+//
+// A majority is not enough when the raise did not win in every listed
+// site's ensemble and its number is outside its site's class
+// (ClassAllows): a forced raise cut off from that majority may own the
+// same number in its own ensemble. The caller raises again at its class's
+// number.
 func RaiseWon(t RaiseTally) (ok bool, need int, why string) {
 	total := max(t.Ensembles, 1)
 	need = total/2 + 1
 	if t.Won >= need {
+		if ok, why := ClassAllows(t.Class); !ok {
+			return false, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles, but %s", t.Won, total, why)
+		}
 		return true, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles (%d reached; %d make a majority)", t.Won, total, t.Reached, need)
 	}
 	return false, need, fmt.Sprintf("won the generation in %d of %d ZooKeeper ensembles (%d reached); %d make a majority", t.Won, total, t.Reached, need)
@@ -341,6 +353,9 @@ const (
 type ForcedRaise struct {
 	Own    EnsembleRaise
 	Others []EnsembleRaise
+	// Class is what the class rule needs to know about the raise (zero:
+	// no [replication] sites list, the rule does not apply).
+	Class ClassFacts
 }
 
 // ForcedVerdict is what a forced raise does with its answers.
@@ -360,6 +375,11 @@ const (
 	// ensemble is not known: give back the other wins; whoever reads the
 	// own ensemble later learns it (registry.RaiseOutcome).
 	ForcedUnknown
+	// ForcedReclass: the raise would own its number without having won in
+	// every listed site's ensemble, and the number is outside this site's
+	// class (ClassAllows): give back every win and raise again at the
+	// next number of this site's class (ClassGeneration).
+	ForcedReclass
 )
 
 // ForcedRaiseVerdict decides a forced raise of the generation to one
@@ -372,9 +392,12 @@ const (
 // one order (by site), so of two forced raises of one number that reach a
 // common ensemble exactly one goes on past it. Ensembles not reached get
 // the number later from the master's mirror. Two forced raises that reach
-// no ensemble in common (a partition) can still take one number; a
-// finisher that finds another site master of its generation gives it up
-// (SharedGeneration).
+// no ensemble in common (a partition) never take one number when
+// [replication] sites lists the deployment's sites: a raise that did not
+// win in every listed site's ensemble owns only a number of its own
+// site's class (ClassAllows; ForcedReclass otherwise). Without the list
+// they can; a finisher that finds another site master of its generation
+// gives it up then (SharedGeneration).
 func ForcedRaiseVerdict(r ForcedRaise) (ForcedVerdict, string) {
 	won, reached := 0, 0
 	for _, e := range append([]EnsembleRaise{r.Own}, r.Others...) {
@@ -394,13 +417,17 @@ func ForcedRaiseVerdict(r ForcedRaise) (ForcedVerdict, string) {
 	case UnknownHere:
 		return ForcedUnknown, "whether the raise committed in this site's own ZooKeeper ensemble is not known"
 	}
+	if ok, why := ClassAllows(r.Class); !ok {
+		return ForcedReclass, why
+	}
 	return ForcedOwns, fmt.Sprintf("raised in %d of the %d ZooKeeper ensembles tried (%d not reached; the master's mirror carries it there)",
 		won, 1+len(r.Others), 1+len(r.Others)-reached)
 }
 
 // NextForcedGeneration is the generation a forced raise tries: one above
 // the generation this site knows and every generation it saw (in any
-// ensemble it reaches, or gossiped by a master).
+// ensemble it reaches, or gossiped by a master). A raise that cannot reach
+// every listed site's ensemble tries ClassGeneration of it instead.
 func NextForcedGeneration(known uint64, seen ...uint64) uint64 {
 	top := known
 	for _, g := range seen {
@@ -464,4 +491,71 @@ func SharedGeneration(f SharedGenFacts) (SharedGenAction, string) {
 		return GiveUpAndFollow, fmt.Sprintf("site %s raised generation %d too and keeps it (the lower name): giving it up and following", f.OtherRaiser, f.Generation)
 	}
 	return KeepFinishing, fmt.Sprintf("site %s raised generation %d too and gives it up (this site has the lower name)", f.OtherRaiser, f.Generation)
+}
+
+// ClassFacts are what the class rule (ClassAllows) knows about a raise of
+// the generation to Generation by Site.
+//
+// With one ZooKeeper ensemble per site, a raise that cannot write every
+// site's ensemble cannot tell that another site, cut off from it, raises
+// the same number in the ensembles it does not reach (a partition with
+// -force on both sides; a forced raise on one side, a majority on the
+// other). [replication] sites lists the deployment's sites, the same file
+// everywhere (configsync keeps it so): sorted, they give each site an
+// ordinal, and the generations n with n mod len(Sites) == ordinal are that
+// site's class. Two different sites' classes share no number, so two raises
+// that each own only numbers of their own class, or that won in every
+// listed site's ensemble (where each compare-and-set has one winner, so
+// any other raise of that number lost somewhere), never own one number.
+type ClassFacts struct {
+	Site       string
+	Sites      []string // [replication] sites; empty: not configured
+	Generation uint64
+	// Complete: the raise won in the ensemble of every site in Sites.
+	Complete bool
+}
+
+// ClassAllows reports whether a raise may own its number by the class
+// rule (see ClassFacts), and why not: it may when no list is configured,
+// when it won in every listed site's ensemble, or when the number is in
+// its site's class.
+func ClassAllows(f ClassFacts) (bool, string) {
+	if len(f.Sites) == 0 || f.Complete {
+		return true, ""
+	}
+	ord, ok := SiteOrdinal(f.Site, f.Sites)
+	if !ok {
+		return false, fmt.Sprintf("site %s is not in [replication] sites %v: it may own no generation it did not win in every listed site's ZooKeeper ensemble", f.Site, f.Sites)
+	}
+	if m := uint64(len(f.Sites)); f.Generation%m != uint64(ord) {
+		return false, fmt.Sprintf("it did not win generation %d in every listed site's ZooKeeper ensemble, and %d is not in this site's class (%d mod %d = %d, this site's ordinal in [replication] sites is %d)",
+			f.Generation, f.Generation, f.Generation, m, f.Generation%m, ord)
+	}
+	return true, ""
+}
+
+// SiteOrdinal is site's index in the sorted list sites (which need not be
+// sorted), false when it is not listed.
+func SiteOrdinal(site string, sites []string) (int, bool) {
+	ord, found := 0, false
+	for _, s := range sites {
+		if s == site {
+			found = true
+		} else if s < site {
+			ord++
+		}
+	}
+	return ord, found
+}
+
+// ClassGeneration is the smallest generation at or above next in site's
+// class (see ClassFacts), and false when the class rule does not apply:
+// sites is empty or does not list site (next is returned).
+func ClassGeneration(next uint64, site string, sites []string) (uint64, bool) {
+	ord, ok := SiteOrdinal(site, sites)
+	if !ok {
+		return next, false
+	}
+	m := uint64(len(sites))
+	return next + (uint64(ord)+m-next%m)%m, true
 }

@@ -267,6 +267,14 @@ func TestRaiseWon(t *testing.T) {
 		{"two sites, both won", RaiseTally{Ensembles: 2, Reached: 2, Won: 2}, true, 2},
 		{"five sites, three won", RaiseTally{Ensembles: 5, Reached: 4, Won: 3}, true, 3},
 		{"five sites, two won", RaiseTally{Ensembles: 5, Reached: 5, Won: 2}, false, 3},
+		// [replication] sites = bj, gz, hf: bj's class is 0, 3, 6...,
+		// gz's 1, 4, 7..., hf's 2, 5, 8...
+		{"sites listed, won all listed", RaiseTally{Ensembles: 3, Reached: 3, Won: 3,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2, Complete: true}}, true, 2},
+		{"sites listed, a majority at a number of another site's class", RaiseTally{Ensembles: 3, Reached: 2, Won: 2,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2}}, false, 2},
+		{"sites listed, a majority at a number of its own class", RaiseTally{Ensembles: 3, Reached: 2, Won: 2,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 4}}, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, need, why := RaiseWon(tc.t)
@@ -292,12 +300,104 @@ func TestForcedRaiseVerdict(t *testing.T) {
 		{"own unreachable", ForcedRaise{Own: NotReached, Others: []EnsembleRaise{RaisedHere, RaisedHere}}, ForcedFail},
 		{"own unknown", ForcedRaise{Own: UnknownHere, Others: []EnsembleRaise{RaisedHere}}, ForcedUnknown},
 		{"another unknown counts as no loss", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{UnknownHere}}, ForcedOwns},
+		// [replication] sites = bj, gz, hf. hf and gz cut off from each
+		// other, each raising from generation 1 in its own ensemble:
+		// before the class rule both owned 2.
+		{"partition: hf at 2, its class", ForcedRaise{Own: RaisedHere,
+			Class: ClassFacts{Site: "hf", Sites: listed, Generation: 2}}, ForcedOwns},
+		{"partition: gz at 2, hf's class", ForcedRaise{Own: RaisedHere,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2}}, ForcedReclass},
+		{"partition: gz at 4, its class", ForcedRaise{Own: RaisedHere,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 4}}, ForcedOwns},
+		{"every listed ensemble won: any number", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{RaisedHere, RaisedHere},
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2, Complete: true}}, ForcedOwns},
+		{"taken comes before the class", ForcedRaise{Own: RaisedHere, Others: []EnsembleRaise{TakenHere},
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2}}, ForcedRetry},
+		{"own unreachable comes before the class", ForcedRaise{Own: NotReached,
+			Class: ClassFacts{Site: "gz", Sites: listed, Generation: 2}}, ForcedFail},
+		{"a site the list lacks owns nothing incomplete", ForcedRaise{Own: RaisedHere,
+			Class: ClassFacts{Site: "sh", Sites: listed, Generation: 3}}, ForcedReclass},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, why := ForcedRaiseVerdict(tc.r); got != tc.want || why == "" {
 				t.Fatalf("ForcedRaiseVerdict(%+v) = %v, %q; want %v", tc.r, got, why, tc.want)
 			}
 		})
+	}
+}
+
+// listed is a [replication] sites list, as written (unsorted).
+var listed = []string{"hf", "bj", "gz"}
+
+func TestClassAllows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    ClassFacts
+		ok   bool
+		why  string
+	}{
+		{"no list", ClassFacts{Site: "gz", Generation: 2}, true, ""},
+		{"complete", ClassFacts{Site: "gz", Sites: listed, Generation: 2, Complete: true}, true, ""},
+		{"bj owns 0 mod 3", ClassFacts{Site: "bj", Sites: listed, Generation: 6}, true, ""},
+		{"gz owns 1 mod 3", ClassFacts{Site: "gz", Sites: listed, Generation: 7}, true, ""},
+		{"hf owns 2 mod 3", ClassFacts{Site: "hf", Sites: listed, Generation: 5}, true, ""},
+		{"gz not 2 mod 3", ClassFacts{Site: "gz", Sites: listed, Generation: 5}, false, "not in this site's class"},
+		{"bj not 1 mod 3", ClassFacts{Site: "bj", Sites: listed, Generation: 1}, false, "not in this site's class"},
+		{"site not listed", ClassFacts{Site: "sh", Sites: listed, Generation: 3}, false, "not in [replication] sites"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := ClassAllows(tc.f)
+			if ok != tc.ok || !strings.Contains(why, tc.why) {
+				t.Fatalf("ClassAllows(%+v) = %v, %q; want %v, containing %q", tc.f, ok, why, tc.ok, tc.why)
+			}
+		})
+	}
+}
+
+// TestClassGeneration: the number a raise that cannot reach every listed
+// site's ensemble tries, and that no two sites' classes share one.
+func TestClassGeneration(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		next  uint64
+		site  string
+		sites []string
+		want  uint64
+		ok    bool
+	}{
+		{"no list", 2, "gz", nil, 2, false},
+		{"not listed", 2, "sh", listed, 2, false},
+		{"hf's class holds 2", 2, "hf", listed, 2, true},
+		{"gz's next is 4", 2, "gz", listed, 4, true},
+		{"bj's next is 3", 2, "bj", listed, 3, true},
+		{"bj from 0", 0, "bj", listed, 0, true},
+		{"gz from 0", 0, "gz", listed, 1, true},
+		{"one site: every number", 7, "bj", []string{"bj"}, 7, true},
+		{"two sites", 7, "bj", []string{"hf", "bj"}, 8, true},
+		{"large", 1 << 40, "hf", listed, 1<<40 + 1, true}, // 2^40 mod 3 = 1
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ClassGeneration(tc.next, tc.site, tc.sites)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("ClassGeneration(%d, %s, %v) = %d, %v; want %d, %v", tc.next, tc.site, tc.sites, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+	taken := map[uint64]string{}
+	for _, site := range listed {
+		for next := uint64(0); next < 50; next++ {
+			g, _ := ClassGeneration(next, site, listed)
+			if g < next || g >= next+uint64(len(listed)) {
+				t.Fatalf("ClassGeneration(%d, %s) = %d, not within [next, next+%d)", next, site, g, len(listed))
+			}
+			if ok, why := ClassAllows(ClassFacts{Site: site, Sites: listed, Generation: g}); !ok {
+				t.Fatalf("ClassGeneration(%d, %s) = %d, which ClassAllows refuses: %s", next, site, g, why)
+			}
+			if other, dup := taken[g]; dup && other != site {
+				t.Fatalf("generation %d is in the classes of %s and %s", g, other, site)
+			}
+			taken[g] = site
+		}
 	}
 }
 
