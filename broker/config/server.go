@@ -721,6 +721,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 	}
 	checkTLSPair(r, s.Replication.TLSCert, s.Replication.TLSKey)
 	if k, ok := r.raw("sites"); ok {
+		_, siteNamed := base.sectionKey(sectionSite, "name")
 		seen := map[string]bool{}
 		for item := range strings.SplitSeq(k.Value, ",") {
 			item = strings.TrimSpace(item)
@@ -737,9 +738,11 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		switch {
 		case len(s.Replication.Sites) > MaxSites:
 			r.bad(k, "at most %d site names", MaxSites)
-		case len(s.Replication.Sites) > 0 && !slices.Contains(s.Replication.Sites, s.Site.Name):
+		case len(s.Replication.Sites) > 0 && siteNamed && !slices.Contains(s.Replication.Sites, s.Site.Name):
 			// A site the list lacks has no class of generations: it could
-			// take a number another site's class holds.
+			// take a number another site's class holds. A file that names
+			// no site (deploy/'s shared server.ini, as configsync push
+			// validates it) is checked where a site's overlay names it.
 			r.bad(k, "a list that names this site ([site] name=%s): every site of the deployment is listed", s.Site.Name)
 		}
 	}

@@ -44,3 +44,23 @@ func TestReplicationSites(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicationSitesInASharedFile: a shared server.ini that names no site
+// (deploy/'s common file, as `configsync push` validates it before any
+// site's overlay names one) may list the sites; the check that the list
+// names this site applies where the site's name is written. The push of
+// deploy/'s layout failed on it ("[replication] sites = \"bj,gz,hf\": expected
+// a list that names this site ([site] name=default)").
+func TestReplicationSitesInASharedFile(t *testing.T) {
+	shared := "[system]\nbrokerId=0\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=1000\nmaxSegmentSize=1048576\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=/tmp/x\n[zookeeper]\nzk.zkEnable=false\n[topic=t]\n[replication]\nsites=bj,gz,hf\n"
+	s, _, err := Parse("server.ini", []byte(shared))
+	if err != nil {
+		t.Fatalf("a shared file listing the sites: %v", err)
+	}
+	if want := []string{"bj", "gz", "hf"}; !slices.Equal(s.Replication.Sites, want) {
+		t.Fatalf("Sites = %v, want %v", s.Replication.Sites, want)
+	}
+	if _, _, err := Parse("server.ini", []byte(shared+"[site]\nname=sh\n")); err == nil || !strings.Contains(err.Error(), "names this site") {
+		t.Fatalf("a file naming a site the list lacks: %v, want the list refused", err)
+	}
+}
