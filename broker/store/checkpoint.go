@@ -922,36 +922,20 @@ func (s *Store) writeMemBlocks(job *sealJob) error {
 	if len(job.mem) == 0 {
 		return nil
 	}
-	pos := int64(idxHeaderLen) + int64(job.mem[0].ref.at)*idxEntryLen
+	out := idxAppender{g: g, pos: int64(idxHeaderLen) + int64(job.mem[0].ref.at)*idxEntryLen}
 	crcs := make([]uint32, len(job.mem))
-	var buf []byte
-	write := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
-		if _, err := g.idx.WriteAt(buf, pos); err != nil {
-			return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
-		}
-		pos += int64(len(buf))
-		buf = buf[:0]
-		return nil
-	}
 	for i, x := range job.mem {
-		ents := x.ref.mem.ents
-		if len(buf)+len(ents)*idxEntryLen > idxWriteMax {
-			if err := write(); err != nil {
-				return err
-			}
+		crc, err := out.add(x.ref.mem.ents)
+		if err != nil {
+			return err
 		}
-		start := len(buf)
-		buf = encodeEntries(buf, ents)
-		crcs[i] = crc32.Checksum(buf[start:], castagnoli)
+		crcs[i] = crc
 	}
-	if err := write(); err != nil {
+	if err := out.flush(); err != nil {
 		return err
 	}
 	g.idxMu.Lock()
-	g.idxN, g.idxSize = job.idxN, pos
+	g.idxN, g.idxSize = job.idxN, out.pos
 	g.idxMu.Unlock()
 	for i, x := range job.mem {
 		p := x.p

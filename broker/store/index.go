@@ -204,20 +204,8 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int, keep bool) er
 		clear(todo)
 		w.idxTodo = todo[:0]
 	}()
-	buf := w.idxBuf[:0]
+	out := idxAppender{g: g, pos: int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen, buf: w.idxBuf[:0]}
 	at := g.idxN
-	pos := int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen
-	write := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
-		if _, err := g.idx.WriteAt(buf, pos); err != nil {
-			return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(g.path), pos, err)
-		}
-		pos += int64(len(buf))
-		buf = buf[:0]
-		return nil
-	}
 	for _, p := range ps {
 		p.mu.RLock()
 		n := len(p.tail)
@@ -225,26 +213,22 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int, keep bool) er
 			p.mu.RUnlock()
 			continue
 		}
-		if len(buf)+n*idxEntryLen > idxWriteMax {
-			if err := write(); err != nil {
-				p.mu.RUnlock()
-				return err
-			}
+		crc, err := out.add(p.tail)
+		if err != nil {
+			p.mu.RUnlock()
+			return err
 		}
-		start := len(buf)
-		buf = encodeEntries(buf, p.tail)
-		todo = append(todo, pendBlock{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n),
-			crc: crc32.Checksum(buf[start:], castagnoli)}})
+		todo = append(todo, pendBlock{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n), crc: crc}})
 		at += uint32(n)
 		p.mu.RUnlock()
 	}
-	err := write()
-	w.idxBuf = buf[:0]
+	err := out.flush()
+	w.idxBuf = out.buf[:0]
 	if err != nil || len(todo) == 0 {
 		return err
 	}
 	g.idxN = at
-	g.idxSize = pos
+	g.idxSize = out.pos
 	for _, x := range todo {
 		x.p.mu.Lock()
 		x.p.blocks = append(x.p.blocks, x.ref)
@@ -257,6 +241,40 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int, keep bool) er
 		}
 		x.p.mu.Unlock()
 	}
+	return nil
+}
+
+// idxAppender writes consecutive index blocks into a segment's .idx from
+// pos on, one write per idxWriteMax bytes at most.
+type idxAppender struct {
+	g   *segment
+	pos int64
+	buf []byte
+}
+
+// add encodes ents as the next block, writing what is buffered first when
+// they would not fit, and returns the block's crc.
+func (a *idxAppender) add(ents []idxEntry) (uint32, error) {
+	if len(a.buf)+len(ents)*idxEntryLen > idxWriteMax {
+		if err := a.flush(); err != nil {
+			return 0, err
+		}
+	}
+	start := len(a.buf)
+	a.buf = encodeEntries(a.buf, ents)
+	return crc32.Checksum(a.buf[start:], castagnoli), nil
+}
+
+// flush writes what is buffered; pos is then the end of what was written.
+func (a *idxAppender) flush() error {
+	if len(a.buf) == 0 {
+		return nil
+	}
+	if _, err := a.g.idx.WriteAt(a.buf, a.pos); err != nil {
+		return fmt.Errorf("store: write index %s at %d: %w", idxPathOf(a.g.path), a.pos, err)
+	}
+	a.pos += int64(len(a.buf))
+	a.buf = a.buf[:0]
 	return nil
 }
 

@@ -14,6 +14,22 @@ import (
 	"metaq/internal/testutil"
 )
 
+// zkWithFastKeeper returns the tests' ZooKeeper (skipping without one) and
+// makes masters check their registrations every 300 ms until the test ends;
+// the interval is restored after the bundles the test starts are closed
+// (cleanups run last first): a shipper started meanwhile reads it.
+func zkWithFastKeeper(t *testing.T) string {
+	t.Helper()
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	old := keepPublishedEvery
+	keepPublishedEvery = 300 * time.Millisecond
+	t.Cleanup(func() { keepPublishedEvery = old })
+	return zk
+}
+
 // TestMasterRestoresItsRegistrations: a master whose replication address
 // and master node vanish from ZooKeeper (a returning old master wrote them
 // under its own session, then stepped down and deleted them) publishes
@@ -21,15 +37,7 @@ import (
 // registration instead of remembering it, so it never reports a node that
 // is gone.
 func TestMasterRestoresItsRegistrations(t *testing.T) {
-	zk := testutil.ZooKeeper(t)
-	if zk == "" {
-		t.Skip("METAQ_TEST_ZK not set")
-	}
-	old := keepPublishedEvery
-	keepPublishedEvery = 300 * time.Millisecond
-	// Restored after the bundles the test starts are closed (cleanups run last
-	// first): a shipper started meanwhile reads it.
-	t.Cleanup(func() { keepPublishedEvery = old })
+	zk := zkWithFastKeeper(t)
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
 	bj := startSite(t, filepath.Join(root, "bj"), failoverINIZK(zk, zkRoot, ""), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -78,13 +86,7 @@ func TestMasterRestoresItsRegistrations(t *testing.T) {
 // write is refused by an ACL on ids/0 that lets nobody create under it,
 // then allowed (read and admin only: no create).
 func TestMasterStartsWhenPublishingFails(t *testing.T) {
-	zkAddr := testutil.ZooKeeper(t)
-	if zkAddr == "" {
-		t.Skip("METAQ_TEST_ZK not set")
-	}
-	old := keepPublishedEvery
-	keepPublishedEvery = 300 * time.Millisecond
-	t.Cleanup(func() { keepPublishedEvery = old })
+	zkAddr := zkWithFastKeeper(t)
 	zkRoot := multiSiteRoot(t, []string{zkAddr})
 	zc := zkClient(t, &testEnv{zk: zkAddr, root: zkRoot})
 	ids := zc.Paths().BrokerID(0)
