@@ -10,28 +10,29 @@ import (
 )
 
 // TestDropToCutsAndHeals: two members whose DropTo names each other's
-// address stop hearing each other (each declares the other down), while
-// both still gossip with a third; once DropTo lets them through, the rejoin loop
-// brings them together again. A member started with DropTo on port 0
+// address stop hearing each other (each declares the other down); once
+// DropTo lets them through, the rejoin loop brings them together again. A member started with DropTo on port 0
 // advertises the port it bound.
 func TestDropToCutsAndHeals(t *testing.T) {
-	bj := startNode(t, Options{Site: "bj", Role: RoleMaster, BrokerID: 1, ServeURL: "meta://127.0.0.1:18123"})
+	// Two members only: a third one would relay memberlist's indirect
+	// probes around the cut and keep each side alive for the other (a CI
+	// run waited 20 s for a down that never came).
 	var cut atomic.Bool
 	var hfAddr, gzAddr atomic.Value
 	hfAddr.Store("")
 	gzAddr.Store("")
 	hf := startNode(t, Options{Site: "hf", Role: RoleSlave, BrokerID: 1, SlaveID: 1, ServeURL: "meta://127.0.0.1:28123",
-		Join: []string{bj.t.Addr()}, DropTo: func(addr string) bool { return cut.Load() && addr == gzAddr.Load() }})
+		DropTo: func(addr string) bool { return cut.Load() && addr == gzAddr.Load() }})
 	hfAddr.Store(hf.t.Addr())
 	gz := startNode(t, Options{Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://127.0.0.1:38123",
-		Join: []string{bj.t.Addr()}, DropTo: func(addr string) bool { return cut.Load() && addr == hfAddr.Load() }})
+		Join: []string{hf.t.Addr()}, DropTo: func(addr string) bool { return cut.Load() && addr == hfAddr.Load() }})
 	gzAddr.Store(gz.t.Addr())
 	if hf.t.Addr() == "127.0.0.1:0" || gz.t.Addr() == "127.0.0.1:0" {
 		t.Fatalf("members with DropTo advertise %s and %s, not the ports they bound", hf.t.Addr(), gz.t.Addr())
 	}
-	all := []string{"bj-1-m", "hf-1-s1", "gz-1-s2"}
+	all := []string{"hf-1-s1", "gz-1-s2"}
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		for _, n := range []*node{bj, hf, gz} {
+		for _, n := range []*node{hf, gz} {
 			if err := wantAlive(n.t, all...); err != nil {
 				return err
 			}
