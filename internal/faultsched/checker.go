@@ -24,6 +24,7 @@ const (
 	VSiteNotStarting    = "site-did-not-answer"  // a site did not answer its admin endpoint after the heal
 	VTwoMastersInGen    = "two-sites-one-gen"    // two sites acknowledged puts in the same generation
 	VTwoMasters         = "two-masters"          // two sites report mode master after the heal
+	VStacksDumped       = "stacks-dumped"        // a site that did not answer was made to print its goroutines
 	VDamageUnserved     = "damage-not-repaired"  // a site skips a range of a partition (lost to damage) after the heal
 	VConfigNotConverged = "config-not-converged" // a site does not run the last server.ini published by configsync after the heal
 )
@@ -46,17 +47,18 @@ func (k partKey) String() string { return fmt.Sprintf("%s-%d", k.Topic, k.Part) 
 // partitions as read with get from the start, and the records each site
 // saved aside (its data directory's replication/unreplicated files).
 type Final struct {
-	Master    string                       // the site that is master, "" when none is
-	Runs      map[string]map[partKey][]run // site -> partition -> runs of records served
-	ReadErrs  map[string]string            // site -> why its log could not be read whole
-	Holes     map[string][]string          // site -> ranges it skips (damaged, not repaired)
-	Aside     map[string]map[string]bool   // site -> payloads saved aside
-	Converged bool                         // every site serves identical bytes
-	ConvergeT time.Duration                // from the heal to identical bytes
-	Diff      string                       // when not converged: how the sites differ
-	Exits     []string                     // site processes that exited without a kill
-	NoAnswer  []string                     // sites that did not answer /status after the heal
-	served    map[string]map[partKey]map[int64][]byte
+	Master     string                       // the site that is master, "" when none is
+	Runs       map[string]map[partKey][]run // site -> partition -> runs of records served
+	ReadErrs   map[string]string            // site -> why its log could not be read whole
+	Holes      map[string][]string          // site -> ranges it skips (damaged, not repaired)
+	Aside      map[string]map[string]bool   // site -> payloads saved aside
+	Converged  bool                         // every site serves identical bytes
+	ConvergeT  time.Duration                // from the heal to identical bytes
+	Diff       string                       // when not converged: how the sites differ
+	Exits      []string                     // site processes that exited without a kill
+	NoAnswer   []string                     // sites that did not answer /status after the heal
+	StatusErrs map[string]string            // sites whose /status failed when the master was looked for
+	served     map[string]map[partKey]map[int64][]byte
 }
 
 // Check returns the violations the history and the final state show, and
@@ -77,7 +79,7 @@ func Check(ops []Op, faults []FaultRecord, f *Final) (vs []Violation, forcedLoss
 		vs = append(vs, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
 	if f.Master == "" {
-		add(VNoMaster, "no site reports mode master after the heal")
+		add(VNoMaster, "no site reports mode master after the heal%s", statusErrs(f.StatusErrs))
 	}
 	if !f.Converged {
 		add(VNoConvergence, "%s", f.Diff)
@@ -359,4 +361,16 @@ func writerOf(op Op, servedAt func(Op) bool, aside func(string) string) string {
 		}
 	}
 	return op.Site
+}
+
+// statusErrs names the sites whose /status could not be read, which may be
+// why none reported mode master.
+func statusErrs(errs map[string]string) string {
+	var b strings.Builder
+	for _, s := range Sites {
+		if e := errs[s]; e != "" {
+			fmt.Fprintf(&b, "; %s /status: %s", s, e)
+		}
+	}
+	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -92,10 +93,16 @@ func TestCheckerFindsWhatIsWrong(t *testing.T) {
 	if f2.Diff == "" {
 		t.Fatal("sameLogs found no difference between bj and hf")
 	}
+	f2.StatusErrs = map[string]string{"gz": "context deadline exceeded"}
 	vs, _ = Check(nil, nil, f2)
 	want = []string{VDamageUnserved, VNoConvergence, VNoMaster}
 	if got := kinds(vs); !slices.Equal(got, want) {
 		t.Fatalf("violations %v, want %v", got, want)
+	}
+	for _, v := range vs {
+		if v.Kind == VNoMaster && !strings.Contains(v.Detail, "gz /status: context deadline exceeded") {
+			t.Fatalf("no-master does not name the site whose /status failed: %q", v.Detail)
+		}
 	}
 	// With no master, a put served by some site is not lost, one served by
 	// none is.

@@ -165,6 +165,12 @@ func (c *Cluster) UnitArgs(site string) []string {
 
 // StartSite starts the site's metaq-server with the unit's command.
 func (c *Cluster) StartSite(site string) error {
+	return c.startProgram(site, filepath.Join(c.Bin, "metaq-server"), c.UnitArgs(site)...)
+}
+
+// startProgram runs program as the site's process, its output in the
+// site's logs/server.out.
+func (c *Cluster) startProgram(site, program string, args ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.procs[site] != nil {
@@ -178,8 +184,8 @@ func (c *Cluster) StartSite(site string) error {
 	if err != nil {
 		return fmt.Errorf("faultsched: %s: %w", site, err)
 	}
-	fmt.Fprintf(out, "==== %s start %v\n", time.Now().UTC().Format(time.RFC3339Nano), c.UnitArgs(site))
-	cmd := exec.Command(filepath.Join(c.Bin, "metaq-server"), c.UnitArgs(site)...)
+	fmt.Fprintf(out, "==== %s start %v\n", time.Now().UTC().Format(time.RFC3339Nano), args)
+	cmd := exec.Command(program, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = c.L.SiteDir(site)
 	if err := cmd.Start(); err != nil {
@@ -246,6 +252,32 @@ func (c *Cluster) Kill(site string) error {
 		return fmt.Errorf("faultsched: kill %s: pid %d did not exit in 10s", site, p.cmd.Process.Pid)
 	}
 	return nil
+}
+
+// Dump makes a site's process print every goroutine's stack into its log
+// and exit (Go's runtime answers SIGQUIT so), for a site that stopped
+// answering: the stacks show where it blocked. It returns the log's path.
+func (c *Cluster) Dump(site string) (string, error) {
+	c.mu.Lock()
+	p := c.procs[site]
+	if p != nil {
+		p.killed = true
+	}
+	c.mu.Unlock()
+	if p == nil {
+		return "", fmt.Errorf("faultsched: dump %s: not running", site)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return "", fmt.Errorf("faultsched: dump %s: %w", site, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	return filepath.Join(c.L.SiteDir(site), "logs", "server.out"), nil
 }
 
 // Pause sends SIGSTOP (on) or SIGCONT to the site's process.

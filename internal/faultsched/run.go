@@ -150,13 +150,29 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	var masters []string
+	f.StatusErrs = map[string]string{}
 	for _, s := range Sites {
-		if st, err := c.Status(ctx, s); err == nil && st.Mode == "master" {
+		st, err := c.Status(ctx, s)
+		switch {
+		case err != nil:
+			f.StatusErrs[s] = err.Error()
+		case st.Mode == "master":
 			masters = append(masters, s)
 		}
 	}
 	if len(masters) > 0 {
 		f.Master = masters[0]
+	}
+	// A site that answers neither /status nor reads after the heal is
+	// blocked somewhere: its goroutines' stacks, in its log, say where.
+	for _, s := range Sites {
+		if f.StatusErrs[s] == "" && f.ReadErrs[s] == "" || !c.Running(s) {
+			continue
+		}
+		if log, err := c.Dump(s); err == nil {
+			res.Violations = append(res.Violations, Violation{Kind: VStacksDumped,
+				Detail: fmt.Sprintf("%s did not answer after the heal: its goroutines are in %s", s, log)})
+		}
 	}
 	f.Aside = readAside(l)
 	f.Exits = c.Exits()

@@ -65,6 +65,9 @@ func buildBin(t *testing.T) (bin, repo string) {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(blockedSiteEnv) != "" {
+		blockLikeAHungSite()
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
