@@ -7,6 +7,7 @@
 # message (utime+stime from /proc/PID/stat over the measured window, microseconds), for A then B; then per
 # binary the medians and minimums. Disk space, retention and the settle step before every run:
 # partitions-lib.sh (RETAIN, ROUND_GB, SETTLE...); a round that would not fit the disk is not run.
+# RATE=N passes -rate N to metaq-bench (every run at the same put rate).
 # Usage: partitions-ab.sh SERVER_A SERVER_B BENCH_BINARY [N [ROUNDS [SECONDS]]]
 set -u
 A=$1; B=$2; MB=$3; N=${4:-10000}; ROUNDS=${5:-7}; DUR=${6:-8}; WARM=${WARMUP:-2}
@@ -41,7 +42,7 @@ sleep 1
 # run PID PORT TOPIC PARTITIONS: prints "msgs/s cpu_us_per_msg"
 run() {
 	settle
-	"$MB" -addr "127.0.0.1:$2" -topic "$3" -partitions "$4" -size 1024 -producers 4 -inflight 128 \
+	"$MB" -addr "127.0.0.1:$2" -topic "$3" -partitions "$4" -size 1024 -producers 4 -inflight 128 ${RATE:+-rate "$RATE"} \
 		-duration "${DUR}s" -warmup "${WARM}s" > "$out/mb.out" 2>&1 &
 	local mbpid=$!
 	sleep "$WARM"

@@ -10,6 +10,8 @@
 # topic's median rate when it ran first in its round and when it ran second (the order effect).
 # Disk space, retention and the settle step between topics: partitions-lib.sh (RETAIN, ROUND_GB, SETTLE...).
 # Usage: partitions-ratio.sh SERVER_BINARY BENCH_BINARY [N [ROUNDS [SECONDS]]]
+#   RATE=N passes -rate N to metaq-bench (both topics at the same put rate: profiles and CPU per message
+#   compared at the same load).
 #   PERF=dir records a perf profile of the broker per topic and round into dir (needs perf).
 #   LOG=dir keeps the broker's log (server.log) and each measured window (windows: topic, round, start and
 #   end as UTC times) in dir, to find what the broker did (rolls, slow fdatasyncs) during a low round.
@@ -30,7 +32,7 @@ sleep 1
 # run TOPIC PARTITIONS ROUND: prints "msgs/s cpu_us_per_msg/user_us_per_msg dirty_max_mb faults_per_msg"
 run() {
 	settle
-	"$MB" -addr "127.0.0.1:$port" -topic "$1" -partitions "$2" -size 1024 -producers 4 -inflight 128 \
+	"$MB" -addr "127.0.0.1:$port" -topic "$1" -partitions "$2" -size 1024 -producers 4 -inflight 128 ${RATE:+-rate "$RATE"} \
 		-duration "${DUR}s" -warmup "${WARM}s" > "$data/mb.out" 2>&1 &
 	local mbpid=$! perfpid=
 	sleep "$WARM"
