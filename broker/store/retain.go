@@ -38,8 +38,18 @@ func (s *Store) Retain(topic string, now time.Time) (int, error) {
 			}
 		}
 		s.mu.RUnlock()
+		moved, dropped := 0, int64(0)
 		for _, p := range ps {
-			s.trim(p, cutoff)
+			if n := s.trim(p, cutoff); n > 0 {
+				moved++
+				dropped += n
+			}
+		}
+		// One line per pass, not per partition: a topic of 10,000
+		// partitions would log 10,000 lines each time.
+		if moved > 0 {
+			s.log.Info("STORE: retention moved partition starts", "topic", topic, "partitions", moved,
+				"of", len(ps), "bytes", dropped, "cutoff", cutoff)
 		}
 	}
 	return s.removeDeadSegments()
@@ -51,17 +61,18 @@ func (s *Store) isClosed() bool {
 	return s.closed
 }
 
-// trim drops p's chunks appended before cutoff.
-func (s *Store) trim(p *partition, cutoff time.Time) {
+// trim drops p's chunks appended before cutoff; returns how far its Min
+// moved (bytes), 0 if it did not.
+func (s *Store) trim(p *partition, cutoff time.Time) int64 {
 	newMin, err := s.OffsetForTime(p.key.topic, p.key.num, cutoff)
 	if err != nil {
-		return
+		return 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	newMin = min(newMin, p.durable.Load())
 	if newMin <= p.min {
-		return
+		return 0
 	}
 	// Spans and blocks wholly below newMin go (blocks copied so the
 	// dropped part of the array is freed); the one holding newMin stays.
@@ -87,9 +98,9 @@ func (s *Store) trim(p *partition, cutoff time.Time) {
 	}
 	p.setSegsLocked(segs)
 	p.trimDamageLocked(newMin)
-	s.log.Info("STORE: retention moved partition start", "partition", fmt.Sprintf("%s-%d", p.key.topic, p.key.num),
-		"from", p.min, "to", newMin)
+	moved := newMin - p.min
 	p.min = newMin
+	return moved
 }
 
 // removeDeadSegments removes the leading sealed segments without live data.

@@ -4,7 +4,9 @@ import (
 	"archive/zip"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -294,5 +296,40 @@ func TestPartitionTableSurvivesRetention(t *testing.T) {
 	}
 	if a2 := mustAppend(t, s2, "quiet", 0, "next"); a2[0].Offset != q.Max {
 		t.Fatalf("quiet-0 continues at %d, want %d", a2[0].Offset, q.Max)
+	}
+}
+
+// A retention pass over a topic of many partitions logs one line for the
+// topic, not one per partition (with 10,000 partitions a pass wrote 10,000
+// lines, each under its partition's lock).
+func TestRetainLogsOnceForTheTopic(t *testing.T) {
+	var logb syncBuf
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := openT(t, Options{SegmentBytes: 4096, Clock: fc, Logger: slog.New(slog.NewTextHandler(&logb, nil))})
+	const parts = 40
+	s.SetPolicy("x", Policy{MaxAge: time.Minute})
+	fill(t, s, "x", parts, 3)
+	fc.Advance(time.Hour)
+	for p := 0; p < parts; p++ {
+		mustAppend(t, s, "x", p, "kept")
+	}
+	if _, err := s.Retain("x", fc.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(logb.String(), "\n") {
+		if strings.Contains(l, "retention moved") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "topic=x") || !strings.Contains(lines[0], fmt.Sprintf("partitions=%d", parts)) {
+		t.Fatalf("want one retention line for topic x naming %d partitions, got %d:\n%s", parts, len(lines), strings.Join(lines, "\n"))
+	}
+	for p := 0; p < parts; p++ {
+		info, _ := s.Partition("x", p)
+		b, err := s.Read("x", p, info.Min, 1<<20)
+		if info.Min == 0 || err != nil || !bytes.Contains(b, []byte("kept")) || bytes.Contains(b, []byte("x-r")) {
+			t.Fatalf("partition %d after retention: %+v, read %q, %v", p, info, b, err)
+		}
 	}
 }
