@@ -55,7 +55,9 @@ func newRepairComponent() *repairComponent { return &repairComponent{} }
 func (c *repairComponent) Name() string { return compRepair }
 
 func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
+	c.mu.Lock() // Status may be asked while the bundle still starts its components
 	c.b = b
+	c.mu.Unlock()
 	c.log = b.log.With("component", "repair")
 	ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.wg.Add(1)
@@ -271,6 +273,9 @@ func (c *repairComponent) setErr(err error) {
 func (c *repairComponent) Status() any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.b == nil {
+		return map[string]any{"running": false}
+	}
 	return map[string]any{"repaired": c.repaired, "lastError": c.lastErr, "damaged": len(c.b.Store.Damaged())}
 }
 
