@@ -555,11 +555,15 @@ func consumeGroup(ctx context.Context, o options, addr string, g int, st *stats)
 
 // fetch reads the partitions mine for group from offset 0, following
 // records, as a MetaQ client's fetch threads do over one connection: a get
-// of every partition in flight at once. A round writes the gets of all
-// the partitions in one write and reads their answers (in whatever order
-// they come) before the next round, so a partition is asked again once per
-// round, as the one-get-at-a-time round robin this replaced did; a round
-// whose answers were all empty is followed by a 1 ms pause. Answers are
+// of every partition due in flight at once. A round writes the gets of
+// the partitions due in one write and reads their answers (in whatever
+// order they come) before the next round. A partition whose answer had
+// records is due again at once; one whose answer was empty (404) is asked
+// again after fetchMissDelay, as a MetaQ client delays a partition's next
+// fetch after a get miss (maxDelayFetchTimeInMills, 5 s by default, far
+// longer): at the tail, asking every partition again in every round made
+// most gets empty ones, each costing both processes a request and an
+// answer. When no partition is due the consumer sleeps until one is. Answers are
 // read into one large buffer (frameReader) and their records counted in
 // place: a read system call brings whatever answers have arrived, and no
 // delivered byte is copied in the process. The same code drives every
@@ -574,26 +578,49 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	fr := newFrameReader(nc, 4<<20)
 	var lat []time.Duration
 	offsets := make([]int64, max(o.partitions, 1))
+	due := make([]time.Time, len(mine)) // when mine[i] is asked next
+	var ask []int                       // the indexes in mine of the round's gets
 	var out []byte
-	var base int32 // the opaque of the round's first get; get i has base+i
+	var base int32 // the opaque of the round's first get; get k has base+k
 	for {
+		now := time.Now()
+		ask = ask[:0]
+		next := time.Time{}
+		for i := range mine {
+			if !due[i].After(now) {
+				ask = append(ask, i)
+			} else if next.IsZero() || due[i].Before(next) {
+				next = due[i]
+			}
+		}
+		if len(ask) == 0 {
+			t := time.NewTimer(next.Sub(now))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
 		out = out[:0]
-		for i, p := range mine {
-			out = (&wire.Get{Topic: o.topic, Group: group, Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: base + int32(i)}).AppendTo(out)
+		for k, i := range ask {
+			p := mine[i]
+			out = (&wire.Get{Topic: o.topic, Group: group, Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: base + int32(k)}).AppendTo(out)
 		}
 		if _, err := nc.Write(out); err != nil {
 			return err
 		}
-		delivered := false
-		for range mine {
+		for range ask {
 			f, err := fr.next()
 			if err != nil {
 				return err
 			}
-			i := int(f.opaque - base)
-			if i < 0 || i >= len(mine) {
+			k := int(f.opaque - base)
+			if k < 0 || k >= len(ask) {
 				return fmt.Errorf("get: answer with opaque %d, none in flight", f.opaque)
 			}
+			i := ask[k]
 			p := mine[i]
 			if !f.value {
 				switch f.code {
@@ -604,6 +631,7 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 					}
 					offsets[p] = off
 				case 404:
+					due[i] = time.Now().Add(fetchMissDelay)
 				default:
 					return fmt.Errorf("get %s-%d: result %d %s", o.topic, p, f.code, f.body)
 				}
@@ -626,19 +654,18 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 				}
 				data = data[20+l:]
 			}
-			delivered = delivered || n > 0
 			st.observeGet(n, b, lat)
 		}
-		base += int32(len(mine))
-		if !delivered {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Millisecond):
-			}
+		base += int32(len(ask))
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }
+
+// fetchMissDelay is how long a consumer waits before asking again for a
+// partition whose last get found nothing (fetch).
+const fetchMissDelay = time.Millisecond
 
 // frame is one answer a frameReader decoded: a value (records) or a
 // result (a code and its text). body is a slice of the reader's buffer,
