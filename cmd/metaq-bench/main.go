@@ -372,6 +372,54 @@ func (s *sendTimes[K]) take(k K) (time.Time, bool) {
 	return t, ok
 }
 
+// opaqueTimes is sendTimes for a MetaQ producer's puts, by opaque, without
+// a lock or a map operation per put: a producer's opaques count up and at
+// most its in-flight window is unanswered at once, so each put has a slot
+// of a ring indexed by its opaque, free again once its answer came. A put
+// whose slot is still taken (a put a whole ring older still unanswered)
+// goes to a sendTimes instead. put is called by the producer's writer,
+// take by its reader.
+type opaqueTimes struct {
+	base  time.Time // at is measured from it (monotonic)
+	mask  int32
+	slots []opaqueSlot
+	spill *sendTimes[int32]
+}
+
+type opaqueSlot struct {
+	op atomic.Int32
+	at atomic.Int64 // 1 + nanoseconds since base; 0 while free
+}
+
+// newOpaqueTimes returns an opaqueTimes for inflight puts outstanding.
+func newOpaqueTimes(inflight int) *opaqueTimes {
+	n := 1
+	for n < 4*max(inflight, 1) {
+		n <<= 1
+	}
+	return &opaqueTimes{base: time.Now(), mask: int32(n - 1), slots: make([]opaqueSlot, n), spill: newSendTimes[int32](4)}
+}
+
+func (s *opaqueTimes) put(op int32, t time.Time) {
+	sl := &s.slots[op&s.mask]
+	if sl.at.Load() != 0 {
+		s.spill.put(op, t)
+		return
+	}
+	sl.op.Store(op) // before at: take reads at, then op
+	sl.at.Store(1 + int64(t.Sub(s.base)))
+}
+
+// take removes op's send time and returns it.
+func (s *opaqueTimes) take(op int32) (time.Time, bool) {
+	sl := &s.slots[op&s.mask]
+	if at := sl.at.Load(); at != 0 && sl.op.Load() == op {
+		sl.at.Store(0) // put does not touch a taken slot: nothing raced
+		return s.base.Add(time.Duration(at - 1)), true
+	}
+	return s.spill.take(op)
+}
+
 // produce runs one pipelined producer connection.
 func produce(ctx context.Context, o options, addr string, n int, st *stats) error {
 	nc, err := net.Dial("tcp", addr)
@@ -385,7 +433,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	body := []byte(strings.Repeat("m", o.size))
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
-	sent := newSendTimes[int32](o.inflight)
+	sent := newOpaqueTimes(o.inflight)
 	shard := st.newShard()
 	readErr := make(chan error, 1)
 	go func() {
