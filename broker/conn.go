@@ -22,7 +22,9 @@ import (
 // reader validates what one read brought and hands it to the store, a
 // batch per partition, answered by the store when the batch's group commit
 // returns, so a connection's puts to a partition are stored in the order
-// sent. Every other request runs on a worker goroutine of the connection,
+// sent. A get that needs no wait (at the tail, sent from the log files, or
+// a result that reads nothing: getInline) is answered on the reader too.
+// Every other request runs on a worker goroutine of the connection,
 // concurrently, so answers go back by opaque, possibly out of order. One
 // writer goroutine serialises the answers and coalesces them into few
 // writes. The requests in progress or waiting to be written are bounded by
@@ -382,6 +384,9 @@ func (c *conn) readLoop() bool {
 		}
 		if c.forwardTx(cmd) {
 			continue // a slave's gateway carries the transaction to the master
+		}
+		if g, ok := cmd.(*wire.Get); ok && c.zeroCopy && !c.b.opts.noInlineGets && c.b.getInline(c, g) {
+			continue // answered here: no wait was needed (getInline)
 		}
 		c.dispatch(cmd)
 	}

@@ -29,7 +29,13 @@
 // until that many slave sites of the cross-site replication
 // (SiteReplicator, the georeplicator's Shipper) fsynced them; with too few
 // connected, checkPut refuses their puts with 503, or syncDegrade=async
-// lets them through with an alarm (syncsites.go). Every other request runs on a worker goroutine
+// lets them through with an alarm (syncsites.go). A get that needs no wait is
+// answered on the reader as well: a result that reads nothing (the end of
+// its partition, a closed or missing one),
+// or at the tail sent from the log files (below) with its bytes free in the
+// byte budgets now; a get the copy path must read, one far from the tail
+// (whose chunks may be in a sealed segment's index on disk) or one that
+// would wait for the budget goes to a worker. Every other request runs on a worker goroutine
 // of the connection, so requests are processed concurrently and answered
 // by opaque, possibly out of order, as the Java broker's thread pools do.
 // One writer goroutine per connection serialises answers. The in-flight

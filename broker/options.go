@@ -118,6 +118,10 @@ type Options struct {
 	// copy, write) instead of sending checked log bytes with sendfile
 	// (see Zero-copy gets in doc.go); for comparisons. Default false.
 	CopyGets bool
+
+	// noInlineGets sends every get to a worker goroutine, never answering
+	// one on the reader (getInline); tests compare the two.
+	noInlineGets bool
 }
 
 // Version is this project's protocol version string, in MetaQ's format.

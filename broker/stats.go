@@ -48,6 +48,7 @@ type statsCounters struct {
 	txRollback     atomic.Int64
 	getMiss        atomic.Int64
 	getsSent       atomic.Int64 // get answers sent from the log files (sendfile)
+	getsInline     atomic.Int64 // gets answered on the connection's reader (getInline)
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 

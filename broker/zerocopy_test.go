@@ -58,12 +58,14 @@ func dialTLS(t testing.TB, addr net.Addr, dir string) *client {
 	return c
 }
 
-// TestGetZeroCopyMatchesCopyPath: the same gets answered by three brokers
-// over one store: one sending from the log files (sendfile), one with
-// CopyGets, and one behind a TLS listener (which falls back to the copy
-// path). Every answer frame is byte for byte the same, for records of
-// every size class, cut at any maxSize (partial records), from offsets
-// inside records, and across a log segment boundary.
+// TestGetZeroCopyMatchesCopyPath: the same gets answered by four brokers
+// over one store: one sending from the log files (sendfile), answering
+// gets at the tail on the connection's reader (getInline), one doing the
+// same on worker goroutines only, one with CopyGets, and one behind a TLS
+// listener (which falls back to the copy path). Every answer frame is
+// byte for byte the same, for records of every size class, cut at any
+// maxSize (partial records), from offsets inside records, at and past the
+// end, and across a log segment boundary.
 func TestGetZeroCopyMatchesCopyPath(t *testing.T) {
 	cfg := largeGetConfig(t)
 	st, err := store.Open(store.Options{Dir: t.TempDir(), SegmentBytes: 256 << 10, ScrubRate: -1})
@@ -115,13 +117,14 @@ func TestGetZeroCopyMatchesCopyPath(t *testing.T) {
 			}
 		}
 	}
-	clients := []*client{dial(t, zc.Addr()), dial(t, cp.Addr()), dialTLS(t, tl.Addr(), dir)}
+	wk := startOnStore(t, cfg, st, func(o *Options) { o.noInlineGets = true })
+	clients := []*client{dial(t, zc.Addr()), dial(t, cp.Addr()), dialTLS(t, tl.Addr(), dir), dial(t, wk.Addr())}
 	before := zc.stats.getsSent.Load()
 	gets := 0
 	get := func(off int64, max int32) {
 		t.Helper()
 		gets++
-		var frames [3][]byte
+		var frames [4][]byte
 		for i, cl := range clients {
 			cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: off, MaxSize: max, Opaque: int32(gets)})
 			f, err := cl.readRaw(10 * time.Second)
@@ -130,10 +133,17 @@ func TestGetZeroCopyMatchesCopyPath(t *testing.T) {
 			}
 			frames[i] = f
 		}
-		if !bytes.Equal(frames[0], frames[1]) || !bytes.Equal(frames[0], frames[2]) {
-			t.Fatalf("get(%d, %d): answers differ: sendfile %d bytes, copy %d, TLS %d", off, max, len(frames[0]), len(frames[1]), len(frames[2]))
+		if !bytes.Equal(frames[0], frames[1]) || !bytes.Equal(frames[0], frames[2]) || !bytes.Equal(frames[0], frames[3]) {
+			t.Fatalf("get(%d, %d): answers differ: sendfile %d bytes, copy %d, TLS %d, sendfile on workers %d", off, max, len(frames[0]), len(frames[1]), len(frames[2]), len(frames[3]))
 		}
 	}
+	end := starts[len(starts)-1] + 20 + 120000
+	for _, off := range []int64{end, end + 1, end - 20 - 120000 - 20 - 30000} {
+		for _, max := range []int32{1, 20, 64 << 10, 1<<20 + 5} {
+			get(off, max)
+		}
+	}
+	get(0, 0) // a bad maxSize
 	for i, off := range starts {
 		if i%151 != 0 && (i+1 == len(starts) || starts[i+1]-off < 4096) {
 			continue // every large record, a sample of the small ones
@@ -150,7 +160,19 @@ func TestGetZeroCopyMatchesCopyPath(t *testing.T) {
 	if n := cp.stats.getsSent.Load() + tl.stats.getsSent.Load(); n != 0 {
 		t.Fatalf("%d gets sent from the files by the copy-path brokers", n)
 	}
-	if r := zc.Resources(); r.BufferedBytes != 0 {
-		t.Fatalf("%d bytes still held after the answers", r.BufferedBytes)
+	if n := wk.stats.getsSent.Load(); n != sent {
+		t.Fatalf("%d gets sent from the files on workers, %d with gets on the reader", n, sent)
+	}
+	inline := zc.stats.getsInline.Load()
+	if inline == 0 || inline == int64(gets) {
+		t.Fatalf("%d of %d gets answered on the reader: both the reader and the workers must be exercised", inline, gets)
+	}
+	if n := cp.stats.getsInline.Load() + tl.stats.getsInline.Load() + wk.stats.getsInline.Load(); n != 0 {
+		t.Fatalf("%d gets answered on the reader by brokers that must not", n)
+	}
+	for _, b := range []*Broker{zc, wk} {
+		if r := b.Resources(); r.BufferedBytes != 0 {
+			t.Fatalf("%d bytes still held after the answers", r.BufferedBytes)
+		}
 	}
 }

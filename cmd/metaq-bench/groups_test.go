@@ -261,3 +261,91 @@ func TestRateRejectedWherePeerCannot(t *testing.T) {
 		t.Error("runLoad ran -rate against a target that cannot pace")
 	}
 }
+
+// TestFetchDelaysOnlyEmptyPartitions: a consumer asks a partition whose
+// last answer had records again at once, and one whose last answer was
+// empty (404) only after fetchMissDelay, as a MetaQ client delays a
+// partition after a get miss. A server on a real socket answers partition
+// 0 with a record every time and the others with 404, and takes the time
+// of every get it receives: between two gets of an empty partition at
+// least fetchMissDelay passes (a busy machine only makes it longer), and
+// partition 0 is asked at least as often as any other.
+func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const parts = 4
+	var mu sync.Mutex
+	asked := make([][]time.Time, parts)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		d := wire.NewDecoder(bufio.NewReader(nc))
+		rec := make([]byte, 28) // a record: length, checksum, id, flag 1 (no send time), 8 bytes
+		rec[3], rec[19] = 8, 1
+		for {
+			cmd, err := d.Decode()
+			if err != nil {
+				return
+			}
+			g, ok := cmd.(*wire.Get)
+			if !ok || g.Partition < 0 || g.Partition >= parts {
+				t.Errorf("unexpected request %v", cmd)
+				return
+			}
+			mu.Lock()
+			asked[g.Partition] = append(asked[g.Partition], time.Now())
+			mu.Unlock()
+			var out []byte
+			if g.Partition == 0 {
+				out = append(wire.AppendValueHeader(out, len(rec), g.Opaque), rec...)
+			} else {
+				out = wire.AppendResult(out, 404, "Could not find message at position "+strconv.FormatInt(g.Offset, 10), g.Opaque)
+			}
+			if _, err := nc.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	o := shortLoad(0)
+	o.partitions = parts
+	st := &stats{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- consumeGroup(ctx, o, ln.Addr().String(), 0, st) }()
+	for {
+		mu.Lock()
+		n := len(asked[1])
+		mu.Unlock()
+		if n >= 20 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	<-served
+	mu.Lock()
+	defer mu.Unlock()
+	for p := 1; p < parts; p++ {
+		for i := 1; i < len(asked[p]); i++ {
+			if gap := asked[p][i].Sub(asked[p][i-1]); gap < fetchMissDelay {
+				t.Fatalf("partition %d (empty) asked again %v after its last get, before fetchMissDelay (%v)", p, gap, fetchMissDelay)
+			}
+		}
+		if len(asked[0]) < len(asked[p]) {
+			t.Fatalf("partition 0 (records) asked %d times, empty partition %d %d times", len(asked[0]), p, len(asked[p]))
+		}
+	}
+	t.Logf("gets: partition 0 %d, the empty ones %d %d %d", len(asked[0]), len(asked[1]), len(asked[2]), len(asked[3]))
+}

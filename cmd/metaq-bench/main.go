@@ -372,6 +372,54 @@ func (s *sendTimes[K]) take(k K) (time.Time, bool) {
 	return t, ok
 }
 
+// opaqueTimes is sendTimes for a MetaQ producer's puts, by opaque, without
+// a lock or a map operation per put: a producer's opaques count up and at
+// most its in-flight window is unanswered at once, so each put has a slot
+// of a ring indexed by its opaque, free again once its answer came. A put
+// whose slot is still taken (a put a whole ring older still unanswered)
+// goes to a sendTimes instead. put is called by the producer's writer,
+// take by its reader.
+type opaqueTimes struct {
+	base  time.Time // at is measured from it (monotonic)
+	mask  int32
+	slots []opaqueSlot
+	spill *sendTimes[int32]
+}
+
+type opaqueSlot struct {
+	op atomic.Int32
+	at atomic.Int64 // 1 + nanoseconds since base; 0 while free
+}
+
+// newOpaqueTimes returns an opaqueTimes for inflight puts outstanding.
+func newOpaqueTimes(inflight int) *opaqueTimes {
+	n := 1
+	for n < 4*max(inflight, 1) {
+		n <<= 1
+	}
+	return &opaqueTimes{base: time.Now(), mask: int32(n - 1), slots: make([]opaqueSlot, n), spill: newSendTimes[int32](4)}
+}
+
+func (s *opaqueTimes) put(op int32, t time.Time) {
+	sl := &s.slots[op&s.mask]
+	if sl.at.Load() != 0 {
+		s.spill.put(op, t)
+		return
+	}
+	sl.op.Store(op) // before at: take reads at, then op
+	sl.at.Store(1 + int64(t.Sub(s.base)))
+}
+
+// take removes op's send time and returns it.
+func (s *opaqueTimes) take(op int32) (time.Time, bool) {
+	sl := &s.slots[op&s.mask]
+	if at := sl.at.Load(); at != 0 && sl.op.Load() == op {
+		sl.at.Store(0) // put does not touch a taken slot: nothing raced
+		return s.base.Add(time.Duration(at - 1)), true
+	}
+	return s.spill.take(op)
+}
+
 // produce runs one pipelined producer connection.
 func produce(ctx context.Context, o options, addr string, n int, st *stats) error {
 	nc, err := net.Dial("tcp", addr)
@@ -385,7 +433,7 @@ func produce(ctx context.Context, o options, addr string, n int, st *stats) erro
 	body := []byte(strings.Repeat("m", o.size))
 	sum := wire.Checksum(body)
 	slots := make(chan struct{}, o.inflight)
-	sent := newSendTimes[int32](o.inflight)
+	sent := newOpaqueTimes(o.inflight)
 	shard := st.newShard()
 	readErr := make(chan error, 1)
 	go func() {
@@ -555,11 +603,15 @@ func consumeGroup(ctx context.Context, o options, addr string, g int, st *stats)
 
 // fetch reads the partitions mine for group from offset 0, following
 // records, as a MetaQ client's fetch threads do over one connection: a get
-// of every partition in flight at once. A round writes the gets of all
-// the partitions in one write and reads their answers (in whatever order
-// they come) before the next round, so a partition is asked again once per
-// round, as the one-get-at-a-time round robin this replaced did; a round
-// whose answers were all empty is followed by a 1 ms pause. Answers are
+// of every partition due in flight at once. A round writes the gets of
+// the partitions due in one write and reads their answers (in whatever
+// order they come) before the next round. A partition whose answer had
+// records is due again at once; one whose answer was empty (404) is asked
+// again after fetchMissDelay, as a MetaQ client delays a partition's next
+// fetch after a get miss (maxDelayFetchTimeInMills, 5 s by default, far
+// longer): at the tail, asking every partition again in every round made
+// most gets empty ones, each costing both processes a request and an
+// answer. When no partition is due the consumer sleeps until one is. Answers are
 // read into one large buffer (frameReader) and their records counted in
 // place: a read system call brings whatever answers have arrived, and no
 // delivered byte is copied in the process. The same code drives every
@@ -574,26 +626,49 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	fr := newFrameReader(nc, 4<<20)
 	var lat []time.Duration
 	offsets := make([]int64, max(o.partitions, 1))
+	due := make([]time.Time, len(mine)) // when mine[i] is asked next
+	var ask []int                       // the indexes in mine of the round's gets
 	var out []byte
-	var base int32 // the opaque of the round's first get; get i has base+i
+	var base int32 // the opaque of the round's first get; get k has base+k
 	for {
+		now := time.Now()
+		ask = ask[:0]
+		next := time.Time{}
+		for i := range mine {
+			if !due[i].After(now) {
+				ask = append(ask, i)
+			} else if next.IsZero() || due[i].Before(next) {
+				next = due[i]
+			}
+		}
+		if len(ask) == 0 {
+			t := time.NewTimer(next.Sub(now))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
 		out = out[:0]
-		for i, p := range mine {
-			out = (&wire.Get{Topic: o.topic, Group: group, Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: base + int32(i)}).AppendTo(out)
+		for k, i := range ask {
+			p := mine[i]
+			out = (&wire.Get{Topic: o.topic, Group: group, Partition: int32(p), Offset: offsets[p], MaxSize: 1 << 20, Opaque: base + int32(k)}).AppendTo(out)
 		}
 		if _, err := nc.Write(out); err != nil {
 			return err
 		}
-		delivered := false
-		for range mine {
+		for range ask {
 			f, err := fr.next()
 			if err != nil {
 				return err
 			}
-			i := int(f.opaque - base)
-			if i < 0 || i >= len(mine) {
+			k := int(f.opaque - base)
+			if k < 0 || k >= len(ask) {
 				return fmt.Errorf("get: answer with opaque %d, none in flight", f.opaque)
 			}
+			i := ask[k]
 			p := mine[i]
 			if !f.value {
 				switch f.code {
@@ -604,6 +679,7 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 					}
 					offsets[p] = off
 				case 404:
+					due[i] = time.Now().Add(fetchMissDelay)
 				default:
 					return fmt.Errorf("get %s-%d: result %d %s", o.topic, p, f.code, f.body)
 				}
@@ -626,19 +702,18 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 				}
 				data = data[20+l:]
 			}
-			delivered = delivered || n > 0
 			st.observeGet(n, b, lat)
 		}
-		base += int32(len(mine))
-		if !delivered {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Millisecond):
-			}
+		base += int32(len(ask))
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }
+
+// fetchMissDelay is how long a consumer waits before asking again for a
+// partition whose last get found nothing (fetch).
+const fetchMissDelay = time.Millisecond
 
 // frame is one answer a frameReader decoded: a value (records) or a
 // result (a code and its text). body is a slice of the reader's buffer,

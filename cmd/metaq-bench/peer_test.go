@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,55 @@ func TestSendTimes(t *testing.T) {
 	}
 	if _, ok := s.take(8); ok {
 		t.Fatal("take(8) found a key never put")
+	}
+}
+
+// TestOpaqueTimes: send times come back once each, by opaque, whether a
+// put found its ring slot free or taken (an older put still unanswered:
+// the spill map), with puts and takes on two goroutines as in produce.
+func TestOpaqueTimes(t *testing.T) {
+	s := newOpaqueTimes(2) // a ring of 8 slots
+	t0 := time.Now()
+	s.put(3, t0)
+	s.put(11, t0.Add(time.Second)) // slot 3 is taken: spills
+	if got, ok := s.take(11); !ok || !got.Equal(t0.Add(time.Second)) {
+		t.Fatalf("take(11) = %v, %v; want %v, true", got, ok, t0.Add(time.Second))
+	}
+	if got, ok := s.take(3); !ok || got.Sub(t0) != 0 {
+		t.Fatalf("take(3) = %v, %v; want %v, true", got, ok, t0)
+	}
+	for _, op := range []int32{3, 11, 4} {
+		if _, ok := s.take(op); ok {
+			t.Fatalf("take(%d) found a send time not outstanding", op)
+		}
+	}
+	// A writer and a reader, answers out of order within the window.
+	const n, window = 20000, 6
+	ops := make(chan int32, window)
+	done := make(chan error)
+	go func() {
+		pending := []int32{}
+		for op := range ops {
+			pending = append(pending, op)
+			if len(pending) == window || op == n {
+				for i := len(pending) - 1; i >= 0; i-- {
+					got, ok := s.take(pending[i])
+					if !ok || got.Sub(t0) != time.Duration(pending[i]) {
+						done <- fmt.Errorf("take(%d) = %v, %v", pending[i], got.Sub(t0), ok)
+						return
+					}
+				}
+				pending = pending[:0]
+			}
+		}
+		done <- nil
+	}()
+	for op := int32(1); op <= n; op++ {
+		s.put(op, t0.Add(time.Duration(op)))
+		ops <- op
+	}
+	close(ops)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
