@@ -268,14 +268,17 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	}
 
 	rc := b.receiver()
-	// A former master taking mastership back follows no one: its receiver
-	// may not have begun a stream (nothing to stop, nothing behind).
-	if rc == nil || (rc.Receiver() == nil && o.ReclaimFrom == 0) {
+	if rc == nil {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
-	var st georeplicator.ReceiverStatus
-	if r := rc.Receiver(); r != nil {
-		st = r.Status()
+	// A former master taking mastership back follows no one: its receiver
+	// may not have begun a stream (nothing to stop, nothing behind). Nor
+	// has a demoted former master that waits for its new master's
+	// replication address: its master's silence counts from when it began
+	// waiting (linkStatus), as any slave's that never heard from a master.
+	st, ok := rc.linkStatus()
+	if !ok && o.ReclaimFrom == 0 {
+		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
 	var fenceSession int64 // a dead master's session whose master node this promotion takes
 	if !force {
@@ -1221,13 +1224,16 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 	if rc == nil || rc.Connected() {
 		return false, "this site reaches its master"
 	}
-	r := rc.Receiver()
-	if r == nil {
+	// A demoted former master that waits for its new master's replication
+	// address runs no stream receiver; it counts as one that never heard
+	// from a master since it began waiting (linkStatus).
+	st, ok := rc.linkStatus()
+	if !ok {
 		return false, "this site runs no stream receiver: it does not know how far it got in the master's log"
 	}
 	brokerID := b.Config().System.BrokerID
 	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
-		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, r.Status())}
+		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, st)}
 	if id, err := b.identity(); err == nil {
 		f.KnownGeneration = id.Generation()
 	}
