@@ -29,6 +29,46 @@ type ackGuard struct {
 	// could be promoted. Until then the guard lets puts through, as a
 	// plain MetaQ broker keeps serving while its ZooKeeper is away.
 	replicated atomic.Bool
+	// raised: a promotion started this master at the generation it had
+	// just raised; before its first confirmation it is not returning
+	// (siterole.ConfirmFacts). Set before the guard is read.
+	raised bool
+	// refusedWhy is the last reason a round did not confirm, logged once.
+	refusedWhy atomic.Value
+}
+
+// returning reports whether this master has no confirmation within the
+// bound (siterole.ConfirmFacts.Returning): one started by the bundle, not
+// confirmed yet, or one whose last confirmation is stale (it was paused or
+// cut off from its ZooKeeper).
+func (g *ackGuard) returning(now time.Time) bool {
+	at := g.confirmedAt()
+	if at.IsZero() {
+		return !g.raised
+	}
+	return now.Sub(at) > g.bound
+}
+
+// confirmGeneration confirms g's generation held when the round of reads
+// begun at readStart confirms it (siterole.ConfirmsGeneration): with
+// [replication] sites, a returning master needs its generation to be the
+// newest in a majority of the listed sites' ensembles.
+func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]uint64, readStart time.Time) {
+	cfg := b.Config()
+	ok, why := siterole.ConfirmsGeneration(siterole.ConfirmFacts{Site: cfg.Site.Name, Sites: cfg.Replication.Sites,
+		Generation: held, Returning: g.returning(readStart), Read: reads})
+	if ok {
+		if last, _ := g.refusedWhy.Load().(string); last != "" {
+			b.log.Info("FAILOVER: this master confirmed its generation; it acknowledges puts again", "generation", held)
+			g.refusedWhy.Store("")
+		}
+		g.confirm(readStart)
+		return
+	}
+	if last, _ := g.refusedWhy.Load().(string); last != why {
+		b.log.Warn("FAILOVER: this master's generation is not confirmed; it acknowledges nothing", "generation", held, "why", why)
+		g.refusedWhy.Store(why)
+	}
 }
 
 // observe records whether another site could be promoted.

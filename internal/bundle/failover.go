@@ -128,7 +128,7 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 // watchGeneration polls the brokerId's generation in ZooKeeper while s
 // runs and tells s about a newer one (another site was promoted): s then
 // steps down and the broker refuses puts. It returns when ctx ends.
-func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, g *ackGuard, every time.Duration) {
+func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, held uint64, g *ackGuard, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -139,12 +139,15 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 			// With one ensemble per site this site's may have missed a
 			// promotion elsewhere; the other sites' ensembles this bundle
 			// reaches are read too before a confirmation.
-			if other, site := b.otherGenerations(ctx); other > gen {
-				s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
+			reads := b.generationReads(ctx, gen)
+			for site, other := range reads {
+				if other > gen {
+					s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
+				}
 			}
 			s.ObserveGeneration(gen, "ZooKeeper")
 			if !s.Fence().SteppedDown {
-				g.confirm(readStart)
+				b.confirmGeneration(g, held, reads, readStart)
 			}
 		} else if ctx.Err() == nil {
 			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
