@@ -801,6 +801,13 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		err = fmt.Errorf("it did not leave this master's link: %w", err)
 	}
 	if err != nil {
+		// The new master may have raised the generation in ensembles this
+		// site does not read (one per site, the link and gossip to it cut):
+		// with [replication] sites this master acknowledges again only once
+		// a majority of the listed sites' ensembles confirm its generation.
+		if sc := b.failover.role.shipper(); sc != nil && sc.guard != nil {
+			sc.guard.lapse()
+		}
 		allow()
 		b.log.Error("FAILOVER: the new master did not take over; this master takes puts again", "to", name, "generation", id.Generation(), "err", err)
 		return rep, fmt.Errorf("switchover: handed over to %s, but %w; this master takes puts again at generation %d", name, err, id.Generation())
