@@ -29,6 +29,62 @@ type ackGuard struct {
 	// could be promoted. Until then the guard lets puts through, as a
 	// plain MetaQ broker keeps serving while its ZooKeeper is away.
 	replicated atomic.Bool
+	// raised: a promotion started this master at the generation it had
+	// just raised; before its first confirmation it is not returning
+	// (siterole.ConfirmFacts). Set before the guard is read.
+	raised bool
+	// refusedWhy is the last reason a round did not confirm, logged once.
+	refusedWhy atomic.Value
+	// lapsedAt (nanoseconds since base; 0 = never) is when the master
+	// took its confirmation back (lapse): a round of reads begun before
+	// confirms nothing, and the next confirmation is a returning master's.
+	lapsedAt atomic.Int64
+}
+
+// returning reports whether this master has no confirmation within the
+// bound (siterole.ConfirmFacts.Returning): one started by the bundle, not
+// confirmed yet, one whose last confirmation is stale (it was paused or
+// cut off from its ZooKeeper), or one that took it back (lapse).
+func (g *ackGuard) returning(now time.Time) bool {
+	at := g.confirmedAt()
+	if at.IsZero() {
+		return !g.raised || g.lapsedAt.Load() != 0
+	}
+	return now.Sub(at) > g.bound
+}
+
+// lapse takes the confirmation back: a master that handed over and takes
+// puts again because the new generation was not seen (switchover) may
+// have been replaced in ensembles it does not read, and confirms again
+// as a returning master before it acknowledges.
+func (g *ackGuard) lapse() {
+	g.lapsedAt.Store(max(int64(time.Since(g.base)), 1))
+	g.confirmed.Store(0)
+}
+
+// confirmGeneration confirms g's generation held when the round of reads
+// begun at readStart confirms it (siterole.ConfirmsGeneration): with
+// [replication] sites, a returning master needs its generation to be the
+// newest in a majority of the listed sites' ensembles.
+func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]uint64, readStart time.Time) {
+	if lapsed := g.lapsedAt.Load(); lapsed != 0 && int64(readStart.Sub(g.base)) < lapsed {
+		return // begun before the master took its confirmation back
+	}
+	cfg := b.Config()
+	ok, why := siterole.ConfirmsGeneration(siterole.ConfirmFacts{Site: cfg.Site.Name, Sites: cfg.Replication.Sites,
+		Generation: held, Returning: g.returning(readStart), Read: reads})
+	if ok {
+		if last, _ := g.refusedWhy.Load().(string); last != "" {
+			b.log.Info("FAILOVER: this master confirmed its generation; it acknowledges puts again", "generation", held)
+			g.refusedWhy.Store("")
+		}
+		g.confirm(readStart)
+		return
+	}
+	if last, _ := g.refusedWhy.Load().(string); last != why {
+		b.log.Warn("FAILOVER: this master's generation is not confirmed; it acknowledges nothing", "generation", held, "why", why)
+		g.refusedWhy.Store(why)
+	}
 }
 
 // observe records whether another site could be promoted.

@@ -44,6 +44,12 @@ type shipperComponent struct {
 	// guard is when the generation was last confirmed in ZooKeeper (nil
 	// with ZooKeeper off); set in Start before anything reads it.
 	guard *ackGuard
+	// raised: a promotion started this shipper at the generation it had
+	// just raised (roleOwner.startShipper); its first confirmation needs
+	// this site's ensemble only (siterole.ConfirmsGeneration). gen is the
+	// generation it ships at.
+	raised bool
+	gen    uint64
 	// stopGateway stops serving gateway links on a [replication] listen
 	// of its own (nil on the MetaQ port, which serves them itself).
 	stopGateway func()
@@ -146,7 +152,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		return err
 	}
 	c.mu.Lock()
-	c.b, c.s = b, s
+	c.b, c.s, c.gen = b, s, ident.Generation
 	c.advertise = advertiseAddr(s.Addr(), cfg)
 	if shared {
 		// Exactly the address the master node publishes for clients.
@@ -164,6 +170,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		// From here on this master acknowledges puts only while it has
 		// confirmed its generation recently (ackguard.go).
 		c.guard = newAckGuard(cfg.ZooKeeper.SessionTimeout)
+		c.guard.raised = c.raised
 		b.Broker.SetWriteCheck(b.ackCheck(c.guard))
 		switch err := c.publish(ctx); {
 		case errors.Is(err, errNotCurrentMaster):
@@ -185,7 +192,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 			defer watched.Done()
 			// Confirmed several times within the guard's bound, so that one
 			// slow read does not make this master refuse puts.
-			b.watchGeneration(pctx, s, c.guard, min(max(cfg.Replication.Lease/4, 100*time.Millisecond), c.guard.bound/4))
+			b.watchGeneration(pctx, s, ident.Generation, c.guard, min(max(cfg.Replication.Lease/4, 100*time.Millisecond), c.guard.bound/4))
 		}()
 		go func() { // the same
 			defer watched.Done()
@@ -225,15 +232,17 @@ func (c *shipperComponent) publish(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replication: read the generation before publishing the address: %w", err)
 	}
-	if other, _ := c.b.otherGenerations(ctx); other > gen {
-		gen = other // one ensemble per site: this site's may have missed it
+	// One ensemble per site: this site's may have missed a promotion.
+	reads := c.b.generationReads(ctx, gen)
+	for _, g := range reads {
+		gen = max(gen, g)
 	}
 	if s != nil {
 		if s.ObserveGeneration(gen, "ZooKeeper"); s.Fence().SteppedDown {
 			return fmt.Errorf("replication: not publishing the address: %w (ZooKeeper has generation %d)", errNotCurrentMaster, gen)
 		}
 		if c.guard != nil {
-			c.guard.confirm(readStart)
+			c.b.confirmGeneration(c.guard, c.gen, reads, readStart)
 		}
 	}
 	if err := r.EnsurePath(ctx, r.Paths().BrokerID(brokerID)); err != nil {

@@ -48,6 +48,11 @@ type receiverComponent struct {
 	// stream, which cuts and saves aside the records the new master never
 	// had; MetaQ's get would stop at them instead.
 	streamOnly bool
+	// waitSince is when this receiver began waiting for a master to follow
+	// (no method runs: no master node, or a master that publishes no
+	// replication address to a stream-only follower); zero once a method
+	// runs.
+	waitSince time.Time
 }
 
 func newReceiverComponent() *receiverComponent { return &receiverComponent{} }
@@ -95,6 +100,7 @@ func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 	} else {
 		c.mu.Lock()
 		c.reason = reason // slave-status says why nothing runs
+		c.waitSince = time.Now()
 		c.mu.Unlock()
 		b.Logger().Warn("REPLICATION: "+reason+"; waiting for it", "slave", sl.SlaveID)
 	}
@@ -385,7 +391,7 @@ func (c *receiverComponent) switchTo(method, reason string) error {
 		lines = p.StatsLines
 	}
 	c.mu.Lock()
-	c.method, c.reason, c.fellBack = method, reason, false
+	c.method, c.reason, c.fellBack, c.waitSince = method, reason, false, time.Time{}
 	c.mu.Unlock()
 	b.slave.set(func() []string {
 		return append([]string{"method " + method, "method_reason " + reason}, lines()...)
@@ -461,6 +467,34 @@ func (c *receiverComponent) Receiver() *georeplicator.Receiver {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.r
+}
+
+// waiting reports whether no method runs because this receiver waits for
+// a master to follow, and since when (a demoted former master whose new
+// master has no replication address in this site's ZooKeeper, or no
+// master node at all).
+func (c *receiverComponent) waiting() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitSince, c.r == nil && c.p == nil && !c.waitSince.IsZero()
+}
+
+// linkStatus is what the dead-master rule (siterole.FenceDeadMaster) and a
+// promotion know of this receiver's link to its master: the stream
+// receiver's status; for a receiver that waits for a master to follow
+// (waiting), a status that never heard from a master since it began
+// waiting (Started), so that its silence counts from then as a stream
+// receiver's that never heard from one does. ok is false while the MetaQ
+// method runs (it knows no position in the master's log) or nothing runs
+// for another reason.
+func (c *receiverComponent) linkStatus() (st georeplicator.ReceiverStatus, ok bool) {
+	if r := c.Receiver(); r != nil {
+		return r.Status(), true
+	}
+	if since, ok := c.waiting(); ok {
+		return georeplicator.ReceiverStatus{Started: since}, true
+	}
+	return georeplicator.ReceiverStatus{}, false
 }
 
 // Method returns the method in use ("" while none runs) and why.

@@ -159,10 +159,55 @@ func (b *Bundle) otherGenerations(ctx context.Context) (uint64, string) {
 	return v.generations(ctx, b.Config().System.BrokerID)
 }
 
+// generationReads is a round of reads of the brokerId's generation, by
+// site (siterole.ConfirmFacts.Read): own, just read in this site's
+// ensemble, for this site and every site whose ensemble is this site's
+// (gossip or the record names it), and the generation read in each other
+// site's ensemble this bundle holds a session to.
+func (b *Bundle) generationReads(ctx context.Context, own uint64) map[string]uint64 {
+	reads := map[string]uint64{b.Config().Site.Name: own}
+	if b.Registry != nil {
+		ownKey := ensembleKey(b.Registry.Connect(), b.Registry.Paths().Root)
+		for site, k := range b.siteEnsembleKeys() {
+			if k == ownKey {
+				reads[site] = own
+			}
+		}
+	}
+	tc := compOf[*topologyComponent](b)
+	if tc == nil {
+		return reads
+	}
+	tc.mu.Lock()
+	v := tc.views
+	tc.mu.Unlock()
+	if v == nil {
+		return reads
+	}
+	for site, g := range v.siteGenerations(ctx, b.Config().System.BrokerID) {
+		reads[site] = g
+	}
+	return reads
+}
+
 // generations reads the brokerId's generation in every other site's
 // ensemble this bundle holds a session to, and returns the highest and
 // the site it was read in.
 func (s *siteViews) generations(ctx context.Context, brokerID int) (uint64, string) {
+	var best uint64
+	var from string
+	for site, g := range s.siteGenerations(ctx, brokerID) {
+		if g > best || (g == best && g > 0 && site < from) {
+			best, from = g, site
+		}
+	}
+	return best, from
+}
+
+// siteGenerations reads the brokerId's generation in every other site's
+// ensemble this bundle holds a session to, by site; an ensemble whose read
+// fails is left out.
+func (s *siteViews) siteGenerations(ctx context.Context, brokerID int) map[string]uint64 {
 	s.mu.Lock()
 	regs := map[string]*registry.Registry{}
 	for site, r := range s.remote {
@@ -171,17 +216,16 @@ func (s *siteViews) generations(ctx context.Context, brokerID int) (uint64, stri
 		}
 	}
 	s.mu.Unlock()
-	var best uint64
-	var from string
+	out := map[string]uint64{}
 	for site, reg := range regs {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		g, err := reg.Generation(rctx, brokerID)
 		cancel()
-		if err == nil && g > best {
-			best, from = g, site
+		if err == nil {
+			out[site] = g
 		}
 	}
-	return best, from
+	return out
 }
 
 // abandonedRaise is who raised generation gen of brokerID and gave its

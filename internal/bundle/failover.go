@@ -128,7 +128,7 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 // watchGeneration polls the brokerId's generation in ZooKeeper while s
 // runs and tells s about a newer one (another site was promoted): s then
 // steps down and the broker refuses puts. It returns when ctx ends.
-func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, g *ackGuard, every time.Duration) {
+func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, held uint64, g *ackGuard, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -139,12 +139,15 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 			// With one ensemble per site this site's may have missed a
 			// promotion elsewhere; the other sites' ensembles this bundle
 			// reaches are read too before a confirmation.
-			if other, site := b.otherGenerations(ctx); other > gen {
-				s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
+			reads := b.generationReads(ctx, gen)
+			for site, other := range reads {
+				if other > gen {
+					s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
+				}
 			}
 			s.ObserveGeneration(gen, "ZooKeeper")
 			if !s.Fence().SteppedDown {
-				g.confirm(readStart)
+				b.confirmGeneration(g, held, reads, readStart)
 			}
 		} else if ctx.Err() == nil {
 			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
@@ -268,14 +271,17 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	}
 
 	rc := b.receiver()
-	// A former master taking mastership back follows no one: its receiver
-	// may not have begun a stream (nothing to stop, nothing behind).
-	if rc == nil || (rc.Receiver() == nil && o.ReclaimFrom == 0) {
+	if rc == nil {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
-	var st georeplicator.ReceiverStatus
-	if r := rc.Receiver(); r != nil {
-		st = r.Status()
+	// A former master taking mastership back follows no one: its receiver
+	// may not have begun a stream (nothing to stop, nothing behind). Nor
+	// has a demoted former master that waits for its new master's
+	// replication address: its master's silence counts from when it began
+	// waiting (linkStatus), as any slave's that never heard from a master.
+	st, ok := rc.linkStatus()
+	if !ok && o.ReclaimFrom == 0 {
+		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
 	var fenceSession int64 // a dead master's session whose master node this promotion takes
 	if !force {
@@ -795,6 +801,13 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 		err = fmt.Errorf("it did not leave this master's link: %w", err)
 	}
 	if err != nil {
+		// The new master may have raised the generation in ensembles this
+		// site does not read (one per site, the link and gossip to it cut):
+		// with [replication] sites this master acknowledges again only once
+		// a majority of the listed sites' ensembles confirm its generation.
+		if sc := b.failover.role.shipper(); sc != nil && sc.guard != nil {
+			sc.guard.lapse()
+		}
 		allow()
 		b.log.Error("FAILOVER: the new master did not take over; this master takes puts again", "to", name, "generation", id.Generation(), "err", err)
 		return rep, fmt.Errorf("switchover: handed over to %s, but %w; this master takes puts again at generation %d", name, err, id.Generation())
@@ -1221,13 +1234,16 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 	if rc == nil || rc.Connected() {
 		return false, "this site reaches its master"
 	}
-	r := rc.Receiver()
-	if r == nil {
+	// A demoted former master that waits for its new master's replication
+	// address runs no stream receiver; it counts as one that never heard
+	// from a master since it began waiting (linkStatus).
+	st, ok := rc.linkStatus()
+	if !ok {
 		return false, "this site runs no stream receiver: it does not know how far it got in the master's log"
 	}
 	brokerID := b.Config().System.BrokerID
 	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
-		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, r.Status())}
+		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, st)}
 	if id, err := b.identity(); err == nil {
 		f.KnownGeneration = id.Generation()
 	}

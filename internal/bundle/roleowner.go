@@ -115,6 +115,7 @@ func (o *roleOwner) receiver() *receiverComponent {
 // (the receiver it followed with is already stopped).
 func (o *roleOwner) startShipper(ctx context.Context, b *Bundle) (*shipperComponent, error) {
 	sc := newShipperComponent()
+	sc.raised = true
 	if err := sc.Start(ctx, b); err != nil {
 		return nil, err
 	}

@@ -559,3 +559,67 @@ func ClassGeneration(next uint64, site string, sites []string) (uint64, bool) {
 	m := uint64(len(sites))
 	return next + (uint64(ord)+m-next%m)%m, true
 }
+
+// ConfirmFacts are what a master knows when it asks whether a round of
+// reads of the generation confirms the one it holds, which lets it
+// acknowledge puts for the acknowledgement bound (MayAcknowledge).
+type ConfirmFacts struct {
+	Site string
+	// Sites is [replication] sites (empty: not configured).
+	Sites []string
+	// Generation is the generation this master holds.
+	Generation uint64
+	// Returning: this master has no confirmation within the bound, and
+	// did not raise its generation itself just now: it was started (the
+	// unit's command after a crash or a stop), or paused (SIGSTOP, a
+	// frozen VM) or cut off from its ZooKeeper for longer than the bound.
+	// Another site may have been promoted meanwhile, in ensembles this
+	// site's does not hear from.
+	Returning bool
+	// Read is the generation this round read in each site's ensemble it
+	// reached, by site: this site's own, a site that shares this site's
+	// ensemble (the same read), and the other sites' ensembles it holds
+	// a session to.
+	Read map[string]uint64
+}
+
+// ConfirmsGeneration reports whether a round of reads confirms a master's
+// generation, and why not. This site's own ensemble must have been read
+// and no read may show a newer generation (the master steps down then).
+// With [replication] sites listed, a returning master's generation must
+// also be the newest in a majority of the listed sites' ensembles: its
+// own ensemble may have missed the raise of a promotion that won in the
+// others (its site was cut off when it was raised, and gossip and the
+// replication link to the new master are cut), and a master that
+// acknowledged on its own ensemble's word would take puts at a generation
+// that was replaced. A master that keeps confirming within the bound, or
+// that raised its generation itself (a promotion; a forced one must work
+// while other ensembles are unreachable), keeps today's rule: its own
+// ensemble suffices. Without the list the rule is the same for every
+// master: its own ensemble.
+func ConfirmsGeneration(f ConfirmFacts) (bool, string) {
+	if _, ok := f.Read[f.Site]; !ok {
+		return false, "this site's ZooKeeper was not read"
+	}
+	for site, g := range f.Read {
+		if g > f.Generation {
+			return false, fmt.Sprintf("site %s's ZooKeeper has generation %d, newer than this master's %d", site, g, f.Generation)
+		}
+	}
+	if len(f.Sites) == 0 || !f.Returning {
+		return true, ""
+	}
+	var confirmed, missing []string
+	for _, s := range f.Sites {
+		if _, ok := f.Read[s]; ok {
+			confirmed = append(confirmed, s)
+		} else {
+			missing = append(missing, s)
+		}
+	}
+	if !Majority(len(confirmed), len(f.Sites)) {
+		return false, fmt.Sprintf("a returning master acknowledges only once its generation %d is the newest in a majority of the [replication] sites' ZooKeeper ensembles: "+
+			"it is in %d of %d (%v); not read: %v", f.Generation, len(confirmed), len(f.Sites), confirmed, missing)
+	}
+	return true, ""
+}

@@ -440,3 +440,31 @@ func TestSharedGeneration(t *testing.T) {
 		})
 	}
 }
+
+func TestConfirmsGeneration(t *testing.T) {
+	sites := []string{"bj", "gz", "hf"}
+	for _, tc := range []struct {
+		name string
+		f    ConfirmFacts
+		want bool
+	}{
+		{"own ensemble not read", ConfirmFacts{Site: "bj", Generation: 2, Read: map[string]uint64{"hf": 2, "gz": 2}}, false},
+		{"no list: own ensemble suffices", ConfirmFacts{Site: "bj", Generation: 2, Returning: true, Read: map[string]uint64{"bj": 2}}, true},
+		{"no list: a newer generation elsewhere", ConfirmFacts{Site: "bj", Generation: 0, Read: map[string]uint64{"bj": 0, "hf": 2}}, false},
+		{"list, confirmed within the bound: own ensemble suffices", ConfirmFacts{Site: "bj", Sites: sites, Generation: 0, Read: map[string]uint64{"bj": 0}}, true},
+		{"list, returning, own ensemble only: the raise may have won in the others", ConfirmFacts{Site: "bj", Sites: sites, Generation: 0, Returning: true, Read: map[string]uint64{"bj": 0}}, false},
+		{"list, returning, majority of ensembles", ConfirmFacts{Site: "bj", Sites: sites, Generation: 0, Returning: true, Read: map[string]uint64{"bj": 0, "gz": 0}}, true},
+		{"list, returning, another ensemble lags (older generation)", ConfirmFacts{Site: "hf", Sites: sites, Generation: 2, Returning: true, Read: map[string]uint64{"hf": 2, "bj": 0}}, true},
+		{"list, returning, majority read but one is newer", ConfirmFacts{Site: "bj", Sites: sites, Generation: 0, Returning: true, Read: map[string]uint64{"bj": 0, "gz": 0, "hf": 2}}, false},
+		{"list, returning, a site outside the list does not count", ConfirmFacts{Site: "bj", Sites: sites, Generation: 0, Returning: true, Read: map[string]uint64{"bj": 0, "sh": 0}}, false},
+		{"list of five, returning, three read", ConfirmFacts{Site: "a", Sites: []string{"a", "b", "c", "d", "e"}, Generation: 4, Returning: true, Read: map[string]uint64{"a": 4, "c": 4, "e": 3}}, true},
+		{"list of four, returning, two read: no majority", ConfirmFacts{Site: "a", Sites: []string{"a", "b", "c", "d"}, Generation: 4, Returning: true, Read: map[string]uint64{"a": 4, "c": 4}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := ConfirmsGeneration(tc.f)
+			if got != tc.want || (!got && why == "") {
+				t.Fatalf("ConfirmsGeneration(%+v) = %v, %q; want %v", tc.f, got, why, tc.want)
+			}
+		})
+	}
+}
