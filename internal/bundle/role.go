@@ -21,7 +21,10 @@ import (
 // master restarted with its unchanged server.ini comes back as a slave of
 // the current master, never as a second master, and a promoted site
 // restarted with `start slave` comes back as master of the generation it
-// won (a newer generation elsewhere still makes it step down and rejoin).
+// won, unless ZooKeeper already has a newer one (its site's ensemble, or
+// another site's recorded ensemble it reaches): it then starts as the
+// slave its command says. A newer generation seen later still makes it
+// step down and rejoin.
 // `metaq-server role -clear` removes the record.
 
 // identityFile is where a site's replication identity lives.
