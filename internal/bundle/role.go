@@ -21,7 +21,10 @@ import (
 // master restarted with its unchanged server.ini comes back as a slave of
 // the current master, never as a second master, and a promoted site
 // restarted with `start slave` comes back as master of the generation it
-// won (a newer generation elsewhere still makes it step down and rejoin).
+// won, unless ZooKeeper already has a newer one (its site's ensemble, or
+// another site's recorded ensemble it reaches): it then starts as the
+// slave its command says. A newer generation seen later still makes it
+// step down and rejoin.
 // `metaq-server role -clear` removes the record.
 
 // identityFile is where a site's replication identity lives.
@@ -116,10 +119,22 @@ func (b *Bundle) applyPersistedRole() error {
 	if r.Name == georeplicator.RoleMaster && b.zkEnabled() {
 		// A newer generation took over while this site was down: it starts
 		// as configured (a slave) rather than as a master that would only
-		// step down again.
-		if gen, err := b.zkGeneration(); err == nil && gen > r.Generation {
+		// step down again. With one ensemble per site, this site's own may
+		// have missed that promotion (it was cut off or down while the
+		// generation was raised in the others): the other sites' ensembles
+		// it reaches tell too, before it acknowledges a put as master of
+		// the old generation.
+		gen, err := b.zkGeneration()
+		where := "ZooKeeper"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		other, site, _ := b.recordedGenerations(ctx)
+		cancel()
+		if other > gen {
+			gen, where, err = other, "site "+site+"'s ZooKeeper", nil
+		}
+		if err == nil && gen > r.Generation {
 			b.log.Warn("FAILOVER: this site was master of generation "+strconv.FormatUint(r.Generation, 10)+
-				", but ZooKeeper has generation "+strconv.FormatUint(gen, 10)+": starting as the slave the command line says", "file", identityFile(cfg.System.DataPath))
+				", but "+where+" has generation "+strconv.FormatUint(gen, 10)+": starting as the slave the command line says", "file", identityFile(cfg.System.DataPath))
 			return nil
 		}
 	}
