@@ -1014,10 +1014,11 @@ func (s *Store) maybeRoll() {
 	s.waitSealed() // the previous roll's, so spans are added in segment order
 	if j := w.sealing; j != nil && j.err != nil {
 		// It failed (the disk was full): its segment's blocks are still
-		// in memory, ahead of the active segment's. Sealing this segment
-		// first would put a span after them, which no lookup expects
-		// (reads spun in chunks for ever). So that sealing is done again
-		// first, and the active segment grows until it succeeds.
+		// in memory, ahead of the active segment's. Rolling now would
+		// seal the active segment into a span after them, which no
+		// lookup expects (reads spun in chunks for ever). So that
+		// sealing is done again first, and the active segment grows
+		// until it succeeds.
 		s.startSeal(resealJob(j))
 		return
 	}
