@@ -842,6 +842,7 @@ type sealJob struct {
 	sealed chan struct{}
 	done   chan struct{}
 	err    error // read after sealed
+	retry  int   // how many sealings of g failed before this one
 }
 
 // detachTails starts the sealing of g (no longer active): every tail
@@ -873,7 +874,10 @@ func (s *Store) detachTails(g *segment) *sealJob {
 // the .idx, then the footer, the spans, and the roll's checkpoint. A
 // failure leaves the blocks in memory (still read from there) and drops
 // the checkpoint, so the next start-up re-indexes the log; an error
-// writing the .idx refuses appends as any failed index write does.
+// writing the .idx refuses appends as any failed index write does. The
+// next roll seals the segment again before it goes ahead (resealJob):
+// the blocks of a segment that is not sealed must stay the partitions'
+// last ones before the active segment's, as no span may come after them.
 //
 // job.sealed is closed once the segment is sealed, before the checkpoint
 // is written: the next roll waits for the sealing, not for the
@@ -887,13 +891,25 @@ func (s *Store) seal(job *sealJob) {
 	if err == nil {
 		err = s.sealBlocks(g, job.ps, false)
 	}
+	if err != nil && g.isRemoved() {
+		// Retention took the segment away meanwhile (every chunk in it
+		// expired, its blocks with them): nothing is left to seal.
+		close(job.sealed)
+		return
+	}
 	if err != nil {
 		job.err = err
-		s.log.Error("STORE: cannot seal the log segment's index; the next start-up re-indexes the log", "segment", g.path, "err", err)
+		if job.retry == 0 {
+			s.log.Error("STORE: cannot seal the log segment's index; the next roll tries again first, the next start-up re-indexes the log",
+				"segment", g.path, "err", err)
+		}
 		s.writeFailed(err)
 		s.dropCheckpoint()
 		close(job.sealed)
 		return
+	}
+	if job.retry > 0 {
+		s.log.Info("STORE: sealed the log segment's index after its sealing had failed", "segment", g.path, "tries", job.retry+1)
 	}
 	ck := job.ckpt
 	if ck != nil && g.seq >= ck.seq0 && g.seq-ck.seq0 < uint32(len(ck.seqIdx)) {
@@ -941,10 +957,15 @@ func (s *Store) writeMemBlocks(job *sealJob) error {
 		p := x.p
 		p.mu.Lock()
 		// Retention may have dropped the block meanwhile; its bytes are
-		// in the .idx all the same.
+		// in the .idx all the same. After a failed sealing a fence may
+		// also have shortened it (cutIndexLocked gave it the crc of the
+		// entries it kept, the first ones of those written here).
 		for k := range p.blocks {
 			if b := &p.blocks[k]; b.g == g && b.at == x.ref.at && b.mem != nil {
-				b.crc, b.mem = crcs[i], nil
+				if b.n == x.ref.n {
+					b.crc = crcs[i]
+				}
+				b.mem = nil
 				break
 			}
 		}
@@ -953,12 +974,22 @@ func (s *Store) writeMemBlocks(job *sealJob) error {
 	return nil
 }
 
+// resealJob is a new sealing of the segment job failed to seal, for the
+// next roll to start before it goes ahead.
+func resealJob(job *sealJob) *sealJob {
+	return &sealJob{g: job.g, ps: job.ps, mem: job.mem, idxN: job.idxN, retry: job.retry + 1,
+		sealed: make(chan struct{}), done: make(chan struct{})}
+}
+
 // waitSeal waits for the last roll's sealing and checkpoint, if any (the
-// writer goroutine, or Close after it stopped).
+// writer goroutine, or Close after it stopped). A sealing that failed
+// stays, for the next roll to do again.
 func (s *Store) waitSeal() {
 	if j := s.w.sealing; j != nil {
 		<-j.done
-		s.w.sealing = nil
+		if j.err == nil {
+			s.w.sealing = nil
+		}
 	}
 }
 

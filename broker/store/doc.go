@@ -117,7 +117,14 @@
 // the sealing before the next roll, and for the sealing and its
 // checkpoint before any request that is not an append (a fence or a hole
 // may cut a block, a checkpoint vouches only for sealed segments) and at
-// Close.
+// Close. A sealing that fails (the disk full) leaves the segment's blocks
+// in memory, where reads find them, and drops the checkpoint; the next
+// roll seals that segment again before it goes ahead, and the active
+// segment grows until that succeeds, so the blocks of a segment not
+// sealed are always a partition's last ones before the active segment's
+// (no span comes after them). A read that finds no chunk at its offset in
+// the block the index points it to treats the block as damaged (see
+// repairBlock): it ends with what it has, never takes a chunk again.
 //
 // In memory each partition keeps one reference per block of the ACTIVE
 // segment (48 bytes: first offset and time, where it is, its crc, the
@@ -577,7 +584,10 @@
 // again), for the broker, whose write gate refuses puts meanwhile. A roll
 // that cannot create the next segment (no space, no descriptor) is not
 // fatal either: the active segment grows and the roll is retried after the
-// next append. The store keeps four file descriptors in reserve (see
+// next append. Nor is a roll's sealing that cannot write the sealed
+// segment's .idx for lack of space: the next roll seals it first (see
+// Indexes and memory), and the next start-up re-indexes the log (the
+// checkpoint is dropped). The store keeps four file descriptors in reserve (see
 // reserveFS) and gives one back when an open fails with EMFILE/ENFILE, so
 // rolls and checkpoints go on when client connections used up the rest.
 //

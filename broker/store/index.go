@@ -438,6 +438,18 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		}
 		sealed = sealed || loc.span != nil
 		ents, gen, err := s.blockAt(pid, loc, x)
+		k := -1
+		if err == nil {
+			k = sort.Search(len(ents), func(i int) bool { return ents[i].off > x }) - 1
+			if k < 0 || ents[k].off+int64(ents[k].n) <= x {
+				// The block found for x has no chunk holding it: the index
+				// is not what it must be (contiguous from the partition's
+				// first chunk to its end). Taking the last chunk before x
+				// again would not move x on, and the read would never end.
+				err = fmt.Errorf("store: index %s: %w: no chunk of partition %d at %d in the block found for it",
+					idxPathOf(loc.seg().path), errIndexDamaged, pid, x)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, errIndexDamaged) && !repaired {
 				repaired = true
@@ -447,24 +459,16 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 			}
 			return out, err
 		}
-		k := sort.Search(len(ents), func(i int) bool { return ents[i].off > x }) - 1
-		if k < 0 {
-			break
-		}
 		if out == nil {
 			// Room for the chunks want needs at this block's average chunk
 			// size, so a large read does not grow out a dozen times.
 			span := ents[len(ents)-1].off + int64(ents[len(ents)-1].n) - ents[0].off
 			out = make([]idxEntry, 0, min(want*int64(len(ents))/max(span, 1)+1, 1<<20))
 		}
-		progressed := false
+		// ents[k] holds x, so x moves on.
 		for ; k < len(ents) && x < off+want; k++ {
 			out = append(out, ents[k])
 			x = ents[k].off + int64(ents[k].n)
-			progressed = true
-		}
-		if !progressed {
-			break
 		}
 	}
 	return out, nil

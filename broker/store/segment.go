@@ -66,6 +66,13 @@ func (g *segment) isSealed() bool {
 	return g.sealed
 }
 
+// isRemoved reports whether retention took the segment away.
+func (g *segment) isRemoved() bool {
+	g.idxMu.RLock()
+	defer g.idxMu.RUnlock()
+	return g.removed
+}
+
 // close closes the segment's files.
 func (g *segment) close() {
 	g.logMu.Lock()

@@ -140,7 +140,8 @@ type writerState struct {
 	// spareJob is a completed group commit kept for the next (newJob).
 	spareJob *syncJob
 	// sealing is the last roll's sealing of the segment it left, until
-	// waitSeal saw it done.
+	// waitSeal saw it done; one that failed stays until it is done again
+	// (maybeRoll).
 	sealing *sealJob
 }
 
@@ -1011,6 +1012,16 @@ func (s *Store) maybeRoll() {
 	}
 	t0 := time.Now()
 	s.waitSealed() // the previous roll's, so spans are added in segment order
+	if j := w.sealing; j != nil && j.err != nil {
+		// It failed (the disk was full): its segment's blocks are still
+		// in memory, ahead of the active segment's. Rolling now would
+		// seal the active segment into a span after them, which no
+		// lookup expects (reads spun in chunks for ever). So that
+		// sealing is done again first, and the active segment grows
+		// until it succeeds.
+		s.startSeal(resealJob(j))
+		return
+	}
 	if err := s.syncNow(); err != nil {
 		return
 	}
