@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/store"
@@ -17,6 +18,9 @@ type txnComponent struct {
 	mu  sync.Mutex
 	b   *Bundle
 	mgr *txn.Manager
+	// commitHook, tests only: called as a commit's batches go to the put
+	// route, before they reach the write gate.
+	commitHook atomic.Pointer[func()]
 }
 
 func newTxnComponent() *txnComponent { return &txnComponent{} }
@@ -35,7 +39,7 @@ func (c *txnComponent) Start(_ context.Context, b *Bundle) error {
 	}
 	mgr, err := txn.Open(txn.Options{
 		Dir:           filepath.Join(dir, "transactions"),
-		Store:         txnStore{b},
+		Store:         txnStore{b: b, hook: &c.commitHook},
 		NextID:        b.Store.NextID,
 		FlushAtCommit: cfg.System.FlushTxLogAtCommit,
 		MaxTimeout:    time.Duration(cfg.System.MaxTxTimeoutInSeconds) * time.Second,
@@ -86,7 +90,21 @@ func (c *txnComponent) Status() any {
 // commit's messages take the broker's put route from its registration step
 // on (Broker.StoreValidated), so the write gate applies and a samsa master's
 // slave gets them like every other put; recovery reads the store.
-type txnStore struct{ b *Bundle }
+type txnStore struct {
+	b    *Bundle
+	hook *atomic.Pointer[func()]
+}
+
+var _ txn.GroupStore = txnStore{}
+
+// AppendGroup stores a commit's batches as one unit
+// (broker.Broker.StoreValidatedGroup).
+func (s txnStore) AppendGroup(ctx context.Context, appends []store.PartitionAppend) ([]store.AppendOutcome, error) {
+	if h := s.hook.Load(); h != nil {
+		(*h)()
+	}
+	return s.b.Broker.StoreValidatedGroup(ctx, appends)
+}
 
 func (s txnStore) Append(ctx context.Context, topic string, partition int, msgs []store.Message) ([]store.Appended, error) {
 	return s.b.Broker.StoreValidated(ctx, topic, partition, msgs)

@@ -742,3 +742,93 @@ func TestGatewayTransactionAcrossSwitchover(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayTransactionCommitFencedMidway: a producer at hf commits a
+// local transaction over the 8 partitions of a topic through hf's
+// gateway, and bj starts to hand over to gz while that commit is on its
+// way to bj's store (the commit's store call waits until bj refuses
+// writes). The commit is stored at bj as one unit or not at all: it is
+// not answered as committed, and none of its messages is at gz (the new
+// master), at bj or at hf, rather than the partitions bj stored before
+// its writes stopped.
+func TestGatewayTransactionCommitFencedMidway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	const parts = 8
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, topics: fmt.Sprintf("[topic=ledger]\nnumPartitions=%d\n", parts),
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	p := dialWire(t, hf.Broker.Addr().String())
+	const session = "10.0.0.9-1370000000000-7"
+	key := "TX:" + session + ":1"
+	if r := p.result(&wire.Transaction{TxKey: key, SessionID: session, Type: wire.TxBegin}); r.Code != wire.StatusOK {
+		t.Fatalf("BEGIN at hf: %d %s", r.Code, r.Body)
+	}
+	mine := map[string]bool{}
+	for i := range parts {
+		body := fmt.Sprintf("fenced-%d", i)
+		r := p.result(&wire.Put{Topic: "ledger", Partition: int32(i), Checksum: wire.Checksum([]byte(body)), TxKey: key, Body: []byte(body)})
+		if r.Code != wire.StatusOK {
+			t.Fatalf("put %s at hf: %d %s", body, r.Code, r.Body)
+		}
+		mine[body] = true
+	}
+
+	// bj's commit reaches its store step; the switchover starts there and
+	// the commit goes on once bj refuses writes.
+	type outcome struct {
+		rep SwitchoverReport
+		err error
+	}
+	switched := make(chan outcome, 1)
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				rep, err := bj.Switchover(ctx, "gz", "")
+				switched <- outcome{rep, err}
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for bj.Broker.WriteRefusal() == nil && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	mustComp[*txnComponent](t, bj).commitHook.Store(&hook)
+	r := p.result(&wire.Transaction{TxKey: key, SessionID: session, Type: wire.TxCommitOnePhase})
+	t.Logf("COMMIT while bj's writes stop: %d %s", r.Code, r.Body)
+	o := <-switched
+	if o.err != nil {
+		t.Fatalf("switchover bj -> gz: %v", o.err)
+	}
+	if r.Code == wire.StatusOK {
+		t.Errorf("COMMIT answered OK though bj's writes stopped before its batches were stored")
+	}
+	if o.rep.To == "" {
+		t.Fatalf("switchover report names no new master: %+v", o.rep)
+	}
+	gz := s.site("gz")
+	// Something written at gz after the switchover reaches hf: hf has
+	// everything gz had before it.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if gz.Broker.WriteRefusal() != nil {
+			return errors.New("gz does not take writes yet")
+		}
+		return nil
+	})
+	for _, name := range []string{"gz", "bj", "hf"} {
+		n := 0
+		for _, body := range bodiesByID(t, s.site(name), "ledger") {
+			if mine[body] {
+				n++
+			}
+		}
+		if n != 0 {
+			t.Errorf("%s holds %d of the %d messages of a commit answered %d %q: some partitions stored, not the others", name, n, parts, r.Code, r.Body)
+		}
+	}
+}
