@@ -492,6 +492,15 @@ func (m *Manager) afterWriteLocked(decision bool) error {
 // Prepare is XA PREPARE: VoteRDOnly (and the transaction ends) when nothing
 // was put, else VoteOK once the prepare is journaled.
 func (m *Manager) Prepare(conn ConnID, key string) (int, error) {
+	return m.prepare(conn, key, "")
+}
+
+// prepare is Prepare; refused, when not empty, is why this broker refuses
+// writes: a transaction with messages is then not prepared (XAER_RMFAIL),
+// since a broker that refuses writes (a replica, a master handing over)
+// could not commit it, and a master that hands over does not hand its
+// prepared transactions on.
+func (m *Manager) prepare(conn ConnID, key, refused string) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, err := m.getLocked(conn, key)
@@ -506,6 +515,9 @@ func (m *Manager) Prepare(conn ConnID, key string) (int, error) {
 		delete(m.xa, key)
 		return VoteRDOnly, nil
 	case stateInUse:
+		if refused != "" {
+			return 0, &XAError{XAErrRMFail, "Cannot prepare XA transaction '" + key + "' now: this broker refuses writes (" + refused + "); roll it back"}
+		}
 		if err := m.j.append(kindPrepare, &record{Key: key}); err != nil {
 			return 0, err
 		}
@@ -827,6 +839,20 @@ func (m *Manager) Recover(uq string) []string {
 	}
 	for key, t := range m.heur {
 		if uq == "" || t.uq == uq {
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Prepared lists the prepared XA transactions (not the heuristic records).
+func (m *Manager) Prepared() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for key, t := range m.xa {
+		if t.state == statePrepared {
 			out = append(out, key)
 		}
 	}

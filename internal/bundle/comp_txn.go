@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,4 +117,40 @@ func (s txnStore) Read(topic string, partition int, offset int64, maxBytes int) 
 
 func (s txnStore) Partition(topic string, partition int) (store.PartitionInfo, error) {
 	return s.b.Store.Partition(topic, partition)
+}
+
+// maxListedXA bounds the transactions a refused switchover names.
+const maxListedXA = 10
+
+// preparedXARefusal is why this master cannot hand over while it holds
+// prepared XA transactions, or nil. Their journal is this broker's alone
+// (MetaQ's slaves do not get it either): a new master would not list them
+// in RECOVER, nor commit or roll them back, while this broker, demoted,
+// could not commit them. Called with writes refused, when no new PREPARE
+// succeeds (txn.Handler refuses them).
+func (b *Bundle) preparedXARefusal() error {
+	c := compOf[*txnComponent](b)
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	mgr := c.mgr
+	c.mu.Unlock()
+	if mgr == nil {
+		return nil
+	}
+	keys := mgr.Prepared()
+	if len(keys) == 0 {
+		return nil
+	}
+	list := keys
+	if len(list) > maxListedXA {
+		list = list[:maxListedXA]
+	}
+	more := ""
+	if len(keys) > len(list) {
+		more = fmt.Sprintf(" and %d more", len(keys)-len(list))
+	}
+	return fmt.Errorf("switchover: this master holds %d prepared XA transactions (%s%s), which a new master would not know: commit or roll them back through their transaction manager (RECOVER here lists them), then switch over",
+		len(keys), strings.Join(list, ", "), more)
 }
