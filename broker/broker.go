@@ -85,6 +85,10 @@ type Broker struct {
 	done        chan struct{}
 
 	retention *retention
+
+	// gatePassedHook, tests only: StoreValidatedGroup calls it between its
+	// gate check and its hand-off to the store.
+	gatePassedHook func()
 }
 
 type txHolder struct{ h TxHandler }

@@ -23,8 +23,9 @@
 // copy of the checks), registers a topic on its first put, and hands each
 // partition's batch to the store (or, on a sync master, to the syncMaster
 // in front of it), which answers the batch when its group commit returns.
-// A transaction's messages join the route at its commit
-// (Broker.StoreValidated). In front of the store step (or of the
+// A transaction's messages join the route at its commit, all its
+// partitions' batches with one gate check and one store hand-off
+// (Broker.StoreValidatedGroup). In front of the store step (or of the
 // syncMaster), siteSyncStore holds the answers of topics with minSyncSites
 // until that many slave sites of the cross-site replication
 // (SiteReplicator, the georeplicator's Shipper) fsynced them; with too few
@@ -109,7 +110,8 @@
 //
 // Broker.RefuseWrites(holder, Refusal) makes the broker refuse client
 // writes until AllowWrites(holder): plain puts, transactional puts (through
-// CheckPut) and transaction commits (StoreValidated) are answered, at the
+// CheckPut) and transaction commits (StoreValidatedGroup, one check for
+// all of a commit's partitions) are answered, at the
 // put route's validation step, with MetaQ's put failure text ending in
 // "Detail:<Reason>", code 403, or 503 when Refusal.Retry says the
 // condition should pass by itself. Several holders may refuse at once

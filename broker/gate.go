@@ -55,6 +55,12 @@ type writeGate struct {
 	// under mu: the write gateway (gateway.go) forwards only while its
 	// holder refuses.
 	holding atomic.Pointer[map[string]bool]
+	// refusals counts the calls to RefuseWrites. A write that reads it
+	// before its gate check and again once it reached the store learns
+	// whether writes were stopped in between (StoreValidatedGroup): a
+	// switchover makes its log durable right after refusing, so such a
+	// write may have landed after the point the new master starts from.
+	refusals atomic.Uint64
 }
 
 // refusedBy reports whether holder refuses client writes now.
@@ -90,6 +96,10 @@ func (b *Broker) RefuseWrites(holder string, r Refusal) {
 	}
 	g.holders[holder] = r
 	g.updateLocked()
+	// Counted after the refusal is in effect: a write that passed the
+	// gate before it and reads the count after reaching the store sees
+	// the count raised unless the refusal came after its store hand-off.
+	g.refusals.Add(1)
 	b.log.Warn("BROKER: refusing client writes", "holder", holder, "reason", r.Reason, "retry", r.Retry)
 }
 

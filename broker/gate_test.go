@@ -91,3 +91,51 @@ func TestUpdateRefusal(t *testing.T) {
 		t.Fatalf("UpdateRefusal brought back a withdrawn refusal: %+v", brk.WriteRefusal())
 	}
 }
+
+// TestStoreValidatedGroup: a group of several partitions' batches is
+// refused as a whole while writes are refused (ErrNotStored, nothing
+// stored), stored as a whole otherwise, and when writes begin to be
+// refused between its gate check and its hand-off to the store it is
+// stored but reported with ErrWritesStopped: a switchover may have handed
+// the new master a log that ends before it.
+func TestStoreValidatedGroup(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	group := func(tag string) []store.PartitionAppend {
+		return []store.PartitionAppend{
+			{Topic: "test", Partition: 0, Msgs: []store.Message{{Body: []byte(tag + "-a")}, {Body: []byte(tag + "-b")}}},
+			{Topic: "test", Partition: 1, Msgs: []store.Message{{Body: []byte(tag + "-c")}}},
+		}
+	}
+	brk.RefuseWrites("failover", Refusal{Reason: "switching over", Retry: true})
+	outs, err := brk.StoreValidatedGroup(context.Background(), group("refused"))
+	var ref *Refusal
+	if !errors.Is(err, ErrNotStored) || !errors.As(err, &ref) || ref.Reason != "switching over" || outs != nil {
+		t.Fatalf("group while refusing: %v %v", outs, err)
+	}
+	if partitionEnd(t, brk, "test", 0) != -1 || partitionEnd(t, brk, "test", 1) != -1 {
+		t.Fatal("a refused group was stored")
+	}
+	brk.AllowWrites("failover")
+
+	outs, err = brk.StoreValidatedGroup(context.Background(), group("stored"))
+	if err != nil || len(outs) != 2 || outs[0].Err != nil || outs[1].Err != nil || len(outs[0].Appended) != 2 || len(outs[1].Appended) != 1 {
+		t.Fatalf("group: %+v %v", outs, err)
+	}
+	end0, end1 := partitionEnd(t, brk, "test", 0), partitionEnd(t, brk, "test", 1)
+	if end0 <= 0 || end1 <= 0 {
+		t.Fatalf("group stored: partition ends %d %d", end0, end1)
+	}
+
+	brk.gatePassedHook = func() { brk.RefuseWrites("failover", Refusal{Reason: "switching over", Retry: true}) }
+	outs, err = brk.StoreValidatedGroup(context.Background(), group("stopped"))
+	brk.gatePassedHook = nil
+	if !errors.Is(err, ErrWritesStopped) || errors.Is(err, ErrNotStored) || !strings.Contains(err.Error(), "switching over") {
+		t.Fatalf("group whose writes stopped on the way: %v", err)
+	}
+	if len(outs) != 2 || outs[0].Err != nil || outs[1].Err != nil {
+		t.Fatalf("group whose writes stopped on the way: outcomes %+v", outs)
+	}
+	if e0, e1 := partitionEnd(t, brk, "test", 0), partitionEnd(t, brk, "test", 1); e0 <= end0 || e1 <= end1 {
+		t.Fatalf("group whose writes stopped on the way was not stored: ends %d %d, before %d %d", e0, e1, end0, end1)
+	}
+}

@@ -47,7 +47,8 @@ package broker
 // already on its way to the old master is answered by it: a commit there
 // after it was demoted fails (its writes are refused), never stored. XA
 // transactions are not tracked: a prepared one stays at the master it was
-// prepared at (recover there).
+// prepared at (recover there); a master refuses to switch over while it
+// holds one (internal/bundle).
 //
 // A put in a transaction to a topic this site does not forward is refused
 // here as any put to it is (the slave's 403); one to a topic with

@@ -42,6 +42,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"metaq/broker/config"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 )
@@ -859,4 +860,121 @@ func (b *Broker) StoreValidated(ctx context.Context, topic string, partition int
 	case <-ctx.Done():
 		return nil, fmt.Errorf("broker: store %d messages in %s-%d: %w", len(msgs), topic, partition, ctx.Err())
 	}
+}
+
+// ErrNotStored is wrapped by StoreValidatedGroup's error when nothing of
+// the write was handed to the store: the write gate refused it, or a topic
+// with minSyncSites has too few slave sites connected.
+var ErrNotStored = errors.New("broker: nothing stored")
+
+// ErrWritesStopped is wrapped by StoreValidatedGroup's error when client
+// writes began to be refused (RefuseWrites) after the write passed the gate
+// and before it reached the store. It was stored here (the outcomes say
+// where), but a switchover makes the log durable right after it refuses
+// writes and hands that point to the new master: a write that reached the
+// store after that point is not at the new master. Whether it did is not
+// known, so the write's outcome is unknown to whoever asked for it.
+var ErrWritesStopped = errors.New("broker: client writes were stopped while the write was on its way to the store")
+
+// StoreValidatedGroup is StoreValidated for the batches of several
+// partitions that must be stored together, a transaction's at its commit:
+// one check of the write gate for all of them and one hand-off to the
+// store, so a refusal (a switchover, a fence, a demotion) stops all of them
+// or none, and the store writes them in one log write with one fsync
+// (store.Store.AppendManyAsync), which replication ships up to a durable
+// end that covers all or none. On a synchronous (samsa) master and for
+// topics with minSyncSites each partition's batch is replicated on its
+// own: the gate is still checked once, but their outcomes are separate.
+//
+// The error wraps ErrNotStored when nothing was handed to the store (then
+// outs is nil), ErrWritesStopped when writes began to be refused on the
+// way (outs says what was stored), or the context's error when ctx ended
+// before the outcome was known (outs nil, the outcome unknown). Otherwise
+// outs has one outcome per append, in order.
+func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.PartitionAppend) ([]store.AppendOutcome, error) {
+	n := 0
+	for i, a := range appends {
+		n += len(a.Msgs)
+		if i > 0 && a.Topic == appends[i-1].Topic {
+			continue
+		}
+		if te := b.topicEntry(a.Topic); te.ok {
+			b.ensureTopic(ctx, a.Topic, te)
+		}
+	}
+	// The count is read before the gate is (see writeGate.refusals).
+	refusals := b.gate.refusals.Load()
+	if ref := b.writeRefusal(); ref != nil {
+		return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w: %w", n, len(appends), ErrNotStored, ref)
+	}
+	// A topic whose slave sites are not connected refuses the whole group
+	// here, not one partition's batch after another's was stored.
+	handedOffAtOnce := b.samsa == nil
+	for i, a := range appends {
+		if i > 0 && a.Topic == appends[i-1].Topic {
+			continue
+		}
+		te := b.topicEntry(a.Topic)
+		if !te.ok || te.tc.MinSyncSites <= 0 || te.tc.SyncDegrade == config.SyncDegradeAsync {
+			continue
+		}
+		rep := b.siteReplicator()
+		if rep != nil && b.awaitingSites() {
+			handedOffAtOnce = false // stored once the sites are back (siteSyncStore.awaitSites)
+			continue
+		}
+		if connected := b.connectedSites(); connected < te.tc.MinSyncSites {
+			return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w: topic %s is acknowledged at %d slave sites (minSyncSites) and %d are connected",
+				n, len(appends), ErrNotStored, a.Topic, te.tc.MinSyncSites, connected)
+		}
+	}
+	if b.gatePassedHook != nil {
+		b.gatePassedHook()
+	}
+	ch := make(chan []store.AppendOutcome, 1)
+	done := func(outs []store.AppendOutcome) { ch <- outs }
+	if gs, ok := b.puts.(groupStore); ok {
+		gs.storeGroup(b.ctx, appends, done)
+	} else {
+		outs := make([]store.AppendOutcome, len(appends))
+		var left atomic.Int32
+		left.Store(int32(len(appends)))
+		for i, a := range appends {
+			b.puts.storeBatch(b.ctx, a.Topic, a.Partition, a.Msgs, func(as []store.Appended, err error) {
+				outs[i] = store.AppendOutcome{Appended: as, Err: err}
+				if left.Add(-1) == 0 {
+					done(outs)
+				}
+			})
+		}
+	}
+	// The local store has queued the appends by now; a batch that reaches
+	// the store later (a samsa master's queue, sites awaited) is judged
+	// once it is stored.
+	stopped := false
+	if handedOffAtOnce {
+		stopped = b.gate.refusals.Load() != refusals
+	}
+	var outs []store.AppendOutcome
+	select {
+	case outs = <-ch:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w", n, len(appends), ctx.Err())
+	}
+	if !handedOffAtOnce {
+		stopped = b.gate.refusals.Load() != refusals
+	}
+	if stopped {
+		return outs, fmt.Errorf("broker: store %d messages in %d partitions: %w (%s)", n, len(appends), ErrWritesStopped, b.refusalText())
+	}
+	return outs, nil
+}
+
+// refusalText is the reason writes are refused now, or a note that they
+// are not any more.
+func (b *Broker) refusalText() string {
+	if r := b.writeRefusal(); r != nil {
+		return r.Reason
+	}
+	return "writes are accepted again"
 }

@@ -22,12 +22,31 @@
 // before the append: a lower bound for where the batch lands), done, rollback,
 // and heuristic (an operator's decision kept until FORGET).
 //
+// # Commit
+//
+// A commit's batches go to the Store as one unit when it is a GroupStore
+// (the broker's put route, Broker.StoreValidatedGroup): one check of the
+// broker's write gate and one log write, so a switchover or fence that
+// stops the master's writes meanwhile leaves all of the commit's
+// partitions stored or none. Its answers: committed; refused before
+// anything was stored (rolled back, XA_RBOTHER, or for a prepared XA
+// transaction still prepared, XAER_RMFAIL); or of unknown outcome
+// (XAER_RMFAIL, said in the text: a store failure, or writes stopped
+// after the gate let it pass, so it may have reached the log after the
+// point a new master starts from). The intent of a commit of unknown
+// outcome stays: a COMMIT sent again, or a restart, finishes it as below
+// (only the batches not found are stored), and it cannot be rolled back.
+// A commit refused before anything was stored is withdrawn in the journal:
+// a rollback entry, or for a prepared XA transaction a second prepare.
+//
 // The journal is replayed on Open. A torn tail (short entry or bad crc) is
 // where the journal ends: it is truncated. After replay a commit intent without
 // done is finished: each partition is searched from the recorded lower bound
 // for the batch's first message id, and the batch is appended only if it is
 // not there (the store writes one Append as one log entry, so a batch is
-// either wholly present or absent). Prepared XA transactions are restored;
+// either wholly present or absent). A finish the broker's write gate
+// refuses (it starts as a replica) is kept for a COMMIT sent again or the
+// next start. Prepared XA transactions are restored;
 // every other unfinished transaction is rolled back, as MetaQ does at restart.
 //
 // # fsync (flushTxLogAtCommit)

@@ -18,6 +18,12 @@ type PutChecker interface {
 	CheckPut(cmd *wire.Put) *wire.Result
 }
 
+// writeGate is a PutChecker that tells whether the broker refuses writes
+// (*broker.Broker).
+type writeGate interface {
+	WriteRefusal() *broker.Refusal
+}
+
 // Handler answers `transaction` commands and transactional puts for a
 // broker (it implements broker.TxHandler).
 type Handler struct {
@@ -48,7 +54,13 @@ func (h *Handler) Transaction(ctx context.Context, c broker.TxConn, cmd *wire.Tr
 	case wire.TxEnd:
 		return nil
 	case wire.TxPrepare:
-		vote, err := h.m.Prepare(conn, key)
+		refused := ""
+		if g, ok := h.check.(writeGate); ok {
+			if r := g.WriteRefusal(); r != nil {
+				refused = r.Reason
+			}
+		}
+		vote, err := h.m.prepare(conn, key, refused)
 		if err != nil {
 			return errResult(err)
 		}

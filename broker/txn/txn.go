@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"metaq/broker"
 	"metaq/broker/store"
 	"metaq/internal/clock"
 )
@@ -24,6 +25,7 @@ const (
 	XAErrRMErr  = -3  // XAER_RMERR
 	XAErrNotA   = -4  // XAER_NOTA
 	XAErrProto  = -6  // XAER_PROTO
+	XAErrRMFail = -7  // XAER_RMFAIL
 	XAHeurHaz   = 8   // XA_HEURHAZ
 	XAHeurCom   = 7   // XA_HEURCOM
 	XAHeurRB    = 6   // XA_HEURRB
@@ -52,6 +54,22 @@ func (e *notStartedError) Error() string {
 	return "Local transaction '" + e.key + "' has not been started."
 }
 func (e *notStartedError) Unwrap() error { return ErrNotStarted }
+
+// ErrNotStored is what a Store's error wraps when it refused a write before
+// storing any of it (the broker's write gate: broker.ErrNotStored).
+var ErrNotStored = broker.ErrNotStored
+
+// GroupStore is a Store that stores the batches of several partitions as
+// one unit: all or none of them reach the log, with one check of the
+// broker's write gate (broker.Broker.StoreValidatedGroup). Its error wraps
+// ErrNotStored when none was stored (outs nil); any other error with outs
+// says some or all may be stored (writes stopped on the way: the outcome is
+// unknown to the producer even when every outcome is a success); outs has
+// one outcome per append otherwise.
+type GroupStore interface {
+	Store
+	AppendGroup(ctx context.Context, appends []store.PartitionAppend) ([]store.AppendOutcome, error)
+}
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("txn: closed")
@@ -209,7 +227,9 @@ func (m *Manager) recover() error {
 					t.state = stateInUse
 				}
 			case kindPrepare:
-				t.state = statePrepared
+				// After an intent: a commit refused before it stored
+				// anything left the transaction prepared.
+				t.state, t.intent = statePrepared, nil
 			case kindIntent:
 				t.state, t.intent = stateCommitting, e.rec.Parts
 			case kindDone, kindRollback, kindForget:
@@ -227,7 +247,20 @@ func (m *Manager) recover() error {
 		}
 		switch {
 		case t.state == stateCommitting:
-			if err := m.finishCommit(t); err != nil {
+			if err := m.finishCommit(t); errors.Is(err, ErrNotStored) {
+				// The broker refuses writes (it starts as a replica, or
+				// until it confirms it is the master): the intent is kept,
+				// for a COMMIT sent again or the next start.
+				m.log.Warn("a commit interrupted by a crash cannot be finished now: writes are refused; kept for the next start", "tx", key, "err", err)
+				t.state = stateInUse
+				if t.xa {
+					t.state = statePrepared
+					m.xa[key] = t
+				} else {
+					m.local[key] = t
+				}
+				continue
+			} else if err != nil {
 				return fmt.Errorf("txn: finish commit of %s at start-up: %w", key, err)
 			}
 			m.log.Info("finished a commit interrupted by a crash", "tx", key, "messages", len(t.msgs))
@@ -262,12 +295,14 @@ func (m *Manager) snapshotLocked() []journalEntry {
 		for _, msg := range t.msgs {
 			out = append(out, journalEntry{kindPut, record{Key: t.key, Topic: msg.topic, Partition: msg.partition, ID: msg.id, Flag: msg.flag, Body: msg.body}})
 		}
-		switch t.state {
-		case statePrepared:
+		if t.state == statePrepared {
 			out = append(out, journalEntry{kindPrepare, record{Key: t.key}})
-		case stateCommitting:
+		}
+		switch {
+		case t.intent != nil && t.state < stateHeurCommit:
+			// A commit under way or of unknown outcome: a restart finishes it.
 			out = append(out, journalEntry{kindIntent, record{Key: t.key, Parts: t.intent}})
-		case stateHeurCommit, stateHeurRollback, stateHeurComplete:
+		case t.state >= stateHeurCommit:
 			out = append(out, journalEntry{kindHeuristic, record{Key: t.key, State: int(t.state)}})
 		}
 	}
@@ -457,6 +492,15 @@ func (m *Manager) afterWriteLocked(decision bool) error {
 // Prepare is XA PREPARE: VoteRDOnly (and the transaction ends) when nothing
 // was put, else VoteOK once the prepare is journaled.
 func (m *Manager) Prepare(conn ConnID, key string) (int, error) {
+	return m.prepare(conn, key, "")
+}
+
+// prepare is Prepare; refused, when not empty, is why this broker refuses
+// writes: a transaction with messages is then not prepared (XAER_RMFAIL),
+// since a broker that refuses writes (a replica, a master handing over)
+// could not commit it, and a master that hands over does not hand its
+// prepared transactions on.
+func (m *Manager) prepare(conn ConnID, key, refused string) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, err := m.getLocked(conn, key)
@@ -471,6 +515,9 @@ func (m *Manager) Prepare(conn ConnID, key string) (int, error) {
 		delete(m.xa, key)
 		return VoteRDOnly, nil
 	case stateInUse:
+		if refused != "" {
+			return 0, &XAError{XAErrRMFail, "Cannot prepare XA transaction '" + key + "' now: this broker refuses writes (" + refused + "); roll it back"}
+		}
 		if err := m.j.append(kindPrepare, &record{Key: key}); err != nil {
 			return 0, err
 		}
@@ -484,8 +531,20 @@ func (m *Manager) Prepare(conn ConnID, key string) (int, error) {
 	return 0, &XAError{XAErrProto, "Cannot call prepare now."}
 }
 
-// Commit appends the transaction's messages to their partitions, one batch
-// per partition in arrival order, and answers once they are stored.
+// Commit stores the transaction's messages, one batch per partition in
+// arrival order, all of them as one unit when the Store is a GroupStore,
+// and answers once they are stored. Its outcomes:
+//
+//   - nil: every partition's batch is stored;
+//   - nothing stored (the write gate refused the commit, see GroupStore):
+//     a local or one-phase transaction is rolled back (XA_RBOTHER, its
+//     messages dropped); a prepared XA transaction stays prepared
+//     (XAER_RMFAIL: commit it again, or roll it back);
+//   - anything else (a store failure, writes stopped while the batches were
+//     on their way, ctx ended): the outcome is unknown (XAER_RMFAIL, the
+//     text saying so). The commit intent stays in the journal: a COMMIT sent
+//     again finishes it, storing only the batches not found in their
+//     partitions, and so does a restart.
 func (m *Manager) Commit(ctx context.Context, conn ConnID, key string, onePhase bool) error {
 	m.mu.Lock()
 	t, err := m.getLocked(conn, key)
@@ -522,38 +581,71 @@ func (m *Manager) Commit(ctx context.Context, conn ConnID, key string, onePhase 
 		m.mu.Unlock()
 		return nil
 	}
-	intent, err := m.planLocked(t)
-	if err == nil {
-		err = m.j.append(kindIntent, &record{Key: key, Parts: intent})
+	// An intent left by a commit whose outcome was unknown is finished,
+	// not planned again: its batches found in their partitions are not
+	// stored twice.
+	again := t.intent != nil
+	if !again {
+		intent, err := m.planLocked(t)
+		if err == nil {
+			err = m.j.append(kindIntent, &record{Key: key, Parts: intent})
+		}
+		if err == nil {
+			err = m.afterWriteLocked(true)
+		}
+		if err != nil {
+			m.mu.Unlock()
+			return &XAError{XARBOther, "STORE COMMIT FAILED: " + err.Error()}
+		}
+		t.intent = intent
 	}
-	if err == nil {
-		err = m.afterWriteLocked(true)
-	}
-	if err != nil {
-		m.mu.Unlock()
-		return &XAError{XARBOther, "STORE COMMIT FAILED: " + err.Error()}
-	}
-	t.state, t.intent, t.deadline = stateCommitting, intent, time.Time{}
+	before := t.state
+	t.state, t.deadline = stateCommitting, time.Time{}
 	m.mu.Unlock()
 
-	err = m.appendBatches(ctx, t, nil)
+	var skip func(p intentPart) (bool, error)
+	if again {
+		skip = m.batchPresent
+	}
+	stored, err := m.appendCommit(ctx, t, skip)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err != nil {
-		// The intent stays in the journal: a restart finishes the commit, and
-		// so does a retried COMMIT from the client.
-		t.state = statePrepared
-		if !t.xa {
-			t.state = stateInUse
+	if err == nil || stored {
+		if jerr := m.j.append(kindDone, &record{Key: key}); jerr == nil {
+			_ = m.afterWriteLocked(false)
 		}
-		return &XAError{XARBOther, "STORE COMMIT FAILED: " + err.Error()}
+		m.removeLocked(t)
+		if cerr := m.maybeCompactLocked(); cerr != nil && err == nil {
+			return cerr
+		}
+		if err != nil {
+			return &XAError{XAErrRMFail, "Transaction '" + key + "': outcome unknown: all its messages are stored at this broker, " +
+				"but its writes were stopped meanwhile (" + err.Error() + "): a new master may not have them"}
+		}
+		return nil
 	}
-	if jerr := m.j.append(kindDone, &record{Key: key}); jerr == nil {
-		_ = m.afterWriteLocked(false)
+	if !again && errors.Is(err, ErrNotStored) {
+		if t.xa && before == statePrepared {
+			// Still prepared: the intent is withdrawn by a second prepare
+			// entry, so a restart restores it as prepared, not committing.
+			t.state, t.intent = statePrepared, nil
+			if jerr := m.j.append(kindPrepare, &record{Key: key}); jerr == nil {
+				_ = m.afterWriteLocked(true)
+			}
+			return &XAError{XAErrRMFail, "XA transaction '" + key + "' was not committed, nothing of it is stored, it stays prepared: " + err.Error()}
+		}
+		t.state = before
+		if rerr := m.rollbackLocked(t); rerr != nil {
+			m.log.Error("journal the rollback of a commit refused before it was stored", "tx", key, "err", rerr)
+		}
+		return &XAError{XARBOther, "Transaction '" + key + "' was rolled back, nothing of it is stored: " + err.Error()}
 	}
-	m.removeLocked(t)
-	return m.maybeCompactLocked()
+	// The intent stays in the journal: a restart finishes the commit, and
+	// so does a COMMIT sent again.
+	t.state = before
+	return &XAError{XAErrRMFail, "Transaction '" + key + "': outcome unknown, some or all of its messages may be stored (" + err.Error() +
+		"); commit it again to finish it: what is stored is not stored twice"}
 }
 
 // planLocked groups messages by partition and records where each batch will
@@ -582,30 +674,80 @@ func (m *Manager) planLocked(t *tx) ([]intentPart, error) {
 	return parts, nil
 }
 
-// appendBatches writes each partition's batch; with skip, a batch already in
-// the partition (found by its first id) is left alone.
-func (m *Manager) appendBatches(ctx context.Context, t *tx, skip func(p intentPart) (bool, error)) error {
+// batchOf is the messages of t bound for p's partition, in arrival order.
+func batchOf(t *tx, p intentPart) []store.Message {
+	batch := make([]store.Message, 0, p.Count)
+	for _, msg := range t.msgs {
+		if msg.topic == p.Topic && msg.partition == p.Partition {
+			batch = append(batch, store.Message{ID: msg.id, Flag: msg.flag, Body: msg.body})
+		}
+	}
+	return batch
+}
+
+// appendCommit stores t's batches (with skip, those not already in their
+// partition) and reports whether all of them are stored now; its error
+// wraps ErrNotStored when the Store refused them before storing any. A
+// GroupStore stores them as one unit; another Store one partition after
+// the other (a refusal half way then is an unknown outcome, not
+// ErrNotStored).
+func (m *Manager) appendCommit(ctx context.Context, t *tx, skip func(p intentPart) (bool, error)) (bool, error) {
+	var appends []store.PartitionAppend
 	for _, p := range t.intent {
 		if skip != nil {
 			present, err := skip(p)
 			if err != nil {
-				return err
+				return false, fmt.Errorf("look for the batch of %s-%d: %w", p.Topic, p.Partition, err)
 			}
 			if present {
 				continue
 			}
 		}
-		batch := make([]store.Message, 0, p.Count)
-		for _, msg := range t.msgs {
-			if msg.topic == p.Topic && msg.partition == p.Partition {
-				batch = append(batch, store.Message{ID: msg.id, Flag: msg.flag, Body: msg.body})
+		appends = append(appends, store.PartitionAppend{Topic: p.Topic, Partition: p.Partition, Msgs: batchOf(t, p)})
+	}
+	if len(appends) == 0 {
+		return true, nil
+	}
+	gs, ok := m.opts.Store.(GroupStore)
+	if !ok {
+		for i, a := range appends {
+			if _, err := m.opts.Store.Append(ctx, a.Topic, a.Partition, a.Msgs); err != nil {
+				err = fmt.Errorf("append %d messages to %s-%d: %w", len(a.Msgs), a.Topic, a.Partition, err)
+				if i > 0 && errors.Is(err, ErrNotStored) {
+					err = fmt.Errorf("%d of %d batches stored, then: %s", i, len(appends), err.Error()) // no longer nothing stored
+				}
+				return false, err
 			}
 		}
-		if _, err := m.opts.Store.Append(ctx, p.Topic, p.Partition, batch); err != nil {
-			return fmt.Errorf("append %d messages to %s-%d: %w", len(batch), p.Topic, p.Partition, err)
+		return true, nil
+	}
+	outs, err := gs.AppendGroup(ctx, appends)
+	if len(outs) != len(appends) {
+		if err == nil {
+			err = fmt.Errorf("the store answered %d outcomes for %d batches", len(outs), len(appends))
+		}
+		return false, err
+	}
+	var failed []string
+	for i, o := range outs {
+		if o.Err != nil {
+			failed = append(failed, fmt.Sprintf("%s-%d: %v", appends[i].Topic, appends[i].Partition, o.Err))
 		}
 	}
-	return nil
+	switch {
+	case len(failed) > 0 && err != nil:
+		return false, fmt.Errorf("%w; %d of %d batches failed: %s", err, len(failed), len(appends), strings.Join(failed, "; "))
+	case len(failed) > 0:
+		return false, fmt.Errorf("%d of %d batches failed: %s", len(failed), len(appends), strings.Join(failed, "; "))
+	}
+	return true, err
+}
+
+// appendBatches writes each partition's batch; with skip, a batch already in
+// the partition (found by its first id) is left alone.
+func (m *Manager) appendBatches(ctx context.Context, t *tx, skip func(p intentPart) (bool, error)) error {
+	_, err := m.appendCommit(ctx, t, skip)
+	return err
 }
 
 // finishCommit completes a commit found half done in the journal.
@@ -655,6 +797,11 @@ func (m *Manager) Rollback(conn ConnID, key string) error {
 	if t.state == stateCommitting {
 		return &XAError{XAErrProto, "Cannot call rollback now."}
 	}
+	if t.intent != nil {
+		// Its commit's outcome was unknown: some of it may be stored, which
+		// a rollback cannot take back.
+		return &XAError{XAErrProto, "Cannot roll back transaction '" + key + "': its commit's outcome is unknown and some of it may be stored; commit it again to finish it."}
+	}
 	return m.rollbackLocked(t)
 }
 
@@ -692,6 +839,20 @@ func (m *Manager) Recover(uq string) []string {
 	}
 	for key, t := range m.heur {
 		if uq == "" || t.uq == uq {
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Prepared lists the prepared XA transactions (not the heuristic records).
+func (m *Manager) Prepared() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for key, t := range m.xa {
+		if t.state == statePrepared {
 			out = append(out, key)
 		}
 	}
@@ -763,6 +924,12 @@ func (m *Manager) ConnClosed(conn ConnID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, t := range m.local {
+		if t.conn == conn && t.intent != nil && t.state != stateCommitting {
+			// A commit of unknown outcome is not rolled back: a restart
+			// finishes it.
+			m.log.Warn("connection closed with a commit of unknown outcome; it is finished at the next start", "tx", t.key)
+			continue
+		}
 		if t.conn == conn && t.state != stateCommitting {
 			if err := m.rollbackLocked(t); err != nil {
 				m.log.Error("roll back transaction of closed connection", "tx", t.key, "err", err)
@@ -809,7 +976,7 @@ func (m *Manager) tickLoop() {
 }
 
 func (m *Manager) expireLocked(t *tx, now time.Time) {
-	if t.deadline.IsZero() || now.Before(t.deadline) || (t.state != stateStart && t.state != stateInUse) {
+	if t.deadline.IsZero() || now.Before(t.deadline) || (t.state != stateStart && t.state != stateInUse) || t.intent != nil {
 		return
 	}
 	m.log.Warn("transaction timed out; rolled back", "tx", t.key)

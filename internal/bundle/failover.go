@@ -766,6 +766,10 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 			hold.End() // what it held is stored here
 		}
 	}
+	if err := b.preparedXARefusal(); err != nil {
+		allow()
+		return rep, err
+	}
 	durableEnd := func() (int64, error) {
 		if err := b.Store.Flush(); err != nil {
 			return 0, err

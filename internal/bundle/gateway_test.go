@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker"
 	"metaq/broker/client"
 	"metaq/broker/store"
 	"metaq/broker/wire"
@@ -740,5 +741,171 @@ func TestGatewayTransactionAcrossSwitchover(t *testing.T) {
 				t.Errorf("%s holds %q %d times", name, body, n)
 			}
 		}
+	}
+}
+
+// TestGatewayTransactionCommitFencedMidway: a producer at hf commits a
+// local transaction over the 8 partitions of a topic through hf's
+// gateway, and bj starts to hand over to gz while that commit is on its
+// way to bj's store (the commit's store call waits until bj refuses
+// writes). The commit is stored at bj as one unit or not at all: it is
+// not answered as committed, and none of its messages is at gz (the new
+// master), at bj or at hf, rather than the partitions bj stored before
+// its writes stopped.
+func TestGatewayTransactionCommitFencedMidway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	const parts = 8
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, topics: fmt.Sprintf("[topic=ledger]\nnumPartitions=%d\n", parts),
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	p := dialWire(t, hf.Broker.Addr().String())
+	const session = "10.0.0.9-1370000000000-7"
+	key := "TX:" + session + ":1"
+	if r := p.result(&wire.Transaction{TxKey: key, SessionID: session, Type: wire.TxBegin}); r.Code != wire.StatusOK {
+		t.Fatalf("BEGIN at hf: %d %s", r.Code, r.Body)
+	}
+	mine := map[string]bool{}
+	for i := range parts {
+		body := fmt.Sprintf("fenced-%d", i)
+		r := p.result(&wire.Put{Topic: "ledger", Partition: int32(i), Checksum: wire.Checksum([]byte(body)), TxKey: key, Body: []byte(body)})
+		if r.Code != wire.StatusOK {
+			t.Fatalf("put %s at hf: %d %s", body, r.Code, r.Body)
+		}
+		mine[body] = true
+	}
+
+	// bj's commit reaches its store step; the switchover starts there and
+	// the commit goes on once bj refuses writes.
+	type outcome struct {
+		rep SwitchoverReport
+		err error
+	}
+	switched := make(chan outcome, 1)
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				rep, err := bj.Switchover(ctx, "gz", "")
+				switched <- outcome{rep, err}
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for bj.Broker.WriteRefusal() == nil && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	mustComp[*txnComponent](t, bj).commitHook.Store(&hook)
+	r := p.result(&wire.Transaction{TxKey: key, SessionID: session, Type: wire.TxCommitOnePhase})
+	t.Logf("COMMIT while bj's writes stop: %d %s", r.Code, r.Body)
+	o := <-switched
+	if o.err != nil {
+		t.Fatalf("switchover bj -> gz: %v", o.err)
+	}
+	if r.Code == wire.StatusOK {
+		t.Errorf("COMMIT answered OK though bj's writes stopped before its batches were stored")
+	}
+	if o.rep.To == "" {
+		t.Fatalf("switchover report names no new master: %+v", o.rep)
+	}
+	gz := s.site("gz")
+	// Something written at gz after the switchover reaches hf: hf has
+	// everything gz had before it.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if gz.Broker.WriteRefusal() != nil {
+			return errors.New("gz does not take writes yet")
+		}
+		return nil
+	})
+	for _, name := range []string{"gz", "bj", "hf"} {
+		n := 0
+		for _, body := range bodiesByID(t, s.site(name), "ledger") {
+			if mine[body] {
+				n++
+			}
+		}
+		if n != 0 {
+			t.Errorf("%s holds %d of the %d messages of a commit answered %d %q: some partitions stored, not the others", name, n, parts, r.Code, r.Body)
+		}
+	}
+}
+
+// TestSwitchoverWithPreparedXA: a producer at hf prepares an XA
+// transaction through hf's gateway at bj. A switchover of bj to gz between
+// the prepare and the commit is refused, naming the transaction (a new
+// master would not know it: RECOVER there would not list it), and bj
+// takes writes again: RECOVER through hf lists the transaction, its
+// COMMIT_TWO_PHASE succeeds, and the switchover then goes through, gz
+// holding the committed message. A PREPARE while bj refuses writes is
+// refused, not journaled.
+func TestSwitchoverWithPreparedXA(t *testing.T) {
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	const session, uq = "10.0.0.9-1370000000000-8", "XAProducer-hf"
+	xid := "XID:1:676c6f62616c31:6272616e636831:" + uq
+	tx := func(w *wireConn, key string, typ wire.TxType) *wire.Result {
+		return w.result(&wire.Transaction{TxKey: key, SessionID: session, Type: typ, UniqueQualifier: uq})
+	}
+	p := dialWire(t, hf.Broker.Addr().String())
+	if r := tx(p, xid, wire.TxBegin); r.Code != wire.StatusOK {
+		t.Fatalf("BEGIN at hf: %d %s", r.Code, r.Body)
+	}
+	body := "xa-across-switchover"
+	if r := p.result(&wire.Put{Topic: "orders", Partition: 1, Checksum: wire.Checksum([]byte(body)), TxKey: xid, Body: []byte(body)}); r.Code != wire.StatusOK {
+		t.Fatalf("put at hf: %d %s", r.Code, r.Body)
+	}
+	p.send(&wire.Transaction{TxKey: xid, SessionID: session, Type: wire.TxEnd, UniqueQualifier: uq}) // no answer
+	if r := tx(p, xid, wire.TxPrepare); r.Code != wire.StatusOK || string(r.Body) != "0" {
+		t.Fatalf("PREPARE at hf: %d %s, want XA_OK", r.Code, r.Body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := bj.Switchover(ctx, "gz", "")
+	if err == nil || !strings.Contains(err.Error(), "prepared XA transactions") || !strings.Contains(err.Error(), xid) {
+		t.Fatalf("switchover with a prepared XA transaction: %v, want refused naming %s", err, xid)
+	}
+	if r := bj.Broker.WriteRefusal(); r != nil {
+		t.Fatalf("bj refuses writes after the refused switchover: %+v", r)
+	}
+	// Another connection, as a transaction manager recovering.
+	tm := dialWire(t, hf.Broker.Addr().String())
+	if r := tx(tm, "null", wire.TxRecover); r.Code != wire.StatusOK || string(r.Body) != xid {
+		t.Fatalf("RECOVER through hf after the refused switchover: %d %q, want %s", r.Code, r.Body, xid)
+	}
+	if r := tx(tm, xid, wire.TxCommitTwoPhase); r.Code != wire.StatusOK {
+		t.Fatalf("COMMIT_TWO_PHASE through hf: %d %s", r.Code, r.Body)
+	}
+
+	// A PREPARE while bj refuses writes is not journaled.
+	xid2 := "XID:1:676c6f62616c32:6272616e636832:" + uq
+	if r := tx(p, xid2, wire.TxBegin); r.Code != wire.StatusOK {
+		t.Fatalf("BEGIN 2 at hf: %d %s", r.Code, r.Body)
+	}
+	if r := p.result(&wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum([]byte("xa-2")), TxKey: xid2, Body: []byte("xa-2")}); r.Code != wire.StatusOK {
+		t.Fatalf("put 2 at hf: %d %s", r.Code, r.Body)
+	}
+	bj.Broker.RefuseWrites("test", broker.Refusal{Reason: "a test fence", Retry: true})
+	if r := tx(p, xid2, wire.TxPrepare); r.Code == wire.StatusOK || !strings.Contains(string(r.Body), "code=-7") || !strings.Contains(string(r.Body), "a test fence") {
+		t.Fatalf("PREPARE while bj refuses writes: %d %s, want XAER_RMFAIL naming the refusal", r.Code, r.Body)
+	}
+	bj.Broker.AllowWrites("test")
+	if r := tx(p, xid2, wire.TxRollback); r.Code != wire.StatusOK {
+		t.Fatalf("ROLLBACK 2 at hf: %d %s", r.Code, r.Body)
+	}
+
+	s.switchover("bj", "gz")
+	gz := s.site("gz")
+	found := false
+	for _, b := range bodiesByID(t, gz, "orders") {
+		found = found || b == body
+	}
+	if !found {
+		t.Fatalf("gz does not hold %q, committed before the switchover", body)
 	}
 }

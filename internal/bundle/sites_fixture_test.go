@@ -42,6 +42,9 @@ type sitesSpec struct {
 	noGossip bool
 	// overlays is added to a site's overlay file, by site.
 	overlays map[string]string
+	// topics is added to the shared file after its orders topic (whole
+	// [topic=...] sections).
+	topics string
 	// keepPorts gives each site fixed MetaQ and gossip ports, which a
 	// restart keeps, as deploy/'s units do; otherwise every start picks
 	// new ones (and a restarted site is reached through ZooKeeper only:
@@ -124,6 +127,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	// Without configsync: its embedded NATS would stop with the master.
 	s.shared = strings.Replace(failoverINIZK(zk, s.zkRoot, repl), "[nats]\nbucket=metaq_config\n", "", 1)
+	s.shared += spec.topics
 	if spec.sessionTimeout > 0 {
 		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)
 	}
