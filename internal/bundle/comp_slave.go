@@ -89,8 +89,11 @@ func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 	c.master = newZKMetaQMaster(sctx, b.Registry, b.Config().System.BrokerID)
 	method, reason, watch, err := c.decide(ctx, nil)
 	if err != nil {
-		cancel()
-		return err
+		// ZooKeeper away at start (a site restarted by its unit during an
+		// outage): wait for it and the master's entries, as supervise does
+		// once running, rather than end the bundle.
+		method, watch = "", closedWatch()
+		reason = fmt.Sprintf("cannot read the master's entries in ZooKeeper yet (%v)", err)
 	}
 	if method != "" {
 		if err := c.switchTo(method, reason); err != nil {

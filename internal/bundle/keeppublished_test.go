@@ -127,3 +127,50 @@ func TestMasterStartsWhenPublishingFails(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSlaveStartsWhenZooKeeperCannotBeRead: a slave site started while the
+// master's entries in ZooKeeper cannot be read (a site restarted by its
+// unit during a ZooKeeper outage; the soak's seed 941075 ended there with
+// "start replication-slave: replication: read /meta/brokers/ids/1: zk:
+// could not connect to a server") starts and waits, and follows its master
+// once the entries can be read.
+func TestSlaveStartsWhenZooKeeperCannotBeRead(t *testing.T) {
+	zkAddr := zkWithFastKeeper(t)
+	zkRoot := multiSiteRoot(t, []string{zkAddr})
+	zc := zkClient(t, &testEnv{zk: zkAddr, root: zkRoot})
+	ids := zc.Paths().BrokerID(0)
+	root := t.TempDir()
+	shared := failoverINIZK(zkAddr, zkRoot, "")
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	ctx := context.Background()
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		_, _, err := zc.Get(ctx, ids+"/replication")
+		return err
+	})
+
+	raw, _, err := zk.Connect([]string{zkAddr}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(raw.Close)
+	// Nobody may list the master's entries (ADMIN kept, to give READ back).
+	if _, err := raw.SetACL(ids, zk.WorldACL(zk.PermAdmin), -1); err != nil {
+		t.Fatalf("make %s unreadable: %v", ids, err)
+	}
+	allow := func() {
+		if _, err := raw.SetACL(ids, zk.WorldACL(zk.PermAll), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Errorf("open %s again: %v", ids, err)
+		}
+	}
+	t.Cleanup(allow)
+
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, natsURL: mustComp[*configSyncComponent](t, bj).NATSURL()})
+	rc := mustComp[*receiverComponent](t, hf)
+	allow()
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if r := rc.Receiver(); r == nil || !r.Status().Connected {
+			return fmt.Errorf("hf does not follow bj: %+v", rc.SlaveStatus())
+		}
+		return nil
+	})
+}
