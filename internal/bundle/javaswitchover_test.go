@@ -25,7 +25,9 @@ type javaProducerAt struct {
 }
 
 // runJavaSwitchover runs deploy/'s layout (secret, mutual TLS, one
-// ZooKeeper per site) with [site] forwardPuts=true at every site, starts
+// ZooKeeper per site), timing (zk.zkSessionTimeoutMs=30000, gossip probes
+// every 500 ms, automatic failover after 1 s) and [replication]
+// sites=bj,gz,hf, with [site] forwardPuts=true at every site, starts
 // MetaQ 1.4.6's synchronous Java producer (FailoverProducer: one thread,
 // the next send once the last is answered) at each site through its own
 // site's view root in its own ensemble, and one at bj on the real root of
@@ -34,8 +36,12 @@ type javaProducerAt struct {
 func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, SwitchoverReport) {
 	tb.Helper()
 	fwd := "\n[site]\nforwardPuts=true\n"
-	s := newSites(tb, sitesSpec{deploy: true, perSiteZK: true,
-		overlays: map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}})
+	// deploy/'s timing and automatic failover, and its list of the
+	// deployment's sites (deploy/common/server.ini).
+	spec := autoFailoverDeploy()
+	spec.replication += "sites=bj,gz,hf\n"
+	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	s := newSites(tb, spec)
 	prods := []*javaProducerAt{
 		{name: "bj-view", site: "bj", root: s.zkRoot + "-view-bj", view: true},
 		{name: "hf-view", site: "hf", root: s.zkRoot + "-view-hf", view: true},
@@ -78,7 +84,7 @@ func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, Swi
 	return s, prods, rep
 }
 
-// TestJavaClientSwitchoverPerSiteZK: runJavaSwitchover (deploy/'s layout,
+// TestJavaClientSwitchoverPerSiteZK: runJavaSwitchover (deploy/'s layout, timing and sites list,
 // forwardPuts=true at every site, `switchover -to hf`):
 //
 //   - the Java producers that find the brokers through their own site's
@@ -109,7 +115,7 @@ func TestJavaClientSwitchoverPerSiteZK(t *testing.T) {
 		t.Skip("multi-site test skipped in -short mode")
 	}
 	s, prods, rep := runJavaSwitchover(t, cp)
-	t.Logf("switchover: writes stopped at bj for %s", rep.WritesStopped)
+	t.Logf("switchover: writes stopped at bj for %s; hf took generation %d", rep.WritesStopped, rep.Generation)
 	for _, p := range prods {
 		for _, f := range p.answered {
 			t.Errorf("%s: a send was answered with a failure: %s", p.name, f)
@@ -169,8 +175,8 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 			first = max(first, p.firstAtNew)
 		}
 		stopped += rep.WritesStopped
-		b.Logf("%s writes stopped at bj %s; first acknowledgement of a record new at hf %s after the command", round,
-			rep.WritesStopped.Round(time.Millisecond), first.Round(time.Millisecond))
+		b.Logf("%s writes stopped at bj %s; hf took generation %d; first acknowledgement of a record new at hf %s after the command", round,
+			rep.WritesStopped.Round(time.Millisecond), rep.Generation, first.Round(time.Millisecond))
 		maxFirst = max(maxFirst, first)
 		for _, name := range s.running() {
 			s.site(name).Close()
