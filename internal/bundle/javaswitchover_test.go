@@ -3,6 +3,7 @@ package bundle
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +161,7 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 	for i := range b.N {
 		s, prods, rep := runJavaSwitchover(b, cp)
 		var first time.Duration
+		reasons := map[string]int{} // failed attempts by their reason (addresses left out)
 		round := fmt.Sprintf("round %d/%d:", i+1, b.N)
 		for _, p := range prods {
 			failed := len(p.answered) + len(p.unanswered)
@@ -173,10 +175,15 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 			}
 			round += fmt.Sprintf(" %s %d failed/%d closes/%d acked;", p.name, failed, p.closes, len(p.acks))
 			first = max(first, p.firstAtNew)
+			for _, f := range append(p.answered, p.unanswered...) {
+				reasons[p.name+": "+failReason(f)]++
+			}
 		}
 		stopped += rep.WritesStopped
-		b.Logf("%s writes stopped at bj %s; hf took generation %d; first acknowledgement of a record new at hf %s after the command", round,
-			rep.WritesStopped.Round(time.Millisecond), rep.Generation, first.Round(time.Millisecond))
+		// One line a round: the testing package cuts a benchmark's log
+		// after a few lines.
+		b.Logf("%s writes stopped at bj %s; hf took generation %d; first acknowledgement of a record new at hf %s after the command; failed attempts by reason: %v", round,
+			rep.WritesStopped.Round(time.Millisecond), rep.Generation, first.Round(time.Millisecond), reasons)
 		maxFirst = max(maxFirst, first)
 		for _, name := range s.running() {
 			s.site(name).Close()
@@ -191,4 +198,16 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 	b.ReportMetric(float64(missing)/n, "acked-missing")
 	b.ReportMetric(float64(stopped.Milliseconds())/n, "writes-stopped-ms")
 	b.ReportMetric(float64(maxFirst.Milliseconds()), "max-first-at-new-ms")
+}
+
+// failReason is a failed send's line ("fail SEQ attempt N: reason") without
+// its numbers and broker addresses, so that equal reasons count together.
+func failReason(line string) string {
+	if _, r, ok := strings.Cut(line, ": "); ok {
+		line = r
+	}
+	if i := strings.Index(line, "failed.Detail:"); i >= 0 {
+		line = line[i+len("failed.Detail:"):]
+	}
+	return line
 }
