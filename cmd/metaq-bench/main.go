@@ -41,6 +41,7 @@ import (
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/cli"
+	"metaq/internal/clock"
 )
 
 type options struct {
@@ -564,14 +565,7 @@ func (p *pacer) wait(ctx context.Context) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, d)
 }
 
 // readers is the number of consumer connections, of -consumers and -groups.

@@ -1427,15 +1427,3 @@ func waitDisconnected(ctx context.Context, s *georeplicator.Shipper, name string
 		}
 	}
 }
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/internal/clock"
 	"metaq/internal/siterole"
 )
 
@@ -405,7 +406,7 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 		lastTaken = fmt.Sprintf("%s's ensemble holds generation %d raised by %q", last.site, last.held, last.heldBy.Site)
 		b.log.Info("FAILOVER: a forced raise found its generation taken; raising above it", "generation", gen, "attempt", attempt, "taken", lastTaken)
 		// A short random pause: two forced raises that keep meeting drift apart.
-		if err := sleepCtx(ctx, time.Duration(10+rand.IntN(90))*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, time.Duration(10+rand.IntN(90))*time.Millisecond); err != nil {
 			return 0, fmt.Errorf("a forced raise of the generation lost to other raises %d times (last: %s): %w", attempt, lastTaken, err)
 		}
 	}

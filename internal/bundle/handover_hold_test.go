@@ -16,10 +16,11 @@ import (
 // answered) with the project's client and no client retries, as MetaQ's
 // Java producer sends: every failed put counts.
 type syncProducer struct {
-	name string
-	mu   sync.Mutex
-	acks []holdAck
-	errs []error
+	name  string
+	mu    sync.Mutex
+	acks  []holdAck
+	errs  []error
+	errAt []time.Time // when each of errs came
 }
 
 type holdAck struct {
@@ -76,7 +77,7 @@ func checkAcksAt(t *testing.T, prods []*syncProducer, site *Bundle, name string)
 	total := 0
 	for _, p := range prods {
 		if len(p.errs) > 0 {
-			t.Errorf("%s: %d of %d sends failed, the first: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0])
+			t.Errorf("%s: %d of %d sends failed, the first: %v; the last: %v", p.name, len(p.errs), len(p.errs)+len(p.acks), p.errs[0], p.errs[len(p.errs)-1])
 		}
 		total += len(p.acks)
 		for _, a := range p.acks {
@@ -90,9 +91,43 @@ func checkAcksAt(t *testing.T, prods []*syncProducer, site *Bundle, name string)
 	return total
 }
 
+// dropFailures removes from p's failed sends those drop picks (by the
+// error and when it came), and returns them.
+func (p *syncProducer) dropFailures(drop func(err error, at time.Time) bool) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var kept, dropped []error
+	var keptAt []time.Time
+	for i, err := range p.errs {
+		if drop(err, p.errAt[i]) {
+			dropped = append(dropped, err)
+		} else {
+			kept, keptAt = append(kept, err), append(keptAt, p.errAt[i])
+		}
+	}
+	p.errs, p.errAt = kept, keptAt
+	return dropped
+}
+
+// firstAckAfter is the time of p's first acknowledgement after t, zero
+// when none.
+func (p *syncProducer) firstAckAfter(t time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.acks {
+		if a.at.After(t) {
+			return a.at
+		}
+	}
+	return time.Time{}
+}
+
 func (p *syncProducer) fail(err error) {
+	now := time.Now()
+	err = fmt.Errorf("at %s: %w", now.Format("15:04:05.000"), err)
 	p.mu.Lock()
 	p.errs = append(p.errs, err)
+	p.errAt = append(p.errAt, now)
 	p.mu.Unlock()
 }
 

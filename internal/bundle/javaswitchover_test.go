@@ -3,6 +3,7 @@ package bundle
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ type javaProducerAt struct {
 }
 
 // runJavaSwitchover runs deploy/'s layout (secret, mutual TLS, one
-// ZooKeeper per site) with [site] forwardPuts=true at every site, starts
+// ZooKeeper per site), timing (zk.zkSessionTimeoutMs=30000, gossip probes
+// every 500 ms, automatic failover after 1 s) and [replication]
+// sites=bj,gz,hf, with [site] forwardPuts=true at every site, starts
 // MetaQ 1.4.6's synchronous Java producer (FailoverProducer: one thread,
 // the next send once the last is answered) at each site through its own
 // site's view root in its own ensemble, and one at bj on the real root of
@@ -34,8 +37,12 @@ type javaProducerAt struct {
 func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, SwitchoverReport) {
 	tb.Helper()
 	fwd := "\n[site]\nforwardPuts=true\n"
-	s := newSites(tb, sitesSpec{deploy: true, perSiteZK: true,
-		overlays: map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}})
+	// deploy/'s timing and automatic failover, and its list of the
+	// deployment's sites (deploy/common/server.ini).
+	spec := autoFailoverDeploy()
+	spec.replication += "sites=bj,gz,hf\n"
+	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	s := newSites(tb, spec)
 	prods := []*javaProducerAt{
 		{name: "bj-view", site: "bj", root: s.zkRoot + "-view-bj", view: true},
 		{name: "hf-view", site: "hf", root: s.zkRoot + "-view-hf", view: true},
@@ -78,7 +85,7 @@ func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, Swi
 	return s, prods, rep
 }
 
-// TestJavaClientSwitchoverPerSiteZK: runJavaSwitchover (deploy/'s layout,
+// TestJavaClientSwitchoverPerSiteZK: runJavaSwitchover (deploy/'s layout, timing and sites list,
 // forwardPuts=true at every site, `switchover -to hf`):
 //
 //   - the Java producers that find the brokers through their own site's
@@ -109,7 +116,7 @@ func TestJavaClientSwitchoverPerSiteZK(t *testing.T) {
 		t.Skip("multi-site test skipped in -short mode")
 	}
 	s, prods, rep := runJavaSwitchover(t, cp)
-	t.Logf("switchover: writes stopped at bj for %s", rep.WritesStopped)
+	t.Logf("switchover: writes stopped at bj for %s; hf took generation %d", rep.WritesStopped, rep.Generation)
 	for _, p := range prods {
 		for _, f := range p.answered {
 			t.Errorf("%s: a send was answered with a failure: %s", p.name, f)
@@ -154,6 +161,7 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 	for i := range b.N {
 		s, prods, rep := runJavaSwitchover(b, cp)
 		var first time.Duration
+		reasons := map[string]int{} // failed attempts by their reason (addresses left out)
 		round := fmt.Sprintf("round %d/%d:", i+1, b.N)
 		for _, p := range prods {
 			failed := len(p.answered) + len(p.unanswered)
@@ -167,10 +175,15 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 			}
 			round += fmt.Sprintf(" %s %d failed/%d closes/%d acked;", p.name, failed, p.closes, len(p.acks))
 			first = max(first, p.firstAtNew)
+			for _, f := range append(p.answered, p.unanswered...) {
+				reasons[p.name+": "+failReason(f)]++
+			}
 		}
 		stopped += rep.WritesStopped
-		b.Logf("%s writes stopped at bj %s; first acknowledgement of a record new at hf %s after the command", round,
-			rep.WritesStopped.Round(time.Millisecond), first.Round(time.Millisecond))
+		// One line a round: the testing package cuts a benchmark's log
+		// after a few lines.
+		b.Logf("%s writes stopped at bj %s; hf took generation %d; first acknowledgement of a record new at hf %s after the command; failed attempts by reason: %v", round,
+			rep.WritesStopped.Round(time.Millisecond), rep.Generation, first.Round(time.Millisecond), reasons)
 		maxFirst = max(maxFirst, first)
 		for _, name := range s.running() {
 			s.site(name).Close()
@@ -185,4 +198,16 @@ func BenchmarkJavaSwitchover(b *testing.B) {
 	b.ReportMetric(float64(missing)/n, "acked-missing")
 	b.ReportMetric(float64(stopped.Milliseconds())/n, "writes-stopped-ms")
 	b.ReportMetric(float64(maxFirst.Milliseconds()), "max-first-at-new-ms")
+}
+
+// failReason is a failed send's line ("fail SEQ attempt N: reason") without
+// its numbers and broker addresses, so that equal reasons count together.
+func failReason(line string) string {
+	if _, r, ok := strings.Cut(line, ": "); ok {
+		line = r
+	}
+	if i := strings.Index(line, "failed.Detail:"); i >= 0 {
+		line = line[i+len("failed.Detail:"):]
+	}
+	return line
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"metaq/broker/registry"
 	"metaq/internal/testutil"
 )
 
@@ -60,7 +61,17 @@ func TestMasterRestoresItsRegistrations(t *testing.T) {
 			t.Fatal("status reports the master node registered while it is missing")
 		}
 	}
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+	waitRegistered(t, zc, bj, addr, 10*time.Second)
+}
+
+// waitRegistered waits until ids/0/replication holds the master's
+// replication address addr and ids/0/master its URL, and its status
+// reports the master node registered.
+func waitRegistered(t *testing.T, zc *registry.Registry, bj *Bundle, addr string, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ids := zc.Paths().BrokerID(0)
+	testutil.Eventually(t, timeout, 50*time.Millisecond, func() error {
 		data, _, err := zc.Get(ctx, ids+"/replication")
 		if err != nil || string(data) != addr {
 			return fmt.Errorf("ids/0/replication = %q (%v), want %s", data, err, addr)
@@ -69,8 +80,8 @@ func TestMasterRestoresItsRegistrations(t *testing.T) {
 		if err != nil || string(data) != bj.Broker.URL() {
 			return fmt.Errorf("ids/0/master = %q (%v), want %s", data, err, bj.Broker.URL())
 		}
-		if st := bj.Status(); !st.ZooKeeper.BrokerRegistered {
-			return errors.New("status does not report the master node registered again")
+		if st := bj.Status(); st.ZooKeeper == nil || !st.ZooKeeper.BrokerRegistered {
+			return errors.New("status does not report the master node registered")
 		}
 		return nil
 	})
@@ -115,17 +126,7 @@ func TestMasterStartsWhenPublishingFails(t *testing.T) {
 		t.Fatal("the replication address was written under a read-only node")
 	}
 	allow()
-	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
-		data, _, err := zc.Get(ctx, ids+"/replication")
-		if err != nil || string(data) != addr {
-			return fmt.Errorf("ids/0/replication = %q (%v), want %s", data, err, addr)
-		}
-		data, _, err = zc.Get(ctx, ids+"/master")
-		if err != nil || string(data) != bj.Broker.URL() {
-			return fmt.Errorf("ids/0/master = %q (%v), want %s", data, err, bj.Broker.URL())
-		}
-		return nil
-	})
+	waitRegistered(t, zc, bj, addr, 20*time.Second)
 }
 
 // TestSlaveStartsWhenZooKeeperCannotBeRead: a slave site started while the

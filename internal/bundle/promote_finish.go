@@ -12,6 +12,7 @@ import (
 	"metaq/broker"
 	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/clock"
 	"metaq/internal/siterole"
 	"metaq/topology"
 )
@@ -307,7 +308,7 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 			// generation within its watch period and steps down, or
 			// cannot confirm its own within ackBound and acknowledges
 			// nothing: after ackBound it takes no puts either way.
-			if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+			if err := clock.Sleep(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
 				return fmt.Errorf("promote: %w", err)
 			}
 			p.fenceWaited = true
@@ -316,7 +317,7 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 		}
 	}
 	if o.Auto && rep.FencedSession == "" && !p.fenceWaited {
-		if err := sleepCtx(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+		if err := clock.Sleep(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
 			return fmt.Errorf("promote: %w", err)
 		}
 		p.fenceWaited = true
@@ -381,7 +382,7 @@ func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt 
 	wait := finishFirstRetry
 	last := first
 	for attempt := 2; ; attempt++ {
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return p.rep, fmt.Errorf("the bundle stopped while the promotion was being finished: %w", last)
 		}
 		wait = min(2*wait, finishMaxRetry)
@@ -526,7 +527,7 @@ func (b *Bundle) giveUpPromotion(ctx context.Context, p *promotion, attempts int
 			break
 		}
 		b.log.Warn("FAILOVER: marking the generation given up as abandoned in ZooKeeper failed; retrying", "generation", p.gen, "in", wait, "err", err)
-		if sleepCtx(ctx, wait) != nil {
+		if clock.Sleep(ctx, wait) != nil {
 			break
 		}
 	}
