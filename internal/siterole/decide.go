@@ -246,7 +246,8 @@ type DeadMasterFacts struct {
 	NoMaster bool
 	// Unfinished: this site sees a generation newer than the one it
 	// followed that no site is master of (a promotion raised it and never
-	// finished). Only then does NoMaster stand for a dead master: at a
+	// finished), in an ensemble or followed by a site in gossip
+	// (LeftUnfinished). Only then does NoMaster stand for a dead master: at a
 	// cold start the slaves' gossip has no master either, until the
 	// master, started after them, joins.
 	Unfinished bool
