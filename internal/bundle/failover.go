@@ -452,21 +452,14 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 
 // autoRaiseFrom is the generation an automatic promotion raises from
 // (siterole.AutoRaiseFrom): known, or a newer generation seen in the
-// ZooKeeper ensembles this bundle reaches that no site is master of in
-// gossip (a promotion raised it and never finished).
+// ZooKeeper ensembles this bundle reaches or followed by another site in
+// gossip that no site is master of in gossip (a promotion raised it and
+// never finished).
 func (b *Bundle) autoRaiseFrom(ctx context.Context, known uint64) uint64 {
-	f := siterole.UnfinishedFacts{Known: known}
-	f.Seen, f.SeenAt = b.observedGeneration(ctx)
-	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
-		for _, p := range gossipPeers(tc.Topology(), b.Config().System.BrokerID) {
-			if !p.Self && p.Role == siterole.Master && (p.Alive || p.Suspect) && p.Generation >= f.Seen {
-				f.MasterOfSeen = p.Site
-			}
-		}
-	}
+	f := b.unfinishedFacts(ctx, known)
 	from, why := siterole.AutoRaiseFrom(f)
 	if why != "" {
-		b.log.Warn("FAILOVER: "+why, "generation", f.Seen, "known", known)
+		b.log.Warn("FAILOVER: "+why, "generation", from, "known", known)
 	}
 	return from
 }

@@ -273,9 +273,11 @@ func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemb
 // (promote -force, or a switchover's new master, which the old master
 // handed over to explicitly): to one above every generation this site
 // knows or sees (its identity, every ensemble it reaches, gossip), by a
-// compare-and-set with one raiser in every ensemble it reaches, tried in
-// one order (by site) so that of two forced raises of one number that
-// reach a common ensemble only one goes on past it. It owns the number
+// compare-and-set with one raiser in every ensemble it reaches: its own
+// site's ensemble first (a raise that fails there writes no other, so no
+// master steps down for it), then the others in one order (by site), so
+// that of two forced raises of one number that reach a common ensemble
+// only one goes on past it. It owns the number
 // when it won in its own ensemble and lost in none it reached
 // (siterole.ForcedRaiseVerdict); otherwise it gives back its wins
 // (registry.UndoRaise) and raises again above what it saw, until ctx
@@ -287,8 +289,17 @@ func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemb
 func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uint64) (uint64, error) {
 	id := b.Config().System.BrokerID
 	self := b.Config().Site.Name
+	// This site's own ensemble first, then the others by site: a raise
+	// that cannot write its own ensemble writes nowhere (a number left in
+	// another site's ensemble makes its master step down for a promotion
+	// that failed, and a give-back comes too late for that).
 	order := slices.Clone(ens)
-	sort.SliceStable(order, func(i, j int) bool { return order[i].site < order[j].site })
+	sort.SliceStable(order, func(i, j int) bool {
+		if oi, oj := order[i].reg == b.Registry, order[j].reg == b.Registry; oi != oj {
+			return oi
+		}
+		return order[i].site < order[j].site
+	})
 	covered, missing := b.reachesListedSites(order)
 	// class: a write failed where the raise needed every listed site's
 	// ensemble: from then on it raises in its own class.
@@ -350,6 +361,9 @@ func (b *Bundle) forcedRaise(ctx context.Context, ens []raiseEnsemble, known uin
 			tried = append(tried, r)
 			if out == siterole.TakenHere {
 				break // the number is taken: the ensembles after this one are not touched
+			}
+			if e.reg == b.Registry && out != siterole.RaisedHere {
+				break // not raised in this site's own ensemble: nowhere else either
 			}
 		}
 		won := 0

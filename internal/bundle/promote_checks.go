@@ -100,15 +100,16 @@ func (b *Bundle) deadMasterFacts(rc *receiverComponent, st georeplicator.Receive
 	if f.NoMaster {
 		// Only a generation newer than the one this site followed, with
 		// no master, makes that a dead master's (siterole.FenceDeadMaster):
-		// slaves started before their master see no master either.
+		// slaves started before their master see no master either. It
+		// counts wherever it is seen: in an ensemble, or followed by a
+		// site in gossip (siterole.LeftUnfinished).
 		var known uint64
 		if id, err := b.identity(); err == nil {
 			known = id.Generation()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		seen, _ := b.observedGeneration(ctx)
-		f.Unfinished = seen > known
+		f.Unfinished = siterole.LeftUnfinished(b.unfinishedFacts(ctx, known))
 	}
 	return f
 }

@@ -246,7 +246,8 @@ type DeadMasterFacts struct {
 	NoMaster bool
 	// Unfinished: this site sees a generation newer than the one it
 	// followed that no site is master of (a promotion raised it and never
-	// finished). Only then does NoMaster stand for a dead master: at a
+	// finished), in an ensemble or followed by a site in gossip
+	// (LeftUnfinished). Only then does NoMaster stand for a dead master: at a
 	// cold start the slaves' gossip has no master either, until the
 	// master, started after them, joins.
 	Unfinished bool
@@ -388,9 +389,10 @@ const (
 // does not need a majority; but it owns the number only when it won in
 // its own ensemble and lost in none it reached: a number another raise
 // holds anywhere this site reaches is never reused. Each ensemble's
-// compare-and-set has one winner, and forced raises try the ensembles in
-// one order (by site), so of two forced raises of one number that reach a
-// common ensemble exactly one goes on past it. Ensembles not reached get
+// compare-and-set has one winner, so two forced raises of one number that
+// reach a common ensemble never both own it (each tries its own site's
+// ensemble first, and stops there when it did not raise it there, then the
+// others in one order, by site). Ensembles not reached get
 // the number later from the master's mirror. Two forced raises that reach
 // no ensemble in common (a partition) never take one number when
 // [replication] sites lists the deployment's sites: a raise that did not

@@ -9,6 +9,12 @@ type UnfinishedFacts struct {
 	// in the ZooKeeper ensembles it reaches (SeenAt names where).
 	Known, Seen uint64
 	SeenAt      string
+	// Followed is the newest generation another bundle of this brokerId
+	// gossips as the one it knows (a slave's is the generation it
+	// follows), FollowedBy its site: a site that stepped down for a raise
+	// that was given back follows a generation no ensemble holds any more.
+	Followed   uint64
+	FollowedBy string
 	// MasterOfSeen is a site gossip has as master (alive or only
 	// suspect) of Seen or a newer generation, "" when none.
 	MasterOfSeen string
@@ -26,12 +32,29 @@ type UnfinishedFacts struct {
 // the promotion raises from Known and loses (the generation moved): this
 // site follows that master instead.
 func AutoRaiseFrom(f UnfinishedFacts) (uint64, string) {
-	switch {
-	case f.Seen <= f.Known:
-		return f.Known, ""
-	case f.MasterOfSeen != "":
+	seen, at := f.Newest()
+	if !LeftUnfinished(f) {
 		return f.Known, ""
 	}
-	return f.Seen, fmt.Sprintf("generation %d (%s) is newer than the %d this site followed and no site is its master: "+
-		"the promotion that raised it never finished; raising above it", f.Seen, f.SeenAt, f.Known)
+	return seen, fmt.Sprintf("generation %d (%s) is newer than the %d this site followed and no site is its master: "+
+		"the promotion that raised it never finished; raising above it", seen, at, f.Known)
+}
+
+// Newest is the newest generation f names and where: Seen (in an
+// ensemble) or Followed (by a site, in gossip).
+func (f UnfinishedFacts) Newest() (uint64, string) {
+	if f.Followed > f.Seen {
+		return f.Followed, "followed by site " + f.FollowedBy + " in gossip"
+	}
+	return f.Seen, f.SeenAt
+}
+
+// LeftUnfinished reports whether a generation newer than the one this
+// site followed was left unfinished: seen in an ensemble this site
+// reaches or followed by another site in gossip (wherever it is seen),
+// with no site master of it in gossip (MasterOfSeen names a master of
+// Newest or a newer one). DeadMasterFacts.Unfinished is this.
+func LeftUnfinished(f UnfinishedFacts) bool {
+	seen, _ := f.Newest()
+	return seen > f.Known && f.MasterOfSeen == ""
 }

@@ -18,11 +18,38 @@ func TestAutoRaiseFrom(t *testing.T) {
 		{"newer, no master of it", UnfinishedFacts{Known: 2, Seen: 3, SeenAt: "site bj's ZooKeeper"}, 3, "generation 3 (site bj's ZooKeeper) is newer than the 2"},
 		{"several newer, no master", UnfinishedFacts{Known: 1, Seen: 5, SeenAt: "this site's ZooKeeper"}, 5, "never finished"},
 		{"newer with a master in gossip", UnfinishedFacts{Known: 2, Seen: 3, MasterOfSeen: "hf"}, 2, ""},
+		// Seed 941025: a forced raise of 3 was given back after bj's master
+		// stepped down for it; bj follows 3, no ensemble holds it.
+		{"newer followed in gossip, given back everywhere", UnfinishedFacts{Known: 2, Seen: 2, Followed: 3, FollowedBy: "bj"}, 3, "generation 3 (followed by site bj in gossip)"},
+		{"followed in gossip with a master of it", UnfinishedFacts{Known: 2, Seen: 2, Followed: 3, FollowedBy: "bj", MasterOfSeen: "gz"}, 2, ""},
+		{"followed in gossip, not newer", UnfinishedFacts{Known: 3, Seen: 2, Followed: 3, FollowedBy: "bj"}, 3, ""},
+		{"ensemble newer than gossip", UnfinishedFacts{Known: 2, Seen: 5, SeenAt: "site hf's ZooKeeper", Followed: 3, FollowedBy: "bj"}, 5, "generation 5 (site hf's ZooKeeper)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			from, why := AutoRaiseFrom(tc.f)
 			if from != tc.from || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
 				t.Fatalf("AutoRaiseFrom(%+v) = %d, %q; want %d, %q", tc.f, from, why, tc.from, tc.why)
+			}
+		})
+	}
+}
+
+func TestLeftUnfinished(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    UnfinishedFacts
+		want bool
+	}{
+		{"cold start: everyone at the master's generation", UnfinishedFacts{Known: 2, Seen: 2, Followed: 2, FollowedBy: "bj"}, false},
+		{"fresh deployment", UnfinishedFacts{}, false},
+		{"newer in an ensemble", UnfinishedFacts{Known: 2, Seen: 3}, true},
+		{"newer only in gossip (given back in every ensemble)", UnfinishedFacts{Known: 2, Seen: 2, Followed: 3, FollowedBy: "bj"}, true},
+		{"newer with a master of it", UnfinishedFacts{Known: 2, Seen: 2, Followed: 3, FollowedBy: "bj", MasterOfSeen: "gz"}, false},
+		{"a site behind this one", UnfinishedFacts{Known: 3, Seen: 3, Followed: 2, FollowedBy: "gz"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LeftUnfinished(tc.f); got != tc.want {
+				t.Fatalf("LeftUnfinished(%+v) = %v, want %v", tc.f, got, tc.want)
 			}
 		})
 	}

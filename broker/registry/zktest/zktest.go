@@ -31,6 +31,21 @@ type Tap struct {
 	loseReplyTo string
 	blockAfter  bool
 	lost        int
+	// blockWriteAddr and blockWritePart arm BlockBeforeWrite ("" when not
+	// armed).
+	blockWriteAddr, blockWritePart string
+}
+
+// BlockBeforeWrite arms a one-shot fault: when the next write request
+// (create, delete, setData or multi) whose frame holds pathPart is about
+// to go to the ZooKeeper at addr, it is not sent: the tap blocks as Block
+// does (every connection through it, to any ZooKeeper, is cut and new ones
+// are refused until Unblock). The write is never applied; reads before it
+// were answered. It relies on the client writing one request per Write.
+func (z *Tap) BlockBeforeWrite(addr, pathPart string) {
+	z.mu.Lock()
+	z.blockWriteAddr, z.blockWritePart = addr, pathPart
+	z.mu.Unlock()
 }
 
 // LoseReplyTo arms a one-shot fault: the next write request (create,
@@ -124,6 +139,17 @@ var writeOps = map[int32]bool{1: true, 2: true, 5: true, 14: true, 15: true}
 // answer is to be lost: length, xid int32, opcode int32, body.
 func (c *tapConn) Write(p []byte) (int, error) {
 	c.tap.mu.Lock()
+	if bp := c.tap.blockWritePart; bp != "" && c.done && len(p) >= 12 && c.RemoteAddr().String() == c.tap.blockWriteAddr &&
+		writeOps[int32(binary.BigEndian.Uint32(p[8:12]))] && bytes.Contains(p[12:], []byte(bp)) {
+		c.tap.blockWriteAddr, c.tap.blockWritePart = "", ""
+		c.tap.blocked = true
+		for _, o := range c.tap.conns {
+			o.Close()
+		}
+		c.tap.conns = nil
+		c.tap.mu.Unlock()
+		return 0, errors.New("zktest: write blocked (BlockBeforeWrite)")
+	}
 	part := c.tap.loseReplyTo
 	if part != "" && c.done && len(p) >= 12 && writeOps[int32(binary.BigEndian.Uint32(p[8:12]))] && bytes.Contains(p[12:], []byte(part)) {
 		c.tap.loseReplyTo = ""
