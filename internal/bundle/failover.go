@@ -1022,8 +1022,12 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	// take the master node or register as master in ZooKeeper) leaves the
 	// role a slave's but its shipper running and no receiver: that site is
 	// demoted like a master, or it would follow no one once a newer
-	// generation takes over.
-	if (f.role.Current().Role == siterole.Slave && b.promotedShipper() == nil) || b.closing.Load() {
+	// generation takes over. So is a site whose demotion failed half way
+	// (it stopped the shipper, then could not register as a slave or start
+	// its receiver): it runs neither, whatever its role says, and the retry
+	// does the steps left (registration as slave, receiver).
+	halfDemoted := f.role.configuredStopped() && f.role.shipper() == nil && f.role.receiver() == nil
+	if (f.role.Current().Role == siterole.Slave && b.promotedShipper() == nil && !halfDemoted) || b.closing.Load() {
 		return errors.New("demote: this site is already a slave, or stopping")
 	}
 	if f.role.shipper() == nil && f.role.receiver() != nil {

@@ -49,3 +49,57 @@ func TestHalfDemotedSiteRejoins(t *testing.T) {
 		t.Fatalf("master %s, want gz", m)
 	}
 }
+
+// TestHalfPromotedThenHalfDemotedSiteFollows: hf's forced promotion fails
+// after it started shipping (promoteHalfWay), so its role stays a slave's;
+// gz is then promoted at a newer generation, hf abandons its promotion and
+// its shipper steps down, and the demotion that makes hf a slave of gz
+// fails after it stopped the shipper (hf's identity file cannot be
+// written, as on a full disk). Before the fix every retry was refused as
+// "demote: this site is already a slave, or stopping": the role said
+// slave, no promotion's shipper ran, and hf followed no one for good
+// (found by the fault schedules, seed 941047, where the slave registration
+// in ZooKeeper failed at that step). Now the retry finishes the demotion.
+func TestHalfPromotedThenHalfDemotedSiteFollows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	hf := s.site("hf")
+	t.Logf("hf's promotion failed half way, as wanted: %v", s.promoteHalfWay("hf", "bj"))
+	if r := hf.Role(); r.Role != siterole.Slave || hf.promotedShipper() == nil {
+		t.Fatalf("hf: role %+v, promoted shipper %v: not the half-promoted state this test is about", r, hf.promotedShipper() != nil)
+	}
+	undo := failIdentityWrites(t, hf)
+	s.healZK("bj")
+	s.steppedDown("bj")
+	s.promote("gz", true)
+	// hf sees gz's generation by gossip, abandons its promotion, and its
+	// demotion stops the shipper, then fails at the identity file.
+	s.healZK("hf")
+	// The identity store changes its copy before it writes the file: a
+	// slave role there with neither shipper nor receiver is a demotion that
+	// failed at the file (a demotion under way that wrote the file would
+	// have found it failing).
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		if hf.promotedShipper() != nil || hf.demotedReceiver() != nil || hf.persistedSlaveRole() == nil {
+			return fmt.Errorf("hf: shipper %v, receiver %v, slave role recorded %v: not half demoted yet (role %+v)",
+				hf.promotedShipper() != nil, hf.demotedReceiver() != nil, hf.persistedSlaveRole() != nil, hf.Role())
+		}
+		return nil
+	})
+	if r := hf.Role(); r.Role != siterole.Slave {
+		t.Fatalf("hf: role %+v, want slave", r)
+	}
+	undo()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if r := hf.Role(); r.Role != siterole.Slave || hf.demotedReceiver() == nil {
+			return fmt.Errorf("hf: role %+v, following: %v", r, hf.demotedReceiver() != nil)
+		}
+		return nil
+	})
+	s.produce("gz", "orders", 10)
+	if m := s.converged("orders"); m != "gz" {
+		t.Fatalf("master %s, want gz", m)
+	}
+}
