@@ -154,6 +154,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 		s.specs[name] = ss
 		s.start(name)
 	}
+	waitConfirmed(t, s.b[master])
 	s.produce(master, "orders", 10)
 	for _, name := range spec.sites[1:] {
 		waitCaughtUp(t, s.b[master], s.b[name], "orders", 30*time.Second)
@@ -650,6 +651,21 @@ func (s *sites) reachesAllEnsembles(names ...string) {
 					return fmt.Errorf("%s holds no session to %s's ensemble yet (%+v)", n, other, st)
 				}
 			}
+		}
+		return nil
+	})
+}
+
+// waitConfirmed waits until a master just started has confirmed its
+// generation: with [replication] sites it acknowledges nothing before a
+// majority of the listed sites' ensembles confirm it, and a first put sent
+// sooner is answered "stored here, but not acknowledged".
+func waitConfirmed(t testing.TB, b *Bundle) {
+	t.Helper()
+	sc := mustComp[*shipperComponent](t, b)
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if sc.guard != nil && sc.guard.returning(time.Now()) {
+			return fmt.Errorf("the master has not confirmed its generation yet")
 		}
 		return nil
 	})
