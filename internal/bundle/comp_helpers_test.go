@@ -191,23 +191,34 @@ func produce(t *testing.T, addr, topic string, n int, prefix string) {
 // whether the broker works.
 const sendTimeout = 30 * time.Second
 
-// produceWith sends n messages to topic with a client of configuration cfg
-// (static brokers or ZooKeeper), one after the other.
-func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
+// testProducer returns a producer of a client of configuration cfg, and
+// the function that closes both.
+func testProducer(t *testing.T, cfg client.Config) (*client.Producer, func()) {
 	t.Helper()
-	addr := fmt.Sprint(cfg.Brokers, cfg.ZKRoot)
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 	c, err := client.New(ctx, cfg)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	p, err := client.NewProducer(c)
 	if err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	return p, func() {
+		p.Close(context.Background())
+		c.Close()
+	}
+}
+
+// produceWith sends n messages to topic with a client of configuration cfg
+// (static brokers or ZooKeeper), one after the other.
+func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
+	t.Helper()
+	addr := fmt.Sprint(cfg.Brokers, cfg.ZKRoot)
+	p, closeP := testProducer(t, cfg)
+	defer closeP()
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		_, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))})

@@ -38,16 +38,7 @@ func TestHalfDemotedSiteRejoins(t *testing.T) {
 			hf.demotedReceiver() != nil, hf.promotedShipper() != nil, err)
 	}
 	s.healZK("hf")
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if r := hf.Role(); r.Role != siterole.Slave || hf.demotedReceiver() == nil {
-			return fmt.Errorf("hf: role %+v, following: %v", r, hf.demotedReceiver() != nil)
-		}
-		return nil
-	})
-	s.produce("gz", "orders", 10)
-	if m := s.converged("orders"); m != "gz" {
-		t.Fatalf("master %s, want gz", m)
-	}
+	hfFollowsGZ(t, s, hf)
 }
 
 // TestHalfPromotedThenHalfDemotedSiteFollows: hf's forced promotion fails
@@ -92,6 +83,13 @@ func TestHalfPromotedThenHalfDemotedSiteFollows(t *testing.T) {
 		t.Fatalf("hf: role %+v, want slave", r)
 	}
 	undo()
+	hfFollowsGZ(t, s, hf)
+}
+
+// hfFollowsGZ waits until hf is a slave that follows, then checks that a
+// put at gz reaches every site with gz the one master.
+func hfFollowsGZ(t *testing.T, s *sites, hf *Bundle) {
+	t.Helper()
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if r := hf.Role(); r.Role != siterole.Slave || hf.demotedReceiver() == nil {
 			return fmt.Errorf("hf: role %+v, following: %v", r, hf.demotedReceiver() != nil)

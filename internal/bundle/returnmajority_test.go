@@ -74,18 +74,8 @@ func TestPerSiteZKReturningMasterCutFromTheMajority(t *testing.T) {
 // for d, and counts those acknowledged.
 func putsAcknowledged(t *testing.T, addr string, d time.Duration) (acked, tried int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-	c, err := client.New(ctx, client.Config{Brokers: []string{addr}})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := client.NewProducer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
+	p, closeP := testProducer(t, client.Config{Brokers: []string{addr}})
+	defer closeP()
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := p.Send(ctx, &client.Message{Topic: "orders", Payload: []byte("returning-master")})
