@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"metaq/internal/backoff"
+	"metaq/internal/clock"
 	"metaq/internal/hostaddr"
 )
 
@@ -854,24 +855,12 @@ func (cs *Consumer) replicas(ctx context.Context) (map[int][]Replica, error) {
 	return nil, err
 }
 
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // fetchLoop is one partition's fetch-and-handle loop (SimpleFetchManager's
 // FetchRequestRunner for one request).
 func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 	log := cs.c.log.With("topic", st.topic, "partition", st.p.String(), "group", cs.group)
 	wait := backoff.Backoff{Min: 20 * time.Millisecond, Max: cs.opt.maxFetchDelay}
-	pause := func() bool { return sleepCtx(ctx, wait.Next()) }
+	pause := func() bool { return clock.Sleep(ctx, wait.Next()) == nil }
 	// warn limits repeated failure logs to one every 30s per partition.
 	var lastWarn time.Time
 	warn := func() bool {
@@ -940,7 +929,7 @@ func (cs *Consumer) fetchLoop(ctx context.Context, st *partState, h Handler) {
 					return
 				}
 				log.Warn("PARTITION: handler failed, will redeliver", "offset", m.Offset, "err", herr)
-				if !sleepCtx(ctx, cs.opt.handlerRetry) {
+				if clock.Sleep(ctx, cs.opt.handlerRetry) != nil {
 					return
 				}
 			}

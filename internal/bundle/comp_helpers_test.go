@@ -193,7 +193,7 @@ const sendTimeout = 30 * time.Second
 
 // testProducer returns a producer of a client of configuration cfg, and
 // the function that closes both.
-func testProducer(t *testing.T, cfg client.Config) (*client.Producer, func()) {
+func testProducer(t testing.TB, cfg client.Config) (*client.Producer, func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 	c, err := client.New(ctx, cfg)

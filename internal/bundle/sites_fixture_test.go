@@ -525,18 +525,8 @@ func (s *sites) switchover(from, to string) SwitchoverReport {
 func (s *sites) produce(site, topic string, n int) {
 	s.t.Helper()
 	cfg := client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot, ZKSyncTime: 200 * time.Millisecond}
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-	c, err := client.New(ctx, cfg)
-	cancel()
-	if err != nil {
-		s.t.Fatalf("produce through %s's ZooKeeper: %v", site, err)
-	}
-	defer c.Close()
-	p, err := client.NewProducer(c)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer p.Close(context.Background())
+	p, closeP := testProducer(s.t, cfg)
+	defer closeP()
 	for range n {
 		s.mu.Lock()
 		s.serial++
