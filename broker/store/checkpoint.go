@@ -1006,10 +1006,10 @@ func (s *Store) waitSealed() {
 // checkpoint (the tails into the active .idx and a snapshot, as at a roll)
 // and a goroutine of its own writes it (the .idx's fdatasync, the encoding
 // of every partition, the file's write and fdatasync), then finishes r;
-// the writer goes on with the next appends meanwhile. At 10,000
-// partitions writing it stopped the writer for hundreds of milliseconds
-// (BenchmarkCheckpointStall). It returns false, r not finished, when there
-// is nothing to write (checkpoints are off) or the build failed (r.err).
+// the writer goes on with the next appends meanwhile (with thousands of
+// partitions the writing is most of the work; BenchmarkCheckpointStall).
+// It returns false, r not finished, when there is nothing to write
+// (checkpoints are off) or the build failed (r.err).
 func (s *Store) checkpointAside(r *request) bool {
 	job, err := s.buildCheckpoint(nil)
 	if err != nil || job == nil {
