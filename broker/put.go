@@ -142,6 +142,7 @@ func (c *conn) routePuts(reqs []putReq) {
 	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
+	counted := 0              // of direct, those already in c.wg
 	var te *topicEntry        // of the last key's topic: a read's keys mostly share one
 	for k, key := range keys {
 		if te == nil || key.topic != keys[k-1].topic {
@@ -154,23 +155,38 @@ func (c *conn) routePuts(reqs []putReq) {
 			pp := c.b.newBatch(key, te, g[:n:n], slab)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
-			if gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil {
+			switch wait := pp.needsRegistration(); {
+			case gs == nil || len(pp.msgs) == 0 || pp.waitsForSites() || pp.held != nil || pp.fwd != nil:
 				c.routeBatch(pp)
-			} else {
+			case !wait && c.waiting.idle():
+				// Nothing of the connection's waits (push would queue
+				// nothing): counted in c.wg with the others below, one
+				// atomic operation per read instead of one per batch.
+				direct = appendBatch(direct, pp, len(keys)-k)
+			default:
 				c.wg.Add(1) // done by answerBatches or answerBatch
-				if !c.waiting.push(pp.key, pp, pp.needsRegistration()) {
-					if direct == nil {
-						direct = make([]*pendingPuts, 0, len(keys)-k)
-					}
-					direct = append(direct, pp)
+				if !c.waiting.push(pp.key, pp, wait) {
+					direct = appendBatch(direct, pp, len(keys)-k)
+					counted++
 				}
 			}
 			g = g[n:]
 		}
 	}
 	if len(direct) > 0 {
+		// Done by answerBatches; the reader alone waits for c.wg
+		// (waitRequests), after it stopped routing.
+		c.wg.Add(len(direct) - counted)
 		c.b.storeBatches(c, gs, direct)
 	}
+}
+
+// appendBatch appends pp to direct, made with room for left batches.
+func appendBatch(direct []*pendingPuts, pp *pendingPuts, left int) []*pendingPuts {
+	if direct == nil {
+		direct = make([]*pendingPuts, 0, left)
+	}
+	return append(direct, pp)
 }
 
 // keyTable finds a read's queue keys by partition number: an open

@@ -30,6 +30,10 @@ func newSerialQueues[K comparable, J any](wg *sync.WaitGroup, max int, run func(
 	return &serialQueues[K, J]{run: run, max: max, wg: wg, m: make(map[K][]J)}
 }
 
+// idle reports that no key has jobs: push with mustWait false would queue
+// nothing and return false.
+func (q *serialQueues[K, J]) idle() bool { return q.keys.Load() == 0 }
+
 // push queues j behind key's earlier jobs. When key has no jobs and
 // mustWait is false it queues nothing and returns false: the caller runs j
 // itself, and nothing of key's can run before it.

@@ -575,10 +575,10 @@ func (s *Store) writeCheckpoint() error {
 // ckptWriter orders the checkpoint files: a roll's checkpoint is built by
 // the writer (a snapshot of the state at its position) and written by a
 // goroutine of its own, so the writer does not wait for its encoding,
-// the fdatasyncs of the .idx files it vouches for and its file's; a
-// checkpoint written synchronously (a retention's, Close's) or a removal
-// (dropCheckpoint) waits for one being written, and a checkpoint older
-// than the last written is dropped.
+// the fdatasyncs of the .idx files it vouches for and its file's, and so
+// is retention's (checkpointAside); Close's is written synchronously. A
+// checkpoint being written, or a removal (dropCheckpoint), waits for one
+// being written, and a checkpoint older than the last written is dropped.
 type ckptWriter struct {
 	// mu is held while a checkpoint file is written or removed. It comes
 	// after partition.mu (dropCheckpoint is called under it) and before a
@@ -999,6 +999,30 @@ func (s *Store) waitSealed() {
 	if j := s.w.sealing; j != nil {
 		<-j.sealed
 	}
+}
+
+// checkpointAside is a checkpoint request's work on the writer goroutine
+// (retention asks for one before it removes files): the writer builds the
+// checkpoint (the tails into the active .idx and a snapshot, as at a roll)
+// and a goroutine of its own writes it (the .idx's fdatasync, the encoding
+// of every partition, the file's write and fdatasync), then finishes r;
+// the writer goes on with the next appends meanwhile (with thousands of
+// partitions the writing is most of the work; BenchmarkCheckpointStall).
+// It returns false, r not finished, when there is nothing to write
+// (checkpoints are off) or the build failed (r.err).
+func (s *Store) checkpointAside(r *request) bool {
+	job, err := s.buildCheckpoint(nil)
+	if err != nil || job == nil {
+		r.err = err
+		return false
+	}
+	s.ckpt.wg.Add(1)
+	go func() {
+		defer s.ckpt.wg.Done()
+		r.err = s.storeCheckpoint(job)
+		r.finish()
+	}()
+	return true
 }
 
 // afterRoll is called by the writer once a new segment started, sealed

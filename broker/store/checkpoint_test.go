@@ -591,3 +591,117 @@ func TestRollSealsOffTheWriter(t *testing.T) {
 		}
 	}
 }
+
+// holdSyncFS holds every fdatasync of one file (by name) while held is
+// set, and says so on in.
+type holdSyncFS struct {
+	OSFS
+	name string
+	held atomic.Bool
+	in   chan struct{}
+	open chan struct{}
+}
+
+type holdSyncFile struct {
+	File
+	fs *holdSyncFS
+}
+
+func (h *holdSyncFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := h.OSFS.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != h.name {
+		return f, err
+	}
+	return holdSyncFile{f, h}, nil
+}
+
+func (f holdSyncFile) Datasync() error {
+	if f.fs.held.Load() {
+		select {
+		case f.fs.in <- struct{}{}:
+		default:
+		}
+		<-f.fs.open
+	}
+	return f.File.Datasync()
+}
+
+// The checkpoint retention asks for before it removes files is written off
+// the writer goroutine: while it cannot be written (the active segment's
+// .idx, which it makes durable first, holds its fdatasync), appends are
+// answered; the request is answered only once the checkpoint is on disk,
+// and the store reopens from it with every record.
+func TestRetentionCheckpointOffTheWriter(t *testing.T) {
+	dir := t.TempDir()
+	hfs := &holdSyncFS{name: strings.TrimSuffix(segName(0), segSuffix) + idxSuffix, in: make(chan struct{}, 1), open: make(chan struct{})}
+	s := openT(t, Options{Dir: dir, FS: hfs})
+	defer func() {
+		if hfs.held.CompareAndSwap(true, false) {
+			close(hfs.open)
+		}
+	}()
+	const parts = 8
+	want := map[int][]byte{}
+	appendRound := func(round int) error {
+		for p := 0; p < parts; p++ {
+			body := fmt.Sprintf("ckpt-r%d-p%d", round, p)
+			a, err := s.Append(context.Background(), "ckpt", p, []Message{{Body: []byte(body)}})
+			if err != nil {
+				return err
+			}
+			want[p] = AppendRecord(want[p], a[0].ID, 0, []byte(body))
+		}
+		return nil
+	}
+	if err := appendRound(0); err != nil {
+		t.Fatal(err)
+	}
+	hfs.held.Store(true)
+	ck := &request{kind: reqCheckpoint}
+	if err := s.enqueue(context.Background(), ck); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hfs.in:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the checkpoint did not make the active segment's .idx durable")
+	}
+	appended := make(chan error, 1)
+	go func() { appended <- appendRound(1) }()
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("appends waited for retention's checkpoint to be written")
+	}
+	select {
+	case <-ck.done:
+		t.Fatal("the checkpoint request was answered before its checkpoint was written")
+	default:
+	}
+	pos := readCkptPos(t, dir)
+	hfs.held.Store(false)
+	close(hfs.open)
+	select {
+	case <-ck.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the checkpoint request was not answered once the .idx could be synced")
+	}
+	if ck.err != nil {
+		t.Fatal(ck.err)
+	}
+	if got := readCkptPos(t, dir); got <= pos {
+		t.Fatalf("checkpoint at %d after the request, %d before", got, pos)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, Options{Dir: dir})
+	for p := 0; p < parts; p++ {
+		if got := readAll(t, s, "ckpt", p); !bytes.Equal(got, want[p]) {
+			t.Fatalf("partition %d after reopening: %d bytes, want %d", p, len(got), len(want[p]))
+		}
+	}
+}

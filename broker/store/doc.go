@@ -232,11 +232,15 @@
 // the writer (a snapshot at P, taken right after the roll's fdatasync, the
 // sealed segment's blocks recorded as its spans) and written by the
 // sealing goroutine once the segment's footer is written, so the writer
-// goes on with the next appends meanwhile; a checkpoint written later (retention's, Close's)
-// waits for it, an older one never replaces a newer, and until it is on
-// disk the previous checkpoint stands. Its size grows like memory: with
-// partitions (and the active segment's blocks) and with partitions x
-// segments (a few bytes per span), not with the retained chunks: 69-98 KB
+// goes on with the next appends meanwhile. Retention's is built by the
+// writer the same way (after the batch's fdatasync and any sealing) and
+// written by a goroutine of its own, which answers retention's request
+// once it is on disk; Close's is written by Close. A checkpoint being
+// written waits for one being written before it, an older one never
+// replaces a newer, and until it is on disk the previous checkpoint
+// stands. Its size grows like memory: with partitions (and the active
+// segment's blocks) and with partitions x segments (a few bytes per
+// span), not with the retained chunks: 69-98 KB
 // for BenchmarkBacklog's 4 partitions (nearly all of it the active
 // segment's blocks) whatever its size, against 36 bytes per block of every
 // segment in format 2 (1.2 MB at 39 million chunks, 5.5 MB at 154

@@ -626,8 +626,8 @@ func (s *Store) process(batch []*request) {
 		if r.err == nil && r.synced && syncErr != nil {
 			r.err = syncErr
 		}
-		if r.kind == reqCheckpoint && r.err == nil {
-			r.err = s.writeCheckpoint()
+		if r.kind == reqCheckpoint && r.err == nil && s.checkpointAside(r) {
+			continue // finished once its checkpoint is written
 		}
 		r.finish()
 	}
