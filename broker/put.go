@@ -491,6 +491,29 @@ type manyAppender interface {
 	AppendManyAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome))
 }
 
+// unitStore is a groupStore that also stores the batches of several
+// partitions as one unit, a transaction's at its commit: one log write,
+// durable all or none, which replication ships in one piece
+// (store.Store.AppendUnitAsync), and on topics with minSyncSites one wait
+// for the slave sites covering all of it.
+type unitStore interface {
+	storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome))
+}
+
+// unitAppender is a Store that appends several partitions as one unit
+// (store.Store.AppendUnitAsync).
+type unitAppender interface {
+	AppendUnitAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome))
+}
+
+func (l localStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	if u, ok := l.s.(unitAppender); ok {
+		u.AppendUnitAsync(ctx, appends, done)
+		return
+	}
+	l.storeGroup(ctx, appends, done)
+}
+
 func (l localStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	if m, ok := l.s.(manyAppender); ok {
 		m.AppendManyAsync(ctx, appends, done)
@@ -943,11 +966,15 @@ var ErrWritesStopped = errors.New("broker: client writes were stopped while the 
 // partitions that must be stored together, a transaction's at its commit:
 // one check of the write gate for all of them and one hand-off to the
 // store, so a refusal (a switchover, a fence, a demotion) stops all of them
-// or none, and the store writes them in one log write with one fsync
-// (store.Store.AppendManyAsync), which replication ships up to a durable
-// end that covers all or none. On a synchronous (samsa) master and for
-// topics with minSyncSites each partition's batch is replicated on its
-// own: the gate is still checked once, but their outcomes are separate.
+// or none, and the store writes them as one unit (unitStore): one log
+// write with one fsync, which replication ships in one frame, so a slave
+// site holds all of it or none, even when the master dies mid-stream; for
+// topics with minSyncSites, one wait for the slave sites that covers all
+// of it. On a synchronous (samsa) master each partition's batch is
+// replicated on its own (MetaQ's sync protocol carries one message per
+// command): the gate is still checked once, and the commit is answered
+// once every partition's outcome is known, but a samsa slave may hold part
+// of it.
 //
 // The error wraps ErrNotStored when nothing was handed to the store (then
 // outs is nil), ErrWritesStopped when writes began to be refused on the
@@ -971,19 +998,20 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 	}
 	// A topic whose slave sites are not connected refuses the whole group
 	// here, not one partition's batch after another's was stored.
-	handedOffAtOnce := b.samsa == nil
+	handedOffAtOnce := true
 	for i, a := range appends {
 		if i > 0 && a.Topic == appends[i-1].Topic {
 			continue
 		}
 		te := b.topicEntry(a.Topic)
+		if !b.storesAtOnce(te) {
+			handedOffAtOnce = false // judged once stored (see gatePass)
+		}
 		if !te.ok || te.tc.MinSyncSites <= 0 || te.tc.SyncDegrade == config.SyncDegradeAsync {
 			continue
 		}
-		rep := b.siteReplicator()
-		if rep != nil && b.awaitingSites() {
-			handedOffAtOnce = false // stored once the sites are back (siteSyncStore.awaitSites)
-			continue
+		if b.siteReplicator() != nil && b.awaitingSites() {
+			continue // stored once the sites are back (siteSyncGroupStore.awaitSitesUnit)
 		}
 		if connected := b.connectedSites(); connected < te.tc.MinSyncSites {
 			return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w: topic %s is acknowledged at %d slave sites (minSyncSites) and %d are connected",
@@ -995,8 +1023,8 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 	}
 	ch := make(chan []store.AppendOutcome, 1)
 	done := func(outs []store.AppendOutcome) { ch <- outs }
-	if gs, ok := b.puts.(groupStore); ok {
-		gs.storeGroup(b.ctx, appends, done)
+	if us, ok := b.puts.(unitStore); ok {
+		us.storeUnit(b.ctx, appends, done)
 	} else {
 		outs := make([]store.AppendOutcome, len(appends))
 		var left atomic.Int32
