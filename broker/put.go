@@ -974,7 +974,7 @@ var ErrWritesStopped = errors.New("broker: client writes were stopped while the 
 // replicated on its own (MetaQ's sync protocol carries one message per
 // command): the gate is still checked once, and the commit is answered
 // once every partition's outcome is known, but a samsa slave may hold part
-// of it.
+// of it, and so may a slave site (the partitions are separate log writes).
 //
 // The error wraps ErrNotStored when nothing was handed to the store (then
 // outs is nil), ErrWritesStopped when writes began to be refused on the
