@@ -121,7 +121,14 @@
 // the georeplicator's appends (which bypass the broker) are never gated.
 // A bundle running as an async or gregor slave refuses from before its
 // broker serves, since a replica keeps its master's offsets and a put
-// stored there would make it diverge. Writes already past the gate finish.
+// stored there would make it diverge. Writes already past the gate finish,
+// and learn whether a refusal came before the store took them (gatePass):
+// a switchover flushes the log right after it refuses writes and hands
+// that end to the new master, so such a write may lie past it. A plain put
+// that has not reached the store yet is checked at the gate again (a
+// refusal answers it, a Hold takes it); one the store already took is
+// answered 500, its outcome unknown, never 200; a commit's error wraps
+// ErrWritesStopped.
 //
 // # Lock order
 //

@@ -57,11 +57,33 @@ type writeGate struct {
 	holding atomic.Pointer[map[string]bool]
 	// refusals counts the calls to RefuseWrites. A write that reads it
 	// before its gate check and again once it reached the store learns
-	// whether writes were stopped in between (StoreValidatedGroup): a
-	// switchover makes its log durable right after refusing, so such a
-	// write may have landed after the point the new master starts from.
+	// whether writes were stopped in between (gatePass): a switchover
+	// makes its log durable right after refusing, so such a write may
+	// have landed after the point the new master starts from.
 	refusals atomic.Uint64
 }
+
+// gatePass is a client write's passage through the write gate: the count
+// of refusals (writeGate.refusals) read before its gate check. The gate
+// check and the hand-off to the store are two steps, and a refusal can
+// come between them; a write that takes its pass before the check and
+// compares it (stoppedSince) once the store took it knows whether one did.
+// If none did, any refusal came after the hand-off, and so did the log
+// flush a switchover makes right after refusing: the new master starts
+// from a point that covers the write. If one did, the write may lie past
+// that point, and its outcome is unknown to whoever asked for it (the
+// store step itself cannot tell). A write that finds the gate stopped
+// before its hand-off checks the gate again (Broker.regate) instead of
+// storing what the gate would refuse now. Both the put route (put.go) and
+// a transaction's commit (Broker.StoreValidatedGroup) go through this.
+type gatePass uint64
+
+// pass takes a write's gatePass; the caller reads the gate after it.
+func (g *writeGate) pass() gatePass { return gatePass(g.refusals.Load()) }
+
+// stoppedSince reports whether writes began to be refused (RefuseWrites)
+// after p was taken.
+func (g *writeGate) stoppedSince(p gatePass) bool { return g.refusals.Load() != uint64(p) }
 
 // refusedBy reports whether holder refuses client writes now.
 func (g *writeGate) refusedBy(holder string) bool {

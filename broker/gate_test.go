@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
@@ -137,5 +139,79 @@ func TestStoreValidatedGroup(t *testing.T) {
 	}
 	if e0, e1 := partitionEnd(t, brk, "test", 0), partitionEnd(t, brk, "test", 1); e0 <= end0 || e1 <= end1 {
 		t.Fatalf("group whose writes stopped on the way was not stored: ends %d %d, before %d %d", e0, e1, end0, end1)
+	}
+}
+
+// TestPutRefusedOnItsWayToTheStore: a plain put checks the write gate when
+// it is read and reaches the store later; a switchover or a fence that
+// stops writes in between must not leave it acknowledged. Injected at the
+// two places it can happen: (1) the put passed the gate and the refusal
+// comes as it reaches the store (inside the store call, as a switchover
+// refuses writes and flushes the log to hand its end to the new master):
+// the put lands past that end and is answered 500, outcome unknown, never
+// 200; (2) the put passed the gate and waits for its topic's registration
+// while writes are stopped: it is refused with the refusal (503) and not
+// stored. Puts after writes are allowed again are stored and answered 200.
+func TestPutRefusedOnItsWayToTheStore(t *testing.T) {
+	cfg := parseConfig(t, iniWith(t, "\n[topic=late]\nnumPartitions=1\n"))
+	reg, arm, release := stallingRegistry("late")
+	var armed atomic.Bool
+	var brk *testBroker
+	var handedEnd atomic.Int64
+	handedEnd.Store(-2)
+	brk = startBroker(t, cfg, func(o *Options) {
+		o.Registry = reg
+		o.Store = &hookStore{Store: o.Store, append: func(topic string) error {
+			if topic == "test" && armed.CompareAndSwap(true, false) {
+				// What a switchover does: refuse, flush, hand the
+				// log's end to the new master.
+				brk.RefuseWrites("switchover", Refusal{Reason: "this master is handing over to hf; retry", Retry: true})
+				if err := brk.store.Flush(); err != nil {
+					return err
+				}
+				handedEnd.Store(partitionEnd(t, brk, "test", 0))
+			}
+			return nil
+		}}
+	})
+	cl := dial(t, brk.Addr())
+	mustPut(t, cl, "test", 0, "before")
+
+	// (1) The refusal comes between the gate and the store.
+	armed.Store(true)
+	cl.sendCmd(putCmd("test", 0, "on its way", 7))
+	r := cl.result()
+	if armed.Load() {
+		t.Fatal("the put never reached the store")
+	}
+	if end := partitionEnd(t, brk, "test", 0); end <= handedEnd.Load() {
+		t.Fatalf("the put was not stored past the handed-over end %d (end %d)", handedEnd.Load(), end)
+	}
+	if r.OK() {
+		t.Fatalf("a put stored past the end a switchover handed over was acknowledged: %s", r)
+	}
+	if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "unknown") || !strings.Contains(string(r.Body), "handing over to hf") {
+		t.Fatalf("a put whose writes were stopped on its way: %s", r)
+	}
+	brk.AllowWrites("switchover")
+	mustPut(t, cl, "test", 0, "after")
+
+	// (2) The refusal comes while the put waits for its topic's
+	// registration, after it passed the gate.
+	arm()
+	cl.sendCmd(putCmd("late", 0, "waits", 8))
+	cl.expectSilence(100 * time.Millisecond)
+	brk.RefuseWrites("failover", Refusal{Reason: "fenced by a newer master; retry", Retry: true})
+	close(release)
+	r = cl.result()
+	if r.OK() || r.Code != wire.StatusServiceUnavailable || !strings.HasSuffix(string(r.Body), "failed.Detail:fenced by a newer master; retry") {
+		t.Fatalf("a put that passed the gate before writes were stopped and waited: %s", r)
+	}
+	if end := partitionEnd(t, brk, "late", 0); end != -1 {
+		t.Fatalf("a put refused on its way was stored: partition end %d", end)
+	}
+	brk.AllowWrites("failover")
+	if _, _, off := mustPut(t, cl, "late", 0, "accepted"); off != 0 {
+		t.Fatalf("first accepted put to late at offset %d", off)
 	}
 }

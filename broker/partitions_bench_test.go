@@ -8,9 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"metaq/broker/wire"
 )
@@ -115,11 +112,4 @@ func benchPutPartitions(b *testing.B, parts int) {
 	c0 := processCPU()
 	put(b.N - b.N%conns)
 	b.ReportMetric(float64(processCPU()-c0)/float64(b.N-b.N%conns), "cpu-ns/msg")
-}
-
-// processCPU is the process's CPU time so far, user and system.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

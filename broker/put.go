@@ -8,7 +8,12 @@ package broker
 //     together (conn.readLoop -> conn.routePuts), grouped by partition.
 //  2. validate: checkPut, the one copy of the checks (the write gate,
 //     closed partition, accepted topic, partition range, checksum),
-//     answers a refusal as a *wire.Result.
+//     answers a refusal as a *wire.Result. The read's gatePass, taken
+//     before, is compared again when the batch reaches the store (step 5)
+//     and when it is answered: a switchover or a fence that stopped
+//     writes in between is seen (see gatePass), the batch checked at the
+//     gate again when it has not reached the store yet, answered as of
+//     unknown outcome when it may have.
 //  3. register: the first put to a topic under a configuration pushes its
 //     policy to the store and registers it in ZooKeeper (ensureTopic). That
 //     may wait, so until it is done the partition's batches queue on the
@@ -140,6 +145,7 @@ func (c *conn) routePuts(reqs []putReq) {
 		next[k]++
 	}
 	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
+	pass := c.b.gate.pass() // before any of the read's puts reads the gate
 	gs, _ := c.b.puts.(groupStore)
 	var direct []*pendingPuts // batches for one store call, when gs can take them
 	counted := 0              // of direct, those already in c.wg
@@ -152,7 +158,7 @@ func (c *conn) routePuts(reqs []putReq) {
 		for len(g) > 0 {
 			n := min(len(g), maxPutBatch)
 			held := reqBodies(g[:n])
-			pp := c.b.newBatch(key, te, g[:n:n], slab)
+			pp := c.b.newBatch(key, te, g[:n:n], slab, pass)
 			// The refused bodies are gone; storeBatch gives back the rest.
 			c.bytes.release(held - pp.size)
 			switch wait := pp.needsRegistration(); {
@@ -177,7 +183,7 @@ func (c *conn) routePuts(reqs []putReq) {
 		// Done by answerBatches; the reader alone waits for c.wg
 		// (waitRequests), after it stopped routing.
 		c.wg.Add(len(direct) - counted)
-		c.b.storeBatches(c, gs, direct)
+		c.b.storeBatches(c, gs, direct, pass)
 	}
 }
 
@@ -302,6 +308,13 @@ type pendingPuts struct {
 	// broker is a slave and the topic is forwarded (gateway.go): its puts
 	// skipped the write gate too.
 	fwd *Gateway
+	// pass is the batch's passage through the write gate, taken before
+	// its puts read the gate (see gatePass).
+	pass gatePass
+	// handedOff is set once the store took the batch with no refusal
+	// since pass (for a batch stored with others by storeBatches, on the
+	// first of them, for all): its answer need not ask again.
+	handedOff atomic.Bool
 }
 
 // newBatch is step 2 for a batch: it validates each put on its own,
@@ -309,10 +322,10 @@ type pendingPuts struct {
 //
 // The batch is cut from slab (nil: allocated on its own). te is
 // b.topicEntry(key.topic), looked up by the caller once for a read's
-// batches of the same topic.
-func (b *Broker) newBatch(key queueKey, te *topicEntry, reqs []*putReq, slab *batchSlab) *pendingPuts {
+// batches of the same topic. pass was taken before the gate is read here.
+func (b *Broker) newBatch(key queueKey, te *topicEntry, reqs []*putReq, slab *batchSlab, pass gatePass) *pendingPuts {
 	pp := slab.take(len(reqs))
-	pp.key, pp.te, pp.n = key, te, len(reqs)
+	pp.key, pp.te, pp.n, pp.pass = key, te, len(reqs), pass
 	if !key.sync {
 		pp.held = b.holding() // decided once for the batch
 		if pp.held == nil {
@@ -494,6 +507,29 @@ type manyAppender interface {
 	AppendManyAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome))
 }
 
+// unitStore is a groupStore that also stores the batches of several
+// partitions as one unit, a transaction's at its commit: one log write,
+// durable all or none, which replication ships in one piece
+// (store.Store.AppendUnitAsync), and on topics with minSyncSites one wait
+// for the slave sites covering all of it.
+type unitStore interface {
+	storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome))
+}
+
+// unitAppender is a Store that appends several partitions as one unit
+// (store.Store.AppendUnitAsync).
+type unitAppender interface {
+	AppendUnitAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome))
+}
+
+func (l localStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	if u, ok := l.s.(unitAppender); ok {
+		u.AppendUnitAsync(ctx, appends, done)
+		return
+	}
+	l.storeGroup(ctx, appends, done)
+}
+
 func (l localStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	if m, ok := l.s.(manyAppender); ok {
 		m.AppendManyAsync(ctx, appends, done)
@@ -534,7 +570,15 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	c.stored[pp] = nil // before the store can answer it
 	c.storedMu.Unlock()
 	done := func(as []store.Appended, err error) { b.answerBatch(c, pp, as, err) }
+	var refused *Refusal
+	if pp.held == nil && pp.fwd == nil && !pp.key.sync && b.gate.stoppedSince(pp.pass) {
+		// Writes were stopped since the batch passed the gate (while
+		// its topic registered, or its read was routed): ask again.
+		refused = b.regate(pp)
+	}
 	switch {
+	case refused != nil:
+		done(nil, &heldError{code: refused.code(), text: refused.Reason})
 	case pp.held != nil:
 		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
 	case pp.fwd != nil:
@@ -543,6 +587,9 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 		// The broker's context, not the connection's: puts that reached
 		// the store complete even if their client goes away.
 		b.puts.storeBatch(b.ctx, pp.key.topic, int(pp.key.partition), pp.msgs, done)
+		if !pp.key.sync && b.storesAtOnce(pp.te) && !b.gate.stoppedSince(pp.pass) {
+			pp.handedOff.Store(true)
+		}
 	}
 	// The store keeps no body: the buffers can take the next bodies, and
 	// their bytes go back to the connection's byte budget.
@@ -555,9 +602,18 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 
 // storeBatches is storeBatch for the batches of several partitions that
 // one read brought: one store call, answered with one frame (answerBatches).
+// pass is the read's (every batch's) passage through the gate.
 //
 // The batches are listed in c.stored once, under the first, not once each.
-func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
+func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts, pass gatePass) {
+	if b.gate.stoppedSince(pass) {
+		// Writes were stopped since the read's puts passed the gate:
+		// each batch asks again, and is stored (or not) on its own.
+		for _, pp := range pps {
+			b.storeBatch(c, pp)
+		}
+		return
+	}
 	c.storedMu.Lock()
 	c.stored[pps[0]] = pps // before the store can answer them
 	c.storedMu.Unlock()
@@ -573,6 +629,11 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts) {
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
 		b.answerBatches(c, pps, outs)
 	})
+	if !b.gate.stoppedSince(pass) && !b.awaitingSites() {
+		// Taken at once (no batch of a topic with minSyncSites waits
+		// for its sites: see storesAtOnce) before any refusal.
+		pps[0].handedOff.Store(true)
+	}
 	clear(appends) // they point at the batches' messages
 	c.appends = appends[:0]
 	var size int64
@@ -609,7 +670,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		putTally
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
-	ac := ackCheck{b: b}
+	ac := ackCheck{b: b, lead: pps[0]}
 	for i, pp := range pps {
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
@@ -658,7 +719,7 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	}
 	if len(pp.opaques) > 0 {
 		var t putTally
-		out, t = b.answerStored(out, pp, as, err, &ackCheck{b: b})
+		out, t = b.answerStored(out, pp, as, err, &ackCheck{b: b, lead: pp})
 		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
@@ -753,6 +814,15 @@ func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 		// Not stored here: the (new) master's answer, which it checked.
 		return err
 	}
+	if ac.writesStopped() {
+		if !ac.logged {
+			ac.logged = true
+			b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: client writes were stopped while they were on their way to the store", "partition", pp.key.partition,
+				"puts", len(pp.opaques), "reason", b.refusalText())
+		}
+		return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: client writes were stopped (" +
+			strings.TrimSuffix(b.refusalText(), "; retry") + ") while it was on its way to the store; whether the record survives (a new master may start from a log that ends before it) is unknown"}
+	}
 	ref := ac.refusal()
 	if ref == nil {
 		return err
@@ -770,12 +840,28 @@ func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 // frame, asked when the first of them needs it: they are answered at the
 // same moment, and at 10,000 partitions a frame answers one batch per put
 // (the check reads the clock and the site's role each time). A refusal is
-// logged once per frame, not once per batch.
+// logged once per frame, not once per batch. The frame's batches share
+// one gatePass (their read's), held with the hand-off's outcome by lead.
 type ackCheck struct {
-	b      *Broker
-	asked  bool
-	ref    *Refusal
-	logged bool
+	b       *Broker
+	lead    *pendingPuts
+	asked   bool
+	ref     *Refusal
+	logged  bool
+	gated   bool // stopped is known
+	stopped bool
+}
+
+// writesStopped reports whether client writes began to be refused after
+// the frame's batches passed the gate and possibly before the store took
+// them (see gatePass): not when none was refused by now, nor when the
+// store took them (handedOff) before any was.
+func (a *ackCheck) writesStopped() bool {
+	if !a.gated {
+		a.gated = true
+		a.stopped = a.b.gate.stoppedSince(a.lead.pass) && !a.lead.handedOff.Load()
+	}
+	return a.stopped
 }
 
 func (a *ackCheck) refusal() *Refusal {
@@ -896,11 +982,15 @@ var ErrWritesStopped = errors.New("broker: client writes were stopped while the 
 // partitions that must be stored together, a transaction's at its commit:
 // one check of the write gate for all of them and one hand-off to the
 // store, so a refusal (a switchover, a fence, a demotion) stops all of them
-// or none, and the store writes them in one log write with one fsync
-// (store.Store.AppendManyAsync), which replication ships up to a durable
-// end that covers all or none. On a synchronous (samsa) master and for
-// topics with minSyncSites each partition's batch is replicated on its
-// own: the gate is still checked once, but their outcomes are separate.
+// or none, and the store writes them as one unit (unitStore): one log
+// write with one fsync, which replication ships in one frame, so a slave
+// site holds all of it or none, even when the master dies mid-stream; for
+// topics with minSyncSites, one wait for the slave sites that covers all
+// of it. On a synchronous (samsa) master each partition's batch is
+// replicated on its own (MetaQ's sync protocol carries one message per
+// command): the gate is still checked once, and the commit is answered
+// once every partition's outcome is known, but a samsa slave may hold part
+// of it, and so may a slave site (the partitions are separate log writes).
 //
 // The error wraps ErrNotStored when nothing was handed to the store (then
 // outs is nil), ErrWritesStopped when writes began to be refused on the
@@ -918,26 +1008,26 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 			b.ensureTopic(ctx, a.Topic, te)
 		}
 	}
-	// The count is read before the gate is (see writeGate.refusals).
-	refusals := b.gate.refusals.Load()
+	pass := b.gate.pass() // before the gate is read (see gatePass)
 	if ref := b.writeRefusal(); ref != nil {
 		return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w: %w", n, len(appends), ErrNotStored, ref)
 	}
 	// A topic whose slave sites are not connected refuses the whole group
 	// here, not one partition's batch after another's was stored.
-	handedOffAtOnce := b.samsa == nil
+	handedOffAtOnce := true
 	for i, a := range appends {
 		if i > 0 && a.Topic == appends[i-1].Topic {
 			continue
 		}
 		te := b.topicEntry(a.Topic)
+		if !b.storesAtOnce(te) {
+			handedOffAtOnce = false // judged once stored (see gatePass)
+		}
 		if !te.ok || te.tc.MinSyncSites <= 0 || te.tc.SyncDegrade == config.SyncDegradeAsync {
 			continue
 		}
-		rep := b.siteReplicator()
-		if rep != nil && b.awaitingSites() {
-			handedOffAtOnce = false // stored once the sites are back (siteSyncStore.awaitSites)
-			continue
+		if b.siteReplicator() != nil && b.awaitingSites() {
+			continue // stored once the sites are back (siteSyncGroupStore.awaitSitesUnit)
 		}
 		if connected := b.connectedSites(); connected < te.tc.MinSyncSites {
 			return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w: topic %s is acknowledged at %d slave sites (minSyncSites) and %d are connected",
@@ -949,8 +1039,8 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 	}
 	ch := make(chan []store.AppendOutcome, 1)
 	done := func(outs []store.AppendOutcome) { ch <- outs }
-	if gs, ok := b.puts.(groupStore); ok {
-		gs.storeGroup(b.ctx, appends, done)
+	if us, ok := b.puts.(unitStore); ok {
+		us.storeUnit(b.ctx, appends, done)
 	} else {
 		outs := make([]store.AppendOutcome, len(appends))
 		var left atomic.Int32
@@ -969,7 +1059,7 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 	// once it is stored.
 	stopped := false
 	if handedOffAtOnce {
-		stopped = b.gate.refusals.Load() != refusals
+		stopped = b.gate.stoppedSince(pass)
 	}
 	var outs []store.AppendOutcome
 	select {
@@ -978,12 +1068,44 @@ func (b *Broker) StoreValidatedGroup(ctx context.Context, appends []store.Partit
 		return nil, fmt.Errorf("broker: store %d messages in %d partitions: %w", n, len(appends), ctx.Err())
 	}
 	if !handedOffAtOnce {
-		stopped = b.gate.refusals.Load() != refusals
+		stopped = b.gate.stoppedSince(pass)
 	}
 	if stopped {
 		return outs, fmt.Errorf("broker: store %d messages in %d partitions: %w (%s)", n, len(appends), ErrWritesStopped, b.refusalText())
 	}
 	return outs, nil
+}
+
+// regate checks the write gate again for a batch that passed it before a
+// refusal that came before the batch reached the store (see gatePass): a
+// Hold in effect takes it (pp.held), a refusal refuses it (returned; the
+// batch is not stored), and when neither, it takes a new pass and goes on.
+// The Hold is read first, as newBatch does: a handover holds puts before
+// it refuses writes.
+func (b *Broker) regate(pp *pendingPuts) *Refusal {
+	pp.pass = b.gate.pass()
+	if h := b.holding(); h != nil {
+		pp.held = h
+		return nil
+	}
+	ref := b.writeRefusal()
+	if ref == nil {
+		return nil
+	}
+	if h := b.holding(); h != nil {
+		pp.held = h
+		return nil
+	}
+	return ref
+}
+
+// storesAtOnce reports whether the store step takes a batch of te's topic
+// when it is handed to it (the local store queues it before the call
+// returns), rather than later: a samsa master's partition queue, or a new
+// master's slave sites awaited (siteSyncStore.awaitSites). A write taken
+// later is judged by its gatePass once it is stored.
+func (b *Broker) storesAtOnce(te *topicEntry) bool {
+	return b.samsa == nil && !(te.ok && te.tc.MinSyncSites > 0 && b.awaitingSites())
 }
 
 // refusalText is the reason writes are refused now, or a note that they

@@ -329,3 +329,156 @@ func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.Part
 		})
 	}
 }
+
+// storeUnit stores a transaction's partitions as one unit (see unitStore):
+// when some of them are of topics with minSyncSites, the sites are checked
+// once for all of them, the unit is written in one piece and one wait for
+// the most sites any of its topics asks for covers all of it, so the
+// commit is acknowledged once every partition is at those sites, and a
+// refusal (too few sites connected) stores none of it. Without such a
+// topic it is the store's unit write alone. A store step that cannot
+// write a unit (a samsa master) takes the partitions one by one
+// (storeGroup).
+func (s siteSyncGroupStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	us, ok := s.next.(unitStore)
+	if !ok {
+		s.storeGroup(ctx, appends, done)
+		return
+	}
+	b := s.b
+	need, refuse := 0, false // the most sites asked; a topic refuses without them
+	var syncTopics []string
+	for i, a := range appends {
+		if i > 0 && a.Topic == appends[i-1].Topic {
+			continue
+		}
+		te := b.topicEntry(a.Topic)
+		if !te.ok || te.tc.MinSyncSites <= 0 || slices.Contains(syncTopics, a.Topic) {
+			continue
+		}
+		syncTopics = append(syncTopics, a.Topic)
+		need = max(need, te.tc.MinSyncSites)
+	}
+	if need == 0 {
+		us.storeUnit(ctx, appends, done)
+		return
+	}
+	rep := b.siteReplicator()
+	connected := 0
+	if rep != nil {
+		connected = rep.ConnectedSites()
+	}
+	if connected < need && rep != nil && b.awaitingSites() {
+		// A new master's slave sites are on their way (AwaitSitesFor):
+		// wait for them with a copy of the unit, then decide again.
+		held := make([]store.PartitionAppend, len(appends))
+		for i, a := range appends {
+			held[i] = a
+			held[i].Msgs = make([]store.Message, len(a.Msgs))
+			for j, m := range a.Msgs {
+				held[i].Msgs[j] = m
+				held[i].Msgs[j].Body = append([]byte(nil), m.Body...)
+			}
+		}
+		if b.routines.Go(func() { s.awaitSitesUnit(ctx, held, done) }) {
+			return
+		}
+	}
+	degraded := map[string]bool{} // topics acknowledged without their sites
+	for _, topic := range syncTopics {
+		te := b.topicEntry(topic)
+		if connected >= te.tc.MinSyncSites {
+			if te.tc.SyncDegrade == config.SyncDegradeAsync {
+				b.setDegraded(topic, &te.tc, false, connected)
+			}
+			continue
+		}
+		if te.tc.SyncDegrade == config.SyncDegradeAsync {
+			b.setDegraded(topic, &te.tc, true, connected)
+			degraded[topic] = true
+			continue
+		}
+		refuse = true
+	}
+	count := func(topic string, add func(st *siteSyncTopic, n int64)) {
+		for _, a := range appends {
+			if a.Topic == topic {
+				add(b.siteStats.topic(topic), int64(len(a.Msgs)))
+			}
+		}
+	}
+	outs := make([]store.AppendOutcome, len(appends))
+	if refuse {
+		// Nothing of the unit is stored: one of its topics lacks its sites.
+		for _, topic := range syncTopics {
+			count(topic, func(st *siteSyncTopic, n int64) { st.refusedPuts.Add(n) })
+		}
+		for i, a := range appends {
+			outs[i].Err = &slaveError{text: b.putError(a.Topic, int32(a.Partition), "the transaction's topics are acknowledged at "+
+				strconv.Itoa(need)+" slave sites (minSyncSites) and "+strconv.Itoa(connected)+" are connected; retry later")}
+		}
+		done(outs)
+		return
+	}
+	for topic := range degraded {
+		count(topic, func(st *siteSyncTopic, n int64) { st.degradedPuts.Add(n) })
+	}
+	wait := 0 // the sites the topics that are not degraded ask for
+	for _, topic := range syncTopics {
+		if !degraded[topic] {
+			wait = max(wait, b.topicEntry(topic).tc.MinSyncSites)
+		}
+	}
+	if wait == 0 {
+		us.storeUnit(ctx, appends, done)
+		return
+	}
+	timeout := b.opts.SiteSyncTimeout
+	us.storeUnit(ctx, appends, func(outs []store.AppendOutcome) {
+		if !slices.ContainsFunc(outs, func(o store.AppendOutcome) bool { return o.Err == nil }) {
+			done(outs) // nothing stored: nothing to wait for
+			return
+		}
+		rep.AwaitDurable(wait, timeout, func(werr error) {
+			if werr == nil {
+				done(outs)
+				return
+			}
+			b.log.Warn("TOPIC("+appends[0].Topic+"): transaction stored here but not fsynced at its slave sites in time; answered as failed",
+				"partitions", len(appends), "minSyncSites", wait, "err", werr)
+			for i, a := range appends {
+				te := b.topicEntry(a.Topic)
+				if outs[i].Err != nil || !te.ok || te.tc.MinSyncSites <= 0 || degraded[a.Topic] {
+					continue
+				}
+				b.siteStats.topic(a.Topic).failedPuts.Add(int64(len(a.Msgs)))
+				outs[i] = store.AppendOutcome{Err: &slaveError{text: b.putError(a.Topic, int32(a.Partition), "stored at the master but not fsynced at "+
+					strconv.Itoa(wait)+" slave sites (minSyncSites) within "+timeout.String()+"; retry")}}
+			}
+			done(outs)
+		})
+	})
+}
+
+// awaitSitesUnit is awaitSites for a unit (storeUnit).
+func (s siteSyncGroupStore) awaitSitesUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	need := 0
+	for _, a := range appends {
+		need = max(need, s.b.topicEntry(a.Topic).tc.MinSyncSites)
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.b.awaitingSites() && s.b.connectedSites() < need {
+		select {
+		case <-ctx.Done():
+			outs := make([]store.AppendOutcome, len(appends))
+			for i := range outs {
+				outs[i].Err = ctx.Err()
+			}
+			done(outs)
+			return
+		case <-t.C:
+		}
+	}
+	s.storeUnit(ctx, appends, done) // checks the sites again
+}

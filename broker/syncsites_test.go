@@ -162,3 +162,73 @@ func TestSyncTopicDoesNotHoldOtherAnswers(t *testing.T) {
 		t.Fatalf("sync put after its sites: %+v", r)
 	}
 }
+
+// TestCommitIsOneUnit: a transaction's commit over a topic with
+// minSyncSites and one without is written as one unit, which the log's
+// reader (what replication ships) returns in one piece however small the
+// read (each partition's batch alone is larger than it), and is answered
+// after one wait for the sites that covers all of it. When the sites go
+// away after the commit passed its checks and before it reaches the store,
+// none of it is stored, not the partition of the topic without sites
+// either.
+func TestCommitIsOneUnit(t *testing.T) {
+	tb := startBroker(t, parseConfig(t, []byte(syncSitesINI+"dataPath="+t.TempDir()+"\n")), nil)
+	sites := &fakeSites{connected: 1}
+	tb.SetSiteReplicator(sites)
+	body := []byte(strings.Repeat("c", 40<<10))
+	commit := []store.PartitionAppend{
+		{Topic: "plain", Partition: 0, Msgs: []store.Message{{Body: body}}},
+		{Topic: "sync", Partition: 0, Msgs: []store.Message{{Body: body}}},
+	}
+	_, start := tb.store.LogBounds()
+	type result struct {
+		outs []store.AppendOutcome
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		outs, err := tb.StoreValidatedGroup(context.Background(), commit)
+		done <- result{outs, err}
+	}()
+	for sites.pending() == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("commit answered before its sites: %+v %v", r.outs, r.err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if n := sites.pending(); n != 1 {
+		t.Fatalf("the commit waits %d times for its sites, want once", n)
+	}
+	ents, _, err := tb.store.ReadLog(start, 8<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 2 || ents[0].Topic != "plain" || ents[1].Topic != "sync" {
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Topic)
+		}
+		t.Fatalf("a read of the log from the commit's start returns %v: the commit is cut where replication ships it", got)
+	}
+	sites.release()
+	if r := <-done; r.err != nil || len(r.outs) != 2 || r.outs[0].Err != nil || r.outs[1].Err != nil {
+		t.Fatalf("commit: %+v %v", r.outs, r.err)
+	}
+
+	// The sites leave between the commit's checks and its store.
+	plainEnd, syncEnd := partitionEnd(t, tb, "plain", 0), partitionEnd(t, tb, "sync", 0)
+	tb.gatePassedHook = func() {
+		sites.mu.Lock()
+		sites.connected = 0
+		sites.mu.Unlock()
+	}
+	outs, err := tb.StoreValidatedGroup(context.Background(), commit)
+	tb.gatePassedHook = nil
+	if err != nil || len(outs) != 2 || outs[0].Err == nil || outs[1].Err == nil {
+		t.Fatalf("commit whose sites left on its way: %+v %v", outs, err)
+	}
+	if e0, e1 := partitionEnd(t, tb, "plain", 0), partitionEnd(t, tb, "sync", 0); e0 != plainEnd || e1 != syncEnd {
+		t.Fatalf("a commit refused for its sites was stored in part: ends %d %d, before %d %d", e0, e1, plainEnd, syncEnd)
+	}
+}

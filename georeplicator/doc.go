@@ -153,7 +153,17 @@
 // batch: start and end master log positions and the log entries between
 // them (topic, partition, offset, append time, whole MetaQ records),
 // compressed as a unit with zstd (SpeedFastest, one goroutine, 1 MiB window,
-// pooled encoders), s2, or not at all; each frame names its codec, so mode
+// pooled encoders), s2, or not at all. A frame holds what one or a few
+// ReadLog calls return, and ReadLog never stops inside a unit of the
+// master's log (a transaction's commit, store.Store.AppendUnitAsync), so a
+// commit's partitions travel in one frame and a slave applies all of them
+// or none (a frame is applied whole before the next is read): a master
+// killed mid-stream leaves no slave holding part of a commit (a slave
+// killed while it applies a frame may, until it resumes from its
+// checkpoint). A unit written before the master's store was last opened
+// is not known as one and can be cut (see broker/store), and a slave does
+// not mark the units it receives in its own log, so once promoted it
+// ships them like any entries; each frame names its codec, so mode
 // auto can change codec per frame (rule in auto.go). A frame that would grow
 // is sent uncompressed.
 //

@@ -289,7 +289,15 @@
 //     the writer notes each partition it wrote with its new end in a list
 //     (dirtySet, no map), which a commit takes whole without locking the
 //     partitions again, and index blocks are encoded into one reused
-//     buffer and written a MiB at a time.
+//     buffer and written a MiB at a time. AppendUnitAsync is
+//     AppendManyAsync for appends that are one unit (a transaction's
+//     partitions at its commit): the writer also records the unit's log
+//     range, in memory, before it can be durable, and ReadLog never ends
+//     a read inside such a range, so the replication shipper, which cuts
+//     its frames where ReadLog stops, ships a unit in one frame. The
+//     ranges are not on disk: after a restart the units written before
+//     it are read like any entries (the last 4,096 units are kept, none
+//     longer than 16 MiB).
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its
@@ -614,8 +622,9 @@
 // (the same for its log: the preads of Read and ReadLog hold it, not
 // segMu, so a roll or retention never waits behind a pread of cold
 // data; it also guards a segment's sendfile pins, which pin and unpin
-// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu and the summary
-// cache's lock are leaves. A span names its segment by number, found in a copy of the
+// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu, unitMu (the
+// units' ranges: the writer takes it alone, ReadLog under a segment's
+// logMu) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
 // segment list published on every change (Store.segTab, an atomic
 // pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only

@@ -4,8 +4,9 @@ import (
 	"time"
 )
 
-// ReadLog returns whole log entries from pos, at most about maxBytes, only
-// durable ones, and the position after the last. ErrLogTruncated if pos < first.
+// ReadLog returns whole log entries from pos, at most about maxBytes (more
+// rather than part of a unit, see AppendUnitAsync), only durable ones, and
+// the position after the last. ErrLogTruncated if pos < first.
 // Only data of live partitions is returned; definitions, deletions, data of
 // deleted partitions and quarantined ranges are skipped (the returned
 // position still moves past them). pos should be a position ReadLog or
@@ -20,7 +21,9 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 	var out []LogEntry
 	var damaged []posRange
 	total := 0
-	for pos < durable && (total == 0 || total < maxBytes) {
+	// A read goes past maxBytes rather than end inside a unit's range
+	// (AppendUnitAsync): the unit is durable whole or not at all.
+	for pos < durable && (total == 0 || total < maxBytes || s.insideUnit(pos)) {
 		// The segment list is locked only to find the segment and copy the
 		// quarantined ranges (both change only under segMu.Lock); the
 		// preads hold the segment's logMu, so a roll or retention does not
@@ -54,7 +57,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		// disk fetch the next window while this one is shipped.
 		r.prefetch = g.isSealed()
 		x := pos - g.start
-		for x < limit && (total == 0 || total < maxBytes) {
+		for x < limit && (total == 0 || total < maxBytes || s.insideUnit(g.start+x)) {
 			if q := quarantinedIn(quarantine, g.start+x); q > 0 {
 				x = q - g.start
 				continue

@@ -96,6 +96,12 @@ type Store struct {
 	lastSeq    uint32
 	quarantine []posRange
 
+	// units are the log ranges of recent AppendUnitAsync calls, in log
+	// order, which ReadLog never ends inside (see AppendUnitAsync); unitMu
+	// is a leaf.
+	unitMu sync.Mutex
+	units  []posRange
+
 	durMu      sync.Mutex
 	durablePos int64
 	durCh      chan struct{}
@@ -418,6 +424,54 @@ type AppendOutcome struct {
 // append (in order) exactly once, on the terms of AppendAsync's notify.
 // The bodies are not referenced after it returns.
 func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome)) {
+	s.appendMany(ctx, appends, notify, false)
+}
+
+// AppendUnitAsync is AppendManyAsync for appends that are one unit, a
+// transaction's partitions at its commit: besides being committed in one
+// batch (durable all or none), their log range is kept, and ReadLog never
+// ends a read inside it, so a replica that ships the log in ReadLog's
+// pieces gets all of the unit's entries in one piece or none. The ranges
+// live in memory (the last maxUnits, each at most maxUnitBytes long): a
+// unit written before the store was opened is not kept whole.
+func (s *Store) AppendUnitAsync(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome)) {
+	s.appendMany(ctx, appends, notify, true)
+}
+
+// maxUnits bounds the unit ranges kept for ReadLog (16 bytes each); past
+// it the oldest half is dropped, long read by any replica that keeps up.
+const maxUnits = 4096
+
+// maxUnitBytes bounds a unit ReadLog keeps whole: a replica's frame holds
+// at most 64 MiB, and a read that kept a larger unit whole would exceed it.
+const maxUnitBytes = 16 << 20
+
+// addUnits records units written by the writer, before they are durable
+// (so before ReadLog can read them).
+func (s *Store) addUnits(units []posRange) {
+	s.unitMu.Lock()
+	defer s.unitMu.Unlock()
+	for _, u := range units {
+		if u.to-u.from > maxUnitBytes {
+			continue
+		}
+		if len(s.units) >= maxUnits {
+			s.units = append(s.units[:0], s.units[maxUnits/2:]...)
+		}
+		s.units = append(s.units, u)
+	}
+}
+
+// insideUnit reports whether pos lies strictly inside a unit's range: a
+// read that stopped there would cut the unit.
+func (s *Store) insideUnit(pos int64) bool {
+	s.unitMu.Lock()
+	defer s.unitMu.Unlock()
+	i := sort.Search(len(s.units), func(i int) bool { return s.units[i].to > pos })
+	return i < len(s.units) && s.units[i].from < pos
+}
+
+func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome), unit bool) {
 	outs := make([]AppendOutcome, len(appends))
 	sizes := make([]int, len(appends))
 	total, records := 0, 0
@@ -449,7 +503,7 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 	payload := payloads.Get(total)[:0]
 	recOffs := make([]int32, records)
 	ids := make([]int64, records)
-	g := &request{kind: reqAppend, payload: payload, size: total}
+	g := &request{kind: reqAppend, payload: payload, size: total, unit: unit}
 	pb := getPartsBuf(len(appends))
 	g.parts = pb
 	parts := pb.parts

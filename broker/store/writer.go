@@ -66,6 +66,9 @@ type request struct {
 	size    int // payload bytes, of all parts for a group
 	parent  *request
 	pending atomic.Int32 // parts of a group not yet finished
+	// unit is set on a group that is one unit (AppendUnitAsync): the
+	// writer records its log range (Store.units).
+	unit bool
 	// parts is where a group's parts live (AppendManyAsync), given back
 	// when the group finishes.
 	parts *partsBuf
@@ -126,6 +129,8 @@ type writerState struct {
 	ids        idGen
 	lastMs     int64
 	pend       []pendingChunk
+	units      []posRange // ranges of the batch's units (AppendUnitAsync)
+	unitFrom   int64      // where the unit being written starts
 	dirty      dirtySet
 	unflushed  map[string]int
 	deadline   time.Time
@@ -380,6 +385,7 @@ func (s *Store) process(batch []*request) {
 	buf := w.buf[:0]
 	base := w.pos
 	w.pend = w.pend[:0]
+	w.units = w.units[:0]
 	var created, deleted []*partition
 	needSync := false
 	if w.needDefines {
@@ -501,6 +507,15 @@ func (s *Store) process(batch []*request) {
 				}
 				r.payload = nil
 			}
+			if g := r.parent; g != nil && g.unit {
+				// A unit's parts are next to each other in the batch.
+				if r == g.group[0] {
+					w.unitFrom = pos
+				}
+				if r == g.group[len(g.group)-1] {
+					w.units = append(w.units, posRange{w.unitFrom, pos + entryHeaderLen + n})
+				}
+			}
 			w.pend = append(w.pend, pendingChunk{})
 			pc := &w.pend[len(w.pend)-1]
 			pc.p, pc.pos, pc.n, pc.ms, pc.records = p, pos, n, ms, int64(r.records)
@@ -556,6 +571,10 @@ func (s *Store) process(batch []*request) {
 			}
 			w.buf = buf[:0]
 			return
+		}
+		if len(w.units) > 0 {
+			// Written, not yet durable: ReadLog cannot read them yet.
+			s.addUnits(w.units)
 		}
 		segBytes := s.opts.SegmentBytes
 		var idxErr error

@@ -28,7 +28,9 @@
 // (the broker's put route, Broker.StoreValidatedGroup): one check of the
 // broker's write gate and one log write, so a switchover or fence that
 // stops the master's writes meanwhile leaves all of the commit's
-// partitions stored or none. Its answers: committed; refused before
+// partitions stored or none; replication ships that write in one frame,
+// and a commit with topics of minSyncSites waits once for the sites that
+// cover all of it. Its answers: committed; refused before
 // anything was stored (rolled back, XA_RBOTHER, or for a prepared XA
 // transaction still prepared, XAER_RMFAIL); or of unknown outcome
 // (XAER_RMFAIL, said in the text: a store failure, or writes stopped
