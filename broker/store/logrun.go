@@ -88,6 +88,27 @@ func (r *LogRun) WriteTo(w io.Writer) (int64, error) {
 	return sent + n, err
 }
 
+// Piece is one part of a batch SendBatch sends: Bytes, then Run's
+// sections (Run's Head and Progress are not used: a header goes in Bytes).
+type Piece struct {
+	Bytes []byte
+	Run   *LogRun
+}
+
+// SendBatch sends pieces to w in order, as one stream: on Linux to a
+// plain TCP socket, through one pipe (Bytes copied into it, each run's
+// sections spliced into it from the page cache) and from the pipe to the
+// socket once per pipeful, so several answers ready at once leave in one
+// send instead of two or more each. It reports ok false, having sent
+// nothing, where it cannot (another writer, another system, or no pipe
+// free, see splicePipes): the caller sends the pieces one by one. progress,
+// when set, is called after each piece of bytes that reached w. A section
+// the file cannot fill stops the batch with io.ErrUnexpectedEOF after a
+// correct prefix. It releases no run.
+func SendBatch(w io.Writer, pieces []Piece, progress func()) (sent int64, ok bool, err error) {
+	return sendBatch(w, pieces, progress)
+}
+
 // copySections writes the sections through a buffer.
 func copySections(w io.Writer, secs []section, progress func()) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
