@@ -66,6 +66,11 @@ type conn struct {
 	// (storeBatches) under the first, all of them as the value.
 	stored map[*pendingPuts][]*pendingPuts
 
+	// heldOut is the reader's list of answers to gets it answered
+	// (getInline) and has not queued yet: queued together when it hands on
+	// its puts, before it can block (sendHeld).
+	heldOut []outFrame
+
 	// appends is the reader's list of a store call's appends
 	// (storeBatches), reused from read to read: the store step reads it
 	// during the call and keeps none of it.
@@ -275,6 +280,7 @@ func (c *conn) readLoop() bool {
 	// one store call per partition.
 	var held []putReq // puts not yet handed on
 	handOff := func() {
+		defer c.sendHeld()
 		if len(held) == 0 {
 			return
 		}
@@ -489,6 +495,15 @@ func (c *conn) send(f outFrame) {
 		f.run.Release()
 		c.releaseSlots(f.tokens())
 	}
+}
+
+// sendHeld queues the answers in heldOut (reader goroutine only).
+func (c *conn) sendHeld() {
+	for i := range c.heldOut {
+		c.send(c.heldOut[i])
+		c.heldOut[i] = outFrame{}
+	}
+	c.heldOut = c.heldOut[:0]
 }
 
 // noAnswer returns the token of a request that gets no answer (END).
