@@ -16,6 +16,7 @@ type LogRun struct {
 	secs []section
 	n    int64
 	pins []*segment
+	pin1 [1]*segment // pins' first array: most runs pin one segment
 	// Progress, when set, is called after each piece WriteTo sent, so a
 	// caller can tell a slow reader from one that reads nothing.
 	Progress func()
@@ -183,6 +184,7 @@ func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int)
 		return nil, nil
 	}
 	r := &LogRun{secs: make([]section, 0, len(pl.ents))}
+	r.pins = r.pin1[:0]
 	var g *segment
 	var f *os.File
 	for _, c := range pl.ents {
