@@ -27,7 +27,8 @@ import (
 // Every other request runs on a worker goroutine of the connection,
 // concurrently, so answers go back by opaque, possibly out of order. One
 // writer goroutine serialises the answers and coalesces them into few
-// writes. The requests in progress or waiting to be written are bounded by
+// writes (the answers waiting when it starts a write go together, those
+// sent from the log files through one pipe: writeFrames). The requests in progress or waiting to be written are bounded by
 // Options.MaxInFlight, and the bytes of fetched data and put bodies by the
 // connection's byte budget and the broker's (see byteBudget): when a bound
 // is reached the reader stops reading, which pushes back on the client
@@ -64,6 +65,11 @@ type conn struct {
 	// stored alone under itself (value nil), those of one store call
 	// (storeBatches) under the first, all of them as the value.
 	stored map[*pendingPuts][]*pendingPuts
+
+	// heldOut is the reader's list of answers to gets it answered
+	// (getInline) and has not queued yet: queued together when it hands on
+	// its puts, before it can block (sendHeld).
+	heldOut []outFrame
 
 	// appends is the reader's list of a store call's appends
 	// (storeBatches), reused from read to read: the store step reads it
@@ -274,6 +280,7 @@ func (c *conn) readLoop() bool {
 	// one store call per partition.
 	var held []putReq // puts not yet handed on
 	handOff := func() {
+		defer c.sendHeld()
 		if len(held) == 0 {
 			return
 		}
@@ -490,6 +497,15 @@ func (c *conn) send(f outFrame) {
 	}
 }
 
+// sendHeld queues the answers in heldOut (reader goroutine only).
+func (c *conn) sendHeld() {
+	for i := range c.heldOut {
+		c.send(c.heldOut[i])
+		c.heldOut[i] = outFrame{}
+	}
+	c.heldOut = c.heldOut[:0]
+}
+
 // noAnswer returns the token of a request that gets no answer (END).
 func (c *conn) noAnswer() { <-c.slots }
 
@@ -500,6 +516,7 @@ func (c *conn) sendResult(code int, body string, opaque int32) {
 func (c *conn) writeLoop() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
 	wt := c.b.opts.WriteTimeout
+	var bw batchWriter
 	for {
 		var f outFrame
 		var ok bool
@@ -513,25 +530,31 @@ func (c *conn) writeLoop() {
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(wt))
 		c.writingSince.Store(time.Now().UnixNano())
-		for {
-			err := c.writeFrame(w, f)
-			c.bytes.release(f.held)
-			c.releaseSlots(f.tokens())
-			if err != nil {
-				c.writeFailed(err)
-				return
-			}
-			// Coalesce answers already waiting into one write.
+		// Take the answers already waiting too: they are written together.
+		batch := append(bw.frames[:0], f)
+	gather:
+		for len(batch) < maxWriteBatch {
 			select {
 			case f, ok = <-c.out:
-				if ok {
-					continue
+				if !ok {
+					break gather
 				}
+				batch = append(batch, f)
 			default:
+				break gather
 			}
-			break
 		}
-		err := w.Flush()
+		bw.frames = batch
+		err := c.writeFrames(w, &bw)
+		for i := range batch {
+			batch[i].run.Release()
+			c.bytes.release(batch[i].held)
+			c.releaseSlots(batch[i].tokens())
+			batch[i] = outFrame{}
+		}
+		if err == nil {
+			err = w.Flush()
+		}
 		c.writingSince.Store(0)
 		if err != nil {
 			c.writeFailed(err)
@@ -541,6 +564,74 @@ func (c *conn) writeLoop() {
 			return
 		}
 	}
+}
+
+// maxWriteBatch is the most answers the writer takes from its queue for
+// one write.
+const maxWriteBatch = 64
+
+// batchWriter holds the writer goroutine's scratch space, reused from
+// batch to batch.
+type batchWriter struct {
+	frames []outFrame
+	pieces []store.Piece
+	bytes  []byte
+}
+
+// batchInlineData is the largest copied answer body a batch copies into
+// its own buffer, beside the small answers around it; a longer one is a
+// piece of its own.
+const batchInlineData = 4 << 10
+
+// writeFrames writes the answers in bw.frames, in order, through w (which
+// is empty on entry and may hold bytes on return). Where answers sent from
+// the log files are among several ready at once, the batch goes to the
+// socket as one stream (store.SendBatch: headers, small answers and the
+// runs' sections through one pipe, one send to the socket) instead of a
+// flush, a header and a send per answer.
+func (c *conn) writeFrames(w *bufio.Writer, bw *batchWriter) error {
+	batch := bw.frames
+	runs := 0
+	for i := range batch {
+		if batch[i].run != nil {
+			runs++
+		}
+	}
+	if runs > 0 && len(batch) > 1 && c.zeroCopy {
+		pieces, buf := bw.pieces[:0], bw.bytes[:0]
+		from := 0 // buf[from:] is not in a piece yet
+		for i := range batch {
+			f := &batch[i]
+			buf = append(buf, f.head...)
+			switch {
+			case f.run != nil:
+				pieces = append(pieces, store.Piece{Bytes: buf[from:len(buf):len(buf)], Run: f.run})
+				from = len(buf)
+			case len(f.data) > batchInlineData:
+				pieces = append(pieces, store.Piece{Bytes: buf[from:len(buf):len(buf)]}, store.Piece{Bytes: f.data})
+				from = len(buf)
+			default:
+				buf = append(buf, f.data...)
+			}
+		}
+		if from < len(buf) {
+			pieces = append(pieces, store.Piece{Bytes: buf[from:]})
+		}
+		_, sent, err := store.SendBatch(c.nc, pieces, func() { c.writingSince.Store(time.Now().UnixNano()) })
+		clear(pieces) // keep no run or answer body alive
+		bw.pieces, bw.bytes = pieces[:0], buf[:0]
+		if sent {
+			c.b.stats.getsBatched.Add(int64(runs))
+			return err
+		}
+		// Not sent (no pipe free): one by one.
+	}
+	for i := range batch {
+		if err := c.writeFrame(w, batch[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writePiece is how much of a large answer is written at a time, so that

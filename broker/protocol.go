@@ -52,7 +52,7 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.countGet(cmd)
 	code, body, data, run, _ := b.get(c, cmd, false)
-	b.answerGet(c, cmd, code, body, data, run)
+	b.answerGet(c, cmd, code, body, data, run, false)
 }
 
 // getInline answers a get on the connection's reader goroutine when that
@@ -72,7 +72,7 @@ func (b *Broker) getInline(c *conn, cmd *wire.Get) bool {
 	}
 	b.countGet(cmd)
 	b.stats.getsInline.Add(1)
-	b.answerGet(c, cmd, code, body, data, run)
+	b.answerGet(c, cmd, code, body, data, run, true)
 	return true
 }
 
@@ -81,26 +81,35 @@ func (b *Broker) countGet(cmd *wire.Get) {
 	b.stats.realtime(cmd.Topic, statGet, 1)
 }
 
-// answerGet queues get's answer, as get returned it.
-func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data []byte, run *store.LogRun) {
-	if run != nil {
+// answerGet queues get's answer, as get returned it: at once, or with
+// later (the reader's, getInline) in the reader's list of answers, which
+// it queues together before it next blocks (conn.sendHeld), so that the
+// writer finds the answers to one read's gets waiting together and sends
+// them in one stream (conn.writeFrames).
+func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data []byte, run *store.LogRun, later bool) {
+	var f outFrame
+	switch {
+	case run != nil:
 		// Sent from the log files (sendfile); it holds its length of the
 		// connection's budget until written, as copied data does.
 		n := run.Len()
 		b.stats.getsSent.Add(1)
-		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), n, cmd.Opaque), run: run, held: int64(n)})
-		return
-	}
-	if data != nil {
+		f = outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), n, cmd.Opaque), run: run, held: int64(n)}
+	case data != nil:
 		// The data holds len(data) bytes of the connection's budget until written.
-		c.send(outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: int64(len(data))})
+		f = outFrame{head: wire.AppendValueHeader(make([]byte, 0, 32), len(data), cmd.Opaque), data: data, held: int64(len(data))}
+	default:
+		if code == wire.StatusNotFound || code == wire.StatusMoved || code == wire.StatusForbidden {
+			b.stats.getMiss.Add(1)
+			b.stats.realtime(cmd.Topic, statGetMiss, 1)
+		}
+		f = outFrame{head: wire.AppendResult(make([]byte, 0, 40+len(body)), code, body, cmd.Opaque)}
+	}
+	if later {
+		c.heldOut = append(c.heldOut, f)
 		return
 	}
-	if code == wire.StatusNotFound || code == wire.StatusMoved || code == wire.StatusForbidden {
-		b.stats.getMiss.Add(1)
-		b.stats.realtime(cmd.Topic, statGetMiss, 1)
-	}
-	c.sendResult(code, body, cmd.Opaque)
+	c.send(f)
 }
 
 // get returns the answer to a get: a code and text, or data, which holds

@@ -49,6 +49,7 @@ type statsCounters struct {
 	getMiss        atomic.Int64
 	getsSent       atomic.Int64 // get answers sent from the log files (sendfile)
 	getsInline     atomic.Int64 // gets answered on the connection's reader (getInline)
+	getsBatched    atomic.Int64 // of getsSent, those sent with other answers in one stream (conn.writeFrames)
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,13 +155,61 @@ func TestGetZeroCopyMatchesCopyPath(t *testing.T) {
 		get(off+3, 1<<20)
 	}
 	sent := zc.stats.getsSent.Load() - before
+
+	// The same gets pipelined, many in one write: answers ready together
+	// are written together (several runs and results in one stream through
+	// a pipe), and each is still byte for byte the copy path's, by opaque
+	// (answers on workers may come out of order).
+	var many []*wire.Get
+	for i, off := range starts {
+		if i%151 != 0 && (i+1 == len(starts) || starts[i+1]-off < 4096) {
+			continue
+		}
+		for _, max := range []int32{19, 4116, 1 << 20} {
+			many = append(many, &wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: off, MaxSize: max})
+		}
+		many = append(many, &wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: end, MaxSize: 1 << 20})
+	}
+	batchedBefore := zc.stats.getsBatched.Load()
+	sentBefore := zc.stats.getsSent.Load()
+	var answers [3]map[string][]byte
+	for i, cl := range []*client{clients[0], clients[1], clients[3]} {
+		var buf []byte
+		for k, g := range many {
+			g.Opaque = int32(100000 + k)
+			buf = g.AppendTo(buf)
+		}
+		cl.send(buf)
+		answers[i] = make(map[string][]byte, len(many))
+		for range many {
+			f, err := cl.readRaw(10 * time.Second)
+			if err != nil {
+				t.Fatalf("pipelined gets from broker %d: %v", i, err)
+			}
+			h := strings.Fields(string(f[:bytes.IndexByte(f, '\n')]))
+			answers[i][h[len(h)-1]] = f
+		}
+	}
+	for op, f := range answers[1] {
+		if !bytes.Equal(answers[0][op], f) || !bytes.Equal(answers[2][op], f) {
+			t.Fatalf("pipelined get with opaque %s: answers differ: sendfile %d bytes, copy %d, sendfile on workers %d", op, len(answers[0][op]), len(f), len(answers[2][op]))
+		}
+	}
+	if len(answers[0]) != len(many) || len(answers[1]) != len(many) || len(answers[2]) != len(many) {
+		t.Fatalf("pipelined gets: %d, %d and %d distinct answers to %d gets", len(answers[0]), len(answers[1]), len(answers[2]), len(many))
+	}
+	if zc.stats.getsSent.Load() == sentBefore || zc.stats.getsBatched.Load() == batchedBefore {
+		t.Fatalf("pipelined gets: %d sent from the files, %d of them in a batch: batches were not exercised",
+			zc.stats.getsSent.Load()-sentBefore, zc.stats.getsBatched.Load()-batchedBefore)
+	}
+
 	if sent == 0 || sent == int64(gets) {
 		t.Fatalf("%d of %d gets sent from the files: both paths must be exercised", sent, gets)
 	}
 	if n := cp.stats.getsSent.Load() + tl.stats.getsSent.Load(); n != 0 {
 		t.Fatalf("%d gets sent from the files by the copy-path brokers", n)
 	}
-	if n := wk.stats.getsSent.Load(); n != sent {
+	if n := wk.stats.getsSent.Load(); n != zc.stats.getsSent.Load()-before {
 		t.Fatalf("%d gets sent from the files on workers, %d with gets on the reader", n, sent)
 	}
 	inline := zc.stats.getsInline.Load()

@@ -466,6 +466,12 @@
 // ReadRun declines (the broker then copies) when the mean chunk of the
 // answer is below 4 KiB (sendfileMinChunk), and for connections whose
 // bytes must pass through the process (TLS).
+// Several answers ready at once on a connection (a consumer's gets of
+// several partitions, sent together) go out as one stream (SendBatch):
+// the headers and small answers written into one pipe, the runs' sections
+// spliced into it, and the pipe into the socket once per pipeful, so the
+// socket sees one send per batch instead of a header and a send per
+// answer.
 //
 // The rule for integrity: a get sends unread only bytes a crc check has
 // covered in this process. Those are

@@ -407,7 +407,9 @@ func (s *Store) blockAt(pid uint32, loc blockLoc, off int64) ([]idxEntry, uint64
 // segments) also starts reading the blocks the next read of that size
 // will need (prefetchIndex).
 func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) {
-	var out []idxEntry
+	// Room for a get at the tail (a few chunks) in one allocation, not
+	// one per doubling.
+	out := make([]idxEntry, 0, 8)
 	x := off
 	repaired := false
 	sealed := false

@@ -16,6 +16,7 @@ type LogRun struct {
 	secs []section
 	n    int64
 	pins []*segment
+	pin1 [1]*segment // pins' first array: most runs pin one segment
 	// Progress, when set, is called after each piece WriteTo sent, so a
 	// caller can tell a slow reader from one that reads nothing.
 	Progress func()
@@ -86,6 +87,27 @@ func (r *LogRun) WriteTo(w io.Writer) (int64, error) {
 	}
 	n, err := copySections(w, r.secs, r.Progress)
 	return sent + n, err
+}
+
+// Piece is one part of a batch SendBatch sends: Bytes, then Run's
+// sections (Run's Head and Progress are not used: a header goes in Bytes).
+type Piece struct {
+	Bytes []byte
+	Run   *LogRun
+}
+
+// SendBatch sends pieces to w in order, as one stream: on Linux to a
+// plain TCP socket, through one pipe (Bytes copied into it, each run's
+// sections spliced into it from the page cache) and from the pipe to the
+// socket once per pipeful, so several answers ready at once leave in one
+// send instead of two or more each. It reports ok false, having sent
+// nothing, where it cannot (another writer, another system, or no pipe
+// free, see splicePipes): the caller sends the pieces one by one. progress,
+// when set, is called after each piece of bytes that reached w. A section
+// the file cannot fill stops the batch with io.ErrUnexpectedEOF after a
+// correct prefix. It releases no run.
+func SendBatch(w io.Writer, pieces []Piece, progress func()) (sent int64, ok bool, err error) {
+	return sendBatch(w, pieces, progress)
 }
 
 // copySections writes the sections through a buffer.
@@ -162,6 +184,7 @@ func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int)
 		return nil, nil
 	}
 	r := &LogRun{secs: make([]section, 0, len(pl.ents))}
+	r.pins = r.pin1[:0]
 	var g *segment
 	var f *os.File
 	for _, c := range pl.ents {

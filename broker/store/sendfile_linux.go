@@ -145,45 +145,101 @@ func spliceSections(rc syscall.RawConn, p *splicePipe, head []byte, secs []secti
 	if err != nil {
 		return sent, err
 	}
-	pump := func(last bool) error {
-		var serr error
-		werr := rc.Write(func(fd uintptr) bool {
-			for p.held > 0 {
-				fl := unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
-				if !last {
-					fl |= unix.SPLICE_F_MORE
-				}
-				n, e := unix.Splice(p.r, nil, int(fd), nil, p.held, fl)
-				if n > 0 {
-					p.held -= int(n)
-					sent += n
-					if progress != nil {
-						progress()
-					}
-				}
-				switch {
-				case e == unix.EAGAIN:
-					return false // wait until the socket is writable
-				case e == unix.EINTR:
-					continue
-				case e != nil:
-					serr = e
-					return true
-				case n == 0:
-					serr = io.ErrUnexpectedEOF // the pipe gave nothing: never expected
-					return true
-				}
-			}
-			return true
-		})
-		if werr == nil {
-			werr = serr
-		}
-		if werr != nil {
-			return fmt.Errorf("store: splice to socket: %w", werr)
-		}
-		return nil
+	ps := pipeSend{rc: rc, p: p, sent: sent, progress: progress}
+	if err := ps.sections(secs); err != nil {
+		return ps.sent, err
 	}
+	return ps.sent, ps.pump(true)
+}
+
+// sendBatch is SendBatch on Linux: every piece goes through one pipe (its
+// bytes written into it, a run's sections spliced into it from the page
+// cache) and the pipe into the socket once per pipeful, so a batch of
+// answers costs the socket one send, not one per answer (and one more per
+// answer's header). ok is false, and nothing was sent, when w is not a
+// plain TCP socket or no pipe is free.
+func sendBatch(w io.Writer, pieces []Piece, progress func()) (sent int64, ok bool, err error) {
+	sc, isConn := w.(syscall.Conn)
+	if !isConn || !sendfileWriter(w) {
+		return 0, false, nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false, nil
+	}
+	p := splicePipes.get()
+	if p == nil {
+		return 0, false, nil
+	}
+	ps := pipeSend{rc: rc, p: p, progress: progress}
+	err = ps.pieces(pieces)
+	if err != nil || p.held > 0 {
+		p.close() // it may hold bytes of this batch: never lend it again
+	} else {
+		splicePipes.put(p)
+	}
+	return ps.sent, true, err
+}
+
+// pipeSend fills a pipe and empties it into a socket (spliceSections,
+// sendBatch), counting the bytes that reached the socket.
+type pipeSend struct {
+	rc       syscall.RawConn
+	p        *splicePipe
+	sent     int64
+	progress func()
+}
+
+// pieces sends each piece in order, then empties the pipe. On a section
+// the file cannot fill, what the pipe holds (a correct prefix) is sent
+// before the error is returned.
+func (ps *pipeSend) pieces(pieces []Piece) error {
+	for _, pc := range pieces {
+		if len(pc.Bytes) > 0 {
+			if err := ps.write(pc.Bytes); err != nil {
+				return err
+			}
+		}
+		if pc.Run != nil {
+			if err := ps.sections(pc.Run.secs); err != nil {
+				return err
+			}
+		}
+	}
+	return ps.pump(true)
+}
+
+// write copies b into the pipe, emptying it into the socket when full.
+func (ps *pipeSend) write(b []byte) error {
+	p := ps.p
+	for len(b) > 0 {
+		n, e := unix.Write(p.w, b)
+		if n > 0 {
+			b = b[n:]
+			p.held += n
+			continue
+		}
+		switch {
+		case e == unix.EAGAIN:
+			if err := ps.pump(false); err != nil {
+				return err
+			}
+		case e == unix.EINTR:
+		default:
+			if e == nil {
+				e = io.ErrShortWrite
+			}
+			return fmt.Errorf("store: write to pipe: %w", e)
+		}
+	}
+	return nil
+}
+
+// sections splices secs into the pipe, emptying it into the socket when
+// full. A section the file cannot fill sends what the pipe holds (a
+// correct prefix) and returns the error.
+func (ps *pipeSend) sections(secs []section) error {
+	p := ps.p
 	for _, s := range secs {
 		off, left := s.off, s.n
 		in := int(s.f.Fd())
@@ -197,8 +253,8 @@ func spliceSections(rc syscall.RawConn, p *splicePipe, head []byte, secs []secti
 			switch {
 			case e == unix.EAGAIN:
 				// The pipe is full: empty it into the socket.
-				if err := pump(false); err != nil {
-					return sent, err
+				if err := ps.pump(false); err != nil {
+					return err
 				}
 			case e == unix.EINTR:
 			default:
@@ -206,14 +262,57 @@ func spliceSections(rc syscall.RawConn, p *splicePipe, head []byte, secs []secti
 					e = io.ErrUnexpectedEOF // the file ended before the section
 				}
 				// What is in the pipe is a correct prefix: send it, then stop.
-				if err := pump(true); err != nil {
-					return sent, err
+				if err := ps.pump(true); err != nil {
+					return err
 				}
-				return sent, fmt.Errorf("store: splice %s at %d: %w", s.f.Name(), off, e)
+				return fmt.Errorf("store: splice %s at %d: %w", s.f.Name(), off, e)
 			}
 		}
 	}
-	return sent, pump(true)
+	return nil
+}
+
+// pump empties the pipe into the socket; unless last, with SPLICE_F_MORE
+// (more follows: the kernel may hold a partial packet back).
+func (ps *pipeSend) pump(last bool) error {
+	p := ps.p
+	var serr error
+	werr := ps.rc.Write(func(fd uintptr) bool {
+		for p.held > 0 {
+			fl := unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+			if !last {
+				fl |= unix.SPLICE_F_MORE
+			}
+			n, e := unix.Splice(p.r, nil, int(fd), nil, p.held, fl)
+			if n > 0 {
+				p.held -= int(n)
+				ps.sent += n
+				if ps.progress != nil {
+					ps.progress()
+				}
+			}
+			switch {
+			case e == unix.EAGAIN:
+				return false // wait until the socket is writable
+			case e == unix.EINTR:
+				continue
+			case e != nil:
+				serr = e
+				return true
+			case n == 0:
+				serr = io.ErrUnexpectedEOF // the pipe gave nothing: never expected
+				return true
+			}
+		}
+		return true
+	})
+	if werr == nil {
+		werr = serr
+	}
+	if werr != nil {
+		return fmt.Errorf("store: splice to socket: %w", werr)
+	}
+	return nil
 }
 
 // spliceMinSections is the fewest sections a run is spliced through a pipe

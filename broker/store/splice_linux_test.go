@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,6 +111,106 @@ func TestSpliceThroughSmallPipe(t *testing.T) {
 	}
 	if pool.n.Load() != 0 {
 		t.Fatalf("%d pipes after a failed send, want 0 (closed)", pool.n.Load())
+	}
+}
+
+// TestSendBatchThroughSmallPipe: a batch of bytes and runs (bytes longer
+// than the pipe, runs many times its size) reaches the socket whole and in
+// order through one small pipe; a section the file cannot fill sends the
+// correct prefix of the batch, then fails with io.ErrUnexpectedEOF.
+func TestSendBatchThroughSmallPipe(t *testing.T) {
+	s := openT(t, Options{ScrubRate: -1, sendfileMinChunk: 1})
+	var want []byte
+	for i := range 20 {
+		msgs := make([]Message, 4)
+		for k := range msgs {
+			msgs[k] = Message{Body: bytes.Repeat([]byte{byte(i), byte(k)}, 900+i*41)}
+		}
+		a, err := s.Append(context.Background(), "z", 0, msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, m := range msgs {
+			want = AppendRecord(want, a[k].ID, 0, m.Body)
+		}
+		mustAppend(t, s, "z", 1, "between")
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	half := len(want) / 2
+	r1, err := s.ReadRun("z", 0, 0, half)
+	if err != nil || r1 == nil {
+		t.Fatalf("ReadRun: %v, %v", r1, err)
+	}
+	defer r1.Release()
+	r2, err := s.ReadRun("z", 0, int64(r1.Len()), len(want))
+	if err != nil || r2 == nil {
+		t.Fatalf("ReadRun: %v, %v", r2, err)
+	}
+	defer r2.Release()
+	if r1.Len()+r2.Len() != len(want) {
+		t.Fatalf("runs of %d and %d bytes, want %d in all", r1.Len(), r2.Len(), len(want))
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1000) // 16,000 bytes: more than the pipe holds
+	pieces := []Piece{{Bytes: []byte("value 1 1\r\n"), Run: r1}, {Bytes: big}, {Bytes: []byte("h2"), Run: r2}, {Bytes: []byte("tail")}}
+	exp := slices.Concat([]byte("value 1 1\r\n"), want[:r1.Len()], big, []byte("h2"), want[r1.Len():], []byte("tail"))
+
+	pool := newPipePool(1)
+	send := func(pieces []Piece) ([]byte, int64, error) {
+		p := pool.get()
+		if p == nil {
+			t.Fatal("no pipe")
+		}
+		size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, 4096)
+		if err != nil {
+			t.Fatalf("F_SETPIPE_SZ: %v", err)
+		}
+		p.size = size
+		srv, cli := tcpPair(t)
+		got := make(chan []byte, 1)
+		go func() {
+			cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(cli)
+			got <- b
+		}()
+		rc, err := srv.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		ps := pipeSend{rc: rc, p: p}
+		serr := ps.pieces(pieces)
+		if serr != nil || p.held > 0 {
+			p.close()
+		} else {
+			pool.put(p)
+		}
+		srv.Close()
+		return <-got, ps.sent, serr
+	}
+	got, sent, err := send(pieces)
+	if err != nil || sent != int64(len(exp)) || !bytes.Equal(got, exp) {
+		t.Fatalf("batch through a 4096-byte pipe: sent %d, %d bytes arrived (want %d, equal %v): %v", sent, len(got), len(exp), bytes.Equal(got, exp), err)
+	}
+
+	// A run with a section past its file's end, between two pieces of bytes.
+	f, err := os.Create(filepath.Join(t.TempDir(), "short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	bad := &LogRun{secs: []section{{f: f, off: 0, n: 5000}, {f: f, off: 6000, n: 8000}}, n: 13000}
+	got, _, err = send([]Piece{{Bytes: []byte("head")}, {Bytes: []byte("h"), Run: bad}, {Bytes: []byte("never")}})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a section past the file's end: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	if prefix := slices.Concat([]byte("headh"), data[:5000], data[6000:]); !bytes.Equal(got, prefix) {
+		t.Fatalf("got %d bytes, want the %d bytes before the missing ones, in order", len(got), len(prefix))
 	}
 }
 

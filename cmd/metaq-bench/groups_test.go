@@ -349,3 +349,18 @@ func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 	}
 	t.Logf("gets: partition 0 %d, the empty ones %d %d %d", len(asked[0]), len(asked[1]), len(asked[2]), len(asked[3]))
 }
+
+// BenchmarkParseFrame: decoding one answer's header allocates nothing.
+func BenchmarkParseFrame(b *testing.B) {
+	v := (&wire.Value{Data: make([]byte, 100), Opaque: 123456}).AppendTo(nil)
+	r := wire.AppendResult(nil, 404, "Could not find message at position 1234567", 99)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok, err := parseFrame(v); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if _, _, ok, err := parseFrame(r); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}

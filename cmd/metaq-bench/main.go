@@ -774,25 +774,44 @@ func parseFrame(b []byte) (f frame, n int, ok bool, err error) {
 		}
 		return frame{}, len(b) + 1, false, nil
 	}
-	fields := strings.Fields(string(b[:eol]))
+	// The header's fields, split in place (no allocation per answer).
+	var fields [4][]byte
+	nf := 0
+	for line := b[:eol]; ; {
+		for len(line) > 0 && line[0] == ' ' {
+			line = line[1:]
+		}
+		if len(line) == 0 {
+			break
+		}
+		if nf == len(fields) {
+			return frame{}, 0, false, fmt.Errorf("unexpected answer %q", b[:eol])
+		}
+		k := bytes.IndexByte(line, ' ')
+		if k < 0 {
+			k = len(line)
+		}
+		fields[nf], line = line[:k], line[k:]
+		nf++
+	}
 	var blen int
 	switch {
-	case len(fields) == 3 && fields[0] == "value":
+	case nf == 3 && string(fields[0]) == "value":
 		f.value = true
-		blen, err = strconv.Atoi(fields[1])
+		blen, err = strconv.Atoi(string(fields[1]))
 		if err == nil {
 			var op int64
-			op, err = strconv.ParseInt(fields[2], 10, 32)
+			op, err = strconv.ParseInt(string(fields[2]), 10, 32)
 			f.opaque = int32(op)
 		}
-	case len(fields) == 4 && fields[0] == "result":
-		f.code, err = strconv.Atoi(fields[1])
+	case nf == 4 && string(fields[0]) == "result":
+		f.code, err = strconv.Atoi(string(fields[1]))
 		if err == nil {
-			blen, err = strconv.Atoi(fields[2])
+			blen, err = strconv.Atoi(string(fields[2]))
 		}
 		if err == nil {
 			var op int64
-			op, err = strconv.ParseInt(fields[3], 10, 32)
+			op, err = strconv.ParseInt(string(fields[3]), 10, 32)
 			f.opaque = int32(op)
 		}
 	default:
