@@ -55,8 +55,13 @@
 //
 //	zkConfig.zkRoot = "/meta-view-hf";   // was "/meta" (the default)
 //
-// Producers keep the real root: the view may point at a slave, which refuses
-// puts.
+// Producers keep the real root, unless the site's bundles forward puts to
+// the master ([site] forwardPuts): a slave that does not refuses them. A
+// producer on a view reads the brokers again only when the children of
+// topics-pub/<topic> change, so when an address the view named is declared
+// dead (Topology.ServeURLDown: a member serving it is down, none alive or
+// suspect), registry.SiteView re-creates a marker there and the producers
+// move to the view's current address.
 //
 // The consumer writes its group's registration, ownership and offsets under
 // the root it uses, so a group consuming through a view keeps its offsets at

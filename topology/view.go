@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"metaq/broker/client"
@@ -276,4 +277,26 @@ func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWri
 		case <-tick.C():
 		}
 	}
+}
+
+// ServeURLDown reports whether gossip declared the bundle serving url
+// (meta://host:port, or host:port) down: a member that served it is down
+// and no member serving it is alive or suspect. A url no member serves
+// (a broker outside the pool, or one this bundle never heard of) is not
+// reported down: this bundle does not know.
+func (t *Topology) ServeURLDown(url string) bool { return serveURLDown(t.Members(), url) }
+
+func serveURLDown(members []Member, url string) bool {
+	addr := strings.TrimPrefix(url, "meta://")
+	down := false
+	for _, m := range members {
+		if addr == "" || strings.TrimPrefix(m.Meta.ServeURL, "meta://") != addr {
+			continue
+		}
+		if m.State != StateDown {
+			return false
+		}
+		down = true
+	}
+	return down
 }

@@ -68,3 +68,33 @@ func TestConsumerLagSiteLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestServeURLDown: an address is down only when gossip declared a member
+// serving it down and none serving it is alive or suspect (a bundle
+// restarted on the same port appears again under a new name).
+func TestServeURLDown(t *testing.T) {
+	m := func(name, url string, state MemberState) Member {
+		return Member{Name: name, State: state, Meta: Meta{ServeURL: url}}
+	}
+	const bj, hf = "meta://127.0.0.1:8123", "meta://127.0.0.1:9123"
+	cases := []struct {
+		name    string
+		members []Member
+		url     string
+		want    bool
+	}{
+		{"alive", []Member{m("bj-1", bj, StateAlive)}, bj, false},
+		{"suspect is not down", []Member{m("bj-1", bj, StateSuspect)}, bj, false},
+		{"down", []Member{m("bj-1", bj, StateDown), m("hf-1", hf, StateAlive)}, bj, true},
+		{"without the scheme", []Member{m("bj-1", bj, StateDown)}, "127.0.0.1:8123", true},
+		{"restarted on the same address", []Member{m("bj-1", bj, StateDown), m("bj-2", bj, StateAlive)}, bj, false},
+		{"restarted, the new one suspect", []Member{m("bj-1", bj, StateDown), m("bj-2", bj, StateSuspect)}, bj, false},
+		{"unknown address", []Member{m("hf-1", hf, StateDown)}, bj, false},
+		{"empty url", []Member{m("x", "", StateDown)}, "", false},
+	}
+	for _, c := range cases {
+		if got := serveURLDown(c.members, c.url); got != c.want {
+			t.Errorf("%s: serveURLDown(%s) = %t, want %t", c.name, c.url, got, c.want)
+		}
+	}
+}

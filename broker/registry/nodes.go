@@ -20,13 +20,16 @@ type Stat struct {
 	NumChildren int32
 	// Cversion counts the creations and deletions of children.
 	Cversion int32
+	// Czxid is the ZooKeeper transaction that created the node (creations
+	// in one ensemble are ordered by it).
+	Czxid int64
 }
 
 func toStat(s *zk.Stat) Stat {
 	if s == nil {
 		return Stat{}
 	}
-	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren, Cversion: s.Cversion}
+	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren, Cversion: s.Cversion, Czxid: s.Czxid}
 }
 
 // Watch fires once: it is closed when the watched node or its children

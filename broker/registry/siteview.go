@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // SiteViewRoot is the ZooKeeper root of a site's consumer view: a Java
@@ -29,6 +31,11 @@ type SiteViewOptions struct {
 	// down, their registrations expired) adds its own registry: that is where
 	// it finds the master's entry and the topics' partition counts.
 	Sources []*Registry
+	// Dead reports whether the broker serving a url (meta://host:port) is
+	// known to be dead, not merely unreachable for a moment (gossip declared
+	// its bundle down). Producers on the view that may still use a dead url
+	// are made to read the brokers again (see SiteView); nil: never.
+	Dead func(url string) bool
 	// Logger receives the view's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -45,7 +52,8 @@ type SiteViewOptions struct {
 //	brokers/ids/<id>                     = chosen url (for old clients)
 //	brokers/ids/<id>/master              = chosen url
 //	brokers/topics-sub/<topic>/<id>-m    = {"numParts":n,"broker":"<id>-m"}
-//	brokers/topics-pub/<topic>/<id>-m    = the same (pull consumers, browsers)
+//	brokers/topics-pub/<topic>/<id>-m    = the same (producers, pull consumers)
+//	brokers/topics-pub/<topic>/view<id>  = the urls producers may use (below)
 //	brokers/topics/<topic>/<id>-m        = n
 //
 // where n is the largest partition count any of id's registrations (master
@@ -60,12 +68,29 @@ type SiteViewOptions struct {
 // consumer rebalances, finds its partitions unchanged, sees the cluster
 // changed, and reconnects to the new address.
 //
+// A Java producer (MetaQ 1.4.6's ProducerZooKeeper) likewise re-reads
+// brokers/ids only when the children of topics-pub/<topic> change, and then
+// closes its connections and opens them again, failing the send it has in
+// flight. A move between the site's replica and the master needs no re-read
+// (with forwardPuts a site's bundle carries puts to the master, and the
+// master takes them), so producers are sent to re-read only when an address
+// they may still use is dead: the marker "view<id>" under topics-pub/<topic>
+// holds, one a line, the urls id's entry has named since the producers last
+// re-read; when one of them other than the current url is dead (Options.Dead)
+// the marker is deleted and created again in one multi, holding the current
+// url alone, which wakes every producer watching the topic once. The marker
+// is created before the topic's first <id>-m entry, so a new view costs no
+// re-read; a view written before markers existed gets its marker, and its
+// producers one re-read, at the first Apply. Java producers and consumers,
+// the Go client and this package's readers skip the name (it has no '-').
+//
 // Apply is safe for concurrent use (calls are serialised).
 type SiteView struct {
 	r       *Registry
 	sources []*Registry // r first, then SiteViewOptions.Sources
 	src     Paths
 	view    Paths
+	dead    func(url string) bool
 	log     *slog.Logger
 	mu      sync.Mutex
 }
@@ -84,7 +109,8 @@ func NewSiteView(r *Registry, opts SiteViewOptions) (*SiteView, error) {
 		l = slog.New(slog.DiscardHandler)
 	}
 	sources := append([]*Registry{r}, opts.Sources...)
-	return &SiteView{r: r, sources: sources, src: r.Paths(), view: Paths{Root: root}, log: l.With("component", "siteview", "view", root)}, nil
+	return &SiteView{r: r, sources: sources, src: r.Paths(), view: Paths{Root: root}, dead: opts.Dead,
+		log: l.With("component", "siteview", "view", root)}, nil
 }
 
 // Root returns the view's root.
@@ -165,7 +191,7 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 			topics[t] = true
 		}
 		for topic := range topics {
-			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed); err != nil {
+			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed, want); err != nil {
 				return nil, err
 			}
 		}
@@ -255,8 +281,10 @@ func (v *SiteView) readSources(ctx context.Context, targets map[int]string) (map
 }
 
 // syncTopic makes one view topic directory hold exactly <id>-m for each id
-// in want, and toggles the marker of every changed id that stays.
-func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool) error {
+// in want, toggles the consumers' marker of every changed id that stays
+// (topics-sub), and keeps the producers' marker of every id (topics-pub,
+// syncPubMarker); urls is each id's url in the view.
+func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool, urls map[int]string) error {
 	kids, err := v.children(ctx, dir)
 	if err != nil {
 		return err
@@ -270,6 +298,13 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 		val := TopicJSON(n, name)
 		if tree == TreeTopics {
 			val = strconv.Itoa(n)
+		}
+		if tree == TreeTopicsPub {
+			// Before <id>-m: a producer that finds the entry finds the
+			// marker too, and its creation wakes nobody.
+			if err := v.syncPubMarker(ctx, dir, id, urls[id]); err != nil {
+				return err
+			}
 		}
 		if cur, err := v.get(ctx, dir+"/"+name); err != nil {
 			return err
@@ -309,6 +344,77 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 		}
 	}
 	return nil
+}
+
+// syncPubMarker keeps the producers' marker of broker id under a
+// topics-pub/<topic> directory of the view (see SiteView): it records url
+// among the urls producers may use, and re-creates the marker, waking the
+// producers, when one of those is dead.
+func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url string) error {
+	if url == "" {
+		return nil
+	}
+	marker := dir + "/view" + strconv.Itoa(id)
+	data, st, err := v.r.Get(ctx, marker)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ErrNoNode) {
+		return fmt.Errorf("registry: site view read %s: %w", marker, err)
+	}
+	var held []string
+	if exists {
+		held = strings.Fields(string(data))
+	}
+	next, reread := pubReread(held, exists, url, v.dead)
+	val := []byte(strings.Join(next, "\n"))
+	switch {
+	case !exists:
+		err = v.r.SetPersistent(ctx, marker, val)
+	case reread:
+		// One multi: one children change, so each producer re-reads once.
+		err = v.r.call(ctx, func() error {
+			_, err := v.r.conn.Multi(&zk.DeleteRequest{Path: marker, Version: st.Version},
+				&zk.CreateRequest{Path: marker, Data: val, Acl: openACL})
+			return err
+		})
+	case !slices.Equal(next, held):
+		// A data change: producers watch children only, so nobody wakes.
+		err = v.r.call(ctx, func() error { _, err := v.r.conn.Set(marker, val, st.Version); return err })
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registry: site view producers' marker %s: %w", marker, err)
+	}
+	if reread && exists {
+		v.log.Info("SITEVIEW("+v.view.Root+"): producers read the brokers again: an address they may still use is dead",
+			"brokerId", id, "topic", dir[strings.LastIndexByte(dir, '/')+1:], "held", held, "url", url)
+	}
+	return nil
+}
+
+// pubReread decides the producers' marker of one broker id in a site view:
+// held are the urls the view's entry has named since its producers last
+// read the brokers (the marker's lines; known is false when there is no
+// marker), url the one it names now, dead whether a url's broker is dead
+// (nil: none is). It returns the urls to record and whether the producers
+// must read the brokers again: when there was no marker (the marker's
+// creation is itself the children change that makes them), or when a url
+// they may still use, other than url, is dead; then only url is recorded.
+// Otherwise url is added to held, without a re-read: a producer on an
+// address that still answers keeps it.
+func pubReread(held []string, known bool, url string, dead func(string) bool) (next []string, reread bool) {
+	if !known {
+		return []string{url}, true
+	}
+	for _, h := range held {
+		if h != url && dead != nil && dead(h) {
+			return []string{url}, true
+		}
+	}
+	if slices.Contains(held, url) {
+		return held, false
+	}
+	return append(slices.Clone(held), url), false
 }
 
 func atoiOr(s string, def int) int {

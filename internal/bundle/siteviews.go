@@ -446,7 +446,11 @@ func (s *siteViews) siteView(site string) (*registry.SiteView, error) {
 	if e := s.views[site]; e != nil && e.reg == reg {
 		return e.sv, nil
 	}
-	sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRootFor(root, site), Sources: sources, Logger: s.log})
+	// Producers on the view that may still use a bundle gossip declared
+	// dead read the brokers again (a Java producer re-reads only when
+	// topics-pub/<topic>'s children change).
+	sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRootFor(root, site), Sources: sources,
+		Dead: s.t.ServeURLDown, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,197 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPubReread: the producers' marker decision. Producers are sent to
+// read the brokers again only when there was no marker or an address they
+// may still use, other than the current one, is dead.
+func TestPubReread(t *testing.T) {
+	const bj, hf, gz = "meta://bj:8123", "meta://hf:8123", "meta://gz:8123"
+	dead := func(urls ...string) func(string) bool {
+		return func(u string) bool { return slices.Contains(urls, u) }
+	}
+	for _, c := range []struct {
+		name       string
+		held       []string
+		known      bool
+		url        string
+		dead       func(string) bool
+		wantNext   []string
+		wantReread bool
+	}{
+		{"no marker yet", nil, false, hf, nil, []string{hf}, true},
+		{"steady", []string{hf}, true, hf, dead(), []string{hf}, false},
+		{"moved from a live bundle: recorded, no re-read", []string{hf}, true, bj, dead(), []string{hf, bj}, false},
+		{"moved from a dead bundle", []string{hf}, true, bj, dead(hf), []string{bj}, true},
+		{"moved while suspect, then dead", []string{hf, bj}, true, bj, dead(hf), []string{bj}, true},
+		{"the current url dead: re-reading changes nothing", []string{bj}, true, bj, dead(bj), []string{bj}, false},
+		{"back to a live bundle", []string{hf, bj}, true, hf, dead(), []string{hf, bj}, false},
+		{"an older url died", []string{hf, bj, gz}, true, gz, dead(bj), []string{gz}, true},
+		{"no dead predicate", []string{hf}, true, bj, nil, []string{hf, bj}, false},
+	} {
+		next, reread := pubReread(c.held, c.known, c.url, c.dead)
+		if !slices.Equal(next, c.wantNext) || reread != c.wantReread {
+			t.Errorf("%s: pubReread(%v, %t, %s) = %v, %t; want %v, %t", c.name, c.held, c.known, c.url, next, reread, c.wantNext, c.wantReread)
+		}
+	}
+}
+
+// TestSiteViewProducersMarker: against ZooKeeper, the view's
+// topics-pub/<topic> gets the producers' marker view<id> before its
+// <id>-m entry; a move of the entry between live addresses changes only the
+// marker's data (no children event for producers); a move away from an
+// address Dead reports wakes the producers watching topics-pub/<topic>
+// exactly once, by re-creating the marker; and the marker is invisible to
+// this package's readers and to what MetaQ's Java producer parses (its
+// name has no '-').
+func TestSiteViewProducersMarker(t *testing.T) {
+	root := testRoot(t)
+	viewRoot := root + "-view-bj"
+	cleanupRoot(t, root)
+	cleanupRoot(t, viewRoot)
+	ctx := context.Background()
+
+	o := testOptions(t, root)
+	o.BrokerID, o.SlaveID, o.Port = 0, -1, 8123
+	master := newRegistry(t, o)
+	if err := master.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.RegisterTopic(ctx, "t", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	tool := newRegistry(t, testOptions(t, root))
+	var deadURLs []string
+	v, err := NewSiteView(tool, SiteViewOptions{ViewRoot: viewRoot, Dead: func(u string) bool { return slices.Contains(deadURLs, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := Paths{Root: viewRoot}
+	pub := vp.TopicsPub() + "/t"
+	marker := pub + "/view0"
+	local, masterURL := "meta://127.0.0.1:9123", "meta://127.0.0.1:8123"
+
+	// watch arms a children watch on topics-pub/t, as a producer does.
+	watch := func() <-chan struct{} {
+		t.Helper()
+		_, w, err := tool.ChildrenW(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan struct{})
+		go func() {
+			<-w
+			close(ch)
+		}()
+		return ch
+	}
+	woke := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(500 * time.Millisecond):
+			return false
+		}
+	}
+	held := func() string {
+		t.Helper()
+		data, _, err := tool.Get(ctx, marker)
+		if err != nil {
+			t.Fatalf("%s: %v", marker, err)
+		}
+		return strings.ReplaceAll(string(data), "\n", " ")
+	}
+
+	// The view names bj's own bundle.
+	if _, err := v.Apply(ctx, map[int]string{0: local}); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); got != local {
+		t.Fatalf("marker holds %q, want %q", got, local)
+	}
+	_, mst, err := tool.Get(ctx, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, est, err := tool.Get(ctx, pub+"/0-m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mst.Czxid >= est.Czxid {
+		t.Fatalf("the marker (zxid %d) was created after 0-m (zxid %d): a producer could see the entry, then be woken by the marker", mst.Czxid, est.Czxid)
+	}
+	tbs, err := tool.TopicBrokers(ctx, TreeTopicsPub, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(tbs) != fmt.Sprint([]TopicBroker{{Broker: "0-m", BrokerID: 0, SlaveID: -1, NumParts: 2}}) {
+		t.Fatalf("the view's topics-pub/t reads as %+v", tbs)
+	}
+	kids, err := tool.Children(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := javaProducerBrokers(kids); fmt.Sprint(got) != "[0]" {
+		t.Fatalf("children %v parse, as MetaQ's producer does, to brokers %v, want [0]", kids, got)
+	}
+
+	// bj's bundle is suspect: the entry moves to the master, producers are
+	// left alone (the marker's data records the new url).
+	w := watch()
+	if _, err := v.Apply(ctx, map[int]string{0: masterURL}); err != nil {
+		t.Fatal(err)
+	}
+	if woke(w) {
+		t.Fatal("a move away from a live address woke the producers")
+	}
+	if got := held(); got != local+" "+masterURL {
+		t.Fatalf("marker holds %q, want both urls", got)
+	}
+
+	// Declared dead: one children event, the marker holds the master alone.
+	deadURLs = []string{local}
+	if _, err := v.Apply(ctx, map[int]string{0: masterURL}); err != nil {
+		t.Fatal(err)
+	}
+	if !woke(w) {
+		t.Fatal("the producers were not woken when an address they may use died")
+	}
+	if got := held(); got != masterURL {
+		t.Fatalf("marker holds %q, want %q", got, masterURL)
+	}
+	kids, _ = tool.Children(ctx, pub)
+	slices.Sort(kids)
+	if fmt.Sprint(kids) != "[0-m view0]" {
+		t.Fatalf("topics-pub/t children %v", kids)
+	}
+	// Steady afterwards: no more events.
+	w = watch()
+	if _, err := v.Apply(ctx, map[int]string{0: masterURL}); err != nil {
+		t.Fatal(err)
+	}
+	if woke(w) {
+		t.Fatal("a steady apply woke the producers")
+	}
+}
+
+// javaProducerBrokers is what MetaQ 1.4.6's MetaZookeeper makes of a
+// topics-pub/<topic> children list: getMasterBrokersByTopic keeps names
+// ending in "-m", getPartitionsForTopicsFromMaster names split on '-' into
+// two with "m" second.
+func javaProducerBrokers(kids []string) []string {
+	var out []string
+	for _, k := range kids {
+		f := strings.Split(k, "-")
+		if strings.HasSuffix(k, "-m") && len(f) == 2 && f[1] == "m" {
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
