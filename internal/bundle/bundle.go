@@ -48,6 +48,9 @@ type Bundle struct {
 	// finisher between two attempts (runFinishPromotion), instead of 1 s
 	// doubling to 10 s.
 	finishRetry time.Duration
+	// unfinishedSeen is since when the newest generation seen has had no
+	// master (unfinishedFacts).
+	unfinishedSeen unfinishedSince
 
 	// Store is the storage engine.
 	Store *store.Store
