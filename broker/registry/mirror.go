@@ -32,12 +32,16 @@ type TopicRegistration struct {
 func (g Registration) Master() bool { return g.Broker && g.SlaveID < 0 }
 
 // Registration returns what this registry registered.
+// It does not wait for a registration write under way: it reports the
+// registration as the last finished write left it.
 func (r *Registry) Registration() Registration {
-	r.regMu.Lock()
-	defer r.regMu.Unlock()
-	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: r.opts.SlaveID, Broker: r.state.broker,
-		URL: r.URL(), Checksum: r.state.checksum, Topics: make(map[string]TopicRegistration, len(r.state.topics))}
-	for name, t := range r.state.topics {
+	w := r.written.Load()
+	if w == nil {
+		w = &regSnapshot{}
+	}
+	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: r.opts.SlaveID, Broker: w.broker,
+		URL: r.URL(), Checksum: w.checksum, Topics: make(map[string]TopicRegistration, len(w.topics))}
+	for name, t := range w.topics {
 		g.Topics[name] = TopicRegistration{NumPartitions: t.numPartitions, AcceptPublish: t.acceptPublish, AcceptSubscribe: t.acceptSub}
 	}
 	return g
@@ -152,7 +156,7 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	}
 	repl := r.paths.BrokerID(m.BrokerID) + "/" + replicationNode
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	session := r.conn.SessionID()
 	fresh := r.state.session != session
 	if m.ReplicationAddr != "" && !r.state.broker {
@@ -326,7 +330,7 @@ func (r *Registry) mirrorReplicationLocked(ctx context.Context, path, addr strin
 // meanwhile (after a session expiry here) stays.
 func (r *Registry) unmirror(ctx context.Context) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	if !r.state.broker && len(r.state.topics) == 0 && !r.state.mirrorRepl {
 		return nil
 	}

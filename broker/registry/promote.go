@@ -20,7 +20,7 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 		return err
 	}
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	if r.master() {
 		return nil
 	}
@@ -38,7 +38,7 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
 	}
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	if !r.master() {
 		return nil
 	}
@@ -108,7 +108,7 @@ func (r *Registry) AwaitTopicsTaken(ctx context.Context) error {
 		legacy, pub, sub := r.topicPaths(topic)
 		paths = append(paths, legacy, pub, sub)
 	}
-	r.regMu.Unlock()
+	r.unlockReg()
 	for {
 		held := ""
 		for _, p := range paths {

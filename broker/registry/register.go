@@ -54,7 +54,7 @@ func (r *Registry) SetURL(url string) {
 // ErrBrokerNodeHeld.
 func (r *Registry) RegisterBroker(ctx context.Context) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	if err := r.registerBrokerLocked(ctx); err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (r *Registry) RegisterBrokerAs(ctx context.Context, url string, checksum ui
 	r.SetURL(url)
 	r.regMu.Lock()
 	r.state.checksum = checksum
-	r.regMu.Unlock()
+	r.unlockReg()
 	return r.RegisterBroker(ctx)
 }
 
@@ -166,7 +166,7 @@ func (r *Registry) writeChecksumLocked(ctx context.Context) error {
 // slaves restart their subscription (see Reload and Async slaves in broker/wire/doc.go). A slave only records it.
 func (r *Registry) SetConfigChecksum(ctx context.Context, sum uint32) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	r.state.checksum = sum
 	if !r.state.broker || !r.master() {
 		return nil
@@ -186,7 +186,7 @@ func (r *Registry) RegisterTopic(ctx context.Context, topic string, numPartition
 	}
 	t := topicReg{numPartitions: numPartitions, acceptPublish: acceptPublish, acceptSub: acceptSubscribe}
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	old, known := r.state.topics[topic]
 	if known && old == t && r.state.session == r.conn.SessionID() {
 		return nil
@@ -324,7 +324,7 @@ func (r *Registry) watchBorrowed(topic, path string) {
 	defer func() {
 		r.regMu.Lock()
 		delete(r.state.borrowed, path)
-		r.regMu.Unlock()
+		r.unlockReg()
 	}()
 	wait := func(w Watch) bool {
 		select {
@@ -379,7 +379,7 @@ func (r *Registry) watchBorrowed(topic, path string) {
 // the slave that path names.
 func (r *Registry) takeBorrowed(ctx context.Context, topic, path string) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	t, ok := r.state.topics[topic]
 	_, pub, _ := r.topicPaths(topic)
 	if !ok || !t.acceptPublish || !r.state.broker || r.master() || pub != path {
@@ -398,7 +398,7 @@ func (r *Registry) takeBorrowed(ctx context.Context, topic, path string) error {
 // reload, and MetaQ's clients must stop publishing to it.
 func (r *Registry) UnregisterTopic(ctx context.Context, topic string) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	delete(r.state.topics, topic)
 	if err := r.deleteTopicLocked(ctx, topic); err != nil {
 		return err
@@ -448,7 +448,7 @@ func (r *Registry) UnregisterAllWhile(ctx context.Context, busy func() bool) err
 
 func (r *Registry) unregister(ctx context.Context) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	var errs []error
 	if r.state.broker {
 		if err := r.Delete(ctx, r.paths.Broker(r.opts.BrokerID, r.opts.SlaveID)); err != nil {
@@ -490,11 +490,13 @@ func (r *Registry) unregister(ctx context.Context) error {
 
 // Registered reports whether the broker node is registered and which topics are.
 func (r *Registry) Registered() (broker bool, topics []string) {
-	r.regMu.Lock()
-	defer r.regMu.Unlock()
-	for t := range r.state.topics {
+	w := r.written.Load()
+	if w == nil {
+		return false, nil
+	}
+	for t := range w.topics {
 		topics = append(topics, t)
 	}
 	sort.Strings(topics)
-	return r.state.broker, topics
+	return w.broker, topics
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -155,6 +156,11 @@ type Registry struct {
 	// after a session expiry, so a reload and a resync never interleave.
 	regMu sync.Mutex
 	state regState // guarded by regMu
+	// written is state as of the last release of regMu (unlockReg): what
+	// Registration and Registered report without waiting for a write that
+	// may sit on an unreachable ensemble for as long as its context allows
+	// (status and the master's mirror must answer meanwhile).
+	written atomic.Pointer[regSnapshot]
 
 	urlMu sync.Mutex
 	url   string // set by SetURL
@@ -199,6 +205,20 @@ type regState struct {
 type topicReg struct {
 	numPartitions            int
 	acceptPublish, acceptSub bool
+}
+
+// regSnapshot is the part of regState that Registration reports.
+type regSnapshot struct {
+	broker   bool
+	checksum uint32
+	topics   map[string]topicReg
+}
+
+// unlockReg publishes the registration as it now stands and releases
+// regMu; every holder of regMu releases it through here.
+func (r *Registry) unlockReg() {
+	r.written.Store(&regSnapshot{broker: r.state.broker, checksum: r.state.checksum, topics: maps.Clone(r.state.topics)})
+	r.regMu.Unlock()
 }
 
 // maxWaitWarn is the longest interval between two of New's warnings that
@@ -476,7 +496,7 @@ func (r *Registry) reregister() error {
 	ctx, cancel := r.opCtx()
 	defer cancel()
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	// Kept entries went with the old session.
 	r.state.keptPub = nil
 	if err := r.writeAllLocked(ctx, false); err != nil {
@@ -638,7 +658,7 @@ func (r *Registry) guardMasterLocked(ctx context.Context) error {
 // removed by someone else comes back. A master asks MasterGuard first.
 func (r *Registry) Reassert(ctx context.Context) error {
 	r.regMu.Lock()
-	defer r.regMu.Unlock()
+	defer r.unlockReg()
 	return r.writeAllLocked(ctx, false)
 }
 

@@ -296,7 +296,12 @@ func (c *shipperComponent) keepPublished(ctx context.Context, every time.Duratio
 			// registration status does not remember, it reads.
 			path := reg.Paths().Broker(c.b.Config().System.BrokerID, -1)
 			if owned, err := reg.Owns(ctx, path); err == nil && !owned {
-				if err := reg.Reassert(ctx); err != nil {
+				// Bounded: the write holds the registry's write lock, which
+				// a promotion's finisher and a demotion wait for.
+				rctx, cancel := context.WithTimeout(ctx, 2*c.b.Config().ZooKeeper.SessionTimeout)
+				err := reg.Reassert(rctx)
+				cancel()
+				if err != nil {
 					if ctx.Err() == nil && !errors.Is(err, registry.ErrNotCurrentMaster) {
 						c.b.Logger().Warn("REPLICATION: this master's node is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
 					}
