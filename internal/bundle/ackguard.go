@@ -54,7 +54,8 @@ type ackGuard struct {
 
 	// hold is the Hold of puts while this master waits for its
 	// confirmation (holdUnconfirmed), nil when none; starting serialises
-	// its start; closed: the shipper closed, no hold is started any more.
+	// its start (the write check only tries it; close waits for it);
+	// closed: the shipper closed, no hold is started any more.
 	hold     atomic.Pointer[broker.Hold]
 	starting sync.Mutex
 	closed   atomic.Bool
@@ -166,6 +167,9 @@ func (b *Bundle) holdUnconfirmed(g *ackGuard) {
 		return
 	}
 	defer g.starting.Unlock()
+	if g.closed.Load() { // under starting: Close ends what was started before
+		return
+	}
 	o, ok := b.holdOptions("this master is confirming its generation in ZooKeeper")
 	if !ok {
 		return
@@ -176,12 +180,20 @@ func (b *Bundle) holdUnconfirmed(g *ackGuard) {
 		return // another hold began meanwhile: it takes the puts
 	}
 	g.hold.Store(h)
+	// A round of reads now: its confirmation ends the hold, also when the
+	// confirmation came between the refusal and the hold (the write check
+	// may run on the store's writer goroutine, where ending the hold here,
+	// which stores what it held, could wait for that goroutine).
 	g.wake()
-	// Confirmed between the refusal and the hold: confirmGeneration may
-	// have found no hold to end.
-	if ok, _ := siterole.MayAcknowledge(b.ackFacts(g)); ok || g.closed.Load() {
-		g.endHold()
-	}
+}
+
+// close stops starting holds and ends the one in effect (the shipper
+// closes): what it held is answered while the write check still applies.
+func (g *ackGuard) close() {
+	g.closed.Store(true)
+	g.starting.Lock() // a hold being started is in g.hold once this returns
+	g.starting.Unlock()
+	g.endHold()
 }
 
 // endConfirmHold ends the running shipper's hold of puts awaiting the

@@ -362,8 +362,7 @@ func (c *shipperComponent) Close() error {
 	if c.guard != nil {
 		// What waited for a confirmation is answered while the check
 		// still applies: stored if confirmed, refused otherwise.
-		c.guard.closed.Store(true)
-		c.guard.endHold()
+		c.guard.close()
 		b.Broker.SetWriteCheck(nil) // the refusals of the role that follows apply
 	}
 	if b.Registry != nil && c.znode != "" {

@@ -47,7 +47,7 @@
 // start and stop with them released); failoverState.idMu is held
 // alone while the identity file is opened. The registry's MasterGuard
 // (guardMaster) runs under the registry's regMu and takes none of the
-// registry's locks. ackGuard.starting is only tried (TryLock), never
-// waited for: the write check that starts a master's hold of puts
-// (ackguard.go) may run again under it, from that hold's End.
+// registry's locks. ackGuard.starting is held alone while the write
+// check starts a master's hold of puts (ackguard.go); the write check
+// only tries it, the shipper's Close waits for it.
 package bundle
