@@ -27,6 +27,17 @@ package broker
 //     is unknown. No held put is ever answered as stored unless the new
 //     master said it was.
 //
+// A Hold with HoldOptions.Local never forwards: a master that has not
+// confirmed its generation yet (just started, or paused or cut off from
+// its ZooKeeper and confirming it again) holds the puts that reach it
+// until it has, and then ends the Hold: they take the route of a put
+// arriving then (the write gate, then the store here). A put whose time
+// is up takes that route at once: the write gate's refusal while the
+// generation is still not confirmed, the answer a put gets without a
+// Hold. A held put stored here is acknowledged only if the write check
+// (Broker.SetWriteCheck) still lets writes through when the store
+// answers, as on the put route.
+//
 // A put that carries an id fixed before it reached this broker (a slave
 // site's outbox entry, which its gateway sends as a sync on a gateway
 // link: storeforward.go) keeps it: it is sent to the new master over a
@@ -81,6 +92,10 @@ type HoldOptions struct {
 	// answered 503, not stored. A deployment passes the dial of its write
 	// gateway (GatewayOptions.Dial).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Local: the Hold is never forwarded (see the top of this file): a
+	// put whose time is up takes the route of a put arriving then
+	// instead of being answered 503, not stored.
+	Local bool
 }
 
 // HoldStats counts what a Hold did with the puts it held.
@@ -173,6 +188,16 @@ func (b *Broker) EndHold() bool {
 // holding returns the Hold in effect, or nil.
 func (b *Broker) holding() *Hold { return b.hold.Load() }
 
+// Holding reports whether a Hold is in effect.
+func (b *Broker) Holding() bool { return b.holding() != nil }
+
+// Ended reports whether the Hold ended (End, or the broker closed).
+func (h *Hold) Ended() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}
+
 // Forward sends the held puts, and those that arrive until End, to the
 // address target returns (the new master's MetaQ host:port; an error
 // while it is not known yet, which is asked again).
@@ -222,9 +247,7 @@ func (h *Hold) End() {
 	if fwd != nil {
 		fwd.closeWhenIdle()
 	}
-	for _, hb := range q {
-		h.storeHere(hb)
-	}
+	h.storeAllHere(q)
 	st := h.Stats()
 	h.b.log.Info("BROKER: no longer holding client puts", "held", st.Held, "forwarded", st.Forwarded,
 		"storedHere", st.Local, "notStored", st.Expired, "unknown", st.Unknown)
@@ -251,7 +274,7 @@ func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func(
 	switch {
 	case h.ended:
 		h.mu.Unlock()
-		h.storeHere(hb)
+		h.storeAllHere([]*heldBatch{hb})
 		return
 	case h.bytes+hb.size > h.opts.MaxBytes:
 		h.mu.Unlock()
@@ -285,8 +308,38 @@ func (h *Hold) finish(hb *heldBatch, err error, count *atomic.Int64) {
 	hb.done(nil, err)
 }
 
+// storeAllHere sends held batches, in order, the way of a put arriving
+// after the Hold (storeHere). A topic not registered yet under this
+// configuration is registered first, as the put route's per-partition
+// queue does: that is ZooKeeper I/O, so then the batches are sent on a
+// goroutine of the broker, not the caller's.
+func (h *Hold) storeAllHere(q []*heldBatch) {
+	if len(q) == 0 {
+		return
+	}
+	register := false
+	for _, hb := range q {
+		if te := h.b.topicEntry(hb.topic); te.ok && !te.ready.Load() {
+			register = true
+			break
+		}
+	}
+	if register && h.b.routines.Go(func() {
+		for _, hb := range q {
+			h.storeHere(hb)
+		}
+	}) {
+		return
+	}
+	for _, hb := range q {
+		h.storeHere(hb)
+	}
+}
+
 // storeHere sends a held batch the way of a put arriving after the Hold:
-// refused by the write gate, or stored here.
+// refused by the write gate, or stored here (its topic registered first
+// when it is not yet) and acknowledged only if the write check still lets
+// writes through when the store answers (checkAck's rule).
 func (h *Hold) storeHere(hb *heldBatch) {
 	if !hb.answered.CompareAndSwap(false, true) {
 		return
@@ -301,7 +354,22 @@ func (h *Hold) storeHere(hb *heldBatch) {
 		return
 	}
 	h.stats.local.Add(int64(len(hb.msgs)))
-	b.puts.storeBatch(b.ctx, hb.topic, hb.partition, hb.msgs, hb.done)
+	if te := b.topicEntry(hb.topic); te.ok {
+		b.ensureTopic(b.ctx, hb.topic, te)
+	}
+	b.puts.storeBatch(b.ctx, hb.topic, hb.partition, hb.msgs, func(as []store.Appended, err error) {
+		var each messageErrors
+		if err == nil || errors.As(err, &each) {
+			if c := b.gate.check.Load(); c != nil {
+				if ref := (*c)(); ref != nil {
+					b.log.Warn("TOPIC("+hb.topic+"): stored held puts not acknowledged: this broker cannot confirm it still is the master", "partition", hb.partition,
+						"puts", len(hb.msgs), "reason", ref.Reason)
+					err = notAcknowledged(ref)
+				}
+			}
+		}
+		hb.done(as, err)
+	})
 }
 
 // expireLoop answers the batches whose time is up before they could be
@@ -330,6 +398,19 @@ func (h *Hold) expireLoop() {
 			}
 			h.queue = kept
 			h.mu.Unlock()
+			if h.opts.Local {
+				// Never forwarded: the answer a put arriving now gets.
+				var keep []*heldBatch
+				for _, hb := range late {
+					if hb.gone() {
+						h.finish(hb, h.notStored("its client closed the connection"), &h.stats.expired)
+					} else {
+						keep = append(keep, hb)
+					}
+				}
+				late = nil
+				h.storeAllHere(keep)
+			}
 			for _, hb := range late {
 				h.finish(hb, h.notStored(fmt.Sprintf("no new master to send it to within %v", h.opts.MaxWait)), &h.stats.expired)
 			}

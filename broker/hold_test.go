@@ -141,6 +141,69 @@ func TestHoldEndStoresHere(t *testing.T) {
 	}
 }
 
+// TestLocalHoldAnswersAsTheGateDoes: a Local Hold (a master confirming
+// its generation) holds puts while the write check refuses them; a put
+// whose time is up gets the check's refusal, as without a Hold, and is
+// not stored; once the check lets writes through and the Hold ends, what
+// it held is stored here and acknowledged; one stored while the check lets
+// it through but answered after it turned is not acknowledged.
+func TestLocalHoldAnswersAsTheGateDoes(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var refuseAtAnswer atomic.Bool
+	brk.SetWriteCheck(func() *Refusal {
+		if refuse.Load() {
+			return &Refusal{Reason: "this master has not confirmed its generation in ZooKeeper yet; retry", Retry: true}
+		}
+		if refuseAtAnswer.CompareAndSwap(true, false) {
+			refuse.Store(true) // from the next ask on
+		}
+		return nil
+	})
+	h, err := brk.HoldWrites(HoldOptions{MaxWait: 300 * time.Millisecond, Reason: "this master is confirming its generation", Local: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dial(t, brk.Addr())
+	start := time.Now()
+	cl.sendCmd(putCmd("test", 0, "expires", 1))
+	r := cl.result()
+	if r.Opaque != 1 || r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "this master has not confirmed its generation in ZooKeeper yet; retry") {
+		t.Fatalf("held put past MaxWait while the check refuses: %s", r)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("answered after %v, before MaxWait", waited)
+	}
+	if partitionEnd(t, brk, "test", 0) > 0 {
+		t.Fatal("a put held while the check refused was stored")
+	}
+
+	cl.sendCmd(putCmd("test", 1, "confirmed", 2))
+	cl.expectSilence(100 * time.Millisecond)
+	refuse.Store(false)
+	h.End()
+	if r := cl.result(); r.Opaque != 2 || r.Code != wire.StatusOK {
+		t.Fatalf("held put after the confirmation: %s", r)
+	}
+	if partitionEnd(t, brk, "test", 1) <= 0 {
+		t.Fatal("not stored here")
+	}
+
+	h, err = brk.HoldWrites(HoldOptions{MaxWait: 10 * time.Second, Local: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.sendCmd(putCmd("test", 1, "turned", 3))
+	cl.expectSilence(100 * time.Millisecond)
+	refuseAtAnswer.Store(true)
+	h.End()
+	r = cl.result()
+	if r.Opaque != 3 || r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "stored here, but not acknowledged") {
+		t.Fatalf("held put stored and answered after the check turned: %s", r)
+	}
+}
+
 // TestHoldUnknownOutcome: a put sent to the new master whose connection
 // breaks before it answers is answered 500 saying the outcome is unknown,
 // never as stored.

@@ -832,6 +832,12 @@ func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 		b.log.Warn("TOPIC("+pp.key.topic+"): stored puts not acknowledged: this broker cannot confirm it still is the master", "partition", pp.key.partition,
 			"puts", len(pp.opaques), "reason", ref.Reason)
 	}
+	return notAcknowledged(ref)
+}
+
+// notAcknowledged is the answer of puts stored here while the write check
+// refuses writes (ref): whether they survive is unknown.
+func notAcknowledged(ref *Refusal) *heldError {
 	return &heldError{code: wire.StatusInternalServerError, text: "stored here, but not acknowledged: " + strings.TrimSuffix(ref.Reason, "; retry") +
 		"; whether the record survives (a new master may have taken over) is unknown"}
 }

@@ -345,7 +345,10 @@ type Replication struct {
 	// that hands mastership over (switchover) holds a put that arrives
 	// meanwhile, waiting to pass it on to the new master, before answering
 	// it 503, not stored; 0 refuses such puts at once (503). Held puts are
-	// answered with the new master's answer (broker/hold.go).
+	// answered with the new master's answer (broker/hold.go). A master
+	// waiting for the confirmation of its generation (just started, or
+	// confirming it again) holds puts with the same bounds, and stores
+	// them once confirmed (internal/bundle/ackguard.go).
 	// HandoverHoldBytes (handoverHoldBytes, default 64 MiB) bounds the body
 	// bytes held at once; a put beyond it is answered 503 at once.
 	HandoverHold      time.Duration

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,17 @@ import (
 // below the ZooKeeper session timeout, which a promotion without -force
 // waits out: a master paused long enough to be replaced never finds its
 // last confirmation fresh.
+//
+// Such a master holds the puts that reach it while it waits for the
+// confirmation, instead of refusing them (a just-started master with
+// [replication] sites needs a majority of the listed sites' ensembles,
+// which takes moments; one that was paused or cut off re-confirms): the
+// broker's Hold with HoldOptions.Local, bounded as a switchover's hold
+// ([replication] handoverHoldMs, handoverHoldBytes). Once confirmed it ends
+// the hold and the held puts are stored and acknowledged; a put whose time
+// is up first gets the refusal above (503, retriable), and so does every
+// put with handoverHoldMs=0. Nothing held is acknowledged unless the
+// generation was confirmed when it is stored and answered.
 
 // ackGuard remembers when the running shipper last confirmed its
 // generation in ZooKeeper.
@@ -39,6 +51,17 @@ type ackGuard struct {
 	// took its confirmation back (lapse): a round of reads begun before
 	// confirms nothing, and the next confirmation is a returning master's.
 	lapsedAt atomic.Int64
+
+	// hold is the Hold of puts while this master waits for its
+	// confirmation (holdUnconfirmed), nil when none; starting serialises
+	// its start (the write check only tries it; close waits for it);
+	// closed: the shipper closed, no hold is started any more.
+	hold     atomic.Pointer[broker.Hold]
+	starting sync.Mutex
+	closed   atomic.Bool
+	// kick wakes watchGeneration for a round of reads at once (a hold
+	// began: the sooner the confirmation, the shorter the wait).
+	kick chan struct{}
 }
 
 // returning reports whether this master has no confirmation within the
@@ -79,6 +102,7 @@ func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]ui
 			g.refusedWhy.Store("")
 		}
 		g.confirm(readStart)
+		g.endHold() // what waited for the confirmation is stored and acknowledged
 		return
 	}
 	if last, _ := g.refusedWhy.Load().(string); last != why {
@@ -87,15 +111,97 @@ func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]ui
 	}
 }
 
-// observe records whether another site could be promoted.
-func (g *ackGuard) observe(slaveGroups int, generation uint64, fenceSites int) {
-	if slaveGroups > 0 || generation > 0 || fenceSites > 1 {
+// observe records whether another site could be promoted: a slave site
+// follows or followed, a failover happened, fenceSites is set, or
+// [replication] sites lists other sites (listedSites, this one included).
+func (g *ackGuard) observe(slaveGroups int, generation uint64, fenceSites, listedSites int) {
+	if slaveGroups > 0 || generation > 0 || fenceSites > 1 || listedSites > 1 {
 		g.replicated.Store(true)
 	}
 }
 
 func newAckGuard(sessionTimeout time.Duration) *ackGuard {
-	return &ackGuard{base: time.Now(), bound: ackBound(sessionTimeout)}
+	return &ackGuard{base: time.Now(), bound: ackBound(sessionTimeout), kick: make(chan struct{}, 1)}
+}
+
+// readTimeout bounds each read of a confirmation round. A confirmation
+// dates from when its round began, so just before the next one lands it
+// is up to two rounds old: rounds that a stalled ensemble stretches to
+// the read's timeout must stay well within half the bound, or a master
+// whose own ensemble (or an answering majority) confirms it still lapses
+// and refuses puts. A third of the bound (0.33-1 s) is far above a
+// ZooKeeper read's round trip across a WAN.
+func (g *ackGuard) readTimeout() time.Duration {
+	return g.bound / 3
+}
+
+// wake asks watchGeneration for a round of reads now.
+func (g *ackGuard) wake() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// endHold ends the hold of puts awaiting the confirmation, if any: what
+// it held takes the route of a put arriving now (stored and acknowledged
+// once confirmed; the write gate's refusal otherwise).
+func (g *ackGuard) endHold() {
+	if h := g.hold.Swap(nil); h != nil {
+		h.End()
+	}
+}
+
+// holdUnconfirmed makes the broker hold puts while this master waits for
+// the confirmation of its generation (see the top of this file); the
+// write check calls it when it refuses a put for want of one. Nothing is
+// started while a hold is in effect (this one, or a switchover's), while
+// a transition runs (a switchover holds puts its own way; a promotion's
+// or a demotion's refusals apply), after the shipper closed, or with
+// handoverHoldMs=0.
+func (b *Bundle) holdUnconfirmed(g *ackGuard) {
+	if h := g.hold.Load(); h != nil && !h.Ended() {
+		return
+	}
+	if g.closed.Load() || b.Broker.Holding() || b.failover.role.Busy() != siterole.None || !g.starting.TryLock() {
+		return
+	}
+	defer g.starting.Unlock()
+	if g.closed.Load() { // under starting: Close ends what was started before
+		return
+	}
+	o, ok := b.holdOptions("this master is confirming its generation in ZooKeeper")
+	if !ok {
+		return
+	}
+	o.Local = true
+	h, err := b.Broker.HoldWrites(o)
+	if err != nil {
+		return // another hold began meanwhile: it takes the puts
+	}
+	g.hold.Store(h)
+	// A round of reads now: its confirmation ends the hold, also when the
+	// confirmation came between the refusal and the hold (the write check
+	// may run on the store's writer goroutine, where ending the hold here,
+	// which stores what it held, could wait for that goroutine).
+	g.wake()
+}
+
+// close stops starting holds and ends the one in effect (the shipper
+// closes): what it held is answered while the write check still applies.
+func (g *ackGuard) close() {
+	g.closed.Store(true)
+	g.starting.Lock() // a hold being started is in g.hold once this returns
+	g.starting.Unlock()
+	g.endHold()
+}
+
+// endConfirmHold ends the running shipper's hold of puts awaiting the
+// confirmation, if any (a fence, a switchover).
+func (b *Bundle) endConfirmHold() {
+	if sc := b.failover.role.shipper(); sc != nil && sc.guard != nil {
+		sc.guard.endHold()
+	}
 }
 
 // ackBound is how old a confirmation may be: a third of the session
@@ -130,13 +236,24 @@ func (g *ackGuard) confirmedAt() time.Time {
 	return g.base.Add(time.Duration(n))
 }
 
-// check is the broker's write check (Broker.SetWriteCheck).
+// ackFacts is what the write check knows now.
+func (b *Bundle) ackFacts(g *ackGuard) siterole.AckFacts {
+	return siterole.AckFacts{State: b.failover.role.Current(), ZooKeeper: true,
+		ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now(), Standalone: !g.replicated.Load()}
+}
+
+// ackCheck is the broker's write check (Broker.SetWriteCheck). A put it
+// refuses for want of a confirmation starts a hold (holdUnconfirmed): the
+// broker then holds it, and those after it, instead of refusing them.
 func (b *Bundle) ackCheck(g *ackGuard) func() *broker.Refusal {
 	return func() *broker.Refusal {
-		ok, why := siterole.MayAcknowledge(siterole.AckFacts{State: b.failover.role.Current(), ZooKeeper: true,
-			ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now(), Standalone: !g.replicated.Load()})
+		f := b.ackFacts(g)
+		ok, why := siterole.MayAcknowledge(f)
 		if ok {
 			return nil
+		}
+		if siterole.AwaitsConfirmation(f) {
+			b.holdUnconfirmed(g)
 		}
 		return &broker.Refusal{Reason: why + "; retry", Retry: true}
 	}

@@ -171,6 +171,7 @@ func (c *shipperComponent) Start(ctx context.Context, b *Bundle) error {
 		// confirmed its generation recently (ackguard.go).
 		c.guard = newAckGuard(cfg.ZooKeeper.SessionTimeout)
 		c.guard.raised = c.raised
+		c.guard.observe(0, 0, cfg.Replication.FenceSites, len(cfg.Replication.Sites))
 		b.Broker.SetWriteCheck(b.ackCheck(c.guard))
 		switch err := c.publish(ctx); {
 		case errors.Is(err, errNotCurrentMaster):
@@ -233,7 +234,11 @@ func (c *shipperComponent) publish(ctx context.Context) error {
 		return fmt.Errorf("replication: read the generation before publishing the address: %w", err)
 	}
 	// One ensemble per site: this site's may have missed a promotion.
-	reads := c.b.generationReads(ctx, gen)
+	timeout := 2 * time.Second
+	if c.guard != nil {
+		timeout = c.guard.readTimeout()
+	}
+	reads := c.b.generationReads(ctx, gen, c.gen, timeout)
 	for _, g := range reads {
 		gen = max(gen, g)
 	}
@@ -360,6 +365,9 @@ func (c *shipperComponent) Close() error {
 	b.slave.set(nil)
 	b.Broker.SetSiteReplicator(nil)
 	if c.guard != nil {
+		// What waited for a confirmation is answered while the check
+		// still applies: stored if confirmed, refused otherwise.
+		c.guard.close()
 		b.Broker.SetWriteCheck(nil) // the refusals of the role that follows apply
 	}
 	if b.Registry != nil && c.znode != "" {

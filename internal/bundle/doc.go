@@ -47,5 +47,7 @@
 // start and stop with them released); failoverState.idMu is held
 // alone while the identity file is opened. The registry's MasterGuard
 // (guardMaster) runs under the registry's regMu and takes none of the
-// registry's locks.
+// registry's locks. ackGuard.starting is held alone while the write
+// check starts a master's hold of puts (ackguard.go); the write check
+// only tries it, the shipper's Close waits for it.
 package bundle

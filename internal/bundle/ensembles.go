@@ -13,6 +13,7 @@ import (
 
 	"metaq/broker/registry"
 	"metaq/internal/atomicfile"
+	"metaq/internal/siterole"
 	"metaq/topology"
 )
 
@@ -163,9 +164,16 @@ func (b *Bundle) otherGenerations(ctx context.Context) (uint64, string) {
 // site (siterole.ConfirmFacts.Read): own, just read in this site's
 // ensemble, for this site and every site whose ensemble is this site's
 // (gossip or the record names it), and the generation read in each other
-// site's ensemble this bundle holds a session to.
-func (b *Bundle) generationReads(ctx context.Context, own uint64) map[string]uint64 {
-	reads := map[string]uint64{b.Config().Site.Name: own}
+// site's ensemble this bundle holds a session to. Those are read
+// concurrently, each for at most readTimeout, and the round ends as
+// siterole.ReadRound says for a master holding generation held: with
+// [replication] sites listed, once a majority of the listed sites'
+// ensembles answered (the reads still out get lateReadGrace, then are
+// cancelled), so that stalled ensembles do not hold up a confirmation that
+// an answering majority gives.
+func (b *Bundle) generationReads(ctx context.Context, own, held uint64, readTimeout time.Duration) map[string]uint64 {
+	site := b.Config().Site.Name
+	reads := map[string]uint64{site: own}
 	if b.Registry != nil {
 		ownKey := ensembleKey(b.Registry.Connect(), b.Registry.Paths().Root)
 		for site, k := range b.siteEnsembleKeys() {
@@ -184,9 +192,10 @@ func (b *Bundle) generationReads(ctx context.Context, own uint64) map[string]uin
 	if v == nil {
 		return reads
 	}
-	for site, g := range v.siteGenerations(ctx, b.Config().System.BrokerID) {
-		reads[site] = g
-	}
+	facts := siterole.ConfirmFacts{Site: site, Sites: b.Config().Replication.Sites, Generation: held, Read: reads}
+	v.readGenerations(ctx, b.Config().System.BrokerID, readTimeout, reads, func(pending int) siterole.RoundState {
+		return siterole.ReadRound(facts, pending)
+	})
 	return reads
 }
 
@@ -205,9 +214,31 @@ func (s *siteViews) generations(ctx context.Context, brokerID int) (uint64, stri
 }
 
 // siteGenerations reads the brokerId's generation in every other site's
-// ensemble this bundle holds a session to, by site; an ensemble whose read
-// fails is left out.
+// ensemble this bundle holds a session to, by site, concurrently, each
+// for at most 2 s; an ensemble whose read fails is left out.
 func (s *siteViews) siteGenerations(ctx context.Context, brokerID int) map[string]uint64 {
+	out := map[string]uint64{}
+	s.readGenerations(ctx, brokerID, 2*time.Second, out, func(pending int) siterole.RoundState {
+		if pending == 0 {
+			return siterole.RoundDone
+		}
+		return siterole.RoundWait
+	})
+	return out
+}
+
+// lateReadGrace is how long a round of generation reads that may decide
+// (siterole.RoundGrace) still waits for the reads out.
+const lateReadGrace = 100 * time.Millisecond
+
+// readGenerations reads the brokerId's generation in every other site's
+// ensemble this bundle holds a session to, concurrently, each for at most
+// timeout, into out by site (a read that fails is left out; out is
+// written by this goroutine only). After each answer, round says whether
+// to wait for the reads still out (pending); the reads it does not wait
+// for are cancelled, and every read's goroutine has returned when
+// readGenerations does.
+func (s *siteViews) readGenerations(ctx context.Context, brokerID int, timeout time.Duration, out map[string]uint64, round func(pending int) siterole.RoundState) {
 	s.mu.Lock()
 	regs := map[string]*registry.Registry{}
 	for site, r := range s.remote {
@@ -216,16 +247,56 @@ func (s *siteViews) siteGenerations(ctx context.Context, brokerID int) map[strin
 		}
 	}
 	s.mu.Unlock()
-	out := map[string]uint64{}
+	if len(regs) == 0 {
+		return
+	}
+	type answer struct {
+		site string
+		gen  uint64
+		err  error
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	answers := make(chan answer, len(regs))
+	var wg sync.WaitGroup
 	for site, reg := range regs {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		g, err := reg.Generation(rctx, brokerID)
+		wg.Add(1)
+		go func() { // ends with its read: answered, or rctx cancelled below
+			defer wg.Done()
+			g, err := reg.Generation(rctx, brokerID)
+			answers <- answer{site, g, err}
+		}()
+	}
+	defer func() {
 		cancel()
-		if err == nil {
-			out[site] = g
+		wg.Wait()
+	}()
+	var grace *time.Timer
+	var graceC <-chan time.Time
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	for pending := len(regs); ; {
+		switch round(pending) {
+		case siterole.RoundDone:
+			return
+		case siterole.RoundGrace:
+			if grace == nil {
+				grace = time.NewTimer(lateReadGrace)
+				graceC = grace.C
+			}
+		}
+		select {
+		case a := <-answers:
+			pending--
+			if a.err == nil {
+				out[a.site] = a.gen
+			}
+		case <-graceC:
+			return
 		}
 	}
-	return out
 }
 
 // abandonedRaise is who raised generation gen of brokerID and gave its

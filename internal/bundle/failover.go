@@ -119,6 +119,7 @@ func (b *Bundle) onFence(f georeplicator.Fence) {
 		reason = fmt.Sprintf("this broker is no longer master (generation %d took over); send puts to the new master", f.Newer)
 	}
 	b.Broker.RefuseWrites(failoverHolder, broker.Refusal{Reason: reason, Retry: true})
+	b.endConfirmHold() // what waited for a confirmation gets this refusal
 	if f.SteppedDown {
 		b.failover.role.StepDown(f.Newer, fmt.Sprintf("generation %d took over", f.Newer))
 		b.wakeRejoin() // it becomes a slave of the new master
@@ -134,12 +135,12 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 	for {
 		readStart := time.Now()
 		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
-		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites)
+		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites, len(b.Config().Replication.Sites))
 		if err == nil {
 			// With one ensemble per site this site's may have missed a
 			// promotion elsewhere; the other sites' ensembles this bundle
 			// reaches are read too before a confirmation.
-			reads := b.generationReads(ctx, gen)
+			reads := b.generationReads(ctx, gen, held, g.readTimeout())
 			for site, other := range reads {
 				if other > gen {
 					s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
@@ -156,6 +157,7 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-g.kick:
 		}
 	}
 }
@@ -876,15 +878,27 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	return rep, nil
 }
 
-// holdPuts makes the broker hold plain puts while this master hands over
-// ([replication] handoverHoldMs, handoverHoldBytes); nil when
-// handoverHoldMs=0 (they are refused, 503) or a hold is in effect.
-func (b *Bundle) holdPuts(reason string) *broker.Hold {
+// holdOptions are the bounds of a hold of puts ([replication]
+// handoverHoldMs, handoverHoldBytes); false with handoverHoldMs=0 (puts
+// are refused, 503, not held).
+func (b *Bundle) holdOptions(reason string) (broker.HoldOptions, bool) {
 	r := b.Config().Replication
 	if r.HandoverHold <= 0 {
+		return broker.HoldOptions{}, false
+	}
+	return broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason}, true
+}
+
+// holdPuts makes the broker hold plain puts while this master hands over
+// (holdOptions); nil when handoverHoldMs=0 (they are refused, 503) or a
+// hold is in effect. A hold of puts awaiting this master's confirmation
+// (ackguard.go) ends first: its puts are stored here or refused.
+func (b *Bundle) holdPuts(reason string) *broker.Hold {
+	o, ok := b.holdOptions(reason)
+	if !ok {
 		return nil
 	}
-	o := broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason}
+	b.endConfirmHold()
 	if dial, err := b.gatewayLinkDial(); err == nil {
 		o.Dial = dial // slave sites' outbox entries keep their ids at the new master
 	} else {

@@ -50,6 +50,9 @@ type sitesSpec struct {
 	// new ones (and a restarted site is reached through ZooKeeper only:
 	// the links' proxies and the gossip seeds name the old ports).
 	keepPorts bool
+	// beforeStart runs before the first site starts, atStart once every
+	// site started, before the fixture's first puts (a cold start's).
+	beforeStart, atStart func(s *sites)
 }
 
 // sites is a running multi-site deployment with the operations failover
@@ -77,6 +80,9 @@ type sites struct {
 	zkCut     map[string]bool
 	zkCutFrom map[[2]string]bool
 	zkConns   map[string][]zkConn
+	// zkStall: ensembles (by address) one site's sessions reach but get
+	// no answer from (stallEnsembleFrom), by site and address.
+	zkStall map[[2]string]bool
 	// replConns: each site's replication connections (replDialer).
 	replConns map[string][]net.Conn
 	// gossipAddr: each started site's gossip address; gossipCut: pairs of
@@ -100,7 +106,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
 		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
-		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
+		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkStall: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
 		gossipAddr: map[string]string{}, gossipCut: map[[2]string]bool{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
@@ -138,6 +144,9 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 		s.shared = strings.Replace(s.shared, "probeIntervalMs=100", fmt.Sprintf("probeIntervalMs=%d", spec.probeInterval.Milliseconds()), 1)
 	}
 
+	if spec.beforeStart != nil {
+		spec.beforeStart(s)
+	}
 	master := spec.sites[0]
 	s.specs[master] = s.siteSpecOf(master, 0, "")
 	s.start(master)
@@ -154,7 +163,9 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 		s.specs[name] = ss
 		s.start(name)
 	}
-	waitConfirmed(t, s.b[master])
+	if spec.atStart != nil {
+		spec.atStart(s)
+	}
 	s.produce(master, "orders", 10)
 	for _, name := range spec.sites[1:] {
 		waitCaughtUp(t, s.b[master], s.b[name], "orders", 30*time.Second)
@@ -258,11 +269,57 @@ func (s *sites) zkDialer(name string) func(network, addr string, timeout time.Du
 		if err != nil {
 			return nil, err
 		}
+		c = &stallConn{Conn: c, closed: make(chan struct{}), stalled: func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.zkStall[[2]string{name, addr}]
+		}}
 		s.mu.Lock()
 		s.zkConns[name] = append(s.zkConns[name], zkConn{addr: addr, c: c})
 		s.mu.Unlock()
 		return c, nil
 	}
+}
+
+// stallConn is a ZooKeeper connection that delivers nothing to its
+// client while stalled (requests go out, answers wait): an ensemble that
+// stopped answering without closing anything.
+type stallConn struct {
+	net.Conn
+	stalled   func() bool
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	for c.stalled() {
+		select {
+		case <-c.closed:
+			return 0, net.ErrClosed
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *stallConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// stallEnsembleFrom makes site's ensemble stop answering site from's
+// sessions (they stay connected: their requests wait); unstallEnsembles
+// lets every answer through again.
+func (s *sites) stallEnsembleFrom(site, from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.zkStall[[2]string{from, s.zks[site]}] = true
+}
+
+func (s *sites) unstallEnsembles() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.zkStall)
 }
 
 // cutEnsemble cuts every other site off from site's ZooKeeper ensemble
@@ -417,6 +474,19 @@ func (s *sites) kill(name string) {
 	s.mu.Lock()
 	s.b[name] = nil
 	s.taps[name] = &zktest.Tap{}
+	s.mu.Unlock()
+}
+
+// stop stops a site as its unit's stop does: its ZooKeeper session is
+// closed and its ephemeral nodes go at once.
+func (s *sites) stop(name string) {
+	s.t.Helper()
+	b := s.site(name)
+	if err := b.Close(); err != nil {
+		s.t.Logf("stop %s: %v", name, err)
+	}
+	s.mu.Lock()
+	s.b[name] = nil
 	s.mu.Unlock()
 }
 
@@ -641,21 +711,6 @@ func (s *sites) reachesAllEnsembles(names ...string) {
 					return fmt.Errorf("%s holds no session to %s's ensemble yet (%+v)", n, other, st)
 				}
 			}
-		}
-		return nil
-	})
-}
-
-// waitConfirmed waits until a master just started has confirmed its
-// generation: with [replication] sites it acknowledges nothing before a
-// majority of the listed sites' ensembles confirm it, and a first put sent
-// sooner is answered "stored here, but not acknowledged".
-func waitConfirmed(t testing.TB, b *Bundle) {
-	t.Helper()
-	sc := mustComp[*shipperComponent](t, b)
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if sc.guard != nil && sc.guard.returning(time.Now()) {
-			return fmt.Errorf("the master has not confirmed its generation yet")
 		}
 		return nil
 	})

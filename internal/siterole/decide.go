@@ -212,6 +212,20 @@ func MayAcknowledge(f AckFacts) (bool, string) {
 	return true, ""
 }
 
+// AwaitsConfirmation reports whether MayAcknowledge refuses f only for
+// want of a recent confirmation of the generation: a master that did not
+// step down, is not fenced, reads its generation from ZooKeeper and could
+// have been replaced, and has not confirmed it yet (just started) or not
+// recently (paused, cut off from its ZooKeeper). Such a master confirms
+// it within moments as a rule, so its puts may wait for it (held, bounded)
+// instead of being refused; any other refusal is answered at once.
+func AwaitsConfirmation(f AckFacts) bool {
+	if ok, _ := MayAcknowledge(f); ok {
+		return false
+	}
+	return f.State.Role == Master && !f.State.SteppedDown && !f.Fenced && f.ZooKeeper && !f.Standalone
+}
+
 // Follows reports whether the slave site p follows the master of
 // generation gen, and why not: a bundle gossip does not see alive, one that
 // is a master, one that does not reach its master, or one that still
@@ -583,6 +597,59 @@ type ConfirmFacts struct {
 	// ensemble (the same read), and the other sites' ensembles it holds
 	// a session to.
 	Read map[string]uint64
+}
+
+// RoundState is where a round of reads of the generation (the other
+// sites' ensembles read concurrently) stands: RoundWait for more answers,
+// RoundGrace to give the reads still out a short grace and then decide
+// without them, RoundDone to decide now.
+type RoundState int
+
+const (
+	RoundWait RoundState = iota
+	RoundGrace
+	RoundDone
+)
+
+// ReadRound tells a round of generation reads whether it may stop waiting
+// for the pending reads still out and decide (ConfirmsGeneration) with
+// what it read (f.Read, this site's own ensemble included). It is done
+// when nothing is pending, and when a read shows a generation newer than
+// this master's (it steps down whatever the others say). With [replication]
+// sites listed, once this site's own ensemble and a majority of the
+// listed sites' ensembles answered, the rest get a grace (RoundGrace): a
+// raise that won (a majority of ensembles) is seen in any majority, so
+// waiting for a stalled ensemble, up to its read's timeout, adds nothing
+// but time, and rounds that outlast the acknowledgement bound make a
+// master with an answering majority refuse puts. The grace keeps a reply
+// that is merely slower than the others (a forced raise written only
+// where its site reached) in the round. Without the list every read is
+// waited for (each up to its timeout).
+func ReadRound(f ConfirmFacts, pending int) RoundState {
+	if pending <= 0 {
+		return RoundDone
+	}
+	if _, ok := f.Read[f.Site]; !ok {
+		return RoundWait
+	}
+	for _, g := range f.Read {
+		if g > f.Generation {
+			return RoundDone
+		}
+	}
+	if len(f.Sites) == 0 {
+		return RoundWait
+	}
+	n := 0
+	for _, s := range f.Sites {
+		if _, ok := f.Read[s]; ok {
+			n++
+		}
+	}
+	if Majority(n, len(f.Sites)) {
+		return RoundGrace
+	}
+	return RoundWait
 }
 
 // ConfirmsGeneration reports whether a round of reads confirms a master's

@@ -468,3 +468,57 @@ func TestConfirmsGeneration(t *testing.T) {
 		})
 	}
 }
+
+func TestAwaitsConfirmation(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := State{Role: Master, Generation: 4}
+	for _, tc := range []struct {
+		name string
+		f    AckFacts
+		want bool
+	}{
+		{"slave", AckFacts{State: State{Role: Slave}, ZooKeeper: true, Now: now}, false},
+		{"stepped down", AckFacts{State: State{Role: Master, SteppedDown: true}, ZooKeeper: true, Now: now}, false},
+		{"fenced", AckFacts{State: m, Fenced: true, ZooKeeper: true, Now: now}, false},
+		{"no ZooKeeper", AckFacts{State: m, Now: now}, false},
+		{"standalone", AckFacts{State: m, ZooKeeper: true, Standalone: true, Now: now}, false},
+		{"confirmed recently: acknowledges", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, false},
+		{"just started, never confirmed", AckFacts{State: m, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, true},
+		{"confirmation stale (paused, ZooKeeper away)", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-3 * time.Second), Now: now, MaxUnconfirmed: time.Second}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AwaitsConfirmation(tc.f); got != tc.want {
+				t.Fatalf("AwaitsConfirmation(%+v) = %v, want %v", tc.f, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadRound(t *testing.T) {
+	sites := []string{"bj", "gz", "hf"}
+	five := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		name    string
+		f       ConfirmFacts
+		pending int
+		want    RoundState
+	}{
+		{"nothing pending", ConfirmFacts{Site: "bj", Sites: sites, Read: map[string]uint64{"bj": 0}}, 0, RoundDone},
+		{"own ensemble not read yet", ConfirmFacts{Site: "bj", Sites: sites, Read: map[string]uint64{"gz": 0, "hf": 0}}, 1, RoundWait},
+		{"a newer generation: step down now", ConfirmFacts{Site: "bj", Sites: sites, Generation: 1, Read: map[string]uint64{"bj": 1, "hf": 2}}, 1, RoundDone},
+		{"newer without a list too", ConfirmFacts{Site: "bj", Generation: 1, Read: map[string]uint64{"bj": 1, "hf": 2}}, 3, RoundDone},
+		{"own only of three: wait", ConfirmFacts{Site: "bj", Sites: sites, Generation: 1, Read: map[string]uint64{"bj": 1}}, 2, RoundWait},
+		{"own and one of three: a majority, grace for the third", ConfirmFacts{Site: "bj", Sites: sites, Generation: 1, Read: map[string]uint64{"bj": 1, "gz": 1}}, 1, RoundGrace},
+		{"an older generation counts as an answer", ConfirmFacts{Site: "hf", Sites: sites, Generation: 2, Read: map[string]uint64{"hf": 2, "bj": 0}}, 1, RoundGrace},
+		{"a site outside the list is no vote", ConfirmFacts{Site: "bj", Sites: sites, Generation: 1, Read: map[string]uint64{"bj": 1, "sh": 1}}, 2, RoundWait},
+		{"no list: every read is waited for", ConfirmFacts{Site: "bj", Generation: 1, Read: map[string]uint64{"bj": 1, "gz": 1}}, 1, RoundWait},
+		{"five: own and one is no majority", ConfirmFacts{Site: "a", Sites: five, Generation: 3, Read: map[string]uint64{"a": 3, "c": 3}}, 3, RoundWait},
+		{"five: own and two is a majority", ConfirmFacts{Site: "a", Sites: five, Generation: 3, Read: map[string]uint64{"a": 3, "c": 3, "e": 2}}, 2, RoundGrace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ReadRound(tc.f, tc.pending); got != tc.want {
+				t.Fatalf("ReadRound(%+v, %d) = %v, want %v", tc.f, tc.pending, got, tc.want)
+			}
+		})
+	}
+}
