@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -330,4 +331,111 @@ func fullDiskChild(dir string) {
 	}
 	fmt.Println()
 	time.Sleep(time.Hour) // killed by the parent
+}
+
+// fullFS fails, while full is set, every write into a .log or .idx file
+// with ENOSPC after writing half of it, as a full disk does.
+type fullFS struct {
+	OSFS
+	full atomic.Bool
+}
+
+type fullFile struct {
+	File
+	fs *fullFS
+}
+
+func (f *fullFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !(strings.HasSuffix(name, segSuffix) || strings.HasSuffix(name, idxSuffix)) {
+		return file, err
+	}
+	return fullFile{file, f}, nil
+}
+
+func (f fullFile) WriteAt(b []byte, off int64) (int, error) {
+	if f.fs.full.Load() {
+		n, _ := f.File.WriteAt(b[:len(b)/2], off)
+		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.WriteAt(b, off)
+}
+
+// TestRestartOnFullDiskRestatesPartitionsLater: on a disk too full for
+// recovery's last write, the defines that restate every partition in the
+// active segment, the store opens all the same (before, Open failed at the
+// index first); the defines are written before the first append once
+// there is room, and a restart knows every partition.
+func TestRestartOnFullDiskRestatesPartitionsLater(t *testing.T) {
+	dir := t.TempDir()
+	opts := fullDiskOptions(dir)
+	s := openT(t, opts)
+	want := fill(t, s, "fd", fullDiskParts, 400)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, ckptName)); err != nil {
+		t.Fatal(err)
+	}
+	logs := logFiles(t, dir, segSuffix)
+	last := logs[len(logs)-1]
+	before, err := os.Stat(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ffs := &fullFS{}
+	ffs.full.Store(true)
+	opts.FS = ffs
+	s = openT(t, opts)
+	if after, _ := os.Stat(last); after.Size() != before.Size() {
+		t.Fatalf("the active segment grew by %d bytes on a full disk", after.Size()-before.Size())
+	}
+	if !s.w.needDefines {
+		t.Fatal("the defines recovery could not write are not pending")
+	}
+	if !errors.Is(s.Health(), ErrNoSpace) || s.IndexPending() == nil {
+		t.Fatalf("on a full disk: Health %v, IndexPending %+v", s.Health(), s.IndexPending())
+	}
+	checkParts(t, s, "fd", want)
+	segs := len(*s.segTab.Load())
+	ffs.full.Store(false)
+	if err := s.ProbeSpace(t.Context()); err != nil {
+		t.Fatalf("ProbeSpace once the disk has room: %v", err)
+	}
+	waitIndexWritten(t, s, segs)
+	body := "after-0"
+	a := mustAppend(t, s, "fd", 0, body)
+	want[0] = AppendRecord(want[0], a[0].ID, 0, []byte(body))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// The active segment restates every partition after what it held.
+	f, err := OSFS{}.OpenFile(last, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := os.Stat(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSegReader(f, st.Size())
+	defined := map[int]bool{}
+	for x := before.Size(); x < st.Size(); {
+		h, payload, n, err := r.entryAt(x)
+		if err != nil {
+			t.Fatalf("%s at %d: %v", last, x, err)
+		}
+		if h.typ == entryDefine {
+			if topic, num, err := decodeDefine(payload); err == nil && topic == "fd" {
+				defined[num] = true
+			}
+		}
+		x += int64(n)
+	}
+	if len(defined) != fullDiskParts {
+		t.Fatalf("partitions restated after recovery: %v, want all %d", defined, fullDiskParts)
+	}
+	opts.FS = nil
+	checkParts(t, openT(t, opts), "fd", want)
 }
