@@ -235,7 +235,6 @@ func (s *Store) holdIndex() {
 	job := held[0]
 	job.rest = held[1:]
 	job.err = s.rec.noRoom
-	job.retry = 1 // logged by noIndexRoom
 	job.sealed, job.done = make(chan struct{}), make(chan struct{})
 	close(job.sealed)
 	close(job.done)
