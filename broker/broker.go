@@ -219,6 +219,8 @@ func (b *Broker) Start(ctx context.Context) error {
 	// node held by another session.
 	b.routines.Go(func() { b.acceptLoop(ln) })
 
+	b.diskFullAtStart()
+
 	if r := b.opts.Registry; r != nil {
 		r.SetURL(b.url)
 		if err := r.RegisterBroker(ctx); err != nil {

@@ -2,7 +2,10 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"metaq/broker/store"
 )
 
 // diskProbeInterval is how often a broker that refuses writes for a full
@@ -46,5 +49,16 @@ func (b *Broker) diskFull() {
 	})
 	if !started { // closing: nothing to probe for
 		b.diskProbing.Store(false)
+	}
+}
+
+// diskFullAtStart does what diskFull does when the store opened on a full
+// disk (its recovery could not write everything it rebuilt, and it
+// refuses appends): writes are refused with the reason and the broker
+// probes for room, so the store writes what it holds in memory once there
+// is room, whether puts come or not (seed 941024 of the soak).
+func (b *Broker) diskFullAtStart() {
+	if errors.Is(b.store.Health(), store.ErrNoSpace) {
+		b.diskFull()
 	}
 }

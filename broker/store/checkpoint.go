@@ -361,7 +361,12 @@ func (s *Store) loadCheckpoint() (int64, error) {
 	s.w.lastMs = 0
 	for _, g := range s.segs {
 		if err := s.resetIdx(g, 0); err != nil {
-			return 0, err
+			if !isNoSpace(err) {
+				return 0, err
+			}
+			// No room for the header: the scan holds the index in
+			// memory, and its sealing writes the header too.
+			s.noIndexRoom(err)
 		}
 	}
 	return s.segs[0].start, nil
@@ -552,7 +557,12 @@ func (s *Store) applyCheckpoint(c *checkpoint) error {
 	for _, g := range s.segs {
 		if !g.sealed {
 			if err := s.resetIdx(g, vouched[g]); err != nil {
-				return err
+				if !isNoSpace(err) {
+					return err
+				}
+				// A segment created after the checkpoint and no room
+				// for its header: as in loadCheckpoint's fallback.
+				s.noIndexRoom(err)
 			}
 		}
 	}
@@ -843,6 +853,16 @@ type sealJob struct {
 	done   chan struct{}
 	err    error // read after sealed
 	retry  int   // how many sealings of g failed before this one
+	// header: g's .idx header is written again first (recovery could not
+	// write it, or wrote no block of g: see holdIndex).
+	header bool
+	// rest are the segments after g whose index recovery held in memory
+	// (holdIndex), sealed in log order after g, each a job of its own
+	// (g, ps, mem, idxN, header). The sealing goroutine takes each off
+	// the front as it is sealed; headDone says g is. Both are written
+	// before sealed is closed.
+	rest     []*sealJob
+	headDone bool
 }
 
 // detachTails starts the sealing of g (no longer active): every tail
@@ -874,8 +894,9 @@ func (s *Store) detachTails(g *segment) *sealJob {
 // the .idx, then the footer, the spans, and the roll's checkpoint. A
 // failure leaves the blocks in memory (still read from there) and drops
 // the checkpoint, so the next start-up re-indexes the log; an error
-// writing the .idx refuses appends as any failed index write does. The
-// next roll seals the segment again before it goes ahead (resealJob):
+// writing the .idx refuses appends as any failed index write does. It is
+// done again when the disk has room (writeOK, retrySeal), and the next
+// roll seals the segment before it goes ahead (resealJob):
 // the blocks of a segment that is not sealed must stay the partitions'
 // last ones before the active segment's, as no span may come after them.
 //
@@ -887,27 +908,34 @@ func (s *Store) seal(job *sealJob) {
 	g := job.g
 	prev := job.prev
 	job.prev = nil
-	err := s.writeMemBlocks(job)
-	if err == nil {
-		err = s.sealBlocks(g, job.ps, false)
-	}
+	err := s.sealOne(job)
 	if err != nil && g.isRemoved() {
 		// Retention took the segment away meanwhile (every chunk in it
 		// expired, its blocks with them): nothing is left to seal.
-		close(job.sealed)
-		return
+		if len(job.rest) == 0 {
+			s.idxPending.Store(nil)
+			close(job.sealed)
+			return
+		}
+		err = nil
+	}
+	if err == nil {
+		job.headDone = true
+		err = s.sealRest(job)
 	}
 	if err != nil {
 		job.err = err
 		if job.retry == 0 {
-			s.log.Error("STORE: cannot seal the log segment's index; the next roll tries again first, the next start-up re-indexes the log",
+			s.log.Error("STORE: cannot seal the log segment's index; it is tried again when the disk has room and at the next roll, the next start-up re-indexes the log",
 				"segment", g.path, "err", err)
 		}
+		s.idxPending.Store(pendingOf(job, err))
 		s.writeFailed(err)
 		s.dropCheckpoint()
 		close(job.sealed)
 		return
 	}
+	s.idxPending.Store(nil)
 	if job.retry > 0 {
 		s.log.Info("STORE: sealed the log segment's index after its sealing had failed", "segment", g.path, "tries", job.retry+1)
 	}
@@ -929,6 +957,68 @@ func (s *Store) seal(job *sealJob) {
 	if err := s.storeCheckpoint(ck); err != nil {
 		s.log.Warn("STORE: cannot write checkpoint", "err", err)
 	}
+}
+
+// sealOne writes job's segment's header (when asked), its blocks held in
+// memory and its footer, and turns its blocks into spans.
+func (s *Store) sealOne(job *sealJob) error {
+	if job.header {
+		if _, err := job.g.idx.WriteAt(idxHeader(job.g.start), 0); err != nil {
+			return fmt.Errorf("store: write index %s: %w", idxPathOf(job.g.path), err)
+		}
+	}
+	if err := s.writeMemBlocks(job); err != nil {
+		return err
+	}
+	return s.sealBlocks(job.g, job.ps, false)
+}
+
+// sealRest seals the segments of job.rest in order (their index held in
+// memory since recovery), taking each off the list once sealed.
+func (s *Store) sealRest(job *sealJob) error {
+	for len(job.rest) > 0 {
+		r := job.rest[0]
+		if err := s.sealOne(r); err != nil && !r.g.isRemoved() {
+			return err
+		}
+		job.rest = job.rest[1:]
+	}
+	return nil
+}
+
+// IndexPending describes the segment indexes the store holds in memory
+// only, because the disk had no room to write them (see holdIndex and
+// seal): reads are served from memory meanwhile; they are written when
+// the disk has room again, or at the next roll.
+type IndexPending struct {
+	Segments int    `json:"segments"` // sealed segments whose .idx is not complete on disk
+	Entries  int64  `json:"entries"`  // index entries held in memory for them
+	Err      string `json:"error"`    // why the last write failed
+}
+
+// IndexPending reports the segment indexes held in memory waiting to be
+// written, or nil when there are none.
+func (s *Store) IndexPending() *IndexPending {
+	if p := s.idxPending.Load(); p != nil {
+		c := *p
+		return &c
+	}
+	return nil
+}
+
+// pendingOf describes what job (failed with err) leaves unwritten.
+func pendingOf(job *sealJob, err error) *IndexPending {
+	jobs := job.rest
+	if !job.headDone {
+		jobs = append([]*sealJob{job}, jobs...)
+	}
+	p := &IndexPending{Segments: len(jobs), Err: err.Error()}
+	for _, j := range jobs {
+		for _, b := range j.mem {
+			p.Entries += int64(b.ref.n)
+		}
+	}
+	return p
 }
 
 // writeMemBlocks writes job's blocks held in memory into its segment's
@@ -977,8 +1067,31 @@ func (s *Store) writeMemBlocks(job *sealJob) error {
 // resealJob is a new sealing of the segment job failed to seal, for the
 // next roll to start before it goes ahead.
 func resealJob(job *sealJob) *sealJob {
-	return &sealJob{g: job.g, ps: job.ps, mem: job.mem, idxN: job.idxN, retry: job.retry + 1,
+	src, rest := job, job.rest
+	if job.headDone {
+		src, rest = job.rest[0], job.rest[1:]
+	}
+	return &sealJob{g: src.g, ps: src.ps, mem: src.mem, idxN: src.idxN, header: src.header, rest: rest, retry: job.retry + 1,
 		sealed: make(chan struct{}), done: make(chan struct{})}
+}
+
+// retrySeal starts again a sealing that failed (the disk was full), if
+// it is done; the writer goroutine calls it when the disk has room again
+// (writeOK), so a segment's index held in memory is written then rather
+// than at the next roll, which may be a whole segment away.
+func (s *Store) retrySeal() {
+	j := s.w.sealing
+	if j == nil {
+		return
+	}
+	select {
+	case <-j.done:
+	default:
+		return
+	}
+	if j.err != nil {
+		s.startSeal(resealJob(j))
+	}
 }
 
 // waitSeal waits for the last roll's sealing and checkpoint, if any (the

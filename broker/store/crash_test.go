@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 		zeroCopyChild(dir)
 		return
 	}
+	if dir := os.Getenv(fullDiskChildEnv); dir != "" {
+		fullDiskChild(dir)
+		return
+	}
 	if mode := os.Getenv(backlogChildEnv); mode != "" {
 		backlogChild(mode)
 		return

@@ -118,9 +118,11 @@
 // checkpoint before any request that is not an append (a fence or a hole
 // may cut a block, a checkpoint vouches only for sealed segments) and at
 // Close. A sealing that fails (the disk full) leaves the segment's blocks
-// in memory, where reads find them, and drops the checkpoint; the next
-// roll seals that segment again before it goes ahead, and the active
-// segment grows until that succeeds, so the blocks of a segment not
+// in memory, where reads find them, and drops the checkpoint; it is done
+// again when the disk has room (the first write that succeeds after the
+// store refused appends for a full disk, an append or ProbeSpace), and
+// the next roll seals that segment before it goes ahead, the active
+// segment growing until that succeeds, so the blocks of a segment not
 // sealed are always a partition's last ones before the active segment's
 // (no span comes after them). A read that finds no chunk at its offset in
 // the block the index points it to treats the block as damaged (see
@@ -364,6 +366,25 @@
 // footer written) as at a roll. A crash while a segment was being sealed
 // is therefore harmless: the last checkpoint still saw it active.
 //
+// A full disk does not stop recovery (seed 941024 of the soak: a site
+// restarted on a full disk exited). When a .idx cannot be written for
+// lack of space (ENOSPC, EDQUOT; a header, a block or a footer), the rest
+// of the index recovery rebuilds is held in memory: each segment the scan
+// leaves behind keeps its blocks in memory (blockRef.mem, as a roll's
+// sealing does until it writes them), the active segment's chunks stay in
+// the tails, and the segments not sealed become one failed sealing, done
+// again in log order when the disk has room (below) or at the next roll.
+// Reads are served from memory meanwhile. The checkpoint goes (the next
+// start-up re-indexes the log, so a crash before the index is written
+// loses nothing), the store refuses appends as on any full disk (Health,
+// ErrNoSpace), and IndexPending reports the segments and entries held. The
+// other writes recovery makes after the scan do not stop it either: the
+// intact records of damaged entries it cannot write back stay in the log
+// (the next start-up salvages them again), and the active segment's
+// leading defines, when they do not fit, are written first by the
+// writer's next write (as after a roll that could not write them). Any
+// other error, and any failed fdatasync, still fails Open.
+//
 // The crash bound: the checkpoint is written at each segment roll, so
 // after a crash recovery reads at most the active segment and, when the
 // crash came before the roll's checkpoint was on disk, the one it sealed
@@ -603,9 +624,11 @@
 // that cannot create the next segment (no space, no descriptor) is not
 // fatal either: the active segment grows and the roll is retried after the
 // next append. Nor is a roll's sealing that cannot write the sealed
-// segment's .idx for lack of space: the next roll seals it first (see
-// Indexes and memory), and the next start-up re-indexes the log (the
-// checkpoint is dropped). The store keeps four file descriptors in reserve (see
+// segment's .idx for lack of space: it is done again once the disk has
+// room, the next roll seals it first (see Indexes and memory), and the
+// next start-up re-indexes the log (the checkpoint is dropped); IndexPending
+// reports the index held in memory meanwhile. Nor is a start-up on a
+// full disk (see Recovery). The store keeps four file descriptors in reserve (see
 // reserveFS) and gives one back when an open fails with EMFILE/ENFILE, so
 // rolls and checkpoints go on when client connections used up the rest.
 //

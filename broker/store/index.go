@@ -127,13 +127,13 @@ func (s *Store) resetIdx(g *segment, n uint32) error {
 	if err := g.idx.Truncate(size); err != nil {
 		return fmt.Errorf("store: truncate index %s: %w", idxPathOf(g.path), err)
 	}
+	g.idxN = n
+	g.idxSize = size
 	if n == 0 {
 		if _, err := g.idx.WriteAt(idxHeader(g.start), 0); err != nil {
 			return fmt.Errorf("store: write index %s: %w", idxPathOf(g.path), err)
 		}
 	}
-	g.idxN = n
-	g.idxSize = size
 	return nil
 }
 

@@ -58,6 +58,7 @@ func (s *Store) recover() error {
 	if err := s.scan(from); err != nil {
 		return err
 	}
+	s.holdIndex()
 	s.checkedFrom.Store(from)
 	last := s.segs[len(s.segs)-1]
 	// What a killed process wrote sits in the page cache; make it durable
@@ -75,7 +76,15 @@ func (s *Store) recover() error {
 		s.w.ids.seq = 0
 	}
 	if err := s.writeSalvaged(); err != nil {
-		return err
+		if !isNoSpace(err) {
+			return err
+		}
+		// The damaged entries stay in the log and the store writes no
+		// checkpoint while it has holes: the next start-up finds their
+		// intact records again.
+		s.log.Warn("STORE: no room to write back the intact records of damaged entries; the next start-up salvages them again", "err", err)
+		s.w.salvaged = nil
+		s.rec.noRoom = err
 	}
 	s.logHoles()
 	s.durablePos = s.w.pos
@@ -98,15 +107,139 @@ func (s *Store) recover() error {
 		for _, p := range s.parts {
 			buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.end, ms: s.w.lastMs}, encodeDefine(p.key.topic, p.key.num))
 		}
-		if err := s.writeActive(buf); err != nil {
+		if err := s.writeActive(buf); err == nil {
+			if err := last.f.Datasync(); err != nil {
+				return fmt.Errorf("store: fdatasync %s: %w", last.path, err)
+			}
+			s.durablePos = s.w.pos
+		} else if isNoSpace(err) {
+			// As after a roll whose defines could not be written: the
+			// writer puts them first in its next write, and does not roll
+			// before.
+			s.log.Warn("STORE: no room to restate the partitions in the active segment; they are written before the next append", "err", err)
+			s.w.needDefines = true
+			s.rec.noRoom = err
+		} else {
 			return err
 		}
-		if err := last.f.Datasync(); err != nil {
-			return fmt.Errorf("store: fdatasync %s: %w", last.path, err)
-		}
-		s.durablePos = s.w.pos
+	}
+	if s.rec.noRoom != nil {
+		// Serve what is stored; refuse appends until the disk has room
+		// (Health, ProbeSpace).
+		s.writeFailed(s.rec.noRoom)
 	}
 	return nil
+}
+
+// recState is what recovery keeps while it runs.
+type recState struct {
+	// noRoom is the first write recovery could not make for lack of
+	// space; idxFull is set once that was an index write: from then on
+	// every index block recovery rebuilds is held in memory (held).
+	noRoom  error
+	idxFull bool
+	// held are the segments (not the active one) whose index recovery
+	// holds in memory, in log order, each as a sealing to be done.
+	held []*sealJob
+}
+
+// noIndexRoom switches recovery to holding the index in memory: err, a
+// write into a .idx, failed for lack of space.
+func (s *Store) noIndexRoom(err error) {
+	if !s.rec.idxFull {
+		s.log.Error("STORE: no room to write the rebuilt index; it is held in memory and written when the disk has room", "err", err)
+	}
+	s.rec.idxFull = true
+	if s.rec.noRoom == nil {
+		s.rec.noRoom = err
+	}
+}
+
+// heldJob is the sealing to be done of g, whose index is held in memory.
+func (s *Store) heldJob(g *segment) *sealJob {
+	if k := len(s.rec.held); k > 0 && s.rec.held[k-1].g == g {
+		return s.rec.held[k-1]
+	}
+	job := &sealJob{g: g, idxN: g.idxN, header: true}
+	s.rec.held = append(s.rec.held, job)
+	return job
+}
+
+// holdBlocks turns p's tail (chunks of g, which the scan has left) into
+// blocks of g held in memory, numbered after g's blocks on disk and held
+// ones, as a roll does (detachTails): reads take their entries from there
+// until the sealing writes them.
+func (s *Store) holdBlocks(p *partition, g *segment) {
+	job := s.heldJob(g)
+	for k := 0; k < len(p.tail); k += s.opts.blockEntries {
+		ents := p.tail[k:min(k+s.opts.blockEntries, len(p.tail)):min(k+s.opts.blockEntries, len(p.tail))]
+		n := uint32(len(ents))
+		ref := blockRef{g: g, off: ents[0].off, ms: ents[0].ms, at: job.idxN, n: n, mem: &memBlock{ents: ents}}
+		p.blocks = append(p.blocks, ref)
+		job.mem = append(job.mem, pendBlock{p, ref})
+		job.idxN += n
+	}
+	p.tail = nil
+}
+
+// sealScanned seals g, a segment the scan has replayed (or one the
+// checkpoint saw active, replayed before it), which is no longer active.
+// When its .idx cannot be written for lack of space, its index is held
+// in memory instead, and so is every later segment's (holdIndex).
+func (s *Store) sealScanned(g *segment) error {
+	if g.sealed {
+		return nil
+	}
+	if !s.rec.idxFull {
+		err := s.sealed(g, false)
+		if err == nil {
+			if err := g.idx.Datasync(); err != nil {
+				return fmt.Errorf("store: fdatasync %s: %w", idxPathOf(g.path), err)
+			}
+			return nil
+		}
+		if !isNoSpace(err) {
+			return err
+		}
+		s.noIndexRoom(err)
+	}
+	ps := s.partitionList()
+	for _, p := range ps {
+		if len(p.tail) > 0 {
+			s.holdBlocks(p, g)
+		}
+	}
+	s.heldJob(g).ps = ps
+	return nil
+}
+
+// holdIndex ends a recovery that could not write the whole index for
+// lack of space (seed 941024 of the soak: a site restarted on a full
+// disk exited). The segments whose index is held in memory become one
+// failed sealing, done again, in log order, when the disk has room
+// (writeOK) or at the next roll (maybeRoll), as a roll's failed sealing
+// is; no span comes after their blocks meanwhile. The checkpoint goes,
+// as after any failed sealing: the next start-up re-indexes the log. The
+// active segment's chunks stay in the tails (longer than a block), which
+// the writer writes with its next flush of them.
+func (s *Store) holdIndex() {
+	if !s.rec.idxFull {
+		return
+	}
+	s.dropCheckpoint()
+	held := s.rec.held
+	s.rec.held = nil
+	if len(held) == 0 {
+		return
+	}
+	job := held[0]
+	job.rest = held[1:]
+	job.err = s.rec.noRoom
+	job.sealed, job.done = make(chan struct{}), make(chan struct{})
+	close(job.sealed)
+	close(job.done)
+	s.w.sealing = job
+	s.idxPending.Store(pendingOf(job, s.rec.noRoom))
 }
 
 // scan replays the log from position from to its end.
@@ -125,7 +258,7 @@ func (s *Store) scan(from int64) error {
 		if g.end() <= from && i < len(s.segs)-1 {
 			// Written before the checkpoint; sealed after it if the
 			// checkpoint still saw it active (its blocks are in memory).
-			if err := s.sealed(g, true); err != nil {
+			if err := s.sealScanned(g); err != nil {
 				return err
 			}
 			continue
@@ -160,7 +293,7 @@ func (s *Store) scan(from int64) error {
 			x = y
 		}
 		if i < len(s.segs)-1 {
-			if err := s.sealed(g, true); err != nil {
+			if err := s.sealScanned(g); err != nil {
 				return err
 			}
 		}
@@ -325,11 +458,19 @@ func countRecords(b []byte) int64 {
 }
 
 // flushFullTail writes p's tail into g's .idx once it holds a block.
+// Without room for it the index is held in memory: the tail grows until
+// the scan leaves g (sealScanned holds it as blocks of g), or, in the
+// active segment, until the writer can write it.
 func (s *Store) flushFullTail(p *partition, g *segment) error {
-	if len(p.tail) >= s.opts.blockEntries {
-		return s.flushTailLocked(p, g)
+	if len(p.tail) < s.opts.blockEntries || s.rec.idxFull {
+		return nil
 	}
-	return nil
+	err := s.flushTailLocked(p, g)
+	if isNoSpace(err) {
+		s.noIndexRoom(err)
+		return nil
+	}
+	return err
 }
 
 // holeReplay records during recovery that p's records before off were

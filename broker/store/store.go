@@ -124,6 +124,8 @@ type Store struct {
 	closeErr   error
 
 	w writerState
+	// rec is recovery's own state (see holdIndex), unused once Open returns.
+	rec recState
 
 	sums summaryCache // sealed segments' footers (see footer.go)
 
@@ -138,6 +140,10 @@ type Store struct {
 	// noCheckpoint is set once damage was found while serving: no more
 	// checkpoints, so the next start-up scans (and quarantines) everything.
 	noCheckpoint atomic.Bool
+
+	// idxPending describes the segment indexes held in memory because
+	// the disk had no room to write them (IndexPending); nil for none.
+	idxPending atomic.Pointer[IndexPending]
 
 	ckpt ckptWriter
 }
@@ -1201,7 +1207,7 @@ func (s *Store) fatal() error {
 // written before is touched and the next append tries again. Anything else
 // stops the store.
 func (s *Store) writeFailed(err error) error {
-	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+	if !isNoSpace(err) {
 		return s.setUnhealthy(err)
 	}
 	s.healthMu.Lock()
@@ -1213,13 +1219,24 @@ func (s *Store) writeFailed(err error) error {
 	return s.blockedErr
 }
 
-// writeOK clears a full-disk refusal once a write succeeded.
+// isNoSpace reports whether err is a write refused for a full disk.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// writeOK clears a full-disk refusal once a write succeeded, and then
+// starts again a sealing that failed for lack of room (retrySeal). Only
+// the writer goroutine calls it.
 func (s *Store) writeOK() {
 	s.healthMu.Lock()
-	defer s.healthMu.Unlock()
-	if s.blockedErr != nil {
+	was := s.blockedErr != nil
+	if was {
 		s.log.Info("STORE: disk has room again, accepting appends", "dir", s.dir)
 		s.blockedErr = nil
+	}
+	s.healthMu.Unlock()
+	if was {
+		s.retrySeal()
 	}
 }
 

@@ -537,9 +537,13 @@ type Status struct {
 	Degraded string         `json:"degraded,omitempty"`
 	Damaged  []store.Damage `json:"damaged,omitempty"`
 	// Scrub is the store's background check of old segments.
-	Scrub      *store.ScrubStatus `json:"scrub,omitempty"`
-	ZooKeeper  *ZKStatus          `json:"zookeeper,omitempty"`
-	Components map[string]any     `json:"components,omitempty"`
+	Scrub *store.ScrubStatus `json:"scrub,omitempty"`
+	// IndexPending is the segment index the store holds in memory because
+	// the disk had no room to write it (a start-up or a roll on a full
+	// disk); it is written once there is room.
+	IndexPending *store.IndexPending `json:"indexPending,omitempty"`
+	ZooKeeper    *ZKStatus           `json:"zookeeper,omitempty"`
+	Components   map[string]any      `json:"components,omitempty"`
 	// PendingPromotion is a promotion that failed after it raised the
 	// generation and is being finished (promote_finish.go).
 	PendingPromotion *PendingPromotion `json:"pendingPromotion,omitempty"`
@@ -593,6 +597,7 @@ func (b *Bundle) Status() Status {
 		}
 		sc := b.Store.Scrub()
 		s.Scrub = &sc
+		s.IndexPending = b.Store.IndexPending()
 	}
 	if b.Registry != nil {
 		g := b.Registry.Registration()

@@ -277,6 +277,7 @@ type bundleCollector struct {
 	damagedBytes, damagedRanges               *prometheus.Desc
 	scrubBytes, scrubPasses, scrubDamaged     *prometheus.Desc
 	scrubUnchecked, getsSent                  *prometheus.Desc
+	idxPendSegs, idxPendEntries               *prometheus.Desc
 	shipConnected, shipBytes, shipMsgs        *prometheus.Desc
 	shipSecs, shipWire, shipRaw               *prometheus.Desc
 	recvConnected, recvApplied, recvMaster    *prometheus.Desc
@@ -311,6 +312,8 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		scrubPasses:    d("metaq_store_scrub_passes_total", "Full scrub passes over the sealed segments since start."),
 		scrubDamaged:   d("metaq_store_scrub_damaged_total", "Damaged log ranges the scrub found (quarantined, listed for repair)."),
 		scrubUnchecked: d("metaq_store_scrub_unchecked_bytes", "Log bytes older than start-up no scrub pass has checked yet (their gets are copied and checked)."),
+		idxPendSegs:    d("metaq_store_index_pending_segments", "Sealed log segments whose index is held in memory because the disk had no room to write it (written once there is room)."),
+		idxPendEntries: d("metaq_store_index_pending_entries", "Index entries held in memory for those segments."),
 		getsSent:       d("metaq_broker_get_sendfile_total", "get answers sent from the log files with sendfile, not copied."),
 		shipConnected:  d("metaq_replication_slave_connected", "1 while the slave is connected to this master.", "slave_group", "slave_id"),
 		shipBytes:      d("metaq_replication_master_lag_bytes", "Bytes the slave is behind, as this master measures.", "slave_group", "slave_id"),
@@ -347,7 +350,7 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 
 func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.conns, c.puts, c.gets, c.putFailed, c.getMiss, c.partBytes, c.partMsgs, c.partMax, c.damagedBytes, c.damagedRanges,
-		c.scrubBytes, c.scrubPasses, c.scrubDamaged, c.scrubUnchecked, c.getsSent,
+		c.scrubBytes, c.scrubPasses, c.scrubDamaged, c.scrubUnchecked, c.getsSent, c.idxPendSegs, c.idxPendEntries,
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
 		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects, c.recvDiverged,
 		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit,
@@ -411,6 +414,12 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(c.scrubPasses, float64(sc.Passes))
 	ct(c.scrubDamaged, float64(sc.Damaged))
 	g(c.scrubUnchecked, float64(sc.Unchecked))
+	idxSegs, idxEntries := 0, int64(0)
+	if p := b.Store.IndexPending(); p != nil {
+		idxSegs, idxEntries = p.Segments, p.Entries
+	}
+	g(c.idxPendSegs, float64(idxSegs))
+	g(c.idxPendEntries, float64(idxEntries))
 	for _, p := range b.Store.Partitions() {
 		part := strconv.Itoa(p.Partition)
 		g(c.partBytes, float64(p.Bytes), p.Topic, part)

@@ -1,0 +1,154 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"metaq/broker/store"
+	"metaq/internal/testutil"
+)
+
+// TestRestartOnFullDiskComesUp is seed 941024 of the soak as a bundle
+// sees it: a site restarted while its data filesystem (a tmpfs of its own)
+// is full, with a log to re-index (no checkpoint, the .idx files cut to
+// their header, as a failed sealing at a full roll leaves them), comes up
+// (before, it exited: "open store: write index ...: no space left on
+// device"), serves what it has, says in /status that it refuses puts for
+// the full disk and which index it holds in memory (/metrics too), and
+// once the disk has room writes that index and accepts puts, no restart.
+func TestRestartOnFullDiskComesUp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n")
+	data := filepath.Join(e.dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", data).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+
+	// Small segments of about 200 chunks each: a segment's index needs
+	// more than the one page its cut .idx keeps.
+	ini, err := os.ReadFile(e.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte("maxSegmentSize=1048576"), []byte("maxSegmentSize=65536"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := e.start(t)
+	body := bytes.Repeat([]byte("d"), 250)
+	for i := 0; i < 700; i++ {
+		msg := store.Message{Body: append([]byte(fmt.Sprintf("%d-", i)), body...)}
+		if _, err := b.Store.Append(context.Background(), "e2e", 0, []store.Message{msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readPartition(t, b.Store, "e2e", 0)
+	b.Close()
+	idx, _ := filepath.Glob(filepath.Join(data, "log", "*.idx"))
+	if len(idx) < 3 {
+		t.Fatalf("%d segments, want at least 3", len(idx))
+	}
+	if err := os.Remove(filepath.Join(data, "checkpoint")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range idx {
+		if err := os.Truncate(f, 32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ballast := filepath.Join(data, "ballast")
+	fillFS(t, data, ballast)
+
+	b = e.start(t)
+	if got := readPartition(t, b.Store, "e2e", 0); !bytes.Equal(got, want) {
+		t.Fatalf("e2e-0 after the restart on a full disk: %d bytes, want %d", len(got), len(want))
+	}
+	var st Status
+	_, raw := adminDo(t, b, "GET", "/status", "")
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Healthy || !strings.Contains(st.Health, "no space left on device") {
+		t.Fatalf("/status does not say the disk is full: %s", raw)
+	}
+	if st.IndexPending == nil || st.IndexPending.Segments == 0 || st.IndexPending.Entries == 0 {
+		t.Fatalf("/status does not report the index held in memory: %s", raw)
+	}
+	dash := "http://" + mustComp[*dashboardComponent](t, b).Addr()
+	pending := regexp.MustCompile(`(?m)^metaq_store_index_pending_segments (\d+)$`)
+	_, metrics := testutil.HTTPDo(t, "GET", dash+"/metrics", "")
+	if m := pending.FindSubmatch(metrics); m == nil || string(m[1]) == "0" {
+		t.Fatalf("/metrics: index_pending_segments %q", m)
+	}
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	// The broker's write gate probes for room every second.
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		st := b.Status()
+		if !st.Healthy || st.IndexPending != nil {
+			return fmt.Errorf("healthy %v (%s), index pending %+v", st.Healthy, st.Health, st.IndexPending)
+		}
+		return nil
+	})
+	_, metrics = testutil.HTTPDo(t, "GET", dash+"/metrics", "")
+	if m := pending.FindSubmatch(metrics); m == nil || string(m[1]) != "0" {
+		t.Fatalf("/metrics once the index is written: index_pending_segments %q", m)
+	}
+	mc, err := dialMeta(b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if _, _, err := mc.put("e2e", 0, []byte("after the disk had room")); err != nil {
+		t.Fatalf("put once the disk has room: %v", err)
+	}
+	if got := readPartition(t, b.Store, "e2e", 0); !bytes.HasPrefix(got, want) || len(got) <= len(want) {
+		t.Fatalf("e2e-0 after the put: %d bytes, want more than %d starting with the old ones", len(got), len(want))
+	}
+}
+
+// fillFS takes every free page of the filesystem at dir into file and
+// checks that a new page cannot be had.
+func fillFS(t *testing.T, dir, file string) {
+	t.Helper()
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if free > 0 {
+		if err := syscall.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
+			t.Fatalf("fallocate %d bytes: %v", free, err)
+		}
+	}
+	for off := free; syscall.Fallocate(int(f.Fd()), 0, off, 4096) == nil; off += 4096 {
+	}
+	probe := filepath.Join(dir, "probe")
+	if err := os.WriteFile(probe, make([]byte, 4096), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write on the filled filesystem: %v, want ENOSPC", err)
+	}
+	os.Remove(probe)
+}
