@@ -11,7 +11,11 @@
 // again (MetaQ's SessionExpireListener.handleNewSession), because the server
 // deleted our ephemeral nodes with the old session. Watches handed out by
 // ChildrenW/GetW fire once; their owners re-arm them (OnNewSession tells them
-// when a new session began).
+// when a new session began). SessionRegained tells a caller waiting to retry
+// that the session is back. A connection whose server does not answer the
+// connect request is given up after the session timeout divided by the
+// number of servers, as the Java client does (go-zookeeper alone waits 6.7
+// session timeouts), and the next server is tried.
 //
 // With one ensemble per site, Mirror copies a master's registration (read
 // with Registration from its own registry) into another site's ensemble

@@ -148,8 +148,8 @@ type Registry struct {
 	conn  *zk.Conn
 
 	// Lock order: regMu before urlMu (registerBrokerLocked reads URL);
-	// sessionMu is never held with another lock (zkLogger.mu and
-	// firstConns.mu are leaves too).
+	// sessionMu is never held with another lock (zkLogger.mu,
+	// firstConns.mu and handshakeConn.mu are leaves too).
 	//
 	// regMu serialises every registration write, including re-registration
 	// after a session expiry, so a reload and a resync never interleave.
@@ -164,6 +164,7 @@ type Registry struct {
 	newSession   []func()      // OnNewSession callbacks
 	firstSession chan struct{} // closed at the first StateHasSession
 	firstOnce    sync.Once
+	regained     chan struct{} // closed and replaced at every StateHasSession (SessionRegained)
 
 	// previous are this broker's earlier sessions, read from SessionFile.
 	previous map[int64]bool
@@ -217,6 +218,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 		paths:        Paths{Root: opts.Root},
 		log:          opts.Logger.With("component", "registry"),
 		firstSession: make(chan struct{}),
+		regained:     make(chan struct{}),
 		resync:       make(chan struct{}, 1),
 		quit:         make(chan struct{}),
 	}
@@ -231,10 +233,12 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	// Until the first session, remember the connections the library opens:
 	// a New that gives up closes them, instead of waiting for the library's
-	// read timeout on a server that never answers its handshake.
+	// read timeout on a server that never answers its handshake. Every
+	// connection's handshake is bounded as the Java client bounds it.
 	var first firstConns
+	bounded := boundHandshake(dialer, handshakeBound(opts.SessionTimeout, len(servers)))
 	conn, events, err := zk.Connect(servers, opts.SessionTimeout,
-		zk.WithLogger(&zkLogger{log: r.log}), zk.WithLogInfo(false), zk.WithDialer(first.wrap(dialer)))
+		zk.WithLogger(&zkLogger{log: r.log}), zk.WithLogInfo(false), zk.WithDialer(first.wrap(bounded)))
 	if err != nil {
 		return nil, fmt.Errorf("registry: connect %s: %w", opts.Connect, err)
 	}
@@ -364,6 +368,19 @@ func (r *Registry) Connect() string { return r.opts.Connect }
 // SyncTime returns zk.zkSyncTimeMs.
 func (r *Registry) SyncTime() time.Duration { return r.opts.SyncTime }
 
+// SessionRegained returns a channel that is closed the next time the
+// registry has a ZooKeeper session after it had none: a reconnection
+// within the same session, or a new session after an expiry (closed when
+// the session is there, before a new session's re-registration is done).
+// A caller that takes the channel before an attempt that needs ZooKeeper
+// and waits on it after the attempt failed learns of a session that came
+// back meanwhile too.
+func (r *Registry) SessionRegained() <-chan struct{} {
+	r.sessionMu.Lock()
+	defer r.sessionMu.Unlock()
+	return r.regained
+}
+
 // OnNewSession registers fn to run (in its own goroutine) whenever a new
 // session replaces an expired one, after this registry re-registered its own
 // nodes. Owners of watches and ephemeral nodes created through
@@ -389,6 +406,8 @@ func (r *Registry) drainEvents(events <-chan zk.Event) {
 			r.sessionMu.Lock()
 			prev := r.sessionID
 			r.sessionID = id
+			close(r.regained)
+			r.regained = make(chan struct{})
 			r.sessionMu.Unlock()
 			r.firstOnce.Do(func() { close(r.firstSession) })
 			if prev != 0 && prev != id {

@@ -44,6 +44,13 @@ type Bundle struct {
 	// afterRecover, when set (tests), runs after the samsa offset recovery
 	// and before the broker starts and registers in ZooKeeper.
 	afterRecover func()
+	// finishRetry, when set (tests), is every wait of a promotion's
+	// finisher between two attempts (runFinishPromotion), instead of 1 s
+	// doubling to 10 s.
+	finishRetry time.Duration
+	// unfinishedSeen is since when the newest generation seen has had no
+	// master (unfinishedFacts).
+	unfinishedSeen unfinishedSince
 
 	// Store is the storage engine.
 	Store *store.Store

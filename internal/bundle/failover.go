@@ -333,7 +333,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		// promotion, or ends it; this site follows meanwhile.
 		handed = true
 		b.finishPromotion(&promotion{gen: unknown.Generation, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start, unconfirmed: unknown.Token}, end, err)
-		return rep, fmt.Errorf("%w; %w: whether generation %d was raised is not known yet: the site finishes the promotion if it was, retrying 1-10 s apart, for up to %v (status: pendingPromotion)",
+		return rep, fmt.Errorf("%w; %w: whether generation %d was raised is not known yet: the site finishes the promotion if it was, retrying 1-10 s apart (at once when its ZooKeeper session is back), for up to %v (status: pendingPromotion)",
 			err, ErrPromotionPending, unknown.Generation, b.promoteFinishTimeout())
 	}
 	if err != nil {
@@ -354,7 +354,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		}
 		handed = true
 		b.finishPromotion(p, end, err)
-		return p.rep, fmt.Errorf("%w; %w: generation %d is raised and this site's: it retries 1-10 s apart until it is master, a newer generation takes over, or it gives up after %v (status: pendingPromotion)",
+		return p.rep, fmt.Errorf("%w; %w: generation %d is raised and this site's: it retries 1-10 s apart (at once when its ZooKeeper session is back) until it is master, a newer generation takes over, or it gives up after %v (status: pendingPromotion)",
 			err, ErrPromotionPending, gen, b.promoteFinishTimeout())
 	}
 	return p.rep, nil

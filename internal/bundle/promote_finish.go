@@ -24,7 +24,9 @@ import (
 // publish while ZooKeeper is away, the master node stays held by another
 // session) must not be left half done: nobody would be master. The steps
 // after the raise (completePromotion) are therefore each done once and
-// retried, 1 s to 10 s apart, by a background finisher that keeps the
+// retried, 1 s to 10 s apart (at once when this site's registry gets its
+// ZooKeeper session back: most of these steps wait for it), by a
+// background finisher that keeps the
 // Promoting transition until the site is master of the generation it
 // raised, or a newer generation takes over (another site was promoted
 // since): then it undoes what it did, and the site follows that master
@@ -380,12 +382,21 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 // ends; first is the error the promotion failed with.
 func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt time.Time, first error) (PromoteReport, error) {
 	wait := finishFirstRetry
+	if b.finishRetry > 0 {
+		wait = b.finishRetry
+	}
 	last := first
+	regained := b.sessionRegained()
 	for attempt := 2; ; attempt++ {
-		if err := clock.Sleep(ctx, wait); err != nil {
+		if err := b.finishWait(ctx, wait, regained); err != nil {
 			return p.rep, fmt.Errorf("the bundle stopped while the promotion was being finished: %w", last)
 		}
-		wait = min(2*wait, finishMaxRetry)
+		// Taken before the attempt: a session that comes back while it
+		// fails wakes the next wait at once.
+		regained = b.sessionRegained()
+		if b.finishRetry <= 0 {
+			wait = min(2*wait, finishMaxRetry)
+		}
 		if p.unconfirmed != "" {
 			done, err := b.confirmRaise(ctx, p, attempt, giveUpAt)
 			if done {
@@ -435,6 +446,33 @@ func (b *Bundle) runFinishPromotion(ctx context.Context, p *promotion, giveUpAt 
 		}
 		b.failover.mu.Unlock()
 		b.log.Warn("FAILOVER: finishing the promotion failed; retrying", "generation", p.gen, "attempt", attempt, "in", wait, "err", err, "notGivingUp", notGivingUp)
+	}
+}
+
+// sessionRegained is the registry's SessionRegained channel, nil (never
+// ready) without ZooKeeper.
+func (b *Bundle) sessionRegained() <-chan struct{} {
+	if b.Registry == nil {
+		return nil
+	}
+	return b.Registry.SessionRegained()
+}
+
+// finishWait waits wait before the finisher's next attempt, or less when
+// regained is closed: the registry has its ZooKeeper session back (seed
+// 941054: the finisher waited out its backoff after bj's registry had its
+// session again, and no site was master meanwhile). It fails when ctx ends.
+func (b *Bundle) finishWait(ctx context.Context, wait time.Duration, regained <-chan struct{}) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-regained:
+		b.log.Info("FAILOVER: this site's ZooKeeper session is back; finishing the promotion now")
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

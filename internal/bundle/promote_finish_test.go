@@ -117,6 +117,41 @@ func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
 	s.converged("orders")
 }
 
+// TestPromotionFinishedWhenSessionIsBack: hf's forced promotion fails
+// half way with its ZooKeeper cut (as bj's did with its ZooKeeper down in
+// seed 941054), and its finisher's wait between attempts is made an hour.
+// Before the fix the finisher waited it out after hf's registry had its
+// session again, and no site was master meanwhile (the schedule's checker
+// found none). Now the finisher tries again as soon as the session is back.
+func TestPromotionFinishedWhenSessionIsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{})
+	s.produce("bj", "orders", 10)
+	waitCaughtUp(t, s.site("bj"), s.site("hf"), "orders", 30*time.Second)
+	hf := s.site("hf")
+	hf.finishRetry = time.Hour // read by the finisher, which the promotion starts
+	t.Logf("hf's promotion failed half way, as wanted: %v", s.promoteHalfWay("hf", "bj"))
+	if hf.Status().PendingPromotion == nil {
+		t.Fatal("hf reports no pending promotion: not the half-promoted state this test is about")
+	}
+	// bj reads generation 1 and steps down (its master node goes) before
+	// hf's ZooKeeper is back, so that hf's next attempt can finish.
+	s.healZK("bj")
+	s.steppedDown("bj")
+	s.healZK("hf")
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		if m := s.master(); m != "hf" {
+			return fmt.Errorf("master %q, want hf (hf: %v; pending %+v)", m, hf.Role(), hf.Status().PendingPromotion)
+		}
+		return nil
+	})
+	if m := s.converged("orders"); m != "hf" {
+		t.Fatalf("master %s, want hf", m)
+	}
+}
+
 // TestSwitchoverNotTakenOverKeepsMaster: bj hands over to hf while hf's
 // ZooKeeper is cut, so hf gets the whole log and the handover message but
 // cannot raise the generation. Before the fix bj stepped down anyway

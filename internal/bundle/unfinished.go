@@ -2,6 +2,8 @@ package bundle
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"metaq/internal/siterole"
 )
@@ -11,8 +13,17 @@ import (
 // in the ZooKeeper ensembles this bundle reaches, the newest another
 // bundle of this brokerId gossips (alive or suspect; a slave's is the one
 // it follows), and a site gossip has as master of the newer of the two or
-// of a newer one.
+// of a newer one, and how long this bundle has seen that newest
+// generation with no master of it (unfinishedSince).
 func (b *Bundle) unfinishedFacts(ctx context.Context, known uint64) siterole.UnfinishedFacts {
+	f := b.unfinishedGossip(ctx, known)
+	newest, _ := f.Newest()
+	f.SeenFor = b.unfinishedSeen.observe(newest, f.MasterOfSeen == "", time.Now())
+	return f
+}
+
+// unfinishedGossip is unfinishedFacts without SeenFor.
+func (b *Bundle) unfinishedGossip(ctx context.Context, known uint64) siterole.UnfinishedFacts {
 	f := siterole.UnfinishedFacts{Known: known}
 	f.Seen, f.SeenAt = b.observedGeneration(ctx)
 	tc := compOf[*topologyComponent](b)
@@ -32,4 +43,29 @@ func (b *Bundle) unfinishedFacts(ctx context.Context, known uint64) siterole.Unf
 		}
 	}
 	return f
+}
+
+// unfinishedSince remembers since when this bundle has seen the newest
+// generation of its brokerId with no master of it in gossip, for
+// siterole.UnfinishedFacts.SeenFor.
+type unfinishedSince struct {
+	mu    sync.Mutex
+	gen   uint64
+	since time.Time
+}
+
+// observe records that gen is the newest generation seen at now,
+// masterless or not, and returns how long it has been seen masterless
+// (0 when a master of it is seen, or when it was not the newest before).
+func (u *unfinishedSince) observe(gen uint64, masterless bool, now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !masterless {
+		u.gen, u.since = 0, time.Time{}
+		return 0
+	}
+	if gen != u.gen || u.since.IsZero() {
+		u.gen, u.since = gen, now
+	}
+	return now.Sub(u.since)
 }

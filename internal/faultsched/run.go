@@ -23,6 +23,10 @@ type Options struct {
 	// ConvergeBound is how long the sites may take, after the heal, to
 	// serve identical bytes; default 60 s.
 	ConvergeBound time.Duration
+	// MasterBound is how long, once the sites have converged (or the
+	// convergence bound passed), the checker asks the sites' status for a
+	// master before it reports no-master; default 30 s.
+	MasterBound time.Duration
 	// Keep keeps the run's directory when it found no violation.
 	Keep bool
 	// Every is the pause between two puts of one producer (default 20 ms).
@@ -69,6 +73,9 @@ func (r *Result) Summary() string {
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.ConvergeBound == 0 {
 		o.ConvergeBound = 60 * time.Second
+	}
+	if o.MasterBound == 0 {
+		o.MasterBound = defaultMasterBound
 	}
 	t0 := time.Now()
 	dir := filepath.Join(o.Dir, fmt.Sprintf("seed-%d", o.Seed))
@@ -149,17 +156,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			sleepCtx(ctx, 500*time.Millisecond)
 		}
 	}
-	var masters []string
-	f.StatusErrs = map[string]string{}
-	for _, s := range Sites {
-		st, err := c.Status(ctx, s)
-		switch {
-		case err != nil:
-			f.StatusErrs[s] = err.Error()
-		case st.Mode == "master":
-			masters = append(masters, s)
-		}
-	}
+	masters, statusErrs := c.AwaitMaster(ctx, o.MasterBound, 500*time.Millisecond)
+	f.StatusErrs = statusErrs
 	if len(masters) > 0 {
 		f.Master = masters[0]
 	}
@@ -206,6 +204,39 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		os.RemoveAll(dir)
 	}
 	return res, nil
+}
+
+// defaultMasterBound is Options.MasterBound's default: a forced promotion
+// still being finished retries at most 10 s apart, and an automatic
+// failover waits a few session timeouts (4 s in the harness) first.
+const defaultMasterBound = 30 * time.Second
+
+// AwaitMaster asks every site's /status, every interval, until at least
+// one reports mode master or bound has passed, and returns the sites that
+// did in the last round (more than one is the two-masters violation) and
+// the errors of the sites whose status could not be read in it. Right
+// after the heal a master may still be on its way (a promotion being
+// finished, an automatic failover's wait): one look would report a
+// deployment without a master that has one a moment later.
+func (c *Cluster) AwaitMaster(ctx context.Context, bound, interval time.Duration) ([]string, map[string]string) {
+	deadline := time.Now().Add(bound)
+	for {
+		var masters []string
+		errs := map[string]string{}
+		for _, s := range Sites {
+			st, err := c.Status(ctx, s)
+			switch {
+			case err != nil:
+				errs[s] = err.Error()
+			case st.Mode == "master":
+				masters = append(masters, s)
+			}
+		}
+		if len(masters) > 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return masters, errs
+		}
+		sleepCtx(ctx, interval)
+	}
 }
 
 func writeRun(dir string, ops []Op, res *Result) error {

@@ -1,6 +1,9 @@
 package siterole
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // UnfinishedFacts are what an automatic promotion knows about a
 // generation newer than the one its site followed.
@@ -18,7 +21,24 @@ type UnfinishedFacts struct {
 	// MasterOfSeen is a site gossip has as master (alive or only
 	// suspect) of Seen or a newer generation, "" when none.
 	MasterOfSeen string
+	// SeenFor is how long this site has seen the newest generation
+	// (Newest) with no master of it in gossip.
+	SeenFor time.Duration
 }
+
+// UnfinishedAfter is how long a site must have seen a generation newer
+// than the one it followed, with no master of it in gossip, before it
+// counts as left unfinished. Until then the promotion that raised it may
+// still be on its way: an automatic one waits out its fence (at most 3 s)
+// before it registers, and gossip needs a probe or two to carry its new
+// role; a site that gossip cannot reach (a partition between two slave
+// sites) shows no master for longer. Raising above such a generation at
+// once overrides a promotion in progress instead of losing the
+// compare-and-set to it: in seed 941021 bj raised generation 6 while cut
+// off from hf, hf read 6 in gz's ensemble 40 ms later, found no master of
+// it and raised 8 above it, so one outage made two automatic raises and
+// bj's promotion stepped down before it finished.
+const UnfinishedAfter = 10 * time.Second
 
 // AutoRaiseFrom is the generation an automatic promotion raises from
 // (with a compare-and-set, in a majority of the ensembles), and why when
@@ -53,8 +73,9 @@ func (f UnfinishedFacts) Newest() (uint64, string) {
 // site followed was left unfinished: seen in an ensemble this site
 // reaches or followed by another site in gossip (wherever it is seen),
 // with no site master of it in gossip (MasterOfSeen names a master of
-// Newest or a newer one). DeadMasterFacts.Unfinished is this.
+// Newest or a newer one), for at least UnfinishedAfter.
+// DeadMasterFacts.Unfinished is this.
 func LeftUnfinished(f UnfinishedFacts) bool {
 	seen, _ := f.Newest()
-	return seen > f.Known && f.MasterOfSeen == ""
+	return seen > f.Known && f.MasterOfSeen == "" && f.SeenFor >= UnfinishedAfter
 }
