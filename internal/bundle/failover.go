@@ -1144,8 +1144,25 @@ func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 	}
 	if m.Role == topology.RoleSlave {
 		m.LogPos = max(pos, 0)
+		if id != nil {
+			// The generation a slave follows: a master that stepped down
+			// for a newer one records it in its role before any master of
+			// it is reached (siterole.LeftUnfinished reads it in gossip).
+			m.Generation = max(m.Generation, followedGeneration(id))
+		}
 	}
 	return m
+}
+
+// followedGeneration is the generation id's recorded slave role follows
+// (0 without one). It is newer than id.Generation() when this site stepped
+// down for a generation and has not reached a master of it yet: one given
+// back by the promotion that raised it leaves no other trace.
+func followedGeneration(id *georeplicator.IdentityStore) uint64 {
+	if r := id.Role(); r != nil && r.Name == georeplicator.RoleSlave {
+		return r.Generation
+	}
+	return 0
 }
 
 // appliedPos is the log position a slave applied, -1 on a master or

@@ -12,9 +12,10 @@ import (
 // here, for a site that followed generation known: the newest generation
 // in the ZooKeeper ensembles this bundle reaches, the newest another
 // bundle of this brokerId gossips (alive or suspect; a slave's is the one
-// it follows), and a site gossip has as master of the newer of the two or
-// of a newer one, and how long this bundle has seen that newest
-// generation with no master of it (unfinishedSince).
+// it follows) or this site's own recorded slave role follows, a site
+// gossip has as master of the newer of the two or of a newer one, and how
+// long this bundle has seen that newest generation with no master of it
+// (unfinishedSince).
 func (b *Bundle) unfinishedFacts(ctx context.Context, known uint64) siterole.UnfinishedFacts {
 	f := b.unfinishedGossip(ctx, known)
 	newest, _ := f.Newest()
@@ -26,6 +27,14 @@ func (b *Bundle) unfinishedFacts(ctx context.Context, known uint64) siterole.Unf
 func (b *Bundle) unfinishedGossip(ctx context.Context, known uint64) siterole.UnfinishedFacts {
 	f := siterole.UnfinishedFacts{Known: known}
 	f.Seen, f.SeenAt = b.observedGeneration(ctx)
+	// This site's own role counts as well: a master that stepped down for
+	// a raise later given back follows a generation no ensemble holds, and
+	// may be the failover candidate itself.
+	if id := b.failover.openedIdentity(); id != nil {
+		if g := followedGeneration(id); g > known {
+			f.Followed, f.FollowedBy = g, b.Config().Site.Name
+		}
+	}
 	tc := compOf[*topologyComponent](b)
 	if tc == nil || tc.Topology() == nil {
 		return f
