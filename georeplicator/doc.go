@@ -77,10 +77,11 @@
 // longer names the same records. The master cuts the ends at its own later epochs (a slave that sends no
 // generations, at its own promotion ends), starts the stream at the lowest
 // log position that covers every one of them (Store.LogPosition), and
-// names the common generation in welcome; the slave cuts at those ends
-// and at its own later epochs (then connects again, since the master
-// chose the start without them), and the receiver verifies and skips what
-// it holds. After welcome the master sends its history (featureHistory),
+// names the common generation in welcome; the slave cuts each partition
+// once, at the lower of those ends and its own later epochs (the higher
+// one may lie inside a record of its log), then connects again when its
+// own was the lower (the master chose the start without it), and the
+// receiver verifies and skips what it holds. After welcome the master sends its history (featureHistory),
 // which the slave keeps as its own. A history keeps at most 16 epochs: older
 // ones are merged into one that cuts no higher than they would. A site two generations behind (bj, the
 // master of generation 0, rejoining hf, promoted at generation 2 from the

@@ -381,3 +381,80 @@ func TestRejoinSameLogAfterFork(t *testing.T) {
 	putSome(t, bj, 2, "bj-after")
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
 }
+
+// TestFollowForcedMasterThatKeptASupersededTail: bj (generation 0) held a
+// record per partition gz never got when gz was promoted (generation 1); hf
+// had it, cut it when it followed gz and took gz's records, longer ones, at
+// the same offsets. bj, demoted without ever reaching gz, was forced to
+// generation 2 from its own log, that record included. gz and hf rejoining
+// bj cut where their logs forked from bj's, at gz's promotion (their own
+// generation after the one both hold), not at bj's promotion end (inside
+// one of gz's records), save gz's records aside and then hold bj's bytes.
+// Found by the fault schedules (internal/faultsched, seed 942056): the
+// slaves cut at the master's end first and stopped at "the new master's
+// end is not a record boundary here", for good.
+func TestFollowForcedMasterThatKeptASupersededTail(t *testing.T) {
+	k := kinds()[0] // the file store: the cut is the store's
+	root := t.TempDir()
+	bj, hf, gz := newSite(t, k, root, "bj"), newSite(t, k, root, "hf"), newSite(t, k, root, "gz")
+	bj.startMaster(0, nil)
+	putSome(t, bj, 20, "bj")
+	hf.follow(bj)
+	gz.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return errors.Join(hf.sameAs(bj), gz.sameAs(bj)) })
+	gz.stopSlave()
+	putSome(t, bj, 1, "t") // hf has it, gz does not
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(bj) })
+	hf.stopSlave()
+	bj.stopMaster()
+
+	gz.promote(0, nil) // generation 1, without bj's last record
+	putSome(t, gz, 3, "generation-one-at-gz")
+	hf.follow(gz)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error { return hf.sameAs(gz) })
+	hf.stopSlave()
+	gz.stopMaster()
+
+	if _, err := bj.id.Observe(1); err != nil { // bj rejoined as a slave of 1, never reached gz
+		t.Fatal(err)
+	}
+	bj.promote(0, nil) // forced: generation 2, from its own log
+	if g := bj.id.Generation(); g != 2 {
+		t.Fatalf("bj at generation %d, want 2", g)
+	}
+	putSome(t, bj, 2, "bj-generation-two")
+	gz.follow(bj)
+	hf.follow(bj)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		var errs []error
+		for _, s := range []*site{gz, hf} {
+			if err := s.sameAs(bj); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w (%+v)", s.name, err, s.rc.Status()))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	for _, s := range []*site{gz, hf} {
+		tails, err := ListTails(filepath.Join(s.dir, "unreplicated"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := 0
+		for _, f := range tails {
+			if f.Generation != 2 {
+				continue
+			}
+			data, _ := os.ReadFile(f.Path)
+			if n := bytes.Count(data, []byte("generation-one-at-gz-")); n != f.Records {
+				t.Fatalf("%s: tail %+v holds other records than generation 1's: %q", s.name, f, data)
+			}
+			saved += f.Records
+		}
+		if want := 3 * len(defaultParts()); saved != want {
+			t.Fatalf("%s saved aside %d of generation 1's records when it followed bj, want %d: %+v", s.name, saved, want, tails)
+		}
+		if h := s.id.History(); !sameHistory(h, bj.id.History()) {
+			t.Fatalf("%s's history %+v, want bj's %+v", s.name, h, bj.id.History())
+		}
+	}
+}

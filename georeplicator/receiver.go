@@ -443,24 +443,22 @@ func (r *Receiver) session() (progressed bool, err error) {
 			return false, err
 		}
 	}
-	if w.ByEnds && len(w.PromotionEnds) > 0 {
-		if err := r.cutTail(w.PromotionEnds, w.Generation); err != nil {
-			return false, err
-		}
-	}
-	if id := r.opts.Identity; id != nil && w.ByEnds && w.HasCommon {
-		// Records of this log's own generations after the common one are
-		// not in the master's log either; the master, which does not know
-		// them, chose the stream's start without them: cut, then resume
-		// from the cut on a new connection.
-		var ends []partEnd
-		for _, pi := range r.opts.Sink.Partitions() {
-			ends = append(ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
-		}
-		if own := cutsAbove(id.History(), w.Common, ends); len(own) > 0 {
-			if err := r.cutTail(endsList(own), w.Generation); err != nil {
+	if w.ByEnds {
+		// The master's cuts and this log's own (below) are applied together,
+		// each partition at the lower of the two: where the logs forked. The
+		// higher one may lie inside a record of this log (a generation the
+		// master lacks wrote records of other sizes there), which cutting
+		// there first would report as a divergence, for good.
+		cuts, ownLower := r.forkCuts(w)
+		if len(cuts) > 0 {
+			if err := r.cutTail(cuts, w.Generation); err != nil {
 				return false, err
 			}
+		}
+		if ownLower {
+			// The master, which does not know this log's own generations,
+			// chose the stream's start above the cut: resume from the cut
+			// on a new connection.
 			return true, fmt.Errorf("georeplicator: cut the records of this site's own generations after generation %d, which master %s does not hold: resuming from the cut", w.Common, addr)
 		}
 	}

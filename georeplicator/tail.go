@@ -84,6 +84,32 @@ func parseTailName(name string) (TailFile, bool) {
 	return TailFile{Topic: strings.Join(parts[:n-4], "-"), Partition: part, From: from, To: to, Generation: gen}, true
 }
 
+// forkCuts is where this slave cuts its partitions before following a
+// master that resumes it by partition ends (welcome w): per partition the
+// lower of the master's cut (w.PromotionEnds: where the master's
+// generations this log lacks start) and this log's own (where its own
+// generations after the newest one both hold, w.Common, start, from its
+// history; see forkEnds). ownLower reports that this log's own cut is the
+// lower one somewhere: the master chose the stream's start without it.
+func (r *Receiver) forkCuts(w welcome) (cuts []partEnd, ownLower bool) {
+	m := make(map[string]int64, len(w.PromotionEnds))
+	for _, e := range w.PromotionEnds {
+		m[PartKey(e.Topic, e.Partition)] = e.End
+	}
+	if id := r.opts.Identity; id != nil && w.HasCommon {
+		var ends []partEnd
+		for _, pi := range r.opts.Sink.Partitions() {
+			ends = append(ends, partEnd{Topic: pi.Topic, Partition: pi.Partition, End: pi.Written})
+		}
+		for k, v := range cutsAbove(id.History(), w.Common, ends) {
+			if c, ok := m[k]; !ok || v < c {
+				m[k], ownLower = v, true
+			}
+		}
+	}
+	return endsList(m), ownLower
+}
+
 // cutTail saves aside and cuts every local partition that holds more than
 // the master had when it was promoted: those records were never
 // replicated, and the new master reuses their offsets. The file is durable
