@@ -36,10 +36,7 @@ func (g Registration) Master() bool { return g.Broker && g.SlaveID < 0 }
 // registration as the last finished write left it.
 func (r *Registry) Registration() Registration {
 	w := r.written.Load()
-	if w == nil {
-		w = &regSnapshot{}
-	}
-	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: r.opts.SlaveID, Broker: w.broker,
+	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: w.slaveID, Broker: w.broker,
 		URL: r.URL(), Checksum: w.checksum, Topics: make(map[string]TopicRegistration, len(w.topics))}
 	for name, t := range w.topics {
 		g.Topics[name] = TopicRegistration{NumPartitions: t.numPartitions, AcceptPublish: t.acceptPublish, AcceptSubscribe: t.acceptSub}

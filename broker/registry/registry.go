@@ -209,6 +209,7 @@ type topicReg struct {
 
 // regSnapshot is the part of regState that Registration reports.
 type regSnapshot struct {
+	slaveID  int // the role's slaveId: a role switch changes opts.SlaveID under regMu
 	broker   bool
 	checksum uint32
 	topics   map[string]topicReg
@@ -217,7 +218,7 @@ type regSnapshot struct {
 // unlockReg publishes the registration as it now stands and releases
 // regMu; every holder of regMu releases it through here.
 func (r *Registry) unlockReg() {
-	r.written.Store(&regSnapshot{broker: r.state.broker, checksum: r.state.checksum, topics: maps.Clone(r.state.topics)})
+	r.written.Store(&regSnapshot{slaveID: r.opts.SlaveID, broker: r.state.broker, checksum: r.state.checksum, topics: maps.Clone(r.state.topics)})
 	r.regMu.Unlock()
 }
 
@@ -244,6 +245,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	r.state.checksum = opts.ConfigChecksum
 	r.state.topics = make(map[string]topicReg)
+	r.written.Store(&regSnapshot{slaveID: opts.SlaveID})
 	r.previous = readSessionFile(opts.SessionFile, r.log)
 
 	servers := strings.Split(opts.Connect, ",")
