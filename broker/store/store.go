@@ -541,7 +541,6 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 		r := &parts[len(parts)-1]
 		r.kind, r.key, r.payload = reqAppend, pkey{a.Topic, a.Partition}, payload[start:len(payload):len(payload)]
 		r.recOffs, r.ids, r.records, r.policy, r.parent = recOffs[:n:n], ids[:n:n], n, pol, g
-		r.size = len(r.payload)
 		recOffs, ids = recOffs[n:], ids[n:]
 		idx = append(idx, int32(i))
 	}
@@ -592,7 +591,7 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 // the writer takes them from, with the call's other per-part and
 // per-record lists, reused from call to call (partsBufs): at 10,000
 // partitions a read's puts make one part each, and a call no longer
-// allocates, zeroes and leaves to the garbage collector a 288-byte
+// allocates, zeroes and leaves to the garbage collector a 280-byte
 // request per part. The group's finish gives it back once its last part
 // finished, after the group's notify (request.finish); nothing reads a
 // part, or the lists, after that.
