@@ -479,7 +479,13 @@ func (s *Store) insideUnit(pos int64) bool {
 
 func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome), unit bool) {
 	outs := make([]AppendOutcome, len(appends))
-	sizes := make([]int, len(appends))
+	// The call's other lists (sizes, which append each part is, the
+	// records' starts and ids) live in a partsBuf reused from call to
+	// call, given back with the parts: at 10,000 partitions every put is
+	// a part of its own, and four allocations per call were a share of
+	// what a put to one of many partitions costs more.
+	pb := getPartsBuf(len(appends))
+	sizes := pb.sizes[:len(appends)]
 	total, records := 0, 0
 	// The store's health is asked once for the whole call, not per part.
 	var health error
@@ -501,19 +507,18 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 		}
 	}
 	if total == 0 {
+		pb.release()
 		notify(outs)
 		return
 	}
-	// One buffer and one pair of slices for every part: the writer gives
-	// the buffer back after it copied the group's last part (process).
+	// One buffer for every part: the writer gives it back after it copied
+	// the group's last part (process).
 	payload := payloads.Get(total)[:0]
-	recOffs := make([]int32, records)
-	ids := make([]int64, records)
+	recOffs, ids := pb.records(records)
 	g := &request{kind: reqAppend, payload: payload, size: total, unit: unit}
-	pb := getPartsBuf(len(appends))
 	g.parts = pb
 	parts := pb.parts
-	idx := make([]int, 0, len(appends)) // appends[idx[k]] is parts[k]
+	idx := pb.idx // appends[idx[k]] is parts[k]
 	// A call's parts are mostly of one topic: its policy and its
 	// partitions' table are looked up once per run of the same topic.
 	var topic string
@@ -537,16 +542,15 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 		r.kind, r.key, r.payload = reqAppend, pkey{a.Topic, a.Partition}, payload[start:len(payload):len(payload)]
 		r.recOffs, r.ids, r.records, r.policy, r.parent = recOffs[:n:n], ids[:n:n], n, pol, g
 		recOffs, ids = recOffs[n:], ids[n:]
-		idx = append(idx, i)
+		idx = append(idx, int32(i))
 	}
-	pb.parts = parts
+	pb.parts, pb.idx = parts, idx
 	g.group = pb.group[:len(parts)]
 	s.mu.RLock()
 	gen := s.partsGen.Load()
 	var tp *topicParts
 	for k := range parts {
 		r := &parts[k]
-		r.size = len(r.payload)
 		if tp == nil || tp.topic != r.key.topic {
 			tp = s.byTopic[r.key.topic]
 		}
@@ -584,29 +588,53 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 }
 
 // partsBuf is the part requests of an AppendManyAsync call and the list
-// the writer takes them from, reused from call to call (partsBufs): at
-// 10,000 partitions a read's puts make one part each, and a call no
-// longer allocates, zeroes and leaves to the garbage collector a
-// 288-byte request per part. The group's finish gives it back once its
-// last part finished (request.finish); nothing reads a part after that.
+// the writer takes them from, with the call's other per-part and
+// per-record lists, reused from call to call (partsBufs): at 10,000
+// partitions a read's puts make one part each, and a call no longer
+// allocates, zeroes and leaves to the garbage collector a 280-byte
+// request per part. The group's finish gives it back once its last part
+// finished, after the group's notify (request.finish); nothing reads a
+// part, or the lists, after that.
 type partsBuf struct {
 	parts []request
 	group []*request
+	sizes []int   // bytes of each append (0: refused or empty)
+	idx   []int32 // the append each part is
+	// recOffs and ids hold every record's start in its part's payload
+	// and its id (the parts' recOffs and ids are cut from them).
+	recOffs []int32
+	ids     []int64
 }
 
 var partsBufs = sync.Pool{New: func() any { return new(partsBuf) }}
 
-// maxPooledParts bounds the parts a pooled partsBuf keeps room for.
-const maxPooledParts = 1024
+// maxPooledParts bounds the parts a pooled partsBuf keeps room for, and
+// maxPooledRecords its records.
+const (
+	maxPooledParts   = 1024
+	maxPooledRecords = 4096
+)
 
-// getPartsBuf returns a partsBuf with room for n parts, both slices empty.
+// getPartsBuf returns a partsBuf with room for n parts, its lists empty
+// (sizes with room for n).
 func getPartsBuf(n int) *partsBuf {
 	pb := partsBufs.Get().(*partsBuf)
 	if cap(pb.parts) < n {
 		pb.parts = make([]request, 0, n)
 		pb.group = make([]*request, 0, n)
+		pb.sizes = make([]int, n)
+		pb.idx = make([]int32, 0, n)
 	}
 	return pb
+}
+
+// records returns room for n records' starts and ids.
+func (pb *partsBuf) records(n int) ([]int32, []int64) {
+	if cap(pb.recOffs) < n {
+		pb.recOffs = make([]int32, n)
+		pb.ids = make([]int64, n)
+	}
+	return pb.recOffs[:n], pb.ids[:n]
 }
 
 // release clears the parts (they hold payloads, partitions and errors)
@@ -614,8 +642,8 @@ func getPartsBuf(n int) *partsBuf {
 func (pb *partsBuf) release() {
 	clear(pb.parts)
 	clear(pb.group[:len(pb.parts)])
-	pb.parts, pb.group = pb.parts[:0], pb.group[:0]
-	if cap(pb.parts) <= maxPooledParts {
+	pb.parts, pb.group, pb.idx = pb.parts[:0], pb.group[:0], pb.idx[:0]
+	if cap(pb.parts) <= maxPooledParts && cap(pb.ids) <= maxPooledRecords {
 		partsBufs.Put(pb)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // the writer copies it into its write buffer and gives it back.
 var payloads = bufpool.New(4<<10, 8<<20)
 
-type reqKind int
+type reqKind uint8
 
 const (
 	reqAppend reqKind = iota
@@ -33,45 +33,50 @@ const (
 )
 
 // request is one unit of work for the writer goroutine.
+//
+// The fields the writer reads and writes for a part of an AppendManyAsync
+// call (and finishAll reads once its commit returned) come first: a part
+// is filled in on the caller's core and taken on the writer's, so each
+// cache line of it that the writer touches crosses between the cores, and
+// at 10,000 partitions every put is a part of its own. The rest (other
+// kinds' arguments, a group's own fields) follow.
 type request struct {
 	kind    reqKind
+	synced  bool         // must wait for fsync before done
+	unit    bool         // a group that is one unit (AppendUnitAsync): the writer records its log range (Store.units)
+	pending atomic.Int32 // parts of a group not yet finished
+	// hint is the partition of key when the request was made, looked up
+	// by the caller to spare the writer a map lookup; it holds while
+	// partsGen is still hintGen (no partition has left the table since).
+	hint    *partition
+	hintGen uint64
 	key     pkey
-	p       *partition // reqHole
-	at      int64      // reqCreate: start; reqRaw: expected partition end; reqHole, reqFill: chunk offset; reqSkip: new end
-	n       int64      // reqHole: chunk length
 	payload []byte
 	recOffs []int32 // reqAppend: record starts in payload
 	ids     []int64 // reqAppend: preset ids (0 = assign); the writer fills them in
 	records int
 	policy  Policy
+	parent  *request // a part's group
 
 	// answers, written by the writer before done is closed
 	offset int64 // partition offset of payload[0]
 	end    int64 // partition end after the request
 	err    error
 	done   chan struct{}
-	synced bool   // must wait for fsync before done
 	notify func() // called just before done is closed (see AppendAsync)
+	// parts is where a group's parts live (AppendManyAsync), given back
+	// when the group finishes.
+	parts *partsBuf
+
+	p  *partition // reqHole
+	at int64      // reqCreate: start; reqRaw: expected partition end; reqHole, reqFill: chunk offset; reqSkip: new end
+	n  int64      // reqHole: chunk length
 
 	// group is set on the request AppendManyAsync queues: the parts the
 	// writer takes in its place, in order, all in the same batch. A part
 	// has no done channel; the last to finish finishes the group.
-	// hint is the partition of key when the request was made, looked up
-	// by the caller to spare the writer a map lookup; it holds while
-	// partsGen is still hintGen (no partition has left the table since).
-	hint    *partition
-	hintGen uint64
-
-	group   []*request
-	size    int // payload bytes, of all parts for a group
-	parent  *request
-	pending atomic.Int32 // parts of a group not yet finished
-	// unit is set on a group that is one unit (AppendUnitAsync): the
-	// writer records its log range (Store.units).
-	unit bool
-	// parts is where a group's parts live (AppendManyAsync), given back
-	// when the group finishes.
-	parts *partsBuf
+	group []*request
+	size  int // payload bytes (of all parts for a group); parts leave it 0
 }
 
 // finish publishes the request's outcome: notify runs, then done is
