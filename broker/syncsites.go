@@ -369,8 +369,7 @@ func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.Part
 // commit is acknowledged once every partition is at those sites, and a
 // refusal (too few sites connected) stores none of it. Without such a
 // topic it is the store's unit write alone. A store step that cannot
-// write a unit (a samsa master) takes the partitions one by one
-// (storeGroup).
+// write a unit takes the partitions one by one (storeGroup).
 func (s siteSyncGroupStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	us, ok := s.next.(unitStore)
 	if !ok {
