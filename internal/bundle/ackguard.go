@@ -29,6 +29,16 @@ import (
 // is up first gets the refusal above (503, retriable), and so does every
 // put with handoverHoldMs=0. Nothing held is acknowledged unless the
 // generation was confirmed when it is stored and answered.
+//
+// The same hold keeps the answer of a put that passed the write check and
+// was stored, but answered by the store after the confirmation lapsed (a
+// loaded machine, a slow ensemble, a slave site's slow fsync of a
+// minSyncSites topic): the refusal at its answer starts the hold, and the
+// answer waits in it (broker.Hold, awaitAck). The confirmation of the same
+// generation ends the hold and the put is acknowledged; a newer
+// generation makes this master step down (onFence ends the hold under the
+// fence's refusal) and the put, in its divergent tail, is answered 500,
+// stored here but not acknowledged, as is one whose time is up first.
 
 // ackGuard remembers when the running shipper last confirmed its
 // generation in ZooKeeper.
