@@ -889,8 +889,8 @@ func perMessageErrors(err error, n, results int) messageErrors {
 // answered 500 saying so instead of acknowledged; err is returned
 // otherwise. While a Local Hold is in effect (the master confirms its
 // generation again) the answer first waits in it (holdAck), and this
-// check is the one asked when it ends or its bound passes. ac asks the check once for all the batches of one answer
-// frame (see ackCheck).
+// check is the one asked when it ends or its bound passes. ac asks the
+// check once for all the batches of one answer frame (see ackCheck).
 func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 	if pp.key.sync || pp.held != nil || pp.fwd != nil {
 		// Not stored here: the (new) master's answer, which it checked.
