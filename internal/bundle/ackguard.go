@@ -98,7 +98,9 @@ func (g *ackGuard) lapse() {
 // confirmGeneration confirms g's generation held when the round of reads
 // begun at readStart confirms it (siterole.ConfirmsGeneration): with
 // [replication] sites, a returning master needs its generation to be the
-// newest in a majority of the listed sites' ensembles.
+// newest in a majority of the listed sites' ensembles. The hold of puts
+// awaiting the confirmation ends only once the check lets writes through:
+// a round that began longer than the bound ago confirms too little.
 func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]uint64, readStart time.Time) {
 	if lapsed := g.lapsedAt.Load(); lapsed != 0 && int64(readStart.Sub(g.base)) < lapsed {
 		return // begun before the master took its confirmation back
@@ -112,6 +114,14 @@ func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]ui
 			g.refusedWhy.Store("")
 		}
 		g.confirm(readStart)
+		if siterole.AwaitsConfirmation(b.ackFacts(g)) {
+			// A round slower than the bound (a loaded machine, a slow
+			// ensemble) confirms a generation that is already stale: the
+			// check still refuses, and ending the hold would answer what
+			// it keeps with that refusal. Another round at once.
+			g.wake()
+			return
+		}
 		g.endHold() // what waited for the confirmation is stored and acknowledged
 		return
 	}

@@ -182,3 +182,31 @@ func TestPutStoredDuringAConfirmationLapseNotAcknowledgedAfterANewerGeneration(t
 		return nil
 	})
 }
+
+// TestStaleConfirmationKeepsTheAnswerWaiting: a round of reads that
+// confirms bj's generation but began longer ago than the bound (a round
+// slowed by a loaded machine or a slow ensemble; here one begun 10 s ago,
+// given to the guard as the watcher would) does not end the hold: the
+// check still refuses, and the waiting answer would get its 500. It keeps
+// waiting, and is an acknowledgement once a fresh round confirms the
+// generation (bj's ZooKeeper back).
+func TestStaleConfirmationKeepsTheAnswerWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	l := startLapsedPut(t)
+	h := l.guard.hold.Load()
+	l.bj.confirmGeneration(l.guard, 0, map[string]uint64{"bj": 0}, time.Now().Add(-10*time.Second))
+	select {
+	case err := <-l.answer:
+		t.Fatalf("the put was answered after a stale confirmation: %v", err)
+	default:
+	}
+	if h.Ended() {
+		t.Fatalf("a confirmation older than the bound ended the hold: %+v", h.Stats())
+	}
+	l.tap.Unblock()
+	if err := l.wait(t); err != nil {
+		t.Fatalf("the put stored during bj's lapse, after bj confirmed its generation again: %v", err)
+	}
+}
