@@ -128,7 +128,11 @@
 // that has not reached the store yet is checked at the gate again (a
 // refusal answers it, a Hold takes it); one the store already took is
 // answered 500, its outcome unknown, never 200; a commit's error wraps
-// ErrWritesStopped.
+// ErrWritesStopped. A write check (SetWriteCheck) is asked again when a
+// stored put is answered; a refusal while a Local Hold is in effect (a
+// master confirming its generation again) keeps the answer in the Hold
+// until it ends or its time bound passes, then asks again: 200 when it
+// lets writes through, else 500, stored here but not acknowledged.
 //
 // # Lock order
 //

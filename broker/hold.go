@@ -38,6 +38,21 @@ package broker
 // (Broker.SetWriteCheck) still lets writes through when the store
 // answers, as on the put route.
 //
+// A Local Hold also keeps the answers of puts stored here that the write
+// check refused when the store answered them (Hold.awaitAck): they passed
+// the write gate while the generation was confirmed, and the confirmation
+// lapsed while they were on their way to the store (a loaded machine, a
+// slow ensemble, a slave site's slow fsync). Answering them 500 ("stored
+// here, but not acknowledged") fails a send although nothing changed when
+// the master confirms the same generation a moment later. Their answer
+// waits, with the Hold's time bound (MaxWait from the store's answer), and
+// is given once the Hold ends or the bound passes, by the write gate and
+// check asked then: acknowledged when they let writes through (the
+// generation is confirmed again: as safe as any put acknowledged then),
+// else 500 as before (a newer generation exists, and the record lies in
+// this master's divergent tail; or the bound passed). Their bodies are in
+// the store: they count in no byte bound.
+//
 // A put that carries an id fixed before it reached this broker (a slave
 // site's outbox entry, which its gateway sends as a sync on a gateway
 // link: storeforward.go) keeps it: it is sent to the new master over a
@@ -52,6 +67,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -105,6 +121,10 @@ type HoldStats struct {
 	Local     int64 // stored here after the Hold ended without forwarding
 	Expired   int64 // answered 503 (not stored): time or bytes bound
 	Unknown   int64 // answered 500: sent, no answer
+	// AckHeld counts the puts stored here whose answer waited in the Hold
+	// (see awaitAck); AckGiven those of them acknowledged in the end,
+	// AckRefused those answered 500, not acknowledged.
+	AckHeld, AckGiven, AckRefused int64
 }
 
 // Hold is in effect from Broker.HoldWrites until End (see the top of this
@@ -121,8 +141,25 @@ type Hold struct {
 	endAt  time.Time // End is called by the expiry loop then (EndAfter)
 	fwd    *forwarder
 
+	// acks are the answers of stored puts awaiting the write check's
+	// consent (awaitAck), in the order they came.
+	acks []*ackWait
+
 	quit  chan struct{} // closed by End
-	stats struct{ held, forwarded, local, expired, unknown atomic.Int64 }
+	stats struct {
+		held, forwarded, local, expired, unknown atomic.Int64
+		ackHeld, ackGiven, ackRefused            atomic.Int64
+	}
+}
+
+// ackWait is the answer of n puts stored here, awaiting the write check
+// (see awaitAck).
+type ackWait struct {
+	n        int
+	deadline time.Time
+	// answer sends the answer: acknowledged when ref is nil, else 500
+	// saying the puts are stored here but not acknowledged, for ref.
+	answer func(ref *Refusal)
 }
 
 // heldBatch is one partition's batch of a connection's held puts.
@@ -229,8 +266,9 @@ func (h *Hold) EndAfter(d time.Duration) {
 
 // End ends the Hold: puts are no longer held. Those still held and not
 // forwarded take the route of a put arriving now (the write gate, then the
-// store here); those being forwarded are answered as they complete. End
-// is idempotent.
+// store here); those being forwarded are answered as they complete; the
+// answers of stored puts awaiting the write check (awaitAck) are given by
+// the write gate and check asked now. End is idempotent.
 func (h *Hold) End() {
 	h.mu.Lock()
 	if h.ended {
@@ -241,22 +279,70 @@ func (h *Hold) End() {
 	q := h.queue
 	h.queue = nil
 	fwd := h.fwd
+	acks := h.acks
+	h.acks = nil
 	h.mu.Unlock()
 	h.b.hold.CompareAndSwap(h, nil)
 	close(h.quit)
 	if fwd != nil {
 		fwd.closeWhenIdle()
 	}
+	// Stored before the held puts will be: answered first.
+	h.answerAcks(acks)
 	h.storeAllHere(q)
 	st := h.Stats()
 	h.b.log.Info("BROKER: no longer holding client puts", "held", st.Held, "forwarded", st.Forwarded,
-		"storedHere", st.Local, "notStored", st.Expired, "unknown", st.Unknown)
+		"storedHere", st.Local, "notStored", st.Expired, "unknown", st.Unknown,
+		"answersHeld", st.AckHeld, "acknowledged", st.AckGiven, "notAcknowledged", st.AckRefused)
+}
+
+// awaitAck keeps the answer of n puts stored here that the write check
+// refused when the store answered them (see the top of this file), and
+// reports whether it did: only a Local Hold that has not ended keeps
+// them. answer is called once, later, on a goroutine that may be the
+// caller of End, with nil (acknowledge) or the refusal to answer them 500
+// for. It never blocks: the store's notify calls it.
+func (h *Hold) awaitAck(n int, answer func(ref *Refusal)) bool {
+	if !h.opts.Local {
+		return false
+	}
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	h.acks = append(h.acks, &ackWait{n: n, deadline: time.Now().Add(h.opts.MaxWait), answer: answer})
+	h.mu.Unlock()
+	h.stats.ackHeld.Add(int64(n))
+	return true
+}
+
+// answerAcks answers the waiting acknowledgements of acks by the write
+// gate and check now: acknowledged when they let writes through.
+func (h *Hold) answerAcks(acks []*ackWait) {
+	if len(acks) == 0 {
+		return
+	}
+	h.resolveAcks(acks, h.b.writeRefusal())
+}
+
+// resolveAcks answers acks: acknowledged when ref is nil, else 500 for ref.
+func (h *Hold) resolveAcks(acks []*ackWait, ref *Refusal) {
+	for _, a := range acks {
+		if ref == nil {
+			h.stats.ackGiven.Add(int64(a.n))
+		} else {
+			h.stats.ackRefused.Add(int64(a.n))
+		}
+		a.answer(ref)
+	}
 }
 
 // Stats reports what the Hold did so far.
 func (h *Hold) Stats() HoldStats {
 	return HoldStats{Held: h.stats.held.Load(), Forwarded: h.stats.forwarded.Load(), Local: h.stats.local.Load(),
-		Expired: h.stats.expired.Load(), Unknown: h.stats.unknown.Load()}
+		Expired: h.stats.expired.Load(), Unknown: h.stats.unknown.Load(),
+		AckHeld: h.stats.ackHeld.Load(), AckGiven: h.stats.ackGiven.Load(), AckRefused: h.stats.ackRefused.Load()}
 }
 
 // add holds a validated batch and calls done once with its outcome. It
@@ -339,7 +425,8 @@ func (h *Hold) storeAllHere(q []*heldBatch) {
 // storeHere sends a held batch the way of a put arriving after the Hold:
 // refused by the write gate, or stored here (its topic registered first
 // when it is not yet) and acknowledged only if the write check still lets
-// writes through when the store answers (checkAck's rule).
+// writes through when the store answers (checkAck's rule); when it does
+// not, a Local Hold in effect then keeps the answer (awaitAck).
 func (h *Hold) storeHere(hb *heldBatch) {
 	if !hb.answered.CompareAndSwap(false, true) {
 		return
@@ -362,9 +449,22 @@ func (h *Hold) storeHere(hb *heldBatch) {
 		if err == nil || errors.As(err, &each) {
 			if c := b.gate.check.Load(); c != nil {
 				if ref := (*c)(); ref != nil {
-					b.log.Warn("TOPIC("+hb.topic+"): stored held puts not acknowledged: this broker cannot confirm it still is the master", "partition", hb.partition,
-						"puts", len(hb.msgs), "reason", ref.Reason)
-					err = notAcknowledged(ref)
+					// The confirmation lapsed again: a Local Hold the
+					// refusal started keeps the answer (awaitAck).
+					as := slices.Clone(as)
+					answer := func(ref *Refusal) {
+						if ref == nil {
+							hb.done(as, err)
+							return
+						}
+						b.log.Warn("TOPIC("+hb.topic+"): stored held puts not acknowledged: this broker cannot confirm it still is the master", "partition", hb.partition,
+							"puts", len(hb.msgs), "reason", ref.Reason)
+						hb.done(as, notAcknowledged(ref))
+					}
+					if nh := b.holding(); nh == nil || !nh.awaitAck(len(hb.msgs), answer) {
+						answer(ref)
+					}
+					return
 				}
 			}
 		}
@@ -397,7 +497,19 @@ func (h *Hold) expireLoop() {
 				}
 			}
 			h.queue = kept
+			var due []*ackWait
+			keptAcks := h.acks[:0]
+			for _, a := range h.acks {
+				if now.After(a.deadline) {
+					due = append(due, a)
+				} else {
+					keptAcks = append(keptAcks, a)
+				}
+			}
+			clear(h.acks[len(keptAcks):])
+			h.acks = keptAcks
 			h.mu.Unlock()
+			h.answerAcks(due) // the bound passed: the answer the check gives now
 			if h.opts.Local {
 				// Never forwarded: the answer a put arriving now gets.
 				var keep []*heldBatch
@@ -422,15 +534,19 @@ func (h *Hold) expireLoop() {
 	}
 }
 
-// abandon answers every batch still queued as not stored: the broker is
+// abandon answers every batch still queued as not stored, and every
+// answer awaiting the write check as not acknowledged: the broker is
 // closing.
 func (h *Hold) abandon() {
 	h.mu.Lock()
 	q := h.queue
 	h.queue = nil
+	acks := h.acks
+	h.acks = nil
 	h.ended = true
 	h.mu.Unlock()
 	h.b.hold.CompareAndSwap(h, nil)
+	h.resolveAcks(acks, &Refusal{Reason: "the broker is closing"})
 	for _, hb := range q {
 		h.finish(hb, h.notStored("the broker is closing"), &h.stats.expired)
 	}

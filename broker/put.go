@@ -657,20 +657,39 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	if !pps[0].answered.CompareAndSwap(false, true) {
 		return
 	}
-	size, n := 0, 0
+	size := 0
 	for _, pp := range pps {
 		size += len(pp.out) + storedAnswerSize*len(pp.opaques)
 	}
 	c.storedMu.Lock()
 	delete(c.stored, pps[0])
 	c.storedMu.Unlock()
+	ac := &ackCheck{b: b, lead: pps[0]}
+	stored := 0 // client puts stored here, whose answer asks the write check
+	for i, pp := range pps {
+		if len(pp.opaques) > 0 && i < len(outs) && pp.needsAck(outs[i].Appended, outs[i].Err) {
+			stored += len(pp.opaques)
+		}
+	}
+	if stored > 0 && b.ackWaits(ac) {
+		outs := slices.Clone(outs)
+		if b.holdAck(ac, stored, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac) }) {
+			return
+		}
+	}
+	b.sendBatchesAnswer(c, pps, outs, size, ac)
+}
+
+// sendBatchesAnswer is answerBatches' answer frame (size: room for it),
+// sent once answered is set, with ac's acknowledgement check.
+func (b *Broker) sendBatchesAnswer(c *conn, pps []*pendingPuts, outs []store.AppendOutcome, size int, ac *ackCheck) {
+	n := 0
 	out := make([]byte, 0, size)
 	type topicTally struct {
 		topic string
 		putTally
 	}
 	var tallies []topicTally // a read's puts are mostly to one topic
-	ac := ackCheck{b: b, lead: pps[0]}
 	for i, pp := range pps {
 		out = append(out, pp.out...)
 		if len(pp.opaques) > 0 {
@@ -681,7 +700,7 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 				o.Err = fmt.Errorf("store returned %d outcomes for %d batches", len(outs), len(pps))
 			}
 			var t putTally
-			out, t = b.answerStored(out, pp, o.Appended, o.Err, &ac)
+			out, t = b.answerStored(out, pp, o.Appended, o.Err, ac)
 			k := slices.IndexFunc(tallies, func(x topicTally) bool { return x.topic == pp.key.topic })
 			if k < 0 {
 				k = len(tallies)
@@ -713,17 +732,78 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	c.storedMu.Lock()
 	delete(c.stored, pp)
 	c.storedMu.Unlock()
+	ac := &ackCheck{b: b, lead: pp}
+	if len(pp.opaques) > 0 && pp.needsAck(as, err) && b.ackWaits(ac) {
+		as := slices.Clone(as)
+		if b.holdAck(ac, len(pp.opaques), func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
+			return
+		}
+	}
+	b.sendBatchAnswer(c, pp, as, err, ac)
+}
+
+// sendBatchAnswer is answerBatch's answer frame, sent once answered is
+// set, with ac's acknowledgement check.
+func (b *Broker) sendBatchAnswer(c *conn, pp *pendingPuts, as []store.Appended, err error, ac *ackCheck) {
 	out := pp.out
 	if out == nil {
 		out = make([]byte, 0, storedAnswerSize*pp.n)
 	}
 	if len(pp.opaques) > 0 {
 		var t putTally
-		out, t = b.answerStored(out, pp, as, err, &ackCheck{b: b, lead: pp})
+		out, t = b.answerStored(out, pp, as, err, ac)
 		b.countPuts(pp.key.topic, t)
 	}
 	c.send(outFrame{head: out, n: pp.n})
 	c.wg.Done()
+}
+
+// needsAck reports whether answering the batch's puts with the store's
+// outcome (as, err) asks the write check (checkAck): some were stored
+// here, as client puts.
+func (pp *pendingPuts) needsAck(as []store.Appended, err error) bool {
+	if pp.key.sync || pp.held != nil || pp.fwd != nil {
+		return false
+	}
+	n := len(pp.opaques)
+	if err == nil {
+		return len(as) == n
+	}
+	return perMessageErrors(err, n, len(as)) != nil
+}
+
+// ackWaits reports whether the answer of client puts stored here may wait
+// in a Hold (holdAck): the write check refuses to acknowledge them, and a
+// Hold is in effect (a master confirming its generation again: the
+// refusal started it). Writes stopped since the puts passed the gate (a
+// switchover) are answered at once, as before. The check's answer stays
+// in ac: answering at once asks nothing again.
+func (b *Broker) ackWaits(ac *ackCheck) bool {
+	return !ac.writesStopped() && ac.refusal() != nil && b.holding() != nil
+}
+
+// holdAck keeps the answer frame of n client puts stored here that the
+// write check refused to acknowledge (ackWaits) in the Local Hold in
+// effect (Hold.awaitAck), which has send called, once, with the check
+// asked when it ends or its bound passes. It reports whether it kept the
+// answer; when not, ac holds the check's answer for send's caller.
+func (b *Broker) holdAck(ac *ackCheck, n int, send func(ac *ackCheck)) bool {
+	h := b.holding()
+	if h == nil {
+		return false
+	}
+	lead := ac.lead
+	if h.awaitAck(n, func(ref *Refusal) {
+		send(&ackCheck{b: b, lead: lead, asked: true, ref: ref, gated: true})
+	}) {
+		return true
+	}
+	if h.opts.Local {
+		// The confirmation ended that Hold between the check and now:
+		// the check is asked again when the puts are answered.
+		ac.asked, ac.ref = false, nil
+	}
+	return false
 }
 
 // storedAnswerSize is room for one stored put's answer: `result 200 <len>
@@ -807,8 +887,10 @@ func perMessageErrors(err error, n, results int) messageErrors {
 // between storing a put and answering it may have been replaced
 // meanwhile, so what it stored is not known to survive. Such a batch is
 // answered 500 saying so instead of acknowledged; err is returned
-// otherwise. ac asks the check once for all the batches of one answer
-// frame (see ackCheck).
+// otherwise. While a Local Hold is in effect (the master confirms its
+// generation again) the answer first waits in it (holdAck), and this
+// check is the one asked when it ends or its bound passes. ac asks the
+// check once for all the batches of one answer frame (see ackCheck).
 func (b *Broker) checkAck(pp *pendingPuts, err error, ac *ackCheck) error {
 	if pp.key.sync || pp.held != nil || pp.fwd != nil {
 		// Not stored here: the (new) master's answer, which it checked.

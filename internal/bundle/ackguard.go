@@ -29,6 +29,16 @@ import (
 // is up first gets the refusal above (503, retriable), and so does every
 // put with handoverHoldMs=0. Nothing held is acknowledged unless the
 // generation was confirmed when it is stored and answered.
+//
+// The same hold keeps the answer of a put that passed the write check and
+// was stored, but answered by the store after the confirmation lapsed (a
+// loaded machine, a slow ensemble, a slave site's slow fsync of a
+// minSyncSites topic): the refusal at its answer starts the hold, and the
+// answer waits in it (broker.Hold, awaitAck). The confirmation of the same
+// generation ends the hold and the put is acknowledged; a newer
+// generation makes this master step down (onFence ends the hold under the
+// fence's refusal) and the put, in its divergent tail, is answered 500,
+// stored here but not acknowledged, as is one whose time is up first.
 
 // ackGuard remembers when the running shipper last confirmed its
 // generation in ZooKeeper.
@@ -88,7 +98,9 @@ func (g *ackGuard) lapse() {
 // confirmGeneration confirms g's generation held when the round of reads
 // begun at readStart confirms it (siterole.ConfirmsGeneration): with
 // [replication] sites, a returning master needs its generation to be the
-// newest in a majority of the listed sites' ensembles.
+// newest in a majority of the listed sites' ensembles. The hold of puts
+// awaiting the confirmation ends only once the check lets writes through:
+// a round that began longer than the bound ago confirms too little.
 func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]uint64, readStart time.Time) {
 	if lapsed := g.lapsedAt.Load(); lapsed != 0 && int64(readStart.Sub(g.base)) < lapsed {
 		return // begun before the master took its confirmation back
@@ -102,6 +114,14 @@ func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]ui
 			g.refusedWhy.Store("")
 		}
 		g.confirm(readStart)
+		if siterole.AwaitsConfirmation(b.ackFacts(g)) {
+			// A round slower than the bound (a loaded machine, a slow
+			// ensemble) confirms a generation that is already stale: the
+			// check still refuses, and ending the hold would answer what
+			// it keeps with that refusal. Another round at once.
+			g.wake()
+			return
+		}
 		g.endHold() // what waited for the confirmation is stored and acknowledged
 		return
 	}
