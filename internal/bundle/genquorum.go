@@ -20,11 +20,11 @@ import (
 // on the generation in one ensemble does not keep two sites from taking the
 // same number: each raises it in its own. A promotion that is not forced
 // therefore raises the generation from the one its site followed in every
-// ensemble of the deployment it reaches (its own and, through siteViews'
-// sessions, the other sites'), and owns the new generation only when it won
-// in a majority of all the deployment's ensembles (siterole.RaiseWon): each
-// ensemble's compare-and-set has one winner, so two sites cannot both own
-// it. A promotion that lost sets back what it wrote where it won
+// ensemble of the deployment it reaches (its own first and, once it won
+// there, through siteViews' sessions, the other sites'), and owns the new
+// generation only when it won in a majority of all the deployment's
+// ensembles (siterole.RaiseWon): each ensemble's compare-and-set has one
+// winner, so two sites cannot both own it. A promotion that lost sets back what it wrote where it won
 // (registry.UndoRaise, only where nothing moved since) and follows; the
 // winner writes its generation and raiser into the reachable ensembles it
 // lost (registry.RaiseGenerationToBy), and its mirror carries the number
@@ -193,22 +193,35 @@ func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemb
 		return 0, false, err
 	}
 	by := registry.Raiser{Generation: gen, Site: b.Config().Site.Name, Token: token}
-	res := make([]raiseResult, len(ens))
-	var wg sync.WaitGroup
-	for i, e := range ens {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := raiseResult{raiseEnsemble: e}
-			r.prev, r.err = e.reg.RaiseGenerationFromToAs(ctx, id, known, gen, by)
-			r.won = r.err == nil
-			if !r.won {
-				r.held, r.heldBy, _ = e.reg.GenerationRaiser(ctx, id)
-			}
-			res[i] = r
-		}()
+	raise := func(e raiseEnsemble) raiseResult {
+		r := raiseResult{raiseEnsemble: e}
+		r.prev, r.err = e.reg.RaiseGenerationFromToAs(ctx, id, known, gen, by)
+		r.won = r.err == nil
+		if !r.won {
+			r.held, r.heldBy, _ = e.reg.GenerationRaiser(ctx, id)
+		}
+		return r
 	}
-	wg.Wait()
+	// This site's own ensemble first, the others (at once) only when the
+	// raise won there: a raise that cannot write its own ensemble cannot
+	// register its master, and a number it wrote in another site's
+	// ensemble makes that site's master step down before the give-back
+	// (soak seed 942159: gz's own ensemble could not be read, its raise won
+	// in bj's, and bj, the master, stepped down for a number given back).
+	ens = ownFirst(ens, b.Registry)
+	res := []raiseResult{raise(ens[0])}
+	if res[0].won {
+		res = append(res, make([]raiseResult, len(ens)-1)...)
+		var wg sync.WaitGroup
+		for i, e := range ens[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[1+i] = raise(e)
+			}()
+		}
+		wg.Wait()
+	}
 	tally := siterole.RaiseTally{Ensembles: total, Reached: len(ens)}
 	for _, r := range res {
 		if r.won {
@@ -236,8 +249,6 @@ func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemb
 	// Lost: give back every ensemble this raise may have written (a raise
 	// whose outcome is unknown too; UndoRaise changes nothing where the
 	// token is not there).
-	var lost []string
-	var winners []string
 	for _, r := range res {
 		if r.won || errors.As(r.err, new(*registry.RaiseUnknownError)) {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), raiseTimeout)
@@ -247,26 +258,57 @@ func (b *Bundle) quorumAttempt(ctx context.Context, total int, ens []raiseEnsemb
 				b.log.Warn("FAILOVER: lost the generation's majority; could not set back its raise in an ensemble where it won",
 					"site", r.site, "generation", gen, "undone", undone, "err", err)
 			}
-			continue
 		}
-		w := "?"
-		if r.heldBy.Site != "" && r.heldBy.Generation == r.held {
-			w = r.heldBy.Site
-			if !strings.Contains(strings.Join(winners, ","), w) {
-				winners = append(winners, w)
-			}
-		}
-		lost = append(lost, fmt.Sprintf("%s's ensemble (generation %d raised by %s: %v)", r.site, r.held, w, r.err))
 	}
 	if tally.Won >= need {
 		b.log.Warn("FAILOVER: gave back a raise of the generation that won a majority outside this site's class; raising at its class's number", "generation", gen, "why", why)
 		return 0, true, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, why)
 	}
-	msg := fmt.Sprintf("%s: lost in %s", why, strings.Join(lost, "; "))
-	if len(winners) > 0 {
-		msg = fmt.Sprintf("site %s raised generation %d first; %s", strings.Join(winners, ", "), gen, msg)
+	return 0, false, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, describeLostRaise(gen, why, res, len(ens)-len(res)))
+}
+
+// ownFirst is ens with reg's ensemble (this site's own) first.
+func ownFirst(ens []raiseEnsemble, reg *registry.Registry) []raiseEnsemble {
+	out := slices.Clone(ens)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].reg == reg && out[j].reg != reg })
+	return out
+}
+
+// describeLostRaise tells why a quorum raise to gen lost (why is
+// siterole.RaiseWon's): where it was not written and what each of those
+// ensembles held, and which sites hold gen or a newer number where the
+// compare-and-set lost. A site is named as having raised first only
+// there: an ensemble that could not be read or written holds whatever it
+// held before, which no raise of gen took (the soak once read "site bj
+// raised generation 7 first" where bj's 5 was all gz's unreadable
+// ensemble held). untried: ensembles not tried after this site's own lost.
+func describeLostRaise(gen uint64, why string, res []raiseResult, untried int) string {
+	var lost, winners []string
+	for _, r := range res {
+		if r.won || errors.As(r.err, new(*registry.RaiseUnknownError)) {
+			continue
+		}
+		w := "?"
+		if r.heldBy.Site != "" && r.heldBy.Generation == r.held {
+			w = r.heldBy.Site
+		}
+		if !errors.Is(r.err, registry.ErrGenerationMoved) {
+			lost = append(lost, fmt.Sprintf("%s's ensemble (not written: %v; it holds generation %d raised by %s)", r.site, r.err, r.held, w))
+			continue
+		}
+		if w != "?" && r.held >= gen && !slices.Contains(winners, w) {
+			winners = append(winners, w)
+		}
+		lost = append(lost, fmt.Sprintf("%s's ensemble (generation %d raised by %s: %v)", r.site, r.held, w, r.err))
 	}
-	return 0, false, fmt.Errorf("%w: %s", registry.ErrGenerationMoved, msg)
+	msg := fmt.Sprintf("%s: lost in %s", why, strings.Join(lost, "; "))
+	if untried > 0 {
+		msg += fmt.Sprintf("; %d other ensembles not tried (a raise writes no other site's ensemble unless it won in its own)", untried)
+	}
+	if len(winners) > 0 {
+		msg = fmt.Sprintf("site %s raised generation %d or a newer one first; %s", strings.Join(winners, ", "), gen, msg)
+	}
+	return msg
 }
 
 // forcedRaise raises the brokerId's generation for a forced promotion
