@@ -52,6 +52,9 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.countGet(cmd)
 	code, body, data, run, _ := b.get(c, cmd, false)
+	if data == nil && run == nil && b.holdGet(c, cmd, code) {
+		return // answered once the partition grows, or 404 after GetWait
+	}
 	b.answerGet(c, cmd, code, body, data, run, false)
 }
 
@@ -72,6 +75,9 @@ func (b *Broker) getInline(c *conn, cmd *wire.Get) bool {
 	}
 	b.countGet(cmd)
 	b.stats.getsInline.Add(1)
+	if data == nil && run == nil && b.holdGet(c, cmd, code) {
+		return true // answered once the partition grows, or 404 after GetWait
+	}
 	b.answerGet(c, cmd, code, body, data, run, true)
 	return true
 }

@@ -653,7 +653,9 @@
 // data; it also guards a segment's sendfile pins, which pin and unpin
 // take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu, unitMu (the
 // units' ranges: the writer takes it alone, ReadLog under a segment's
-// logMu) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
+// logMu), growWaits.mu (the channels of gets waiting for a partition to
+// grow: Grown takes it after looking the partition up, the writer goroutine
+// after a commit raised durable ends) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
 // segment list published on every change (Store.segTab, an atomic
 // pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only
