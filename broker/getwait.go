@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"runtime"
+	"sync"
 	"time"
 
 	"metaq/broker/wire"
@@ -13,6 +15,22 @@ type GrowthWaiter interface {
 	Grown(topic string, partition int, end int64) (<-chan struct{}, error)
 }
 
+// heldGet is a get waiting for its partition to grow (holdGet).
+type heldGet struct {
+	cmd      *wire.Get
+	deadline time.Time
+	expired  bool // GetWait is up, or the connection is closing: answer what get answers
+}
+
+// wokenGets is a connection's list of held gets whose wait ended, and
+// whether one of their goroutines is answering the list (waitGet). mu is
+// a leaf.
+type wokenGets struct {
+	mu        sync.Mutex
+	gets      []heldGet
+	answering bool
+}
+
 // holdGet takes a get whose answer is code with no records, when it is a
 // 404 at the end of an existing partition and Options.GetWait allows a
 // wait: the get then waits on a goroutine of its own (waitGet) for the
@@ -22,52 +40,86 @@ func (b *Broker) holdGet(c *conn, cmd *wire.Get, code int) bool {
 	if code != wire.StatusNotFound || b.opts.GetWait <= 0 {
 		return false
 	}
-	gw, ok := b.store.(GrowthWaiter)
+	return c.hold(heldGet{cmd: cmd, deadline: b.opts.Clock.Now().Add(b.opts.GetWait)})
+}
+
+// hold starts h's wait, unless its partition does not exist (or the
+// store cannot wait).
+func (c *conn) hold(h heldGet) bool {
+	gw, ok := c.b.store.(GrowthWaiter)
 	if !ok {
 		return false
 	}
-	grown, err := gw.Grown(cmd.Topic, int(cmd.Partition), cmd.Offset)
+	grown, err := gw.Grown(h.cmd.Topic, int(h.cmd.Partition), h.cmd.Offset)
 	if err != nil {
 		return false // no such partition: 404 at once
 	}
-	b.stats.getsHeld.Add(1)
+	c.b.stats.getsHeld.Add(1)
 	c.wg.Add(1)
-	go c.waitGet(cmd, grown, b.opts.Clock.Now().Add(b.opts.GetWait))
+	go c.waitGet(h, grown)
 	return true
 }
 
-// waitGet answers a held get (holdGet) once its partition grew, or 404
-// once GetWait is up (by deadline), or at once when the connection closes
-// or the broker stops reading. A wake that brings nothing at the get's
-// offset (the partition grew below it, or past another waiter's end)
-// waits again until the deadline.
-func (c *conn) waitGet(cmd *wire.Get, grown <-chan struct{}, deadline time.Time) {
+// waitGet waits until a held get's partition grew, its GetWait is up, or
+// the connection closes (or the broker stops reading), then answers it
+// with the other held gets of the connection whose wait ended with it:
+// a commit wakes the gets of every partition it grew at once, and their
+// answers queued together leave in one stream (conn.writeFrames), as the
+// answers of one read's gets do. The first goroutine to find no one
+// answering answers the list; the others leave their get in it.
+func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
 	defer c.wg.Done()
-	b := c.b
-	for {
-		wait := deadline.Sub(b.opts.Clock.Now())
-		expired := wait <= 0
-		if !expired {
-			select {
-			case <-grown:
-			case <-b.opts.Clock.After(wait):
-				expired = true
-			case <-c.readCtx.Done():
-				expired = true
-			}
+	if wait := h.deadline.Sub(c.b.opts.Clock.Now()); wait > 0 {
+		select {
+		case <-grown:
+		case <-c.b.opts.Clock.After(wait):
+			h.expired = true
+		case <-c.readCtx.Done():
+			h.expired = true
 		}
-		code, body, data, run, _ := b.get(c, cmd, false)
-		if data == nil && run == nil && code == wire.StatusNotFound && !expired {
-			g, err := b.store.(GrowthWaiter).Grown(cmd.Topic, int(cmd.Partition), cmd.Offset)
-			if err == nil {
-				grown = g
-				continue
-			}
-		}
-		if data == nil && run == nil && code == wire.StatusNotFound {
-			b.stats.getsHeldEmpty.Add(1)
-		}
-		b.answerGet(c, cmd, code, body, data, run, false)
+	} else {
+		h.expired = true
+	}
+	w := &c.woken
+	w.mu.Lock()
+	w.gets = append(w.gets, h)
+	if w.answering {
+		w.mu.Unlock()
 		return
+	}
+	w.answering = true
+	w.mu.Unlock()
+	// Let the other goroutines woken by the same commit add their gets.
+	runtime.Gosched()
+	var batch []heldGet
+	var frames []outFrame
+	for {
+		w.mu.Lock()
+		batch = append(batch[:0], w.gets...)
+		clear(w.gets)
+		w.gets = w.gets[:0]
+		if len(batch) == 0 {
+			w.answering = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		frames = frames[:0]
+		for _, g := range batch {
+			code, body, data, run, _ := c.b.get(c, g.cmd, false)
+			if data == nil && run == nil && code == wire.StatusNotFound {
+				// Woken for records below its offset, or past another
+				// waiter's end: wait again until its deadline.
+				if !g.expired && c.hold(g) {
+					continue
+				}
+				c.b.stats.getsHeldEmpty.Add(1)
+			}
+			frames = append(frames, c.b.getFrame(g.cmd, code, body, data, run))
+		}
+		for i := range frames {
+			c.send(frames[i])
+			frames[i] = outFrame{}
+		}
 	}
 }

@@ -93,6 +93,16 @@ func (b *Broker) countGet(cmd *wire.Get) {
 // writer finds the answers to one read's gets waiting together and sends
 // them in one stream (conn.writeFrames).
 func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data []byte, run *store.LogRun, later bool) {
+	f := b.getFrame(cmd, code, body, data, run)
+	if later {
+		c.heldOut = append(c.heldOut, f)
+		return
+	}
+	c.send(f)
+}
+
+// getFrame is the answer frame of get, as get returned it (answerGet).
+func (b *Broker) getFrame(cmd *wire.Get, code int, body string, data []byte, run *store.LogRun) outFrame {
 	var f outFrame
 	switch {
 	case run != nil:
@@ -111,11 +121,7 @@ func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data [
 		}
 		f = outFrame{head: wire.AppendResult(make([]byte, 0, 40+len(body)), code, body, cmd.Opaque)}
 	}
-	if later {
-		c.heldOut = append(c.heldOut, f)
-		return
-	}
-	c.send(f)
+	return f
 }
 
 // get returns the answer to a get: a code and text, or data, which holds
