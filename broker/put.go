@@ -992,11 +992,12 @@ var ErrWritesStopped = errors.New("broker: client writes were stopped while the 
 // write with one fsync, which replication ships in one frame, so a slave
 // site holds all of it or none, even when the master dies mid-stream; for
 // topics with minSyncSites, one wait for the slave sites that covers all
-// of it. On a synchronous (samsa) master each partition's batch is
-// replicated on its own (MetaQ's sync protocol carries one message per
-// command): the gate is still checked once, and the commit is answered
-// once every partition's outcome is known, but a samsa slave may hold part
-// of it, and so may a slave site (the partitions are separate log writes).
+// of it. On a synchronous (samsa) master the whole commit is sent to the
+// samsa slave (one sync per message, MetaQ's protocol having no commit),
+// stored here as one unit and answered after one wait for all of the
+// slave's answers (syncMaster.storeUnit); the samsa slave stores each
+// sync as it comes, so it may hold part of a commit whose master died on
+// the way.
 //
 // The error wraps ErrNotStored when nothing was handed to the store (then
 // outs is nil), ErrWritesStopped when writes began to be refused on the

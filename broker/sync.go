@@ -87,6 +87,23 @@ type partKey struct {
 type syncJob struct {
 	msgs []store.Message // bodies copied: the caller reuses its buffers
 	done func([]store.Appended, error)
+	// unit is set instead on a unit's place in the queue of each of its
+	// partitions (storeUnit).
+	unit *syncUnit
+}
+
+// syncUnit is a transaction's commit on a synchronous master: the batches
+// of several partitions replicated and stored as one unit (storeUnit).
+// It has a place in each of its partitions' queues; the goroutine of the
+// last partition to reach it runs it (runUnit) while the others wait, so
+// in every one of its partitions it comes after the batches queued before
+// it and before those queued after.
+type syncUnit struct {
+	appends []store.PartitionAppend // bodies copied
+	done    func([]store.AppendOutcome)
+	parts   int32        // distinct partitions: places in queues
+	arrived atomic.Int32 // places reached
+	ran     chan struct{}
 }
 
 func newSyncMaster(local Store, opts syncMasterOptions) *syncMaster {
@@ -113,6 +130,19 @@ func (e *slaveError) Error() string { return e.text }
 // storeBatch queues the batch on its partition (see batchStore). ctx is
 // not used: a queued batch completes (see replicate).
 func (s *syncMaster) storeBatch(_ context.Context, topic string, partition int, msgs []store.Message, done func([]store.Appended, error)) {
+	cp := copyMessages(msgs)
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		done(nil, fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed))
+		return
+	}
+	s.queues.push(partKey{topic, partition}, syncJob{msgs: cp, done: done}, true)
+}
+
+// copyMessages copies msgs with their bodies in one buffer: the caller
+// reuses its buffers once the store call returns.
+func copyMessages(msgs []store.Message) []store.Message {
 	cp := make([]store.Message, len(msgs))
 	n := 0
 	for _, m := range msgs {
@@ -124,24 +154,151 @@ func (s *syncMaster) storeBatch(_ context.Context, topic string, partition int, 
 		buf = append(buf, m.Body...)
 		cp[i].Body = buf[len(buf)-len(m.Body) : len(buf) : len(buf)]
 	}
+	return cp
+}
+
+// storeUnit stores a transaction's commit as one unit (see unitStore):
+// every message of all its partitions is sent to the slave as `sync`
+// (MetaQ's command carries one message), pipelined, the commit is
+// appended locally as one unit (store.Store.AppendUnitAsync, so the
+// cross-site replication of this master ships it whole), and one wait
+// for all of the slave's answers decides the outcome of each partition,
+// reported to done once for the whole commit. In each partition the unit
+// keeps its place among the batches (see syncUnit); units are queued
+// under closeMu, so two units sharing partitions are in the same order in
+// all of their queues.
+func (s *syncMaster) storeUnit(_ context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	u := &syncUnit{appends: make([]store.PartitionAppend, len(appends)), done: done, ran: make(chan struct{})}
+	var keys []partKey
+	seen := map[partKey]bool{}
+	for i, a := range appends {
+		u.appends[i] = store.PartitionAppend{Topic: a.Topic, Partition: a.Partition, Msgs: copyMessages(a.Msgs)}
+		if k := (partKey{a.Topic, a.Partition}); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	u.parts = int32(len(keys))
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	if s.closed {
-		done(nil, fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed))
+	if s.closed || len(keys) == 0 {
+		outs := make([]store.AppendOutcome, len(appends))
+		for i := range outs {
+			outs[i].Err = fmt.Errorf("broker: sync replication to %s: %w", s.opts.Addr, ErrClosed)
+		}
+		if len(keys) == 0 {
+			outs = outs[:0]
+		}
+		done(outs)
 		return
 	}
-	s.queues.push(partKey{topic, partition}, syncJob{msgs: cp, done: done}, true)
+	for _, k := range keys {
+		s.queues.push(k, syncJob{unit: u}, true)
+	}
 }
 
 // maxSyncJobs bounds the batches a partition replicates together.
 const maxSyncJobs = 64
 
-// replicate sends the messages of a partition's queued batches to the
-// slave, pipelined and in order, and appends them locally with one call,
-// then reports each message's outcome to its batch: stored when both
+// replicate runs a partition's queued jobs in order: runs of batches
+// (replicateBatches), and the units it reaches (reachUnit).
+func (s *syncMaster) replicate(k partKey, jobs []syncJob) {
+	for len(jobs) > 0 {
+		n := 0
+		for n < len(jobs) && jobs[n].unit == nil {
+			n++
+		}
+		if n > 0 {
+			s.replicateBatches(k, jobs[:n:n])
+		}
+		if n < len(jobs) {
+			s.reachUnit(jobs[n].unit)
+			n++
+		}
+		jobs = jobs[n:]
+	}
+}
+
+// reachUnit is a partition's goroutine at its place for u: the last of
+// u's partitions to get there runs it, the others wait until it ran, so
+// none of their later batches overtakes it.
+func (s *syncMaster) reachUnit(u *syncUnit) {
+	if u.arrived.Add(1) < u.parts {
+		<-u.ran
+		return
+	}
+	s.runUnit(u)
+	close(u.ran)
+}
+
+// runUnit replicates and stores the unit u (see storeUnit). It runs on
+// the syncMaster's context, as replicate: once queued, it completes.
+func (s *syncMaster) runUnit(u *syncUnit) {
+	var waits [][]func() error
+	for _, a := range u.appends {
+		w := make([]func() error, len(a.Msgs))
+		for i := range a.Msgs {
+			m := &a.Msgs[i]
+			if m.ID == 0 {
+				m.ID = s.ids.next()
+			}
+			w[i] = s.start(s.ctx, &wire.Sync{Topic: a.Topic, Partition: int32(a.Partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
+		}
+		waits = append(waits, w)
+	}
+	var local []store.AppendOutcome
+	if ua, ok := s.local.(unitAppender); ok {
+		ch := make(chan []store.AppendOutcome, 1)
+		ua.AppendUnitAsync(s.ctx, u.appends, func(o []store.AppendOutcome) { ch <- o })
+		local = <-ch
+	} else {
+		local = make([]store.AppendOutcome, len(u.appends))
+		for i, a := range u.appends {
+			local[i].Appended, local[i].Err = s.local.Append(s.ctx, a.Topic, a.Partition, a.Msgs)
+		}
+	}
+	outs := make([]store.AppendOutcome, len(u.appends))
+	for i, a := range u.appends {
+		errs := make(messageErrors, len(a.Msgs))
+		failed := false
+		for j, wait := range waits[i] {
+			serr := wait()
+			s.noteResult(serr == nil)
+			switch {
+			case serr != nil:
+				errs[j] = s.slaveFailure(a.Topic, a.Partition, serr)
+			case local[i].Err != nil:
+				errs[j] = local[i].Err
+			}
+			failed = failed || errs[j] != nil
+		}
+		outs[i].Appended = local[i].Appended
+		if len(outs[i].Appended) != len(a.Msgs) {
+			outs[i].Appended = make([]store.Appended, len(a.Msgs))
+		}
+		if failed {
+			outs[i].Err = errs
+		}
+	}
+	u.done(outs)
+}
+
+// slaveFailure is the answer for a message the slave did not store.
+func (s *syncMaster) slaveFailure(topic string, partition int, serr error) error {
+	s.log.Warn("SYNC: slave did not store the message", "slave", s.opts.Addr, "topic", topic, "partition", partition, "err", serr)
+	text := fmt.Sprintf("Put message to [slave 'meta://%s'] [partition '%s-%d'] failed", s.opts.Addr, topic, partition)
+	if errors.Is(serr, errSlaveDisconnected) {
+		text = errSlaveDisconnected.Error()
+	}
+	return &slaveError{text: text}
+}
+
+// replicateBatches sends the messages of a partition's queued batches to
+// the slave, pipelined and in order, and appends them locally with one
+// call, then reports each message's outcome to its batch: stored when both
 // stored it. It runs on the syncMaster's context: a batch in the queue
 // completes unless the broker closes.
-func (s *syncMaster) replicate(k partKey, jobs []syncJob) {
+func (s *syncMaster) replicateBatches(k partKey, jobs []syncJob) {
 	msgs := jobs[0].msgs
 	if len(jobs) > 1 {
 		msgs = nil
@@ -164,12 +321,7 @@ func (s *syncMaster) replicate(k partKey, jobs []syncJob) {
 		s.noteResult(serr == nil)
 		switch {
 		case serr != nil:
-			s.log.Warn("SYNC: slave did not store the message", "slave", s.opts.Addr, "topic", k.topic, "partition", k.partition, "err", serr)
-			text := fmt.Sprintf("Put message to [slave 'meta://%s'] [partition '%s-%d'] failed", s.opts.Addr, k.topic, k.partition)
-			if errors.Is(serr, errSlaveDisconnected) {
-				text = errSlaveDisconnected.Error()
-			}
-			errs[i] = &slaveError{text: text}
+			errs[i] = s.slaveFailure(k.topic, k.partition, serr)
 		case lerr != nil:
 			errs[i] = lerr
 		}

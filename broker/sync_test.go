@@ -1,12 +1,15 @@
 package broker
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/clock"
 	"metaq/internal/testutil"
@@ -238,5 +241,96 @@ func TestSyncPairPipelined(t *testing.T) {
 		if len(recs) != n/2 {
 			t.Fatalf("partition %d holds %d records", p, len(recs))
 		}
+	}
+}
+
+// TestSamsaCommitIsOneUnit: on a synchronous (samsa) master a
+// transaction's commit (StoreValidatedGroup, two partitions) is sent to
+// the slave whole and stored as one unit, its outcome decided by one wait
+// for all of the slave's answers: the master's log holds every commit as
+// one unit (so its own slave sites receive it whole, see
+// store.Store.AppendUnitAsync), and with plain puts to the same
+// partitions running at the same time, master and slave hold the same
+// records (ids and offsets) in each partition.
+func TestSamsaCommitIsOneUnit(t *testing.T) {
+	cfg := vectorConfig(t)
+	slave := startBroker(t, cfg, func(o *Options) { o.SyncReceiver = true })
+	master := startBroker(t, cfg, func(o *Options) {
+		o.SyncSlave = slave.Addr().String()
+		o.SyncTimeout = 5 * time.Second
+	})
+	const commits = 20
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		for i := range commits {
+			tag := "c" + strconv.Itoa(i)
+			outs, err := master.StoreValidatedGroup(context.Background(), []store.PartitionAppend{
+				{Topic: "test", Partition: 0, Msgs: []store.Message{{Body: []byte(tag + "-a")}, {Body: []byte(tag + "-b")}}},
+				{Topic: "test", Partition: 1, Msgs: []store.Message{{Body: []byte(tag + "-c")}}},
+			})
+			if err == nil && (outs[0].Err != nil || outs[1].Err != nil) {
+				err = fmt.Errorf("%v; %v", outs[0].Err, outs[1].Err)
+			}
+			if err != nil {
+				errc <- fmt.Errorf("commit %d: %w", i, err)
+				return
+			}
+		}
+	}()
+	mc := dial(t, master.Addr())
+	for i := range 40 {
+		mustPut(t, mc, "test", int32(i%2), "plain-"+strconv.Itoa(i))
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	sc := dial(t, slave.Addr())
+	get := func(cl *client, p int32) []byte {
+		cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: p, Offset: 0, MaxSize: 1 << 20, Opaque: 9})
+		v, ok := cl.read().(*wire.Value)
+		if !ok {
+			t.Fatal("get did not answer value")
+		}
+		return v.Data
+	}
+	for p := range int32(2) {
+		md, sd := get(mc, p), get(sc, p)
+		if !bytes.Equal(md, sd) {
+			t.Fatalf("partition %d: master and slave differ (%d and %d bytes)", p, len(md), len(sd))
+		}
+		recs, _ := parseRecords(t, md)
+		if want := 20 + commits*(2-int(p)); len(recs) != want {
+			t.Fatalf("partition %d holds %d records, want %d", p, len(recs), want)
+		}
+	}
+
+	// Read in the smallest pieces ReadLog gives (what a shipper may put
+	// in one frame): a commit's two partitions are in one piece.
+	units := 0
+	pos, durable := master.store.LogBounds()
+	for pos < durable {
+		ents, next, err := master.store.ReadLog(pos, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var commitParts []int
+		for _, e := range ents {
+			recs, _ := parseRecords(t, e.Records)
+			if len(recs) > 0 && bytes.HasPrefix(recs[0].body, []byte("c")) {
+				commitParts = append(commitParts, e.Partition)
+			}
+			if e.Unit == 2 {
+				units++
+			}
+		}
+		if len(commitParts) == 1 {
+			t.Fatalf("a piece of the master's log at %d holds a commit's partition %d alone: half a commit", pos, commitParts[0])
+		}
+		pos = next
+	}
+	if units != commits {
+		t.Fatalf("the master's log holds %d of the %d commits as one unit", units, commits)
 	}
 }

@@ -294,6 +294,38 @@ func (b *Broker) awaitingSites() bool {
 	return u != 0 && time.Now().UnixNano() < u
 }
 
+// storeUnit is siteSyncStore's for a store step that stores units but
+// takes no groups (a samsa master, syncMaster.storeUnit): a commit none
+// of whose topics has minSyncSites goes to it as one unit; otherwise each
+// partition's batch takes storeBatch (its sites waited for on their own),
+// and done runs once after the last.
+func (s siteSyncStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
+	us, ok := s.next.(unitStore)
+	for i, a := range appends {
+		if !ok || (i > 0 && a.Topic == appends[i-1].Topic) {
+			continue
+		}
+		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
+			ok = false
+		}
+	}
+	if ok || len(appends) == 0 {
+		us.storeUnit(ctx, appends, done)
+		return
+	}
+	outs := make([]store.AppendOutcome, len(appends))
+	var left atomic.Int32
+	left.Store(int32(len(appends)))
+	for i, a := range appends {
+		s.storeBatch(ctx, a.Topic, a.Partition, a.Msgs, func(as []store.Appended, err error) {
+			outs[i] = store.AppendOutcome{Appended: as, Err: err}
+			if left.Add(-1) == 0 {
+				done(outs)
+			}
+		})
+	}
+}
+
 // siteSyncGroupStore is siteSyncStore in front of a groupStore: it keeps
 // the one-call path for a read's batches when none of them is for a topic
 // with minSyncSites; otherwise each batch takes storeBatch, and done runs
@@ -337,8 +369,7 @@ func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.Part
 // commit is acknowledged once every partition is at those sites, and a
 // refusal (too few sites connected) stores none of it. Without such a
 // topic it is the store's unit write alone. A store step that cannot
-// write a unit (a samsa master) takes the partitions one by one
-// (storeGroup).
+// write a unit takes the partitions one by one (storeGroup).
 func (s siteSyncGroupStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	us, ok := s.next.(unitStore)
 	if !ok {

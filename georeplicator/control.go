@@ -42,10 +42,15 @@ const (
 	// master's log (history.go), which the master sends after welcome and
 	// the slave takes as its own.
 	featureHistory uint32 = 1 << 3
+	// featureUnits: in hello, the slave reads the units of a data frame
+	// (the master log's units, a transaction's commit each: a list after
+	// the batch's entries, see encodeBatch); in welcome, the master sends
+	// them.
+	featureUnits uint32 = 1 << 4
 )
 
 // slaveFeatures are the features every receiver of this version states.
-const slaveFeatures = featureControl | featureLagReport | featureFrameMAC | featureHistory
+const slaveFeatures = featureControl | featureLagReport | featureFrameMAC | featureHistory | featureUnits
 
 // ErrControlUnsupported: the master on the other end of the link takes no
 // control requests (an older version, or one not configured to).

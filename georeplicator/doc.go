@@ -161,10 +161,15 @@
 // or none (a frame is applied whole before the next is read): a master
 // killed mid-stream leaves no slave holding part of a commit (a slave
 // killed while it applies a frame may, until it resumes from its
-// checkpoint). A unit written before the master's store was last opened
-// is not known as one and can be cut (see broker/store), and a slave does
-// not mark the units it receives in its own log, so once promoted it
-// ships them like any entries; each frame names its codec, so mode
+// checkpoint). The unit's bounds are in the master's log (a unit entry,
+// see broker/store), so this holds after the master restarted too. A
+// frame to a slave that states featureUnits lists its units after the
+// entries (each one's first entry and number of entries); the slave
+// stores each unit in one piece as a unit of its own log
+// (store.Store.AppendRawUnit, UnitSink), so once promoted it ships the
+// commits it received whole to slaves of its own (a unit whose entries
+// do not simply continue the slave's partitions, bytes it already holds
+// say, is applied entry by entry). Each frame names its codec, so mode
 // auto can change codec per frame (rule in auto.go). A frame that would grow
 // is sent uncompressed.
 //

@@ -2,6 +2,7 @@ package georeplicator
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -185,6 +186,35 @@ func TestMessagesRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeHello([]byte{0, 1}); err == nil {
 		t.Fatal("short hello decoded")
+	}
+
+	// Units (featureUnits) after the entries: kept by a round trip, and a
+	// list that does not fit the entries is refused.
+	es[2].Unit, es[10].Unit = 3, 10
+	b, err = decodeBatch(encodeBatch(nil, 10, 20, 30, es))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range es {
+		if b.Entries[i].Unit != es[i].Unit {
+			t.Fatalf("entry %d: unit %d, sent %d", i, b.Entries[i].Unit, es[i].Unit)
+		}
+	}
+	for _, bad := range []struct{ first, count int }{{4, 3}, {19, 2}, {5, 1}, {0, 21}} {
+		es2 := append([]store.LogEntry(nil), es...)
+		for i := range es2 {
+			es2[i].Unit = 0
+		}
+		es2[2].Unit = 3
+		raw := encodeBatch(nil, 10, 20, 30, es2)
+		// Rewrite the second unit's place by hand: encodeBatch only
+		// writes lists that fit.
+		raw = append(raw[:len(raw)-12], 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3)
+		raw = binary.BigEndian.AppendUint32(raw, uint32(bad.first))
+		raw = binary.BigEndian.AppendUint32(raw, uint32(bad.count))
+		if _, err := decodeBatch(raw); err == nil {
+			t.Fatalf("a unit of %d entries at entry %d of %d decoded", bad.count, bad.first, len(es2))
+		}
 	}
 }
 

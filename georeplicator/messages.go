@@ -287,6 +287,24 @@ func encodeBatch(dst []byte, start, end, sentAt int64, entries []store.LogEntry)
 		e.i64(en.Time.UnixNano())
 		e.bytes(en.Records)
 	}
+	// The units among the entries (LogEntry.Unit), when there are any:
+	// their count, then each one's first entry and number of entries.
+	// Sent only to a slave that stated featureUnits.
+	units := 0
+	for _, en := range entries {
+		if en.Unit > 1 {
+			units++
+		}
+	}
+	if units > 0 {
+		e.u32(uint32(units))
+		for i, en := range entries {
+			if en.Unit > 1 {
+				e.u32(uint32(i))
+				e.u32(uint32(en.Unit))
+			}
+		}
+	}
 	return e.b
 }
 
@@ -307,6 +325,25 @@ func decodeBatch(p []byte) (batch, error) {
 		en.Time = time.Unix(0, d.i64())
 		en.Records = d.bytes()
 		b.Entries = append(b.Entries, en)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		// The units (featureUnits): ascending, not overlapping, within
+		// the entries.
+		units := int(d.u32())
+		if d.err == nil && units > len(d.b)/8 {
+			return b, fmt.Errorf("%w: batch claims %d units", ErrCorruptFrame, units)
+		}
+		next := 0
+		for i := 0; i < units && d.err == nil; i++ {
+			first, count := int(d.u32()), int(d.u32())
+			if d.err == nil && (first < next || count < 2 || first >= len(b.Entries) || count > len(b.Entries)-first) {
+				return b, fmt.Errorf("%w: unit of %d entries at entry %d of %d", ErrCorruptFrame, count, first, len(b.Entries))
+			}
+			if d.err == nil {
+				b.Entries[first].Unit = count
+				next = first + count
+			}
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes in batch", ErrCorruptFrame, len(d.b))

@@ -736,11 +736,128 @@ func checkBatch(b batch) error {
 	return nil
 }
 
-// applyBatch applies a frame's entries: in order within each partition, and
-// the partitions concurrently, so the store can commit them with one fsync
-// instead of one per entry. The applied position moves only after all of
-// them succeeded.
+// applyBatch applies a frame's entries (see applyEntries); a unit of the
+// master's log among them (a transaction's commit, LogEntry.Unit) is
+// applied whole in its place (applyUnit). The applied position moves only
+// after all of them succeeded.
 func (r *Receiver) applyBatch(ctx context.Context, entries []store.LogEntry) error {
+	for i := 0; i < len(entries); {
+		j := i
+		for j < len(entries) && entries[j].Unit < 2 {
+			j++
+		}
+		if err := r.applyEntries(ctx, entries[i:j]); err != nil {
+			return err
+		}
+		if j == len(entries) {
+			break
+		}
+		n := min(entries[j].Unit, len(entries)-j)
+		if err := r.applyUnit(ctx, entries[j:j+n]); err != nil {
+			return err
+		}
+		i = j + n
+	}
+	return nil
+}
+
+// UnitSink is implemented by a LogSink that stores the records of several
+// partitions as one unit (*store.Store does, AppendRawUnit): a Receiver
+// applies a unit its master shipped (a transaction's commit) with it, so
+// that this store keeps it one unit and, once promoted, ships it whole to
+// slaves of its own. Nothing is stored when one part does not start at
+// its partition's end (store.ErrOffsetMismatch).
+type UnitSink interface {
+	AppendRawUnit(ctx context.Context, appends []store.RawAppend) ([]int64, error)
+}
+
+// applyUnit applies the entries of a unit of the master's log. When every
+// entry continues its partition where it ends here (the usual case), the
+// unit is stored in one piece (UnitSink); otherwise (bytes this replica
+// already holds, a partition to recreate, a diverged one, a sink without
+// units) entry by entry, as any entries.
+func (r *Receiver) applyUnit(ctx context.Context, ents []store.LogEntry) error {
+	us, ok := r.opts.Sink.(UnitSink)
+	var raws []store.RawAppend
+	if ok {
+		raws, ok = r.unitAppends(ents)
+	}
+	if !ok {
+		return r.applyEntries(ctx, ents)
+	}
+	// Not cancelled by Close, as AppendRaw (applyEntry).
+	ends, err := us.AppendRawUnit(context.WithoutCancel(ctx), raws)
+	if err != nil {
+		r.endMu.Lock()
+		for _, e := range ents {
+			delete(r.ends, pkey{e.Topic, e.Partition})
+		}
+		r.endMu.Unlock()
+		if errors.Is(err, store.ErrOffsetMismatch) {
+			// An end moved since it was read: the entries' own checks
+			// sort out what is there.
+			return r.applyEntries(ctx, ents)
+		}
+		return fmt.Errorf("georeplicator: append a unit of %d entries from %s-%d at %d: %w", len(ents), ents[0].Topic, ents[0].Partition, ents[0].Offset, err)
+	}
+	r.endMu.Lock()
+	for i, e := range ents {
+		k := pkey{e.Topic, e.Partition}
+		r.ends[k] = ends[i]
+		r.changed[k] = ends[i]
+	}
+	r.endMu.Unlock()
+	return nil
+}
+
+// unitAppends turns a unit's entries into one AppendRawUnit, or reports
+// that some entry needs applyEntry's care: it holds no records, its
+// partition diverged, or it does not start at its partition's end here (a
+// missing partition is created where the entry starts, as AppendRaw does).
+func (r *Receiver) unitAppends(ents []store.LogEntry) ([]store.RawAppend, bool) {
+	raws := make([]store.RawAppend, 0, len(ents))
+	next := make(map[pkey]int64, len(ents)) // a partition's end after the unit's earlier entries
+	for _, e := range ents {
+		k := pkey{e.Topic, e.Partition}
+		if len(e.Records) == 0 {
+			return nil, false
+		}
+		r.divMu.Lock()
+		div := r.diverged[k] != nil
+		r.divMu.Unlock()
+		if div {
+			return nil, false
+		}
+		end, ok := next[k]
+		if !ok {
+			r.endMu.Lock()
+			end, ok = r.ends[k]
+			r.endMu.Unlock()
+		}
+		if !ok {
+			info, err := r.opts.Sink.Partition(e.Topic, e.Partition)
+			switch {
+			case errors.Is(err, store.ErrNoPartition):
+				end = e.Offset
+			case err != nil:
+				return nil, false
+			default:
+				end = info.Written
+			}
+		}
+		if end != e.Offset {
+			return nil, false
+		}
+		next[k] = e.Offset + int64(len(e.Records))
+		raws = append(raws, store.RawAppend{Topic: e.Topic, Partition: e.Partition, At: e.Offset, Records: e.Records})
+	}
+	return raws, true
+}
+
+// applyEntries applies entries that are not a unit: in order within each
+// partition, and the partitions concurrently, so the store can commit them
+// with one fsync instead of one per entry.
+func (r *Receiver) applyEntries(ctx context.Context, entries []store.LogEntry) error {
 	var order []pkey
 	groups := map[pkey][]store.LogEntry{}
 	for _, e := range entries {

@@ -398,7 +398,7 @@ func (s *Shipper) serve(c net.Conn) error {
 	if s.opts.OnControl != nil {
 		ss.features |= featureControl
 	}
-	ss.features |= h.Features & featureLagReport
+	ss.features |= h.Features & (featureLagReport | featureUnits)
 	ss.chooser.init(mode, bw)
 	ss.chooser.lanRTT = s.opts.AutoLANRTT
 
@@ -740,6 +740,12 @@ func (ss *session) build(ctx context.Context, pos int64, out chan<- *outFrame) e
 			size = entriesSize(entries)
 		}
 		seq++
+		if ss.features&featureUnits == 0 {
+			// An older slave reads no list of units after the entries.
+			for i := range entries {
+				entries[i].Unit = 0
+			}
+		}
 		raw = encodeBatch(raw, frameStart, next, s.opts.Clock.Now().UnixNano(), entries)
 		codec := ss.chooser.pick(ss.currentRTT())
 		wire, err := compress(codec, nil, raw)

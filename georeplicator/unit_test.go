@@ -1,8 +1,14 @@
 package georeplicator
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +41,16 @@ func TestCommitShippedWhole(t *testing.T) {
 		}
 	}
 
+	checkFirstFrameWhole(t, g)
+}
+
+// checkFirstFrameWhole starts g's shipper and slave and stops the stream
+// right after the first frame the slave applies (the receiver's apply hook
+// holds it there, as a master killed at that moment would): the slave must
+// hold both of the commit's partitions of topic tx or neither. Then the
+// stream goes on and both are replicated.
+func checkFirstFrameWhole(t *testing.T, g *rig) {
+	t.Helper()
 	first := make(chan struct{})
 	release := make(chan struct{})
 	frames := 0
@@ -69,4 +85,118 @@ func TestCommitShippedWhole(t *testing.T) {
 		t.Fatal("the first frame held none of the commit")
 	}
 	g.waitConverged(10 * time.Second)
+}
+
+const unitChildEnv = "METAQ_GR_UNIT_CHILD_DIR"
+
+// TestUnitCommitChild is the master process TestCommitShippedWholeAfterMasterKill
+// kills: it runs only when the parent sets unitChildEnv, opens the store
+// there, stores a commit of two partitions as one unit, says so once it is
+// durable and waits to be killed.
+func TestUnitCommitChild(t *testing.T) {
+	dir := os.Getenv(unitChildEnv)
+	if dir == "" {
+		t.Skip("child process of TestCommitShippedWholeAfterMasterKill")
+	}
+	st, err := store.Open(store.Options{Dir: dir, SegmentBytes: fileSegmentBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 80<<10) // above FrameBytes (64 KiB), incompressible
+	rand.Read(body)
+	commit := []store.PartitionAppend{
+		{Topic: "tx", Partition: 0, Msgs: []store.Message{{Body: body}}},
+		{Topic: "tx", Partition: 1, Msgs: []store.Message{{Body: body}}},
+	}
+	got := make(chan []store.AppendOutcome, 1)
+	st.AppendUnitAsync(context.Background(), commit, func(o []store.AppendOutcome) { got <- o })
+	for i, o := range <-got {
+		if o.Err != nil {
+			t.Fatalf("commit partition %d: %v", i, o.Err)
+		}
+	}
+	fmt.Println("COMMITTED")
+	select {} // until SIGKILL
+}
+
+// TestCommitShippedWholeAfterMasterKill: the master process stores a
+// commit of two partitions (each entry alone fills a frame) as one unit
+// and is killed (SIGKILL) before anything is shipped; its store is opened
+// again by a new process (recovery, no clean close) and only then does a
+// slave connect. The first frame the slave applies must hold both
+// partitions or neither, as when the master had not restarted: the
+// commit's bounds are in the master's log, not in the memory of the
+// process that wrote it.
+func TestCommitShippedWholeAfterMasterKill(t *testing.T) {
+	k := kinds()[0] // the file store
+	g := newRig(t, k)
+	k.close(g.master)
+	dir := filepath.Join(g.dir, "master")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnitCommitChild$", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), unitChildEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	committed := make(chan struct{})
+	go func() { // ends when the child's stdout closes
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "COMMITTED" {
+				close(committed)
+			}
+		}
+	}()
+	select {
+	case <-committed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child master did not commit")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	g.master = k.open(t, dir)
+	checkFirstFrameWhole(t, g)
+}
+
+// TestPromotedSlaveShipsUnitsWhole: a slave applies a commit its master
+// shipped as one unit and keeps it one unit in its own log, so once it
+// is a master (its store the source of a shipper of its own) it ships the
+// commit whole to a slave of its own: that slave's first frame holds both
+// partitions or neither.
+func TestPromotedSlaveShipsUnitsWhole(t *testing.T) {
+	k := kinds()[0] // the file store
+	g := newRig(t, k)
+	st := g.master.(*store.Store)
+	body := make([]byte, 80<<10)
+	rand.Read(body)
+	commit := []store.PartitionAppend{
+		{Topic: "tx", Partition: 0, Msgs: []store.Message{{Body: body}}},
+		{Topic: "tx", Partition: 1, Msgs: []store.Message{{Body: body}}},
+	}
+	got := make(chan []store.AppendOutcome, 1)
+	st.AppendUnitAsync(context.Background(), commit, func(o []store.AppendOutcome) { got <- o })
+	for i, o := range <-got {
+		if o.Err != nil {
+			t.Fatalf("commit partition %d: %v", i, o.Err)
+		}
+	}
+	g.startMaster()
+	g.startSlave()
+	g.waitConverged(10 * time.Second)
+	g.stopSlave(false)
+	g.sh.Close()
+	g.sh = nil
+
+	// The slave's store becomes the source of a master of its own.
+	g2 := newRig(t, k)
+	k.close(g2.master)
+	g2.master, g.slave = g.slave, nil
+	checkFirstFrameWhole(t, g2)
 }

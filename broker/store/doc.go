@@ -73,6 +73,21 @@
 //
 //   - type 3, delete: pid was deleted (DeletePartition); its data is dead.
 //
+//   - type 4, unit: the entries that follow it, up to "partition offset"
+//     bytes after it, are one unit (AppendUnitAsync: a transaction's
+//     partitions at its commit; AppendRawUnit: such a unit as a replica
+//     received it); pid 0, no payload. The writer puts it before the
+//     unit's first entry (and before the define of a partition the unit
+//     creates) in the same write, so whoever reads the log in order
+//     (ReadLog, recovery's scan) knows where the unit ends before it
+//     meets any of its entries: ReadLog never ends a read inside a unit
+//     of at most 16 MiB, and recovery cuts a torn tail that falls inside
+//     a unit back to the unit entry (none of the unit stays; its write
+//     was never durable whole, so never acknowledged). Versions before
+//     this entry type read it as a damaged 36-byte range: they
+//     quarantine it (a .bad copy and an error in the log) and lose no
+//     records.
+//
 // # Indexes and memory
 //
 // Each partition's index is the list of its chunks (offset, log position,
@@ -293,13 +308,13 @@
 //     partitions again, and index blocks are encoded into one reused
 //     buffer and written a MiB at a time. AppendUnitAsync is
 //     AppendManyAsync for appends that are one unit (a transaction's
-//     partitions at its commit): the writer also records the unit's log
-//     range, in memory, before it can be durable, and ReadLog never ends
-//     a read inside such a range, so the replication shipper, which cuts
-//     its frames where ReadLog stops, ships a unit in one frame. The
-//     ranges are not on disk: after a restart the units written before
-//     it are read like any entries (the last 4,096 units are kept, none
-//     longer than 16 MiB).
+//     partitions at its commit): the writer puts a unit entry (type 4)
+//     before them in the same write, and ReadLog never ends a read inside
+//     a unit, so the replication shipper, which cuts its frames where
+//     ReadLog stops, ships a unit in one frame, after a restart as
+//     before it (the bounds are in the log). AppendRawUnit writes a unit
+//     a replica received the same way, so a replica keeps its master's
+//     units for replicas of its own.
 //   - otherwise (UnflushThreshold = N > 0): acknowledge at once; fdatasync
 //     when some topic has N or more unflushed appends, or when its
 //     UnflushInterval (measured with Options.Clock) has passed since its
@@ -651,11 +666,10 @@
 // (the same for its log: the preads of Read and ReadLog hold it, not
 // segMu, so a roll or retention never waits behind a pread of cold
 // data; it also guards a segment's sendfile pins, which pin and unpin
-// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu, unitMu (the
-// units' ranges: the writer takes it alone, ReadLog under a segment's
-// logMu), growWaits.mu (the channels of gets waiting for a partition to
-// grow: Grown takes it after looking the partition up, the writer goroutine
-// after a commit raised durable ends) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
+// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu,
+// growWaits.mu (the channels of gets waiting for a partition to grow: Grown
+// takes it after looking the partition up, the writer goroutine after a
+// commit or flush raised durable ends) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
 // segment list published on every change (Store.segTab, an atomic
 // pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only

@@ -17,6 +17,10 @@ const (
 	entryData   byte = 1
 	entryDefine byte = 2
 	entryDelete byte = 3
+	// entryUnit starts a unit (AppendUnitAsync, AppendRawUnit): "partition
+	// offset" is the length of the entries that follow it and form the
+	// unit; no pid, no payload.
+	entryUnit byte = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -61,7 +65,7 @@ func parseEntryHeader(b []byte) (entryHeader, error) {
 		off:    int64(binary.BigEndian.Uint64(b[20:])),
 		ms:     int64(binary.BigEndian.Uint64(b[28:])),
 	}
-	if h.typ < entryData || h.typ > entryDelete || b[13] != 0 || b[14] != 0 || b[15] != 0 {
+	if h.typ < entryData || h.typ > entryUnit || b[13] != 0 || b[14] != 0 || b[15] != 0 {
 		return entryHeader{}, fmt.Errorf("%w: bad entry type", ErrCorrupt)
 	}
 	if h.length > maxEntryPayload || h.off < 0 {
@@ -117,6 +121,15 @@ func decodeEntry(b []byte) (entryHeader, []byte, int, error) {
 		}
 	}
 	return h, b[entryHeaderLen:n], n, nil
+}
+
+// patchUnit sets the length of the unit whose entry starts at b[at:] to
+// end-at-entryHeaderLen (the entries written after it, up to end) and
+// recomputes the entry's crc: the writer frames a unit's entry before it
+// knows the unit's length.
+func patchUnit(b []byte, at, end int) {
+	binary.BigEndian.PutUint64(b[at+20:], uint64(end-at-entryHeaderLen))
+	binary.BigEndian.PutUint32(b[at+8:], crc32.Checksum(b[at+12:at+entryHeaderLen], castagnoli))
 }
 
 func encodeDefine(topic string, partition int) []byte {

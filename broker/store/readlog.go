@@ -5,8 +5,9 @@ import (
 )
 
 // ReadLog returns whole log entries from pos, at most about maxBytes (more
-// rather than part of a unit, see AppendUnitAsync), only durable ones, and
-// the position after the last. ErrLogTruncated if pos < first.
+// rather than part of a unit, see AppendUnitAsync; the first entry of a
+// unit says how many of the entries hold it, LogEntry.Unit), only durable
+// ones, and the position after the last. ErrLogTruncated if pos < first.
 // Only data of live partitions is returned; definitions, deletions, data of
 // deleted partitions and quarantined ranges are skipped (the returned
 // position still moves past them). pos should be a position ReadLog or
@@ -21,9 +22,14 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 	var out []LogEntry
 	var damaged []posRange
 	total := 0
-	// A read goes past maxBytes rather than end inside a unit's range
-	// (AppendUnitAsync): the unit is durable whole or not at all.
-	for pos < durable && (total == 0 || total < maxBytes || s.insideUnit(pos)) {
+	// A read goes past maxBytes rather than end inside a unit (a unit
+	// entry gives its end, AppendUnitAsync): the unit is durable whole or
+	// not at all, and lies in one segment. unitFirst is the index in out
+	// of the unit's first entry.
+	var unitEnd int64
+	unitFirst := 0
+	stop := false
+	for !stop && pos < durable && (total == 0 || total < maxBytes || pos < unitEnd) {
 		// The segment list is locked only to find the segment and copy the
 		// quarantined ranges (both change only under segMu.Lock); the
 		// preads hold the segment's logMu, so a roll or retention does not
@@ -57,7 +63,7 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 		// disk fetch the next window while this one is shipped.
 		r.prefetch = g.isSealed()
 		x := pos - g.start
-		for x < limit && (total == 0 || total < maxBytes || s.insideUnit(g.start+x)) {
+		for x < limit && (total == 0 || total < maxBytes || g.start+x < unitEnd) {
 			if q := quarantinedIn(quarantine, g.start+x); q > 0 {
 				x = q - g.start
 				continue
@@ -82,6 +88,18 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 				x = y
 				continue
 			}
+			if h.typ == entryUnit {
+				end := g.start + x + int64(n) + h.off
+				if total > 0 && end > g.start+limit {
+					// Not durable whole yet (it always is, a batch being
+					// synced whole): stop before it rather than cut it.
+					stop = true
+					break
+				}
+				if h.off <= maxUnitBytes {
+					unitEnd, unitFirst = end, len(out)
+				}
+			}
 			if h.typ == entryData {
 				if e, marker, ok := s.liveEntry(h, payload, g.start+x); ok {
 					if marker {
@@ -94,6 +112,12 @@ func (s *Store) ReadLog(pos int64, maxBytes int) ([]LogEntry, int64, error) {
 				}
 			}
 			x += int64(n)
+			if unitEnd > 0 && g.start+x >= unitEnd {
+				if k := len(out) - unitFirst; k > 1 {
+					out[unitFirst].Unit = k
+				}
+				unitEnd = 0
+			}
 		}
 		g.logMu.RUnlock()
 		if len(damaged) > 0 {

@@ -268,6 +268,16 @@ func (s *Store) scan(from int64) error {
 		r := newSegReader(g.f, size)
 		for x < size {
 			h, payload, n, err := r.entryAt(x)
+			if err == nil && h.typ == entryUnit && s.tornUnit(r, i, x+int64(n), x+int64(n)+h.off) {
+				// The crash tore a unit (its write was never durable
+				// whole, so never acknowledged): none of it stays, so
+				// the log never holds part of one.
+				if err := s.truncateTail(i, x); err != nil {
+					return err
+				}
+				s.log.Warn("STORE: truncated torn log tail inside a unit (a transaction's commit) at the unit's start", "segment", g.path, "offset", x, "dropped", size-x)
+				return nil
+			}
 			if err == nil {
 				if err := s.applyEntry(h, payload, g.start+x, g, lost); err != nil {
 					return err
@@ -299,6 +309,25 @@ func (s *Store) scan(from int64) error {
 		}
 	}
 	return nil
+}
+
+// tornUnit reports whether the unit whose entries lie in [from, to) of
+// segment i (read by r) is a torn tail: one of its entries is not valid
+// (or the segment ends before to) and nothing valid follows, in this
+// segment or a later one.
+func (s *Store) tornUnit(r *segReader, i int, from, to int64) bool {
+	y := from
+	for y < to {
+		_, _, n, err := r.entryAt(y)
+		if err != nil {
+			break
+		}
+		y += int64(n)
+	}
+	if y == to {
+		return false
+	}
+	return r.resync(y+1) < 0 && !s.validAfter(i)
 }
 
 // validAfter reports whether any segment after i holds a valid entry.

@@ -57,6 +57,11 @@ type LogEntry struct {
 	Offset    int64  // partition offset of Records[0]
 	Records   []byte // whole records (see Records in broker/wire/doc.go), back to back
 	Time      time.Time
+	// Unit is set by ReadLog on the first entry of a unit (AppendUnitAsync,
+	// AppendRawUnit) that it returned more than one entry of: the number of
+	// entries, this one included, that hold the unit's records. 0 on every
+	// other entry.
+	Unit int
 }
 
 type posRange struct{ from, to int64 }
@@ -95,12 +100,6 @@ type Store struct {
 	segTab     atomic.Pointer[[]*segment]
 	lastSeq    uint32
 	quarantine []posRange
-
-	// units are the log ranges of recent AppendUnitAsync calls, in log
-	// order, which ReadLog never ends inside (see AppendUnitAsync); unitMu
-	// is a leaf.
-	unitMu sync.Mutex
-	units  []posRange
 
 	durMu      sync.Mutex
 	durablePos int64
@@ -439,51 +438,101 @@ func (s *Store) AppendManyAsync(ctx context.Context, appends []PartitionAppend, 
 
 // AppendUnitAsync is AppendManyAsync for appends that are one unit, a
 // transaction's partitions at its commit: besides being committed in one
-// batch (durable all or none), their log range is kept, and ReadLog never
-// ends a read inside it, so a replica that ships the log in ReadLog's
-// pieces gets all of the unit's entries in one piece or none. The ranges
-// live in memory (the last maxUnits, each at most maxUnitBytes long): a
-// unit written before the store was opened is not kept whole.
+// batch (durable all or none), they are written after a unit entry that
+// gives their length in the log (see doc.go), and ReadLog never ends a
+// read inside a unit of at most maxUnitBytes, so a replica that ships the
+// log in ReadLog's pieces gets all of the unit's entries in one piece or
+// none, after a restart of this store too. A unit the crash tore (its
+// write not durable whole) is cut off at the next start with the torn
+// tail.
 func (s *Store) AppendUnitAsync(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome)) {
 	s.appendMany(ctx, appends, notify, true)
 }
 
-// maxUnits bounds the unit ranges kept for ReadLog (16 bytes each); past
-// it the oldest half is dropped, long read by any replica that keeps up.
-const maxUnits = 4096
-
 // maxUnitBytes bounds a unit ReadLog keeps whole: a replica's frame holds
 // at most 64 MiB, and a read that kept a larger unit whole would exceed it.
+// A larger unit is read like any entries.
 const maxUnitBytes = 16 << 20
 
-// addUnits records units written by the writer, before they are durable
-// (so before ReadLog can read them).
-func (s *Store) addUnits(units []posRange) {
-	s.unitMu.Lock()
-	defer s.unitMu.Unlock()
-	for _, u := range units {
-		if u.to-u.from > maxUnitBytes {
-			continue
-		}
-		if len(s.units) >= maxUnits {
-			s.units = append(s.units[:0], s.units[maxUnits/2:]...)
-		}
-		s.units = append(s.units, u)
-	}
+// RawAppend is one partition's records in an AppendRawUnit.
+type RawAppend struct {
+	Topic     string
+	Partition int
+	At        int64  // where the records go: the partition's end (see AppendRaw)
+	Records   []byte // whole records, ids kept
 }
 
-// insideUnit reports whether pos lies strictly inside a unit's range: a
-// read that stopped there would cut the unit.
-func (s *Store) insideUnit(pos int64) bool {
-	s.unitMu.Lock()
-	defer s.unitMu.Unlock()
-	i := sort.Search(len(s.units), func(i int) bool { return s.units[i].to > pos })
-	return i < len(s.units) && s.units[i].from < pos
+// AppendRawUnit is AppendRaw for the records of several partitions that
+// are one unit, as a replica applies a unit its master shipped whole: they
+// are written in one piece after a unit entry, as AppendUnitAsync writes
+// them, so this store keeps them one unit for its own replicas (a slave
+// promoted later ships them whole). Each part's records must be non-empty
+// and start at its partition's end (a missing partition is created at
+// At); if one does not, nothing is written and the error wraps
+// ErrOffsetMismatch. It returns each partition's new end once the unit is
+// stored (durable when a topic's policy syncs at once, as AppendRaw).
+func (s *Store) AppendRawUnit(ctx context.Context, appends []RawAppend) ([]int64, error) {
+	if len(appends) == 0 {
+		return nil, nil
+	}
+	size := 0
+	for _, a := range appends {
+		if err := checkKey(a.Topic, a.Partition); err != nil {
+			return nil, err
+		}
+		if a.At < 0 {
+			return nil, fmt.Errorf("%w: offset %d", ErrBadArgument, a.At)
+		}
+		n, err := VerifyRecords(a.Records)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("%w: no records", ErrBadArgument)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store: append raw unit %s-%d at %d: %w", a.Topic, a.Partition, a.At, err)
+		}
+		size += len(a.Records)
+	}
+	if err := s.fatal(); err != nil {
+		return nil, err
+	}
+	g := &request{kind: reqRaw, size: size, unit: true}
+	parts := make([]request, len(appends))
+	g.group = make([]*request, len(appends))
+	for i, a := range appends {
+		n, _ := VerifyRecords(a.Records)
+		r := &parts[i]
+		r.kind, r.key, r.at, r.payload, r.records, r.policy, r.parent = reqRaw, pkey{a.Topic, a.Partition}, a.At, a.Records, n, s.policy(a.Topic), g
+		r.size = len(a.Records)
+		g.group[i] = r
+	}
+	g.pending.Store(int32(len(parts)))
+	where := func() string {
+		a := appends[0]
+		return fmt.Sprintf("%s-%d at %d and %d more partition(s)", a.Topic, a.Partition, a.At, len(appends)-1)
+	}
+	if err := s.submit(ctx, g); err != nil {
+		return nil, fmt.Errorf("store: append raw unit %s: %w", where(), err)
+	}
+	ends := make([]int64, len(parts))
+	for i := range parts {
+		if err := parts[i].err; err != nil {
+			a := appends[i]
+			return nil, fmt.Errorf("store: append raw unit %s-%d at %d: %w", a.Topic, a.Partition, a.At, err)
+		}
+		ends[i] = parts[i].end
+	}
+	return ends, nil
 }
 
 func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notify func([]AppendOutcome), unit bool) {
 	outs := make([]AppendOutcome, len(appends))
-	sizes := make([]int, len(appends))
+	// The call's other lists (sizes, which append each part is, the
+	// records' starts and ids) live in a partsBuf reused from call to
+	// call, given back with the parts: at 10,000 partitions every put is
+	// a part of its own, and four allocations per call were a share of
+	// what a put to one of many partitions costs more.
+	pb := getPartsBuf(len(appends))
+	sizes := pb.sizes[:len(appends)]
 	total, records := 0, 0
 	// The store's health is asked once for the whole call, not per part.
 	var health error
@@ -505,19 +554,18 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 		}
 	}
 	if total == 0 {
+		pb.release()
 		notify(outs)
 		return
 	}
-	// One buffer and one pair of slices for every part: the writer gives
-	// the buffer back after it copied the group's last part (process).
+	// One buffer for every part: the writer gives it back after it copied
+	// the group's last part (process).
 	payload := payloads.Get(total)[:0]
-	recOffs := make([]int32, records)
-	ids := make([]int64, records)
+	recOffs, ids := pb.records(records)
 	g := &request{kind: reqAppend, payload: payload, size: total, unit: unit}
-	pb := getPartsBuf(len(appends))
 	g.parts = pb
 	parts := pb.parts
-	idx := make([]int, 0, len(appends)) // appends[idx[k]] is parts[k]
+	idx := pb.idx // appends[idx[k]] is parts[k]
 	// A call's parts are mostly of one topic: its policy and its
 	// partitions' table are looked up once per run of the same topic.
 	var topic string
@@ -541,16 +589,15 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 		r.kind, r.key, r.payload = reqAppend, pkey{a.Topic, a.Partition}, payload[start:len(payload):len(payload)]
 		r.recOffs, r.ids, r.records, r.policy, r.parent = recOffs[:n:n], ids[:n:n], n, pol, g
 		recOffs, ids = recOffs[n:], ids[n:]
-		idx = append(idx, i)
+		idx = append(idx, int32(i))
 	}
-	pb.parts = parts
+	pb.parts, pb.idx = parts, idx
 	g.group = pb.group[:len(parts)]
 	s.mu.RLock()
 	gen := s.partsGen.Load()
 	var tp *topicParts
 	for k := range parts {
 		r := &parts[k]
-		r.size = len(r.payload)
 		if tp == nil || tp.topic != r.key.topic {
 			tp = s.byTopic[r.key.topic]
 		}
@@ -588,29 +635,53 @@ func (s *Store) appendMany(ctx context.Context, appends []PartitionAppend, notif
 }
 
 // partsBuf is the part requests of an AppendManyAsync call and the list
-// the writer takes them from, reused from call to call (partsBufs): at
-// 10,000 partitions a read's puts make one part each, and a call no
-// longer allocates, zeroes and leaves to the garbage collector a
-// 288-byte request per part. The group's finish gives it back once its
-// last part finished (request.finish); nothing reads a part after that.
+// the writer takes them from, with the call's other per-part and
+// per-record lists, reused from call to call (partsBufs): at 10,000
+// partitions a read's puts make one part each, and a call no longer
+// allocates, zeroes and leaves to the garbage collector a 280-byte
+// request per part. The group's finish gives it back once its last part
+// finished, after the group's notify (request.finish); nothing reads a
+// part, or the lists, after that.
 type partsBuf struct {
 	parts []request
 	group []*request
+	sizes []int   // bytes of each append (0: refused or empty)
+	idx   []int32 // the append each part is
+	// recOffs and ids hold every record's start in its part's payload
+	// and its id (the parts' recOffs and ids are cut from them).
+	recOffs []int32
+	ids     []int64
 }
 
 var partsBufs = sync.Pool{New: func() any { return new(partsBuf) }}
 
-// maxPooledParts bounds the parts a pooled partsBuf keeps room for.
-const maxPooledParts = 1024
+// maxPooledParts bounds the parts a pooled partsBuf keeps room for, and
+// maxPooledRecords its records.
+const (
+	maxPooledParts   = 1024
+	maxPooledRecords = 4096
+)
 
-// getPartsBuf returns a partsBuf with room for n parts, both slices empty.
+// getPartsBuf returns a partsBuf with room for n parts, its lists empty
+// (sizes with room for n).
 func getPartsBuf(n int) *partsBuf {
 	pb := partsBufs.Get().(*partsBuf)
 	if cap(pb.parts) < n {
 		pb.parts = make([]request, 0, n)
 		pb.group = make([]*request, 0, n)
+		pb.sizes = make([]int, n)
+		pb.idx = make([]int32, 0, n)
 	}
 	return pb
+}
+
+// records returns room for n records' starts and ids.
+func (pb *partsBuf) records(n int) ([]int32, []int64) {
+	if cap(pb.recOffs) < n {
+		pb.recOffs = make([]int32, n)
+		pb.ids = make([]int64, n)
+	}
+	return pb.recOffs[:n], pb.ids[:n]
 }
 
 // release clears the parts (they hold payloads, partitions and errors)
@@ -618,8 +689,8 @@ func getPartsBuf(n int) *partsBuf {
 func (pb *partsBuf) release() {
 	clear(pb.parts)
 	clear(pb.group[:len(pb.parts)])
-	pb.parts, pb.group = pb.parts[:0], pb.group[:0]
-	if cap(pb.parts) <= maxPooledParts {
+	pb.parts, pb.group, pb.idx = pb.parts[:0], pb.group[:0], pb.idx[:0]
+	if cap(pb.parts) <= maxPooledParts && cap(pb.ids) <= maxPooledRecords {
 		partsBufs.Put(pb)
 	}
 }

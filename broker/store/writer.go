@@ -16,7 +16,7 @@ import (
 // the writer copies it into its write buffer and gives it back.
 var payloads = bufpool.New(4<<10, 8<<20)
 
-type reqKind int
+type reqKind uint8
 
 const (
 	reqAppend reqKind = iota
@@ -33,45 +33,50 @@ const (
 )
 
 // request is one unit of work for the writer goroutine.
+//
+// The fields the writer reads and writes for a part of an AppendManyAsync
+// call (and finishAll reads once its commit returned) come first: a part
+// is filled in on the caller's core and taken on the writer's, so each
+// cache line of it that the writer touches crosses between the cores, and
+// at 10,000 partitions every put is a part of its own. The rest (other
+// kinds' arguments, a group's own fields) follow.
 type request struct {
 	kind    reqKind
+	synced  bool         // must wait for fsync before done
+	unit    bool         // a group that is one unit (AppendUnitAsync, AppendRawUnit): the writer puts a unit entry before its parts
+	pending atomic.Int32 // parts of a group not yet finished
+	// hint is the partition of key when the request was made, looked up
+	// by the caller to spare the writer a map lookup; it holds while
+	// partsGen is still hintGen (no partition has left the table since).
+	hint    *partition
+	hintGen uint64
 	key     pkey
-	p       *partition // reqHole
-	at      int64      // reqCreate: start; reqRaw: expected partition end; reqHole, reqFill: chunk offset; reqSkip: new end
-	n       int64      // reqHole: chunk length
 	payload []byte
 	recOffs []int32 // reqAppend: record starts in payload
 	ids     []int64 // reqAppend: preset ids (0 = assign); the writer fills them in
 	records int
 	policy  Policy
+	parent  *request // a part's group
 
 	// answers, written by the writer before done is closed
 	offset int64 // partition offset of payload[0]
 	end    int64 // partition end after the request
 	err    error
 	done   chan struct{}
-	synced bool   // must wait for fsync before done
 	notify func() // called just before done is closed (see AppendAsync)
+	// parts is where a group's parts live (AppendManyAsync), given back
+	// when the group finishes.
+	parts *partsBuf
+
+	p  *partition // reqHole
+	at int64      // reqCreate: start; reqRaw: expected partition end; reqHole, reqFill: chunk offset; reqSkip: new end
+	n  int64      // reqHole: chunk length
 
 	// group is set on the request AppendManyAsync queues: the parts the
 	// writer takes in its place, in order, all in the same batch. A part
 	// has no done channel; the last to finish finishes the group.
-	// hint is the partition of key when the request was made, looked up
-	// by the caller to spare the writer a map lookup; it holds while
-	// partsGen is still hintGen (no partition has left the table since).
-	hint    *partition
-	hintGen uint64
-
-	group   []*request
-	size    int // payload bytes, of all parts for a group
-	parent  *request
-	pending atomic.Int32 // parts of a group not yet finished
-	// unit is set on a group that is one unit (AppendUnitAsync): the
-	// writer records its log range (Store.units).
-	unit bool
-	// parts is where a group's parts live (AppendManyAsync), given back
-	// when the group finishes.
-	parts *partsBuf
+	group []*request
+	size  int // payload bytes (of all parts for a group); parts leave it 0
 }
 
 // finish publishes the request's outcome: notify runs, then done is
@@ -120,17 +125,19 @@ type writerState struct {
 	salvaged    []salvaged // recovery: intact records of damaged entries (see salvage)
 	// recovery's scan: chunks of partitions whose definition was lost, the
 	// pids deleted, the first pid not known before the scan
-	orphans    map[uint32][]orphan
-	deadPids   map[uint32]bool
-	scanPid0   uint32
-	active     *segment
-	pos        int64 // log end written
-	buf        []byte
-	ids        idGen
-	lastMs     int64
-	pend       []pendingChunk
-	units      []posRange // ranges of the batch's units (AppendUnitAsync)
-	unitFrom   int64      // where the unit being written starts
+	orphans  map[uint32][]orphan
+	deadPids map[uint32]bool
+	scanPid0 uint32
+	active   *segment
+	pos      int64 // log end written
+	buf      []byte
+	ids      idGen
+	lastMs   int64
+	pend     []pendingChunk
+	// marks are the batch's unit entries (AppendUnitAsync,
+	// AppendRawUnit): where each starts in the batch's buffer and where
+	// its unit's entries end, patched in before the write (patchUnit).
+	marks      []unitMark
 	dirty      dirtySet
 	unflushed  map[string]int
 	deadline   time.Time
@@ -148,6 +155,36 @@ type writerState struct {
 	// waitSeal saw it done; one that failed stays until it is done again
 	// (maybeRoll).
 	sealing *sealJob
+}
+
+// unitMark is a unit's entry in the batch being written: its start in
+// the batch's buffer and the end of the unit's last entry there.
+type unitMark struct{ at, end int }
+
+// rawUnitFits reports whether every part of the replica's unit g
+// (AppendRawUnit) starts at its partition's written end (or creates its
+// partition): only then is any of it written.
+func (s *Store) rawUnitFits(g *request) bool {
+	gen := s.partsGen.Load()
+	ends := make(map[pkey]int64, len(g.group)) // a partition's end after the unit's earlier parts
+	for _, q := range g.group {
+		end, ok := ends[q.key]
+		if !ok {
+			p := q.hint
+			if p == nil || q.hintGen != gen {
+				p = s.lookup(q.key.topic, q.key.num)
+			}
+			end = q.at // created there
+			if p != nil {
+				end = p.wEnd
+			}
+		}
+		if end != q.at {
+			return false
+		}
+		ends[q.key] = q.at + int64(len(q.payload))
+	}
+	return true
 }
 
 // partEnd is a partition and its end.
@@ -385,7 +422,7 @@ func (s *Store) process(batch []*request) {
 	buf := w.buf[:0]
 	base := w.pos
 	w.pend = w.pend[:0]
-	w.units = w.units[:0]
+	w.marks = w.marks[:0]
 	var created, deleted []*partition
 	needSync := false
 	if w.needDefines {
@@ -465,6 +502,26 @@ func (s *Store) process(batch []*request) {
 			deleted = append(deleted, p)
 			buf = appendEntry(buf, entryHeader{typ: entryDelete, pid: p.pid, off: p.wEnd, ms: ms}, nil)
 		case reqAppend, reqRaw:
+			g := r.parent
+			unit := g != nil && g.unit
+			if unit && r == g.group[0] {
+				// The unit's entry goes first, before any define of a
+				// partition it creates: a reader of the log (ReadLog, a
+				// scan) learns where the unit ends before it meets any
+				// of its entries. A replica's unit is written whole or
+				// not at all.
+				if r.kind == reqRaw && !s.rawUnitFits(g) {
+					for _, q := range g.group {
+						q.err = fmt.Errorf("a partition's end is not where the unit's records start: %w", ErrOffsetMismatch)
+					}
+				} else {
+					w.marks = append(w.marks, unitMark{at: len(buf)})
+					buf = appendEntry(buf, entryHeader{typ: entryUnit, ms: ms}, nil)
+				}
+			}
+			if r.err != nil {
+				continue // a replica's unit that does not fit (above)
+			}
 			start := int64(0)
 			if r.kind == reqRaw {
 				start = r.at
@@ -507,15 +564,6 @@ func (s *Store) process(batch []*request) {
 				}
 				r.payload = nil
 			}
-			if g := r.parent; g != nil && g.unit {
-				// A unit's parts are next to each other in the batch.
-				if r == g.group[0] {
-					w.unitFrom = pos
-				}
-				if r == g.group[len(g.group)-1] {
-					w.units = append(w.units, posRange{w.unitFrom, pos + entryHeaderLen + n})
-				}
-			}
 			w.pend = append(w.pend, pendingChunk{})
 			pc := &w.pend[len(w.pend)-1]
 			pc.p, pc.pos, pc.n, pc.ms, pc.records = p, pos, n, ms, int64(r.records)
@@ -526,6 +574,10 @@ func (s *Store) process(batch []*request) {
 				// damage takes the first one, recovery still learns where
 				// the partition went on before the next segment restates it.
 				buf = appendEntry(buf, entryHeader{typ: entryDefine, pid: p.pid, off: p.wEnd, ms: ms}, encodeDefine(r.key.topic, r.key.num))
+			}
+			if unit {
+				// A unit's parts are next to each other in the batch.
+				w.marks[len(w.marks)-1].end = len(buf)
 			}
 			if r.policy.UnflushThreshold <= 0 {
 				needSync, r.synced = true, true
@@ -544,6 +596,9 @@ func (s *Store) process(batch []*request) {
 				}
 			}
 		}
+	}
+	for _, m := range w.marks {
+		patchUnit(buf, m.at, max(m.end, m.at+entryHeaderLen))
 	}
 	if len(buf) > 0 {
 		if err := s.writeActive(buf); err != nil {
@@ -571,10 +626,6 @@ func (s *Store) process(batch []*request) {
 			}
 			w.buf = buf[:0]
 			return
-		}
-		if len(w.units) > 0 {
-			// Written, not yet durable: ReadLog cannot read them yet.
-			s.addUnits(w.units)
 		}
 		segBytes := s.opts.SegmentBytes
 		var idxErr error
