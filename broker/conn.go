@@ -71,6 +71,10 @@ type conn struct {
 	// its puts, before it can block (sendHeld).
 	heldOut []outFrame
 
+	// woken holds the gets that waited for their partition to grow
+	// (holdGet) and are to be answered together (waitGet).
+	woken wokenGets
+
 	// appends is the reader's list of a store call's appends
 	// (storeBatches), reused from read to read: the store step reads it
 	// during the call and keeps none of it.

@@ -143,7 +143,8 @@
 // connection's fwdConn.mu under their own mu (forwarder.mu, Gateway.mu).
 // Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
 // answered with no hold or gateway lock held. Broker.mu, topicTable.mu,
-// statsCounters.mu, conn.storedMu, serialQueues.mu, byteBudget.mu (only
+// statsCounters.mu, conn.storedMu, wokenGets.mu (a connection's gets whose
+// wait at the end of their partition ended: getwait.go), serialQueues.mu, byteBudget.mu (only
 // for waiters; a connection's budget, its address's and the broker's are
 // never locked together),
 // connLimits.mu, retention.mu, writeGate.mu, siteSyncStats.mu and the

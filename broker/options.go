@@ -107,6 +107,11 @@ type Options struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for this long is disconnected. Config: writeTimeoutMs.
 	WriteTimeout time.Duration
+	// GetWait is how long a get that finds no records at its offset (the
+	// end of its partition) waits for the partition to grow: it is answered
+	// as soon as records there are readable, else 404 once GetWait is up
+	// (see get in broker/wire/doc.go). 0 answers at once. Config: getWaitMs.
+	GetWait time.Duration
 	// StallTimeout: while the broker's budget is used up and requests wait
 	// for it, a connection holding some of it whose client has taken none of
 	// its answers for this long is closed, so that clients that read are
@@ -199,6 +204,7 @@ func (o *Options) applyLimits(l config.Limits) {
 	o.ReadTimeout = time.Duration(pick(int64(o.ReadTimeout), int64(l.ReadTimeout), 0))
 	o.WriteTimeout = time.Duration(pick(int64(o.WriteTimeout), int64(l.WriteTimeout), int64(config.DefaultWriteTimeout)))
 	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), 0, int64(defaultStallTimeout)))
+	o.GetWait = time.Duration(pick(int64(o.GetWait), int64(l.GetWait), 0))
 	o.SniffTimeout = time.Duration(pick(int64(o.SniffTimeout), int64(o.IdleTimeout), int64(config.DefaultIdleTimeout)))
 	if fdCap := fileLimit() * 3 / 4; fdCap > 0 && (o.MaxConnections == 0 || o.MaxConnections > fdCap) {
 		o.MaxConnections = fdCap

@@ -52,6 +52,9 @@ func notExists(topic string, p int32) string {
 func (b *Broker) handleGet(c *conn, cmd *wire.Get) {
 	b.countGet(cmd)
 	code, body, data, run, _ := b.get(c, cmd, false)
+	if data == nil && run == nil && b.holdGet(c, cmd, code) {
+		return // answered once the partition grows, or 404 after GetWait
+	}
 	b.answerGet(c, cmd, code, body, data, run, false)
 }
 
@@ -72,6 +75,9 @@ func (b *Broker) getInline(c *conn, cmd *wire.Get) bool {
 	}
 	b.countGet(cmd)
 	b.stats.getsInline.Add(1)
+	if data == nil && run == nil && b.holdGet(c, cmd, code) {
+		return true // answered once the partition grows, or 404 after GetWait
+	}
 	b.answerGet(c, cmd, code, body, data, run, true)
 	return true
 }
@@ -87,6 +93,16 @@ func (b *Broker) countGet(cmd *wire.Get) {
 // writer finds the answers to one read's gets waiting together and sends
 // them in one stream (conn.writeFrames).
 func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data []byte, run *store.LogRun, later bool) {
+	f := b.getFrame(cmd, code, body, data, run)
+	if later {
+		c.heldOut = append(c.heldOut, f)
+		return
+	}
+	c.send(f)
+}
+
+// getFrame is the answer frame of get, as get returned it (answerGet).
+func (b *Broker) getFrame(cmd *wire.Get, code int, body string, data []byte, run *store.LogRun) outFrame {
 	var f outFrame
 	switch {
 	case run != nil:
@@ -105,11 +121,7 @@ func (b *Broker) answerGet(c *conn, cmd *wire.Get, code int, body string, data [
 		}
 		f = outFrame{head: wire.AppendResult(make([]byte, 0, 40+len(body)), code, body, cmd.Opaque)}
 	}
-	if later {
-		c.heldOut = append(c.heldOut, f)
-		return
-	}
-	c.send(f)
+	return f
 }
 
 // get returns the answer to a get: a code and text, or data, which holds

@@ -50,6 +50,8 @@ type statsCounters struct {
 	getsSent       atomic.Int64 // get answers sent from the log files (sendfile)
 	getsInline     atomic.Int64 // gets answered on the connection's reader (getInline)
 	getsBatched    atomic.Int64 // of getsSent, those sent with other answers in one stream (conn.writeFrames)
+	getsHeld       atomic.Int64 // gets at the end of their partition that waited for it to grow (holdGet)
+	getsHeldEmpty  atomic.Int64 // of getsHeld, those answered 404 after all (GetWait up, or closing)
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 

@@ -134,6 +134,7 @@ func (s *Server) blocks() []block {
 			{"maxBufferedBytes", strconv.FormatInt(s.Limits.MaxBufferedBytes, 10)},
 			{"maxAddressBufferedBytes", strconv.FormatInt(s.Limits.addressBufferedBytes(), 10)},
 			{"maxConnectionBufferedBytes", strconv.FormatInt(s.Limits.MaxConnectionBufferedBytes, 10)},
+			{"getWaitMs", ms(s.Limits.GetWait)},
 		}},
 	)
 	return out

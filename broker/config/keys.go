@@ -86,7 +86,7 @@ var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label",
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
-	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes",
+	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes", "getWaitMs",
 }
 var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
 

@@ -775,6 +775,7 @@ func buildLimits(r sectionReader) Limits {
 		IdleTimeout:              r.millis("idleTimeoutMs", DefaultIdleTimeout, 0),
 		ReadTimeout:              r.millis("readTimeoutMs", DefaultReadTimeout, 0),
 		WriteTimeout:             r.millis("writeTimeoutMs", DefaultWriteTimeout, 1),
+		GetWait:                  r.millis("getWaitMs", 0, 0),
 		MaxConnectionBufferedBytes: r.integer("maxConnectionBufferedBytes", DefaultMaxConnectionBufferedBytes,
 			MinConnectionBufferedBytes, math.MaxInt64),
 	}

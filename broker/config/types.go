@@ -370,7 +370,8 @@ type Replication struct {
 // Limits is the optional [limits] section: what one client, or many, may
 // make the broker hold. Keys: maxConnections, maxConnectionsPerAddress,
 // idleTimeoutMs, readTimeoutMs, writeTimeoutMs, maxBufferedBytes,
-// maxAddressBufferedBytes, maxConnectionBufferedBytes. A zero count or timeout means no limit.
+// maxAddressBufferedBytes, maxConnectionBufferedBytes, getWaitMs. A zero count or timeout means no limit
+// (getWaitMs: no wait).
 type Limits struct {
 	// MaxConnections bounds the open client connections; the broker lowers
 	// it further to three quarters of its open-file limit.
@@ -396,6 +397,10 @@ type Limits struct {
 	// MaxConnectionBufferedBytes is the share of MaxBufferedBytes one
 	// connection may hold; it also caps the bytes one get returns.
 	MaxConnectionBufferedBytes int64
+	// GetWait is how long a get that finds no records at its offset (the
+	// end of its partition) may wait for the partition to grow before it
+	// is answered 404; 0 (the default) answers at once, as MetaQ does.
+	GetWait time.Duration
 }
 
 // Slave is a loaded async_slave.properties (see Plugin files in broker/wire/doc.go) plus this project's

@@ -666,8 +666,10 @@
 // (the same for its log: the preads of Read and ReadLog hold it, not
 // segMu, so a roll or retention never waits behind a pread of cold
 // data; it also guards a segment's sendfile pins, which pin and unpin
-// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu
-// and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
+// take and release with no other lock held). durMu, healthMu, polMu, closeMu, scrubState.mu,
+// growWaits.mu (the channels of gets waiting for a partition to grow: Grown
+// takes it after looking the partition up, the writer goroutine after a
+// commit or flush raised durable ends) and the summary cache's lock are leaves. A span names its segment by number, found in a copy of the
 // segment list published on every change (Store.segTab, an atomic
 // pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only

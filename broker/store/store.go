@@ -105,6 +105,9 @@ type Store struct {
 	durablePos int64
 	durCh      chan struct{}
 
+	// grow holds the channels of gets waiting for partitions to grow (Grown).
+	grow growWaits
+
 	healthMu   sync.Mutex
 	healthErr  error // fatal: appends refused until reopened
 	blockedErr error // disk full: cleared by the next write that succeeds
@@ -305,7 +308,8 @@ type PendingAppend struct {
 // store (for wrappers that refuse an append themselves).
 func FailedAppend(err error) *PendingAppend { return &PendingAppend{err: err} }
 
-// closedChan is Done of an append refused before it was queued.
+// closedChan is a closed channel: Done of an append refused before it
+// was queued, Grown's answer for a partition already past the end asked for.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // AppendAsync is Append without the wait: the records are encoded (the

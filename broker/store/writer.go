@@ -842,6 +842,7 @@ func (s *Store) completeSync(j *syncJob) {
 			d.Store(x.end)
 		}
 	}
+	s.wakeGrown(j.parts)
 	s.setDurable(j.pos)
 	finishAll(j.reqs)
 	w.freeJob(j)
@@ -947,6 +948,7 @@ func (s *Store) syncNow() error {
 	clear(w.unflushed)
 	w.deadline = time.Time{}
 	w.timer = nil
+	s.wakeGrown(nil)
 	s.setDurable(w.pos)
 	return nil
 }

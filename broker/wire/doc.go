@@ -120,7 +120,14 @@
 // 301 with that end (broker/divergence.go). Never answer "value 0": the Java
 // client counts an empty run as a failed try. The offset is not checked
 // against record boundaries; a client that lands inside a record fails the
-// checksum and asks offset.
+// checksum and asks offset. A second addition, off by default: with
+// getWaitMs ([limits]) above 0, a get that would answer 404 "Could not find
+// message" for a partition that exists waits up to getWaitMs for the
+// partition's readable end to pass its offset and is then answered as
+// above (records as soon as a group commit or flush makes them readable),
+// or 404 when the time is up; other requests on the connection are
+// answered meanwhile (answers go by opaque). MetaQ's Java consumer waits
+// fetchTimeoutInMills (10 s by default) for a get's answer.
 //
 // # offset
 //

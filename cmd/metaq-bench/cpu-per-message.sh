@@ -13,6 +13,10 @@
 #   without consumers can be compared at the same put rate.
 #   GROUPS: consumer groups (metaq-bench -groups), each one connection reading every partition, so every
 #   message is delivered GROUPS times.
+#   GET_WAIT_MS (our broker only; default 500): [limits] getWaitMs, how long a get at the end of its
+#   partition waits for records in the broker (0: answered 404 at once, as MetaQ's broker does; set
+#   and empty: no [limits] section, for a broker that predates the key).
+#   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
 #        cpu-per-message.sh disk
 #   measures the disk under a fresh temp dir instead: 1 KiB and 1 MiB O_DSYNC writes (dd), to quote beside
 #   the rounds (MACHINE-NOTES: the disk's speed moves from day to day).
@@ -39,12 +43,13 @@ if [ "$KIND" = java ]; then
 else
 	sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
 		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
+	[ -n "${GET_WAIT_MS-500}" ] && printf '\n[limits]\ngetWaitMs=%s\n' "${GET_WAIT_MS-500}" >> "$data/server.ini"
 	"$KIND" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 fi
 pid=$!
 for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 sleep 1
-"$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 ${RATE:+-rate "$RATE"} > "$data/mb.out" 2>&1 &
+"$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 ${MAX_DELAY_FETCH:+-max-delay-fetch "$MAX_DELAY_FETCH"} ${RATE:+-rate "$RATE"} > "$data/mb.out" 2>&1 &
 mbpid=$!
 sleep "$WARM"
 c0=$(awk '{print $14+$15}' "/proc/$pid/stat")

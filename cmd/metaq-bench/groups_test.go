@@ -264,11 +264,12 @@ func TestRateRejectedWherePeerCannot(t *testing.T) {
 
 // TestFetchDelaysOnlyEmptyPartitions: a consumer asks a partition whose
 // last answer had records again at once, and one whose last answer was
-// empty (404) only after fetchMissDelay, as a MetaQ client delays a
-// partition after a get miss. A server on a real socket answers partition
-// 0 with a record every time and the others with 404, and takes the time
-// of every get it receives: between two gets of an empty partition at
-// least fetchMissDelay passes (a busy machine only makes it longer), and
+// empty (404) only after a delay that grows with each empty answer in a
+// row (nextMissDelay), as a MetaQ Java consumer delays a partition after a
+// get miss. A server on a real socket answers partition 0 with a record
+// every time and the others with 404, and takes the time of every get it
+// receives: between an empty partition's k-th get and the next at least
+// the k-th delay passes (a busy machine only makes it longer), and
 // partition 0 is asked at least as often as any other.
 func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -316,6 +317,7 @@ func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 	}()
 	o := shortLoad(0)
 	o.partitions = parts
+	o.maxDelayFetch = 20 * time.Millisecond
 	st := &stats{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -324,7 +326,7 @@ func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 		mu.Lock()
 		n := len(asked[1])
 		mu.Unlock()
-		if n >= 20 {
+		if n >= 14 {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -338,9 +340,11 @@ func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for p := 1; p < parts; p++ {
+		var delay time.Duration
 		for i := 1; i < len(asked[p]); i++ {
-			if gap := asked[p][i].Sub(asked[p][i-1]); gap < fetchMissDelay {
-				t.Fatalf("partition %d (empty) asked again %v after its last get, before fetchMissDelay (%v)", p, gap, fetchMissDelay)
+			delay = nextMissDelay(delay, o.maxDelayFetch)
+			if gap := asked[p][i].Sub(asked[p][i-1]); gap < delay {
+				t.Fatalf("partition %d (empty) asked again %v after its empty answer %d in a row, before its delay %v", p, gap, i, delay)
 			}
 		}
 		if len(asked[0]) < len(asked[p]) {
@@ -348,6 +352,31 @@ func TestFetchDelaysOnlyEmptyPartitions(t *testing.T) {
 		}
 	}
 	t.Logf("gets: partition 0 %d, the empty ones %d %d %d", len(asked[0]), len(asked[1]), len(asked[2]), len(asked[3]))
+}
+
+// TestNextMissDelay: the delays after empty answers in a row are a MetaQ
+// Java consumer's with maxDelayFetchTimeInMills (ConsumerConfig's default
+// 5,000 ms: 500 ms, 1 s, ... up to 5 s and no more); a zero or tiny
+// maximum never gives less than minMissDelay.
+func TestNextMissDelay(t *testing.T) {
+	var got []time.Duration
+	var d time.Duration
+	for range 12 {
+		d = nextMissDelay(d, 5*time.Second)
+		got = append(got, d)
+	}
+	want := []time.Duration{500, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5000, 5000}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delays after empty answers in a row: %v, want %v", got, want)
+	}
+	for _, m := range []time.Duration{0, 5 * time.Microsecond} {
+		if d := nextMissDelay(0, m); d != minMissDelay {
+			t.Errorf("nextMissDelay(0, %v) = %v, want %v", m, d, minMissDelay)
+		}
+	}
 }
 
 // BenchmarkParseFrame: decoding one answer's header allocates nothing.

@@ -58,6 +58,10 @@ type options struct {
 	dataDir    string
 	unflush    int
 	rate       int
+	// maxDelayFetch is a MetaQ Java consumer's maxDelayFetchTimeInMills:
+	// after an empty answer a partition waits a tenth of it more than
+	// after the one before, up to all of it (nextMissDelay).
+	maxDelayFetch time.Duration
 }
 
 func main() {
@@ -74,6 +78,7 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions (in-process broker; puts go round robin)")
 	flag.StringVar(&o.dataDir, "data", "", "data dir of the in-process broker (default: a temp dir, removed after)")
 	flag.IntVar(&o.rate, "rate", 0, "produce at most this many msgs/s in all, spread over the producers (MetaQ protocol only; 0: as fast as the broker answers)")
+	flag.DurationVar(&o.maxDelayFetch, "max-delay-fetch", 5*time.Second, "consumers: a MetaQ Java consumer's maxDelayFetchTimeInMills (its default 5s): a partition whose get was empty is asked again after a tenth of it, the next empty answer in a row adds another tenth, up to all of it; an answer with records asks again at once")
 	flag.IntVar(&o.unflush, "unflush-threshold", 0, "in-process broker unflushThreshold (0 = group commit, fsync before ack)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (client and in-process broker) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile (client and in-process broker, whole run) to this file at the end")
@@ -600,16 +605,16 @@ func consumeGroup(ctx context.Context, o options, addr string, g int, st *stats)
 // of every partition due in flight at once. A round writes the gets of
 // the partitions due in one write and reads their answers (in whatever
 // order they come) before the next round. A partition whose answer had
-// records is due again at once; one whose answer was empty (404) is asked
-// again after fetchMissDelay, as a MetaQ client delays a partition's next
-// fetch after a get miss (maxDelayFetchTimeInMills, 5 s by default, far
-// longer): at the tail, asking every partition again in every round made
-// most gets empty ones, each costing both processes a request and an
-// answer. When no partition is due the consumer sleeps until one is. Answers are
-// read into one large buffer (frameReader) and their records counted in
-// place: a read system call brings whatever answers have arrived, and no
-// delivered byte is copied in the process. The same code drives every
-// broker, so the comparison stays fair.
+// records is due again at once; one whose answer was empty (404) is due
+// again after nextMissDelay, which grows with each empty answer in a row,
+// as a MetaQ Java consumer's (SimpleFetchManager.FetchRequestRunner:
+// getNextDelay after an empty fetch, the delay back to 0 after records),
+// with maxDelayFetchTimeInMills from -max-delay-fetch. When no partition
+// is due the consumer sleeps until one is. Answers are read into one large
+// buffer (frameReader) and their records counted in place: a read system
+// call brings whatever answers have arrived, and no delivered byte is
+// copied in the process. The same code drives every broker, so the
+// comparison stays fair.
 func fetch(ctx context.Context, o options, addr, group string, mine []int, st *stats) error {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -620,8 +625,9 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	fr := newFrameReader(nc, 4<<20)
 	var lat []time.Duration
 	offsets := make([]int64, max(o.partitions, 1))
-	due := make([]time.Time, len(mine)) // when mine[i] is asked next
-	var ask []int                       // the indexes in mine of the round's gets
+	due := make([]time.Time, len(mine))        // when mine[i] is asked next
+	missed := make([]time.Duration, len(mine)) // mine[i]'s delay after its last empty answer, 0 after records
+	var ask []int                              // the indexes in mine of the round's gets
 	var out []byte
 	var base int32 // the opaque of the round's first get; get k has base+k
 	for {
@@ -673,12 +679,14 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 					}
 					offsets[p] = off
 				case 404:
-					due[i] = time.Now().Add(fetchMissDelay)
+					missed[i] = nextMissDelay(missed[i], o.maxDelayFetch)
+					due[i] = time.Now().Add(missed[i])
 				default:
 					return fmt.Errorf("get %s-%d: result %d %s", o.topic, p, f.code, f.body)
 				}
 				continue
 			}
+			missed[i] = 0
 			data := f.body
 			now := time.Now()
 			var n, b int64
@@ -705,9 +713,18 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 	}
 }
 
-// fetchMissDelay is how long a consumer waits before asking again for a
-// partition whose last get found nothing (fetch).
-const fetchMissDelay = time.Millisecond
+// nextMissDelay is how long a consumer waits before asking again for a
+// partition whose get found nothing, when it waited last after an empty
+// answer (0 after an answer with records): last plus a tenth of
+// maxDelay, at most maxDelay, as a MetaQ Java consumer's getNextDelay
+// (SimpleFetchManager) with maxDelayFetchTimeInMills. Never below
+// minMissDelay, so that a tiny maxDelay does not make a busy loop.
+func nextMissDelay(last, maxDelay time.Duration) time.Duration {
+	return max(min(last+maxDelay/10, maxDelay), minMissDelay)
+}
+
+// minMissDelay is the shortest wait after an empty answer (nextMissDelay).
+const minMissDelay = time.Millisecond
 
 // frame is one answer a frameReader decoded: a value (records) or a
 // result (a code and its text). body is a slice of the reader's buffer,

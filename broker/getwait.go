@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"metaq/broker/wire"
+)
+
+// GrowthWaiter is the part of *store.Store a get at the end of its
+// partition waits with (Options.GetWait): Grown returns a channel closed
+// once the partition's readable end may be past end (see store.Store.Grown).
+type GrowthWaiter interface {
+	Grown(topic string, partition int, end int64) (<-chan struct{}, error)
+}
+
+// heldGet is a get waiting for its partition to grow (holdGet).
+type heldGet struct {
+	cmd      *wire.Get
+	deadline time.Time
+	expired  bool // GetWait is up, or the connection is closing: answer what get answers
+}
+
+// wokenGets is a connection's list of held gets whose wait ended, and
+// whether one of their goroutines is answering the list (waitGet). mu is
+// a leaf.
+type wokenGets struct {
+	mu        sync.Mutex
+	gets      []heldGet
+	answering bool
+}
+
+// holdGet takes a get whose answer is code with no records, when it is a
+// 404 at the end of an existing partition and Options.GetWait allows a
+// wait: the get then waits on a goroutine of its own (waitGet) for the
+// partition to grow, holding its in-flight token and no bytes. It reports
+// whether it took the get; if not, the caller answers code.
+func (b *Broker) holdGet(c *conn, cmd *wire.Get, code int) bool {
+	if code != wire.StatusNotFound || b.opts.GetWait <= 0 {
+		return false
+	}
+	return c.hold(heldGet{cmd: cmd, deadline: b.opts.Clock.Now().Add(b.opts.GetWait)})
+}
+
+// hold starts h's wait, unless its partition does not exist (or the
+// store cannot wait).
+func (c *conn) hold(h heldGet) bool {
+	gw, ok := c.b.store.(GrowthWaiter)
+	if !ok {
+		return false
+	}
+	grown, err := gw.Grown(h.cmd.Topic, int(h.cmd.Partition), h.cmd.Offset)
+	if err != nil {
+		return false // no such partition: 404 at once
+	}
+	c.b.stats.getsHeld.Add(1)
+	c.wg.Add(1)
+	go c.waitGet(h, grown)
+	return true
+}
+
+// waitGet waits until a held get's partition grew, its GetWait is up, or
+// the connection closes (or the broker stops reading), then answers it
+// with the other held gets of the connection whose wait ended with it:
+// a commit wakes the gets of every partition it grew at once, and their
+// answers queued together leave in one stream (conn.writeFrames), as the
+// answers of one read's gets do. The first goroutine to find no one
+// answering answers the list; the others leave their get in it.
+func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
+	defer c.wg.Done()
+	if wait := h.deadline.Sub(c.b.opts.Clock.Now()); wait > 0 {
+		select {
+		case <-grown:
+		case <-c.b.opts.Clock.After(wait):
+			h.expired = true
+		case <-c.readCtx.Done():
+			h.expired = true
+		}
+	} else {
+		h.expired = true
+	}
+	w := &c.woken
+	w.mu.Lock()
+	w.gets = append(w.gets, h)
+	if w.answering {
+		w.mu.Unlock()
+		return
+	}
+	w.answering = true
+	w.mu.Unlock()
+	// Let the other goroutines woken by the same commit add their gets.
+	runtime.Gosched()
+	var batch []heldGet
+	var frames []outFrame
+	for {
+		w.mu.Lock()
+		batch = append(batch[:0], w.gets...)
+		clear(w.gets)
+		w.gets = w.gets[:0]
+		if len(batch) == 0 {
+			w.answering = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		frames = frames[:0]
+		for _, g := range batch {
+			code, body, data, run, _ := c.b.get(c, g.cmd, false)
+			if data == nil && run == nil && code == wire.StatusNotFound {
+				// Woken for records below its offset, or past another
+				// waiter's end: wait again until its deadline.
+				if !g.expired && c.hold(g) {
+					continue
+				}
+				c.b.stats.getsHeldEmpty.Add(1)
+			}
+			frames = append(frames, c.b.getFrame(g.cmd, code, body, data, run))
+		}
+		for i := range frames {
+			c.send(frames[i])
+			frames[i] = outFrame{}
+		}
+	}
+}
