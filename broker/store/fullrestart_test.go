@@ -134,7 +134,7 @@ func checkIndexOnDisk(t *testing.T, s *Store, want map[int][]byte) {
 // refuses appends. Before, Open failed.
 func TestRestartOnFullDiskOpensAndServesReads(t *testing.T) {
 	opts, want, _ := fullDiskRestart(t)
-	var logb syncBuf
+	var logb testutil.SyncBuffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logb, nil))
 	s, err := Open(opts)
 	if err != nil {
