@@ -1020,18 +1020,19 @@ func (f stallFile) Datasync() error {
 	return f.File.Datasync()
 }
 
-// TestCloseWithStalledDisk: a put waiting for a group commit that never
-// returns is answered with an error (or its connection closed) once Close's
-// grace period ends, and Close returns; the put is never acknowledged.
-func TestCloseWithStalledDisk(t *testing.T) {
+// startOnStallingDisk starts a broker on a store whose fdatasyncs a
+// stallFS holds, puts one message (answered), and stalls the disk; the
+// held syncs are let go when the test ends, and the store is closed.
+func startOnStallingDisk(t *testing.T) (*Broker, *stallFS, *client) {
+	t.Helper()
 	cfg := vectorConfig(t)
 	fs := &stallFS{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	st, err := store.Open(store.Options{Dir: t.TempDir(), BrokerID: cfg.System.BrokerID, FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	defer close(fs.release)
+	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { close(fs.release) })
 	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)})
 	if err != nil {
 		t.Fatal(err)
@@ -1045,11 +1046,18 @@ func TestCloseWithStalledDisk(t *testing.T) {
 		t.Fatalf("put before the stall: %s", r)
 	}
 	fs.stalled.Store(true)
-	cl.sendCmd(putCmd("test", 0, "during the stall", 2))
+	return b, fs, cl
+}
+
+// closeWhileStalled waits until a group commit is held by the stalled
+// disk, then checks that b's Close returns (within its grace period and
+// 10 s more).
+func closeWhileStalled(t *testing.T, b *Broker, fs *stallFS) {
+	t.Helper()
 	select {
 	case <-fs.entered:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the put's group commit never started")
+		t.Fatal("the stalled puts' group commit never started")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
@@ -1058,6 +1066,15 @@ func TestCloseWithStalledDisk(t *testing.T) {
 	case <-time.After(closeGrace + 10*time.Second):
 		t.Fatal("Close did not return while the disk was stalled")
 	}
+}
+
+// TestCloseWithStalledDisk: a put waiting for a group commit that never
+// returns is answered with an error (or its connection closed) once Close's
+// grace period ends, and Close returns; the put is never acknowledged.
+func TestCloseWithStalledDisk(t *testing.T) {
+	b, fs, cl := startOnStallingDisk(t)
+	cl.sendCmd(putCmd("test", 0, "during the stall", 2))
+	closeWhileStalled(t, b, fs)
 	cl.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	cmd, err := cl.d.Decode()
 	if err == nil {
@@ -1073,40 +1090,9 @@ func TestCloseWithStalledDisk(t *testing.T) {
 // answered together, as one, which releases the wait of each), and an
 // answer that still gets out is an error, one per put.
 func TestCloseWithStalledDiskGroup(t *testing.T) {
-	cfg := vectorConfig(t)
-	fs := &stallFS{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	st, err := store.Open(store.Options{Dir: t.TempDir(), BrokerID: cfg.System.BrokerID, FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	defer close(fs.release)
-	b, err := New(Options{Config: cfg, Store: st, ListenAddr: "127.0.0.1:0", Logger: testutil.Logger(t, slog.LevelDebug)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cl := dial(t, b.Addr())
-	cl.sendCmd(putCmd("test", 0, "before the stall", 1))
-	if r := cl.result(); !r.OK() {
-		t.Fatalf("put before the stall: %s", r)
-	}
-	fs.stalled.Store(true)
+	b, fs, cl := startOnStallingDisk(t)
 	cl.send(putCmd("test", 1, "during the stall", 3).AppendTo(putCmd("test", 0, "during the stall", 2).AppendTo(nil)))
-	select {
-	case <-fs.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the puts' group commit never started")
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(closeGrace + 10*time.Second):
-		t.Fatal("Close did not return while the disk was stalled")
-	}
+	closeWhileStalled(t, b, fs)
 	seen := map[int32]bool{}
 	for {
 		cl.nc.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -3,13 +3,11 @@
 package broker
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"metaq/broker/wire"
+	"metaq/internal/testutil"
 )
 
 const fdChildEnv = "METAQ_TEST_FD_CHILD"
@@ -53,33 +52,8 @@ func TestIdleConnectionsUnderFileLimit(t *testing.T) {
 	if os.Getenv(fdChildEnv) != "" {
 		t.Skip("in the child")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFDLimitChild$", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), fdChildEnv+"="+t.TempDir())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addrs := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
-				addrs <- a
-			}
-		}
-	}()
-	var addr, limit string
-	select {
-	case line := <-addrs:
-		addr, limit, _ = strings.Cut(line, " LIMIT ")
-	case <-time.After(60 * time.Second):
-		t.Fatal("child broker did not start")
-	}
+	_, line := testutil.StartChild(t, "TestFDLimitChild", fdChildEnv+"="+t.TempDir(), 60*time.Second)
+	addr, limit, _ := strings.Cut(line, " LIMIT ")
 	if want := fmt.Sprint(childFileLimit * 3 / 4); limit != want {
 		t.Fatalf("child's connection limit %s, want %s", limit, want)
 	}

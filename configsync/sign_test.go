@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -135,7 +134,7 @@ func TestAllowUnsignedWarns(t *testing.T) {
 		[]byte("[site]\nname=bj\n[nats]\nallowUnsigned=true\n"), 0o644))
 	cfg, _, err := config.Load(path)
 	must(t, err)
-	var logs signTestLog
+	var logs testutil.SyncBuffer
 	rec := &recorder{cfg: cfg}
 	a, err := NewAgent(Options{ConfigPath: path, Running: cfg, URL: e.ClientURL(), Reloader: rec,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -209,23 +208,6 @@ func TestSigningKeyFiles(t *testing.T) {
 	if _, err := LoadSigningKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("group-readable key: %v", err)
 	}
-}
-
-type signTestLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *signTestLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *signTestLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A push never carries a secret into the bucket and out to every site.

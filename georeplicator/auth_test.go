@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,26 +15,6 @@ import (
 
 	"metaq/internal/testutil"
 )
-
-// logBuffer collects log output from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 const (
 	goodSecret  = "0123456789abcdef0123456789abcdef"
@@ -89,8 +68,8 @@ func TestSecretMismatchRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := newRig(t, kinds()[1])
-			var mlog logBuffer
-			g.shOpts.Logger = mlog.logger()
+			var mlog testutil.SyncBuffer
+			g.shOpts.Logger = mlog.Logger()
 			g.shOpts.Secret = []byte(c.master)
 			g.rcOpts.Secret = []byte(c.slave)
 			g.shOpts.ConfigBytes = func() ([]byte, error) { return []byte(configMarker), nil }
@@ -139,8 +118,8 @@ func TestSecretMismatchRefused(t *testing.T) {
 // place in the lag report.
 func TestFakeSlaveGetsNothing(t *testing.T) {
 	g := newRig(t, kinds()[1])
-	var mlog logBuffer
-	g.shOpts.Logger = mlog.logger()
+	var mlog testutil.SyncBuffer
+	g.shOpts.Logger = mlog.Logger()
 	g.shOpts.Secret = []byte(goodSecret)
 	g.shOpts.ConfigBytes = func() ([]byte, error) { return []byte(configMarker), nil }
 	g.load(20, defaultParts())
@@ -212,8 +191,8 @@ func TestInsecureListenerWarns(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := newRig(t, kinds()[1])
-			var mlog logBuffer
-			g.shOpts.Logger = mlog.logger()
+			var mlog testutil.SyncBuffer
+			g.shOpts.Logger = mlog.Logger()
 			g.shOpts.Listen = c.listen
 			g.shOpts.Secret = []byte(c.secret)
 			o := g.shOpts
@@ -246,8 +225,8 @@ func TestInsecureLinkWarns(t *testing.T) {
 			g := newRig(t, kinds()[1])
 			g.shOpts.Secret = []byte(secret)
 			g.rcOpts.Secret = []byte(secret)
-			var rlog logBuffer
-			g.rcOpts.Logger = rlog.logger()
+			var rlog testutil.SyncBuffer
+			g.rcOpts.Logger = rlog.Logger()
 			g.startMaster()
 			local := g.proxy.Addr()
 			g.rcOpts.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -300,8 +279,8 @@ func TestLoadSecret(t *testing.T) {
 // for) more than a small handshake message.
 func TestOversizedHelloRefused(t *testing.T) {
 	g := newRig(t, kinds()[1])
-	var mlog logBuffer
-	g.shOpts.Logger = mlog.logger()
+	var mlog testutil.SyncBuffer
+	g.shOpts.Logger = mlog.Logger()
 	g.shOpts.Secret = []byte(goodSecret)
 	g.startMaster()
 	c, err := net.Dial("tcp", g.sh.Addr())

@@ -192,8 +192,8 @@ func TestInjectedFramesRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := newRig(t, kinds()[0])
-			var mlog, slog logBuffer
-			g.shOpts.Logger, g.rcOpts.Logger = mlog.logger(), slog.logger()
+			var mlog, slog testutil.SyncBuffer
+			g.shOpts.Logger, g.rcOpts.Logger = mlog.Logger(), slog.Logger()
 			g.shOpts.Secret, g.rcOpts.Secret = []byte(goodSecret), []byte(goodSecret)
 			var handled atomic.Int32
 			g.shOpts.OnControl = func(req *ControlRequest) {
@@ -272,8 +272,8 @@ func TestInjectedFramesRefused(t *testing.T) {
 func TestFrameMACOlderPeers(t *testing.T) {
 	t.Run("older slave", func(t *testing.T) {
 		g := newRig(t, kinds()[0])
-		var mlog logBuffer
-		g.shOpts.Logger = mlog.logger()
+		var mlog testutil.SyncBuffer
+		g.shOpts.Logger = mlog.Logger()
 		g.shOpts.Secret = []byte(goodSecret)
 		g.startMaster()
 		c, err := net.Dial("tcp", g.sh.Addr())

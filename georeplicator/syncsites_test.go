@@ -18,6 +18,7 @@ import (
 	"metaq/broker/config"
 	"metaq/broker/store"
 	"metaq/internal/netproxy"
+	"metaq/internal/testutil"
 )
 
 // siteRig is a master bundle in process (broker, store, shipper) with slave
@@ -29,7 +30,7 @@ type siteRig struct {
 	st     *store.Store
 	b      *broker.Broker
 	sh     *Shipper
-	logs   *lockedBuffer
+	logs   *testutil.SyncBuffer
 	slaves map[string]*siteSlave
 	prod   *client.Producer
 }
@@ -38,23 +39,6 @@ type siteSlave struct {
 	proxy *netproxy.Proxy
 	st    *store.Store
 	rc    *Receiver
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
 }
 
 const siteTopics = `
@@ -74,7 +58,7 @@ syncDegrade=async
 
 func newSiteRig(t testing.TB, siteTimeout time.Duration) *siteRig {
 	t.Helper()
-	g := &siteRig{t: t, dir: t.TempDir(), logs: &lockedBuffer{}, slaves: map[string]*siteSlave{}}
+	g := &siteRig{t: t, dir: t.TempDir(), logs: &testutil.SyncBuffer{}, slaves: map[string]*siteSlave{}}
 	log := slog.New(slog.NewTextHandler(g.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ini := fmt.Sprintf("[system]\nbrokerId=0\nhostName=127.0.0.1\nserverPort=8123\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=10000\nmaxSegmentSize=1048576\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=%s\n[zookeeper]\nzk.zkEnable=false\n%s",
 		filepath.Join(g.dir, "master"), siteTopics)
@@ -323,8 +307,8 @@ func TestSyncTopicDegradesToAsync(t *testing.T) {
 	if !st.Degraded || st.DegradedPuts != 20 || st.Degrade != config.SyncDegradeAsync {
 		t.Fatalf("status %+v, want degraded with 20 puts", st)
 	}
-	if n := g.logs.count("acknowledging puts asynchronously"); n != 1 {
-		t.Fatalf("%d degradation warnings, want 1:\n%s", n, g.logs.b.String())
+	if n := strings.Count(g.logs.String(), "acknowledging puts asynchronously"); n != 1 {
+		t.Fatalf("%d degradation warnings, want 1:\n%s", n, g.logs.String())
 	}
 	gz := g.addSlave("gz", 5*time.Millisecond)
 	a, err := g.send(ctx, "deg", []byte("both sites"))
@@ -340,7 +324,7 @@ func TestSyncTopicDegradesToAsync(t *testing.T) {
 	if st := syncTopic(g.b, "deg"); st.Degraded || st.DegradedPuts != 20 {
 		t.Fatalf("status after the sites came back %+v", st)
 	}
-	if n := g.logs.count("slave sites back"); n != 1 {
+	if n := strings.Count(g.logs.String(), "slave sites back"); n != 1 {
 		t.Fatalf("%d recovery lines, want 1", n)
 	}
 }
@@ -477,7 +461,7 @@ func TestSyncTopicTimeout(t *testing.T) {
 	if st := syncTopic(g.b, "sync"); st.FailedPuts != 1 {
 		t.Fatalf("status %+v, want 1 failed put", st)
 	}
-	if n := g.logs.count("not fsynced at their slave sites in time"); n != 1 {
+	if n := strings.Count(g.logs.String(), "not fsynced at their slave sites in time"); n != 1 {
 		t.Fatalf("%d timeout warnings, want 1", n)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
 // Seed 941024 of the soak: a site restarted while its disk was full
@@ -71,39 +73,12 @@ func fullDiskRestart(t *testing.T) (Options, map[int][]byte, func()) {
 		}
 	}
 	ballast := filepath.Join(mnt, "ballast")
-	fillFilesystem(t, mnt, ballast)
+	testutil.FillDisk(t, ballast)
 	return opts, want, func() {
 		if err := os.Remove(ballast); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// fillFilesystem takes every free page of the filesystem at mnt into file,
-// and checks that a new page cannot be had.
-func fillFilesystem(t *testing.T, mnt, file string) {
-	t.Helper()
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(mnt, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	if free > 0 {
-		if err := syscall.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
-			t.Fatalf("fallocate %d bytes: %v", free, err)
-		}
-	}
-	for off := free; syscall.Fallocate(int(f.Fd()), 0, off, 4096) == nil; off += 4096 {
-	}
-	if err := os.WriteFile(filepath.Join(mnt, "probe"), make([]byte, 4096), 0o644); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("a write on the filled filesystem: %v, want ENOSPC", err)
-	}
-	os.Remove(filepath.Join(mnt, "probe"))
 }
 
 // waitIndexWritten waits until s holds no index in memory, and checks
@@ -159,7 +134,7 @@ func checkIndexOnDisk(t *testing.T, s *Store, want map[int][]byte) {
 // refuses appends. Before, Open failed.
 func TestRestartOnFullDiskOpensAndServesReads(t *testing.T) {
 	opts, want, _ := fullDiskRestart(t)
-	var logb syncBuf
+	var logb testutil.SyncBuffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logb, nil))
 	s, err := Open(opts)
 	if err != nil {

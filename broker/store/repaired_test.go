@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
 
 // TestRepairedRangeStaysServed: a range found damaged while serving and
@@ -20,7 +21,7 @@ func TestRepairedRangeStaysServed(t *testing.T) {
 	all, off := p.all, p.off
 	// the scrub starts (a fresh store with a short delay)
 	opts.ScrubDelay = time.Millisecond
-	var logb syncBuf
+	var logb testutil.SyncBuffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logb, nil))
 	s := openT(t, opts)
 	p.scrubFindsAndRepairs(t, s)
@@ -53,11 +54,3 @@ func TestRepairedRangeStaysServed(t *testing.T) {
 		t.Fatalf("restart log does not say the range is repaired:\n%s", after)
 	}
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.b.Write(p) }
-func (b *syncBuf) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

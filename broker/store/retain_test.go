@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"metaq/internal/clock"
+	"metaq/internal/testutil"
 )
 
 func TestRetention(t *testing.T) {
@@ -303,7 +304,7 @@ func TestPartitionTableSurvivesRetention(t *testing.T) {
 // topic, not one per partition (with 10,000 partitions a pass wrote 10,000
 // lines, each under its partition's lock).
 func TestRetainLogsOnceForTheTopic(t *testing.T) {
-	var logb syncBuf
+	var logb testutil.SyncBuffer
 	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := openT(t, Options{SegmentBytes: 4096, Clock: fc, Logger: slog.New(slog.NewTextHandler(&logb, nil))})
 	const parts = 40

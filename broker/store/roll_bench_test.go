@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -48,60 +47,24 @@ func (h *rollTimes) Handle(_ context.Context, r slog.Record) error {
 // of it spent sealing the segment left (seal-ms, the mean) and the CPU
 // time per message.
 func BenchmarkRoll(b *testing.B) {
-	for _, parts := range []int{16, 10000} {
-		b.Run(fmt.Sprintf("p%d", parts), func(b *testing.B) {
-			h := &rollTimes{}
-			s, err := Open(Options{Dir: b.TempDir(), SegmentBytes: 64 << 20, Logger: slog.New(h)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			for p := 0; p < parts; p++ {
-				if err := s.CreatePartition("roll", p, 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			body := make([]byte, 1024)
-			ctx := context.Background()
-			sem := make(chan struct{}, 8)
-			var wg sync.WaitGroup
-			next := 0
-			b.SetBytes(64 * int64(len(body)))
-			b.ResetTimer()
-			c0 := cpuTime()
-			for i := 0; i < b.N; i++ {
-				apps := make([]PartitionAppend, 64)
-				for k := range apps {
-					apps[k] = PartitionAppend{Topic: "roll", Partition: next, Msgs: []Message{{Body: body}}}
-					next = (next + 1) % parts
-				}
-				sem <- struct{}{}
-				wg.Add(1)
-				s.AppendManyAsync(ctx, apps, func(outs []AppendOutcome) {
-					for _, o := range outs {
-						if o.Err != nil {
-							b.Error(o.Err)
-						}
-					}
-					<-sem
-					wg.Done()
-				})
-			}
-			wg.Wait()
-			b.ReportMetric(float64(cpuTime()-c0)/float64(64*b.N), "cpu-ns/msg")
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			var sum, most time.Duration
-			for _, d := range h.took {
-				sum += d
-				most = max(most, d)
-			}
-			if n := len(h.took); n > 0 {
-				b.ReportMetric(float64(sum.Microseconds())/1e3/float64(n), "roll-ms")
-				b.ReportMetric(float64(h.seal.Microseconds())/1e3/float64(n), "seal-ms")
-				b.ReportMetric(float64(most.Microseconds())/1e3, "roll-max-ms")
-				b.ReportMetric(float64(n), "rolls")
-			}
-		})
-	}
+	forWidths(b, func(b *testing.B, parts int) {
+		h := &rollTimes{}
+		s := openBench(b, Options{SegmentBytes: 64 << 20, Logger: slog.New(h)})
+		defer s.Close()
+		createParts(b, s, "roll", parts)
+		appendRoundRobin(b, s, "roll", parts)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var sum, most time.Duration
+		for _, d := range h.took {
+			sum += d
+			most = max(most, d)
+		}
+		if n := len(h.took); n > 0 {
+			b.ReportMetric(float64(sum.Microseconds())/1e3/float64(n), "roll-ms")
+			b.ReportMetric(float64(h.seal.Microseconds())/1e3/float64(n), "seal-ms")
+			b.ReportMetric(float64(most.Microseconds())/1e3, "roll-max-ms")
+			b.ReportMetric(float64(n), "rolls")
+		}
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"metaq/internal/clock"
+	"metaq/internal/testutil"
 )
 
 // idxFullFS refuses, while full is set, every write into the entries of
@@ -100,7 +101,7 @@ func TestFailedSealIsRetriedAtTheNextRoll(t *testing.T) {
 	dir := t.TempDir()
 	ffs := &idxFullFS{}
 	const segBytes = 8 << 10
-	var logb syncBuf
+	var logb testutil.SyncBuffer
 	s := openT(t, Options{Dir: dir, FS: ffs, SegmentBytes: segBytes, Logger: slog.New(slog.NewTextHandler(&logb, nil))})
 	const parts = 3
 	want := map[int][]byte{}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,35 +53,9 @@ func TestSpliceThroughSmallPipe(t *testing.T) {
 
 	pool := newPipePool(1)
 	send := func(secs []section) ([]byte, int64, error) {
-		p := pool.get()
-		if p == nil {
-			t.Fatal("no pipe")
-		}
-		size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, 4096)
-		if err != nil {
-			t.Fatalf("F_SETPIPE_SZ: %v", err)
-		}
-		p.size = size
-		srv, cli := tcpPair(t)
-		got := make(chan []byte, 1)
-		go func() {
-			cli.SetReadDeadline(time.Now().Add(10 * time.Second))
-			b, _ := io.ReadAll(cli)
-			got <- b
-		}()
-		rc, err := srv.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		sent, serr := spliceSections(rc, p, head, secs, nil)
-		if serr != nil || p.held > 0 {
-			p.close()
-		} else {
-			pool.put(p)
-		}
-		srv.Close()
-		return <-got, sent, serr
+		return sendThroughSmallPipe(t, pool, func(rc syscall.RawConn, p *splicePipe) (int64, error) {
+			return spliceSections(rc, p, head, secs, nil)
+		})
 	}
 	got, sent, err := send(run.secs)
 	if err != nil || sent != int64(len(exp)) || !bytes.Equal(got, exp) {
@@ -158,36 +133,11 @@ func TestSendBatchThroughSmallPipe(t *testing.T) {
 
 	pool := newPipePool(1)
 	send := func(pieces []Piece) ([]byte, int64, error) {
-		p := pool.get()
-		if p == nil {
-			t.Fatal("no pipe")
-		}
-		size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, 4096)
-		if err != nil {
-			t.Fatalf("F_SETPIPE_SZ: %v", err)
-		}
-		p.size = size
-		srv, cli := tcpPair(t)
-		got := make(chan []byte, 1)
-		go func() {
-			cli.SetReadDeadline(time.Now().Add(10 * time.Second))
-			b, _ := io.ReadAll(cli)
-			got <- b
-		}()
-		rc, err := srv.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		ps := pipeSend{rc: rc, p: p}
-		serr := ps.pieces(pieces)
-		if serr != nil || p.held > 0 {
-			p.close()
-		} else {
-			pool.put(p)
-		}
-		srv.Close()
-		return <-got, ps.sent, serr
+		return sendThroughSmallPipe(t, pool, func(rc syscall.RawConn, p *splicePipe) (int64, error) {
+			ps := pipeSend{rc: rc, p: p}
+			err := ps.pieces(pieces)
+			return ps.sent, err
+		})
 	}
 	got, sent, err := send(pieces)
 	if err != nil || sent != int64(len(exp)) || !bytes.Equal(got, exp) {
@@ -212,6 +162,44 @@ func TestSendBatchThroughSmallPipe(t *testing.T) {
 	if prefix := slices.Concat([]byte("headh"), data[:5000], data[6000:]); !bytes.Equal(got, prefix) {
 		t.Fatalf("got %d bytes, want the %d bytes before the missing ones, in order", len(got), len(prefix))
 	}
+}
+
+// sendThroughSmallPipe takes a pipe from pool, shrinks it to 4096 bytes,
+// and calls send with it and the sending end of a loopback TCP pair; it
+// returns what arrived at the other end, with send's count and error. The
+// pipe goes back to pool after a send that failed nowhere and left nothing
+// in it, and is closed otherwise (as the store's senders do).
+func sendThroughSmallPipe(t *testing.T, pool *pipePool, send func(rc syscall.RawConn, p *splicePipe) (int64, error)) ([]byte, int64, error) {
+	t.Helper()
+	p := pool.get()
+	if p == nil {
+		t.Fatal("no pipe")
+	}
+	size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, 4096)
+	if err != nil {
+		t.Fatalf("F_SETPIPE_SZ: %v", err)
+	}
+	p.size = size
+	srv, cli := tcpPair(t)
+	got := make(chan []byte, 1)
+	go func() {
+		cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, _ := io.ReadAll(cli)
+		got <- b
+	}()
+	rc, err := srv.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	sent, serr := send(rc, p)
+	if serr != nil || p.held > 0 {
+		p.close()
+	} else {
+		pool.put(p)
+	}
+	srv.Close()
+	return <-got, sent, serr
 }
 
 // TestPipeBound: pipes take at most one descriptor pair per 128 of the

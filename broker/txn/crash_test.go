@@ -6,12 +6,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"metaq/broker/wire"
+	"metaq/internal/testutil"
 )
 
 const crashChildEnv = "METAQ_TXN_CRASH_CHILD_DIR"
@@ -33,33 +33,7 @@ func TestCrashChild(t *testing.T) {
 // address and the command to kill.
 func startCrashChild(t *testing.T, dir string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
-				lines <- a
-			}
-		}
-	}()
-	select {
-	case addr := <-lines:
-		return cmd, addr
-	case <-time.After(30 * time.Second):
-		t.Fatal("child broker did not start")
-	}
-	return nil, ""
+	return testutil.StartChild(t, "TestCrashChild", crashChildEnv+"="+dir, 30*time.Second)
 }
 
 func dialAddr(t *testing.T, addr string) *rawClient {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -367,7 +366,7 @@ func TestAutoSyncYieldsToConfigsync(t *testing.T) {
 	root := t.TempDir()
 	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
 	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	slaveINI := sharedINI("", "", "[topic=test]\n")
 	slave := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
 		masterAddr: master.ReplicationAddr(), natsURL: master.NATSURL(), autoSync: true,
@@ -383,24 +382,6 @@ func TestAutoSyncYieldsToConfigsync(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(root, "hf", "server.ini")); string(got) != slaveINI {
 		t.Error("the slave's server.ini was replaced")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestAutoSyncKeepsSlaveIdentity: with autoSyncMasterConfig=true and each

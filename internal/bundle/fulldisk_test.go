@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,7 +71,7 @@ func TestRestartOnFullDiskComesUp(t *testing.T) {
 		}
 	}
 	ballast := filepath.Join(data, "ballast")
-	fillFS(t, data, ballast)
+	testutil.FillDisk(t, ballast)
 
 	b = e.start(t)
 	if got := readPartition(t, b.Store, "e2e", 0); !bytes.Equal(got, want) {
@@ -123,32 +121,4 @@ func TestRestartOnFullDiskComesUp(t *testing.T) {
 	if got := readPartition(t, b.Store, "e2e", 0); !bytes.HasPrefix(got, want) || len(got) <= len(want) {
 		t.Fatalf("e2e-0 after the put: %d bytes, want more than %d starting with the old ones", len(got), len(want))
 	}
-}
-
-// fillFS takes every free page of the filesystem at dir into file and
-// checks that a new page cannot be had.
-func fillFS(t *testing.T, dir, file string) {
-	t.Helper()
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	if free > 0 {
-		if err := syscall.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
-			t.Fatalf("fallocate %d bytes: %v", free, err)
-		}
-	}
-	for off := free; syscall.Fallocate(int(f.Fd()), 0, off, 4096) == nil; off += 4096 {
-	}
-	probe := filepath.Join(dir, "probe")
-	if err := os.WriteFile(probe, make([]byte, 4096), 0o644); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("a write on the filled filesystem: %v, want ENOSPC", err)
-	}
-	os.Remove(probe)
 }

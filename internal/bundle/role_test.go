@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,24 +15,6 @@ import (
 	"metaq/georeplicator"
 	"metaq/internal/testutil"
 )
-
-// lockedBuffer collects log lines from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRestartKeepsRunTimeRoles (ZooKeeper): after `switchover -to hf`, bj
 // restarted with its unchanged master configuration comes back as hf's
@@ -73,7 +53,7 @@ func TestRestartKeepsRunTimeRoles(t *testing.T) {
 
 	// bj, restarted as it was configured (master), comes back as hf's slave.
 	bj.Close()
-	var bjLog lockedBuffer
+	var bjLog testutil.SyncBuffer
 	bjSpec.logger = slog.New(slog.NewTextHandler(&bjLog, nil))
 	bj = startSite(t, filepath.Join(root, "bj"), shared, bjSpec)
 	if !strings.Contains(bjLog.String(), "ROLE FROM THE DATA DIRECTORY OVERRIDES THE START COMMAND") || !strings.Contains(bjLog.String(), "role -clear") {

@@ -127,13 +127,13 @@ func TestRunStopsWhileWaitingForZooKeeper(t *testing.T) {
 // newWaitingBundle builds, not starts, a master bundle whose ensemble is
 // to be on zkPort (nothing listens there yet), with a one-second
 // zk.zkConnectionTimeoutMs, logging at INFO into the returned buffer.
-func newWaitingBundle(t *testing.T, zkPort int) (*Bundle, *testEnv, *syncBuffer) {
+func newWaitingBundle(t *testing.T, zkPort int) (*Bundle, *testEnv, *testutil.SyncBuffer) {
 	t.Helper()
 	e := &testEnv{dir: t.TempDir(), root: "/metaq-wait", zk: "127.0.0.1:" + strconv.Itoa(zkPort), port: testutil.FreePort(t)}
 	e.ini = filepath.Join(e.dir, "server.ini")
 	e.writeINI(t, "[topic=e2e]\nnumPartitions=1\n")
 	shortenConnectionTimeout(t, e.ini)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	b, err := New(Options{
 		ConfigPath: e.ini,
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"metaq/internal/clock"
 )
 
 // configsync in the harness: a NATS server per site, joined by gateways as
@@ -220,7 +222,7 @@ func (c *Cluster) firstPush(ctx context.Context) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("faultsched: first configsync push: %v: %s", err, out)
 		}
-		sleepCtx(ctx, time.Second)
+		clock.Sleep(ctx, time.Second)
 	}
 }
 

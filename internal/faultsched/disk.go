@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"metaq/internal/diskfill"
 )
 
 // diskSize caps each site's data filesystem when the harness can mount
@@ -92,21 +92,8 @@ func (c *Cluster) FillDisk(site string, on bool) error {
 		}
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(c.L.DataDir(site), &st); err != nil {
+	if err := diskfill.Fill(p, 64<<10); err != nil {
 		return fmt.Errorf("faultsched: disk-full at %s: %w", site, err)
-	}
-	free := int64(st.Bavail)*int64(st.Bsize) - 64<<10
-	if free <= 0 {
-		return nil
-	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("faultsched: disk-full at %s: %w", site, err)
-	}
-	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, free); err != nil {
-		return fmt.Errorf("faultsched: disk-full at %s: fallocate %d bytes: %w", site, free, err)
 	}
 	return nil
 }

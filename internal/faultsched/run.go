@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"metaq/internal/clock"
 )
 
 // Options configure one run of a schedule.
@@ -113,7 +115,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	n.HealAll(ctx)
 	healed := time.Now()
 	// The producers go on for a moment after the heal, then stop.
-	sleepCtx(ctx, time.Second)
+	clock.Sleep(ctx, time.Second)
 	stopWorkload()
 	w.Wait()
 
@@ -138,7 +140,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 			break
 		}
-		sleepCtx(ctx, 500*time.Millisecond)
+		clock.Sleep(ctx, 500*time.Millisecond)
 	}
 	if l.ConfigSync {
 		// Every site runs the last version published: those down or cut
@@ -153,7 +155,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					Detail: fmt.Sprintf("%v after the heal the sites do not all run the desired version:\n%s", o.ConvergeBound, out)})
 				break
 			}
-			sleepCtx(ctx, 500*time.Millisecond)
+			clock.Sleep(ctx, 500*time.Millisecond)
 		}
 	}
 	masters, statusErrs := c.AwaitMaster(ctx, o.MasterBound, 500*time.Millisecond)
@@ -235,7 +237,7 @@ func (c *Cluster) AwaitMaster(ctx context.Context, bound, interval time.Duration
 		if len(masters) > 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return masters, errs
 		}
-		sleepCtx(ctx, interval)
+		clock.Sleep(ctx, interval)
 	}
 }
 

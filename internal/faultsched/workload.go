@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker/client"
+	"metaq/internal/clock"
 )
 
 // Outcomes of a put.
@@ -104,15 +105,6 @@ func (w *Workload) Wait() { w.wg.Wait() }
 
 func (w *Workload) since() time.Duration { return time.Since(w.Start) }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
-
 func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) {
 	name := "go-" + site
 	var (
@@ -142,7 +134,7 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 					c.Close()
 					c = nil
 				}
-				if !sleepCtx(ctx, 500*time.Millisecond) {
+				if clock.Sleep(ctx, 500*time.Millisecond) != nil {
 					return
 				}
 				continue
@@ -165,7 +157,7 @@ func (w *Workload) goProducer(ctx context.Context, site string, rng *rand.Rand) 
 			op.Outcome = OutcomeUnknown // cut short by the end of the run
 		}
 		w.add(op)
-		if !sleepCtx(ctx, w.Every) {
+		if clock.Sleep(ctx, w.Every) != nil {
 			return
 		}
 	}
@@ -268,12 +260,12 @@ func (w *Workload) rawProducer(ctx context.Context, i int, rng *rand.Rand) {
 				rc = nil
 			}
 			at = (at + 1) % len(Sites)
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if clock.Sleep(ctx, 100*time.Millisecond) != nil {
 				return
 			}
 			continue
 		}
-		if !sleepCtx(ctx, w.Every) {
+		if clock.Sleep(ctx, w.Every) != nil {
 			return
 		}
 	}
