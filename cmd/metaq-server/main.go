@@ -491,6 +491,8 @@ func start(ctx context.Context, c *common, modeName string) error {
 			logger.Warn("metaq-server: cannot report readiness", "err", err)
 		}
 	})
+	stopDumps := dumpStacksOnSIGUSR1(os.Stderr, logger)
+	defer stopDumps()
 	if err := b.Run(ctx); err != nil {
 		logger.Error("metaq-server failed", "err", err)
 		return err

@@ -554,7 +554,10 @@ type Status struct {
 
 // ZKStatus is the registry part of Status.
 type ZKStatus struct {
-	Session          string   `json:"session"`
+	Session string `json:"session"`
+	// Connected says the registry has its ZooKeeper session now; without
+	// it BrokerRegistered is false (the node cannot be confirmed).
+	Connected        bool     `json:"connected"`
 	BrokerRegistered bool     `json:"brokerRegistered"`
 	Topics           []string `json:"topics"`
 }
@@ -602,14 +605,23 @@ func (b *Bundle) Status() Status {
 	if b.Registry != nil {
 		g := b.Registry.Registration()
 		reg, topics := b.Registry.Registered()
-		if reg {
+		connected := b.Registry.Connected()
+		switch {
+		case reg && !connected:
+			// No session: the node cannot be confirmed, and a read would
+			// only wait out its bound. Status answers at once: a site
+			// whose ZooKeeper was down answered /status only after that
+			// bound, which a caller with a short timeout took for a site
+			// that answers nothing.
+			reg = false
+		case reg:
 			// Read now: status never reports a node that is gone.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			owned, err := b.Registry.Owns(ctx, b.Registry.Paths().Broker(g.BrokerID, g.SlaveID))
 			cancel()
 			reg = owned && err == nil
 		}
-		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), BrokerRegistered: reg, Topics: topics}
+		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), Connected: connected, BrokerRegistered: reg, Topics: topics}
 	}
 	s.Components = map[string]any{}
 	for _, c := range b.comps {

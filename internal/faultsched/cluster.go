@@ -1,7 +1,6 @@
 package faultsched
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -280,6 +279,23 @@ func (c *Cluster) Dump(site string) (string, error) {
 	return filepath.Join(c.L.SiteDir(site), "logs", "server.out"), nil
 }
 
+// Stacks makes a site's process print every goroutine's stack into its
+// log (metaq-server answers SIGUSR1 so) and go on, for a site that does
+// not answer: unlike Dump, the run goes on with the site as it was. It
+// returns the log's path.
+func (c *Cluster) Stacks(site string) (string, error) {
+	c.mu.Lock()
+	p := c.procs[site]
+	c.mu.Unlock()
+	if p == nil {
+		return "", fmt.Errorf("faultsched: stacks of %s: not running", site)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return "", fmt.Errorf("faultsched: stacks of %s: %w", site, err)
+	}
+	return filepath.Join(c.L.SiteDir(site), "logs", "server.out"), nil
+}
+
 // Pause sends SIGSTOP (on) or SIGCONT to the site's process.
 func (c *Cluster) Pause(site string, on bool) error {
 	c.mu.Lock()
@@ -326,9 +342,12 @@ type SiteStatus struct {
 	Health  string `json:"health"`
 }
 
-// Status reads the site's admin /status.
+// Status reads the site's admin /status. It waits longer than the 2 s a
+// site's status may spend confirming its master node in ZooKeeper (a
+// loaded machine adds to it): a site slower than that is not one that
+// does not answer.
 func (c *Cluster) Status(ctx context.Context, site string) (SiteStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+c.L.AdminAddr(site)+"/status", nil)
 	if err != nil {
@@ -361,18 +380,36 @@ func (c *Cluster) Command(ctx context.Context, site string, timeout time.Duratio
 // runTimed runs the program named (from c.Bin) with args, killed after
 // timeout, and returns its output (stdout and stderr together, trimmed);
 // a timeout is named in the error.
+//
+// The output goes to a file, not a pipe: with a pipe, a goroutine of this
+// process copies it, and Wait gives that goroutine WaitDelay after the
+// program exits before it closes the pipe; a harness starved of CPU (three
+// schedules at once on a loaded machine) lost a failed command's whole
+// output so, and the checker saw a command that failed without a cause.
+// A file needs no reader while the program runs.
 func (c *Cluster) runTimed(ctx context.Context, program string, timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	f, err := os.CreateTemp("", "faultsched-"+program+"-*.out")
+	if err != nil {
+		return "", fmt.Errorf("faultsched: output file for %s: %w", program, err)
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, program), args...)
 	cmd.WaitDelay = 2 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Run()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w (no answer in %v)", ctx.Err(), timeout)
 	}
-	return strings.TrimSpace(out.String()), err
+	out, rerr := os.ReadFile(f.Name())
+	if rerr != nil {
+		err = errors.Join(err, fmt.Errorf("faultsched: read the output of %s: %w", program, rerr))
+	}
+	return strings.TrimSpace(string(out)), err
 }
 
 // Close kills every site process and ZooKeeper and closes the proxies.

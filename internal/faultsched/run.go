@@ -122,7 +122,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	f := &Final{}
 	for _, s := range Sites {
 		if err := c.WaitUp(ctx, s, 30*time.Second); err != nil {
-			f.NoAnswer = append(f.NoAnswer, err.Error())
+			// Its goroutines' stacks, taken now, say where it waits (it
+			// may answer again later, as hf did in seed 943055, when
+			// the later look that dumps them with SIGQUIT finds nothing).
+			msg := err.Error()
+			if log, serr := c.Stacks(s); serr == nil {
+				msg += "; its goroutines' stacks (SIGUSR1, taken then) are in " + log
+			}
+			f.NoAnswer = append(f.NoAnswer, msg)
 		}
 	}
 	deadline := healed.Add(o.ConvergeBound)
