@@ -196,7 +196,10 @@ func rejoinAfterFailover(t *testing.T, zk string) {
 	defer func() { close(stopWatch); <-watchDone }()
 
 	loop := startPutLoop(t, bj.Broker.Addr().String(), "orders")
-	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+	// A liveness bound: on a loaded machine bj's lease lapses now and then
+	// (fewer than a majority of sites confirm it within leaseMs) and the
+	// loop's puts are refused meanwhile.
+	testutil.Eventually(t, 60*time.Second, 5*time.Millisecond, func() error {
 		if !payloads(t, hf.Store, "orders")["loop-0"] {
 			return errors.New("hf holds none of the producer's messages yet")
 		}
