@@ -109,18 +109,22 @@ func (b *Bundle) confirmGeneration(g *ackGuard, held uint64, reads map[string]ui
 	ok, why := siterole.ConfirmsGeneration(siterole.ConfirmFacts{Site: cfg.Site.Name, Sites: cfg.Replication.Sites,
 		Generation: held, Returning: g.returning(readStart), Read: reads})
 	if ok {
+		g.confirm(readStart)
+		if g.returning(time.Now()) {
+			// The round took longer than the bound (a loaded machine, a
+			// slow ensemble): the confirmation dates from its start and is
+			// stale already, so ending the hold now would refuse what it
+			// keeps (503, not stored) at once. It keeps them for a round
+			// that confirms within the bound (the next one starts now: this
+			// one took longer than the bound, so they come no faster than
+			// that), or until their time is up. Stored puts whose answers
+			// wait for the confirmation (the broker's hold) are kept too.
+			g.wake()
+			return
+		}
 		if last, _ := g.refusedWhy.Load().(string); last != "" {
 			b.log.Info("FAILOVER: this master confirmed its generation; it acknowledges puts again", "generation", held)
 			g.refusedWhy.Store("")
-		}
-		g.confirm(readStart)
-		if siterole.AwaitsConfirmation(b.ackFacts(g)) {
-			// A round slower than the bound (a loaded machine, a slow
-			// ensemble) confirms a generation that is already stale: the
-			// check still refuses, and ending the hold would answer what
-			// it keeps with that refusal. Another round at once.
-			g.wake()
-			return
 		}
 		g.endHold() // what waited for the confirmation is stored and acknowledged
 		return

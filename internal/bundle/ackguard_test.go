@@ -2,12 +2,15 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"metaq/broker"
+	"metaq/broker/client"
 	"metaq/broker/registry/zktest"
 	"metaq/internal/siterole"
 	"metaq/internal/testutil"
@@ -103,4 +106,79 @@ func TestStandaloneMasterKeepsServingWithoutZooKeeper(t *testing.T) {
 		t.Fatalf("put to a standalone master without ZooKeeper: %v", err)
 	}
 	tap.Unblock()
+}
+
+// TestStaleConfirmationRoundKeepsHeldPuts: bj, the master, cannot reach
+// its ZooKeeper past the acknowledgement bound and holds a put sent
+// meanwhile by a producer without client retries ([replication]
+// handoverHoldMs=20000). Then a round of reads begun longer than the bound
+// ago (on a loaded machine, or with a slow ensemble, a read takes that
+// long) confirms bj's generation: the confirmation dates from the round's
+// start, so it is stale already, and ending the hold on it refused the
+// held put at once (503, not stored: the failed sends of producers at load
+// 40-70). The hold keeps the put; once bj's ZooKeeper is back a round
+// within the bound confirms it and the put is acknowledged.
+func TestStaleConfirmationRoundKeepsHeldPuts(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	if zk == "" {
+		t.Skip("METAQ_TEST_ZK not set")
+	}
+	root := t.TempDir()
+	zkRoot := multiSiteRoot(t, []string{zk})
+	shared := strings.Replace(failoverINIZK(zk, zkRoot, "handoverHoldMs=20000\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	tap := &zktest.Tap{}
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true})
+	produce(t, bj.Broker.Addr().String(), "orders", 10, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	sc := mustComp[*shipperComponent](t, bj)
+	g := sc.guard
+
+	tap.Block()
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if !g.returning(time.Now()) {
+			return errors.New("bj's last confirmation is within the bound yet")
+		}
+		return nil
+	})
+	p, closeP := noRetryProducer(t, bj.Broker.Addr().String())
+	defer closeP()
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		defer cancel()
+		_, err := p.Send(ctx, &client.Message{Topic: "orders", Payload: []byte("held while unconfirmed")})
+		errc <- err
+	}()
+	var h *broker.Hold
+	testutil.Eventually(t, 15*time.Second, 5*time.Millisecond, func() error {
+		if h = g.hold.Load(); h == nil || h.Stats().Held == 0 {
+			return errors.New("bj holds no put yet")
+		}
+		return nil
+	})
+
+	// A round begun twice the bound ago confirms bj's generation.
+	bj.confirmGeneration(g, sc.gen, map[string]uint64{bj.Config().Site.Name: sc.gen}, time.Now().Add(-2*g.bound))
+	if h.Ended() {
+		select {
+		case err := <-errc:
+			t.Fatalf("a round older than the bound ended bj's hold; the held put was answered: %v", err)
+		case <-time.After(sendTimeout):
+			t.Fatal("a round older than the bound ended bj's hold")
+		}
+	}
+
+	tap.Unblock()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("the held put, once bj confirmed its generation within the bound: %v, want it acknowledged", err)
+		}
+	case <-time.After(2 * sendTimeout):
+		t.Fatal("the held put was not answered")
+	}
+	if st := h.Stats(); st.Expired != 0 {
+		t.Fatalf("hold stats %+v: a put was refused", st)
+	}
 }

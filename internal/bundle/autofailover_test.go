@@ -16,13 +16,20 @@ import (
 
 // autoFailoverSites starts bj (master) and the slave sites hf and gz with
 // [replication] autoFailover=true, autoFailoverAfterMs=500, ZooKeeper on,
-// gossip joined at bj and each slave's replication link to bj through its
-// own proxy; hf and gz hold bj's log when it returns.
+// gossip joined at bj with 1-s probes and each slave's replication link to
+// bj through its own proxy; hf and gz hold bj's log when it returns.
 func autoFailoverSites(t *testing.T, zk string) (bj, hf, gz *Bundle, toHF, toGZ *netproxy.Proxy, zkRoot string) {
 	t.Helper()
 	root := t.TempDir()
 	zkRoot = multiSiteRoot(t, []string{zk})
 	shared := failoverINIZK(zk, zkRoot, "autoFailover=true\nautoFailoverAfterMs=500\n")
+	// deploy/'s gossip timing (1 s probes, WAN suspicion), not the tests'
+	// 100 ms: these tests assert what a slave site does while gossip shows
+	// its sibling alive and following, and 50-ms probe timeouts declare a
+	// live bundle down within a second on a loaded machine (hf then
+	// promotes with gz's position not final, by the rules). They never
+	// wait for gossip to detect a crash: bj leaves the pool.
+	shared = strings.Replace(shared, "probeIntervalMs=100", "probeIntervalMs=1000", 1)
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	bj = startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
 	seed := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}

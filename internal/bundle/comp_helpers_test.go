@@ -220,12 +220,45 @@ func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix st
 	p, closeP := testProducer(t, cfg)
 	defer closeP()
 	for i := range n {
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		_, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))})
-		cancel()
-		if err != nil {
+		if _, err := sendAcked(t, p, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
 			t.Fatalf("send %s #%d to %s: %v", topic, i, addr, err)
 		}
+	}
+}
+
+// storedNotAcknowledged reports whether err is a master's answer "stored
+// here, but not acknowledged": the put reached its log, but when the store
+// answered the master could no longer confirm it was the master (its last
+// confirmation of its generation in ZooKeeper was older than the bound, as
+// on a machine so loaded that ZooKeeper's reads take seconds). Whether the
+// record survives is unknown; it is not acknowledged.
+func storedNotAcknowledged(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "stored here, but not acknowledged")
+}
+
+// maxResends bounds how often sendAcked sends a put again.
+const maxResends = 10
+
+// sendAcked sends m until a master acknowledges it, as a producer that
+// retries does: a put answered "stored here, but not acknowledged"
+// (storedNotAcknowledged) is sent again, so it may be in the log more than
+// once, and so is one the client gave up on after its own retries of a
+// refusal that says the put was not run (client.Retriable: a 503 from a
+// master that has not confirmed its generation in ZooKeeper for seconds
+// on a loaded machine). Any other failure is returned at once. Each
+// attempt is bounded by sendTimeout. Only the returned success is an
+// acknowledgement.
+func sendAcked(t testing.TB, p *client.Producer, m *client.Message) (client.SendResult, error) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		r, err := p.Send(ctx, m)
+		cancel()
+		if err == nil || !(storedNotAcknowledged(err) || client.Retriable(err)) || attempt == maxResends {
+			return r, err
+		}
+		t.Logf("send %s to %s: %v; sending it again", m.Payload, m.Topic, err)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

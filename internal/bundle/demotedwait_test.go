@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -40,6 +41,18 @@ func TestDemotedSiteWaitingForAMasterPromotesItself(t *testing.T) {
 		t.Fatalf("hf: shipping %v, gossiped %+v: not the half-promoted master of generation 1 this test is about",
 			hf.promotedShipper() != nil, hf.mastership(topology.Mastership{Role: topology.RoleSlave}))
 	}
+	// bj learns it by gossip before hf dies: a slave site gossip declared
+	// down is no vote that the master is lost, a master is. On a loaded
+	// machine hf's new metadata can take seconds to reach bj, and a hf
+	// killed before then would stay a dead slave in bj's view for good.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		for _, m := range mustComp[*topologyComponent](t, bj).Topology().Members() {
+			if m.Meta.Site == "hf" && m.Meta.Role == topology.RoleMaster && m.Meta.Generation == 1 {
+				return nil
+			}
+		}
+		return errors.New("bj's gossip does not show hf as master of generation 1 yet")
+	})
 	s.kill("hf")
 	// hf's shipper published its replication address before hf went away;
 	// it goes with hf's session. bj rejoins only after that: no master

@@ -56,7 +56,7 @@ func (p *syncProducer) runWith(ctx context.Context, c *client.Client, topic stri
 	defer prod.Close(context.Background())
 	for i := 0; ctx.Err() == nil; i++ {
 		payload := fmt.Sprintf("%s-%d", p.name, i)
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), syncSendTimeout)
 		r, err := prod.Send(sctx, &client.Message{Topic: topic, Payload: []byte(payload)})
 		cancel()
 		if err != nil {
@@ -166,9 +166,16 @@ func waitListed(t *testing.T, s *sites, site, topic string) {
 }
 
 // switchoverTestHold is the [replication] setting of the switchover tests
-// whose producers must see no failed send: a held put waits up to 8 s
-// (the producers' send timeout is 10 s).
-const switchoverTestHold = "handoverHoldMs=8000\n"
+// whose producers must see no failed send: a held put waits up to 25 s,
+// below the producers' send timeout (syncSendTimeout). On a machine at
+// load 40-70 a ZooKeeper read can take seconds, and a master's
+// confirmation of its generation, which a held put may wait for, with it:
+// 8 s ran out there.
+const switchoverTestHold = "handoverHoldMs=25000\n"
+
+// syncSendTimeout bounds one send of a syncProducer: above the hold's
+// bound (switchoverTestHold), so a held put is answered before it.
+const syncSendTimeout = 30 * time.Second
 
 // TestSwitchoverHoldsPuts: in deploy/'s layout (secret, mutual TLS, one
 // ZooKeeper per site), producers that send one put at a time without
@@ -176,8 +183,8 @@ const switchoverTestHold = "handoverHoldMs=8000\n"
 // send throughout `switchover -to hf`. The puts that reach bj while it
 // hands over are held and passed on to hf, so no send fails, and every
 // acknowledged put is at hf afterwards at the partition and offset its
-// producer was told, with the id it was told. The hold's bound is 8 s
-// here, below the producers' 10-s send timeout: what is checked is that
+// producer was told, with the id it was told. The hold's bound is 25 s
+// here, below the producers' 30-s send timeout: what is checked is that
 // held puts reach hf, not how fast a switchover is on a machine at load
 // 40 (there a switchover's steps outlasted the default 2.5 s:
 // BenchmarkJavaSwitchover measures that).
@@ -216,7 +223,7 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 // answered 503, not stored, when its bound ran out): no send of producers
 // that send one put at a time without client retries fails, and every
 // acknowledged put is at hf where its producer was told. The hold's
-// bound is 8 s, as in TestSwitchoverHoldsPuts.
+// bound is 25 s, as in TestSwitchoverHoldsPuts.
 func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")

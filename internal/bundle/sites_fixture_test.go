@@ -591,7 +591,8 @@ func (s *sites) switchover(from, to string) SwitchoverReport {
 }
 
 // produce sends n puts to topic with a Go client that finds the master
-// through site's ZooKeeper ensemble, and records each acknowledged one.
+// through site's ZooKeeper ensemble (each until it is acknowledged:
+// sendAcked), and records each acknowledged one.
 func (s *sites) produce(site, topic string, n int) {
 	s.t.Helper()
 	cfg := client.Config{ZKServers: []string{s.zks[site]}, ZKRoot: s.zkRoot, ZKSyncTime: 200 * time.Millisecond}
@@ -602,10 +603,7 @@ func (s *sites) produce(site, topic string, n int) {
 		s.serial++
 		payload := fmt.Sprintf("via-%s-%d", site, s.serial)
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		_, err := p.Send(ctx, &client.Message{Topic: topic, Payload: []byte(payload)})
-		cancel()
-		if err != nil {
+		if _, err := sendAcked(s.t, p, &client.Message{Topic: topic, Payload: []byte(payload)}); err != nil {
 			s.t.Fatalf("send %s through %s's ZooKeeper: %v", payload, site, err)
 		}
 		s.mu.Lock()
