@@ -168,7 +168,10 @@ func TestFailedSealIsRetriedAtTheNextRoll(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	ffs.full.Store(false) // room again
+	// The .idx stays refused while partition 2 is cut back into the
+	// unsealed segment's blocks: with room, the first append after the
+	// refusal would start the sealing again (retrySeal) and the blocks
+	// might be written out before the test looks at them.
 	s.segMu.RLock()
 	failed := s.segs[1]
 	s.segMu.RUnlock()
@@ -199,7 +202,9 @@ func TestFailedSealIsRetriedAtTheNextRoll(t *testing.T) {
 	appendRound()
 	check("after cutting back into the unsealed segment")
 
-	// Two more rolls: the first one seals the failed segment first.
+	ffs.full.Store(false) // room again
+	// Two more rolls: the first one seals the failed segment first, if
+	// the retry on room again has not already.
 	for segments() < 5 {
 		appendRound()
 	}
