@@ -142,12 +142,12 @@ type writerState struct {
 	unflushed  map[string]int
 	deadline   time.Time
 	timer      <-chan time.Time
-	jobs       int   // group commits started or queued, not yet completed
-	sinceSweep int   // chunks indexed since the last sweepTails
+	jobs       int // group commits started or queued, not yet completed
+	sinceSweep int // chunks indexed since the last sweepTails
 	// tailCap is the capacity an empty tail is given at its first chunk
 	// (0: not yet known), see tailCapFor.
 	tailCap int
-	touched    int64 // what touchPartitions read (kept so the reads stay)
+	touched int64 // what touchPartitions read (kept so the reads stay)
 	// idxBuf and idxTodo are reused by every flush of index blocks
 	// (flushTailLocked, flushTailsOf), empty between them.
 	idxBuf  []byte
