@@ -162,7 +162,7 @@ func decodeEntry32(e []byte) idxEntry {
 
 // flushTailLocked writes p's tail as a block of the active segment's .idx
 // (the writer goroutine, or recovery, holds the right to write it; the
-// caller holds p.mu for writing).
+// caller holds p.mu).
 func (s *Store) flushTailLocked(p *partition, g *segment) error {
 	if len(p.tail) == 0 {
 		return nil
@@ -583,7 +583,7 @@ func (s *Store) indexDamaged(err error) {
 // its index and makes off its end: the one way the index is cut back, for
 // a fence at run time, its replay at start-up, and the rollback after a
 // failed fdatasync. Blocks past off are dropped; the block holding off is
-// shortened, which reads it. The caller holds p.mu for writing.
+// shortened, which reads it. The caller holds p.mu.
 func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	notStart := fmt.Errorf("offset %d of %s-%d is not a chunk start", off, p.key.topic, p.key.num)
 	switch {
