@@ -681,7 +681,7 @@ func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 	var spanData []byte
 	var spanRestarts []spanRestart
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		cp := ckptPart{pid: p.pid, key: p.key, min: p.min, end: p.end, base: p.base, records: p.records, segs: arenaCopy(&segsA, p.segs),
 			fences: append([]fenceRef(nil), p.fences...), blocks: make([]ckptBlock, 0, len(p.blocks))}
 		cp.mem = spanList{data: arenaCopy(&spanData, p.spans.data), restarts: arenaCopy(&spanRestarts, p.spans.restarts), n: p.spans.n, skip: p.spans.skip}
@@ -698,7 +698,7 @@ func (s *Store) buildCheckpoint(sealed *segment) (*ckptJob, error) {
 			}
 			cp.blocks = append(cp.blocks, ckptBlock{seg: i, off: b.off, ms: b.ms, at: b.at, n: b.n, crc: b.crc})
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		c.parts = append(c.parts, cp)
 	}
 	s.mu.RUnlock()
@@ -796,13 +796,13 @@ func (s *Store) sealed(g *segment, durable bool) error {
 func (s *Store) sealBlocks(g *segment, ps []*partition, durable bool) error {
 	var fbs []footBlock
 	for _, p := range ps {
-		p.mu.RLock()
+		p.mu.Lock()
 		for _, b := range p.blocks {
 			if b.g == g {
 				fbs = append(fbs, footBlock{pid: p.pid, at: b.at, n: b.n, crc: b.crc, off: b.off, ms: b.ms})
 			}
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	if err := s.writeFooter(g, fbs, durable); err != nil {
 		return err

@@ -673,7 +673,10 @@
 // segment list published on every change (Store.segTab, an atomic
 // pointer: no lock, so it can be looked up under partition.mu). Read copies
 // block references (or a span) under partition.mu, releases it, and only
-// then reads the footer, the .idx and the log; only cutIndexLocked (rare:
+// then reads the footer, the .idx and the log (partition.mu is a plain
+// mutex: its readers hold it for a few loads and copies, so sharing it
+// gained nothing, while a read-write lock cost the writer two more atomic
+// operations per chunk); only cutIndexLocked (rare:
 // fences, rollback) reads a footer and a block while holding partition.mu,
 // through idxMu and the cache's lock alone. The writer goroutine takes
 // partition.mu and Store.mu one at a time and segMu alone. ckptWriter.mu

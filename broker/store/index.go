@@ -162,7 +162,7 @@ func decodeEntry32(e []byte) idxEntry {
 
 // flushTailLocked writes p's tail as a block of the active segment's .idx
 // (the writer goroutine, or recovery, holds the right to write it; the
-// caller holds p.mu for writing).
+// caller holds p.mu).
 func (s *Store) flushTailLocked(p *partition, g *segment) error {
 	if len(p.tail) == 0 {
 		return nil
@@ -207,20 +207,20 @@ func (s *Store) flushTailsOf(ps []*partition, g *segment, min int, keep bool) er
 	out := idxAppender{g: g, pos: int64(idxHeaderLen) + int64(g.idxN)*idxEntryLen, buf: w.idxBuf[:0]}
 	at := g.idxN
 	for _, p := range ps {
-		p.mu.RLock()
+		p.mu.Lock()
 		n := len(p.tail)
 		if n == 0 || n < min {
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			continue
 		}
 		crc, err := out.add(p.tail)
 		if err != nil {
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			return err
 		}
 		todo = append(todo, pendBlock{p, blockRef{g: g, off: p.tail[0].off, ms: p.tail[0].ms, at: at, n: uint32(n), crc: crc}})
 		at += uint32(n)
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	err := out.flush()
 	w.idxBuf = out.buf[:0]
@@ -419,9 +419,9 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 		}
 	}()
 	for x < off+want {
-		p.mu.RLock()
+		p.mu.Lock()
 		if x >= p.end {
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			break
 		}
 		if k := p.tailIndexLocked(x); k >= 0 {
@@ -429,12 +429,12 @@ func (s *Store) chunks(p *partition, off int64, want int64) ([]idxEntry, error) 
 				out = append(out, p.tail[k])
 				x = p.tail[k].off + int64(p.tail[k].n)
 			}
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			break
 		}
 		loc, ok := s.locateLocked(p, x)
 		pid := p.pid
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		if !ok {
 			break
 		}
@@ -513,15 +513,15 @@ func (s *Store) prefetchIndex(p *partition, off, want int64) {
 	// idxAheadMax.
 	asked, loaded := int64(0), false
 	for x < to && asked < idxAheadMax {
-		p.mu.RLock()
+		p.mu.Lock()
 		if x >= p.end || len(p.blocks) > 0 && x >= p.blocks[0].off {
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			x = to
 			return // the active segment's blocks: recent, in the page cache
 		}
 		loc, ok := s.locateLocked(p, x)
 		pid := p.pid
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		if !ok || loc.span == nil {
 			x = to
 			return
@@ -583,7 +583,7 @@ func (s *Store) indexDamaged(err error) {
 // its index and makes off its end: the one way the index is cut back, for
 // a fence at run time, its replay at start-up, and the rollback after a
 // failed fdatasync. Blocks past off are dropped; the block holding off is
-// shortened, which reads it. The caller holds p.mu for writing.
+// shortened, which reads it. The caller holds p.mu.
 func (s *Store) cutIndexLocked(p *partition, off int64) error {
 	notStart := fmt.Errorf("offset %d of %s-%d is not a chunk start", off, p.key.topic, p.key.num)
 	switch {
@@ -663,7 +663,7 @@ func (s *Store) offsetForTime(p *partition, ms int64) (int64, error) {
 }
 
 func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error) {
-	p.mu.RLock()
+	p.mu.Lock()
 	lo, end, pid := p.min, p.durable.Load(), p.pid
 	// The first chunk at or after ms is in the last unit (span, block or
 	// tail chunk) that starts before ms, or it is the next unit's first.
@@ -673,7 +673,7 @@ func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error
 		if k < len(p.tail) {
 			next = p.tail[k].off
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		return clampTime(next, lo, end), nil
 	}
 	var loc blockLoc
@@ -686,10 +686,10 @@ func (s *Store) offsetForTime1(p *partition, ms int64, retry bool) (int64, error
 		next = loc.end
 	} else {
 		next = p.firstIndexedLocked()
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		return clampTime(next, lo, end), nil
 	}
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if loc.end <= lo {
 		return clampTime(next, lo, end), nil
 	}
@@ -771,13 +771,13 @@ func (s *Store) rebuildIdx(g *segment, gen uint64) error {
 	var chains [][]idxEntry
 	s.mu.RLock()
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		i := p.spanOfLocked(g)
 		var lo, hi int64
 		if i >= 0 {
 			lo, hi = p.spans.At(i).off, p.spanEndLocked(i)
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		if i < 0 || lo >= hi {
 			continue
 		}

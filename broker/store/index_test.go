@@ -23,11 +23,11 @@ func indexSize(s *Store) (tails, blocks, spans int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		tails += len(p.tail)
 		blocks += len(p.blocks)
 		spans += p.spans.Len()
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	return tails, blocks, spans
 }
@@ -260,9 +260,10 @@ func TestFencedChunksNotShipped(t *testing.T) {
 	s := openT(t, opts)
 	fill(t, s, "f", 1, 10)
 	p := s.lookup("f", 0)
-	p.mu.RLock()
-	ents, err := s.chunks(p, 0, p.end)
-	p.mu.RUnlock()
+	p.mu.Lock()
+	end := p.end
+	p.mu.Unlock()
+	ents, err := s.chunks(p, 0, end)
 	if err != nil || len(ents) != 10 {
 		t.Fatalf("chunks: %d %v", len(ents), err)
 	}
@@ -346,9 +347,9 @@ func TestSweptTailsKeepTheirArrays(t *testing.T) {
 		swept++
 		for p := 0; p < parts; p++ {
 			pt := s.lookup("b", p)
-			pt.mu.RLock()
+			pt.mu.Lock()
 			n, c := len(pt.tail), cap(pt.tail)
-			pt.mu.RUnlock()
+			pt.mu.Unlock()
 			if n != 0 || c == 0 {
 				t.Fatalf("round %d: b-%d tail after the sweep: %d entries, room for %d; want empty with its array kept", i, p, n, c)
 			}
@@ -494,4 +495,63 @@ func TestCrashRecoveryReadsSinceCheckpoint(t *testing.T) {
 		t.Fatalf("recovery read %d log bytes; the segment written since the last checkpoint has %d", n, active.Size())
 	}
 	checkParts(t, s2, "c", want)
+}
+
+// A tail that starts again after its block was written takes its share of
+// the tail budget in one array (at 10,000 partitions every tail starts
+// again after each roll: growing each from one entry cost seven arrays and
+// their copies per partition), and a new partition's first tail starts
+// small (the count of partitions is not known while a topic's are being
+// created).
+func TestEmptyTailTakesItsShareAtOnce(t *testing.T) {
+	const block, budget, parts = 256, 2000, 20
+	s := openT(t, Options{blockEntries: block, tailBudget: budget})
+	for p := 0; p < parts; p++ {
+		mustAppend(t, s, "e", p, "first")
+	}
+	tailCap := func(p int) (int, int) {
+		pt := s.lookup("e", p)
+		pt.mu.Lock()
+		defer pt.mu.Unlock()
+		return len(pt.tail), cap(pt.tail)
+	}
+	if n, c := tailCap(1); n != 1 || c != minTailCap {
+		t.Fatalf("new partition's tail: %d entries, room for %d; want 1 in %d", n, c, minTailCap)
+	}
+	// Partition 0 fills a block (written out, its tail emptied), then
+	// starts the next.
+	for i := 1; i < block+1; i++ {
+		mustAppend(t, s, "e", 0, fmt.Sprintf("r%d", i))
+	}
+	want := tailCapFor(parts, budget, block) // 100 each, and half again
+	if want != 150 {
+		t.Fatalf("tailCapFor(%d, %d, %d) = %d, want 150", parts, budget, block, want)
+	}
+	if n, c := tailCap(0); n != 1 || c != want {
+		t.Fatalf("tail after its block: %d entries, room for %d; want 1 in %d", n, c, want)
+	}
+	for i := block + 1; i < block+100; i++ {
+		mustAppend(t, s, "e", 0, fmt.Sprintf("r%d", i))
+	}
+	if n, c := tailCap(0); n != 100 || c != want {
+		t.Fatalf("tail of 100 entries: %d entries, room for %d; want 100 in %d (no regrowth)", n, c, want)
+	}
+	if got := decodeAll(t, readAll(t, s, "e", 0)); len(got) != block+100 {
+		t.Fatalf("e-0: %d records, want %d", len(got), block+100)
+	}
+}
+
+func TestTailCapFor(t *testing.T) {
+	for _, c := range []struct{ parts, budget, block, want int }{
+		{16, tailBudget, blockEntries, blockEntries},
+		{10000, tailBudget, blockEntries, 78},
+		{1000, tailBudget, blockEntries, 786},
+		{100000, tailBudget, blockEntries, minTailCap},
+		{0, tailBudget, blockEntries, blockEntries},
+		{50, 200, 4, 4},
+	} {
+		if got := tailCapFor(c.parts, c.budget, c.block); got != c.want {
+			t.Errorf("tailCapFor(%d, %d, %d) = %d, want %d", c.parts, c.budget, c.block, got, c.want)
+		}
+	}
 }

@@ -19,9 +19,9 @@ func (s *Store) LogPosition(topic string, partition int, offset int64) (int64, e
 	if offset < 0 {
 		return 0, fmt.Errorf("%w: offset %d", ErrBadArgument, offset)
 	}
-	p.mu.RLock()
+	p.mu.Lock()
 	durable, lo := p.durable.Load(), p.min
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if offset >= durable {
 		return s.durable(), nil
 	}
@@ -46,9 +46,9 @@ func (s *Store) TruncatePartition(topic string, partition int, offset int64) err
 	if p == nil {
 		return ErrNoPartition
 	}
-	p.mu.RLock()
+	p.mu.Lock()
 	end := p.end
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if offset == end {
 		return nil
 	}
@@ -58,9 +58,9 @@ func (s *Store) TruncatePartition(topic string, partition int, offset int64) err
 	if err := s.submit(context.Background(), &request{kind: reqFence, p: p, at: offset}); err != nil {
 		return fmt.Errorf("store: cut %s-%d at %d: %w", topic, partition, offset, err)
 	}
-	p.mu.RLock()
+	p.mu.Lock()
 	end = p.end
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if end != offset {
 		return fmt.Errorf("%w: cannot cut %s-%d at %d: not the start of an entry (the end is %d)", ErrBadArgument, topic, partition, offset, end)
 	}

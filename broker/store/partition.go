@@ -33,7 +33,7 @@ type partition struct {
 	// 10,000 partitions each chunk goes to a partition whose memory has
 	// left the CPU caches since its last one, so every line it touches is
 	// a miss; spread over the struct they were six (partitionlayout_test.go).
-	mu sync.RWMutex
+	mu sync.Mutex
 	// writer-owned: p's place in the writer's dirty set plus one (0: not
 	// in it), see dirtySet.
 	wDirty int32

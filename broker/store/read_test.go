@@ -187,9 +187,9 @@ func TestSequentialReadOfOldDataPrefetches(t *testing.T) {
 		t.Fatalf("want at least 4 sealed segments, got %d", sealedSegs)
 	}
 	p := s.lookup("pf", 0)
-	p.mu.RLock()
+	p.mu.Lock()
 	pid, min, activeFrom := p.pid, p.min, p.blocks[0].off
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if len(p.tail) > 0 && p.tail[0].off < activeFrom {
 		activeFrom = p.tail[0].off
 	}

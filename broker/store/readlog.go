@@ -170,11 +170,11 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (e LogEntry,
 		return LogEntry{}, false, false
 	}
 	n := int64(len(payload))
-	p.mu.RLock()
+	p.mu.Lock()
 	ok = !p.deleted && p.liveLocked(h.off, n, pos) && !p.inHolesLocked(h.off, n)
 	marker = ok && p.lostEndsAtLocked(h.off)
 	key := p.key
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if !ok {
 		return LogEntry{}, false, false
 	}
@@ -194,10 +194,10 @@ func (s *Store) liveEntry(h entryHeader, payload []byte, pos int64) (e LogEntry,
 func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 	s.mu.RLock()
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		for _, e := range append(p.tail[:len(p.tail):len(p.tail)], p.fills...) {
 			if e.pos == pos {
-				p.mu.RUnlock()
+				p.mu.Unlock()
 				s.mu.RUnlock()
 				return p, e.off, int64(e.n), true
 			}
@@ -210,13 +210,13 @@ func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 			for _, e := range b.mem.ents[:b.n] {
 				if e.pos == pos {
 					live := p.liveLocked(e.off, int64(e.n), pos)
-					p.mu.RUnlock()
+					p.mu.Unlock()
 					s.mu.RUnlock()
 					return p, e.off, int64(e.n), live
 				}
 			}
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	s.mu.RUnlock()
 	s.segMu.RLock()
@@ -248,9 +248,9 @@ func (s *Store) chunkAt(pos int64) (*partition, int64, int64, bool) {
 		if p == nil {
 			return nil, 0, 0, false
 		}
-		p.mu.RLock()
+		p.mu.Lock()
 		live := p.liveLocked(e.off, int64(e.n), pos)
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		return p, e.off, int64(e.n), live
 	}
 	return nil, 0, 0, false

@@ -109,7 +109,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 	low := int64(-1)
 	s.mu.RLock()
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		first := int64(-1) // the start of the segment holding p's first live chunk
 		if n := p.spans.Len(); n > 0 && p.min < p.spanEndLocked(n-1) {
 			first = s.spanSeg(p.spans.At(max(p.spanIndexLocked(p.min), 0)).seg).start
@@ -136,7 +136,7 @@ func (s *Store) removeDeadSegments() (int, error) {
 		if first >= 0 && (low < 0 || first < low) {
 			low = first
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	s.mu.RUnlock()
 	s.segMu.RLock()

@@ -104,7 +104,7 @@ func TestRetention(t *testing.T) {
 			}
 			for _, info := range s.Partitions() {
 				p := s.lookup(info.Topic, info.Partition)
-				p.mu.RLock()
+				p.mu.Lock()
 				for _, b := range p.blocks {
 					if b.g.removed {
 						t.Fatalf("%s-%d keeps a block of a removed segment", info.Topic, info.Partition)
@@ -115,7 +115,7 @@ func TestRetention(t *testing.T) {
 						t.Fatalf("%s-%d keeps a span of a removed segment", info.Topic, info.Partition)
 					}
 				}
-				p.mu.RUnlock()
+				p.mu.Unlock()
 			}
 			switch mode {
 			case "delete":

@@ -98,17 +98,17 @@ func TestSealFailedAtRollIsSealedBeforeTheNext(t *testing.T) {
 func checkSpansBeforeBlocks(t *testing.T, s *Store) {
 	t.Helper()
 	for _, p := range s.partitionList() {
-		p.mu.RLock()
+		p.mu.Lock()
 		if n := p.spans.Len(); n > 0 {
 			last := p.spans.At(n - 1)
 			for _, b := range p.blocks {
 				if b.g.seq <= last.seg || b.off <= last.off {
-					p.mu.RUnlock()
+					p.mu.Unlock()
 					t.Fatalf("%s-%d: a block of segment %d at offset %d follows a span of segment %d at offset %d",
 						p.key.topic, p.key.num, b.g.seq, b.off, last.seg, last.off)
 				}
 			}
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 }

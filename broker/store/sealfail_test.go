@@ -183,14 +183,14 @@ func TestFailedSealIsRetriedAtTheNextRoll(t *testing.T) {
 	s.mu.RLock()
 	p2 := s.parts[pkey{"sf", 2}]
 	s.mu.RUnlock()
-	p2.mu.RLock()
+	p2.mu.Lock()
 	var inFailed int64 = -1
 	for _, b := range p2.blocks {
 		if b.g == failed && b.n > 1 {
 			inFailed = b.mem.ents[1].off
 		}
 	}
-	p2.mu.RUnlock()
+	p2.mu.Unlock()
 	if inFailed < 0 {
 		t.Fatal("partition 2 has no block of two chunks or more in memory in the unsealed segment")
 	}

@@ -216,11 +216,11 @@ func FuzzSpanList(f *testing.F) {
 // block references of the active segment.
 func indexMemory(s *Store) (spans, spanBytes, blocks int) {
 	for _, p := range s.partitionList() {
-		p.mu.RLock()
+		p.mu.Lock()
 		spans += p.spans.Len()
 		spanBytes += p.spans.memBytes()
 		blocks += len(p.blocks)
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	return spans, spanBytes, blocks
 }
@@ -247,8 +247,8 @@ func TestManySpansAcrossRestartPoints(t *testing.T) {
 		if p == nil {
 			return 0
 		}
-		p.mu.RLock()
-		defer p.mu.RUnlock()
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return p.spans.Len()
 	}
 	for i := 0; spans(s) < 4*spanRestartEvery+5; i++ {
@@ -267,9 +267,9 @@ func TestManySpansAcrossRestartPoints(t *testing.T) {
 		t.Helper()
 		w := map[int][]byte{0: want[0][recs[from].off:], 1: want[1]}
 		p0 := s.lookup("m", 0)
-		p0.mu.RLock()
+		p0.mu.Lock()
 		min := p0.min
-		p0.mu.RUnlock()
+		p0.mu.Unlock()
 		if min != recs[from].off {
 			t.Fatalf("m-0 starts at %d, want %d", min, recs[from].off)
 		}
@@ -294,9 +294,9 @@ func TestManySpansAcrossRestartPoints(t *testing.T) {
 	p0 := s.lookup("m", 0)
 	var cut int
 	for cut = range recs {
-		p0.mu.RLock()
+		p0.mu.Lock()
 		i := p0.spanIndexLocked(recs[cut].off)
-		p0.mu.RUnlock()
+		p0.mu.Unlock()
 		if i >= spanRestartEvery+spanRestartEvery/2 {
 			break
 		}
@@ -304,9 +304,9 @@ func TestManySpansAcrossRestartPoints(t *testing.T) {
 	if _, err := s.Retain("m", recs[cut].at.Add(time.Hour-time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	p0.mu.RLock()
+	p0.mu.Lock()
 	skip := p0.spans.skip
-	p0.mu.RUnlock()
+	p0.mu.Unlock()
 	if skip == 0 {
 		t.Fatal("retention dropped whole groups only; want a partly dropped one")
 	}

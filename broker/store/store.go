@@ -750,9 +750,9 @@ func (s *Store) AppendRaw(ctx context.Context, topic string, partition int, at i
 		if p == nil {
 			return 0, ErrNoPartition
 		}
-		p.mu.RLock()
+		p.mu.Lock()
 		end := p.end
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		if end != at {
 			return end, fmt.Errorf("store: append raw %s-%d at %d, end is %d: %w", topic, partition, at, end, ErrOffsetMismatch)
 		}
@@ -823,28 +823,28 @@ func (s *Store) plan(topic string, partition int, offset int64, maxBytes int) (r
 		return readPlan{}, ErrNoPartition
 	}
 	total := int64(0)
-	p.mu.RLock()
+	p.mu.Lock()
 	if d := p.durable.Load(); offset < p.min || offset >= d {
 		e := &RangeError{Offset: offset, Min: p.min, Max: d}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 		return readPlan{}, e
 	}
 	pid := p.pid
 	want := min(int64(maxBytes), p.end-offset)
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	ents, err := s.chunks(p, offset, want)
 	if err != nil && len(ents) == 0 {
 		if errors.Is(err, ErrLogTruncated) {
-			p.mu.RLock()
+			p.mu.Lock()
 			e := &RangeError{Offset: offset, Min: p.min, Max: p.durable.Load()}
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			return readPlan{}, e
 		}
 		return readPlan{}, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
 	}
-	p.mu.RLock()
+	p.mu.Lock()
 	ents = p.overlayLocked(ents)
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	for len(ents) > 0 && ents[0].off+int64(ents[0].n) <= offset {
 		ents = ents[1:] // before offset: pieces of a chunk the overlay split
 	}
@@ -922,9 +922,9 @@ func (s *Store) copyChunks(pl readPlan, retried bool) ([]byte, error) {
 			if errors.Is(err, ErrLogTruncated) {
 				// Retention removed the segment after we looked: answer
 				// with the new bounds.
-				p.mu.RLock()
+				p.mu.Lock()
 				e := &RangeError{Offset: offset, Min: p.min, Max: p.durable.Load()}
-				p.mu.RUnlock()
+				p.mu.Unlock()
 				return nil, e
 			}
 			return nil, fmt.Errorf("store: read %s-%d at %d: %w", topic, partition, offset, err)
@@ -1103,8 +1103,8 @@ func (s *Store) NearestOffset(topic string, partition int, offset int64) (int64,
 	if p == nil {
 		return 0, ErrNoPartition
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.nearestLocked(offset), nil
 }
 
@@ -1130,11 +1130,11 @@ func (s *Store) Backlog(topic string, partition int, from int64) (int64, time.Ti
 	if p == nil {
 		return 0, time.Time{}, ErrNoPartition
 	}
-	p.mu.RLock()
+	p.mu.Lock()
 	from = max(from, p.min)
 	end := p.durable.Load()
 	msgs := p.recordsInLocked(end - from)
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if from >= end {
 		return 0, time.Time{}, nil
 	}
@@ -1154,8 +1154,8 @@ func (s *Store) Partition(topic string, partition int) (PartitionInfo, error) {
 	if p == nil {
 		return PartitionInfo{}, ErrNoPartition
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.infoLocked(), nil
 }
 
@@ -1169,9 +1169,9 @@ func (s *Store) Partitions() []PartitionInfo {
 	s.mu.RUnlock()
 	out := make([]PartitionInfo, 0, len(ps))
 	for _, p := range ps {
-		p.mu.RLock()
+		p.mu.Lock()
 		out = append(out, p.infoLocked())
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
@@ -1357,11 +1357,11 @@ func (s *Store) Damaged() []Damage {
 	s.mu.RLock()
 	var out []Damage
 	for _, p := range s.parts {
-		p.mu.RLock()
+		p.mu.Lock()
 		for _, h := range p.holes {
 			out = append(out, Damage{Topic: p.key.topic, Partition: p.key.num, From: h.from, To: h.to})
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {

@@ -41,9 +41,9 @@ func testOffsetForTime(t *testing.T, opts Options) {
 	}
 	info, _ := s.Partition("tm", 0)
 	p := s.lookup("tm", 0)
-	p.mu.RLock()
+	p.mu.Lock()
 	nBlocks, nTail := len(p.blocks), len(p.tail)
-	p.mu.RUnlock()
+	p.mu.Unlock()
 	if n := countSegs(s); opts.SegmentBytes > 0 && n < 4 {
 		t.Fatalf("want several segments, have %d", n)
 	}

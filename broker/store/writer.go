@@ -142,9 +142,12 @@ type writerState struct {
 	unflushed  map[string]int
 	deadline   time.Time
 	timer      <-chan time.Time
-	jobs       int   // group commits started or queued, not yet completed
-	sinceSweep int   // chunks indexed since the last sweepTails
-	touched    int64 // what touchPartitions read (kept so the reads stay)
+	jobs       int // group commits started or queued, not yet completed
+	sinceSweep int // chunks indexed since the last sweepTails
+	// tailCap is the capacity an empty tail is given at its first chunk
+	// (0: not yet known), see tailCapFor.
+	tailCap int
+	touched int64 // what touchPartitions read (kept so the reads stay)
 	// idxBuf and idxTodo are reused by every flush of index blocks
 	// (flushTailLocked, flushTailsOf), empty between them.
 	idxBuf  []byte
@@ -388,6 +391,15 @@ func (s *Store) resolve(key pkey, start int64) (*partition, bool) {
 	p = newPartition(key, pid, start)
 	s.setPartLocked(p)
 	s.byPid[pid] = p
+	// A new partition's first tail starts small: while a topic's
+	// partitions are being created the count is not yet known, and the
+	// first of 10,000 would each take a whole block. Tails that start
+	// again after a roll or a flush take the share of the partitions
+	// there are, which only goes down here.
+	p.tail = make([]idxEntry, 0, min(minTailCap, s.opts.blockEntries))
+	if c := tailCapFor(len(s.parts), s.opts.tailBudget, s.opts.blockEntries); c < s.w.tailCap {
+		s.w.tailCap = c
+	}
 	return p, true
 }
 
@@ -629,8 +641,20 @@ func (s *Store) process(batch []*request) {
 		}
 		segBytes := s.opts.SegmentBytes
 		var idxErr error
+		if w.tailCap == 0 {
+			s.mu.RLock()
+			w.tailCap = tailCapFor(len(s.parts), s.opts.tailBudget, s.opts.blockEntries)
+			s.mu.RUnlock()
+		}
 		for _, pc := range w.pend {
 			pc.p.mu.Lock()
+			if cap(pc.p.tail) == 0 && !pc.fill {
+				// One allocation for the tail's share of the budget instead
+				// of growing it from one entry, a copy and a garbage array
+				// per doubling: at 10,000 partitions seven per partition
+				// after every roll, as every tail starts empty again.
+				pc.p.tail = make([]idxEntry, 0, w.tailCap)
+			}
 			if pc.fill {
 				pc.p.fillLocked(pc.fillOff, pc.n, pc.pos, pc.ms)
 				pc.p.mu.Unlock()
@@ -660,9 +684,9 @@ func (s *Store) process(batch []*request) {
 			s.writeOK()
 		}
 		for _, p := range created {
-			p.mu.RLock()
+			p.mu.Lock()
 			end := p.end
-			p.mu.RUnlock()
+			p.mu.Unlock()
 			w.dirty.mark(p, end)
 		}
 		if len(deleted) > 0 {
@@ -1014,8 +1038,8 @@ func (s *Store) skip(p *partition, at, ms int64) error {
 
 // checkFill tells whether records of n bytes can fill p's hole at off.
 func (s *Store) checkFill(p *partition, off, n int64) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	room := p.holeRoomLocked(off)
 	if room == 0 {
 		return fmt.Errorf("%w: offset %d is not in a damaged range", ErrBadArgument, off)
@@ -1058,20 +1082,35 @@ func (s *Store) rollbackUnsynced(synced []partEnd) {
 // frees at least half of the entries.
 func (s *Store) sweepTails() error {
 	ps := s.partitionList()
+	s.w.tailCap = tailCapFor(len(ps), s.opts.tailBudget, s.opts.blockEntries)
 	total, busy := 0, 0
 	for _, p := range ps {
-		p.mu.RLock()
+		p.mu.Lock()
 		if n := len(p.tail); n > 0 {
 			total += n
 			busy++
 		}
-		p.mu.RUnlock()
+		p.mu.Unlock()
 	}
 	if total <= s.opts.tailBudget {
 		return nil
 	}
 	return s.flushTailsOf(ps, s.w.active, max(total/busy/2, 1), true)
 }
+
+// tailCapFor is the capacity a partition's empty tail is given when the
+// store has parts partitions: about what a tail holds when the sweep
+// writes it out (its share of the budget, and half as much again for the
+// chunks that come between two sweeps), at most a block and at least 16
+// entries (a block can be smaller in tests). The tails' arrays together
+// stay within about 1.5 times the budget.
+func tailCapFor(parts, budget, block int) int {
+	c := budget / max(parts, 1)
+	return max(min(c+c/2, block), min(minTailCap, block))
+}
+
+// minTailCap is the least capacity a tail is given.
+const minTailCap = 16
 
 // maybeRoll seals the active segment once it reached SegmentBytes and starts
 // the next one with a define entry for every live partition. A roll that
