@@ -42,7 +42,7 @@ func printSwitchover(w io.Writer, body []byte) error {
 		return fmt.Errorf("switchover: the report %q: %w", body, err)
 	}
 	fmt.Fprintf(w, "switchover: %s is the new master (generation %d)\n", rep.To, rep.Generation)
-	fmt.Fprintf(w, "write downtime at the old master: %s (puts answered 503, retriable, until it handed over)\n", round(rep.WritesStopped))
+	fmt.Fprintf(w, "write downtime at the old master: %s (it stored no puts; those that reached it were held and passed on to the new master, or answered 503, retriable, past [replication] handoverHoldMs)\n", round(rep.WritesStopped))
 	fmt.Fprintf(w, "the new master held the old master's whole durable log (log end %d): no acknowledged message is lost\n", rep.DurableEnd)
 	switch {
 	case rep.Via != "":

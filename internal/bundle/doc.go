@@ -47,7 +47,11 @@
 // start and stop with them released); failoverState.idMu is held
 // alone while the identity file is opened. The registry's MasterGuard
 // (guardMaster) runs under the registry's regMu and takes none of the
-// registry's locks. ackGuard.starting is held alone while the write
+// registry's locks; so does the MasterGuard of each session to another
+// site's ensemble (siteViews.mirrorGuard), under that session's regMu: it
+// reads the bundle's mirror (leaf locks only) and that session's
+// generation through its unlocked read, and never takes siteViews.mu,
+// under which sessions are closed. ackGuard.starting is held alone while the write
 // check starts a master's hold of puts (ackguard.go); the write check
 // only tries it, the shipper's Close waits for it.
 package bundle

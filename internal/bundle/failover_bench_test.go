@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -244,6 +245,7 @@ type failoverRig struct {
 	acked    map[string][]ackedPut // by topic
 	lossAt   time.Time             // the change began; sends failing from then on count in errs
 	errs     map[string]int        // by topic
+	firstErr map[string]string     // by topic: the first send error from the change on
 	stopProd chan struct{}
 	prodDone sync.WaitGroup
 }
@@ -319,7 +321,7 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 	}
 	r := &failoverRig{b: b, dir: filepath.Join(b.TempDir(), strconv.Itoa(iter)), shared: shared,
 		name: fmt.Sprintf("%s-%d-%d", sc, b.N, iter),
-		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}, errs: map[string]int{}}
+		wan:  &wanDialer{}, bjZK: &zktest.Tap{}, sites: map[string]*Bundle{}, acked: map[string][]ackedPut{}, errs: map[string]int{}, firstErr: map[string]string{}}
 	r.closers = append(r.closers, r.wan.Close)
 	defer r.close()
 
@@ -461,6 +463,7 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 		}
 	}
 	run.sendErrSync, run.sendErrAsync = r.errs[topicSync], r.errs[topicAsync]
+	firstErr := maps.Clone(r.firstErr)
 	r.mu.Unlock()
 	if run.rpoSync > 0 || (sc == scenarioSwitchover && run.rpoAsync > 0) {
 		b.Fatalf("%s: acknowledged messages lost: %d of the synchronous topic, %d of the asynchronous one", sc, run.rpoSync, run.rpoAsync)
@@ -477,6 +480,11 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 	b.Logf("%s #%d: new master %s; rto %s (sync %s), producer %s (sync %s); acked sync %d async %d, lost sync %d async %d, lag at loss %d (promote reported %d); send errors from the change on sync %d async %d; sent from the change on, acknowledged and not at the new master %d; sent before it, acknowledged after it and not at the new master %d",
 		sc, iter, nm.Config().Site.Name, run.rto, run.rtoSync, run.producerRTO, run.producerRTOSync,
 		run.ackedSync, run.ackedAsync, run.rpoSync, run.rpoAsync, run.lagAtLoss, run.reportedLag, run.sendErrSync, run.sendErrAsync, run.fencedAcks, run.inFlightLost)
+	for _, topic := range []string{topicSync, topicAsync} {
+		if e := firstErr[topic]; e != "" {
+			b.Logf("%s #%d: the first send error of %s from the change on: %s", sc, iter, topic, e)
+		}
+	}
 	return run
 }
 
@@ -583,6 +591,9 @@ func (r *failoverRig) write(ctx context.Context, stop <-chan struct{}, p *client
 			r.mu.Lock()
 			if !r.lossAt.IsZero() {
 				r.errs[topic]++
+				if r.firstErr[topic] == "" {
+					r.firstErr[topic] = err.Error()
+				}
 			}
 			r.mu.Unlock()
 			select {

@@ -3,6 +3,7 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -50,6 +51,8 @@ type sitesSpec struct {
 	// new ones (and a restarted site is reached through ZooKeeper only:
 	// the links' proxies and the gossip seeds name the old ports).
 	keepPorts bool
+	// loggers replaces the test logger of the sites it names.
+	loggers map[string]*slog.Logger
 	// beforeStart runs before the first site starts, atStart once every
 	// site started, before the fixture's first puts (a cold start's).
 	beforeStart, atStart func(s *sites)
@@ -211,6 +214,7 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 		}
 	}
 	ss.extraOverlay += s.spec.overlays[name]
+	ss.logger = s.spec.loggers[name]
 	s.mu.Lock()
 	s.taps[name] = &zktest.Tap{}
 	s.mu.Unlock()

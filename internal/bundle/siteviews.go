@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker/registry"
@@ -217,7 +218,12 @@ func (s *siteViews) connect(ctx context.Context, site string, r *remoteEnsemble)
 		// the master node it mirrored there without waiting for it to expire.
 		o.SessionFile += "." + site
 	}
+	var self atomic.Pointer[registry.Registry]
+	o.MasterGuard = s.mirrorGuard(&self)
 	reg, err := registry.New(ctx, o)
+	if err == nil {
+		self.Store(reg)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.connecting = false
@@ -236,6 +242,36 @@ func (s *siteViews) connect(ctx context.Context, site string, r *remoteEnsemble)
 	}
 	r.reg, r.failures = reg, 0
 	s.log.Info("TOPOLOGY: connected to another site's ZooKeeper for its view", "view", site, "zk", r.ens.Connect, "root", r.ens.Root)
+}
+
+// mirrorGuard is the MasterGuard of the session to another site's
+// ensemble (self, once connected): a master node this session mirrored is
+// written again (after a new session, or by Mirror) only while this bundle
+// is a master that has not stepped down and that ensemble has no newer
+// generation. A master paused past its session timeout while another site
+// was promoted otherwise re-registered there at once when it ran again,
+// waited out the new master's node (zk.zkSessionTimeoutMs) and logged an
+// ERROR, holding the session's registration lock meanwhile. It takes no
+// lock of siteViews: the registry calls it with its own held.
+func (s *siteViews) mirrorGuard(self *atomic.Pointer[registry.Registry]) func(context.Context) error {
+	return func(ctx context.Context) error {
+		reg := self.Load()
+		if reg == nil || !reg.Registration().Master() || s.master == nil {
+			return nil // nothing mirrored yet: Mirror checks what it writes
+		}
+		m := s.master()
+		if !m.Master() {
+			return fmt.Errorf("%w: this bundle is no master now", registry.ErrNotCurrentMaster)
+		}
+		cur, err := reg.Generation(ctx, s.base.BrokerID)
+		if err != nil {
+			return fmt.Errorf("read the generation of broker %d: %w", s.base.BrokerID, err)
+		}
+		if cur > m.Generation {
+			return fmt.Errorf("%w: this ensemble has generation %d, this master %d", registry.ErrNotCurrentMaster, cur, m.Generation)
+		}
+		return nil
+	}
 }
 
 // mirror writes this bundle's master registration (or its absence) into
