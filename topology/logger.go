@@ -39,6 +39,9 @@ func (w *logWriter) Write(p []byte) (int, error) {
 				level = slog.LevelError
 			}
 			msg = strings.TrimSpace(line[i+1:])
+			if level == slog.LevelError && isPeerUnreachable(msg) {
+				level = slog.LevelWarn
+			}
 		}
 	}
 	msg = strings.TrimPrefix(msg, "memberlist: ")
@@ -47,4 +50,20 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 	w.log.Log(context.Background(), level, msg)
 	return len(p), nil
+}
+
+// peerUnreachable are the causes memberlist reports when a peer could not be
+// reached or answered late: a site that is paused, cut off or restarting. The
+// failure detector exists for exactly that, and the site's state is reported
+// by topology itself, so these are warnings, not errors an operator must act
+// on. Decode failures, address conflicts and the like stay errors.
+var peerUnreachable = []string{"i/o timeout", "connection refused", "connection reset", "broken pipe", "no route to host", "EOF"}
+
+func isPeerUnreachable(msg string) bool {
+	for _, cause := range peerUnreachable {
+		if strings.Contains(msg, cause) {
+			return true
+		}
+	}
+	return false
 }
