@@ -53,8 +53,9 @@ type conn struct {
 	slots chan struct{}     // in-flight tokens
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
+	waits chan heldWait     // held gets for idle waiters (getwait.go)
 	bytes *byteBudget       // fetched data not yet written and put bodies not yet stored
-	wg    sync.WaitGroup    // workers, goroutines of waiting, and put batches not yet answered
+	wg    sync.WaitGroup    // workers, waiters, goroutines of waiting, and put batches not yet answered
 
 	// waiting holds, by partition, the put batches waiting for their
 	// topic's registration and those that came behind them (see routeBatch).
@@ -164,6 +165,7 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 		slots:  make(chan struct{}, b.opts.MaxInFlight),
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
+		waits:  make(chan heldWait),
 		stored: make(map[*pendingPuts][]*pendingPuts),
 		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
