@@ -54,8 +54,11 @@ type conn struct {
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	waits chan heldWait     // held gets for idle waiters (getwait.go)
-	bytes *byteBudget       // fetched data not yet written and put bodies not yet stored
-	wg    sync.WaitGroup    // workers, waiters, goroutines of waiting, and put batches not yet answered
+	// readDone is closed once reading has stopped: idle waiters exit (no
+	// new get can come; one held later gets a waiter of its own).
+	readDone chan struct{}
+	bytes    *byteBudget    // fetched data not yet written and put bodies not yet stored
+	wg       sync.WaitGroup // workers, waiters, goroutines of waiting, and put batches not yet answered
 
 	// waiting holds, by partition, the put batches waiting for their
 	// topic's registration and those that came behind them (see routeBatch).
@@ -166,8 +169,10 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 		out:    make(chan outFrame, b.opts.MaxInFlight),
 		work:   make(chan wire.Command),
 		waits:  make(chan heldWait),
-		stored: make(map[*pendingPuts][]*pendingPuts),
-		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
+
+		readDone: make(chan struct{}),
+		stored:   make(map[*pendingPuts][]*pendingPuts),
+		bytes:    newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
 	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
 	c.readCtx, c.stopReader = context.WithCancel(ctx)
@@ -189,7 +194,8 @@ func (c *conn) serve() {
 		c.writeLoop()
 	}()
 	graceful := c.readLoop()
-	close(c.work) // idle workers exit; busy ones finish their request first
+	close(c.work)     // idle workers exit; busy ones finish their request first
+	close(c.readDone) // idle waiters exit; busy ones answer their get first
 	if graceful {
 		// quit or EOF: let in-flight requests finish and their answers go out
 		// (bounded by the write timeout), then close.

@@ -73,7 +73,9 @@ type heldWait struct {
 }
 
 // waiter waits for w's partition to grow (waitGet), then for the next held
-// get of the connection, until none came for workerIdle or reading stops.
+// get of the connection, until none came for workerIdle or reading stopped
+// (readCtx is done only once the connection closes or Broker.Close stops
+// reading; a client's quit or EOF ends only the reader, then readDone).
 // Waiters are reused, as workers are, because a fresh goroutine per held
 // get grew its stack on every get (the answer's read is deep): that was a
 // measurable share of the broker's CPU per delivered message. Each holds
@@ -81,17 +83,21 @@ type heldWait struct {
 // MaxInFlight.
 func (c *conn) waiter(w heldWait) {
 	defer c.wg.Done()
-	idle := time.NewTimer(workerIdle)
+	wait := workerIdle
+	if d := c.b.opts.waiterIdle; d > 0 {
+		wait = d
+	}
+	idle := time.NewTimer(wait)
 	defer idle.Stop()
 	for {
 		c.waitGet(w.h, w.grown)
-		idle.Reset(workerIdle)
+		idle.Reset(wait)
 		select {
 		case w = <-c.waits:
 		case <-idle.C:
 			return
-		case <-c.readCtx.Done():
-			return // a get held from now on is answered by a waiter of its own
+		case <-c.readDone:
+			return // a get held from now on gets a waiter of its own
 		}
 	}
 }

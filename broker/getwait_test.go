@@ -112,3 +112,37 @@ func TestGetWaitAnsweredEmptyAfterBound(t *testing.T) {
 		t.Fatalf("gets held %d, want only the one at the end", h)
 	}
 }
+
+// TestGetWaitIdleWaiterEndsWithTheConnection: once the client quits, a
+// connection whose held get was answered closes without waiting for its
+// idle waiter goroutine's idle time (an hour here) to run out.
+func TestGetWaitIdleWaiterEndsWithTheConnection(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.GetWait = time.Minute
+		o.waiterIdle = time.Hour
+	})
+	p := dial(t, brk.Addr())
+	c := dial(t, brk.Addr())
+	c.sendCmd(getAtEnd(t, brk, p, 2))
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if brk.stats.getsHeld.Load() != 1 {
+			return errors.New("the get at the end is not waiting")
+		}
+		return nil
+	})
+	p.sendCmd(putCmd("test", 0, "second", 5))
+	if r := p.result(); !r.OK() {
+		t.Fatalf("put: %v", r)
+	}
+	if v, ok := c.read().(*wire.Value); !ok || v.Opaque != 2 {
+		t.Fatalf("answer %v, want the waiting get's records", v)
+	}
+	p.nc.Close()
+	c.sendCmd(&wire.Quit{})
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if brk.hasConns() {
+			return errors.New("the connection is still open after quit")
+		}
+		return nil
+	})
+}
