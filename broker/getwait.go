@@ -60,6 +60,7 @@ func (c *conn) hold(h heldGet) bool {
 	select {
 	case c.waits <- w: // an idle waiter takes it
 	default:
+		c.b.stats.getWaiters.Add(1)
 		c.wg.Add(1)
 		go c.waiter(w)
 	}
