@@ -53,8 +53,12 @@ type conn struct {
 	slots chan struct{}     // in-flight tokens
 	out   chan outFrame     // answers for the writer
 	work  chan wire.Command // requests for idle workers; closed when reading stops
-	bytes *byteBudget       // fetched data not yet written and put bodies not yet stored
-	wg    sync.WaitGroup    // workers, goroutines of waiting, and put batches not yet answered
+	waits chan heldWait     // held gets for idle waiters (getwait.go)
+	// readDone is closed once reading has stopped: idle waiters exit (no
+	// new get can come; one held later gets a waiter of its own).
+	readDone chan struct{}
+	bytes    *byteBudget    // fetched data not yet written and put bodies not yet stored
+	wg       sync.WaitGroup // workers, waiters, goroutines of waiting, and put batches not yet answered
 
 	// waiting holds, by partition, the put batches waiting for their
 	// topic's registration and those that came behind them (see routeBatch).
@@ -154,18 +158,20 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 	ctx, cancel := context.WithCancel(b.ctx)
 	id := b.nextConn.Add(1)
 	c := &conn{
-		b:      b,
-		nc:     nc,
-		id:     id,
-		remote: nc.RemoteAddr().String(),
-		ip:     ip,
-		ctx:    ctx,
-		cancel: cancel,
-		slots:  make(chan struct{}, b.opts.MaxInFlight),
-		out:    make(chan outFrame, b.opts.MaxInFlight),
-		work:   make(chan wire.Command),
-		stored: make(map[*pendingPuts][]*pendingPuts),
-		bytes:  newByteBudget(b.opts.MaxPendingBytes, addrBytes),
+		b:        b,
+		nc:       nc,
+		id:       id,
+		remote:   nc.RemoteAddr().String(),
+		ip:       ip,
+		ctx:      ctx,
+		cancel:   cancel,
+		slots:    make(chan struct{}, b.opts.MaxInFlight),
+		out:      make(chan outFrame, b.opts.MaxInFlight),
+		work:     make(chan wire.Command),
+		waits:    make(chan heldWait),
+		readDone: make(chan struct{}),
+		stored:   make(map[*pendingPuts][]*pendingPuts),
+		bytes:    newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
 	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
 	c.readCtx, c.stopReader = context.WithCancel(ctx)
@@ -187,7 +193,8 @@ func (c *conn) serve() {
 		c.writeLoop()
 	}()
 	graceful := c.readLoop()
-	close(c.work) // idle workers exit; busy ones finish their request first
+	close(c.work)     // idle workers exit; busy ones finish their request first
+	close(c.readDone) // idle waiters exit; busy ones answer their get first
 	if graceful {
 		// quit or EOF: let in-flight requests finish and their answers go out
 		// (bounded by the write timeout), then close.

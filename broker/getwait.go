@@ -33,9 +33,10 @@ type wokenGets struct {
 
 // holdGet takes a get whose answer is code with no records, when it is a
 // 404 at the end of an existing partition and Options.GetWait allows a
-// wait: the get then waits on a goroutine of its own (waitGet) for the
-// partition to grow, holding its in-flight token and no bytes. It reports
-// whether it took the get; if not, the caller answers code.
+// wait: the get then waits on one of the connection's waiter goroutines
+// (waiter, waitGet) for the partition to grow, holding its in-flight token
+// and no bytes. It reports whether it took the get; if not, the caller
+// answers code.
 func (b *Broker) holdGet(c *conn, cmd *wire.Get, code int) bool {
 	if code != wire.StatusNotFound || b.opts.GetWait <= 0 {
 		return false
@@ -55,9 +56,51 @@ func (c *conn) hold(h heldGet) bool {
 		return false // no such partition: 404 at once
 	}
 	c.b.stats.getsHeld.Add(1)
-	c.wg.Add(1)
-	go c.waitGet(h, grown)
+	w := heldWait{h: h, grown: grown}
+	select {
+	case c.waits <- w: // an idle waiter takes it
+	default:
+		c.b.stats.getWaiters.Add(1)
+		c.wg.Add(1)
+		go c.waiter(w)
+	}
 	return true
+}
+
+// heldWait is a held get and the channel its partition's growth closes.
+type heldWait struct {
+	h     heldGet
+	grown <-chan struct{}
+}
+
+// waiter waits for w's partition to grow (waitGet), then for the next held
+// get of the connection, until none came for workerIdle or reading stopped
+// (readCtx is done only once the connection closes or Broker.Close stops
+// reading; a client's quit or EOF ends only the reader, then readDone).
+// Waiters are reused, as workers are, because a fresh goroutine per held
+// get grew its stack on every get (the wait's timer and the answer's read
+// are deep): that was a measurable share of the broker's CPU per delivered
+// message. One is started only when none is idle, and a busy one holds an
+// in-flight request, so there are never more than MaxInFlight.
+func (c *conn) waiter(w heldWait) {
+	defer c.wg.Done()
+	wait := workerIdle
+	if d := c.b.opts.waiterIdle; d > 0 {
+		wait = d
+	}
+	idle := time.NewTimer(wait)
+	defer idle.Stop()
+	for {
+		c.waitGet(w.h, w.grown)
+		idle.Reset(wait)
+		select {
+		case w = <-c.waits:
+		case <-idle.C:
+			return
+		case <-c.readDone:
+			return // a get held from now on gets a waiter of its own
+		}
+	}
 }
 
 // waitGet waits until a held get's partition grew, its GetWait is up, or
@@ -68,7 +111,6 @@ func (c *conn) hold(h heldGet) bool {
 // answers of one read's gets do. The first goroutine to find no one
 // answering answers the list; the others leave their get in it.
 func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
-	defer c.wg.Done()
 	if wait := h.deadline.Sub(c.b.opts.Clock.Now()); wait > 0 {
 		select {
 		case <-grown:

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -110,5 +111,79 @@ func TestGetWaitAnsweredEmptyAfterBound(t *testing.T) {
 	}
 	if h := brk.stats.getsHeld.Load(); h != 1 {
 		t.Fatalf("gets held %d, want only the one at the end", h)
+	}
+}
+
+// TestGetWaitIdleWaiterEndsWithTheConnection: once the client quits, a
+// connection whose held get was answered closes without waiting for its
+// idle waiter goroutine's idle time (an hour here) to run out.
+func TestGetWaitIdleWaiterEndsWithTheConnection(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.GetWait = time.Minute
+		o.waiterIdle = time.Hour
+	})
+	p := dial(t, brk.Addr())
+	c := dial(t, brk.Addr())
+	c.sendCmd(getAtEnd(t, brk, p, 2))
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if brk.stats.getsHeld.Load() != 1 {
+			return errors.New("the get at the end is not waiting")
+		}
+		return nil
+	})
+	p.sendCmd(putCmd("test", 0, "second", 5))
+	if r := p.result(); !r.OK() {
+		t.Fatalf("put: %v", r)
+	}
+	if v, ok := c.read().(*wire.Value); !ok || v.Opaque != 2 {
+		t.Fatalf("answer %v, want the waiting get's records", v)
+	}
+	p.nc.Close()
+	c.sendCmd(&wire.Quit{})
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if brk.hasConns() {
+			return errors.New("the connection is still open after quit")
+		}
+		return nil
+	})
+}
+
+// TestGetWaitReusesWaiters: a consumer's gets at the end of its partition,
+// one after the other, each answered by the next put, wait on one reused
+// waiter goroutine, not a fresh goroutine each (whose stack grew on every
+// get: a measurable share of the broker's CPU per delivered message).
+func TestGetWaitReusesWaiters(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.GetWait = time.Minute
+		o.waiterIdle = time.Hour // under load too
+	})
+	p := dial(t, brk.Addr())
+	c := dial(t, brk.Addr())
+	get := getAtEnd(t, brk, p, 2)
+	const rounds = 20
+	for i := range rounds {
+		c.sendCmd(get)
+		testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+			if n := brk.stats.getsHeld.Load(); n != int64(i+1) {
+				return fmt.Errorf("%d gets held, want %d", n, i+1)
+			}
+			return nil
+		})
+		p.sendCmd(putCmd("test", 0, "m", 5))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		v, ok := c.read().(*wire.Value)
+		if !ok || v.Opaque != 2 {
+			t.Fatalf("round %d: answer %v, want the waiting get's records", i, v)
+		}
+		recs, _ := parseRecords(t, v.Data)
+		if len(recs) != 1 {
+			t.Fatalf("round %d: %d records, want 1", i, len(recs))
+		}
+		get.Offset += int64(20 + len(recs[0].body))
+	}
+	if n := brk.stats.getWaiters.Load(); n > 2 {
+		t.Fatalf("%d waiter goroutines started for %d gets held one after the other, want 1 (2 if a wait ended as the next began)", n, rounds)
 	}
 }

@@ -127,6 +127,9 @@ type Options struct {
 	// noInlineGets sends every get to a worker goroutine, never answering
 	// one on the reader (getInline); tests compare the two.
 	noInlineGets bool
+	// waiterIdle replaces workerIdle for the connections' waiter goroutines
+	// (getwait.go) when set (tests).
+	waiterIdle time.Duration
 }
 
 // Version is this project's protocol version string, in MetaQ's format.

@@ -52,6 +52,7 @@ type statsCounters struct {
 	getsBatched    atomic.Int64 // of getsSent, those sent with other answers in one stream (conn.writeFrames)
 	getsHeld       atomic.Int64 // gets at the end of their partition that waited for it to grow (holdGet)
 	getsHeldEmpty  atomic.Int64 // of getsHeld, those answered 404 after all (GetWait up, or closing)
+	getWaiters     atomic.Int64 // waiter goroutines started for held gets (conn.waiter)
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
 

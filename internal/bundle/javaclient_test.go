@@ -65,7 +65,8 @@ type javaDriver struct {
 	errLog string // its stderr, in a file
 
 	mu    sync.Mutex
-	lines []string // stdout, line by line
+	lines []string    // stdout, line by line
+	at    []time.Time // when each line of lines came
 
 	ready  chan struct{} // it printed "ready"
 	exited chan struct{} // it exited (stdout read to its end first)
@@ -104,6 +105,7 @@ func startJava(t testing.TB, cp, class string, args ...string) *javaDriver {
 			}
 			d.mu.Lock()
 			d.lines = append(d.lines, line)
+			d.at = append(d.at, time.Now())
 			d.mu.Unlock()
 		}
 		d.cmd.Wait()
