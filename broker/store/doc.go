@@ -81,7 +81,9 @@
 //     creates) in the same write, so whoever reads the log in order
 //     (ReadLog, recovery's scan) knows where the unit ends before it
 //     meets any of its entries: ReadLog never ends a read inside a unit
-//     of at most 16 MiB, and recovery cuts a torn tail that falls inside
+//     of at most 16 MiB (read from its unit entry on: UnitStart moves a
+//     position inside a unit, such as LogPosition's for a partition the
+//     unit holds, back to it), and recovery cuts a torn tail that falls inside
 //     a unit back to the unit entry (none of the unit stays; its write
 //     was never durable whole, so never acknowledged). Versions before
 //     this entry type read it as a damaged 36-byte range: they
