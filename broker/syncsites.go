@@ -300,20 +300,37 @@ func (b *Broker) awaitingSites() bool {
 // partition's batch takes storeBatch (its sites waited for on their own),
 // and done runs once after the last.
 func (s siteSyncStore) storeUnit(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
-	us, ok := s.next.(unitStore)
-	for i, a := range appends {
-		if !ok || (i > 0 && a.Topic == appends[i-1].Topic) {
-			continue
-		}
-		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
-			ok = false
-		}
-	}
-	if ok || len(appends) == 0 {
+	if us, ok := s.next.(unitStore); ok && !s.anyWaitsForSites(appends) {
 		us.storeUnit(ctx, appends, done)
 		return
 	}
+	s.storeEach(ctx, appends, done)
+}
+
+// anyWaitsForSites says whether a topic of appends has minSyncSites. A
+// read's or a commit's appends mostly share a topic: it is asked once per
+// run of the same topic.
+func (s siteSyncStore) anyWaitsForSites(appends []store.PartitionAppend) bool {
+	for i, a := range appends {
+		if i > 0 && a.Topic == appends[i-1].Topic {
+			continue
+		}
+		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// storeEach sends each append through storeBatch (a synchronous topic's
+// sites waited for on their own) and calls done once, after the last
+// answer, with the outcomes in the order of appends.
+func (s siteSyncStore) storeEach(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
 	outs := make([]store.AppendOutcome, len(appends))
+	if len(appends) == 0 {
+		done(outs)
+		return
+	}
 	var left atomic.Int32
 	left.Store(int32(len(appends)))
 	for i, a := range appends {
@@ -335,31 +352,11 @@ func (s siteSyncStore) storeUnit(ctx context.Context, appends []store.PartitionA
 type siteSyncGroupStore struct{ siteSyncStore }
 
 func (s siteSyncGroupStore) storeGroup(ctx context.Context, appends []store.PartitionAppend, done func([]store.AppendOutcome)) {
-	gs, grouped := s.next.(groupStore)
-	for i, a := range appends {
-		if i > 0 && a.Topic == appends[i-1].Topic {
-			continue // a read's appends mostly share a topic: asked once per run
-		}
-		if te := s.b.topicEntry(a.Topic); te.ok && te.tc.MinSyncSites > 0 {
-			grouped = false
-			break
-		}
-	}
-	if grouped {
+	if gs, ok := s.next.(groupStore); ok && !s.anyWaitsForSites(appends) {
 		gs.storeGroup(ctx, appends, done)
 		return
 	}
-	outs := make([]store.AppendOutcome, len(appends))
-	var left atomic.Int32
-	left.Store(int32(len(appends)))
-	for i, a := range appends {
-		s.storeBatch(ctx, a.Topic, a.Partition, a.Msgs, func(as []store.Appended, err error) {
-			outs[i] = store.AppendOutcome{Appended: as, Err: err}
-			if left.Add(-1) == 0 {
-				done(outs)
-			}
-		})
-	}
+	s.storeEach(ctx, appends, done)
 }
 
 // storeUnit stores a transaction's partitions as one unit (see unitStore):

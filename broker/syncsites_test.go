@@ -232,3 +232,61 @@ func TestCommitIsOneUnit(t *testing.T) {
 		t.Fatalf("a commit refused for its sites was stored in part: ends %d %d, before %d %d", e0, e1, plainEnd, syncEnd)
 	}
 }
+
+// TestSamsaCommitWithSyncTopic: on a samsa master (a store step that
+// stores units but takes no groups), a commit with a partition of a topic
+// with minSyncSites goes partition by partition, each through the site
+// wait (siteSyncStore.storeEach), and is answered once, after the last
+// wait ended, with an outcome per partition in order; a commit of topics
+// without minSyncSites takes no wait. Both are at the samsa slave.
+func TestSamsaCommitWithSyncTopic(t *testing.T) {
+	cfg := parseConfig(t, []byte(syncSitesINI+"dataPath="+t.TempDir()+"\n"))
+	slave := startBroker(t, parseConfig(t, []byte(syncSitesINI+"dataPath="+t.TempDir()+"\n")), func(o *Options) { o.SyncReceiver = true })
+	master := startBroker(t, cfg, func(o *Options) {
+		o.SyncSlave = slave.Addr().String()
+		o.SyncTimeout = 5 * time.Second
+	})
+	sites := &fakeSites{connected: 1}
+	master.SetSiteReplicator(sites)
+	commit := func(appends []store.PartitionAppend) chan []store.AppendOutcome {
+		done := make(chan []store.AppendOutcome, 1)
+		go func() {
+			outs, err := master.StoreValidatedGroup(context.Background(), appends)
+			if err != nil {
+				t.Errorf("commit: %v", err)
+			}
+			done <- outs
+		}()
+		return done
+	}
+	plain := commit([]store.PartitionAppend{
+		{Topic: "plain", Partition: 0, Msgs: []store.Message{{Body: []byte("p-a")}}},
+		{Topic: "plain", Partition: 0, Msgs: []store.Message{{Body: []byte("p-b")}}},
+	})
+	if outs := <-plain; len(outs) != 2 || outs[0].Err != nil || outs[1].Err != nil || sites.pending() != 0 {
+		t.Fatalf("commit without a synchronous topic: %+v, %d site waits", outs, sites.pending())
+	}
+	mixed := commit([]store.PartitionAppend{
+		{Topic: "plain", Partition: 0, Msgs: []store.Message{{Body: []byte("m-a")}, {Body: []byte("m-b")}}},
+		{Topic: "sync", Partition: 0, Msgs: []store.Message{{Body: []byte("m-c")}}},
+	})
+	for sites.pending() == 0 {
+		select {
+		case outs := <-mixed:
+			t.Fatalf("commit with a synchronous topic answered before its sites: %+v", outs)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	sites.release()
+	outs := <-mixed
+	if len(outs) != 2 || outs[0].Err != nil || outs[1].Err != nil || len(outs[0].Appended) != 2 || len(outs[1].Appended) != 1 {
+		t.Fatalf("commit with a synchronous topic: %+v", outs)
+	}
+	for _, topic := range []string{"plain", "sync"} {
+		mp, merr := master.store.Partition(topic, 0)
+		sp, serr := slave.store.Partition(topic, 0)
+		if merr != nil || serr != nil || mp.Max == 0 || mp.Max != sp.Max {
+			t.Fatalf("%s-0: master %+v %v, slave %+v %v: want the same records at both", topic, mp, merr, sp, serr)
+		}
+	}
+}

@@ -76,7 +76,9 @@
 // (cutting its tail there) and was promoted again, so a log position no
 // longer names the same records. The master cuts the ends at its own later epochs (a slave that sends no
 // generations, at its own promotion ends), starts the stream at the lowest
-// log position that covers every one of them (Store.LogPosition), and
+// log position that covers every one of them (Store.LogPosition; moved
+// back to the start of the commit it falls in, Store.UnitStart, so that a
+// commit the slave lacks still travels in one frame), and
 // names the common generation in welcome; the slave cuts each partition
 // once, at the lower of those ends and its own later epochs (the higher
 // one may lie inside a record of its log), then connects again when its

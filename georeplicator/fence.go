@@ -145,6 +145,12 @@ type positionLocator interface {
 	LogPosition(topic string, partition int, offset int64) (int64, error)
 }
 
+// unitLocator is implemented by stores that write units (*store.Store):
+// it moves a log position inside a unit back to the unit's start.
+type unitLocator interface {
+	UnitStart(pos int64) int64
+}
+
 // startForEnds finds where a slave that followed another master's log
 // resumes on this one: the lowest log position that covers every
 // partition's end it reported, or of where it cuts (cuts, see cutEnds),
@@ -174,6 +180,11 @@ func (s *Shipper) startForEnds(ends []partEnd, cuts map[string]int64) (start int
 			return 0, false, fmt.Errorf("georeplicator: log position of %s-%d@%d: %w", p.Topic, p.Partition, from, err)
 		}
 		start = min(start, pos)
+	}
+	if u, ok := s.opts.Source.(unitLocator); ok {
+		// The lowest end may fall inside a commit the slave lacks: start
+		// at its unit entry so that the commit is shipped whole.
+		start = u.UnitStart(start)
 	}
 	if start < first {
 		start, truncated = first, true

@@ -200,3 +200,84 @@ func TestPromotedSlaveShipsUnitsWhole(t *testing.T) {
 	g2.master, g.slave = g.slave, nil
 	checkFirstFrameWhole(t, g2)
 }
+
+// TestResumeByEndsKeepsCommitWhole: a slave resumed by its partition ends
+// (here a store that holds data and has no checkpoint, as a former master
+// rejoining; the same path serves a slave that followed another master)
+// lacks a commit of two partitions that the master wrote as one unit. The
+// master starts its stream at the lowest log position covering the
+// slave's ends: the first of the commit's entries, which lies inside the
+// unit, after its unit entry. The commit must still arrive in one frame
+// (each partition's entry alone fills a frame), or a master lost after
+// the first frame leaves the slave with half a commit.
+func TestResumeByEndsKeepsCommitWhole(t *testing.T) {
+	k := kinds()[0] // the file store: units are its ReadLog's
+	g := newRig(t, k)
+	g.shOpts.LogID = "master-log"
+	id, err := OpenIdentity(filepath.Join(g.dir, "slave-data", "replication.identity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.rcOpts.Identity = id
+	g.put("tx", 0, []byte("before the commit, partition 0"))
+	g.put("tx", 1, []byte("before the commit, partition 1"))
+	g.startMaster()
+	g.startSlave()
+	g.waitConverged(10 * time.Second)
+	g.stopSlave(false)
+	// Without its checkpoint the slave is resumed by partition ends.
+	if err := os.Remove(g.rcOpts.CheckpointFile); err != nil {
+		t.Fatal(err)
+	}
+
+	st := g.master.(*store.Store)
+	body := make([]byte, 80<<10) // above FrameBytes (64 KiB), incompressible
+	rand.Read(body)
+	commit := []store.PartitionAppend{
+		{Topic: "tx", Partition: 0, Msgs: []store.Message{{Body: body}}},
+		{Topic: "tx", Partition: 1, Msgs: []store.Message{{Body: body}}},
+	}
+	got := make(chan []store.AppendOutcome, 1)
+	st.AppendUnitAsync(context.Background(), commit, func(o []store.AppendOutcome) { got <- o })
+	for i, o := range <-got {
+		if o.Err != nil {
+			t.Fatalf("commit partition %d: %v", i, o.Err)
+		}
+	}
+	g.mu.Lock()
+	g.sent[pkey{"tx", 0}]++
+	g.sent[pkey{"tx", 1}]++
+	g.mu.Unlock()
+	held := func(p int) int64 {
+		info, err := g.slave.Partition("tx", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Written
+	}
+	a0, b0 := held(0), held(1)
+
+	first := make(chan struct{})
+	release := make(chan struct{})
+	entries := 0
+	g.rcOpts.applyHook = func(store.LogEntry, time.Time) {
+		entries++
+		if entries == 1 { // called after the whole first frame is applied
+			close(first)
+			<-release // the master is gone: nothing more arrives
+		}
+	}
+	g.startSlave()
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("no frame applied")
+	}
+	a, b := held(0)-a0, held(1)-b0
+	close(release)
+	if (a == 0) != (b == 0) {
+		t.Fatalf("after the first frame of a resume by partition ends the slave holds %d bytes of the commit's partition 0 and %d of partition 1: half a commit", a, b)
+	}
+	g.waitConverged(10 * time.Second)
+}

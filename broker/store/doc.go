@@ -81,12 +81,23 @@
 //     creates) in the same write, so whoever reads the log in order
 //     (ReadLog, recovery's scan) knows where the unit ends before it
 //     meets any of its entries: ReadLog never ends a read inside a unit
-//     of at most 16 MiB, and recovery cuts a torn tail that falls inside
+//     of at most 16 MiB (read from its unit entry on: UnitStart moves a
+//     position inside a unit, such as LogPosition's for a partition the
+//     unit holds, back to it), and recovery cuts a torn tail that falls inside
 //     a unit back to the unit entry (none of the unit stays; its write
 //     was never durable whole, so never acknowledged). Versions before
 //     this entry type read it as a damaged 36-byte range: they
 //     quarantine it (a .bad copy and an error in the log) and lose no
-//     records.
+//     records. Checked with the metaq-server of the commit before units
+//     (6b9f01d) over a data dir of 1,528 records in 300 units written by
+//     this version: after a clean close (served from the index, no unit
+//     entry read), after a crash (the tail beyond the last checkpoint
+//     scanned: one quarantine per unit there) and without a checkpoint
+//     (the whole log scanned: 300 quarantines, 300 .bad files), every
+//     record is served in order; as a replication master it ships all of
+//     them (two ERROR lines per unit entry, "damaged log entry skipped by
+//     replication"), and this version serves the data dir afterwards
+//     with nothing missing (the .bad copies stay until removed by hand).
 //
 // # Indexes and memory
 //

@@ -254,3 +254,62 @@ func TestAppendRawUnit(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitStart: the log position of a commit's second partition
+// (LogPosition, as a slave resumed by partition ends gets it) lies inside
+// the unit, and a read from there cuts it; UnitStart moves it, and the
+// first partition's position, back to the unit entry, from where the read
+// keeps the unit whole. Positions outside a unit stay as they are.
+func TestUnitStart(t *testing.T) {
+	s := openT(t, Options{})
+	body := strings.Repeat("u", 20<<10)
+	mustAppend(t, s, "commit", 0, "before")
+	mustAppend(t, s, "commit", 1, "before")
+	_, unitAt := s.LogBounds()
+	var ends [3]int64 // where the unit's records start
+	for p := range ends {
+		if info, err := s.Partition("commit", p); err == nil {
+			ends[p] = info.Written
+		}
+	}
+	writeUnit(t, s, "commit", 3, body)
+	_, after := s.LogBounds()
+	mustAppend(t, s, "after", 0, body)
+
+	pos := func(p int) int64 {
+		t.Helper()
+		x, err := s.LogPosition("commit", p, ends[p])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	second := pos(1)
+	before, err := s.LogPosition("commit", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _, err := s.ReadLog(second, 8<<10); err != nil || len(ents) != 1 {
+		t.Fatalf("read from inside the unit: %d entries, %v; want 1 (the unit cut), else this test shows nothing", len(ents), err)
+	}
+	for _, c := range []struct {
+		name string
+		pos  int64
+		want int64
+	}{
+		{"unit entry", unitAt, unitAt},
+		{"first partition", pos(0), unitAt},
+		{"second partition", second, unitAt},
+		{"third partition", pos(2), unitAt},
+		{"after the unit", after, after},
+		{"before the unit", before, before},
+	} {
+		if got := s.UnitStart(c.pos); got != c.want {
+			t.Errorf("UnitStart(%s at %d) = %d, want %d", c.name, c.pos, got, c.want)
+		}
+	}
+	ents, _, err := s.ReadLog(s.UnitStart(second), 8<<10)
+	if err != nil || len(ents) != 3 || ents[0].Unit != 3 {
+		t.Fatalf("read from UnitStart: %d entries (unit %v), %v; want the unit's 3", len(ents), ents, err)
+	}
+}
