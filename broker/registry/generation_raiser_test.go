@@ -111,8 +111,11 @@ func TestUndoRaiseAndRaiseToBy(t *testing.T) {
 	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || !ok {
 		t.Fatalf("undo: %v %v, want true", ok, err)
 	}
-	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
-		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	// The raiser set back carries the mark of the give-back.
+	want := prev
+	want.GivenBack, want.GivenBackBy = 2, "gz"
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != want {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, want)
 	}
 	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || ok {
 		t.Fatalf("second undo: %v %v, want false", ok, err)
@@ -178,7 +181,9 @@ func TestRaiseToAClassNumberAndBack(t *testing.T) {
 	if ok, err := r.UndoRaise(ctx, 5, 4, "t-gz", prev); err != nil || !ok {
 		t.Fatalf("undo: %v %v", ok, err)
 	}
-	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
-		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	want := prev
+	want.GivenBack, want.GivenBackBy = 4, "gz"
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != want {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, want)
 	}
 }
