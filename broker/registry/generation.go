@@ -519,3 +519,30 @@ func (r *Registry) RaiseGenerationToBy(ctx context.Context, brokerID int, gen ui
 		return gen, by, nil
 	}
 }
+
+// MasterOfGeneration reads the brokerId's generation and whether a master
+// is registered at it: ids/<id>/master exists and was created after the
+// generation node took its value (a promotion raises the generation before
+// it registers, and a master's mirror carries its generation into another
+// site's ensemble before its registration). A master node older than the
+// generation is a superseded master's (or a dead one's, until its session
+// expires), not a master of it.
+func (r *Registry) MasterOfGeneration(ctx context.Context, brokerID int) (uint64, bool, error) {
+	path := r.paths.GenerationPath(brokerID)
+	data, gst, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	gen, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("registry: %s holds %q, not a generation: %w", path, data, err)
+	}
+	ok, mst, err := r.Exists(ctx, r.paths.Broker(brokerID, -1))
+	if err != nil {
+		return gen, false, err
+	}
+	return gen, ok && mst.Czxid > gst.Mzxid, nil
+}
