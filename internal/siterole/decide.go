@@ -160,14 +160,14 @@ func Majority(votes, total int) bool { return 2*votes > total }
 func Candidate(self string, selfPos int64, peers []Peer) string {
 	best, bestPos := self, selfPos
 	for _, p := range peers {
-		if p.Self || p.Role != Slave {
+		if p.Self || p.Site == self || p.Role != Slave {
 			continue
 		}
 		final, _ := PositionFinal(p)
 		switch {
 		case p.Alive && p.Follows: // it has not lost the master
 			continue
-		case !p.Alive && !p.Suspect && final: // gone: DownSiblingAhead's
+		case !p.Alive && !p.Suspect && (final || restarted(p, peers)): // gone: DownSiblingAhead's
 			continue
 		}
 		if p.LogPos > bestPos || (p.LogPos == bestPos && p.Site < best) {
@@ -175,6 +175,19 @@ func Candidate(self string, selfPos int64, peers []Peer) string {
 		}
 	}
 	return best
+}
+
+// restarted reports whether the down bundle p's site has another bundle
+// of the brokerId that gossip has alive or suspect: a restarted bundle
+// gossips under a new member, and the old one lingers, down, until gossip
+// reaps it. The site is judged by the live one.
+func restarted(p Peer, peers []Peer) bool {
+	for _, q := range peers {
+		if q.Site == p.Site && (q.Alive || q.Suspect) {
+			return true
+		}
+	}
+	return false
 }
 
 // SiblingAhead is why this site, having applied the old master's log up to
@@ -185,7 +198,7 @@ func Candidate(self string, selfPos int64, peers []Peer) string {
 // site down with a final position is DownSiblingAhead's.
 func SiblingAhead(self string, applied int64, peers []Peer) string {
 	for _, p := range peers {
-		if p.Self || p.Site == self || p.Role != Slave {
+		if p.Self || p.Site == self || p.Role != Slave || (!p.Alive && !p.Suspect && restarted(p, peers)) {
 			continue
 		}
 		if final, why := PositionFinal(p); !final {

@@ -95,6 +95,8 @@ func TestCandidate(t *testing.T) {
 		{"suspected while following, ahead", 10, []Peer{{Site: "gz", Role: Slave, Suspect: true, Follows: true, DownFor: time.Second, LogPos: 99}}, "gz"},
 		{"declared down while following, behind", 30, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: 2 * time.Second, LogPos: 20}}, "hf"},
 		{"down long enough to be gone", 10, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: SiblingDownFinal, LogPos: 99}}, "hf"},
+		{"restarted, the old member down while following", 10, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: time.Second, LogPos: 99},
+			{Site: "gz", Role: Slave, Alive: true, LogPos: 5}}, "hf"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Candidate("hf", tc.selfPos, tc.peers); got != tc.want {
@@ -145,6 +147,9 @@ func TestSiblingAhead(t *testing.T) {
 		{"declared down while following", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: 2 * time.Second, LogPos: 5}}, "gz, declared down by gossip 2s ago, was last seen following the master"},
 		{"suspected while following", []Peer{{Site: "gz", Role: Slave, Suspect: true, Follows: true, DownFor: time.Second, LogPos: 5}}, "gz, suspected by gossip 1s ago"},
 		{"down long enough to be gone", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: SiblingDownFinal, LogPos: 99}}, ""},
+		// Restarted: the old member lingers down; the live one counts.
+		{"restarted, the old member down while following", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: time.Second, LogPos: 99},
+			{Site: "gz", Role: Slave, Alive: true, LogPos: 5}}, ""},
 		{"suspected and ahead", []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 11}}, "gz applied the master's log up to 11"},
 		{"suspected and behind", []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 9}}, ""},
 	} {
