@@ -303,6 +303,12 @@ type Raiser struct {
 	// (AbandonGeneration); nobody is its master, and the master that
 	// stepped down for it may take mastership back at the next one.
 	Abandoned bool `json:"abandoned,omitempty"`
+	// GivenBack is the generation of a raise given back here (UndoRaise
+	// writes it with the raiser it sets back), GivenBackBy its site: a
+	// master that read that number before the give-back stepped down for
+	// it, and may take mastership back (siterole.ReclaimGivenBack).
+	GivenBack   uint64 `json:"givenBack,omitempty"`
+	GivenBackBy string `json:"givenBackBy,omitempty"`
 }
 
 // AbandonGeneration records that this broker's site gives up its
@@ -357,9 +363,11 @@ func (r *Registry) AbandonGeneration(ctx context.Context, brokerID int, gen uint
 // with the token of its raise when the master's own ensemble had one.
 func (r *Registry) GenerationRaiser(ctx context.Context, brokerID int) (uint64, Raiser, error) {
 	gen, err := r.Generation(ctx, brokerID)
-	if err != nil || gen == 0 {
+	if err != nil {
 		return gen, Raiser{}, err
 	}
+	// Generation 0 has a raiser node only when a raise from 0 was given
+	// back (UndoRaise), which marks it.
 	by, err := r.readRaiser(ctx, brokerID)
 	if errors.Is(err, ErrNoNode) || (err == nil && by.Generation != gen) {
 		return gen, Raiser{}, nil
@@ -397,7 +405,8 @@ func NewRaiseToken() (string, error) {
 // RaiseGenerationFromToAs returns it; gen-1 when prev holds none below
 // gen) and the raiser node to prev (unknown when its Site is
 // empty), in one multi-op checked on both nodes' versions, only while the
-// nodes still hold that raise. It reports false, and changes nothing,
+// nodes still hold that raise; the raiser node set back carries the mark
+// of the give-back (Raiser.GivenBack). It reports false, and changes nothing,
 // when they do not any more (another raise moved them, or the raise did
 // not commit there). A raise to the next number of a site's class may
 // have skipped numbers: setting it back to gen-1 would leave a generation
@@ -425,6 +434,9 @@ func (r *Registry) UndoRaise(ctx context.Context, brokerID int, gen uint64, toke
 	if prev.Generation >= gen {
 		prev = Raiser{Generation: gen - 1}
 	}
+	// The mark of the give-back: nothing else would tell a master that
+	// stepped down for gen that nobody will be its master.
+	prev.GivenBack, prev.GivenBackBy = gen, by.Site
 	pdata, err := json.Marshal(prev)
 	if err != nil {
 		return false, err
@@ -506,4 +518,31 @@ func (r *Registry) RaiseGenerationToBy(ctx context.Context, brokerID int, gen ui
 		}
 		return gen, by, nil
 	}
+}
+
+// MasterOfGeneration reads the brokerId's generation and whether a master
+// is registered at it: ids/<id>/master exists and was created after the
+// generation node took its value (a promotion raises the generation before
+// it registers, and a master's mirror carries its generation into another
+// site's ensemble before its registration). A master node older than the
+// generation is a superseded master's (or a dead one's, until its session
+// expires), not a master of it.
+func (r *Registry) MasterOfGeneration(ctx context.Context, brokerID int) (uint64, bool, error) {
+	path := r.paths.GenerationPath(brokerID)
+	data, gst, err := r.Get(ctx, path)
+	if errors.Is(err, ErrNoNode) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	gen, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("registry: %s holds %q, not a generation: %w", path, data, err)
+	}
+	ok, mst, err := r.Exists(ctx, r.paths.Broker(brokerID, -1))
+	if err != nil {
+		return gen, false, err
+	}
+	return gen, ok && mst.Czxid > gst.Mzxid, nil
 }

@@ -111,8 +111,11 @@ func TestUndoRaiseAndRaiseToBy(t *testing.T) {
 	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || !ok {
 		t.Fatalf("undo: %v %v, want true", ok, err)
 	}
-	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
-		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	// The raiser set back carries the mark of the give-back.
+	want := prev
+	want.GivenBack, want.GivenBackBy = 2, "gz"
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != want {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, want)
 	}
 	if ok, err := r.UndoRaise(ctx, 5, 2, "t-gz", prev); err != nil || ok {
 		t.Fatalf("second undo: %v %v, want false", ok, err)
@@ -178,7 +181,43 @@ func TestRaiseToAClassNumberAndBack(t *testing.T) {
 	if ok, err := r.UndoRaise(ctx, 5, 4, "t-gz", prev); err != nil || !ok {
 		t.Fatalf("undo: %v %v", ok, err)
 	}
-	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != prev {
-		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, prev)
+	want := prev
+	want.GivenBack, want.GivenBackBy = 4, "gz"
+	if g, by, err := r.GenerationRaiser(ctx, 5); err != nil || g != 1 || by != want {
+		t.Fatalf("after the undo: %d by %+v (%v), want 1 by %+v", g, by, err, want)
+	}
+}
+
+// TestMasterOfGeneration: a master node created after the generation took
+// its value is a master of it; one older than the raise is not.
+func TestMasterOfGeneration(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	r := newRegistry(t, testOptions(t, root))
+	ctx := context.Background()
+	if g, ok, err := r.MasterOfGeneration(ctx, 7); err != nil || g != 0 || ok {
+		t.Fatalf("nothing yet: %d %v %v", g, ok, err)
+	}
+	if _, err := r.RaiseGenerationFromAs(ctx, 7, 0, Raiser{Site: "gz", Token: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok, err := r.MasterOfGeneration(ctx, 7); err != nil || g != 1 || ok {
+		t.Fatalf("raised, no master: %d %v %v", g, ok, err)
+	}
+	master := r.Paths().Broker(7, -1)
+	if err := r.EnsurePath(ctx, r.Paths().BrokerID(7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateEphemeral(ctx, master, []byte("meta://x")); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok, err := r.MasterOfGeneration(ctx, 7); err != nil || g != 1 || !ok {
+		t.Fatalf("registered after the raise: %d %v %v, want 1 true", g, ok, err)
+	}
+	if _, err := r.RaiseGenerationFromAs(ctx, 7, 1, Raiser{Site: "hf", Token: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok, err := r.MasterOfGeneration(ctx, 7); err != nil || g != 2 || ok {
+		t.Fatalf("a master node older than the raise: %d %v %v, want 2 false", g, ok, err)
 	}
 }

@@ -23,13 +23,15 @@ type Stat struct {
 	// Czxid is the ZooKeeper transaction that created the node (creations
 	// in one ensemble are ordered by it).
 	Czxid int64
+	// Mzxid is the ZooKeeper transaction that last changed its data.
+	Mzxid int64
 }
 
 func toStat(s *zk.Stat) Stat {
 	if s == nil {
 		return Stat{}
 	}
-	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren, Cversion: s.Cversion, Czxid: s.Czxid}
+	return Stat{EphemeralOwner: s.EphemeralOwner, Version: s.Version, NumChildren: s.NumChildren, Cversion: s.Cversion, Czxid: s.Czxid, Mzxid: s.Mzxid}
 }
 
 // Watch fires once: it is closed when the watched node or its children

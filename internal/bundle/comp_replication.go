@@ -238,7 +238,7 @@ func (c *shipperComponent) publish(ctx context.Context) error {
 	if c.guard != nil {
 		timeout = c.guard.readTimeout()
 	}
-	reads := c.b.generationReads(ctx, gen, c.gen, timeout)
+	reads := c.b.generationReads(ctx, gen, true, c.gen, timeout)
 	for _, g := range reads {
 		gen = max(gen, g)
 	}

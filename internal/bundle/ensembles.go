@@ -171,10 +171,17 @@ func (b *Bundle) otherGenerations(ctx context.Context) (uint64, string) {
 // ensembles answered (the reads still out get lateReadGrace, then are
 // cancelled), so that stalled ensembles do not hold up a confirmation that
 // an answering majority gives.
-func (b *Bundle) generationReads(ctx context.Context, own, held uint64, readTimeout time.Duration) map[string]uint64 {
+//
+// ownRead false: this site's ensemble could not be read; the round reads
+// the others (a newer generation there makes the master step down) and
+// has nothing for this site's ensemble (it confirms nothing).
+func (b *Bundle) generationReads(ctx context.Context, own uint64, ownRead bool, held uint64, readTimeout time.Duration) map[string]uint64 {
 	site := b.Config().Site.Name
-	reads := map[string]uint64{site: own}
-	if b.Registry != nil {
+	reads := map[string]uint64{}
+	if ownRead {
+		reads[site] = own
+	}
+	if b.Registry != nil && ownRead {
 		ownKey := ensembleKey(b.Registry.Connect(), b.Registry.Paths().Root)
 		for site, k := range b.siteEnsembleKeys() {
 			if k == ownKey {

@@ -134,24 +134,34 @@ func (b *Bundle) watchGeneration(ctx context.Context, s *georeplicator.Shipper, 
 	defer t.Stop()
 	for {
 		readStart := time.Now()
-		gen, err := b.Registry.Generation(ctx, b.Config().System.BrokerID)
+		// Bounded as the other sites' reads are: a stalled ensemble (its
+		// session connected, no answers) must not hold the round up to
+		// the session's timeout, nor keep the other ensembles unread.
+		rctx, cancel := context.WithTimeout(ctx, g.readTimeout())
+		gen, err := b.Registry.Generation(rctx, b.Config().System.BrokerID)
+		cancel()
 		g.observe(len(s.Lag()), gen, b.Config().Replication.FenceSites, len(b.Config().Replication.Sites))
-		if err == nil {
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err, "bound", g.readTimeout())
+		}
+		if ctx.Err() == nil {
 			// With one ensemble per site this site's may have missed a
 			// promotion elsewhere; the other sites' ensembles this bundle
-			// reaches are read too before a confirmation.
-			reads := b.generationReads(ctx, gen, held, g.readTimeout())
+			// reaches are read too before a confirmation, and also when
+			// this site's could not be read: a newer generation there
+			// makes this master step down (it confirms nothing then).
+			reads := b.generationReads(ctx, gen, err == nil, held, g.readTimeout())
 			for site, other := range reads {
 				if other > gen {
 					s.ObserveGeneration(other, "site "+site+"'s ZooKeeper")
 				}
 			}
-			s.ObserveGeneration(gen, "ZooKeeper")
-			if !s.Fence().SteppedDown {
-				b.confirmGeneration(g, held, reads, readStart)
+			if err == nil {
+				s.ObserveGeneration(gen, "ZooKeeper")
+				if !s.Fence().SteppedDown {
+					b.confirmGeneration(g, held, reads, readStart)
+				}
 			}
-		} else if ctx.Err() == nil {
-			b.log.Warn("FAILOVER: reading the generation from ZooKeeper failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -243,6 +253,12 @@ type PromoteOptions struct {
 	// (reclaimAbandoned); the generation is raised from ReclaimFrom only
 	// (as without Force), the other checks are skipped (as with Force).
 	ReclaimFrom uint64
+	// Reclaim: this is a reclaim (ReclaimFrom, which may be 0, is the
+	// generation raised from). ReclaimAbove: the raise goes above this
+	// generation (a number given back: siterole.ReclaimGivenBack), not
+	// merely to ReclaimFrom+1.
+	Reclaim      bool
+	ReclaimAbove uint64
 }
 
 // PromoteWith is Promote with its options. Without Force, a master node
@@ -282,7 +298,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	// replication address: its master's silence counts from when it began
 	// waiting (linkStatus), as any slave's that never heard from a master.
 	st, ok := rc.linkStatus()
-	if !ok && o.ReclaimFrom == 0 {
+	if !ok && !o.Reclaim {
 		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
 	}
 	var fenceSession int64 // a dead master's session whose master node this promotion takes
@@ -320,13 +336,13 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	// site was promoted meanwhile, this one keeps following (and finds the
 	// new master) instead of having stopped for nothing.
 	known := id.Generation()
-	if o.ReclaimFrom > 0 {
+	if o.Reclaim {
 		known = o.ReclaimFrom
 	}
 	if o.Auto {
 		known = b.autoRaiseFrom(ctx, known)
 	}
-	gen, err := b.nextGeneration(ctx, known, force && o.ReclaimFrom == 0)
+	gen, err := b.nextGeneration(ctx, known, max(known, o.ReclaimAbove), force && !o.Reclaim)
 	var unknown *registry.RaiseUnknownError
 	if errors.As(err, &unknown) && !b.closing.Load() {
 		// The raise's answer was lost and ZooKeeper did not let it be read
@@ -414,9 +430,13 @@ func (b *Bundle) awaitNewGeneration(ctx context.Context, want uint64, bound time
 // (forcedRaise): it never takes a number it can see taken. A raise that
 // cannot write every [replication] sites site's ensemble takes the next
 // number of its site's class (genquorum.go).
-func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (uint64, error) {
+//
+// above (at least known) is the generation the raise goes above: known, or
+// a number given back that a reclaim must not take again.
+func (b *Bundle) nextGeneration(ctx context.Context, known, above uint64, force bool) (uint64, error) {
+	above = max(above, known)
 	if b.Registry == nil {
-		return known + 1, nil
+		return above + 1, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, raiseTimeout)
 	defer cancel()
@@ -428,14 +448,14 @@ func (b *Bundle) nextGeneration(ctx context.Context, known uint64, force bool) (
 		gen, err = b.forcedRaise(ctx, ens, known)
 	case total > 1:
 		// One ensemble per site: a majority of them decides (genquorum.go).
-		gen, err = b.quorumRaise(ctx, total, ens, known)
+		gen, err = b.quorumRaise(ctx, total, ens, known, above)
 	default:
 		// One ensemble known. When it is not shown to be every listed
 		// site's (gossip and the record name no other), the class rule
 		// applies as for a raise that cannot reach them all.
-		gen = known + 1
+		gen = above + 1
 		if covered, _ := b.reachesListedSites(ens); !covered {
-			gen = b.raiseTarget(known+1, false, true)
+			gen = b.raiseTarget(above+1, false, true)
 		}
 		var token string
 		if token, err = registry.NewRaiseToken(); err == nil {
@@ -1297,6 +1317,7 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 // one's included (Self).
 func gossipPeers(t *topology.Topology, brokerID int) []siterole.Peer {
 	var out []siterole.Peer
+	now := time.Now()
 	for _, m := range t.Members() {
 		if m.Meta.BrokerID != brokerID {
 			continue
@@ -1305,6 +1326,9 @@ func gossipPeers(t *topology.Topology, brokerID int) []siterole.Peer {
 			Suspect: m.State == topology.StateSuspect, Generation: m.Meta.Generation, Follows: m.Meta.Health.ReplicationOK, LogPos: m.Meta.LogPos}
 		if m.Meta.Role == topology.RoleSlave {
 			p.Role = siterole.Slave
+		}
+		if m.State != topology.StateAlive && !m.Since.IsZero() {
+			p.DownFor = now.Sub(m.Since)
 		}
 		out = append(out, p)
 	}

@@ -170,16 +170,20 @@ type raiseResult struct {
 // the next number of its site's class; a raise that won a majority at
 // known+1 but not every listed site's ensemble (a write failed) gives it
 // back and tries its class's number once.
-func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble, known uint64) (uint64, error) {
+//
+// above (at least known) is the generation the raise goes above (a reclaim
+// of a number given back must not take it again): known+1 is then above+1.
+func (b *Bundle) quorumRaise(ctx context.Context, total int, ens []raiseEnsemble, known, above uint64) (uint64, error) {
 	covered, missing := b.reachesListedSites(ens)
-	gen := b.raiseTarget(known+1, covered, false)
-	if gen != known+1 {
+	above = max(above, known)
+	gen := b.raiseTarget(above+1, covered, false)
+	if gen != above+1 {
 		b.log.Info("FAILOVER: this raise cannot write every site's ZooKeeper ensemble; it takes the next generation of this site's class",
 			"generation", gen, "from", known, "notReached", strings.Join(missing, ","))
 	}
 	gen, reclass, err := b.quorumAttempt(ctx, total, ens, known, gen, covered)
 	if reclass {
-		gen, _, err = b.quorumAttempt(ctx, total, ens, known, b.raiseTarget(known+1, covered, true), covered)
+		gen, _, err = b.quorumAttempt(ctx, total, ens, known, b.raiseTarget(above+1, covered, true), covered)
 	}
 	return gen, err
 }

@@ -99,3 +99,68 @@ func waitConfirmed(t testing.TB, b *Bundle) {
 		return nil
 	})
 }
+
+// TestPerSiteZKMasterTakesBackAGivenBackRaise: the master read a raise
+// of the generation in its own ensemble and stepped down for it, then the
+// raise was given back (a forced raise's reclass branch). Nothing else
+// would ever be master of that number: the give-back marks it in the
+// raiser node, and the master that stepped down takes mastership back at
+// once, at a number above it. Automatic failover is off here, so on the
+// code before no site was master again.
+func TestPerSiteZKMasterTakesBackAGivenBackRaise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, sessionTimeout: 30 * time.Second, probeInterval: 500 * time.Millisecond})
+	stop := s.watchMasters()
+	defer stop()
+	bj := s.site("bj")
+	waitConfirmed(t, bj)
+	brokerID := bj.Config().System.BrokerID
+	known := bj.Role().Generation
+	s.produce("bj", "orders", 5)
+	regs := s.ensembleClients()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	token, err := registry.NewRaiseToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := known + 1
+	prev, err := regs["bj"].RaiseGenerationFromToAs(ctx, brokerID, known, gen, registry.Raiser{Generation: gen, Site: "gz", Token: token})
+	if err != nil {
+		t.Fatalf("raise generation %d in bj's ensemble: %v", gen, err)
+	}
+	s.steppedDown("bj")
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		id := bj.failover.openedIdentity()
+		if id == nil || followedGeneration(id) != gen {
+			return fmt.Errorf("bj's role does not follow generation %d yet", gen)
+		}
+		return nil
+	})
+	undone, err := regs["bj"].UndoRaise(ctx, brokerID, gen, token, prev)
+	if err != nil || !undone {
+		t.Fatalf("give back generation %d in bj's ensemble: undone %v, %v", gen, undone, err)
+	}
+	givenBack := time.Now()
+
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if r := bj.Role(); !r.IsMaster() || r.SteppedDown || r.Generation <= gen {
+			return fmt.Errorf("bj is %v %v after generation %d was given back; want master of a newer one",
+				r, time.Since(givenBack).Round(time.Millisecond), gen)
+		}
+		return nil
+	})
+	t.Logf("bj is master of generation %d %v after the give-back", bj.Role().Generation, time.Since(givenBack).Round(time.Millisecond))
+	for _, n := range []string{"hf", "gz"} {
+		if r := s.site(n).Role(); r.IsMaster() {
+			t.Errorf("%s is %v, want a slave", n, r)
+		}
+	}
+	s.produce("bj", "orders", 5)
+	if c := s.converged("orders"); c != "bj" {
+		t.Fatalf("converged on %s, want bj", c)
+	}
+}

@@ -704,7 +704,7 @@ func (b *Bundle) sharedGenFacts(ctx context.Context, p *promotion) siterole.Shar
 	// Only a forced raise, which needs no majority, can share its number
 	// with another raise; a raise that won a majority of the ensembles
 	// owns it even where a loser's undo failed and still names the loser.
-	if b.Registry == nil || p.unconfirmed != "" || !p.o.Force || p.o.ReclaimFrom != 0 {
+	if b.Registry == nil || p.unconfirmed != "" || !p.o.Force || p.o.Reclaim {
 		return f
 	}
 	_, ens := b.raiseEnsembles()
@@ -749,7 +749,7 @@ func (b *Bundle) yieldGeneration(ctx context.Context, p *promotion, why string) 
 // shipper started at it stops, and the finisher completes the promotion
 // at the new number (with the ends it first recorded).
 func (b *Bundle) raiseAgain(ctx context.Context, p *promotion, why string) error {
-	gen, err := b.nextGeneration(ctx, p.gen, true)
+	gen, err := b.nextGeneration(ctx, p.gen, p.gen, true)
 	if err != nil {
 		return err
 	}

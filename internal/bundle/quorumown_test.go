@@ -72,7 +72,7 @@ func TestPerSiteZKQuorumRaiseWritesNoOtherEnsembleWithoutItsOwn(t *testing.T) {
 	// gz's own ensemble stops answering it: its raise cannot win there.
 	s.stallEnsembleFrom("gz", "gz")
 	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
-	gen, err := gz.quorumRaise(rctx, total, ens, known)
+	gen, err := gz.quorumRaise(rctx, total, ens, known, known)
 	rcancel()
 	s.unstallEnsembles()
 	stopWatch()

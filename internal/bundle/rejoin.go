@@ -203,15 +203,83 @@ func (b *Bundle) reclaimAbandoned(ctx context.Context) {
 	}
 	by, ok := b.abandonedRaise(ctx, b.Config().System.BrokerID, cur.Generation)
 	if !ok || by.Site == b.Config().Site.Name {
+		b.reclaimGivenBack(ctx, cur.Generation)
 		return
 	}
 	gen := cur.Generation
 	b.log.Warn("FAILOVER: the promotion this master stepped down for was given up by its site; taking mastership back",
 		"abandoned", gen, "by", by.Site)
-	rep, err := b.PromoteWith(ctx, PromoteOptions{Force: true, ReclaimFrom: gen})
+	rep, err := b.PromoteWith(ctx, PromoteOptions{Force: true, Reclaim: true, ReclaimFrom: gen})
 	if err != nil {
 		b.log.Error("FAILOVER: taking mastership back after an abandoned promotion failed", "abandoned", gen, "err", err)
 		return
 	}
 	b.log.Warn("FAILOVER: master again after the promotion it stepped down for was given up", "generation", rep.Generation, "abandoned", gen, "by", by.Site)
+}
+
+// reclaimGivenBack makes this former master, which stepped down for
+// generation gen, master again when the raise of gen was given back
+// (registry.UndoRaise marks it; siterole.ReclaimGivenBack): every
+// ensemble holds less, and nobody will be master of gen. The raise goes
+// from the newest generation the ensembles hold to a number above gen,
+// by the majority rule of a promotion that is not forced.
+func (b *Bundle) reclaimGivenBack(ctx context.Context, gen uint64) {
+	// The rule needs every ensemble to hold less; this site's own is read
+	// first, so that a slave waiting for the master of a generation that
+	// stands (the common case) reads nothing else every tick.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	own, err := b.Registry.Generation(rctx, b.Config().System.BrokerID)
+	cancel()
+	if err != nil || own >= gen {
+		return
+	}
+	f := b.givenBackFacts(ctx, gen)
+	ok, from, why := siterole.ReclaimGivenBack(f)
+	if !ok {
+		return
+	}
+	b.log.Warn("FAILOVER: the raise this master stepped down for was given back; taking mastership back", "givenBack", gen, "from", from, "why", why)
+	rep, err := b.PromoteWith(ctx, PromoteOptions{Force: true, Reclaim: true, ReclaimFrom: from, ReclaimAbove: gen})
+	if err != nil {
+		b.log.Error("FAILOVER: taking mastership back after a given-back raise failed", "givenBack", gen, "err", err)
+		return
+	}
+	b.log.Warn("FAILOVER: master again after the raise it stepped down for was given back", "generation", rep.Generation, "givenBack", gen)
+}
+
+// givenBackFacts is what siterole.ReclaimGivenBack knows here about
+// generation gen: the generation and the give-back mark in this site's
+// ensemble and in every other ensemble this bundle holds a session to,
+// whether those are all the deployment's, and a master of gen or newer in
+// gossip.
+func (b *Bundle) givenBackFacts(ctx context.Context, gen uint64) siterole.GivenBackFacts {
+	f := siterole.GivenBackFacts{Generation: gen}
+	id := b.Config().System.BrokerID
+	total, ens := b.raiseEnsembles()
+	covered, _ := b.reachesListedSites(ens)
+	read := 0
+	for _, e := range ens {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, by, err := e.reg.GenerationRaiser(rctx, id)
+		cancel()
+		if err != nil {
+			continue
+		}
+		read++
+		eg := siterole.EnsembleGen{Site: e.site, Generation: g, GivenBack: by.GivenBack}
+		if e.reg == b.Registry {
+			f.Own, f.OwnRead = eg, true
+		} else {
+			f.Others = append(f.Others, eg)
+		}
+	}
+	f.Complete = covered && read == len(ens) && len(ens) >= total
+	if tc := compOf[*topologyComponent](b); tc != nil && tc.Topology() != nil {
+		for _, p := range gossipPeers(tc.Topology(), id) {
+			if !p.Self && p.Role == siterole.Master && (p.Alive || p.Suspect) && p.Generation >= gen {
+				f.MasterOf = p.Site
+			}
+		}
+	}
+	return f
 }

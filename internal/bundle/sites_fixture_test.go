@@ -88,6 +88,9 @@ type sites struct {
 	zkStall map[[2]string]bool
 	// replConns: each site's replication connections (replDialer).
 	replConns map[string][]net.Conn
+	// replCut: pairs of sites (gossipPair) whose replication links are
+	// refused (cutReplication), whichever of the two is master.
+	replCut map[[2]string]bool
 	// gossipAddr: each started site's gossip address; gossipCut: pairs of
 	// sites whose gossip is cut (cutGossip), by gossipPair.
 	gossipAddr map[string]string
@@ -109,7 +112,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 	}
 	s := &sites{t: t, spec: spec, dir: t.TempDir(), zks: map[string]string{}, specs: map[string]siteSpec{},
 		taps: map[string]*zktest.Tap{}, links: map[string]*netproxy.Proxy{}, b: map[string]*Bundle{}, acked: map[string][]string{},
-		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkStall: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{},
+		zkCut: map[string]bool{}, zkCutFrom: map[[2]string]bool{}, zkStall: map[[2]string]bool{}, zkConns: map[string][]zkConn{}, replConns: map[string][]net.Conn{}, replCut: map[[2]string]bool{},
 		gossipAddr: map[string]string{}, gossipCut: map[[2]string]bool{}}
 	for i, name := range spec.sites {
 		s.zks[name] = zk
@@ -230,6 +233,9 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 // to a master), which records them for dropReplication.
 func (s *sites) replDialer(name string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if other := s.replCutTo(name, addr); other != "" {
+			return nil, fmt.Errorf("sites: %s's replication link to %s (%s) is cut", name, other, addr)
+		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -240,6 +246,44 @@ func (s *sites) replDialer(name string) func(ctx context.Context, network, addr 
 		s.mu.Unlock()
 		return c, nil
 	}
+}
+
+// replCutTo is the site cut from name (cutReplication) whose MetaQ port
+// (the replication stream's, as the fixture runs it) addr names, "" when
+// none is.
+func (s *sites) replCutTo(name, addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for other, b := range s.b {
+		if b == nil || other == name || !s.replCut[gossipPair(name, other)] {
+			continue
+		}
+		if _, p, err := net.SplitHostPort(b.Broker.Addr().String()); err == nil && p == port {
+			return other
+		}
+	}
+	return ""
+}
+
+// cutReplication refuses the replication links between sites a and b,
+// either way, and drops both sites' open ones (they reconnect to a master
+// they are not cut from); healReplication lets them through again.
+func (s *sites) cutReplication(a, b string) {
+	s.mu.Lock()
+	s.replCut[gossipPair(a, b)] = true
+	s.mu.Unlock()
+	s.dropReplication(a)
+	s.dropReplication(b)
+}
+
+func (s *sites) healReplication(a, b string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.replCut, gossipPair(a, b))
 }
 
 // dropReplication closes site name's open replication connections: its

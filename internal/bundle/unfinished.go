@@ -15,11 +15,13 @@ import (
 // it follows) or this site's own recorded slave role follows, a site
 // gossip has as master of the newer of the two or of a newer one, and how
 // long this bundle has seen that newest generation with no master of it
-// (unfinishedSince).
+// (unfinishedSince), in gossip or registered in an ensemble this bundle
+// reads (registeredMaster).
 func (b *Bundle) unfinishedFacts(ctx context.Context, known uint64) siterole.UnfinishedFacts {
 	f := b.unfinishedGossip(ctx, known)
+	f.Registered = b.registeredMaster(ctx, f)
 	newest, _ := f.Newest()
-	f.SeenFor = b.unfinishedSeen.observe(newest, f.MasterOfSeen == "", time.Now())
+	f.SeenFor = b.unfinishedSeen.observe(newest, f.Masterless(), time.Now())
 	return f
 }
 
@@ -77,4 +79,26 @@ func (u *unfinishedSince) observe(gen uint64, masterless bool, now time.Time) ti
 		u.gen, u.since = gen, now
 	}
 	return now.Sub(u.since)
+}
+
+// registeredMaster is the site whose ensemble (this site's own, or one
+// this bundle holds a session to) has a master registered at f's newest
+// generation or a newer one (registry.MasterOfGeneration), "" when none
+// does or gossip already names a master of it. Each ensemble is read for
+// at most 2 s.
+func (b *Bundle) registeredMaster(ctx context.Context, f siterole.UnfinishedFacts) string {
+	newest, _ := f.Newest()
+	if b.Registry == nil || f.MasterOfSeen != "" || newest <= f.Known {
+		return ""
+	}
+	_, ens := b.raiseEnsembles()
+	for _, e := range ens {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		g, ok, err := e.reg.MasterOfGeneration(rctx, b.Config().System.BrokerID)
+		cancel()
+		if err == nil && ok && g >= newest {
+			return e.site
+		}
+	}
+	return ""
 }

@@ -21,6 +21,43 @@ type Peer struct {
 	Follows bool
 	// LogPos is the master log position a slave applied.
 	LogPos int64
+	// DownFor is how long gossip has had it suspect or down (0 while
+	// alive): a bundle declared down under load may well be alive, and
+	// its last gossiped facts (Follows, LogPos) are then all there is.
+	DownFor time.Duration
+}
+
+// SiblingDownFinal is how long a slave site gossip declared down (or
+// suspects) must have been so before its last gossiped position counts as
+// final although it was last seen following the master: until then it may
+// be alive and still applying the master's log (a false "down" on a loaded
+// machine), and a promotion of another site could drop what it holds. A
+// site down that long is gone (gossip reaps dead members after about as
+// long) and DownSiblingAhead judges it by its last position.
+const SiblingDownFinal = 30 * time.Second
+
+// PositionFinal reports whether the slave site p's log position is final
+// (it applies nothing more of the old master's log), and why not: an alive
+// site that still follows the master is not; nor is one suspected or
+// declared down whose last gossip said it followed, until it has been so
+// for SiblingDownFinal (gossip cannot tell a loaded site from a dead one,
+// and a site still following may be applying more than it last said).
+func PositionFinal(p Peer) (bool, string) {
+	if !p.Follows {
+		return true, ""
+	}
+	if p.Alive {
+		return false, fmt.Sprintf("slave site %s still follows the master (its position is not final)", p.Site)
+	}
+	state := "declared down"
+	if p.Suspect {
+		state = "suspected"
+	}
+	if p.DownFor < SiblingDownFinal {
+		return false, fmt.Sprintf("slave site %s, %s by gossip %v ago, was last seen following the master: it may still be applying its log "+
+			"(a false down under load), its position %d is not final", p.Site, state, p.DownFor.Round(time.Millisecond), p.LogPos)
+	}
+	return true, ""
 }
 
 // ZooKeeperFact is what this site's ZooKeeper says about the brokerId's
@@ -117,11 +154,20 @@ func Majority(votes, total int) bool { return 2*votes > total }
 // only suspected, the one with the highest log position, ties to the
 // lowest site name. A suspected sibling still counts: treating it as gone
 // would let two sites each decide they are the candidate, and promote the
-// one that is behind.
+// one that is behind. So does one suspected or declared down whose
+// position is not final (PositionFinal: last seen following the master,
+// not down for long): it may be alive and ahead.
 func Candidate(self string, selfPos int64, peers []Peer) string {
 	best, bestPos := self, selfPos
 	for _, p := range peers {
-		if p.Self || p.Role != Slave || !(p.Alive || p.Suspect) || p.Follows {
+		if p.Self || p.Site == self || p.Role != Slave {
+			continue
+		}
+		final, _ := PositionFinal(p)
+		switch {
+		case p.Alive && p.Follows: // it has not lost the master
+			continue
+		case !p.Alive && !p.Suspect && (final || restarted(p, peers)): // gone: DownSiblingAhead's
 			continue
 		}
 		if p.LogPos > bestPos || (p.LogPos == bestPos && p.Site < best) {
@@ -131,19 +177,34 @@ func Candidate(self string, selfPos int64, peers []Peer) string {
 	return best
 }
 
+// restarted reports whether the down bundle p's site has another bundle
+// of the brokerId that gossip has alive or suspect: a restarted bundle
+// gossips under a new member, and the old one lingers, down, until gossip
+// reaps it. The site is judged by the live one.
+func restarted(p Peer, peers []Peer) bool {
+	for _, q := range peers {
+		if q.Site == p.Site && (q.Alive || q.Suspect) {
+			return true
+		}
+	}
+	return false
+}
+
 // SiblingAhead is why this site, having applied the old master's log up to
-// applied, is not the one to promote: an alive slave site that applied
-// more after losing the master, or one that still follows the master (its
-// position is not final). "" when none is.
+// applied, is not the one to promote: an alive or suspected slave site that
+// applied more after losing the master, or one whose position is not final
+// (PositionFinal: it still follows the master, or gossip declared it down
+// or suspects it while it was last seen following). "" when none is. A
+// site down with a final position is DownSiblingAhead's.
 func SiblingAhead(self string, applied int64, peers []Peer) string {
 	for _, p := range peers {
-		if p.Self || p.Site == self || p.Role != Slave || !p.Alive {
+		if p.Self || p.Site == self || p.Role != Slave || (!p.Alive && !p.Suspect && restarted(p, peers)) {
 			continue
 		}
-		switch {
-		case p.Follows:
-			return fmt.Sprintf("slave site %s still follows the master (its position is not final)", p.Site)
-		case p.LogPos > applied:
+		if final, why := PositionFinal(p); !final {
+			return why
+		}
+		if (p.Alive || p.Suspect) && p.LogPos > applied {
 			return fmt.Sprintf("slave site %s applied the master's log up to %d, this site up to %d", p.Site, p.LogPos, applied)
 		}
 	}

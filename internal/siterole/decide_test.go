@@ -89,10 +89,41 @@ func TestCandidate(t *testing.T) {
 		{"suspected sibling behind", 30, []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 20}}, "hf"},
 		{"sibling that still follows ignored", 10, []Peer{{Site: "gz", Role: Slave, Alive: true, Follows: true, LogPos: 99}}, "hf"},
 		{"masters ignored", 10, []Peer{{Site: "bj", Role: Master, Alive: true, LogPos: 99}}, "hf"},
+		// A false "down" under load: gz was last seen following the
+		// master and may be alive and ahead; its position is not final.
+		{"declared down while following, ahead", 10, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: 2 * time.Second, LogPos: 99}}, "gz"},
+		{"suspected while following, ahead", 10, []Peer{{Site: "gz", Role: Slave, Suspect: true, Follows: true, DownFor: time.Second, LogPos: 99}}, "gz"},
+		{"declared down while following, behind", 30, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: 2 * time.Second, LogPos: 20}}, "hf"},
+		{"down long enough to be gone", 10, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: SiblingDownFinal, LogPos: 99}}, "hf"},
+		{"restarted, the old member down while following", 10, []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: time.Second, LogPos: 99},
+			{Site: "gz", Role: Slave, Alive: true, LogPos: 5}}, "hf"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Candidate("hf", tc.selfPos, tc.peers); got != tc.want {
 				t.Fatalf("Candidate = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPositionFinal(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		p     Peer
+		final bool
+		why   string
+	}{
+		{"lost the master", Peer{Site: "gz", Role: Slave, Alive: true}, true, ""},
+		{"follows", Peer{Site: "gz", Role: Slave, Alive: true, Follows: true}, false, "still follows"},
+		{"down, lost the master first", Peer{Site: "gz", Role: Slave, DownFor: time.Second}, true, ""},
+		{"down while following", Peer{Site: "gz", Role: Slave, Follows: true, DownFor: time.Second}, false, "declared down by gossip 1s ago"},
+		{"suspected while following", Peer{Site: "gz", Role: Slave, Suspect: true, Follows: true}, false, "suspected by gossip"},
+		{"down while following, gone by now", Peer{Site: "gz", Role: Slave, Follows: true, DownFor: SiblingDownFinal}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			final, why := PositionFinal(tc.p)
+			if final != tc.final || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
+				t.Fatalf("PositionFinal = %v, %q; want %v, %q", final, why, tc.final, tc.why)
 			}
 		})
 	}
@@ -111,6 +142,16 @@ func TestSiblingAhead(t *testing.T) {
 		{"still follows", []Peer{{Site: "gz", Role: Slave, Alive: true, Follows: true}}, "gz still follows"},
 		{"dead", []Peer{{Site: "gz", Role: Slave, LogPos: 99}}, ""},
 		{"self", []Peer{{Site: "hf", Self: true, Role: Slave, Alive: true, LogPos: 99}}, ""},
+		// Declared down or suspected while it followed the master: its
+		// last gossiped position is not final, behind or not.
+		{"declared down while following", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: 2 * time.Second, LogPos: 5}}, "gz, declared down by gossip 2s ago, was last seen following the master"},
+		{"suspected while following", []Peer{{Site: "gz", Role: Slave, Suspect: true, Follows: true, DownFor: time.Second, LogPos: 5}}, "gz, suspected by gossip 1s ago"},
+		{"down long enough to be gone", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: SiblingDownFinal, LogPos: 99}}, ""},
+		// Restarted: the old member lingers down; the live one counts.
+		{"restarted, the old member down while following", []Peer{{Site: "gz", Role: Slave, Follows: true, DownFor: time.Second, LogPos: 99},
+			{Site: "gz", Role: Slave, Alive: true, LogPos: 5}}, ""},
+		{"suspected and ahead", []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 11}}, "gz applied the master's log up to 11"},
+		{"suspected and behind", []Peer{{Site: "gz", Role: Slave, Suspect: true, LogPos: 9}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := SiblingAhead("hf", 10, tc.peers)

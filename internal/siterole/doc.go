@@ -10,8 +10,10 @@
 //
 // The decisions a failover takes (is the master lost, which slave site is
 // the candidate, may this master acknowledge) are pure functions of
-// observed facts in decide.go, with no I/O, so that they can be tested
-// table by table.
+// observed facts in decide.go (unfinished.go: a generation nobody will be
+// master of; givenback.go: a master taking back mastership after the raise
+// it stepped down for was given back), with no I/O, so that they can be
+// tested table by table.
 //
 // Locks: Machine.mu is a leaf. Nothing is called while it is held.
 package siterole

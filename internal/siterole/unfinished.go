@@ -21,6 +21,14 @@ type UnfinishedFacts struct {
 	// MasterOfSeen is a site gossip has as master (alive or only
 	// suspect) of Seen or a newer generation, "" when none.
 	MasterOfSeen string
+	// Registered is a site whose ZooKeeper ensemble, read by this site,
+	// has a master registered at Newest or a newer generation (its master
+	// node was created after the generation took its value: a master's
+	// mirror carries its registration into the ensembles it reaches), ""
+	// when none. Gossip may not show that master (a partition between two
+	// slave sites after the master was lost): the generation is finished
+	// all the same.
+	Registered string
 	// SeenFor is how long this site has seen the newest generation
 	// (Newest) with no master of it in gossip.
 	SeenFor time.Duration
@@ -73,9 +81,16 @@ func (f UnfinishedFacts) Newest() (uint64, string) {
 // site followed was left unfinished: seen in an ensemble this site
 // reaches or followed by another site in gossip (wherever it is seen),
 // with no site master of it in gossip (MasterOfSeen names a master of
-// Newest or a newer one), for at least UnfinishedAfter.
+// Newest or a newer one) and no master registered at it in an ensemble
+// this site reads (Registered), for at least UnfinishedAfter.
 // DeadMasterFacts.Unfinished is this.
 func LeftUnfinished(f UnfinishedFacts) bool {
 	seen, _ := f.Newest()
-	return seen > f.Known && f.MasterOfSeen == "" && f.SeenFor >= UnfinishedAfter
+	return seen > f.Known && f.Masterless() && f.SeenFor >= UnfinishedAfter
+}
+
+// Masterless reports whether f knows no master of its newest generation
+// (or a newer one): none in gossip, none registered in an ensemble read.
+func (f UnfinishedFacts) Masterless() bool {
+	return f.MasterOfSeen == "" && f.Registered == ""
 }

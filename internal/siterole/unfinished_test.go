@@ -31,6 +31,11 @@ func TestAutoRaiseFrom(t *testing.T) {
 		// be a promotion in progress: the raise is from the generation
 		// this site followed, and loses the compare-and-set to it.
 		{"newer, no master, just raised", UnfinishedFacts{Known: 4, Seen: 6, SeenAt: "site gz's ZooKeeper", SeenFor: 40 * time.Millisecond}, 4, ""},
+		// Soak finding 22, left over: hf and gz partitioned after the
+		// master was lost; gz won generation 6 in its own and bj's
+		// ensembles and registered there, hf (gz down in its gossip) reads
+		// 6 in bj's ensemble. gz's registration there says 6 is finished.
+		{"newer, no master in gossip, registered in an ensemble", UnfinishedFacts{Known: 4, Seen: 6, SeenAt: "site bj's ZooKeeper", Registered: "bj", SeenFor: time.Minute}, 4, ""},
 		{"newer, no master, seen a moment less than the bound", UnfinishedFacts{Known: 4, Seen: 6, SeenAt: "site gz's ZooKeeper", SeenFor: UnfinishedAfter - time.Millisecond}, 4, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
