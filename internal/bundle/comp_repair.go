@@ -64,10 +64,13 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Unlock()
 	c.log = b.log.With("component", "repair")
 	ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// Read once, here: tests set them around a bundle's life, and the loop
+	// must not read them while a test restores them.
+	interval, poll := repairInterval, min(repairPoll, repairInterval)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTicker(min(repairPoll, repairInterval))
+		t := time.NewTicker(poll)
 		defer t.Stop()
 		var (
 			tried []store.Damage // the damage the last attempt saw
@@ -88,9 +91,9 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 				case siterole.Slave:
 					asked = c.attemptFromMaster(ctx)
 				}
-				tried, last, again = d, time.Now(), repairInterval
+				tried, last, again = d, time.Now(), interval
 				if !asked {
-					again = min(repairPoll, repairInterval)
+					again = poll
 				}
 			}
 			select {
