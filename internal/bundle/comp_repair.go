@@ -17,9 +17,12 @@ import (
 	"metaq/topology"
 )
 
-// repairInterval is how often a degraded site looks for a replica to
-// repair its damaged ranges from; repairPoll how often it looks for damage
-// it has not tried to repair yet.
+// repairInterval is how often a degraded site asks replicas again for
+// damaged ranges they did not give; repairPoll how often it looks for
+// damage it has not tried to repair yet, and tries again when the last
+// attempt could ask no replica (no master or slave known yet, the receiver
+// not connected): that waits on the site's own state, not on a replica, and
+// a restarted slave finds its damage before its receiver has reconnected.
 var (
 	repairInterval = time.Minute
 	repairPoll     = 5 * time.Second
@@ -27,7 +30,8 @@ var (
 
 // repairComponent repairs a site's damaged ranges by itself where it can
 // (every bundle runs it): at start, then every repairInterval while the
-// store reports damage, and within repairPoll of new damage,
+// store reports damage (every repairPoll while no replica could be asked),
+// and within repairPoll of new damage,
 //   - a master (configured or promoted, not stepped down) asks each slave of
 //     its broker id registered in ZooKeeper or alive in gossip for the lost
 //     records;
@@ -60,28 +64,37 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Unlock()
 	c.log = b.log.With("component", "repair")
 	ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// Read once, here: tests set them around a bundle's life, and the loop
+	// must not read them while a test restores them.
+	interval, poll := repairInterval, min(repairPoll, repairInterval)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTicker(min(repairPoll, repairInterval))
+		t := time.NewTicker(poll)
 		defer t.Stop()
 		var (
 			tried []store.Damage // the damage the last attempt saw
 			last  time.Time
+			again time.Duration // from last to the next attempt at the same damage
 		)
 		for {
-			// An attempt every repairInterval while damaged, and at once
-			// when the store finds damage it did not have at the last
-			// attempt (a scrub or a get met it).
+			// An attempt every repairInterval while damaged (every
+			// repairPoll while the last one could ask no replica), and at
+			// once when the store finds damage it did not have at the
+			// last attempt (a scrub or a get met it).
 			d := b.Store.Damaged()
-			if r := b.Role(); !r.SteppedDown && len(d) > 0 && (!slices.Equal(d, tried) || time.Since(last) >= repairInterval) {
+			if r := b.Role(); !r.SteppedDown && len(d) > 0 && (!slices.Equal(d, tried) || time.Since(last) >= again) {
+				asked := false
 				switch r.Role {
 				case siterole.Master:
-					c.attempt(ctx)
+					asked = c.attempt(ctx)
 				case siterole.Slave:
-					c.attemptFromMaster(ctx)
+					asked = c.attemptFromMaster(ctx)
 				}
-				tried, last = d, time.Now()
+				tried, last, again = d, time.Now(), interval
+				if !asked {
+					again = poll
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -96,8 +109,9 @@ func (c *repairComponent) Start(ctx context.Context, b *Bundle) error {
 // attempt tries every damaged partition against every slave of this
 // broker id: those registered in this site's ZooKeeper, and those gossip
 // has alive (with one ZooKeeper ensemble per site, as deploy/ lays them
-// out, the slave sites register in their own ensembles, not here).
-func (c *repairComponent) attempt(ctx context.Context) {
+// out, the slave sites register in their own ensembles, not here). It
+// reports whether it asked any replica.
+func (c *repairComponent) attempt(ctx context.Context) bool {
 	b := c.b
 	id := b.Config().System.BrokerID
 	var (
@@ -134,25 +148,29 @@ func (c *repairComponent) attempt(ctx context.Context) {
 	if len(replicas) == 0 {
 		if zkErr != nil {
 			c.setErr(fmt.Errorf("no slave to repair from: gossip knows none alive, and ZooKeeper: %w", zkErr))
-			return
+			return false
 		}
 		c.setErr(errors.New("no slave registered to repair from, and gossip knows none alive"))
-		return
+		return false
 	}
-	c.repairFrom(ctx, replicas, nil)
+	return c.repairFrom(ctx, replicas, nil)
 }
 
 // repairFrom asks replicas, in turn, for the damaged ranges of every
 // damaged partition skip does not name (nil: none), logs and counts what
-// they repaired, and records what is left.
-func (c *repairComponent) repairFrom(ctx context.Context, replicas []string, skip func(topic string, partition int) error) {
+// they repaired, and records what is left. It reports whether it asked any
+// replica (skip may have named every partition).
+func (c *repairComponent) repairFrom(ctx context.Context, replicas []string, skip func(topic string, partition int) error) bool {
 	b := c.b
 	type pk struct {
 		topic string
 		part  int
 	}
 	parts := map[pk]bool{}
-	var errs []error
+	var (
+		errs  []error
+		asked bool
+	)
 	for _, d := range b.Store.Damaged() {
 		k := pk{d.Topic, d.Partition}
 		if parts[k] {
@@ -166,6 +184,7 @@ func (c *repairComponent) repairFrom(ctx context.Context, replicas []string, ski
 			}
 		}
 		for _, addr := range replicas {
+			asked = true
 			done, err := RepairFrom(ctx, b.Store, addr, d.Topic, d.Partition)
 			for _, r := range done {
 				c.log.Warn("damaged range repaired from a replica", "role", b.Role().Role.String(), "partition", fmt.Sprintf("%s-%d", r.Topic, r.Partition),
@@ -182,30 +201,31 @@ func (c *repairComponent) repairFrom(ctx context.Context, replicas []string, ski
 	}
 	if len(b.Store.Damaged()) == 0 {
 		c.setErr(nil)
-		return
+		return asked
 	}
 	c.setErr(errors.Join(errs...))
+	return asked
 }
 
 // attemptFromMaster repairs a slave's damaged partitions from its master's
 // MetaQ port. Only partitions the receiver follows are repaired: there the
 // slave's log is the master's, offset for offset (a former master that has
 // not yet cut its unreplicated tail, or a diverged partition, holds other
-// records at those offsets).
-func (c *repairComponent) attemptFromMaster(ctx context.Context) {
+// records at those offsets). It reports whether it asked the master.
+func (c *repairComponent) attemptFromMaster(ctx context.Context) bool {
 	b := c.b
 	id := b.Config().System.BrokerID
 	rc := b.receiver()
 	if rc == nil {
 		c.setErr(errors.New("this slave runs no receiver: not repairing from a master it does not follow"))
-		return
+		return false
 	}
 	var st *georeplicator.ReceiverStatus
 	if r := rc.Receiver(); r != nil { // nil: the MetaQ method, a consumer copy at the master's offsets
 		s := r.Status()
 		if !s.Connected {
 			c.setErr(errors.New("not connected to the master: repairing once the receiver follows it again"))
-			return
+			return false
 		}
 		st = &s
 	}
@@ -237,12 +257,12 @@ func (c *repairComponent) attemptFromMaster(ctx context.Context) {
 	if len(masters) == 0 {
 		if zkErr != nil {
 			c.setErr(fmt.Errorf("no master to repair from: gossip knows none alive, and ZooKeeper: %w", zkErr))
-			return
+			return false
 		}
 		c.setErr(errors.New("no master to repair from: none registered, and gossip knows none alive"))
-		return
+		return false
 	}
-	c.repairFrom(ctx, masters, func(topic string, partition int) error {
+	return c.repairFrom(ctx, masters, func(topic string, partition int) error {
 		if st == nil {
 			return nil
 		}

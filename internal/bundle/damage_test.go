@@ -138,6 +138,53 @@ func TestMasterRepairsFromRegisteredSlave(t *testing.T) {
 	}
 }
 
+// TestRepairRetriedSoonAfterNoReplicaWasAsked: an attempt that could ask no
+// replica (a master with no slave known yet; a restarted slave whose
+// receiver has not reconnected, found by the fault schedules,
+// internal/faultsched seed 944068) is tried again within repairPoll, not
+// after repairInterval: it waited on the site's own state, not on a
+// replica. Here a degraded master finds no slave at its first attempt; the
+// slave registered afterwards is asked well within the (long) interval.
+func TestRepairRetriedSoonAfterNoReplicaWasAsked(t *testing.T) {
+	interval, poll := repairInterval, repairPoll
+	t.Cleanup(func() { repairInterval, repairPoll = interval, poll }) // after the bundle's cleanup: its goroutine reads them
+	repairInterval, repairPoll = time.Hour, 50*time.Millisecond
+	e, intact := damagedEnv(t)
+	replica, err := store.Open(store.Options{Dir: intact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	b := e.start(t)
+	if b.Status().Degraded == "" {
+		t.Fatal("not degraded")
+	}
+	rc := mustComp[*repairComponent](t, b)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := rc.Status().(map[string]any); st["lastError"] == "" {
+			return errors.New("no failed attempt yet")
+		}
+		return nil
+	})
+	zk := zkClient(t, e)
+	node := zk.Paths().BrokerID(0) + "/slave1"
+	if err := zk.EnsurePath(t.Context(), zk.Paths().BrokerID(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zk.CreateEphemeral(t.Context(), node, []byte("meta://"+serve(t, replica))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if d := b.Status().Degraded; d != "" {
+			return fmt.Errorf("%s (repair: %v)", d, rc.Status())
+		}
+		return nil
+	})
+	if !bytes.Equal(readPartition(t, b.Store, "e2e", 0), readPartition(t, replica, "e2e", 0)) {
+		t.Fatal("repaired partition differs from the replica's")
+	}
+}
+
 // TestMasterRepairsFromGossipSlave: with one ZooKeeper ensemble per site
 // (deploy/'s layout) the slave sites register in their own ensembles, so a
 // degraded master finds none in its own; it finds one alive in gossip and
