@@ -149,16 +149,25 @@ func MasterLost(f LossFacts) (bool, string) {
 // Majority reports whether votes of total is more than half.
 func Majority(votes, total int) bool { return 2*votes > total }
 
+// gossipedPos is a slave's own log position as gossip carries it to the
+// other sites: a slave that runs no stream receiver (one waiting for a
+// master node) has none, -1, and gossips 0. Each site must judge itself by
+// the number the others judge it by: with -1 against its siblings' 0, every
+// waiting site counted every other as ahead and named another site as the
+// candidate (bj named gz, gz and hf named bj), and no site was ever
+// promoted.
+func gossipedPos(pos int64) int64 { return max(pos, 0) }
+
 // Candidate is the slave site automatic failover promotes: of this site
-// (at selfPos) and the slave sites that lost the master and are alive or
-// only suspected, the one with the highest log position, ties to the
+// (at selfPos, read as gossip carries it: gossipedPos) and the slave
+// sites that lost the master and are alive or only suspected, the one with the highest log position, ties to the
 // lowest site name. A suspected sibling still counts: treating it as gone
 // would let two sites each decide they are the candidate, and promote the
 // one that is behind. So does one suspected or declared down whose
 // position is not final (PositionFinal: last seen following the master,
 // not down for long): it may be alive and ahead.
 func Candidate(self string, selfPos int64, peers []Peer) string {
-	best, bestPos := self, selfPos
+	best, bestPos := self, gossipedPos(selfPos)
 	for _, p := range peers {
 		if p.Self || p.Site == self || p.Role != Slave {
 			continue
@@ -197,6 +206,7 @@ func restarted(p Peer, peers []Peer) bool {
 // or suspects it while it was last seen following). "" when none is. A
 // site down with a final position is DownSiblingAhead's.
 func SiblingAhead(self string, applied int64, peers []Peer) string {
+	applied = gossipedPos(applied)
 	for _, p := range peers {
 		if p.Self || p.Site == self || p.Role != Slave || (!p.Alive && !p.Suspect && restarted(p, peers)) {
 			continue
@@ -219,6 +229,7 @@ func SiblingAhead(self string, applied int64, peers []Peer) string {
 // master needed one slave site, not this one). An operator who knows that
 // site is gone for good promotes with -force. "" when none is.
 func DownSiblingAhead(self string, applied int64, gen uint64, peers []Peer) string {
+	applied = gossipedPos(applied)
 	for _, p := range peers {
 		if p.Self || p.Site == self || p.Role != Slave || p.Alive || p.Suspect || p.Generation != gen {
 			continue

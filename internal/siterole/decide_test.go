@@ -563,3 +563,29 @@ func TestReadRound(t *testing.T) {
 		})
 	}
 }
+
+// Seed 944112: after the heal every site was a slave whose receiver waited
+// for a master node (appliedPos -1, gossiped as 0). Each must name the same
+// candidate, and that one must not find its waiting siblings ahead of it.
+func TestCandidateAgreesWhenNoSiteRunsAStream(t *testing.T) {
+	sites := []string{"bj", "gz", "hf"}
+	peersOf := func(self string) []Peer {
+		var out []Peer
+		for _, s := range sites {
+			out = append(out, Peer{Site: s, Self: s == self, Role: Slave, Alive: true, Generation: 5, LogPos: 0})
+		}
+		return out
+	}
+	for _, self := range sites {
+		if got := Candidate(self, -1, peersOf(self)); got != "bj" {
+			t.Errorf("Candidate at %s = %s, want bj (every site applied nothing)", self, got)
+		}
+	}
+	if why := SiblingAhead("bj", -1, peersOf("bj")); why != "" {
+		t.Errorf("SiblingAhead at bj = %q, want none ahead", why)
+	}
+	down := append(peersOf("bj")[:1], Peer{Site: "gz", Role: Slave, Generation: 5, LogPos: 0, DownFor: time.Minute})
+	if why := DownSiblingAhead("bj", -1, 5, down); why != "" {
+		t.Errorf("DownSiblingAhead at bj = %q, want none ahead", why)
+	}
+}
