@@ -255,6 +255,19 @@ func checkBodies(t testing.TB, what string, got, want []string, repeated map[str
 	for _, b := range got {
 		count[b]++
 	}
+	checkBodyCounts(t, what, count, want, repeated)
+	for _, b := range want {
+		delete(count, b)
+	}
+	for b, c := range count {
+		t.Errorf("%s: %s (%d times) was never sent", what, b, c)
+	}
+}
+
+// checkBodyCounts checks that each of want is counted at least once in
+// count, and only once unless repeated names it.
+func checkBodyCounts(t testing.TB, what string, count map[string]int, want []string, repeated map[string]bool) {
+	t.Helper()
 	for _, b := range want {
 		if count[b] == 0 {
 			t.Errorf("%s: %s is missing", what, b)
@@ -262,11 +275,20 @@ func checkBodies(t testing.TB, what string, got, want []string, repeated map[str
 		if count[b] > 1 && !repeated[b] {
 			t.Errorf("%s: %s is there %d times, but it was stored once", what, b, count[b])
 		}
-		delete(count, b)
 	}
-	for b, c := range count {
-		t.Errorf("%s: %s (%d times) was never sent", what, b, c)
+}
+
+// countBodies counts each of bodies in the raw bytes of data (a store's
+// partitions, saved-aside tails). No body may be a prefix of another, as
+// none of sentBodies(prefix, n) is for n up to 10.
+func countBodies(data [][]byte, bodies []string) map[string]int {
+	out := map[string]int{}
+	for _, d := range data {
+		for _, b := range bodies {
+			out[b] += bytes.Count(d, []byte(b))
+		}
 	}
+	return out
 }
 
 // storedNotAcknowledged reports whether err is a master's answer "stored
