@@ -80,7 +80,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 		}
 	}
 	for k, s := range slaves {
-		waitCaughtUp(t, masters[k.id], s, "orders", 20*time.Second)
+		waitCaughtUp(t, masters[k.id], s, "orders", time.Minute)
 		for p := range 2 {
 			mb, _ := masters[k.id].Store.Read("orders", p, 0, 1<<20)
 			sb, _ := s.Store.Read("orders", p, 0, 1<<20)
@@ -92,7 +92,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 
 	// Lag per slave group and broker id.
 	lagURL := "http://" + mustComp[*dashboardComponent](t, masters[1]).Addr() + "/lag"
-	testutil.Eventually(t, 20*time.Second, 100*time.Millisecond, func() error {
+	testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
 		var doc topology.LagDocument
 		getJSON(t, lagURL, &doc)
 		var rows []string
@@ -113,9 +113,9 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	// Site-pinned reads: hf's view points each broker id at hf's replica of it.
 	view := zkRoot + "-view-hf"
 	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
 		for _, id := range []int{1, 2} {
 			want := slaves[slaveKey{"hf", id}].Broker.URL()
 			data, _, err := zc.Get(ctx, fmt.Sprintf("%s/brokers/ids/%d/master", view, id))
@@ -150,7 +150,7 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumeDistinct(t, ctx, cons, "orders")(n, 30*time.Second)
+	consumeDistinct(t, ctx, cons, "orders")(n, time.Minute)
 	cons.Close(context.Background())
 	for id, m := range masters {
 		select {
@@ -167,15 +167,21 @@ func TestTwoBrokersPerSite(t *testing.T) {
 		}
 	}
 
-	// One push, six bundles.
-	cs, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: natsURL, SigningKey: pushKey})
+	// One push, six bundles. The push has a context of its own: the one
+	// above may be mostly spent by the consumer on a loaded machine. Its
+	// bound is generous (Push returns once every bundle answered, each once
+	// it applied the file): 15 s ran out at load 30-43, with six bundles
+	// sharing two cores.
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer pcancel()
+	cs, err := configsync.NewClient(pctx, configsync.ClientOptions{URL: natsURL, SigningKey: pushKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	agents := []string{"bj-1", "bj-2", "gz-1", "gz-2", "hf-1", "hf-2"}
-	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: []byte(shared + "\n[topic=payments]\nnumPartitions=1\n"),
-		Timeout: 15 * time.Second})
+	rep, err := cs.Push(pctx, configsync.PushOptions{File: "server.ini", Data: []byte(shared + "\n[topic=payments]\nnumPartitions=1\n"),
+		Timeout: time.Minute})
 	if err != nil {
 		t.Fatalf("push: %v (%+v)", err, rep)
 	}
