@@ -229,7 +229,13 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	s := newSites(t, sitesSpec{replication: switchoverTestHold})
+	// bj's registration outlives its cut-off only by its ZooKeeper
+	// session: with the tests' 5 s, a switchover slowed by load (load
+	// 50-60) outlasted it and ZooKeeper listed no master of orders for
+	// seconds (5.2 s in one run), from bj's session's expiry until hf
+	// registered; every send then failed with "no partition available". The recommended
+	// deployment's 30 s (deploy/) is what this test is about.
+	s := newSites(t, sitesSpec{replication: switchoverTestHold, sessionTimeout: 30 * time.Second})
 	logListing(t, s.zks["bj"], s.zkRoot, "orders")
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -276,9 +282,12 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 }
 
 // waitAcked waits until every producer has n acknowledgements since since.
+// The bound is generous: at load 50-60 a new master confirming its
+// generation in a slow ZooKeeper held each put for seconds (12 of 20 in a
+// minute), and what the callers check is that sends succeed, not how fast.
 func waitAcked(t *testing.T, prods []*syncProducer, since time.Time, n int) {
 	t.Helper()
-	testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+	testutil.Eventually(t, 3*time.Minute, 20*time.Millisecond, func() error {
 		for _, p := range prods {
 			if got := p.ackedSince(since); got < n {
 				return fmt.Errorf("%s has %d of %d acknowledgements since %s", p.name, got, n, since.Format("15:04:05.000"))

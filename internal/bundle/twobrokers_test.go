@@ -67,9 +67,27 @@ func TestTwoBrokersPerSite(t *testing.T) {
 		}
 	}
 
-	// Producers spread over both masters through ZooKeeper.
+	// Producers spread over both masters through ZooKeeper, once both
+	// registered orders there (on a loaded machine a master's registration
+	// can come seconds after its start: the first send found no partition,
+	// and one not listed yet would get no message).
 	const n = 60
-	produceWith(t, client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}, "orders", n, "o")
+	pcfg := client.Config{ZKServers: []string{zk}, ZKRoot: zkRoot}
+	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer lcancel()
+	lc, err := client.New(lctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
+		ps, err := lc.Partitions(lctx, "orders")
+		if err == nil && len(ps) != 4 {
+			err = fmt.Errorf("ZooKeeper lists %v of orders, want 2 of each master", ps)
+		}
+		return err
+	})
+	lc.Close()
+	produceWith(t, pcfg, "orders", n, "o")
 	for id, m := range masters {
 		var got int64
 		for _, p := range m.Store.Partitions() {
