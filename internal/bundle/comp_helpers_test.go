@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -189,8 +190,9 @@ func produce(t *testing.T, addr, topic string, n int, prefix string) map[string]
 // broker's fsync and its answer): only a broker that stopped answering
 // exceeds it. It bounds each send, not the batch: on a loaded machine every
 // put is slower and a batch's total grows with n, which says nothing about
-// whether the broker works.
-const sendTimeout = 30 * time.Second
+// whether the broker works. 30 s ran out at load 60 on a put's first
+// connection to its master.
+const sendTimeout = time.Minute
 
 // testProducer returns a producer of a client of configuration cfg, and
 // the function that closes both.
@@ -310,7 +312,8 @@ const maxResends = 10
 // once, and so is one the client gave up on after its own retries of a
 // refusal that says the put was not run (client.Retriable: a 503 from a
 // master that has not confirmed its generation in ZooKeeper for seconds
-// on a loaded machine). Any other failure is returned at once. Each
+// on a loaded machine), or one sent nowhere because ZooKeeper listed no
+// partition yet (client.ErrNoPartition: a master registering late). Any other failure is returned at once. Each
 // attempt is bounded by sendTimeout. Only the returned success is an
 // acknowledgement.
 func sendAcked(t testing.TB, p *client.Producer, m *client.Message) (client.SendResult, error) {
@@ -329,7 +332,8 @@ func sendAckedStored(t testing.TB, p *client.Producer, m *client.Message) (clien
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		r, err := p.Send(ctx, m)
 		cancel()
-		if err == nil || !(storedNotAcknowledged(err) || client.Retriable(err)) || attempt == maxResends {
+		resend := storedNotAcknowledged(err) || client.Retriable(err) || errors.Is(err, client.ErrNoPartition)
+		if err == nil || !resend || attempt == maxResends {
 			return r, stored, err
 		}
 		if storedNotAcknowledged(err) {

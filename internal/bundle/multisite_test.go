@@ -124,7 +124,9 @@ func multiSite(t *testing.T, zk string) {
 	// Consume at hf, pinned through the router: every message arrives, and
 	// bj serves no get.
 	bjGets := statInt(bj, "cmd_get")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: the consumer and the push below share it, and each took
+	// tens of seconds at load 60.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var cons *client.Consumer
 	if zk == "" {
@@ -179,7 +181,7 @@ func multiSite(t *testing.T, zk string) {
 	defer cs.Close()
 	pushed := time.Now()
 	rep, err := cs.Push(ctx, configsync.PushOptions{File: "server.ini", Data: []byte(shared + "\n[topic=payments]\nnumPartitions=1\n"),
-		Sites: []string{"bj", "hf", "gz"}, Timeout: 10 * time.Second})
+		Sites: []string{"bj", "hf", "gz"}, Timeout: time.Minute})
 	if err != nil {
 		t.Fatalf("push: %v", err)
 	}
