@@ -37,10 +37,10 @@ func TestTwoBrokersPerSite(t *testing.T) {
 	// deploy/'s ZooKeeper session (30 s), not the tests' 5 s: six bundles
 	// of this process share two cores, and at load 40-60 their 5-s
 	// sessions expired again and again (22 expiries or new sessions logged
-	// in one run), each
-	// taking the masters' registrations away until they registered again
-	// and leaving a master unable to confirm its generation for 20 s: a
-	// put then outlasted its bound. Nothing here is about session expiry.
+	// in one run), each taking the masters' registrations away until they
+	// registered again and leaving a master unable to confirm its
+	// generation for 20 s: a put then outlasted its bound, or found no
+	// partition listed. Nothing here is about session expiry.
 	shared := strings.Replace(sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=2\n"),
 		"zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
 	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
