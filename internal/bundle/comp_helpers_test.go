@@ -198,6 +198,11 @@ const sendTimeout = time.Minute
 // the function that closes both.
 func testProducer(t testing.TB, cfg client.Config) (*client.Producer, func()) {
 	t.Helper()
+	if cfg.ZKConnectTimeout == 0 {
+		// The client's 10 s for a first session ran out at load 40 with
+		// the shared ZooKeeper busy.
+		cfg.ZKConnectTimeout = sendTimeout
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 	c, err := client.New(ctx, cfg)
 	cancel()
