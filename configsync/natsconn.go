@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -84,9 +85,7 @@ func Connect(ctx context.Context, url string, n config.NATS, name string, logger
 		if err == nil {
 			return nc, nil
 		}
-		// Only "no server yet" is worth waiting for; bad credentials or
-		// TLS files will not fix themselves.
-		if !errors.Is(err, nats.ErrNoServers) {
+		if !transientConnectError(err) {
 			return nil, fmt.Errorf("configsync: connect %s: %w", url, err)
 		}
 		select {
@@ -123,4 +122,17 @@ func openBucket(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.Ke
 		return nil, fmt.Errorf("configsync: create bucket %s: %w", bucket, err)
 	}
 	return kv, nil
+}
+
+// transientConnectError reports whether a first connection's failure may
+// pass by itself, so Connect tries again: no server listens yet, or one
+// answered slower than the handshake's bound (nats.go's 2 s, which a
+// loaded host outlasts). Bad credentials or TLS files will not fix
+// themselves.
+func transientConnectError(err error) bool {
+	if errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

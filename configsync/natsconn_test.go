@@ -3,9 +3,12 @@ package configsync
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +100,63 @@ func TestEmbeddedOptionsFor(t *testing.T) {
 	if ServerURL(cfg) != cfg.NATS.URL {
 		t.Fatal(ServerURL(cfg))
 	}
+}
+
+// TestConnectRetriesASlowHandshake: a server that accepts the connection
+// but answers slower than the client's handshake bound (on a loaded host,
+// more than nats.go's 2 s) is tried again until ctx ends, as one that does
+// not listen yet is: the first connection here is held silent, the next
+// reaches the server. Before, the first timeout failed Connect (and with
+// it `configsync push` and a bundle's push client).
+func TestConnectRetriesASlowHandshake(t *testing.T) {
+	e := startNATS(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	target := strings.TrimPrefix(e.ClientURL(), "nats://")
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	defer func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if i == 0 {
+				continue // silent: the client's handshake times out
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, s)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := Connect(ctx, "nats://"+ln.Addr().String(), config.NATS{}, "t", nil)
+	if err != nil {
+		t.Fatalf("Connect through a first handshake that times out: %v", err)
+	}
+	nc.Close()
 }

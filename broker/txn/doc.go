@@ -20,7 +20,8 @@
 // payload is JSON. Kinds: put (key, topic, partition, id, flag, body),
 // prepare, commit intent (key and, per partition, the partition's end offset
 // before the append: a lower bound for where the batch lands), done, rollback,
-// and heuristic (an operator's decision kept until FORGET).
+// heuristic (an operator's decision kept until FORGET), and snapshot (the
+// first entry of a file that restates every live transaction).
 //
 // # Commit
 //
@@ -64,7 +65,11 @@
 // When the current file passes JournalFileSize, the live transactions are
 // written to redo.<n+1> (fsynced and renamed into place) and the older files
 // are removed. This replaces MetaQ's checkpoint files: nothing older than the
-// newest file is ever needed.
+// newest file is ever needed. Open does the same after replay. A snapshot
+// file starts with a snapshot entry: replay forgets what the files before
+// it said, so files a crash left before their removal are not read twice.
+// When the snapshot cannot be written (a full disk) Open fails, naming the
+// file, and the files it would have replaced stay as they were.
 //
 // # Message ids
 //

@@ -26,6 +26,10 @@ const (
 	kindRollback  byte = 5
 	kindHeuristic byte = 6
 	kindForget    byte = 7
+	// kindSnapshot opens every file writeSnapshot writes: the file holds
+	// every live transaction, so replay forgets what older files said
+	// (they are left only by a crash before their removal).
+	kindSnapshot byte = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -208,6 +212,11 @@ func (j *journal) close() error {
 func writeSnapshot(dir string, n int, entries []journalEntry) error {
 	path := journalName(dir, n)
 	var buf bytes.Buffer
+	marker, err := encodeEntry(kindSnapshot, &record{})
+	if err != nil {
+		return fmt.Errorf("txn: encode %s: %w", path, err)
+	}
+	buf.Write(marker)
 	for i := range entries {
 		b, err := encodeEntry(entries[i].kind, &entries[i].rec)
 		if err != nil {

@@ -219,6 +219,13 @@ func (m *Manager) recover() error {
 			m.log.Warn("journal has a torn or corrupt tail; ignoring it", "path", path, "valid", valid, "size", fi.Size(), "last", i == len(ns)-1)
 		}
 		for _, e := range entries {
+			if e.kind == kindSnapshot {
+				// This file restates every live transaction: the files
+				// before it are its sources, left by a crash before their
+				// removal, and replaying them too would add their puts twice.
+				all, order = map[string]*tx{}, nil
+				continue
+			}
 			t := get(e.rec.Key)
 			switch e.kind {
 			case kindPut:
@@ -280,7 +287,9 @@ func (m *Manager) recover() error {
 		next = ns[len(ns)-1] + 1
 	}
 	if err := m.startJournalLocked(next); err != nil {
-		return err
+		// Nothing is lost: the files replayed stay until a snapshot of
+		// them is in place (a full disk refuses it here).
+		return fmt.Errorf("txn: start-up snapshot of the live transactions in %s (the journal files replayed are kept): %w", m.opts.Dir, err)
 	}
 	for _, n := range ns {
 		os.Remove(journalName(m.opts.Dir, n))

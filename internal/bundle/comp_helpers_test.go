@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -178,23 +179,30 @@ func mustComp[T Component](t testing.TB, b *Bundle) T {
 }
 
 // produce sends n messages to topic through the Go client, statically
-// pointed at addr (broker id 0).
-func produce(t *testing.T, addr, topic string, n int, prefix string) {
+// pointed at addr (broker id 0). It returns the bodies that may be in the
+// log more than once (produceWith).
+func produce(t *testing.T, addr, topic string, n int, prefix string) map[string]bool {
 	t.Helper()
-	produceWith(t, client.Config{Brokers: []string{addr}}, topic, n, prefix)
+	return produceWith(t, client.Config{Brokers: []string{addr}}, topic, n, prefix)
 }
 
 // sendTimeout bounds one put (finding the partition's master, writing, the
 // broker's fsync and its answer): only a broker that stopped answering
 // exceeds it. It bounds each send, not the batch: on a loaded machine every
 // put is slower and a batch's total grows with n, which says nothing about
-// whether the broker works.
-const sendTimeout = 30 * time.Second
+// whether the broker works. 30 s ran out at load 60 on a put's first
+// connection to its master.
+const sendTimeout = time.Minute
 
 // testProducer returns a producer of a client of configuration cfg, and
 // the function that closes both.
 func testProducer(t testing.TB, cfg client.Config) (*client.Producer, func()) {
 	t.Helper()
+	if cfg.ZKConnectTimeout == 0 {
+		// The client's 10 s for a first session ran out at load 40 with
+		// the shared ZooKeeper busy.
+		cfg.ZKConnectTimeout = sendTimeout
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 	c, err := client.New(ctx, cfg)
 	cancel()
@@ -213,17 +221,81 @@ func testProducer(t testing.TB, cfg client.Config) (*client.Producer, func()) {
 }
 
 // produceWith sends n messages to topic with a client of configuration cfg
-// (static brokers or ZooKeeper), one after the other.
-func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) {
+// (static brokers or ZooKeeper), one after the other, each body
+// <prefix>-<i>. It returns the bodies sent again after a master answered
+// "stored here, but not acknowledged" (sendAcked): those, and only those,
+// may be in the log more than once (checkBodies).
+func produceWith(t *testing.T, cfg client.Config, topic string, n int, prefix string) map[string]bool {
 	t.Helper()
 	addr := fmt.Sprint(cfg.Brokers, cfg.ZKRoot)
 	p, closeP := testProducer(t, cfg)
 	defer closeP()
+	repeated := map[string]bool{}
 	for i := range n {
-		if _, err := sendAcked(t, p, &client.Message{Topic: topic, Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
+		body := fmt.Sprintf("%s-%d", prefix, i)
+		_, stored, err := sendAckedStored(t, p, &client.Message{Topic: topic, Payload: []byte(body)})
+		if err != nil {
 			t.Fatalf("send %s #%d to %s: %v", topic, i, addr, err)
 		}
+		if stored > 0 {
+			repeated[body] = true
+		}
 	}
+	return repeated
+}
+
+// sentBodies lists the bodies produceWith sends with prefix and n.
+func sentBodies(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+// checkBodies checks that got, the bodies of a topic's records, holds each
+// of want and nothing else, each once unless repeated names it (a put
+// stored but not acknowledged, then sent again: produceWith).
+func checkBodies(t testing.TB, what string, got, want []string, repeated map[string]bool) {
+	t.Helper()
+	count := map[string]int{}
+	for _, b := range got {
+		count[b]++
+	}
+	checkBodyCounts(t, what, count, want, repeated)
+	for _, b := range want {
+		delete(count, b)
+	}
+	for b, c := range count {
+		t.Errorf("%s: %s (%d times) was never sent", what, b, c)
+	}
+}
+
+// checkBodyCounts checks that each of want is counted at least once in
+// count, and only once unless repeated names it.
+func checkBodyCounts(t testing.TB, what string, count map[string]int, want []string, repeated map[string]bool) {
+	t.Helper()
+	for _, b := range want {
+		if count[b] == 0 {
+			t.Errorf("%s: %s is missing", what, b)
+		}
+		if count[b] > 1 && !repeated[b] {
+			t.Errorf("%s: %s is there %d times, but it was stored once", what, b, count[b])
+		}
+	}
+}
+
+// countBodies counts each of bodies in the raw bytes of data (a store's
+// partitions, saved-aside tails). No body may be a prefix of another, as
+// none of sentBodies(prefix, n) is for n up to 10.
+func countBodies(data [][]byte, bodies []string) map[string]int {
+	out := map[string]int{}
+	for _, d := range data {
+		for _, b := range bodies {
+			out[b] += bytes.Count(d, []byte(b))
+		}
+	}
+	return out
 }
 
 // storedNotAcknowledged reports whether err is a master's answer "stored
@@ -245,17 +317,32 @@ const maxResends = 10
 // once, and so is one the client gave up on after its own retries of a
 // refusal that says the put was not run (client.Retriable: a 503 from a
 // master that has not confirmed its generation in ZooKeeper for seconds
-// on a loaded machine). Any other failure is returned at once. Each
+// on a loaded machine), or one sent nowhere because ZooKeeper listed no
+// partition yet (client.ErrNoPartition: a master registering late). Any other failure is returned at once. Each
 // attempt is bounded by sendTimeout. Only the returned success is an
 // acknowledgement.
 func sendAcked(t testing.TB, p *client.Producer, m *client.Message) (client.SendResult, error) {
 	t.Helper()
+	r, _, err := sendAckedStored(t, p, m)
+	return r, err
+}
+
+// sendAckedStored is sendAcked that also says how often m was sent again
+// after an answer "stored here, but not acknowledged": when above 0, m
+// may be in the log more than once.
+func sendAckedStored(t testing.TB, p *client.Producer, m *client.Message) (client.SendResult, int, error) {
+	t.Helper()
+	stored := 0
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
 		r, err := p.Send(ctx, m)
 		cancel()
-		if err == nil || !(storedNotAcknowledged(err) || client.Retriable(err)) || attempt == maxResends {
-			return r, err
+		resend := storedNotAcknowledged(err) || client.Retriable(err) || errors.Is(err, client.ErrNoPartition)
+		if err == nil || !resend || attempt == maxResends {
+			return r, stored, err
+		}
+		if storedNotAcknowledged(err) {
+			stored++
 		}
 		t.Logf("send %s to %s: %v; sending it again", m.Payload, m.Topic, err)
 		time.Sleep(100 * time.Millisecond)

@@ -1,0 +1,165 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"metaq/internal/diskfill"
+)
+
+// smallFS mounts a tmpfs of 1 MiB of its own (root only) and returns its
+// directory.
+func smallFS(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs (run the txn tests as root)")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+// openManager opens a manager of dir over st, returning Open's error.
+func openManager(dir string, st Store) (*Manager, error) {
+	var id atomic.Int64
+	id.Store(1000)
+	return Open(Options{Dir: dir, Store: st, NextID: func() int64 { return id.Add(1) }, FlushAtCommit: 1, MaxTimeout: time.Minute})
+}
+
+// TestStartUpSnapshotOnFullDisk: Open writes the live transactions to a
+// fresh journal file before it removes the old ones. With the disk full
+// that write fails: Open must refuse with an error naming the file and the
+// cause, keep the old journal as it was, and once room is freed the next
+// Open restores the prepared transaction with exactly its messages.
+func TestStartUpSnapshotOnFullDisk(t *testing.T) {
+	mnt := smallFS(t)
+	dir := filepath.Join(mnt, "txlog")
+	st := newMemStore()
+	m, err := openManager(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Begin(7, xk, 0)
+	mustPut(t, m, 7, xk, "test", 0, "x1")
+	mustPut(t, m, 7, xk, "test", 0, "x2")
+	if vote, err := m.Prepare(7, xk); err != nil || vote != VoteOK {
+		t.Fatalf("prepare = %d, %v", vote, err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := listJournals(dir)
+	if err != nil || len(before) != 1 {
+		t.Fatalf("journal files before the full disk: %v %v", before, err)
+	}
+	old := journalName(dir, before[0])
+	oldData, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ballast := filepath.Join(mnt, "ballast")
+	if err := diskfill.Fill(ballast, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = openManager(dir, st)
+	snapshot := journalName(dir, before[0]+1)
+	if err == nil {
+		t.Fatal("Open on a full disk succeeded")
+	}
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), snapshot) {
+		t.Fatalf("Open on a full disk: %v; want ENOSPC naming %s", err, snapshot)
+	}
+	t.Logf("Open on a full disk: %v", err)
+	after, _ := listJournals(dir)
+	if len(after) != 1 || after[0] != before[0] {
+		t.Fatalf("journal files after the refused Open: %v, want %v", after, before)
+	}
+	if data, err := os.ReadFile(old); err != nil || string(data) != string(oldData) {
+		t.Fatalf("%s changed by the refused Open (%v)", old, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("temporary file %s left behind", e.Name())
+		}
+	}
+
+	if err := os.Remove(ballast); err != nil { // the operator frees room
+		t.Fatal(err)
+	}
+	m2, err := openManager(dir, st)
+	if err != nil {
+		t.Fatalf("Open once room was freed: %v", err)
+	}
+	defer m2.Close()
+	if got := m2.Recover("XAMessageProducer-myhost"); len(got) != 1 || got[0] != xk {
+		t.Fatalf("prepared transactions after the full disk = %v, want %s", got, xk)
+	}
+	if err := m2.Commit(context.Background(), 9, xk, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.bodies("test", 0); len(got) != 2 || got[0] != "x1" || got[1] != "x2" {
+		t.Fatalf("after commit = %v, want [x1 x2]", got)
+	}
+}
+
+// TestStartUpSnapshotBesideItsSources: a crash after Open wrote its
+// snapshot (redo.<n+1>) but before it removed the files it was made from
+// leaves both. The next Open must not read the prepared transaction's
+// messages twice: the snapshot supersedes the files before it.
+func TestStartUpSnapshotBesideItsSources(t *testing.T) {
+	dir := t.TempDir()
+	st := newMemStore()
+	m, err := openManager(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Begin(7, xk, 0)
+	mustPut(t, m, 7, xk, "test", 0, "x1")
+	mustPut(t, m, 7, xk, "test", 0, "x2")
+	if vote, err := m.Prepare(7, xk); err != nil || vote != VoteOK {
+		t.Fatalf("prepare = %d, %v", vote, err)
+	}
+	m.Close()
+	ns, _ := listJournals(dir)
+	if len(ns) != 1 {
+		t.Fatalf("journal files = %v", ns)
+	}
+	old := journalName(dir, ns[0])
+	oldData, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = openManager(dir, st) // writes redo.<n+1>, removes redo.<n>
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	// The crash came between the two: the source is still there.
+	if err := os.WriteFile(old, oldData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := openManager(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if err := m2.Commit(context.Background(), 9, xk, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.bodies("test", 0); len(got) != 2 || got[0] != "x1" || got[1] != "x2" {
+		t.Fatalf("after commit = %v, want [x1 x2]", got)
+	}
+}
