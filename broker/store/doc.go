@@ -582,7 +582,8 @@
 // replica still holds: verified (framing, crc), fitting in the hole, and
 // appended to the log as a data entry whose offset is below the
 // partition's end; they are served from there (the partition's list of
-// fills). Holes, fills and adopted chunks live in memory: while a store
+// fills), in place of every index entry they cover: one fill may span
+// several chunks found damaged one by one. Holes, fills and adopted chunks live in memory: while a store
 // has any, it writes no checkpoint, so every start-up scans the whole log
 // and finds them again (an undamaged store starts from its checkpoint).
 //

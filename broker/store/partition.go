@@ -209,27 +209,37 @@ func (p *partition) fillLocked(off, n, pos, ms int64) bool {
 
 // overlayLocked turns index entries into what is served: a chunk found
 // damaged while serving becomes a hole, and a hole is split into the
-// chunks written back into it and what is still missing.
+// chunks written back into it and what is still missing. A fill may span
+// several entries (neighbouring chunks found damaged one by one make one
+// lost range, repaired in one piece) and may start before the first entry
+// asked for: it is served whole, in place of every entry it covers, and a
+// read entering it part way skips to its offset (plan).
 func (p *partition) overlayLocked(ents []idxEntry) []idxEntry {
 	if len(p.lost) == 0 {
 		return ents
 	}
 	var out []idxEntry
+	covered := int64(-1) // out covers the offsets below this
 	for _, e := range ents {
 		off, end := e.off, e.off+int64(e.n)
+		if end <= covered {
+			continue // inside a fill already served
+		}
 		// A chunk found damaged keeps its index entry: once repaired it is
 		// no longer in a hole, but it is still lost and served only
 		// through its fills, never from the damaged bytes.
 		if !e.hole() && !p.inLostLocked(off, int64(e.n)) {
 			out = append(out, e)
+			covered = end
 			continue
 		}
 		// [off, end) is (partly) lost: fills where written back, the
 		// rest holes
-		for x := off; x < end; {
-			if f, ok := p.fillAtLocked(x); ok && f.off+int64(f.n) <= end {
+		for x := max(off, covered); x < end; {
+			if f, ok := p.fillCoveringLocked(x); ok {
 				out = append(out, f)
 				x = f.off + int64(f.n)
+				covered = x
 				continue
 			}
 			next := end
@@ -240,16 +250,17 @@ func (p *partition) overlayLocked(ents []idxEntry) []idxEntry {
 			}
 			out = append(out, idxEntry{pid: p.pid, n: uint32(next - x), off: x, pos: holePos})
 			x = next
+			covered = x
 		}
 	}
 	return out
 }
 
-// fillAtLocked returns the fill starting at off.
-func (p *partition) fillAtLocked(off int64) (idxEntry, bool) {
-	i := sort.Search(len(p.fills), func(i int) bool { return p.fills[i].off >= off })
-	if i < len(p.fills) && p.fills[i].off == off {
-		return p.fills[i], true
+// fillCoveringLocked returns the fill that holds offset off.
+func (p *partition) fillCoveringLocked(off int64) (idxEntry, bool) {
+	i := sort.Search(len(p.fills), func(i int) bool { return p.fills[i].off > off })
+	if i > 0 && off < p.fills[i-1].off+int64(p.fills[i-1].n) {
+		return p.fills[i-1], true
 	}
 	return idxEntry{}, false
 }
