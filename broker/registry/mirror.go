@@ -97,12 +97,18 @@ func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) e
 	if st.EphemeralOwner == 0 || st.EphemeralOwner == r.conn.SessionID() {
 		return nil
 	}
-	cur, err := r.Generation(ctx, r.opts.BrokerID)
+	cur, by, err := r.GenerationRaiser(ctx, r.opts.BrokerID)
 	if err != nil {
 		return fmt.Errorf("registry: mirror: read the generation: %w", err)
 	}
 	if cur != gen {
 		return nil
+	}
+	if by.Site != "" && r.opts.Site != "" && by.Site != r.opts.Site {
+		// Generation gen is another site's promotion: the holder may be
+		// its master, and this one stepped down for it.
+		return fmt.Errorf("registry: mirror: %w: generation %d of %s was raised by site %s, not this site %s",
+			ErrNotCurrentMaster, gen, path, by.Site, r.opts.Site)
 	}
 	took, err := r.TakeMasterNode(ctx, st.EphemeralOwner)
 	if err != nil {
@@ -150,6 +156,13 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	}
 	if cur > m.Generation {
 		return fmt.Errorf("registry: mirror: %w: this ensemble has generation %d, the mirrored master %d", ErrNotCurrentMaster, cur, m.Generation)
+	}
+	if by := m.Raiser; by.Site != "" && r.opts.Site != "" && by.Generation == m.Generation && by.Site != r.opts.Site {
+		// The master's own ensemble names another site as the raiser of
+		// its generation: it follows that site's master (it stepped down
+		// and is being demoted), whose node it must not take here.
+		return fmt.Errorf("registry: mirror: %w: generation %d was raised by site %s, not this site %s",
+			ErrNotCurrentMaster, m.Generation, by.Site, r.opts.Site)
 	}
 	repl := r.paths.BrokerID(m.BrokerID) + "/" + replicationNode
 	r.regMu.Lock()

@@ -441,3 +441,42 @@ func newSupersededMaster(t *testing.T, partitions int) supersededMaster {
 		Topics: map[string]TopicRegistration{"orders": {NumPartitions: partitions, AcceptPublish: true, AcceptSubscribe: true}}}
 	return supersededMaster{ctx: ctx, root: root, old: old, mirror: mirror, reg: reg}
 }
+
+// TestMirrorNeverTakesTheNodeOfAnotherSitesGeneration: a master node held
+// by another session in an ensemble whose generation is the mirrored one
+// is taken only when that generation is this site's (its raiser names this
+// site). A master that stepped down for another site's promotion, and
+// mirrored itself with that generation before its demotion registered it
+// as a slave, took the new master's node: clients of that ensemble were
+// sent to a broker that refused their puts. It is refused
+// (ErrNotCurrentMaster) whether it names the generation's raiser itself
+// or not, and the holder keeps its node.
+func TestMirrorNeverTakesTheNodeOfAnotherSitesGeneration(t *testing.T) {
+	f := newSupersededMaster(t, 1) // generation 1 raised by hf; old holds the node
+	ctx, root, old := f.ctx, f.root, f.old
+	mOpts := testOptions(t, root)
+	mOpts.Port, mOpts.Site = 0, "gz"
+	gz := newRegistry(t, mOpts)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	for _, by := range []Raiser{{Generation: 1, Site: "hf"}, {}} {
+		m := MasterMirror{Registration: f.reg, ReplicationAddr: "127.0.0.1:8124", Generation: 1, Raiser: by}
+		if err := gz.Mirror(short, m); !errors.Is(err, ErrNotCurrentMaster) {
+			t.Fatalf("Mirror by site gz of hf's generation 1 (raiser given %+v): %v, want ErrNotCurrentMaster", by, err)
+		}
+		data, st, err := gz.Get(ctx, root+"/brokers/ids/0/master")
+		if err != nil || st.EphemeralOwner != old.conn.SessionID() || string(data) != "meta://127.0.0.1:9000" {
+			t.Fatalf("master node = %q (owner 0x%x, %v) after gz's mirror (raiser given %+v), want hf's master's", data, st.EphemeralOwner, err, by)
+		}
+	}
+	// The generation's own site takes it.
+	hOpts := testOptions(t, root)
+	hOpts.Port, hOpts.Site = 0, "hf"
+	hf := newRegistry(t, hOpts)
+	if err := hf.Mirror(short, MasterMirror{Registration: f.reg, Generation: 1, Raiser: Raiser{Generation: 1, Site: "hf"}}); err != nil {
+		t.Fatalf("Mirror by site hf of its own generation 1: %v", err)
+	}
+	if _, st, err := hf.Get(ctx, root+"/brokers/ids/0/master"); err != nil || st.EphemeralOwner != hf.SessionID() {
+		t.Fatalf("master node owner 0x%x (%v) after hf's mirror, want hf's mirror session", st.EphemeralOwner, err)
+	}
+}

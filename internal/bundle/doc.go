@@ -49,7 +49,8 @@
 // (guardMaster) runs under the registry's regMu and takes none of the
 // registry's locks; so does the MasterGuard of each session to another
 // site's ensemble (siteViews.mirrorGuard), under that session's regMu: it
-// reads the bundle's mirror (leaf locks only) and that session's
+// reads the bundle's mirror (leaf locks only: roleOwner.mu,
+// failoverState.mu, the role machine's siterole.Machine.mu) and that session's
 // generation through its unlocked read, and never takes siteViews.mu,
 // under which sessions are closed. ackGuard.starting is held alone while the write
 // check starts a master's hold of puts (ackguard.go); the write check

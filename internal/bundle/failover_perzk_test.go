@@ -12,6 +12,7 @@ import (
 
 	"metaq/broker/client"
 	"metaq/broker/registry"
+	"metaq/georeplicator"
 	"metaq/internal/testutil"
 	"metaq/topology"
 )
@@ -326,6 +327,60 @@ func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMasterMirrorEndsWhileDemoting: a master that stepped down for
+// another site's generation is demoted in steps: its shipper stops, its
+// identity records the slave role (with the generation it now follows),
+// then it registers as a slave. Between those steps its registration is
+// still a master's, no running shipper carries the fence, and its
+// mastership's generation is the new master's (a slave's is the one it
+// follows): it mirrored itself as master of the new generation and took
+// the new master's node in the other sites' ensembles. It mirrors no
+// master, and raises no generation, from the moment it stepped down.
+func TestMasterMirrorEndsWhileDemoting(t *testing.T) {
+	zk := testutil.ZooKeeper(t)
+	zkRoot := multiSiteRoot(t, []string{zk})
+	gz := startSite(t, filepath.Join(t.TempDir(), "gz"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"),
+		siteSpec{name: "gz", natsListen: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))})
+	repl := mustComp[*shipperComponent](t, gz).Addr()
+	asMaster := topology.Mastership{Role: topology.RoleMaster, SlaveID: -1, ReplAddr: repl}
+	// A site promoted at run time has a slave's static role.
+	asPromoted := topology.Mastership{Role: topology.RoleSlave, SlaveID: 1}
+	produce(t, gz.Broker.Addr().String(), "orders", 1, "x") // registers the topic
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if m := gz.masterMirror(asMaster); !m.Master() {
+			return fmt.Errorf("gz's mirror %+v, want its master registration", m)
+		}
+		return nil
+	})
+	// The demotion's first steps, as onFence and demote take them; the
+	// registration in ZooKeeper is still the master's.
+	if !gz.failover.role.StepDown(2, "generation 2 took over") {
+		t.Fatal("the role machine did not record the step down")
+	}
+	if _, err := gz.failover.role.stopShipper(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := gz.identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.SetRole(&georeplicator.Role{Name: georeplicator.RoleSlave, Generation: 2, SlaveID: 1,
+		SlaveGroup: "meta-slave-group-gz"}); err != nil {
+		t.Fatal(err)
+	}
+	if !gz.Registry.Registration().Master() {
+		t.Fatal("the registration is no master's: the window is not reproduced")
+	}
+	for name, static := range map[string]topology.Mastership{"configured master": asMaster, "promoted master": asPromoted} {
+		if m := gz.masterMirror(static); m.Master() {
+			t.Errorf("%s, stepped down and demoting: mirrors a master registration of generation %d (%s)", name, m.Generation, m.URL)
+		}
+		if g := gz.masterGeneration(static); g != 0 {
+			t.Errorf("%s, stepped down and demoting: raises generation %d in the other ensembles", name, g)
+		}
+	}
 }
 
 // TestForcedPromotionPerSiteZooKeeper: with one ensemble per site, `promote

@@ -360,11 +360,11 @@ func (b *Bundle) masterMirror(static topology.Mastership) registry.MasterMirror 
 	if !m.Master() {
 		return m
 	}
-	if s := b.runningShipper(); s != nil && s.Fence().SteppedDown {
+	ms, ok := b.mirrorableMastership(static)
+	if !ok {
 		m.Broker = false
 		return m
 	}
-	ms := b.mastership(static)
 	m.ReplicationAddr, m.Generation = ms.ReplAddr, ms.Generation
 	return m
 }
@@ -372,14 +372,36 @@ func (b *Bundle) masterMirror(static topology.Mastership) registry.MasterMirror 
 // masterGeneration is this bundle's generation while it is master by its
 // role (configured or promoted) and has not stepped down, else 0.
 func (b *Bundle) masterGeneration(static topology.Mastership) uint64 {
-	ms := b.mastership(static)
-	if ms.Role != topology.RoleMaster {
-		return 0
-	}
-	if s := b.runningShipper(); s != nil && s.Fence().SteppedDown {
+	ms, ok := b.mirrorableMastership(static)
+	if !ok {
 		return 0
 	}
 	return ms.Generation
+}
+
+// mirrorableMastership is this bundle's mastership and whether it may be
+// written into the other sites' ensembles as their master's: only while
+// it is master by its role, has not stepped down (by its role or its
+// shipper's fence) and has recorded no slave role. A master that stepped
+// down is demoted in steps: between the recording of its slave role (with
+// the newer generation it follows) and its registration as a slave, its
+// registration is still a master's and its generation the new master's;
+// mirrored then, it took the new master's node in the other ensembles.
+func (b *Bundle) mirrorableMastership(static topology.Mastership) (topology.Mastership, bool) {
+	if r := b.Role(); r.SteppedDown {
+		return topology.Mastership{}, false
+	}
+	if s := b.runningShipper(); s != nil && s.Fence().SteppedDown {
+		return topology.Mastership{}, false
+	}
+	if id := b.failover.openedIdentity(); id != nil && followedGeneration(id) > 0 {
+		return topology.Mastership{}, false
+	}
+	ms := b.mastership(static)
+	if ms.Role != topology.RoleMaster {
+		return topology.Mastership{}, false
+	}
+	return ms, true
 }
 
 // EnsembleStatus is, in the bundle's status, one other site's ensemble:
