@@ -64,6 +64,13 @@ type Bundle struct {
 	// formerMaster: started as a slave because the data directory says
 	// this master was demoted (applyPersistedRole).
 	formerMaster bool
+	// supersededBy is the generation a former master found in ZooKeeper
+	// when it started as the slave its command line says
+	// (applyPersistedRole), 0 otherwise. Set before anything starts. It
+	// is gossiped as the generation this slave follows: when the raise of
+	// it is given back, no ensemble holds it and it is the only trace that
+	// the master of the generation before is gone (seed 944185).
+	supersededBy uint64
 
 	// roleWatchers are the goroutines that keep state following the current
 	// role (startRoleWatchers); stopRoleWatchers ends them, Close calls it.

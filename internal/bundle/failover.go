@@ -1170,6 +1170,7 @@ func (b *Bundle) mastership(static topology.Mastership) topology.Mastership {
 			// it is reached (siterole.LeftUnfinished reads it in gossip).
 			m.Generation = max(m.Generation, followedGeneration(id))
 		}
+		m.Generation = max(m.Generation, b.supersededBy)
 	}
 	return m
 }

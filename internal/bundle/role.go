@@ -135,6 +135,7 @@ func (b *Bundle) applyPersistedRole() error {
 		if err == nil && gen > r.Generation {
 			b.log.Warn("FAILOVER: this site was master of generation "+strconv.FormatUint(r.Generation, 10)+
 				", but "+where+" has generation "+strconv.FormatUint(gen, 10)+": starting as the slave the command line says", "file", identityFile(cfg.System.DataPath))
+			b.supersededBy = gen
 			return nil
 		}
 	}

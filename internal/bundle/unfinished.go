@@ -37,6 +37,9 @@ func (b *Bundle) unfinishedGossip(ctx context.Context, known uint64) siterole.Un
 			f.Followed, f.FollowedBy = g, b.Config().Site.Name
 		}
 	}
+	if b.supersededBy > max(known, f.Followed) {
+		f.Followed, f.FollowedBy = b.supersededBy, b.Config().Site.Name
+	}
 	tc := compOf[*topologyComponent](b)
 	if tc == nil || tc.Topology() == nil {
 		return f
