@@ -212,11 +212,15 @@ func (j *journal) close() error {
 func writeSnapshot(dir string, n int, entries []journalEntry) error {
 	path := journalName(dir, n)
 	var buf bytes.Buffer
-	marker, err := encodeEntry(kindSnapshot, &record{})
-	if err != nil {
-		return fmt.Errorf("txn: encode %s: %w", path, err)
+	if len(entries) > 0 {
+		// An empty snapshot stays an empty file, which a full disk still
+		// takes; replaying the files beside it again adds nothing live.
+		marker, err := encodeEntry(kindSnapshot, &record{})
+		if err != nil {
+			return fmt.Errorf("txn: encode %s: %w", path, err)
+		}
+		buf.Write(marker)
 	}
-	buf.Write(marker)
 	for i := range entries {
 		b, err := encodeEntry(entries[i].kind, &entries[i].rec)
 		if err != nil {

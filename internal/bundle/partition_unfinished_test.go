@@ -33,6 +33,11 @@ func TestPerSiteZKPartitionedSlaveSiteDoesNotRaiseAboveARegisteredMaster(t *test
 	defer stop()
 	s.reachesAllEnsembles("hf", "gz")
 	s.produce("bj", "orders", 5)
+	// orders is asynchronous: bj's puts reach the winner only if it holds
+	// them before the kill, and the end checks the winner serves them.
+	for _, n := range []string{"hf", "gz"} {
+		waitCaughtUp(t, s.site("bj"), s.site(n), "orders", 60*time.Second)
+	}
 	s.kill("bj")
 	// Both lost the master, and gossip says so, before the cut: each has
 	// the other's last facts as a site that lost it, not one following.
