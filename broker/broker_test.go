@@ -407,7 +407,9 @@ func TestClosedPartitions(t *testing.T) {
 	brk := startBroker(t, vectorConfig(t), nil)
 	cl := dial(t, brk.Addr())
 	mustPut(t, cl, "test", 0, "a")
-	brk.ClosePartitions("test", 0, 1)
+	if err := brk.ClosePartitions("test", 0, 1); err != nil {
+		t.Fatal(err)
+	}
 	cl.sendCmd(putCmd("test", 1, "b", 2))
 	r := cl.result()
 	want := "Put message to [broker '" + brk.URL() + "'] [partition 'test-1'] failed.Detail:partition[0-1] has been closed"
@@ -424,6 +426,45 @@ func TestClosedPartitions(t *testing.T) {
 	cl.sendCmd(&wire.Get{Topic: "test", Group: "g", Partition: 0, MaxSize: 100, Opaque: 4})
 	if _, ok := cl.read().(*wire.Value); !ok {
 		t.Fatal("get after reopen")
+	}
+}
+
+// TestClosePartitionsRefusesWhatIsNotThere: closing partitions of a topic
+// the broker does not take, or past its last partition, is refused and
+// closes nothing (a mistyped -end once meant one map entry per number up
+// to it); reopening looks only at what is closed.
+func TestClosePartitionsRefusesWhatIsNotThere(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), nil)
+	tc, ok := brk.Config().TopicFor("test")
+	if !ok {
+		t.Fatal("the vectors' config has no topic test")
+	}
+	n := tc.NumPartitions
+	for _, c := range []struct {
+		topic    string
+		from, to int
+		want     string
+	}{
+		{"nosuch", 0, 1, `no topic "nosuch"`},
+		{"test", 0, 1 << 40, "outside them"},
+		{"test", -1, 0, "outside them"},
+		{"test", 1, 0, "outside them"},
+		{"test", n, n, "outside them"},
+	} {
+		err := brk.ClosePartitions(c.topic, c.from, c.to)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ClosePartitions(%q, %d, %d) = %v, want an error with %q", c.topic, c.from, c.to, err, c.want)
+		}
+	}
+	if brk.isClosed("test", 0) || brk.isClosed("nosuch", 0) {
+		t.Fatal("a refused close closed a partition")
+	}
+	if err := brk.ClosePartitions("test", n-1, n-1); err != nil {
+		t.Fatal(err)
+	}
+	brk.OpenPartitions("test", 0, 1<<40)
+	if brk.isClosed("test", n-1) {
+		t.Fatal("OpenPartitions over a wide range left the closed partition closed")
 	}
 }
 

@@ -154,7 +154,9 @@ func TestGatewayRefusals(t *testing.T) {
 		t.Fatalf("put to a topic the master refuses: %s", r)
 	}
 
-	master.ClosePartitions("other", 0, 0)
+	if err := master.ClosePartitions("other", 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	cl.sendCmd(putCmd("other", 0, "x", 2))
 	r = cl.result()
 	if r.Code != wire.StatusForbidden || !strings.Contains(string(r.Body), "has been closed") {

@@ -58,7 +58,9 @@ func TestSyncPair(t *testing.T) {
 	}
 
 	// Slave closed partition: the master does not acknowledge.
-	slave.ClosePartitions("test", 1, 1)
+	if err := slave.ClosePartitions("test", 1, 1); err != nil {
+		t.Fatal(err)
+	}
 	mc.sendCmd(putCmd("test", 1, "refused", 2))
 	if r := mc.result(); r.Code != 500 || !strings.Contains(string(r.Body), "[slave 'meta://"+slave.Addr().String()+"'] [partition 'test-1'] failed") {
 		t.Fatalf("put with slave partition closed: %s", r)
@@ -167,7 +169,9 @@ func TestSyncMasterLeavesZooKeeper(t *testing.T) {
 	})
 	mc := dial(t, master.Addr())
 	mustPut(t, mc, "test", 0, "ok")
-	slave.ClosePartitions("test", 0, 0)
+	if err := slave.ClosePartitions("test", 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		mc.sendCmd(putCmd("test", 0, "x", int32(i)))
 		if r := mc.result(); r.Code != 500 {
@@ -188,7 +192,9 @@ func TestSyncMasterLeavesZooKeeper(t *testing.T) {
 		t.Fatalf("topic not registered again: %d %v", n, ok)
 	}
 	// Closed partition on a sync master: MetaQ's bare text.
-	master.ClosePartitions("test", 1, 1)
+	if err := master.ClosePartitions("test", 1, 1); err != nil {
+		t.Fatal(err)
+	}
 	mc.sendCmd(putCmd("test", 1, "x", 9))
 	if r := mc.result(); r.Code != 403 || string(r.Body) != "Partition[0-1] has been closed" {
 		t.Fatalf("closed on sync master: %s", r)

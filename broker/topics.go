@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -295,8 +296,18 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 }
 
 // ClosePartitions closes partitions from..to (inclusive) of topic: puts,
-// gets and syncs on them answer 403 until OpenPartitions.
-func (b *Broker) ClosePartitions(topic string, from, to int) {
+// gets and syncs on them answer 403 until OpenPartitions. It refuses a
+// topic this broker does not take and a range outside the topic's
+// partitions: the set holds one entry per partition, so a mistyped end
+// must not fill memory.
+func (b *Broker) ClosePartitions(topic string, from, to int) error {
+	te := b.topicEntry(topic)
+	if !te.ok {
+		return fmt.Errorf("close partitions: this broker takes no topic %q", topic)
+	}
+	if n := te.tc.NumPartitions; from < 0 || to < from || to >= n {
+		return fmt.Errorf("close partitions: %s has partitions 0..%d; %d..%d is outside them", topic, n-1, from, to)
+	}
 	b.updateClosed(func(m closedSet) {
 		ps := m[topic]
 		if ps == nil {
@@ -308,14 +319,19 @@ func (b *Broker) ClosePartitions(topic string, from, to int) {
 		}
 	})
 	b.log.Info("TOPIC("+topic+"): partitions closed", "from", from, "to", to)
+	return nil
 }
 
-// OpenPartitions reopens partitions closed by ClosePartitions.
+// OpenPartitions reopens partitions closed by ClosePartitions. It looks
+// only at the closed ones, so any range is cheap, and a topic since
+// removed from server.ini can still be reopened.
 func (b *Broker) OpenPartitions(topic string, from, to int) {
 	b.updateClosed(func(m closedSet) {
 		ps := m[topic]
-		for p := from; p <= to; p++ {
-			delete(ps, p)
+		for p := range ps {
+			if p >= from && p <= to {
+				delete(ps, p)
+			}
 		}
 		if len(ps) == 0 {
 			delete(m, topic)

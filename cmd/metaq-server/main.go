@@ -338,9 +338,12 @@ func run(cmd string, args []string) error {
 			return err
 		}
 		body, err := ctl.NewAdmin(cfg).Do(ctx, "GET", "/slave-status", nil)
-		if err != nil || c.json {
+		if err != nil {
+			return err // it carries the answer's text
+		}
+		if c.json {
 			fmt.Print(body)
-			return err
+			return nil
 		}
 		return printSlaveSummary(os.Stdout, []byte(body))
 	case "unreplicated":
@@ -648,8 +651,11 @@ func adminCall(ctx context.Context, c *common, method, path string, q url.Values
 		return err
 	}
 	body, err := ctl.NewAdmin(cfg).Do(ctx, method, path, q)
+	if err != nil {
+		return err // it carries the answer's text: printed once
+	}
 	fmt.Print(body)
-	return err
+	return nil
 }
 
 // refuseUnknown is the start check on unknown keys and sections (the bundle

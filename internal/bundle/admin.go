@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"metaq/broker/config"
+	"metaq/broker/store"
 	"metaq/internal/unixsock"
 )
 
@@ -203,7 +204,10 @@ func (a *Admin) partitions(closing bool) http.HandlerFunc {
 		}
 		verb := "opened"
 		if closing {
-			a.b.Broker.ClosePartitions(topic, start, end)
+			if err := a.b.Broker.ClosePartitions(topic, start, end); err != nil {
+				http.Error(w, err.Error(), http.StatusNotFound)
+				return
+			}
 			verb = "closed"
 		} else {
 			a.b.Broker.OpenPartitions(topic, start, end)
@@ -230,6 +234,10 @@ func (a *Admin) repair(w http.ResponseWriter, r *http.Request) {
 	part, err := strconv.Atoi(q.Get("partition"))
 	if topic == "" || from == "" || err != nil || part < 0 {
 		http.Error(w, "topic, partition and from (the replica's host:port) are required", http.StatusBadRequest)
+		return
+	}
+	if _, err := a.b.Store.Partition(topic, part); errors.Is(err, store.ErrNoPartition) {
+		http.Error(w, fmt.Sprintf("%s-%d: this site's store holds no such partition (none configured, or nothing written to it yet): nothing to repair", topic, part), http.StatusNotFound)
 		return
 	}
 	done, err := RepairFrom(r.Context(), a.b.Store, from, topic, part)

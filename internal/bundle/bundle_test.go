@@ -149,6 +149,37 @@ func TestAdminEndpoint(t *testing.T) {
 }
 
 // TestAdminToken: with a [site] token every request needs it.
+// TestAdminRefusalsSayWhatIsWrong: what an operator mistypes is answered
+// 404 or 409 naming what is wrong, not 500, and changes nothing.
+func TestAdminRefusalsSayWhatIsWrong(t *testing.T) {
+	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n")
+	b := e.start(t)
+	for _, c := range []struct {
+		method, path string
+		code         int
+		want         string
+	}{
+		{"POST", "/close-partitions?topic=nosuch&start=0&end=1", 404, `no topic "nosuch"`},
+		{"POST", "/close-partitions?topic=e2e&start=0&end=2000000000", 404, "e2e has partitions 0..1"},
+		{"POST", "/repair?topic=e2e&partition=9&from=127.0.0.1:1", 404, "e2e-9: this site's store holds no such partition"},
+		{"POST", "/promote", 409, "this site is already master"},
+		{"POST", "/switchover?to=nosite", 404, `no slave of this master is named "nosite"`},
+	} {
+		code, body := adminDo(t, b, c.method, c.path, "")
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s %s: %d %q, want %d with %q", c.method, c.path, code, body, c.code, c.want)
+		}
+	}
+	mc, err := dialMeta(b.Broker.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if rep, err := mc.roundTrip("put e2e 1 1 0 -1", []byte("x")); err != nil || rep.code != 200 {
+		t.Fatalf("put after the refused closes: %+v %v, want 200", rep, err)
+	}
+}
+
 func TestAdminToken(t *testing.T) {
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ntoken=s3cret\n")
 	b := e.start(t)

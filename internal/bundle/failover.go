@@ -214,6 +214,30 @@ type PromoteReport struct {
 // reachable (use force).
 var ErrMasterReachable = errors.New("the master is alive and reachable from this site")
 
+// ErrWrongRole marks a command this site's role does not allow now
+// (promote at a master, switchover at a slave, either while another role
+// change runs): the admin endpoint answers 409 Conflict, not 500, since
+// nothing failed.
+var ErrWrongRole = errors.New("this site's role does not allow the command now")
+
+// ErrUnknownSlave marks a switchover to a slave this master does not know:
+// the admin endpoint answers 404.
+var ErrUnknownSlave = errors.New("no such slave")
+
+// roleError is an error with its own text that matches sentinel.
+type roleError struct {
+	text     string
+	sentinel error
+}
+
+func (e *roleError) Error() string { return e.text }
+func (e *roleError) Unwrap() error { return e.sentinel }
+
+// wrongRole is ErrWrongRole with the text given.
+func wrongRole(format string, args ...any) error {
+	return &roleError{text: fmt.Sprintf(format, args...), sentinel: ErrWrongRole}
+}
+
 // Promote makes this slave site the master of its brokerId at the next
 // generation: it stops following the old master, records the generation
 // and each partition's end (a returning old master cuts what it holds
@@ -272,7 +296,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	start := time.Now()
 	f := &b.failover
 	if b.closing.Load() {
-		return PromoteReport{}, errors.New("promote: the bundle is stopping")
+		return PromoteReport{}, wrongRole("promote: the bundle is stopping")
 	}
 	end, err := f.role.Begin(siterole.Promoting)
 	if err != nil {
@@ -285,12 +309,12 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 		}
 	}()
 	if f.role.Current().Role == siterole.Master {
-		return PromoteReport{}, errors.New("promote: this site is already master")
+		return PromoteReport{}, wrongRole("promote: this site is already master")
 	}
 
 	rc := b.receiver()
 	if rc == nil {
-		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
+		return PromoteReport{}, wrongRole("promote: this site is not a running async slave")
 	}
 	// A former master taking mastership back follows no one: its receiver
 	// may not have begun a stream (nothing to stop, nothing behind). Nor
@@ -299,7 +323,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	// waiting (linkStatus), as any slave's that never heard from a master.
 	st, ok := rc.linkStatus()
 	if !ok && !o.Reclaim {
-		return PromoteReport{}, errors.New("promote: this site is not a running async slave")
+		return PromoteReport{}, wrongRole("promote: this site is not a running async slave")
 	}
 	var fenceSession int64 // a dead master's session whose master node this promotion takes
 	if !force {
@@ -536,13 +560,28 @@ func (a *Admin) servePromote(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
-	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead):
-		http.Error(w, err.Error(), http.StatusConflict)
 	case err != nil:
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		http.Error(w, err.Error(), roleChangeStatus(err))
 	default:
 		rep.Followers, rep.FollowersNote = a.b.awaitFollowers(r.Context(), rep.Generation, bound)
 		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+// roleChangeStatus is the admin endpoint's HTTP status for a promotion or
+// switchover that did not happen: 409 when this site's state refuses it
+// (another site's master alive, a sibling ahead, the wrong role, another
+// role change running), 404 for an unknown slave, 500 when something
+// failed.
+func roleChangeStatus(err error) int {
+	var busy *siterole.ErrBusy
+	switch {
+	case errors.Is(err, ErrUnknownSlave):
+		return http.StatusNotFound
+	case errors.Is(err, ErrMasterReachable), errors.Is(err, ErrSiblingAhead), errors.Is(err, ErrWrongRole), errors.As(err, &busy):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
 	}
 }
 
@@ -738,16 +777,16 @@ func checkSwitchoverTarget(to string, slaves []georeplicator.GroupLag, match fun
 		list = strings.Join(known, "; ")
 	}
 	if found {
-		return fmt.Errorf("switchover: the slave %q is not connected to this master, so it cannot take over with nothing lost; slaves this master knows: %s", to, list)
+		return wrongRole("switchover: the slave %q is not connected to this master, so it cannot take over with nothing lost; slaves this master knows: %s", to, list)
 	}
-	return fmt.Errorf("switchover: no slave of this master is named %q (slave group, its last '-' field, or slaveId); slaves it knows: %s", to, list)
+	return &roleError{text: fmt.Sprintf("switchover: no slave of this master is named %q (slave group, its last '-' field, or slaveId); slaves it knows: %s", to, list), sentinel: ErrUnknownSlave}
 }
 
 func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver func(SwitchoverReport)) (SwitchoverReport, error) {
 	rep := SwitchoverReport{}
 	s := b.runningShipper()
 	if s == nil {
-		return rep, errors.New("switchover: this site is not a master shipping its log")
+		return rep, wrongRole("switchover: this site is not a master shipping its log")
 	}
 	id, err := b.identity()
 	if err != nil {
@@ -1139,7 +1178,7 @@ func (a *Admin) serveSwitchover(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rep, err := a.b.Switchover(ctx, to, r.URL.Query().Get("follow"))
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		http.Error(w, err.Error(), roleChangeStatus(err))
 		return
 	}
 	rep.Followers, rep.FollowersNote = a.b.awaitFollowers(r.Context(), rep.Generation, bound)

@@ -157,7 +157,9 @@ func TestGatewayThroughSite(t *testing.T) {
 
 	// bj's refusal reaches the producer as bj gave it: bj closed the
 	// partitions (hf has not).
-	bj.Broker.ClosePartitions("orders", 0, 1)
+	if err := bj.Broker.ClosePartitions("orders", 0, 1); err != nil {
+		t.Fatal(err)
+	}
 	_, err = prod.Send(context.Background(), &client.Message{Topic: "orders", Payload: []byte("to a closed partition")})
 	var se *client.StatusError
 	if err == nil || !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Text, "has been closed") ||

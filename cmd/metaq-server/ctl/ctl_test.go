@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"metaq/broker/config"
 )
 
 func TestPIDFile(t *testing.T) {
@@ -139,5 +142,19 @@ func TestWholeRecords(t *testing.T) {
 	buf := append(append(rec(5), rec(0)...), rec(9)[:12]...)
 	if got := wholeRecords(buf); got != 45 {
 		t.Errorf("wholeRecords = %d, want 45", got)
+	}
+}
+
+// TestQueryWithZooKeeperOff: query reads offsets from ZooKeeper; with
+// zk.zkEnable=false it says so at once instead of waiting out the
+// connection timeout for a ZooKeeper at the default address.
+func TestQueryWithZooKeeperOff(t *testing.T) {
+	cfg := &config.Server{File: "/etc/metaq/server.ini"}
+	cfg.ZooKeeper.Enable = false
+	cfg.ZooKeeper.Connect = config.DefaultZkConnect
+	cfg.ZooKeeper.ConnectionTimeout = time.Second // the code before waited it out, then failed otherwise
+	err := Query(context.Background(), cfg, "g", "", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "zk.zkEnable=false") || !strings.Contains(err.Error(), cfg.File) {
+		t.Fatalf("Query with ZooKeeper off: %v, want an error naming zk.zkEnable=false and the file", err)
 	}
 }

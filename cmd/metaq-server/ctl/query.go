@@ -75,6 +75,10 @@ func listGroups(ctx context.Context, r *registry.Registry, topic string, w io.Wr
 // max offset with `stats offsets`, and prints the lag; a broker that does not
 // answer leaves those columns as "-".
 func Query(ctx context.Context, cfg *config.Server, group, topic string, w io.Writer) error {
+	if !cfg.ZooKeeper.Enable {
+		// Not a 30 s wait for a ZooKeeper at the default address.
+		return fmt.Errorf("ctl: query reads the consumers' offsets from ZooKeeper, and %s turns it off ([zookeeper] zk.zkEnable=false)", cfg.File)
+	}
 	r, err := registry.New(ctx, registry.Options{
 		Connect:           cfg.ZooKeeper.Connect,
 		Root:              cfg.ZooKeeper.Root,
