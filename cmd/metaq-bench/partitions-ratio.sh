@@ -13,6 +13,9 @@
 #   RATE=N passes -rate N to metaq-bench (both topics at the same put rate: profiles and CPU per message
 #   compared at the same load).
 #   PERF=dir records a perf profile of the broker per topic and round into dir (needs perf).
+#   COUNTS=file appends, per topic and round, what the broker's threads did per message (perf stat on the
+#   broker: system calls by kind, block requests and bios it issued, buffers it dirtied, ext4 block
+#   allocations, page faults, context switches; needs perf and tracefs, mounted here if it is not).
 #   LOG=dir keeps the broker's log (server.log) and each measured window (windows: topic, round, start and
 #   end as UTC times) in dir, to find what the broker did (rolls, slow fdatasyncs) during a low round.
 set -u
@@ -42,6 +45,11 @@ run() {
 	: > "$data/dirty"
 	sample_dirty "$data/dirty" &
 	local dpid=$!
+	local statpid=
+	if [ -n "${COUNTS:-}" ]; then
+		perf stat -x, -e "$COUNT_EVENTS" -p "$pid" -o "$data/counts" -- sleep "$DUR" > /dev/null 2>&1 &
+		statpid=$!
+	fi
 	if [ -n "${PERF:-}" ]; then
 		perf record -q -g -p "$pid" -o "$PERF/$1-r$3.data" -- sleep "$DUR" > /dev/null 2>&1 &
 		perfpid=$!
@@ -53,11 +61,19 @@ run() {
 	[ -n "${LOG:-}" ] && echo "$1 $3 ${t0:0:12} $(date -u +%H:%M:%S.%3N)" >> "$LOG/windows"
 	[ -n "$perfpid" ] && wait $perfpid
 	local msgs; msgs=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
+	if [ -n "$statpid" ]; then
+		wait $statpid
+		awk -F, -v m="${msgs:-0}" -v t="$1" -v r="$3" 'BEGIN{printf "%s round %s per message:", t, r} /^[0-9]/{sub(/^[a-z0-9_]+:(sys_enter_)?/, "", $3); printf " %s %.4f", $3, (m>0)?$1/m:0} END{print ""}' "$data/counts" >> "$COUNTS"
+	fi
 	local rate; rate=$(grep -o '= [0-9]* msgs/s' "$data/mb.out" | awk '{print $2}')
 	[ -z "$msgs" ] && { cat "$data/mb.out" >&2; echo "0 0/0 0 0"; return; }
 	echo "$rate $(awk -v t=$((c1 - c0)) -v u=$((u1 - u0)) -v m="$msgs" -v hz="$hz" 'BEGIN{printf "%.2f/%.2f", t*1e6/hz/m, u*1e6/hz/m}')" \
 		"$(sort -n "$data/dirty" | tail -1 | awk '{printf "%d", $1/1024}')" "$(awk -v f=$((f1 - f0)) -v m="$msgs" 'BEGIN{printf "%.3f", f/m}')"
 }
+COUNT_EVENTS=raw_syscalls:sys_enter,syscalls:sys_enter_fdatasync,syscalls:sys_enter_pwrite64,syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_pread64,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,block:block_rq_issue,block:block_bio_queue,block:block_dirty_buffer,ext4:ext4_mballoc_alloc,page-faults,context-switches
+if [ -n "${COUNTS:-}" ] && [ ! -d /sys/kernel/tracing/events/syscalls ]; then
+	mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || echo "COUNTS: no tracefs at /sys/kernel/tracing: the syscall and block counts will be missing" >&2
+fi
 echo "broker $(basename "$SRV"), topics p16 and p$N, $ROUNDS rounds x ${DUR}s (+${WARM}s warm-up), 1 KiB, 4 producers x 128 in flight, retention $RETAIN, settle: Dirty+Writeback <= ${SETTLE_DIRTY_MB} MB (at most ${SETTLE_MAX} s) + ${SETTLE} s"
 printf '%-6s %-7s %10s %10s %7s %14s %14s %11s %11s %s\n' round first p16/s "p$N/s" ratio "p16 us/msg" "p$N us/msg" "dirty MB" "flt/msg" "load (1/5/15 min)"
 # Pages the guest handed back to the host (virtio free page reporting): the page cache taking them again makes

@@ -145,7 +145,7 @@ func (c *common) startFlags() {
 	c.fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server to answer")
 	c.fs.StringVar(&c.listen, "listen", "", "MetaQ protocol listen `address` (default :<serverPort>)")
 	c.fs.StringVar(&c.admin, "admin", "", "TCP listen `address` of the admin endpoint besides its unix socket <dataPath>/admin.sock (default [site] adminAddr, else none; \"off\" disables the endpoint)")
-	c.fs.IntVar(&c.gcFloor, "gcfloor", defaultGCFloorMiB, "keep the garbage collector's heap goal at least about twice this many `MiB` (a ballast of address space, not resident memory; 0, GOGC or GOMEMLIMIT in the environment: none)")
+	c.fs.IntVar(&c.gcFloor, "gcfloor", defaultGCFloorMiB, "keep the garbage collector's heap goal at least about twice this many `MiB` (a ballast of address space, not resident memory), and take that much heap from the system at start (0, GOGC or GOMEMLIMIT in the environment: neither)")
 	c.dataFlag()
 	c.allowUnknownFlag()
 }
