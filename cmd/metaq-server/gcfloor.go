@@ -49,5 +49,4 @@ func prefaultHeap(mib int) {
 	}
 	runtime.KeepAlive(b)
 	runtime.GC() // b is garbage now: its pages go back to the heap, resident
-
 }
