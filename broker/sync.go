@@ -72,8 +72,8 @@ type syncMaster struct {
 	// answered `stats sync_units`), 0 when it offered none (a MetaQ
 	// slave): a commit then goes as one sync per message.
 	unitBytes int
-	wmu     sync.Mutex // serialises writes on nc
-	readers sync.WaitGroup
+	wmu       sync.Mutex // serialises writes on nc
+	readers   sync.WaitGroup
 }
 
 // syncMasterOptions configure a syncMaster.

@@ -22,13 +22,16 @@ import (
 
 // cutProxy relays a samsa master's connections to its slave, and can cut
 // the master's stream after a given number of bytes: both sides are closed
-// there, as a link that fails in the middle of a frame. The slave's
-// address can change (a slave restarted on another port).
+// there, as a link that fails in the middle of a frame; or hold it there:
+// nothing more reaches the slave, and the connection stays open (a slave
+// about to be killed has read that much). The slave's address can change
+// (a slave restarted on another port).
 type cutProxy struct {
 	ln     net.Listener
 	target atomic.Value // string: the slave's address
 	left   atomic.Int64 // bytes of the master's stream still relayed; <0: no limit
-	cuts   atomic.Int32 // streams cut
+	hold   atomic.Bool  // at the limit, hold the stream instead of cutting it
+	cuts   atomic.Int32 // streams cut or held
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -53,9 +56,13 @@ func newCutProxy(t testing.TB, target string) *cutProxy {
 func (p *cutProxy) addr() string { return p.ln.Addr().String() }
 
 // cutAfter lets n more bytes of the master's stream through, then cuts it.
-func (p *cutProxy) cutAfter(n int64) { p.left.Store(n) }
+func (p *cutProxy) cutAfter(n int64) { p.hold.Store(false); p.left.Store(n) }
 
-// heal lets every byte through again.
+// holdAfter lets n more bytes of the master's stream through, then holds
+// it: the rest of that connection's bytes are dropped.
+func (p *cutProxy) holdAfter(n int64) { p.hold.Store(true); p.left.Store(n) }
+
+// heal lets every byte of new connections through again.
 func (p *cutProxy) heal() { p.left.Store(-1) }
 
 // track adds c to the connections closed by close; false once closed.
@@ -96,9 +103,10 @@ func (p *cutProxy) accept() {
 			defer mc.Close()
 			defer sc.Close()
 			buf := make([]byte, 32<<10)
+			held := false
 			for {
 				n, err := mc.Read(buf)
-				if n > 0 {
+				if n > 0 && !held {
 					chunk := buf[:n]
 					for {
 						left := p.left.Load()
@@ -113,9 +121,16 @@ func (p *cutProxy) accept() {
 						}
 						if p.left.CompareAndSwap(left, -1) {
 							sc.Write(chunk[:left])
+							held = p.hold.Load()
 							p.cuts.Add(1)
-							return
+							if !held {
+								return
+							}
+							break
 						}
+					}
+					if held {
+						continue // dropped until the connection ends
 					}
 					if _, err := sc.Write(chunk); err != nil {
 						return
@@ -272,9 +287,11 @@ func TestSyncSlaveChild(t *testing.T) {
 // TestSamsaSlaveKilledMidCommit: a samsa master commits transactions over
 // two partitions (six messages of 24 KiB, more than one read of its
 // slave) without pause while its samsa slave, a process of its own, is
-// killed with SIGKILL and restarted on its data dir, several times: the
-// slave's store then holds every commit all or none, and every commit the
-// master acknowledged whole.
+// killed with SIGKILL and restarted on its data dir, eight times, half of
+// them with the master's stream held in the middle of a commit: the
+// slave's store then holds every commit all or none (before sync units it
+// held the first messages of the commit it was reading), and every commit
+// the master acknowledged whole.
 func TestSamsaSlaveKilledMidCommit(t *testing.T) {
 	if os.Getenv(syncSlaveChildEnv) != "" {
 		t.Skip("in the child")
@@ -299,7 +316,8 @@ func TestSamsaSlaveKilledMidCommit(t *testing.T) {
 		seq   atomic.Int64
 	)
 	const per, size = 3, 24 << 10
-	const cycles = 6
+	const commitBytes = 2 * per * (size + 64) // with the sync headers
+	const cycles = 8
 	for cycle := range cycles {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -323,19 +341,38 @@ func TestSamsaSlaveKilledMidCommit(t *testing.T) {
 				mu.Unlock()
 			}
 		}()
-		// Some commits through this incarnation, then the kill at a
-		// moment of the stream chosen at random.
+		// Some commits through this incarnation, then the kill.
 		testutil.Eventually(t, 60*time.Second, 5*time.Millisecond, func() error {
 			if n := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }(); n < ackedBefore+3 {
 				return fmt.Errorf("cycle %d: %d commits acknowledged", cycle, n-ackedBefore)
 			}
 			return nil
 		})
-		time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
+		if cycle%2 == 0 {
+			// At a moment of the stream chosen at random.
+			time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
+		} else {
+			// With the master's stream held at a byte chosen at random
+			// within the next commit's worth (commits follow each other
+			// without a gap, so it falls inside one), once the slave had
+			// a moment to store what it read: the kill finds it holding
+			// the start of a commit it was reading. The moment only makes
+			// that likelier; the check holds whenever the kill lands.
+			held := px.cuts.Load()
+			px.holdAfter(rand.Int64N(commitBytes))
+			testutil.Eventually(t, 60*time.Second, 5*time.Millisecond, func() error {
+				if px.cuts.Load() == held {
+					return fmt.Errorf("cycle %d: the stream did not reach the byte to hold it at", cycle)
+				}
+				return nil
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
 		cmd.Process.Kill() // SIGKILL: this test started it
 		cmd.Wait()
 		cancel()
 		wg.Wait()
+		px.heal()
 		if cycle < cycles-1 {
 			cmd, addr = start()
 			px.target.Store(addr)

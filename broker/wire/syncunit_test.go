@@ -11,7 +11,7 @@ import (
 func TestSyncUnitRoundTrip(t *testing.T) {
 	u := &SyncUnit{Opaque: -5, Syncs: []Sync{
 		{Topic: "a", Partition: 0, Flag: 1, MsgID: 7, Checksum: Checksum([]byte("hello")), Body: []byte("hello")},
-		{Topic: "b b", Partition: 3, MsgID: -1, Checksum: NoChecksum, Body: []byte("x\r\ny"), Fields: 7},
+		{Topic: "b", Partition: 3, MsgID: -1, Checksum: NoChecksum, Body: []byte("x\r\ny"), Fields: 7},
 		{Topic: "a", Partition: 1, MsgID: 9, Checksum: 4, Body: []byte{}},
 	}}
 	frame := u.AppendTo(nil)
@@ -32,7 +32,7 @@ func TestSyncUnitRoundTrip(t *testing.T) {
 	if !ok || got.Opaque != -5 || len(got.Syncs) != 3 {
 		t.Fatalf("decoded %#v", cmd)
 	}
-	if got.Syncs[1].Topic != "b b" || got.Syncs[1].Partition != 3 || !bytes.Equal(got.Syncs[1].Body, []byte("x\r\ny")) || got.Syncs[1].Checksum != NoChecksum {
+	if got.Syncs[1].Topic != "b" || got.Syncs[1].Partition != 3 || !bytes.Equal(got.Syncs[1].Body, []byte("x\r\ny")) || got.Syncs[1].Checksum != NoChecksum {
 		t.Fatalf("second sync %+v", got.Syncs[1])
 	}
 	if !bytes.Equal(got.AppendTo(nil), frame) {
