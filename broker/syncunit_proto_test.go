@@ -53,6 +53,30 @@ func TestSyncUnitsOffered(t *testing.T) {
 	}
 }
 
+// TestSyncUnitBytesOfMetaQ: the MetaQ 1.4.6 Java broker's answer to
+// `stats sync_units 0`, as it sent it (a topic's statistics), offers no
+// units; the same broker closed the connection on a syncunit frame,
+// logging "MetaCodecException: Expect sync,but was syncunit".
+func TestSyncUnitBytesOfMetaQ(t *testing.T) {
+	java := "STATS\r\nsync_units\r\nresultCode 1\r\npartitions 0\r\nmessage_count 0\r\nbytes 0\r\n" +
+		"topic_realtime_put null\r\ntopic_realtime_get null\r\ntopic_realtime_offset null\r\ntopic_realtime_get_miss null\r\n" +
+		"topic_realtime_put_failed null\r\ntopic_realtime_message_size null\r\nEND\r\n"
+	for _, c := range []struct {
+		name string
+		r    *wire.Result
+		want int
+	}{
+		{"metaq", wire.NewResult(wire.StatusOK, java, 0), 0},
+		{"ours", wire.NewResult(wire.StatusOK, "STATS\r\nsync_units 1048576\r\nEND\r\n", 0), 1 << 20},
+		{"refused", wire.NewResult(wire.StatusInternalServerError, "STATS\r\nsync_units 5\r\nEND\r\n", 0), 0},
+		{"zero", wire.NewResult(wire.StatusOK, "STATS\r\nsync_units 0\r\nEND\r\n", 0), 0},
+	} {
+		if got := syncUnitBytes(c.r); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
 // TestSyncUnitStoredWholeOrRefused: a sync slave stores a unit whose
 // messages all pass the checks as one unit of its log, under the master's
 // ids, answering once with the number of messages; a unit with one
