@@ -506,7 +506,8 @@ var errNoUnits = errors.New("broker: the slave takes no sync unit of that size")
 // register takes an opaque for a request answered on ch and returns the
 // connection, dialling it if needed. unitBytes > 0 registers a sync unit
 // of that many bytes, which fails with errNoUnits unless the connection's
-// slave takes it.
+// slave takes it. The dial and askUnits run under mu (bounded by
+// Timeout): every request waits for the connection either way.
 func (s *syncMaster) register(ch chan *wire.Result, unitBytes int) (net.Conn, int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
