@@ -390,6 +390,16 @@ func (c *conn) readLoop() bool {
 				handOff()
 			}
 			continue
+		case *wire.SyncUnit:
+			if c.gatewayPeer || !c.b.opts.SyncReceiver {
+				// Only a sync slave offers units (`stats sync_units`).
+				c.bytes.release(bodyLen(cmd))
+				c.sendResult(wire.StatusServiceUnavailable, txtNoProcessor, x.Opaque)
+				continue
+			}
+			// A worker stores it (handleSyncUnit); the master sends it only
+			// once its partitions' earlier syncs were answered.
+			c.syncPeer = true
 		case *wire.Quit:
 			<-c.slots
 			return true

@@ -246,6 +246,12 @@ func bodyLen(cmd wire.Command) int64 {
 		return int64(len(x.Body))
 	case *wire.Sync:
 		return int64(len(x.Body))
+	case *wire.SyncUnit:
+		n := 0
+		for i := range x.Syncs {
+			n += len(x.Syncs[i].Body)
+		}
+		return int64(n)
 	case *wire.Result:
 		return int64(len(x.Body))
 	case *wire.Value:

@@ -36,6 +36,8 @@ func (b *Broker) handle(c *conn, cmd wire.Command) {
 		b.handleStats(c, cmd)
 	case *wire.Transaction:
 		b.handleTransaction(c, cmd)
+	case *wire.SyncUnit:
+		b.handleSyncUnit(c, cmd)
 	default:
 		c.log.Warn("CONN: unexpected command", "cmd", cmd.Name())
 		c.noAnswer()

@@ -1075,11 +1075,12 @@ var ErrWritesStopped = errors.New("broker: client writes were stopped while the 
 // site holds all of it or none, even when the master dies mid-stream; for
 // topics with minSyncSites, one wait for the slave sites that covers all
 // of it. On a synchronous (samsa) master the whole commit is sent to the
-// samsa slave (one sync per message, MetaQ's protocol having no commit),
-// stored here as one unit and answered after one wait for all of the
-// slave's answers (syncMaster.storeUnit); the samsa slave stores each
-// sync as it comes, so it may hold part of a commit whose master died on
-// the way.
+// samsa slave, stored here as one unit and answered after one wait for
+// the slave's answers (syncMaster.storeUnit): to a slave of this project
+// as one sync unit, which it stores all or none (handleSyncUnit), so it
+// never holds part of a commit; to a MetaQ slave, which offers no units,
+// as one sync per message, which it stores as they come, so it may hold
+// part of a commit whose master died on the way.
 //
 // The error wraps ErrNotStored when nothing was handed to the store (then
 // outs is nil), ErrWritesStopped when writes began to be refused on the

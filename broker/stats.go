@@ -226,6 +226,10 @@ func (b *Broker) Stats(item string) string {
 		w.line("reset", "ok")
 	case item == "sync_sites" && b.siteReplicator() != nil:
 		b.syncSitesStats(w)
+	case item == syncUnitsItem && b.opts.SyncReceiver:
+		// Sync units are offered up to the largest body this broker's
+		// decoder takes (see handleSyncUnit).
+		w.line(syncUnitsItem, strconv.Itoa(b.opts.MaxMessageSize))
 	case item == "slave" && b.opts.SlaveStats != nil:
 		for _, l := range b.opts.SlaveStats.Lines() {
 			w.line(l)

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,12 @@ const slaveStatusTopic = "_metaq_slave_status_test"
 // syncs written in order before their local append, so ids and offsets
 // rise in the same order on both sides and a slow slave holds up neither
 // the caller nor other partitions.
+//
+// A transaction's commit goes to the slave as one sync unit when the
+// slave offered them on the connection (askUnits): it stores the unit all
+// or none, so a slave cut off, killed or promoted in the middle of a
+// commit holds none of it rather than part. A MetaQ slave offers none and
+// gets one sync per message.
 type syncMaster struct {
 	local Store
 	opts  syncMasterOptions
@@ -59,9 +67,13 @@ type syncMaster struct {
 	nc      net.Conn
 	pending map[int32]chan *wire.Result
 	opaque  int32
-	ncDone  bool       // close was called: no new connection
-	wmu     sync.Mutex // serialises writes on nc
-	readers sync.WaitGroup
+	ncDone  bool // close was called: no new connection
+	// unitBytes is the largest sync unit the slave of nc takes (it
+	// answered `stats sync_units`), 0 when it offered none (a MetaQ
+	// slave): a commit then goes as one sync per message.
+	unitBytes int
+	wmu       sync.Mutex // serialises writes on nc
+	readers   sync.WaitGroup
 }
 
 // syncMasterOptions configure a syncMaster.
@@ -158,11 +170,13 @@ func copyMessages(msgs []store.Message) []store.Message {
 }
 
 // storeUnit stores a transaction's commit as one unit (see unitStore):
-// every message of all its partitions is sent to the slave as `sync`
-// (MetaQ's command carries one message), pipelined, the commit is
+// the commit is sent to the slave as one sync unit when the slave offered
+// them (wire.SyncUnit: the slave stores it all or none, so it never holds
+// part of a commit), otherwise every message of all its partitions as
+// `sync` (MetaQ's command carries one message), pipelined; the commit is
 // appended locally as one unit (store.Store.AppendUnitAsync, so the
 // cross-site replication of this master ships it whole), and one wait
-// for all of the slave's answers decides the outcome of each partition,
+// for the slave's answers decides the outcome of each partition,
 // reported to done once for the whole commit. In each partition the unit
 // keeps its place among the batches (see syncUnit); units are queued
 // under closeMu, so two units sharing partitions are in the same order in
@@ -234,17 +248,40 @@ func (s *syncMaster) reachUnit(u *syncUnit) {
 // runUnit replicates and stores the unit u (see storeUnit). It runs on
 // the syncMaster's context, as replicate: once queued, it completes.
 func (s *syncMaster) runUnit(u *syncUnit) {
-	var waits [][]func() error
+	cmd := &wire.SyncUnit{}
 	for _, a := range u.appends {
-		w := make([]func() error, len(a.Msgs))
 		for i := range a.Msgs {
 			m := &a.Msgs[i]
 			if m.ID == 0 {
 				m.ID = s.ids.next()
 			}
-			w[i] = s.start(s.ctx, &wire.Sync{Topic: a.Topic, Partition: int32(a.Partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
+			cmd.Syncs = append(cmd.Syncs, wire.Sync{Topic: a.Topic, Partition: int32(a.Partition), Flag: m.Flag, MsgID: m.ID, Checksum: wire.Checksum(m.Body), Body: m.Body})
 		}
-		waits = append(waits, w)
+	}
+	// waits[i][j] is the slave's answer for message j of append i: one
+	// wait shared by all when the unit went whole.
+	waits := make([][]func() error, len(u.appends))
+	if wait, ok := s.startUnit(s.ctx, cmd); ok {
+		var serr error
+		waited := false
+		shared := func() error {
+			if !waited {
+				serr, waited = wait(), true
+			}
+			return serr
+		}
+		for i, a := range u.appends {
+			waits[i] = slices.Repeat([]func() error{shared}, len(a.Msgs))
+		}
+	} else {
+		k := 0
+		for i, a := range u.appends {
+			waits[i] = make([]func() error, len(a.Msgs))
+			for j := range a.Msgs {
+				waits[i][j] = s.start(s.ctx, &cmd.Syncs[k])
+				k++
+			}
+		}
 	}
 	var local []store.AppendOutcome
 	if ua, ok := s.local.(unitAppender); ok {
@@ -402,23 +439,47 @@ var errSlaveDisconnected = errors.New("Slave is disconnected ")
 // nil once the slave answered 200.
 func (s *syncMaster) start(ctx context.Context, cmd *wire.Sync) (wait func() error) {
 	ch := make(chan *wire.Result, 1)
-	nc, err := s.register(cmd, ch)
+	nc, op, err := s.register(ch, 0)
 	if err != nil {
 		return func() error { return err }
 	}
+	cmd.Opaque = op
+	return s.send(ctx, nc, cmd, ch)
+}
+
+// startUnit writes the sync unit cmd to the slave and returns the wait for
+// its answer, as start does, when the slave's connection takes units of
+// its size; otherwise it sends nothing and reports false.
+func (s *syncMaster) startUnit(ctx context.Context, cmd *wire.SyncUnit) (wait func() error, ok bool) {
+	ch := make(chan *wire.Result, 1)
+	nc, op, err := s.register(ch, cmd.BodyLen())
+	if errors.Is(err, errNoUnits) {
+		return nil, false
+	}
+	if err != nil {
+		return func() error { return err }, true
+	}
+	cmd.Opaque = op
+	return s.send(ctx, nc, cmd, ch), true
+}
+
+// send writes cmd, registered under its opaque with ch, on nc and returns
+// the wait for its answer: nil once the slave answered 200.
+func (s *syncMaster) send(ctx context.Context, nc net.Conn, cmd wire.Command, ch chan *wire.Result) (wait func() error) {
+	op := cmd.OpaqueID()
 	timeout := s.opts.Timeout
 	deadline := time.Now().Add(timeout)
 	s.wmu.Lock()
 	nc.SetWriteDeadline(deadline)
-	_, err = nc.Write(cmd.AppendTo(nil))
+	_, err := nc.Write(cmd.AppendTo(nil))
 	s.wmu.Unlock()
 	if err != nil {
-		s.unregister(cmd.Opaque)
+		s.unregister(op)
 		s.drop(nc, err)
-		return func() error { return fmt.Errorf("broker: sync to %s: %w", s.opts.Addr, err) }
+		return func() error { return fmt.Errorf("broker: %s to %s: %w", cmd.Name(), s.opts.Addr, err) }
 	}
 	return func() error {
-		defer s.unregister(cmd.Opaque)
+		defer s.unregister(op)
 		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
 		select {
@@ -431,36 +492,92 @@ func (s *syncMaster) start(ctx context.Context, cmd *wire.Sync) (wait func() err
 			}
 			return nil
 		case <-t.C:
-			return fmt.Errorf("broker: sync to %s timed out after %v", s.opts.Addr, timeout)
+			return fmt.Errorf("broker: %s to %s timed out after %v", cmd.Name(), s.opts.Addr, timeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
-// register takes an opaque for cmd and returns the connection, dialling it
-// if needed.
-func (s *syncMaster) register(cmd *wire.Sync, ch chan *wire.Result) (net.Conn, error) {
+// errNoUnits is register's answer for a sync unit the slave's connection
+// does not take: it offered none, or none that large.
+var errNoUnits = errors.New("broker: the slave takes no sync unit of that size")
+
+// register takes an opaque for a request answered on ch and returns the
+// connection, dialling it if needed. unitBytes > 0 registers a sync unit
+// of that many bytes, which fails with errNoUnits unless the connection's
+// slave takes it. The dial and askUnits run under mu (bounded by
+// Timeout): every request waits for the connection either way.
+func (s *syncMaster) register(ch chan *wire.Result, unitBytes int) (net.Conn, int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ncDone {
-		return nil, errSlaveDisconnected
+		return nil, 0, errSlaveDisconnected
 	}
 	if s.nc == nil {
 		nc, err := net.DialTimeout("tcp", s.opts.Addr, s.opts.Timeout)
 		if err != nil {
 			s.log.Warn("SYNC: cannot connect to slave", "slave", s.opts.Addr, "err", err)
-			return nil, errSlaveDisconnected
+			return nil, 0, errSlaveDisconnected
 		}
-		s.log.Info("SYNC: connected to slave", "slave", s.opts.Addr)
-		s.nc = nc
+		br := bufio.NewReader(nc)
+		units, err := s.askUnits(nc, br)
+		if err != nil {
+			nc.Close()
+			s.log.Warn("SYNC: slave did not answer stats "+syncUnitsItem, "slave", s.opts.Addr, "err", err)
+			return nil, 0, errSlaveDisconnected
+		}
+		s.log.Info("SYNC: connected to slave", "slave", s.opts.Addr, "syncUnitBytes", units)
+		s.nc, s.unitBytes = nc, units
 		s.readers.Add(1)
-		go s.readLoop(nc)
+		go s.readLoop(nc, br)
+	}
+	if unitBytes > 0 && unitBytes > s.unitBytes {
+		return nil, 0, errNoUnits
 	}
 	s.opaque++
-	cmd.Opaque = s.opaque
-	s.pending[cmd.Opaque] = ch
-	return s.nc, nil
+	s.pending[s.opaque] = ch
+	return s.nc, s.opaque, nil
+}
+
+// askUnits asks a newly dialled slave whether it takes sync units (stats
+// sync_units, before anything else is sent on nc) and returns the largest
+// it takes, 0 for none. A MetaQ slave answers the statistics of a topic of
+// that name, without the line.
+func (s *syncMaster) askUnits(nc net.Conn, br *bufio.Reader) (int, error) {
+	nc.SetDeadline(time.Now().Add(s.opts.Timeout))
+	defer nc.SetDeadline(time.Time{})
+	const op = 0
+	if _, err := nc.Write((&wire.Stats{Item: syncUnitsItem, HasItem: true, Opaque: op, HasOpaque: true}).AppendTo(nil)); err != nil {
+		return 0, fmt.Errorf("broker: ask %s for sync units: %w", s.opts.Addr, err)
+	}
+	cmd, err := wire.NewDecoder(br).Decode()
+	if err != nil {
+		return 0, fmt.Errorf("broker: ask %s for sync units: %w", s.opts.Addr, err)
+	}
+	r, ok := cmd.(*wire.Result)
+	if !ok || r.Opaque != op {
+		return 0, fmt.Errorf("broker: ask %s for sync units: answered %s %d", s.opts.Addr, cmd.Name(), cmd.OpaqueID())
+	}
+	return syncUnitBytes(r), nil
+}
+
+// syncUnitBytes reads the "sync_units <bytes>" line of a slave's answer to
+// stats sync_units: 0 when there is none (a MetaQ slave).
+func syncUnitBytes(r *wire.Result) int {
+	if !r.OK() {
+		return 0
+	}
+	for _, line := range strings.Split(string(r.Body), "\r\n") {
+		f := strings.Split(line, " ")
+		if len(f) != 2 || f[0] != syncUnitsItem {
+			continue
+		}
+		if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 func (s *syncMaster) unregister(op int32) {
@@ -469,9 +586,9 @@ func (s *syncMaster) unregister(op int32) {
 	s.mu.Unlock()
 }
 
-func (s *syncMaster) readLoop(nc net.Conn) {
+func (s *syncMaster) readLoop(nc net.Conn, br *bufio.Reader) {
 	defer s.readers.Done()
-	d := wire.NewDecoder(bufio.NewReader(nc))
+	d := wire.NewDecoder(br)
 	for {
 		cmd, err := d.Decode()
 		if err != nil {
@@ -503,7 +620,7 @@ func (s *syncMaster) drop(nc net.Conn, err error) {
 		s.log.Warn("SYNC: lost connection to slave", "slave", s.opts.Addr, "err", err)
 	}
 	nc.Close()
-	s.nc = nil
+	s.nc, s.unitBytes = nil, 0
 	for op, ch := range s.pending {
 		ch <- nil
 		delete(s.pending, op)

@@ -257,7 +257,8 @@ func TestSyncPairPipelined(t *testing.T) {
 // one unit (so its own slave sites receive it whole, see
 // store.Store.AppendUnitAsync), and with plain puts to the same
 // partitions running at the same time, master and slave hold the same
-// records (ids and offsets) in each partition.
+// records (ids and offsets) in each partition, and the slave's log holds
+// every commit as one unit as well (a sync unit).
 func TestSamsaCommitIsOneUnit(t *testing.T) {
 	cfg := vectorConfig(t)
 	slave := startBroker(t, cfg, func(o *Options) { o.SyncReceiver = true })
@@ -338,5 +339,10 @@ func TestSamsaCommitIsOneUnit(t *testing.T) {
 	}
 	if units != commits {
 		t.Fatalf("the master's log holds %d of the %d commits as one unit", units, commits)
+	}
+	// The slave took each commit as one sync unit and holds it as one unit
+	// too: all or none of it, whenever the master or the link dies.
+	if units := logUnits(t, slave); units != commits {
+		t.Fatalf("the slave's log holds %d of the %d commits as one unit", units, commits)
 	}
 }

@@ -108,6 +108,19 @@ type Sync struct {
 	Fields int
 }
 
+// SyncUnit is `syncunit <count> <len> <opaque>\r\n<body>`, where the body
+// is count sync frames one after the other (see sync unit in the package
+// doc): a transaction's commit that a synchronous master sends whole to a
+// slave that offered sync units, which stores it all or none and answers
+// once. It is no MetaQ command: a MetaQ broker's decoder closes the
+// connection on it, so it is sent only to a slave that offered it.
+type SyncUnit struct {
+	// Syncs are the commit's messages in order; their Opaque is not
+	// used. Decoded bodies share the frame's body buffer.
+	Syncs  []Sync
+	Opaque int32
+}
+
 // Result is the broker's status answer `result code bodyLen opaque\r\nbody`.
 type Result struct {
 	Code   int
@@ -130,6 +143,7 @@ func (*Stats) Name() string       { return "stats" }
 func (*Quit) Name() string        { return "quit" }
 func (*Transaction) Name() string { return "transaction" }
 func (*Sync) Name() string        { return "sync" }
+func (*SyncUnit) Name() string    { return "syncunit" }
 func (*Result) Name() string      { return "result" }
 func (*Value) Name() string       { return "value" }
 
@@ -142,6 +156,7 @@ func (c *Stats) OpaqueID() int32       { return c.Opaque }
 func (*Quit) OpaqueID() int32          { return 0 }
 func (c *Transaction) OpaqueID() int32 { return c.Opaque }
 func (c *Sync) OpaqueID() int32        { return c.Opaque }
+func (c *SyncUnit) OpaqueID() int32    { return c.Opaque }
 func (c *Result) OpaqueID() int32      { return c.Opaque }
 func (c *Value) OpaqueID() int32       { return c.Opaque }
 

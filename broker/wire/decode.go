@@ -179,6 +179,9 @@ func (d *Decoder) decodeLine(line string) (Command, error) {
 		if sa[0] == "stats" {
 			return decodeStats(sa)
 		}
+		if sa[0] == "syncunit" {
+			return d.decodeSyncUnit(sa)
+		}
 		return d.decodeSync(sa)
 	case 'o':
 		return decodeOffset(sa)
@@ -457,6 +460,11 @@ func (d *Decoder) decodeSync(sa []string) (Command, error) {
 	if err != nil {
 		return nil, err
 	}
+	return syncOf(sa, body)
+}
+
+// syncOf parses a sync header's fields, its body already read.
+func syncOf(sa []string, body []byte) (*Sync, error) {
 	p := fieldParser{sa: sa, cmd: "sync"}
 	c := &Sync{Topic: sa[1], Body: body, Checksum: NoChecksum, Fields: len(sa)}
 	switch len(sa) {
@@ -478,6 +486,69 @@ func (d *Decoder) decodeSync(sa []string) (Command, error) {
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// syncunit count bodyLen opaque\r\nbody, the body count sync frames. The
+// syncs' bodies are cut from the unit's body, not copied.
+func (d *Decoder) decodeSyncUnit(sa []string) (Command, error) {
+	if err := expect(sa, "syncunit", 4); err != nil {
+		return nil, err
+	}
+	if len(sa) != 4 {
+		return nil, fatalf(nil, "syncunit: invalid field count %d", len(sa))
+	}
+	p := fieldParser{sa: sa, cmd: "syncunit"}
+	count := p.i32(1)
+	opaque := p.i32(3)
+	if p.err != nil {
+		return nil, p.err
+	}
+	if count <= 0 {
+		return nil, fatalf(nil, "syncunit: %d syncs", count)
+	}
+	body, err := d.readBody("syncunit", sa[2])
+	if err != nil {
+		return nil, err
+	}
+	// Each sync frame takes at least its CRLF: a count above that is a lie
+	// that must not size an allocation.
+	if int(count) > len(body)/2 {
+		return nil, fatalf(nil, "syncunit: %d syncs in %d bytes", count, len(body))
+	}
+	u := &SyncUnit{Opaque: opaque, Syncs: make([]Sync, 0, count)}
+	rest := body
+	for i := range int(count) {
+		end := bytes.Index(rest, []byte("\r\n"))
+		if end < 0 {
+			return nil, fatalf(nil, "syncunit: sync %d has no header line", i)
+		}
+		line := string(rest[:end])
+		rest = rest[end+2:]
+		if !utf8.ValidString(line) {
+			line = strings.ToValidUTF8(line, "\uFFFD")
+		}
+		f := javaSplit(line, ' ')
+		if len(f) == 0 {
+			return nil, fatalf(nil, "syncunit: sync %d: blank header line", i)
+		}
+		if err := expect(f, "sync", 4); err != nil {
+			return nil, fatalf(err, "syncunit: sync %d", i)
+		}
+		n, err := parseInt32(f[3])
+		if err != nil || n < 0 || int(n) > len(rest) {
+			return nil, fatalf(err, "syncunit: sync %d: body length %q does not fit the unit's %d bytes left", i, f[3], len(rest))
+		}
+		s, err := syncOf(f, rest[:n:n])
+		if err != nil {
+			return nil, fatalf(err, "syncunit: sync %d", i)
+		}
+		rest = rest[n:]
+		u.Syncs = append(u.Syncs, *s)
+	}
+	if len(rest) > 0 {
+		return nil, fatalf(nil, "syncunit: %d bytes after its %d syncs", len(rest), count)
+	}
+	return u, nil
 }
 
 // result code bodyLen opaque\r\nbody.

@@ -25,6 +25,7 @@
 //	quit\r\n
 //	transaction <txKey> <sessionId> <type> [<timeout>] [<uniqueQualifier>] <opaque>\r\n
 //	sync <topic> <partition> <len> <flag> <msgId> [<checksum>] <opaque>\r\n<body>
+//	syncunit <count> <len> <opaque>\r\n<count sync frames>          (this project only)
 //	result <code> <len> <opaque>\r\n<body>
 //	value <len> <opaque>\r\n<data>
 //
@@ -187,6 +188,25 @@
 // (partition -1 is not resolved); the answer is a put's. Only a gregor
 // slave serves it; any other broker answers 503. See Samsa and gregor.
 //
+// # sync unit
+//
+// syncunit is this project's, not MetaQ's: a samsa master sends a
+// transaction's commit as one frame, whose body is the commit's sync
+// frames one after the other (their opaques unused), and the slave stores
+// them as one unit of its log, all or none, and answers once: 200 with
+// the number of messages as body, or the first message's refusal (a put's
+// code and text) with nothing stored. A connection cut inside the frame
+// leaves nothing of it, so a slave never holds part of a commit. MetaQ's
+// decoder reads a word starting with s that is not "stats" as sync and
+// closes the connection on any other word, answering nothing; so the
+// master first asks "stats sync_units", to which a slave of this project
+// answers the line "sync_units <bytes>" (the largest unit body it
+// decodes) and a MetaQ broker the statistics of a topic of that name
+// without such a line, and sends syncunit only on a connection whose
+// slave offered it and only for a unit of at most that size; otherwise a
+// commit goes as one sync per message (MetaQ's samsa master sends its
+// slave nothing of a transaction's commit).
+//
 // # Visibility
 //
 // A partition's readable end is what has been flushed: get, offset and
@@ -280,7 +300,9 @@
 // included) and a failed one "Put message to [slave 'meta://<addr>']
 // [partition '<t>-<p>'] failed". After slaveContinuousFailureThreshold
 // failures in a row it leaves ZooKeeper and probes the slave every
-// checkSlaveIntervalInMills, registering again once a probe succeeds. The
+// checkSlaveIntervalInMills, registering again once a probe succeeds. This
+// project's samsa master sends a transaction's commit as one sync unit to
+// a slave that offers them (see sync unit). The
 // gregor slave never registers in ZooKeeper. With recoverOffset a former
 // gregor slave started as samsa master first moves every group's saved
 // offset onto its own records: the end of the last record whose id is at

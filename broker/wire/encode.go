@@ -153,6 +153,46 @@ func (c *Sync) AppendTo(b []byte) []byte {
 	return append(b, c.Body...)
 }
 
+// AppendTo appends the syncunit frame: its header, then each sync frame.
+func (c *SyncUnit) AppendTo(b []byte) []byte {
+	n := c.BodyLen()
+	b = append(b, "syncunit "...)
+	b = appendInt(b, int64(len(c.Syncs)))
+	b = appendSP(b)
+	b = appendInt(b, int64(n))
+	b = appendSP(b)
+	b = appendInt(b, int64(c.Opaque))
+	b = appendCRLF(b)
+	for i := range c.Syncs {
+		b = c.Syncs[i].AppendTo(b)
+	}
+	return b
+}
+
+// BodyLen is the length of the unit's body: its sync frames.
+func (c *SyncUnit) BodyLen() int {
+	n := 0
+	for i := range c.Syncs {
+		n += c.Syncs[i].frameLen()
+	}
+	return n
+}
+
+// frameLen is the length of the frame AppendTo appends.
+func (c *Sync) frameLen() int {
+	var scratch [96]byte
+	h := appendMessageHead(scratch[:0], "sync ", c.Topic, c.Partition, len(c.Body), c.Flag)
+	h = appendSP(h)
+	h = appendInt(h, c.MsgID)
+	if c.Fields != 7 {
+		h = appendSP(h)
+		h = appendInt(h, int64(c.Checksum))
+	}
+	h = appendSP(h)
+	h = appendInt(h, int64(c.Opaque))
+	return len(h) + 2 + len(c.Body)
+}
+
 // AppendTo appends the result frame.
 func (c *Result) AppendTo(b []byte) []byte { return AppendResult(b, c.Code, c.Body, c.Opaque) }
 

@@ -15,7 +15,7 @@ func FuzzDecode(f *testing.F) {
 			f.Add(vc.C)
 		}
 	}
-	for _, s := range []string{"stats  0\r\n", "version\t5\r\n", "put t 0 -1 0 1\r\n", "transaction TX:a:1 s BEGIN  1\r\n", "value 5 1\r\nhello", "result 200 0 1\r\n"} {
+	for _, s := range []string{"stats  0\r\n", "version\t5\r\n", "put t 0 -1 0 1\r\n", "transaction TX:a:1 s BEGIN  1\r\n", "value 5 1\r\nhello", "result 200 0 1\r\n", "syncunit 2 39 1\r\nsync t 0 1 0 5 6 7\r\nxsync u 1 0 0 5 6\r\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
