@@ -25,8 +25,7 @@ import com.taobao.metamorphosis.client.consumer.MessageListener;
  * <p>Usage: FailoverConsumer ZKCONNECT ZKROOT TOPIC GROUP [MAX_DELAY_FETCH_MS]
  *
  * <p>MAX_DELAY_FETCH_MS is the consumer's back-off after empty fetches ({@code maxDelayFetchTimeInMills}):
- * 100 when left out, so that, caught up, it asks again within 100 ms and reads the newest records at the
- * master (those an unplanned failover can lose). MetaQ's default is 5000 (up to 5 s).
+ * {@link #DEFAULT_MAX_DELAY_FETCH_MS} when left out; MetaQ's default is 5000.
  */
 public final class FailoverConsumer {
     /**
