@@ -89,7 +89,7 @@ func javaGetWait(t *testing.T, cp, zk string, getWait time.Duration) {
 		t.Fatalf("broker GetWait %v, want %v", got, getWait)
 	}
 	args := []string{zk, root, topic, javaGroup}
-	backoff := "100 ms (the driver's default)"
+	backoff := "100 ms, the driver's default"
 	if ms := os.Getenv(javaBackoffEnv); ms != "" {
 		args = append(args, ms)
 		backoff = ms + " ms"
