@@ -55,7 +55,8 @@ type conn struct {
 	work  chan wire.Command // requests for idle workers; closed when reading stops
 	waits chan heldWait     // held gets for idle waiters (getwait.go)
 	// readDone is closed once reading has stopped: idle waiters exit (no
-	// new get can come; one held later gets a waiter of its own).
+	// new get can come; one held later gets a waiter of its own) and held
+	// gets are answered at once (no client waits for them any longer).
 	readDone chan struct{}
 	bytes    *byteBudget    // fetched data not yet written and put bodies not yet stored
 	wg       sync.WaitGroup // workers, waiters, goroutines of waiting, and put batches not yet answered
@@ -194,7 +195,7 @@ func (c *conn) serve() {
 	}()
 	graceful := c.readLoop()
 	close(c.work)     // idle workers exit; busy ones finish their request first
-	close(c.readDone) // idle waiters exit; busy ones answer their get first
+	close(c.readDone) // held gets are answered now; idle waiters exit
 	if graceful {
 		// quit or EOF: let in-flight requests finish and their answers go out
 		// (bounded by the write timeout), then close.

@@ -5,7 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/clock"
 )
 
 // GrowthWaiter is the part of *store.Store a get at the end of its
@@ -24,11 +26,16 @@ type heldGet struct {
 
 // wokenGets is a connection's list of held gets whose wait ended, and
 // whether one of their goroutines is answering the list (waitGet). mu is
-// a leaf.
+// a leaf. batch and frames are the answering goroutine's scratch space,
+// reused from answer to answer: only the goroutine that set answering
+// (under mu) touches them, until it clears it.
 type wokenGets struct {
 	mu        sync.Mutex
 	gets      []heldGet
 	answering bool
+
+	batch  []heldGet
+	frames []outFrame
 }
 
 // holdGet takes a get whose answer is code with no records, when it is a
@@ -41,7 +48,11 @@ func (b *Broker) holdGet(c *conn, cmd *wire.Get, code int) bool {
 	if code != wire.StatusNotFound || b.opts.GetWait <= 0 {
 		return false
 	}
-	return c.hold(heldGet{cmd: cmd, deadline: b.opts.Clock.Now().Add(b.opts.GetWait)})
+	if !c.hold(heldGet{cmd: cmd, deadline: b.opts.Clock.Now().Add(b.opts.GetWait)}) {
+		return false
+	}
+	b.stats.getsHeld.Add(1) // once per get, however often it waits (waitGet)
+	return true
 }
 
 // hold starts h's wait, unless its partition does not exist (or the
@@ -55,7 +66,6 @@ func (c *conn) hold(h heldGet) bool {
 	if err != nil {
 		return false // no such partition: 404 at once
 	}
-	c.b.stats.getsHeld.Add(1)
 	w := heldWait{h: h, grown: grown}
 	select {
 	case c.waits <- w: // an idle waiter takes it
@@ -80,8 +90,10 @@ type heldWait struct {
 // Waiters are reused, as workers are, because a fresh goroutine per held
 // get grew its stack on every get (the wait's timer and the answer's read
 // are deep): that was a measurable share of the broker's CPU per delivered
-// message. One is started only when none is idle, and a busy one holds an
-// in-flight request, so there are never more than MaxInFlight.
+// message. Each has one timer for its gets' bounds, armed again for every
+// get (not a timer and channel per wait). One is started only when none
+// is idle, and a busy one holds an in-flight request or answers the woken
+// gets (one at a time per connection), so at most MaxInFlight+1 are busy.
 func (c *conn) waiter(w heldWait) {
 	defer c.wg.Done()
 	wait := workerIdle
@@ -90,8 +102,10 @@ func (c *conn) waiter(w heldWait) {
 	}
 	idle := time.NewTimer(wait)
 	defer idle.Stop()
+	bound := clock.NewTimer(c.b.opts.Clock, c.b.opts.GetWait)
+	bound.Stop()
 	for {
-		c.waitGet(w.h, w.grown)
+		c.waitGet(w.h, w.grown, bound)
 		idle.Reset(wait)
 		select {
 		case w = <-c.waits:
@@ -103,22 +117,28 @@ func (c *conn) waiter(w heldWait) {
 	}
 }
 
-// waitGet waits until a held get's partition grew, its GetWait is up, or
-// the connection closes (or the broker stops reading), then answers it
-// with the other held gets of the connection whose wait ended with it:
-// a commit wakes the gets of every partition it grew at once, and their
-// answers queued together leave in one stream (conn.writeFrames), as the
-// answers of one read's gets do. The first goroutine to find no one
-// answering answers the list; the others leave their get in it.
-func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
+// waitGet waits until a held get's partition grew, its GetWait is up
+// (bound, the waiter's timer), or reading stopped (the client quit or
+// went away, the connection closes or the broker stops reading: the get
+// is answered at once, no client waits for it), then answers it with the
+// other held gets of the connection whose wait ended with it: a commit
+// wakes the gets of every partition it grew at once, and their answers
+// queued together leave in one stream (conn.writeFrames), as the answers
+// of one read's gets do. The first goroutine to find no one answering
+// answers the list; the others leave their get in it.
+func (c *conn) waitGet(h heldGet, grown <-chan struct{}, bound clock.Timer) {
 	if wait := h.deadline.Sub(c.b.opts.Clock.Now()); wait > 0 {
+		bound.Reset(wait)
 		select {
 		case <-grown:
-		case <-c.b.opts.Clock.After(wait):
+		case <-bound.C():
+			h.expired = true
+		case <-c.readDone:
 			h.expired = true
 		case <-c.readCtx.Done():
 			h.expired = true
 		}
+		bound.Stop()
 	} else {
 		h.expired = true
 	}
@@ -133,22 +153,21 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
 	w.mu.Unlock()
 	// Let the other goroutines woken by the same commit add their gets.
 	runtime.Gosched()
-	var batch []heldGet
-	var frames []outFrame
+	batch, frames := w.batch, w.frames
 	for {
 		w.mu.Lock()
 		batch = append(batch[:0], w.gets...)
 		clear(w.gets)
 		w.gets = w.gets[:0]
 		if len(batch) == 0 {
+			w.batch, w.frames = batch, frames
 			w.answering = false
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Unlock()
-		frames = frames[:0]
 		for _, g := range batch {
-			code, body, data, run, _ := c.b.get(c, g.cmd, false)
+			code, body, data, run := c.wokenAnswer(g.cmd, &frames)
 			if data == nil && run == nil && code == wire.StatusNotFound {
 				// Woken for records below its offset, or past another
 				// waiter's end: wait again until its deadline.
@@ -159,9 +178,36 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}) {
 			}
 			frames = append(frames, c.b.getFrame(g.cmd, code, body, data, run))
 		}
-		for i := range frames {
-			c.send(frames[i])
-			frames[i] = outFrame{}
-		}
+		frames = c.sendFrames(frames)
+		clear(batch) // keep no get alive
 	}
+}
+
+// wokenAnswer is the answer to a woken get, answered after the answers
+// in frames, which are not queued yet and hold bytes of the connection's
+// budget until the writer has written them. So it must not wait for that
+// budget while they wait (they would never be written): it takes what is
+// free now, as a get answered on the reader does (getInline), or else
+// queues them first and then answers as any get.
+func (c *conn) wokenAnswer(cmd *wire.Get, frames *[]outFrame) (code int, body string, data []byte, run *store.LogRun) {
+	if len(*frames) > 0 {
+		if c.zeroCopy {
+			code, body, data, run, later := c.b.get(c, cmd, true)
+			if !later {
+				return code, body, data, run
+			}
+		}
+		*frames = c.sendFrames(*frames)
+	}
+	code, body, data, run, _ = c.b.get(c, cmd, false)
+	return code, body, data, run
+}
+
+// sendFrames queues frames in order and returns them emptied.
+func (c *conn) sendFrames(frames []outFrame) []outFrame {
+	for i := range frames {
+		c.send(frames[i])
+		frames[i] = outFrame{}
+	}
+	return frames[:0]
 }

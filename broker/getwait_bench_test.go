@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -126,4 +127,52 @@ func consumeAtTail(cl *client, start []int64, n int) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkGetWaitHeld is one held get per op: a consumer's get at the
+// end of test-0 waits in the broker until the producer's put, sent once
+// the get is held, grows the partition. Its allocs/op are the process's
+// (broker and both clients) per held get and the put that ends its wait.
+func BenchmarkGetWaitHeld(b *testing.B) {
+	brk := startBroker(b, vectorConfig(b), func(o *Options) {
+		o.Logger = slog.New(slog.DiscardHandler)
+		o.GetWait = 5 * time.Second
+	})
+	p := dial(b, brk.Addr())
+	c := dial(b, brk.Addr())
+	p.sendCmd(putCmd("test", 0, "first", 1))
+	if r := p.result(); !r.OK() {
+		b.Fatalf("put: %v", r)
+	}
+	info, err := brk.store.Partition("test", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	get := &wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: info.Max, MaxSize: 1 << 20, Opaque: 2}
+	put := putCmd("test", 0, strings.Repeat("x", 1024), 3).AppendTo(nil)
+	var buf []byte
+	p.nc.SetWriteDeadline(time.Time{})
+	c.nc.SetWriteDeadline(time.Time{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		buf = get.AppendTo(buf[:0])
+		if _, err := c.nc.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		for brk.stats.getsHeld.Load() <= int64(i) {
+			runtime.Gosched()
+		}
+		if _, err := p.nc.Write(put); err != nil {
+			b.Fatal(err)
+		}
+		if r := p.result(); !r.OK() {
+			b.Fatalf("put: %v", r)
+		}
+		v, ok := c.read().(*wire.Value)
+		if !ok {
+			b.Fatalf("answer %v, want the put's record", v)
+		}
+		get.Offset += int64(len(v.Data))
+	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +186,175 @@ func TestGetWaitReusesWaiters(t *testing.T) {
 	}
 	if n := brk.stats.getWaiters.Load(); n > 2 {
 		t.Fatalf("%d waiter goroutines started for %d gets held one after the other, want 1 (2 if a wait ended as the next began)", n, rounds)
+	}
+}
+
+// serverConn is the broker's side of cl's connection.
+func serverConn(t *testing.T, brk *testBroker, cl *client) *conn {
+	t.Helper()
+	var srv *conn
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		brk.mu.Lock()
+		defer brk.mu.Unlock()
+		for c := range brk.conns {
+			if c.remote == cl.nc.LocalAddr().String() {
+				srv = c
+				return nil
+			}
+		}
+		return errors.New("the broker has no connection from the client")
+	})
+	return srv
+}
+
+// TestGetWaitHeldGetEndsWithTheConnection: a get held when the client
+// quits, or closes its socket, is answered (404) at once and the
+// connection closes, without waiting out getWaitMs (a minute here): a
+// client that went away holds no goroutine, socket or connection slot.
+func TestGetWaitHeldGetEndsWithTheConnection(t *testing.T) {
+	for _, quit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("quit=%v", quit), func(t *testing.T) {
+			brk := startBroker(t, vectorConfig(t), func(o *Options) { o.GetWait = time.Minute })
+			p := dial(t, brk.Addr())
+			c := dial(t, brk.Addr())
+			c.sendCmd(getAtEnd(t, brk, p, 2))
+			testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+				if brk.stats.getsHeld.Load() != 1 {
+					return errors.New("the get at the end is not waiting")
+				}
+				return nil
+			})
+			p.nc.Close()
+			if quit {
+				c.sendCmd(&wire.Quit{})
+				if r := c.result(); r.Code != wire.StatusNotFound || r.Opaque != 2 {
+					t.Fatalf("answer %v after quit, want 404 for the held get", r)
+				}
+				c.expectClosed(10 * time.Second)
+			} else {
+				c.nc.Close()
+			}
+			testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+				if brk.hasConns() {
+					return errors.New("the connection is still open with its held get")
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestGetWaitWokenGetsDoNotWaitForTheirOwnBytes: the gets of a connection
+// woken together are answered together, and each answer holds bytes of
+// the connection's budget until the writer has written it. Two woken
+// gets that each need more than half of it: the second must not wait for
+// the budget while the first's answer, not queued yet, holds it (no
+// answer would ever come). The wake is arranged so that both are in one
+// list: someone is made to look busy answering while both wake, then one
+// is handed back to a waiter.
+func TestGetWaitWokenGetsDoNotWaitForTheirOwnBytes(t *testing.T) {
+	const share, body = 64 << 10, 40 << 10
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.GetWait = time.Minute
+		o.MaxPendingBytes = share
+		o.waiterIdle = time.Hour
+	})
+	p := dial(t, brk.Addr())
+	c := dial(t, brk.Addr())
+	var gets []*wire.Get
+	for part := range int32(2) {
+		p.sendCmd(putCmd("test", part, "first", 1))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		info, err := brk.store.Partition("test", int(part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gets = append(gets, &wire.Get{Topic: "test", Group: "g", Partition: part, Offset: info.Max, MaxSize: 1 << 20, Opaque: 10 + part})
+	}
+	for _, g := range gets {
+		c.sendCmd(g)
+	}
+	srv := serverConn(t, brk, c) // a connection is served from its first byte on
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if n := brk.stats.getsHeld.Load(); n != 2 {
+			return fmt.Errorf("%d gets waiting, want 2", n)
+		}
+		return nil
+	})
+	w := &srv.woken
+	w.mu.Lock()
+	w.answering = true
+	w.mu.Unlock()
+	for part := range int32(2) {
+		p.sendCmd(putCmd("test", part, strings.Repeat("b", body), 2))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.gets) != 2 {
+			return fmt.Errorf("%d gets woken, want 2", len(w.gets))
+		}
+		return nil
+	})
+	w.mu.Lock()
+	h := w.gets[1]
+	w.gets = w.gets[:1]
+	w.answering = false
+	w.mu.Unlock()
+	if !srv.hold(h) {
+		t.Fatal("the woken get could not be handed back to a waiter")
+	}
+	got := map[int32]bool{}
+	for range gets {
+		v, ok := c.read().(*wire.Value)
+		if !ok {
+			t.Fatalf("answer %v, want records", v)
+		}
+		recs, _ := parseRecords(t, v.Data)
+		if len(recs) != 1 || len(recs[0].body) != body {
+			t.Fatalf("answer to %d: %d records, want the one of %d bytes", v.Opaque, len(recs), body)
+		}
+		got[v.Opaque] = true
+	}
+	if !got[10] || !got[11] {
+		t.Fatalf("answers %v, want both gets'", got)
+	}
+}
+
+// TestGetWaitCountsEachGetOnce: a held get woken before its offset is
+// readable (another get of its partition waited for a lower end) waits
+// again, and is still one held get in the stats, not one per wait.
+func TestGetWaitCountsEachGetOnce(t *testing.T) {
+	brk := startBroker(t, vectorConfig(t), func(o *Options) { o.GetWait = 2 * time.Second })
+	p := dial(t, brk.Addr())
+	a := dial(t, brk.Addr())
+	b := dial(t, brk.Addr())
+	get := getAtEnd(t, brk, p, 2)
+	a.sendCmd(get)
+	far := *get
+	far.Offset += 1000 // past the end, past the next record too: 404 until it is reached
+	far.Opaque = 3
+	b.sendCmd(&far)
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if n := brk.stats.getsHeld.Load(); n != 2 {
+			return fmt.Errorf("%d gets waiting, want 2", n)
+		}
+		return nil
+	})
+	p.sendCmd(putCmd("test", 0, "second", 5))
+	if r := p.result(); !r.OK() {
+		t.Fatalf("put: %v", r)
+	}
+	a.read()
+	if r := b.result(); r.Code != wire.StatusNotFound || r.Opaque != 3 {
+		t.Fatalf("answer %v to the get past the end, want 404", r)
+	}
+	if n := brk.stats.getsHeld.Load(); n != 2 {
+		t.Fatalf("gets held %d, want 2 (each get once, however often it waited)", n)
 	}
 }

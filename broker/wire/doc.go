@@ -126,7 +126,8 @@
 // message" for a partition that exists waits up to getWaitMs for the
 // partition's readable end to pass its offset and is then answered as
 // above (records as soon as a group commit or flush makes them readable),
-// or 404 when the time is up; other requests on the connection are
+// or 404 when the time is up, or at once when the client quits or closes
+// the connection; other requests on the connection are
 // answered meanwhile (answers go by opaque). MetaQ's Java consumer waits
 // fetchTimeoutInMills (10 s by default) for a get's answer.
 //

@@ -36,6 +36,11 @@ const javaClientEnv = "METAQ_JAVA_CLIENT"
 // its rebalances and fetch failures) even when the test passes.
 const javaDebugEnv = "METAQ_JAVA_DEBUG"
 
+// javaBackoffEnv, set, is the Java consumer's back-off after empty fetches
+// in TestJavaClientGetWait, in ms (FailoverConsumer's MAX_DELAY_FETCH_MS;
+// 5000 is MetaQ's default); unset, the driver's 100 ms.
+const javaBackoffEnv = "METAQ_JAVA_MAX_DELAY_FETCH_MS"
+
 // javaGroup is the Java consumer's group.
 const javaGroup = "java-failover"
 

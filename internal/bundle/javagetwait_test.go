@@ -3,6 +3,7 @@ package bundle
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -61,7 +62,9 @@ func (d *javaDriver) fetchFailures() []string {
 // both, how long the puts to one partition took to reach the consumer:
 // a waiting get holds one of the consumer's fetch threads, so the other
 // partitions' fetches queue behind it (skips unless METAQ_JAVA_CLIENT and
-// METAQ_TEST_ZK are set).
+// METAQ_TEST_ZK are set). The consumer backs off at most 100 ms after
+// empty fetches (the driver's default), or what javaBackoffEnv says (5000
+// is MetaQ's default), so the trade-off can be measured against both.
 func TestJavaClientGetWait(t *testing.T) {
 	cp := javaClasspath(t)
 	zk := testutil.ZooKeeper(t)
@@ -85,7 +88,13 @@ func javaGetWait(t *testing.T, cp, zk string, getWait time.Duration) {
 	if got := site.Broker.Config().Limits.GetWait; got != getWait {
 		t.Fatalf("broker GetWait %v, want %v", got, getWait)
 	}
-	cons := startJava(t, cp, "FailoverConsumer", zk, root, topic, javaGroup)
+	args := []string{zk, root, topic, javaGroup}
+	backoff := "100 ms, the driver's default"
+	if ms := os.Getenv(javaBackoffEnv); ms != "" {
+		args = append(args, ms)
+		backoff = ms + " ms"
+	}
+	cons := startJava(t, cp, "FailoverConsumer", args...)
 	// Idle: every get waits its getWaitMs and is answered 404.
 	time.Sleep(idle)
 	prod := startJava(t, cp, "FailoverProducer", zk, root, topic)
@@ -129,7 +138,7 @@ func javaGetWait(t *testing.T, cp, zk string, getWait time.Duration) {
 	for i, at := range putAt {
 		lat = append(lat, late["late"+strconv.Itoa(i)+"-0"].Sub(at).Round(time.Millisecond))
 	}
-	t.Logf("getWaitMs=%d: put to delivery of a put to one partition while %d others are idle: %v (the consumer backs off at most 100 ms)", getWait.Milliseconds(), parts-1, lat)
+	t.Logf("getWaitMs=%d: put to delivery of a put to one partition while %d others are idle: %v (the consumer backs off at most %s)", getWait.Milliseconds(), parts-1, lat, backoff)
 
 	// Every message once, and each partition's in the order of its offsets.
 	seen := map[string]int{}

@@ -22,21 +22,42 @@ import com.taobao.metamorphosis.client.consumer.MessageListener;
  * It stops when stdin is closed: shutting the consumer down commits its offsets to ZooKeeper
  * (ZKROOT/consumers/GROUP/offsets/TOPIC/BROKERID-PARTITION, "MSGID-OFFSET"), where the caller reads them.
  *
- * <p>Usage: FailoverConsumer ZKCONNECT ZKROOT TOPIC GROUP
+ * <p>Usage: FailoverConsumer ZKCONNECT ZKROOT TOPIC GROUP [MAX_DELAY_FETCH_MS]
+ *
+ * <p>MAX_DELAY_FETCH_MS is the consumer's back-off after empty fetches ({@code maxDelayFetchTimeInMills}):
+ * {@link #DEFAULT_MAX_DELAY_FETCH_MS} when left out; MetaQ's default is 5000.
  */
 public final class FailoverConsumer {
+    /**
+     * The back-off after empty fetches when none is given: caught up, the consumer asks again within 100 ms
+     * (MetaQ's default: up to 5 s), so it reads the newest records at the master, those an unplanned failover
+     * can lose.
+     */
+    static final long DEFAULT_MAX_DELAY_FETCH_MS = 100;
+
     public static void main(final String[] args) throws Exception {
-        if (args.length != 4) {
-            System.err.println("usage: FailoverConsumer ZKCONNECT ZKROOT TOPIC GROUP");
+        if (args.length != 4 && args.length != 5) {
+            System.err.println("usage: FailoverConsumer ZKCONNECT ZKROOT TOPIC GROUP [MAX_DELAY_FETCH_MS]");
             System.exit(2);
+        }
+        long maxDelayFetchMs = DEFAULT_MAX_DELAY_FETCH_MS;
+        if (args.length == 5) {
+            try {
+                maxDelayFetchMs = Long.parseLong(args[4]);
+            }
+            catch (final NumberFormatException e) {
+                maxDelayFetchMs = -1;
+            }
+            if (maxDelayFetchMs <= 0) {
+                System.err.println("FailoverConsumer: MAX_DELAY_FETCH_MS " + args[4] + " is not a positive number");
+                System.exit(2);
+            }
         }
         final PrintStream out = System.out;
         final MessageSessionFactory factory = new MetaMessageSessionFactory(Driver.clientConfig(args[0], args[1]));
         final ConsumerConfig cc = new ConsumerConfig(args[3]);
         cc.setCommitOffsetPeriodInMills(1000);
-        // Caught up, it asks again within 100 ms (default: up to 5 s), so it reads the newest records at the
-        // master: those an unplanned failover can lose.
-        cc.setMaxDelayFetchTimeInMills(100);
+        cc.setMaxDelayFetchTimeInMills(maxDelayFetchMs);
         final MessageConsumer consumer = factory.createConsumer(cc);
         consumer.subscribe(args[2], 1024 * 1024, new MessageListener() {
             @Override
