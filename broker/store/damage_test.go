@@ -116,6 +116,31 @@ func flipMiddle(t *testing.T, path string, n int) int64 {
 	return int64(at)
 }
 
+// damagedLog fills a store at dir with 20 records in each of two
+// partitions of topic and closes it, then flips a payload byte of each of
+// partition 0's log entries numbered by entries (from 0, in the log's
+// first segment). The checkpoint stays: a start-up from it scans nothing
+// and reads find the damage. It returns what fill wrote.
+func damagedLog(t *testing.T, dir, topic string, entries ...int) map[int][]byte {
+	t.Helper()
+	s := openT(t, Options{Dir: dir})
+	want := fill(t, s, topic, 2, 20)
+	s.Close()
+	seg := logFiles(t, dir, segSuffix)[0]
+	pos := entryPositions(t, seg, 0)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b[pos[e]+entryHeaderLen+3] ^= 0x10
+	}
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
 // TestCorruptionCostsOnlyDamagedRecords flips 64 bytes in the middle of an
 // older, sealed log segment of a real store and restarts it: only the
 // records in the damaged entries are lost; everything after them stays
@@ -227,14 +252,7 @@ func TestCorruptionCostsOnlyDamagedRecords(t *testing.T) {
 func TestRepairAndSkip(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir}
-	s := openT(t, opts)
-	want := fill(t, s, "r", 2, 20)
-	s.Close()
-	seg := logFiles(t, dir, segSuffix)[0]
-	pos := entryPositions(t, seg, 0)[5]
-	b, _ := os.ReadFile(seg)
-	b[pos+entryHeaderLen+3] ^= 0x10
-	os.WriteFile(seg, b, 0o644)
+	want := damagedLog(t, dir, "r", 5)
 	os.Remove(filepath.Join(dir, ckptName))
 
 	s2 := openT(t, opts)
@@ -371,15 +389,7 @@ func TestRepairAdjacentDamage(t *testing.T) {
 		t.Run(fmt.Sprint("whole=", whole), func(t *testing.T) {
 			dir := t.TempDir()
 			opts := Options{Dir: dir}
-			s := openT(t, opts)
-			want := fill(t, s, "a", 2, 20)
-			s.Close()
-			seg := logFiles(t, dir, segSuffix)[0]
-			pos := entryPositions(t, seg, 0)
-			b, _ := os.ReadFile(seg)
-			b[pos[5]+entryHeaderLen+3] ^= 0x10
-			b[pos[6]+entryHeaderLen+3] ^= 0x10
-			os.WriteFile(seg, b, 0o644)
+			want := damagedLog(t, dir, "a", 5, 6)
 			os.Remove(filepath.Join(dir, ckptName))
 			s2 := openT(t, opts)
 			d := s2.Damaged()

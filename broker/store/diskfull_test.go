@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"metaq/internal/diskfill"
 )
 
 // TestDiskFullRecoversByItself: a write that fails with ENOSPC refuses that
@@ -69,14 +70,8 @@ func TestDiskFullRecoversByItself(t *testing.T) {
 // checks that appends are accepted again by the same store, then that every
 // acknowledged record survives a restart.
 func TestDiskFullRealFilesystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (run the store tests as root)")
-	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	diskfill.MountTmpfs(t, mnt, 2<<20)
 	ballast := filepath.Join(mnt, "ballast")
 	if err := os.WriteFile(ballast, make([]byte, 512<<10), 0o644); err != nil {
 		t.Fatal(err)

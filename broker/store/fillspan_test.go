@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"errors"
-	"os"
 	"testing"
 )
 
@@ -15,15 +14,7 @@ import (
 func TestRepairSpanningChunksFoundByReads(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir}
-	s := openT(t, opts)
-	want := fill(t, s, "a", 2, 20)
-	s.Close()
-	seg := logFiles(t, dir, segSuffix)[0]
-	pos := entryPositions(t, seg, 0)
-	b, _ := os.ReadFile(seg)
-	b[pos[5]+entryHeaderLen+3] ^= 0x10
-	b[pos[6]+entryHeaderLen+3] ^= 0x10
-	os.WriteFile(seg, b, 0o644) // the checkpoint stays: no scan, reads find it
+	want := damagedLog(t, dir, "a", 5, 6) // the checkpoint stays: no scan, reads find it
 
 	s2 := openT(t, opts)
 	defer s2.Close()

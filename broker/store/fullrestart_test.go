@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/internal/diskfill"
 	"metaq/internal/testutil"
 )
 
@@ -44,14 +45,8 @@ func fullDiskOptions(dir string) Options {
 // the disk. It skips without root (mount).
 func fullDiskRestart(t *testing.T) (Options, map[int][]byte, func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (run the store tests as root)")
-	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	diskfill.MountTmpfs(t, mnt, 4<<20)
 	opts := fullDiskOptions(filepath.Join(mnt, "store"))
 	s := openT(t, opts)
 	want := fill(t, s, "fd", fullDiskParts, 400)

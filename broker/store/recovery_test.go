@@ -387,14 +387,7 @@ func checkShipped(t *testing.T, ents []LogEntry, part int, want []byte, lostRec 
 func TestCorruptionFoundWhileReading(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir}
-	s := openT(t, opts)
-	want := fill(t, s, "q", 2, 20)
-	s.Close()
-	seg := logFiles(t, dir, segSuffix)[0]
-	pos := entryPositions(t, seg, 0)[5]
-	b, _ := os.ReadFile(seg)
-	b[pos+entryHeaderLen+3] ^= 0x10 // bit rot below the checkpoint
-	os.WriteFile(seg, b, 0o644)
+	want := damagedLog(t, dir, "q", 5) // bit rot below the checkpoint
 
 	s2 := openT(t, opts) // clean checkpoint: nothing is scanned, damage unseen
 	got, err := s2.Read("q", 0, 0, 1<<20)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -19,14 +18,8 @@ import (
 // directory.
 func smallFS(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (run the txn tests as root)")
-	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	diskfill.MountTmpfs(t, mnt, 1<<20)
 	return mnt
 }
 
@@ -37,15 +30,12 @@ func openManager(dir string, st Store) (*Manager, error) {
 	return Open(Options{Dir: dir, Store: st, NextID: func() int64 { return id.Add(1) }, FlushAtCommit: 1, MaxTimeout: time.Minute})
 }
 
-// TestStartUpSnapshotOnFullDisk: Open writes the live transactions to a
-// fresh journal file before it removes the old ones. With the disk full
-// that write fails: Open must refuse with an error naming the file and the
-// cause, keep the old journal as it was, and once room is freed the next
-// Open restores the prepared transaction with exactly its messages.
-func TestStartUpSnapshotOnFullDisk(t *testing.T) {
-	mnt := smallFS(t)
-	dir := filepath.Join(mnt, "txlog")
-	st := newMemStore()
+// preparedJournal opens a manager of dir over st, leaves the transaction
+// xk prepared with the messages x1 and x2 to test-0, and closes it. It
+// returns the number of the one journal file that holds it, its path and
+// its contents.
+func preparedJournal(t *testing.T, dir string, st Store) (n int, path string, data []byte) {
+	t.Helper()
 	m, err := openManager(dir, st)
 	if err != nil {
 		t.Fatal(err)
@@ -59,22 +49,47 @@ func TestStartUpSnapshotOnFullDisk(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	before, err := listJournals(dir)
-	if err != nil || len(before) != 1 {
-		t.Fatalf("journal files before the full disk: %v %v", before, err)
+	ns, err := listJournals(dir)
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("journal files of the prepared transaction: %v %v", ns, err)
 	}
-	old := journalName(dir, before[0])
-	oldData, err := os.ReadFile(old)
+	path = journalName(dir, ns[0])
+	data, err = os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ns[0], path, data
+}
+
+// commitPrepared commits the transaction preparedJournal left and checks
+// that st then holds its two messages, once each.
+func commitPrepared(t *testing.T, m *Manager, st *memStore) {
+	t.Helper()
+	if err := m.Commit(context.Background(), 9, xk, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.bodies("test", 0); len(got) != 2 || got[0] != "x1" || got[1] != "x2" {
+		t.Fatalf("after commit = %v, want [x1 x2]", got)
+	}
+}
+
+// TestStartUpSnapshotOnFullDisk: Open writes the live transactions to a
+// fresh journal file before it removes the old ones. With the disk full
+// that write fails: Open must refuse with an error naming the file and the
+// cause, keep the old journal as it was, and once room is freed the next
+// Open restores the prepared transaction with exactly its messages.
+func TestStartUpSnapshotOnFullDisk(t *testing.T) {
+	mnt := smallFS(t)
+	dir := filepath.Join(mnt, "txlog")
+	st := newMemStore()
+	before, old, oldData := preparedJournal(t, dir, st)
 
 	ballast := filepath.Join(mnt, "ballast")
 	if err := diskfill.Fill(ballast, 0); err != nil {
 		t.Fatal(err)
 	}
-	_, err = openManager(dir, st)
-	snapshot := journalName(dir, before[0]+1)
+	_, err := openManager(dir, st)
+	snapshot := journalName(dir, before+1)
 	if err == nil {
 		t.Fatal("Open on a full disk succeeded")
 	}
@@ -83,8 +98,8 @@ func TestStartUpSnapshotOnFullDisk(t *testing.T) {
 	}
 	t.Logf("Open on a full disk: %v", err)
 	after, _ := listJournals(dir)
-	if len(after) != 1 || after[0] != before[0] {
-		t.Fatalf("journal files after the refused Open: %v, want %v", after, before)
+	if len(after) != 1 || after[0] != before {
+		t.Fatalf("journal files after the refused Open: %v, want [%d]", after, before)
 	}
 	if data, err := os.ReadFile(old); err != nil || string(data) != string(oldData) {
 		t.Fatalf("%s changed by the refused Open (%v)", old, err)
@@ -107,12 +122,7 @@ func TestStartUpSnapshotOnFullDisk(t *testing.T) {
 	if got := m2.Recover("XAMessageProducer-myhost"); len(got) != 1 || got[0] != xk {
 		t.Fatalf("prepared transactions after the full disk = %v, want %s", got, xk)
 	}
-	if err := m2.Commit(context.Background(), 9, xk, false); err != nil {
-		t.Fatal(err)
-	}
-	if got := st.bodies("test", 0); len(got) != 2 || got[0] != "x1" || got[1] != "x2" {
-		t.Fatalf("after commit = %v, want [x1 x2]", got)
-	}
+	commitPrepared(t, m2, st)
 }
 
 // TestStartUpSnapshotBesideItsSources: a crash after Open wrote its
@@ -122,27 +132,8 @@ func TestStartUpSnapshotOnFullDisk(t *testing.T) {
 func TestStartUpSnapshotBesideItsSources(t *testing.T) {
 	dir := t.TempDir()
 	st := newMemStore()
-	m, err := openManager(dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = m.Begin(7, xk, 0)
-	mustPut(t, m, 7, xk, "test", 0, "x1")
-	mustPut(t, m, 7, xk, "test", 0, "x2")
-	if vote, err := m.Prepare(7, xk); err != nil || vote != VoteOK {
-		t.Fatalf("prepare = %d, %v", vote, err)
-	}
-	m.Close()
-	ns, _ := listJournals(dir)
-	if len(ns) != 1 {
-		t.Fatalf("journal files = %v", ns)
-	}
-	old := journalName(dir, ns[0])
-	oldData, err := os.ReadFile(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err = openManager(dir, st) // writes redo.<n+1>, removes redo.<n>
+	_, old, oldData := preparedJournal(t, dir, st)
+	m, err := openManager(dir, st) // writes redo.<n+1>, removes redo.<n>
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +147,5 @@ func TestStartUpSnapshotBesideItsSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Close()
-	if err := m2.Commit(context.Background(), 9, xk, false); err != nil {
-		t.Fatal(err)
-	}
-	if got := st.bodies("test", 0); len(got) != 2 || got[0] != "x1" || got[1] != "x2" {
-		t.Fatalf("after commit = %v, want [x1 x2]", got)
-	}
+	commitPrepared(t, m2, st)
 }

@@ -124,7 +124,68 @@ func overlayINI(s siteSpec, dir string, port int) string {
 			fmt.Fprintf(&b, "embeddedListen=%s\n", s.natsListen)
 		}
 	}
-	b.WriteString("\n" + s.extraOverlay)
+	return mergeSections(b.String(), s.extraOverlay)
+}
+
+// mergeSections is base with the sections of extra merged in, each
+// section written once: a section base has takes extra's keys (a key it
+// already has takes extra's value, which config would have taken too: a
+// later value wins), a new one is appended. A repeated section makes
+// config warn ("section appears more than once") in every test's log.
+// Keys before extra's first section go to base's last one, as they would
+// in the two texts written one after the other; blank lines are dropped.
+func mergeSections(base, extra string) string {
+	type section struct {
+		name  string
+		lines []string
+	}
+	var secs []*section
+	var cur *section
+	add := func(text string) {
+		for _, line := range strings.Split(text, "\n") {
+			t := strings.TrimSpace(line)
+			switch {
+			case strings.HasPrefix(t, "[") && strings.HasSuffix(t, "]"):
+				name := strings.TrimSpace(t[1 : len(t)-1])
+				cur = nil
+				for _, s := range secs {
+					if s.name == name {
+						cur = s
+					}
+				}
+				if cur == nil {
+					cur = &section{name: name}
+					secs = append(secs, cur)
+				}
+			case t == "" || cur == nil:
+			default:
+				key, _, isKey := strings.Cut(t, "=")
+				key = strings.TrimSpace(key)
+				isKey = isKey && !strings.HasPrefix(t, ";") && !strings.HasPrefix(t, "#")
+				replaced := false
+				for i, l := range cur.lines {
+					if k, _, ok := strings.Cut(l, "="); isKey && ok && strings.TrimSpace(k) == key {
+						cur.lines[i], replaced = t, true
+					}
+				}
+				if !replaced {
+					cur.lines = append(cur.lines, t)
+				}
+			}
+		}
+	}
+	add(base)
+	add(extra)
+	var b strings.Builder
+	for i, s := range secs {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "[%s]\n", s.name)
+		for _, l := range s.lines {
+			b.WriteString(l + "\n")
+		}
+	}
 	return b.String()
 }
 

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"metaq/broker/store"
+	"metaq/internal/diskfill"
 	"metaq/internal/testutil"
 	"metaq/topology"
 )
@@ -231,16 +231,9 @@ func TestMasterRepairsFromGossipSlave(t *testing.T) {
 // decision), nothing acknowledged is lost, and once room is freed puts are
 // accepted again without a restart.
 func TestFullDiskBundle(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
 	e := newEnv(t, "[topic=full]\nnumPartitions=1\n")
 	data := filepath.Join(e.dir, "data")
-	os.MkdirAll(data, 0o755)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", data).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+	diskfill.MountTmpfs(t, data, 2<<20)
 	ballast := filepath.Join(data, "ballast")
 	os.WriteFile(ballast, make([]byte, 768<<10), 0o644)
 	b := e.start(t)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"metaq/broker/store"
+	"metaq/internal/diskfill"
 	"metaq/internal/testutil"
 )
 
@@ -26,18 +26,9 @@ import (
 // the full disk and which index it holds in memory (/metrics too), and
 // once the disk has room writes that index and accepts puts, no restart.
 func TestRestartOnFullDiskComesUp(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n")
 	data := filepath.Join(e.dir, "data")
-	if err := os.MkdirAll(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", data).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+	diskfill.MountTmpfs(t, data, 16<<20)
 
 	// Small segments of about 200 chunks each: a segment's index needs
 	// more than the one page its cut .idx keeps.

@@ -59,8 +59,7 @@ func startKillableMaster(t *testing.T, dir, shared, zk, zkRoot string) (cmd *exe
 	port := testutil.FreePort(t)
 	replAddr = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	gossipAddr = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
-	overlay := overlayINI(siteSpec{name: "bj", noNATS: true, gossipBind: gossipAddr}, dir, port)
-	overlay = strings.Replace(overlay, "[replication]\nlisten=127.0.0.1:0\n", "[replication]\nlisten="+replAddr+"\n", 1)
+	overlay := overlayINI(siteSpec{name: "bj", noNATS: true, gossipBind: gossipAddr, extraOverlay: "[replication]\nlisten=" + replAddr + "\n"}, dir, port)
 	ini := filepath.Join(dir, "server.ini")
 	if err := os.WriteFile(ini, []byte(shared), 0o644); err != nil {
 		t.Fatal(err)

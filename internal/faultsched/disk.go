@@ -28,15 +28,14 @@ func (c *Cluster) mountDisks() bool {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			break
 		}
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", diskSize), "tmpfs", d).CombinedOutput(); err != nil {
-			_ = out
+		if err := diskfill.Mount(d, diskSize); err != nil {
 			break
 		}
 		done = append(done, d)
 	}
 	if len(done) < len(Sites) {
 		for _, d := range done {
-			_ = exec.Command("umount", "-l", d).Run()
+			_ = diskfill.Unmount(d)
 		}
 		return false
 	}
@@ -62,8 +61,8 @@ func (c *Cluster) unmountDisks() error {
 				errs = append(errs, fmt.Sprintf("save %s: %v %s", d, err, out))
 			}
 		}
-		if out, err := exec.Command("umount", "-l", d).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Sprintf("umount %s: %v %s", d, err, out))
+		if err := diskfill.Unmount(d); err != nil {
+			errs = append(errs, err.Error())
 		}
 	}
 	if len(errs) > 0 {

@@ -50,7 +50,16 @@ type Result struct {
 	// ConvergeTime is from the heal of the last fault to identical bytes
 	// at every site.
 	ConvergeTime time.Duration `json:"convergeTime"`
-	Took         time.Duration `json:"took"`
+	// ReadPasses counts the checker's reads of every site's partitions
+	// after the heal (one pass reads the sites one after the other; passes
+	// repeat until the sites converge or the bound passes). LastReadAt is
+	// when the last pass began, from the heal, and LastRead how long it
+	// took: under load a pass takes seconds, and a site read early in the
+	// last pass may have changed before it ended.
+	ReadPasses int           `json:"readPasses"`
+	LastReadAt time.Duration `json:"lastReadAt"`
+	LastRead   time.Duration `json:"lastRead"`
+	Took       time.Duration `json:"took"`
 }
 
 // Failed reports whether the run found a violation.
@@ -62,8 +71,9 @@ func (r *Result) Summary() string {
 	for _, v := range r.Violations {
 		kinds[v.Kind]++
 	}
-	return fmt.Sprintf("seed %d: puts %v, faults %v, converged %t in %v, sync acks lost to promote -force %d, violations %v (took %v, files %s)",
-		r.Seed, r.Puts, r.Faults, r.Converged, r.ConvergeTime.Round(time.Millisecond), r.ForcedLoss, kinds, r.Took.Round(time.Second), r.Dir)
+	return fmt.Sprintf("seed %d: puts %v, faults %v, converged %t in %v, read passes %d (the last began %v after the heal and took %v), sync acks lost to promote -force %d, violations %v (took %v, files %s)",
+		r.Seed, r.Puts, r.Faults, r.Converged, r.ConvergeTime.Round(time.Millisecond), r.ReadPasses, r.LastReadAt.Round(time.Millisecond),
+		r.LastRead.Round(time.Millisecond), r.ForcedLoss, kinds, r.Took.Round(time.Second), r.Dir)
 }
 
 // Run sets up the three sites, runs the seeded schedule with the workload,
@@ -134,7 +144,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	deadline := healed.Add(o.ConvergeBound)
 	for {
+		began := time.Now()
 		runs, errs, holes := readSites(l)
+		res.ReadPasses++
+		res.LastReadAt, res.LastRead = began.Sub(healed), time.Since(began)
 		f.Runs, f.ReadErrs, f.Holes = runs, errs, holes
 		f.Diff = sameLogs(runs)
 		if len(errs) == 0 && len(holes) == 0 && f.Diff == "" {
