@@ -74,10 +74,10 @@ type MasterMirror struct {
 	LeaveSlave *int
 }
 
-// takeSupersededMasterLocked removes the brokerId's master node from this
-// ensemble when another session holds it and this ensemble's generation is
-// gen, the mirrored master's: the holder is a master that generation
-// superseded (killed, its session not yet expired; or alive and about to
+// takeSupersededMasterLocked replaces the brokerId's master node in this
+// ensemble with this session's (the mirrored master's url) when another
+// session holds it and this ensemble's generation is gen, the mirrored
+// master's: the holder is a master that generation superseded (killed, its session not yet expired; or alive and about to
 // step down when it reads the generation). Waiting for its session would
 // leave clients of this site sent to it for a whole session timeout. A
 // holder in an ensemble whose generation is not (yet) gen is waited for as
@@ -110,14 +110,21 @@ func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) e
 		return fmt.Errorf("registry: mirror: %w: generation %d of %s was raised by site %s, not this site %s",
 			ErrNotCurrentMaster, gen, path, by.Site, r.opts.Site)
 	}
-	took, err := r.TakeMasterNode(ctx, st.EphemeralOwner)
-	if err != nil {
+	// Replaced in one step: clients of this ensemble find a master node
+	// throughout (registerBrokerLocked then finds it this session's).
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Multi(&zk.DeleteRequest{Path: path, Version: st.Version},
+			&zk.CreateRequest{Path: path, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral})
 		return err
+	})
+	switch {
+	case errors.Is(err, ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, ErrNodeExists):
+		return nil // it changed meanwhile: registerBrokerLocked deals with it
+	case err != nil:
+		return fmt.Errorf("registry: mirror: replace the master node %s of session 0x%x: %w", path, st.EphemeralOwner, err)
 	}
-	if took {
-		r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
-			"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
-	}
+	r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
+		"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
 	return nil
 }
 
