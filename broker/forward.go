@@ -14,8 +14,11 @@ import (
 	"metaq/broker/wire"
 )
 
-// forwarder sends a Hold's puts to the new master's MetaQ port as a MetaQ
-// client does: one connection, puts pipelined, answers matched by opaque.
+// forwarder sends a Hold's puts to the MetaQ port of the master its target
+// names (gossip's or ZooKeeper's master of the brokerId: the new master as
+// a rule, but whatever they name, which may be a master that is gone) as a
+// MetaQ client does: one connection, puts pipelined, answers matched by
+// opaque.
 // Puts that carry an id fixed before they reached this broker (a slave
 // site's outbox entries, storeforward.go) go on a second connection, a
 // gateway link opened with link (HoldOptions.Dial), as syncs that keep
@@ -33,7 +36,8 @@ type forwarder struct {
 	opaque   atomic.Int32
 }
 
-// fwdConn is one connection to the new master.
+// fwdConn is one connection to a master (a Hold's target, or a slave
+// gateway's master).
 type fwdConn struct {
 	addr string
 	nc   net.Conn
@@ -49,12 +53,13 @@ type fwdConn struct {
 	moved atomic.Bool
 }
 
-// fwdResult is the outcome of one forwarded message: the new master's
-// answer, or err; sent says the put may have reached the new master.
+// fwdResult is the outcome of one forwarded message: the answer of the
+// master at addr, or err; sent says the put may have reached it.
 type fwdResult struct {
 	res  *wire.Result
 	err  error
 	sent bool
+	addr string // the master's MetaQ address ("" when none was known)
 }
 
 func newForwarder(b *Broker, target func(context.Context) (string, error), link func(context.Context, string) (net.Conn, error)) *forwarder {
@@ -84,8 +89,9 @@ func (f *forwarder) closeLocked() {
 	f.cur, f.curLink = nil, nil
 }
 
-// conn returns the connection to the new master (a gateway link when
-// link is set), dialing it when there is none or the target moved.
+// conn returns the connection to the master the target names (a gateway
+// link when link is set), dialing it when there is none or the target
+// moved.
 func (f *forwarder) conn(ctx context.Context, link bool) (*fwdConn, error) {
 	addr, err := f.target(ctx)
 	if err != nil {
@@ -104,7 +110,7 @@ func (f *forwarder) conn(ctx context.Context, link bool) (*fwdConn, error) {
 		if ok {
 			return c, nil
 		}
-		c.fail(errors.New("the new master moved to " + addr))
+		c.fail(errors.New("the master moved from " + c.addr + " to " + addr))
 		*cur = nil
 	}
 	var nc net.Conn
@@ -115,7 +121,7 @@ func (f *forwarder) conn(ctx context.Context, link bool) (*fwdConn, error) {
 		nc, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dial the new master %s: %w", addr, err)
+		return nil, fmt.Errorf("dial the master %s: %w", addr, err)
 	}
 	c := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}}
 	if !f.b.routines.Go(c.readLoop) {
@@ -128,6 +134,7 @@ func (f *forwarder) conn(ctx context.Context, link bool) (*fwdConn, error) {
 	c.stop = stop
 	c.mu.Unlock()
 	*cur = c
+	f.b.log.Info("BROKER: connected to the master to pass held puts on", "addr", addr, "gatewayLink", link)
 	return c, nil
 }
 
@@ -160,6 +167,9 @@ func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx 
 			out[k].err = err
 		}
 		return out
+	}
+	for k := range out {
+		out[k].addr = c.addr
 	}
 	chans := make([]chan *wire.Result, len(idx))
 	var frames []byte
@@ -216,13 +226,13 @@ func (f *forwarder) send(topic string, partition int, msgs []store.Message, idx 
 	return out
 }
 
-// readLoop matches the new master's answers to the puts sent.
+// readLoop matches the master's answers to the puts sent.
 func (c *fwdConn) readLoop() {
 	d := wire.NewDecoder(bufio.NewReader(c.nc))
 	for {
 		cmd, err := d.Decode()
 		if err != nil {
-			c.fail(fmt.Errorf("connection to the new master %s: %w", c.addr, err))
+			c.fail(fmt.Errorf("connection to the master %s: %w", c.addr, err))
 			return
 		}
 		var r *wire.Result

@@ -249,7 +249,7 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 	q := h.queue
 	h.queue = nil
 	h.mu.Unlock()
-	h.b.log.Info("BROKER: forwarding held puts to the new master", "held", len(q))
+	h.b.log.Info("BROKER: forwarding held puts to the master the target names", "held", len(q))
 	for _, hb := range q {
 		h.startForward(hb)
 	}
@@ -586,7 +586,7 @@ func (h *Hold) forward(hb *heldBatch) {
 	}
 	for len(left) > 0 {
 		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil || hb.gone() {
-			why := fmt.Sprintf("the new master did not take it within %v", h.opts.MaxWait)
+			why := fmt.Sprintf("no master took it within %v", h.opts.MaxWait)
 			switch {
 			case h.b.ctx.Err() != nil:
 				why = "the broker is closing"
@@ -609,13 +609,13 @@ func (h *Hold) forward(hb *heldBatch) {
 				retry = append(retry, i)
 			case r.err != nil:
 				errs[i] = &heldError{code: wire.StatusInternalServerError, text: h.opts.Reason +
-					"; the put was sent to the new master and no answer came (" + r.err.Error() + "): whether it is stored there is unknown"}
+					"; the put was sent to the master " + r.addr + " and no answer came (" + r.err.Error() + "): whether it is stored there is unknown"}
 				failed++
 				h.stats.unknown.Add(1)
 			case r.res.Code == wire.StatusOK:
 				a, err := parsePutAnswer(r.res.Body)
 				if err != nil {
-					errs[i] = &heldError{code: wire.StatusInternalServerError, text: h.opts.Reason + "; the new master answered " + err.Error() + ": whether the put is stored there is unknown"}
+					errs[i] = &heldError{code: wire.StatusInternalServerError, text: h.opts.Reason + "; the master " + r.addr + " answered " + err.Error() + ": whether the put is stored there is unknown"}
 					failed++
 					h.stats.unknown.Add(1)
 					continue

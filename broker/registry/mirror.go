@@ -74,10 +74,10 @@ type MasterMirror struct {
 	LeaveSlave *int
 }
 
-// takeSupersededMasterLocked removes the brokerId's master node from this
-// ensemble when another session holds it and this ensemble's generation is
-// gen, the mirrored master's: the holder is a master that generation
-// superseded (killed, its session not yet expired; or alive and about to
+// takeSupersededMasterLocked replaces the brokerId's master node in this
+// ensemble with this session's (the mirrored master's url) when another
+// session holds it and this ensemble's generation is gen, the mirrored
+// master's: the holder is a master that generation superseded (killed, its session not yet expired; or alive and about to
 // step down when it reads the generation). Waiting for its session would
 // leave clients of this site sent to it for a whole session timeout. A
 // holder in an ensemble whose generation is not (yet) gen is waited for as
@@ -104,19 +104,48 @@ func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) e
 	if cur != gen {
 		return nil
 	}
-	if by.Site != "" && r.opts.Site != "" && by.Site != r.opts.Site {
+	if r.raisedElsewhere(by) {
 		// Generation gen is another site's promotion: the holder may be
 		// its master, and this one stepped down for it.
 		return fmt.Errorf("registry: mirror: %w: generation %d of %s was raised by site %s, not this site %s",
 			ErrNotCurrentMaster, gen, path, by.Site, r.opts.Site)
 	}
-	took, err := r.TakeMasterNode(ctx, st.EphemeralOwner)
-	if err != nil {
+	// Replaced in one step: clients of this ensemble find a master node
+	// throughout (registerBrokerLocked then finds it this session's).
+	err = r.call(ctx, func() error {
+		_, err := r.conn.Multi(&zk.DeleteRequest{Path: path, Version: st.Version},
+			&zk.CreateRequest{Path: path, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral})
 		return err
+	})
+	switch {
+	case errors.Is(err, ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, ErrNodeExists):
+		return nil // it changed meanwhile: registerBrokerLocked deals with it
+	case err != nil:
+		return fmt.Errorf("registry: mirror: replace the master node %s of session 0x%x: %w", path, st.EphemeralOwner, err)
 	}
-	if took {
-		r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
-			"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
+	r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
+		"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
+	return nil
+}
+
+// raisedElsewhere says whether by, the raiser of a generation, is a site
+// other than this registry's (both named).
+func (r *Registry) raisedElsewhere(by Raiser) bool {
+	return by.Site != "" && r.opts.Site != "" && by.Site != r.opts.Site
+}
+
+// CheckNotSuperseded fails with ErrNotCurrentMaster when this ensemble
+// holds a newer generation of the brokerId than gen, a master's: that
+// master is superseded here and must write nothing of its registration.
+// It reads through the unlocked read (Generation), so a MasterGuard may
+// call it.
+func (r *Registry) CheckNotSuperseded(ctx context.Context, gen uint64) error {
+	cur, err := r.Generation(ctx, r.opts.BrokerID)
+	if err != nil {
+		return fmt.Errorf("read the generation of broker %d: %w", r.opts.BrokerID, err)
+	}
+	if cur > gen {
+		return fmt.Errorf("%w: this ensemble has generation %d, the master %d", ErrNotCurrentMaster, cur, gen)
 	}
 	return nil
 }
@@ -150,14 +179,10 @@ func (r *Registry) Mirror(ctx context.Context, m MasterMirror) error {
 	// generation yet) writes nothing here: it would wait for the new
 	// master's node, or publish its replication address to this site's
 	// slaves.
-	cur, err := r.Generation(ctx, m.BrokerID)
-	if err != nil {
-		return fmt.Errorf("registry: mirror: read the generation: %w", err)
+	if err := r.CheckNotSuperseded(ctx, m.Generation); err != nil {
+		return fmt.Errorf("registry: mirror: %w", err)
 	}
-	if cur > m.Generation {
-		return fmt.Errorf("registry: mirror: %w: this ensemble has generation %d, the mirrored master %d", ErrNotCurrentMaster, cur, m.Generation)
-	}
-	if by := m.Raiser; by.Site != "" && r.opts.Site != "" && by.Generation == m.Generation && by.Site != r.opts.Site {
+	if by := m.Raiser; by.Generation == m.Generation && r.raisedElsewhere(by) {
 		// The master's own ensemble names another site as the raiser of
 		// its generation: it follows that site's master (it stepped down
 		// and is being demoted), whose node it must not take here.

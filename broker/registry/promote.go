@@ -2,8 +2,11 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // BecomeMaster turns a slave's registration into its brokerId's master's,
@@ -25,6 +28,92 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 		return nil
 	}
 	return r.switchRoleLocked(ctx, "master", false, -1)
+}
+
+// BecomeMasterFrom is BecomeMaster for a promotion that takes over from
+// the master whose session owner holds the brokerId's master node (a
+// master handing over): that node and the topics' master entries under
+// topics-pub that session holds are replaced by this registry's in one
+// multi, before anything else changes. Clients listing a topic then find a
+// master's partitions throughout: the old master's until that step, this
+// one's from it on, also when the old master's session ends meanwhile (its
+// nodes would go with it: a master cut off from its ZooKeeper hands over
+// while its session runs out). With owner 0, or when the multi cannot be
+// made (the node is no longer owner's, a node changed meanwhile, the
+// MasterGuard refuses), it is BecomeMaster.
+func (r *Registry) BecomeMasterFrom(ctx context.Context, owner int64) error {
+	r.regMu.Lock()
+	if r.master() {
+		r.unlockReg()
+		return nil
+	}
+	took, err := r.takeOverLocked(ctx, owner)
+	if took {
+		defer r.unlockReg()
+		return r.switchRoleLocked(ctx, "master", false, -1)
+	}
+	r.unlockReg()
+	if err != nil {
+		r.log.Warn("REGISTRY: could not take the master's nodes over in one step; registering as master node by node",
+			"owner", fmt.Sprintf("0x%x", owner), "err", err)
+	}
+	return r.BecomeMaster(ctx)
+}
+
+// takeOverLocked replaces, in one multi, the master node held by session
+// owner and the topics' master entries under topics-pub that session
+// holds (or that are missing) with this registry's, as a master's; it
+// reports whether it did. The caller holds regMu; the registry is still a
+// slave's, whose switchRoleLocked then finds those nodes its own.
+func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error) {
+	if owner == 0 || !r.state.broker {
+		return false, nil
+	}
+	if g := r.opts.MasterGuard; g != nil {
+		if err := g(ctx); err != nil {
+			return false, fmt.Errorf("registry: writing nothing as master of broker %d: %w", r.opts.BrokerID, err)
+		}
+	}
+	master := r.paths.Broker(r.opts.BrokerID, -1)
+	_, st, err := r.Get(ctx, master)
+	if errors.Is(err, ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: read the master node %s: %w", master, err)
+	}
+	if st.EphemeralOwner != owner {
+		return false, nil
+	}
+	name := BrokerString(r.opts.BrokerID, -1)
+	ops := []any{&zk.DeleteRequest{Path: master, Version: st.Version},
+		&zk.CreateRequest{Path: master, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
+	topics := 0
+	for topic, t := range r.state.topics {
+		if !t.acceptPublish {
+			continue
+		}
+		pub := r.paths.TopicsPub() + "/" + topic + "/" + name
+		create := &zk.CreateRequest{Path: pub, Data: []byte(TopicJSON(t.numPartitions, name)), Acl: openACL, Flags: zk.FlagEphemeral}
+		_, st, err := r.Get(ctx, pub)
+		switch {
+		case errors.Is(err, ErrNoNode):
+			ops = append(ops, create)
+		case err != nil:
+			return false, fmt.Errorf("registry: read %s: %w", pub, err)
+		case st.EphemeralOwner == owner:
+			ops = append(ops, &zk.DeleteRequest{Path: pub, Version: st.Version}, create)
+		default:
+			continue // another session's: writeTopicLocked replaces it
+		}
+		topics++
+	}
+	if err := r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err }); err != nil {
+		return false, fmt.Errorf("registry: take over the master node and topic entries of session 0x%x: %w", owner, err)
+	}
+	r.log.Info("REGISTRY: took over the master node and the topics' master entries of the master handing over, in one step",
+		"session", fmt.Sprintf("0x%x", owner), "topics", topics)
+	return true, nil
 }
 
 // BecomeSlave turns a master's registration into that of slave slaveID of

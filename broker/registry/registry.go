@@ -85,7 +85,7 @@ type Options struct {
 	Logger *slog.Logger
 	// MasterGuard, when set, is called before a master writes its master
 	// node or its topics' master entries (at registration, after a new
-	// session, at BecomeMaster); an error writes nothing. It wraps
+	// session, at BecomeMaster and BecomeMasterFrom); an error writes nothing. It wraps
 	// ErrNotCurrentMaster when another site's master took over (a newer
 	// generation), which is not retried after a new session. It may call
 	// the registry's reads.

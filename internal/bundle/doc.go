@@ -51,7 +51,7 @@
 // site's ensemble (siteViews.mirrorGuard), under that session's regMu: it
 // reads the bundle's mirror (leaf locks only: roleOwner.mu,
 // failoverState.mu, the role machine's siterole.Machine.mu) and that session's
-// generation through its unlocked read, and never takes siteViews.mu,
+// generation through its unlocked read (CheckNotSuperseded), and never takes siteViews.mu,
 // under which sessions are closed. ackGuard.starting is held alone while the write
 // check starts a master's hold of puts (ackguard.go); the write check
 // only tries it, the shipper's Close waits for it.

@@ -1334,7 +1334,7 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		return false, "this site runs no stream receiver: it does not know how far it got in the master's log"
 	}
 	brokerID := b.Config().System.BrokerID
-	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites,
+	f := siterole.LossFacts{Site: b.Config().Site.Name, FenceSites: b.Config().Replication.FenceSites, ListedSites: len(b.Config().Replication.Sites),
 		Peers: gossipPeers(t, brokerID), DeadMaster: b.deadMasterFacts(rc, st)}
 	if id, err := b.identity(); err == nil {
 		f.KnownGeneration = id.Generation()

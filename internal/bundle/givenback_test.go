@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"metaq/broker/registry"
 	"metaq/internal/testutil"
 )
 
@@ -31,19 +30,8 @@ func TestPerSiteZKMasterSteppedDownForAGivenBackRaise(t *testing.T) {
 	waitConfirmed(t, bj)
 	brokerID := bj.Config().System.BrokerID
 	known := bj.Role().Generation
-	regs := s.ensembleClients()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	token, err := registry.NewRaiseToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := known + 1
-	prev, err := regs["bj"].RaiseGenerationFromToAs(ctx, brokerID, known, gen, registry.Raiser{Generation: gen, Site: "gz", Token: token})
-	if err != nil {
-		t.Fatalf("raise generation %d in bj's ensemble: %v", gen, err)
-	}
+	raise := s.raiseIn("bj", "gz", brokerID, known)
+	gen := raise.gen
 	s.steppedDown("bj")
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		id := bj.failover.openedIdentity()
@@ -52,12 +40,11 @@ func TestPerSiteZKMasterSteppedDownForAGivenBackRaise(t *testing.T) {
 		}
 		return nil
 	})
-	undone, err := regs["bj"].UndoRaise(ctx, brokerID, gen, token, prev)
-	if err != nil || !undone {
-		t.Fatalf("give back generation %d in bj's ensemble: undone %v, %v", gen, undone, err)
-	}
+	raise.giveBack()
 	givenBack := time.Now()
-	for name, zc := range regs {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, zc := range s.ensembleClients() {
 		if g, err := zc.Generation(ctx, brokerID); err != nil || g != known {
 			t.Fatalf("%s's ensemble has generation %d (%v) after the give-back, want %d", name, g, err, known)
 		}
@@ -119,19 +106,8 @@ func TestPerSiteZKMasterTakesBackAGivenBackRaise(t *testing.T) {
 	brokerID := bj.Config().System.BrokerID
 	known := bj.Role().Generation
 	s.produce("bj", "orders", 5)
-	regs := s.ensembleClients()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	token, err := registry.NewRaiseToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := known + 1
-	prev, err := regs["bj"].RaiseGenerationFromToAs(ctx, brokerID, known, gen, registry.Raiser{Generation: gen, Site: "gz", Token: token})
-	if err != nil {
-		t.Fatalf("raise generation %d in bj's ensemble: %v", gen, err)
-	}
+	raise := s.raiseIn("bj", "gz", brokerID, known)
+	gen := raise.gen
 	s.steppedDown("bj")
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		id := bj.failover.openedIdentity()
@@ -140,10 +116,7 @@ func TestPerSiteZKMasterTakesBackAGivenBackRaise(t *testing.T) {
 		}
 		return nil
 	})
-	undone, err := regs["bj"].UndoRaise(ctx, brokerID, gen, token, prev)
-	if err != nil || !undone {
-		t.Fatalf("give back generation %d in bj's ensemble: undone %v, %v", gen, undone, err)
-	}
+	raise.giveBack()
 	givenBack := time.Now()
 
 	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {

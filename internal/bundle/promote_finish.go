@@ -268,6 +268,11 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 	rep.Took = time.Since(p.start)
 	f.role.becomeMaster(siterole.State{Role: siterole.Master, Generation: p.gen, Why: promoteWhy(p.o.Force)})
 	b.refreshGossip()
+	if p.o.Handover && b.Registry != nil {
+		if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
+			b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
+		}
+	}
 	b.log.Warn("FAILOVER: this site is now master", "generation", p.gen, "forced", p.o.Force,
 		"behindBytes", rep.BehindBytes, "took", rep.Took)
 	return nil
@@ -288,11 +293,8 @@ func recordPromotion(id *georeplicator.IdentityStore, gen uint64, ends map[strin
 // site as master of p.gen.
 func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 	rep, o, gen := &p.rep, p.o, p.gen
-	path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
-	if o.Handover && p.fenceSession == 0 {
-		if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
-			p.fenceSession = st.EphemeralOwner // the old master's: it handed over
-		}
+	if o.Handover {
+		return b.registerHandedOver(ctx, p)
 	}
 	if p.fenceSession != 0 {
 		// The generation is raised: the dead master's node goes now
@@ -301,10 +303,7 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 		if err != nil {
 			return fmt.Errorf("promote: take the master node from the dead master's session 0x%x: %w", p.fenceSession, err)
 		}
-		switch {
-		case taken && o.Handover:
-			b.log.Info("FAILOVER: replaced the old master's node as it hands over", "session", fmt.Sprintf("0x%x", p.fenceSession), "generation", gen)
-		case taken && !p.fenceWaited:
+		if taken && !p.fenceWaited {
 			rep.FencedSession = fmt.Sprintf("0x%x", p.fenceSession)
 			// A master that is in fact alive either reads the newer
 			// generation within its watch period and steps down, or
@@ -336,6 +335,41 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 	}
 	// Producers and consumers that follow ZooKeeper move here.
 	if err := b.Registry.BecomeMaster(ctx); err != nil {
+		return fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
+	}
+	return nil
+}
+
+// registerHandedOver registers this site as master of p.gen in ZooKeeper
+// after a switchover's handover. The old master's node and its topics'
+// master entries are replaced by this site's in one step while its session
+// holds them (registry.BecomeMasterFrom), first of all, so that ZooKeeper
+// lists a master throughout, also when the old master's session ends
+// meanwhile: a master cut off from its ZooKeeper hands over while its
+// session runs out, its nodes go with it, and ZooKeeper listed no master
+// until this site had taken the node, checked the consumer offsets and
+// registered node by node. The offsets are checked once this site is
+// master (completePromotion): it holds the old master's whole log, so
+// none is beyond its ends, and producers that ZooKeeper sends here must
+// not find it still promoting meanwhile (its puts answered 503).
+func (b *Bundle) registerHandedOver(ctx context.Context, p *promotion) error {
+	rep, gen := &p.rep, p.gen
+	path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
+	owner := int64(0)
+	if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
+		owner = st.EphemeralOwner // the old master's: it handed over
+	}
+	if owner == 0 {
+		// No node of the old master's (its session ended): one another
+		// session holds is waited for, as by any promotion.
+		waitStart := time.Now()
+		if err := b.Registry.AwaitMasterFree(ctx); err != nil {
+			return fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
+		}
+		rep.Waited += time.Since(waitStart)
+	}
+	// Producers and consumers that follow ZooKeeper move here.
+	if err := b.Registry.BecomeMasterFrom(ctx, owner); err != nil {
 		return fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
 	}
 	return nil

@@ -745,6 +745,50 @@ func (s *sites) ensembleClients() map[string]*registry.Registry {
 	return regs
 }
 
+// testRaise is a raise of a brokerId's generation that a test wrote into
+// one site's ensemble as another site's promotion would (raiseIn).
+type testRaise struct {
+	s        *sites
+	reg      *registry.Registry
+	ensemble string
+	brokerID int
+	gen      uint64
+	token    string
+	prev     registry.Raiser // the raiser node before, which giveBack restores
+}
+
+// raiseIn raises brokerID's generation from from to from+1 in site
+// ensemble's ZooKeeper, by compare-and-set, naming site by as its raiser,
+// as a promotion of by that won there would.
+func (s *sites) raiseIn(ensemble, by string, brokerID int, from uint64) *testRaise {
+	s.t.Helper()
+	reg := zkClient(s.t, &testEnv{zk: s.zks[ensemble], root: s.zkRoot})
+	token, err := registry.NewRaiseToken()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gen := from + 1
+	prev, err := reg.RaiseGenerationFromToAs(ctx, brokerID, from, gen, registry.Raiser{Generation: gen, Site: by, Token: token})
+	if err != nil {
+		s.t.Fatalf("raise generation %d in %s's ensemble as %s's: %v", gen, ensemble, by, err)
+	}
+	return &testRaise{s: s, reg: reg, ensemble: ensemble, brokerID: brokerID, gen: gen, token: token, prev: prev}
+}
+
+// giveBack sets the raise back (registry.UndoRaise), as a promotion that
+// won short of what it needed does.
+func (r *testRaise) giveBack() {
+	r.s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	undone, err := r.reg.UndoRaise(ctx, r.brokerID, r.gen, r.token, r.prev)
+	if err != nil || !undone {
+		r.s.t.Fatalf("give back generation %d in %s's ensemble: undone %v, %v", r.gen, r.ensemble, undone, err)
+	}
+}
+
 // reachesAllEnsembles waits until each of names holds a session to every
 // other site's ensemble.
 func (s *sites) reachesAllEnsembles(names ...string) {

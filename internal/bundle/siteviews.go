@@ -263,14 +263,7 @@ func (s *siteViews) mirrorGuard(self *atomic.Pointer[registry.Registry]) func(co
 		if !m.Master() {
 			return fmt.Errorf("%w: this bundle is no master now", registry.ErrNotCurrentMaster)
 		}
-		cur, err := reg.Generation(ctx, s.base.BrokerID)
-		if err != nil {
-			return fmt.Errorf("read the generation of broker %d: %w", s.base.BrokerID, err)
-		}
-		if cur > m.Generation {
-			return fmt.Errorf("%w: this ensemble has generation %d, this master %d", registry.ErrNotCurrentMaster, cur, m.Generation)
-		}
-		return nil
+		return reg.CheckNotSuperseded(ctx, m.Generation)
 	}
 }
 

@@ -1,12 +1,10 @@
 package bundle
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"metaq/broker/registry"
 	"metaq/internal/testutil"
 )
 
@@ -34,26 +32,13 @@ func TestPerSiteZKFormerMasterStartedBehindGossipsTheNewerGeneration(t *testing.
 	known := gz.Role().Generation
 	s.stop("gz")
 
-	regs := s.ensembleClients()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	token, err := registry.NewRaiseToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := known + 1
-	prev, err := regs["bj"].RaiseGenerationFromToAs(ctx, brokerID, known, gen, registry.Raiser{Generation: gen, Site: "bj", Token: token})
-	if err != nil {
-		t.Fatalf("raise generation %d in bj's ensemble: %v", gen, err)
-	}
+	raise := s.raiseIn("bj", "bj", brokerID, known)
+	gen := raise.gen
 	s.restart("gz")
 	if r := s.site("gz").Role(); r.IsMaster() {
 		t.Fatalf("gz restarted as %v with generation %d in bj's ensemble, want the slave its command line says", r, gen)
 	}
-	undone, err := regs["bj"].UndoRaise(ctx, brokerID, gen, token, prev)
-	if err != nil || !undone {
-		t.Fatalf("give back generation %d in bj's ensemble: undone %v, %v", gen, undone, err)
-	}
+	raise.giveBack()
 
 	bj := s.site("bj")
 	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {

@@ -81,10 +81,15 @@ type LossFacts struct {
 	// KnownGeneration is the generation this site followed.
 	KnownGeneration uint64
 	// FenceSites is [replication] fenceSites: the sites of this brokerId
-	// counted for a majority when gossip knows fewer.
-	FenceSites int
-	Peers      []Peer
-	ZooKeeper  ZooKeeperFact
+	// counted for a majority when gossip knows fewer. ListedSites is the
+	// number of sites [replication] sites lists (0 without the list),
+	// counted likewise: gossip drops members it declared down a while
+	// after, and a site cut off from the others must not take the sites
+	// it still knows for the whole deployment.
+	FenceSites  int
+	ListedSites int
+	Peers       []Peer
+	ZooKeeper   ZooKeeperFact
 	// DeadMaster is what this site knows about the master whose node
 	// ZooKeeper may still hold (FenceDeadMaster).
 	DeadMaster DeadMasterFacts
@@ -103,11 +108,27 @@ type LossFacts struct {
 // not have reached this site's ensemble), hence the dead-master rule in
 // every case. A master of a newer generation alive anywhere means the
 // master is not lost: another site took over.
+//
+// The master declared down counts for its site only when another slave
+// site backs it: one gossip has alive (the part of the deployment this
+// site reaches declared the master down), or one whose last gossip, before
+// it was declared down or suspected, said it had lost the master too. A
+// site cut off from every other site's gossip and from its replication link
+// sees every other bundle declared down, the master's included, whether
+// they died or it is the one cut off; with the other slave sites last seen
+// following the master, counting the master's site with its own made a
+// majority of three out of that one site's view, and it deposed a master
+// the other sites still reached (its raise wins where it reaches a majority
+// of the ensembles). With two sites in all no third tells the two apart,
+// and the master's site counts as before: automatic failover there takes
+// the master's death from one site's view.
 func MasterLost(f LossFacts) (bool, string) {
 	if f.Connected {
 		return false, "this site reaches its master"
 	}
 	sites, agree := map[string]bool{f.Site: true}, map[string]bool{f.Site: true}
+	downMasters := map[string]bool{} // sites of master bundles gossip declared down
+	backed := false                  // another slave site backs the master's loss
 	for _, p := range f.Peers {
 		if p.Self {
 			continue
@@ -116,20 +137,29 @@ func MasterLost(f LossFacts) (bool, string) {
 			return false, fmt.Sprintf("site %s is master of generation %d, newer than the %d this site followed", p.Site, p.Generation, f.KnownGeneration)
 		}
 		sites[p.Site] = true
+		backed = backed || (p.Role == Slave && p.Site != f.Site && (p.Alive || !p.Follows))
 		switch {
 		case p.Role == Master && !p.Alive && !p.Suspect:
 			// A master gossip only suspects (its probes failed on a
 			// loaded machine or a slow link) is no vote: the dead-master
 			// rule below would refuse it anyway, for not being declared
 			// down.
-			agree[p.Site] = true
+			downMasters[p.Site] = true
 		case p.Role == Slave && p.Alive && !p.Follows:
 			agree[p.Site] = true
 		}
 	}
-	total := max(len(sites), f.FenceSites)
+	total := max(len(sites), f.FenceSites, f.ListedSites)
+	unbacked := ""
+	if backed || total <= 2 {
+		for site := range downMasters {
+			agree[site] = true
+		}
+	} else if len(downMasters) > 0 {
+		unbacked = "; the master's bundle declared down is not counted: no other slave site is alive in gossip or was last seen having lost the master, so this site may be the one cut off"
+	}
 	if !Majority(len(agree), total) {
-		return false, fmt.Sprintf("%d of %d sites agree the master is lost", len(agree), total)
+		return false, fmt.Sprintf("%d of %d sites agree the master is lost%s", len(agree), total, unbacked)
 	}
 	if ok, why := FenceDeadMaster(f.DeadMaster); !ok {
 		return false, fmt.Sprintf("%d of %d sites agree the master is lost, but it is not known to be dead: %s", len(agree), total, why)

@@ -50,6 +50,29 @@ func TestMasterLost(t *testing.T) {
 		// follows it. No majority, however long the link stays cut.
 		{"cut from this site only", LossFacts{Site: "hf", Peers: []Peer{master(true, 0), slave("gz", true, true)}, ZooKeeper: registered,
 			DeadMaster: DeadMasterFacts{Gossip: true, Silent: time.Minute, AckBound: time.Second}}, false, "1 of 3"},
+		// This site cut off from the other sites' gossip and from its
+		// replication link, reaching every ensemble: every other bundle
+		// is declared down in its gossip, the master's too, while the
+		// master and gz may be alive and connected to each other. That
+		// one view is no majority of three.
+		{"cut from every site's gossip", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), {Site: "gz", Role: Slave, Follows: true, DownFor: 40 * time.Second}},
+			ZooKeeper: registered, DeadMaster: dead}, false, "1 of 3 sites agree the master is lost; the master's bundle declared down is not counted"},
+		// gz's last gossip said it had lost the master too (the master
+		// died, then hf and gz were cut from each other): it backs the
+		// master's loss, whose site counts.
+		{"gz down, last seen having lost the master", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), {Site: "gz", Role: Slave, DownFor: time.Second}}, ZooKeeper: registered, DeadMaster: dead}, true, "2 of 3"},
+		// gz already dropped from gossip: the listed sites still count.
+		{"cut off, the third site dropped from gossip", LossFacts{Site: "hf", ListedSites: 3, Peers: []Peer{self, master(false, 0)}, ZooKeeper: registered, DeadMaster: dead}, false, "1 of 3"},
+		{"cut off, fenceSites", LossFacts{Site: "hf", FenceSites: 3, Peers: []Peer{self, master(false, 0)}, ZooKeeper: registered, DeadMaster: dead}, false, "1 of 3"},
+		// A slave site only suspected is no company: under a cut it is
+		// suspected before it is declared down.
+		{"cut off, gz suspected", LossFacts{Site: "hf", Peers: []Peer{self, master(false, 0), {Site: "gz", Role: Slave, Suspect: true, Follows: true}}, ZooKeeper: registered, DeadMaster: dead}, false, "1 of 3"},
+		// Two sites in all: nothing tells the master's death from this
+		// site's being cut off, the master's site counts.
+		{"two sites", LossFacts{Site: "hf", ListedSites: 2, Peers: []Peer{self, master(false, 0)}, ZooKeeper: registered, DeadMaster: dead}, true, "2 of 2"},
+		// gz alive in gossip, the master declared down by the part of
+		// the deployment both reach: the master's site counts.
+		{"gz alive and still following", LossFacts{Site: "hf", ListedSites: 3, Peers: []Peer{self, master(false, 0), slave("gz", true, true)}, ZooKeeper: registered, DeadMaster: dead}, true, "2 of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, why := MasterLost(tc.f)
