@@ -31,6 +31,9 @@ func printStatusSummary(w io.Writer, body []byte) error {
 	}
 	fmt.Fprintf(w, "  %s, serving %s, up %s, %s\n", who, str(st["url"]), str(st["uptime"]), health)
 	fmt.Fprintf(w, "  config %s (checksum %v)\n", str(st["configFile"]), st["configChecksum"])
+	if why := str(st["steppedDown"]); why != "" {
+		fmt.Fprintf(w, "  STEPPED DOWN: %s\n", why)
+	}
 	if pp, ok := st["pendingPromotion"].(map[string]any); ok {
 		fmt.Fprintf(w, "  PROMOTION PENDING: generation %v raised by this site, not finished after %v attempts (retrying until %s, then giving up): %s\n",
 			pp["generation"], pp["attempts"], str(pp["giveUpAt"]), str(pp["lastError"]))

@@ -37,3 +37,18 @@ func TestStatusSummaryShipper(t *testing.T) {
 		t.Errorf("summary with no slave:\n%s", none.String())
 	}
 }
+
+// TestStatusSummarySteppedDown: a master that stepped down for a newer
+// generation and has not finished its demotion says so.
+func TestStatusSummarySteppedDown(t *testing.T) {
+	body := `{"mode":"slave","brokerId":1,"slaveId":-1,"url":"meta://127.0.0.1:8123","uptime":"5s","healthy":true,
+	"steppedDown":"this master of generation 3 stepped down (generation 5 took over)"}`
+	var out strings.Builder
+	if err := printStatusSummary(&out, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "slave of brokerId 1") ||
+		!strings.Contains(got, "STEPPED DOWN: this master of generation 3 stepped down (generation 5 took over)") {
+		t.Errorf("summary of a stepped-down master:\n%s", got)
+	}
+}

@@ -557,6 +557,9 @@ type Status struct {
 	// PromotionGivenUp is the last promotion whose finisher gave up after
 	// its bound (promote_finish.go).
 	PromotionGivenUp *GivenUpPromotion `json:"promotionGivenUp,omitempty"`
+	// SteppedDown says why a master that saw a newer generation reports
+	// mode slave before its demotion is done ("" otherwise).
+	SteppedDown string `json:"steppedDown,omitempty"`
 }
 
 // ZKStatus is the registry part of Status.
@@ -589,9 +592,17 @@ func (b *Bundle) Status() Status {
 	s.PromotionGivenUp = b.promotionGivenUp()
 	if b.opts.Mode == ModeMaster || b.opts.Mode == ModeSlave {
 		// The role now: a promotion or a demotion at run time changes it.
+		// A master that stepped down for a newer generation acknowledges
+		// nothing and becomes a slave by itself (runRejoin): it says slave
+		// at once, or it and the new master both say master while its
+		// demotion waits, for as long as its ZooKeeper cannot be written.
 		s.Mode = ModeMaster.String()
-		if b.Role().Role == siterole.Slave {
+		switch r := b.Role(); {
+		case r.Role == siterole.Slave:
 			s.Mode = ModeSlave.String()
+		case r.SteppedDown:
+			s.Mode = ModeSlave.String()
+			s.SteppedDown = fmt.Sprintf("this master of generation %d stepped down (%s); it acknowledges nothing and becomes a slave of the new master by itself", r.Generation, r.Why)
 		}
 	}
 	if b.Broker != nil {
