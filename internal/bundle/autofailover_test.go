@@ -230,3 +230,65 @@ func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
 		t.Fatal("hf promoted itself too")
 	}
 }
+
+// TestPromotingSiteGossipsItsPosition: a slave site being promoted stops
+// following its master before it starts shipping as master; meanwhile its
+// gossip must carry the log position it applied, not 0 (no receiver runs):
+// with 0 its sibling, holding as much of the old master's log, took itself
+// for the automatic failover candidate and promoted itself against this
+// site's raise. The test reads the metadata gossip would carry, as often
+// as it can, while hf is promoted.
+func TestPromotingSiteGossipsItsPosition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	bjShip := mustComp[*shipperComponent](t, bj)
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: bjShip.Addr(), natsURL: "nats://" + natsListen})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	want := hf.appliedPos()
+	if want <= 0 {
+		t.Fatalf("hf applied %d of bj's log", want)
+	}
+	bj.Close()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Connected() {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+
+	static := topology.Mastership{Role: topology.RoleSlave, SlaveID: 1}
+	stop := make(chan struct{})
+	seen := make(chan string, 1)
+	go func() {
+		defer close(seen)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if m := hf.mastership(static); m.Role == topology.RoleSlave && m.LogPos != want {
+				seen <- fmt.Sprintf("hf gossiped a slave's log position %d while promoted (busy %s), want %d", m.LogPos, hf.failover.role.Busy(), want)
+				return
+			}
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		_, err := hf.Promote(context.Background(), false)
+		return err
+	})
+	close(stop)
+	if why, ok := <-seen; ok {
+		t.Fatal(why)
+	}
+	if m := hf.mastership(static); m.Role != topology.RoleMaster {
+		t.Fatalf("hf gossips %v after its promotion, want master", m.Role)
+	}
+}
