@@ -251,10 +251,6 @@ func TestPromotingSiteGossipsItsPosition(t *testing.T) {
 		masterAddr: bjShip.Addr(), natsURL: "nats://" + natsListen})
 	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
 	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
-	want := hf.appliedPos()
-	if want <= 0 {
-		t.Fatalf("hf applied %d of bj's log", want)
-	}
 	bj.Close()
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if mustComp[*receiverComponent](t, hf).Connected() {
@@ -262,6 +258,11 @@ func TestPromotingSiteGossipsItsPosition(t *testing.T) {
 		}
 		return nil
 	})
+	// Final now: bj is gone.
+	want := hf.appliedPos()
+	if want <= 0 {
+		t.Fatalf("hf applied %d of bj's log", want)
+	}
 
 	static := topology.Mastership{Role: topology.RoleSlave, SlaveID: 1}
 	stop := make(chan struct{})
