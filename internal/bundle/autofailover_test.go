@@ -92,14 +92,50 @@ func wantNoPromotion(t *testing.T, hf *Bundle, why string) {
 	}
 }
 
-func wantPromoted(t *testing.T, s *Bundle) {
+// wantPromoted waits until s is master and takes puts; on a timeout it
+// reports how each of sites sees the failover (failoverView).
+func wantPromoted(t *testing.T, s *Bundle, sites ...*Bundle) {
 	t.Helper()
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if s.promotedShipper() == nil || s.Broker.WriteRefusal() != nil {
-			return fmt.Errorf("%s is not master yet", s.Config().Site.Name)
+	deadline := time.Now().Add(30 * time.Second)
+	for s.promotedShipper() == nil || s.Broker.WriteRefusal() != nil {
+		if time.Now().After(deadline) {
+			var views []string
+			for _, b := range sites {
+				views = append(views, failoverView(b))
+			}
+			t.Fatalf("%s is not master after 30s; %s", s.Config().Site.Name, strings.Join(views, "; "))
 		}
-		return nil
-	})
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// failoverView is what automatic failover at b sees: its role and
+// transition, whether the master is lost and why, the candidate, a
+// sibling ahead, and its gossip of the brokerId.
+func failoverView(b *Bundle) string {
+	name := b.Config().Site.Name
+	st := b.Role()
+	v := fmt.Sprintf("%s: role %s gen %d busy %s promoted %t applied %d", name, st.Role, st.Generation, b.failover.role.Busy(), b.promotedShipper() != nil, b.appliedPos())
+	tc := compOf[*topologyComponent](b)
+	if tc == nil || tc.Topology() == nil {
+		return v + " (no gossip)"
+	}
+	topo := tc.Topology()
+	lost, why := b.masterLost(context.Background(), topo)
+	cand, _ := b.failoverCandidate(topo)
+	v += fmt.Sprintf(", master lost %t (%s), candidate %s, sibling ahead %q, down sibling ahead %q, gossip [", lost, why, cand,
+		b.siblingAhead(b.appliedPos()), b.downSiblingAhead(topo))
+	for i, p := range gossipPeers(topo, b.Config().System.BrokerID) {
+		if i > 0 {
+			v += ", "
+		}
+		v += fmt.Sprintf("%s %s alive=%t suspect=%t downFor=%v gen=%d follows=%t logPos=%d", p.Site, p.Role, p.Alive, p.Suspect, p.DownFor.Round(time.Millisecond), p.Generation, p.Follows, p.LogPos)
+	}
+	v += "]"
+	if p := b.pendingPromotion(); p != nil {
+		v += fmt.Sprintf(", pending promotion %+v", *p)
+	}
+	return v
 }
 
 // TestAutoFailoverWaitsWhileASiteFollows: gossip loses bj (bj leaves the
@@ -143,7 +179,7 @@ func TestAutoFailoverWaitsWhileASiteFollows(t *testing.T) {
 	// Both slave sites hold all of bj's log: the candidate rule (ties to
 	// the lowest site name) picks gz, and hf follows it.
 	bj.Close()
-	wantPromoted(t, gz)
+	wantPromoted(t, gz, gz, hf)
 	if hf.promotedShipper() != nil {
 		t.Fatal("hf promoted itself too")
 	}
@@ -186,11 +222,74 @@ func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutLink(t, toGZ, gz)
-	wantPromoted(t, gz)
+	wantPromoted(t, gz, gz, hf, bj)
 	produce(t, gz.Broker.Addr().String(), "orders", 10, "gz")
 	wantFollowsByteIdentical(t, gz, hf, "orders")
 	wantFollowsByteIdentical(t, gz, bj, "orders")
 	if hf.promotedShipper() != nil {
 		t.Fatal("hf promoted itself too")
+	}
+}
+
+// TestPromotingSiteGossipsItsPosition: a slave site being promoted stops
+// following its master before it starts shipping as master; meanwhile its
+// gossip must carry the log position it applied, not 0 (no receiver runs):
+// with 0 its sibling, holding as much of the old master's log, took itself
+// for the automatic failover candidate and promoted itself against this
+// site's raise. The test reads the metadata gossip would carry, as often
+// as it can, while hf is promoted.
+func TestPromotingSiteGossipsItsPosition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	root := t.TempDir()
+	shared := failoverINI("")
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	bjShip := mustComp[*shipperComponent](t, bj)
+	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
+		masterAddr: bjShip.Addr(), natsURL: "nats://" + natsListen})
+	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
+	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
+	bj.Close()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if mustComp[*receiverComponent](t, hf).Connected() {
+			return errors.New("hf still connected to bj")
+		}
+		return nil
+	})
+	// Final now: bj is gone.
+	want := hf.appliedPos()
+	if want <= 0 {
+		t.Fatalf("hf applied %d of bj's log", want)
+	}
+
+	static := topology.Mastership{Role: topology.RoleSlave, SlaveID: 1}
+	stop := make(chan struct{})
+	seen := make(chan string, 1)
+	go func() {
+		defer close(seen)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if m := hf.mastership(static); m.Role == topology.RoleSlave && m.LogPos != want {
+				seen <- fmt.Sprintf("hf gossiped a slave's log position %d while promoted (busy %s), want %d", m.LogPos, hf.failover.role.Busy(), want)
+				return
+			}
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		_, err := hf.Promote(context.Background(), false)
+		return err
+	})
+	close(stop)
+	if why, ok := <-seen; ok {
+		t.Fatal(why)
+	}
+	if m := hf.mastership(static); m.Role != topology.RoleMaster {
+		t.Fatalf("hf gossips %v after its promotion, want master", m.Role)
 	}
 }

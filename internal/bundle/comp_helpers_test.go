@@ -208,7 +208,8 @@ func startSite(t testing.TB, dir, shared string, s siteSpec) *Bundle {
 	}
 	log := s.logger
 	if log == nil {
-		log = testutil.Logger(t, slog.LevelInfo)
+		// Named: a multi-site test's log interleaves its bundles' lines.
+		log = testutil.Logger(t, slog.LevelInfo).With("bundle", s.name)
 	}
 	opts := Options{ConfigPath: ini, Logger: log, ListenAddr: "127.0.0.1:" + strconv.Itoa(port), AdminAddr: "127.0.0.1:0"}
 	if s.slave {

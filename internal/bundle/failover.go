@@ -36,8 +36,14 @@ type failoverState struct {
 	role *roleOwner
 	// idMu serialises opening the identity file; it is never held with mu.
 	idMu sync.Mutex
-	mu   sync.Mutex // guards id, stopRejoin, pending, stopFinish and closed
+	mu   sync.Mutex // guards id, stopRejoin, pending, stopFinish, closed and stopped
 	id   *georeplicator.IdentityStore
+	// stopped is the log position this site had applied when the
+	// promotion under way stopped its stream receiver (held: one is under
+	// way and had a position). Gossip carries it until the site is master
+	// (appliedPos): gossiped as 0, a sibling took itself for the candidate
+	// and promoted itself against this site's raise.
+	stopped stoppedPos
 	// pending is a promotion that failed after raising the generation and
 	// is finished in the background (promote_finish.go); stopFinish ends
 	// its finisher (closeFailover).
@@ -298,9 +304,13 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if b.closing.Load() {
 		return PromoteReport{}, wrongRole("promote: the bundle is stopping")
 	}
-	end, err := f.role.Begin(siterole.Promoting)
+	endPromoting, err := f.role.Begin(siterole.Promoting)
 	if err != nil {
 		return PromoteReport{}, fmt.Errorf("promote: %w", err)
+	}
+	end := func() {
+		f.setStopped(stoppedPos{}) // the promotion is over: master, or following again
+		endPromoting()
 	}
 	handed := false // the transition is the background finisher's
 	defer func() {
@@ -1226,20 +1236,39 @@ func followedGeneration(id *georeplicator.IdentityStore) uint64 {
 }
 
 // appliedPos is the log position a slave applied, -1 on a master or
-// while no stream receiver runs.
+// while no stream receiver runs, except during a promotion that stopped
+// its receiver: then the position it had applied (failoverState.stopped).
 func (b *Bundle) appliedPos() int64 {
 	if b.promotedShipper() != nil {
 		return -1
 	}
-	rc := b.receiver()
-	if rc == nil {
-		return -1
+	if rc := b.receiver(); rc != nil {
+		if r := rc.Receiver(); r != nil {
+			return r.Status().AppliedPos
+		}
 	}
-	r := rc.Receiver()
-	if r == nil {
-		return -1
+	if st := b.failover.stoppedAt(); st.held {
+		return st.pos
 	}
-	return r.Status().AppliedPos
+	return -1
+}
+
+// stoppedPos is failoverState.stopped.
+type stoppedPos struct {
+	pos  int64
+	held bool
+}
+
+func (f *failoverState) setStopped(p stoppedPos) {
+	f.mu.Lock()
+	f.stopped = p
+	f.mu.Unlock()
+}
+
+func (f *failoverState) stoppedAt() stoppedPos {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stopped
 }
 
 // runAutoFailover promotes this slave site when the master has been lost
@@ -1268,7 +1297,7 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			if !since.IsZero() {
 				b.log.Info("FAILOVER: the master is reachable again; no automatic failover", "why", why)
 			}
-			since = time.Time{}
+			since, waiting = time.Time{}, ""
 			continue
 		}
 		if since.IsZero() {
@@ -1280,7 +1309,10 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			continue
 		}
 		if cand, me := b.failoverCandidate(t); !me {
-			b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
+			if why := "candidate " + cand; why != waiting {
+				b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
+				waiting = why
+			}
 			continue
 		}
 		// A sibling that still follows the master (its position is not

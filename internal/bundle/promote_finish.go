@@ -206,8 +206,17 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 	f := &b.failover
 	rep := &p.rep
 	if !p.receiverStopped {
+		// Gossip keeps this site's position while it stops following: what
+		// the receiver applied before it stops, then up to its stop.
+		r := p.rc.Receiver()
+		if r != nil {
+			f.setStopped(stoppedPos{pos: r.Status().AppliedPos, held: true})
+		}
 		if err := f.role.stopReceiver(p.rc); err != nil {
 			b.log.Warn("FAILOVER: stopping replication from the old master", "err", err)
+		}
+		if r != nil {
+			f.setStopped(stoppedPos{pos: r.Status().AppliedPos, held: true})
 		}
 		p.receiverStopped = true
 	}
