@@ -80,8 +80,10 @@
 // it: every bundle gossips its site's ensemble (Meta.ZKConnect, ZKRoot) and
 // the sites whose ensembles it reaches now (Meta.Views, SetViewReach), and
 // one bundle writes each view at a time (IsViewKeeper): the site's first
-// alive member by name that reaches the ensemble, else the first other alive
-// member that does. So the view follows its site's health even while all of
+// member by name that is not down (alive or suspect) and reaches the
+// ensemble, else the first other such member. A suspect member keeps its
+// view: another site takes it only once gossip declares the site's
+// bundles down. So the view follows its site's health even while all of
 // that site's bundles are down. Ensembles lists the gossiped ensembles,
 // down members included. Every bundle runs RunViews, which keeps each
 // site's view while it is that site's keeper. Through the same sessions a

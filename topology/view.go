@@ -65,21 +65,28 @@ func (t *Topology) IsViewKeeper(site string) bool {
 }
 
 // ViewKeeper returns the name of the member that keeps site's view, "" when
-// no alive member can.
+// no member that is up can.
 func (t *Topology) ViewKeeper(site string) string { return viewKeeper(t.Members(), site) }
 
-// viewKeeper picks the one writer of site's view among the alive members.
-// Members that gossip which ensembles they hold a session to (Meta.Views) are
-// candidates for exactly those sites: the site's own members first, then
-// every other member, each group by name, so the view is kept by its own
-// site while any of its bundles is up and reaches its ensemble, and by the
-// first other site that reaches it otherwise. When no member gossips Views
-// (bundles without ZooKeeper, older versions) the rule is the site's first
-// alive member, else the pool's first.
+// viewKeeper picks the one writer of site's view among the members not
+// declared down (alive or suspect). Members that gossip which ensembles
+// they hold a session to (Meta.Views) are candidates for exactly those
+// sites: the site's own members first, then every other member, each group
+// by name, so the view is kept by its own site while any of its bundles is
+// up and reaches its ensemble, and by the first other site that reaches it
+// once they are down. When no member gossips Views (bundles without
+// ZooKeeper, older versions) the rule is the site's first member, else the
+// pool's first.
+//
+// A suspect member still counts: suspicion is one bundle's failed probes,
+// which the member usually refutes, and the member itself sees itself
+// alive. Left out, a loaded machine had bj take hf's view while hf's
+// bundle, alive, kept it too: both wrote it in turn, and hf's producers
+// bypassed hf's gateway for a second.
 func viewKeeper(members []Member, site string) string {
 	var inSite, all, canIn, canOut []string
 	for _, m := range members {
-		if m.State != StateAlive {
+		if m.State == StateDown {
 			continue
 		}
 		all = append(all, m.Name)
@@ -100,7 +107,7 @@ func viewKeeper(members []Member, site string) string {
 		}
 	}
 	for _, m := range members {
-		if m.State == StateAlive && len(m.Meta.Views) > 0 {
+		if m.State != StateDown && len(m.Meta.Views) > 0 {
 			// Members that say which ensembles they reach, but none reaches
 			// this one: nobody can write it.
 			return ""

@@ -4,7 +4,9 @@ import "testing"
 
 // TestViewKeeperNeedsASession checks who writes a site's view when bundles
 // gossip which ensembles they reach: the site's own bundle first, then the
-// first other bundle that reaches it; never a bundle that cannot.
+// first other bundle that reaches it; never a bundle that cannot. A bundle
+// another suspects (it sees itself alive) keeps its site's view: another
+// site takes it only once it is down.
 func TestViewKeeperNeedsASession(t *testing.T) {
 	m := func(name, site string, state MemberState, views ...string) Member {
 		return Member{Name: name, State: state, Meta: Meta{Site: site, Views: views}}
@@ -27,6 +29,19 @@ func TestViewKeeperNeedsASession(t *testing.T) {
 			m("bj-1-m", "bj", StateAlive, "bj", "hf"),
 			m("hf-1-s1", "hf", StateAlive),
 			m("hf-2-s1", "hf", StateAlive, "bj"),
+		}, "bj-1-m"},
+		{"own site suspect here: it keeps it still", []Member{
+			m("bj-1-m", "bj", StateAlive, "bj", "hf", "gz"),
+			m("hf-1-s1", "hf", StateSuspect, "hf"),
+		}, "hf-1-s1"},
+		{"own site's first suspect here, alive at the others: the same keeper", []Member{
+			m("bj-1-m", "bj", StateAlive, "bj", "hf"),
+			m("hf-1-s1", "hf", StateSuspect, "hf"),
+			m("hf-2-s1", "hf", StateAlive, "hf"),
+		}, "hf-1-s1"},
+		{"suspect but without a session", []Member{
+			m("bj-1-m", "bj", StateAlive, "bj", "hf"),
+			m("hf-1-s1", "hf", StateSuspect, "bj"),
 		}, "bj-1-m"},
 		{"nobody reaches it", []Member{
 			m("bj-1-m", "bj", StateAlive, "bj"),
