@@ -236,9 +236,13 @@ func (a *Admin) repair(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "topic, partition and from (the replica's host:port) are required", http.StatusBadRequest)
 		return
 	}
+	// A partition nothing was written to has no damage; one the
+	// configuration does not have and the store does not hold is a typo.
 	if _, err := a.b.Store.Partition(topic, part); errors.Is(err, store.ErrNoPartition) {
-		http.Error(w, fmt.Sprintf("%s-%d: this site's store holds no such partition (none configured, or nothing written to it yet): nothing to repair", topic, part), http.StatusNotFound)
-		return
+		if tc, ok := a.b.Broker.Config().TopicFor(topic); !ok || part >= tc.NumPartitions {
+			http.Error(w, fmt.Sprintf("%s-%d: no such partition here (not in the configuration, nothing stored): nothing to repair", topic, part), http.StatusNotFound)
+			return
+		}
 	}
 	done, err := RepairFrom(r.Context(), a.b.Store, from, topic, part)
 	for _, d := range done {

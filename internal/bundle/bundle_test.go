@@ -161,7 +161,8 @@ func TestAdminRefusalsSayWhatIsWrong(t *testing.T) {
 	}{
 		{"POST", "/close-partitions?topic=nosuch&start=0&end=1", 404, `no topic "nosuch"`},
 		{"POST", "/close-partitions?topic=e2e&start=0&end=2000000000", 404, "e2e has partitions 0..1"},
-		{"POST", "/repair?topic=e2e&partition=9&from=127.0.0.1:1", 404, "e2e-9: this site's store holds no such partition"},
+		{"POST", "/repair?topic=e2e&partition=9&from=127.0.0.1:1", 404, "e2e-9: no such partition here"},
+		{"POST", "/repair?topic=e2e&partition=1&from=127.0.0.1:1", 200, "e2e-1 has no damaged range"},
 		{"POST", "/promote", 409, "this site is already master"},
 		{"POST", "/switchover?to=nosite", 404, `no slave of this master is named "nosite"`},
 	} {
