@@ -22,6 +22,12 @@ type heldGet struct {
 	cmd      *wire.Get
 	deadline time.Time
 	expired  bool // GetWait is up, or the connection is closing: answer what get answers
+	// ready: the partition's readable end was already past the get's
+	// offset when its wait began (Grown's channel closed), so the wait
+	// ended at once. A get that then still finds nothing (a gap in the
+	// log below the end) is answered 404: waiting again would end at
+	// once again, a spin until its deadline.
+	ready bool
 }
 
 // wokenGets is a connection's list of held gets whose wait ended, and
@@ -65,6 +71,12 @@ func (c *conn) hold(h heldGet) bool {
 	grown, err := gw.Grown(h.cmd.Topic, int(h.cmd.Partition), h.cmd.Offset)
 	if err != nil {
 		return false // no such partition: 404 at once
+	}
+	select {
+	case <-grown:
+		h.ready = true
+	default:
+		h.ready = false
 	}
 	w := heldWait{h: h, grown: grown}
 	select {
@@ -170,8 +182,10 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}, bound clock.Timer) {
 			code, body, data, run := c.wokenAnswer(g.cmd, &frames)
 			if data == nil && run == nil && code == wire.StatusNotFound {
 				// Woken for records below its offset, or past another
-				// waiter's end: wait again until its deadline.
-				if !g.expired && c.hold(g) {
+				// waiter's end: wait again until its deadline. Not when
+				// its offset was readable before it waited (ready): it
+				// is not at the end, and a wait would not wait.
+				if !g.expired && !g.ready && c.hold(g) {
 					continue
 				}
 				c.b.stats.getsHeldEmpty.Add(1)

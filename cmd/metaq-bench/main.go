@@ -197,7 +197,7 @@ type stats struct {
 	// (and those answers' bytes, record headers included) and answered empty.
 	getsValue, getsEmpty, valueBytes atomic.Int64
 	t0                               time.Time
-	cpu0      cpuTime // processCPU at start
+	cpu0                             cpuTime // processCPU at start
 
 	shardMu sync.Mutex
 	shards  []*putShard // per producer connection (newShard), merged by stop
