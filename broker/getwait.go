@@ -72,12 +72,7 @@ func (c *conn) hold(h heldGet) bool {
 	if err != nil {
 		return false // no such partition: 404 at once
 	}
-	select {
-	case <-grown:
-		h.ready = true
-	default:
-		h.ready = false
-	}
+	h.ready = isClosed(grown)
 	w := heldWait{h: h, grown: grown}
 	select {
 	case c.waits <- w: // an idle waiter takes it
@@ -143,6 +138,7 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}, bound clock.Timer) {
 		bound.Reset(wait)
 		select {
 		case <-grown:
+			c.linger(&h, bound)
 		case <-bound.C():
 			h.expired = true
 		case <-c.readDone:
@@ -194,6 +190,62 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}, bound clock.Timer) {
 		}
 		frames = c.sendFrames(frames)
 		clear(batch) // keep no get alive
+	}
+}
+
+// linger keeps a held get that its partition's growth woke waiting, up
+// to Options.GetWaitLinger (within its GetWait, bound, still armed for
+// it), until GetWaitMinBytes (at most its maxSize) are readable at its
+// offset, as Kafka's fetch.min.bytes and fetch.max.wait.ms do: woken at
+// every group commit, a consumer that keeps up got each commit's few
+// records per answer, so a delivered message cost a get, an answer and
+// their system calls on both sides many times over. When reading stops
+// the get is answered at once.
+func (c *conn) linger(h *heldGet, bound clock.Timer) {
+	o := &c.b.opts
+	want := min(o.GetWaitMinBytes, int64(h.cmd.MaxSize))
+	if want <= 0 || o.GetWaitLinger <= 0 {
+		return
+	}
+	gw := c.b.store.(GrowthWaiter) // hold held it, so the store waits
+	// Closed once the readable end is past end: want bytes at the offset.
+	end := h.cmd.Offset + want - 1
+	more, err := gw.Grown(h.cmd.Topic, int(h.cmd.Partition), end)
+	if err != nil || isClosed(more) {
+		return
+	}
+	wait := min(o.GetWaitLinger, h.deadline.Sub(o.Clock.Now()))
+	if wait <= 0 {
+		return
+	}
+	bound.Stop()
+	bound.Reset(wait)
+	for {
+		select {
+		case <-more:
+			// Woken for a lower end another waits past, or for ours.
+			if more, err = gw.Grown(h.cmd.Topic, int(h.cmd.Partition), end); err != nil || isClosed(more) {
+				return
+			}
+		case <-bound.C():
+			return // answered with what is readable
+		case <-c.readDone:
+			h.expired = true
+			return
+		case <-c.readCtx.Done():
+			h.expired = true
+			return
+		}
+	}
+}
+
+// isClosed reports whether ch is closed (it is never sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

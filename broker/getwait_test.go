@@ -403,3 +403,78 @@ func TestGetWaitBelowTheEndDoesNotSpin(t *testing.T) {
 		t.Fatalf("the get below the end read its offset %d times, want at most 3 (held again and again)", n)
 	}
 }
+
+// TestGetWaitLingersForMinBytes: a held get woken by a put that leaves
+// fewer than getWaitMinBytes at its offset waits up to getWaitLingerMs
+// more, so that its answer carries the next puts too (a minute of linger
+// here: the answer comes when the bytes do); with a short linger it is
+// answered with what there is once the linger is up, within its
+// getWaitMs; and a client that quits while it lingers gets its answer at
+// once.
+func TestGetWaitLingersForMinBytes(t *testing.T) {
+	const body = 1000 // a record: 20 bytes of header and body
+	t.Run("bytes", func(t *testing.T) {
+		brk, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 3 * (20 + body)
+			o.GetWaitLinger = time.Minute
+		})
+		for i := range 3 {
+			p.sendCmd(putCmd("test", 0, strings.Repeat("x", body), int32(10+i)))
+			if r := p.result(); !r.OK() {
+				t.Fatalf("put: %v", r)
+			}
+		}
+		v, ok := c.read().(*wire.Value)
+		if !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v, want the held get's records", v)
+		}
+		if recs, _ := parseRecords(t, v.Data); len(recs) != 3 {
+			t.Fatalf("%d records in the answer, want the 3 put while it lingered", len(recs))
+		}
+		if n := brk.stats.getsHeldEmpty.Load(); n != 0 {
+			t.Fatalf("%d held gets answered empty", n)
+		}
+	})
+	t.Run("time", func(t *testing.T) {
+		_, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 1 << 20
+			o.GetWaitLinger = 50 * time.Millisecond
+		})
+		p.sendCmd(putCmd("test", 0, "second", 10))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		v, ok := c.read().(*wire.Value) // long before the minute's bound
+		if !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v, want the held get's records", v)
+		}
+		if recs, _ := parseRecords(t, v.Data); len(recs) != 1 {
+			t.Fatalf("%d records in the answer, want the one put", len(recs))
+		}
+	})
+	t.Run("quit", func(t *testing.T) {
+		brk, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 1 << 20
+			o.GetWaitLinger = time.Minute
+		})
+		p.sendCmd(putCmd("test", 0, "second", 10))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		p.nc.Close()
+		c.sendCmd(&wire.Quit{})
+		if v, ok := c.read().(*wire.Value); !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v after quit, want the held get's records", v)
+		}
+		c.expectClosed(10 * time.Second)
+		testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+			if brk.hasConns() {
+				return errors.New("the connection is still open with its lingering get")
+			}
+			return nil
+		})
+	})
+}
