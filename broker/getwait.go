@@ -197,9 +197,10 @@ func (c *conn) waitGet(h heldGet, grown <-chan struct{}, bound clock.Timer) {
 // to Options.GetWaitLinger (within its GetWait, bound, still armed for
 // it), until GetWaitMinBytes (at most its maxSize) are readable at its
 // offset, as Kafka's fetch.min.bytes and fetch.max.wait.ms do: woken at
-// every group commit, a consumer that keeps up got each commit's few
-// records per answer, so a delivered message cost a get, an answer and
-// their system calls on both sides many times over. When reading stops
+// every group commit, a consumer that keeps up gets one commit's records
+// per answer, and each answer costs a get, a wake and system calls on both
+// sides (BenchmarkGetWaitDelivery: 3 records per get without it, 8-10 with
+// it, and a quarter less CPU per delivered message). When reading stops
 // the get is answered at once.
 func (c *conn) linger(h *heldGet, bound clock.Timer) {
 	o := &c.b.opts
