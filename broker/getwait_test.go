@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/config"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
@@ -477,4 +478,35 @@ func TestGetWaitLingersForMinBytes(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestGetWaitLingerFromConfig: the linger's bounds come from [limits]
+// when the options leave them 0, the options' own win, and negative ones
+// (or the config's 0) turn it off.
+func TestGetWaitLingerFromConfig(t *testing.T) {
+	l := config.Limits{GetWaitMinBytes: 4096, GetWaitLinger: 7 * time.Millisecond}
+	for _, tc := range []struct {
+		name       string
+		opts       Options
+		lim        config.Limits
+		min        int64
+		linger     time.Duration
+		lingerable bool
+	}{
+		{"config", Options{}, l, 4096, 7 * time.Millisecond, true},
+		{"options", Options{GetWaitMinBytes: 1, GetWaitLinger: time.Millisecond}, l, 1, time.Millisecond, true},
+		{"off in options", Options{GetWaitMinBytes: -1, GetWaitLinger: -1}, l, -1, -1, false},
+		{"off in config", Options{}, config.Limits{}, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opts
+			o.applyLimits(tc.lim)
+			if o.GetWaitMinBytes != tc.min || o.GetWaitLinger != tc.linger {
+				t.Fatalf("min bytes %d, linger %v; want %d, %v", o.GetWaitMinBytes, o.GetWaitLinger, tc.min, tc.linger)
+			}
+			if on := o.GetWaitMinBytes > 0 && o.GetWaitLinger > 0; on != tc.lingerable {
+				t.Fatalf("lingers %v, want %v", on, tc.lingerable)
+			}
+		})
+	}
 }
