@@ -18,6 +18,8 @@
 #   GET_WAIT_MS (our broker only; default 500): [limits] getWaitMs, how long a get at the end of its
 #   partition waits for records in the broker (0: answered 404 at once, as MetaQ's broker does; set
 #   and empty: no [limits] section, for a broker that predates the key).
+#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 262144): [limits]
+#   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
 #   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
 #        cpu-per-message.sh disk
 #   measures the disk under a fresh temp dir instead: 1 KiB and 1 MiB O_DSYNC writes (dd), to quote beside
@@ -46,6 +48,7 @@ else
 	sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
 		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
 	[ -n "${GET_WAIT_MS-500}" ] && printf '\n[limits]\ngetWaitMs=%s\n' "${GET_WAIT_MS-500}" >> "$data/server.ini"
+	[ -n "${GET_WAIT_MS-500}" ] && [ -n "${GET_WAIT_MIN_BYTES:-}" ] && printf 'getWaitMinBytes=%s\n' "$GET_WAIT_MIN_BYTES" >> "$data/server.ini"
 	"$KIND" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 fi
 pid=$!
