@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/config"
 	"metaq/broker/wire"
 )
 
@@ -20,10 +21,29 @@ import (
 // partition at its end, take every message; most gets wait in the broker
 // for the commit that grows their partition (held/gets). It reports the
 // process's CPU time (broker and clients together) per delivered message.
+// linger=off answers a held get at the first commit that grows its
+// partition; linger=on lets it wait for the defaults of getWaitMinBytes
+// and getWaitLingerMs (answers/get: records per answer, the batch).
 func BenchmarkGetWaitDelivery(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		minBytes int64
+		linger   time.Duration
+	}{
+		{"linger=off", -1, -1},
+		{"linger=on", config.DefaultGetWaitMinBytes, config.DefaultGetWaitLinger},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			benchGetWaitDelivery(b, func(o *Options) { o.GetWaitMinBytes, o.GetWaitLinger = tc.minBytes, tc.linger })
+		})
+	}
+}
+
+func benchGetWaitDelivery(b *testing.B, mod func(*Options)) {
 	brk := startBroker(b, vectorConfig(b), func(o *Options) {
 		o.Logger = slog.New(slog.DiscardHandler)
 		o.GetWait = 5 * time.Second
+		mod(o)
 	})
 	const consumers, parts, window = 8, 2, 8
 	start := make([]int64, parts)
@@ -84,6 +104,7 @@ func BenchmarkGetWaitDelivery(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu)/float64(consumers*b.N), "cpu-ns/msg")
 	b.ReportMetric(float64(brk.stats.getsHeld.Load())/float64(brk.stats.cmdGet.Load()), "held/gets")
+	b.ReportMetric(float64(consumers*b.N)/float64(brk.stats.cmdGet.Load()), "msgs/get")
 }
 
 // consumeAtTail keeps one get in flight per partition from start on and

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"metaq/broker/config"
+	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
 )
@@ -24,6 +27,31 @@ func getAtEnd(t *testing.T, brk *testBroker, c *client, opaque int32) *wire.Get 
 		t.Fatal(err)
 	}
 	return &wire.Get{Topic: "test", Group: "g", Partition: 0, Offset: info.Max, MaxSize: 1 << 20, Opaque: opaque}
+}
+
+// startHeldGet starts a broker with mod (which sets GetWait), puts one
+// message into test-0 on a producer connection p and sends a get at the
+// partition's end (opaque 2) on a consumer connection c, and returns once
+// that get is held.
+func startHeldGet(t *testing.T, mod func(*Options)) (brk *testBroker, p, c *client) {
+	t.Helper()
+	brk = startBroker(t, vectorConfig(t), mod)
+	p = dial(t, brk.Addr())
+	c = dial(t, brk.Addr())
+	c.sendCmd(getAtEnd(t, brk, p, 2))
+	waitHeld(t, brk, 1)
+	return brk, p, c
+}
+
+// waitHeld waits until n gets have been held in all.
+func waitHeld(t *testing.T, brk *testBroker, n int64) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if got := brk.stats.getsHeld.Load(); got != n {
+			return fmt.Errorf("%d gets held, want %d", got, n)
+		}
+		return nil
+	})
 }
 
 // TestGetWaitAnsweredByAppend: with getWaitMs set, a get at the end of its
@@ -48,12 +76,7 @@ func TestGetWaitAnsweredByAppend(t *testing.T) {
 			})
 			c := dial(t, brk.Addr())
 			c.sendCmd(getAtEnd(t, brk, c, 2))
-			testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
-				if brk.stats.getsHeld.Load() != 1 {
-					return errors.New("the get at the end is not waiting")
-				}
-				return nil
-			})
+			waitHeld(t, brk, 1)
 			c.sendCmd(&wire.Version{Opaque: 3, HasOpaque: true})
 			if r := c.result(); r.Opaque != 3 {
 				t.Fatalf("answer %v while the get waits, want version's (opaque 3)", r)
@@ -119,18 +142,9 @@ func TestGetWaitAnsweredEmptyAfterBound(t *testing.T) {
 // connection whose held get was answered closes without waiting for its
 // idle waiter goroutine's idle time (an hour here) to run out.
 func TestGetWaitIdleWaiterEndsWithTheConnection(t *testing.T) {
-	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+	brk, p, c := startHeldGet(t, func(o *Options) {
 		o.GetWait = time.Minute
 		o.waiterIdle = time.Hour
-	})
-	p := dial(t, brk.Addr())
-	c := dial(t, brk.Addr())
-	c.sendCmd(getAtEnd(t, brk, p, 2))
-	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
-		if brk.stats.getsHeld.Load() != 1 {
-			return errors.New("the get at the end is not waiting")
-		}
-		return nil
 	})
 	p.sendCmd(putCmd("test", 0, "second", 5))
 	if r := p.result(); !r.OK() {
@@ -164,12 +178,7 @@ func TestGetWaitReusesWaiters(t *testing.T) {
 	const rounds = 20
 	for i := range rounds {
 		c.sendCmd(get)
-		testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-			if n := brk.stats.getsHeld.Load(); n != int64(i+1) {
-				return fmt.Errorf("%d gets held, want %d", n, i+1)
-			}
-			return nil
-		})
+		waitHeld(t, brk, int64(i+1))
 		p.sendCmd(putCmd("test", 0, "m", 5))
 		if r := p.result(); !r.OK() {
 			t.Fatalf("put: %v", r)
@@ -214,16 +223,7 @@ func serverConn(t *testing.T, brk *testBroker, cl *client) *conn {
 func TestGetWaitHeldGetEndsWithTheConnection(t *testing.T) {
 	for _, quit := range []bool{true, false} {
 		t.Run(fmt.Sprintf("quit=%v", quit), func(t *testing.T) {
-			brk := startBroker(t, vectorConfig(t), func(o *Options) { o.GetWait = time.Minute })
-			p := dial(t, brk.Addr())
-			c := dial(t, brk.Addr())
-			c.sendCmd(getAtEnd(t, brk, p, 2))
-			testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
-				if brk.stats.getsHeld.Load() != 1 {
-					return errors.New("the get at the end is not waiting")
-				}
-				return nil
-			})
+			brk, p, c := startHeldGet(t, func(o *Options) { o.GetWait = time.Minute })
 			p.nc.Close()
 			if quit {
 				c.sendCmd(&wire.Quit{})
@@ -277,12 +277,7 @@ func TestGetWaitWokenGetsDoNotWaitForTheirOwnBytes(t *testing.T) {
 		c.sendCmd(g)
 	}
 	srv := serverConn(t, brk, c) // a connection is served from its first byte on
-	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
-		if n := brk.stats.getsHeld.Load(); n != 2 {
-			return fmt.Errorf("%d gets waiting, want 2", n)
-		}
-		return nil
-	})
+	waitHeld(t, brk, 2)
 	w := &srv.woken
 	w.mu.Lock()
 	w.answering = true
@@ -340,12 +335,7 @@ func TestGetWaitCountsEachGetOnce(t *testing.T) {
 	far.Offset += 1000 // past the end, past the next record too: 404 until it is reached
 	far.Opaque = 3
 	b.sendCmd(&far)
-	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
-		if n := brk.stats.getsHeld.Load(); n != 2 {
-			return fmt.Errorf("%d gets waiting, want 2", n)
-		}
-		return nil
-	})
+	waitHeld(t, brk, 2)
 	p.sendCmd(putCmd("test", 0, "second", 5))
 	if r := p.result(); !r.OK() {
 		t.Fatalf("put: %v", r)
@@ -356,5 +346,167 @@ func TestGetWaitCountsEachGetOnce(t *testing.T) {
 	}
 	if n := brk.stats.getsHeld.Load(); n != 2 {
 		t.Fatalf("gets held %d, want 2 (each get once, however often it waited)", n)
+	}
+}
+
+// gapStore is a store whose log has nothing at offset gap of test-0,
+// although the partition's readable end is past it (as at a gap between
+// chunks below the end): a get there reads no bytes. It counts those reads.
+type gapStore struct {
+	*store.Store
+	gap   atomic.Int64
+	reads atomic.Int64
+}
+
+func (s *gapStore) Read(topic string, partition int, offset int64, maxBytes int) ([]byte, error) {
+	if topic == "test" && partition == 0 && offset == s.gap.Load() {
+		s.reads.Add(1)
+		return nil, nil
+	}
+	return s.Store.Read(topic, partition, offset, maxBytes)
+}
+
+func (s *gapStore) ReadRun(topic string, partition int, offset int64, maxBytes int) (*store.LogRun, error) {
+	if topic == "test" && partition == 0 && offset == s.gap.Load() {
+		return nil, nil // no run: the copy path reads (Read)
+	}
+	return s.Store.ReadRun(topic, partition, offset, maxBytes)
+}
+
+// TestGetWaitBelowTheEndDoesNotSpin: a get answered 404 below the
+// partition's readable end (nothing readable at its offset) is held, but
+// its wait ends at once (the end is already past its offset), and its
+// answer, read again, is 404 again: it is answered 404 then, not held again
+// and again (each wait ending at once) until getWaitMs is up.
+func TestGetWaitBelowTheEndDoesNotSpin(t *testing.T) {
+	gs := &gapStore{}
+	gs.gap.Store(-1)
+	brk := startBroker(t, vectorConfig(t), func(o *Options) {
+		o.GetWait = 2 * time.Second
+		gs.Store = o.Store.(*store.Store)
+		o.Store = gs
+	})
+	p := dial(t, brk.Addr())
+	get := getAtEnd(t, brk, p, 2) // at the end of "first"
+	p.sendCmd(putCmd("test", 0, "second", 3))
+	if r := p.result(); !r.OK() {
+		t.Fatalf("put: %v", r)
+	}
+	gs.gap.Store(get.Offset)
+	c := dial(t, brk.Addr())
+	c.sendCmd(get)
+	if r := c.result(); r.Code != wire.StatusNotFound || r.Opaque != 2 {
+		t.Fatalf("answer %v, want 404 for opaque 2", r)
+	}
+	// The get's first read, and one more after a wait that ended at once
+	// (a commit may have made its records readable between the two).
+	if n := gs.reads.Load(); n > 3 {
+		t.Fatalf("the get below the end read its offset %d times, want at most 3 (held again and again)", n)
+	}
+}
+
+// TestGetWaitLingersForMinBytes: a held get woken by a put that leaves
+// fewer than getWaitMinBytes at its offset waits up to getWaitLingerMs
+// more, so that its answer carries the next puts too (a minute of linger
+// here: the answer comes when the bytes do); with a short linger it is
+// answered with what there is once the linger is up, within its
+// getWaitMs; and a client that quits while it lingers gets its answer at
+// once.
+func TestGetWaitLingersForMinBytes(t *testing.T) {
+	const body = 1000 // a record: 20 bytes of header and body
+	t.Run("bytes", func(t *testing.T) {
+		brk, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 3 * (20 + body)
+			o.GetWaitLinger = time.Minute
+		})
+		for i := range 3 {
+			p.sendCmd(putCmd("test", 0, strings.Repeat("x", body), int32(10+i)))
+			if r := p.result(); !r.OK() {
+				t.Fatalf("put: %v", r)
+			}
+		}
+		v, ok := c.read().(*wire.Value)
+		if !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v, want the held get's records", v)
+		}
+		if recs, _ := parseRecords(t, v.Data); len(recs) != 3 {
+			t.Fatalf("%d records in the answer, want the 3 put while it lingered", len(recs))
+		}
+		if n := brk.stats.getsHeldEmpty.Load(); n != 0 {
+			t.Fatalf("%d held gets answered empty", n)
+		}
+	})
+	t.Run("time", func(t *testing.T) {
+		_, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 1 << 20
+			o.GetWaitLinger = 50 * time.Millisecond
+		})
+		p.sendCmd(putCmd("test", 0, "second", 10))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		v, ok := c.read().(*wire.Value) // long before the minute's bound
+		if !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v, want the held get's records", v)
+		}
+		if recs, _ := parseRecords(t, v.Data); len(recs) != 1 {
+			t.Fatalf("%d records in the answer, want the one put", len(recs))
+		}
+	})
+	t.Run("quit", func(t *testing.T) {
+		brk, p, c := startHeldGet(t, func(o *Options) {
+			o.GetWait = time.Minute
+			o.GetWaitMinBytes = 1 << 20
+			o.GetWaitLinger = time.Minute
+		})
+		p.sendCmd(putCmd("test", 0, "second", 10))
+		if r := p.result(); !r.OK() {
+			t.Fatalf("put: %v", r)
+		}
+		p.nc.Close()
+		c.sendCmd(&wire.Quit{})
+		if v, ok := c.read().(*wire.Value); !ok || v.Opaque != 2 {
+			t.Fatalf("answer %v after quit, want the held get's records", v)
+		}
+		c.expectClosed(10 * time.Second)
+		testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+			if brk.hasConns() {
+				return errors.New("the connection is still open with its lingering get")
+			}
+			return nil
+		})
+	})
+}
+
+// TestGetWaitLingerFromConfig: the linger's bounds come from [limits]
+// when the options leave them 0, the options' own win, and negative ones
+// (or the config's 0) turn it off.
+func TestGetWaitLingerFromConfig(t *testing.T) {
+	l := config.Limits{GetWaitMinBytes: 4096, GetWaitLinger: 7 * time.Millisecond}
+	for _, tc := range []struct {
+		name       string
+		opts       Options
+		lim        config.Limits
+		min        int64
+		linger     time.Duration
+		lingerable bool
+	}{
+		{"config", Options{}, l, 4096, 7 * time.Millisecond, true},
+		{"options", Options{GetWaitMinBytes: 1, GetWaitLinger: time.Millisecond}, l, 1, time.Millisecond, true},
+		{"off in options", Options{GetWaitMinBytes: -1, GetWaitLinger: -1}, l, -1, -1, false},
+		{"off in config", Options{}, config.Limits{}, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opts
+			o.applyLimits(tc.lim)
+			if o.GetWaitMinBytes != tc.min || o.GetWaitLinger != tc.linger {
+				t.Fatalf("min bytes %d, linger %v; want %d, %v", o.GetWaitMinBytes, o.GetWaitLinger, tc.min, tc.linger)
+			}
+			if on := o.GetWaitMinBytes > 0 && o.GetWaitLinger > 0; on != tc.lingerable {
+				t.Fatalf("lingers %v, want %v", on, tc.lingerable)
+			}
+		})
 	}
 }

@@ -112,6 +112,16 @@ type Options struct {
 	// as soon as records there are readable, else 404 once GetWait is up
 	// (see get in broker/wire/doc.go). 0 answers at once. Config: getWaitMs.
 	GetWait time.Duration
+	// GetWaitMinBytes and GetWaitLinger: a held get woken by its
+	// partition's growth with fewer than GetWaitMinBytes readable at its
+	// offset (at most its maxSize) waits up to GetWaitLinger more for
+	// them, within GetWait, so that its answer carries a batch: fewer gets
+	// and answers per delivered message. 0 takes the config's (absent from
+	// server.ini: config.DefaultGetWaitMinBytes, DefaultGetWaitLinger); either
+	// at most 0 there, or negative here: answered at the first growth.
+	// Config: getWaitMinBytes, getWaitLingerMs.
+	GetWaitMinBytes int64
+	GetWaitLinger   time.Duration
 	// StallTimeout: while the broker's budget is used up and requests wait
 	// for it, a connection holding some of it whose client has taken none of
 	// its answers for this long is closed, so that clients that read are
@@ -208,6 +218,14 @@ func (o *Options) applyLimits(l config.Limits) {
 	o.WriteTimeout = time.Duration(pick(int64(o.WriteTimeout), int64(l.WriteTimeout), int64(config.DefaultWriteTimeout)))
 	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), 0, int64(defaultStallTimeout)))
 	o.GetWait = time.Duration(pick(int64(o.GetWait), int64(l.GetWait), 0))
+	// 0 takes the config's, whose 0 is no lingering (the defaults apply
+	// where the key is absent from server.ini); negative is none.
+	if o.GetWaitMinBytes == 0 {
+		o.GetWaitMinBytes = l.GetWaitMinBytes
+	}
+	if o.GetWaitLinger == 0 {
+		o.GetWaitLinger = l.GetWaitLinger
+	}
 	o.SniffTimeout = time.Duration(pick(int64(o.SniffTimeout), int64(o.IdleTimeout), int64(config.DefaultIdleTimeout)))
 	if fdCap := fileLimit() * 3 / 4; fdCap > 0 && (o.MaxConnections == 0 || o.MaxConnections > fdCap) {
 		o.MaxConnections = fdCap

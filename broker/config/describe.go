@@ -135,6 +135,8 @@ func (s *Server) blocks() []block {
 			{"maxAddressBufferedBytes", strconv.FormatInt(s.Limits.addressBufferedBytes(), 10)},
 			{"maxConnectionBufferedBytes", strconv.FormatInt(s.Limits.MaxConnectionBufferedBytes, 10)},
 			{"getWaitMs", ms(s.Limits.GetWait)},
+			{"getWaitMinBytes", strconv.FormatInt(s.Limits.GetWaitMinBytes, 10)},
+			{"getWaitLingerMs", ms(s.Limits.GetWaitLinger)},
 		}},
 	)
 	return out

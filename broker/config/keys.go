@@ -87,6 +87,7 @@ var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes", "getWaitMs",
+	"getWaitMinBytes", "getWaitLingerMs",
 }
 var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
 

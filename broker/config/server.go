@@ -68,6 +68,12 @@ const (
 	DefaultWriteTimeout               = 30 * time.Second
 	DefaultMaxBufferedBytes           = 256 << 20
 	DefaultMaxConnectionBufferedBytes = 32 << 20
+	// A held get woken with less than this at its offset lingers up to
+	// DefaultGetWaitLinger for more (getWaitMinBytes, getWaitLingerMs):
+	// about a MetaQ consumer's answer against its broker under load, for a
+	// few milliseconds of put-to-delivery latency.
+	DefaultGetWaitMinBytes = 256 << 10
+	DefaultGetWaitLinger   = 5 * time.Millisecond
 	// MinConnectionBufferedBytes holds one record of the largest message
 	// (16 MiB body plus its 20-byte header), so every record can be fetched.
 	MinConnectionBufferedBytes = 16<<20 + 20
@@ -776,6 +782,8 @@ func buildLimits(r sectionReader) Limits {
 		ReadTimeout:              r.millis("readTimeoutMs", DefaultReadTimeout, 0),
 		WriteTimeout:             r.millis("writeTimeoutMs", DefaultWriteTimeout, 1),
 		GetWait:                  r.millis("getWaitMs", 0, 0),
+		GetWaitMinBytes:          r.integer("getWaitMinBytes", DefaultGetWaitMinBytes, 0, math.MaxInt32),
+		GetWaitLinger:            r.millis("getWaitLingerMs", DefaultGetWaitLinger, 0),
 		MaxConnectionBufferedBytes: r.integer("maxConnectionBufferedBytes", DefaultMaxConnectionBufferedBytes,
 			MinConnectionBufferedBytes, math.MaxInt64),
 	}

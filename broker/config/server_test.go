@@ -74,6 +74,8 @@ func TestDefaults(t *testing.T) {
 		{"limits.maxBufferedBytes", s.Limits.MaxBufferedBytes, int64(256 << 20)},
 		{"limits.maxConnectionBufferedBytes", s.Limits.MaxConnectionBufferedBytes, int64(32 << 20)},
 		{"limits.getWaitMs", s.Limits.GetWait, time.Duration(0)},
+		{"limits.getWaitMinBytes", s.Limits.GetWaitMinBytes, int64(256 << 10)},
+		{"limits.getWaitLingerMs", s.Limits.GetWaitLinger, 5 * time.Millisecond},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -181,6 +183,9 @@ func TestKeys(t *testing.T) {
 		{"limits", "readTimeoutMs", "5000", func(s *Server) any { return s.Limits.ReadTimeout }, 5 * time.Second},
 		{"limits", "writeTimeoutMs", "1000", func(s *Server) any { return s.Limits.WriteTimeout }, time.Second},
 		{"limits", "getWaitMs", "250", func(s *Server) any { return s.Limits.GetWait }, 250 * time.Millisecond},
+		{"limits", "getWaitMinBytes", "0", func(s *Server) any { return s.Limits.GetWaitMinBytes }, int64(0)},
+		{"limits", "getWaitMinBytes", "65536", func(s *Server) any { return s.Limits.GetWaitMinBytes }, int64(65536)},
+		{"limits", "getWaitLingerMs", "20", func(s *Server) any { return s.Limits.GetWaitLinger }, 20 * time.Millisecond},
 		{"limits", "maxBufferedBytes", "1024*1024*1024", func(s *Server) any { return s.Limits.MaxBufferedBytes }, int64(1 << 30)},
 		{"limits", "maxConnectionBufferedBytes", "64*1024*1024",
 			func(s *Server) any { return [2]int64{s.Limits.MaxConnectionBufferedBytes, s.Limits.MaxBufferedBytes} }, [2]int64{64 << 20, 256 << 20}},

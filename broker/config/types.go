@@ -370,8 +370,8 @@ type Replication struct {
 // Limits is the optional [limits] section: what one client, or many, may
 // make the broker hold. Keys: maxConnections, maxConnectionsPerAddress,
 // idleTimeoutMs, readTimeoutMs, writeTimeoutMs, maxBufferedBytes,
-// maxAddressBufferedBytes, maxConnectionBufferedBytes, getWaitMs. A zero count or timeout means no limit
-// (getWaitMs: no wait).
+// maxAddressBufferedBytes, maxConnectionBufferedBytes, getWaitMs, getWaitMinBytes, getWaitLingerMs. A zero
+// count or timeout means no limit (getWaitMs: no wait; getWaitMinBytes or getWaitLingerMs: no lingering).
 type Limits struct {
 	// MaxConnections bounds the open client connections; the broker lowers
 	// it further to three quarters of its open-file limit.
@@ -401,6 +401,14 @@ type Limits struct {
 	// end of its partition) may wait for the partition to grow before it
 	// is answered 404; 0 (the default) answers at once, as MetaQ does.
 	GetWait time.Duration
+	// GetWaitMinBytes and GetWaitLinger: a held get (GetWait) that the
+	// partition's growth wakes with fewer than GetWaitMinBytes readable
+	// at its offset waits up to GetWaitLinger more for that many (Kafka's
+	// fetch.min.bytes and fetch.max.wait.ms), so that its answer carries
+	// a batch rather than one group commit's records. Either 0: answered
+	// at the first growth.
+	GetWaitMinBytes int64
+	GetWaitLinger   time.Duration
 }
 
 // Slave is a loaded async_slave.properties (see Plugin files in broker/wire/doc.go) plus this project's

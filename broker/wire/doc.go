@@ -127,7 +127,11 @@
 // partition's readable end to pass its offset and is then answered as
 // above (records as soon as a group commit or flush makes them readable),
 // or 404 when the time is up, or at once when the client quits or closes
-// the connection; other requests on the connection are
+// the connection; woken with fewer than getWaitMinBytes readable at its
+// offset (at most maxSize), it waits up to getWaitLingerMs more for them
+// (within getWaitMs); a get whose offset was already below the readable
+// end when it began to wait, and still finds nothing there, is answered
+// 404 at once; other requests on the connection are
 // answered meanwhile (answers go by opaque). MetaQ's Java consumer waits
 // fetchTimeoutInMills (10 s by default) for a get's answer.
 //

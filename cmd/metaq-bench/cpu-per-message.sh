@@ -4,7 +4,9 @@
 # bench exits). Prints one line:
 #   TIME KIND GROUPS PUTS DELIVERED CPU_TICKS LOAD1 msgs/s=PRODUCED/DELIVERED us/put=CPU per produced message
 #   us/delivery=CPU per delivered message (0 groups: -) lg-us/put=the load generator's own CPU per produced
-#   message | put latency | delivery latency
+#   message | put latency | delivery latency | broker user/system ticks | the load generator's CPU split
+#   (user/system, µs per produced message) | the consumers' gets (with records, empty, per delivered message,
+#   bytes per answer with records)
 # (LOAD1: the 1-minute load average when the round ends; ticks are 1/CLK_TCK s).
 # Usage: cpu-per-message.sh KIND GROUPS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
@@ -16,6 +18,8 @@
 #   GET_WAIT_MS (our broker only; default 500): [limits] getWaitMs, how long a get at the end of its
 #   partition waits for records in the broker (0: answered 404 at once, as MetaQ's broker does; set
 #   and empty: no [limits] section, for a broker that predates the key).
+#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 262144): [limits]
+#   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
 #   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
 #        cpu-per-message.sh disk
 #   measures the disk under a fresh temp dir instead: 1 KiB and 1 MiB O_DSYNC writes (dd), to quote beside
@@ -44,6 +48,7 @@ else
 	sed -e "s|^serverPort=.*|serverPort=$port|" -e "s|^dataPath=.*|dataPath=$data|" -e "s|^zk.zkEnable=.*|zk.zkEnable=false|" \
 		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
 	[ -n "${GET_WAIT_MS-500}" ] && printf '\n[limits]\ngetWaitMs=%s\n' "${GET_WAIT_MS-500}" >> "$data/server.ini"
+	[ -n "${GET_WAIT_MS-500}" ] && [ -n "${GET_WAIT_MIN_BYTES:-}" ] && printf 'getWaitMinBytes=%s\n' "$GET_WAIT_MIN_BYTES" >> "$data/server.ini"
 	"$KIND" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 fi
 pid=$!
@@ -52,9 +57,10 @@ sleep 1
 "$MB" -addr "127.0.0.1:$port" -groups "$CONS" -duration "${DUR}s" -warmup "${WARM}s" -size 1024 ${MAX_DELAY_FETCH:+-max-delay-fetch "$MAX_DELAY_FETCH"} ${RATE:+-rate "$RATE"} > "$data/mb.out" 2>&1 &
 mbpid=$!
 sleep "$WARM"
-c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
+read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
 wait $mbpid
-c1=$(awk '{print $14+$15}' "/proc/$pid/stat")
+read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+c0=$((u0 + s0)); c1=$((u1 + s1))
 load=$(cut -d' ' -f1 /proc/loadavg)
 kill -TERM $pid
 for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
@@ -64,6 +70,6 @@ puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
 tck=$(getconf CLK_TCK)
 echo "$(date -u +%H:%M:%S) $(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load $(awk -v p="${puts:-0}" -v c="${cons:-0}" -v t=$((c1 - c0)) -v d="$DUR" -v k="$tck" \
-	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out")"
+	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out") | broker user/sys ticks $((u1 - u0))/$((s1 - s0)) | lg $(grep -o 'user [0-9.]*, system [0-9.]*' "$data/mb.out") | $(grep '^gets:' "$data/mb.out")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
 rm -rf "$data"

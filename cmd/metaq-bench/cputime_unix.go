@@ -8,10 +8,10 @@ import (
 )
 
 // processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
+func processCPU() cpuTime {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return cpuTime{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpuTime{user: time.Duration(ru.Utime.Nano()), sys: time.Duration(ru.Stime.Nano())}
 }

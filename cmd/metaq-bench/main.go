@@ -193,8 +193,11 @@ type stats struct {
 	failed    atomic.Int64
 	consumed  atomic.Int64
 	cbytes    atomic.Int64
-	t0        time.Time
-	cpu0      time.Duration // processCPU at start
+	// The consumers' gets over the measured window: answered with records
+	// (and those answers' bytes, record headers included) and answered empty.
+	getsValue, getsEmpty, valueBytes atomic.Int64
+	t0                               time.Time
+	cpu0                             cpuTime // processCPU at start
 
 	shardMu sync.Mutex
 	shards  []*putShard // per producer connection (newShard), merged by stop
@@ -244,9 +247,11 @@ func (s *stats) start() {
 
 type result struct {
 	elapsed                time.Duration
-	cpu                    time.Duration // this process's CPU time over the measured window
+	cpu                    cpuTime // this process's CPU time over the measured window
 	puts, failed, consumed int64
 	cbytes                 int64
+	getsValue, getsEmpty   int64
+	valueBytes             int64
 	lat                    []time.Duration
 	dlat                   []time.Duration
 }
@@ -256,7 +261,8 @@ func (s *stats) stop() result {
 	defer s.mu.Unlock()
 	s.measuring.Store(false)
 	el := time.Since(s.t0)
-	r := result{elapsed: el, cpu: processCPU() - s.cpu0, puts: s.puts.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
+	r := result{elapsed: el, cpu: processCPU().sub(s.cpu0), puts: s.puts.Load(),
+		getsValue: s.getsValue.Load(), getsEmpty: s.getsEmpty.Load(), valueBytes: s.valueBytes.Load(), failed: s.failed.Load(), consumed: s.consumed.Load(), cbytes: s.cbytes.Load(), lat: append([]time.Duration(nil), s.lat...),
 		dlat: append([]time.Duration(nil), s.dlat...)}
 	// An observer that saw measuring under a shard's lock finished before
 	// the shard is read here; a later one sees it false.
@@ -285,6 +291,24 @@ func (s *stats) observeConsume(n int64) {
 	}
 	s.mu.Unlock()
 }
+
+// observeEmptyGet counts a get answered 404 (nothing at its offset).
+func (s *stats) observeEmptyGet() {
+	if s.measuring.Load() {
+		s.getsEmpty.Add(1)
+	}
+}
+
+// observeValueGet counts a get answered with n bytes of records.
+func (s *stats) observeValueGet(n int) {
+	if s.measuring.Load() {
+		s.getsValue.Add(1)
+		s.valueBytes.Add(int64(n))
+	}
+}
+
+// us is d in microseconds per one of n.
+func us(d time.Duration, n int64) float64 { return float64(d.Microseconds()) / float64(n) }
 
 // observeGet counts the n messages of b payload bytes one get delivered,
 // with the put-to-delivery times of those that carried a send time: one
@@ -332,15 +356,20 @@ func (r result) print(o options) {
 	fmt.Printf("produce: %d msgs in %.1fs = %.0f msgs/s, %.1f MB/s (payload), %d failed\n",
 		r.puts, sec, float64(r.puts)/sec, float64(r.puts)*float64(o.size)/sec/1e6, r.failed)
 	fmt.Printf("put latency: p50 %v  p99 %v  max %v\n", pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond))
-	if r.puts > 0 && r.cpu > 0 {
+	if r.puts > 0 && r.cpu.total() > 0 {
 		who := "the load generator"
 		if o.addr == "" {
 			who = "the load generator and the in-process broker"
 		}
-		fmt.Printf("process CPU: %.2f us per produced message (%s)\n", float64(r.cpu.Microseconds())/float64(r.puts), who)
+		fmt.Printf("process CPU: %.2f us per produced message (%s; user %.2f, system %.2f)\n", us(r.cpu.total(), r.puts), who,
+			us(r.cpu.user, r.puts), us(r.cpu.sys, r.puts))
 	}
 	if o.readers() > 0 {
 		fmt.Printf("consume: %d msgs = %.0f msgs/s, %.1f MB/s (payload)\n", r.consumed, float64(r.consumed)/sec, float64(r.cbytes)/sec/1e6)
+		if gets := r.getsValue + r.getsEmpty; gets > 0 && r.consumed > 0 {
+			fmt.Printf("gets: %d with records, %d empty; %.4f gets per delivered message, %.0f bytes per answer with records\n",
+				r.getsValue, r.getsEmpty, float64(gets)/float64(r.consumed), float64(r.valueBytes)/float64(max(r.getsValue, 1)))
+		}
 		if len(r.dlat) > 0 {
 			slices.Sort(r.dlat)
 			dp := func(p float64) time.Duration { return r.dlat[int(p*float64(len(r.dlat)-1))] }
@@ -679,6 +708,7 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 					}
 					offsets[p] = off
 				case 404:
+					st.observeEmptyGet()
 					missed[i] = nextMissDelay(missed[i], o.maxDelayFetch)
 					due[i] = time.Now().Add(missed[i])
 				default:
@@ -705,6 +735,7 @@ func fetch(ctx context.Context, o options, addr, group string, mine []int, st *s
 				data = data[20+l:]
 			}
 			st.observeGet(n, b, lat)
+			st.observeValueGet(len(f.body))
 		}
 		base += int32(len(ask))
 		if ctx.Err() != nil {
