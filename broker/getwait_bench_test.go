@@ -31,7 +31,7 @@ func BenchmarkGetWaitDelivery(b *testing.B) {
 		linger   time.Duration
 	}{
 		{"linger=off", -1, -1},
-		{"linger=on", config.DefaultGetWaitMinBytes, config.DefaultGetWaitLinger},
+		{"linger=on", 256 << 10, config.DefaultGetWaitLinger},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			benchGetWaitDelivery(b, func(o *Options) { o.GetWaitMinBytes, o.GetWaitLinger = tc.minBytes, tc.linger })

@@ -68,11 +68,12 @@ const (
 	DefaultWriteTimeout               = 30 * time.Second
 	DefaultMaxBufferedBytes           = 256 << 20
 	DefaultMaxConnectionBufferedBytes = 32 << 20
-	// A held get woken with less than this at its offset lingers up to
-	// DefaultGetWaitLinger for more (getWaitMinBytes, getWaitLingerMs):
-	// about a MetaQ consumer's answer against its broker under load, for a
-	// few milliseconds of put-to-delivery latency.
-	DefaultGetWaitMinBytes = 256 << 10
+	// A held get woken with less than getWaitMinBytes at its offset lingers
+	// up to getWaitLingerMs for more. Off by default (Kafka's
+	// fetch.min.bytes is 1 by default too): against the load generator it
+	// halved the gets per delivered message but saved no broker CPU and
+	// added the linger to put-to-delivery latency (broker/store/BENCH.md).
+	DefaultGetWaitMinBytes = 0
 	DefaultGetWaitLinger   = 5 * time.Millisecond
 	// MinConnectionBufferedBytes holds one record of the largest message
 	// (16 MiB body plus its 20-byte header), so every record can be fetched.

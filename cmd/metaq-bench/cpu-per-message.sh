@@ -18,7 +18,7 @@
 #   GET_WAIT_MS (our broker only; default 500): [limits] getWaitMs, how long a get at the end of its
 #   partition waits for records in the broker (0: answered 404 at once, as MetaQ's broker does; set
 #   and empty: no [limits] section, for a broker that predates the key).
-#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 262144): [limits]
+#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 0 = off): [limits]
 #   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
 #   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
 #        cpu-per-message.sh disk
