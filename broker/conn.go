@@ -51,7 +51,7 @@ type conn struct {
 	stopReader context.CancelFunc
 
 	slots chan struct{} // in-flight tokens
-	out   chan outFrame   // answers for the writer
+	out   chan outFrame // answers for the writer
 	// fwdSlots are the in-flight tokens of puts the write gateway carries
 	// to the master (gateway.go): such a put waits a WAN round trip, not a
 	// disk, so a connection may have maxForwardInFlight of them, their
@@ -61,8 +61,8 @@ type conn struct {
 	// keeps its room for the answers sent by the store, which never wait).
 	fwdSlots chan struct{}
 	fwdOut   chan outFrame
-	work  chan wire.Command // requests for idle workers; closed when reading stops
-	waits chan heldWait     // held gets for idle waiters (getwait.go)
+	work     chan wire.Command // requests for idle workers; closed when reading stops
+	waits    chan heldWait     // held gets for idle waiters (getwait.go)
 	// readDone is closed once reading has stopped: idle waiters exit (no
 	// new get can come; one held later gets a waiter of its own) and held
 	// gets are answered at once (no client waits for them any longer).
