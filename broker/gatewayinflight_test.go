@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker/store"
 	"metaq/broker/wire"
 )
 
@@ -212,4 +213,113 @@ func TestGatewayForwardedBodiesHoldBytes(t *testing.T) {
 			t.Fatalf("put %d: %s", r.Opaque, r)
 		}
 	}
+}
+
+// heldStore is a store whose appends are answered only once release is
+// called: a disk slow to sync, seen from the put route.
+type heldStore struct {
+	Store
+	mu       sync.Mutex
+	msgs     int
+	changed  chan struct{}
+	held     []func()
+	released bool
+}
+
+func (h *heldStore) AppendAsync(ctx context.Context, topic string, p int, msgs []store.Message, notify func([]store.Appended, error)) *store.PendingAppend {
+	h.mu.Lock()
+	h.msgs += len(msgs)
+	close(h.changed)
+	h.changed = make(chan struct{})
+	released := h.released
+	h.mu.Unlock()
+	if released || notify == nil {
+		return h.Store.AppendAsync(ctx, topic, p, msgs, notify)
+	}
+	return h.Store.AppendAsync(ctx, topic, p, msgs, func(as []store.Appended, err error) {
+		h.mu.Lock()
+		if !h.released {
+			h.held = append(h.held, func() { notify(as, err) })
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		notify(as, err)
+	})
+}
+
+func (h *heldStore) release() {
+	h.mu.Lock()
+	h.released = true
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for _, f := range held {
+		f()
+	}
+}
+
+// waitFor waits until n messages were handed to the store and returns how
+// many were, fewer when timeout passed first.
+func (h *heldStore) waitFor(n int, timeout time.Duration) int {
+	deadline := time.After(timeout)
+	for {
+		h.mu.Lock()
+		got, ch := h.msgs, h.changed
+		h.mu.Unlock()
+		if got >= n {
+			return got
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return got
+		}
+	}
+}
+
+// TestGatewayLinkServedWithMoreInFlight: a master serves a gateway link
+// (ServeConn), one connection for a whole site's producers, with 8 x
+// MaxInFlight requests in progress: with its store slow to answer, 6 x
+// MaxInFlight puts of the link all reach the store.
+func TestGatewayLinkServedWithMoreInFlight(t *testing.T) {
+	const inFlight, n = 16, 6 * 16
+	var hs *heldStore
+	master := startBroker(t, gatewayConfig(t, ""), func(o *Options) {
+		o.MaxInFlight = inFlight
+		hs = &heldStore{Store: o.Store, changed: make(chan struct{})}
+		o.Store = hs
+	})
+	defer hs.release()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		master.ServeConn(nc)
+	}()
+	cl := dial(t, ln.Addr())
+	var buf []byte
+	for i := range n {
+		buf = putCmd("test", int32(i%2), fmt.Sprintf("p-%03d", i), int32(i+1)).AppendTo(buf)
+	}
+	cl.send(buf)
+	if got := hs.waitFor(n, 20*time.Second); got < n {
+		t.Fatalf("the master's store got %d of the gateway link's %d puts before answering any (MaxInFlight %d)", got, n, inFlight)
+	}
+	hs.release()
+	for range n {
+		if r := cl.result(); r.Code != wire.StatusOK {
+			t.Fatalf("put %d: %s", r.Opaque, r)
+		}
+	}
+	cl.nc.Close()
+	<-served
 }
