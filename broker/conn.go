@@ -50,10 +50,19 @@ type conn struct {
 	readCtx    context.Context
 	stopReader context.CancelFunc
 
-	slots chan struct{}     // in-flight tokens
-	out   chan outFrame     // answers for the writer
-	work  chan wire.Command // requests for idle workers; closed when reading stops
-	waits chan heldWait     // held gets for idle waiters (getwait.go)
+	slots chan struct{} // in-flight tokens
+	out   chan outFrame // answers for the writer
+	// fwdSlots are the in-flight tokens of puts the write gateway carries
+	// to the master (gateway.go): such a put waits a WAN round trip, not a
+	// disk, so a connection may have maxForwardInFlight of them, their
+	// bodies bounded by the byte budget. A forwarded batch swaps its slots
+	// for these when handed to the gateway; its answer goes through
+	// fwdOut, where the gateway's goroutine may wait for the writer (out
+	// keeps its room for the answers sent by the store, which never wait).
+	fwdSlots chan struct{}
+	fwdOut   chan outFrame
+	work     chan wire.Command // requests for idle workers; closed when reading stops
+	waits    chan heldWait     // held gets for idle waiters (getwait.go)
 	// readDone is closed once reading has stopped: idle waiters exit (no
 	// new get can come; one held later gets a waiter of its own) and held
 	// gets are answered at once (no client waits for them any longer).
@@ -140,6 +149,7 @@ type outFrame struct {
 	run  *store.LogRun // data sent from the log files instead (released once written or dropped)
 	held int64         // bytes of the connection's byte budget to give back once written
 	n    int           // requests this frame answers (0 means 1): in-flight tokens to return
+	fwd  bool          // the tokens are fwdSlots' (a forwarded batch's answer)
 }
 
 func (f *outFrame) tokens() int {
@@ -155,7 +165,29 @@ func (c *conn) releaseSlots(n int) {
 	}
 }
 
-func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *conn {
+// releaseTokens returns the in-flight tokens f holds.
+func (c *conn) releaseTokens(f *outFrame) {
+	if f.fwd {
+		for range f.tokens() {
+			<-c.fwdSlots
+		}
+		return
+	}
+	c.releaseSlots(f.tokens())
+}
+
+// maxForwardInFlight bounds a connection's forwarded puts awaiting the
+// master's answer: at 256 (MaxInFlight) a producer connection got at most
+// 256 puts per WAN round trip through the gateway, and 16 of them kept
+// under 100 KB of the link in flight, far below a 4 MiB/s link's
+// bandwidth-delay product at 60 ms.
+const maxForwardInFlight = 8192
+
+// gatewayLinkInFlightFactor raises MaxInFlight for a gateway link a master
+// serves (ServeConn): one connection carries a whole site's producers.
+const gatewayLinkInFlightFactor = 8
+
+func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget, inFlight int) *conn {
 	ctx, cancel := context.WithCancel(b.ctx)
 	id := b.nextConn.Add(1)
 	c := &conn{
@@ -166,15 +198,17 @@ func (b *Broker) newConn(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) *con
 		ip:       ip,
 		ctx:      ctx,
 		cancel:   cancel,
-		slots:    make(chan struct{}, b.opts.MaxInFlight),
-		out:      make(chan outFrame, b.opts.MaxInFlight),
+		slots:    make(chan struct{}, inFlight),
+		out:      make(chan outFrame, inFlight),
+		fwdSlots: make(chan struct{}, maxForwardInFlight),
+		fwdOut:   make(chan outFrame, 64),
 		work:     make(chan wire.Command),
 		waits:    make(chan heldWait),
 		readDone: make(chan struct{}),
 		stored:   make(map[*pendingPuts][]*pendingPuts),
 		bytes:    newByteBudget(b.opts.MaxPendingBytes, addrBytes),
 	}
-	c.waiting = newSerialQueues(&c.wg, b.opts.MaxInFlight, c.registerAndStore)
+	c.waiting = newSerialQueues(&c.wg, inFlight, c.registerAndStore)
 	c.readCtx, c.stopReader = context.WithCancel(ctx)
 	c.log = b.log.With("conn", id, "remote", c.remote)
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -206,6 +240,7 @@ func (c *conn) serve() {
 		for f := range c.out {
 			f.run.Release()
 		}
+		c.dropFwdOut()
 	} else {
 		c.close()
 		c.waitRequests()
@@ -219,6 +254,7 @@ func (c *conn) serve() {
 			}
 			break
 		}
+		c.dropFwdOut()
 	}
 	if h := c.b.txHandler(); h != nil {
 		h.ConnClosed(TxConn{ID: c.id, RemoteAddr: c.remote})
@@ -506,6 +542,28 @@ func (c *conn) handle(cmd wire.Command) {
 
 func (c *conn) closing() bool { return c.ctx.Err() != nil }
 
+// sendForwarded queues the answer of a forwarded batch (its tokens are
+// fwdSlots'): it may wait for the writer, never past the connection's end.
+func (c *conn) sendForwarded(f outFrame) {
+	select {
+	case c.fwdOut <- f:
+	case <-c.ctx.Done():
+		c.releaseTokens(&f)
+	}
+}
+
+// dropFwdOut empties fwdOut once the writer is gone.
+func (c *conn) dropFwdOut() {
+	for {
+		select {
+		case f := <-c.fwdOut:
+			c.releaseTokens(&f)
+		default:
+			return
+		}
+	}
+}
+
 // send queues an answer; it consumes the in-flight token taken for the
 // request, which the writer returns once the answer is written. It never
 // waits for the writer: every frame in out holds at least one of the
@@ -515,7 +573,7 @@ func (c *conn) send(f outFrame) {
 	case c.out <- f:
 	case <-c.ctx.Done():
 		f.run.Release()
-		c.releaseSlots(f.tokens())
+		c.releaseTokens(&f)
 	}
 }
 
@@ -539,16 +597,29 @@ func (c *conn) writeLoop() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
 	wt := c.b.opts.WriteTimeout
 	var bw batchWriter
+	out := c.out // nil once closed
 	for {
 		var f outFrame
-		var ok bool
-		select {
-		case f, ok = <-c.out:
-			if !ok {
+		if out == nil {
+			// Every request is answered (serve waited for them before
+			// closing out): forwarded answers may still wait in fwdOut.
+			select {
+			case f = <-c.fwdOut:
+			default:
 				return
 			}
-		case <-c.ctx.Done():
-			return
+		} else {
+			select {
+			case g, ok := <-out:
+				if !ok {
+					out = nil
+					continue
+				}
+				f = g
+			case f = <-c.fwdOut:
+			case <-c.ctx.Done():
+				return
+			}
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(wt))
 		c.writingSince.Store(time.Now().UnixNano())
@@ -557,10 +628,13 @@ func (c *conn) writeLoop() {
 	gather:
 		for len(batch) < maxWriteBatch {
 			select {
-			case f, ok = <-c.out:
+			case g, ok := <-out:
 				if !ok {
+					out = nil
 					break gather
 				}
+				batch = append(batch, g)
+			case f = <-c.fwdOut:
 				batch = append(batch, f)
 			default:
 				break gather
@@ -571,7 +645,7 @@ func (c *conn) writeLoop() {
 		for i := range batch {
 			batch[i].run.Release()
 			c.bytes.release(batch[i].held)
-			c.releaseSlots(batch[i].tokens())
+			c.releaseTokens(&batch[i])
 			batch[i] = outFrame{}
 		}
 		if err == nil {
@@ -580,9 +654,6 @@ func (c *conn) writeLoop() {
 		c.writingSince.Store(0)
 		if err != nil {
 			c.writeFailed(err)
-			return
-		}
-		if !ok {
 			return
 		}
 	}

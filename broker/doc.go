@@ -41,7 +41,11 @@
 // by opaque, possibly out of order, as the Java broker's thread pools do.
 // One writer goroutine per connection serialises answers. The in-flight
 // requests (MaxInFlight) are bounded per connection, and a write that does
-// not progress within WriteTimeout closes that connection only. Malformed
+// not progress within WriteTimeout closes that connection only. Puts a
+// slave's write gateway forwards to the master wait a WAN round trip, not
+// a disk: handed to the gateway, they count against a bound of their own
+// (8192 per connection), their bodies in the byte budget until answered,
+// and a gateway link a master serves gets 8 x MaxInFlight (conn.fwdSlots). Malformed
 // input closes the connection without an answer, as MetaQ does; requests
 // read before it are still answered. After a promotion (SetPromotionEnds)
 // a consumer group's first get beyond a partition's promotion end is moved

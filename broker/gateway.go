@@ -148,6 +148,7 @@ type Gateway struct {
 	unsent   []*fwdBatch
 	sending  bool
 	retiring int
+	frames   []byte // post's buffer, reused: written before post returns
 }
 
 // SetGateway makes the broker forward the puts of topics with forwardPuts
@@ -383,9 +384,17 @@ func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone fu
 	}
 	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
 		deadline: time.Now().Add(g.opts.MaxWait), out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
+	// One copy of all the bodies, not one allocation per put.
+	size := 0
+	for _, m := range msgs {
+		size += len(m.Body)
+	}
+	slab := make([]byte, 0, size)
 	for i, m := range msgs {
 		fb.msgs[i] = m
-		fb.msgs[i].Body = append([]byte(nil), m.Body...)
+		at := len(slab)
+		slab = append(slab, m.Body...)
+		fb.msgs[i].Body = slab[at:len(slab):len(slab)]
 	}
 	fb.left = make([]int, len(msgs))
 	for i := range fb.left {
@@ -555,7 +564,16 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 		return nil, nil, err
 	}
 	chans := make([]chan *wire.Result, len(fb.left))
-	frames := make([]byte, 0, 64*len(fb.left))
+	size := 0
+	for _, i := range fb.left {
+		size += frameOverhead + len(fb.topic) + len(fb.msgs[i].Body)
+	}
+	frames := g.frames[:0]
+	if cap(frames) < size || cap(frames) > max(4*size, 1<<20) {
+		// Sized for this batch: growing while appending cleared and
+		// copied it again and again (log lines are ~200 bytes, not 64).
+		frames = make([]byte, 0, size)
+	}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -587,6 +605,7 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 	c.nc.SetWriteDeadline(fb.deadline)
 	_, werr := c.nc.Write(frames)
 	c.wmu.Unlock()
+	g.frames = frames[:0]
 	if werr != nil {
 		// Part of it may have gone: the answers say, or the failure
 		// makes them unknown.
@@ -673,6 +692,11 @@ func (g *Gateway) masterMoved(r *wire.Result, addr string) bool {
 	}
 	return false
 }
+
+// frameOverhead bounds a put's or sync's frame beside its topic and body:
+// the command, flag, checksum, id, partition, opaque and length in
+// decimal, spaces and CRLF.
+const frameOverhead = 96
 
 func (g *Gateway) notSent(why string) *heldError {
 	return &heldError{code: wire.StatusServiceUnavailable, text: "this broker forwards puts to the master; the put was not sent to it and not stored (" + why + "); retry"}

@@ -164,7 +164,7 @@ func (b *Broker) route(nc net.Conn, ip netip.Addr, addrBytes *byteBudget) {
 			h = b.handoffs[first]
 		}
 		if h == nil {
-			c = b.newConn(pc, ip, addrBytes)
+			c = b.newConn(pc, ip, addrBytes, b.opts.MaxInFlight)
 			b.conns[c] = struct{}{}
 			b.connWG.Add(1)
 			b.stats.connections.Add(1)

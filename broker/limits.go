@@ -198,7 +198,7 @@ func (c *conn) readSocket(p []byte, f *frameClock) (int, error) {
 		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.stopRead.Load() {
 			if !f.started {
-				if len(c.slots) > 1 {
+				if len(c.slots) > 1 || len(c.fwdSlots) > 0 {
 					continue // answers still owed: the client is waiting for us
 				}
 				c.timedOut = idleTimedOut

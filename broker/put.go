@@ -308,6 +308,10 @@ type pendingPuts struct {
 	// broker is a slave and the topic is forwarded (gateway.go): its puts
 	// skipped the write gate too.
 	fwd *Gateway
+	// fwdHeld: the batch, handed to fwd, holds n of the connection's
+	// fwdSlots instead of its slots, and size bytes of its byte budget
+	// (the gateway's copies of the bodies) until its answer is written.
+	fwdHeld bool
 	// pass is the batch's passage through the write gate, taken before
 	// its puts read the gate (see gatePass).
 	pass gatePass
@@ -582,6 +586,7 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 	case pp.held != nil:
 		pp.held.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
 	case pp.fwd != nil:
+		pp.fwdHeld = c.swapForForwarding(pp.n)
 		pp.fwd.add(pp.key.topic, int(pp.key.partition), pp.msgs, func() bool { return c.ctx.Err() != nil }, done)
 	default:
 		// The broker's context, not the connection's: puts that reached
@@ -597,7 +602,29 @@ func (b *Broker) storeBatch(c *conn, pp *pendingPuts) {
 		freeBody(pp.msgs[i].Body)
 		pp.msgs[i].Body = nil
 	}
-	c.bytes.release(pp.size)
+	if !pp.fwdHeld {
+		c.bytes.release(pp.size)
+	}
+}
+
+// swapForForwarding makes n requests the reader read count against the
+// connection's fwdSlots instead of its slots (see conn.fwdSlots), so that
+// forwarded puts waiting a WAN round trip do not stop the reader at
+// MaxInFlight. It waits for fwdSlots to have room, and reports false
+// (nothing swapped) when the connection ends first. The reader calls it.
+func (c *conn) swapForForwarding(n int) bool {
+	for k := range n {
+		select {
+		case c.fwdSlots <- struct{}{}:
+		case <-c.ctx.Done():
+			for range k {
+				<-c.fwdSlots
+			}
+			return false
+		}
+	}
+	c.releaseSlots(n)
+	return true
 }
 
 // storeBatches is storeBatch for the batches of several partitions that
@@ -754,7 +781,11 @@ func (b *Broker) sendBatchAnswer(c *conn, pp *pendingPuts, as []store.Appended, 
 		out, t = b.answerStored(out, pp, as, err, ac)
 		b.countPuts(pp.key.topic, t)
 	}
-	c.send(outFrame{head: out, n: pp.n})
+	if pp.fwdHeld {
+		c.sendForwarded(outFrame{head: out, n: pp.n, fwd: true, held: pp.size})
+	} else {
+		c.send(outFrame{head: out, n: pp.n})
+	}
 	c.wg.Done()
 }
 

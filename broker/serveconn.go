@@ -22,7 +22,7 @@ func (b *Broker) ServeConn(nc net.Conn) error {
 	}
 	// The broker's byte budget, not an address's share: one gateway
 	// link carries a whole site's producers.
-	c := b.newConn(nc, ip, b.mem)
+	c := b.newConn(nc, ip, b.mem, b.opts.MaxInFlight*gatewayLinkInFlightFactor)
 	c.gatewayPeer = true
 	b.conns[c] = struct{}{}
 	b.connWG.Add(1)

@@ -358,8 +358,8 @@ func asyncProducers(b *testing.B, addr string, conns, window int, d time.Duratio
 	return okN.Load(), failN.Load()
 }
 
-// BenchmarkGatewayLinkShare: asynchronous producers at hf (16 connections,
-// 512 puts in flight each) write ~200-byte log lines through hf's gateway
+// BenchmarkGatewayLinkShare: asynchronous producers at hf (16 or 48
+// connections, 512 puts in flight each) write ~200-byte log lines through hf's gateway
 // to bj over a link capped at capacity bytes per second each way (the
 // in-process proxy's bandwidth cap, 30 ms one way): the forwarded rate,
 // the link's bytes per message and the share of the cap the gateway's
@@ -367,18 +367,29 @@ func asyncProducers(b *testing.B, addr string, conns, window int, d time.Duratio
 //
 //	go test -run '^$' -bench BenchmarkGatewayLinkShare -benchtime 1x -count 3 ./georeplicator/
 func BenchmarkGatewayLinkShare(b *testing.B) {
-	for _, capacity := range []int64{256 << 10, 1 << 20, 4 << 20} {
-		b.Run(fmt.Sprintf("cap=%dKiBps", capacity>>10), func(b *testing.B) {
+	type shape struct {
+		capacity      int64
+		conns, window int
+	}
+	// 16 x 512 puts in flight at ~19.5 link bytes each is ~160 KB, below
+	// the 4 MiB/s link's bandwidth-delay product (2 x 30 ms: ~250 KB):
+	// those producers alone cannot fill it, 48 connections can. One
+	// connection with 4096 in flight fills 256 KiB/s with ~0.2 cores: it
+	// shows the pipeline's depth per producer connection when the
+	// machine's cores are taken.
+	for _, sh := range []shape{{256 << 10, 16, 512}, {256 << 10, 1, 4096}, {1 << 20, 16, 512}, {4 << 20, 16, 512}, {4 << 20, 48, 512}} {
+		capacity, conns, window := sh.capacity, sh.conns, sh.window
+		b.Run(fmt.Sprintf("cap=%dKiBps/conns=%dx%d", capacity>>10, conns, window), func(b *testing.B) {
 			g := newGatewayRig(b, 30*time.Millisecond, false)
 			g.gateway.SetRate(capacity)
 			addr := g.hf.Addr().String()
-			asyncProducers(b, addr, 16, 512, time.Second) // warm up: the link, its codecs
+			asyncProducers(b, addr, conns, window, time.Second) // warm up: the link, its codecs
 			up0, down0 := g.gateway.Bytes(netproxy.Upstream), g.gateway.Bytes(netproxy.Downstream)
 			st0 := g.gw.Stats()
 			t0, cpu0 := time.Now(), cpuTime()
 			d := 5 * time.Second
 			b.ResetTimer()
-			ok, failed := asyncProducers(b, addr, 16, 512, d)
+			ok, failed := asyncProducers(b, addr, conns, window, d)
 			b.StopTimer()
 			elapsed := time.Since(t0).Seconds()
 			cores := (cpuTime() - cpu0).Seconds() / elapsed
