@@ -278,6 +278,10 @@ func newBatchSlab(batches, puts int) *batchSlab {
 	if s == nil {
 		s = &batchSlab{}
 	}
+	// A reused slab's batches as take would have made them: the messages
+	// and opaques are overwritten whole by newBatch, the list by append.
+	clear(s.allPPs[:s.taken])
+	s.direct, s.taken = s.direct[:0], 0
 	if cap(s.allPPs) < batches {
 		s.allPPs = make([]pendingPuts, batches)
 		s.direct = make([]*pendingPuts, 0, batches)
@@ -314,16 +318,12 @@ func (s *batchSlab) release() {
 // recycle gives the slab back for another read once nothing refers to its
 // batches: the answer frame of all of them went out, no shutdown can still
 // be answering them, and the reader is done with them (release). The
-// batches are zeroed, so that the next read finds them as take would have
-// made them.
+// batches are zeroed by the reader that takes the slab next (newBatchSlab),
+// not here, where the store's writer goroutine may be the caller.
 func (s *batchSlab) recycle() {
 	if cap(s.allMsgs) > maxPooledPuts {
 		return
 	}
-	clear(s.allPPs[:s.taken])
-	clear(s.allMsgs)
-	clear(s.direct[:cap(s.direct)])
-	s.direct, s.taken = s.direct[:0], 0
 	s.pps, s.msgs, s.opaques = nil, nil, nil
 	batchSlabs.Put(s)
 }
