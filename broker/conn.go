@@ -306,7 +306,7 @@ func (c *conn) waitRequests() {
 		for i, pp := range group {
 			outs[i].Err = stopped(pp)
 		}
-		c.b.answerBatches(c, group, outs)
+		c.b.answerBatches(c, group, outs, nil)
 	}
 	<-done
 }

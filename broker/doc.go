@@ -160,5 +160,10 @@
 // batch's answer is sent from the store's notify (the store's writer
 // goroutine, or a syncMaster partition goroutine): it takes conn.storedMu
 // and statsCounters.mu, one at a time, and never waits for the
-// connection's writer.
+// connection's writer. conn.storedMu also orders that answer against a
+// shutdown that answers the same batches (conn.waitRequests, which takes
+// them from conn.stored only once the broker's context is done): the
+// answer removes them from conn.stored under it before it gives the read's
+// batch slab back for reuse, which it does only while the context is alive
+// (put.go, batchSlab).
 package broker

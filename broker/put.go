@@ -45,6 +45,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"metaq/broker/config"
@@ -147,9 +148,9 @@ func (c *conn) routePuts(reqs []putReq) {
 	slab := newBatchSlab(len(keys)+len(reqs)/maxPutBatch, len(reqs))
 	pass := c.b.gate.pass() // before any of the read's puts reads the gate
 	gs, _ := c.b.puts.(groupStore)
-	var direct []*pendingPuts // batches for one store call, when gs can take them
-	counted := 0              // of direct, those already in c.wg
-	var te *topicEntry        // of the last key's topic: a read's keys mostly share one
+	direct := slab.direct // batches for one store call, when gs can take them
+	counted := 0          // of direct, those already in c.wg
+	var te *topicEntry    // of the last key's topic: a read's keys mostly share one
 	for k, key := range keys {
 		if te == nil || key.topic != keys[k-1].topic {
 			te = c.b.topicEntry(key.topic)
@@ -183,7 +184,13 @@ func (c *conn) routePuts(reqs []putReq) {
 		// Done by answerBatches; the reader alone waits for c.wg
 		// (waitRequests), after it stopped routing.
 		c.wg.Add(len(direct) - counted)
-		c.b.storeBatches(c, gs, direct, pass)
+		var reuse *batchSlab
+		if len(direct) == slab.taken && len(direct) <= cap(slab.direct) {
+			// Every batch goes with this store call, answered by one
+			// frame, after which the slab is free again.
+			reuse = slab
+		}
+		c.b.storeBatches(c, gs, direct, pass, reuse)
 	}
 }
 
@@ -234,17 +241,57 @@ func (t *keyTable) add(key queueKey, k int) {
 }
 
 // batchSlab is where the batches of one read are cut from: one allocation
-// each for the batches, their messages and their opaques, whatever the
-// number of partitions the read's puts go to.
+// each for the batches, their messages, their opaques and the list of
+// those stored together, whatever the number of partitions the read's puts
+// go to. A slab whose batches were all stored with one store call is
+// reused (batchSlabs) once their answer frame went out: at 10,000
+// partitions every put is a batch of its own, and a fresh slab per read
+// was the largest share of what a put allocated (broker/store/BENCH.md).
 type batchSlab struct {
 	pps     []pendingPuts
 	msgs    []store.Message
 	opaques []int32
+	direct  []*pendingPuts
+	// all* are the whole arrays the slices above are cut from, kept to
+	// reuse them.
+	allPPs     []pendingPuts
+	allMsgs    []store.Message
+	allOpaques []int32
+	taken      int // batches cut off by take
+	// refs counts who still reads the batches of a slab handed to
+	// storeBatches: the reader until storeBatches returns (the store may
+	// answer before it does) and the answer; the last one recycles it.
+	refs atomic.Int32
 }
 
-// newBatchSlab makes room for batches batches of puts puts in all.
+// batchSlabs holds slabs whose batches were all answered (recycle).
+var batchSlabs sync.Pool
+
+// maxPooledPuts bounds the slabs kept for reuse: a read brings at most
+// maxHeldPuts puts, and a rare longer list should not pin its memory.
+const maxPooledPuts = 4 * maxHeldPuts
+
+// newBatchSlab makes room for batches batches of puts puts in all, in a
+// reused slab when one is large enough.
 func newBatchSlab(batches, puts int) *batchSlab {
-	return &batchSlab{pps: make([]pendingPuts, batches), msgs: make([]store.Message, puts), opaques: make([]int32, puts)}
+	s, _ := batchSlabs.Get().(*batchSlab)
+	if s == nil {
+		s = &batchSlab{}
+	}
+	// A reused slab's batches as take would have made them: the messages
+	// and opaques are overwritten whole by newBatch, the list by append.
+	clear(s.allPPs[:s.taken])
+	s.direct, s.taken = s.direct[:0], 0
+	if cap(s.allPPs) < batches {
+		s.allPPs = make([]pendingPuts, batches)
+		s.direct = make([]*pendingPuts, 0, batches)
+	}
+	if cap(s.allMsgs) < puts {
+		s.allMsgs = make([]store.Message, puts)
+		s.allOpaques = make([]int32, puts)
+	}
+	s.pps, s.msgs, s.opaques = s.allPPs[:batches], s.allMsgs[:puts], s.allOpaques[:puts]
+	return s
 }
 
 // take cuts a batch with room for n puts off the slab (nil: allocate).
@@ -256,7 +303,29 @@ func (s *batchSlab) take(n int) *pendingPuts {
 	s.pps = s.pps[1:]
 	pp.msgs, s.msgs = s.msgs[:0:n], s.msgs[n:]
 	pp.opaques, s.opaques = s.opaques[:0:n], s.opaques[n:]
+	s.taken++
 	return pp
+}
+
+// release drops one reference of storeBatches' (see refs) and recycles the
+// slab after the last one.
+func (s *batchSlab) release() {
+	if s != nil && s.refs.Add(-1) == 0 {
+		s.recycle()
+	}
+}
+
+// recycle gives the slab back for another read once nothing refers to its
+// batches: the answer frame of all of them went out, no shutdown can still
+// be answering them, and the reader is done with them (release). The
+// batches are zeroed by the reader that takes the slab next (newBatchSlab),
+// not here, where the store's writer goroutine may be the caller.
+func (s *batchSlab) recycle() {
+	if cap(s.allMsgs) > maxPooledPuts {
+		return
+	}
+	s.pps, s.msgs, s.opaques = nil, nil, nil
+	batchSlabs.Put(s)
 }
 
 // reqBodies is the bytes the bodies of reqs hold in the connection's byte
@@ -629,17 +698,24 @@ func (c *conn) swapForForwarding(n int) bool {
 
 // storeBatches is storeBatch for the batches of several partitions that
 // one read brought: one store call, answered with one frame (answerBatches).
-// pass is the read's (every batch's) passage through the gate.
+// pass is the read's (every batch's) passage through the gate. slab, when
+// not nil, holds pps and nothing else: it is recycled once they are
+// answered through the store's notify.
 //
 // The batches are listed in c.stored once, under the first, not once each.
-func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts, pass gatePass) {
+func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts, pass gatePass, slab *batchSlab) {
 	if b.gate.stoppedSince(pass) {
+		// Not recycled: each batch is answered on its own.
 		// Writes were stopped since the read's puts passed the gate:
 		// each batch asks again, and is stored (or not) on its own.
 		for _, pp := range pps {
 			b.storeBatch(c, pp)
 		}
 		return
+	}
+	if slab != nil {
+		slab.refs.Store(2) // this call's and the answer's
+		defer slab.release()
 	}
 	c.storedMu.Lock()
 	c.stored[pps[0]] = pps // before the store can answer them
@@ -654,7 +730,7 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts, pass g
 		a.Topic, a.Partition, a.Msgs = pp.key.topic, int(pp.key.partition), pp.msgs
 	}
 	gs.storeGroup(b.ctx, appends, func(outs []store.AppendOutcome) {
-		b.answerBatches(c, pps, outs)
+		b.answerBatches(c, pps, outs, slab)
 	})
 	if !b.gate.stoppedSince(pass) && !b.awaitingSites() {
 		// Taken at once (no batch of a topic with minSyncSites waits
@@ -679,8 +755,9 @@ func (b *Broker) storeBatches(c *conn, gs groupStore, pps []*pendingPuts, pass g
 // notify and a shutdown that stops waiting for the store
 // (conn.waitRequests) may both try; the first batch's answered flag stands
 // for all of them (one atomic operation per read, not per partition), and
-// the loser returns.
-func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendOutcome) {
+// the loser returns. slab, when not nil, is where pps were cut from, given
+// back once their frame went out (sendBatchesAnswer).
+func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendOutcome, slab *batchSlab) {
 	if !pps[0].answered.CompareAndSwap(false, true) {
 		return
 	}
@@ -700,16 +777,17 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	if stored > 0 && b.ackWaits(ac) {
 		outs := slices.Clone(outs)
-		if b.holdAck(ac, stored, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac) }) {
+		if b.holdAck(ac, stored, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
 			return
 		}
 	}
-	b.sendBatchesAnswer(c, pps, outs, size, ac)
+	b.sendBatchesAnswer(c, pps, outs, size, ac, slab)
 }
 
 // sendBatchesAnswer is answerBatches' answer frame (size: room for it),
-// sent once answered is set, with ac's acknowledgement check.
-func (b *Broker) sendBatchesAnswer(c *conn, pps []*pendingPuts, outs []store.AppendOutcome, size int, ac *ackCheck) {
+// sent once answered is set, with ac's acknowledgement check. It recycles
+// slab (when not nil) after the last read of pps.
+func (b *Broker) sendBatchesAnswer(c *conn, pps []*pendingPuts, outs []store.AppendOutcome, size int, ac *ackCheck, slab *batchSlab) {
 	n := 0
 	out := make([]byte, 0, size)
 	type topicTally struct {
@@ -745,7 +823,17 @@ func (b *Broker) sendBatchesAnswer(c *conn, pps []*pendingPuts, outs []store.App
 	if n > 0 {
 		c.send(outFrame{head: out, n: n})
 	}
-	c.wg.Add(-len(pps))
+	batches := len(pps)
+	// A shutdown that stops waiting for the store (conn.waitRequests)
+	// takes the batches from c.stored once the broker's context is done,
+	// and still reads them (answerBatches, which loses to this answer).
+	// answerBatches removed them from c.stored under its lock before
+	// this: a shutdown that took them had the context done before, so a
+	// context still alive here means no one else holds them.
+	if b.ctx.Err() == nil {
+		slab.release()
+	}
+	c.wg.Add(-batches)
 }
 
 // answerBatch sends the answers of a whole batch as one frame (one writer
