@@ -268,8 +268,8 @@ func (g *ackGuard) confirmedAt() time.Time {
 // master takes puts in that time, so it is asked as the master it becomes
 // (siterole.AckFacts.Promoting), not refused as a slave.
 func (b *Bundle) ackFacts(g *ackGuard) siterole.AckFacts {
-	st := b.failover.role.Current()
-	promoting := st.Role != siterole.Master && g.raised && b.failover.role.Busy() == siterole.Promoting
+	st, busy := b.failover.role.CurrentAndBusy()
+	promoting := st.Role != siterole.Master && g.raised && busy == siterole.Promoting
 	return siterole.AckFacts{State: st, ZooKeeper: true, Promoting: promoting,
 		ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now(), Standalone: !g.replicated.Load()}
 }
