@@ -31,7 +31,9 @@ func TestPromoteAfterKillDoesNotFailOnTheDeadMaster(t *testing.T) {
 	// evidence allows it.
 	var body []byte
 	testutil.Eventually(t, 2*time.Minute, 250*time.Millisecond, func() error {
-		code, b := testutil.HTTPDo(t, "POST", "http://"+hf.AdminAddr()+"/promote", "")
+		// gz finds hf in ZooKeeper after the raise: on a loaded machine
+		// later than the default 10 s; the call returns once gz follows.
+		code, b := testutil.HTTPDo(t, "POST", "http://"+hf.AdminAddr()+"/promote?followWait=90s", "")
 		if code != http.StatusOK {
 			return fmt.Errorf("POST /promote: %d %s", code, b)
 		}
