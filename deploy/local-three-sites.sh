@@ -15,7 +15,9 @@
 #
 # usage: deploy/local-three-sites.sh up|down|status|layout [DIR]
 #   DIR          default $METAQ_LOCAL_DIR, else ./local-sites
-#   METAQ_PORT_BASE  first port (default 28000); site i uses base+20*i .. +19
+#   METAQ_PORT_BASE  first port (default 28000); site i uses base+20*i .. +19;
+#                up refuses a base whose ports overlap the kernel's ephemeral
+#                range (ip_local_port_range) unless METAQ_PORT_EPHEMERAL_OK=1
 #   METAQ_BIN    directory holding metaq-server, configsync, metaq and
 #                nats-server (default: built into DIR/bin with go build)
 #
@@ -245,8 +247,24 @@ layout() {
 	log "layout written under $dir (nothing started)"
 }
 
+# ephemeral_clash: says so when the layout's ports (base .. base+59) overlap
+# the kernel's range of ephemeral ports: any outgoing connection on this
+# machine may take one of them as its local port between the check in up
+# and the listener's bind (seen: NATS's "bind: address already in use").
+ephemeral_clash() {
+	local lo hi f=/proc/sys/net/ipv4/ip_local_port_range
+	[ -r "$f" ] || return 1
+	read -r lo hi <"$f"
+	[ "$base" -le "$hi" ] && [ $((base + 59)) -ge "$lo" ] || return 1
+	echo "ports $base-$((base + 59)) overlap the ephemeral port range $lo-$hi"
+}
+
 up() {
 	[ ! -e "$dir/env" ] || die "$dir already holds a layout: run '$0 down $dir' first"
+	local clash
+	if clash=$(ephemeral_clash) && [ -z "${METAQ_PORT_EPHEMERAL_OK:-}" ]; then
+		die "$clash: outgoing connections of any process can take them while the layout starts; choose a METAQ_PORT_BASE whose 60 ports lie outside it (the default 28000 does), or METAQ_PORT_EPHEMERAL_OK=1 to try anyway"
+	fi
 	for s in "${sites[@]}"; do
 		for off in 0 1 2 3 10 11 12 13 14 15 16 17; do
 			if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$s" "$off")") 2>/dev/null; then

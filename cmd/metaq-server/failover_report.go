@@ -68,6 +68,10 @@ func printFollowers(w io.Writer, op, master string, fs []bundle.FollowerReport, 
 			fmt.Fprintf(w, "slave site %s (slaveId %d) follows %s\n", who, f.SlaveID, master)
 			continue
 		}
+		if f.OldMaster {
+			fmt.Fprintf(w, "old master at site %s: %s\n", who, f.Reason)
+			continue
+		}
 		fmt.Fprintf(w, "SLAVE SITE %s (slaveId %d) DOES NOT FOLLOW %s: %s\n", who, f.SlaveID, master, f.Reason)
 		missing = append(missing, f.Site)
 	}

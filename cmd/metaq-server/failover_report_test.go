@@ -110,3 +110,27 @@ func TestPrintSwitchoverFollowerMissing(t *testing.T) {
 		t.Fatalf("all following: %v\n%s", err, out.String())
 	}
 }
+
+// TestPrintFollowersOldMasterDown: the master a promotion replaced, down,
+// is printed as the old master and does not fail the command; a slave
+// site that does not follow still does.
+func TestPrintFollowersOldMasterDown(t *testing.T) {
+	fs := []bundle.FollowerReport{
+		{Site: "bj", OldMaster: true, Reason: "the old master (generation 2) is down (gossip): it follows the new master once it runs again"},
+		{Site: "gz", SlaveID: 2, Following: true},
+	}
+	var out bytes.Buffer
+	if err := printFollowers(&out, "promote", "this site", fs, ""); err != nil {
+		t.Fatalf("printFollowers = %v, want success\n%s", err, out.String())
+	}
+	for _, want := range []string{"old master at site bj: the old master (generation 2) is down", "slave site gz (slaveId 2) follows", "promote done"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	fs[1] = bundle.FollowerReport{Site: "gz", SlaveID: 2, Reason: "it does not reach its master (gossip)"}
+	out.Reset()
+	if err := printFollowers(&out, "promote", "this site", fs, ""); err == nil || !strings.Contains(err.Error(), "do not follow it: gz") {
+		t.Fatalf("gz not following: printFollowers = %v, want an error naming gz only", err)
+	}
+}

@@ -263,8 +263,14 @@ func (g *ackGuard) confirmedAt() time.Time {
 }
 
 // ackFacts is what the write check knows now.
+// A promotion's shipper (g.raised) runs while the role is still the
+// slave's until the promotion registered in ZooKeeper; a switchover's new
+// master takes puts in that time, so it is asked as the master it becomes
+// (siterole.AckFacts.Promoting), not refused as a slave.
 func (b *Bundle) ackFacts(g *ackGuard) siterole.AckFacts {
-	return siterole.AckFacts{State: b.failover.role.Current(), ZooKeeper: true,
+	st, busy := b.failover.role.CurrentAndBusy()
+	promoting := st.Role != siterole.Master && g.raised && busy == siterole.Promoting
+	return siterole.AckFacts{State: st, ZooKeeper: true, Promoting: promoting,
 		ConfirmedAt: g.confirmedAt(), MaxUnconfirmed: g.bound, Now: time.Now(), Standalone: !g.replicated.Load()}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"metaq/broker"
@@ -54,6 +55,10 @@ type failoverState struct {
 	finish *finishOutcome
 	gaveUp *GivenUpPromotion
 	closed bool // closeFailover ran: no finisher starts
+	// beforeRegister, tests only: called by a promotion once it ships at
+	// its generation (a switchover's new master takes puts from then on),
+	// before it registers in ZooKeeper and its role becomes master.
+	beforeRegister atomic.Pointer[func()]
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup

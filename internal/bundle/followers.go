@@ -20,8 +20,13 @@ type FollowerReport struct {
 	Site    string `json:"site"`
 	SlaveID int    `json:"slaveId"`
 	// Self: this site (an old master that stepped down).
-	Self      bool   `json:"self,omitempty"`
-	Following bool   `json:"following"`
+	Self      bool `json:"self,omitempty"`
+	Following bool `json:"following"`
+	// OldMaster: not a slave site but the master this change replaced,
+	// down (or paused) as gossip sees it: it follows once it runs again
+	// (a returning master starts as a slave), so nobody waits for it and
+	// it does not make the change fail.
+	OldMaster bool   `json:"oldMaster,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 }
 
@@ -51,7 +56,7 @@ func (b *Bundle) awaitFollowers(ctx context.Context, gen uint64, bound time.Dura
 		reps, note := b.followers(gen)
 		done := true
 		for _, r := range reps {
-			done = done && r.Following
+			done = done && (r.Following || r.OldMaster)
 		}
 		if done {
 			return reps, note
@@ -59,7 +64,7 @@ func (b *Bundle) awaitFollowers(ctx context.Context, gen uint64, bound time.Dura
 		select {
 		case <-ctx.Done():
 			for _, r := range reps {
-				if !r.Following {
+				if !r.Following && !r.OldMaster {
 					b.log.Warn("FAILOVER: a slave site does not follow the new master", "site", r.Site, "slaveId", r.SlaveID,
 						"generation", gen, "within", bound, "why", r.Reason)
 				}
@@ -95,6 +100,14 @@ func (b *Bundle) followers(gen uint64) ([]FollowerReport, string) {
 	for _, p := range gossipPeers(tc.Topology(), b.Config().System.BrokerID) {
 		if p.Self || p.Site == mySite || (p.Role == siterole.Master && p.Alive && p.Generation >= gen) {
 			continue // this site, or the new master
+		}
+		if p.Role == siterole.Master && !p.Alive && p.Generation < gen {
+			// The master a promotion replaced, dead or paused: it is no slave
+			// site yet, and the kill -9 or pause that made the promotion
+			// necessary is not the promotion's failure.
+			out = append(out, FollowerReport{Site: p.Site, OldMaster: true,
+				Reason: fmt.Sprintf("the old master (generation %d) is down (gossip): it follows the new master once it runs again", p.Generation)})
+			continue
 		}
 		ok, why := siterole.Follows(p, gen)
 		if !ok && p.Role == siterole.Slave && connected[p.SlaveID] {

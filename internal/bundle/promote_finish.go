@@ -264,6 +264,9 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			b.endStaleHold()
 		}
 	}
+	if h := f.beforeRegister.Load(); h != nil {
+		(*h)()
+	}
 	if b.Registry != nil {
 		if err := b.registerPromoted(ctx, p); err != nil {
 			return err

@@ -290,6 +290,12 @@ type AckFacts struct {
 	// ever followed this master, no failover happened, no fenceSites): a
 	// plain MetaQ broker keeps taking puts while its ZooKeeper is away.
 	Standalone bool
+	// Promoting: State is still the slave this site was, but a promotion
+	// under way raised the generation and ships at it. A switchover's new
+	// master opens its writes before ZooKeeper names it (the old master
+	// passes its held puts on then): it acknowledges as that generation's
+	// master, under the same checks, until the promotion sets its role.
+	Promoting bool
 }
 
 // MayAcknowledge reports whether a master may acknowledge puts, and why
@@ -298,7 +304,7 @@ type AckFacts struct {
 // promoted meanwhile: a paused or cut-off master) acknowledge nothing.
 func MayAcknowledge(f AckFacts) (bool, string) {
 	switch {
-	case f.State.Role != Master:
+	case f.State.Role != Master && !f.Promoting:
 		return false, "this site is a slave"
 	case f.State.SteppedDown:
 		return false, "this master stepped down: " + f.State.Why
@@ -325,7 +331,7 @@ func AwaitsConfirmation(f AckFacts) bool {
 	if ok, _ := MayAcknowledge(f); ok {
 		return false
 	}
-	return f.State.Role == Master && !f.State.SteppedDown && !f.Fenced && f.ZooKeeper && !f.Standalone
+	return (f.State.Role == Master || f.Promoting) && !f.State.SteppedDown && !f.Fenced && f.ZooKeeper && !f.Standalone
 }
 
 // Follows reports whether the slave site p follows the master of

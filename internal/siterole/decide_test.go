@@ -227,6 +227,10 @@ func TestMayAcknowledge(t *testing.T) {
 		{"confirmed recently", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, true, ""},
 		{"standalone: nothing could have been promoted", AckFacts{State: m, ZooKeeper: true, Standalone: true, ConfirmedAt: now.Add(-time.Hour), Now: now, MaxUnconfirmed: time.Second}, true, ""},
 		{"confirmation too old (paused, or ZooKeeper unreadable)", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-3 * time.Second), Now: now, MaxUnconfirmed: time.Second}, false, "could not confirm its generation 4"},
+		// A switchover's new master takes puts before its role is set.
+		{"promoting, confirmed", AckFacts{State: State{Role: Slave}, Promoting: true, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, true, ""},
+		{"promoting, not confirmed yet", AckFacts{State: State{Role: Slave}, Promoting: true, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, false, "not confirmed"},
+		{"promoting, fenced", AckFacts{State: State{Role: Slave}, Promoting: true, Fenced: true, ZooKeeper: true, ConfirmedAt: now, Now: now, MaxUnconfirmed: time.Second}, false, "fenced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := MayAcknowledge(tc.f)
@@ -549,6 +553,7 @@ func TestAwaitsConfirmation(t *testing.T) {
 		{"confirmed recently: acknowledges", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-500 * time.Millisecond), Now: now, MaxUnconfirmed: time.Second}, false},
 		{"just started, never confirmed", AckFacts{State: m, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, true},
 		{"confirmation stale (paused, ZooKeeper away)", AckFacts{State: m, ZooKeeper: true, ConfirmedAt: now.Add(-3 * time.Second), Now: now, MaxUnconfirmed: time.Second}, true},
+		{"promoting, not confirmed yet: held", AckFacts{State: State{Role: Slave}, Promoting: true, ZooKeeper: true, Now: now, MaxUnconfirmed: time.Second}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := AwaitsConfirmation(tc.f); got != tc.want {

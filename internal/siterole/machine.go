@@ -92,6 +92,14 @@ func (m *Machine) Current() State {
 	return m.cur
 }
 
+// CurrentAndBusy is the role and the transition in progress, read
+// together (a promotion sets the role, then ends its transition).
+func (m *Machine) CurrentAndBusy() (State, Transition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cur, m.busy
+}
+
 // Busy is the transition in progress, None when there is none.
 func (m *Machine) Busy() Transition {
 	m.mu.Lock()

@@ -16,6 +16,9 @@ func TestMachineOneTransitionAtATime(t *testing.T) {
 	if _, err := m.Begin(Demoting); !errors.As(err, &busy) || busy.Running != Promoting {
 		t.Fatalf("second Begin = %v, want ErrBusy{Promoting}", err)
 	}
+	if st, busy := m.CurrentAndBusy(); st.Role != Slave || busy != Promoting {
+		t.Fatalf("CurrentAndBusy = %v, %q; want the slave, promoting", st, busy)
+	}
 	changed := m.Changed()
 	m.Set(State{Role: Master, Generation: 1})
 	select {
