@@ -25,7 +25,10 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if r.master() {
-		return nil
+		// A retry: switchRoleLocked takes the role before it writes, so a
+		// write that failed there left the role taken and the nodes
+		// missing (a promotion's finisher retries then).
+		return r.writeAllLocked(ctx, false)
 	}
 	return r.switchRoleLocked(ctx, "master", false, -1)
 }
@@ -40,16 +43,16 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 // nodes would go with it: a master cut off from its ZooKeeper hands over
 // while its session runs out). With owner 0, or when the multi cannot be
 // made (the node is no longer owner's, a node changed meanwhile, the
-// MasterGuard refuses), it is BecomeMaster.
+// MasterGuard refuses), it is BecomeMaster. Both may be retried after
+// they failed: a registry already master writes its registration again.
 func (r *Registry) BecomeMasterFrom(ctx context.Context, owner int64) error {
 	r.regMu.Lock()
-	if r.master() {
-		r.unlockReg()
-		return nil
-	}
 	took, err := r.takeOverLocked(ctx, owner)
 	if took {
 		defer r.unlockReg()
+		if r.master() {
+			return r.writeAllLocked(ctx, false) // a retry (BecomeMaster)
+		}
 		return r.switchRoleLocked(ctx, "master", false, -1)
 	}
 	r.unlockReg()
