@@ -12,16 +12,21 @@ import (
 // it owned, and a node this session wrote in its place in one step can
 // carry the version the old one had, so DeleteOwned's check-then-delete
 // may take the new master's entry; producers then find no partition.
+//
+// It takes no lock: it reads the registration the last finished write left
+// (Registration), so a write waiting on its ensemble does not hold it up.
 func (r *Registry) Unlisted(ctx context.Context) (string, error) {
-	r.regMu.Lock()
+	w := r.written.Load()
+	if w == nil {
+		return "", nil
+	}
+	name := BrokerString(r.opts.BrokerID, w.slaveID)
 	var paths []string
-	for topic, t := range r.state.topics {
+	for topic, t := range w.topics {
 		if t.acceptPublish {
-			_, pub, _ := r.topicPaths(topic)
-			paths = append(paths, pub)
+			paths = append(paths, r.paths.TopicsPub()+"/"+topic+"/"+name)
 		}
 	}
-	r.unlockReg()
 	for _, p := range paths {
 		ok, err := r.Owns(ctx, p)
 		if err != nil {
