@@ -61,3 +61,37 @@ func TestBecomeMasterRetryWritesWhatFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestUnlistedNamesAMissingEntry: Unlisted names a topics-pub entry of this
+// registry's that is gone or another session's, and nothing otherwise.
+func TestUnlistedNamesAMissingEntry(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	o := testOptions(t, root)
+	o.SlaveID = -1
+	r := newRegistry(t, o)
+	if err := r.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Unlisted(ctx); err != nil || p != "" {
+		t.Fatalf("Unlisted = %q, %v with every entry written", p, err)
+	}
+	pub := root + "/brokers/topics-pub/orders/0-m"
+	other := newRegistry(t, testOptions(t, root))
+	if err := other.Delete(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Unlisted(ctx); err != nil || p != pub {
+		t.Fatalf("Unlisted = %q, %v after %s was deleted", p, err, pub)
+	}
+	if err := r.Reassert(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Unlisted(ctx); err != nil || p != "" {
+		t.Fatalf("Unlisted = %q, %v after Reassert", p, err)
+	}
+}
