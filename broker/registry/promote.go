@@ -25,7 +25,10 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if r.master() {
-		return nil
+		// A retry: switchRoleLocked takes the role before it writes, so a
+		// write that failed there left the role taken and the nodes
+		// missing (a promotion's finisher retries then).
+		return r.writeAllLocked(ctx, false)
 	}
 	return r.switchRoleLocked(ctx, "master", false, -1)
 }
@@ -38,18 +41,20 @@ func (r *Registry) BecomeMaster(ctx context.Context) error {
 // master's partitions throughout: the old master's until that step, this
 // one's from it on, also when the old master's session ends meanwhile (its
 // nodes would go with it: a master cut off from its ZooKeeper hands over
-// while its session runs out). With owner 0, or when the multi cannot be
-// made (the node is no longer owner's, a node changed meanwhile, the
-// MasterGuard refuses), it is BecomeMaster.
+// while its session runs out). With owner 0 and no master node (that
+// session ended first) the node and the entries are created in one multi.
+// Otherwise, or when the multi cannot be made (the node is no longer
+// owner's, a node changed meanwhile, the MasterGuard refuses), it is
+// BecomeMaster. Both may be retried after
+// they failed: a registry already master writes its registration again.
 func (r *Registry) BecomeMasterFrom(ctx context.Context, owner int64) error {
 	r.regMu.Lock()
-	if r.master() {
-		r.unlockReg()
-		return nil
-	}
 	took, err := r.takeOverLocked(ctx, owner)
 	if took {
 		defer r.unlockReg()
+		if r.master() {
+			return r.writeAllLocked(ctx, false) // a retry (BecomeMaster)
+		}
 		return r.switchRoleLocked(ctx, "master", false, -1)
 	}
 	r.unlockReg()
@@ -63,31 +68,35 @@ func (r *Registry) BecomeMasterFrom(ctx context.Context, owner int64) error {
 // takeOverLocked replaces, in one multi, the master node held by session
 // owner and the topics' master entries under topics-pub that session
 // holds (or that are missing) with this registry's, as a master's; it
-// reports whether it did. The caller holds regMu; the registry is still a
-// slave's, whose switchRoleLocked then finds those nodes its own.
+// reports whether it did. With owner 0 it creates them, in one multi
+// too, when there is no master node (the old master's session ended
+// first): ZooKeeper names no master until this registry's <id>-m entries
+// are there, and writing node by node (switchRoleLocked) left it so for
+// seconds on a loaded machine. The caller holds regMu; the registry is
+// still a slave's, whose switchRoleLocked then finds those nodes its own.
 func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error) {
-	if owner == 0 || !r.state.broker {
+	if !r.state.broker {
 		return false, nil
+	}
+	master := r.paths.Broker(r.opts.BrokerID, -1)
+	_, st, err := r.Get(ctx, master)
+	missing := errors.Is(err, ErrNoNode)
+	switch {
+	case missing && owner != 0, !missing && (owner == 0 || st.EphemeralOwner != owner):
+		return false, nil
+	case err != nil && !missing:
+		return false, fmt.Errorf("registry: read the master node %s: %w", master, err)
 	}
 	if g := r.opts.MasterGuard; g != nil {
 		if err := g(ctx); err != nil {
 			return false, fmt.Errorf("registry: writing nothing as master of broker %d: %w", r.opts.BrokerID, err)
 		}
 	}
-	master := r.paths.Broker(r.opts.BrokerID, -1)
-	_, st, err := r.Get(ctx, master)
-	if errors.Is(err, ErrNoNode) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("registry: read the master node %s: %w", master, err)
-	}
-	if st.EphemeralOwner != owner {
-		return false, nil
-	}
 	name := BrokerString(r.opts.BrokerID, -1)
-	ops := []any{&zk.DeleteRequest{Path: master, Version: st.Version},
-		&zk.CreateRequest{Path: master, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
+	ops := []any{&zk.CreateRequest{Path: master, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
+	if !missing {
+		ops = append([]any{&zk.DeleteRequest{Path: master, Version: st.Version}}, ops...)
+	}
 	topics := 0
 	for topic, t := range r.state.topics {
 		if !t.acceptPublish {
@@ -101,7 +110,7 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 			ops = append(ops, create)
 		case err != nil:
 			return false, fmt.Errorf("registry: read %s: %w", pub, err)
-		case st.EphemeralOwner == owner:
+		case owner != 0 && st.EphemeralOwner == owner:
 			ops = append(ops, &zk.DeleteRequest{Path: pub, Version: st.Version}, create)
 		default:
 			continue // another session's: writeTopicLocked replaces it
@@ -109,7 +118,14 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 		topics++
 	}
 	if err := r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err }); err != nil {
+		if missing {
+			return false, fmt.Errorf("registry: create the master node and topic entries in one step: %w", err)
+		}
 		return false, fmt.Errorf("registry: take over the master node and topic entries of session 0x%x: %w", owner, err)
+	}
+	if missing {
+		r.log.Info("REGISTRY: no master node was left; created it and the topics' master entries in one step", "topics", topics)
+		return true, nil
 	}
 	r.log.Info("REGISTRY: took over the master node and the topics' master entries of the master handing over, in one step",
 		"session", fmt.Sprintf("0x%x", owner), "topics", topics)

@@ -300,7 +300,15 @@ func (c *shipperComponent) keepPublished(ctx context.Context, every time.Duratio
 			// The master node (and with it the topics' entries): a
 			// registration status does not remember, it reads.
 			path := reg.Paths().Broker(c.b.Config().System.BrokerID, -1)
-			if owned, err := reg.Owns(ctx, path); err == nil && !owned {
+			owned, err := reg.Owns(ctx, path)
+			if err == nil && owned {
+				// The node is there, a topic's entry may not be: a write
+				// that failed half way, or an old master's late removal.
+				if p, uerr := reg.Unlisted(ctx); uerr == nil && p != "" {
+					owned, path = false, p
+				}
+			}
+			if err == nil && !owned {
 				// Bounded: the write holds the registry's write lock, which
 				// a promotion's finisher and a demotion wait for.
 				rctx, cancel := context.WithTimeout(ctx, 2*c.b.Config().ZooKeeper.SessionTimeout)
@@ -308,10 +316,10 @@ func (c *shipperComponent) keepPublished(ctx context.Context, every time.Duratio
 				cancel()
 				if err != nil {
 					if ctx.Err() == nil && !errors.Is(err, registry.ErrNotCurrentMaster) {
-						c.b.Logger().Warn("REPLICATION: this master's node is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
+						c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
 					}
 				} else {
-					c.b.Logger().Warn("REPLICATION: this master's node was missing in ZooKeeper; registered it again", "path", path)
+					c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) was missing in ZooKeeper; registered it again", "path", path)
 				}
 			}
 		}

@@ -396,15 +396,17 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if err != nil {
 		return rep, err
 	}
+	p := &promotion{gen: gen, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start}
+	p.steps.mark(start, "checksAndRaise")
 	if o.Handover {
 		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
+		p.steps.mark(start, "tellOldMaster")
 	}
 	// From here on the generation is this site's: no other site takes it
 	// (a compare-and-set raised it), and the master of the older one steps
 	// down when it sees it. A step that fails is retried in the background
 	// until the promotion is done or a newer generation takes over
 	// (finishPromotion), never left half done with no master of gen.
-	p := &promotion{gen: gen, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start}
 	if err := b.completePromotion(ctx, p); err != nil {
 		if b.closing.Load() {
 			return p.rep, err

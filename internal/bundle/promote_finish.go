@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"metaq/broker"
@@ -93,7 +94,31 @@ type promotion struct {
 	recorded        bool // identity.json names this site master of gen
 	sc              *shipperComponent
 	fenceWaited     bool // the wait after taking a dead master's node (or Auto's) is done
+
+	steps stepTimes // how long each step took, logged when the promotion ends
 }
+
+// stepTimes records how long each step of a promotion took, for the log
+// line that ends it: between a switchover's raise and the new master's
+// registration ZooKeeper may list no master (the old one cut off from its
+// ZooKeeper), so where that time goes must show (FAILOVER.md).
+type stepTimes struct {
+	last time.Time
+	b    strings.Builder
+}
+
+// mark records the time since the previous mark (or since start) as
+// step's.
+func (s *stepTimes) mark(start time.Time, step string) {
+	now := time.Now()
+	if s.last.IsZero() {
+		s.last = start
+	}
+	fmt.Fprintf(&s.b, "%s=%v ", step, now.Sub(s.last).Round(time.Millisecond))
+	s.last = now
+}
+
+func (s *stepTimes) String() string { return strings.TrimSpace(s.b.String()) }
 
 // PendingPromotion is a promotion that failed after it raised the
 // generation and is being finished in the background (Status).
@@ -219,6 +244,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			f.setStopped(stoppedPos{pos: r.Status().AppliedPos, held: true})
 		}
 		p.receiverStopped = true
+		p.steps.mark(p.start, "stopReceiver")
 	}
 	if !p.recorded {
 		if err := b.Store.Flush(); err != nil {
@@ -236,6 +262,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			return fmt.Errorf("promote: record generation %d: %w", p.gen, err)
 		}
 		p.recorded = true
+		p.steps.mark(p.start, "record")
 	}
 	// The slave checkpoint (the receiver's CheckpointFile) is a position in
 	// the old master's log; from now on this log diverges from it, so a
@@ -252,6 +279,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			return fmt.Errorf("promote: start shipping: %w", err)
 		}
 		p.sc = sc
+		p.steps.mark(p.start, "startShipper")
 		b.Broker.SetPromotionEnds(rep.Ends)
 		if p.o.Handover {
 			// The old master handed over and holds the puts that reached it
@@ -268,7 +296,9 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 		(*h)()
 	}
 	if b.Registry != nil {
-		if err := b.registerPromoted(ctx, p); err != nil {
+		err := b.registerPromoted(ctx, p)
+		p.steps.mark(p.start, "register")
+		if err != nil {
 			return err
 		}
 	}
@@ -286,7 +316,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 		}
 	}
 	b.log.Warn("FAILOVER: this site is now master", "generation", p.gen, "forced", p.o.Force,
-		"behindBytes", rep.BehindBytes, "took", rep.Took)
+		"behindBytes", rep.BehindBytes, "took", rep.Took, "steps", p.steps.String())
 	return nil
 }
 
@@ -371,6 +401,7 @@ func (b *Bundle) registerHandedOver(ctx context.Context, p *promotion) error {
 	if ok, st, err := b.Registry.Exists(ctx, path); err == nil && ok && st.EphemeralOwner != b.Registry.SessionID() {
 		owner = st.EphemeralOwner // the old master's: it handed over
 	}
+	p.steps.mark(p.start, "readMasterNode")
 	if owner == 0 {
 		// No node of the old master's (its session ended): one another
 		// session holds is waited for, as by any promotion.
@@ -379,6 +410,7 @@ func (b *Bundle) registerHandedOver(ctx context.Context, p *promotion) error {
 			return fmt.Errorf("promote: %w (this site ships its log at generation %d but takes no puts)", err, gen)
 		}
 		rep.Waited += time.Since(waitStart)
+		p.steps.mark(p.start, "awaitMasterFree")
 	}
 	// Producers and consumers that follow ZooKeeper move here.
 	if err := b.Registry.BecomeMasterFrom(ctx, owner); err != nil {
