@@ -86,8 +86,7 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 		return false, nil
 	}
 	name := BrokerString(r.opts.BrokerID, -1)
-	ops := []any{&zk.DeleteRequest{Path: master, Version: st.Version},
-		&zk.CreateRequest{Path: master, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
+	ops := r.replaceMasterNodeOps(master, st.Version)
 	topics := 0
 	for topic, t := range r.state.topics {
 		if !t.acceptPublish {
