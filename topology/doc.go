@@ -78,7 +78,10 @@
 // wrote it. A site's view lives in that site's own ZooKeeper ensemble (one
 // ensemble per site), so it must be kept by a bundle that holds a session to
 // it: every bundle gossips its site's ensemble (Meta.ZKConnect, ZKRoot) and
-// the sites whose ensembles it reaches now (Meta.Views, SetViewReach), and
+// the sites whose ensembles it reaches now (Meta.Views, SetViewReach; a
+// bundle counts its own site's ensemble as reached through a disconnect
+// while its session may still be alive, up to the session timeout, since
+// the session and its nodes outlive a disconnect), and
 // one bundle writes each view at a time (IsViewKeeper): the site's first
 // member by name that is not down (alive or suspect) and reaches the
 // ensemble, else the first other such member. A suspect member keeps its

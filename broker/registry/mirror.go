@@ -113,8 +113,7 @@ func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) e
 	// Replaced in one step: clients of this ensemble find a master node
 	// throughout (registerBrokerLocked then finds it this session's).
 	err = r.call(ctx, func() error {
-		_, err := r.conn.Multi(&zk.DeleteRequest{Path: path, Version: st.Version},
-			&zk.CreateRequest{Path: path, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral})
+		_, err := r.conn.Multi(r.replaceMasterNodeOps(path, st.Version)...)
 		return err
 	})
 	switch {
@@ -126,6 +125,14 @@ func (r *Registry) takeSupersededMasterLocked(ctx context.Context, gen uint64) e
 	r.log.Warn("REGISTRY: took the master node from the session of a master this generation superseded, instead of waiting for it to expire",
 		"path", path, "session", fmt.Sprintf("0x%x", st.EphemeralOwner), "generation", gen)
 	return nil
+}
+
+// replaceMasterNodeOps are the operations of a multi that replaces the
+// master node at path, another session's at version, with this session's
+// in one step: clients of the ensemble find a master node throughout.
+func (r *Registry) replaceMasterNodeOps(path string, version int32) []any {
+	return []any{&zk.DeleteRequest{Path: path, Version: version},
+		&zk.CreateRequest{Path: path, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
 }
 
 // raisedElsewhere says whether by, the raiser of a generation, is a site

@@ -93,9 +93,9 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 		}
 	}
 	name := BrokerString(r.opts.BrokerID, -1)
-	ops := []any{&zk.CreateRequest{Path: master, Data: []byte(r.URL()), Acl: openACL, Flags: zk.FlagEphemeral}}
-	if !missing {
-		ops = append([]any{&zk.DeleteRequest{Path: master, Version: st.Version}}, ops...)
+	ops := r.replaceMasterNodeOps(master, st.Version)
+	if missing {
+		ops = ops[1:] // nothing to delete: create only
 	}
 	topics := 0
 	for topic, t := range r.state.topics {

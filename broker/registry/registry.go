@@ -175,6 +175,11 @@ type Registry struct {
 	// previous are this broker's earlier sessions, read from SessionFile.
 	previous map[int64]bool
 
+	// lost is when the connection was last lost while a session was held
+	// (unix nanoseconds; drainEvents), 0 while connected, lostExpired
+	// once ZooKeeper said the session expired (SessionMayBeAlive).
+	lost atomic.Int64
+
 	resync  chan struct{} // buffered 1: a new session needs re-registration
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -384,6 +389,34 @@ func (r *Registry) SessionID() int64 { return r.conn.SessionID() }
 // Connected reports whether the registry holds a ZooKeeper session right now.
 func (r *Registry) Connected() bool { return r.conn.State() == zk.StateHasSession }
 
+// lostExpired in Registry.lost: ZooKeeper said the session expired.
+const lostExpired = -1
+
+// SessionMayBeAlive reports whether this registry's session, and the
+// ephemeral nodes it holds, may still exist: it holds the session now, or
+// lost its connection less than the session timeout ago and has not heard
+// since that the session expired. A disconnection is no session loss:
+// ZooKeeper keeps the session until its timeout, and a reconnection
+// within it finds everything in place. While disconnected the client only
+// learns of an expiry when it reaches a server again, so the timeout
+// bounds the wait.
+func (r *Registry) SessionMayBeAlive() bool {
+	if r.conn.State() == zk.StateHasSession {
+		return true
+	}
+	if r.closing.Load() || r.conn.SessionID() == 0 {
+		return false // closed, expired, or no session yet
+	}
+	switch lost := r.lost.Load(); {
+	case lost == lostExpired:
+		return false
+	case lost == 0:
+		return true // the disconnection's event is not read yet
+	default:
+		return time.Since(time.Unix(0, lost)) < r.opts.SessionTimeout
+	}
+}
+
 // Connect returns the ensemble's connect string (without a chroot).
 func (r *Registry) Connect() string { return r.opts.Connect }
 
@@ -424,6 +457,7 @@ func (r *Registry) drainEvents(events <-chan zk.Event) {
 		}
 		switch ev.State {
 		case zk.StateHasSession:
+			r.lost.Store(0)
 			id := r.conn.SessionID()
 			r.sessionMu.Lock()
 			prev := r.sessionID
@@ -441,8 +475,10 @@ func (r *Registry) drainEvents(events <-chan zk.Event) {
 				}
 			}
 		case zk.StateExpired:
+			r.lost.Store(lostExpired)
 			r.log.Warn("REGISTRY: ZooKeeper session expired")
 		case zk.StateDisconnected:
+			r.lost.CompareAndSwap(0, time.Now().UnixNano())
 			if !r.closing.Load() {
 				r.log.Warn("REGISTRY: disconnected from ZooKeeper", "server", ev.Server)
 			}

@@ -29,7 +29,7 @@ func TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "", noConfigSync)
 	tap := &zktest.Tap{}
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
 	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true})
@@ -88,7 +88,7 @@ func TestStandaloneMasterKeepsServingWithoutZooKeeper(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "", noConfigSync)
 	tap := &zktest.Tap{}
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
 	produce(t, bj.Broker.Addr().String(), "orders", 5, "before")
@@ -125,7 +125,7 @@ func TestStaleConfirmationRoundKeepsHeldPuts(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, "handoverHoldMs=20000\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "handoverHoldMs=20000\n", noConfigSync)
 	tap := &zktest.Tap{}
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
 	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true})

@@ -40,8 +40,7 @@ func startLapsedPut(t *testing.T) *lapsedPut {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=1\nminSyncSites=1\n")
-	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := sharedINI(zk, zkRoot, "[topic=orders]\nnumPartitions=1\nminSyncSites=1\n", noConfigSync)
 	// The hold's bound is raised: what a loaded machine makes slow here is
 	// bj's new ZooKeeper connection, not the hold.
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\nhandoverHoldMs=8000\n", 1)

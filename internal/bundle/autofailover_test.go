@@ -242,16 +242,9 @@ func TestPromotingSiteGossipsItsPosition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	root := t.TempDir()
-	shared := failoverINI("")
-	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
-	bjShip := mustComp[*shipperComponent](t, bj)
-	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
-		masterAddr: bjShip.Addr(), natsURL: "nats://" + natsListen})
-	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
-	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
-	bj.Close()
+	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}})
+	hf := s.site("hf")
+	s.stop("bj")
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if mustComp[*receiverComponent](t, hf).Connected() {
 			return errors.New("hf still connected to bj")

@@ -59,10 +59,31 @@ type siteSpec struct {
 	metaqPort bool
 }
 
+// iniOption changes sharedINI's server.ini.
+type iniOption func(*iniSpec)
+
+type iniSpec struct {
+	noConfigSync bool
+}
+
+// noConfigSync leaves the [nats] section out: no configsync, whose
+// embedded NATS server lives in the master's bundle and would stop with
+// it (tests that kill or stop the master).
+func noConfigSync(s *iniSpec) { s.noConfigSync = true }
+
 // sharedINI is the common server.ini of the test deployment: brokerId 0,
 // ZooKeeper off unless zk is set, every extension section present so each
-// component runs, and the site's keys in site.ini.
-func sharedINI(zk, root, topics string) string {
+// component runs (configsync's too, unless noConfigSync), and the site's
+// keys in site.ini.
+func sharedINI(zk, root, topics string, opts ...iniOption) string {
+	var spec iniSpec
+	for _, o := range opts {
+		o(&spec)
+	}
+	nats := "[nats]\nbucket=metaq_config\n\n"
+	if spec.noConfigSync {
+		nats = ""
+	}
 	zkKeys := "zk.zkEnable=false\nzk.zkConnect=127.0.0.1:1\n"
 	if zk != "" {
 		zkKeys = fmt.Sprintf("zk.zkConnect=%s\nzk.zkRoot=%s\nzk.zkSessionTimeoutMs=5000\nzk.zkConnectionTimeoutMs=10000\nzk.zkSyncTimeMs=100\n", zk, root)
@@ -90,10 +111,7 @@ stuckAfterMs=5000
 probeIntervalMs=100
 label=metaq-test
 
-[nats]
-bucket=metaq_config
-
-` + topics
+` + nats + topics
 }
 
 // pushKey signs the tests' configsync pushes; every test site trusts it.

@@ -337,7 +337,7 @@ func TestAutoSyncMasterConfig(t *testing.T) {
 	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
 	// Without configsync on the slave: with it, configsync owns server.ini
 	// (TestAutoSyncYieldsToConfigsync).
-	slaveINI := strings.Replace(sharedINI("", "", "[topic=test]\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	slaveINI := sharedINI("", "", "[topic=test]\n", noConfigSync)
 	slave := startSite(t, filepath.Join(root, "hf"), slaveINI, siteSpec{name: "hf", slave: true, slaveID: 1,
 		masterAddr: master.ReplicationAddr(), noNATS: true, autoSync: true})
 	if _, ok := findComp[*configSyncComponent](slave); ok {

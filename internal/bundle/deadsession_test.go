@@ -26,8 +26,7 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
-	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := strings.Replace(failoverINIZK(zk, zkRoot, "", noConfigSync), "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)
 	tap := &zktest.Tap{}
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})
 	join := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
@@ -87,7 +86,7 @@ func TestPromoteWaitWaitsForTheSession(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "", noConfigSync)
 	shared = strings.Replace(shared, "[gossip]\n", "[gossip]\nenable=false\n", 1)
 	tap := &zktest.Tap{}
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})

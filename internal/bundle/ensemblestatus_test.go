@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ func TestEnsembleStatusReadsTheRegistration(t *testing.T) {
 	zks := map[string]string{"bj": testutil.ZooKeeper(t), "hf": testutil.SecondZooKeeper(t)}
 	dir := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zks["bj"], zks["hf"]}, "bj", "hf")
-	shared := strings.Replace(sharedINI(zks["bj"], zkRoot, "[topic=orders]\nnumPartitions=2\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := sharedINI(zks["bj"], zkRoot, "[topic=orders]\nnumPartitions=2\n", noConfigSync)
 	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", noNATS: true})
 	join := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
 	startSite(t, filepath.Join(dir, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true, join: join,

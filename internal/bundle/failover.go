@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -1285,10 +1286,8 @@ func (f *failoverState) stoppedAt() stoppedPos {
 func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, after, every time.Duration) {
 	tk := time.NewTicker(every)
 	defer tk.Stop()
-	var (
-		since   time.Time
-		waiting string // why the last tick did not promote, logged once
-	)
+	var since time.Time
+	waiting := waitLog{log: b.log, every: time.Minute} // why the last tick did not promote
 	for {
 		select {
 		case <-ctx.Done():
@@ -1296,7 +1295,8 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 		case <-tk.C:
 		}
 		if !b.failover.role.isSlave() || b.failover.role.Busy() != siterole.None {
-			since, waiting = time.Time{}, ""
+			since = time.Time{}
+			waiting.reset()
 			continue
 		}
 		lost, why := b.masterLost(ctx, t)
@@ -1304,7 +1304,8 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			if !since.IsZero() {
 				b.log.Info("FAILOVER: the master is reachable again; no automatic failover", "why", why)
 			}
-			since, waiting = time.Time{}, ""
+			since = time.Time{}
+			waiting.reset()
 			continue
 		}
 		if since.IsZero() {
@@ -1316,33 +1317,24 @@ func (b *Bundle) runAutoFailover(ctx context.Context, t *topology.Topology, afte
 			continue
 		}
 		if cand, me := b.failoverCandidate(t); !me {
-			if why := "candidate " + cand; why != waiting {
-				b.log.Info("FAILOVER: another slave site is the candidate for automatic failover", "candidate", cand)
-				waiting = why
-			}
+			waiting.note(time.Now(), slog.LevelInfo, "FAILOVER: another slave site is the candidate for automatic failover", "candidate "+cand)
 			continue
 		}
 		// A sibling that still follows the master (its position is not
 		// final) or holds more of its log: Promote would refuse; wait for
 		// gossip to settle instead of trying every tick.
 		if why := b.siblingAhead(b.appliedPos()); why != "" {
-			if why != waiting {
-				b.log.Info("FAILOVER: not promoting automatically yet", "why", why)
-				waiting = why
-			}
+			waiting.note(time.Now(), slog.LevelInfo, "FAILOVER: not promoting automatically yet", why)
 			continue
 		}
 		// A sibling gossip declared down that had applied more: promoting
 		// this site would drop what it holds (acknowledged synchronous
 		// puts among them); wait for it to come back, or an operator.
 		if why := b.downSiblingAhead(t); why != "" {
-			if why != waiting {
-				b.log.Warn("FAILOVER: not promoting automatically", "why", why)
-				waiting = why
-			}
+			waiting.note(time.Now(), slog.LevelWarn, "FAILOVER: not promoting automatically", why)
 			continue
 		}
-		waiting = ""
+		waiting.reset()
 		rep, err := b.PromoteWith(ctx, PromoteOptions{Auto: true})
 		if err != nil {
 			b.log.Error("FAILOVER: automatic promotion failed", "err", err)

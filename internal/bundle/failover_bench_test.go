@@ -312,8 +312,8 @@ func runFailover(b *testing.B, zk string, sc failoverScenario, iter int) failove
 		repl = "autoFailover=true\nautoFailoverAfterMs=1000\n"
 	}
 	zkRoot := multiSiteRoot(b, []string{zk})
-	shared := sharedINI(zk, zkRoot, "[topic="+topicSync+"]\nnumPartitions=2\nminSyncSites=1\n\n[topic="+topicAsync+"]\nnumPartitions=2\n")
-	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1) // configsync plays no part
+	shared := sharedINI(zk, zkRoot, "[topic="+topicSync+"]\nnumPartitions=2\nminSyncSites=1\n\n[topic="+topicAsync+"]\nnumPartitions=2\n",
+		noConfigSync) // configsync plays no part
 	shared = strings.Replace(shared, "[replication]\n", "[replication]\n"+repl, 1)
 	if sc == scenarioAutoDeploy {
 		shared = strings.Replace(shared, "zk.zkSessionTimeoutMs=5000", "zk.zkSessionTimeoutMs=30000", 1)

@@ -46,7 +46,7 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 	dir := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zks["bj"], zks["hf"], zks["gz"]}, sites...)
 	// Without configsync: its NATS would die with bj.
-	shared := strings.Replace(sharedINI(zks["bj"], zkRoot, "[topic=orders]\nnumPartitions=2\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := sharedINI(zks["bj"], zkRoot, "[topic=orders]\nnumPartitions=2\n", noConfigSync)
 	ownZK := func(site string) string { return "[zookeeper]\nzk.zkConnect=" + zks[site] + "\n" }
 
 	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", noNATS: true})
@@ -395,7 +395,7 @@ func TestForcedPromotionPerSiteZooKeeper(t *testing.T) {
 	zkBJ, zkHF := testutil.ZooKeeper(t), testutil.SecondZooKeeper(t)
 	dir := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zkBJ, zkHF}, "bj", "hf")
-	shared := strings.Replace(failoverINIZK(zkBJ, zkRoot, "leaseMs=400\n"), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zkBJ, zkRoot, "leaseMs=400\n", noConfigSync)
 	bj := startSite(t, filepath.Join(dir, "bj"), shared, siteSpec{name: "bj", noNATS: true})
 	hf := startSite(t, filepath.Join(dir, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1,
 		masterAddr: mustComp[*shipperComponent](t, bj).Addr(), noNATS: true,

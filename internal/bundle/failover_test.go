@@ -26,8 +26,8 @@ import (
 // partitions, gossip on, replication keys added.
 func failoverINI(replication string) string { return failoverINIZK("", "", replication) }
 
-func failoverINIZK(zk, root, replication string) string {
-	s := sharedINI(zk, root, "[topic=orders]\nnumPartitions=2\n")
+func failoverINIZK(zk, root, replication string, opts ...iniOption) string {
+	s := sharedINI(zk, root, "[topic=orders]\nnumPartitions=2\n", opts...)
 	return strings.Replace(s, "[replication]\n", "[replication]\n"+replication, 1)
 }
 

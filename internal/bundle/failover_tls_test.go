@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,8 +43,7 @@ func TestSwitchoverWithMutualTLSAndSecret(t *testing.T) {
 		return "compression=zstd\nbandwidthBytesPerSec=5000000\ntlsCert=" + filepath.Join(root, site+".pem") + "\ntlsKey=" + filepath.Join(root, site+".key") + "\ntlsCA=" + caFile + "\n"
 	}
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := failoverINIZK(zk, zkRoot, "secretFile=repl.key\ncompression=zstd\nbandwidthBytesPerSec=4000000\n")
-	shared = strings.Replace(shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "secretFile=repl.key\ncompression=zstd\nbandwidthBytesPerSec=4000000\n", noConfigSync)
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true, extraOverlay: siteTLS("bj")})
 	join := []string{mustComp[*topologyComponent](t, bj).Topology().Addr()}
 	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true, join: join,

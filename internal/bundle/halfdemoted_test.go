@@ -28,17 +28,27 @@ func TestHalfDemotedSiteRejoins(t *testing.T) {
 	hf, gz := s.site("hf"), s.site("gz")
 	waitCaughtUp(t, hf, gz, "orders", 30*time.Second)
 
-	s.cutZK("hf")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err := hf.Switchover(ctx, "gz", "")
-	cancel()
-	t.Logf("switchover hf -> gz with hf's ZooKeeper cut: %v", err)
-	if hf.demotedReceiver() != nil || hf.promotedShipper() != nil {
-		t.Fatalf("hf: receiver %v, shipper %v: not the half-demoted state this test is about (err %v)",
-			hf.demotedReceiver() != nil, hf.promotedShipper() != nil, err)
-	}
+	s.switchoverHalfDemoted("hf", "gz")
 	s.healZK("hf")
 	hfFollowsGZ(t, s, hf)
+}
+
+// switchoverHalfDemoted hands mastership from the master at from to the
+// site to with from's ZooKeeper cut (it stays cut): from's demotion stops
+// its shipper, then cannot register as a slave. The test fails unless
+// from is left so, half demoted: following no one, shipping nothing.
+func (s *sites) switchoverHalfDemoted(from, to string) {
+	s.t.Helper()
+	b := s.site(from)
+	s.cutZK(from)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	_, err := b.Switchover(ctx, to, "")
+	cancel()
+	s.t.Logf("switchover %s -> %s with %s's ZooKeeper cut: %v", from, to, from, err)
+	if b.demotedReceiver() != nil || b.runningShipper() != nil || b.promotedShipper() != nil {
+		s.t.Fatalf("%s: receiver %v, shipper %v, promoted shipper %v: not the half-demoted state this test is about (err %v)",
+			from, b.demotedReceiver() != nil, b.runningShipper() != nil, b.promotedShipper() != nil, err)
+	}
 }
 
 // TestHalfPromotedThenHalfDemotedSiteFollows: hf's forced promotion fails

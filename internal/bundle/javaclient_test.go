@@ -261,10 +261,9 @@ func newJavaSites(t *testing.T, topic, topicKeys, replication string) *javaSites
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	s := &javaSites{root: t.TempDir(), zk: zk, zkRoot: multiSiteRoot(t, []string{zk}), topic: topic}
-	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys))
-	s.shared = strings.Replace(s.shared, "[replication]\n", "[replication]\n"+replication, 1)
 	// No configsync: its NATS server would live in bj, which one test kills.
-	s.shared = strings.Replace(s.shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys), noConfigSync)
+	s.shared = strings.Replace(s.shared, "[replication]\n", "[replication]\n"+replication, 1)
 	s.bj = startSite(t, filepath.Join(s.root, "bj"), s.shared, siteSpec{name: "bj", noNATS: true})
 	seed := []string{mustComp[*topologyComponent](t, s.bj).Topology().Addr()}
 	ship := mustComp[*shipperComponent](t, s.bj)

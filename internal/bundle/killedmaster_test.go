@@ -129,8 +129,7 @@ func newJavaSitesKillable(t *testing.T, topic, topicKeys string) *javaSites {
 		t.Skip("METAQ_TEST_ZK not set")
 	}
 	s := &javaSites{root: t.TempDir(), zk: zk, zkRoot: multiSiteRoot(t, []string{zk}), topic: topic}
-	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys))
-	s.shared = strings.Replace(s.shared, "[nats]\nbucket=metaq_config\n", "", 1)
+	s.shared = sharedINI(zk, s.zkRoot, fmt.Sprintf("[topic=%s]\nnumPartitions=2\n%s", topic, topicKeys), noConfigSync)
 	var repl, gossip string
 	s.bjProc, repl, gossip = startKillableMaster(t, filepath.Join(s.root, "bj"), s.shared, zk, s.zkRoot)
 	seed := []string{gossip}

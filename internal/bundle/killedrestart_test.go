@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func TestKilledMasterRestartedByUnitCommandJoinsAsSlave(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "", noConfigSync)
 	tap := &zktest.Tap{}
 	bjDir := filepath.Join(root, "bj")
 	bj := startSite(t, bjDir, shared, siteSpec{name: "bj", noNATS: true, options: func(o *Options) { o.ZooKeeperDialer = tap.Dial }})

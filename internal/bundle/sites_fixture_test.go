@@ -138,7 +138,7 @@ func newSites(t testing.TB, spec sitesSpec) *sites {
 		}
 	}
 	// Without configsync: its embedded NATS would stop with the master.
-	s.shared = strings.Replace(failoverINIZK(zk, s.zkRoot, repl), "[nats]\nbucket=metaq_config\n", "", 1)
+	s.shared = failoverINIZK(zk, s.zkRoot, repl, noConfigSync)
 	s.shared += spec.topics
 	if spec.sessionTimeout > 0 {
 		s.shared = strings.Replace(s.shared, "zk.zkSessionTimeoutMs=5000", fmt.Sprintf("zk.zkSessionTimeoutMs=%d", spec.sessionTimeout.Milliseconds()), 1)

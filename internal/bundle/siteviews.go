@@ -50,6 +50,7 @@ type siteViews struct {
 	// (ensembles.go), for a check of the generation at the next start.
 	ensFile  string
 	recorded map[string]topology.Ensemble // what ensFile last got; reconcile only
+	ownState ownState                     // the own session as last seen; reconcile only
 	// paused, when it returns true, leaves the mirrors as they are: a
 	// master handing over neither rewrites nor removes them while the new
 	// master replaces them (awaitTopicsTaken), so that no ensemble lists a
@@ -121,7 +122,7 @@ func (s *siteViews) reconcile(ctx context.Context) {
 	ens := s.t.Ensembles()
 	s.record(ens)
 	var reach []string
-	ownOK := s.own.Connected()
+	ownOK := s.ownSessionClaim()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for site := range s.t.Sites() {
@@ -162,6 +163,51 @@ func (s *siteViews) reconcile(ctx context.Context) {
 	}
 	s.t.SetViewReach(reach)
 }
+
+// ownSessionClaim reports whether this bundle still claims the views its
+// own ensemble holds: while its session there may be alive, through a
+// disconnection too. A brief disconnection under load otherwise handed its
+// site's view to another site's bundle, which then wrote it, and the
+// site's producers could bypass its gateway meanwhile; the session, and
+// the nodes it holds, outlive a disconnection up to the session timeout.
+// It logs when the claim is kept through a disconnection and when it is
+// given up. Called by reconcile only.
+func (s *siteViews) ownSessionClaim() bool {
+	state := ownConnected
+	switch {
+	case s.own.Connected():
+	case s.own.SessionMayBeAlive():
+		state = ownDisconnected
+	default:
+		state = ownLost
+	}
+	if state != s.ownState {
+		switch state {
+		case ownDisconnected:
+			s.log.Warn("TOPOLOGY: disconnected from this site's ZooKeeper; still keeping the site views while the session may live",
+				"zk", s.own.Connect(), "sessionTimeout", s.base.SessionTimeout)
+		case ownLost:
+			s.log.Warn("TOPOLOGY: this site's ZooKeeper session is lost; another site's bundle may keep the site views until it is back",
+				"zk", s.own.Connect())
+		default:
+			if s.ownState != ownConnected {
+				s.log.Info("TOPOLOGY: connected to this site's ZooKeeper again", "zk", s.own.Connect())
+			}
+		}
+		s.ownState = state
+	}
+	return state != ownLost
+}
+
+// ownState is what reconcile last saw of the session to this bundle's own
+// ensemble.
+type ownState int
+
+const (
+	ownConnected    ownState = iota // holds the session (or never had one)
+	ownDisconnected                 // disconnected; the session may live
+	ownLost                         // expired, past the session timeout, or closed
+)
 
 // record keeps ensFile to the other sites' ensembles in ens (those of
 // this bundle's own ensemble left out), writing only when they change.

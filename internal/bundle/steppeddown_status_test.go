@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -27,15 +26,7 @@ func TestSteppedDownMasterDoesNotReportMaster(t *testing.T) {
 	s.produce("bj", "orders", 10)
 	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)
 
-	s.cutZK("bj")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err := bj.Switchover(ctx, "hf", "")
-	cancel()
-	t.Logf("switchover bj -> hf with bj's ZooKeeper cut: %v", err)
-	if bj.demotedReceiver() != nil || bj.runningShipper() != nil {
-		t.Fatalf("bj: receiver %v, shipper %v: not the half-demoted state this test is about (err %v)",
-			bj.demotedReceiver() != nil, bj.runningShipper() != nil, err)
-	}
+	s.switchoverHalfDemoted("bj", "hf")
 	if r := bj.Role(); r.IsMaster() {
 		t.Fatalf("bj: role %v: it handed over and should have stepped down", r)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ func TestSwitchoverKeepsTopicPartitionsListed(t *testing.T) {
 	}
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})
-	shared := strings.Replace(failoverINIZK(zk, zkRoot, ""), "[nats]\nbucket=metaq_config\n", "", 1)
+	shared := failoverINIZK(zk, zkRoot, "", noConfigSync)
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", noNATS: true})
 	hf := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, noNATS: true})
 	produce(t, bj.Broker.Addr().String(), "orders", 20, "bj")
