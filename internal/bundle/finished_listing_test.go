@@ -42,6 +42,16 @@ func TestFinishedPromotionListsItsTopics(t *testing.T) {
 	if _, err := hf.Promote(ctx, true); !errors.Is(err, ErrPromotionPending) {
 		t.Fatalf("hf's promotion with the write of its topics-pub entry cut: %v, want it left to the finisher", err)
 	}
+	// The promotion may have been left to the finisher before it reached
+	// that write (a slow step under load): heal only once the write was
+	// cut, or the finisher's write would cut it after the heal, for good.
+	tap := s.tapOf("hf")
+	testutil.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if !tap.Blocked() {
+			return errors.New("hf's write of its topics-pub entry not cut yet")
+		}
+		return nil
+	})
 	s.healZK("hf")
 	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
 		if r := hf.Role(); r.Role != siterole.Master || hf.pendingPromotion() != nil {

@@ -113,6 +113,14 @@ func (z *Tap) Unblock() {
 	z.mu.Unlock()
 }
 
+// Blocked says whether the tap refuses connections now: after Block, or
+// once an armed BlockBeforeWrite fired, until Unblock.
+func (z *Tap) Blocked() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.blocked
+}
+
 // Credentials returns the last session id and password seen (0, nil before
 // the first session).
 func (z *Tap) Credentials() (int64, []byte) {
