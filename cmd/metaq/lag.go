@@ -53,7 +53,8 @@ func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, ex
 		w := fs.Output()
 		fmt.Fprintln(w, "usage: metaq lag [-addr host:port] [-json] [-token t] [-consumers=false]")
 		fmt.Fprintln(w, "Prints replication lag per slave group (site, partitions, bytes, messages, seconds behind, state)")
-		fmt.Fprintln(w, "and consumer-group lag per site, as one bundle sees the gossip pool.")
+		fmt.Fprintln(w, "and consumer-group lag per site, as one bundle sees the gossip pool; consumer groups of each broker id")
+		fmt.Fprintln(w, "come from its current master's dashboard (same -token), whichever bundle -addr names.")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, false, stdout, stderr); err != nil {
