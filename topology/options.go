@@ -22,7 +22,11 @@ const DefaultLaggingAfter = 5 * time.Second
 type Options struct {
 	// Name is the gossip node name, unique in the pool. Default
 	// "<site>-<brokerId>-m" for a master, "<site>-<brokerId>-s<slaveId>" for
-	// a slave, so a restarted bundle takes its old place.
+	// a slave, so a restarted bundle takes its old place. The name is the
+	// bundle's identity in the pool, not its role: it keeps the start-up
+	// role's default after a promotion or demotion (memberlist cannot rename
+	// a live node), and the role gossiped beside it (Meta.Role, from the
+	// Mastership source) is the current one.
 	Name string
 	// Site is this bundle's site ([site] name). Required.
 	Site string
@@ -142,7 +146,8 @@ func FastTiming() Timing {
 	}
 }
 
-// DefaultName is the node name Options.Name defaults to.
+// DefaultName is the node name Options.Name defaults to; the role in it is
+// the start-up role (see Options.Name).
 func DefaultName(site string, role Role, brokerID, slaveID int) string {
 	if role == RoleSlave {
 		return site + "-" + strconv.Itoa(brokerID) + "-s" + strconv.Itoa(slaveID)

@@ -141,7 +141,7 @@ func (d *demo) listUnreplicated(_ context.Context, site string, w io.Writer) err
 	}
 	sort.Slice(tails, func(i, j int) bool { return tails[i].Path < tails[j].Path })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "      PARTITION\tFROM\tTO\tGEN\tRECORDS\tFILE")
+	fmt.Fprintln(tw, "      PARTITION\tFROM\tTO\tCUT AT GEN\tRECORDS\tFILE")
 	for _, t := range tails {
 		fmt.Fprintf(tw, "      %s-%d\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Partition, t.From, t.To, t.Generation, t.Records, t.Path)
 	}

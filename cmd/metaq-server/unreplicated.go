@@ -31,10 +31,14 @@ func listUnreplicated(w io.Writer, dir string) ([]georeplicator.TailFile, error)
 		fmt.Fprintf(w, "no unreplicated records in %s\n", dir)
 		return nil, nil
 	}
-	fmt.Fprintf(w, "%-40s %12s %12s %6s %8s  %s\n", "PARTITION", "FROM", "TO", "GEN", "RECORDS", "FILE")
+	// The file's generation is the one that superseded the records (its
+	// master did not have them), not the one they were written in: a
+	// master of an earlier generation wrote them. The column says so.
+	fmt.Fprintf(w, "%-40s %12s %12s %10s %8s  %s\n", "PARTITION", "FROM", "TO", "CUT AT GEN", "RECORDS", "FILE")
 	for _, t := range tails {
-		fmt.Fprintf(w, "%-40s %12d %12d %6d %8d  %s\n", fmt.Sprintf("%s-%d", t.Topic, t.Partition), t.From, t.To, t.Generation, t.Records, t.Path)
+		fmt.Fprintf(w, "%-40s %12d %12d %10d %8d  %s\n", fmt.Sprintf("%s-%d", t.Topic, t.Partition), t.From, t.To, t.Generation, t.Records, t.Path)
 	}
+	fmt.Fprintln(w, "CUT AT GEN: the generation whose master did not have these records; a master of an earlier generation wrote them.")
 	return tails, nil
 }
 

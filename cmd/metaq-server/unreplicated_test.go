@@ -48,3 +48,27 @@ func TestUnreplicatedListAndDecode(t *testing.T) {
 		t.Fatalf("empty listing %q %v", out.String(), err)
 	}
 }
+
+// TestUnreplicatedListNamesTheCuttingGeneration: a tail saved when
+// generation 4 superseded the records (written by the master of generation
+// 3) is listed under a column that says 4 is the cutting generation, not the
+// one the records were written in.
+func TestUnreplicatedListNamesTheCuttingGeneration(t *testing.T) {
+	dir := t.TempDir()
+	recs := store.AppendRecord(nil, 1, 0, []byte("acked by gen 3"))
+	if err := os.WriteFile(filepath.Join(dir, "orders-0-500-530-gen4.records"), recs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := listUnreplicated(&out, dir); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	t.Logf("listing:\n%s", s)
+	if !strings.Contains(s, "CUT AT GEN") || !strings.Contains(s, "a master of an earlier generation wrote them") {
+		t.Fatalf("the generation column does not say it is the superseding generation:\n%s", s)
+	}
+	if strings.Contains(s, " GEN ") && !strings.Contains(s, "CUT AT GEN") {
+		t.Fatalf("bare GEN column:\n%s", s)
+	}
+}
