@@ -206,6 +206,10 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ErrSessionGone is ExpireSession's error when the server no longer knows
+// the session (already expired, or a wrong password).
+var ErrSessionGone = errors.New("wrong password or already expired")
+
 // ExpireSession ends a session from outside: it attaches to the session with
 // its id and password on a second connection and closes it there. The server
 // deletes the session's ephemeral nodes at once, and the original client
@@ -237,7 +241,7 @@ func ExpireSession(zkAddr string, session int64, passwd []byte) error {
 		return fmt.Errorf("zktest: short connect response")
 	}
 	if got := int64(binary.BigEndian.Uint64(resp[8:16])); got != session {
-		return fmt.Errorf("zktest: server gave session 0x%x, want 0x%x (wrong password or already expired)", got, session)
+		return fmt.Errorf("zktest: server gave session 0x%x, want 0x%x (%w)", got, session, ErrSessionGone)
 	}
 	// closeSession: length 8, xid 1, opcode -11.
 	closeReq := binary.BigEndian.AppendUint32(nil, 8)
