@@ -176,9 +176,12 @@ type Registry struct {
 	previous map[int64]bool
 
 	// lost is when the connection was last lost while a session was held
-	// (unix nanoseconds; drainEvents), 0 while connected, lostExpired
-	// once ZooKeeper said the session expired (SessionMayBeAlive).
+	// (nanoseconds since born on the monotonic clock, so a step of the
+	// wall clock cannot shorten or stretch the wait; drainEvents), 0 while
+	// connected, lostExpired once ZooKeeper said the session expired
+	// (SessionMayBeAlive).
 	lost atomic.Int64
+	born time.Time
 
 	resync  chan struct{} // buffered 1: a new session needs re-registration
 	quit    chan struct{}
@@ -247,6 +250,7 @@ func New(ctx context.Context, opts Options) (*Registry, error) {
 		regained:     make(chan struct{}),
 		resync:       make(chan struct{}, 1),
 		quit:         make(chan struct{}),
+		born:         time.Now(),
 	}
 	r.state.checksum = opts.ConfigChecksum
 	r.state.topics = make(map[string]topicReg)
@@ -413,7 +417,7 @@ func (r *Registry) SessionMayBeAlive() bool {
 	case lost == 0:
 		return true // the disconnection's event is not read yet
 	default:
-		return time.Since(time.Unix(0, lost)) < r.opts.SessionTimeout
+		return time.Since(r.born)-time.Duration(lost) < r.opts.SessionTimeout
 	}
 }
 
@@ -478,7 +482,7 @@ func (r *Registry) drainEvents(events <-chan zk.Event) {
 			r.lost.Store(lostExpired)
 			r.log.Warn("REGISTRY: ZooKeeper session expired")
 		case zk.StateDisconnected:
-			r.lost.CompareAndSwap(0, time.Now().UnixNano())
+			r.lost.CompareAndSwap(0, max(int64(time.Since(r.born)), 1))
 			if !r.closing.Load() {
 				r.log.Warn("REGISTRY: disconnected from ZooKeeper", "server", ev.Server)
 			}

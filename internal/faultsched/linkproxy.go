@@ -116,15 +116,17 @@ func (ls *Links) waitOpen(p [2]string, done <-chan struct{}) bool {
 }
 
 // Listen starts a proxy on listen that forwards to target, the endpoint
-// owner's service.
-func (ls *Links) Listen(owner, listen, target string) error {
+// owner's service, and returns the address it listens on (listen's port
+// may be 0).
+func (ls *Links) Listen(owner, listen, target string) (string, error) {
 	return ls.listen(owner, "", listen, target)
 }
 
 // ListenClients starts a proxy on listen that forwards to target, the
 // site's MetaQ port or its ZooKeeper, for the workload's clients: its
-// connections are the pair (Clients, site).
-func (ls *Links) ListenClients(site, listen, target string) error {
+// connections are the pair (Clients, site). It returns the address it
+// listens on.
+func (ls *Links) ListenClients(site, listen, target string) (string, error) {
 	return ls.listen(site, Clients, listen, target)
 }
 
@@ -134,36 +136,36 @@ func (ls *Links) ListenClients(site, listen, target string) error {
 // when the layout runs configsync, and its MetaQ port and ZooKeeper for
 // the workload's clients.
 func (ls *Links) ListenSite(l *Layout, s string) error {
-	if err := ls.Listen("zk:"+s, l.ZKProxyAddr(s), l.ZKAddr(s)); err != nil {
+	if _, err := ls.Listen("zk:"+s, l.ZKProxyAddr(s), l.ZKAddr(s)); err != nil {
 		return err
 	}
-	if err := ls.Listen(s, l.LinkAddr(s), l.ReplAddr(s)); err != nil {
+	if _, err := ls.Listen(s, l.LinkAddr(s), l.ReplAddr(s)); err != nil {
 		return err
 	}
-	if err := ls.ListenClients(s, l.ClientAddr(s), l.MetaQAddr(s)); err != nil {
+	if _, err := ls.ListenClients(s, l.ClientAddr(s), l.MetaQAddr(s)); err != nil {
 		return err
 	}
-	if err := ls.ListenClients(s, l.ClientZKAddr(s), l.ZKAddr(s)); err != nil {
+	if _, err := ls.ListenClients(s, l.ClientZKAddr(s), l.ZKAddr(s)); err != nil {
 		return err
 	}
-	if err := ls.Listen(s, l.GossipProxyAddr(s), l.GossipAddr(s)); err != nil {
+	if _, err := ls.Listen(s, l.GossipProxyAddr(s), l.GossipAddr(s)); err != nil {
 		return err
 	}
 	if err := ls.ListenUDP(s, l.GossipProxyAddr(s), l.GossipAddr(s), l.siteOfGossipPort); err != nil {
 		return err
 	}
 	if l.ConfigSync {
-		if err := ls.Listen(s, l.addr(s, offNATSGatewayProxy), l.addr(s, offNATSGateway)); err != nil {
+		if _, err := ls.Listen(s, l.addr(s, offNATSGatewayProxy), l.addr(s, offNATSGateway)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (ls *Links) listen(owner, dialer, listen, target string) error {
+func (ls *Links) listen(owner, dialer, listen, target string) (string, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("faultsched: link proxy for %s on %s: %w", owner, listen, err)
+		return "", fmt.Errorf("faultsched: link proxy for %s on %s: %w", owner, listen, err)
 	}
 	p := &linkProxy{ls: ls, owner: owner, dialer: dialer, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	ls.mu.Lock()
@@ -174,7 +176,7 @@ func (ls *Links) listen(owner, dialer, listen, target string) error {
 		defer ls.wg.Done()
 		p.acceptLoop()
 	}()
-	return nil
+	return ln.Addr().String(), nil
 }
 
 // Close stops every proxy and closes their connections.

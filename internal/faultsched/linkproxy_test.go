@@ -35,13 +35,8 @@ func TestLinkCutHoldsOnlyItsPair(t *testing.T) {
 	target := echoServer(t)
 	ls := NewLinks(func() map[int]string { return map[int]string{os.Getpid(): "hf"} })
 	defer ls.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ls.Listen("bj", "127.0.0.1:0", target)
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	if err := ls.Listen("bj", addr, target); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", addr)
@@ -119,22 +114,16 @@ func TestClientCutHoldsTheWorkloadOnly(t *testing.T) {
 	target := echoServer(t)
 	ls := NewLinks(func() map[int]string { return map[int]string{os.Getpid(): "hf"} })
 	defer ls.Close()
-	free := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
-	}
-	siteAddr, bjClients, gzClients := free(), free(), free()
-	if err := ls.Listen("bj", siteAddr, target); err != nil {
+	siteAddr, err := ls.Listen("bj", "127.0.0.1:0", target)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ls.ListenClients("bj", bjClients, target); err != nil {
+	bjClients, err := ls.ListenClients("bj", "127.0.0.1:0", target)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ls.ListenClients("gz", gzClients, target); err != nil {
+	gzClients, err := ls.ListenClients("gz", "127.0.0.1:0", target)
+	if err != nil {
 		t.Fatal(err)
 	}
 	dial := func(addr string) net.Conn {
