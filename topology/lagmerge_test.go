@@ -144,6 +144,24 @@ func TestLagListsEveryBrokerIDAfterSwitchover(t *testing.T) {
 					return fmt.Errorf("/lag at %s (masters at %s) lists:\n%s\nerror %q\nwant:\n%s",
 						b.n.t.Name(), masterSite, strings.Join(rows, "\n"), doc.ConsumerError, strings.Join(want, "\n"))
 				}
+				// The dashboard's consumer-lag table reads the same.
+				pool, perr := b.n.t.PoolConsumerLag(context.Background(), offsets, HTTPLagFetcher(nil, "http", "/lag", "tok"))
+				rows = rows[:0]
+				for _, c := range pool {
+					rows = append(rows, fmt.Sprintf("%s %s %s broker %d: %d", c.Group, c.Root, c.Topic, c.BrokerID, c.Bytes))
+				}
+				if !slices.Equal(rows, want) || perr != "" {
+					return fmt.Errorf("PoolConsumerLag at %s (masters at %s) lists:\n%s\nerror %q", b.n.t.Name(), masterSite, strings.Join(rows, "\n"), perr)
+				}
+				// Slave groups: one row per broker id, from its current master.
+				var groups []string
+				for _, r := range doc.Groups {
+					groups = append(groups, fmt.Sprintf("broker %d %s from %s", r.BrokerID, r.SlaveGroup, r.MasterSite))
+				}
+				wantGroups := []string{"broker 1 meta-slave-group-any from " + masterSite, "broker 2 meta-slave-group-any from " + masterSite}
+				if !slices.Equal(groups, wantGroups) {
+					return fmt.Errorf("/lag at %s lists slave groups %v, want %v", b.n.t.Name(), groups, wantGroups)
+				}
 				return nil
 			})
 		}
