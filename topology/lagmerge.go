@@ -153,22 +153,3 @@ func MergeConsumers(ctx context.Context, doc *LagDocument, fetch LagFetcher) boo
 	doc.ConsumerScope = ScopePool
 	return true
 }
-
-// PoolConsumerLag is what /lag lists as consumer groups: every broker id's,
-// each from its current master (this bundle's own when it is that master,
-// else fetched), with the problems met ("" when none). offsets nil: none.
-func (t *Topology) PoolConsumerLag(ctx context.Context, offsets OffsetSource, fetch LagFetcher) ([]ConsumerLagReport, string) {
-	if offsets == nil {
-		return nil, ""
-	}
-	doc := LagDocument{Node: t.opts.Name, Members: t.Members()}
-	c, err := t.ConsumerLag(ctx, offsets)
-	if err != nil {
-		doc.ConsumerError = err.Error()
-	}
-	doc.Consumers = c
-	if fetch != nil {
-		MergeConsumers(ctx, &doc, fetch)
-	}
-	return doc.Consumers, doc.ConsumerError
-}

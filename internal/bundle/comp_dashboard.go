@@ -190,17 +190,11 @@ func snapshot(ctx context.Context, b *Bundle) dashboard.Snapshot {
 
 	// Replication lag: the pool's report when gossip runs, else the local view.
 	var topo *topology.Topology
-	tc, hasTopo := findComp[*topologyComponent](b)
-	if hasTopo {
+	if tc, ok := findComp[*topologyComponent](b); ok {
 		topo = tc.Topology()
 	}
 	if topo != nil {
 		s.Lag = topo.Reports()
-		// Consumer groups as /lag lists them: every broker id's, from each
-		// id's current master (other masters' dashboards are asked).
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s.ConsumerLag, s.ConsumerLagError = tc.ConsumerLag(lctx)
-		cancel()
 		for _, m := range topo.Members() {
 			s.Sites = append(s.Sites, dashboard.Site{Name: m.Meta.Site, Role: m.Meta.Role.String(), Addr: m.Meta.ServeURL,
 				State: map[topology.MemberState]string{topology.StateAlive: "up", topology.StateSuspect: "suspect", topology.StateDown: "down"}[m.State]})

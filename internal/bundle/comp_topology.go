@@ -25,12 +25,9 @@ type topologyComponent struct {
 	t      *topology.Topology
 	router *topology.Router
 	lag    http.Handler
-	// offsets and fetch give /lag's consumer groups, for the dashboard too.
-	offsets topology.OffsetSource
-	fetch   topology.LagFetcher
-	views   *siteViews // nil without ZooKeeper
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	views  *siteViews // nil without ZooKeeper
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func newTopologyComponent() *topologyComponent { return &topologyComponent{} }
@@ -240,13 +237,12 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.t, c.cancel, c.views = t, cancel, views
 	c.router = topology.NewRouter(t)
-	// Each broker id's consumer groups come from its current master's
-	// dashboard, which takes the same [site] token as deploy/ sets it.
-	c.offsets, c.fetch = offsets, topology.HTTPLagFetcher(lagClient, "http", "/lag", cfg.Site.Token)
 	c.lag = topology.NewLagHandler(t, topology.LagHandlerOptions{
 		Offsets: offsets,
 		Gateway: func() *topology.GatewayReport { return gatewayReport(b) },
-		Fetch:   c.fetch,
+		// Each broker id's consumer groups come from its current master's
+		// dashboard, which takes the same [site] token as deploy/ sets it.
+		Fetch: topology.HTTPLagFetcher(lagClient, "http", "/lag", cfg.Site.Token),
 	})
 	c.mu.Unlock()
 	if d, ok := findComp[*dashboardComponent](b); ok {
@@ -280,19 +276,6 @@ func (c *topologyComponent) Router() client.Router {
 	return c.router
 }
 
-// ConsumerLag lists every broker id's consumer groups, each from its
-// current master, as /lag does, with the problems met; nothing before
-// Start, after Close or without ZooKeeper.
-func (c *topologyComponent) ConsumerLag(ctx context.Context) ([]topology.ConsumerLagReport, string) {
-	c.mu.Lock()
-	t, offsets, fetch := c.t, c.offsets, c.fetch
-	c.mu.Unlock()
-	if t == nil {
-		return nil, ""
-	}
-	return t.PoolConsumerLag(ctx, offsets, fetch)
-}
-
 // lagClient asks other masters' dashboards for their consumer groups; the
 // lag handler's own 5 s bound applies too.
 var lagClient = &http.Client{Timeout: 5 * time.Second}
@@ -309,7 +292,6 @@ func (c *topologyComponent) Close() error {
 	c.mu.Lock()
 	t, cancel := c.t, c.cancel
 	c.t, c.router, c.cancel, c.views = nil, nil, nil, nil
-	c.offsets, c.fetch = nil, nil
 	c.mu.Unlock()
 	if t == nil {
 		return nil

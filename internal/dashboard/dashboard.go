@@ -54,13 +54,8 @@ type Snapshot struct {
 	Producers []Client          `json:"producers"`
 	Consumers []Client          `json:"consumers"`
 	Lag       []topology.Report `json:"lag"`
-	// ConsumerLag is every broker id's consumer groups, each from its
-	// current master, as /lag lists them; ConsumerLagError names what could
-	// not be read.
-	ConsumerLag      []topology.ConsumerLagReport `json:"consumerLag,omitempty"`
-	ConsumerLagError string                       `json:"consumerLagError,omitempty"`
-	Sites            []Site                       `json:"sites"`
-	Config           ConfigInfo                   `json:"config"`
+	Sites     []Site            `json:"sites"`
+	Config    ConfigInfo        `json:"config"`
 	// Gateway is the bundle's write gateway, when it has one.
 	Gateway *topology.GatewayReport `json:"gateway,omitempty"`
 	Extra   map[string]any          `json:"extra,omitempty"`
