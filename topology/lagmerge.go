@@ -113,6 +113,13 @@ func MergeConsumers(ctx context.Context, doc *LagDocument, fetch LagFetcher) boo
 			problems = append(problems, fmt.Sprintf("broker %d: its master %s: %v", id, m.Name, err))
 			continue
 		}
+		if other.Node != "" && other.Node != m.Name {
+			// Another bundle answered at that address: a master whose
+			// dashboard listens on loopback, asked from another host.
+			problems = append(problems, fmt.Sprintf("broker %d: its master %s: %s answered at %s (a loopback dashboardAddr?)",
+				id, m.Name, other.Node, m.Meta.HTTPAddr))
+			continue
+		}
 		if other.ConsumerError != "" {
 			problems = append(problems, fmt.Sprintf("broker %d: its master %s: %s", id, m.Name, other.ConsumerError))
 		}

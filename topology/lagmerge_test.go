@@ -207,3 +207,26 @@ func TestMemberLagURL(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeConsumersNamesWrongAnswerer: a master whose dashboard listens on
+// loopback, asked from another host, is answered by whatever bundle listens
+// there; its rows are not taken and the mix-up is named.
+func TestMergeConsumersNamesWrongAnswerer(t *testing.T) {
+	master := func(name string, id int) Member {
+		return Member{Name: name, State: StateAlive, Meta: Meta{Role: RoleMaster, BrokerID: id, SlaveID: -1, HTTPAddr: "127.0.0.1:8120"}}
+	}
+	doc := LagDocument{Node: "hf-1-m", Members: []Member{master("hf-1-m", 1), master("bj-2-m", 2)},
+		Consumers: []ConsumerLagReport{{Group: "g", Root: "/meta", Topic: "t", BrokerID: 1, Bytes: 1}}}
+	fetch := func(ctx context.Context, m Member) (LagDocument, error) {
+		return LagDocument{Node: "gz-2-s2", Consumers: []ConsumerLagReport{{Group: "g", Root: "/meta", Topic: "t", BrokerID: 2, Bytes: 99}}}, nil
+	}
+	if !MergeConsumers(context.Background(), &doc, fetch) {
+		t.Fatal("doc not changed")
+	}
+	if len(doc.Consumers) != 1 || doc.Consumers[0].BrokerID != 1 {
+		t.Errorf("consumers %+v, want hf-1-m's own only", doc.Consumers)
+	}
+	if !strings.Contains(doc.ConsumerError, "gz-2-s2 answered") || doc.ConsumerScope != ScopePool {
+		t.Errorf("consumer error %q scope %q", doc.ConsumerError, doc.ConsumerScope)
+	}
+}
