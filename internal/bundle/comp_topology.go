@@ -277,8 +277,10 @@ func (c *topologyComponent) Router() client.Router {
 }
 
 // lagClient asks other masters' dashboards for their consumer groups; the
-// lag handler's own 5 s bound applies too.
-var lagClient = &http.Client{Timeout: 5 * time.Second}
+// lag handler's own 5 s bound applies too. No keep-alive: an operator's
+// request is rare, and no idle connection (with its goroutines) outlives
+// the bundle.
+var lagClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // LagHandler serves the lag report (mounted at /lag on the dashboard).
 func (c *topologyComponent) LagHandler() http.Handler {
