@@ -113,7 +113,11 @@
 // Reports gives one row per slave group (site, partitions, bytes, messages,
 // seconds behind, state ok/lagging/stuck/down) from the masters' gossiped
 // summaries, refined by the local LagSource where this bundle is the master.
-// ConsumerLag gives each consumer group's backlog per site root. Handler
-// serves both as JSON at /lag, Collector exports them to Prometheus, and
+// ConsumerLag gives each consumer group's backlog per site root for this
+// bundle's broker id while it is its master; MergeConsumers adds every
+// other broker id's, asked of its current master (CurrentMasters) through a
+// LagFetcher. NewLagHandler serves both as JSON
+// at /lag, every id's consumer groups when given a fetcher, this bundle's own
+// with ?scope=local; Collector exports this bundle's own to Prometheus, and
 // `metaq lag` prints them.
 package topology

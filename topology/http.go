@@ -18,6 +18,10 @@ type LagDocument struct {
 	Consumers []ConsumerLagReport `json:"consumerGroups"`
 	// ConsumerError is set when consumer offsets could not be read.
 	ConsumerError string `json:"consumerError,omitempty"`
+	// ConsumerScope is ScopePool when Consumers are every broker id's, each
+	// from its current master; "" when they are the answering bundle's own
+	// (its broker id, while it is the master).
+	ConsumerScope string `json:"consumerScope,omitempty"`
 	// Gateway is the write gateway of the bundle that answered, when it
 	// has one (a slave site's forwarding of puts to the master).
 	Gateway *GatewayReport `json:"gateway,omitempty"`
@@ -82,12 +86,26 @@ func (t *Topology) Document(ctx context.Context, offsets OffsetSource) LagDocume
 // (the dashboard mounts it at /lag on dashboardHttpPort). offsets may be nil.
 // Reading consumer offsets is bounded by a 5 s timeout.
 func Handler(t *Topology, offsets OffsetSource) http.Handler {
-	return HandlerWith(t, offsets, nil)
+	return NewLagHandler(t, LagHandlerOptions{Offsets: offsets})
 }
 
-// HandlerWith is Handler with the bundle's write gateway in the document
-// (gateway may be nil, or return nil when there is none).
-func HandlerWith(t *Topology, offsets OffsetSource, gateway func() *GatewayReport) http.Handler {
+// LagHandlerOptions configure NewLagHandler. Every field may be nil.
+type LagHandlerOptions struct {
+	// Offsets gives consumer offsets; nil lists no consumer groups.
+	Offsets OffsetSource
+	// Gateway gives the bundle's write gateway (or nil when it has none).
+	Gateway func() *GatewayReport
+	// Fetch asks another member for its own document. When set, the
+	// consumer groups of every broker id are listed, each from its current
+	// master (MergeConsumers), unless the request says ?scope=local (what
+	// Fetch itself asks, so that masters do not ask each other in turn).
+	Fetch LagFetcher
+}
+
+// NewLagHandler serves the lag document as JSON on GET. ?consumers=0 leaves
+// consumer groups out; ?scope=local lists only this bundle's own. The
+// document, the other masters' included, is bounded by a 5 s timeout.
+func NewLagHandler(t *Topology, o LagHandlerOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -96,13 +114,17 @@ func HandlerWith(t *Topology, offsets OffsetSource, gateway func() *GatewayRepor
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		src := offsets
-		if r.URL.Query().Get("consumers") == "0" {
+		q := r.URL.Query()
+		src := o.Offsets
+		if q.Get("consumers") == "0" {
 			src = nil
 		}
 		doc := t.Document(ctx, src)
-		if gateway != nil {
-			doc.Gateway = gateway()
+		if src != nil && o.Fetch != nil && q.Get("scope") != "local" {
+			MergeConsumers(ctx, &doc, o.Fetch)
+		}
+		if o.Gateway != nil {
+			doc.Gateway = o.Gateway()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

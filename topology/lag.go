@@ -30,7 +30,7 @@ type Report struct {
 
 // Reports returns the lag of every slave group in the pool, sorted by broker
 // id and slave group. Figures come from the gossiped summary of each broker
-// id's current master (reportingMasters); on that master's own bundle they
+// id's current master (CurrentMasters); on that master's own bundle they
 // come fresh from its LagSource with partition detail. A group is down when
 // its master says it is not connected, when the slave's bundle or the
 // master's is down, or when no slave with its id is in the pool.
@@ -52,13 +52,14 @@ func (t *Topology) role() Role {
 	return t.opts.Role
 }
 
-// reportingMasters picks, per broker id, the master whose lag figures stand:
-// the one of the highest generation, a live one before a suspect one before
-// a down one. After a failover the old master's last gossip (down, or not
-// yet demoted) still lists the slave groups it had; those groups are gone,
-// and listing them beside the new master's would show every group twice
-// and the old ones as down.
-func reportingMasters(members []Member) map[int]string {
+// CurrentMasters picks, per broker id, the master whose figures stand (its
+// slave groups' lag, its consumer groups): the one of the highest
+// generation, a live one before a suspect one before a down one. After a
+// failover the old master's last gossip (down, or not yet demoted) still
+// lists the slave groups it had; those groups are gone, and listing them
+// beside the new master's would show every group twice and the old ones as
+// down.
+func CurrentMasters(members []Member) map[int]Member {
 	best := map[int]Member{}
 	for _, m := range members {
 		if m.Meta.Role != RoleMaster {
@@ -70,16 +71,12 @@ func reportingMasters(members []Member) map[int]string {
 			best[m.Meta.BrokerID] = m
 		}
 	}
-	out := make(map[int]string, len(best))
-	for id, m := range best {
-		out[id] = m.Name
-	}
-	return out
+	return best
 }
 
 func buildReports(members []Member, localName string, local []georeplicator.GroupLag, laggingAfter time.Duration) []Report {
 	type key struct{ broker, slave int }
-	reporting := reportingMasters(members)
+	reporting := CurrentMasters(members)
 	slaves := map[key]Member{}
 	for _, m := range members {
 		if m.Meta.Role != RoleSlave {
@@ -93,7 +90,7 @@ func buildReports(members []Member, localName string, local []georeplicator.Grou
 	var out []Report
 	covered := map[key]bool{}
 	for _, m := range members {
-		if m.Meta.Role != RoleMaster || reporting[m.Meta.BrokerID] != m.Name {
+		if m.Meta.Role != RoleMaster || reporting[m.Meta.BrokerID].Name != m.Name {
 			continue
 		}
 		summaries := m.Meta.Lag

@@ -8,10 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -100,14 +98,13 @@ func lagCommand(ctx context.Context, args []string, stdout, stderr io.Writer, ex
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return fmt.Errorf("lag: %s did not return a lag report: %w", url, err)
 	}
-	if *consumers {
-		// A bundle reports consumer groups only for the broker id it is the
-		// master of; after a failover the one asked may be a slave, or a
-		// master of one id among several. Each id's current master is asked.
-		fetch := func(ctx context.Context, m topology.Member) (topology.LagDocument, error) {
-			return fetchLag(ctx, memberLagURL(req.URL.Scheme, m, *path), *token)
-		}
-		if mergeConsumers(ctx, &doc, fetch) {
+	if *consumers && doc.ConsumerScope != topology.ScopePool {
+		// A bundle that does not merge itself reports consumer groups only
+		// for the broker id it is the master of; after a failover the one
+		// asked may be a slave, or a master of one id among several. Each
+		// id's current master is asked.
+		fetch := topology.HTTPLagFetcher(http.DefaultClient, req.URL.Scheme, *path, *token)
+		if topology.MergeConsumers(ctx, &doc, fetch) {
 			if body, err = replaceConsumers(body, doc); err != nil {
 				return fmt.Errorf("lag: %w", err)
 			}
@@ -188,150 +185,6 @@ func printLag(w io.Writer, doc topology.LagDocument) error {
 		return errors.New("lag: consumer offsets unavailable")
 	}
 	return nil
-}
-
-// currentMasters picks, per broker id, the member whose consumer groups
-// stand: the master of the highest generation, a live one before a suspect
-// one before a down one (as topology's lag reports pick the master whose
-// slave-group figures stand). The old master's last gossip is left out.
-func currentMasters(members []topology.Member) map[int]topology.Member {
-	best := map[int]topology.Member{}
-	for _, m := range members {
-		if m.Meta.Role != topology.RoleMaster {
-			continue
-		}
-		b, ok := best[m.Meta.BrokerID]
-		if !ok || m.Meta.Generation > b.Meta.Generation ||
-			m.Meta.Generation == b.Meta.Generation && m.State > b.State {
-			best[m.Meta.BrokerID] = m
-		}
-	}
-	return best
-}
-
-// mergeConsumers makes doc list the consumer groups of every broker id as its
-// current master reports them, once each: rows of the answering bundle stand
-// for the ids it is the current master of, the others are fetched from each
-// master's own /lag. A master that cannot be asked is named in
-// doc.ConsumerError. It reports whether doc changed.
-func mergeConsumers(ctx context.Context, doc *topology.LagDocument, fetch func(context.Context, topology.Member) (topology.LagDocument, error)) bool {
-	masters := currentMasters(doc.Members)
-	if len(masters) == 0 {
-		return false
-	}
-	ids := make([]int, 0, len(masters))
-	for id := range masters {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	var rows []topology.ConsumerLagReport
-	var problems []string
-	if doc.ConsumerError != "" {
-		problems = append(problems, doc.ConsumerError)
-	}
-	for _, c := range doc.Consumers {
-		if m, ok := masters[c.BrokerID]; ok && m.Name == doc.Node {
-			rows = append(rows, c)
-		}
-	}
-	for _, id := range ids {
-		m := masters[id]
-		if m.Name == doc.Node {
-			continue
-		}
-		if m.Meta.HTTPAddr == "" {
-			problems = append(problems, fmt.Sprintf("broker %d: its master %s serves no dashboard", id, m.Name))
-			continue
-		}
-		other, err := fetch(ctx, m)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("broker %d: its master %s: %v", id, m.Name, err))
-			continue
-		}
-		if other.ConsumerError != "" {
-			problems = append(problems, fmt.Sprintf("broker %d: its master %s: %s", id, m.Name, other.ConsumerError))
-		}
-		for _, c := range other.Consumers {
-			if c.BrokerID == id {
-				rows = append(rows, c)
-			}
-		}
-	}
-	type key struct {
-		broker                   int
-		site, root, group, topic string
-	}
-	seen := map[key]bool{}
-	merged := make([]topology.ConsumerLagReport, 0, len(rows))
-	for _, c := range rows {
-		k := key{c.BrokerID, c.Site, c.Root, c.Group, c.Topic}
-		if !seen[k] {
-			seen[k] = true
-			merged = append(merged, c)
-		}
-	}
-	sort.SliceStable(merged, func(i, j int) bool {
-		a, b := merged[i], merged[j]
-		if a.Group != b.Group {
-			return a.Group < b.Group
-		}
-		if a.Root != b.Root {
-			return a.Root < b.Root
-		}
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		return a.BrokerID < b.BrokerID
-	})
-	doc.Consumers = merged
-	doc.ConsumerError = strings.Join(problems, "; ")
-	return true
-}
-
-// memberLagURL is the lag report of a member: its gossiped dashboard
-// address, with the member's gossip host when that address is a wildcard
-// bind (0.0.0.0, ::).
-func memberLagURL(scheme string, m topology.Member, path string) string {
-	addr := m.Meta.HTTPAddr
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			if gh, _, err := net.SplitHostPort(m.Addr); err == nil && gh != "" {
-				addr = net.JoinHostPort(gh, port)
-			}
-		}
-	}
-	if scheme == "" {
-		scheme = "http"
-	}
-	return scheme + "://" + addr + path
-}
-
-// fetchLag reads one bundle's lag report.
-func fetchLag(ctx context.Context, url, token string) (topology.LagDocument, error) {
-	var doc topology.LagDocument
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return doc, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return doc, fmt.Errorf("ask %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return doc, fmt.Errorf("read %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return doc, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return doc, fmt.Errorf("%s did not return a lag report: %w", url, err)
-	}
-	return doc, nil
 }
 
 // replaceConsumers puts doc's merged consumer groups (and consumer error)

@@ -39,10 +39,10 @@ func startLagBundle(t *testing.T, token string) string {
 	offsets := topology.OffsetFunc(func(ctx context.Context) ([]topology.ConsumerOffset, error) {
 		return []topology.ConsumerOffset{{Root: "/meta-view-hf", Group: "audit", Topic: "t", BrokerID: 1, Partition: 0, Offset: 6000}}, nil
 	})
-	h := topology.HandlerWith(tp, offsets, func() *topology.GatewayReport {
+	h := topology.NewLagHandler(tp, topology.LagHandlerOptions{Offsets: offsets, Gateway: func() *topology.GatewayReport {
 		return &topology.GatewayReport{Forwarded: 7, Accepted: 40, Drained: 35, Deduplicated: 2,
 			Outbox: &topology.OutboxReport{Entries: 5, Bytes: 512, OldestAgeSeconds: 2.5, MaxBytes: 1 << 20, MaxAgeSeconds: 3600, DrainError: "dial the master: refused"}}
-	})
+	}})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/lag", func(w http.ResponseWriter, r *http.Request) {
 		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {

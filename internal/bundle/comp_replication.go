@@ -430,17 +430,11 @@ func listenReplication(b *Bundle, cfg *config.Server) (ln net.Listener, shared b
 // advertiseAddr turns a listen address into one other hosts can dial: an
 // unspecified host becomes [system] hostName (or this host's address).
 func advertiseAddr(listen string, cfg *config.Server) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return listen
+	fallback := cfg.System.HostName
+	if fallback == "" {
+		fallback = hostaddr.Local()
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = cfg.System.HostName
-		if host == "" {
-			host = hostaddr.Local()
-		}
-	}
-	return net.JoinHostPort(host, port)
+	return hostaddr.Dialable(listen, fallback)
 }
 
 // ReplicationSecrets loads [replication] secretFile (relative to server.ini's

@@ -237,7 +237,13 @@ func (c *topologyComponent) Start(ctx context.Context, b *Bundle) error {
 	c.mu.Lock()
 	c.t, c.cancel, c.views = t, cancel, views
 	c.router = topology.NewRouter(t)
-	c.lag = topology.HandlerWith(t, offsets, func() *topology.GatewayReport { return gatewayReport(b) })
+	c.lag = topology.NewLagHandler(t, topology.LagHandlerOptions{
+		Offsets: offsets,
+		Gateway: func() *topology.GatewayReport { return gatewayReport(b) },
+		// Each broker id's consumer groups come from its current master's
+		// dashboard, which takes the same [site] token as deploy/ sets it.
+		Fetch: topology.HTTPLagFetcher(lagClient, "http", "/lag", cfg.Site.Token),
+	})
 	c.mu.Unlock()
 	if d, ok := findComp[*dashboardComponent](b); ok {
 		d.attachTopology(t, offsets)
@@ -269,6 +275,12 @@ func (c *topologyComponent) Router() client.Router {
 	}
 	return c.router
 }
+
+// lagClient asks other masters' dashboards for their consumer groups; the
+// lag handler's own 5 s bound applies too. No keep-alive: an operator's
+// request is rare, and no idle connection (with its goroutines) outlives
+// the bundle.
+var lagClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // LagHandler serves the lag report (mounted at /lag on the dashboard).
 func (c *topologyComponent) LagHandler() http.Handler {

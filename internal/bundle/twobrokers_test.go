@@ -190,6 +190,33 @@ func TestTwoBrokersPerSite(t *testing.T) {
 		}
 	}
 
+	// Consumer-group lag: /lag (which the dashboard page shows) at any
+	// bundle (one master of two, a slave) lists hf-readers' offsets of both broker ids, each
+	// from that id's master, once each. (Each bundle knows the end offsets
+	// of its own id only while it is its master.)
+	for _, at := range []*Bundle{masters[1], slaves[slaveKey{"hf", 2}]} {
+		base := "http://" + mustComp[*dashboardComponent](t, at).Addr()
+		name := fmt.Sprintf("%s-%d", at.Config().Site.Name, at.Config().System.BrokerID)
+		rowsOf := func(cs []topology.ConsumerLagReport) string {
+			var rows []string
+			for _, c := range cs {
+				if c.Group == "hf-readers" {
+					rows = append(rows, fmt.Sprintf("%s %s broker %d: %d bytes", c.Root, c.Topic, c.BrokerID, c.Bytes))
+				}
+			}
+			return strings.Join(rows, "; ")
+		}
+		want := fmt.Sprintf("%s orders broker 1: 0 bytes; %s orders broker 2: 0 bytes", view, view)
+		testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
+			var doc topology.LagDocument
+			getJSON(t, base+"/lag", &doc)
+			if got := rowsOf(doc.Consumers); got != want || doc.ConsumerError != "" || doc.ConsumerScope != topology.ScopePool {
+				return fmt.Errorf("/lag at %s: consumer groups %q (error %q, scope %q), want %q", name, got, doc.ConsumerError, doc.ConsumerScope, want)
+			}
+			return nil
+		})
+	}
+
 	// One push, six bundles. The push has a context of its own: the one
 	// above may be mostly spent by the consumer on a loaded machine. Its
 	// bound is generous (Push returns once every bundle answered, each once

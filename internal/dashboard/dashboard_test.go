@@ -308,3 +308,82 @@ func TestHistoryFollowsTheMaster(t *testing.T) {
 		}
 	}
 }
+
+// twoBrokerSource is deploy/local-three-sites.sh's layout after a
+// switchover to hf: broker ids 1 and 2 each have a slave group of the same
+// name at bj and at gz.
+type twoBrokerSource struct{ n atomic.Int64 }
+
+func (f *twoBrokerSource) Snapshot(context.Context) Snapshot {
+	n := f.n.Add(1)
+	row := func(id int, group, site string, secs float64) topology.Report {
+		return topology.Report{LagSummary: topology.LagSummary{SlaveGroup: group, State: topology.LagOK},
+			Site: site, BrokerID: id, MasterSite: "hf", SecondsBehind: secs}
+	}
+	return Snapshot{
+		Site: "hf", Role: "master", BrokerID: 1, Time: time.Unix(1_700_000_000+n*5, 0),
+		Lag: []topology.Report{
+			row(1, "meta-slave-group-bj", "bj", 1), row(1, "meta-slave-group-gz", "gz", 2),
+			row(2, "meta-slave-group-bj", "bj", 3), row(2, "meta-slave-group-gz", "gz", 4),
+		},
+	}
+}
+
+// TestPageChartsEveryBrokerID: with two broker ids whose slave groups have
+// the same names and sites, the chart draws one line per broker id's group
+// (not one line mixing both ids' points), the table names the broker, and
+// the consumer groups of both ids that /lag lists are shown.
+func TestPageChartsEveryBrokerID(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; .ci/run installs Debian's chromium package")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium); bash .ci/run installs it")
+	}
+	// /lag as the bundle mounts it, with both ids' consumer groups.
+	lag := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, topology.LagDocument{ConsumerScope: topology.ScopePool, Consumers: []topology.ConsumerLagReport{
+			{Site: "bj", Root: "/meta", Group: "g1", Topic: "orders", BrokerID: 1, Partitions: 4, Bytes: 111},
+			{Site: "bj", Root: "/meta", Group: "g1", Topic: "orders", BrokerID: 2, Partitions: 4, Bytes: 222},
+		}})
+	})
+	s := startServer(t, Options{Addr: "127.0.0.1:0", Source: &twoBrokerSource{}, SampleEvery: time.Hour,
+		Extra: map[string]http.Handler{"GET /lag": lag}})
+	for range 3 {
+		s.Sample(context.Background())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom",
+		"http://"+s.Addr().String()+"/").Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	dom := string(out)
+	lines := regexp.MustCompile(`<polyline class="lag-line" data-series="([^"]+)" data-points="(\d+)"`).FindAllStringSubmatch(dom, -1)
+	var series []string
+	for _, l := range lines {
+		series = append(series, l[1]+" ("+l[2]+" points)")
+	}
+	// 3 samples, plus the one Start may take: at least 3 points each.
+	if len(lines) != 4 {
+		t.Fatalf("lag lines = %d, want 4 (one per broker id's group): %v", len(lines), series)
+	}
+	for _, l := range lines {
+		if n, _ := strconv.Atoi(l[2]); n < 3 || n > 4 {
+			t.Fatalf("series %s has %s points, want one per sample: %v", l[1], l[2], series)
+		}
+	}
+	for _, want := range []string{
+		"<td>g1</td><td>bj</td><td>/meta</td><td>orders</td><td>1</td><td>4</td><td>111</td>",
+		"<td>g1</td><td>bj</td><td>/meta</td><td>orders</td><td>2</td><td>4</td><td>222</td>",
+		"<td>meta-slave-group-bj</td><td>bj</td><td>2</td><td>hf</td>",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+}

@@ -57,3 +57,24 @@ func TestAdminWaitsAsLongAsTheCallMay(t *testing.T) {
 		t.Fatalf("DoWithin changed the client's own timeout to %v", a.HTTP.Timeout)
 	}
 }
+
+// TestAdminURL: a wildcard bind of [site] adminAddr is reached on loopback
+// (the command runs on the bundle's host), any other host as written.
+func TestAdminURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"":                  "",
+		"0.0.0.0:8130":      "http://127.0.0.1:8130",
+		":8130":             "http://127.0.0.1:8130",
+		"[::]:8130":         "http://127.0.0.1:8130",
+		"127.0.0.1:8130":    "http://127.0.0.1:8130",
+		"198.51.100.7:8130": "http://198.51.100.7:8130",
+		"[::1]:8130":        "http://[::1]:8130",
+		"no-port":           "",
+	} {
+		cfg := &config.Server{}
+		cfg.Site.AdminAddr = addr
+		if got := AdminURL(cfg); got != want {
+			t.Errorf("AdminURL(adminAddr=%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"metaq/broker/config"
+	"metaq/internal/hostaddr"
 )
 
 // Files are where a server keeps its pid and log, as metaServer.sh does
@@ -73,14 +74,11 @@ func AdminURL(cfg *config.Server) string {
 	if cfg.Site.AdminAddr == "" {
 		return ""
 	}
-	host, port, err := net.SplitHostPort(cfg.Site.AdminAddr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(cfg.Site.AdminAddr); err != nil {
 		return ""
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port)
+	// A wildcard bind is reached on loopback: the command runs on the host.
+	return "http://" + hostaddr.Dialable(cfg.Site.AdminAddr, "127.0.0.1")
 }
 
 // ProtocolAddr is host:port of a server's MetaQ port as BrokerStatsTool
