@@ -853,6 +853,9 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	defer b.failover.notices.expect("")
 	name, err := s.HandoverThen(ctx, match, durableEnd, func(name string, _ int64) {
 		b.failover.notices.expect(name)
+		if hold != nil {
+			hold.Progress() // the slave caught up: held puts wait on
+		}
 		if handedOver != nil {
 			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
@@ -956,14 +959,16 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 }
 
 // holdOptions are the bounds of a hold of puts ([replication]
-// handoverHoldMs, handoverHoldBytes); false with handoverHoldMs=0 (puts
-// are refused, 503, not held).
+// handoverHoldMs, handoverHoldBytes, handoverHoldMaxMs); false with
+// handoverHoldMs=0 (puts are refused, 503, not held). MaxHold extends
+// nothing in the ack guard's Local hold: it never forwards, and nothing
+// calls its Progress.
 func (b *Bundle) holdOptions(reason string) (broker.HoldOptions, bool) {
 	r := b.Config().Replication
 	if r.HandoverHold <= 0 {
 		return broker.HoldOptions{}, false
 	}
-	return broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason}, true
+	return broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, MaxHold: r.HandoverHoldMax, Reason: reason}, true
 }
 
 // holdPuts makes the broker hold plain puts while this master hands over
