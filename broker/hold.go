@@ -153,7 +153,7 @@ type Hold struct {
 	// progressAt is the handover's last progress (Progress): a held put
 	// waits MaxWait from it, up to MaxHold from its arrival.
 	progressAt time.Time
-	fwd    *forwarder
+	fwd        *forwarder
 
 	// acks are the answers of stored puts awaiting the write check's
 	// consent (awaitAck), in the order they came.
