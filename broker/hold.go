@@ -21,7 +21,12 @@ package broker
 //     write gate, then the store here;
 //   - when its time is up before it was sent, or the held bytes would
 //     exceed the bound, it is answered 503 saying it was not stored, so a
-//     client may send it again without making a duplicate;
+//     client may send it again without making a duplicate. Its time is
+//     MaxWait from its arrival, extended while the handover progresses
+//     (Hold.Progress; Forward, and each "not master yet" answer of the
+//     new master, count as progress) to MaxWait from the last progress,
+//     and never beyond MaxHold from its arrival: a slow step of a
+//     handover that advances costs latency, a stalled one errors;
 //   - when it was sent and no answer came (the connection to the new
 //     master broke), it is answered 500 saying that whether it was stored
 //     is unknown. No held put is ever answered as stored unless the new
@@ -92,10 +97,16 @@ const holdRetryEvery = 20 * time.Millisecond
 
 // HoldOptions bound the puts a Hold keeps.
 type HoldOptions struct {
-	// MaxWait is how long a put may wait, from its arrival, to be sent to
-	// the new master; then it is answered 503, not stored. 0 means
-	// DefaultHoldMaxWait.
+	// MaxWait is how long a put may wait, from its arrival or the
+	// handover's last progress (Progress), to be sent to the new master;
+	// then it is answered 503, not stored. 0 means DefaultHoldMaxWait.
 	MaxWait time.Duration
+	// MaxHold is the hard limit of that wait, from the put's arrival,
+	// however the handover progresses. Below MaxWait (0 included) it is
+	// MaxWait: progress extends nothing. A client whose send timeout is
+	// shorter may see a held put time out that the new master then
+	// stores.
+	MaxHold time.Duration
 	// MaxBytes bounds the body bytes held at once; a put beyond it is
 	// answered 503 at once, not stored. 0 means DefaultHoldMaxBytes.
 	MaxBytes int64
@@ -139,7 +150,10 @@ type Hold struct {
 	target func(context.Context) (string, error)
 	ended  bool
 	endAt  time.Time // End is called by the expiry loop then (EndAfter)
-	fwd    *forwarder
+	// progressAt is the handover's last progress (Progress): a held put
+	// waits MaxWait from it, up to MaxHold from its arrival.
+	progressAt time.Time
+	fwd        *forwarder
 
 	// acks are the answers of stored puts awaiting the write check's
 	// consent (awaitAck), in the order they came.
@@ -168,7 +182,7 @@ type heldBatch struct {
 	partition int
 	msgs      []store.Message // bodies copied: the put route reuses its buffers
 	size      int64
-	deadline  time.Time
+	arrived   time.Time
 	done      func([]store.Appended, error)
 	answered  atomic.Bool
 	// gone reports that the client closed its connection: what was not
@@ -194,6 +208,7 @@ func (b *Broker) HoldWrites(o HoldOptions) (*Hold, error) {
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultHoldMaxWait
 	}
+	o.MaxHold = max(o.MaxHold, o.MaxWait)
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultHoldMaxBytes
 	}
@@ -246,6 +261,7 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 	}
 	h.target = target
 	h.fwd = newForwarder(h.b, target, h.opts.Dial)
+	h.progressAt = time.Now()
 	q := h.queue
 	h.queue = nil
 	h.mu.Unlock()
@@ -253,6 +269,45 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 	for _, hb := range q {
 		h.startForward(hb)
 	}
+}
+
+// Progress says the handover advanced (the slave caught up, the new master
+// said it took over): every put held waits MaxWait from now, never beyond
+// MaxHold from its arrival (see the top of this file).
+func (h *Hold) Progress() {
+	h.mu.Lock()
+	h.progressAt = time.Now()
+	h.mu.Unlock()
+}
+
+// deadline is when hb's time is up (see the top of this file).
+func (h *Hold) deadline(hb *heldBatch) time.Time {
+	h.mu.Lock()
+	p := h.progressAt
+	h.mu.Unlock()
+	return h.deadlineFrom(hb, p)
+}
+
+// deadlineFrom is hb's deadline with the last progress at p.
+func (h *Hold) deadlineFrom(hb *heldBatch, p time.Time) time.Time {
+	from := hb.arrived
+	if p.After(from) {
+		from = p
+	}
+	return minTime(from.Add(h.opts.MaxWait), hb.arrived.Add(h.opts.MaxHold))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// waited is the wait hb was allowed (MaxWait, or more after progress),
+// for a refusal's text.
+func (h *Hold) waited(hb *heldBatch) time.Duration {
+	return h.deadline(hb).Sub(hb.arrived).Round(time.Millisecond)
 }
 
 // EndAfter ends the Hold d from now (see End).
@@ -349,7 +404,7 @@ func (h *Hold) Stats() HoldStats {
 // copies the bodies.
 func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func() bool, done func([]store.Appended, error)) {
 	hb := &heldBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
-		deadline: time.Now().Add(h.opts.MaxWait)}
+		arrived: time.Now()}
 	for i, m := range msgs {
 		hb.msgs[i] = m
 		hb.msgs[i].Body = append([]byte(nil), m.Body...)
@@ -490,7 +545,7 @@ func (h *Hold) expireLoop() {
 			var late []*heldBatch
 			kept := h.queue[:0]
 			for _, hb := range h.queue {
-				if now.After(hb.deadline) || hb.gone() {
+				if now.After(h.deadlineFrom(hb, h.progressAt)) || hb.gone() {
 					late = append(late, hb)
 				} else {
 					kept = append(kept, hb)
@@ -524,7 +579,11 @@ func (h *Hold) expireLoop() {
 				h.storeAllHere(keep)
 			}
 			for _, hb := range late {
-				h.finish(hb, h.notStored(fmt.Sprintf("no new master to send it to within %v", h.opts.MaxWait)), &h.stats.expired)
+				why := fmt.Sprintf("no new master to send it to within %v", h.waited(hb))
+				if hb.gone() {
+					why = "its client closed the connection"
+				}
+				h.finish(hb, h.notStored(why), &h.stats.expired)
 			}
 			if endNow {
 				h.End()
@@ -585,8 +644,9 @@ func (h *Hold) forward(hb *heldBatch) {
 		left = kept
 	}
 	for len(left) > 0 {
-		if time.Now().After(hb.deadline) || h.b.ctx.Err() != nil || hb.gone() {
-			why := fmt.Sprintf("no master took it within %v", h.opts.MaxWait)
+		deadline := h.deadline(hb)
+		if time.Now().After(deadline) || h.b.ctx.Err() != nil || hb.gone() {
+			why := fmt.Sprintf("no master took it within %v", h.waited(hb))
 			switch {
 			case h.b.ctx.Err() != nil:
 				why = "the broker is closing"
@@ -601,7 +661,7 @@ func (h *Hold) forward(hb *heldBatch) {
 			break
 		}
 		var retry []int
-		res := h.fwd.send(hb.topic, hb.partition, hb.msgs, left, hb.deadline)
+		res := h.fwd.send(hb.topic, hb.partition, hb.msgs, left, deadline)
 		for k, i := range left {
 			r := res[k]
 			switch {
@@ -623,7 +683,10 @@ func (h *Hold) forward(hb *heldBatch) {
 				out[i] = a
 				h.stats.forwarded.Add(1)
 			case r.res.Code == wire.StatusForbidden || r.res.Code == wire.StatusServiceUnavailable:
-				retry = append(retry, i) // not stored: not master yet, its sites not connected yet
+				// Not stored: not master yet, its sites not connected yet.
+				// The new master answers: the handover progresses.
+				retry = append(retry, i)
+				h.Progress()
 			default:
 				errs[i] = &heldError{code: r.res.Code, text: string(r.res.Body), raw: true}
 				failed++

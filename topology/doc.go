@@ -60,7 +60,8 @@
 // producer on a view reads the brokers again only when the children of
 // topics-pub/<topic> change, so when an address the view named is declared
 // dead (Topology.ServeURLDown: a member serving it is down, none alive or
-// suspect), registry.SiteView re-creates a marker there and the producers
+// suspect; a suspect master superseded by a newer generation counts as
+// down), registry.SiteView re-creates a marker there and the producers
 // move to the view's current address.
 //
 // The consumer writes its group's registration, ownership and offsets under

@@ -288,19 +288,30 @@ func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWri
 
 // ServeURLDown reports whether gossip declared the bundle serving url
 // (meta://host:port, or host:port) down: a member that served it is down
-// and no member serving it is alive or suspect. A url no member serves
-// (a broker outside the pool, or one this bundle never heard of) is not
-// reported down: this bundle does not know.
+// and no member serving it is alive or suspect. A suspect master that a
+// master of a newer generation of its brokerId (not down) superseded counts
+// as down: a killed master is replaced (promote) before gossip's suspicion
+// of it runs out, seconds at load, and producers on a view kept retrying
+// its refused address until then. A url no member serves (a broker outside
+// the pool, or one this bundle never heard of) is not reported down: this
+// bundle does not know.
 func (t *Topology) ServeURLDown(url string) bool { return serveURLDown(t.Members(), url) }
 
 func serveURLDown(members []Member, url string) bool {
 	addr := strings.TrimPrefix(url, "meta://")
+	newest := map[int]uint64{} // by brokerId: the newest generation of a master not down
+	for _, m := range members {
+		if m.Meta.Role == RoleMaster && m.State != StateDown {
+			newest[m.Meta.BrokerID] = max(newest[m.Meta.BrokerID], m.Meta.Generation)
+		}
+	}
 	down := false
 	for _, m := range members {
 		if addr == "" || strings.TrimPrefix(m.Meta.ServeURL, "meta://") != addr {
 			continue
 		}
-		if m.State != StateDown {
+		superseded := m.Meta.Role == RoleMaster && m.Meta.Generation < newest[m.Meta.BrokerID]
+		if m.State == StateAlive || (m.State == StateSuspect && !superseded) {
 			return false
 		}
 		down = true

@@ -91,6 +91,9 @@ func TestServeURLDown(t *testing.T) {
 	m := func(name, url string, state MemberState) Member {
 		return Member{Name: name, State: state, Meta: Meta{ServeURL: url}}
 	}
+	master := func(name, url string, gen uint64, state MemberState) Member {
+		return Member{Name: name, State: state, Meta: Meta{ServeURL: url, Role: RoleMaster, Generation: gen}}
+	}
 	const bj, hf = "meta://127.0.0.1:8123", "meta://127.0.0.1:9123"
 	cases := []struct {
 		name    string
@@ -106,6 +109,11 @@ func TestServeURLDown(t *testing.T) {
 		{"restarted, the new one suspect", []Member{m("bj-1", bj, StateDown), m("bj-2", bj, StateSuspect)}, bj, false},
 		{"unknown address", []Member{m("hf-1", hf, StateDown)}, bj, false},
 		{"empty url", []Member{m("x", "", StateDown)}, "", false},
+		// A killed master replaced before gossip's suspicion of it ran out.
+		{"suspect master superseded", []Member{master("bj-1", bj, 0, StateSuspect), master("hf-1", hf, 1, StateAlive)}, bj, true},
+		{"suspect master superseded by a down one", []Member{master("bj-1", bj, 0, StateSuspect), master("hf-1", hf, 1, StateDown)}, bj, false},
+		{"suspect master not superseded", []Member{master("bj-1", bj, 1, StateSuspect), master("hf-1", hf, 1, StateAlive)}, bj, false},
+		{"alive master superseded", []Member{master("bj-1", bj, 0, StateAlive), master("hf-1", hf, 1, StateAlive)}, bj, false},
 	}
 	for _, c := range cases {
 		if got := serveURLDown(c.members, c.url); got != c.want {

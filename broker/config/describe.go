@@ -122,6 +122,7 @@ func (s *Server) blocks() []block {
 			{"handoverHoldMs", ms(s.Replication.HandoverHold)},
 			{"promoteFinishTimeoutMs", ms(s.Replication.PromoteFinishTimeout)},
 			{"handoverHoldBytes", strconv.FormatInt(s.Replication.HandoverHoldBytes, 10)},
+			{"handoverHoldMaxMs", ms(s.Replication.HandoverHoldMax)},
 			{"allowUnauthenticatedSwitchover", btoa(s.Replication.AllowUnauthenticatedSwitchover)},
 			{"sites", strings.Join(s.Replication.Sites, ",")},
 		}},

@@ -89,7 +89,7 @@ var limitsKeys = []string{
 	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes", "getWaitMs",
 	"getWaitMinBytes", "getWaitLingerMs",
 }
-var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
+var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "handoverHoldMaxMs", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
 
 // slaveKeys are the async_slave.properties keys MetaQ reads
 // (MetamorphosisSlaveBroker.putSlaveProperties) followed by this project's.

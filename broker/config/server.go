@@ -55,6 +55,7 @@ const (
 	// an answer, so that no held put is answered after its client gave up.
 	DefaultHandoverHold      = 2500 * time.Millisecond
 	DefaultHandoverHoldBytes = 64 << 20
+	DefaultHandoverHoldMax   = 2900 * time.Millisecond
 	DefaultSlaveGroupPrefix  = "meta-slave-group"
 	DefaultSlaveMaxDelay     = 500 * time.Millisecond
 
@@ -722,6 +723,7 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		AutoFailoverAfter:    r.millis("autoFailoverAfterMs", DefaultAutoFailoverAfter, 100),
 		HandoverHold:         r.millis("handoverHoldMs", DefaultHandoverHold, 0),
 		HandoverHoldBytes:    r.integer("handoverHoldBytes", DefaultHandoverHoldBytes, 0, math.MaxInt64),
+		HandoverHoldMax:      r.millis("handoverHoldMaxMs", DefaultHandoverHoldMax, 0),
 		PromoteFinishTimeout: r.millis("promoteFinishTimeoutMs", DefaultPromoteFinishTimeout, 1000),
 
 		AllowUnauthenticatedSwitchover: r.boolean("allowUnauthenticatedSwitchover", false),

@@ -351,8 +351,17 @@ type Replication struct {
 	// them once confirmed (internal/bundle/ackguard.go).
 	// HandoverHoldBytes (handoverHoldBytes, default 64 MiB) bounds the body
 	// bytes held at once; a put beyond it is answered 503 at once.
+	// HandoverHoldMax (handoverHoldMaxMs, default 2900) is the hard limit
+	// of a switchover's hold of one put, from its arrival: while the
+	// handover progresses (the slave caught up, the new master said it
+	// took over, the new master answers "not master yet") a put waits
+	// HandoverHold from the last progress, never beyond HandoverHoldMax;
+	// below HandoverHold it is HandoverHold. The default stays below the
+	// Java producer's 3 s send timeout: a put answered after its client
+	// gave up may be sent again and stored twice.
 	HandoverHold      time.Duration
 	HandoverHoldBytes int64
+	HandoverHoldMax   time.Duration
 	// AllowUnauthenticatedSwitchover (default false) lets a master hand
 	// mastership over when a slave site asks over a replication link that
 	// neither the shared secret (SecretFile) nor mutual TLS authenticates.

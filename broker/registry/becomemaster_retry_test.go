@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestBecomeMasterRetryWritesWhatFailed: a promotion whose registration as
@@ -93,5 +94,46 @@ func TestUnlistedNamesAMissingEntry(t *testing.T) {
 	}
 	if p, err := r.Unlisted(ctx); err != nil || p != "" {
 		t.Fatalf("Unlisted = %q, %v after Reassert", p, err)
+	}
+}
+
+// TestUnlistedWFiresWhenAnEntryGoes: UnlistedW's watch fires when another
+// session deletes one of the registry's topics-pub entries.
+func TestUnlistedWFiresWhenAnEntryGoes(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	o := testOptions(t, root)
+	o.SlaveID = -1
+	r := newRegistry(t, o)
+	if err := r.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"orders", "audit"} {
+		if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, w, err := r.UnlistedW(ctx)
+	if err != nil || p != "" {
+		t.Fatalf("UnlistedW = %q, %v with every entry written", p, err)
+	}
+	select {
+	case <-w:
+		t.Fatal("the watch fired with nothing changed")
+	default:
+	}
+	pub := root + "/brokers/topics-pub/audit/0-m"
+	other := newRegistry(t, testOptions(t, root))
+	if err := other.Delete(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the watch did not fire after %s was deleted", pub)
+	}
+	if p, _, err := r.UnlistedW(ctx); err != nil || p != pub {
+		t.Fatalf("UnlistedW = %q, %v after %s was deleted", p, err, pub)
 	}
 }

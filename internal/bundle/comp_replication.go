@@ -22,9 +22,14 @@ import (
 	"metaq/internal/siterole"
 )
 
-// keepPublishedEvery is how often a master checks that its replication
-// address is still published (a variable for tests).
+// keepPublishedEvery is how soon a master checks again that its
+// registrations are in place when a check could not run or finish, and
+// when it makes its first check (a variable for tests).
 var keepPublishedEvery = time.Second
+
+// keepPublishedBackstop is how often a master checks its registrations
+// although no watch fired (keepPublished; a variable for tests).
+var keepPublishedBackstop = 30 * time.Second
 
 // replicationNode is the ephemeral znode under <root>/brokers/ids/<id> in
 // which a master publishes its replication listener (host:port), as the
@@ -281,62 +286,140 @@ func (c *shipperComponent) published(ctx context.Context) (bool, error) {
 // current master (a returning old master
 // that wrote the node under its session and then deleted it, an operator's
 // mistake). It returns when ctx ends.
+//
+// It is driven by ZooKeeper's watches: a check that finds everything in
+// place leaves watches on what it read (the master node, every topic's
+// entry under topics-pub, the replication node) and the next check runs
+// when one fires, or after keepPublishedBackstop as a backstop (a watch
+// lost with the connection). A check that could not run or finish (no
+// shipper yet, a handover, a read or write that failed) is run again
+// after every. Polling read the master node and every topic's entry once
+// a second.
 func (c *shipperComponent) keepPublished(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
+	backstop := time.NewTicker(max(keepPublishedBackstop, every))
+	defer backstop.Stop()
+	var changed registry.Watch // armed by the last check; nil when none is
+	retry := time.After(every) // the first check: publish just ran
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-changed:
+			changed = nil
+		case <-backstop.C:
+		case <-retry:
 		}
-		c.mu.Lock()
-		s := c.s
-		c.mu.Unlock()
-		if s == nil || s.Fence().SteppedDown || c.b.failover.role.Busy() == siterole.HandingOver {
-			continue
+		retry = nil
+		w, done := c.checkPublished(ctx, changed == nil)
+		if w != nil {
+			changed = w
 		}
-		if reg := c.b.Registry; reg.Registration().Master() {
-			// The master node (and with it the topics' entries): a
-			// registration status does not remember, it reads.
-			path := reg.Paths().Broker(c.b.Config().System.BrokerID, -1)
-			owned, err := reg.Owns(ctx, path)
-			if err == nil && owned {
-				// The node is there, a topic's entry may not be: a write
-				// that failed half way, or an old master's late removal.
-				if p, uerr := reg.Unlisted(ctx); uerr == nil && p != "" {
-					owned, path = false, p
-				}
-			}
-			if err == nil && !owned {
-				// Bounded: the write holds the registry's write lock, which
-				// a promotion's finisher and a demotion wait for.
-				rctx, cancel := context.WithTimeout(ctx, 2*c.b.Config().ZooKeeper.SessionTimeout)
-				err := reg.Reassert(rctx)
-				cancel()
-				if err != nil {
-					if ctx.Err() == nil && !errors.Is(err, registry.ErrNotCurrentMaster) {
-						c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
-					}
-				} else {
-					c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) was missing in ZooKeeper; registered it again", "path", path)
-				}
-			}
+		if !done {
+			retry = time.After(every)
 		}
-		// Only a missing node is written again: one that holds another
-		// address is someone's on purpose (a relay's, a newer master's).
-		exists, _, err := c.b.Registry.Exists(ctx, c.znode)
-		if err != nil || exists {
-			continue
-		}
-		if err := c.publish(ctx); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, errNotCurrentMaster) {
-				c.b.Logger().Warn("REPLICATION: the replication address is missing in ZooKeeper and re-publishing it failed", "path", c.znode, "err", err)
-			}
-			continue
-		}
-		c.b.Logger().Warn("REPLICATION: the replication address was missing in ZooKeeper; published it again", "path", c.znode, "addr", c.Addr())
 	}
+}
+
+// checkPublished does keepPublished's check once; with arm it leaves
+// watches on what it read and returns them. done is false when the check
+// could not run or finish, or wrote something: it is run again soon.
+func (c *shipperComponent) checkPublished(ctx context.Context, arm bool) (registry.Watch, bool) {
+	c.mu.Lock()
+	s := c.s
+	c.mu.Unlock()
+	if s == nil || s.Fence().SteppedDown || c.b.failover.role.Busy() == siterole.HandingOver {
+		return nil, false
+	}
+	reg := c.b.Registry
+	var ws []registry.Watch
+	done := true
+	if reg.Registration().Master() {
+		// The master node (and with it the topics' entries): a
+		// registration status does not remember, it reads.
+		path := reg.Paths().Broker(c.b.Config().System.BrokerID, -1)
+		var owned bool
+		var err error
+		if arm {
+			var w registry.Watch
+			owned, w, err = reg.OwnsW(ctx, path)
+			if err == nil {
+				ws = append(ws, w)
+			}
+		} else {
+			owned, err = reg.Owns(ctx, path)
+		}
+		if err == nil && owned {
+			// The node is there, a topic's entry may not be: a write
+			// that failed half way, or an old master's late removal.
+			var p string
+			var uerr error
+			if arm {
+				var w registry.Watch
+				p, w, uerr = reg.UnlistedW(ctx)
+				if uerr == nil {
+					ws = append(ws, w)
+				}
+			} else {
+				p, uerr = reg.Unlisted(ctx)
+			}
+			if uerr != nil {
+				done = false
+			} else if p != "" {
+				owned, path = false, p
+			}
+		}
+		if err != nil {
+			done = false
+		}
+		if err == nil && !owned {
+			done = false // read again once written: arms the watches anew
+			// Bounded: the write holds the registry's write lock, which
+			// a promotion's finisher and a demotion wait for.
+			rctx, cancel := context.WithTimeout(ctx, 2*c.b.Config().ZooKeeper.SessionTimeout)
+			err := reg.Reassert(rctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil && !errors.Is(err, registry.ErrNotCurrentMaster) {
+					c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) is missing in ZooKeeper and registering it again failed", "path", path, "err", err)
+				}
+			} else {
+				c.b.Logger().Warn("REPLICATION: this master's node (or a topic's entry) was missing in ZooKeeper; registered it again", "path", path)
+			}
+		}
+	} else {
+		done = false // not registered as master yet: look again soon
+	}
+	// Only a missing node is written again: one that holds another
+	// address is someone's on purpose (a relay's, a newer master's).
+	var exists bool
+	var err error
+	if arm {
+		var w registry.Watch
+		exists, w, err = reg.ExistsW(ctx, c.znode)
+		if err == nil {
+			ws = append(ws, w)
+		}
+	} else {
+		exists, _, err = reg.Exists(ctx, c.znode)
+	}
+	var w registry.Watch
+	if len(ws) > 0 {
+		w = reg.AnyOf(ws...)
+	}
+	if err != nil {
+		return w, false
+	}
+	if exists {
+		return w, done
+	}
+	if err := c.publish(ctx); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, errNotCurrentMaster) {
+			c.b.Logger().Warn("REPLICATION: the replication address is missing in ZooKeeper and re-publishing it failed", "path", c.znode, "err", err)
+		}
+		return w, false
+	}
+	c.b.Logger().Warn("REPLICATION: the replication address was missing in ZooKeeper; published it again", "path", c.znode, "addr", c.Addr())
+	return w, false
 }
 
 // Addr is the replication listener's address as slaves should dial it.

@@ -853,6 +853,9 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	defer b.failover.notices.expect("")
 	name, err := s.HandoverThen(ctx, match, durableEnd, func(name string, _ int64) {
 		b.failover.notices.expect(name)
+		if hold != nil {
+			hold.Progress() // the slave caught up: held puts wait on
+		}
 		if handedOver != nil {
 			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
@@ -956,14 +959,16 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 }
 
 // holdOptions are the bounds of a hold of puts ([replication]
-// handoverHoldMs, handoverHoldBytes); false with handoverHoldMs=0 (puts
-// are refused, 503, not held).
+// handoverHoldMs, handoverHoldBytes, handoverHoldMaxMs); false with
+// handoverHoldMs=0 (puts are refused, 503, not held). MaxHold extends
+// nothing in the ack guard's Local hold: it never forwards, and nothing
+// calls its Progress.
 func (b *Bundle) holdOptions(reason string) (broker.HoldOptions, bool) {
 	r := b.Config().Replication
 	if r.HandoverHold <= 0 {
 		return broker.HoldOptions{}, false
 	}
-	return broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, Reason: reason}, true
+	return broker.HoldOptions{MaxWait: r.HandoverHold, MaxBytes: r.HandoverHoldBytes, MaxHold: r.HandoverHoldMax, Reason: reason}, true
 }
 
 // holdPuts makes the broker hold plain puts while this master hands over
@@ -997,8 +1002,11 @@ const heldPutsZKWait = 500 * time.Millisecond
 // heldPutsTarget is where the puts held during a switchover go: the MetaQ
 // address of the master of generation gen or newer as gossip names it (no
 // ZooKeeper needed: the old master may have lost its ensemble, or run
-// without one), else as this brokerId's master node in ZooKeeper names it
-// (newMasterAddr).
+// without one), else as the new master's notice over the replication link
+// named it (opTakenOver: known before the new master registers in
+// ZooKeeper, which on a loaded machine took longer than the hold), else as
+// this brokerId's master node in ZooKeeper names it (newMasterAddr).
+// Gossip comes first: it would name a master newer than the notice's.
 //
 // The replication link to the new master is not used: the new master
 // leaves it when it takes over (it disconnects from this master's shipper),
@@ -1007,9 +1015,18 @@ const heldPutsZKWait = 500 * time.Millisecond
 // one its producers use), which this broker reaches as the new master's
 // gateway links and producers do.
 func (b *Bundle) heldPutsTarget(gen uint64) func(context.Context) (string, error) {
+	// The notice is cleared when the switchover returns, and the hold
+	// outlives it (EndAfter): the address it named is kept.
+	var noticed atomic.Pointer[string]
 	return func(ctx context.Context) (string, error) {
 		if addr, ok := b.gossipMasterAddr(gen); ok {
 			return addr, nil
+		}
+		if n := b.failover.notices.notice(); n.gen >= gen && n.metaq != "" {
+			noticed.Store(&n.metaq)
+		}
+		if addr := noticed.Load(); addr != nil {
+			return *addr, nil
 		}
 		if b.Registry == nil {
 			return "", fmt.Errorf("no ZooKeeper, and gossip names no master of generation %d yet", gen)

@@ -175,3 +175,40 @@ func TestSlaveStartsWhenZooKeeperCannotBeRead(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMasterRestoresATopicEntryOnItsWatch: a master's entry under
+// topics-pub, deleted by another session (an old master stepping down
+// late), is written again promptly although the keeper's periodic check
+// is an hour apart: the keeper reads its registrations when a ZooKeeper
+// watch on them fires, not once a second. Deleted three times: the watch
+// is armed again after each restoration.
+func TestMasterRestoresATopicEntryOnItsWatch(t *testing.T) {
+	zk := zkWithFastKeeper(t)
+	old := keepPublishedBackstop
+	keepPublishedBackstop = time.Hour
+	t.Cleanup(func() { keepPublishedBackstop = old }) // after the bundle closed
+	zkRoot := multiSiteRoot(t, []string{zk})
+	bj := startSite(t, filepath.Join(t.TempDir(), "bj"), failoverINIZK(zk, zkRoot, ""), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
+	addr := mustComp[*shipperComponent](t, bj).Addr()
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	waitRegistered(t, zc, bj, addr, 20*time.Second)
+	ctx := context.Background()
+	pub := zc.Paths().TopicsPub() + "/orders/0-m"
+	for i := range 3 {
+		testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+			if ok, err := bj.Registry.Owns(ctx, pub); err != nil || !ok {
+				return fmt.Errorf("round %d: %s is not bj's (%v)", i, pub, err)
+			}
+			return nil
+		})
+		if err := zc.Delete(ctx, pub); err != nil {
+			t.Fatalf("round %d: delete %s: %v", i, pub, err)
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if ok, err := bj.Registry.Owns(ctx, pub); err != nil || !ok {
+			return fmt.Errorf("after the last deletion: %s is not bj's (%v)", pub, err)
+		}
+		return nil
+	})
+}

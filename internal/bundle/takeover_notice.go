@@ -21,10 +21,17 @@ import (
 // gossip off it reads only its own ensemble, which the new master does
 // not reach: the notice is how it learns the generation, and the address
 // is how it follows (its own ensemble does not name the new master).
+// The notice also names the new master's MetaQ address: the old master
+// passes the puts it held during the handover on to it at once, without
+// waiting until ZooKeeper or gossip names the new master (its
+// registration may take seconds on a loaded machine, and the new master
+// takes puts before it registers).
 
 // opTakenOver is the control request a switchover's new master sends the
 // old master: args generation, replication (its replication address as
-// slaves dial it, "" when not known before its shipper starts) and site.
+// slaves dial it, "" when not known before its shipper starts), metaq (its
+// MetaQ host:port, where producers put) and site. An old master of an
+// earlier build ignores metaq.
 const opTakenOver = "taken-over"
 
 // takenOverWait bounds the new master's notice.
@@ -40,9 +47,10 @@ type takeoverNotices struct {
 }
 
 type takeoverNotice struct {
-	gen  uint64
-	addr string
-	site string
+	gen   uint64
+	addr  string // replication address
+	metaq string // MetaQ host:port ("" from a new master of an earlier build)
+	site  string
 }
 
 // expect starts a handover to the slave named to (clearing an earlier
@@ -79,7 +87,7 @@ func (b *Bundle) onTakenOver(req *georeplicator.ControlRequest) {
 	to := n.to
 	ok := to != "" && req.From == to && gen > id.Generation()
 	if ok {
-		n.got = takeoverNotice{gen: gen, addr: req.Args["replication"], site: req.Args["site"]}
+		n.got = takeoverNotice{gen: gen, addr: req.Args["replication"], metaq: req.Args["metaq"], site: req.Args["site"]}
 		n.from = req.From
 	}
 	n.mu.Unlock()
@@ -88,7 +96,7 @@ func (b *Bundle) onTakenOver(req *georeplicator.ControlRequest) {
 		return
 	}
 	b.log.Warn("FAILOVER: the new master says it took over", "from", req.From, "site", req.Args["site"], "generation", gen,
-		"replication", req.Args["replication"], "auth", req.Auth)
+		"replication", req.Args["replication"], "metaq", req.Args["metaq"], "auth", req.Auth)
 	req.Reply(nil, nil)
 }
 
@@ -106,6 +114,7 @@ func (b *Bundle) tellOldMaster(ctx context.Context, rc *receiverComponent, gen u
 	_, err := r.Control(ctx, opTakenOver, map[string]string{
 		"generation":  strconv.FormatUint(gen, 10),
 		"replication": b.replicationAdvertiseHint(),
+		"metaq":       metaqHostPort(b.Broker.URL()),
 		"site":        b.Config().Site.Name,
 	})
 	switch {
