@@ -866,9 +866,14 @@ func (s *Store) completeSync(j *syncJob) {
 			d.Store(x.end)
 		}
 	}
-	s.wakeGrown(j.parts)
 	s.setDurable(j.pos)
+	// The puts are answered before held gets are woken: a put's answer is
+	// on its client's path (its latency bounds the producers' rate), a
+	// woken get's is not, and closing the channels readies the getters'
+	// goroutines ahead of the answers on these cores. Either order keeps
+	// the guarantee: durable is raised above, before both.
 	finishAll(j.reqs)
+	s.wakeGrown(j.parts)
 	w.freeJob(j)
 }
 
