@@ -867,11 +867,12 @@ func (s *Store) completeSync(j *syncJob) {
 		}
 	}
 	s.setDurable(j.pos)
-	// The puts are answered before held gets are woken: a put's answer is
-	// on its client's path (its latency bounds the producers' rate), a
-	// woken get's is not, and closing the channels readies the getters'
-	// goroutines ahead of the answers on these cores. Either order keeps
-	// the guarantee: durable is raised above, before both.
+	// The puts are answered before held gets are woken: a put's latency
+	// bounds its producer's rate, and answered first its connection's
+	// writer is queued to run ahead of most of the woken getters (the
+	// runtime runs the goroutine readied last first, then the others in
+	// order). Either order keeps the guarantee: durable is raised above,
+	// before both.
 	finishAll(j.reqs)
 	s.wakeGrown(j.parts)
 	w.freeJob(j)
