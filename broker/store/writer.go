@@ -866,15 +866,9 @@ func (s *Store) completeSync(j *syncJob) {
 			d.Store(x.end)
 		}
 	}
-	s.setDurable(j.pos)
-	// The puts are answered before held gets are woken: a put's latency
-	// bounds its producer's rate, and answered first its connection's
-	// writer is queued to run ahead of most of the woken getters (the
-	// runtime runs the goroutine readied last first, then the others in
-	// order). Either order keeps the guarantee: durable is raised above,
-	// before both.
-	finishAll(j.reqs)
 	s.wakeGrown(j.parts)
+	s.setDurable(j.pos)
+	finishAll(j.reqs)
 	w.freeJob(j)
 }
 
