@@ -148,7 +148,8 @@
 // Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
 // answered with no hold or gateway lock held. The gateway queues a batch's
 // frames under Gateway.qmu (the order of sends) in linkWriter.mu, a leaf;
-// its connection's writer goroutine writes them with no gateway lock held. Broker.mu, topicTable.mu,
+// its connection's writer goroutine writes them with no gateway lock held.
+// inFlightBytes.mu (the gateway-wide bound on forwarded bytes) is a leaf. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, wokenGets.mu (a connection's gets whose
 // wait at the end of their partition ended: getwait.go), serialQueues.mu, byteBudget.mu (only
 // for waiters; a connection's budget, its address's and the broker's are

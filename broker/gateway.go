@@ -92,6 +92,13 @@ type GatewayOptions struct {
 	// connection and opens another; 0 means 30 s.
 	DrainWait time.Duration
 
+	// MaxInFlightBytes bounds the bodies of forwarded puts awaiting the
+	// master's answers, all producer connections together ([site]
+	// forwardMaxInFlightBytes); 0 means DefaultForwardMaxInFlightBytes.
+	// A batch that finds no room waits for it until its MaxWait is up,
+	// then is answered 503, not sent, naming the bound.
+	MaxInFlightBytes int64
+
 	// drainBatch bounds the outbox entries sent per partition per drain
 	// round; 0 means drainBatch (tests make it small).
 	drainBatch int
@@ -112,6 +119,9 @@ type GatewayStats struct {
 	// Transactions (gatewaytx.go).
 	TxForwarded int64 // transaction commands and puts answered with the master's answer
 	TxLinks     int64 // gateway links opened for client connections' transactions
+	// The gateway-wide bound (GatewayOptions.MaxInFlightBytes).
+	InFlightBytes int64 // forwarded bodies awaiting the master's answers now
+	Full          int64 // puts answered 503: no room under the bound in time
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -128,7 +138,9 @@ type Gateway struct {
 		forwarded, notSent, unknown, retried, dials atomic.Int64
 		accepted, refused, drained, deduplicated    atomic.Int64
 		txForwarded, txLinks                        atomic.Int64
+		full                                        atomic.Int64
 	}
+	inflight *inFlightBytes // forwarded bytes awaiting answers, gateway-wide
 
 	// Store and forward (storeforward.go): ids fixed at acceptance, the
 	// drain goroutine's wake-up, stop and exit, and its last failure.
@@ -174,6 +186,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		if opts.DrainWait <= 0 {
 			opts.DrainWait = drainWait
 		}
+		if opts.MaxInFlightBytes <= 0 {
+			opts.MaxInFlightBytes = DefaultForwardMaxInFlightBytes
+		}
 		if opts.drainBatch <= 0 {
 			opts.drainBatch = drainBatch
 		}
@@ -183,7 +198,7 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 				return d.DialContext(ctx, "tcp", addr)
 			}
 		}
-		g = &Gateway{b: b, opts: opts, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+		g = &Gateway{b: b, opts: opts, kick: make(chan struct{}, 1), quit: make(chan struct{}), inflight: newInFlightBytes(opts.MaxInFlightBytes)}
 		g.ids = idGen{brokerID: int64(b.brokerID()), clock: b.opts.Clock}
 	}
 	if old := b.gateway.Swap(g); old != nil {
@@ -209,7 +224,8 @@ func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
-		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load()}
+		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load(),
+		InFlightBytes: g.inflight.load(), Full: g.stats.full.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
@@ -395,13 +411,34 @@ func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone fu
 		g.accept(topic, partition, msgs, done)
 		return
 	}
-	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
-		deadline: time.Now().Add(g.opts.MaxWait), out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
-	// One copy of all the bodies, not one allocation per put.
+	deadline := time.Now().Add(g.opts.MaxWait)
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Body)
 	}
+	// The gateway-wide bound: the reader waits for room (its connection's
+	// next requests with it), at most until the batch's time is up.
+	if !g.inflight.acquire(int64(size), deadline, gone, g.b.ctx.Done()) {
+		why := "its client closed the connection, or the broker is closing, while it waited for room"
+		if !gone() && g.b.ctx.Err() == nil {
+			why = g.inflight.full(int64(size))
+			g.stats.full.Add(int64(len(msgs)))
+		}
+		errs := make(messageErrors, len(msgs))
+		for i := range errs {
+			errs[i] = g.notSent(why)
+		}
+		done(make([]store.Appended, len(msgs)), errs)
+		return
+	}
+	answer := done
+	done = func(as []store.Appended, err error) {
+		g.inflight.release(int64(size))
+		answer(as, err)
+	}
+	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
+		deadline: deadline, out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
+	// One copy of all the bodies, not one allocation per put.
 	slab := make([]byte, 0, size)
 	for i, m := range msgs {
 		fb.msgs[i] = m

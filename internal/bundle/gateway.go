@@ -54,6 +54,8 @@ func (b *Bundle) startGateway() error {
 		Dial:     dial,
 		LinkDial: linkDial,
 		Outbox:   ob,
+		// Read at start, as the outbox's bounds are.
+		MaxInFlightBytes: b.Config().Site.ForwardMaxInFlightBytes,
 	}); err != nil {
 		if ob != nil {
 			ob.Close()
