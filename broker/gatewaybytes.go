@@ -22,7 +22,8 @@ type inFlightBytes struct {
 
 	mu      sync.Mutex // a leaf
 	used    int64
-	changed chan struct{} // closed and replaced when used falls
+	waiters int           // acquire calls waiting for room
+	changed chan struct{} // closed and replaced when used falls while some wait
 }
 
 func newInFlightBytes(max int64) *inFlightBytes {
@@ -50,22 +51,30 @@ func (f *inFlightBytes) acquire(n int64, deadline time.Time, gone func() bool, d
 			f.mu.Unlock()
 			return true
 		}
-		ch := f.changed
-		f.mu.Unlock()
 		wait := time.Until(deadline)
 		if wait <= 0 || gone() {
+			f.mu.Unlock()
 			return false
 		}
+		f.waiters++
+		ch := f.changed
+		f.mu.Unlock()
 		// gone is polled: the connection's end has no channel here.
 		t := time.NewTimer(min(wait, 100*time.Millisecond))
+		stopped := false
 		select {
 		case <-ch:
 		case <-t.C:
 		case <-done:
-			t.Stop()
-			return false
+			stopped = true
 		}
 		t.Stop()
+		f.mu.Lock()
+		f.waiters--
+		f.mu.Unlock()
+		if stopped {
+			return false
+		}
 	}
 }
 
@@ -73,8 +82,10 @@ func (f *inFlightBytes) acquire(n int64, deadline time.Time, gone func() bool, d
 func (f *inFlightBytes) release(n int64) {
 	f.mu.Lock()
 	f.used -= n
-	close(f.changed)
-	f.changed = make(chan struct{})
+	if f.waiters > 0 {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
 	f.mu.Unlock()
 }
 
