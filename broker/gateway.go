@@ -120,8 +120,9 @@ type GatewayStats struct {
 	TxForwarded int64 // transaction commands and puts answered with the master's answer
 	TxLinks     int64 // gateway links opened for client connections' transactions
 	// The gateway-wide bound (GatewayOptions.MaxInFlightBytes).
-	InFlightBytes int64 // forwarded bodies awaiting the master's answers now
-	Full          int64 // puts answered 503: no room under the bound in time
+	InFlightBytes    int64 // forwarded bodies awaiting the master's answers now
+	MaxInFlightBytes int64 // the bound on InFlightBytes
+	Full             int64 // puts answered 503: no room under the bound in time
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -225,7 +226,7 @@ func (g *Gateway) Stats() GatewayStats {
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
 		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load(),
-		InFlightBytes: g.inflight.load(), Full: g.stats.full.Load()}
+		InFlightBytes: g.inflight.load(), MaxInFlightBytes: g.opts.MaxInFlightBytes, Full: g.stats.full.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:

@@ -289,7 +289,8 @@ func gatewayReport(b *Bundle) *topology.GatewayReport {
 	}
 	st := g.Stats()
 	r := &topology.GatewayReport{Forwarded: st.Forwarded, NotSent: st.NotSent, Unknown: st.Unknown, Retried: st.Retried, Dials: st.Dials,
-		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated}
+		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated,
+		Full: st.Full, InFlightBytes: st.InFlightBytes, MaxInFlightBytes: st.MaxInFlightBytes}
 	if ob, ok := g.OutboxStats(); ok {
 		r.Outbox = &topology.OutboxReport{Entries: ob.Entries, Bytes: ob.Bytes, OldestAgeSeconds: ob.OldestAge, MaxBytes: ob.MaxBytes,
 			MaxAgeSeconds: ob.MaxAge, DrainError: ob.DrainError}

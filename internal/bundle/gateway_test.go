@@ -36,8 +36,13 @@ func forwardingSitesTimed(t *testing.T, session, probe time.Duration) *sites {
 		t.Skip("multi-site test skipped in -short mode")
 	}
 	return newSites(t, sitesSpec{deploy: true, perSiteZK: true, sessionTimeout: session, probeInterval: probe,
-		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nforwardMaxInFlightBytes=" + fmt.Sprint(forwardingSitesInFlight) + "\n"}})
 }
+
+// forwardingSitesInFlight is hf's forwardMaxInFlightBytes in
+// forwardingSites: not the default (broker.DefaultForwardMaxInFlightBytes,
+// 64 MiB), so that a test sees the key reach hf's gateway.
+const forwardingSitesInFlight = 32 << 20
 
 // viewClient is a client that finds brokers through site's view root in
 // site's ensemble: the one-line change (zkRoot) a Java client at the site
@@ -798,6 +803,10 @@ func TestGatewayXAJavaProducer(t *testing.T) {
 	}
 	if st := hf.Broker.Gateway().Stats(); st.TxLinks == 0 || st.Unknown != 0 {
 		t.Errorf("hf's gateway: %+v", st)
+	}
+	// hf's [site] forwardMaxInFlightBytes reached its gateway and its report.
+	if rep := gatewayReport(hf); rep == nil || rep.MaxInFlightBytes != forwardingSitesInFlight || rep.Full != 0 {
+		t.Errorf("hf's gateway report: %+v, want maxInFlightBytes %d", rep, forwardingSitesInFlight)
 	}
 }
 
