@@ -146,7 +146,10 @@
 // (hold.go, forward.go) and a slave's write gateway (gateway.go) take a
 // connection's fwdConn.mu under their own mu (forwarder.mu, Gateway.mu).
 // Hold.mu and fwdConn.wmu are leaves; a held or forwarded batch is
-// answered with no hold or gateway lock held. Broker.mu, topicTable.mu,
+// answered with no hold or gateway lock held. The gateway queues a batch's
+// frames under Gateway.qmu (the order of sends) in linkWriter.mu, a leaf;
+// its connection's writer goroutine writes them with no gateway lock held.
+// inFlightBytes.mu (the gateway-wide bound on forwarded bytes) is a leaf. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, wokenGets.mu (a connection's gets whose
 // wait at the end of their partition ended: getwait.go), serialQueues.mu, byteBudget.mu (only
 // for waiters; a connection's budget, its address's and the broker's are

@@ -51,6 +51,10 @@ type fwdConn struct {
 	// moved: the master answered that it is no longer master (a client
 	// connection's link for transactions, gatewaytx.go).
 	moved atomic.Bool
+
+	// w writes the gateway's forwarded batches (gatewaywrite.go); nil on
+	// other connections. Set before the connection is shared.
+	w *linkWriter
 }
 
 // fwdResult is the outcome of one forwarded message: the answer of the
@@ -271,6 +275,9 @@ func (c *fwdConn) fail(err error) {
 		stop()
 	}
 	c.nc.Close()
+	if c.w != nil {
+		c.w.close()
+	}
 	for _, ch := range pending {
 		close(ch)
 	}

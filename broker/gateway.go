@@ -24,8 +24,9 @@ package broker
 //
 // Puts of one client connection to one partition reach the master in the
 // order they arrived here, also across a change of master: every batch is
-// written in arrival order (under Gateway.qmu), at once on the reader's
-// goroutine when nothing waits, and the master serves one connection's puts
+// queued on the connection in arrival order (under Gateway.qmu), at once on
+// the reader's goroutine when nothing waits, the connection's writer writes
+// them in that order (gatewaywrite.go), and the master serves one connection's puts
 // to a partition in order. Batches that could not be sent (no master known,
 // no connection) and batches the master refused because it moved wait in
 // one queue in arrival order, and every later batch goes behind them; after
@@ -91,6 +92,13 @@ type GatewayOptions struct {
 	// connection and opens another; 0 means 30 s.
 	DrainWait time.Duration
 
+	// MaxInFlightBytes bounds the bodies of forwarded puts awaiting the
+	// master's answers, all producer connections together ([site]
+	// forwardMaxInFlightBytes); 0 means DefaultForwardMaxInFlightBytes.
+	// A batch that finds no room waits for it until its MaxWait is up,
+	// then is answered 503, not sent, naming the bound.
+	MaxInFlightBytes int64
+
 	// drainBatch bounds the outbox entries sent per partition per drain
 	// round; 0 means drainBatch (tests make it small).
 	drainBatch int
@@ -111,6 +119,10 @@ type GatewayStats struct {
 	// Transactions (gatewaytx.go).
 	TxForwarded int64 // transaction commands and puts answered with the master's answer
 	TxLinks     int64 // gateway links opened for client connections' transactions
+	// The gateway-wide bound (GatewayOptions.MaxInFlightBytes).
+	InFlightBytes    int64 // forwarded bodies awaiting the master's answers now
+	MaxInFlightBytes int64 // the bound on InFlightBytes
+	Full             int64 // puts answered 503: no room under the bound in time
 }
 
 // Gateway is a slave broker's forwarding of puts to the master (see the top
@@ -127,7 +139,9 @@ type Gateway struct {
 		forwarded, notSent, unknown, retried, dials atomic.Int64
 		accepted, refused, drained, deduplicated    atomic.Int64
 		txForwarded, txLinks                        atomic.Int64
+		full                                        atomic.Int64
 	}
+	inflight *inFlightBytes // forwarded bytes awaiting answers, gateway-wide
 
 	// Store and forward (storeforward.go): ids fixed at acceptance, the
 	// drain goroutine's wake-up, stop and exit, and its last failure.
@@ -148,8 +162,13 @@ type Gateway struct {
 	unsent   []*fwdBatch
 	sending  bool
 	retiring int
-	frames   []byte // post's buffer, reused: written before post returns
 }
+
+// framesPool holds the buffers batches' frames are built in: a batch's
+// frames are built before it takes g.qmu (checksums and encoding are most
+// of a send's work besides the write) and the buffer is reused once
+// written.
+var framesPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // SetGateway makes the broker forward the puts of topics with forwardPuts
 // on to the master while client writes are refused (it is a slave), and
@@ -168,6 +187,9 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 		if opts.DrainWait <= 0 {
 			opts.DrainWait = drainWait
 		}
+		if opts.MaxInFlightBytes <= 0 {
+			opts.MaxInFlightBytes = DefaultForwardMaxInFlightBytes
+		}
 		if opts.drainBatch <= 0 {
 			opts.drainBatch = drainBatch
 		}
@@ -177,7 +199,7 @@ func (b *Broker) SetGateway(o *GatewayOptions) (*Gateway, error) {
 				return d.DialContext(ctx, "tcp", addr)
 			}
 		}
-		g = &Gateway{b: b, opts: opts, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+		g = &Gateway{b: b, opts: opts, kick: make(chan struct{}, 1), quit: make(chan struct{}), inflight: newInFlightBytes(opts.MaxInFlightBytes)}
 		g.ids = idGen{brokerID: int64(b.brokerID()), clock: b.opts.Clock}
 	}
 	if old := b.gateway.Swap(g); old != nil {
@@ -203,7 +225,8 @@ func (g *Gateway) Stats() GatewayStats {
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
-		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load()}
+		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load(),
+		InFlightBytes: g.inflight.load(), MaxInFlightBytes: g.opts.MaxInFlightBytes, Full: g.stats.full.Load()}
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
@@ -273,9 +296,13 @@ func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial the master %s: %w", addr, err)
 	}
-	c := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}}
+	c := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}, w: newLinkWriter()}
 	if !g.b.routines.Go(c.readLoop) {
 		nc.Close()
+		return nil, ErrClosed
+	}
+	if !g.b.routines.Go(func() { c.w.loop(c) }) {
+		c.fail(ErrClosed)
 		return nil, ErrClosed
 	}
 	stop := context.AfterFunc(g.b.ctx, func() { c.fail(errors.New("the broker is closing")) })
@@ -364,7 +391,10 @@ type fwdBatch struct {
 	done      func([]store.Appended, error)
 	gone      func() bool
 
-	left   []int // the messages to send (next)
+	left   []int               // the messages to send (next)
+	frames *[]byte             // left's frames, built by build; nil once written
+	ops    []int32             // the opaques in frames, one per message of left
+	chans  []chan *wire.Result // where their answers are to come
 	out    []store.Appended
 	errs   messageErrors
 	failed int
@@ -373,7 +403,7 @@ type fwdBatch struct {
 
 // add forwards a validated batch and calls done once with its outcome. The
 // put route calls it on the connection's reader, in order. Every batch is
-// written to the master under g.qmu, in the order of the unsent queue:
+// queued for the master under g.qmu, in the order of the unsent queue:
 // when the queue is empty and no connection is retiring, at once, on the
 // reader (so a connection's batches to a partition reach the master in
 // order); otherwise behind the batches waiting there.
@@ -382,13 +412,34 @@ func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone fu
 		g.accept(topic, partition, msgs, done)
 		return
 	}
-	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
-		deadline: time.Now().Add(g.opts.MaxWait), out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
-	// One copy of all the bodies, not one allocation per put.
+	deadline := time.Now().Add(g.opts.MaxWait)
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Body)
 	}
+	// The gateway-wide bound: the reader waits for room (its connection's
+	// next requests with it), at most until the batch's time is up.
+	if !g.inflight.acquire(int64(size), deadline, gone, g.b.ctx.Done()) {
+		why := "its client closed the connection, or the broker is closing, while it waited for room"
+		if !gone() && g.b.ctx.Err() == nil {
+			why = g.inflight.full(int64(size))
+			g.stats.full.Add(int64(len(msgs)))
+		}
+		errs := make(messageErrors, len(msgs))
+		for i := range errs {
+			errs[i] = g.notSent(why)
+		}
+		done(make([]store.Appended, len(msgs)), errs)
+		return
+	}
+	answer := done
+	done = func(as []store.Appended, err error) {
+		g.inflight.release(int64(size))
+		answer(as, err)
+	}
+	fb := &fwdBatch{topic: topic, partition: partition, msgs: make([]store.Message, len(msgs)), done: done, gone: gone,
+		deadline: deadline, out: make([]store.Appended, len(msgs)), errs: make(messageErrors, len(msgs))}
+	// One copy of all the bodies, not one allocation per put.
 	slab := make([]byte, 0, size)
 	for i, m := range msgs {
 		fb.msgs[i] = m
@@ -400,6 +451,7 @@ func (g *Gateway) add(topic string, partition int, msgs []store.Message, gone fu
 	for i := range fb.left {
 		fb.left[i] = i
 	}
+	g.build(fb)
 	g.qmu.Lock()
 	g.seq++
 	fb.seq = g.seq
@@ -553,39 +605,28 @@ func (fb *fwdBatch) finish() {
 	fb.done(fb.out, fb.errs)
 }
 
-// post writes the messages of fb.left to the master and returns the
-// channels their answers come on (nil and the error when not sent). The
-// caller holds g.qmu: sends happen in the queue's order.
-func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
-	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
-	defer cancel()
-	c, err := g.conn(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	chans := make([]chan *wire.Result, len(fb.left))
+// build encodes fb.left's frames (with opaques of their own) into
+// fb.frames, without any lock held: only the write of a batch needs
+// g.qmu's order.
+func (g *Gateway) build(fb *fwdBatch) {
 	size := 0
 	for _, i := range fb.left {
 		size += frameOverhead + len(fb.topic) + len(fb.msgs[i].Body)
 	}
-	frames := g.frames[:0]
+	buf := framesPool.Get().(*[]byte)
+	frames := (*buf)[:0]
 	if cap(frames) < size || cap(frames) > max(4*size, 1<<20) {
 		// Sized for this batch: growing while appending cleared and
 		// copied it again and again (log lines are ~200 bytes, not 64).
 		frames = make([]byte, 0, size)
 	}
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		return nil, nil, err
-	}
+	fb.ops = slices.Grow(fb.ops[:0], len(fb.left))[:len(fb.left)]
+	fb.chans = make([]chan *wire.Result, len(fb.left))
 	for k, i := range fb.left {
 		m := &fb.msgs[i]
 		op := g.opaque.Add(1)
-		ch := make(chan *wire.Result, 1)
-		c.pending[op] = ch
-		chans[k] = ch
+		fb.ops[k] = op
+		fb.chans[k] = make(chan *wire.Result, 1)
 		sum := wire.Checksum(m.Body)
 		if m.ChecksumSet {
 			sum = int32(m.Checksum)
@@ -600,17 +641,39 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 		p := wire.Put{Topic: fb.topic, Partition: int32(fb.partition), Flag: m.Flag, Checksum: sum, Opaque: op, Body: m.Body}
 		frames = p.AppendTo(frames)
 	}
-	c.mu.Unlock()
-	c.wmu.Lock()
-	c.nc.SetWriteDeadline(fb.deadline)
-	_, werr := c.nc.Write(frames)
-	c.wmu.Unlock()
-	g.frames = frames[:0]
-	if werr != nil {
-		// Part of it may have gone: the answers say, or the failure
-		// makes them unknown.
-		c.fail(fmt.Errorf("write to the master %s: %w", c.addr, werr))
+	*buf = frames
+	fb.frames = buf
+}
+
+// post queues fb's frames (build) on the connection to the master, whose
+// writer sends them in the order queued, and returns the channels their
+// answers come on (nil and the error when not sent; the frames are then
+// kept for the next try). The caller holds g.qmu: sends happen in the
+// queue's order.
+func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
+	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
+	defer cancel()
+	c, err := g.conn(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
+	chans := fb.chans
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, nil, err
+	}
+	for k, op := range fb.ops {
+		c.pending[op] = chans[k]
+	}
+	c.mu.Unlock()
+	// Queued in the order of sends and written by c's writer: a write
+	// that fails, or a connection that fails first, answers them unknown
+	// (part of them may have gone).
+	c.w.queue(*fb.frames, fb.deadline)
+	framesPool.Put(fb.frames)
+	fb.frames = nil
 	return c, chans, nil
 }
 
@@ -663,6 +726,7 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) 
 	}
 	g.stats.retried.Add(int64(len(retry)))
 	fb.left = retry
+	g.build(fb)
 	g.qmu.Lock()
 	// Ask ZooKeeper again: the master may have moved. Queued before the
 	// connection is dropped, so no later batch is sent in between.

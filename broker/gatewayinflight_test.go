@@ -13,6 +13,7 @@ import (
 
 	"metaq/broker/store"
 	"metaq/broker/wire"
+	"metaq/internal/testutil"
 )
 
 // heldMaster is a master's MetaQ port that reads puts and answers none of
@@ -98,11 +99,20 @@ func (m *heldMaster) release() {
 // waitFor waits until the master has read n puts and returns how many it
 // read, fewer when timeout passed first.
 func (m *heldMaster) waitFor(n int, timeout time.Duration) int {
+	return waitCount(n, timeout, func() (int, <-chan struct{}) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.got), m.changed
+	})
+}
+
+// waitCount waits until the count read returns reaches n and returns it,
+// less when timeout passed first; read also returns a channel closed when
+// the count changes.
+func waitCount(n int, timeout time.Duration, read func() (int, <-chan struct{})) int {
 	deadline := time.After(timeout)
 	for {
-		m.mu.Lock()
-		got, ch := len(m.got), m.changed
-		m.mu.Unlock()
+		got, ch := read()
 		if got >= n {
 			return got
 		}
@@ -124,17 +134,30 @@ func (m *heldMaster) count() int {
 // slave's Options changed by mod.
 func heldGateway(t *testing.T, mod func(*Options)) (*heldMaster, *testBroker) {
 	t.Helper()
+	m, slave, _ := heldGatewayWith(t, mod, nil)
+	return m, slave
+}
+
+// heldGatewayWith is heldGateway with the gateway's options (MaxWait 30 s)
+// changed by gmod too, and returns the gateway.
+func heldGatewayWith(t *testing.T, mod func(*Options), gmod func(*GatewayOptions)) (*heldMaster, *testBroker, *Gateway) {
+	t.Helper()
 	m := newHeldMaster(t)
 	slave := startBroker(t, gatewayConfig(t, "[site]\nforwardPuts=true"), mod)
 	slave.RefuseWrites("slave", Refusal{Reason: "this broker is a slave"})
-	if _, err := slave.SetGateway(&GatewayOptions{
+	o := &GatewayOptions{
 		Holder:  "slave",
 		Master:  func(context.Context) (string, error) { return m.ln.Addr().String(), nil },
 		MaxWait: 30 * time.Second,
-	}); err != nil {
+	}
+	if gmod != nil {
+		gmod(o)
+	}
+	g, err := slave.SetGateway(o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m, slave
+	return m, slave, g
 }
 
 // TestGatewayPipelinesBeyondMaxInFlight: a producer connection's forwarded
@@ -262,20 +285,11 @@ func (h *heldStore) release() {
 // waitFor waits until n messages were handed to the store and returns how
 // many were, fewer when timeout passed first.
 func (h *heldStore) waitFor(n int, timeout time.Duration) int {
-	deadline := time.After(timeout)
-	for {
+	return waitCount(n, timeout, func() (int, <-chan struct{}) {
 		h.mu.Lock()
-		got, ch := h.msgs, h.changed
-		h.mu.Unlock()
-		if got >= n {
-			return got
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return got
-		}
-	}
+		defer h.mu.Unlock()
+		return h.msgs, h.changed
+	})
 }
 
 // TestGatewayLinkServedWithMoreInFlight: a master serves a gateway link
@@ -322,4 +336,105 @@ func TestGatewayLinkServedWithMoreInFlight(t *testing.T) {
 	}
 	cl.nc.Close()
 	<-served
+}
+
+// TestGatewayBoundsBytesInFlight: the gateway-wide bound on forwarded
+// bytes awaiting the master's answers holds across producer connections:
+// with a bound of 4 KiB and a master that answers nothing yet, one
+// connection's four 1 KiB puts fill it; another connection's put is not
+// sent, and is answered 503 naming forwardMaxInFlightBytes once its time
+// (MaxWait) is up; a third connection's put waits for room and is sent
+// and stored once the master answers the first four.
+func TestGatewayBoundsBytesInFlight(t *testing.T) {
+	const size, bound = 1 << 10, 4 << 10
+	m, slave, g := heldGatewayWith(t, nil, func(o *GatewayOptions) {
+		o.MaxInFlightBytes = bound
+		o.MaxWait = 2 * time.Second
+	})
+	body := strings.Repeat("x", size)
+	a := dial(t, slave.Addr())
+	var buf []byte
+	for i := range bound / size {
+		buf = putCmd("test", 0, body, int32(i+1)).AppendTo(buf)
+	}
+	a.send(buf)
+	if got := m.waitFor(bound/size, 20*time.Second); got != bound/size {
+		t.Fatalf("the master got %d puts of connection a, want %d", got, bound/size)
+	}
+	b := dial(t, slave.Addr())
+	b.send(putCmd("test", 1, body, 100).AppendTo(nil))
+	if r := b.result(); r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "forwardMaxInFlightBytes") {
+		t.Fatalf("a put beyond the gateway's bound (%d bytes in flight): %s, want 503 naming forwardMaxInFlightBytes", bound, r)
+	}
+	if got := m.count(); got != bound/size {
+		t.Fatalf("the master got %d puts with %d bytes allowed in flight, want %d", got, bound, bound/size)
+	}
+	if st := g.Stats(); st.Full != 1 || st.InFlightBytes != bound {
+		t.Fatalf("gateway stats %+v, want Full 1 and InFlightBytes %d", st, bound)
+	}
+	c := dial(t, slave.Addr())
+	c.send(putCmd("test", 1, body, 200).AppendTo(nil))
+	m.release()
+	for range bound / size {
+		if r := a.result(); r.Code != wire.StatusOK {
+			t.Fatalf("connection a's put %d: %s", r.Opaque, r)
+		}
+	}
+	if r := c.result(); r.Code != wire.StatusOK {
+		t.Fatalf("a put that waited for room: %s", r)
+	}
+	if got := m.count(); got != bound/size+1 {
+		t.Fatalf("the master got %d puts, want %d", got, bound/size+1)
+	}
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := g.Stats().InFlightBytes; n != 0 {
+			return fmt.Errorf("%d bytes in flight after every put was answered", n)
+		}
+		return nil
+	})
+}
+
+// TestGatewayKeepsOrderAcrossConnections: puts of many producer
+// connections forwarded at once, their frames built before Gateway.qmu and
+// written by the connection's writer: each connection's puts to a
+// partition reach the master in the order that connection sent them, and
+// every put is answered stored.
+func TestGatewayKeepsOrderAcrossConnections(t *testing.T) {
+	const conns, per, chunk = 8, 200, 20
+	m, slave := heldGateway(t, nil)
+	m.release()
+	cls := make([]*client, conns)
+	for i := range cls {
+		cls[i] = dial(t, slave.Addr())
+	}
+	for start := 0; start < per; start += chunk {
+		for ci, cl := range cls {
+			var buf []byte
+			for k := start; k < start+chunk; k++ {
+				buf = putCmd("test", int32(k%2), fmt.Sprintf("c%d-%04d", ci, k), int32(k+1)).AppendTo(buf)
+			}
+			cl.send(buf)
+		}
+	}
+	for ci, cl := range cls {
+		for range per {
+			if r := cl.result(); r.Code != wire.StatusOK {
+				t.Fatalf("connection %d, put %d: %s", ci, r.Opaque, r)
+			}
+		}
+	}
+	if got := m.waitFor(conns*per, 20*time.Second); got != conns*per {
+		t.Fatalf("the master got %d puts, want %d", got, conns*per)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	last := map[string]string{} // connection and partition -> last body
+	for _, p := range m.got {
+		conn, _, _ := strings.Cut(string(p.Body), "-")
+		key := fmt.Sprintf("%s/%d", conn, p.Partition)
+		if prev, ok := last[key]; ok && prev >= string(p.Body) {
+			t.Fatalf("the master got %q after %q: out of the order connection %s sent them to partition %d", p.Body, prev, conn, p.Partition)
+		}
+		last[key] = string(p.Body)
+	}
 }

@@ -39,6 +39,11 @@ type GatewayReport struct {
 	Refused      int64 `json:"refused"`      // refused by the outbox (a bound, a write failure)
 	Drained      int64 `json:"drained"`      // outbox entries confirmed stored at the master
 	Deduplicated int64 `json:"deduplicated"` // outbox entries found at the master, not sent again
+	// The bound on forwarded bytes awaiting the master's answers, all
+	// producer connections together ([site] forwardMaxInFlightBytes).
+	Full             int64 `json:"full"`             // answered 503: no room under the bound in time
+	InFlightBytes    int64 `json:"inFlightBytes"`    // forwarded bodies awaiting the master's answers
+	MaxInFlightBytes int64 `json:"maxInFlightBytes"` // forwardMaxInFlightBytes
 	// Outbox is the store-and-forward outbox, when the gateway has one.
 	Outbox *OutboxReport `json:"outbox,omitempty"`
 }

@@ -63,6 +63,19 @@ func TestStoreAndForward(t *testing.T) {
 	if s.Site.OutboxMaxBytes != 1000 || s.Site.OutboxMaxAge.Milliseconds() != 2500 {
 		t.Fatalf("outbox bounds %d %v", s.Site.OutboxMaxBytes, s.Site.OutboxMaxAge)
 	}
+	if s.Site.ForwardMaxInFlightBytes != 0 {
+		t.Fatalf("forwardMaxInFlightBytes unset: %d, want 0 (the broker's default)", s.Site.ForwardMaxInFlightBytes)
+	}
+	s, _, err = Parse("server.ini", []byte(base+"[site]\nforwardMaxInFlightBytes=4096\n"))
+	if err != nil || s.Site.ForwardMaxInFlightBytes != 4096 {
+		t.Fatalf("forwardMaxInFlightBytes=4096: %v, %+v", err, s.Site)
+	}
+	if !IsHostKey(sectionSite, "forwardMaxInFlightBytes") {
+		t.Fatal("forwardMaxInFlightBytes is not a host key")
+	}
+	if _, _, err := Parse("server.ini", []byte(base+"[site]\nforwardMaxInFlightBytes=-1\n")); err == nil || !strings.Contains(err.Error(), "forwardMaxInFlightBytes") {
+		t.Fatalf("forwardMaxInFlightBytes=-1: %v", err)
+	}
 	if _, _, err := Parse("server.ini", []byte(base+"[topic=bad]\nstoreAndForward=maybe\n")); err == nil || !strings.Contains(err.Error(), "storeAndForward") {
 		t.Fatalf("storeAndForward=maybe: %v", err)
 	}

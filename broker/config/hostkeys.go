@@ -16,7 +16,7 @@ import (
 var hostKeys = map[string][]string{
 	sectionSystem:      {"hostName", "serverPort", "dashboardHttpPort", "dataPath", "dataLogPath"},
 	sectionZooKeeper:   {"zk.zkConnect"},
-	sectionSite:        {"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts", "storeAndForward", "outboxMaxBytes", "outboxMaxAgeMs"},
+	sectionSite:        {"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts", "storeAndForward", "outboxMaxBytes", "outboxMaxAgeMs", "forwardMaxInFlightBytes"},
 	sectionGossip:      {"bind", "advertise", "join", "key"},
 	sectionReplication: {"listen", "advertise", "secretFile", "tlsCert", "tlsKey", "tlsCA"},
 	sectionNATS:        {"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "agent", "trustedKeys", "allowUnsigned"},

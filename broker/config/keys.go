@@ -81,7 +81,7 @@ var topicKeys = []string{
 // topicInertKeys are TopicConfig field names MetaQ accepts but never reads.
 var topicInertKeys = []string{"topic", "filterClassNames"}
 
-var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts", "storeAndForward", "outboxMaxBytes", "outboxMaxAgeMs"}
+var siteKeys = []string{"name", "dashboardAddr", "adminAddr", "token", "overlay", "forwardPuts", "storeAndForward", "outboxMaxBytes", "outboxMaxAgeMs", "forwardMaxInFlightBytes"}
 var gossipKeys = []string{"enable", "bind", "advertise", "join", "key", "label", "probeIntervalMs"}
 var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey", "tlsCA", "bucket", "subject", "agent", "trustedKeys", "allowUnsigned"}
 var limitsKeys = []string{

@@ -640,6 +640,8 @@ func buildExtensions(s *Server, base *rawIni, file string, p *problems) {
 		StoreAndForward: r.boolean("storeAndForward", false),
 		OutboxMaxBytes:  r.integer("outboxMaxBytes", 0, 0, 1<<50),
 		OutboxMaxAge:    r.millis("outboxMaxAgeMs", 0, 0),
+		// The write gateway's bound, all connections together.
+		ForwardMaxInFlightBytes: r.integer("forwardMaxInFlightBytes", 0, 0, 1<<50),
 	}
 	if s.Site.Token == "" && (!IsLoopbackAddr(s.Site.DashboardAddr) || (s.Site.AdminAddr != "" && !IsLoopbackAddr(s.Site.AdminAddr))) {
 		k, ok := r.raw("dashboardAddr")

@@ -202,6 +202,12 @@ type Site struct {
 	// OutboxMaxAge is outboxMaxAgeMs: the age of the outbox's oldest put
 	// past which it refuses more (0: outbox.DefaultMaxAge, one hour).
 	OutboxMaxAge time.Duration
+	// ForwardMaxInFlightBytes is forwardMaxInFlightBytes: the bodies of
+	// forwarded puts the write gateway has awaiting the master's answers,
+	// all producer connections together, past which a put waits for room
+	// (at most the gateway's 2.5 s) and is then refused 503 naming the key
+	// (0: broker.DefaultForwardMaxInFlightBytes, 64 MiB).
+	ForwardMaxInFlightBytes int64
 }
 
 // Forward is a topic's forwardPuts setting.

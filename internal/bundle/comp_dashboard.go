@@ -271,24 +271,24 @@ func brokerStats(b *Bundle) map[string]int64 {
 // bundleCollector exports the broker, replication and configsync series at
 // scrape time; lag and gossip series come from topology's collector.
 type bundleCollector struct {
-	b                                         *Bundle
-	up, conns, puts, gets, putFailed, getMiss *prometheus.Desc
-	partBytes, partMsgs, partMax              *prometheus.Desc
-	damagedBytes, damagedRanges               *prometheus.Desc
-	scrubBytes, scrubPasses, scrubDamaged     *prometheus.Desc
-	scrubUnchecked, getsSent                  *prometheus.Desc
-	idxPendSegs, idxPendEntries               *prometheus.Desc
-	shipConnected, shipBytes, shipMsgs        *prometheus.Desc
-	shipSecs, shipWire, shipRaw               *prometheus.Desc
-	recvConnected, recvApplied, recvMaster    *prometheus.Desc
-	recvWire, recvRaw, recvReconnects         *prometheus.Desc
-	recvDiverged                              *prometheus.Desc
-	cfgVersion, cfgPending, cfgError          *prometheus.Desc
-	connRefused, connClosed                   *prometheus.Desc
-	buffered, bufferedPeak, bufferedLimit     *prometheus.Desc
-	gwPuts, gwDials                           *prometheus.Desc
-	obEntries, obBytes, obAge, obMaxBytes     *prometheus.Desc
-	obMaxAge                                  *prometheus.Desc
+	b                                          *Bundle
+	up, conns, puts, gets, putFailed, getMiss  *prometheus.Desc
+	partBytes, partMsgs, partMax               *prometheus.Desc
+	damagedBytes, damagedRanges                *prometheus.Desc
+	scrubBytes, scrubPasses, scrubDamaged      *prometheus.Desc
+	scrubUnchecked, getsSent                   *prometheus.Desc
+	idxPendSegs, idxPendEntries                *prometheus.Desc
+	shipConnected, shipBytes, shipMsgs         *prometheus.Desc
+	shipSecs, shipWire, shipRaw                *prometheus.Desc
+	recvConnected, recvApplied, recvMaster     *prometheus.Desc
+	recvWire, recvRaw, recvReconnects          *prometheus.Desc
+	recvDiverged                               *prometheus.Desc
+	cfgVersion, cfgPending, cfgError           *prometheus.Desc
+	connRefused, connClosed                    *prometheus.Desc
+	buffered, bufferedPeak, bufferedLimit      *prometheus.Desc
+	gwPuts, gwDials, gwInFlight, gwInFlightMax *prometheus.Desc
+	obEntries, obBytes, obAge, obMaxBytes      *prometheus.Desc
+	obMaxAge                                   *prometheus.Desc
 }
 
 func newBundleCollector(b *Bundle) *bundleCollector {
@@ -338,13 +338,15 @@ func newBundleCollector(b *Bundle) *bundleCollector {
 		bufferedLimit:  d("metaq_broker_buffered_bytes_limit", "[limits] maxBufferedBytes."),
 		gwPuts: d("metaq_gateway_puts_total", "Puts the write gateway handled, by outcome: forwarded (the master's answer), not_sent (503), unknown (500), "+
 			"retried (sent again, the master moved), accepted (accepted-locally, in the outbox), refused (by the outbox), drained (outbox entries the master confirmed), "+
-			"deduplicated (outbox entries found at the master, not sent again).", "outcome"),
-		gwDials:    d("metaq_gateway_dials_total", "Connections the write gateway opened to the master."),
-		obEntries:  d("metaq_gateway_outbox_entries", "Puts in the store-and-forward outbox, not yet confirmed by the master."),
-		obBytes:    d("metaq_gateway_outbox_bytes", "Bytes of the outbox's entries."),
-		obAge:      d("metaq_gateway_outbox_oldest_age_seconds", "Age of the outbox's oldest entry (0 when empty)."),
-		obMaxBytes: d("metaq_gateway_outbox_max_bytes", "[site] outboxMaxBytes."),
-		obMaxAge:   d("metaq_gateway_outbox_max_age_seconds", "[site] outboxMaxAgeMs, in seconds."),
+			"deduplicated (outbox entries found at the master, not sent again), full (503: no room under [site] forwardMaxInFlightBytes in time).", "outcome"),
+		gwInFlight:    d("metaq_gateway_inflight_bytes", "Bodies of forwarded puts awaiting the master's answers, all producer connections together."),
+		gwInFlightMax: d("metaq_gateway_inflight_max_bytes", "[site] forwardMaxInFlightBytes."),
+		gwDials:       d("metaq_gateway_dials_total", "Connections the write gateway opened to the master."),
+		obEntries:     d("metaq_gateway_outbox_entries", "Puts in the store-and-forward outbox, not yet confirmed by the master."),
+		obBytes:       d("metaq_gateway_outbox_bytes", "Bytes of the outbox's entries."),
+		obAge:         d("metaq_gateway_outbox_oldest_age_seconds", "Age of the outbox's oldest entry (0 when empty)."),
+		obMaxBytes:    d("metaq_gateway_outbox_max_bytes", "[site] outboxMaxBytes."),
+		obMaxAge:      d("metaq_gateway_outbox_max_age_seconds", "[site] outboxMaxAgeMs, in seconds."),
 	}
 }
 
@@ -354,7 +356,7 @@ func (c *bundleCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.shipConnected, c.shipBytes, c.shipMsgs, c.shipSecs, c.shipWire, c.shipRaw,
 		c.recvConnected, c.recvApplied, c.recvMaster, c.recvWire, c.recvRaw, c.recvReconnects, c.recvDiverged,
 		c.cfgVersion, c.cfgPending, c.cfgError, c.connRefused, c.connClosed, c.buffered, c.bufferedPeak, c.bufferedLimit,
-		c.gwPuts, c.gwDials, c.obEntries, c.obBytes, c.obAge, c.obMaxBytes, c.obMaxAge} {
+		c.gwPuts, c.gwDials, c.gwInFlight, c.gwInFlightMax, c.obEntries, c.obBytes, c.obAge, c.obMaxBytes, c.obMaxAge} {
 		ch <- d
 	}
 }
@@ -396,9 +398,12 @@ func (c *bundleCollector) Collect(ch chan<- prometheus.Metric) {
 			outcome string
 			n       int64
 		}{{"forwarded", gw.Forwarded}, {"not_sent", gw.NotSent}, {"unknown", gw.Unknown}, {"retried", gw.Retried},
-			{"accepted", gw.Accepted}, {"refused", gw.Refused}, {"drained", gw.Drained}, {"deduplicated", gw.Deduplicated}} {
+			{"accepted", gw.Accepted}, {"refused", gw.Refused}, {"drained", gw.Drained}, {"deduplicated", gw.Deduplicated},
+			{"full", gw.Full}} {
 			ct(c.gwPuts, float64(o.n), o.outcome)
 		}
+		g(c.gwInFlight, float64(gw.InFlightBytes))
+		g(c.gwInFlightMax, float64(gw.MaxInFlightBytes))
 		ct(c.gwDials, float64(gw.Dials))
 		if ob := gw.Outbox; ob != nil {
 			g(c.obEntries, float64(ob.Entries))

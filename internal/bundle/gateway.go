@@ -54,6 +54,8 @@ func (b *Bundle) startGateway() error {
 		Dial:     dial,
 		LinkDial: linkDial,
 		Outbox:   ob,
+		// Read at start, as the outbox's bounds are.
+		MaxInFlightBytes: b.Config().Site.ForwardMaxInFlightBytes,
 	}); err != nil {
 		if ob != nil {
 			ob.Close()
@@ -287,7 +289,8 @@ func gatewayReport(b *Bundle) *topology.GatewayReport {
 	}
 	st := g.Stats()
 	r := &topology.GatewayReport{Forwarded: st.Forwarded, NotSent: st.NotSent, Unknown: st.Unknown, Retried: st.Retried, Dials: st.Dials,
-		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated}
+		Accepted: st.Accepted, Refused: st.Refused, Drained: st.Drained, Deduplicated: st.Deduplicated,
+		Full: st.Full, InFlightBytes: st.InFlightBytes, MaxInFlightBytes: st.MaxInFlightBytes}
 	if ob, ok := g.OutboxStats(); ok {
 		r.Outbox = &topology.OutboxReport{Entries: ob.Entries, Bytes: ob.Bytes, OldestAgeSeconds: ob.OldestAge, MaxBytes: ob.MaxBytes,
 			MaxAgeSeconds: ob.MaxAge, DrainError: ob.DrainError}

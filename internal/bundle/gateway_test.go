@@ -36,8 +36,13 @@ func forwardingSitesTimed(t *testing.T, session, probe time.Duration) *sites {
 		t.Skip("multi-site test skipped in -short mode")
 	}
 	return newSites(t, sitesSpec{deploy: true, perSiteZK: true, sessionTimeout: session, probeInterval: probe,
-		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\n"}})
+		overlays: map[string]string{"hf": "\n[site]\nforwardPuts=true\nforwardMaxInFlightBytes=" + fmt.Sprint(forwardingSitesInFlight) + "\n"}})
 }
+
+// forwardingSitesInFlight is hf's forwardMaxInFlightBytes in
+// forwardingSites: not the default (broker.DefaultForwardMaxInFlightBytes,
+// 64 MiB), so that a test sees the key reach hf's gateway.
+const forwardingSitesInFlight = 32 << 20
 
 // viewClient is a client that finds brokers through site's view root in
 // site's ensemble: the one-line change (zkRoot) a Java client at the site
@@ -686,6 +691,122 @@ func TestGatewayTransactionsJavaProducer(t *testing.T) {
 	}
 	if st := hf.Broker.Gateway().Stats(); st.TxLinks == 0 || st.Unknown != 0 {
 		t.Fatalf("hf's gateway: %+v", st)
+	}
+}
+
+// TestGatewayXAJavaProducer: MetaQ 1.4.6's XAMessageProducer at hf
+// (zkRoot: hf's view), its XAResource driven as a transaction manager
+// drives it, through hf's bundle to bj: an XA transaction prepared then
+// committed, one prepared then rolled back, one committed in one phase,
+// one rolled back before prepare, and one left prepared when the producer
+// shuts down (hf then closes that connection's link to bj, and bj rolls
+// back what was open on it, not what was prepared) that a second producer
+// (another connection, as a restarted transaction manager) finds with
+// recover and commits. Every step is answered as MetaQ's
+// broker answers it; bj holds the committed transactions' messages once
+// each under the ids the producer was given, and none of the rolled-back
+// ones; afterwards RECOVER lists nothing.
+func TestGatewayXAJavaProducer(t *testing.T) {
+	cp := javaDriverClasspath(t, javaClasspath(t))
+	s := forwardingSites(t)
+	bj, hf := s.site("bj"), s.site("hf")
+	waitViewAt(t, s, "hf")
+	const per, uq = 3, "XAProducer-gw-hf"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "java", "-Xmx256m", "-cp", cp, "failover.XaProducer", s.zks["hf"], s.zkRoot+"-view-hf", "orders",
+		uq, fmt.Sprint(per))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("XaProducer: %v\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, out, stderr.String())...)
+	}
+	sent := map[string]map[int64]string{} // transaction -> id -> payload
+	steps := map[string][]string{}        // transaction -> its steps, as "step:ok"
+	var recovered []string
+	done := false
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 6 && f[0] == "msg":
+			if f[5] != "-1" {
+				fail("%q: a message in an XA transaction answered with an offset", line)
+			}
+			if sent[f[1]] == nil {
+				sent[f[1]] = map[int64]string{}
+			}
+			sent[f[1]][int64(atoi(t, f[3]))] = "javaxa-" + f[1] + "-" + f[2]
+		case len(f) >= 4 && f[0] == "xa":
+			steps[f[1]] = append(steps[f[1]], f[2]+":"+f[3])
+		case len(f) == 2 && f[0] == "recover":
+			recovered = append(recovered, f[1])
+		case line == "done":
+			done = true
+		}
+	}
+	want := map[string]string{
+		"c2": "start:ok end:ok prepare:ok commit:ok",
+		"r2": "start:ok end:ok prepare:ok rollback:ok",
+		"c1": "start:ok end:ok commit:ok",
+		"r0": "start:ok end:ok rollback:ok",
+		"p":  "start:ok end:ok prepare:ok commit:ok",
+	}
+	for name, w := range want {
+		if got := strings.Join(steps[name], " "); got != w {
+			fail("XA transaction %s: steps %q, want %q", name, got, w)
+		}
+		if len(sent[name]) != per {
+			fail("XA transaction %s: %d messages sent, want %d", name, len(sent[name]), per)
+		}
+	}
+	if !done {
+		fail("the producer did not finish")
+	}
+	// recover lists the prepared transaction, by its key (format 1, hex
+	// gtrid and bqual, the producer's qualifier), and nothing else of ours.
+	pKey := fmt.Sprintf("XID:1:%x:%x:%s", "gtrid-p", "bq", uq)
+	if len(recovered) != 1 || recovered[0] != pKey {
+		fail("recover listed %q, want [%s]", recovered, pKey)
+	}
+
+	got := bodiesByID(t, bj, "orders")
+	seen := map[string]int{}
+	for _, body := range got {
+		seen[body]++
+	}
+	for _, name := range []string{"c2", "c1", "p"} {
+		for id, payload := range sent[name] {
+			if got[id] != payload {
+				t.Errorf("bj holds %q under id %d; the producer sent %q with it in %s, committed", got[id], id, payload, name)
+			}
+			if seen[payload] != 1 {
+				t.Errorf("bj holds %q %d times", payload, seen[payload])
+			}
+		}
+	}
+	for _, name := range []string{"r2", "r0"} {
+		for _, payload := range sent[name] {
+			if seen[payload] != 0 {
+				t.Errorf("bj holds %q of %s, rolled back", payload, name)
+			}
+		}
+	}
+	// Nothing of ours is left prepared at bj.
+	w := dialWire(t, hf.Broker.Addr().String())
+	if r := w.result(&wire.Transaction{TxKey: "null", SessionID: "10.0.0.9-1370000000000-9", Type: wire.TxRecover, UniqueQualifier: uq}); r.Code != wire.StatusOK || len(r.Body) != 0 {
+		t.Errorf("RECOVER through hf after the producer finished: %d %q, want 200 and nothing", r.Code, r.Body)
+	}
+	if st := hf.Broker.Gateway().Stats(); st.TxLinks == 0 || st.Unknown != 0 {
+		t.Errorf("hf's gateway: %+v", st)
+	}
+	// hf's [site] forwardMaxInFlightBytes reached its gateway and its report.
+	if rep := gatewayReport(hf); rep == nil || rep.MaxInFlightBytes != forwardingSitesInFlight || rep.Full != 0 {
+		t.Errorf("hf's gateway report: %+v, want maxInFlightBytes %d", rep, forwardingSitesInFlight)
 	}
 }
 
