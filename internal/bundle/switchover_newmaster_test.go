@@ -29,28 +29,35 @@ func TestSwitchoverNewMasterTakesPutsBeforeItRegisters(t *testing.T) {
 	}
 	s := newSites(t, sitesSpec{})
 	hf := s.site("hf")
-	addr := hf.Broker.Addr().String()
-	body := []byte("put before registration")
-	var answer *wire.Result
-	var putErr error
-	hook := func() {
-		answer, putErr = putOnce(addr, &wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum(body), Body: body, Opaque: 1})
-	}
-	hf.failover.beforeRegister.Store(&hook)
-
-	s.switchover("bj", "hf")
-	hf.failover.beforeRegister.Store(nil)
-	if putErr != nil {
-		t.Fatalf("put to hf while it took over: %v", putErr)
-	}
-	if answer == nil {
-		t.Fatal("hf's promotion did not reach the point where it ships at its generation (the hook did not run)")
-	}
+	answer := putBeforeRegistration(t, s, "hf", hf.Broker.Addr().String(), []byte("put before registration"))
 	if !answer.OK() {
 		t.Fatalf("put to hf after it took puts and before it registered: answered %d %q, want acknowledged", answer.Code, answer.Body)
 	}
 	s.produce("hf", "orders", 5)
 	s.converged("orders")
+}
+
+// putBeforeRegistration switches bj over to to and, while to's promotion
+// waits before it registers in ZooKeeper, sends one put of body to
+// orders-0 at addr on a connection of its own; it returns the answer.
+func putBeforeRegistration(t *testing.T, s *sites, to, addr string, body []byte) *wire.Result {
+	t.Helper()
+	var answer *wire.Result
+	var putErr error
+	hook := func() {
+		answer, putErr = putOnce(addr, &wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum(body), Body: body, Opaque: 7})
+	}
+	site := s.site(to)
+	site.failover.beforeRegister.Store(&hook)
+	s.switchover("bj", to)
+	site.failover.beforeRegister.Store(nil)
+	if putErr != nil {
+		t.Fatalf("put to %s while %s took over: %v", addr, to, putErr)
+	}
+	if answer == nil {
+		t.Fatalf("%s's promotion did not reach its registration (the hook did not run)", to)
+	}
+	return answer
 }
 
 // putOnce sends one put on a connection of its own and returns the answer.

@@ -3,8 +3,6 @@ package bundle
 import (
 	"fmt"
 	"testing"
-
-	"metaq/broker/wire"
 )
 
 // TestSwitchoverPassesHeldPutsOnBeforeTheNewMasterRegisters: a put that
@@ -26,22 +24,8 @@ func TestSwitchoverPassesHeldPutsOnBeforeTheNewMasterRegisters(t *testing.T) {
 	}
 	s := newSites(t, sitesSpec{deploy: true, noGossip: true, replication: "handoverHoldMs=1000\n"})
 	bj, hf := s.site("bj"), s.site("hf")
-	addr := bj.Broker.Addr().String()
 	body := []byte("put held by the old master before the new one registers")
-	var answer *wire.Result
-	var putErr error
-	hook := func() {
-		answer, putErr = putOnce(addr, &wire.Put{Topic: "orders", Partition: 0, Checksum: wire.Checksum(body), Body: body, Opaque: 7})
-	}
-	hf.failover.beforeRegister.Store(&hook)
-	s.switchover("bj", "hf")
-	hf.failover.beforeRegister.Store(nil)
-	if putErr != nil {
-		t.Fatalf("put to bj while hf took over: %v", putErr)
-	}
-	if answer == nil {
-		t.Fatal("hf's promotion did not reach its registration (the hook did not run)")
-	}
+	answer := putBeforeRegistration(t, s, "hf", bj.Broker.Addr().String(), body)
 	if !answer.OK() {
 		t.Fatalf("put held by bj while hf had not registered: answered %d %q, want acknowledged by hf", answer.Code, answer.Body)
 	}
