@@ -67,17 +67,8 @@ func TestBecomeMasterRetryWritesWhatFailed(t *testing.T) {
 // registry's that is gone or another session's, and nothing otherwise.
 func TestUnlistedNamesAMissingEntry(t *testing.T) {
 	root := testRoot(t)
-	cleanupRoot(t, root)
 	ctx := context.Background()
-	o := testOptions(t, root)
-	o.SlaveID = -1
-	r := newRegistry(t, o)
-	if err := r.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
-		t.Fatal(err)
-	}
+	r := masterWithTopics(t, root, "orders")
 	if p, err := r.Unlisted(ctx); err != nil || p != "" {
 		t.Fatalf("Unlisted = %q, %v with every entry written", p, err)
 	}
@@ -101,19 +92,8 @@ func TestUnlistedNamesAMissingEntry(t *testing.T) {
 // session deletes one of the registry's topics-pub entries.
 func TestUnlistedWFiresWhenAnEntryGoes(t *testing.T) {
 	root := testRoot(t)
-	cleanupRoot(t, root)
 	ctx := context.Background()
-	o := testOptions(t, root)
-	o.SlaveID = -1
-	r := newRegistry(t, o)
-	if err := r.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, topic := range []string{"orders", "audit"} {
-		if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r := masterWithTopics(t, root, "orders", "audit")
 	p, w, err := r.UnlistedW(ctx)
 	if err != nil || p != "" {
 		t.Fatalf("UnlistedW = %q, %v with every entry written", p, err)
@@ -136,4 +116,24 @@ func TestUnlistedWFiresWhenAnEntryGoes(t *testing.T) {
 	if p, _, err := r.UnlistedW(ctx); err != nil || p != pub {
 		t.Fatalf("UnlistedW = %q, %v after %s was deleted", p, err, pub)
 	}
+}
+
+// masterWithTopics registers a master (slaveId -1) under a clean root with
+// the topics, two partitions each, published.
+func masterWithTopics(t *testing.T, root string, topics ...string) *Registry {
+	t.Helper()
+	cleanupRoot(t, root)
+	o := testOptions(t, root)
+	o.SlaveID = -1
+	r := newRegistry(t, o)
+	ctx := context.Background()
+	if err := r.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range topics {
+		if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
 }
