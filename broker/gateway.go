@@ -18,9 +18,11 @@ package broker
 //     (GatewayOptions.MaxWait) is up;
 //   - not sent (no master known, the connection could not be opened): sent
 //     again until its time is up, then answered 503, not stored;
-//   - sent and no answer (the connection broke): 500, whether it is stored
-//     is unknown. No forwarded put is answered as stored unless the master
-//     said so.
+//   - sent and no answer (the connection broke, or stayed open and silent
+//     past the put's time and MaxWait more): 500, whether it is stored is
+//     unknown. A silent connection is left (a paused master keeps it
+//     open), so that the next put finds the master again. No forwarded put
+//     is answered as stored unless the master said so.
 //
 // Puts of one client connection to one partition reach the master in the
 // order they arrived here, also across a change of master: every batch is
