@@ -18,9 +18,11 @@ package broker
 //     (GatewayOptions.MaxWait) is up;
 //   - not sent (no master known, the connection could not be opened): sent
 //     again until its time is up, then answered 503, not stored;
-//   - sent and no answer (the connection broke): 500, whether it is stored
-//     is unknown. No forwarded put is answered as stored unless the master
-//     said so.
+//   - sent and no answer (the connection broke, or stayed open and silent
+//     past the put's time and MaxWait more): 500, whether it is stored is
+//     unknown. A silent connection is left (a paused master keeps it
+//     open), so that the next put finds the master again. No forwarded put
+//     is answered as stored unless the master said so.
 //
 // Puts of one client connection to one partition reach the master in the
 // order they arrived here, also across a change of master: every batch is
@@ -683,7 +685,9 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 // nothing is left to send it answers the batch.
 func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) {
 	var retry []int
+	wait := time.Until(fb.deadline.Add(g.opts.MaxWait))
 	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline.Add(g.opts.MaxWait))
+	silent := false // the master kept the connection open and did not answer in time
 	for k, i := range fb.left {
 		var r *wire.Result
 		select {
@@ -692,11 +696,16 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) 
 				r = res
 			}
 		case <-ctx.Done():
+			silent = g.b.ctx.Err() == nil
 		}
 		switch {
 		case r == nil:
+			why := c.failure().Error()
+			if silent {
+				why = fmt.Sprintf("none within %v on an open connection", wait.Round(time.Millisecond))
+			}
 			fb.errs[i] = &heldError{code: wire.StatusInternalServerError, text: "the put was forwarded to the master " + c.addr +
-				" and no answer came (" + c.failure().Error() + "): whether it is stored there is unknown"}
+				" and no answer came (" + why + "): whether it is stored there is unknown"}
 			fb.failed++
 			g.stats.unknown.Add(1)
 		case r.Code == wire.StatusOK:
@@ -720,6 +729,15 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) 
 		}
 	}
 	cancel()
+	if silent {
+		// A master that stopped answering (a paused process: its kernel
+		// keeps the connection open) would get every later put too and
+		// never fail the connection; leave it, so that the next put asks
+		// for the master again (another site may have been promoted).
+		g.qmu.Lock()
+		g.drop(c, fmt.Errorf("the master %s did not answer a forwarded put within %v", c.addr, wait.Round(time.Millisecond)))
+		g.qmu.Unlock()
+	}
 	if len(retry) == 0 {
 		fb.finish()
 		return

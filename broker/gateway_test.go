@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -378,5 +380,74 @@ func TestGatewayUnknownOutcome(t *testing.T) {
 	}
 	if st := g.Stats(); st.Unknown != 2 || st.Forwarded != 0 || dials.Load() != 2 {
 		t.Fatalf("stats %+v, %d dials", st, dials.Load())
+	}
+}
+
+// TestGatewayLeavesASilentMaster: a master that keeps the connection open
+// but answers nothing (a paused process, whose kernel still accepts and
+// acknowledges) makes the put 500, outcome unknown, and the gateway leaves
+// that connection: the next put asks for the master again and reaches the
+// one promoted meanwhile, instead of going to the silent one until it
+// resumes.
+func TestGatewayLeavesASilentMaster(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A master that reads everything and never answers nor closes. Its
+	// cleanup, registered before the brokers', runs after theirs.
+	var (
+		mu    sync.Mutex
+		open  []net.Conn
+		conns sync.WaitGroup
+	)
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, nc)
+			mu.Unlock()
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				io.Copy(io.Discard, nc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, nc := range open {
+			nc.Close()
+		}
+		mu.Unlock()
+		conns.Wait()
+	})
+	master, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 300 * time.Millisecond})
+	target.Store(ln.Addr().String())
+	cl := dial(t, slave.Addr())
+	cl.sendCmd(putCmd("test", 0, "to the silent master", 1))
+	if r := cl.result(); r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "whether it is stored there is unknown") {
+		t.Fatalf("put to a master that does not answer: %s", r)
+	}
+	// Another site was promoted: ZooKeeper names it now.
+	target.Store(master.Addr().String())
+	cl.sendCmd(putCmd("test", 0, "to the new master", 2))
+	r := cl.result()
+	if r.Code != wire.StatusOK {
+		t.Fatalf("put after the master moved, while the silent master still holds the connection open: %s (stats %+v)", r, g.Stats())
+	}
+	a, _ := parsePutAnswer(r.Body)
+	data, err := master.store.Read("test", 0, a.Offset, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := parseRecords(t, data); len(recs) == 0 || string(recs[0].body) != "to the new master" {
+		t.Fatalf("the new master holds %+v at %d", recs, a.Offset)
 	}
 }
