@@ -58,6 +58,18 @@ package broker
 // this master's divergent tail; or the bound passed). Their bodies are in
 // the store: they count in no byte bound.
 //
+// A Hold that may forward also keeps the answers of puts stored here whose
+// client writes were stopped on their way to the store (Hold.awaitHandover:
+// the switchover's refusal came between their gate check and their
+// hand-off, so they may lie past the log end handed over). Answering them
+// 500 at once fails a send whose record the new master may well hold. Their
+// answer waits, with a held put's time bound, for the handover's outcome:
+// once the new master took over (HandedOver with the end it holds, then
+// Forward) they are acknowledged when their records lie below that end
+// (it has them at the same partition and offset), else, and when the Hold
+// ends without forwarding, the bound passes or the broker closes, 500 as
+// before.
+//
 // A put that carries an id fixed before it reached this broker (a slave
 // site's outbox entry, which its gateway sends as a sync on a gateway
 // link: storeforward.go) keeps it: it is sent to the new master over a
