@@ -33,6 +33,21 @@ func (s *switchingStore) AppendAsync(ctx context.Context, topic string, p int, m
 	return pa
 }
 
+// switchingGroupStore is a switchingStore that also takes several
+// partitions' appends at once, as *store.Store does: a read's puts to
+// several partitions take the group route (storeBatches).
+type switchingGroupStore struct{ *switchingStore }
+
+func (s switchingGroupStore) AppendManyAsync(ctx context.Context, appends []store.PartitionAppend, notify func([]store.AppendOutcome)) {
+	if len(appends) == 0 || appends[0].Topic != "test" || !s.armed.CompareAndSwap(true, false) {
+		s.st.AppendManyAsync(ctx, appends, notify)
+		return
+	}
+	s.before()
+	s.st.AppendManyAsync(ctx, appends, notify)
+	s.after()
+}
+
 func (s *switchingStore) LogPosition(topic string, partition int, offset int64) (int64, error) {
 	return s.st.LogPosition(topic, partition, offset)
 }
@@ -46,23 +61,31 @@ func (s *switchingStore) LogPosition(topic string, partition int, offset int64) 
 // new master took over (Forward after HandedOver) it is acknowledged with
 // its partition and offset, and not before. (2) Its record lies past that
 // end (queued after the flush): 500, unknown. (3) The handover failed (End
-// without Forward): 500, unknown.
+// without Forward): 500, unknown. Each for one put, and for puts to two
+// partitions in one read (stored together, answered in one frame).
 func TestPutStoredWhileWritesStopWaitsForTheHandover(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		flushFirst bool // the switchover flushes before the put is queued
 		forward    bool // the new master takes over
 		wantOK     bool
+		group      bool // puts to two partitions in one read (storeBatches)
 	}{
-		{"below the handed-over end", false, true, true},
-		{"past the handed-over end", true, true, false},
-		{"handover failed", false, false, false},
+		{"below the handed-over end", false, true, true, false},
+		{"past the handed-over end", true, true, false, false},
+		{"handover failed", false, false, false, false},
+		{"group below the handed-over end", false, true, true, true},
+		{"group past the handed-over end", true, true, false, true},
+		{"group handover failed", false, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ss *switchingStore
 			brk := startBroker(t, vectorConfig(t), func(o *Options) {
 				ss = &switchingStore{Store: o.Store, st: o.Store.(*store.Store)}
 				o.Store = ss
+				if tc.group {
+					o.Store = switchingGroupStore{ss}
+				}
 			})
 			var hold atomic.Pointer[Hold]
 			var end atomic.Int64
@@ -94,8 +117,13 @@ func TestPutStoredWhileWritesStopWaitsForTheHandover(t *testing.T) {
 			}
 			cl := dial(t, brk.Addr())
 			mustPut(t, cl, "test", 0, "before")
+			mustPut(t, cl, "test", 1, "before")
 			ss.armed.Store(true)
-			cl.sendCmd(putCmd("test", 0, "on its way", 7))
+			puts := putCmd("test", 0, "on its way", 7).AppendTo(nil)
+			if tc.group {
+				puts = putCmd("test", 1, "on its way", 8).AppendTo(puts)
+			}
+			cl.send(puts)
 			// No answer while the handover's outcome is not known.
 			cl.nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 			if _, err := cl.r.Peek(1); err == nil {
@@ -118,36 +146,46 @@ func TestPutStoredWhileWritesStopWaitsForTheHandover(t *testing.T) {
 			} else {
 				h.End()
 			}
-			r := cl.result()
-			if r.Opaque != 7 {
-				t.Fatalf("answer %s", r)
+			want := map[int32]int32{7: 0} // opaque: partition
+			if tc.group {
+				want[8] = 1
 			}
-			if !tc.wantOK {
-				if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "stored here, but not acknowledged") ||
-					!strings.Contains(string(r.Body), "unknown") {
-					t.Fatalf("a put whose record the new master may not hold: %s", r)
+			for range want {
+				r := cl.result()
+				p, ok := want[r.Opaque]
+				if !ok {
+					t.Fatalf("answer %s", r)
 				}
-				if st := h.Stats(); st.AckHeld != 1 || st.AckRefused != 1 {
-					t.Fatalf("stats %+v", st)
+				delete(want, r.Opaque)
+				if !tc.wantOK {
+					if r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "stored here, but not acknowledged") ||
+						!strings.Contains(string(r.Body), "unknown") {
+						t.Fatalf("a put whose record the new master may not hold: %s", r)
+					}
+					continue
 				}
-				return
+				if r.Code != wire.StatusOK {
+					t.Fatalf("a put stored below the handed-over end, the new master took over: %s", r)
+				}
+				a, err := parsePutAnswer(r.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := brk.store.Read("test", int(p), a.Offset, 1<<10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs, _ := parseRecords(t, data)
+				if len(recs) == 0 || recs[0].id != a.ID || string(recs[0].body) != "on its way" {
+					t.Fatalf("answered %q, the store has %+v in test-%d there", r.Body, recs, p)
+				}
 			}
-			if r.Code != wire.StatusOK {
-				t.Fatalf("a put stored below the handed-over end, the new master took over: %s", r)
+			st := h.Stats()
+			n := int64(1)
+			if tc.group {
+				n = 2
 			}
-			a, err := parsePutAnswer(r.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, err := brk.store.Read("test", 0, a.Offset, 1<<10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs, _ := parseRecords(t, data)
-			if len(recs) == 0 || recs[0].id != a.ID || string(recs[0].body) != "on its way" {
-				t.Fatalf("answered %q, the store has %+v there", r.Body, recs)
-			}
-			if st := h.Stats(); st.AckHeld != 1 || st.AckGiven != 1 {
+			if st.AckHeld != n || (tc.wantOK && st.AckGiven != n) || (!tc.wantOK && st.AckRefused != n) {
 				t.Fatalf("stats %+v", st)
 			}
 			h.End()
