@@ -299,6 +299,9 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 	h.stored = nil
 	h.mu.Unlock()
 	// The new master took over: it holds this master's log up to end.
+	if len(stored) > 0 {
+		h.b.log.Info("BROKER: answering puts stored while writes were stopped by the log end handed over", "answers", len(stored), "end", end, "endKnown", ok)
+	}
 	h.answerStored(stored, end, ok)
 	h.b.log.Info("BROKER: forwarding held puts to the master the target names", "held", len(q))
 	for _, hb := range q {
