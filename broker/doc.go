@@ -131,8 +131,10 @@
 // that end to the new master, so such a write may lie past it. A plain put
 // that has not reached the store yet is checked at the gate again (a
 // refusal answers it, a Hold takes it); one the store already took is
-// answered 500, its outcome unknown, never 200; a commit's error wraps
-// ErrWritesStopped. A write check (SetWriteCheck) is asked again when a
+// answered 500, its outcome unknown, unless a switchover's Hold is in
+// effect: then its answer waits for the handover's outcome, 200 once the
+// new master took over holding a log end its record lies below, else 500
+// (Hold.awaitHandover); a commit's error wraps ErrWritesStopped. A write check (SetWriteCheck) is asked again when a
 // stored put is answered; a refusal while a Local Hold is in effect (a
 // master confirming its generation again) keeps the answer in the Hold
 // until it ends or its time bound passes, then asks again: 200 when it

@@ -58,6 +58,18 @@ package broker
 // this master's divergent tail; or the bound passed). Their bodies are in
 // the store: they count in no byte bound.
 //
+// A Hold that may forward also keeps the answers of puts stored here whose
+// client writes were stopped on their way to the store (Hold.awaitHandover:
+// the switchover's refusal came between their gate check and their
+// hand-off, so they may lie past the log end handed over). Answering them
+// 500 at once fails a send whose record the new master may well hold. Their
+// answer waits, with a held put's time bound, for the handover's outcome:
+// once the new master took over (HandedOver with the end it holds, then
+// Forward) they are acknowledged when their records lie below that end
+// (it has them at the same partition and offset), else, and when the Hold
+// ends without forwarding, the bound passes or the broker closes, 500 as
+// before.
+//
 // A put that carries an id fixed before it reached this broker (a slave
 // site's outbox entry, which its gateway sends as a sync on a gateway
 // link: storeforward.go) keeps it: it is sent to the new master over a
@@ -133,8 +145,9 @@ type HoldStats struct {
 	Expired   int64 // answered 503 (not stored): time or bytes bound
 	Unknown   int64 // answered 500: sent, no answer
 	// AckHeld counts the puts stored here whose answer waited in the Hold
-	// (see awaitAck); AckGiven those of them acknowledged in the end,
-	// AckRefused those answered 500, not acknowledged.
+	// (see awaitAck and awaitHandover); AckGiven those of them
+	// acknowledged in the end, AckRefused those answered 500, not
+	// acknowledged.
 	AckHeld, AckGiven, AckRefused int64
 }
 
@@ -158,6 +171,13 @@ type Hold struct {
 	// acks are the answers of stored puts awaiting the write check's
 	// consent (awaitAck), in the order they came.
 	acks []*ackWait
+	// stored are the answers of puts stored here on their way when
+	// writes stopped, awaiting the handover's outcome (awaitHandover);
+	// handedEnd is the log end the new master holds (HandedOver), valid
+	// when handedOver is set.
+	stored     []*handoverWait
+	handedEnd  int64
+	handedOver bool
 
 	quit  chan struct{} // closed by End
 	stats struct {
@@ -174,6 +194,17 @@ type ackWait struct {
 	// answer sends the answer: acknowledged when ref is nil, else 500
 	// saying the puts are stored here but not acknowledged, for ref.
 	answer func(ref *Refusal)
+}
+
+// handoverWait is the answer of n puts stored here while writes were
+// being stopped, awaiting the handover's outcome (see awaitHandover).
+type handoverWait struct {
+	n       int
+	arrived time.Time
+	// answer sends the answer: ok with the log end the new master holds,
+	// or !ok when that end is not known (no handover, or its time is up).
+	// It reports whether the puts were acknowledged.
+	answer func(end int64, ok bool) bool
 }
 
 // heldBatch is one partition's batch of a connection's held puts.
@@ -264,11 +295,33 @@ func (h *Hold) Forward(target func(context.Context) (string, error)) {
 	h.progressAt = time.Now()
 	q := h.queue
 	h.queue = nil
+	stored, end, ok := h.stored, h.handedEnd, h.handedOver
+	h.stored = nil
 	h.mu.Unlock()
+	// The new master took over: it holds this master's log up to end.
+	if len(stored) > 0 {
+		h.b.log.Info("BROKER: answering puts stored while writes were stopped by the log end handed over", "answers", len(stored), "end", end, "endKnown", ok)
+	}
+	h.answerStored(stored, end, ok)
 	h.b.log.Info("BROKER: forwarding held puts to the master the target names", "held", len(q))
 	for _, hb := range q {
 		h.startForward(hb)
 	}
+}
+
+// HandedOver records the log end the new master holds when it takes over:
+// the durable end this master handed over, taken after client writes were
+// stopped and the log flushed. A put stored here while writes were being
+// stopped (awaitHandover) is acknowledged at Forward when its record lies
+// below end, since the new master then has it at the same partition and
+// offset; otherwise, or without HandedOver, it is answered 500 as before.
+// Call it before Forward.
+func (h *Hold) HandedOver(end int64) {
+	h.mu.Lock()
+	if h.target == nil && !h.ended {
+		h.handedEnd, h.handedOver = end, true
+	}
+	h.mu.Unlock()
 }
 
 // Progress says the handover advanced (the slave caught up, the new master
@@ -290,11 +343,17 @@ func (h *Hold) deadline(hb *heldBatch) time.Time {
 
 // deadlineFrom is hb's deadline with the last progress at p.
 func (h *Hold) deadlineFrom(hb *heldBatch, p time.Time) time.Time {
-	from := hb.arrived
+	return h.waitDeadline(hb.arrived, p)
+}
+
+// waitDeadline is the deadline of a wait that began at arrived, with the
+// last progress at p: MaxWait from the later, up to MaxHold from arrived.
+func (h *Hold) waitDeadline(arrived, p time.Time) time.Time {
+	from := arrived
 	if p.After(from) {
 		from = p
 	}
-	return minTime(from.Add(h.opts.MaxWait), hb.arrived.Add(h.opts.MaxHold))
+	return minTime(from.Add(h.opts.MaxWait), arrived.Add(h.opts.MaxHold))
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -336,13 +395,18 @@ func (h *Hold) End() {
 	fwd := h.fwd
 	acks := h.acks
 	h.acks = nil
+	stored := h.stored
+	h.stored = nil
 	h.mu.Unlock()
 	h.b.hold.CompareAndSwap(h, nil)
 	close(h.quit)
 	if fwd != nil {
 		fwd.closeWhenIdle()
 	}
-	// Stored before the held puts will be: answered first.
+	// Stored before the held puts will be: answered first. Those stored
+	// on their way when writes stopped: no new master took over (Forward
+	// answered them), so whether they survive is unknown.
+	h.answerStored(stored, 0, false)
 	h.answerAcks(acks)
 	h.storeAllHere(q)
 	st := h.Stats()
@@ -370,6 +434,54 @@ func (h *Hold) awaitAck(n int, answer func(ref *Refusal)) bool {
 	h.mu.Unlock()
 	h.stats.ackHeld.Add(int64(n))
 	return true
+}
+
+// awaitHandover keeps the answer of n puts stored here whose client writes
+// were stopped while they were on their way to the store (a switchover's
+// refusal came between their gate check and their hand-off to the store),
+// and reports whether it did: only a Hold that may forward (not Local) and
+// has not ended keeps them. Such a record may lie past the log end handed
+// over; answer is called once, later, with that end once the new master
+// took over (Forward after HandedOver: ok), or with ok false when the
+// handover failed (End before Forward), its time is up, or the broker
+// closes. Its time is that of a held put arriving now. Once the Hold
+// forwarded, answer is called at once, on a goroutine of the broker. It
+// never blocks: the store's notify calls it.
+func (h *Hold) awaitHandover(n int, answer func(end int64, ok bool) bool) bool {
+	if h.opts.Local {
+		return false
+	}
+	w := &handoverWait{n: n, arrived: time.Now(), answer: answer}
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	h.stats.ackHeld.Add(int64(n))
+	if h.target == nil {
+		h.stored = append(h.stored, w)
+		h.mu.Unlock()
+		return true
+	}
+	end, ok := h.handedEnd, h.handedOver
+	h.mu.Unlock()
+	// answer reads the store's index: not on the store's goroutine.
+	if !h.b.routines.Go(func() { h.answerStored([]*handoverWait{w}, end, ok) }) {
+		h.answerStored([]*handoverWait{w}, 0, false)
+	}
+	return true
+}
+
+// answerStored answers the waits of puts stored on their way when writes
+// stopped (awaitHandover) with the handed-over end, when ok.
+func (h *Hold) answerStored(ws []*handoverWait, end int64, ok bool) {
+	for _, w := range ws {
+		if w.answer(end, ok) {
+			h.stats.ackGiven.Add(int64(w.n))
+		} else {
+			h.stats.ackRefused.Add(int64(w.n))
+		}
+	}
 }
 
 // answerAcks answers the waiting acknowledgements of acks by the write
@@ -563,8 +675,20 @@ func (h *Hold) expireLoop() {
 			}
 			clear(h.acks[len(keptAcks):])
 			h.acks = keptAcks
+			var lateStored []*handoverWait
+			keptStored := h.stored[:0]
+			for _, w := range h.stored {
+				if now.After(h.waitDeadline(w.arrived, h.progressAt)) {
+					lateStored = append(lateStored, w)
+				} else {
+					keptStored = append(keptStored, w)
+				}
+			}
+			clear(h.stored[len(keptStored):])
+			h.stored = keptStored
 			h.mu.Unlock()
-			h.answerAcks(due) // the bound passed: the answer the check gives now
+			h.answerStored(lateStored, 0, false) // no new master took over in time
+			h.answerAcks(due)                    // the bound passed: the answer the check gives now
 			if h.opts.Local {
 				// Never forwarded: the answer a put arriving now gets.
 				var keep []*heldBatch
@@ -602,9 +726,12 @@ func (h *Hold) abandon() {
 	h.queue = nil
 	acks := h.acks
 	h.acks = nil
+	stored := h.stored
+	h.stored = nil
 	h.ended = true
 	h.mu.Unlock()
 	h.b.hold.CompareAndSwap(h, nil)
+	h.answerStored(stored, 0, false)
 	h.resolveAcks(acks, &Refusal{Reason: "the broker is closing"})
 	for _, hb := range q {
 		h.finish(hb, h.notStored("the broker is closing"), &h.stats.expired)

@@ -780,6 +780,19 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 		if b.holdAck(ac, stored, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
 			return
 		}
+	} else if stored > 0 && ac.writesStopped() && b.holding() != nil {
+		outs := slices.Clone(outs)
+		if b.handoverAck(ac, stored, func(end int64) bool {
+			for i, pp := range pps {
+				if len(pp.opaques) > 0 && i < len(outs) && pp.needsAck(outs[i].Appended, outs[i].Err) &&
+					!b.storedBelow(end, pp.key.topic, int(pp.key.partition), outs[i].Appended, outs[i].Err) {
+					return false
+				}
+			}
+			return true
+		}, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
+			return
+		}
 	}
 	b.sendBatchesAnswer(c, pps, outs, size, ac, slab)
 }
@@ -848,10 +861,21 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 	delete(c.stored, pp)
 	c.storedMu.Unlock()
 	ac := &ackCheck{b: b, lead: pp}
-	if len(pp.opaques) > 0 && pp.needsAck(as, err) && b.ackWaits(ac) {
-		as := slices.Clone(as)
-		if b.holdAck(ac, len(pp.opaques), func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
-			return
+	if len(pp.opaques) > 0 && pp.needsAck(as, err) {
+		// The store's slice is not kept past this call: a later answer
+		// takes a copy.
+		if b.ackWaits(ac) {
+			as := slices.Clone(as)
+			if b.holdAck(ac, len(pp.opaques), func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
+				return
+			}
+		} else if ac.writesStopped() && b.holding() != nil {
+			as := slices.Clone(as)
+			if b.handoverAck(ac, len(pp.opaques), func(end int64) bool {
+				return b.storedBelow(end, pp.key.topic, int(pp.key.partition), as, err)
+			}, func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
+				return
+			}
 		}
 	}
 	b.sendBatchAnswer(c, pp, as, err, ac)
@@ -895,7 +919,7 @@ func (pp *pendingPuts) needsAck(as []store.Appended, err error) bool {
 // in a Hold (holdAck): the write check refuses to acknowledge them, and a
 // Hold is in effect (a master confirming its generation again: the
 // refusal started it). Writes stopped since the puts passed the gate (a
-// switchover) are answered at once, as before. The check's answer stays
+// switchover) are not its case: see handoverAck. The check's answer stays
 // in ac: answering at once asks nothing again.
 func (b *Broker) ackWaits(ac *ackCheck) bool {
 	return !ac.writesStopped() && ac.refusal() != nil && b.holding() != nil
@@ -923,6 +947,66 @@ func (b *Broker) holdAck(ac *ackCheck, n int, send func(ac *ackCheck)) bool {
 		ac.asked, ac.ref = false, nil
 	}
 	return false
+}
+
+// handoverAck keeps the answer frame of n client puts stored here whose
+// client writes were stopped on their way to the store (ac.writesStopped:
+// a switchover's refusal came between their gate check and their hand-off,
+// so they may lie past the log end it hands over) in the handover's Hold
+// in effect (Hold.awaitHandover), and reports whether it did. send is
+// called once, later: acknowledged when the new master took over holding
+// the log up to an end that covers every record (covered), else with the
+// 500 checkAck gives such puts. Acknowledging asks no write check: the
+// records are at the new master, which confirmed its generation; this
+// master's own acknowledgement rule (a paused master's, checkAck) applies
+// to puts whose writes were not stopped, and stays as it is.
+func (b *Broker) handoverAck(ac *ackCheck, n int, covered func(end int64) bool, send func(ac *ackCheck)) bool {
+	if !ac.writesStopped() {
+		return false
+	}
+	h := b.holding()
+	if h == nil {
+		return false
+	}
+	lead := ac.lead
+	return h.awaitHandover(n, func(end int64, ok bool) bool {
+		ack := ok && covered(end)
+		send(&ackCheck{b: b, lead: lead, gated: true, stopped: !ack, asked: ack})
+		return ack
+	})
+}
+
+// logPositioner is a Store that says where a partition's record lies in
+// its shared log (store.Store.LogPosition).
+type logPositioner interface {
+	LogPosition(topic string, partition int, offset int64) (int64, error)
+}
+
+// storedBelow reports whether every record of a batch stored here (as, err:
+// the store's outcome, err nil or one error per message) lies in the log
+// below end, a durable end: a record's entry that starts below it ends at
+// or below it. A record at or past its partition's durable end is placed
+// at the log's durable end, never below end. False when the store cannot
+// say.
+func (b *Broker) storedBelow(end int64, topic string, partition int, as []store.Appended, err error) bool {
+	lp, ok := b.store.(logPositioner)
+	if !ok {
+		return false
+	}
+	each := perMessageErrors(err, len(as), len(as))
+	if err != nil && each == nil {
+		return false
+	}
+	for i, a := range as {
+		if each != nil && each[i] != nil {
+			continue // not stored: answered with its error
+		}
+		pos, err := lp.LogPosition(topic, partition, a.Offset)
+		if err != nil || pos >= end {
+			return false
+		}
+	}
+	return true
 }
 
 // storedAnswerSize is room for one stored put's answer: `result 200 <len>

@@ -894,6 +894,10 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 	rep.Generation = gen
 	s.ObserveGeneration(gen, seenAt)
 	if hold != nil {
+		// The new master took over holding this log up to the end handed
+		// over: puts stored below it on their way when writes stopped are
+		// acknowledged (broker.Hold.HandedOver).
+		hold.HandedOver(rep.DurableEnd)
 		hold.Forward(b.heldPutsTarget(gen))
 		// Producers that have not seen the new master in ZooKeeper yet
 		// still reach this broker for a while after it follows.
