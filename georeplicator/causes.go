@@ -17,6 +17,9 @@ var (
 	errRefused = errors.New("the master refused this slave")
 	// errResolve: the master's address could not be found.
 	errResolve = errors.New("cannot find the master's address")
+	// errAttemptAbandoned: Redial (the master's entries changed) ended a
+	// connection attempt before the master welcomed it.
+	errAttemptAbandoned = errors.New("the master's address changed: connection attempt abandoned")
 )
 
 // causeLog logs a failure at WARN the first time it happens, with what to

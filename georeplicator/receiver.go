@@ -92,8 +92,11 @@ type Receiver struct {
 	// redial wakes run from its backoff (Redial).
 	redial chan struct{}
 
-	mu      sync.Mutex // guards the fields below
-	conn    net.Conn
+	mu   sync.Mutex // guards the fields below
+	conn net.Conn
+	// attempt abandons the connection attempt under way (dial, TLS
+	// handshake, hello and welcome), nil outside one (Redial).
+	attempt context.CancelFunc
 	tried   string // the address of the last connection attempt
 	st      ReceiverStatus
 	applied int64
@@ -240,12 +243,21 @@ func orDash(s string) string {
 // its own), and the failures to reach the old one say nothing about the
 // new one. Without it a slave site could wait out up to BackoffMax before
 // following a new master, and a synchronous topic there stays refused
-// until a slave site follows. A call while connected is kept for the next
-// wait.
+// until a slave site follows. It also abandons an attempt under way that is
+// not yet welcomed: the address it went to may be the old master's, and a
+// paused master accepts the connection (its kernel does) and never answers
+// the handshake, which would hold the receiver for DialTimeout. A call
+// while connected is kept for the next wait.
 func (r *Receiver) Redial() {
 	select {
 	case r.redial <- struct{}{}:
 	default:
+	}
+	r.mu.Lock()
+	abort := r.attempt
+	r.mu.Unlock()
+	if abort != nil {
+		abort()
 	}
 }
 
@@ -364,8 +376,25 @@ func (r *Receiver) dial(ctx context.Context) (net.Conn, string, error) {
 
 // session runs one connection. progressed reports whether any entry was applied.
 func (r *Receiver) session() (progressed bool, err error) {
-	conn, addr, err := r.dial(r.ctx)
+	attemptCtx, abort := context.WithCancel(r.ctx)
+	defer abort()
+	r.mu.Lock()
+	r.attempt = abort
+	r.mu.Unlock()
+	welcomed := false
+	defer func() {
+		r.mu.Lock()
+		r.attempt = nil
+		r.mu.Unlock()
+		if err != nil && !welcomed && r.ctx.Err() == nil && attemptCtx.Err() != nil && !errors.Is(err, errAttemptAbandoned) {
+			err = fmt.Errorf("georeplicator: %w: %s (%v)", errAttemptAbandoned, r.lastAddr(), err)
+		}
+	}()
+	conn, addr, err := r.dial(attemptCtx)
 	if err != nil {
+		if r.ctx.Err() == nil && attemptCtx.Err() != nil {
+			return false, fmt.Errorf("georeplicator: %w: %s", errAttemptAbandoned, r.lastAddr())
+		}
 		if !errors.Is(err, errResolve) && !strings.Contains(err.Error(), "tls handshake") {
 			r.mu.Lock()
 			r.st.DialFailures++
@@ -413,6 +442,9 @@ func (r *Receiver) session() (progressed bool, err error) {
 		}
 	}
 	conn.SetDeadline(time.Now().Add(r.opts.DialTimeout)) // socket deadlines are the kernel's: real time
+	// Redial until the welcome closes the connection: the handshake's
+	// reads end at once.
+	stopAbort := context.AfterFunc(attemptCtx, func() { conn.Close() })
 	helloBytes := h.encode()
 	if _, err := writeFrame(conn, header{typ: typeHello}, helloBytes, nil); err != nil {
 		return false, fmt.Errorf("georeplicator: send hello: %w", err)
@@ -462,6 +494,13 @@ func (r *Receiver) session() (progressed bool, err error) {
 			return true, fmt.Errorf("georeplicator: cut the records of this site's own generations after generation %d, which master %s does not hold: resuming from the cut", w.Common, addr)
 		}
 	}
+	if !stopAbort() {
+		return false, fmt.Errorf("georeplicator: %w: %s", errAttemptAbandoned, addr)
+	}
+	welcomed = true
+	r.mu.Lock()
+	r.attempt = nil // welcomed: a Redial now waits for the next attempt
+	r.mu.Unlock()
 	conn.SetDeadline(time.Time{})
 	applied := w.Start
 	l := newLink(conn, addr, w.Features, macs)
