@@ -249,6 +249,8 @@ func (r *Registry) writeTopicLocked(ctx context.Context, topic string, t topicRe
 			if left, err = r.leaveOrEnsure(ctx, n.path, js); err == nil && left {
 				r.borrowLocked(topic, n.path)
 			}
+		case n.accept && n.path == pub && r.master():
+			err = r.ensureMasterPubLocked(ctx, topic, n.path, js)
 		case n.accept:
 			err = r.ensureEphemeral(ctx, n.path, js)
 		default:
