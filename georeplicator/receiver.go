@@ -254,9 +254,10 @@ func (r *Receiver) Redial() {
 	default:
 	}
 	r.mu.Lock()
-	abort := r.attempt
+	abort, addr := r.attempt, r.tried
 	r.mu.Unlock()
 	if abort != nil {
+		r.log.Info("REPLICATION: the master's address may have changed: abandoning the connection attempt under way", "addr", addr)
 		abort()
 	}
 }

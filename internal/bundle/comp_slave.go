@@ -79,7 +79,23 @@ func (c *receiverComponent) Start(ctx context.Context, b *Bundle) error {
 		return fmt.Errorf("replication: %w", err)
 	}
 	if sl.MasterAddress != "" {
-		return c.switchTo(methodStream, "masterAddress="+sl.MasterAddress+" is set in "+sl.File)
+		if err := c.switchTo(methodStream, "masterAddress="+sl.MasterAddress+" is set in "+sl.File); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		c.cancel = cancel
+		resolve := b.newestMasterResolver(sl.MasterAddress)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			redialOnMove(sctx, redialEvery, func() moveFollower {
+				if r := c.Receiver(); r != nil {
+					return r
+				}
+				return nil
+			}, resolve)
+		}()
+		return nil
 	}
 	if b.Registry == nil {
 		return errors.New("replication: ZooKeeper is off and async_slave.properties has no masterAddress")
