@@ -81,6 +81,10 @@ func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
 	p.stop()
 	_, unanswered, closes := p.failedSends()
 	t.Logf("%d rounds, lost=%d; %d sends failed by the client, %d connections closed on ZooKeeper changes", rounds, lost, len(unanswered), closes)
+	// The view named the broker in its other form at the re-reads (registry.SiteView).
+	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to meta://[::ffff:127.0.0.1]:") {
+		t.Errorf("the producer never connected to the view's other form of %s", url)
+	}
 	if lost > 0 {
 		tail := p.stderrTail(4000)
 		if i := strings.Index(tail, "超过设定值"); i >= 0 {
