@@ -664,3 +664,10 @@ func (v *SiteView) SeedOffsets(ctx context.Context, group string) (int, error) {
 	}
 	return n, nil
 }
+
+// SameViewURL reports whether a and b (meta://host:port) name the same
+// broker address in any of the forms a site view writes (see pubForm):
+// a view's entry for a broker is url or its other form.
+func SameViewURL(a, b string) bool {
+	return strings.EqualFold(plainURL(a), plainURL(b))
+}
