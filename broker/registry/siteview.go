@@ -78,9 +78,21 @@ type SiteViewOptions struct {
 // master takes them), so producers are sent to re-read only when an address
 // they may still use is dead: the marker "view<id>" under topics-pub/<topic>
 // holds, one a line, the urls id's entry has named since the producers last
-// re-read; when one of them other than the current url is dead (Options.Dead)
-// the marker is deleted and created again in one multi, holding the current
-// url alone, which wakes every producer watching the topic once. The marker
+// re-read; when one of them, for another broker, is dead (Options.Dead) the
+// marker is deleted and created again in one multi, holding the current url
+// alone, which wakes every producer watching the topic once.
+//
+// On that re-read the producer closes its connection and connects to what
+// the view names. If that were the very string it used, gecko (MetaQ
+// 1.4.6's transport, one connection per url) could refuse the new
+// connection while the closing one still counts ("连接数(…)超过设定值1") and
+// leave the producer with none ("无可用连接") for good. So when the producers
+// may hold the current url, the re-read names the broker in its other form
+// (an IPv4 host as [::ffff:a.b.c.d], a host name with its letters' case
+// flipped: the same address to the Java and Go clients, a different url to
+// gecko), and the view keeps naming it in that form, in brokers/ids too,
+// until the next re-read (SameViewURL compares the forms). A broker with no
+// other form (an IPv6 literal) is named as before. The marker
 // is created before the topic's first <id>-m entry, so a new view costs no
 // re-read; a view written before markers existed gets its marker, and its
 // producers one re-read, at the first Apply. Java producers and consumers,
