@@ -91,7 +91,8 @@ type SiteViewOptions struct {
 // (an IPv4 host as [::ffff:a.b.c.d], a host name with its letters' case
 // flipped: the same address to the Java and Go clients, a different url to
 // gecko), and the view keeps naming it in that form, in brokers/ids too,
-// until the next re-read (SameViewURL compares the forms). A broker with no
+// until the next re-read (SameViewURL compares the forms); a change of form
+// alone does not toggle the consumers' marker. A broker with no
 // other form (an IPv6 literal) is named as before. The marker
 // is created before the topic's first <id>-m entry, so a new view costs no
 // re-read; a view written before markers existed gets its marker, and its
@@ -195,6 +196,11 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	// Topic entries, per tree.
 	changed := map[int]bool{}
 	for _, c := range changes {
+		// A change of form alone (pubForm) is the same address: consumers
+		// need not re-read for it.
+		if c.New != "" && SameViewURL(c.Old, c.New) {
+			continue
+		}
 		changed[c.BrokerID] = true
 	}
 	for _, tree := range viewTrees {

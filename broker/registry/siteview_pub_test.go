@@ -185,7 +185,12 @@ func TestSiteViewProducersMarker(t *testing.T) {
 	}
 
 	// Declared dead: one children event, the marker holds the master alone.
+	// Consumers (topics-sub) are not woken: the address did not change.
 	deadURLs = []string{local}
+	_, cw, err := tool.ChildrenW(ctx, vp.TopicsSub()+"/t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := v.Apply(ctx, map[int]string{0: masterURL}); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +203,9 @@ func TestSiteViewProducersMarker(t *testing.T) {
 	masterAlt := "meta://[::ffff:127.0.0.1]:8123"
 	if got := held(); got != masterAlt {
 		t.Fatalf("marker holds %q, want %q", got, masterAlt)
+	}
+	if woke(cw) {
+		t.Fatal("a change of the master's form alone woke the consumers")
 	}
 	if data, _, err := tool.Get(ctx, vp.Broker(0, -1)); err != nil || string(data) != masterAlt {
 		t.Fatalf("the view's master entry is %q (%v), want %q", data, err, masterAlt)
