@@ -1,8 +1,10 @@
 package bundle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,15 +21,36 @@ import (
 // refuse the new connection while the closing one still counts against the
 // group's one connection ("连接数(…)超过设定值1"), and the producer is left
 // with none ("无可用连接"). Each round the producer must have
-// acknowledgements again after the re-read.
+// acknowledgements again after the re-read, and it must have used the
+// broker's other form (an IPv4 host as [::ffff:a.b.c.d], a host name in
+// the other case).
 func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
 	cp := javaClasspath(t)
 	if testing.Short() {
 		t.Skip("Java client test skipped in -short mode")
 	}
+	for _, c := range []struct{ name, host, other string }{
+		{"ipv4", "127.0.0.1", "meta://[::ffff:127.0.0.1]:"},
+		{"hostname", "localhost", "meta://LOCALHOST:"},
+	} {
+		t.Run(c.name, func(t *testing.T) { javaProducerOverRereads(t, cp, c.host, c.other) })
+	}
+}
+
+func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 	e := newEnv(t, "[topic=orders]\nnumPartitions=1\n")
+	ini, err := os.ReadFile(e.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte("hostName=127.0.0.1"), []byte("hostName="+host), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	b := e.start(t)
 	url := b.Broker.URL()
+	if !strings.HasPrefix(url, "meta://"+host+":") {
+		t.Fatalf("the broker's url is %s, want host %s", url, host)
+	}
 	const gone = "meta://127.0.0.1:1" // a bundle the view named once, later dead
 	var dead atomic.Bool
 	zc := zkClient(t, e)
@@ -82,7 +105,7 @@ func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
 	_, unanswered, closes := p.failedSends()
 	t.Logf("%d rounds, lost=%d; %d sends failed by the client, %d connections closed on ZooKeeper changes", rounds, lost, len(unanswered), closes)
 	// The view named the broker in its other form at the re-reads (registry.SiteView).
-	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to meta://[::ffff:127.0.0.1]:") {
+	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to "+other) {
 		t.Errorf("the producer never connected to the view's other form of %s", url)
 	}
 	if lost > 0 {
