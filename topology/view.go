@@ -287,7 +287,7 @@ func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWri
 }
 
 // ServeURLDown reports whether gossip declared the bundle serving url
-// (meta://host:port, or host:port) down: a member that served it is down
+// (meta://host:port, or host:port; host names compare in any case) down: a member that served it is down
 // and no member serving it is alive or suspect. A suspect master that a
 // master of a newer generation of its brokerId (not down) superseded counts
 // as down: a killed master is replaced (promote) before gossip's suspicion
@@ -307,7 +307,8 @@ func serveURLDown(members []Member, url string) bool {
 	}
 	down := false
 	for _, m := range members {
-		if addr == "" || strings.TrimPrefix(m.Meta.ServeURL, "meta://") != addr {
+		// Folded: a site view may name a host in another case (registry.SiteView).
+		if addr == "" || !strings.EqualFold(strings.TrimPrefix(m.Meta.ServeURL, "meta://"), addr) {
 			continue
 		}
 		superseded := m.Meta.Role == RoleMaster && m.Meta.Generation < newest[m.Meta.BrokerID]

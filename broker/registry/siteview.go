@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -76,9 +78,22 @@ type SiteViewOptions struct {
 // master takes them), so producers are sent to re-read only when an address
 // they may still use is dead: the marker "view<id>" under topics-pub/<topic>
 // holds, one a line, the urls id's entry has named since the producers last
-// re-read; when one of them other than the current url is dead (Options.Dead)
-// the marker is deleted and created again in one multi, holding the current
-// url alone, which wakes every producer watching the topic once. The marker
+// re-read; when one of them, for another broker, is dead (Options.Dead) the
+// marker is deleted and created again in one multi, holding the current url
+// alone, which wakes every producer watching the topic once.
+//
+// On that re-read the producer closes its connection and connects to what
+// the view names. If that were the very string it used, gecko (MetaQ
+// 1.4.6's transport, one connection per url) could refuse the new
+// connection while the closing one still counts ("连接数(…)超过设定值1") and
+// leave the producer with none ("无可用连接") for good. So when the producers
+// may hold the current url, the re-read names the broker in its other form
+// (an IPv4 host as [::ffff:a.b.c.d], a host name with its letters' case
+// flipped: the same address to the Java and Go clients, a different url to
+// gecko), and the view keeps naming it in that form, in brokers/ids too,
+// until the next re-read (SameViewURL compares the forms); a change of form
+// alone does not toggle the consumers' marker. A broker with no
+// other form (an IPv6 literal) is named as before. The marker
 // is created before the topic's first <id>-m entry, so a new view costs no
 // re-read; a view written before markers existed gets its marker, and its
 // producers one re-read, at the first Apply. Java producers and consumers,
@@ -135,6 +150,12 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	if err != nil {
 		return nil, err
 	}
+	// The form of each url the view names (see SiteView) and whether its
+	// producers must read the brokers again.
+	reread, err := v.pubForms(ctx, want, parts[TreeTopicsPub])
+	if err != nil {
+		return nil, err
+	}
 
 	// Broker entries.
 	var changes []SiteViewChange
@@ -175,6 +196,11 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	// Topic entries, per tree.
 	changed := map[int]bool{}
 	for _, c := range changes {
+		// A change of form alone (pubForm) is the same address: consumers
+		// need not re-read for it.
+		if c.New != "" && SameViewURL(c.Old, c.New) {
+			continue
+		}
 		changed[c.BrokerID] = true
 	}
 	for _, tree := range viewTrees {
@@ -191,7 +217,7 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 			topics[t] = true
 		}
 		for topic := range topics {
-			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed, want); err != nil {
+			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed, want, reread); err != nil {
 				return nil, err
 			}
 		}
@@ -283,8 +309,9 @@ func (v *SiteView) readSources(ctx context.Context, targets map[int]string) (map
 // syncTopic makes one view topic directory hold exactly <id>-m for each id
 // in want, toggles the consumers' marker of every changed id that stays
 // (topics-sub), and keeps the producers' marker of every id (topics-pub,
-// syncPubMarker); urls is each id's url in the view.
-func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool, urls map[int]string) error {
+// syncPubMarker); urls is each id's url in the view, reread whether its
+// producers must read the brokers again.
+func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool, urls map[int]string, reread map[int]bool) error {
 	kids, err := v.children(ctx, dir)
 	if err != nil {
 		return err
@@ -302,7 +329,7 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 		if tree == TreeTopicsPub {
 			// Before <id>-m: a producer that finds the entry finds the
 			// marker too, and its creation wakes nobody.
-			if err := v.syncPubMarker(ctx, dir, id, urls[id]); err != nil {
+			if err := v.syncPubMarker(ctx, dir, id, urls[id], reread[id]); err != nil {
 				return err
 			}
 		}
@@ -346,11 +373,41 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 	return nil
 }
 
+// pubForms decides, for each broker id in want, the form of its url the
+// view names and whether the producers of its topics must read the brokers
+// again (pubForm), from the urls the producers' markers of its topics in
+// the view's topics-pub hold (pubParts: topic -> ids). It rewrites want's
+// urls to the chosen forms.
+func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts map[string]map[int]int) (map[int]bool, error) {
+	held := map[int][]string{}
+	for topic, ids := range pubParts {
+		for id := range ids {
+			if _, ok := want[id]; !ok {
+				continue
+			}
+			marker := v.view.TopicsPub() + "/" + topic + "/view" + strconv.Itoa(id)
+			data, _, err := v.r.Get(ctx, marker)
+			if errors.Is(err, ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("registry: site view read %s: %w", marker, err)
+			}
+			held[id] = append(held[id], strings.Fields(string(data))...)
+		}
+	}
+	reread := map[int]bool{}
+	for id, url := range want {
+		want[id], reread[id] = pubForm(held[id], url, v.dead)
+	}
+	return reread, nil
+}
+
 // syncPubMarker keeps the producers' marker of broker id under a
 // topics-pub/<topic> directory of the view (see SiteView): it records url
-// among the urls producers may use, and re-creates the marker, waking the
-// producers, when one of those is dead.
-func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url string) error {
+// among the urls producers may use, or, when reread, re-creates the marker
+// holding url alone, which wakes the producers.
+func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url string, reread bool) error {
 	if url == "" {
 		return nil
 	}
@@ -364,10 +421,18 @@ func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url st
 	if exists {
 		held = strings.Fields(string(data))
 	}
-	next, reread := pubReread(held, exists, url, v.dead)
+	next := []string{url}
+	if exists && !reread {
+		next = held
+		if !slices.Contains(held, url) {
+			next = append(slices.Clone(held), url)
+		}
+	}
 	val := []byte(strings.Join(next, "\n"))
 	switch {
 	case !exists:
+		// Its creation is the children change that makes producers
+		// already watching read the brokers.
 		err = v.r.SetPersistent(ctx, marker, val)
 	case reread:
 		// One multi: one children change, so each producer re-reads once.
@@ -392,29 +457,87 @@ func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url st
 	return nil
 }
 
-// pubReread decides the producers' marker of one broker id in a site view:
-// held are the urls the view's entry has named since its producers last
-// read the brokers (the marker's lines; known is false when there is no
-// marker), url the one it names now, dead whether a url's broker is dead
-// (nil: none is). It returns the urls to record and whether the producers
-// must read the brokers again: when there was no marker (the marker's
-// creation is itself the children change that makes them), or when a url
-// they may still use, other than url, is dead; then only url is recorded.
-// Otherwise url is added to held, without a re-read: a producer on an
-// address that still answers keeps it.
-func pubReread(held []string, known bool, url string, dead func(string) bool) (next []string, reread bool) {
-	if !known {
-		return []string{url}, true
-	}
+// pubForm decides how a site view names one broker id whose chosen url is
+// url (meta://host:port), given held, the urls its producers' markers have
+// recorded since its producers last read the brokers (every string a
+// producer on the view can be using), and dead (nil: none is). It returns
+// the string to write and whether the producers must read the brokers
+// again: when a held url for another broker is dead.
+//
+// MetaQ 1.4.6's producer, on a re-read, closes its connection and connects
+// to what the view names; when that is the string it already used, gecko
+// can refuse the new connection while the closing one still counts against
+// the url's one connection ("连接数(…)超过设定值1"), and the producer is left
+// with none. So a re-read names the broker in a form no producer holds
+// (altURL: the same address written differently), and between re-reads
+// the view keeps whichever form the producers may hold.
+func pubForm(held []string, url string, dead func(string) bool) (form string, reread bool) {
+	alt := altURL(url)
+	same := func(h string) bool { return h == url || (alt != "" && h == alt) }
 	for _, h := range held {
-		if h != url && dead != nil && dead(h) {
-			return []string{url}, true
+		if !same(h) && dead != nil && (dead(h) || dead(plainURL(h))) {
+			reread = true
+			break
 		}
 	}
-	if slices.Contains(held, url) {
-		return held, false
+	if reread {
+		if !slices.Contains(held, url) || alt == "" || slices.Contains(held, alt) {
+			return url, true
+		}
+		return alt, true
 	}
-	return append(slices.Clone(held), url), false
+	for i := len(held) - 1; i >= 0; i-- {
+		if same(held[i]) {
+			return held[i], false
+		}
+	}
+	return url, false
+}
+
+// altURL is url (meta://host:port) written in a second form that MetaQ
+// 1.4.6's Java client (Broker.getZKString keeps URI.getHost's text) and the
+// Go client both reach at the same address: an IPv4 host as its
+// IPv4-mapped IPv6 literal ([::ffff:a.b.c.d], which Java and Go resolve to
+// the IPv4 address, so the connection is the same IPv4 one), a host name
+// with its letters' case flipped (names resolve case-insensitively). ""
+// when there is none (an IPv6 literal, a name without letters).
+func altURL(url string) string {
+	rest, ok := strings.CutPrefix(url, "meta://")
+	if !ok {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || strings.ContainsAny(port, "/?#") {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if !ip.Is4() {
+			return ""
+		}
+		return "meta://[::ffff:" + host + "]:" + port
+	}
+	alt := strings.ToUpper(host)
+	if alt == host {
+		alt = strings.ToLower(host)
+	}
+	if alt == host {
+		return ""
+	}
+	return "meta://" + alt + ":" + port
+}
+
+// plainURL undoes altURL's IPv4 form (a name's case is left: comparisons
+// of names fold case).
+func plainURL(url string) string {
+	rest, ok := strings.CutPrefix(url, "meta://[::ffff:")
+	if !ok {
+		return url
+	}
+	host, port, ok := strings.Cut(rest, "]:")
+	if ip, err := netip.ParseAddr(host); !ok || err != nil || !ip.Is4() {
+		return url
+	}
+	return "meta://" + host + ":" + port
 }
 
 func atoiOr(s string, def int) int {
@@ -558,4 +681,11 @@ func (v *SiteView) SeedOffsets(ctx context.Context, group string) (int, error) {
 		v.log.Info("SITEVIEW("+v.view.Root+"): seeded consumer offsets from the real root", "group", group, "partitions", n)
 	}
 	return n, nil
+}
+
+// SameViewURL reports whether a and b (meta://host:port) name the same
+// broker address in any of the forms a site view writes (see pubForm):
+// a view's entry for a broker is url or its other form.
+func SameViewURL(a, b string) bool {
+	return strings.EqualFold(plainURL(a), plainURL(b))
 }

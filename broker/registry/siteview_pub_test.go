@@ -9,36 +9,65 @@ import (
 	"time"
 )
 
-// TestPubReread: the producers' marker decision. Producers are sent to
-// read the brokers again only when there was no marker or an address they
-// may still use, other than the current one, is dead.
-func TestPubReread(t *testing.T) {
+// TestPubForm: the producers' re-read decision and the form a view names
+// a broker in. Producers are sent to read the brokers again only when a url
+// they may still use, for another broker, is dead; the re-read then names
+// the broker in a form no producer holds, so MetaQ 1.4.6's client never
+// closes and reopens the same url (gecko can refuse the reopened
+// connection); between re-reads the form producers may hold is kept.
+func TestPubForm(t *testing.T) {
 	const bj, hf, gz = "meta://bj:8123", "meta://hf:8123", "meta://gz:8123"
+	const hfAlt = "meta://HF:8123"
 	dead := func(urls ...string) func(string) bool {
 		return func(u string) bool { return slices.Contains(urls, u) }
 	}
 	for _, c := range []struct {
 		name       string
 		held       []string
-		known      bool
 		url        string
 		dead       func(string) bool
-		wantNext   []string
+		wantForm   string
 		wantReread bool
 	}{
-		{"no marker yet", nil, false, hf, nil, []string{hf}, true},
-		{"steady", []string{hf}, true, hf, dead(), []string{hf}, false},
-		{"moved from a live bundle: recorded, no re-read", []string{hf}, true, bj, dead(), []string{hf, bj}, false},
-		{"moved from a dead bundle", []string{hf}, true, bj, dead(hf), []string{bj}, true},
-		{"moved while suspect, then dead", []string{hf, bj}, true, bj, dead(hf), []string{bj}, true},
-		{"the current url dead: re-reading changes nothing", []string{bj}, true, bj, dead(bj), []string{bj}, false},
-		{"back to a live bundle", []string{hf, bj}, true, hf, dead(), []string{hf, bj}, false},
-		{"an older url died", []string{hf, bj, gz}, true, gz, dead(bj), []string{gz}, true},
-		{"no dead predicate", []string{hf}, true, bj, nil, []string{hf, bj}, false},
+		{"no marker yet", nil, hf, nil, hf, false},
+		{"steady", []string{hf}, hf, dead(), hf, false},
+		{"moved from a live bundle: no re-read", []string{hf}, bj, dead(), bj, false},
+		{"moved from a dead bundle", []string{hf}, bj, dead(hf), bj, true},
+		{"moved while suspect, then dead: the other form", []string{hf, bj}, hf, dead(bj), hfAlt, true},
+		{"the current url dead: re-reading changes nothing", []string{bj}, bj, dead(bj), bj, false},
+		{"back to a live bundle", []string{hf, bj}, hf, dead(), hf, false},
+		{"an older url died", []string{hf, bj, gz}, gz, dead(bj), "meta://GZ:8123", true},
+		{"no dead predicate", []string{hf}, bj, nil, bj, false},
+		{"the other form is kept between re-reads", []string{hfAlt, bj}, hf, dead(), hfAlt, false},
+		{"a re-read from the other form goes back", []string{hfAlt, bj}, hf, dead(bj), hf, true},
+		{"a dead name in the other case", []string{"meta://BJ:8123", hf}, hf,
+			func(u string) bool { return strings.EqualFold(u, bj) }, hfAlt, true},
+		{"an IPv4 url in the mapped form is dead", []string{"meta://[::ffff:10.0.0.1]:8123", hf}, hf, dead("meta://10.0.0.1:8123"), hfAlt, true},
 	} {
-		next, reread := pubReread(c.held, c.known, c.url, c.dead)
-		if !slices.Equal(next, c.wantNext) || reread != c.wantReread {
-			t.Errorf("%s: pubReread(%v, %t, %s) = %v, %t; want %v, %t", c.name, c.held, c.known, c.url, next, reread, c.wantNext, c.wantReread)
+		form, reread := pubForm(c.held, c.url, c.dead)
+		if form != c.wantForm || reread != c.wantReread {
+			t.Errorf("%s: pubForm(%v, %s) = %s, %t; want %s, %t", c.name, c.held, c.url, form, reread, c.wantForm, c.wantReread)
+		}
+	}
+}
+
+// TestAltURL: the second form of a url, and back.
+func TestAltURL(t *testing.T) {
+	for _, c := range []struct{ url, alt string }{
+		{"meta://127.0.0.1:8123", "meta://[::ffff:127.0.0.1]:8123"},
+		{"meta://metaq-1.hf.example.net:8123", "meta://METAQ-1.HF.EXAMPLE.NET:8123"},
+		{"meta://METAQ-1:8123", "meta://metaq-1:8123"},
+		{"meta://[::1]:8123", ""},
+		{"meta://127.0.0.1", ""},
+		{"http://127.0.0.1:80", ""},
+	} {
+		if got := altURL(c.url); got != c.alt {
+			t.Errorf("altURL(%s) = %q, want %q", c.url, got, c.alt)
+		}
+		if c.alt != "" && strings.HasPrefix(c.alt, "meta://[") {
+			if got := plainURL(c.alt); got != c.url {
+				t.Errorf("plainURL(%s) = %q, want %q", c.alt, got, c.url)
+			}
 		}
 	}
 }
@@ -156,15 +185,30 @@ func TestSiteViewProducersMarker(t *testing.T) {
 	}
 
 	// Declared dead: one children event, the marker holds the master alone.
+	// Consumers (topics-sub) are not woken: the address did not change.
 	deadURLs = []string{local}
+	_, cw, err := tool.ChildrenW(ctx, vp.TopicsSub()+"/t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := v.Apply(ctx, map[int]string{0: masterURL}); err != nil {
 		t.Fatal(err)
 	}
 	if !woke(w) {
 		t.Fatal("the producers were not woken when an address they may use died")
 	}
-	if got := held(); got != masterURL {
-		t.Fatalf("marker holds %q, want %q", got, masterURL)
+	// The producers may hold masterURL (named since their last re-read):
+	// the re-read names the master in its other form, so MetaQ's client
+	// does not close and reopen the same url.
+	masterAlt := "meta://[::ffff:127.0.0.1]:8123"
+	if got := held(); got != masterAlt {
+		t.Fatalf("marker holds %q, want %q", got, masterAlt)
+	}
+	if woke(cw) {
+		t.Fatal("a change of the master's form alone woke the consumers")
+	}
+	if data, _, err := tool.Get(ctx, vp.Broker(0, -1)); err != nil || string(data) != masterAlt {
+		t.Fatalf("the view's master entry is %q (%v), want %q", data, err, masterAlt)
 	}
 	kids, _ = tool.Children(ctx, pub)
 	slices.Sort(kids)
@@ -178,6 +222,12 @@ func TestSiteViewProducersMarker(t *testing.T) {
 	}
 	if woke(w) {
 		t.Fatal("a steady apply woke the producers")
+	}
+	if got := held(); got != masterAlt {
+		t.Fatalf("after a steady apply the marker holds %q, want the form producers hold, %q", got, masterAlt)
+	}
+	if data, _, err := tool.Get(ctx, vp.Broker(0, -1)); err != nil || string(data) != masterAlt {
+		t.Fatalf("after a steady apply the view's master entry is %q (%v), want %q", data, err, masterAlt)
 	}
 }
 

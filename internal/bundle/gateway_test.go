@@ -15,6 +15,7 @@ import (
 
 	"metaq/broker"
 	"metaq/broker/client"
+	"metaq/broker/registry"
 	"metaq/broker/store"
 	"metaq/broker/wire"
 	"metaq/internal/testutil"
@@ -70,7 +71,7 @@ func waitViewAt(t testing.TB, s *sites, site string) {
 	view := s.zkRoot + "-view-" + site
 	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		data, _, err := zc.Get(context.Background(), view+"/brokers/ids/0/master")
-		if err != nil || string(data) != want {
+		if err != nil || !registry.SameViewURL(string(data), want) {
 			return fmt.Errorf("%s's view names %q (%v), want %s", site, data, err, want)
 		}
 		if ok, _, err := zc.Exists(context.Background(), view+"/brokers/topics-pub/orders/0-m"); !ok {

@@ -1,0 +1,146 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"metaq/broker/registry"
+)
+
+// TestJavaProducerOnViewKeepsItsBrokerOverRereads: MetaQ 1.4.6's Java
+// producer on a site view root whose producers' marker is re-created (a url
+// the view once named, not the producer's, is dead) while the url the
+// producer uses stays the same. The client closes its connection and opens
+// one to the url the view names; when that is the same string, gecko can
+// refuse the new connection while the closing one still counts against the
+// group's one connection ("连接数(…)超过设定值1"), and the producer is left
+// with none ("无可用连接"). Each round the producer must have
+// acknowledgements again after the re-read, and it must have used the
+// broker's other form (an IPv4 host as [::ffff:a.b.c.d], a host name in
+// the other case).
+func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
+	cp := javaClasspath(t)
+	if testing.Short() {
+		t.Skip("Java client test skipped in -short mode")
+	}
+	for _, c := range []struct{ name, host, other string }{
+		{"ipv4", "127.0.0.1", "meta://[::ffff:127.0.0.1]:"},
+		{"hostname", "localhost", "meta://LOCALHOST:"},
+	} {
+		t.Run(c.name, func(t *testing.T) { javaProducerOverRereads(t, cp, c.host, c.other) })
+	}
+}
+
+func javaProducerOverRereads(t *testing.T, cp, host, other string) {
+	e := newEnv(t, "[topic=orders]\nnumPartitions=1\n")
+	ini, err := os.ReadFile(e.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte("hostName=127.0.0.1"), []byte("hostName="+host), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := e.start(t)
+	url := b.Broker.URL()
+	if !strings.HasPrefix(url, "meta://"+host+":") {
+		t.Fatalf("the broker's url is %s, want host %s", url, host)
+	}
+	const gone = "meta://127.0.0.1:1" // a bundle the view named once, later dead
+	var dead atomic.Bool
+	zc := zkClient(t, e)
+	viewRoot := e.root + "-view-x"
+	t.Cleanup(func() { removeTree(e.zk, viewRoot) })
+	v, err := registry.NewSiteView(zc, registry.SiteViewOptions{ViewRoot: viewRoot,
+		Dead: func(u string) bool { return dead.Load() && u == gone }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(target string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := v.Apply(ctx, map[int]string{0: target}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for the broker's topic registration, then name gone, then url.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		kids, _ := zc.Children(t.Context(), e.root+"/brokers/topics-pub/orders")
+		if len(kids) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broker never registered topic orders")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	apply(gone)
+	apply(url)
+	p := startJava(t, cp, "FailoverProducer", e.zk, viewRoot, "orders")
+	waitAcks(t, p, 20, time.Time{})
+
+	const rounds = 60
+	lost := 0
+	for i := range rounds {
+		dead.Store(true)
+		at := time.Now()
+		apply(url) // gone is held and dead: the producers re-read
+		dead.Store(false)
+		if err := waitAcksFor(p, 20, at, 30*time.Second); err != nil {
+			lost++
+			t.Errorf("round %d: the producer has no acknowledgements since the re-read: %v", i, err)
+			break
+		}
+		apply(gone) // named again (not dead yet), then back
+		apply(url)
+	}
+	p.stop()
+	_, unanswered, closes := p.failedSends()
+	t.Logf("%d rounds, lost=%d; %d sends failed by the client, %d connections closed on ZooKeeper changes", rounds, lost, len(unanswered), closes)
+	// The view named the broker in its other form at the re-reads (registry.SiteView).
+	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to "+other) {
+		t.Errorf("the producer never connected to the view's other form of %s", url)
+	}
+	if lost > 0 {
+		tail := p.stderrTail(4000)
+		if i := strings.Index(tail, "超过设定值"); i >= 0 {
+			t.Logf("gecko refused its own connection: ...%s", tail[max(0, i-200):min(len(tail), i+200)])
+		}
+	}
+}
+
+// waitAcksFor is waitAcks returning an error after timeout.
+func waitAcksFor(prod *javaDriver, n int, since time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := 0
+		prod.mu.Lock()
+		lines := append([]string(nil), prod.lines...)
+		prod.mu.Unlock()
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) != 7 || f[0] != "ack" {
+				continue
+			}
+			var ms int64
+			fmt.Sscan(f[6], &ms)
+			if !time.UnixMilli(ms).Before(since) {
+				got++
+			}
+		}
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d acknowledgements since %s", got, n, since.Format("15:04:05.000"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
