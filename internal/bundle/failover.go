@@ -978,13 +978,16 @@ func (b *Bundle) holdOptions(reason string) (broker.HoldOptions, bool) {
 // holdPuts makes the broker hold plain puts while this master hands over
 // (holdOptions); nil when handoverHoldMs=0 (they are refused, 503) or a
 // hold is in effect. A hold of puts awaiting this master's confirmation
-// (ackguard.go) ends first: its puts are stored here or refused.
+// (ackguard.go) is taken over: its puts are passed on to the new master,
+// and the answers it kept are given once the handover's outcome is known
+// (broker.HoldWrites), instead of being refused while writes are stopped.
+// Without a hold of its own it ends: its puts are stored here or refused.
 func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	o, ok := b.holdOptions(reason)
 	if !ok {
+		b.endConfirmHold()
 		return nil
 	}
-	b.endConfirmHold()
 	if dial, err := b.gatewayLinkDial(); err == nil {
 		o.Dial = dial // slave sites' outbox entries keep their ids at the new master
 	} else {
@@ -992,6 +995,7 @@ func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	}
 	h, err := b.Broker.HoldWrites(o)
 	if err != nil {
+		b.endConfirmHold()
 		b.log.Warn("FAILOVER: puts are refused while this master hands over, not held", "err", err)
 		return nil
 	}
