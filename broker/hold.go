@@ -179,8 +179,11 @@ type Hold struct {
 	handedEnd  int64
 	handedOver bool
 
-	quit  chan struct{} // closed by End
-	stats struct {
+	quit chan struct{} // closed by End
+	// takenBy is the switchover's Hold that took this Local Hold's puts
+	// over (HoldWrites); a put added here after that goes to it.
+	takenBy *Hold
+	stats   struct {
 		held, forwarded, local, expired, unknown atomic.Int64
 		ackHeld, ackGiven, ackRefused            atomic.Int64
 	}
@@ -194,6 +197,11 @@ type ackWait struct {
 	// answer sends the answer: acknowledged when ref is nil, else 500
 	// saying the puts are stored here but not acknowledged, for ref.
 	answer func(ref *Refusal)
+	// covered reports whether every record of the puts lies in the log
+	// below end (a handed-over end); nil when not known. A switchover's
+	// Hold that takes the wait over (HoldWrites) acknowledges the puts
+	// when the end the new master holds covers them.
+	covered func(end int64) bool
 }
 
 // handoverWait is the answer of n puts stored here while writes were
@@ -244,15 +252,97 @@ func (b *Broker) HoldWrites(o HoldOptions) (*Hold, error) {
 		o.MaxBytes = DefaultHoldMaxBytes
 	}
 	h := &Hold{b: b, opts: o, quit: make(chan struct{})}
-	if !b.hold.CompareAndSwap(nil, h) {
+	old := b.hold.Load()
+	taking := old != nil && old.opts.Local && !o.Local
+	if !taking {
+		old = nil
+	}
+	if !b.hold.CompareAndSwap(old, h) {
 		return nil, errors.New("broker: puts are already held")
 	}
 	if !b.routines.Go(h.expireLoop) {
-		b.hold.Store(nil)
+		b.hold.CompareAndSwap(h, nil)
+		if old != nil {
+			old.End()
+		}
 		return nil, errors.New("broker: hold puts: the broker is closing")
 	}
 	b.log.Warn("BROKER: holding client puts", "reason", o.Reason, "maxWait", o.MaxWait, "maxBytes", o.MaxBytes)
+	if old != nil {
+		old.takeOver(h)
+	}
 	return h, nil
+}
+
+// takeOver ends this Local Hold for h, a Hold that may forward (a
+// switchover that begins while this master waits for the confirmation of
+// its generation): its held puts and the kept answers of its stored puts
+// move to h instead of being answered by the write gate and check, which
+// would refuse them while the switchover runs (503, and 500 "stored here,
+// but not acknowledged" for puts the new master will hold).
+func (h *Hold) takeOver(nh *Hold) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended, h.takenBy = true, nh
+	q, acks := h.queue, h.acks
+	h.queue, h.acks = nil, nil
+	for _, hb := range q {
+		h.bytes -= hb.size
+	}
+	h.mu.Unlock()
+	close(h.quit)
+	nh.adopt(q, acks)
+	h.b.log.Info("BROKER: a switchover's hold took over the puts held while confirming the generation", "batches", len(q), "answers", len(acks))
+}
+
+// handoverAnswer is a's answer as a wait for the handover's outcome:
+// acknowledged when the end the new master holds covers its records, else
+// answered by the write gate and check asked then, as a Local Hold would.
+func (h *Hold) handoverAnswer(a *ackWait) func(end int64, ok bool) bool {
+	return func(end int64, ok bool) bool {
+		if ok && a.covered != nil && a.covered(end) {
+			a.answer(nil)
+			return true
+		}
+		ref := h.b.writeRefusal()
+		a.answer(ref)
+		return ref == nil
+	}
+}
+
+// adopt takes held batches and kept answers over from a Local Hold
+// (takeOver): the batches wait here as if held here, and each answer waits
+// for the handover's outcome (awaitHandover): acknowledged when the end
+// the new master holds covers its records, else answered by the write
+// gate and check asked then, as the Local Hold would have.
+func (h *Hold) adopt(q []*heldBatch, acks []*ackWait) {
+	for _, a := range acks {
+		if !h.awaitHandover(a.n, h.handoverAnswer(a)) {
+			h.resolveAcks([]*ackWait{a}, h.b.writeRefusal())
+		}
+	}
+	for _, hb := range q {
+		if hb.answered.Load() {
+			continue
+		}
+		h.mu.Lock()
+		if h.ended {
+			h.mu.Unlock()
+			h.storeAllHere([]*heldBatch{hb})
+			continue
+		}
+		h.bytes += hb.size
+		if h.target == nil {
+			h.queue = append(h.queue, hb)
+			h.mu.Unlock()
+			continue
+		}
+		h.mu.Unlock()
+		h.startForward(hb)
+	}
 }
 
 // EndHold ends the Hold in effect, if any (see Hold.End), and reports
@@ -417,20 +507,28 @@ func (h *Hold) End() {
 
 // awaitAck keeps the answer of n puts stored here that the write check
 // refused when the store answered them (see the top of this file), and
-// reports whether it did: only a Local Hold that has not ended keeps
-// them. answer is called once, later, on a goroutine that may be the
+// reports whether it did: a Local Hold that has not ended keeps them, and
+// so does a switchover's Hold when covered (whether their records lie
+// below a handed-over end) is known, until the handover's outcome
+// (awaitHandover). answer is called once, later, on a goroutine that may be the
 // caller of End, with nil (acknowledge) or the refusal to answer them 500
 // for. It never blocks: the store's notify calls it.
-func (h *Hold) awaitAck(n int, answer func(ref *Refusal)) bool {
+func (h *Hold) awaitAck(n int, covered func(end int64) bool, answer func(ref *Refusal)) bool {
 	if !h.opts.Local {
-		return false
+		// A switchover's Hold (it began after these puts were stored, or
+		// took over the Local Hold): their records lie below the end it
+		// hands over, and their answer waits for its outcome.
+		if covered == nil {
+			return false
+		}
+		return h.awaitHandover(n, h.handoverAnswer(&ackWait{n: n, answer: answer, covered: covered}))
 	}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
 		return false
 	}
-	h.acks = append(h.acks, &ackWait{n: n, deadline: time.Now().Add(h.opts.MaxWait), answer: answer})
+	h.acks = append(h.acks, &ackWait{n: n, deadline: time.Now().Add(h.opts.MaxWait), answer: answer, covered: covered})
 	h.mu.Unlock()
 	h.stats.ackHeld.Add(int64(n))
 	return true
@@ -525,6 +623,10 @@ func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func(
 	h.stats.held.Add(int64(len(msgs)))
 	h.mu.Lock()
 	switch {
+	case h.ended && h.takenBy != nil:
+		h.mu.Unlock()
+		h.takenBy.adopt([]*heldBatch{hb}, nil)
+		return
 	case h.ended:
 		h.mu.Unlock()
 		h.storeAllHere([]*heldBatch{hb})
@@ -628,7 +730,8 @@ func (h *Hold) storeHere(hb *heldBatch) {
 							"puts", len(hb.msgs), "reason", ref.Reason)
 						hb.done(as, notAcknowledged(ref))
 					}
-					if nh := b.holding(); nh == nil || !nh.awaitAck(len(hb.msgs), answer) {
+					covered := func(end int64) bool { return b.storedBelow(end, hb.topic, hb.partition, as, err) }
+					if nh := b.holding(); nh == nil || !nh.awaitAck(len(hb.msgs), covered, answer) {
 						answer(ref)
 					}
 					return

@@ -777,24 +777,30 @@ func (b *Broker) answerBatches(c *conn, pps []*pendingPuts, outs []store.AppendO
 	}
 	if stored > 0 && b.ackWaits(ac) {
 		outs := slices.Clone(outs)
-		if b.holdAck(ac, stored, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
+		if b.holdAck(ac, stored, b.batchesCovered(pps, outs), func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
 			return
 		}
 	} else if stored > 0 && ac.writesStopped() && b.holding() != nil {
 		outs := slices.Clone(outs)
-		if b.handoverAck(ac, stored, func(end int64) bool {
-			for i, pp := range pps {
-				if len(pp.opaques) > 0 && i < len(outs) && pp.needsAck(outs[i].Appended, outs[i].Err) &&
-					!b.storedBelow(end, pp.key.topic, int(pp.key.partition), outs[i].Appended, outs[i].Err) {
-					return false
-				}
-			}
-			return true
-		}, func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
+		if b.handoverAck(ac, stored, b.batchesCovered(pps, outs), func(ac *ackCheck) { b.sendBatchesAnswer(c, pps, outs, size, ac, slab) }) {
 			return
 		}
 	}
 	b.sendBatchesAnswer(c, pps, outs, size, ac, slab)
+}
+
+// batchesCovered reports, for a handed-over end, whether every client put
+// of pps stored here (outs: the store's outcomes) lies in the log below it.
+func (b *Broker) batchesCovered(pps []*pendingPuts, outs []store.AppendOutcome) func(end int64) bool {
+	return func(end int64) bool {
+		for i, pp := range pps {
+			if len(pp.opaques) > 0 && i < len(outs) && pp.needsAck(outs[i].Appended, outs[i].Err) &&
+				!b.storedBelow(end, pp.key.topic, int(pp.key.partition), outs[i].Appended, outs[i].Err) {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // sendBatchesAnswer is answerBatches' answer frame (size: room for it),
@@ -866,7 +872,8 @@ func (b *Broker) answerBatch(c *conn, pp *pendingPuts, as []store.Appended, err 
 		// takes a copy.
 		if b.ackWaits(ac) {
 			as := slices.Clone(as)
-			if b.holdAck(ac, len(pp.opaques), func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
+			covered := func(end int64) bool { return b.storedBelow(end, pp.key.topic, int(pp.key.partition), as, err) }
+			if b.holdAck(ac, len(pp.opaques), covered, func(ac *ackCheck) { b.sendBatchAnswer(c, pp, as, err, ac) }) {
 				return
 			}
 		} else if ac.writesStopped() && b.holding() != nil {
@@ -930,13 +937,13 @@ func (b *Broker) ackWaits(ac *ackCheck) bool {
 // effect (Hold.awaitAck), which has send called, once, with the check
 // asked when it ends or its bound passes. It reports whether it kept the
 // answer; when not, ac holds the check's answer for send's caller.
-func (b *Broker) holdAck(ac *ackCheck, n int, send func(ac *ackCheck)) bool {
+func (b *Broker) holdAck(ac *ackCheck, n int, covered func(end int64) bool, send func(ac *ackCheck)) bool {
 	h := b.holding()
 	if h == nil {
 		return false
 	}
 	lead := ac.lead
-	if h.awaitAck(n, func(ref *Refusal) {
+	if h.awaitAck(n, covered, func(ref *Refusal) {
 		send(&ackCheck{b: b, lead: lead, asked: true, ref: ref, gated: true})
 	}) {
 		return true

@@ -978,13 +978,16 @@ func (b *Bundle) holdOptions(reason string) (broker.HoldOptions, bool) {
 // holdPuts makes the broker hold plain puts while this master hands over
 // (holdOptions); nil when handoverHoldMs=0 (they are refused, 503) or a
 // hold is in effect. A hold of puts awaiting this master's confirmation
-// (ackguard.go) ends first: its puts are stored here or refused.
+// (ackguard.go) is taken over: its puts are passed on to the new master,
+// and the answers it kept are given once the handover's outcome is known
+// (broker.HoldWrites), instead of being refused while writes are stopped.
+// Without a hold of its own it ends: its puts are stored here or refused.
 func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	o, ok := b.holdOptions(reason)
 	if !ok {
+		b.endConfirmHold()
 		return nil
 	}
-	b.endConfirmHold()
 	if dial, err := b.gatewayLinkDial(); err == nil {
 		o.Dial = dial // slave sites' outbox entries keep their ids at the new master
 	} else {
@@ -992,6 +995,7 @@ func (b *Bundle) holdPuts(reason string) *broker.Hold {
 	}
 	h, err := b.Broker.HoldWrites(o)
 	if err != nil {
+		b.endConfirmHold()
 		b.log.Warn("FAILOVER: puts are refused while this master hands over, not held", "err", err)
 		return nil
 	}
@@ -1168,7 +1172,7 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 		return fmt.Errorf("demote: record the role: %w", err)
 	}
 	if b.Registry != nil {
-		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
+		if err := b.registerAsSlave(ctx, d.SlaveID); err != nil {
 			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
 		}
 	}
@@ -1189,6 +1193,37 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
+}
+
+// slaveRegisterRetry is how long a demotion waits between attempts to
+// register as a slave in ZooKeeper.
+const slaveRegisterRetry = 250 * time.Millisecond
+
+// registerAsSlave turns this site's registration into slave slaveID's,
+// again until it succeeds or ctx ends: a master that hands over while its
+// ZooKeeper is out of reach (the connection cut, its session running out)
+// steps down once it is back, instead of failing the demotion on the first
+// failed connect and being left half demoted, neither master nor slave.
+func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
+	for attempt := 1; ; attempt++ {
+		regained := b.Registry.SessionRegained()
+		err := b.Registry.BecomeSlave(ctx, slaveID)
+		if err == nil || errors.Is(err, registry.ErrClosed) || ctx.Err() != nil {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (after %d attempts)", err, attempt)
+			}
+			return err
+		}
+		if attempt == 1 || attempt%20 == 0 {
+			b.log.Warn("FAILOVER: registering as slave in ZooKeeper failed; trying again", "slaveId", slaveID, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
+		case <-regained:
+		case <-time.After(slaveRegisterRetry):
+		}
+	}
 }
 
 // receiver is the running async-slave receiver: the one a demotion
