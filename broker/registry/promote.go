@@ -137,10 +137,7 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 // down): the master's nodes go (ids/<id>/master, the config checksum, the
 // topics under <id>-m), so clients that follow ZooKeeper leave at once and
 // the new master can take the master node, and the slave's are written
-// instead, also after later session expiries. It may be retried after it
-// failed: a registry already a slave's writes its registration again
-// (switchRoleLocked takes the role before it writes, so a write that failed
-// there left the role taken and the slave's nodes missing).
+// instead, also after later session expiries.
 func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if slaveID < 0 {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
@@ -148,7 +145,7 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if !r.master() {
-		return r.writeAllLocked(ctx, true)
+		return nil
 	}
 	return r.switchRoleLocked(ctx, "slave", true, slaveID, r.paths.MasterConfigChecksum(r.opts.BrokerID))
 }

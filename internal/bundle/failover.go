@@ -1172,7 +1172,7 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 		return fmt.Errorf("demote: record the role: %w", err)
 	}
 	if b.Registry != nil {
-		if err := b.registerAsSlave(ctx, d.SlaveID); err != nil {
+		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
 			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
 		}
 	}
@@ -1193,37 +1193,6 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
-}
-
-// slaveRegisterRetry is how long a demotion waits between attempts to
-// register as a slave in ZooKeeper.
-const slaveRegisterRetry = 250 * time.Millisecond
-
-// registerAsSlave turns this site's registration into slave slaveID's,
-// again until it succeeds or ctx ends: a master that hands over while its
-// ZooKeeper is out of reach (the connection cut, its session running out)
-// steps down once it is back, instead of failing the demotion on the first
-// failed connect and being left half demoted, neither master nor slave.
-func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
-	for attempt := 1; ; attempt++ {
-		regained := b.Registry.SessionRegained()
-		err := b.Registry.BecomeSlave(ctx, slaveID)
-		if err == nil || errors.Is(err, registry.ErrClosed) || ctx.Err() != nil {
-			if err != nil && attempt > 1 {
-				err = fmt.Errorf("%w (after %d attempts)", err, attempt)
-			}
-			return err
-		}
-		if attempt == 1 || attempt%20 == 0 {
-			b.log.Warn("FAILOVER: registering as slave in ZooKeeper failed; trying again", "slaveId", slaveID, "attempt", attempt, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
-		case <-regained:
-		case <-time.After(slaveRegisterRetry):
-		}
-	}
 }
 
 // receiver is the running async-slave receiver: the one a demotion
