@@ -102,11 +102,11 @@ func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 	attempts := len(r.answered) + len(r.unanswered)
 	t.Logf("%d rounds, lost=%d; %d connections closed on ZooKeeper changes; %d failed attempts (%d answered by the broker) of %d sends: %.2f attempts and %.2f sends per connection closed",
 		rounds, lost, r.closes, attempts, len(r.answered), r.failedSendCount(), float64(attempts)/float64(max(1, r.closes)), float64(r.failedSendCount())/float64(max(1, r.closes)))
+	reasons := map[string]int{}
 	for _, f := range append(r.answered, r.unanswered...) {
-		if os.Getenv(javaDebugEnv) != "" {
-			t.Log(f)
-		}
+		reasons[failReason(f)]++
 	}
+	t.Logf("failed attempts by reason: %v", reasons)
 	// The view named the broker in its other form at the re-reads (registry.SiteView).
 	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to "+other) {
 		t.Errorf("the producer never connected to the view's other form of %s", url)
