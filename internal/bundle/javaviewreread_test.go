@@ -107,6 +107,11 @@ func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 		reasons[failReason(f)]++
 	}
 	t.Logf("failed attempts by reason: %v", reasons)
+	// deploy/README: a re-read costs a synchronous producer the one send
+	// it has in flight (tried again until its new connection is ready).
+	if n := r.failedSendCount(); n > r.closes {
+		t.Errorf("%d sends failed over %d re-reads, want at most one a re-read", n, r.closes)
+	}
 	// The view named the broker in its other form at the re-reads (registry.SiteView).
 	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to "+other) {
 		t.Errorf("the producer never connected to the view's other form of %s", url)
