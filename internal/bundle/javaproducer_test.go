@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,15 +76,31 @@ func waitAcksFor(t testing.TB, p *javaDriver, n int, since time.Time, timeout ti
 	}
 }
 
-// failedSendCount is how many distinct sends had a failed attempt
-// ("fail SEQ attempt N: ..."): FailoverProducer sends a failed one again
-// 100 ms later, so one send can count several attempts.
-func (r javaProducerRun) failedSendCount() int {
-	seqs := map[string]bool{}
+// failedSendCount is how many distinct sends after send number from had a
+// failed attempt ("fail SEQ attempt N: ..."): FailoverProducer sends a
+// failed one again 100 ms later, so one send can count several attempts.
+func (r javaProducerRun) failedSendCount(from int64) int {
+	seqs := map[int64]bool{}
 	for _, l := range append(r.answered, r.unanswered...) {
-		if f := strings.Fields(l); len(f) > 1 {
-			seqs[f[1]] = true
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		if seq, err := strconv.ParseInt(f[1], 10, 64); err == nil && seq > from {
+			seqs[seq] = true
 		}
 	}
 	return len(seqs)
+}
+
+// lastSeqBefore is the number of the last send acknowledged before t (0:
+// none).
+func (r javaProducerRun) lastSeqBefore(t time.Time) int64 {
+	var seq int64
+	for _, a := range r.acks {
+		if a.at.Before(t) {
+			seq = max(seq, a.seq)
+		}
+	}
+	return seq
 }
