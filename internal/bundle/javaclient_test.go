@@ -290,13 +290,7 @@ func (s *javaSites) startClients(t *testing.T, n int) (prod, cons *javaDriver) {
 func waitAcks(t testing.TB, prod *javaDriver, n int, since time.Time) {
 	t.Helper()
 	testutil.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
-		got := 0
-		for _, a := range prod.acks(t) {
-			if !a.at.Before(since) {
-				got++
-			}
-		}
-		if got < n {
+		if got := acksSince(t, prod, since); got < n {
 			return fmt.Errorf("the Java producer has %d of %d acknowledgements since %s", got, n, since.Format("15:04:05.000"))
 		}
 		return nil

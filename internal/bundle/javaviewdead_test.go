@@ -25,39 +25,32 @@ import (
 // failed itself: on bj's closed connection). Before the marker, the
 // producer kept sending to bj's dead address for as long as it ran.
 func TestJavaProducerOnViewLeavesDeadSite(t *testing.T) {
-	cp := javaClasspath(t)
-	if testing.Short() {
-		t.Skip("multi-site test skipped in -short mode")
-	}
+	cp := javaTestClasspath(t)
 	s := newSites(t, sitesSpec{sites: []string{"hf", "bj", "gz"}, deploy: true, perSiteZK: true,
 		overlays: map[string]string{"bj": "\n[site]\nforwardPuts=true\n"}})
 	waitViewAt(t, s, "bj")
 	bjURL, hfURL := s.site("bj").Broker.URL(), s.site("hf").Broker.URL()
-	p := startJava(t, cp, "FailoverProducer", s.zks["bj"], s.zkRoot+"-view-bj", "orders")
-	waitAcks(t, p, 20, time.Time{})
+	p := startJavaProducer(t, cp, s.zks["bj"], s.zkRoot+"-view-bj", "orders")
 
 	s.kill("bj")
 	killed := time.Now()
 	// Liveness, not speed: gossip's failure detection plus one view pass
 	// take seconds; on main the producer never leaves bj.
 	waitAcks(t, p, 20, killed)
-	p.stop()
-
-	acks := p.acks(t)
-	answered, unanswered, closes := p.failedSends()
+	r := stopJavaProducer(t, p)
 	var after time.Time
-	for _, a := range acks {
+	for _, a := range r.acks {
 		if a.at.After(killed) {
 			after = a.at
 			break
 		}
 	}
 	t.Logf("%d sends acknowledged, %d failed by the client, %d connections closed on ZooKeeper changes; first acknowledgement after the kill %s after it",
-		len(acks), len(unanswered), closes, after.Sub(killed).Round(time.Millisecond))
-	for _, f := range answered {
+		len(r.acks), len(r.unanswered), r.closes, after.Sub(killed).Round(time.Millisecond))
+	for _, f := range r.answered {
 		t.Errorf("a send was answered with a failure: %s", f)
 	}
-	if closes == 0 {
+	if r.closes == 0 {
 		t.Errorf("the producer never read the brokers again (no connection closed on a ZooKeeper change)")
 	}
 	// The view may name hf in its other form (registry.SameViewURL).
@@ -65,8 +58,8 @@ func TestJavaProducerOnViewLeavesDeadSite(t *testing.T) {
 	if tail := p.stderrTail(1 << 20); !strings.Contains(tail, "Connected to "+hfURL) && !strings.Contains(tail, "Connected to "+hfAlt) {
 		t.Errorf("the producer never connected to hf's master %s (bj was %s)", hfURL, bjURL)
 	}
-	if missing := checkAcked(s.site("hf"), "orders", acks); len(missing) > 0 {
-		t.Errorf("%d of %d acknowledged sends are not at hf where the producer was told, the first %+v", len(missing), len(acks), missing[0])
+	if missing := checkAcked(s.site("hf"), "orders", r.acks); len(missing) > 0 {
+		t.Errorf("%d of %d acknowledged sends are not at hf where the producer was told, the first %+v", len(missing), len(r.acks), missing[0])
 	}
 	zc := zkClient(t, &testEnv{zk: s.zks["bj"], root: s.zkRoot})
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {

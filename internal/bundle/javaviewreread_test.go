@@ -3,7 +3,6 @@ package bundle
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -25,10 +24,7 @@ import (
 // broker's other form (an IPv4 host as [::ffff:a.b.c.d], a host name in
 // the other case).
 func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
-	cp := javaClasspath(t)
-	if testing.Short() {
-		t.Skip("Java client test skipped in -short mode")
-	}
+	cp := javaTestClasspath(t)
 	for _, c := range []struct{ name, host, other string }{
 		{"ipv4", "127.0.0.1", "meta://[::ffff:127.0.0.1]:"},
 		{"hostname", "localhost", "meta://LOCALHOST:"},
@@ -83,17 +79,17 @@ func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 	}
 	apply(gone)
 	apply(url)
-	p := startJava(t, cp, "FailoverProducer", e.zk, viewRoot, "orders")
-	waitAcks(t, p, 20, time.Time{})
+	p := startJavaProducer(t, cp, e.zk, viewRoot, "orders")
 
 	const rounds = 60
 	lost := 0
+	begin := time.Now()
 	for i := range rounds {
 		dead.Store(true)
 		at := time.Now()
 		apply(url) // gone is held and dead: the producers re-read
 		dead.Store(false)
-		if err := waitAcksFor(p, 20, at, 30*time.Second); err != nil {
+		if err := waitAcksFor(t, p, 20, at, 30*time.Second); err != nil {
 			lost++
 			t.Errorf("round %d: the producer has no acknowledgements since the re-read: %v", i, err)
 			break
@@ -101,9 +97,24 @@ func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 		apply(gone) // named again (not dead yet), then back
 		apply(url)
 	}
-	p.stop()
-	_, unanswered, closes := p.failedSends()
-	t.Logf("%d rounds, lost=%d; %d sends failed by the client, %d connections closed on ZooKeeper changes", rounds, lost, len(unanswered), closes)
+	r := stopJavaProducer(t, p)
+	// What a re-read costs the producer: each failed attempt and each send
+	// that needed one, per re-read (deploy/README, "How data flows"), from
+	// the first re-read on.
+	attempts := len(r.answered) + len(r.unanswered)
+	sends := r.failedSendCount(r.lastSeqBefore(begin))
+	t.Logf("%d rounds, lost=%d; %d connections closed on ZooKeeper changes; %d failed attempts (%d answered by the broker) of %d sends: %.2f attempts and %.2f sends per connection closed",
+		rounds, lost, r.closes, attempts, len(r.answered), sends, float64(attempts)/float64(max(1, r.closes)), float64(sends)/float64(max(1, r.closes)))
+	reasons := map[string]int{}
+	for _, f := range append(r.answered, r.unanswered...) {
+		reasons[failReason(f)]++
+	}
+	t.Logf("failed attempts by reason: %v", reasons)
+	// deploy/README: a re-read costs a synchronous producer the one send
+	// it has in flight (tried again until its new connection is ready).
+	if sends > r.closes {
+		t.Errorf("%d sends failed over %d re-reads, want at most one a re-read", sends, r.closes)
+	}
 	// The view named the broker in its other form at the re-reads (registry.SiteView).
 	if lost == 0 && !strings.Contains(p.stderrTail(1<<20), "Connected to "+other) {
 		t.Errorf("the producer never connected to the view's other form of %s", url)
@@ -113,34 +124,5 @@ func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 		if i := strings.Index(tail, "超过设定值"); i >= 0 {
 			t.Logf("gecko refused its own connection: ...%s", tail[max(0, i-200):min(len(tail), i+200)])
 		}
-	}
-}
-
-// waitAcksFor is waitAcks returning an error after timeout.
-func waitAcksFor(prod *javaDriver, n int, since time.Time, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		got := 0
-		prod.mu.Lock()
-		lines := append([]string(nil), prod.lines...)
-		prod.mu.Unlock()
-		for _, l := range lines {
-			f := strings.Fields(l)
-			if len(f) != 7 || f[0] != "ack" {
-				continue
-			}
-			var ms int64
-			fmt.Sscan(f[6], &ms)
-			if !time.UnixMilli(ms).Before(since) {
-				got++
-			}
-		}
-		if got >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d acknowledgements since %s", got, n, since.Format("15:04:05.000"))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
