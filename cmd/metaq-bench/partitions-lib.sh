@@ -78,3 +78,10 @@ sample_dirty() { while :; do dirty_kb >> "$1"; sleep 0.2; done; }
 
 # minflt PID: the process's minor page faults so far.
 minflt() { awk '{print $10}' "/proc/$1/stat"; }
+
+# steal_ticks: the machine's steal time so far (clock ticks, all CPUs; /proc/stat): time the host ran something
+# else while this VM had work.
+steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
+
+# reported_kib: memory this VM has handed back to the host so far (virtio free page reporting), 0 without it.
+reported_kib() { cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo 0; }

@@ -42,6 +42,7 @@ run() {
 	local c0 u0; read -r c0 u0 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
 	local f0; f0=$(minflt $pid)
 	local t0; t0=$(date -u +%H:%M:%S.%N)
+	local st0 rp0; st0=$(steal_ticks); rp0=$(reported_kib)
 	: > "$data/dirty"
 	sample_dirty "$data/dirty" &
 	local dpid=$!
@@ -57,10 +58,13 @@ run() {
 	wait $mbpid
 	local c1 u1; read -r c1 u1 < <(awk '{print $14+$15, $14}' "/proc/$pid/stat")
 	local f1; f1=$(minflt $pid)
+	local st1 rp1; st1=$(steal_ticks); rp1=$(reported_kib)
+	echo "$1 $3 steal $(awk -v s=$((st1 - st0)) -v hz="$hz" -v d="$DUR" 'BEGIN{printf "%.1f", s/hz/d*100}')% reported $(((rp1 - rp0) / 1024)) MB" >> "$data/extra"
 	kill $dpid; wait $dpid 2>/dev/null
 	[ -n "${LOG:-}" ] && echo "$1 $3 ${t0:0:12} $(date -u +%H:%M:%S.%3N)" >> "$LOG/windows"
 	[ -n "$perfpid" ] && wait $perfpid
 	local msgs; msgs=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
+	echo "$1 $3 load generator $(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') us/msg" >> "$data/extra"
 	if [ -n "$statpid" ]; then
 		wait $statpid
 		awk -F, -v m="${msgs:-0}" -v t="$1" -v r="$3" 'BEGIN{printf "%s round %s per message:", t, r} /^[0-9]/{sub(/^[a-z0-9_]+:(sys_enter_)?/, "", $3); printf " %s %.4f", $3, (m>0)?$1/m:0} END{print ""}' "$data/counts" >> "$COUNTS"
@@ -116,4 +120,5 @@ for r in $(seq 1 "$ROUNDS"); do
 	printf '%-6s %-7s %10s %10s %7s %14s %14s %11s %11s %s\n' "$r" "$first" "$1" "$5" "$ratio" "$2" "$6" "$3/$7" "$4/$8" "$(cut -d' ' -f1-3 /proc/loadavg)"
 done
 summary
+[ -s "$data/extra" ] && { echo "per window: steal (percent of one CPU, host time taken from this VM), memory reported to the host (MB), the load generator's CPU per message:"; paste -sd' ' "$data/extra" | sed -e 's/ \(p[0-9]* [0-9]* steal\)/\n\1/g' -e 's/ p[0-9]* [0-9]* load generator/, load generator/g'; }
 [ -r $rep ] && echo "free page reporting: $(cat $rep) KiB reported so far" || true
