@@ -125,10 +125,10 @@ type Store struct {
 	closeOnce  sync.Once
 	// cs is the group commit cycle's debug breakdown (nil: off, see
 	// cycleStatsEnv); csStop ends its logger, csDone says it ended.
-	cs     *cycleStats
-	csStop chan struct{}
-	csDone chan struct{}
-	closeErr   error
+	cs       *cycleStats
+	csStop   chan struct{}
+	csDone   chan struct{}
+	closeErr error
 
 	w writerState
 	// rec is recovery's own state (see holdIndex), unused once Open returns.
