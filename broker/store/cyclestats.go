@@ -38,7 +38,7 @@ func cycleStatsInterval() time.Duration {
 	return d
 }
 
-// now is the wall clock when the stats are on, else the zero time (no
+// cycleNow is the wall clock when the stats are on, else the zero time (no
 // clock read on the hot path).
 func (s *Store) cycleNow() time.Time {
 	if s.cs == nil {
