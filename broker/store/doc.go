@@ -301,7 +301,9 @@
 //     every other request (create, delete, hole, repair, flush, checkpoint,
 //     segment roll) first waits for it. If it fails, nothing more is
 //     synced: the rollback below cuts what was written after it too, and
-//     those appends fail as well. AppendAsync queues an append without
+//     those appends fail as well. For measuring, METAQ_STORE_CYCLE_STATS
+//     (an interval) makes the store log where the cycle's time goes
+//     (cyclestats.go); unset, it reads no clock. AppendAsync queues an append without
 //     waiting, so one caller (a broker connection) can have several in the
 //     same or consecutive commits, in order; its notify function hears the
 //     outcome on the writer goroutine, without a goroutine of the caller's

@@ -123,7 +123,12 @@ type Store struct {
 	syncerDone chan struct{}
 	sq         syncQueue
 	closeOnce  sync.Once
-	closeErr   error
+	// cs is the group commit cycle's debug breakdown (nil: off, see
+	// cycleStatsEnv); csStop ends its logger, csDone says it ended.
+	cs       *cycleStats
+	csStop   chan struct{}
+	csDone   chan struct{}
+	closeErr error
 
 	w writerState
 	// rec is recovery's own state (see holdIndex), unused once Open returns.
@@ -188,6 +193,11 @@ func Open(opts Options) (*Store, error) {
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, err
+	}
+	if every := cycleStatsInterval(); every > 0 {
+		s.cs = &cycleStats{}
+		s.csStop, s.csDone = make(chan struct{}), make(chan struct{})
+		go s.logCycleStats(every, s.csStop, s.csDone)
 	}
 	go s.syncer(s.syncJobs)
 	go s.run()
@@ -256,6 +266,7 @@ func (s *Store) enqueue(ctx context.Context, r *request) error {
 	if r.group == nil {
 		r.size = len(r.payload)
 	}
+	r.queuedAt = s.cycleNow()
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
@@ -1329,6 +1340,10 @@ func (s *Store) setUnhealthy(err error) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.stopScrub()
+		if s.cs != nil {
+			close(s.csStop)
+			<-s.csDone
+		}
 		s.closeMu.Lock()
 		s.closed = true
 		s.closeMu.Unlock()

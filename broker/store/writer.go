@@ -77,6 +77,8 @@ type request struct {
 	// has no done channel; the last to finish finishes the group.
 	group []*request
 	size  int // payload bytes (of all parts for a group); parts leave it 0
+	// queuedAt is when the request was queued (only with cycle stats on).
+	queuedAt time.Time
 }
 
 // finish publishes the request's outcome: notify runs, then done is
@@ -256,6 +258,9 @@ type syncJob struct {
 	reqs  []*request    // answered when it returns
 	err   error         // set by the syncer
 	took  time.Duration // set by the syncer
+	// With cycle stats on: the commit's first write, and its fdatasync's
+	// start and end (the last two set by the syncer).
+	first, syncStart, syncEnd time.Time
 }
 
 // syncQueue passes group commits from the writer to the syncer. While a
@@ -276,11 +281,19 @@ type syncQueue struct {
 // (by the writer, on its way out).
 func (s *Store) syncer(jobs <-chan *syncJob) {
 	defer close(s.syncerDone)
+	var idleFrom time.Time
 	for j := range jobs {
 		for j != nil {
 			start := time.Now()
 			j.err = j.f.Datasync()
 			j.took = time.Since(start)
+			if s.cs != nil {
+				if !idleFrom.IsZero() {
+					s.cs.idleNs.Add(int64(start.Sub(idleFrom)))
+				}
+				idleFrom = start.Add(j.took)
+				j.syncStart, j.syncEnd = start, idleFrom
+			}
 			var next *syncJob
 			s.sq.mu.Lock()
 			if j.err == nil {
@@ -308,8 +321,14 @@ func (s *Store) run() {
 	for {
 		select {
 		case r := <-s.reqs:
+			s.noteTaken(r)
 			batch = s.gather(addRequest(batch[:0], r))
+			t := s.cycleNow()
 			s.process(batch)
+			if s.cs != nil {
+				s.cs.batches.Add(1)
+				s.cs.writeNs.Add(int64(time.Since(t)))
+			}
 		case j := <-s.syncDone:
 			s.completeSync(j)
 		case <-s.w.timer:
@@ -334,6 +353,14 @@ func (s *Store) run() {
 	}
 }
 
+// noteTaken counts r's time in the queue (cycle stats).
+func (s *Store) noteTaken(r *request) {
+	if s.cs != nil && !r.queuedAt.IsZero() {
+		s.cs.taken.Add(1)
+		s.cs.queuedNs.Add(int64(time.Since(r.queuedAt)))
+	}
+}
+
 // addRequest adds r to batch, or a group's parts in its place.
 func addRequest(batch []*request, r *request) []*request {
 	if r.group != nil {
@@ -351,6 +378,7 @@ func (s *Store) gather(batch []*request) []*request {
 	for size < s.opts.MaxBatchBytes && len(batch) < 4096 {
 		select {
 		case r := <-s.reqs:
+			s.noteTaken(r)
 			batch = addRequest(batch, r)
 			size += r.size
 		default:
@@ -777,6 +805,7 @@ func (s *Store) commit(batch []*request) {
 			j = q.next
 			if start = q.inflight == nil; start || j == nil {
 				j = w.newJob()
+				j.first = s.cycleNow()
 				w.jobs++
 				if start {
 					q.inflight = j
@@ -860,15 +889,27 @@ func (s *Store) completeSync(j *syncJob) {
 	if j.took > time.Second {
 		s.log.Warn("STORE: slow fdatasync", "segment", j.path, "took", j.took)
 	}
+	t0 := s.cycleNow()
 	// No partition lock: durable is the writer's to change (partition).
 	for _, x := range j.parts {
 		if d := &x.p.durable; x.end > d.Load() {
 			d.Store(x.end)
 		}
 	}
+	t1 := s.cycleNow()
 	s.wakeGrown(j.parts)
+	if c := s.cs; c != nil {
+		c.wakeNs.Add(int64(time.Since(t1)))
+	}
 	s.setDurable(j.pos)
 	finishAll(j.reqs)
+	if c := s.cs; c != nil && !j.syncEnd.IsZero() {
+		c.commits.Add(1)
+		c.waitNs.Add(int64(j.syncStart.Sub(j.first)))
+		c.syncNs.Add(int64(j.took))
+		c.handNs.Add(int64(t0.Sub(j.syncEnd)))
+		c.answerNs.Add(int64(time.Since(t0)))
+	}
 	w.freeJob(j)
 }
 

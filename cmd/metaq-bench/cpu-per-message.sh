@@ -20,6 +20,8 @@
 #   and empty: no [limits] section, for a broker that predates the key).
 #   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 0 = off): [limits]
 #   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
+#   SERVER_LOG (optional): keep the broker's log at that path (e.g. with METAQ_STORE_CYCLE_STATS=1s in the
+#   environment, our broker logs its group commit cycle's breakdown every second; broker/store/cyclestats.go).
 #   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
 #        cpu-per-message.sh disk
 #   measures the disk under a fresh temp dir instead: 1 KiB and 1 MiB O_DSYNC writes (dd), to quote beside
@@ -72,4 +74,5 @@ tck=$(getconf CLK_TCK)
 echo "$(date -u +%H:%M:%S) $(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load $(awk -v p="${puts:-0}" -v c="${cons:-0}" -v t=$((c1 - c0)) -v d="$DUR" -v k="$tck" \
 	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out") | broker user/sys ticks $((u1 - u0))/$((s1 - s0)) | lg $(grep -o 'user [0-9.]*, system [0-9.]*' "$data/mb.out") | $(grep '^gets:' "$data/mb.out")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
+[ -n "${SERVER_LOG:-}" ] && cp "$data/server.log" "$SERVER_LOG"
 rm -rf "$data"
