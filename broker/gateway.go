@@ -224,11 +224,23 @@ func (b *Broker) Gateway() *Gateway { return b.gateway.Load() }
 
 // Stats reports what the gateway did so far.
 func (g *Gateway) Stats() GatewayStats {
+	used, bound := g.inflight.load()
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
 		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load(),
-		InFlightBytes: g.inflight.load(), MaxInFlightBytes: g.opts.MaxInFlightBytes, Full: g.stats.full.Load()}
+		InFlightBytes: used, MaxInFlightBytes: bound, Full: g.stats.full.Load()}
+}
+
+// SetMaxInFlightBytes changes the gateway-wide bound on forwarded bodies
+// awaiting the master's answers (GatewayOptions.MaxInFlightBytes; 0 or
+// less means DefaultForwardMaxInFlightBytes) without a restart: a reload
+// of [site] forwardMaxInFlightBytes.
+func (g *Gateway) SetMaxInFlightBytes(n int64) {
+	if n <= 0 {
+		n = DefaultForwardMaxInFlightBytes
+	}
+	g.inflight.setMax(n)
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
