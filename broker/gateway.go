@@ -224,11 +224,23 @@ func (b *Broker) Gateway() *Gateway { return b.gateway.Load() }
 
 // Stats reports what the gateway did so far.
 func (g *Gateway) Stats() GatewayStats {
+	used, bound := g.inflight.load()
 	return GatewayStats{Forwarded: g.stats.forwarded.Load(), NotSent: g.stats.notSent.Load(),
 		Unknown: g.stats.unknown.Load(), Retried: g.stats.retried.Load(), Dials: g.stats.dials.Load(),
 		Accepted: g.stats.accepted.Load(), Refused: g.stats.refused.Load(), Drained: g.stats.drained.Load(),
 		Deduplicated: g.stats.deduplicated.Load(), TxForwarded: g.stats.txForwarded.Load(), TxLinks: g.stats.txLinks.Load(),
-		InFlightBytes: g.inflight.load(), MaxInFlightBytes: g.opts.MaxInFlightBytes, Full: g.stats.full.Load()}
+		InFlightBytes: used, MaxInFlightBytes: bound, Full: g.stats.full.Load()}
+}
+
+// SetMaxInFlightBytes changes the gateway-wide bound on forwarded bodies
+// awaiting the master's answers (GatewayOptions.MaxInFlightBytes; 0 or
+// less means DefaultForwardMaxInFlightBytes) without a restart: a reload
+// of [site] forwardMaxInFlightBytes.
+func (g *Gateway) SetMaxInFlightBytes(n int64) {
+	if n <= 0 {
+		n = DefaultForwardMaxInFlightBytes
+	}
+	g.inflight.setMax(n)
 }
 
 // forwarding returns the gateway that takes a client put to te, or nil:
@@ -265,6 +277,24 @@ func (g *Gateway) close() {
 		// its own only once this one stopped sending.
 		<-g.drained
 	}
+}
+
+// current returns the connection to the master when there is one that
+// has not failed, or nil (conn then finds the master and dials).
+func (g *Gateway) current() *fwdConn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.cur
+	if g.closed || c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	ok := c.err == nil
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return c
 }
 
 // conn returns the connection to the master, dialing it when there is none.
@@ -653,11 +683,17 @@ func (g *Gateway) build(fb *fwdBatch) {
 // kept for the next try). The caller holds g.qmu: sends happen in the
 // queue's order.
 func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
-	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
-	defer cancel()
-	c, err := g.conn(ctx)
-	if err != nil {
-		return nil, nil, err
+	c := g.current()
+	if c == nil {
+		// A context only to dial: one per post, under g.qmu, locked the
+		// broker context's mutex that every batch's sender shares.
+		ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
+		var err error
+		c, err = g.conn(ctx)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	chans := fb.chans
 	c.mu.Lock()
@@ -686,17 +722,34 @@ func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) {
 	var retry []int
 	wait := time.Until(fb.deadline.Add(g.opts.MaxWait))
-	ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline.Add(g.opts.MaxWait))
+	// A timer, not a context under the broker's: a context per batch
+	// locked the broker context's mutex twice (as its child, and at its
+	// cancel), which every producer connection's batches shared.
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	over := false   // the wait is over: only answers already in are taken
 	silent := false // the master kept the connection open and did not answer in time
 	for k, i := range fb.left {
 		var r *wire.Result
-		select {
-		case res, ok := <-chans[k]:
-			if ok {
-				r = res
+		if !over {
+			select {
+			case res, ok := <-chans[k]:
+				if ok {
+					r = res
+				}
+			case <-timer.C:
+				over, silent = true, g.b.ctx.Err() == nil
+			case <-g.b.ctx.Done():
+				over = true
 			}
-		case <-ctx.Done():
-			silent = g.b.ctx.Err() == nil
+		} else {
+			select {
+			case res, ok := <-chans[k]:
+				if ok {
+					r = res
+				}
+			default:
+			}
 		}
 		switch {
 		case r == nil:
@@ -728,7 +781,6 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) 
 			g.stats.forwarded.Add(1)
 		}
 	}
-	cancel()
 	if silent {
 		// A master that stopped answering (a paused process: its kernel
 		// keeps the connection open) would get every later put too and

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -348,27 +347,14 @@ func TestGatewayKeepsOrderAcrossMasterMove(t *testing.T) {
 // breaks before the master answers is answered 500, its outcome unknown,
 // never as stored; the next put opens a new connection.
 func TestGatewayUnknownOutcome(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	// A master that reads a put and goes away without answering.
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				buf := make([]byte, 1<<10)
-				nc.Read(buf)
-				nc.Close()
-			}()
-		}
-	}()
+	addr := serveConns(t, func(nc net.Conn) {
+		buf := make([]byte, 1<<10)
+		nc.Read(buf)
+		nc.Close()
+	})
 	_, slave, g, dials := gatewayPair(t, "[site]\nforwardPuts=true", GatewayOptions{
-		Master: func(context.Context) (string, error) { return ln.Addr().String(), nil },
+		Master: func(context.Context) (string, error) { return addr, nil },
 	})
 	cl := dial(t, slave.Addr())
 	for i := range 2 {
@@ -390,46 +376,11 @@ func TestGatewayUnknownOutcome(t *testing.T) {
 // one promoted meanwhile, instead of going to the silent one until it
 // resumes.
 func TestGatewayLeavesASilentMaster(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A master that reads everything and never answers nor closes. Its
 	// cleanup, registered before the brokers', runs after theirs.
-	var (
-		mu    sync.Mutex
-		open  []net.Conn
-		conns sync.WaitGroup
-	)
-	conns.Add(1)
-	go func() {
-		defer conns.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			open = append(open, nc)
-			mu.Unlock()
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				io.Copy(io.Discard, nc)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, nc := range open {
-			nc.Close()
-		}
-		mu.Unlock()
-		conns.Wait()
-	})
+	silent := serveConns(t, func(nc net.Conn) { io.Copy(io.Discard, nc) })
 	master, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: 300 * time.Millisecond})
-	target.Store(ln.Addr().String())
+	target.Store(silent)
 	cl := dial(t, slave.Addr())
 	cl.sendCmd(putCmd("test", 0, "to the silent master", 1))
 	if r := cl.result(); r.Code != wire.StatusInternalServerError || !strings.Contains(string(r.Body), "whether it is stored there is unknown") {

@@ -18,9 +18,8 @@ const DefaultForwardMaxInFlightBytes = 64 << 20
 // answers, gateway-wide: each connection's own bound (maxForwardInFlight
 // puts, its byte budget) does not stop many connections together.
 type inFlightBytes struct {
-	max int64
-
 	mu      sync.Mutex // a leaf
+	max     int64      // the bound; a reload changes it (setMax)
 	used    int64
 	waiters int           // acquire calls waiting for room
 	changed chan struct{} // closed and replaced when used falls while some wait
@@ -33,10 +32,10 @@ func newInFlightBytes(max int64) *inFlightBytes {
 // full says why a batch of n bytes found no room before its time was up.
 func (f *inFlightBytes) full(n int64) string {
 	f.mu.Lock()
-	used := f.used
+	used, bound := f.used, f.max
 	f.mu.Unlock()
 	return fmt.Sprintf("the gateway carries %d bytes of forwarded puts awaiting the master's answers, "+
-		"its bound is [site] forwardMaxInFlightBytes=%d and this batch holds %d", used, f.max, n)
+		"its bound is [site] forwardMaxInFlightBytes=%d and this batch holds %d", used, bound, n)
 }
 
 // acquire takes n bytes, waiting for room until deadline or until gone or
@@ -89,9 +88,22 @@ func (f *inFlightBytes) release(n int64) {
 	f.mu.Unlock()
 }
 
-// load returns the bytes in flight.
-func (f *inFlightBytes) load() int64 {
+// load returns the bytes in flight and the bound.
+func (f *inFlightBytes) load() (used, bound int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.used
+	return f.used, f.max
+}
+
+// setMax changes the bound: batches in flight keep their bytes (a lower
+// bound only makes new batches wait longer), and batches waiting for room
+// look again at once (a higher bound may have it).
+func (f *inFlightBytes) setMax(bound int64) {
+	f.mu.Lock()
+	f.max = bound
+	if f.waiters > 0 {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+	f.mu.Unlock()
 }

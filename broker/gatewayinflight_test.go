@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -436,5 +437,51 @@ func TestGatewayKeepsOrderAcrossConnections(t *testing.T) {
 			t.Fatalf("the master got %q after %q: out of the order connection %s sent them to partition %d", p.Body, prev, conn, p.Partition)
 		}
 		last[key] = string(p.Body)
+	}
+}
+
+// TestGatewayBoundReloads: a reload of [site] forwardMaxInFlightBytes
+// applies to the running gateway, without a restart: with the bound (4
+// KiB) full and a put of another connection waiting for room, raising it
+// to 8 KiB sends that put at once; the reload reports the key applied,
+// not as needing a restart; lowering it again shows in the stats.
+func TestGatewayBoundReloads(t *testing.T) {
+	const size, bound = 1 << 10, 4 << 10
+	m, slave, g := heldGatewayWith(t, nil, func(o *GatewayOptions) { o.MaxInFlightBytes = bound })
+	defer m.release()
+	body := strings.Repeat("x", size)
+	a := dial(t, slave.Addr())
+	var buf []byte
+	for i := range bound / size {
+		buf = putCmd("test", 0, body, int32(i+1)).AppendTo(buf)
+	}
+	a.send(buf)
+	if got := m.waitFor(bound/size, 20*time.Second); got != bound/size {
+		t.Fatalf("the master got %d puts of connection a, want %d", got, bound/size)
+	}
+	b := dial(t, slave.Addr())
+	b.send(putCmd("test", 1, body, 100).AppendTo(nil))
+	ch, err := slave.Reload(gatewayConfig(t, fmt.Sprintf("[site]\nforwardPuts=true\nforwardMaxInFlightBytes=%d", 2*bound)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ch.AppliedKeys, []string{"site.forwardMaxInFlightBytes"}) || ch.NeedsRestart() {
+		t.Fatalf("reload changes %+v, want site.forwardMaxInFlightBytes applied and no restart", ch)
+	}
+	if got := m.waitFor(bound/size+1, 20*time.Second); got != bound/size+1 {
+		t.Fatalf("the master got %d puts after the bound was raised to %d bytes, want %d (stats %+v)", got, 2*bound, bound/size+1, g.Stats())
+	}
+	if st := g.Stats(); st.MaxInFlightBytes != 2*bound || st.InFlightBytes != bound+size {
+		t.Fatalf("gateway stats %+v after the reload, want MaxInFlightBytes %d and InFlightBytes %d", st, 2*bound, bound+size)
+	}
+	if _, err := slave.Reload(gatewayConfig(t, "[site]\nforwardPuts=true\nforwardMaxInFlightBytes=2048")); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.MaxInFlightBytes != 2048 {
+		t.Fatalf("gateway stats %+v after lowering the bound, want MaxInFlightBytes 2048", st)
+	}
+	m.release()
+	if r := b.result(); r.Code != wire.StatusOK {
+		t.Fatalf("the put sent once the bound was raised: %s", r)
 	}
 }

@@ -177,7 +177,7 @@ func TestGatewayTransactionUnknownOutcome(t *testing.T) {
 		t.Fatalf("BEGIN with the master away: %s, want 503 not sent", r)
 	}
 	drop := newAnswerDropper(t, master.Addr().String())
-	target.Store(drop.ln.Addr().String())
+	target.Store(drop.addr)
 	if r := txRequest(t, cl, txFrame(key, s, "BEGIN", 2)); r.Code != wire.StatusOK {
 		t.Fatalf("BEGIN: %s", r) // the first answer passes the dropper
 	}

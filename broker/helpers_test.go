@@ -261,3 +261,56 @@ func mustHex(t testing.TB, s string) []byte {
 	}
 	return b
 }
+
+// serveConns listens on loopback and runs serve on every connection
+// accepted, each on a goroutine of its own, and returns the address. The
+// test's cleanup closes the listener and every connection accepted (so a
+// serve that reads returns) and waits for the serves to return.
+func serveConns(t testing.TB, serve func(nc net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		open   []net.Conn
+		closed bool
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for _, nc := range open {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				// Accepted as the cleanup ran: no serve to wait for.
+				mu.Unlock()
+				nc.Close()
+				return
+			}
+			open = append(open, nc)
+			wg.Add(1)
+			mu.Unlock()
+			go func() {
+				defer wg.Done()
+				serve(nc)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,41 +24,7 @@ const safSite = "[site]\nforwardPuts=true\nstoreAndForward=true"
 // handshake is done; it returns the address.
 func serveAsGatewayLinks(t *testing.T, b *testBroker) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			open = append(open, nc)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b.ServeConn(nc)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return serveConns(t, func(nc net.Conn) { b.ServeConn(nc) })
 }
 
 func openOutbox(t *testing.T, dir string, o outbox.Options) *outbox.Outbox {
@@ -194,66 +159,41 @@ func TestStoreAndForwardThroughOutage(t *testing.T) {
 // passes back only the first answer: the master stores what the gateway sends and its
 // answers never arrive (as when the master is killed right after storing).
 type answerDropper struct {
-	ln     net.Listener
+	addr   string
 	target string
 	conns  atomic.Int32
-	wg     sync.WaitGroup
 }
 
 func newAnswerDropper(t *testing.T, target string) *answerDropper {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &answerDropper{ln: ln, target: target}
-	var open []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
+	d := &answerDropper{target: target}
+	d.addr = serveConns(t, func(nc net.Conn) {
+		defer nc.Close()
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			return
 		}
-		mu.Unlock()
-		d.wg.Wait()
-	})
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				nc.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, nc, up)
-			mu.Unlock()
-			drop := d.conns.Add(1) == 1
-			d.wg.Add(2)
-			go func() { defer d.wg.Done(); io.Copy(up, nc); up.Close() }()
-			go func() {
-				defer d.wg.Done()
-				if drop {
-					// The first answer (the gateway asks the master's end
-					// before it sends) passes; the rest is dropped.
-					buf := make([]byte, 4096)
-					if n, err := up.Read(buf); err == nil {
-						nc.Write(buf[:n])
-					}
-					io.Copy(io.Discard, up)
-				} else {
-					io.Copy(nc, up)
+		drop := d.conns.Add(1) == 1
+		back := make(chan struct{})
+		go func() {
+			defer close(back)
+			if drop {
+				// The first answer (the gateway asks the master's end
+				// before it sends) passes; the rest is dropped.
+				buf := make([]byte, 4096)
+				if n, err := up.Read(buf); err == nil {
+					nc.Write(buf[:n])
 				}
-				nc.Close()
-			}()
-		}
-	}()
+				io.Copy(io.Discard, up)
+			} else {
+				io.Copy(nc, up)
+			}
+			nc.Close()
+		}()
+		io.Copy(up, nc) // until nc closes: the gateway's, or the test's cleanup
+		up.Close()
+		<-back
+	})
 	return d
 }
 
@@ -273,7 +213,7 @@ func TestStoreAndForwardRestartNoDuplicates(t *testing.T) {
 	ids := putLocally(t, cl, 1, "rs", 0, n)
 	links := serveAsGatewayLinks(t, master)
 	drop := newAnswerDropper(t, links)
-	target.Store(drop.ln.Addr().String())
+	target.Store(drop.addr)
 	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if bodies, _ := masterBodies(t, master, "test", 1); len(bodies) < n {
 			return fmt.Errorf("the master holds %d of %d", len(bodies), n)
@@ -420,7 +360,7 @@ func TestStoreAndForwardFailoverMidDrain(t *testing.T) {
 	const n = 20
 	ids := putLocally(t, cl, 0, "fo", 0, n)
 	drop := newAnswerDropper(t, serveAsGatewayLinks(t, a))
-	target.Store(drop.ln.Addr().String())
+	target.Store(drop.addr)
 	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if bodies, _ := masterBodies(t, a, "test", 0); len(bodies) < 3+n {
 			return fmt.Errorf("A holds %d of %d", len(bodies), 3+n)
@@ -485,7 +425,7 @@ func TestStoreAndForwardThroughSwitchoverHold(t *testing.T) {
 	const n = 20
 	ids := putLocally(t, cl, 0, "sw", 0, n)
 	drop := newAnswerDropper(t, serveAsGatewayLinks(t, old))
-	target.Store(drop.ln.Addr().String())
+	target.Store(drop.addr)
 	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if bodies, _ := masterBodies(t, nu, "test", 0); len(bodies) < n {
 			return fmt.Errorf("the new master holds %d of %d", len(bodies), n)

@@ -224,9 +224,10 @@ type topicUnregisterer interface {
 // for put checks and random partition choice, policies are pushed to the
 // store and retention is re-scheduled. Topics no section matches any more
 // are unregistered from ZooKeeper and refused from now on (their data stays
-// in the store until retention removes it). [system] and [zookeeper] changes are reported in
-// Changes.RestartKeys and not applied; `stats config` and the config
-// checksum follow the new file.
+// in the store until retention removes it). The write gateway takes a
+// new [site] forwardMaxInFlightBytes (Changes.AppliedKeys). [system] and
+// [zookeeper] changes are reported in Changes.RestartKeys and not applied;
+// `stats config` and the config checksum follow the new file.
 func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 	if cfg == nil {
 		return config.Changes{}, errors.New("broker: reload: nil config")
@@ -253,6 +254,11 @@ func (b *Broker) Reload(cfg *config.Server) (config.Changes, error) {
 	b.topics.mu.Unlock()
 
 	b.cfg.Store(&eff)
+	if g := b.Gateway(); g != nil {
+		// [site] forwardMaxInFlightBytes, the one [site] key a reload
+		// applies (config.Changes.AppliedKeys).
+		g.SetMaxInFlightBytes(eff.Site.ForwardMaxInFlightBytes)
+	}
 	b.applyPolicies(&eff)
 	if b.isStarted() {
 		b.retention.reschedule(&eff)

@@ -15,11 +15,16 @@ type Changes struct {
 	// RestartKeys names every changed key outside [topic=...] as
 	// "section.key", e.g. "system.serverPort" or "zookeeper.zk.zkConnect".
 	RestartKeys []string
+	// AppliedKeys names the changed keys outside [topic=...] that a
+	// reload applies, as "section.key": site.forwardMaxInFlightBytes (the
+	// write gateway's bound, broker.Gateway.SetMaxInFlightBytes).
+	AppliedKeys []string
 }
 
 // Empty reports whether nothing changed.
 func (c Changes) Empty() bool {
-	return len(c.TopicsAdded) == 0 && len(c.TopicsChanged) == 0 && len(c.TopicsRemoved) == 0 && len(c.RestartKeys) == 0
+	return len(c.TopicsAdded) == 0 && len(c.TopicsChanged) == 0 && len(c.TopicsRemoved) == 0 && len(c.RestartKeys) == 0 &&
+		len(c.AppliedKeys) == 0
 }
 
 // NeedsRestart reports whether a key outside the topic sections changed.
@@ -40,6 +45,7 @@ func (c Changes) String() string {
 	add("topics added", c.TopicsAdded)
 	add("topics changed", c.TopicsChanged)
 	add("topics removed", c.TopicsRemoved)
+	add("applied", c.AppliedKeys)
 	add("restart needed for", c.RestartKeys)
 	return strings.Join(parts, "; ")
 }
@@ -95,6 +101,16 @@ func Diff(old, new *Server) Changes {
 				c.RestartKeys = append(c.RestartKeys, sec+"."+e)
 			}
 		}
+	}
+	var ob64, nb64 int64
+	if old != nil {
+		ob64 = old.Site.ForwardMaxInFlightBytes
+	}
+	if new != nil {
+		nb64 = new.Site.ForwardMaxInFlightBytes
+	}
+	if ob64 != nb64 {
+		c.AppliedKeys = append(c.AppliedKeys, "site.forwardMaxInFlightBytes")
 	}
 	return c
 }

@@ -133,10 +133,11 @@ type Stats struct {
 }
 
 type segment struct {
-	first uint64   // seq of its first entry (its name)
-	last  uint64   // seq of its last entry (0: empty)
-	size  int64    // bytes written
-	f     *os.File // open for appends and fsyncs; nil for a recovered segment
+	first  uint64   // seq of its first entry (its name)
+	last   uint64   // seq of its last entry (0: empty)
+	size   int64    // bytes written
+	f      *os.File // open for appends and fsyncs; nil for a recovered segment
+	synced uint64   // its entries up to this seq are fsynced
 }
 
 // Outbox is a durable queue of entries (see the package comment). Its
@@ -156,7 +157,7 @@ type Outbox struct {
 	closed  bool
 	failed  error    // an fsync failed: nothing is acknowledged any more
 	f       *os.File // the newest segment, open for appends
-	synced  uint64   // entries up to this seq are fsynced
+	synced  uint64   // entries up to this seq are fsynced (every segment's: syncedPrefixLocked)
 	segs    []segment
 	nextSeq uint64
 	pending map[Key][]Entry // in seq order
@@ -164,7 +165,9 @@ type Outbox struct {
 	bytes   int64
 	count   int64
 
-	cursorHook func() // tests: called before the cursor file's fsync
+	cursorHook func()            // tests: called before the cursor file's fsync
+	writeHook  func()            // tests: called by Append between its write and its fsync
+	syncHook   func(name string) // tests: called before a segment's fsync
 }
 
 // Open opens (or creates) the outbox in opts.Dir and recovers it (see
@@ -211,6 +214,7 @@ func (o *Outbox) recover() error {
 			return err
 		}
 		if seg != nil {
+			seg.synced = seg.last // read back from the disk
 			o.segs = append(o.segs, *seg)
 			o.nextSeq = max(o.nextSeq, seg.first, seg.last+1)
 		}
@@ -336,6 +340,9 @@ func (o *Outbox) Append(entries []Entry) error {
 	if err != nil {
 		return err
 	}
+	if o.writeHook != nil {
+		o.writeHook()
+	}
 	return o.sync(f, last)
 }
 
@@ -399,7 +406,11 @@ func (o *Outbox) write(entries []Entry) (*os.File, uint64, error) {
 
 // sync returns once entries up to last, written to f, are fsynced: by an
 // fsync of its own, which covers every entry written to f before it
-// began, or by one that began after them.
+// began, or by one of f that began after them. Each segment keeps what
+// was fsynced of it: an fsync of a newer segment (after a roll) covers
+// nothing of an older one, whose writers may not have synced yet. So an
+// fsync of f first fsyncs the older segments not wholly synced: once
+// sync returns, every entry up to last is fsynced, and pending.
 func (o *Outbox) sync(f *os.File, last uint64) error {
 	o.syncMu.Lock()
 	defer o.syncMu.Unlock()
@@ -409,33 +420,79 @@ func (o *Outbox) sync(f *os.File, last uint64) error {
 		o.mu.Unlock()
 		return err
 	}
-	if o.synced >= last {
+	seg := o.segmentLocked(f)
+	if seg == nil || seg.synced >= last {
+		// Synced already (a segment is removed only once its entries
+		// are confirmed, so synced long before).
 		o.mu.Unlock()
 		return nil
 	}
-	// Everything written to f so far; a later segment's entries are
-	// synced by their own writers.
-	target := last
+	// Everything written to f so far, and to the segments before it; a
+	// later segment's entries are synced by their own writers.
+	type todo struct {
+		f      *os.File
+		target uint64
+	}
+	var files []todo
 	for i := range o.segs {
-		if o.segs[i].f == f {
-			target = o.segs[i].last
+		s := &o.segs[i]
+		if s.f != nil && s.last != 0 && s.synced < s.last {
+			files = append(files, todo{s.f, s.last})
+		}
+		if s.f == f {
+			break
 		}
 	}
 	o.mu.Unlock()
-	err := f.Sync()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err != nil {
-		// The page cache's state is unknown after a failed fsync: stop
-		// taking entries rather than acknowledge what may be lost.
-		o.failed = fmt.Errorf("outbox: fsync %s: %w (outbox stopped)", f.Name(), err)
-		o.closed = true
-		return o.failed
-	}
-	if target > o.synced {
-		o.synced = target
+	for _, t := range files {
+		if o.syncHook != nil {
+			o.syncHook(t.f.Name())
+		}
+		err := t.f.Sync()
+		o.mu.Lock()
+		if err != nil {
+			// The page cache's state is unknown after a failed fsync:
+			// stop taking entries rather than acknowledge what may be
+			// lost.
+			o.failed = fmt.Errorf("outbox: fsync %s: %w (outbox stopped)", t.f.Name(), err)
+			o.closed = true
+			o.mu.Unlock()
+			return o.failed
+		}
+		if s := o.segmentLocked(t.f); s != nil && t.target > s.synced {
+			s.synced = t.target
+		}
+		o.synced = max(o.synced, o.syncedPrefixLocked())
+		o.mu.Unlock()
 	}
 	return nil
+}
+
+// segmentLocked returns the segment written to f, or nil.
+func (o *Outbox) segmentLocked(f *os.File) *segment {
+	for i := range o.segs {
+		if o.segs[i].f == f {
+			return &o.segs[i]
+		}
+	}
+	return nil
+}
+
+// syncedPrefixLocked returns the seq up to which every entry is fsynced:
+// the segments in order, up to the first one not wholly synced.
+func (o *Outbox) syncedPrefixLocked() uint64 {
+	w := o.synced
+	for i := range o.segs {
+		seg := &o.segs[i]
+		if seg.last == 0 {
+			continue // empty
+		}
+		if seg.synced < seg.last {
+			return max(w, seg.synced)
+		}
+		w = max(w, seg.last)
+	}
+	return w
 }
 
 // checkBoundsLocked refuses size more bytes at now.

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -216,5 +218,58 @@ func TestConcurrentAppends(t *testing.T) {
 		if strings.Join(got, ",") != strings.Join(bodies(entries(Key{}, 0, each)), ",") {
 			t.Fatalf("writer %d after reopen: %v", w, got)
 		}
+	}
+}
+
+// TestAppendAcrossARollSyncsItsSegment: group commit across a segment
+// roll. An Append wrote to a segment and has not fsynced yet when another
+// writes to the next one (the first rolled): the second's fsync covers
+// nothing of the first segment, so it fsyncs that one too before it
+// returns; entries are pending for the gateway only once fsynced, and the
+// first Append returns once its segment is.
+func TestAppendAcrossARollSyncsItsSegment(t *testing.T) {
+	k := Key{"orders", 0}
+	ob := mustOpen(t, Options{Dir: t.TempDir(), SegmentBytes: 1}) // every Append rolls
+	var mu sync.Mutex
+	var fsynced []string
+	ob.syncHook = func(name string) {
+		mu.Lock()
+		fsynced = append(fsynced, filepath.Base(name))
+		mu.Unlock()
+	}
+	synced := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(fsynced)
+	}
+	written, release := make(chan struct{}), make(chan struct{})
+	var hooked atomic.Bool
+	ob.writeHook = func() {
+		if hooked.CompareAndSwap(false, true) { // the first Append only
+			close(written)
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- ob.Append(entries(k, 0, 1)) }()
+	<-written
+	if err := ob.Append(entries(k, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	got := synced()
+	if pending := ob.Pending(k, 10, 1<<20); len(pending) > 0 && !slices.Contains(got, segName(1)) {
+		close(release)
+		<-done
+		t.Fatalf("pending %v, but only %v fsynced: the first segment's entry is not", bodies(pending), got)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := synced(); !slices.Contains(got, segName(1)) || !slices.Contains(got, segName(2)) {
+		t.Fatalf("segments fsynced: %v, want both %s and %s", got, segName(1), segName(2))
+	}
+	if got, want := bodies(ob.Pending(k, 10, 1<<20)), bodies(entries(k, 0, 2)); !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v", got, want)
 	}
 }

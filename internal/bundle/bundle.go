@@ -493,6 +493,8 @@ func (b *Bundle) Reload(ctx context.Context) (config.Changes, error) {
 	}
 	cfg = keepRestartSettings(old, cfg)
 	b.cfg.Store(cfg)
+	// A gateway started after this (a demotion) reads the new bound from
+	// Config(); the broker's Reload gave the running one the new bound.
 	for _, c := range b.comps {
 		if r, ok := c.(Reloader); ok {
 			if err := r.Reload(ctx, cfg, changes); err != nil {
@@ -519,6 +521,8 @@ func keepRestartSettings(running, next *config.Server) *config.Server {
 	eff.System = running.System
 	eff.ZooKeeper = running.ZooKeeper
 	eff.Site = running.Site
+	// The one [site] key a reload applies (config.Changes.AppliedKeys).
+	eff.Site.ForwardMaxInFlightBytes = next.Site.ForwardMaxInFlightBytes
 	eff.Gossip = running.Gossip
 	eff.NATS = running.NATS
 	eff.Replication = running.Replication

@@ -37,7 +37,8 @@ func (f *fakeSource) Snapshot(context.Context) Snapshot {
 				Site: "hf", SecondsBehind: float64(n)},
 			{LagSummary: topology.LagSummary{SlaveGroup: "meta-slave-group-gz", State: topology.LagOK}, Site: "gz", SecondsBehind: 0.5},
 		},
-		Sites: []Site{{Name: "bj", Role: "master", Addr: "127.0.0.1:8126", State: "up"}},
+		Sites:   []Site{{Name: "bj", Role: "master", Addr: "127.0.0.1:8126", State: "up"}},
+		Gateway: &topology.GatewayReport{Forwarded: 7, InFlightBytes: 12345, MaxInFlightBytes: 67108864, Full: 3},
 	}
 }
 
@@ -186,6 +187,11 @@ func TestPageRendersLagChart(t *testing.T) {
 	}
 	if !strings.Contains(dom, "site bj (master, broker 1)") || !strings.Contains(dom, "meta-slave-group-hf") {
 		t.Fatalf("page did not render the snapshot:\n%s", dom)
+	}
+	// The write gateway's forwarded bytes in flight against their bound
+	// ([site] forwardMaxInFlightBytes) and the puts refused for it.
+	if !strings.Contains(dom, "<td>12345 / 67108864</td><td>3</td>") {
+		t.Fatalf("page does not show the gateway's bytes in flight and its bound:\n%s", dom)
 	}
 }
 
