@@ -402,6 +402,9 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if o.Handover {
 		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
 		p.steps.mark(start, "tellOldMaster")
+		if b.opts.AfterHandoverTold != nil {
+			b.opts.AfterHandoverTold()
+		}
 	}
 	// From here on the generation is this site's: no other site takes it
 	// (a compare-and-set raised it), and the master of the older one steps
@@ -667,7 +670,11 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Lock()
 		f.handedFrom = origin
 		f.mu.Unlock()
+		hold := b.holdWhileTakingOver()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
+		if hold != nil {
+			hold.End() // what it held takes the put route: stored here now that this site is master
+		}
 		if err != nil {
 			f.mu.Lock()
 			if f.handedFrom == origin {
@@ -679,6 +686,29 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		}
 		b.log.Warn("FAILOVER: took over from the master (switchover)", "generation", rep.Generation, "at", pos, "took", rep.Took)
 	}()
+}
+
+// holdWhileTakingOver holds the puts that reach this site while it takes
+// over from the master that handed over (a Local broker.Hold, bounded by
+// handoverHoldMs and handoverHoldBytes); nil with handoverHoldMs=0 or when
+// a hold is in effect. Until the promotion lifts the slave's refusal, this
+// site's gateway would pass a put on to the old master, which no longer
+// stores puts: it holds them and passes them on to this site, and the
+// held puts it passed on here would go back to it, each side awaiting the
+// other's answer until the hold's bound passed (a failed send in the
+// recommended deployment). Held here, they are stored once this site is
+// master (the caller ends the hold).
+func (b *Bundle) holdWhileTakingOver() *broker.Hold {
+	o, ok := b.holdOptions("this site is taking over from the master")
+	if !ok || b.Broker.Holding() {
+		return nil
+	}
+	o.Local = true
+	h, err := b.Broker.HoldWrites(o)
+	if err != nil {
+		return nil // another hold began meanwhile: it takes the puts
+	}
+	return h
 }
 
 // handoverOrigin is the master that hands mastership over to this site:
