@@ -60,6 +60,14 @@ type failoverState struct {
 	// its generation (a switchover's new master takes puts from then on),
 	// before it registers in ZooKeeper and its role becomes master.
 	beforeRegister atomic.Pointer[func()]
+	// afterHandoverTold, tests only: called by a switchover's new master
+	// once it told the old master it took over, before it opens its
+	// writes (a slow step there).
+	afterHandoverTold atomic.Pointer[func()]
+	// takingOver is the hold of the puts that reach this site while it
+	// takes over from a master that handed over (holdWhileTakingOver),
+	// nil when none; ended when the promotion opens writes.
+	takingOver *broker.Hold
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -402,8 +410,8 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if o.Handover {
 		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
 		p.steps.mark(start, "tellOldMaster")
-		if b.opts.AfterHandoverTold != nil {
-			b.opts.AfterHandoverTold()
+		if h := b.failover.afterHandoverTold.Load(); h != nil {
+			(*h)()
 		}
 	}
 	// From here on the generation is this site's: no other site takes it
@@ -670,11 +678,9 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Lock()
 		f.handedFrom = origin
 		f.mu.Unlock()
-		hold := b.holdWhileTakingOver()
+		b.holdWhileTakingOver()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
-		if hold != nil {
-			hold.End() // what it held takes the put route: stored here now that this site is master
-		}
+		b.endTakeOverHold() // the promotion failed before it opened writes: the put route refuses them
 		if err != nil {
 			f.mu.Lock()
 			if f.handedFrom == origin {
@@ -690,25 +696,41 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 
 // holdWhileTakingOver holds the puts that reach this site while it takes
 // over from the master that handed over (a Local broker.Hold, bounded by
-// handoverHoldMs and handoverHoldBytes); nil with handoverHoldMs=0 or when
-// a hold is in effect. Until the promotion lifts the slave's refusal, this
-// site's gateway would pass a put on to the old master, which no longer
-// stores puts: it holds them and passes them on to this site, and the
-// held puts it passed on here would go back to it, each side awaiting the
-// other's answer until the hold's bound passed (a failed send in the
-// recommended deployment). Held here, they are stored once this site is
-// master (the caller ends the hold).
-func (b *Bundle) holdWhileTakingOver() *broker.Hold {
+// handoverHoldMs and handoverHoldBytes), until the promotion opens writes
+// (endTakeOverHold); nothing with handoverHoldMs=0 or when a hold is in
+// effect. Until then this site's gateway would pass a put on to the old
+// master, which no longer stores puts: it holds them and passes them on
+// to this site, and those that reached this site would go back to it,
+// each side awaiting the other's answer until the hold's bound passed (a
+// failed send in the recommended deployment). Held here, they are stored
+// once writes open.
+func (b *Bundle) holdWhileTakingOver() {
 	o, ok := b.holdOptions("this site is taking over from the master")
 	if !ok || b.Broker.Holding() {
-		return nil
+		return
 	}
 	o.Local = true
 	h, err := b.Broker.HoldWrites(o)
 	if err != nil {
-		return nil // another hold began meanwhile: it takes the puts
+		return // another hold began meanwhile: it takes the puts
 	}
-	return h
+	f := &b.failover
+	f.mu.Lock()
+	f.takingOver = h
+	f.mu.Unlock()
+}
+
+// endTakeOverHold ends holdWhileTakingOver's hold, if any: what it held
+// takes the route of a put arriving now.
+func (b *Bundle) endTakeOverHold() {
+	f := &b.failover
+	f.mu.Lock()
+	h := f.takingOver
+	f.takingOver = nil
+	f.mu.Unlock()
+	if h != nil {
+		h.End()
+	}
 }
 
 // handoverOrigin is the master that hands mastership over to this site:

@@ -100,11 +100,6 @@ type Options struct {
 	// sites' gossip off from each other with it.
 	GossipDropTo func(addr string) bool
 
-	// AfterHandoverTold, when set, is called by a switchover's new master
-	// after it told the old master it took over, before it lifts the
-	// slave's refusal of puts (tests make that step slow).
-	AfterHandoverTold func()
-
 	// ReplicationDialer, when set, opens a slave site's connections to its
 	// master's replication listener instead of net.Dialer (tests put an
 	// emulated WAN between sites that find each other in ZooKeeper, or cut

@@ -53,9 +53,6 @@ type sitesSpec struct {
 	keepPorts bool
 	// loggers replaces the test logger of the sites it names.
 	loggers map[string]*slog.Logger
-	// options adjusts the Options of the sites it names, after the
-	// fixture's own.
-	options map[string]func(*Options)
 	// beforeStart runs before the first site starts, atStart once every
 	// site started, before the fixture's first puts (a cold start's).
 	beforeStart, atStart func(s *sites)
@@ -228,9 +225,6 @@ func (s *sites) siteSpecOf(name string, slaveID int, masterAddr string) siteSpec
 		o.ZooKeeperDialer = s.zkDialer(name)
 		o.ReplicationDialer = s.replDialer(name)
 		o.GossipDropTo = s.gossipDrop(name)
-		if adjust := s.spec.options[name]; adjust != nil {
-			adjust(o)
-		}
 	}
 	return ss
 }

@@ -26,11 +26,9 @@ func TestSwitchoverTakeOverHoldsPuts(t *testing.T) {
 	spec := autoFailoverDeploy()
 	spec.replication += "sites=bj,gz,hf\n"
 	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
-	var slow sync.Once
-	spec.options = map[string]func(*Options){"hf": func(o *Options) {
-		o.AfterHandoverTold = func() { slow.Do(func() { time.Sleep(600 * time.Millisecond) }) }
-	}}
 	s := newSites(t, spec)
+	slow := func() { time.Sleep(600 * time.Millisecond) }
+	s.site("hf").failover.afterHandoverTold.Store(&slow)
 	waitViewAt(t, s, "bj")
 	waitViewAt(t, s, "hf")
 	ctx, stop := context.WithCancel(context.Background())
