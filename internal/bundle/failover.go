@@ -60,6 +60,14 @@ type failoverState struct {
 	// its generation (a switchover's new master takes puts from then on),
 	// before it registers in ZooKeeper and its role becomes master.
 	beforeRegister atomic.Pointer[func()]
+	// afterHandoverTold, tests only: called by a switchover's new master
+	// once it told the old master it took over, before it opens its
+	// writes (a slow step there).
+	afterHandoverTold atomic.Pointer[func()]
+	// takingOver is the hold of the puts that reach this site while it
+	// takes over from a master that handed over (holdWhileTakingOver),
+	// nil when none; ended when the promotion opens writes.
+	takingOver *broker.Hold
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
 	handovers sync.WaitGroup
@@ -402,6 +410,9 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	if o.Handover {
 		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
 		p.steps.mark(start, "tellOldMaster")
+		if h := b.failover.afterHandoverTold.Load(); h != nil {
+			(*h)()
+		}
 	}
 	// From here on the generation is this site's: no other site takes it
 	// (a compare-and-set raised it), and the master of the older one steps
@@ -667,7 +678,9 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Lock()
 		f.handedFrom = origin
 		f.mu.Unlock()
+		b.holdWhileTakingOver()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
+		b.endTakeOverHold() // the promotion failed before it opened writes: the put route refuses them
 		if err != nil {
 			f.mu.Lock()
 			if f.handedFrom == origin {
@@ -679,6 +692,45 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		}
 		b.log.Warn("FAILOVER: took over from the master (switchover)", "generation", rep.Generation, "at", pos, "took", rep.Took)
 	}()
+}
+
+// holdWhileTakingOver holds the puts that reach this site while it takes
+// over from the master that handed over (a Local broker.Hold, bounded by
+// handoverHoldMs and handoverHoldBytes), until the promotion opens writes
+// (endTakeOverHold); nothing with handoverHoldMs=0 or when a hold is in
+// effect. Until then this site's gateway would pass a put on to the old
+// master, which no longer stores puts: it holds them and passes them on
+// to this site, and those that reached this site would go back to it,
+// each side awaiting the other's answer until the hold's bound passed (a
+// failed send in the recommended deployment). Held here, they are stored
+// once writes open.
+func (b *Bundle) holdWhileTakingOver() {
+	o, ok := b.holdOptions("this site is taking over from the master")
+	if !ok || b.Broker.Holding() {
+		return
+	}
+	o.Local = true
+	h, err := b.Broker.HoldWrites(o)
+	if err != nil {
+		return // another hold began meanwhile: it takes the puts
+	}
+	f := &b.failover
+	f.mu.Lock()
+	f.takingOver = h
+	f.mu.Unlock()
+}
+
+// endTakeOverHold ends holdWhileTakingOver's hold, if any: what it held
+// takes the route of a put arriving now.
+func (b *Bundle) endTakeOverHold() {
+	f := &b.failover
+	f.mu.Lock()
+	h := f.takingOver
+	f.takingOver = nil
+	f.mu.Unlock()
+	if h != nil {
+		h.End()
+	}
 }
 
 // handoverOrigin is the master that hands mastership over to this site:

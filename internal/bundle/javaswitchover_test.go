@@ -2,7 +2,9 @@ package bundle
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,7 @@ func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, Swi
 	spec := autoFailoverDeploy()
 	spec.replication += "sites=bj,gz,hf\n"
 	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	spec.loggers = javaSwitchoverLoggers(tb)
 	s := newSites(tb, spec)
 	prods := []*javaProducerAt{
 		{name: "bj-view", site: "bj", root: s.zkRoot + "-view-bj", view: true},
@@ -83,6 +86,27 @@ func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, Swi
 		}
 	}
 	return s, prods, rep
+}
+
+// javaSwitchoverLoggers keeps each site's log of a round in a file under
+// $METAQ_BENCH_LOGDIR (named after the round's start and the site) when it
+// is set, for the timestamps of a switchover's steps; nil otherwise.
+func javaSwitchoverLoggers(tb testing.TB) map[string]*slog.Logger {
+	dir := os.Getenv(benchLogDir)
+	if dir == "" {
+		return nil
+	}
+	round := time.Now().UTC().Format("150405.000")
+	loggers := map[string]*slog.Logger{}
+	for _, name := range []string{"bj", "hf", "gz"} {
+		f, err := os.OpenFile(filepath.Join(dir, "javaswitchover-"+round+"-"+name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { f.Close() })
+		loggers[name] = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return loggers
 }
 
 // TestJavaClientSwitchoverPerSiteZK: runJavaSwitchover (deploy/'s layout, timing and sites list,

@@ -289,6 +289,7 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			// with minSyncSites wait for the slave sites to follow here.
 			b.Broker.AwaitSitesFor(b.Config().Replication.HandoverHold)
 			b.Broker.AllowWrites(replicaHolder)
+			b.endTakeOverHold() // what reached this site meanwhile is stored here
 			b.endStaleHold()
 		}
 	}
