@@ -137,7 +137,11 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 // down): the master's nodes go (ids/<id>/master, the config checksum, the
 // topics under <id>-m), so clients that follow ZooKeeper leave at once and
 // the new master can take the master node, and the slave's are written
-// instead, also after later session expiries.
+// instead, also after later session expiries. It may be retried after it
+// failed: switchRoleLocked takes the role before it writes, so a write
+// that failed there (ZooKeeper out of reach) left the role taken and the
+// slave's nodes missing, and the retry writes them. A registry that was a
+// slave's all along is left as it is.
 func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if slaveID < 0 {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
@@ -145,6 +149,9 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if !r.master() {
+		if r.state.unwritten {
+			return r.writeAllLocked(ctx, true)
+		}
 		return nil
 	}
 	return r.switchRoleLocked(ctx, "slave", true, slaveID, r.paths.MasterConfigChecksum(r.opts.BrokerID))
@@ -195,6 +202,7 @@ func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool
 	}
 	r.opts.Slave, r.opts.SlaveID = slave, slaveID
 	if err := r.writeAllLocked(ctx, slave); err != nil {
+		r.state.unwritten = true
 		return err
 	}
 	r.log.Warn("REGISTRY: registered as "+role, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))

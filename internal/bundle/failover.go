@@ -1172,7 +1172,7 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 		return fmt.Errorf("demote: record the role: %w", err)
 	}
 	if b.Registry != nil {
-		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
+		if err := b.registerAsSlave(ctx, d.SlaveID); err != nil {
 			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
 		}
 	}
@@ -1193,6 +1193,39 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
+}
+
+// slaveRegisterRetry is how long a demotion waits between attempts to
+// register as a slave while ZooKeeper is out of reach (unless the session
+// comes back first).
+const slaveRegisterRetry = 250 * time.Millisecond
+
+// registerAsSlave turns this site's registration into slave slaveID's. A
+// master that hands over while its ZooKeeper is out of reach (connection
+// cut, session running out) tries again in place until ZooKeeper answers
+// or ctx ends, instead of failing the demotion on the first failed connect.
+// Every answer that is a refusal (the node held by another live session, a
+// fence) is returned at once: the caller, or the rejoin loop, decides.
+func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
+	for attempt := 1; ; attempt++ {
+		regained := b.Registry.SessionRegained()
+		err := b.Registry.BecomeSlave(ctx, slaveID)
+		if err == nil || !registry.ConnectionLost(err) || ctx.Err() != nil {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (after %d attempts)", err, attempt)
+			}
+			return err
+		}
+		if attempt == 1 || attempt%20 == 0 {
+			b.log.Warn("FAILOVER: ZooKeeper is out of reach while registering as slave; trying again", "slaveId", slaveID, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
+		case <-regained:
+		case <-time.After(slaveRegisterRetry):
+		}
+	}
 }
 
 // receiver is the running async-slave receiver: the one a demotion

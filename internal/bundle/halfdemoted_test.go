@@ -35,15 +35,29 @@ func TestHalfDemotedSiteRejoins(t *testing.T) {
 
 // switchoverHalfDemoted hands mastership from the master at from to the
 // site to with from's ZooKeeper cut (it stays cut): from's demotion stops
-// its shipper, then cannot register as a slave. The test fails unless
-// from is left so, half demoted: following no one, shipping nothing.
+// its shipper, then cannot register as a slave: it tries again while
+// ZooKeeper is out of reach, so the switchover is called off once from's
+// shipper stopped. The test fails unless from is left so, half demoted:
+// following no one, shipping nothing.
 func (s *sites) switchoverHalfDemoted(from, to string) {
 	s.t.Helper()
 	b := s.site(from)
 	s.cutZK(from)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err := b.Switchover(ctx, to, "")
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Switchover(ctx, to, "")
+		errc <- err
+	}()
+	testutil.Eventually(s.t, time.Minute, 10*time.Millisecond, func() error {
+		if s.site(to).promotedShipper() == nil || b.runningShipper() != nil || b.promotedShipper() != nil {
+			return fmt.Errorf("%s has not handed over to %s and stopped shipping yet", from, to)
+		}
+		return nil
+	})
 	cancel()
+	err := <-errc
 	s.t.Logf("switchover %s -> %s with %s's ZooKeeper cut: %v", from, to, from, err)
 	if b.demotedReceiver() != nil || b.runningShipper() != nil || b.promotedShipper() != nil {
 		s.t.Fatalf("%s: receiver %v, shipper %v, promoted shipper %v: not the half-demoted state this test is about (err %v)",
