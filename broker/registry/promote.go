@@ -140,8 +140,9 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 // instead, also after later session expiries. It may be retried after it
 // failed: switchRoleLocked takes the role before it writes, so a write
 // that failed there (ZooKeeper out of reach) left the role taken and the
-// slave's nodes missing, and the retry writes them. A registry that was a
-// slave's all along is left as it is.
+// slave's nodes missing, and the retry writes them (as slave slaveID, which
+// may differ from the failed attempt's). A registry that was a slave's all
+// along is left as it is.
 func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if slaveID < 0 {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
@@ -149,7 +150,12 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if !r.master() {
-		if r.state.unwritten {
+		switch {
+		case r.state.unwritten && slaveID != r.opts.SlaveID:
+			// The retry takes another slaveId (the first one's node was
+			// held by another live session).
+			return r.switchRoleLocked(ctx, "slave", true, slaveID)
+		case r.state.unwritten:
 			return r.writeAllLocked(ctx, true)
 		}
 		return nil
