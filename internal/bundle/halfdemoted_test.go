@@ -3,6 +3,7 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,36 @@ func TestHalfPromotedThenHalfDemotedSiteFollows(t *testing.T) {
 	}
 	undo()
 	hfFollowsGZ(t, s, hf)
+	// bj rejoined as well, and both are registered as slaves (bj once
+	// followed gz with no registration: the slaveId it had recorded was
+	// held by hf's new session, and its retry took the registry, already
+	// a slave's, for registered).
+	registeredAsSlave(t, s, "bj")
+	registeredAsSlave(t, s, "hf")
+}
+
+// registeredAsSlave waits until a slave node of broker 0 in the site
+// name's ZooKeeper holds that site's URL.
+func registeredAsSlave(t *testing.T, s *sites, name string) {
+	t.Helper()
+	zc := zkClient(t, &testEnv{zk: s.zks[name], root: s.zkRoot})
+	url := s.site(name).Broker.URL()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		ctx := context.Background()
+		kids, err := zc.Children(ctx, zc.Paths().BrokerID(0))
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			if !strings.HasPrefix(k, "slave") {
+				continue
+			}
+			if data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/"+k); err == nil && string(data) == url {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s (%s) is under no slave node of broker 0: %v", name, url, kids)
+	})
 }
 
 // hfFollowsGZ waits until hf is a slave that follows, then checks that a
