@@ -142,7 +142,8 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 // that failed there (ZooKeeper out of reach) left the role taken and the
 // slave's nodes missing, and the retry writes them (as slave slaveID, which
 // may differ from the failed attempt's). A registry that was a slave's all
-// along is left as it is.
+// along is left as it is, unless slaveID is another one: it then registers
+// as that one.
 func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if slaveID < 0 {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
@@ -151,9 +152,11 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	defer r.unlockReg()
 	if !r.master() {
 		switch {
-		case r.state.unwritten && slaveID != r.opts.SlaveID:
+		case slaveID != r.opts.SlaveID:
 			// The retry takes another slaveId (the first one's node was
-			// held by another live session).
+			// held by another live session), or a slave's registration
+			// (a promotion that failed before it switched) follows the
+			// slaveId its demotion chose.
 			return r.switchRoleLocked(ctx, "slave", true, slaveID)
 		case r.state.unwritten:
 			return r.writeAllLocked(ctx, true)
