@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,17 +26,7 @@ func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
 		t.Skip("multi-site test skipped in -short mode")
 	}
 	s := newSites(t, sitesSpec{replication: switchoverTestHold})
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := []*syncProducer{{name: "p1"}, {name: "p2"}}
-	for _, p := range prods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.run(ctx, s, "bj", "orders")
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	prods, stop := startProducers(t, s, "bj", "orders", "p1", "p2")
 	waitAcked(t, prods, time.Time{}, 20)
 	bj, hf := s.site("bj"), s.site("hf")
 	s.cutZK("bj")
@@ -72,7 +61,6 @@ func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
 		t.Fatal("the switchover did not return")
 	}
 	stop()
-	wg.Wait()
 	total := checkAcksAt(t, prods, hf, "hf")
 	t.Logf("%d puts acknowledged in all, %d failed", total, len(prods[0].errs)+len(prods[1].errs))
 }
