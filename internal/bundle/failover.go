@@ -728,6 +728,11 @@ func (b *Bundle) handoverSlaveEntry(site string) (int, bool) {
 // SwitchoverReport is what `metaq-server switchover` prints.
 type SwitchoverReport struct {
 	To string `json:"to"` // the slave that took over (group/slaveId)
+	// Site is the site of the slave that took over, as gossip names it
+	// ("" when gossip is off or does not know it); BrokerID the brokerId
+	// whose master it now is.
+	Site     string `json:"site,omitempty"`
+	BrokerID int    `json:"brokerId"`
 	// DurableEnd is the log end the new master held when told to take over.
 	DurableEnd int64 `json:"durableEnd"`
 	// WritesStopped is how long this master had refused puts when it handed
@@ -857,14 +862,15 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 			hold.Progress() // the slave caught up: held puts wait on
 		}
 		if handedOver != nil {
-			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
+			handedOver(SwitchoverReport{To: name, Site: b.slaveSite(name), BrokerID: b.Config().System.BrokerID,
+				DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
 	})
 	if err != nil {
 		allow()
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
 	}
-	rep.To = name
+	rep.To, rep.Site, rep.BrokerID = name, b.slaveSite(name), b.Config().System.BrokerID
 	rep.Generation = id.Generation() + 1
 	// This master steps down only once the new generation exists: the new
 	// master raised it in ZooKeeper (it then finishes its promotion, or a
@@ -1440,6 +1446,22 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		f.ZooKeeper.MasterRegistered = ok && st.EphemeralOwner != b.Registry.SessionID()
 	}
 	return siterole.MasterLost(f)
+}
+
+// slaveSite is the site of this brokerId's slave named name (group/slaveId)
+// as gossip knows it, "" when it does not.
+func (b *Bundle) slaveSite(name string) string {
+	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
+	tc := compOf[*topologyComponent](b)
+	if err != nil || tc == nil || tc.Topology() == nil {
+		return ""
+	}
+	for _, p := range gossipPeers(tc.Topology(), b.Config().System.BrokerID) {
+		if !p.Self && p.Role == siterole.Slave && p.SlaveID == slaveID {
+			return p.Site
+		}
+	}
+	return ""
 }
 
 // gossipPeers is what gossip says about the bundles of brokerID, this
