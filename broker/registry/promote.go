@@ -93,6 +93,7 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 		}
 	}
 	name := BrokerString(r.opts.BrokerID, -1)
+	var stale []staleEntry
 	ops := r.replaceMasterNodeOps(master, st.Version)
 	if missing {
 		ops = ops[1:] // nothing to delete: create only
@@ -116,8 +117,33 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 			continue // another session's: writeTopicLocked replaces it
 		}
 		topics++
+		// The topic's children change: the same multi leaves out the
+		// masters a newer generation superseded (ensureMasterPubLocked).
+		s, err := r.supersededSiblingsLocked(ctx, topic)
+		if err != nil {
+			return false, err
+		}
+		stale = append(stale, s...)
 	}
-	if err := r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err }); err != nil {
+	multi := func(ops []any) error {
+		return r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err })
+	}
+	err = multi(r.withStaleDeletes(ops, stale))
+	if len(stale) > 0 && (errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion)) {
+		// A superseded entry moved meanwhile (its new master registered,
+		// its session ended): take over without leaving any out.
+		stale = nil
+		err = multi(ops)
+	}
+	if err == nil && len(stale) > 0 {
+		names := make([]string, 0, len(stale))
+		for _, s := range stale {
+			names = append(names, s.name)
+		}
+		r.log.Warn("REGISTRY: left out of the topics' publishers the masters a newer generation superseded, which their new masters list again when they register",
+			"leftOut", names)
+	}
+	if err != nil {
 		if missing {
 			return false, fmt.Errorf("registry: create the master node and topic entries in one step: %w", err)
 		}
@@ -130,6 +156,24 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 	r.log.Info("REGISTRY: took over the master node and the topics' master entries of the master handing over, in one step",
 		"session", fmt.Sprintf("0x%x", owner), "topics", topics)
 	return true, nil
+}
+
+// withStaleDeletes is ops followed by the deletion of each stale entry
+// (once each: topics' entries of one superseded master are distinct paths,
+// but a path listed twice would fail the multi).
+func (r *Registry) withStaleDeletes(ops []any, stale []staleEntry) []any {
+	if len(stale) == 0 {
+		return ops
+	}
+	out := append(make([]any, 0, len(ops)+len(stale)), ops...)
+	seen := map[string]bool{}
+	for _, s := range stale {
+		if !seen[s.path] {
+			seen[s.path] = true
+			out = append(out, &zk.DeleteRequest{Path: s.path, Version: s.version})
+		}
+	}
+	return out
 }
 
 // BecomeSlave turns a master's registration into that of slave slaveID of
