@@ -334,15 +334,22 @@ func (h *Hold) adopt(q []*heldBatch, acks []*ackWait) {
 			h.storeAllHere([]*heldBatch{hb})
 			continue
 		}
-		h.bytes += hb.size
-		if h.target == nil {
-			h.queue = append(h.queue, hb)
-			h.mu.Unlock()
-			continue
-		}
-		h.mu.Unlock()
-		h.startForward(hb)
+		h.queueOrForwardLocked(hb)
 	}
+}
+
+// queueOrForwardLocked counts hb in the bytes held and queues it while no
+// target is known, or passes it on to the target. The caller holds h.mu,
+// which it releases: the forward dials and must not run under it.
+func (h *Hold) queueOrForwardLocked(hb *heldBatch) {
+	h.bytes += hb.size
+	if h.target == nil {
+		h.queue = append(h.queue, hb)
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.startForward(hb)
 }
 
 // EndHold ends the Hold in effect, if any (see Hold.End), and reports
@@ -636,14 +643,7 @@ func (h *Hold) add(topic string, partition int, msgs []store.Message, gone func(
 		h.finish(hb, h.notStored(fmt.Sprintf("more than %d bytes of puts held", h.opts.MaxBytes)), &h.stats.expired)
 		return
 	}
-	h.bytes += hb.size
-	if h.target == nil {
-		h.queue = append(h.queue, hb)
-		h.mu.Unlock()
-		return
-	}
-	h.mu.Unlock()
-	h.startForward(hb)
+	h.queueOrForwardLocked(hb)
 }
 
 // notStored is the answer of a held put that was never sent anywhere.

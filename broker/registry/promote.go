@@ -93,6 +93,7 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 		}
 	}
 	name := BrokerString(r.opts.BrokerID, -1)
+	var stale []staleEntry
 	ops := r.replaceMasterNodeOps(master, st.Version)
 	if missing {
 		ops = ops[1:] // nothing to delete: create only
@@ -116,8 +117,33 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 			continue // another session's: writeTopicLocked replaces it
 		}
 		topics++
+		// The topic's children change: the same multi leaves out the
+		// masters a newer generation superseded (ensureMasterPubLocked).
+		s, err := r.supersededSiblingsLocked(ctx, topic)
+		if err != nil {
+			return false, err
+		}
+		stale = append(stale, s...)
 	}
-	if err := r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err }); err != nil {
+	multi := func(ops []any) error {
+		return r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err })
+	}
+	err = multi(r.withStaleDeletes(ops, stale))
+	if len(stale) > 0 && (errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion)) {
+		// A superseded entry moved meanwhile (its new master registered,
+		// its session ended): take over without leaving any out.
+		stale = nil
+		err = multi(ops)
+	}
+	if err == nil && len(stale) > 0 {
+		names := make([]string, 0, len(stale))
+		for _, s := range stale {
+			names = append(names, s.name)
+		}
+		r.log.Warn("REGISTRY: left out of the topics' publishers the masters a newer generation superseded, which their new masters list again when they register",
+			"leftOut", names)
+	}
+	if err != nil {
 		if missing {
 			return false, fmt.Errorf("registry: create the master node and topic entries in one step: %w", err)
 		}
@@ -132,12 +158,36 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 	return true, nil
 }
 
+// withStaleDeletes is ops followed by the deletion of each stale entry
+// (once each: topics' entries of one superseded master are distinct paths,
+// but a path listed twice would fail the multi).
+func (r *Registry) withStaleDeletes(ops []any, stale []staleEntry) []any {
+	if len(stale) == 0 {
+		return ops
+	}
+	out := append(make([]any, 0, len(ops)+len(stale)), ops...)
+	seen := map[string]bool{}
+	for _, s := range stale {
+		if !seen[s.path] {
+			seen[s.path] = true
+			out = append(out, &zk.DeleteRequest{Path: s.path, Version: s.version})
+		}
+	}
+	return out
+}
+
 // BecomeSlave turns a master's registration into that of slave slaveID of
 // the same brokerId, at run time (a master that handed over or stepped
 // down): the master's nodes go (ids/<id>/master, the config checksum, the
 // topics under <id>-m), so clients that follow ZooKeeper leave at once and
 // the new master can take the master node, and the slave's are written
-// instead, also after later session expiries.
+// instead, also after later session expiries. It may be retried after it
+// failed: switchRoleLocked takes the role before it writes, so a write
+// that failed there (ZooKeeper out of reach) left the role taken and the
+// slave's nodes missing, and the retry writes them (as slave slaveID, which
+// may differ from the failed attempt's). A registry that was a slave's all
+// along is left as it is, unless slaveID is another one: it then registers
+// as that one.
 func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	if slaveID < 0 {
 		return fmt.Errorf("registry: become slave: slaveId %d", slaveID)
@@ -145,6 +195,16 @@ func (r *Registry) BecomeSlave(ctx context.Context, slaveID int) error {
 	r.regMu.Lock()
 	defer r.unlockReg()
 	if !r.master() {
+		switch {
+		case slaveID != r.opts.SlaveID:
+			// The retry takes another slaveId (the first one's node was
+			// held by another live session), or a slave's registration
+			// (a promotion that failed before it switched) follows the
+			// slaveId its demotion chose.
+			return r.switchRoleLocked(ctx, "slave", true, slaveID)
+		case r.state.unwritten:
+			return r.writeAllLocked(ctx, true)
+		}
 		return nil
 	}
 	return r.switchRoleLocked(ctx, "slave", true, slaveID, r.paths.MasterConfigChecksum(r.opts.BrokerID))
@@ -195,6 +255,7 @@ func (r *Registry) switchRoleLocked(ctx context.Context, role string, slave bool
 	}
 	r.opts.Slave, r.opts.SlaveID = slave, slaveID
 	if err := r.writeAllLocked(ctx, slave); err != nil {
+		r.state.unwritten = true
 		return err
 	}
 	r.log.Warn("REGISTRY: registered as "+role, "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(r.state.topics))

@@ -208,6 +208,9 @@ type regState struct {
 	// mirrorRepl: a Mirror may have written the replication node.
 	mirrorGen  uint64
 	mirrorRepl bool
+	// unwritten: a role switch (switchRoleLocked) took the new role but
+	// could not write its nodes; a BecomeSlave retry writes them.
+	unwritten bool
 }
 
 type topicReg struct {
@@ -566,6 +569,7 @@ func (r *Registry) writeAllLocked(ctx context.Context, leavePub bool) error {
 			return err
 		}
 	}
+	r.state.unwritten = false
 	return nil
 }
 
@@ -625,6 +629,16 @@ func (r *Registry) call(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ConnectionLost reports whether err is ZooKeeper out of reach (no server
+// answers, the connection closed under a request, the session expired or
+// moved) rather than an answer: a request that failed so may succeed once
+// the session is back (SessionRegained). A node held by another live
+// session, a fenced master's refusal or a closed registry are answers.
+func ConnectionLost(err error) bool {
+	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 
 func mapErr(err error) error {

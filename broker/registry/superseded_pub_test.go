@@ -22,12 +22,25 @@ import (
 // the promotions made, an <id>-m entry whose master node names a killed
 // master. On the code before, brokerId 1's registration changed the
 // children while ids/2/master still named the killed master of 2.
+//
+// The new masters register through a mirror (another site's master in this
+// ensemble), or take over the killed master's nodes in one multi
+// (BecomeMasterFrom with the killed master's session: a promotion that
+// fences a dead master's session, or a switchover), which left the
+// superseded master of the other brokerId listed on the code before.
 func TestPromotionsOfALostSiteNameNoSupersededMaster(t *testing.T) {
+	for _, how := range []string{"mirror", "takeover"} {
+		t.Run(how, func(t *testing.T) { testPromotionsOfALostSite(t, how == "takeover") })
+	}
+}
+
+func testPromotionsOfALostSite(t *testing.T, takeover bool) {
 	root := testRoot(t)
 	cleanupRoot(t, root)
 	ctx := context.Background()
 	const topic = "orders"
 	dead := map[string]bool{}
+	deadSession := map[int]int64{}
 	for id := 1; id <= 2; id++ {
 		tap := &zktest.Tap{}
 		o := testOptions(t, root)
@@ -42,8 +55,27 @@ func TestPromotionsOfALostSiteNameNoSupersededMaster(t *testing.T) {
 		if err := old.RegisterTopic(ctx, topic, 2, true, true); err != nil {
 			t.Fatal(err)
 		}
+		deadSession[id] = old.SessionID()
 		tap.Block() // killed: the session and its nodes stay
 		dead[url] = true
+	}
+	// With takeover, the new masters are slaves of this ensemble first,
+	// registered before the client starts reading.
+	slaves := map[int]*Registry{}
+	news := map[string]bool{}
+	for id := 1; id <= 2 && takeover; id++ {
+		o := testOptions(t, root)
+		o.BrokerID, o.Port, o.Slave, o.SlaveID = id, 8200+id, true, 1
+		r := newRegistry(t, o)
+		url := fmt.Sprintf("meta://127.0.0.1:%d", 8200+id)
+		r.SetURL(url)
+		if err := r.RegisterBroker(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+			t.Fatal(err)
+		}
+		slaves[id], news[url] = r, true
 	}
 
 	// The client: on every change, the masters of the listed <id>-m.
@@ -105,8 +137,12 @@ func TestPromotionsOfALostSiteNameNoSupersededMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	news := map[string]bool{}
-	for id := 1; id <= 2; id++ {
+	for id := 1; id <= 2 && takeover; id++ {
+		if err := slaves[id].BecomeMasterFrom(ctx, deadSession[id]); err != nil {
+			t.Fatalf("takeover by the new master of %d: %v", id, err)
+		}
+	}
+	for id := 1; id <= 2 && !takeover; id++ {
 		o := testOptions(t, root)
 		o.BrokerID, o.Port = id, 8200+id
 		nm := newRegistry(t, o)

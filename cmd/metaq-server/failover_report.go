@@ -41,18 +41,33 @@ func printSwitchover(w io.Writer, body []byte) error {
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return fmt.Errorf("switchover: the report %q: %w", body, err)
 	}
-	fmt.Fprintf(w, "switchover: %s is the new master (generation %d)\n", rep.To, rep.Generation)
+	who := newMasterName(rep)
+	fmt.Fprintf(w, "switchover: %s is the new master of broker %d (generation %d)\n", who, rep.BrokerID, rep.Generation)
 	fmt.Fprintf(w, "write downtime at the old master: %s (it stored no puts; those that reached it were held and passed on to the new master, or answered 503, retriable, past [replication] handoverHoldMs)\n", round(rep.WritesStopped))
 	fmt.Fprintf(w, "the new master held the old master's whole durable log (log end %d): no acknowledged message is lost\n", rep.DurableEnd)
 	switch {
 	case rep.Via != "":
-		fmt.Fprintf(w, "asked at this slave site; carried out by the master at %s, which now becomes a slave of %s\n", rep.Via, rep.To)
+		fmt.Fprintf(w, "asked at this slave site; carried out by the master at %s, which now becomes a slave of %s\n", rep.Via, who)
 	case rep.Following:
-		fmt.Fprintf(w, "this site now follows %s as a slave\n", rep.To)
+		fmt.Fprintf(w, "this site now follows %s as a slave\n", who)
 	default:
-		fmt.Fprintf(w, "this site refuses puts and does not follow %s (no ZooKeeper and no -follow): restart it as a slave\n", rep.To)
+		fmt.Fprintf(w, "this site refuses puts and does not follow %s (no ZooKeeper and no -follow): restart it as a slave\n", who)
 	}
-	return printFollowers(w, "switchover", rep.To, rep.Followers, rep.FollowersNote)
+	return printFollowers(w, "switchover", who, rep.Followers, rep.FollowersNote)
+}
+
+// newMasterName names the slave a switchover made master for an operator:
+// its site when known, else its slave group and slaveId spelt out (the
+// report's group/slaveId, "meta-slave-group-hf/1", reads like a site name).
+func newMasterName(rep bundle.SwitchoverReport) string {
+	if rep.Site != "" {
+		return "site " + rep.Site
+	}
+	group, id, ok := strings.Cut(rep.To, "/")
+	if !ok {
+		return rep.To
+	}
+	return fmt.Sprintf("the slave of group %s with slaveId %s", group, id)
 }
 
 // printFollowers lists the slave sites after a change of master and fails

@@ -64,13 +64,19 @@ func TestPrintPromote(t *testing.T) {
 // TestPrintSwitchover: the report printed at a slave site names the new
 // master, the generation, the write downtime and the master that did it.
 func TestPrintSwitchover(t *testing.T) {
-	rep := bundle.SwitchoverReport{To: "meta-slave-group-hf/1", DurableEnd: 12345, WritesStopped: 312 * time.Millisecond, Generation: 3, Via: "127.0.0.1:8124"}
+	rep := bundle.SwitchoverReport{To: "meta-slave-group-hf/1", Site: "hf", BrokerID: 2, DurableEnd: 12345, WritesStopped: 312 * time.Millisecond, Generation: 3, Via: "127.0.0.1:8124"}
 	body, _ := json.Marshal(rep)
 	var out bytes.Buffer
 	if err := printSwitchover(&out, body); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"meta-slave-group-hf/1 is the new master (generation 3)", "write downtime at the old master: 312ms",
+	// The site and the brokerId plainly: "meta-slave-group-hf/1 is the
+	// new master" read like a site hf-1.
+	if strings.Contains(out.String(), "hf/1") {
+		t.Errorf("output names the new master by group/slaveId:\n%s", out.String())
+	}
+	for _, want := range []string{"switchover: site hf is the new master of broker 2 (generation 3)", "write downtime at the old master: 312ms",
+		"which now becomes a slave of site hf",
 		"log end 12345", "carried out by the master at 127.0.0.1:8124",
 		// The puts that reached bj meanwhile were held and passed on, not refused
 		// (README "Losing a site", 1): the line said they were answered 503.
@@ -95,7 +101,7 @@ func TestPrintSwitchoverFollowerMissing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "1 slave site(s) do not follow it: bj") {
 		t.Fatalf("printSwitchover = %v, want an error naming bj", err)
 	}
-	for _, want := range []string{"SLAVE SITE bj (this site) (slaveId 1) DOES NOT FOLLOW meta-slave-group-hf/1: tls: first record", "slave site gz (slaveId 2) follows"} {
+	for _, want := range []string{"SLAVE SITE bj (this site) (slaveId 1) DOES NOT FOLLOW the slave of group meta-slave-group-hf with slaveId 1: tls: first record", "slave site gz (slaveId 2) follows"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

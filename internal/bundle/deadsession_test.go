@@ -18,7 +18,9 @@ import (
 // gossip declared bj down and bj has been silent for longer than a master
 // acknowledges without confirming its generation, so the session is a dead
 // master's: the generation is raised and the node taken instead of waited
-// for. hf then takes puts and ZooKeeper names it master.
+// for. hf then takes puts and ZooKeeper names it master; its listing of
+// the topic never names a master without a master node (before, the node
+// was removed one ackBound, 3 s, before hf registered).
 func TestPromoteFencesADeadMastersSession(t *testing.T) {
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
@@ -36,6 +38,10 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 	waitCaughtUp(t, bj, hf, "orders", 20*time.Second)
 	waitCaughtUp(t, bj, gz, "orders", 20*time.Second)
 
+	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	w := &listingWatch{zc: zc, topic: "orders"}
+	stopWatch := w.start(context.Background(), func(string, bool) {}, 0)
+	defer stopWatch()
 	killed := time.Now()
 	killBundle(bj, tap)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -69,7 +75,14 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 		t.Errorf("hf was promoted %v after the kill, want well within the 30 s session timeout (goal: 10 s)", took)
 	}
 	produce(t, hf.Broker.Addr().String(), "orders", 10, "hf")
-	zc := zkClient(t, &testEnv{zk: zk, root: zkRoot})
+	// The dead master's entry under topics-pub outlives it with its
+	// session; its master node must too, until hf's replace both.
+	stopWatch()
+	if reads, gaps := w.result(); len(gaps) > 0 {
+		t.Errorf("during the promotion ZooKeeper listed no master of orders: %s (%d reads)", strings.Join(gaps, "; "), reads)
+	} else {
+		t.Logf("%d reads of the listing during the promotion, a master in every one", reads)
+	}
 	if data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/master"); err != nil || string(data) != hf.Broker.URL() {
 		t.Fatalf("ids/0/master = %q (%v), want hf's %s", data, err, hf.Broker.URL())
 	}

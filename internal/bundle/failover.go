@@ -780,6 +780,11 @@ func (b *Bundle) handoverSlaveEntry(site string) (int, bool) {
 // SwitchoverReport is what `metaq-server switchover` prints.
 type SwitchoverReport struct {
 	To string `json:"to"` // the slave that took over (group/slaveId)
+	// Site is the site of the slave that took over, as gossip names it
+	// ("" when gossip is off or does not know it); BrokerID the brokerId
+	// whose master it now is.
+	Site     string `json:"site,omitempty"`
+	BrokerID int    `json:"brokerId"`
 	// DurableEnd is the log end the new master held when told to take over.
 	DurableEnd int64 `json:"durableEnd"`
 	// WritesStopped is how long this master had refused puts when it handed
@@ -909,14 +914,15 @@ func (b *Bundle) switchover(ctx context.Context, to, follow string, handedOver f
 			hold.Progress() // the slave caught up: held puts wait on
 		}
 		if handedOver != nil {
-			handedOver(SwitchoverReport{To: name, DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
+			handedOver(SwitchoverReport{To: name, Site: b.slaveSite(name), BrokerID: b.Config().System.BrokerID,
+				DurableEnd: rep.DurableEnd, WritesStopped: time.Since(start), Generation: id.Generation() + 1})
 		}
 	})
 	if err != nil {
 		allow()
 		return rep, fmt.Errorf("switchover: %w (this master takes puts again)", err)
 	}
-	rep.To = name
+	rep.To, rep.Site, rep.BrokerID = name, b.slaveSite(name), b.Config().System.BrokerID
 	rep.Generation = id.Generation() + 1
 	// This master steps down only once the new generation exists: the new
 	// master raised it in ZooKeeper (it then finishes its promotion, or a
@@ -1224,7 +1230,7 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 		return fmt.Errorf("demote: record the role: %w", err)
 	}
 	if b.Registry != nil {
-		if err := b.Registry.BecomeSlave(ctx, d.SlaveID); err != nil {
+		if err := b.registerAsSlave(ctx, d.SlaveID); err != nil {
 			return fmt.Errorf("demote: register as slave %d in ZooKeeper: %w", d.SlaveID, err)
 		}
 	}
@@ -1245,6 +1251,39 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 	b.refreshGossip()
 	b.log.Warn("FAILOVER: this site is now a slave", "master", d.NewMaster, "slaveId", d.SlaveID, "group", d.Group)
 	return nil
+}
+
+// slaveRegisterRetry is how long a demotion waits between attempts to
+// register as a slave while ZooKeeper is out of reach (unless the session
+// comes back first).
+const slaveRegisterRetry = 250 * time.Millisecond
+
+// registerAsSlave turns this site's registration into slave slaveID's. A
+// master that hands over while its ZooKeeper is out of reach (connection
+// cut, session running out) tries again in place until ZooKeeper answers
+// or ctx ends, instead of failing the demotion on the first failed connect.
+// Every answer that is a refusal (the node held by another live session, a
+// fence) is returned at once: the caller, or the rejoin loop, decides.
+func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
+	for attempt := 1; ; attempt++ {
+		regained := b.Registry.SessionRegained()
+		err := b.Registry.BecomeSlave(ctx, slaveID)
+		if err == nil || !registry.ConnectionLost(err) || ctx.Err() != nil {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (after %d attempts)", err, attempt)
+			}
+			return err
+		}
+		if attempt == 1 || attempt%20 == 0 {
+			b.log.Warn("FAILOVER: ZooKeeper is out of reach while registering as slave; trying again", "slaveId", slaveID, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
+		case <-regained:
+		case <-time.After(slaveRegisterRetry):
+		}
+	}
 }
 
 // receiver is the running async-slave receiver: the one a demotion
@@ -1459,6 +1498,22 @@ func (b *Bundle) masterLost(ctx context.Context, t *topology.Topology) (bool, st
 		f.ZooKeeper.MasterRegistered = ok && st.EphemeralOwner != b.Registry.SessionID()
 	}
 	return siterole.MasterLost(f)
+}
+
+// slaveSite is the site of this brokerId's slave named name (group/slaveId)
+// as gossip knows it, "" when it does not.
+func (b *Bundle) slaveSite(name string) string {
+	slaveID, err := strconv.Atoi(name[strings.LastIndexByte(name, '/')+1:])
+	tc := compOf[*topologyComponent](b)
+	if err != nil || tc == nil || tc.Topology() == nil {
+		return ""
+	}
+	for _, p := range gossipPeers(tc.Topology(), b.Config().System.BrokerID) {
+		if !p.Self && p.Role == siterole.Slave && p.SlaveID == slaveID {
+			return p.Site
+		}
+	}
+	return ""
 }
 
 // gossipPeers is what gossip says about the bundles of brokerID, this

@@ -3,6 +3,7 @@ package bundle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,15 +36,29 @@ func TestHalfDemotedSiteRejoins(t *testing.T) {
 
 // switchoverHalfDemoted hands mastership from the master at from to the
 // site to with from's ZooKeeper cut (it stays cut): from's demotion stops
-// its shipper, then cannot register as a slave. The test fails unless
-// from is left so, half demoted: following no one, shipping nothing.
+// its shipper, then cannot register as a slave: it tries again while
+// ZooKeeper is out of reach, so the switchover is called off once from's
+// shipper stopped. The test fails unless from is left so, half demoted:
+// following no one, shipping nothing.
 func (s *sites) switchoverHalfDemoted(from, to string) {
 	s.t.Helper()
 	b := s.site(from)
 	s.cutZK(from)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	_, err := b.Switchover(ctx, to, "")
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Switchover(ctx, to, "")
+		errc <- err
+	}()
+	testutil.Eventually(s.t, time.Minute, 10*time.Millisecond, func() error {
+		if s.site(to).promotedShipper() == nil || b.runningShipper() != nil || b.promotedShipper() != nil {
+			return fmt.Errorf("%s has not handed over to %s and stopped shipping yet", from, to)
+		}
+		return nil
+	})
 	cancel()
+	err := <-errc
 	s.t.Logf("switchover %s -> %s with %s's ZooKeeper cut: %v", from, to, from, err)
 	if b.demotedReceiver() != nil || b.runningShipper() != nil || b.promotedShipper() != nil {
 		s.t.Fatalf("%s: receiver %v, shipper %v, promoted shipper %v: not the half-demoted state this test is about (err %v)",
@@ -94,6 +109,36 @@ func TestHalfPromotedThenHalfDemotedSiteFollows(t *testing.T) {
 	}
 	undo()
 	hfFollowsGZ(t, s, hf)
+	// bj rejoined as well, and both are registered as slaves (bj once
+	// followed gz with no registration: the slaveId it had recorded was
+	// held by hf's new session, and its retry took the registry, already
+	// a slave's, for registered).
+	registeredAsSlave(t, s, "bj")
+	registeredAsSlave(t, s, "hf")
+}
+
+// registeredAsSlave waits until a slave node of broker 0 in the site
+// name's ZooKeeper holds that site's URL.
+func registeredAsSlave(t *testing.T, s *sites, name string) {
+	t.Helper()
+	zc := zkClient(t, &testEnv{zk: s.zks[name], root: s.zkRoot})
+	url := s.site(name).Broker.URL()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		ctx := context.Background()
+		kids, err := zc.Children(ctx, zc.Paths().BrokerID(0))
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			if !strings.HasPrefix(k, "slave") {
+				continue
+			}
+			if data, _, err := zc.Get(ctx, zc.Paths().BrokerID(0)+"/"+k); err == nil && string(data) == url {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s (%s) is under no slave node of broker 0: %v", name, url, kids)
+	})
 }
 
 // hfFollowsGZ waits until hf is a slave that follows, then checks that a

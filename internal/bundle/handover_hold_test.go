@@ -235,17 +235,7 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	// meanwhile.
 	s := newSites(t, sitesSpec{replication: switchoverTestHold})
 	listing := logListing(t, s.zks["bj"], s.zkRoot, "orders")
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := []*syncProducer{{name: "p1"}, {name: "p2"}}
-	for _, p := range prods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.run(ctx, s, "bj", "orders")
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	prods, stop := startProducers(t, s, "bj", "orders", "p1", "p2")
 	waitAcked(t, prods, time.Time{}, 20)
 	bj, hf := s.site("bj"), s.site("hf")
 	// bj's session, which holds its master entry of orders.
@@ -281,7 +271,6 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 		t.Fatal("the switchover did not return")
 	}
 	stop()
-	wg.Wait()
 	// bj, cut off, removes nothing in ZooKeeper: its master entry goes
 	// only with its session, which ZooKeeper ends 5 s (the tests' session
 	// timeout) after the cut. A switchover slowed by load that has not
@@ -424,4 +413,26 @@ func logListing(t *testing.T, zk, root, topic string) *listingLog {
 		}
 	}()
 	return l
+}
+
+// startProducers starts one syncProducer per name, each sending one put at
+// a time to site's bundle for topic, until stop (idempotent; the test's
+// end calls it too), which waits for them.
+func startProducers(t *testing.T, s *sites, site, topic string, names ...string) ([]*syncProducer, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := make([]*syncProducer, len(names))
+	for i, n := range names {
+		p := &syncProducer{name: n}
+		prods[i] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.run(ctx, s, site, topic)
+		}()
+	}
+	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(stop)
+	return prods, stop
 }

@@ -340,24 +340,9 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 		return b.registerHandedOver(ctx, p)
 	}
 	if p.fenceSession != 0 {
-		// The generation is raised: the dead master's node goes now
-		// instead of with its session.
-		taken, err := b.Registry.TakeMasterNode(ctx, p.fenceSession)
-		if err != nil {
-			return fmt.Errorf("promote: take the master node from the dead master's session 0x%x: %w", p.fenceSession, err)
-		}
-		if taken && !p.fenceWaited {
-			rep.FencedSession = fmt.Sprintf("0x%x", p.fenceSession)
-			// A master that is in fact alive either reads the newer
-			// generation within its watch period and steps down, or
-			// cannot confirm its own within ackBound and acknowledges
-			// nothing: after ackBound it takes no puts either way.
-			if err := clock.Sleep(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
-				return fmt.Errorf("promote: %w", err)
-			}
-			p.fenceWaited = true
-			b.log.Warn("FAILOVER: removed the dead master's node instead of waiting for its session to expire; a master that is in fact alive acknowledges nothing and steps down at the newer generation",
-				"session", rep.FencedSession, "generation", gen)
+		done, err := b.takeOverFromDeadMaster(ctx, p)
+		if done || err != nil {
+			return err
 		}
 	}
 	if o.Auto && rep.FencedSession == "" && !p.fenceWaited {
@@ -381,6 +366,49 @@ func (b *Bundle) registerPromoted(ctx context.Context, p *promotion) error {
 		return fmt.Errorf("promote: register as master in ZooKeeper (this site ships its log at generation %d but takes no puts): %w", gen, err)
 	}
 	return nil
+}
+
+// takeOverFromDeadMaster registers this site as master of p.gen in place
+// of the dead master whose session p.fenceSession still holds the master
+// node, instead of waiting for that session to expire; false when that
+// session holds no master node (any more). The generation is raised: a
+// master that is in fact alive either reads the newer generation within
+// its watch period and steps down, or cannot confirm its own within
+// ackBound and acknowledges nothing, so after ackBound it takes no puts
+// either way. Only then are the dead master's node and its topics' master
+// entries replaced by this site's, in one multi
+// (registry.BecomeMasterFrom): removing the node first left ZooKeeper
+// listing <id>-m under topics-pub with no master node for the whole
+// ackBound (3 s with 30 s sessions), and a client reading the listing then
+// found a partition without a master.
+func (b *Bundle) takeOverFromDeadMaster(ctx context.Context, p *promotion) (bool, error) {
+	rep := &p.rep
+	path := b.Registry.Paths().Broker(b.Config().System.BrokerID, -1)
+	ok, st, err := b.Registry.Exists(ctx, path)
+	if err != nil {
+		return false, fmt.Errorf("promote: read the master node %s: %w", path, err)
+	}
+	if !ok || st.EphemeralOwner != p.fenceSession {
+		return false, nil
+	}
+	if !p.fenceWaited {
+		if err := clock.Sleep(ctx, ackBound(b.Config().ZooKeeper.SessionTimeout)); err != nil {
+			return false, fmt.Errorf("promote: %w", err)
+		}
+		p.fenceWaited = true
+	}
+	if _, err := b.clampConsumerOffsets(ctx, rep.Ends); err != nil {
+		b.log.Warn("FAILOVER: checking consumer offsets against this site's ends", "err", err)
+	}
+	// Producers and consumers that follow ZooKeeper move here.
+	if err := b.Registry.BecomeMasterFrom(ctx, p.fenceSession); err != nil {
+		return false, fmt.Errorf("promote: register as master in ZooKeeper in place of the dead master's session 0x%x (this site ships its log at generation %d but takes no puts): %w",
+			p.fenceSession, p.gen, err)
+	}
+	rep.FencedSession = fmt.Sprintf("0x%x", p.fenceSession)
+	b.log.Warn("FAILOVER: removed the dead master's node instead of waiting for its session to expire, in one step with this site's registration; a master that is in fact alive acknowledges nothing and steps down at the newer generation",
+		"session", rep.FencedSession, "generation", p.gen)
+	return true, nil
 }
 
 // registerHandedOver registers this site as master of p.gen in ZooKeeper

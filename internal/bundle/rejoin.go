@@ -2,11 +2,13 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"metaq/broker/registry"
 	"metaq/georeplicator"
 	"metaq/internal/siterole"
 	"metaq/topology"
@@ -57,6 +59,7 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 	var (
 		newer   uint64 // the generation that took over; 0 while none
 		lastWhy string
+		held    int // a slaveId whose node another live session holds; 0 if none
 	)
 	for {
 		select {
@@ -83,7 +86,7 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 		if b.failover.role.Busy() != siterole.None {
 			continue
 		}
-		d, why := b.rejoinTarget(ctx, newer)
+		d, why := b.rejoinTarget(ctx, newer, held)
 		if d == nil {
 			if why != lastWhy {
 				b.log.Warn("FAILOVER: this master stepped down; waiting to learn where the new master is", "generation", newer, "why", why)
@@ -92,6 +95,12 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 			continue
 		}
 		if err := b.Demote(ctx, *d); err != nil {
+			if errors.Is(err, registry.ErrBrokerNodeHeld) {
+				// Another slave registered with this slaveId (a site whose
+				// session expired took it back, or took it meanwhile): the
+				// next attempt takes a free one instead of waiting for ever.
+				held = d.SlaveID
+			}
 			if msg := err.Error(); msg != lastWhy {
 				b.log.Error("FAILOVER: rejoining as a slave of the new master failed; retrying", "generation", newer, "err", err)
 				lastWhy = msg
@@ -101,15 +110,16 @@ func (b *Bundle) runRejoin(ctx context.Context) {
 		b.log.Warn("FAILOVER: this former master rejoined as a slave of the master of generation "+strconv.FormatUint(newer, 10)+
 			"; records it held beyond that master's promotion are cut and saved under <dataPath>/replication/unreplicated when it connects (list them with `metaq-server unreplicated`)",
 			"slaveId", d.SlaveID, "master", d.NewMaster)
-		newer, lastWhy = 0, ""
+		newer, lastWhy, held = 0, "", 0
 	}
 }
 
 // rejoinTarget is the demotion that makes this master a slave of the
 // master of generation newer (or a later one), or nil and why not yet. With
 // ZooKeeper the receiver finds the master there; without it, gossip must
-// name its replication address.
-func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, string) {
+// name its replication address. A slaveId recorded before is kept, but
+// for held: one whose node another live session was found to hold.
+func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64, held int) (*Demotion, string) {
 	brokerID := b.Config().System.BrokerID
 	d := &Demotion{NewMaster: fmt.Sprintf("(the master of generation %d)", newer), Generation: newer}
 	var gossip *topology.Topology
@@ -132,7 +142,9 @@ func (b *Bundle) rejoinTarget(ctx context.Context, newer uint64) (*Demotion, str
 	}
 	if r := b.persistedSlaveRole(); r != nil {
 		d.SlaveID, d.Group = r.SlaveID, r.SlaveGroup // as before: this site was a slave once already
-		return d, ""
+		if r.SlaveID != held {
+			return d, ""
+		}
 	}
 	id, err := b.rejoinSlaveID(ctx, gossip)
 	if err != nil {
