@@ -555,3 +555,36 @@ func TestTailCapFor(t *testing.T) {
 		}
 	}
 }
+
+// A new partition's small first tail, once full, grows to its share of the
+// tail budget in one step, not by doubling (at 10,000 partitions 16, 32, 64
+// and 128 entries per partition where the share is 78).
+func TestFullFirstTailGrowsToItsShare(t *testing.T) {
+	const block, budget, parts = 256, 2000, 20
+	s := openT(t, Options{blockEntries: block, tailBudget: budget})
+	for p := 0; p < parts; p++ {
+		mustAppend(t, s, "g", p, "first")
+	}
+	tailCap := func(p int) (int, int) {
+		pt := s.lookup("g", p)
+		pt.mu.Lock()
+		defer pt.mu.Unlock()
+		return len(pt.tail), cap(pt.tail)
+	}
+	want := tailCapFor(parts, budget, block) // 150
+	for i := 1; i <= minTailCap; i++ {
+		mustAppend(t, s, "g", 1, fmt.Sprintf("r%d", i))
+	}
+	if n, c := tailCap(1); n != minTailCap+1 || c != want {
+		t.Fatalf("first tail past %d entries: %d entries, room for %d; want %d in %d", minTailCap, n, c, minTailCap+1, want)
+	}
+	for i := minTailCap + 1; i < want; i++ {
+		mustAppend(t, s, "g", 1, fmt.Sprintf("r%d", i))
+	}
+	if n, c := tailCap(1); n != want || c != want {
+		t.Fatalf("tail at its share: %d entries, room for %d; want %d in %d (no regrowth)", n, c, want, want)
+	}
+	if got := decodeAll(t, readAll(t, s, "g", 1)); len(got) != want {
+		t.Fatalf("g-1: %d records, want %d", len(got), want)
+	}
+}

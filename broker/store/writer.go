@@ -676,12 +676,8 @@ func (s *Store) process(batch []*request) {
 		}
 		for _, pc := range w.pend {
 			pc.p.mu.Lock()
-			if cap(pc.p.tail) == 0 && !pc.fill {
-				// One allocation for the tail's share of the budget instead
-				// of growing it from one entry, a copy and a garbage array
-				// per doubling: at 10,000 partitions seven per partition
-				// after every roll, as every tail starts empty again.
-				pc.p.tail = make([]idxEntry, 0, w.tailCap)
+			if !pc.fill {
+				pc.p.tailRoomLocked(w.tailCap)
 			}
 			if pc.fill {
 				pc.p.fillLocked(pc.fillOff, pc.n, pc.pos, pc.ms)
