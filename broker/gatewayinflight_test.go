@@ -161,6 +161,24 @@ func heldGatewayWith(t *testing.T, mod func(*Options), gmod func(*GatewayOptions
 	return m, slave, g
 }
 
+// fillGatewayBound sends, on a new connection to slave, as many puts of
+// body to partition 0 as the gateway's bound of bound bytes lets through,
+// and returns the connection once the held master m has got them all.
+func fillGatewayBound(t *testing.T, m *heldMaster, slave *testBroker, body string, bound int) *client {
+	t.Helper()
+	n := bound / len(body)
+	a := dial(t, slave.Addr())
+	var buf []byte
+	for i := range n {
+		buf = putCmd("test", 0, body, int32(i+1)).AppendTo(buf)
+	}
+	a.send(buf)
+	if got := m.waitFor(n, 20*time.Second); got != n {
+		t.Fatalf("the master got %d puts of connection a, want %d", got, n)
+	}
+	return a
+}
+
 // TestGatewayPipelinesBeyondMaxInFlight: a producer connection's forwarded
 // puts are not bounded by MaxInFlight while they wait for the master's
 // answers (a WAN round trip): with 16 in flight at most per connection,
@@ -353,15 +371,7 @@ func TestGatewayBoundsBytesInFlight(t *testing.T) {
 		o.MaxWait = 2 * time.Second
 	})
 	body := strings.Repeat("x", size)
-	a := dial(t, slave.Addr())
-	var buf []byte
-	for i := range bound / size {
-		buf = putCmd("test", 0, body, int32(i+1)).AppendTo(buf)
-	}
-	a.send(buf)
-	if got := m.waitFor(bound/size, 20*time.Second); got != bound/size {
-		t.Fatalf("the master got %d puts of connection a, want %d", got, bound/size)
-	}
+	a := fillGatewayBound(t, m, slave, body, bound)
 	b := dial(t, slave.Addr())
 	b.send(putCmd("test", 1, body, 100).AppendTo(nil))
 	if r := b.result(); r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "forwardMaxInFlightBytes") {
@@ -450,15 +460,7 @@ func TestGatewayBoundReloads(t *testing.T) {
 	m, slave, g := heldGatewayWith(t, nil, func(o *GatewayOptions) { o.MaxInFlightBytes = bound })
 	defer m.release()
 	body := strings.Repeat("x", size)
-	a := dial(t, slave.Addr())
-	var buf []byte
-	for i := range bound / size {
-		buf = putCmd("test", 0, body, int32(i+1)).AppendTo(buf)
-	}
-	a.send(buf)
-	if got := m.waitFor(bound/size, 20*time.Second); got != bound/size {
-		t.Fatalf("the master got %d puts of connection a, want %d", got, bound/size)
-	}
+	fillGatewayBound(t, m, slave, body, bound)
 	b := dial(t, slave.Addr())
 	b.send(putCmd("test", 1, body, 100).AppendTo(nil))
 	ch, err := slave.Reload(gatewayConfig(t, fmt.Sprintf("[site]\nforwardPuts=true\nforwardMaxInFlightBytes=%d", 2*bound)))
