@@ -15,7 +15,9 @@ import (
 // master entry points at: that site's replica while it is alive, healthy,
 // reported ok by its master and at most maxLag behind (0 = the LaggingAfter
 // threshold), else the real master; while the master is down, the nearest
-// alive replica. Broker ids gossip knows nothing alive for are left out (the
+// alive replica. A replica whose link to the master broke while the master's
+// last report still has it ok counts as healthy (masterWentSilent): the
+// master may be dead before gossip says so. Broker ids gossip knows nothing alive for are left out (the
 // view writer then keeps ZooKeeper's own master). URLs are meta://host:port.
 func (t *Topology) ViewTargets(site string, maxLag time.Duration) map[int]string {
 	if maxLag <= 0 {
@@ -37,6 +39,11 @@ func viewTargets(members []Member, site string, maxLag time.Duration) map[int]st
 	out := map[int]string{}
 	for id := range ids {
 		reps := replicasOf(members, id)
+		for i, r := range reps {
+			if masterWentSilent(r) {
+				reps[i].Healthy = true
+			}
+		}
 		// "Caught up" for an unmodified consumer means the master reports the
 		// slave ok, not merely within a lag budget.
 		var ok []Replica
@@ -55,6 +62,22 @@ func viewTargets(members []Member, site string, maxLag time.Duration) map[int]st
 		}
 	}
 	return out
+}
+
+// masterWentSilent reports whether slave r's own word and its master's
+// disagree in the way a dead master leaves them: r (alive, storage fine)
+// says its replication link is down while the master's last gossiped report
+// still has r connected and ok. A master that is alive reports a slave whose
+// link broke as down (LagDown) within a gossip round; a killed one's report
+// stays frozen until gossip declares it suspect, seconds later. For a view
+// such a replica still counts as healthy: moving the view's entry to the
+// master then named a dead address to the producers on the view (MetaQ
+// 1.4.6's producer waits 10 s on its ZooKeeper event thread for each dead
+// address it reads), while the site's bundle keeps taking their puts and
+// forwards them to whichever master is current. Consumers keep reading the
+// replica until the master confirms the break.
+func masterWentSilent(r Replica) bool {
+	return !r.Master && r.Alive && r.LinkDown && r.LagKnown && r.Lag.State == LagOK
 }
 
 // IsViewKeeper reports whether this bundle should write site's view now
