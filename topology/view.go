@@ -321,6 +321,26 @@ func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWri
 func (t *Topology) ServeURLDown(url string) bool { return serveURLDown(t.Members(), url) }
 
 func serveURLDown(members []Member, url string) bool {
+	served, alive, suspect := serveURLState(members, url)
+	return served && !alive && !suspect
+}
+
+// ServeURLNotAlive reports whether gossip does not hold the bundle serving
+// url alive now: a member serves it and none serving it is alive (each is
+// suspect or declared down). A url
+// no member serves is not reported. A site view wakes its producers only
+// while no entry names such a url (registry.SiteViewOptions.NotAlive).
+func (t *Topology) ServeURLNotAlive(url string) bool { return serveURLNotAlive(t.Members(), url) }
+
+func serveURLNotAlive(members []Member, url string) bool {
+	served, alive, _ := serveURLState(members, url)
+	return served && !alive
+}
+
+// serveURLState reports whether a member serves url, whether one serving it
+// is alive, and whether one is suspect and not a master a newer generation
+// (not down) superseded.
+func serveURLState(members []Member, url string) (served, alive, suspect bool) {
 	addr := strings.TrimPrefix(url, "meta://")
 	newest := map[int]uint64{} // by brokerId: the newest generation of a master not down
 	for _, m := range members {
@@ -328,17 +348,15 @@ func serveURLDown(members []Member, url string) bool {
 			newest[m.Meta.BrokerID] = max(newest[m.Meta.BrokerID], m.Meta.Generation)
 		}
 	}
-	down := false
 	for _, m := range members {
 		// Folded: a site view may name a host in another case (registry.SiteView).
 		if addr == "" || !strings.EqualFold(strings.TrimPrefix(m.Meta.ServeURL, "meta://"), addr) {
 			continue
 		}
+		served = true
 		superseded := m.Meta.Role == RoleMaster && m.Meta.Generation < newest[m.Meta.BrokerID]
-		if m.State == StateAlive || (m.State == StateSuspect && !superseded) {
-			return false
-		}
-		down = true
+		alive = alive || m.State == StateAlive
+		suspect = suspect || (m.State == StateSuspect && !superseded)
 	}
-	return down
+	return served, alive, suspect
 }
