@@ -297,11 +297,13 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 		}()
 		return ch
 	}
-	woke := func(ch <-chan struct{}) bool {
+	// woke waits up to d for the producers' watch: long when a wake is
+	// expected, short when none is.
+	woke := func(ch <-chan struct{}, d time.Duration) bool {
 		select {
 		case <-ch:
 			return true
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(d):
 			return false
 		}
 	}
@@ -333,14 +335,14 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 	// bj is killed: master 0 declared down, master 1 still suspect.
 	dead, notAlive = []string{m0}, []string{m0, m1}
 	apply(map[int]string{0: r0, 1: m1})
-	if woke(w) {
+	if woke(w, 500*time.Millisecond) {
 		t.Fatalf("the producers were woken while id 1's entry names suspect %s: they read %v", m1, entries())
 	}
 
 	// Master 1 is declared down too: one wake, live addresses only.
 	dead = []string{m0, m1}
 	apply(map[int]string{0: r0, 1: r1})
-	if !woke(w) {
+	if !woke(w, 10*time.Second) {
 		t.Fatal("the producers were not woken once every entry named a live address")
 	}
 	if got := entries(); fmt.Sprint(got) != fmt.Sprint([]string{r0, r1}) {
@@ -348,7 +350,7 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 	}
 	w = watch()
 	apply(map[int]string{0: r0, 1: r1})
-	if woke(w) {
+	if woke(w, 500*time.Millisecond) {
 		t.Fatal("a steady apply woke the producers again")
 	}
 }
