@@ -49,7 +49,9 @@
 // (registry.SiteViewRoot), written by registry.SiteView and kept current by
 // RunView: for every broker id, brokers/ids/<id>/master points at the site's
 // replica while it is healthy and caught up (master reports it ok and within
-// MaxLag), and at the real master otherwise; topics-sub, topics-pub and
+// MaxLag), and at the real master otherwise; a replica whose link to the
+// master broke while the master's last report still has it ok stays (the
+// master may be dead before gossip says so); topics-sub, topics-pub and
 // topics are mirrored as <id>-m entries. The one-line change for a Java
 // consumer in site hf is its zkRoot:
 //
@@ -62,7 +64,10 @@
 // dead (Topology.ServeURLDown: a member serving it is down, none alive or
 // suspect; a suspect master superseded by a newer generation counts as
 // down), registry.SiteView re-creates a marker there and the producers
-// move to the view's current address.
+// move to the view's current address, once no entry of the view names an
+// address gossip does not hold alive (Topology.ServeURLNotAlive): a woken
+// MetaQ 1.4.6 producer reads every broker id's entry and waits 10 s for
+// each dead one.
 //
 // The consumer writes its group's registration, ownership and offsets under
 // the root it uses, so a group consuming through a view keeps its offsets at

@@ -22,6 +22,10 @@ type Replica struct {
 	Alive bool
 	// Healthy is storage and replication ok.
 	Healthy bool
+	// LinkDown is a slave's own word that its replication link to the
+	// master is down while its storage is fine (its only reason for not
+	// being Healthy).
+	LinkDown bool
 	// Lag is the master's figure for this slave; LagKnown is false when the
 	// master is not in gossip or reported no entry for it.
 	Lag      LagSummary
@@ -227,6 +231,7 @@ func replicasOf(members []Member, brokerID int) []Replica {
 			Alive:   m.State == StateAlive,
 			Healthy: m.Healthy(),
 		}
+		r.LinkDown = m.Meta.Role == RoleSlave && m.Meta.Health.StorageOK && !m.Meta.Health.ReplicationOK
 		if r.Master {
 			r.SlaveID = -1
 		} else if l, ok := lag[r.SlaveID]; ok && masterAlive {

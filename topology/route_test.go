@@ -254,3 +254,36 @@ func routesTo(r client.Router, req *client.RouteRequest) func(want string) func(
 		}
 	}
 }
+
+// TestViewTargetsKeepReplicaWhenMasterWentSilent: right after kill -9 of a
+// master, its slave in gz says its link is down while gossip still holds
+// the master alive with its last report (gz ok): gz's view keeps gz's
+// replica instead of naming the master, which may be dead (producers on the
+// view would wait 10 s for it). Once the master, alive, reports the slave
+// down, or the slave is behind for another reason, the view names the master.
+func TestViewTargetsKeepReplicaWhenMasterWentSilent(t *testing.T) {
+	members := func(lag LagState, gzHealth Health) []Member {
+		return []Member{
+			{Name: "bj-1-m", State: StateAlive, Meta: Meta{Site: "bj", BrokerID: 1, SlaveID: -1, ServeURL: "meta://bj:1",
+				Health: Health{true, true}, Lag: []LagSummary{{SlaveGroup: "g-gz", SlaveID: 2, State: lag}}}},
+			{Name: "gz-1-s2", State: StateAlive, Meta: Meta{Site: "gz", Role: RoleSlave, BrokerID: 1, SlaveID: 2, ServeURL: "meta://gz:1", Health: gzHealth}},
+		}
+	}
+	cases := []struct {
+		name     string
+		lag      LagState
+		gzHealth Health
+		want     string
+	}{
+		{"caught up", LagOK, Health{true, true}, "meta://gz:1"},
+		{"link down, the master's report still ok", LagOK, Health{true, false}, "meta://gz:1"},
+		{"link down, the master reports it down", LagDown, Health{true, false}, "meta://bj:1"},
+		{"lagging, link up", LagLagging, Health{true, true}, "meta://bj:1"},
+		{"storage failed", LagOK, Health{false, false}, "meta://bj:1"},
+	}
+	for _, c := range cases {
+		if got := viewTargets(members(c.lag, c.gzHealth), "gz", time.Minute)[1]; got != c.want {
+			t.Errorf("%s: gz's view names %s, want %s", c.name, got, c.want)
+		}
+	}
+}

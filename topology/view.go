@@ -15,7 +15,9 @@ import (
 // master entry points at: that site's replica while it is alive, healthy,
 // reported ok by its master and at most maxLag behind (0 = the LaggingAfter
 // threshold), else the real master; while the master is down, the nearest
-// alive replica. Broker ids gossip knows nothing alive for are left out (the
+// alive replica. A replica whose link to the master broke while the master's
+// last report still has it ok counts as healthy (masterWentSilent): the
+// master may be dead before gossip says so. Broker ids gossip knows nothing alive for are left out (the
 // view writer then keeps ZooKeeper's own master). URLs are meta://host:port.
 func (t *Topology) ViewTargets(site string, maxLag time.Duration) map[int]string {
 	if maxLag <= 0 {
@@ -37,6 +39,11 @@ func viewTargets(members []Member, site string, maxLag time.Duration) map[int]st
 	out := map[int]string{}
 	for id := range ids {
 		reps := replicasOf(members, id)
+		for i, r := range reps {
+			if masterWentSilent(r) {
+				reps[i].Healthy = true
+			}
+		}
 		// "Caught up" for an unmodified consumer means the master reports the
 		// slave ok, not merely within a lag budget.
 		var ok []Replica
@@ -55,6 +62,22 @@ func viewTargets(members []Member, site string, maxLag time.Duration) map[int]st
 		}
 	}
 	return out
+}
+
+// masterWentSilent reports whether slave r's own word and its master's
+// disagree in the way a dead master leaves them: r (alive, storage fine)
+// says its replication link is down while the master's last gossiped report
+// still has r connected and ok. A master that is alive reports a slave whose
+// link broke as down (LagDown) within a gossip round; a killed one's report
+// stays frozen until gossip declares it suspect, seconds later. For a view
+// such a replica still counts as healthy: moving the view's entry to the
+// master then named a dead address to the producers on the view (MetaQ
+// 1.4.6's producer waits 10 s on its ZooKeeper event thread for each dead
+// address it reads), while the site's bundle keeps taking their puts and
+// forwards them to whichever master is current. Consumers keep reading the
+// replica until the master confirms the break.
+func masterWentSilent(r Replica) bool {
+	return !r.Master && r.Alive && r.LinkDown && r.LagKnown && r.Lag.State == LagOK
 }
 
 // IsViewKeeper reports whether this bundle should write site's view now
@@ -298,6 +321,26 @@ func (t *Topology) runViews(ctx context.Context, newWriter func(string) (ViewWri
 func (t *Topology) ServeURLDown(url string) bool { return serveURLDown(t.Members(), url) }
 
 func serveURLDown(members []Member, url string) bool {
+	served, alive, suspect := serveURLState(members, url)
+	return served && !alive && !suspect
+}
+
+// ServeURLNotAlive reports whether gossip does not hold the bundle serving
+// url alive now: a member serves it and none serving it is alive (each is
+// suspect or declared down). A url
+// no member serves is not reported. A site view wakes its producers only
+// while no entry names such a url (registry.SiteViewOptions.NotAlive).
+func (t *Topology) ServeURLNotAlive(url string) bool { return serveURLNotAlive(t.Members(), url) }
+
+func serveURLNotAlive(members []Member, url string) bool {
+	served, alive, _ := serveURLState(members, url)
+	return served && !alive
+}
+
+// serveURLState reports whether a member serves url, whether one serving it
+// is alive, and whether one is suspect and not a master a newer generation
+// (not down) superseded.
+func serveURLState(members []Member, url string) (served, alive, suspect bool) {
 	addr := strings.TrimPrefix(url, "meta://")
 	newest := map[int]uint64{} // by brokerId: the newest generation of a master not down
 	for _, m := range members {
@@ -305,17 +348,15 @@ func serveURLDown(members []Member, url string) bool {
 			newest[m.Meta.BrokerID] = max(newest[m.Meta.BrokerID], m.Meta.Generation)
 		}
 	}
-	down := false
 	for _, m := range members {
 		// Folded: a site view may name a host in another case (registry.SiteView).
 		if addr == "" || !strings.EqualFold(strings.TrimPrefix(m.Meta.ServeURL, "meta://"), addr) {
 			continue
 		}
+		served = true
 		superseded := m.Meta.Role == RoleMaster && m.Meta.Generation < newest[m.Meta.BrokerID]
-		if m.State == StateAlive || (m.State == StateSuspect && !superseded) {
-			return false
-		}
-		down = true
+		alive = alive || m.State == StateAlive
+		suspect = suspect || (m.State == StateSuspect && !superseded)
 	}
-	return down
+	return served, alive, suspect
 }

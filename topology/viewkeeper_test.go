@@ -121,3 +121,30 @@ func TestServeURLDown(t *testing.T) {
 		}
 	}
 }
+
+// TestServeURLNotAlive: an address a site view may not wake its producers
+// with is one whose every member gossip holds suspect or down.
+func TestServeURLNotAlive(t *testing.T) {
+	m := func(name, url string, state MemberState) Member {
+		return Member{Name: name, State: state, Meta: Meta{ServeURL: url}}
+	}
+	const bj, hf = "meta://127.0.0.1:8123", "meta://127.0.0.1:9123"
+	cases := []struct {
+		name    string
+		members []Member
+		url     string
+		want    bool
+	}{
+		{"alive", []Member{m("bj-1", bj, StateAlive)}, bj, false},
+		{"suspect", []Member{m("bj-1", bj, StateSuspect)}, bj, true},
+		{"down", []Member{m("bj-1", bj, StateDown)}, bj, true},
+		{"restarted on the same address", []Member{m("bj-1", bj, StateDown), m("bj-2", bj, StateAlive)}, bj, false},
+		{"in another case", []Member{m("bj-1", "meta://Bj:1", StateSuspect)}, "meta://bJ:1", true},
+		{"unknown address", []Member{m("hf-1", hf, StateDown)}, bj, false},
+	}
+	for _, c := range cases {
+		if got := serveURLNotAlive(c.members, c.url); got != c.want {
+			t.Errorf("%s: serveURLNotAlive(%s) = %t, want %t", c.name, c.url, got, c.want)
+		}
+	}
+}

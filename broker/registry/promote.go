@@ -74,7 +74,32 @@ func (r *Registry) BecomeMasterFrom(ctx context.Context, owner int64) error {
 // are there, and writing node by node (switchRoleLocked) left it so for
 // seconds on a loaded machine. The caller holds regMu; the registry is
 // still a slave's, whose switchRoleLocked then finds those nodes its own.
+//
+// A node that moves between its reads and the multi (another brokerId's new
+// master leaving owner's entries out of topics-pub as superseded, which
+// happens when a site is lost and its brokerIds are promoted together)
+// fails the multi; it reads again and retries, a few times, rather than
+// fall back to waiting out owner's session (30 s in deploy/).
 func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		took, err := r.takeOverOnceLocked(ctx, owner)
+		moved := errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, ErrNodeExists)
+		if took || !moved || attempt == takeOverAttempts {
+			return took, err
+		}
+		r.log.Info("REGISTRY: a node moved while taking the master's nodes over; reading them again", "attempt", attempt, "err", err)
+	}
+}
+
+// takeOverAttempts bounds takeOverLocked's reads and multis.
+const takeOverAttempts = 3
+
+// testHookTakeOverMulti, when set by a test, runs just before
+// takeOverOnceLocked's multi.
+var testHookTakeOverMulti func()
+
+// takeOverOnceLocked is one read and multi of takeOverLocked.
+func (r *Registry) takeOverOnceLocked(ctx context.Context, owner int64) (bool, error) {
 	if !r.state.broker {
 		return false, nil
 	}
@@ -127,6 +152,9 @@ func (r *Registry) takeOverLocked(ctx context.Context, owner int64) (bool, error
 	}
 	multi := func(ops []any) error {
 		return r.call(ctx, func() error { _, err := r.conn.Multi(ops...); return err })
+	}
+	if h := testHookTakeOverMulti; h != nil {
+		h()
 	}
 	err = multi(r.withStaleDeletes(ops, stale))
 	if len(stale) > 0 && (errors.Is(err, ErrNoNode) || errors.Is(err, zk.ErrBadVersion)) {

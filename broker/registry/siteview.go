@@ -38,6 +38,11 @@ type SiteViewOptions struct {
 	// its bundle down). Producers on the view that may still use a dead url
 	// are made to read the brokers again (see SiteView); nil: never.
 	Dead func(url string) bool
+	// NotAlive reports whether the broker serving a url is not known alive
+	// now (gossip holds it suspect or declared it down). Producers are not
+	// made to read the brokers again while any entry of the view names such
+	// a url (see SiteView); nil: every url is alive.
+	NotAlive func(url string) bool
 	// Logger receives the view's logs; nil discards.
 	Logger *slog.Logger
 }
@@ -82,6 +87,17 @@ type SiteViewOptions struct {
 // marker is deleted and created again in one multi, holding the current url
 // alone, which wakes every producer watching the topic once.
 //
+// A woken producer reads the master entry of every broker id of the topic
+// and waits up to 10 s on ZooKeeper's event thread for each address it
+// cannot connect to (ProducerZooKeeper.syncedUpdateBrokersInfo). So the view
+// wakes its producers only while no entry it names is an address
+// Options.NotAlive reports: when a whole site dies its broker ids are
+// declared dead one by one, and a producer woken for the first must not
+// read the next one's dead master (the real root leaves superseded masters
+// out of topics-pub for the same reason: ensureMasterPubLocked). The
+// markers keep the dead urls meanwhile, so the wake follows at the first
+// Apply after every entry names a live address.
+//
 // On that re-read the producer closes its connection and connects to what
 // the view names. If that were the very string it used, gecko (MetaQ
 // 1.4.6's transport, one connection per url) could refuse the new
@@ -101,13 +117,15 @@ type SiteViewOptions struct {
 //
 // Apply is safe for concurrent use (calls are serialised).
 type SiteView struct {
-	r       *Registry
-	sources []*Registry // r first, then SiteViewOptions.Sources
-	src     Paths
-	view    Paths
-	dead    func(url string) bool
-	log     *slog.Logger
-	mu      sync.Mutex
+	r        *Registry
+	sources  []*Registry // r first, then SiteViewOptions.Sources
+	src      Paths
+	view     Paths
+	dead     func(url string) bool
+	notAlive func(url string) bool
+	log      *slog.Logger
+	mu       sync.Mutex
+	waitFor  string // under mu: the url the last deferred wake waited for, "" when none
 }
 
 // NewSiteView returns a SiteView that mirrors r's root into opts.ViewRoot.
@@ -125,7 +143,7 @@ func NewSiteView(r *Registry, opts SiteViewOptions) (*SiteView, error) {
 	}
 	sources := append([]*Registry{r}, opts.Sources...)
 	return &SiteView{r: r, sources: sources, src: r.Paths(), view: Paths{Root: root}, dead: opts.Dead,
-		log: l.With("component", "siteview", "view", root)}, nil
+		notAlive: opts.NotAlive, log: l.With("component", "siteview", "view", root)}, nil
 }
 
 // Root returns the view's root.
@@ -397,10 +415,44 @@ func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts m
 		}
 	}
 	reread := map[int]bool{}
+	forms := map[int]string{}
+	wake := false
 	for id, url := range want {
-		want[id], reread[id] = pubForm(held[id], url, v.dead)
+		forms[id], reread[id] = pubForm(held[id], url, v.dead)
+		wake = wake || reread[id]
 	}
+	if wait := v.wakeBlocker(want); wake && wait != "" {
+		// Not yet: a woken producer would wait 10 s for that address.
+		for id, url := range want {
+			forms[id], reread[id] = pubForm(held[id], url, nil)
+		}
+		if v.waitFor != wait {
+			v.log.Info("SITEVIEW("+v.view.Root+"): producers not made to read the brokers again yet: an entry names an address gossip does not hold alive", "url", wait)
+		}
+		v.waitFor = wait
+	} else {
+		v.waitFor = ""
+	}
+	maps.Copy(want, forms)
 	return reread, nil
+}
+
+// wakeBlocker returns a url among want's that Options.NotAlive reports,
+// the smallest, or "" when there is none.
+func (v *SiteView) wakeBlocker(want map[int]string) string {
+	if v.notAlive == nil {
+		return ""
+	}
+	var out []string
+	for _, url := range want {
+		if v.notAlive(url) || v.notAlive(plainURL(url)) {
+			out = append(out, url)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return slices.Min(out)
 }
 
 // syncPubMarker keeps the producers' marker of broker id under a

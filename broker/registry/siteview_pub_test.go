@@ -245,3 +245,112 @@ func javaProducerBrokers(kids []string) []string {
 	}
 	return out
 }
+
+// TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive: a whole site dies,
+// and the view had named its masters of broker ids 0 and 1 (the site's own
+// replicas were behind). Gossip declares master 0 dead while master 1 is
+// still suspect: the view names the live replica for 0 but does not wake
+// its producers yet, since a woken MetaQ 1.4.6 producer would read id 1's
+// entry, still the suspect master, and wait 10 s for it. Once id 1's entry
+// names a live address too, the producers are woken once, and read live
+// addresses only.
+func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
+	root := testRoot(t)
+	viewRoot := root + "-view-gz"
+	cleanupRoot(t, root)
+	cleanupRoot(t, viewRoot)
+	ctx := context.Background()
+
+	const m0, m1 = "meta://127.0.0.1:8120", "meta://127.0.0.1:8121" // bj's masters
+	const r0, r1 = "meta://127.0.0.1:9120", "meta://127.0.0.1:9121" // gz's replicas
+	for id := range 2 {
+		o := testOptions(t, root)
+		o.BrokerID, o.SlaveID, o.Port = id, -1, 8120+id
+		master := newRegistry(t, o)
+		if err := master.RegisterBroker(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := master.RegisterTopic(ctx, "t", 2, true, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tool := newRegistry(t, testOptions(t, root))
+	var dead, notAlive []string
+	v, err := NewSiteView(tool, SiteViewOptions{ViewRoot: viewRoot,
+		Dead:     func(u string) bool { return slices.Contains(dead, u) },
+		NotAlive: func(u string) bool { return slices.Contains(notAlive, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := Paths{Root: viewRoot}
+	pub := vp.TopicsPub() + "/t"
+	watch := func() <-chan struct{} {
+		t.Helper()
+		_, w, err := tool.ChildrenW(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan struct{})
+		go func() {
+			<-w
+			close(ch)
+		}()
+		return ch
+	}
+	// woke waits up to d for the producers' watch: long when a wake is
+	// expected, short when none is.
+	woke := func(ch <-chan struct{}, d time.Duration) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	apply := func(targets map[int]string) {
+		t.Helper()
+		if _, err := v.Apply(ctx, targets); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// entries is what a woken producer reads: each id's master entry,
+	// in the plain form.
+	entries := func() []string {
+		t.Helper()
+		var out []string
+		for id := range 2 {
+			data, _, err := tool.Get(ctx, vp.Broker(id, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, plainURL(string(data)))
+		}
+		return out
+	}
+
+	apply(map[int]string{0: r0, 1: r1})
+	apply(map[int]string{0: m0, 1: m1}) // the replicas fell behind
+	w := watch()
+
+	// bj is killed: master 0 declared down, master 1 still suspect.
+	dead, notAlive = []string{m0}, []string{m0, m1}
+	apply(map[int]string{0: r0, 1: m1})
+	if woke(w, 500*time.Millisecond) {
+		t.Fatalf("the producers were woken while id 1's entry names suspect %s: they read %v", m1, entries())
+	}
+
+	// Master 1 is declared down too: one wake, live addresses only.
+	dead = []string{m0, m1}
+	apply(map[int]string{0: r0, 1: r1})
+	if !woke(w, 10*time.Second) {
+		t.Fatal("the producers were not woken once every entry named a live address")
+	}
+	if got := entries(); fmt.Sprint(got) != fmt.Sprint([]string{r0, r1}) {
+		t.Fatalf("woken producers read %v, want %v", got, []string{r0, r1})
+	}
+	w = watch()
+	apply(map[int]string{0: r0, 1: r1})
+	if woke(w, 500*time.Millisecond) {
+		t.Fatal("a steady apply woke the producers again")
+	}
+}

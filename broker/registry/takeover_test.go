@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // TestBecomeMasterFromReplacesInOneStep: a slave that takes over from a
@@ -72,5 +73,64 @@ func TestBecomeMasterFromReplacesInOneStep(t *testing.T) {
 				t.Errorf("%s after the old master's session ended: owner 0x%x %v, want the new master's 0x%x", p, st.EphemeralOwner, err, nm.SessionID())
 			}
 		}
+	}
+}
+
+// TestBecomeMasterFromRetriesWhenAnEntryMoved: when a whole site is lost
+// and its brokerIds are promoted together, another brokerId's new master
+// may delete the old master's topics-pub entries (superseded) between the
+// take-over's reads and its multi, which then fails. The take-over reads
+// again and takes the master node at once, instead of waiting for the old
+// master's session to expire (30 s in deploy/: seen as a 27 s promotion).
+func TestBecomeMasterFromRetriesWhenAnEntryMoved(t *testing.T) {
+	root := testRoot(t)
+	cleanupRoot(t, root)
+	ctx := context.Background()
+	old := newRegistry(t, testOptions(t, root))
+	old.SetURL("meta://127.0.0.1:8123")
+	if err := old.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	sopts := testOptions(t, root)
+	sopts.Port, sopts.Slave, sopts.SlaveID = 8124, true, 1
+	nm := newRegistry(t, sopts)
+	nm.SetURL("meta://127.0.0.1:8124")
+	if err := nm.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := nm.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	pub := root + "/brokers/topics-pub/orders/0-m"
+	tool := newRegistry(t, testOptions(t, root))
+	hooked := false
+	testHookTakeOverMulti = func() {
+		if hooked {
+			return
+		}
+		hooked = true
+		if err := tool.Delete(ctx, pub); err != nil {
+			t.Errorf("delete %s between the take-over's reads and its multi: %v", pub, err)
+		}
+	}
+	t.Cleanup(func() { testHookTakeOverMulti = nil })
+
+	began := time.Now()
+	if err := nm.BecomeMasterFrom(ctx, old.SessionID()); err != nil {
+		t.Fatalf("after %v: %v", time.Since(began).Round(time.Millisecond), err)
+	}
+	if !hooked {
+		t.Fatal("the take-over made no multi")
+	}
+	master := root + "/brokers/ids/0/master"
+	data, mst, err := nm.Get(ctx, master)
+	if err != nil || string(data) != "meta://127.0.0.1:8124" || mst.EphemeralOwner != nm.SessionID() {
+		t.Fatalf("master node %q owner 0x%x %v, want the new master's", data, mst.EphemeralOwner, err)
+	}
+	if _, st, err := nm.Get(ctx, pub); err != nil || st.Czxid != mst.Czxid {
+		t.Fatalf("%s: %v (created in 0x%x, the master node in 0x%x), want it created with the master node", pub, err, st.Czxid, mst.Czxid)
 	}
 }

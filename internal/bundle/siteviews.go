@@ -547,7 +547,7 @@ func (s *siteViews) siteView(site string) (*registry.SiteView, error) {
 	// dead read the brokers again (a Java producer re-reads only when
 	// topics-pub/<topic>'s children change).
 	sv, err := registry.NewSiteView(reg, registry.SiteViewOptions{ViewRoot: viewRootFor(root, site), Sources: sources,
-		Dead: s.t.ServeURLDown, Logger: s.log})
+		Dead: s.t.ServeURLDown, NotAlive: s.t.ServeURLNotAlive, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
