@@ -637,7 +637,9 @@ func (r *Registry) call(ctx context.Context, fn func() error) error {
 // the session is back (SessionRegained). A node held by another live
 // session, a fenced master's refusal or a closed registry are answers.
 func ConnectionLost(err error) bool {
-	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) ||
+	// net.ErrClosed: the library hands back the socket's own error for a
+	// request written while the connection was being closed under it.
+	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 
