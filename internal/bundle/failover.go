@@ -64,6 +64,9 @@ type failoverState struct {
 	// once it told the old master it took over, before it opens its
 	// writes (a slow step there).
 	afterHandoverTold atomic.Pointer[func()]
+	// completeFails, tests only: called at the start of every attempt of
+	// the steps after the raise (completePromotion); an error fails it.
+	completeFails atomic.Pointer[func() error]
 	// takingOver is the hold of the puts that reach this site while it
 	// takes over from a master that handed over (holdWhileTakingOver),
 	// nil when none; ended when the promotion opens writes.
@@ -680,7 +683,13 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Unlock()
 		b.holdWhileTakingOver()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
-		b.endTakeOverHold() // the promotion failed before it opened writes: the put route refuses them
+		if !errors.Is(err, ErrPromotionPending) {
+			// Failed before the raise: the put route refuses the held
+			// puts. One being finished keeps them until it opens writes
+			// (completePromotion) or the finisher ends (finishPromotion):
+			// a slave's route would pass them back to the old master.
+			b.endTakeOverHold()
+		}
 		if err != nil {
 			f.mu.Lock()
 			if f.handedFrom == origin {
