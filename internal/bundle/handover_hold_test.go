@@ -436,3 +436,30 @@ func startProducers(t *testing.T, s *sites, site, topic string, names ...string)
 	t.Cleanup(stop)
 	return prods, stop
 }
+
+// viewProducer is a syncProducer named name that sends through site's
+// view client (startViewProducers).
+type viewProducer struct{ name, site string }
+
+// startViewProducers starts a syncProducer per vps, each on its own view
+// client of its site, producing to topic until stop, which waits for them
+// (and runs at the test's end).
+func startViewProducers(t *testing.T, s *sites, topic string, vps ...viewProducer) ([]*syncProducer, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	prods := make([]*syncProducer, len(vps))
+	for i, vp := range vps {
+		c := viewClient(t, s, vp.site)
+		p := &syncProducer{name: vp.name}
+		prods[i] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runWith(ctx, c, topic)
+		}()
+	}
+	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(stop)
+	return prods, stop
+}
