@@ -237,7 +237,7 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	listing := logListing(t, s.zks["bj"], s.zkRoot, "orders")
 	prods, stop := startProducers(t, s, "bj", "orders", "p1", "p2")
 	waitAcked(t, prods, time.Time{}, 20)
-	bj, hf := s.site("bj"), s.site("hf")
+	hf := s.site("hf")
 	// bj's session, which holds its master entry of orders.
 	zc := zkClient(t, &testEnv{zk: s.zks["bj"], root: s.zkRoot})
 	_, st, err := zc.Get(context.Background(), s.zkRoot+"/brokers/topics-pub/orders/0-m")
@@ -247,29 +247,10 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	bjSession := st.EphemeralOwner
 	s.cutZK("bj")
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := bj.Switchover(sctx, "hf", "")
-		done <- err
-	}()
 	// hf takes over and registers; the producers move to it through
 	// ZooKeeper, and what they sent to bj meanwhile reached hf through bj.
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return errors.New("hf has not taken over yet")
-		}
-		return nil
-	})
-	waitAcked(t, prods, time.Now(), 20)
-	s.healZK("bj")
-	select {
-	case err := <-done:
-		t.Logf("switchover with bj's ZooKeeper cut off: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the switchover did not return")
-	}
+	err = switchoverWhileZKCut(t, s, prods, "bj", "hf")
+	t.Logf("switchover with bj's ZooKeeper cut off: %v", err)
 	stop()
 	// bj, cut off, removes nothing in ZooKeeper: its master entry goes
 	// only with its session, which ZooKeeper ends 5 s (the tests' session
@@ -435,6 +416,36 @@ func startProducers(t *testing.T, s *sites, site, topic string, names ...string)
 	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return prods, stop
+}
+
+// switchoverWhileZKCut runs `switchover -to to` at from, whose ZooKeeper
+// the caller cut off, waits for to to take over and for 20 more
+// acknowledgements of every producer, heals from's ZooKeeper and returns
+// the switchover's error once it returned.
+func switchoverWhileZKCut(t *testing.T, s *sites, prods []*syncProducer, from, to string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := s.site(from).Switchover(ctx, to, "")
+		done <- err
+	}()
+	testutil.Eventually(t, time.Minute, 20*time.Millisecond, func() error {
+		if s.site(to).promotedShipper() == nil {
+			return fmt.Errorf("%s has not taken over yet", to)
+		}
+		return nil
+	})
+	waitAcked(t, prods, time.Now(), 20)
+	s.healZK(from)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the switchover did not return")
+		return nil
+	}
 }
 
 // viewProducer is a syncProducer named name that sends through site's

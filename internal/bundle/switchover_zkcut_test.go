@@ -37,28 +37,8 @@ func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
 		}
 		return nil
 	})
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, err := bj.Switchover(sctx, "hf", "")
-		done <- err
-	}()
-	testutil.Eventually(t, time.Minute, 20*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return errors.New("hf has not taken over yet")
-		}
-		return nil
-	})
-	waitAcked(t, prods, time.Now(), 20)
-	s.healZK("bj")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("switchover with bj's ZooKeeper cut off: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the switchover did not return")
+	if err := switchoverWhileZKCut(t, s, prods, "bj", "hf"); err != nil {
+		t.Errorf("switchover with bj's ZooKeeper cut off: %v", err)
 	}
 	stop()
 	total := checkAcksAt(t, prods, hf, "hf")
