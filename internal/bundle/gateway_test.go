@@ -219,7 +219,7 @@ func TestGatewayThroughSite(t *testing.T) {
 func TestGatewaySwitchover(t *testing.T) {
 	s := forwardingSitesTimed(t, 30*time.Second, 500*time.Millisecond)
 	waitViewAt(t, s, "hf")
-	prods, stop := startViewProducers(t, s, "orders", viewProducer{"hf-a", "hf"}, viewProducer{"hf-b", "hf"})
+	prods, stop := startProducersAt(t, s, "orders", siteProducer{"hf-a", "hf", true}, siteProducer{"hf-b", "hf", true})
 	waitAcked(t, prods, time.Time{}, 20)
 	cmd := time.Now()
 	rep := s.switchover("bj", "gz")

@@ -194,22 +194,11 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 	for _, site := range []string{"bj", "gz"} {
 		waitListed(t, s, site, "orders")
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := []*syncProducer{{name: "via-bj"}, {name: "via-gz"}}
-	for i, site := range []string{"bj", "gz"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			prods[i].run(ctx, s, site, "orders")
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	prods, stop := startProducersAt(t, s, "orders", siteProducer{name: "via-bj", site: "bj"}, siteProducer{name: "via-gz", site: "gz"})
 	waitAcked(t, prods, time.Time{}, 20)
 	rep := s.switchover("bj", "hf")
 	waitAcked(t, prods, time.Now(), 20)
 	stop()
-	wg.Wait()
 
 	total := checkAcksAt(t, prods, s.site("hf"), "hf")
 	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged by two producers, %d failed", rep.WritesStopped, total, len(prods[0].errs)+len(prods[1].errs))
@@ -401,16 +390,40 @@ func logListing(t *testing.T, zk, root, topic string) *listingLog {
 // end calls it too), which waits for them.
 func startProducers(t *testing.T, s *sites, site, topic string, names ...string) ([]*syncProducer, func()) {
 	t.Helper()
+	sps := make([]siteProducer, len(names))
+	for i, n := range names {
+		sps[i] = siteProducer{name: n, site: site}
+	}
+	return startProducersAt(t, s, topic, sps...)
+}
+
+// siteProducer is a syncProducer named name that finds brokers through
+// site's ZooKeeper, or with view through site's view client.
+type siteProducer struct {
+	name, site string
+	view       bool
+}
+
+// startProducersAt starts a syncProducer per sps, each sending one put at
+// a time for topic, until stop (idempotent; the test's end calls it too),
+// which waits for them.
+func startProducersAt(t *testing.T, s *sites, topic string, sps ...siteProducer) ([]*syncProducer, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	prods := make([]*syncProducer, len(names))
-	for i, n := range names {
-		p := &syncProducer{name: n}
+	prods := make([]*syncProducer, len(sps))
+	for i, sp := range sps {
+		p := &syncProducer{name: sp.name}
 		prods[i] = p
+		run := func() { p.run(ctx, s, sp.site, topic) }
+		if sp.view {
+			c := viewClient(t, s, sp.site)
+			run = func() { p.runWith(ctx, c, topic) }
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(ctx, s, site, topic)
+			run()
 		}()
 	}
 	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
@@ -446,31 +459,4 @@ func switchoverWhileZKCut(t *testing.T, s *sites, prods []*syncProducer, from, t
 		t.Fatal("the switchover did not return")
 		return nil
 	}
-}
-
-// viewProducer is a syncProducer named name that sends through site's
-// view client (startViewProducers).
-type viewProducer struct{ name, site string }
-
-// startViewProducers starts a syncProducer per vps, each on its own view
-// client of its site, producing to topic until stop, which waits for them
-// (and runs at the test's end).
-func startViewProducers(t *testing.T, s *sites, topic string, vps ...viewProducer) ([]*syncProducer, func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := make([]*syncProducer, len(vps))
-	for i, vp := range vps {
-		c := viewClient(t, s, vp.site)
-		p := &syncProducer{name: vp.name}
-		prods[i] = p
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.runWith(ctx, c, topic)
-		}()
-	}
-	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
-	t.Cleanup(stop)
-	return prods, stop
 }

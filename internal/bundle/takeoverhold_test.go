@@ -13,26 +13,24 @@ import (
 	"metaq/internal/testutil"
 )
 
-// takeOverHoldSites is the set-up of the take-over hold tests: deploy/'s
-// layout with forwardPuts=true at every site (replication added to the
-// shared file's [replication] section), hf slow (600 ms) between telling
-// bj it took over and lifting its slave's refusal of puts, and a producer
-// on bj's and on hf's view, acknowledged 20 times each.
+// takeOverHoldSites is the set-up of the take-over hold tests:
+// switchoverDeploy (replication added to the shared file's [replication]
+// section), hf slow (600 ms) between telling bj it took over and lifting
+// its slave's refusal of puts, and a producer on bj's and on hf's view,
+// acknowledged 20 times each.
 func takeOverHoldSites(t *testing.T, replication string) (*sites, []*syncProducer, func()) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	fwd := "\n[site]\nforwardPuts=true\n"
-	spec := autoFailoverDeploy()
-	spec.replication += "sites=bj,gz,hf\n" + replication
-	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	spec := switchoverDeploy()
+	spec.replication += replication
 	s := newSites(t, spec)
 	slow := func() { time.Sleep(600 * time.Millisecond) }
 	s.site("hf").failover.afterHandoverTold.Store(&slow)
 	waitViewAt(t, s, "bj")
 	waitViewAt(t, s, "hf")
-	prods, stop := startViewProducers(t, s, "orders", viewProducer{"bj-view", "bj"}, viewProducer{"hf-view", "hf"})
+	prods, stop := startProducersAt(t, s, "orders", siteProducer{"bj-view", "bj", true}, siteProducer{"hf-view", "hf", true})
 	waitAcked(t, prods, time.Time{}, 20)
 	return s, prods, stop
 }
