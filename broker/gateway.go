@@ -730,25 +730,20 @@ func (g *Gateway) complete(fb *fwdBatch, c *fwdConn, chans []chan *wire.Result) 
 	over := false   // the wait is over: only answers already in are taken
 	silent := false // the master kept the connection open and did not answer in time
 	for k, i := range fb.left {
+		// r stays nil without an answer: a closed channel gives nil too.
 		var r *wire.Result
-		if !over {
+		if over {
 			select {
-			case res, ok := <-chans[k]:
-				if ok {
-					r = res
-				}
+			case r = <-chans[k]:
+			default:
+			}
+		} else {
+			select {
+			case r = <-chans[k]:
 			case <-timer.C:
 				over, silent = true, g.b.ctx.Err() == nil
 			case <-g.b.ctx.Done():
 				over = true
-			}
-		} else {
-			select {
-			case res, ok := <-chans[k]:
-				if ok {
-					r = res
-				}
-			default:
 			}
 		}
 		switch {

@@ -20,6 +20,10 @@ type Registration struct {
 	URL      string // meta://host:port
 	Checksum uint32 // master_config_checksum
 	Topics   map[string]TopicRegistration
+	// Problem is why the broker node is not written although Broker is
+	// set (a slave's node held by another live session after a new
+	// session), "" otherwise.
+	Problem string
 }
 
 // TopicRegistration is one registered topic's settings.
@@ -37,7 +41,7 @@ func (g Registration) Master() bool { return g.Broker && g.SlaveID < 0 }
 func (r *Registry) Registration() Registration {
 	w := r.written.Load()
 	g := Registration{BrokerID: r.opts.BrokerID, SlaveID: w.slaveID, Broker: w.broker,
-		URL: r.URL(), Checksum: w.checksum, Topics: make(map[string]TopicRegistration, len(w.topics))}
+		URL: r.URL(), Checksum: w.checksum, Topics: make(map[string]TopicRegistration, len(w.topics)), Problem: w.problem}
 	for name, t := range w.topics {
 		g.Topics[name] = TopicRegistration{NumPartitions: t.numPartitions, AcceptPublish: t.acceptPublish, AcceptSubscribe: t.acceptSub}
 	}

@@ -138,6 +138,7 @@ func (r *Registry) registerBrokerLocked(ctx context.Context) error {
 			return fmt.Errorf("registry: register broker %s: %w", path, ctx.Err())
 		}
 	}
+	r.state.problem = ""
 	if !r.master() {
 		return nil
 	}
@@ -481,7 +482,7 @@ func (r *Registry) unregister(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	r.state.broker = false
+	r.state.broker, r.state.problem = false, ""
 	r.state.topics = make(map[string]topicReg)
 	r.log.Info("REGISTRY: unregistered", "broker", BrokerString(r.opts.BrokerID, r.opts.SlaveID), "topics", len(topics))
 	if err := errors.Join(errs...); err != nil {

@@ -32,6 +32,9 @@ var (
 	// master/slave node belongs to another live session for longer than the
 	// session timeout: another process runs with the same brokerId (and slaveId).
 	ErrBrokerNodeHeld = errors.New("registry: broker node held by another session")
+	// errSlaveNodeHeld marks a re-registration that gave up on a slave
+	// node another live session holds (resyncLoop).
+	errSlaveNodeHeld = errors.New("registry: slave node held by another live session")
 	// ErrNotCurrentMaster is what Options.MasterGuard wraps when this
 	// broker is no longer its brokerId's current master: it writes no
 	// master entry, and a new session does not retry it.
@@ -193,7 +196,10 @@ type Registry struct {
 type regState struct {
 	broker   bool // RegisterBroker succeeded and UnregisterAll was not called since
 	checksum uint32
-	topics   map[string]topicReg
+	// problem is why the broker node is not written although broker is
+	// set (resyncLoop gave up on it), "" once it is written again.
+	problem string
+	topics  map[string]topicReg
 	// keptPub: topic -> this broker's slave entry under topics-pub, left in
 	// place when it became master (switchRoleLocked) for the old master,
 	// which takes its slaveId, or created by a mirror for the old master
@@ -224,12 +230,14 @@ type regSnapshot struct {
 	broker   bool
 	checksum uint32
 	topics   map[string]topicReg
+	problem  string
 }
 
 // unlockReg publishes the registration as it now stands and releases
 // regMu; every holder of regMu releases it through here.
 func (r *Registry) unlockReg() {
-	r.written.Store(&regSnapshot{slaveID: r.opts.SlaveID, broker: r.state.broker, checksum: r.state.checksum, topics: maps.Clone(r.state.topics)})
+	r.written.Store(&regSnapshot{slaveID: r.opts.SlaveID, broker: r.state.broker, checksum: r.state.checksum,
+		topics: maps.Clone(r.state.topics), problem: r.state.problem})
 	r.regMu.Unlock()
 }
 
@@ -515,6 +523,15 @@ func (r *Registry) resyncLoop() {
 				r.log.Warn("REGISTRY: not registering again as master: another master took over", "err", err)
 				break
 			}
+			if errors.Is(err, errSlaveNodeHeld) {
+				// Another live session registered this slaveId meanwhile:
+				// retrying would wait out its session timeout for ever.
+				// Registration().Problem says so until a registration
+				// writes the node again (a new session, a role change).
+				r.log.Error("REGISTRY: not registering again as slave: another live session holds its node; give this slave another slaveId, or stop the other broker",
+					"err", err)
+				break
+			}
 			r.log.Error("REGISTRY: re-registration failed, retrying", "err", err, "attempt", attempt)
 			select {
 			case <-r.quit:
@@ -545,6 +562,10 @@ func (r *Registry) reregister() error {
 	// Kept entries went with the old session.
 	r.state.keptPub = nil
 	if err := r.writeAllLocked(ctx, false); err != nil {
+		if errors.Is(err, ErrBrokerNodeHeld) && !r.master() {
+			r.state.problem = fmt.Sprintf("slave %d is not registered in ZooKeeper after a new session: %v", r.opts.SlaveID, err)
+			return fmt.Errorf("%w: %w", errSlaveNodeHeld, err)
+		}
 		return err
 	}
 	r.state.session = r.conn.SessionID()
@@ -637,7 +658,9 @@ func (r *Registry) call(ctx context.Context, fn func() error) error {
 // the session is back (SessionRegained). A node held by another live
 // session, a fenced master's refusal or a closed registry are answers.
 func ConnectionLost(err error) bool {
-	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) ||
+	// net.ErrClosed: the library hands back the socket's own error for a
+	// request written while the connection was being closed under it.
+	return errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 

@@ -45,16 +45,8 @@ func testPromotionsOfALostSite(t *testing.T, takeover bool) {
 		tap := &zktest.Tap{}
 		o := testOptions(t, root)
 		o.SessionTimeout, o.BrokerID, o.Port, o.Dialer = 30*time.Second, id, 8100+id, tap.Dial
-		old := newRegistry(t, o)
+		old, url := registerWithTopic(t, o, topic)
 		t.Cleanup(tap.Unblock) // before Close
-		url := fmt.Sprintf("meta://127.0.0.1:%d", 8100+id)
-		old.SetURL(url)
-		if err := old.RegisterBroker(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := old.RegisterTopic(ctx, topic, 2, true, true); err != nil {
-			t.Fatal(err)
-		}
 		deadSession[id] = old.SessionID()
 		tap.Block() // killed: the session and its nodes stay
 		dead[url] = true
@@ -66,15 +58,7 @@ func testPromotionsOfALostSite(t *testing.T, takeover bool) {
 	for id := 1; id <= 2 && takeover; id++ {
 		o := testOptions(t, root)
 		o.BrokerID, o.Port, o.Slave, o.SlaveID = id, 8200+id, true, 1
-		r := newRegistry(t, o)
-		url := fmt.Sprintf("meta://127.0.0.1:%d", 8200+id)
-		r.SetURL(url)
-		if err := r.RegisterBroker(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
-			t.Fatal(err)
-		}
+		r, url := registerWithTopic(t, o, topic)
 		slaves[id], news[url] = r, true
 	}
 
@@ -143,16 +127,8 @@ func testPromotionsOfALostSite(t *testing.T, takeover bool) {
 		}
 	}
 	for id := 1; id <= 2 && !takeover; id++ {
-		o := testOptions(t, root)
-		o.BrokerID, o.Port = id, 8200+id
-		nm := newRegistry(t, o)
-		url := fmt.Sprintf("meta://127.0.0.1:%d", 8200+id)
+		_, url := mirrorNewMaster(t, root, id, topic)
 		news[url] = true
-		err := nm.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: id, SlaveID: -1, Broker: true, URL: url,
-			Topics: map[string]TopicRegistration{topic: {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}}, Generation: 1})
-		if err != nil {
-			t.Fatalf("mirror of the new master of %d: %v", id, err)
-		}
 	}
 	want := func(l listing) bool {
 		if len(l.masters) != 2 {
@@ -212,15 +188,8 @@ func TestCurrentSiblingMasterStaysListed(t *testing.T) {
 		tap := &zktest.Tap{}
 		o := testOptions(t, root)
 		o.SessionTimeout, o.BrokerID, o.Port, o.Dialer = 30*time.Second, id, 8100+id, tap.Dial
-		m := newRegistry(t, o)
+		registerWithTopic(t, o, topic)
 		t.Cleanup(tap.Unblock)
-		m.SetURL(fmt.Sprintf("meta://127.0.0.1:%d", 8100+id))
-		if err := m.RegisterBroker(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.RegisterTopic(ctx, topic, 2, true, true); err != nil {
-			t.Fatal(err)
-		}
 		if id == 1 {
 			tap.Block() // brokerId 1's master is killed and promoted elsewhere
 		}
@@ -233,14 +202,7 @@ func TestCurrentSiblingMasterStaysListed(t *testing.T) {
 	if _, err := admin.RaiseGeneration(ctx, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	o := testOptions(t, root)
-	o.BrokerID, o.Port = 1, 8201
-	nm := newRegistry(t, o)
-	err := nm.Mirror(ctx, MasterMirror{Registration: Registration{BrokerID: 1, SlaveID: -1, Broker: true, URL: "meta://127.0.0.1:8201",
-		Topics: map[string]TopicRegistration{topic: {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}}, Generation: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nm, _ := mirrorNewMaster(t, root, 1, topic)
 	for id := 2; id <= 3; id++ {
 		_, st, err := admin.Get(ctx, fmt.Sprintf("%s/brokers/topics-pub/%s/%d-m", root, topic, id))
 		if err != nil || st.Czxid != entries[id].Czxid {
@@ -251,4 +213,40 @@ func TestCurrentSiblingMasterStaysListed(t *testing.T) {
 	if err != nil || st.EphemeralOwner != nm.SessionID() {
 		t.Errorf("brokerId 1's entry: owner 0x%x %v, want the new master's", st.EphemeralOwner, err)
 	}
+}
+
+// registerWithTopic starts a registry with o and registers its broker, at
+// meta://127.0.0.1:<o.Port>, and topic (2 partitions, publish and
+// subscribe); it returns the registry and the url.
+func registerWithTopic(t *testing.T, o Options, topic string) (*Registry, string) {
+	t.Helper()
+	ctx := context.Background()
+	r := newRegistry(t, o)
+	url := fmt.Sprintf("meta://127.0.0.1:%d", o.Port)
+	r.SetURL(url)
+	if err := r.RegisterBroker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+		t.Fatal(err)
+	}
+	return r, url
+}
+
+// mirrorNewMaster registers the new master of brokerId id, promoted at
+// another site, in root's ensemble through a mirror at generation 1, as
+// meta://127.0.0.1:<8200+id> with topic (2 partitions); it returns the
+// mirroring registry and the url.
+func mirrorNewMaster(t *testing.T, root string, id int, topic string) (*Registry, string) {
+	t.Helper()
+	o := testOptions(t, root)
+	o.BrokerID, o.Port = id, 8200+id
+	nm := newRegistry(t, o)
+	url := fmt.Sprintf("meta://127.0.0.1:%d", o.Port)
+	err := nm.Mirror(context.Background(), MasterMirror{Registration: Registration{BrokerID: id, SlaveID: -1, Broker: true, URL: url,
+		Topics: map[string]TopicRegistration{topic: {NumPartitions: 2, AcceptPublish: true, AcceptSubscribe: true}}}, Generation: 1})
+	if err != nil {
+		t.Fatalf("mirror of the new master of %d: %v", id, err)
+	}
+	return nm, url
 }

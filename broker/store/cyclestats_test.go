@@ -1,38 +1,19 @@
 package store
 
 import (
-	"bytes"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"metaq/internal/testutil"
 )
-
-// syncBuf is a log sink the logger goroutine writes while the test reads.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuf) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuf) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // With the debug switch set, group commits are counted with their parts
 // and logged every interval; Close stops the logger.
 func TestCycleStatsCountGroupCommits(t *testing.T) {
 	t.Setenv(cycleStatsEnv, "20ms")
-	var out syncBuf
-	s := openT(t, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	var out testutil.SyncBuffer
+	s := openT(t, Options{Logger: out.Logger()})
 	if s.cs == nil {
 		t.Fatalf("%s set, but no cycle stats", cycleStatsEnv)
 	}

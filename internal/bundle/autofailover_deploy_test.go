@@ -23,6 +23,23 @@ func autoFailoverDeploy() sitesSpec {
 		replication: "autoFailover=true\nautoFailoverAfterMs=1000\n"}
 }
 
+// forwardingEverywhere is spec with forwardPuts=true at bj, hf and gz (an
+// overlay of each; spec's own overlays are replaced).
+func forwardingEverywhere(spec sitesSpec) sitesSpec {
+	fwd := "\n[site]\nforwardPuts=true\n"
+	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	return spec
+}
+
+// switchoverDeploy is deploy/'s timing and automatic failover
+// (autoFailoverDeploy), its list of the deployment's sites
+// (deploy/common/server.ini) and forwardPuts at every site.
+func switchoverDeploy() sitesSpec {
+	spec := forwardingEverywhere(autoFailoverDeploy())
+	spec.replication += "sites=bj,gz,hf\n"
+	return spec
+}
+
 // watchMasters records, until stop, every moment two running sites are
 // master of the same generation at once; stop fails the test if it saw one.
 func (s *sites) watchMasters() (stop func()) {

@@ -574,6 +574,9 @@ type ZKStatus struct {
 	Connected        bool     `json:"connected"`
 	BrokerRegistered bool     `json:"brokerRegistered"`
 	Topics           []string `json:"topics"`
+	// Problem says why the broker is not registered when the registry gave
+	// up (a slave's node held by another live session).
+	Problem string `json:"problem,omitempty"`
 }
 
 // Status reports the bundle's state.
@@ -643,7 +646,7 @@ func (b *Bundle) Status() Status {
 			cancel()
 			reg = owned && err == nil
 		}
-		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), Connected: connected, BrokerRegistered: reg, Topics: topics}
+		s.ZooKeeper = &ZKStatus{Session: fmt.Sprintf("0x%x", b.Registry.SessionID()), Connected: connected, BrokerRegistered: reg, Topics: topics, Problem: g.Problem}
 	}
 	s.Components = map[string]any{}
 	for _, c := range b.comps {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"metaq/broker"
 	"metaq/broker/client"
 	"metaq/broker/config"
 	"metaq/broker/registry"
@@ -186,38 +187,10 @@ func TestReplicationThroughZooKeeper(t *testing.T) {
 // server.ini with a new topic reaches both sites' agents, which reload, and
 // a producer can use the topic at once.
 func TestConfigSyncComponent(t *testing.T) {
-	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=test]\n")
-	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
-	cs := mustComp[*configSyncComponent](t, master)
-	if cs.NATSURL() == "" {
-		t.Fatal("master runs no embedded NATS")
-	}
-	ship := mustComp[*shipperComponent](t, master)
-	slave := startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(), natsURL: cs.NATSURL()})
-	for _, b := range []*Bundle{master, slave} {
-		select {
-		case <-mustComp[*configSyncComponent](t, b).Agent().Ready():
-		case <-time.After(15 * time.Second):
-			t.Fatal("agent not ready")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL(), SigningKey: pushKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	master, slave, cs := configSyncSites(t, shared, "")
 	newINI := []byte(shared + "\n[topic=pushed]\nnumPartitions=2\n")
-	rep, err := cl.Push(ctx, configsync.PushOptions{File: "server.ini", Data: newINI, Sites: []string{"bj", "hf"}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("push: %v (%+v)", err, rep)
-	}
-	if f := rep.Failed(); len(f) > 0 {
-		t.Fatalf("sites failed: %v (%+v)", f, rep)
-	}
+	pushServerINI(t, cs, newINI)
 	for _, b := range []*Bundle{master, slave} {
 		if _, ok := b.Config().TopicFor("pushed"); !ok {
 			t.Errorf("%s: topic not in the running config", b.Config().Site.Name)
@@ -232,6 +205,76 @@ func TestConfigSyncComponent(t *testing.T) {
 	}
 	produce(t, master.Broker.Addr().String(), "pushed", 3, "p")
 	waitCaughtUp(t, master, slave, "pushed", 10*time.Second)
+}
+
+// TestConfigSyncForwardMaxInFlightBytes: a push of the shared server.ini
+// that sets [site] forwardMaxInFlightBytes reaches the running gateway of
+// hf, a slave site that forwards puts, without a restart (the reload was
+// tested at the broker only).
+func TestConfigSyncForwardMaxInFlightBytes(t *testing.T) {
+	shared := sharedINI("", "", "[topic=test]\n")
+	_, slave, cs := configSyncSites(t, shared, "[site]\nforwardPuts=true\n")
+	if rep := gatewayReport(slave); rep == nil || rep.MaxInFlightBytes != broker.DefaultForwardMaxInFlightBytes {
+		t.Fatalf("hf's gateway before the push: %+v, want the default bound %d", rep, broker.DefaultForwardMaxInFlightBytes)
+	}
+	const bound = 24 << 20
+	newINI := strings.Replace(shared, "[site]\noverlay=site.ini\n", fmt.Sprintf("[site]\noverlay=site.ini\nforwardMaxInFlightBytes=%d\n", bound), 1)
+	if newINI == shared {
+		t.Fatal("the shared server.ini has no [site] section to change")
+	}
+	pushServerINI(t, cs, []byte(newINI))
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if rep := gatewayReport(slave); rep == nil || rep.MaxInFlightBytes != bound {
+			return fmt.Errorf("hf's gateway after the push: %+v, want maxInFlightBytes %d", rep, bound)
+		}
+		return nil
+	})
+}
+
+// configSyncSites starts bj, a master embedding NATS, and hf, its slave
+// (slaveOverlay appended to its overlay), with shared as their server.ini,
+// and waits for both configsync agents; it returns them and bj's
+// configsync component.
+func configSyncSites(t *testing.T, shared, slaveOverlay string) (master, slave *Bundle, cs *configSyncComponent) {
+	t.Helper()
+	root := t.TempDir()
+	natsListen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	master = startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: natsListen})
+	cs = mustComp[*configSyncComponent](t, master)
+	if cs.NATSURL() == "" {
+		t.Fatal("master runs no embedded NATS")
+	}
+	ship := mustComp[*shipperComponent](t, master)
+	slave = startSite(t, filepath.Join(root, "hf"), shared, siteSpec{name: "hf", slave: true, slaveID: 1, masterAddr: ship.Addr(),
+		natsURL: cs.NATSURL(), extraOverlay: slaveOverlay})
+	for _, b := range []*Bundle{master, slave} {
+		select {
+		case <-mustComp[*configSyncComponent](t, b).Agent().Ready():
+		case <-time.After(15 * time.Second):
+			t.Fatal("agent not ready")
+		}
+	}
+	return master, slave, cs
+}
+
+// pushServerINI pushes data as server.ini to bj and hf through cs's NATS
+// and fails the test unless both took it.
+func pushServerINI(t *testing.T, cs *configSyncComponent, data []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := configsync.NewClient(ctx, configsync.ClientOptions{URL: cs.NATSURL(), SigningKey: pushKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rep, err := cl.Push(ctx, configsync.PushOptions{File: "server.ini", Data: data, Sites: []string{"bj", "hf"}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("push: %v (%+v)", err, rep)
+	}
+	if f := rep.Failed(); len(f) > 0 {
+		t.Fatalf("sites failed: %v (%+v)", f, rep)
+	}
 }
 
 // TestTopologyAndDashboard: two sites gossip; the router sends a local-first

@@ -64,6 +64,9 @@ type failoverState struct {
 	// once it told the old master it took over, before it opens its
 	// writes (a slow step there).
 	afterHandoverTold atomic.Pointer[func()]
+	// completeFails, tests only: called at the start of every attempt of
+	// the steps after the raise (completePromotion); an error fails it.
+	completeFails atomic.Pointer[func() error]
 	// takingOver is the hold of the puts that reach this site while it
 	// takes over from a master that handed over (holdWhileTakingOver),
 	// nil when none; ended when the promotion opens writes.
@@ -680,7 +683,13 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Unlock()
 		b.holdWhileTakingOver()
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
-		b.endTakeOverHold() // the promotion failed before it opened writes: the put route refuses them
+		if !errors.Is(err, ErrPromotionPending) {
+			// Failed before the raise: the put route refuses the held
+			// puts. One being finished keeps them until it opens writes
+			// (completePromotion) or the finisher ends (finishPromotion):
+			// a slave's route would pass them back to the old master.
+			b.endTakeOverHold()
+		}
 		if err != nil {
 			f.mu.Lock()
 			if f.handedFrom == origin {
@@ -1258,13 +1267,23 @@ func (b *Bundle) demote(ctx context.Context, d Demotion) error {
 // comes back first).
 const slaveRegisterRetry = 250 * time.Millisecond
 
+// slaveRegisterPatience bounds those attempts: the rejoin loop calls a
+// demotion with a context that never ends, and its next attempt starts
+// afresh (reading the target again) rather than one waiting for ever. A
+// var so that a test can shorten it.
+var slaveRegisterPatience = 30 * time.Second
+
 // registerAsSlave turns this site's registration into slave slaveID's. A
 // master that hands over while its ZooKeeper is out of reach (connection
-// cut, session running out) tries again in place until ZooKeeper answers
-// or ctx ends, instead of failing the demotion on the first failed connect.
-// Every answer that is a refusal (the node held by another live session, a
-// fence) is returned at once: the caller, or the rejoin loop, decides.
+// cut, session running out) tries again in place until ZooKeeper answers,
+// ctx ends or slaveRegisterPatience has passed, instead of failing the
+// demotion on the first failed connect. Every answer that is a refusal
+// (the node held by another live session, a fence) is returned at once:
+// the caller, or the rejoin loop, decides.
 func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
+	start := time.Now()
+	giveUp := time.NewTimer(slaveRegisterPatience)
+	defer giveUp.Stop()
 	for attempt := 1; ; attempt++ {
 		regained := b.Registry.SessionRegained()
 		err := b.Registry.BecomeSlave(ctx, slaveID)
@@ -1280,6 +1299,9 @@ func (b *Bundle) registerAsSlave(ctx context.Context, slaveID int) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (after %d attempts; %w)", err, attempt, ctx.Err())
+		case <-giveUp.C:
+			return fmt.Errorf("gave up waiting for ZooKeeper to register as slave %d: out of reach for %v, %d attempts: %w",
+				slaveID, time.Since(start).Round(time.Millisecond), attempt, err)
 		case <-regained:
 		case <-time.After(slaveRegisterRetry):
 		}

@@ -219,18 +219,7 @@ func TestGatewayThroughSite(t *testing.T) {
 func TestGatewaySwitchover(t *testing.T) {
 	s := forwardingSitesTimed(t, 30*time.Second, 500*time.Millisecond)
 	waitViewAt(t, s, "hf")
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := []*syncProducer{{name: "hf-a"}, {name: "hf-b"}}
-	for _, p := range prods {
-		c := viewClient(t, s, "hf")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.runWith(ctx, c, "orders")
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	prods, stop := startProducersAt(t, s, "orders", siteProducer{"hf-a", "hf", true}, siteProducer{"hf-b", "hf", true})
 	waitAcked(t, prods, time.Time{}, 20)
 	cmd := time.Now()
 	rep := s.switchover("bj", "gz")
@@ -246,7 +235,6 @@ func TestGatewaySwitchover(t *testing.T) {
 	})
 	waitAcked(t, prods, time.Now(), 20)
 	stop()
-	wg.Wait()
 
 	var newMasterTook time.Time // the first acknowledgement after the command
 	for _, p := range prods {

@@ -194,22 +194,11 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 	for _, site := range []string{"bj", "gz"} {
 		waitListed(t, s, site, "orders")
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	prods := []*syncProducer{{name: "via-bj"}, {name: "via-gz"}}
-	for i, site := range []string{"bj", "gz"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			prods[i].run(ctx, s, site, "orders")
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	prods, stop := startProducersAt(t, s, "orders", siteProducer{name: "via-bj", site: "bj"}, siteProducer{name: "via-gz", site: "gz"})
 	waitAcked(t, prods, time.Time{}, 20)
 	rep := s.switchover("bj", "hf")
 	waitAcked(t, prods, time.Now(), 20)
 	stop()
-	wg.Wait()
 
 	total := checkAcksAt(t, prods, s.site("hf"), "hf")
 	t.Logf("switchover: writes stopped at bj for %s; %d puts acknowledged by two producers, %d failed", rep.WritesStopped, total, len(prods[0].errs)+len(prods[1].errs))
@@ -237,7 +226,7 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	listing := logListing(t, s.zks["bj"], s.zkRoot, "orders")
 	prods, stop := startProducers(t, s, "bj", "orders", "p1", "p2")
 	waitAcked(t, prods, time.Time{}, 20)
-	bj, hf := s.site("bj"), s.site("hf")
+	hf := s.site("hf")
 	// bj's session, which holds its master entry of orders.
 	zc := zkClient(t, &testEnv{zk: s.zks["bj"], root: s.zkRoot})
 	_, st, err := zc.Get(context.Background(), s.zkRoot+"/brokers/topics-pub/orders/0-m")
@@ -247,29 +236,10 @@ func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
 	bjSession := st.EphemeralOwner
 	s.cutZK("bj")
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := bj.Switchover(sctx, "hf", "")
-		done <- err
-	}()
 	// hf takes over and registers; the producers move to it through
 	// ZooKeeper, and what they sent to bj meanwhile reached hf through bj.
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return errors.New("hf has not taken over yet")
-		}
-		return nil
-	})
-	waitAcked(t, prods, time.Now(), 20)
-	s.healZK("bj")
-	select {
-	case err := <-done:
-		t.Logf("switchover with bj's ZooKeeper cut off: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the switchover did not return")
-	}
+	err = switchoverWhileZKCut(t, s, prods, "bj", "hf")
+	t.Logf("switchover with bj's ZooKeeper cut off: %v", err)
 	stop()
 	// bj, cut off, removes nothing in ZooKeeper: its master entry goes
 	// only with its session, which ZooKeeper ends 5 s (the tests' session
@@ -420,19 +390,73 @@ func logListing(t *testing.T, zk, root, topic string) *listingLog {
 // end calls it too), which waits for them.
 func startProducers(t *testing.T, s *sites, site, topic string, names ...string) ([]*syncProducer, func()) {
 	t.Helper()
+	sps := make([]siteProducer, len(names))
+	for i, n := range names {
+		sps[i] = siteProducer{name: n, site: site}
+	}
+	return startProducersAt(t, s, topic, sps...)
+}
+
+// siteProducer is a syncProducer named name that finds brokers through
+// site's ZooKeeper, or with view through site's view client.
+type siteProducer struct {
+	name, site string
+	view       bool
+}
+
+// startProducersAt starts a syncProducer per sps, each sending one put at
+// a time for topic, until stop (idempotent; the test's end calls it too),
+// which waits for them.
+func startProducersAt(t *testing.T, s *sites, topic string, sps ...siteProducer) ([]*syncProducer, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	prods := make([]*syncProducer, len(names))
-	for i, n := range names {
-		p := &syncProducer{name: n}
+	prods := make([]*syncProducer, len(sps))
+	for i, sp := range sps {
+		p := &syncProducer{name: sp.name}
 		prods[i] = p
+		run := func() { p.run(ctx, s, sp.site, topic) }
+		if sp.view {
+			c := viewClient(t, s, sp.site)
+			run = func() { p.runWith(ctx, c, topic) }
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(ctx, s, site, topic)
+			run()
 		}()
 	}
 	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return prods, stop
+}
+
+// switchoverWhileZKCut runs `switchover -to to` at from, whose ZooKeeper
+// the caller cut off, waits for to to take over and for 20 more
+// acknowledgements of every producer, heals from's ZooKeeper and returns
+// the switchover's error once it returned.
+func switchoverWhileZKCut(t *testing.T, s *sites, prods []*syncProducer, from, to string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := s.site(from).Switchover(ctx, to, "")
+		done <- err
+	}()
+	testutil.Eventually(t, time.Minute, 20*time.Millisecond, func() error {
+		if s.site(to).promotedShipper() == nil {
+			return fmt.Errorf("%s has not taken over yet", to)
+		}
+		return nil
+	})
+	waitAcked(t, prods, time.Now(), 20)
+	s.healZK(from)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the switchover did not return")
+		return nil
+	}
 }

@@ -38,12 +38,7 @@ type javaProducerAt struct {
 // what each saw. The deployment is returned running.
 func runJavaSwitchover(tb testing.TB, cp string) (*sites, []*javaProducerAt, SwitchoverReport) {
 	tb.Helper()
-	fwd := "\n[site]\nforwardPuts=true\n"
-	// deploy/'s timing and automatic failover, and its list of the
-	// deployment's sites (deploy/common/server.ini).
-	spec := autoFailoverDeploy()
-	spec.replication += "sites=bj,gz,hf\n"
-	spec.overlays = map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}
+	spec := switchoverDeploy()
 	spec.loggers = javaSwitchoverLoggers(tb)
 	s := newSites(tb, spec)
 	prods := []*javaProducerAt{

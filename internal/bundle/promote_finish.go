@@ -230,6 +230,11 @@ func (f *failoverState) setPending(p *PendingPromotion) {
 func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 	f := &b.failover
 	rep := &p.rep
+	if h := f.completeFails.Load(); h != nil {
+		if err := (*h)(); err != nil {
+			return err
+		}
+	}
 	if !p.receiverStopped {
 		// Gossip keeps this site's position while it stops following: what
 		// the receiver applied before it stops, then up to its stop.
@@ -479,6 +484,9 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 		defer close(out.done)
 		defer end()
 		defer f.setPending(nil)
+		// A switchover's take-over hold outlives a failed first attempt
+		// (promoteOnHandover); whatever the outcome, it ends here.
+		defer b.endTakeOverHold()
 		out.rep, out.err = b.runFinishPromotion(ctx, p, now.Add(b.promoteFinishTimeout()), err)
 	}()
 }

@@ -25,9 +25,7 @@ func TestPromotionListsTheNewMaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
-	fwd := "\n[site]\nforwardPuts=true\n"
-	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, sessionTimeout: 30 * time.Second, probeInterval: 500 * time.Millisecond,
-		overlays: map[string]string{"bj": fwd, "hf": fwd, "gz": fwd}})
+	s := newSites(t, forwardingEverywhere(sitesSpec{deploy: true, perSiteZK: true, sessionTimeout: 30 * time.Second, probeInterval: 500 * time.Millisecond}))
 	s.produce("bj", "orders", 10)
 	bj, hf := s.site("bj"), s.site("hf")
 	waitCaughtUp(t, bj, hf, "orders", 30*time.Second)

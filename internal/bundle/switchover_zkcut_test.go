@@ -37,28 +37,8 @@ func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
 		}
 		return nil
 	})
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, err := bj.Switchover(sctx, "hf", "")
-		done <- err
-	}()
-	testutil.Eventually(t, time.Minute, 20*time.Millisecond, func() error {
-		if hf.promotedShipper() == nil {
-			return errors.New("hf has not taken over yet")
-		}
-		return nil
-	})
-	waitAcked(t, prods, time.Now(), 20)
-	s.healZK("bj")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("switchover with bj's ZooKeeper cut off: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the switchover did not return")
+	if err := switchoverWhileZKCut(t, s, prods, "bj", "hf"); err != nil {
+		t.Errorf("switchover with bj's ZooKeeper cut off: %v", err)
 	}
 	stop()
 	total := checkAcksAt(t, prods, hf, "hf")
@@ -128,4 +108,41 @@ func TestSwitchoverStepsDownOnceZooKeeperIsBack(t *testing.T) {
 	})
 	s.produce("bj", "orders", 20)
 	s.converged("orders")
+}
+
+// TestRegisterAsSlaveGivesUpWhileZooKeeperIsOut: the rejoin loop demotes
+// with a context that never ends, so a registration as slave that meets
+// ZooKeeper out of reach must give up by itself after
+// slaveRegisterPatience, naming what it waited for and how long, and the
+// next attempt starts afresh once ZooKeeper is back (before, it retried
+// for as long as the context lasted: for ever from the rejoin loop).
+func TestRegisterAsSlaveGivesUpWhileZooKeeperIsOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-site test skipped in -short mode")
+	}
+	old := slaveRegisterPatience
+	slaveRegisterPatience = 2 * time.Second
+	t.Cleanup(func() { slaveRegisterPatience = old })
+	s := newSites(t, sitesSpec{sites: []string{"bj"}})
+	bj := s.site("bj")
+	s.cutZK("bj")
+	done := make(chan error, 1)
+	go func() { done <- bj.registerAsSlave(context.Background(), 1) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		s.healZK("bj")
+		t.Fatalf("registering as slave with ZooKeeper cut off did not give up within a minute (patience %v)", slaveRegisterPatience)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gave up waiting for ZooKeeper to register as slave 1: out of reach for") {
+		t.Fatalf("registering as slave with ZooKeeper cut off: %v, want the wait given up and named", err)
+	}
+	t.Logf("gave up: %v", err)
+	s.healZK("bj")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bj.registerAsSlave(ctx, 1); err != nil {
+		t.Fatalf("registering as slave once ZooKeeper is back: %v", err)
+	}
 }
