@@ -74,7 +74,7 @@ func TestDefaults(t *testing.T) {
 		{"limits.maxBufferedBytes", s.Limits.MaxBufferedBytes, int64(256 << 20)},
 		{"limits.maxConnectionBufferedBytes", s.Limits.MaxConnectionBufferedBytes, int64(32 << 20)},
 		{"limits.getWaitMs", s.Limits.GetWait, time.Duration(0)},
-		{"limits.getWaitMinBytes", s.Limits.GetWaitMinBytes, int64(0)},
+		{"limits.getWaitMinBytes", s.Limits.GetWaitMinBytes, int64(256 << 10)},
 		{"limits.getWaitLingerMs", s.Limits.GetWaitLinger, 5 * time.Millisecond},
 	}
 	for _, c := range checks {

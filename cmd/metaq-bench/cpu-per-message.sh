@@ -18,7 +18,7 @@
 #   GET_WAIT_MS (our broker only; default 500): [limits] getWaitMs, how long a get at the end of its
 #   partition waits for records in the broker (0: answered 404 at once, as MetaQ's broker does; set
 #   and empty: no [limits] section, for a broker that predates the key).
-#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the default, 0 = off): [limits]
+#   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the broker's default, 262144 since issue 26, 0 on older binaries): [limits]
 #   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
 #   SERVER_LOG (optional): keep the broker's log at that path (e.g. with METAQ_STORE_CYCLE_STATS=1s in the
 #   environment, our broker logs its group commit cycle's breakdown every second; broker/store/cyclestats.go).
