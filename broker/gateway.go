@@ -21,8 +21,10 @@ package broker
 //   - sent and no answer (the connection broke, or stayed open and silent
 //     past the put's time and MaxWait more): 500, whether it is stored is
 //     unknown. A silent connection is left (a paused master keeps it
-//     open), so that the next put finds the master again. No forwarded put
-//     is answered as stored unless the master said so.
+//     open), so that the next put finds the master again; and it is left
+//     at once when the site learns of another master (FollowMaster: a
+//     promotion elsewhere). No forwarded put is answered as stored unless
+//     the master said so.
 //
 // Puts of one client connection to one partition reach the master in the
 // order they arrived here, also across a change of master: every batch is
@@ -401,6 +403,31 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 		g.retiring--
 		c.fail(why)
 	}
+}
+
+// FollowMaster tells the gateway the master's MetaQ address (host:port) as
+// its site sees it now (the bundle watches ids/<brokerId>/master): a
+// connection to another address is dropped at once, as after a refusal
+// that says the master moved, so that the next puts go to the master found
+// then instead of waiting on a paused old master until their time and
+// MaxWait are up. Puts already sent on the dropped connection keep their
+// rules (answered with what comes back within their time, else 500,
+// outcome unknown); none is sent twice. An empty address, or the address
+// of the connection in use, changes nothing.
+func (g *Gateway) FollowMaster(addr string) {
+	if addr == "" {
+		return
+	}
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
+	g.mu.Lock()
+	c := g.cur
+	g.mu.Unlock()
+	if c == nil || c.addr == addr {
+		return
+	}
+	g.b.log.Info("BROKER: the master moved; leaving the forwarding connection to the old one", "old", c.addr, "master", addr)
+	g.drop(c, fmt.Errorf("the master moved from %s to %s", c.addr, addr))
 }
 
 // dropMoved is drop for a caller that does not hold g.qmu (the outbox's

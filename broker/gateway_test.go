@@ -402,3 +402,67 @@ func TestGatewayLeavesASilentMaster(t *testing.T) {
 		t.Fatalf("the new master holds %+v at %d", recs, a.Offset)
 	}
 }
+
+// TestGatewayFollowsANewMasterAtOnce: the gateway's connection goes to a
+// master that went silent (paused) with a put in flight; the site then
+// learns that another master was promoted (FollowMaster). The next put
+// reaches the new master well within MaxWait, without waiting for the
+// silent connection's put to time out, and the put in flight is not sent
+// again to the new master (its outcome stays unknown).
+func TestGatewayFollowsANewMasterAtOnce(t *testing.T) {
+	got := make(chan struct{}, 1)
+	silent := serveConns(t, func(nc net.Conn) {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := nc.Read(buf); err != nil {
+				return
+			}
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		}
+	})
+	const maxWait = 8 * time.Second
+	master, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: maxWait})
+	target.Store(silent)
+	first := dial(t, slave.Addr())
+	first.sendCmd(putCmd("test", 0, "to the silent master", 1))
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the put never reached the silent master")
+	}
+	// Another site was promoted: ZooKeeper names it, and the site tells
+	// the gateway.
+	target.Store(master.Addr().String())
+	g.FollowMaster(master.Addr().String())
+	second := dial(t, slave.Addr())
+	began := time.Now()
+	second.sendCmd(putCmd("test", 0, "to the new master", 1))
+	// Before the put's time is up: a gateway that stays on the silent
+	// connection answers nothing until its time and MaxWait are up.
+	second.nc.SetReadDeadline(began.Add(maxWait))
+	cmd, err := second.d.Decode()
+	if err != nil {
+		t.Fatalf("no answer within MaxWait (%v) after the master moved: %v (stats %+v)", maxWait, err, g.Stats())
+	}
+	r, ok := cmd.(*wire.Result)
+	if !ok || r.Code != wire.StatusOK {
+		t.Fatalf("put after the master moved: %v", cmd)
+	}
+	t.Logf("answered by the new master after %v", time.Since(began).Round(time.Millisecond))
+	data, err := master.store.Read("test", 0, 0, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := parseRecords(t, data); len(recs) != 1 || string(recs[0].body) != "to the new master" {
+		t.Fatalf("the new master holds %+v, want only the put sent after it was named", recs)
+	}
+	// The put in flight at the silent master is still unanswered: it is
+	// not sent again, and its outcome is unknown only after its time.
+	first.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if cmd, err := first.d.Decode(); err == nil {
+		t.Fatalf("the put in flight at the silent master was answered %v before its time", cmd)
+	}
+}

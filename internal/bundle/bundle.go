@@ -341,8 +341,9 @@ func (b *Bundle) waitForEnsemble(ctx context.Context) error {
 
 // startRoleWatchers starts the goroutines that make state the bundle set up at
 // start follow the current role after a failover: the replica's put
-// refusal names the master followed now (followMasterInRefusal) and the
-// NATS record is named after the role now (followRoleInNATSRecord).
+// refusal names the master followed now (followMasterInRefusal), the
+// NATS record is named after the role now (followRoleInNATSRecord) and the
+// write gateway leaves a replaced master at once (followMasterInGateway).
 func (b *Bundle) startRoleWatchers() {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopRoleWatchers = cancel
@@ -350,6 +351,9 @@ func (b *Bundle) startRoleWatchers() {
 	b.roleWatchers.Go(func() { b.serveGatewayLinks(ctx) })
 	if b.Registry != nil {
 		b.roleWatchers.Go(func() { b.followRoleInNATSRecord(ctx) })
+		if b.opts.Mode != ModeGregor {
+			b.roleWatchers.Go(func() { b.followMasterInGateway(ctx) })
+		}
 	}
 }
 

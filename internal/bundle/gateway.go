@@ -8,12 +8,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"metaq/broker"
 	"metaq/broker/outbox"
+	"metaq/broker/registry"
 	"metaq/georeplicator"
+	"metaq/internal/backoff"
 	"metaq/topology"
 )
 
@@ -172,6 +175,61 @@ func (b *Bundle) gatewayMasterAddr(ctx context.Context) (string, error) {
 		return "", errors.New("no ZooKeeper and no masterAddress to follow: the master is not known")
 	}
 	return b.gossipResolver(sl.MasterAddress).MasterAddr(ctx)
+}
+
+// followMasterInGateway tells the write gateway the master its brokerId's
+// node in ZooKeeper (ids/<brokerId>/master) names, each time the node
+// changes: a site learns of a promotion at another site there (the new
+// master registers in every site's ensemble), and the gateway leaves its
+// connection to the old master at once (Gateway.FollowMaster) instead of
+// sending puts to a paused one until a put's time and MaxWait are up.
+// Without ZooKeeper the gateway finds the master when it has no
+// connection, as before.
+func (b *Bundle) followMasterInGateway(ctx context.Context) {
+	r := b.Registry
+	path := r.Paths().Broker(b.Config().System.BrokerID, -1)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for ctx.Err() == nil {
+		w, err := b.tellGatewayTheMaster(ctx, r, path)
+		if err != nil {
+			b.log.Debug("GATEWAY: watching the master node failed; trying again", "node", path, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry.Next()):
+			}
+			continue
+		}
+		retry.Reset()
+		select {
+		case <-ctx.Done():
+		case <-w:
+		}
+	}
+}
+
+// tellGatewayTheMaster reads the master node (watching it, or its
+// creation) and passes the master's MetaQ address to the gateway when the
+// master is another broker.
+func (b *Bundle) tellGatewayTheMaster(ctx context.Context, r *registry.Registry, path string) (registry.Watch, error) {
+	data, w, err := r.GetW(ctx, path)
+	if errors.Is(err, registry.ErrNoNode) {
+		ok, ew, err := r.ExistsW(ctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("watch %s: %w", path, err)
+		}
+		if ok {
+			return closedWatch(), nil // created meanwhile: read it
+		}
+		return ew, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	url := strings.TrimSpace(string(data))
+	if g := b.Broker.Gateway(); g != nil && url != "" && url != b.Broker.URL() {
+		g.FollowMaster(metaqHostPort(url))
+	}
+	return w, nil
 }
 
 // openOutbox opens the store-and-forward outbox, <dataPath>/outbox, when
