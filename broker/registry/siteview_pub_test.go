@@ -108,19 +108,7 @@ func TestSiteViewProducersMarker(t *testing.T) {
 	local, masterURL := "meta://127.0.0.1:9123", "meta://127.0.0.1:8123"
 
 	// watch arms a children watch on topics-pub/t, as a producer does.
-	watch := func() <-chan struct{} {
-		t.Helper()
-		_, w, err := tool.ChildrenW(ctx, pub)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan struct{})
-		go func() {
-			<-w
-			close(ch)
-		}()
-		return ch
-	}
+	watch := func() <-chan struct{} { return watchChildren(t, tool, pub) }
 	woke := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -284,19 +272,7 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 	}
 	vp := Paths{Root: viewRoot}
 	pub := vp.TopicsPub() + "/t"
-	watch := func() <-chan struct{} {
-		t.Helper()
-		_, w, err := tool.ChildrenW(ctx, pub)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan struct{})
-		go func() {
-			<-w
-			close(ch)
-		}()
-		return ch
-	}
+	watch := func() <-chan struct{} { return watchChildren(t, tool, pub) }
 	// woke waits up to d for the producers' watch: long when a wake is
 	// expected, short when none is.
 	woke := func(ch <-chan struct{}, d time.Duration) bool {
@@ -353,4 +329,20 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 	if woke(w, 500*time.Millisecond) {
 		t.Fatal("a steady apply woke the producers again")
 	}
+}
+
+// watchChildren arms a children watch on path through r, as a MetaQ
+// producer watches topics-pub/<topic>; the channel closes when it fires.
+func watchChildren(t *testing.T, r *Registry, path string) <-chan struct{} {
+	t.Helper()
+	_, w, err := r.ChildrenW(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan struct{})
+	go func() {
+		<-w
+		close(ch)
+	}()
+	return ch
 }

@@ -86,24 +86,10 @@ func TestBecomeMasterFromRetriesWhenAnEntryMoved(t *testing.T) {
 	root := testRoot(t)
 	cleanupRoot(t, root)
 	ctx := context.Background()
-	old := newRegistry(t, testOptions(t, root))
-	old.SetURL("meta://127.0.0.1:8123")
-	if err := old.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
-		t.Fatal(err)
-	}
+	old, _ := registerWithTopic(t, testOptions(t, root), "orders")
 	sopts := testOptions(t, root)
 	sopts.Port, sopts.Slave, sopts.SlaveID = 8124, true, 1
-	nm := newRegistry(t, sopts)
-	nm.SetURL("meta://127.0.0.1:8124")
-	if err := nm.RegisterBroker(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := nm.RegisterTopic(ctx, "orders", 2, true, true); err != nil {
-		t.Fatal(err)
-	}
+	nm, _ := registerWithTopic(t, sopts, "orders")
 	pub := root + "/brokers/topics-pub/orders/0-m"
 	tool := newRegistry(t, testOptions(t, root))
 	hooked := false
