@@ -17,7 +17,10 @@ package broker
 //     sent again to the master ZooKeeper names then, until the put's time
 //     (GatewayOptions.MaxWait) is up;
 //   - not sent (no master known, the connection could not be opened): sent
-//     again until its time is up, then answered 503, not stored;
+//     again until its time is up, then answered 503, not stored. The
+//     connection is dialed with no gateway lock held, one dial at a time;
+//     a put waits for it at most until its time is up, whatever the
+//     dial's own bound (a frozen master's handshake);
 //   - sent and no answer (the connection broke, or stayed open and silent
 //     past the put's time and MaxWait more): 500, whether it is stored is
 //     unknown. A silent connection is left (a paused master keeps it
@@ -542,8 +545,11 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 // then instead of waiting on a paused old master until their time and
 // MaxWait are up. Puts already sent on the dropped connection keep their
 // rules (answered with what comes back within their time, else 500,
-// outcome unknown); none is sent twice. An empty address, or the address
-// of the connection in use, changes nothing.
+// outcome unknown); none is sent twice. A dial to another address in
+// progress is given up at once (a frozen old master accepts TCP and never
+// answers the handshake): the puts waiting for it ask for the master
+// again, and a connection it opens later is closed. An empty address, or
+// the address of the connection in use, changes nothing.
 func (g *Gateway) FollowMaster(addr string) {
 	if addr == "" {
 		return

@@ -503,8 +503,10 @@ func (f *frozenMaster) dial(ctx context.Context, addr string) (net.Conn, error) 
 	f.mu.Unlock()
 	f.handshaking <- struct{}{}
 	nc.SetDeadline(time.Now().Add(fakeHandshakeTimeout))
-	if _, err := nc.Write([]byte{0xA8, 'P'}); err == nil {
-		_, err = nc.Read(make([]byte, 1))
+	if _, err = nc.Write([]byte{0xA8, 'P'}); err == nil {
+		if _, err = nc.Read(make([]byte, 1)); err == nil {
+			err = errors.New("a frozen master answered")
+		}
 	}
 	nc.Close()
 	return nil, fmt.Errorf("handshake with %s: %w", addr, err)
