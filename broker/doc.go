@@ -151,6 +151,9 @@
 // answered with no hold or gateway lock held. The gateway queues a batch's
 // frames under Gateway.qmu (the order of sends) in linkWriter.mu, a leaf;
 // its connection's writer goroutine writes them with no gateway lock held.
+// It dials the master with no gateway lock held either (one dial at a
+// time, Gateway.dialing under Gateway.mu; FollowMaster gives up a dial to
+// another address under Gateway.mu alone, before it takes Gateway.qmu).
 // inFlightBytes.mu (the gateway-wide bound on forwarded bytes) is a leaf. Broker.mu, topicTable.mu,
 // statsCounters.mu, conn.storedMu, wokenGets.mu (a connection's gets whose
 // wait at the end of their partition ended: getwait.go), serialQueues.mu, byteBudget.mu (only

@@ -17,7 +17,10 @@ package broker
 //     sent again to the master ZooKeeper names then, until the put's time
 //     (GatewayOptions.MaxWait) is up;
 //   - not sent (no master known, the connection could not be opened): sent
-//     again until its time is up, then answered 503, not stored;
+//     again until its time is up, then answered 503, not stored. The
+//     connection is dialed with no gateway lock held, one dial at a time;
+//     a put waits for it at most until its time is up, whatever the
+//     dial's own bound (a frozen master's handshake);
 //   - sent and no answer (the connection broke, or stayed open and silent
 //     past the put's time and MaxWait more): 500, whether it is stored is
 //     unknown. A silent connection is left (a paused master keeps it
@@ -138,8 +141,14 @@ type Gateway struct {
 	mu     sync.Mutex
 	cur    *fwdConn
 	closed bool
-	opaque atomic.Int32
-	stats  struct {
+	// dialing is the dial in progress (conn), run with no gateway lock
+	// held; followed is the master FollowMaster was last told, follows
+	// counts its changes.
+	dialing  *gwDial
+	followed string
+	follows  uint64
+	opaque   atomic.Int32
+	stats    struct {
 		forwarded, notSent, unknown, retried, dials atomic.Int64
 		accepted, refused, drained, deduplicated    atomic.Int64
 		txForwarded, txLinks                        atomic.Int64
@@ -267,6 +276,7 @@ func (g *Gateway) close() {
 	g.closed = true
 	c := g.cur
 	g.cur = nil
+	g.giveUpDialLocked()
 	g.mu.Unlock()
 	if !already {
 		close(g.quit)
@@ -299,53 +309,176 @@ func (g *Gateway) current() *fwdConn {
 	return c
 }
 
-// conn returns the connection to the master, dialing it when there is none.
-func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return nil, errors.New("forwarding stopped")
+// errNoConn is post's error when there is no connection to the master:
+// the batch waits in the unsent queue while sendUnsent dials (conn) with
+// no gateway lock held.
+var errNoConn = errors.New("no connection to the master yet")
+
+// gwDial is the gateway's one dial in progress (Gateway.dialing), run on
+// a goroutine of its own with no gateway lock held, so that neither the
+// puts queued behind it nor FollowMaster wait on a master that accepts TCP
+// and never answers the handshake (a paused process).
+type gwDial struct {
+	addr   string
+	ctx    context.Context // canceled when given up, or when the dial is over
+	cancel context.CancelFunc
+	left   chan struct{} // closed when given up (the master moved, forwarding stopped)
+	done   chan struct{} // closed when the dial returned; err is set then
+	err    error
+}
+
+// givenUp says whether the dial was given up.
+func (d *gwDial) givenUp() bool {
+	select {
+	case <-d.left:
+		return true
+	default:
+		return false
 	}
-	if c := g.cur; c != nil {
-		c.mu.Lock()
-		ok := c.err == nil
-		c.mu.Unlock()
-		if ok {
+}
+
+// giveUpDialLocked gives up the dial in progress, if any: its waiters
+// look for the master again at once, and a connection it opens later is
+// closed. The caller holds g.mu.
+func (g *Gateway) giveUpDialLocked() *gwDial {
+	d := g.dialing
+	if d == nil {
+		return nil
+	}
+	g.dialing = nil
+	close(d.left)
+	d.cancel()
+	return d
+}
+
+// curLocked returns g.cur when it has not failed, else nil (and forgets a
+// failed one). The caller holds g.mu.
+func (g *Gateway) curLocked() *fwdConn {
+	c := g.cur
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	ok := c.err == nil
+	c.mu.Unlock()
+	if !ok {
+		g.cur = nil
+		return nil
+	}
+	return c
+}
+
+// conn returns the connection to the master, dialing it when there is
+// none, until ctx ends. One dial runs at a time, on its own goroutine and
+// with no gateway lock held (others wait for it, rather than each opening
+// a connection of its own); a caller stops waiting when ctx ends, whether
+// or not the dial honors its context (a handshake with a frozen master).
+func (g *Gateway) conn(ctx context.Context) (*fwdConn, error) {
+	for {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			return nil, errors.New("forwarding stopped")
+		}
+		if c := g.curLocked(); c != nil {
+			g.mu.Unlock()
 			return c, nil
 		}
-		g.cur = nil
+		d := g.dialing
+		follows := g.follows
+		g.mu.Unlock()
+		if d == nil {
+			addr, err := g.opts.Master(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("find the master: %w", err)
+			}
+			if d, err = g.startDial(addr, follows); err != nil {
+				return nil, err
+			}
+			if d == nil {
+				continue // another dial, a connection, or another master named meanwhile
+			}
+		}
+		select {
+		case <-d.done:
+			if d.err != nil && !d.givenUp() {
+				return nil, d.err
+			}
+		case <-d.left:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial the master %s: no connection within the time (%w)", d.addr, context.Cause(ctx))
+		}
 	}
-	// Dialing under g.mu: puts wait for the one connection rather than
-	// each opening its own.
-	addr, err := g.opts.Master(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("find the master: %w", err)
+}
+
+// startDial starts the dial of the master at addr, which Master gave
+// after follows FollowMaster changes, unless a dial or a connection is
+// there already or FollowMaster named another master since (nil, nil: the
+// caller looks again).
+func (g *Gateway) startDial(addr string, follows uint64) (*gwDial, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.dialing != nil || g.curLocked() != nil || (g.follows != follows && g.followed != addr) {
+		return nil, nil
 	}
+	ctx, cancel := context.WithCancel(g.b.ctx)
+	d := &gwDial{addr: addr, ctx: ctx, cancel: cancel, left: make(chan struct{}), done: make(chan struct{})}
+	if !g.b.routines.Go(func() { g.runDial(d) }) {
+		cancel()
+		return nil, ErrClosed
+	}
+	g.dialing = d
 	g.stats.dials.Add(1)
+	return d, nil
+}
+
+// runDial dials d.addr and, unless the dial was given up meanwhile, makes
+// the connection the gateway's.
+func (g *Gateway) runDial(d *gwDial) {
+	defer close(d.done)
+	defer d.cancel()
 	dial := g.opts.Dial
 	if g.opts.LinkDial != nil {
 		dial = g.opts.LinkDial
 	}
-	nc, err := dial(ctx, addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial the master %s: %w", addr, err)
+	nc, err := dial(d.ctx, d.addr)
+	g.mu.Lock()
+	if g.dialing != d {
+		// Given up: the master moved while the dial hung, or
+		// forwarding stopped.
+		g.mu.Unlock()
+		if nc != nil {
+			nc.Close()
+		}
+		d.err = fmt.Errorf("dial the master %s: given up (the master moved, or forwarding stopped)", d.addr)
+		return
 	}
-	c := &fwdConn{addr: addr, nc: nc, pending: map[int32]chan *wire.Result{}, w: newLinkWriter()}
+	g.dialing = nil
+	if err != nil {
+		g.mu.Unlock()
+		d.err = fmt.Errorf("dial the master %s: %w", d.addr, err)
+		return
+	}
+	c := &fwdConn{addr: d.addr, nc: nc, pending: map[int32]chan *wire.Result{}, w: newLinkWriter()}
 	if !g.b.routines.Go(c.readLoop) {
+		g.mu.Unlock()
 		nc.Close()
-		return nil, ErrClosed
+		d.err = ErrClosed
+		return
 	}
 	if !g.b.routines.Go(func() { c.w.loop(c) }) {
+		g.mu.Unlock()
 		c.fail(ErrClosed)
-		return nil, ErrClosed
+		d.err = ErrClosed
+		return
 	}
 	stop := context.AfterFunc(g.b.ctx, func() { c.fail(errors.New("the broker is closing")) })
 	c.mu.Lock()
 	c.stop = stop
 	c.mu.Unlock()
 	g.cur = c
-	g.b.log.Info("BROKER: forwarding connection to the master open", "master", addr)
-	return c, nil
+	g.mu.Unlock()
+	g.b.log.Info("BROKER: forwarding connection to the master open", "master", d.addr)
 }
 
 // drop stops sending on c if it is still the current connection (the
@@ -412,20 +545,37 @@ func (g *Gateway) drop(c *fwdConn, why error) {
 // then instead of waiting on a paused old master until their time and
 // MaxWait are up. Puts already sent on the dropped connection keep their
 // rules (answered with what comes back within their time, else 500,
-// outcome unknown); none is sent twice. An empty address, or the address
-// of the connection in use, changes nothing.
+// outcome unknown); none is sent twice. A dial to another address in
+// progress is given up at once (a frozen old master accepts TCP and never
+// answers the handshake): the puts waiting for it ask for the master
+// again, and a connection it opens later is closed. An empty address, or
+// the address of the connection in use, changes nothing.
 func (g *Gateway) FollowMaster(addr string) {
 	if addr == "" {
 		return
 	}
-	g.qmu.Lock()
-	defer g.qmu.Unlock()
 	g.mu.Lock()
+	if g.followed != addr {
+		g.followed = addr
+		g.follows++
+	}
+	// A dial to another address is given up at once, with no lock of the
+	// puts' (g.qmu) needed: it may hang on a frozen old master's
+	// handshake while the puts wait for it.
+	var gaveUp *gwDial
+	if d := g.dialing; d != nil && d.addr != addr {
+		gaveUp = g.giveUpDialLocked()
+	}
 	c := g.cur
 	g.mu.Unlock()
+	if gaveUp != nil {
+		g.b.log.Info("BROKER: the master moved; giving up the dial to the old one", "old", gaveUp.addr, "master", addr)
+	}
 	if c == nil || c.addr == addr {
 		return
 	}
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
 	g.b.log.Info("BROKER: the master moved; leaving the forwarding connection to the old one", "old", c.addr, "master", addr)
 	g.drop(c, fmt.Errorf("the master moved from %s to %s", c.addr, addr))
 }
@@ -604,6 +754,18 @@ func (g *Gateway) sendUnsent() {
 			fb.last = err
 		}
 		g.qmu.Unlock()
+		if errors.Is(err, errNoConn) {
+			// Dialed with no gateway lock held: later batches queue
+			// behind fb meanwhile, and FollowMaster can give the dial up.
+			// The wait ends with fb's time.
+			ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
+			_, err = g.conn(ctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			fb.last = err
+		}
 		pause := holdRetryEvery // a retiring connection: its answers come soon
 		if err != nil {
 			pause = wait.Next()
@@ -712,15 +874,9 @@ func (g *Gateway) build(fb *fwdBatch) {
 func (g *Gateway) post(fb *fwdBatch) (*fwdConn, []chan *wire.Result, error) {
 	c := g.current()
 	if c == nil {
-		// A context only to dial: one per post, under g.qmu, locked the
-		// broker context's mutex that every batch's sender shares.
-		ctx, cancel := context.WithDeadline(g.b.ctx, fb.deadline)
-		var err error
-		c, err = g.conn(ctx)
-		cancel()
-		if err != nil {
-			return nil, nil, err
-		}
+		// Not dialed here: a dial under g.qmu held every later put and
+		// FollowMaster for as long as a frozen master's handshake hung.
+		return nil, nil, errNoConn
 	}
 	chans := fb.chans
 	c.mu.Lock()

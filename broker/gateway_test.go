@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -465,4 +466,140 @@ func TestGatewayFollowsANewMasterAtOnce(t *testing.T) {
 	if cmd, err := first.d.Decode(); err == nil {
 		t.Fatalf("the put in flight at the silent master was answered %v before its time", cmd)
 	}
+}
+
+// frozenMaster is a master that accepts TCP connections (its kernel does)
+// and never answers a gateway link's handshake: a paused process. dial is
+// a LinkDial that, to that address, writes a hello and waits for the
+// answer up to a fixed handshake deadline that ignores its context, as the
+// gateway link's handshake did; other addresses are dialed plainly.
+// handshaking receives each time a handshake with it begins. The client
+// sides it opened are closed by a cleanup registered by the caller after
+// the brokers start (so the brokers' close does not wait out handshakes).
+type frozenMaster struct {
+	addr        string
+	handshaking chan struct{}
+	mu          sync.Mutex
+	open        []net.Conn
+}
+
+func newFrozenMaster(t *testing.T) *frozenMaster {
+	t.Helper()
+	f := &frozenMaster{handshaking: make(chan struct{}, 16)}
+	f.addr = serveConns(t, func(nc net.Conn) { io.Copy(io.Discard, nc) })
+	return f
+}
+
+const fakeHandshakeTimeout = 10 * time.Second
+
+func (f *frozenMaster) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || addr != f.addr {
+		return nc, err
+	}
+	f.mu.Lock()
+	f.open = append(f.open, nc)
+	f.mu.Unlock()
+	f.handshaking <- struct{}{}
+	nc.SetDeadline(time.Now().Add(fakeHandshakeTimeout))
+	if _, err = nc.Write([]byte{0xA8, 'P'}); err == nil {
+		if _, err = nc.Read(make([]byte, 1)); err == nil {
+			err = errors.New("a frozen master answered")
+		}
+	}
+	nc.Close()
+	return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+}
+
+func (f *frozenMaster) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, nc := range f.open {
+		nc.Close()
+	}
+}
+
+// TestGatewayLeavesADialToAFrozenMaster: the gateway has no connection
+// and ZooKeeper still names the old master, which is frozen (its kernel
+// accepts, the handshake never answers); while the dial hangs, the site
+// learns of the new master (FollowMaster). The puts waiting for that dial,
+// and those after them, are answered by the new master, in order, well
+// within MaxWait and the handshake's deadline: the dial does not hold the
+// gateway's locks, and FollowMaster gives it up.
+func TestGatewayLeavesADialToAFrozenMaster(t *testing.T) {
+	frozen := newFrozenMaster(t)
+	const maxWait = 4 * time.Second
+	master, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: maxWait, LinkDial: frozen.dial})
+	t.Cleanup(frozen.closeAll)
+	target.Store(frozen.addr)
+	cl := dial(t, slave.Addr())
+	cl.sendCmd(putCmd("test", 0, "waits for the dial", 1))
+	select {
+	case <-frozen.handshaking:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway never dialed the frozen master")
+	}
+	// Another site was promoted: the site's ZooKeeper names it now.
+	began := time.Now()
+	target.Store(master.Addr().String())
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		g.FollowMaster(master.Addr().String())
+	}()
+	cl.sendCmd(putCmd("test", 0, "after the promotion", 2))
+	cl.nc.SetReadDeadline(began.Add(maxWait))
+	// Answers come as the master gives them (the client matches them by
+	// opaque); the order that counts is the master's, checked below.
+	answered := map[int32]bool{}
+	for i := range 2 {
+		cmd, err := cl.d.Decode()
+		if err != nil {
+			t.Fatalf("answer %d: none within MaxWait (%v) after the new master was named, the handshake hangs for %v: %v (stats %+v)",
+				i+1, maxWait, fakeHandshakeTimeout, err, g.Stats())
+		}
+		r, ok := cmd.(*wire.Result)
+		if !ok || r.Code != wire.StatusOK || answered[r.Opaque] {
+			t.Fatalf("answer %d after the master moved: %v", i+1, cmd)
+		}
+		answered[r.Opaque] = true
+	}
+	t.Logf("both answered by the new master %v after it was named", time.Since(began).Round(time.Millisecond))
+	select {
+	case <-followed:
+	case <-time.After(time.Second):
+		t.Fatal("FollowMaster still waits while the dial to the frozen master hangs")
+	}
+	data, err := master.store.Read("test", 0, 0, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := parseRecords(t, data)
+	if len(recs) != 2 || string(recs[0].body) != "waits for the dial" || string(recs[1].body) != "after the promotion" {
+		t.Fatalf("the new master holds %+v, want both puts in order", recs)
+	}
+}
+
+// TestGatewayDialWithinAPutsTime: a put that waits for a dial to a frozen
+// master is answered 503, not sent, once its time (MaxWait) is up, not
+// when the handshake's own deadline passes.
+func TestGatewayDialWithinAPutsTime(t *testing.T) {
+	frozen := newFrozenMaster(t)
+	const maxWait = time.Second
+	_, slave, g, target := movingGateway(t, "[site]\nforwardPuts=true", GatewayOptions{MaxWait: maxWait, LinkDial: frozen.dial})
+	t.Cleanup(frozen.closeAll)
+	target.Store(frozen.addr)
+	cl := dial(t, slave.Addr())
+	began := time.Now()
+	cl.sendCmd(putCmd("test", 0, "to the frozen master", 1))
+	cl.nc.SetReadDeadline(began.Add(fakeHandshakeTimeout - time.Second))
+	cmd, err := cl.d.Decode()
+	if err != nil {
+		t.Fatalf("no answer before the handshake's deadline (%v), MaxWait %v: %v (stats %+v)", fakeHandshakeTimeout, maxWait, err, g.Stats())
+	}
+	if r, ok := cmd.(*wire.Result); !ok || r.Code != wire.StatusServiceUnavailable || !strings.Contains(string(r.Body), "not sent") {
+		t.Fatalf("put to a frozen master: %v", cmd)
+	}
+	t.Logf("answered 503 after %v", time.Since(began).Round(time.Millisecond))
 }

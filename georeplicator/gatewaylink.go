@@ -62,6 +62,7 @@ package georeplicator
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
@@ -113,7 +114,15 @@ const (
 // tc when not nil (its ServerName, when empty, is the host nc reaches).
 // It closes nc when it fails.
 func GatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config) (net.Conn, error) {
-	return gatewayDial(nc, secret, compress, tc, GatewayIdentity{})
+	return gatewayDial(context.Background(), nc, secret, compress, tc, GatewayIdentity{})
+}
+
+// GatewayDialContext is GatewayDial whose handshake also ends when ctx
+// does (its deadline, if sooner than the handshake's own bound, or its
+// cancellation): a master that accepts TCP and never answers (a paused
+// process) holds the dial only as long as its caller waits.
+func GatewayDialContext(ctx context.Context, nc net.Conn, secret []byte, compress bool, tc *tls.Config) (net.Conn, error) {
+	return gatewayDial(ctx, nc, secret, compress, tc, GatewayIdentity{})
 }
 
 // GatewayIdentity is what a version 2 hello names: the gateway a link
@@ -133,11 +142,17 @@ var ErrGatewayVersion = errors.New("georeplicator: gateway: the master does not 
 // this process gave before, so the master supersedes the gateway's older
 // links (see the top of this file).
 func GatewayDialAs(nc net.Conn, secret []byte, compress bool, tc *tls.Config, name string) (net.Conn, error) {
+	return GatewayDialAsContext(context.Background(), nc, secret, compress, tc, name)
+}
+
+// GatewayDialAsContext is GatewayDialAs whose handshake also ends when ctx
+// does (GatewayDialContext).
+func GatewayDialAsContext(ctx context.Context, nc net.Conn, secret []byte, compress bool, tc *tls.Config, name string) (net.Conn, error) {
 	if name == "" || len(name) > 255 {
 		nc.Close()
 		return nil, fmt.Errorf("georeplicator: gateway name %q: 1 to 255 bytes", name)
 	}
-	return gatewayDial(nc, secret, compress, tc, GatewayIdentity{Name: name, Epoch: gatewayEpochs.next()})
+	return gatewayDial(ctx, nc, secret, compress, tc, GatewayIdentity{Name: name, Epoch: gatewayEpochs.next()})
 }
 
 // gatewayEpochs gives the epochs of this process's named gateway links.
@@ -181,13 +196,25 @@ func (id GatewayIdentity) helloExtra() []byte {
 	return binary.BigEndian.AppendUint64(b, id.Epoch)
 }
 
-func gatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config, id GatewayIdentity) (c net.Conn, err error) {
+func gatewayDial(ctx context.Context, nc net.Conn, secret []byte, compress bool, tc *tls.Config, id GatewayIdentity) (c net.Conn, err error) {
+	raw := nc
+	deadline := time.Now().Add(gatewayHandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	raw.SetDeadline(deadline)
+	// Canceled (the caller stopped waiting: the master moved): the
+	// handshake's reads and writes end at once.
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer func() {
+		stop()
 		if err != nil {
-			nc.Close()
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+			}
+			raw.Close()
 		}
 	}()
-	nc.SetDeadline(time.Now().Add(gatewayHandshakeTimeout))
 	mode := gatewayPlain
 	if tc != nil {
 		mode = gatewayTLS
@@ -265,7 +292,10 @@ func gatewayDial(nc net.Conn, secret []byte, compress bool, tc *tls.Config, id G
 	if len(secret) == 0 && !bytes.Equal(mp, make([]byte, proofLen)) {
 		return nil, fmt.Errorf("%w: gateway: master %s has a replication shared secret and this broker none ([replication] secretFile)", ErrAuth, nc.RemoteAddr())
 	}
-	nc.SetDeadline(time.Time{})
+	if !stop() && ctx.Err() != nil {
+		return nil, fmt.Errorf("georeplicator: gateway handshake with %s: given up", nc.RemoteAddr())
+	}
+	raw.SetDeadline(time.Time{})
 	gc, err := newGatewayConn(nc, br, secret, sn, mn, codec, true, tc != nil)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package georeplicator
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -274,7 +275,7 @@ func TestGatewayLinksSupersede(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := gatewayDial(nc, key, true, nil, id)
+		c, err := gatewayDial(context.Background(), nc, key, true, nil, id)
 		if err == nil {
 			t.Cleanup(func() { c.Close() })
 		}
@@ -419,4 +420,51 @@ func TestGatewayDialAsOldMaster(t *testing.T) {
 	if !errors.Is(err, ErrGatewayVersion) {
 		t.Fatalf("dial: %v, want ErrGatewayVersion", err)
 	}
+}
+
+// TestGatewayDialContextFrozenMaster: a master that accepts TCP and never
+// answers the handshake (a paused process) holds GatewayDialContext only
+// until its context is canceled or its deadline passes, not for the
+// handshake's own bound.
+func TestGatewayDialContextFrozenMaster(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- nc // read nothing, answer nothing
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for nc := range accepted {
+			nc.Close()
+		}
+	})
+	const bound = gatewayHandshakeTimeout / 2
+	t.Run("canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		began := time.Now()
+		_, err := GatewayDialAsContext(ctx, mustDial(t, ln.Addr().String()), nil, true, nil, "gz/1")
+		if took := time.Since(began); err == nil || !errors.Is(err, context.Canceled) || took > bound {
+			t.Fatalf("dial canceled after 100ms: %v after %v", err, took)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_, err := GatewayDialContext(ctx, mustDial(t, ln.Addr().String()), nil, true, nil)
+		if took := time.Since(began); err == nil || took > bound {
+			t.Fatalf("dial with a 200ms deadline: %v after %v", err, took)
+		}
+	})
 }

@@ -95,7 +95,7 @@ func (b *Bundle) gatewayLinkDial() (func(context.Context, string) (net.Conn, err
 		if err != nil {
 			return nil, err
 		}
-		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
+		return georeplicator.GatewayDialContext(ctx, nc, secret, b.gatewayCompresses(), tc)
 	}, nil
 }
 
@@ -133,7 +133,7 @@ func (b *Bundle) gatewayOwnLinkDial() (func(context.Context, string) (net.Conn, 
 			if err != nil {
 				return nil, err
 			}
-			c, err := georeplicator.GatewayDialAs(nc, secret, b.gatewayCompresses(), tc, name)
+			c, err := georeplicator.GatewayDialAsContext(ctx, nc, secret, b.gatewayCompresses(), tc, name)
 			if !errors.Is(err, georeplicator.ErrGatewayVersion) {
 				return c, err
 			}
@@ -147,7 +147,7 @@ func (b *Bundle) gatewayOwnLinkDial() (func(context.Context, string) (net.Conn, 
 		if err != nil {
 			return nil, err
 		}
-		return georeplicator.GatewayDial(nc, secret, b.gatewayCompresses(), tc)
+		return georeplicator.GatewayDialContext(ctx, nc, secret, b.gatewayCompresses(), tc)
 	}, nil
 }
 
