@@ -94,7 +94,8 @@ const refusalEvery = 2 * time.Second
 // to another master after it started or was demoted), the refusal names the
 // master it is connected to; and each time its brokerId's master node in
 // ZooKeeper (ids/<brokerId>/master) names another master, the refusal names
-// that one. The node is followed because the generation alone may be read
+// that one (not after a demotion wrote its own, until a newer generation).
+// The node is followed because the generation alone may be read
 // too early: a slave site follows the new master (found by gossip) before
 // the new master registered in its site's ensemble, and the name read then
 // was the fenced old master's, kept until the next promotion. It only ever
@@ -113,9 +114,15 @@ func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 		}()
 		defer wg.Wait()
 	}
+	start := b.Role()
 	var (
-		since   time.Time // the role the refusal was written for
-		written uint64    // the generation it names the master of
+		since   = start.Since      // the role the refusal was written for
+		written = start.Generation // the generation it names the master of
+		// following: the refusal names the master ZooKeeper named (at
+		// start, or rewritten here), so it follows the master node; not
+		// after a transition wrote its own (a demotion names the master
+		// it follows) until a newer generation has it rewritten here.
+		following = true
 	)
 	for {
 		named := ""
@@ -130,12 +137,12 @@ func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 		if b.opts.Mode == ModeGregor || role.Role != siterole.Slave {
 			continue
 		}
-		if named != "" && named != b.Broker.URL() {
+		if !role.Since.Equal(since) {
+			since, written, following = role.Since, role.Generation, false
+		}
+		if following && named != "" && named != b.Broker.URL() {
 			b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
 				Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, named)})
-		}
-		if !role.Since.Equal(since) {
-			since, written = role.Since, role.Generation
 		}
 		id := b.failover.openedIdentity()
 		addr := b.connectedMaster()
@@ -149,7 +156,7 @@ func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 		}
 		if b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
 			Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, name)}) {
-			written = gen
+			written, following = gen, true
 		}
 	}
 }
