@@ -64,12 +64,16 @@ type failoverState struct {
 	// once it told the old master it took over, before it opens its
 	// writes (a slow step there).
 	afterHandoverTold atomic.Pointer[func()]
+	// beforeWritesOpen, tests only: called by a promotion once it
+	// registered in ZooKeeper (producers move here), before it opens its
+	// writes.
+	beforeWritesOpen atomic.Pointer[func()]
 	// completeFails, tests only: called at the start of every attempt of
 	// the steps after the raise (completePromotion); an error fails it.
 	completeFails atomic.Pointer[func() error]
 	// takingOver is the hold of the puts that reach this site while it
-	// takes over from a master that handed over (holdWhileTakingOver),
-	// nil when none; ended when the promotion opens writes.
+	// is promoted, from its raise (a switchover's: from the handover) until
+	// the promotion opens writes (holdWhileTakingOver), nil when none.
 	takingOver *broker.Hold
 	// handovers are promotions a master's handover started (owned here,
 	// waited for by closeFailover).
@@ -410,6 +414,14 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	}
 	p := &promotion{gen: gen, o: o, rep: rep, fenceSession: fenceSession, rc: rc, id: id, start: start}
 	p.steps.mark(start, "checksAndRaise")
+	if !o.Handover {
+		// From the raise on, ZooKeeper may name this site (the take-over of
+		// the master node) before its writes open: a put reaching it then
+		// would take a slave's route, to its own gateway, which finds this
+		// site named as master and gives up. Held, it is stored once writes
+		// open (a switchover's hold began at the handover).
+		b.holdWhileTakingOver("this site is being promoted")
+	}
 	if o.Handover {
 		b.tellOldMaster(ctx, rc, gen) // before this site stops following it
 		p.steps.mark(start, "tellOldMaster")
@@ -424,6 +436,7 @@ func (b *Bundle) PromoteWith(ctx context.Context, o PromoteOptions) (PromoteRepo
 	// (finishPromotion), never left half done with no master of gen.
 	if err := b.completePromotion(ctx, p); err != nil {
 		if b.closing.Load() {
+			b.endTakeOverHold()
 			return p.rep, err
 		}
 		handed = true
@@ -681,7 +694,7 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 		f.mu.Lock()
 		f.handedFrom = origin
 		f.mu.Unlock()
-		b.holdWhileTakingOver()
+		b.holdWhileTakingOver("this site is taking over from the master")
 		rep, err := b.PromoteWith(context.Background(), PromoteOptions{Force: true, Handover: true})
 		if !errors.Is(err, ErrPromotionPending) {
 			// Failed before the raise: the put route refuses the held
@@ -704,17 +717,18 @@ func (b *Bundle) promoteOnHandover(pos int64) {
 }
 
 // holdWhileTakingOver holds the puts that reach this site while it takes
-// over from the master that handed over (a Local broker.Hold, bounded by
-// handoverHoldMs and handoverHoldBytes), until the promotion opens writes
-// (endTakeOverHold); nothing with handoverHoldMs=0 or when a hold is in
-// effect. Until then this site's gateway would pass a put on to the old
-// master, which no longer stores puts: it holds them and passes them on
-// to this site, and those that reached this site would go back to it,
-// each side awaiting the other's answer until the hold's bound passed (a
-// failed send in the recommended deployment). Held here, they are stored
-// once writes open.
-func (b *Bundle) holdWhileTakingOver() {
-	o, ok := b.holdOptions("this site is taking over from the master")
+// over (a Local broker.Hold, bounded by handoverHoldMs and
+// handoverHoldBytes), until the promotion opens writes (endTakeOverHold);
+// nothing with handoverHoldMs=0 or when a hold is in effect. Until then
+// this site's gateway would pass a put on to the old master: after a
+// handover it no longer stores puts, holds them and passes them on to this
+// site, and those that reached this site would go back to it, each side
+// awaiting the other's answer until the hold's bound passed (a failed send
+// in the recommended deployment); after a failover it is dead or fenced,
+// and once ZooKeeper names this site the gateway finds no master at all.
+// Held here, they are stored once writes open.
+func (b *Bundle) holdWhileTakingOver(reason string) {
+	o, ok := b.holdOptions(reason)
 	if !ok || b.Broker.Holding() {
 		return
 	}

@@ -308,7 +308,11 @@ func (b *Bundle) completePromotion(ctx context.Context, p *promotion) error {
 			return err
 		}
 	}
+	if h := f.beforeWritesOpen.Load(); h != nil {
+		(*h)()
+	}
 	b.Broker.AllowWrites(replicaHolder)
+	b.endTakeOverHold() // what reached this site since the raise is stored here
 	b.endStaleHold()
 	if s := p.sc.Shipper(); s != nil {
 		rep.Fence = s.Fence()
@@ -484,8 +488,9 @@ func (b *Bundle) finishPromotion(p *promotion, end func(), err error) {
 		defer close(out.done)
 		defer end()
 		defer f.setPending(nil)
-		// A switchover's take-over hold outlives a failed first attempt
-		// (promoteOnHandover); whatever the outcome, it ends here.
+		// A promotion's take-over hold outlives a failed first attempt
+		// (PromoteWith, promoteOnHandover); whatever the outcome, it ends
+		// here.
 		defer b.endTakeOverHold()
 		out.rep, out.err = b.runFinishPromotion(ctx, p, now.Add(b.promoteFinishTimeout()), err)
 	}()

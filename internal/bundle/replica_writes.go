@@ -2,11 +2,16 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"metaq/broker"
+	"metaq/broker/registry"
+	"metaq/internal/backoff"
 	"metaq/internal/siterole"
 )
 
@@ -87,29 +92,57 @@ const refusalEvery = 2 * time.Second
 // follows now until ctx ends: once the replica follows a master of a newer
 // generation than the one its refusal was written for (a failover moved it
 // to another master after it started or was demoted), the refusal names the
-// master it is connected to. It only ever rewrites a refusal that is in
-// place (Broker.UpdateRefusal), so a promotion that withdrew it is never
-// undone.
+// master it is connected to; and each time its brokerId's master node in
+// ZooKeeper (ids/<brokerId>/master) names another master, the refusal names
+// that one (not after a demotion wrote its own, until a newer generation).
+// The node is followed because the generation alone may be read
+// too early: a slave site follows the new master (found by gossip) before
+// the new master registered in its site's ensemble, and the name read then
+// was the fenced old master's, kept until the next promotion. It only ever
+// rewrites a refusal that is in place (Broker.UpdateRefusal), so a
+// promotion that withdrew it is never undone.
 func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 	tk := time.NewTicker(refusalEvery)
 	defer tk.Stop()
+	registered := make(chan string, 1) // the master node's latest name
+	if b.Registry != nil && b.opts.Mode != ModeGregor {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.watchMasterNode(ctx, registered)
+		}()
+		defer wg.Wait()
+	}
+	start := b.Role()
 	var (
-		since   time.Time // the role the refusal was written for
-		written uint64    // the generation it names the master of
+		since   = start.Since      // the role the refusal was written for
+		written = start.Generation // the generation it names the master of
+		// following: the refusal names the master ZooKeeper named (at
+		// start, or rewritten here), so it follows the master node; not
+		// after a transition wrote its own (a demotion names the master
+		// it follows) until a newer generation has it rewritten here.
+		following = true
 	)
 	for {
+		named := ""
 		select {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
 		case <-b.RoleChanged():
+		case named = <-registered:
 		}
 		role := b.Role()
 		if b.opts.Mode == ModeGregor || role.Role != siterole.Slave {
 			continue
 		}
 		if !role.Since.Equal(since) {
-			since, written = role.Since, role.Generation
+			since, written, following = role.Since, role.Generation, false
+		}
+		if following && named != "" && named != b.Broker.URL() {
+			b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
+				Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, named)})
 		}
 		id := b.failover.openedIdentity()
 		addr := b.connectedMaster()
@@ -123,9 +156,62 @@ func (b *Bundle) followMasterInRefusal(ctx context.Context) {
 		}
 		if b.Broker.UpdateRefusal(replicaHolder, broker.Refusal{
 			Reason: slaveRefusal(b.Config().System.BrokerID, b.demotedReceiver() != nil, name)}) {
-			written = gen
+			written, following = gen, true
 		}
 	}
+}
+
+// watchMasterNode passes the name in this brokerId's master node in
+// ZooKeeper to names each time it is read: when the watch is set and at
+// every change (names keeps only the latest) until ctx ends. A failed read
+// is retried with backoff.
+func (b *Bundle) watchMasterNode(ctx context.Context, names chan string) {
+	r := b.Registry
+	path := r.Paths().Broker(b.Config().System.BrokerID, -1)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for ctx.Err() == nil {
+		w, name, err := readMasterNodeW(ctx, r, path)
+		if err != nil {
+			b.log.Debug("REPLICA: watching the master node for the put refusal failed; trying again", "node", path, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry.Next()):
+			}
+			continue
+		}
+		retry.Reset()
+		if name != "" {
+			select { // only this goroutine sends: after the drain there is room
+			case <-names:
+			default:
+			}
+			names <- name
+		}
+		select {
+		case <-ctx.Done():
+		case <-w:
+		}
+	}
+}
+
+// readMasterNodeW reads the master node at path and watches it (or its
+// creation, name ""), so that a change made after the read is not missed.
+func readMasterNodeW(ctx context.Context, r *registry.Registry, path string) (registry.Watch, string, error) {
+	data, w, err := r.GetW(ctx, path)
+	if errors.Is(err, registry.ErrNoNode) {
+		ok, ew, err := r.ExistsW(ctx, path)
+		if err != nil {
+			return nil, "", fmt.Errorf("watch %s: %w", path, err)
+		}
+		if ok {
+			return closedWatch(), "", nil // created meanwhile: read it
+		}
+		return ew, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return w, strings.TrimSpace(string(data)), nil
 }
 
 // connectedMaster is the replication address this replica's receiver is
