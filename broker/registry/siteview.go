@@ -98,18 +98,27 @@ type SiteViewOptions struct {
 // markers keep the dead urls meanwhile, so the wake follows at the first
 // Apply after every entry names a live address.
 //
-// On that re-read the producer closes its connection and connects to what
-// the view names. If that were the very string it used, gecko (MetaQ
-// 1.4.6's transport, one connection per url) could refuse the new
-// connection while the closing one still counts ("连接数(…)超过设定值1") and
-// leave the producer with none ("无可用连接") for good. So when the producers
-// may hold the current url, the re-read names the broker in its other form
-// (an IPv4 host as [::ffff:a.b.c.d], a host name with its letters' case
-// flipped: the same address to the Java and Go clients, a different url to
-// gecko), and the view keeps naming it in that form, in brokers/ids too,
-// until the next re-read (SameViewURL compares the forms); a change of form
-// alone does not toggle the consumers' marker. A broker with no
-// other form (an IPv6 literal) is named as before. The marker
+// On that re-read the producer closes its connection to every broker id of
+// the topic, not only the one that moved, and connects to what the view
+// names. If that were the very string it used, gecko (MetaQ 1.4.6's
+// transport, one connection per url) could refuse the new connection while
+// the closing one still counts ("连接数(…)超过设定值1") and leave the
+// producer with none ("无可用连接") for good. So a wake of a topic's
+// producers names every broker id of that topic in a form none of the
+// topic's markers holds: the other form (an IPv4 host as [::ffff:a.b.c.d],
+// a host name with its letters' case flipped: the same address to the Java
+// and Go clients, a different url to gecko) when they hold the current one,
+// and the view keeps naming it in that form, in brokers/ids too, until the
+// next wake (SameViewURL compares the forms); a change of form alone does
+// not toggle the consumers' marker. A woken topic's markers are reset in
+// one multi (one children change, so each producer re-reads once), each
+// holding its id's new form alone. The entry brokers/ids/<id>/master is
+// shared by every topic on the id: producers of another topic, not woken,
+// keep their connection in the old form (the Java client closes a url only
+// when its last reference goes, so a producer of both topics loses
+// nothing) and their marker records the new form too. A broker with no
+// other form (an IPv6 literal), or whose two forms the woken producers may
+// both hold, is named as before. The marker
 // is created before the topic's first <id>-m entry, so a new view costs no
 // re-read; a view written before markers existed gets its marker, and its
 // producers one re-read, at the first Apply. Java producers and consumers,
