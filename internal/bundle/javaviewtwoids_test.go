@@ -111,17 +111,12 @@ func TestJavaProducerOnViewKeepsEveryBrokerOverRereads(t *testing.T) {
 	r := stopJavaProducer(t, p)
 	log := p.stderrTail(1 << 20)
 	rereads, reopened := sameURLReopens(log)
-	t.Logf("%d rounds, lost=%d; %d re-reads, %d connections closed on ZooKeeper changes; %d failed attempts; %d gecko refusals; urls closed and reopened as the same string in one re-read: %v",
-		rounds, lost, rereads, r.closes, len(r.answered)+len(r.unanswered), strings.Count(log, "超过设定值"), reopened)
+	t.Logf("%d rounds, lost=%d; %d re-reads, %d connections closed on ZooKeeper changes; %d failed attempts; %d gecko refusals; %d urls closed and reopened as the same string in one re-read",
+		rounds, lost, rereads, r.closes, len(r.answered)+len(r.unanswered), strings.Count(log, "超过设定值"), len(reopened))
 	// Whether gecko refuses a reopened url depends on timing (1 of 9 in a
 	// deployment's trial); that the view never asks for one does not.
 	if len(reopened) > 0 {
-		t.Errorf("%d re-reads closed and reopened the same url (gecko can refuse it): %v", len(reopened), reopened)
-		for _, l := range strings.Split(log, "\n") {
-			if strings.Contains(l, "ProducerZooKeeper") {
-				t.Log(l)
-			}
-		}
+		t.Errorf("%d re-reads closed and reopened the same url (gecko can refuse it), the first %s", len(reopened), reopened[0])
 	}
 	if rereads < rounds {
 		t.Errorf("the producer read the brokers again %d times, want at least %d", rereads, rounds)
