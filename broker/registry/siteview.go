@@ -84,8 +84,8 @@ type SiteViewOptions struct {
 // they may still use is dead: the marker "view<id>" under topics-pub/<topic>
 // holds, one a line, the urls id's entry has named since the producers last
 // re-read; when one of them, for another broker, is dead (Options.Dead) the
-// marker is deleted and created again in one multi, holding the current url
-// alone, which wakes every producer watching the topic once.
+// marker is deleted and created again, in one multi with the topic's other
+// markers (below), which wakes every producer watching the topic once.
 //
 // A woken producer reads the master entry of every broker id of the topic
 // and waits up to 10 s on ZooKeeper's event thread for each address it
