@@ -407,8 +407,7 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 }
 
 // pubWake is what an Apply does to the view's producers (see SiteView):
-// the topics whose producers it wakes, and the form of each url the view
-// names.
+// the topics whose producers it wakes (pubForms writes the forms into want).
 type pubWake struct {
 	topics map[string]bool // topics-pub topics whose producers are woken
 }
