@@ -84,8 +84,8 @@ type SiteViewOptions struct {
 // they may still use is dead: the marker "view<id>" under topics-pub/<topic>
 // holds, one a line, the urls id's entry has named since the producers last
 // re-read; when one of them, for another broker, is dead (Options.Dead) the
-// marker is deleted and created again in one multi, holding the current url
-// alone, which wakes every producer watching the topic once.
+// marker is deleted and created again, in one multi with the topic's other
+// markers (below), which wakes every producer watching the topic once.
 //
 // A woken producer reads the master entry of every broker id of the topic
 // and waits up to 10 s on ZooKeeper's event thread for each address it
@@ -98,18 +98,27 @@ type SiteViewOptions struct {
 // markers keep the dead urls meanwhile, so the wake follows at the first
 // Apply after every entry names a live address.
 //
-// On that re-read the producer closes its connection and connects to what
-// the view names. If that were the very string it used, gecko (MetaQ
-// 1.4.6's transport, one connection per url) could refuse the new
-// connection while the closing one still counts ("连接数(…)超过设定值1") and
-// leave the producer with none ("无可用连接") for good. So when the producers
-// may hold the current url, the re-read names the broker in its other form
-// (an IPv4 host as [::ffff:a.b.c.d], a host name with its letters' case
-// flipped: the same address to the Java and Go clients, a different url to
-// gecko), and the view keeps naming it in that form, in brokers/ids too,
-// until the next re-read (SameViewURL compares the forms); a change of form
-// alone does not toggle the consumers' marker. A broker with no
-// other form (an IPv6 literal) is named as before. The marker
+// On that re-read the producer closes its connection to every broker id of
+// the topic, not only the one that moved, and connects to what the view
+// names. If that were the very string it used, gecko (MetaQ 1.4.6's
+// transport, one connection per url) could refuse the new connection while
+// the closing one still counts ("连接数(…)超过设定值1") and leave the
+// producer with none ("无可用连接") for good. So a wake of a topic's
+// producers names every broker id of that topic in a form none of the
+// topic's markers holds: the other form (an IPv4 host as [::ffff:a.b.c.d],
+// a host name with its letters' case flipped: the same address to the Java
+// and Go clients, a different url to gecko) when they hold the current one,
+// and the view keeps naming it in that form, in brokers/ids too, until the
+// next wake (SameViewURL compares the forms); a change of form alone does
+// not toggle the consumers' marker. A woken topic's markers are reset in
+// one multi (one children change, so each producer re-reads once), each
+// holding its id's new form alone. The entry brokers/ids/<id>/master is
+// shared by every topic on the id: producers of another topic, not woken,
+// keep their connection in the old form (the Java client closes a url only
+// when its last reference goes, so a producer of both topics loses
+// nothing) and their marker records the new form too. A broker with no
+// other form (an IPv6 literal), or whose two forms the woken producers may
+// both hold, is named as before. The marker
 // is created before the topic's first <id>-m entry, so a new view costs no
 // re-read; a view written before markers existed gets its marker, and its
 // producers one re-read, at the first Apply. Java producers and consumers,
@@ -170,7 +179,7 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 	}
 	// The form of each url the view names (see SiteView) and whether its
 	// producers must read the brokers again.
-	reread, err := v.pubForms(ctx, want, parts[TreeTopicsPub])
+	pw, err := v.pubForms(ctx, want, parts[TreeTopicsPub])
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +244,7 @@ func (v *SiteView) Apply(ctx context.Context, targets map[int]string) ([]SiteVie
 			topics[t] = true
 		}
 		for topic := range topics {
-			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed, want, reread); err != nil {
+			if err := v.syncTopic(ctx, tree, dir+"/"+topic, parts[tree][topic], changed, want, pw.topics[topic]); err != nil {
 				return nil, err
 			}
 		}
@@ -327,9 +336,9 @@ func (v *SiteView) readSources(ctx context.Context, targets map[int]string) (map
 // syncTopic makes one view topic directory hold exactly <id>-m for each id
 // in want, toggles the consumers' marker of every changed id that stays
 // (topics-sub), and keeps the producers' marker of every id (topics-pub,
-// syncPubMarker); urls is each id's url in the view, reread whether its
-// producers must read the brokers again.
-func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool, urls map[int]string, reread map[int]bool) error {
+// syncPubMarker, wakePub); urls is each id's url in the view, wake whether
+// the topic's producers must read the brokers again.
+func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want map[int]int, changed map[int]bool, urls map[int]string, wake bool) error {
 	kids, err := v.children(ctx, dir)
 	if err != nil {
 		return err
@@ -338,16 +347,22 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 	for _, k := range kids {
 		present[k] = true
 	}
+	if tree == TreeTopicsPub && wake {
+		// Before the <id>-m entries, as syncPubMarker.
+		if err := v.wakePub(ctx, dir, want, urls); err != nil {
+			return err
+		}
+	}
 	for id, n := range want {
 		name := BrokerString(id, -1)
 		val := TopicJSON(n, name)
 		if tree == TreeTopics {
 			val = strconv.Itoa(n)
 		}
-		if tree == TreeTopicsPub {
+		if tree == TreeTopicsPub && !wake {
 			// Before <id>-m: a producer that finds the entry finds the
 			// marker too, and its creation wakes nobody.
-			if err := v.syncPubMarker(ctx, dir, id, urls[id], reread[id]); err != nil {
+			if err := v.syncPubMarker(ctx, dir, id, urls[id]); err != nil {
 				return err
 			}
 		}
@@ -391,12 +406,26 @@ func (v *SiteView) syncTopic(ctx context.Context, tree Tree, dir string, want ma
 	return nil
 }
 
+// pubWake is what an Apply does to the view's producers (see SiteView):
+// the topics whose producers it wakes (pubForms writes the forms into want).
+type pubWake struct {
+	topics map[string]bool // topics-pub topics whose producers are woken
+}
+
 // pubForms decides, for each broker id in want, the form of its url the
-// view names and whether the producers of its topics must read the brokers
-// again (pubForm), from the urls the producers' markers of its topics in
-// the view's topics-pub hold (pubParts: topic -> ids). It rewrites want's
-// urls to the chosen forms.
-func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts map[string]map[int]int) (map[int]bool, error) {
+// view names, and which topics' producers must read the brokers again, from
+// the urls the producers' markers in the view's topics-pub hold (pubParts:
+// topic -> ids). It rewrites want's urls to the chosen forms.
+//
+// A topic's producers are woken when an id of the topic needs it (pubForm,
+// a dead url among the id's held ones). A woken MetaQ 1.4.6 producer closes
+// and reopens its connection to every broker id of the topic, so every id
+// of a woken topic is named in a form its producers do not hold (the other
+// form when they hold the first); a producer of another topic, not woken,
+// keeps its connection in the old form (RemotingClientWrapper closes a url
+// only when its last reference goes) and its marker records the new form.
+func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts map[string]map[int]int) (pubWake, error) {
+	heldBy := map[string]map[int][]string{} // topic -> id -> urls; absent: no marker
 	held := map[int][]string{}
 	for topic, ids := range pubParts {
 		for id := range ids {
@@ -409,9 +438,14 @@ func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts m
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("registry: site view read %s: %w", marker, err)
+				return pubWake{}, fmt.Errorf("registry: site view read %s: %w", marker, err)
 			}
-			held[id] = append(held[id], strings.Fields(string(data))...)
+			if heldBy[topic] == nil {
+				heldBy[topic] = map[int][]string{}
+			}
+			urls := strings.Fields(string(data))
+			heldBy[topic][id] = urls
+			held[id] = append(held[id], urls...)
 		}
 	}
 	reread := map[int]bool{}
@@ -426,6 +460,7 @@ func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts m
 		for id, url := range want {
 			forms[id], reread[id] = pubForm(held[id], url, nil)
 		}
+		wake = false
 		if v.waitFor != wait {
 			v.log.Info("SITEVIEW("+v.view.Root+"): producers not made to read the brokers again yet: an entry names an address gossip does not hold alive", "url", wait)
 		}
@@ -433,8 +468,46 @@ func (v *SiteView) pubForms(ctx context.Context, want map[int]string, pubParts m
 	} else {
 		v.waitFor = ""
 	}
+	pw := pubWake{topics: map[string]bool{}}
+	if wake {
+		for topic, ids := range pubParts {
+			for id := range ids {
+				// A topic with no marker yet (a new one) has no
+				// producers to wake: syncPubMarker creates its markers.
+				if reread[id] && heldBy[topic] != nil {
+					pw.topics[topic] = true
+				}
+			}
+		}
+		// Every id a woken producer reads: a form none of the woken
+		// topics' producers holds.
+		heldWoken := map[int][]string{}
+		for topic := range pw.topics {
+			for id := range pubParts[topic] {
+				if _, ok := want[id]; !ok {
+					continue
+				}
+				urls, ok := heldBy[topic][id]
+				if !ok {
+					// No marker yet: the producers hold what the entry
+					// names now.
+					cur, err := v.get(ctx, v.view.Broker(id, -1))
+					if err != nil {
+						return pubWake{}, err
+					}
+					if cur != "" {
+						urls = []string{cur}
+					}
+				}
+				heldWoken[id] = append(heldWoken[id], urls...)
+			}
+		}
+		for id, h := range heldWoken {
+			forms[id] = freshForm(h, want[id])
+		}
+	}
 	maps.Copy(want, forms)
-	return reread, nil
+	return pw, nil
 }
 
 // wakeBlocker returns a url among want's that Options.NotAlive reports,
@@ -456,56 +529,78 @@ func (v *SiteView) wakeBlocker(want map[int]string) string {
 }
 
 // syncPubMarker keeps the producers' marker of broker id under a
-// topics-pub/<topic> directory of the view (see SiteView): it records url
-// among the urls producers may use, or, when reread, re-creates the marker
-// holding url alone, which wakes the producers.
-func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url string, reread bool) error {
+// topics-pub/<topic> directory of the view (see SiteView) while its
+// producers are not woken: it records url among the urls producers may use.
+func (v *SiteView) syncPubMarker(ctx context.Context, dir string, id int, url string) error {
 	if url == "" {
 		return nil
 	}
 	marker := dir + "/view" + strconv.Itoa(id)
 	data, st, err := v.r.Get(ctx, marker)
-	exists := err == nil
-	if err != nil && !errors.Is(err, ErrNoNode) {
-		return fmt.Errorf("registry: site view read %s: %w", marker, err)
-	}
-	var held []string
-	if exists {
-		held = strings.Fields(string(data))
-	}
-	next := []string{url}
-	if exists && !reread {
-		next = held
-		if !slices.Contains(held, url) {
-			next = append(slices.Clone(held), url)
-		}
-	}
-	val := []byte(strings.Join(next, "\n"))
-	switch {
-	case !exists:
+	if errors.Is(err, ErrNoNode) {
 		// Its creation is the children change that makes producers
 		// already watching read the brokers.
-		err = v.r.SetPersistent(ctx, marker, val)
-	case reread:
-		// One multi: one children change, so each producer re-reads once.
-		err = v.r.call(ctx, func() error {
-			_, err := v.r.conn.Multi(&zk.DeleteRequest{Path: marker, Version: st.Version},
-				&zk.CreateRequest{Path: marker, Data: val, Acl: openACL})
-			return err
-		})
-	case !slices.Equal(next, held):
-		// A data change: producers watch children only, so nobody wakes.
-		err = v.r.call(ctx, func() error { _, err := v.r.conn.Set(marker, val, st.Version); return err })
-	default:
+		if err := v.r.SetPersistent(ctx, marker, []byte(url)); err != nil {
+			return fmt.Errorf("registry: site view producers' marker %s: %w", marker, err)
+		}
 		return nil
 	}
 	if err != nil {
+		return fmt.Errorf("registry: site view read %s: %w", marker, err)
+	}
+	held := strings.Fields(string(data))
+	if slices.Contains(held, url) {
+		return nil
+	}
+	// A data change: producers watch children only, so nobody wakes.
+	val := []byte(strings.Join(append(held, url), "\n"))
+	if err := v.r.call(ctx, func() error { _, err := v.r.conn.Set(marker, val, st.Version); return err }); err != nil {
 		return fmt.Errorf("registry: site view producers' marker %s: %w", marker, err)
 	}
-	if reread && exists {
-		v.log.Info("SITEVIEW("+v.view.Root+"): producers read the brokers again: an address they may still use is dead",
-			"brokerId", id, "topic", dir[strings.LastIndexByte(dir, '/')+1:], "held", held, "url", url)
+	return nil
+}
+
+// wakePub wakes the producers of one topics-pub/<topic> directory of the
+// view (see SiteView) with one children change: in one multi, the marker of
+// the topic's smallest id that has one is deleted and created again, every
+// id's marker (ids: id -> numParts) ends holding that id's url alone (urls),
+// the form every woken producer reads, and a missing one is created.
+func (v *SiteView) wakePub(ctx context.Context, dir string, ids map[int]int, urls map[int]string) error {
+	var ops []any
+	held := map[int][]string{}
+	named := map[int]string{}
+	toggled := false
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		url := urls[id]
+		if url == "" {
+			continue
+		}
+		named[id] = url
+		marker := dir + "/view" + strconv.Itoa(id)
+		data, st, err := v.r.Get(ctx, marker)
+		switch {
+		case errors.Is(err, ErrNoNode):
+			ops = append(ops, &zk.CreateRequest{Path: marker, Data: []byte(url), Acl: openACL})
+			continue
+		case err != nil:
+			return fmt.Errorf("registry: site view read %s: %w", marker, err)
+		case !toggled:
+			toggled = true
+			ops = append(ops, &zk.DeleteRequest{Path: marker, Version: st.Version},
+				&zk.CreateRequest{Path: marker, Data: []byte(url), Acl: openACL})
+		case string(data) != url:
+			ops = append(ops, &zk.SetDataRequest{Path: marker, Data: []byte(url), Version: st.Version})
+		}
+		held[id] = strings.Fields(string(data))
 	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := v.r.call(ctx, func() error { _, err := v.r.conn.Multi(ops...); return err }); err != nil {
+		return fmt.Errorf("registry: site view wake producers of %s: %w", dir, err)
+	}
+	v.log.Info("SITEVIEW("+v.view.Root+"): producers read the brokers again: an address they may still use is dead",
+		"topic", dir[strings.LastIndexByte(dir, '/')+1:], "held", held, "urls", named)
 	return nil
 }
 
@@ -533,10 +628,7 @@ func pubForm(held []string, url string, dead func(string) bool) (form string, re
 		}
 	}
 	if reread {
-		if !slices.Contains(held, url) || alt == "" || slices.Contains(held, alt) {
-			return url, true
-		}
-		return alt, true
+		return freshForm(held, url), true
 	}
 	for i := len(held) - 1; i >= 0; i-- {
 		if same(held[i]) {
@@ -544,6 +636,17 @@ func pubForm(held []string, url string, dead func(string) bool) (form string, re
 		}
 	}
 	return url, false
+}
+
+// freshForm is the form a re-read names a broker in: url, or its other
+// form when held (the urls the re-reading producers may hold) has url and
+// not the other form; url when both or neither are held.
+func freshForm(held []string, url string) string {
+	alt := altURL(url)
+	if !slices.Contains(held, url) || alt == "" || slices.Contains(held, alt) {
+		return url
+	}
+	return alt
 }
 
 // altURL is url (meta://host:port) written in a second form that MetaQ

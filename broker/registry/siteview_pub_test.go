@@ -346,3 +346,135 @@ func watchChildren(t *testing.T, r *Registry, path string) <-chan struct{} {
 	}()
 	return ch
 }
+
+// TestSiteViewWakeFlipsEveryEntryOfTheTopic: topic t lives on broker ids 0
+// and 1, topic u on id 1 alone. Id 0's entry moves off its site's replica,
+// which then dies: the view wakes t's producers. A woken MetaQ 1.4.6
+// producer closes and reopens its connection to every broker id of t, so
+// every entry it reads, id 1's unchanged one too, must be in a string form
+// other than the one it held (gecko refuses a reopened url while the closing
+// connection still counts); u's producers are not woken, keep their
+// connection in the old form, and u's marker records the new one.
+func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
+	root := testRoot(t)
+	viewRoot := root + "-view-gz"
+	cleanupRoot(t, root)
+	cleanupRoot(t, viewRoot)
+	ctx := context.Background()
+
+	const m0, m1 = "meta://127.0.0.1:8120", "meta://127.0.0.1:8121"
+	const r0 = "meta://127.0.0.1:9120"
+	for id, topics := range [][]string{{"t"}, {"t", "u"}} {
+		o := testOptions(t, root)
+		o.BrokerID, o.SlaveID, o.Port = id, -1, 8120+id
+		master := newRegistry(t, o)
+		if err := master.RegisterBroker(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range topics {
+			if err := master.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tool := newRegistry(t, testOptions(t, root))
+	var dead []string
+	v, err := NewSiteView(tool, SiteViewOptions{ViewRoot: viewRoot,
+		Dead: func(u string) bool { return slices.Contains(dead, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vp := Paths{Root: viewRoot}
+	woke := func(ch <-chan struct{}, d time.Duration) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	apply := func(targets map[int]string) {
+		t.Helper()
+		if _, err := v.Apply(ctx, targets); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := func() []string {
+		t.Helper()
+		var out []string
+		for id := range 2 {
+			data, _, err := tool.Get(ctx, vp.Broker(id, -1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(data))
+		}
+		return out
+	}
+	marker := func(topic string, id int) string {
+		t.Helper()
+		data, _, err := tool.Get(ctx, fmt.Sprintf("%s/%s/view%d", vp.TopicsPub(), topic, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(data), "\n", " ")
+	}
+	// wake makes the view wake t's producers and checks that each entry
+	// they read changed form and nothing else, that u's producers slept,
+	// and that t's markers hold what the producers now use.
+	wake := func(targets map[int]string) []string {
+		t.Helper()
+		before := entries()
+		wt := watchChildren(t, tool, vp.TopicsPub()+"/t")
+		wu := watchChildren(t, tool, vp.TopicsPub()+"/u")
+		apply(targets)
+		if !woke(wt, 10*time.Second) {
+			t.Fatal("t's producers were not woken")
+		}
+		after := entries()
+		for id := range 2 {
+			if after[id] == before[id] || !SameViewURL(after[id], before[id]) {
+				t.Errorf("id %d's entry was %s before the wake and is %s after: a woken producer reopens the url it held (want the same address in the other form)", id, before[id], after[id])
+			}
+			if got := marker("t", id); got != after[id] {
+				t.Errorf("t's marker of id %d holds %q after the wake, want %q", id, got, after[id])
+			}
+		}
+		if woke(wu, 500*time.Millisecond) {
+			t.Error("u's producers were woken: u has no dead url")
+		}
+		return after
+	}
+
+	apply(map[int]string{0: r0})
+	apply(map[int]string{0: m0}) // gz's replica of 0 fell behind: no wake
+	dead = []string{r0}          // and died: t's producers may still use it
+	after := wake(map[int]string{0: m0})
+	if want := []string{altURL(m0), altURL(m1)}; fmt.Sprint(after) != fmt.Sprint(want) {
+		t.Fatalf("entries after the wake %v, want %v", after, want)
+	}
+	if got, want := marker("u", 1), m1+" "+altURL(m1); got != want {
+		t.Fatalf("u's marker of id 1 holds %q, want %q (u's producers hold the first, may read the second)", got, want)
+	}
+
+	// A steady apply keeps the forms and wakes nobody.
+	wt := watchChildren(t, tool, vp.TopicsPub()+"/t")
+	apply(map[int]string{0: m0})
+	if woke(wt, 500*time.Millisecond) {
+		t.Fatal("a steady apply woke t's producers")
+	}
+	if got := entries(); fmt.Sprint(got) != fmt.Sprint(after) {
+		t.Fatalf("a steady apply changed the entries to %v, want %v", got, after)
+	}
+
+	// Back to the replica, then master 0 dies: the next wake flips every
+	// entry of t back; id 1 goes to the form t's producers do not hold,
+	// though u's producers hold it (their connection stays theirs).
+	dead = nil
+	apply(map[int]string{0: r0})
+	dead = []string{m0}
+	after = wake(map[int]string{0: r0})
+	if want := []string{altURL(r0), m1}; fmt.Sprint(after) != fmt.Sprint(want) {
+		t.Fatalf("entries after the second wake %v, want %v", after, want)
+	}
+}
