@@ -174,6 +174,15 @@ func (b *Broker) listenLocked() error {
 		if ln, err = net.Listen("tcp", b.opts.ListenAddr); err != nil {
 			return fmt.Errorf("broker: listen %s: %w", b.opts.ListenAddr, err)
 		}
+		if cc := b.opts.TCPCongestion; cc != "" {
+			// The connections it accepts start with it (one switched after
+			// accept keeps the pacing BBR set up). A host without it keeps
+			// its own.
+			if err := setCongestion(ln, cc); err != nil {
+				b.log.Warn("BROKER: cannot set the listener's TCP congestion control; the host's applies",
+					"tcpCongestion", cc, "addr", ln.Addr().String(), "err", err)
+			}
+		}
 	}
 	b.ln = ln
 	b.url = advertisedURL(b.cfg.Load().System.HostName, ln.Addr())

@@ -122,6 +122,10 @@ type Options struct {
 	// Config: getWaitMinBytes, getWaitLingerMs.
 	GetWaitMinBytes int64
 	GetWaitLinger   time.Duration
+	// TCPCongestion is the TCP congestion control set on the listener the
+	// broker opens (not on Options.Listener); "" takes the config's
+	// ([limits] tcpCongestion), whose "" keeps the host's.
+	TCPCongestion string
 	// StallTimeout: while the broker's budget is used up and requests wait
 	// for it, a connection holding some of it whose client has taken none of
 	// its answers for this long is closed, so that clients that read are
@@ -225,6 +229,9 @@ func (o *Options) applyLimits(l config.Limits) {
 	}
 	if o.GetWaitLinger == 0 {
 		o.GetWaitLinger = l.GetWaitLinger
+	}
+	if o.TCPCongestion == "" {
+		o.TCPCongestion = l.TCPCongestion
 	}
 	o.SniffTimeout = time.Duration(pick(int64(o.SniffTimeout), int64(o.IdleTimeout), int64(config.DefaultIdleTimeout)))
 	if fdCap := fileLimit() * 3 / 4; fdCap > 0 && (o.MaxConnections == 0 || o.MaxConnections > fdCap) {

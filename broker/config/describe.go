@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -138,6 +139,7 @@ func (s *Server) blocks() []block {
 			{"getWaitMs", ms(s.Limits.GetWait)},
 			{"getWaitMinBytes", strconv.FormatInt(s.Limits.GetWaitMinBytes, 10)},
 			{"getWaitLingerMs", ms(s.Limits.GetWaitLinger)},
+			{"tcpCongestion", cmp.Or(s.Limits.TCPCongestion, "host")},
 		}},
 	)
 	return out

@@ -87,7 +87,7 @@ var natsKeys = []string{"url", "embeddedListen", "credsFile", "tlsCert", "tlsKey
 var limitsKeys = []string{
 	"maxConnections", "maxConnectionsPerAddress", "idleTimeoutMs", "readTimeoutMs", "writeTimeoutMs",
 	"maxBufferedBytes", "maxAddressBufferedBytes", "maxConnectionBufferedBytes", "getWaitMs",
-	"getWaitMinBytes", "getWaitLingerMs",
+	"getWaitMinBytes", "getWaitLingerMs", "tcpCongestion",
 }
 var replicationKeys = []string{"enable", "listen", "advertise", "compression", "bandwidthBytesPerSec", "stuckAfterMs", "tlsCert", "tlsKey", "tlsCA", "fenceSites", "leaseMs", "secretFile", "autoFailover", "autoFailoverAfterMs", "handoverHoldMs", "handoverHoldBytes", "handoverHoldMaxMs", "allowUnauthenticatedSwitchover", "promoteFinishTimeoutMs", "sites"}
 

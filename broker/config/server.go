@@ -77,6 +77,13 @@ const (
 	// put-to-delivery latency (broker/store/BENCH.md, issue 26).
 	DefaultGetWaitMinBytes = 256 << 10
 	DefaultGetWaitLinger   = 5 * time.Millisecond
+	// The client listener's TCP congestion control. Not BBR (a common host
+	// default): BBR paces every socket, and a get's answer of a few
+	// segments then arms a pacing timer per segment, the largest part of
+	// the kernel's cost per delivery against the load generator; set on the
+	// listener because a connection switched after accept keeps pacing
+	// (broker/store/BENCH.md, issue 26).
+	DefaultTCPCongestion = "cubic"
 	// MinConnectionBufferedBytes holds one record of the largest message
 	// (16 MiB body plus its 20-byte header), so every record can be fetched.
 	MinConnectionBufferedBytes = 16<<20 + 20
@@ -797,6 +804,10 @@ func buildLimits(r sectionReader) Limits {
 		l.MaxConnectionBufferedBytes, math.MaxInt64)
 	// 0 (absent): half of maxBufferedBytes, however that is set.
 	l.MaxAddressBufferedBytes = r.integer("maxAddressBufferedBytes", 0, l.MaxConnectionBufferedBytes, l.MaxBufferedBytes)
+	// "host" keeps the host's default.
+	if l.TCPCongestion = strings.TrimSpace(r.str("tcpCongestion", DefaultTCPCongestion)); l.TCPCongestion == "host" {
+		l.TCPCongestion = ""
+	}
 	return l
 }
 

@@ -76,6 +76,7 @@ func TestDefaults(t *testing.T) {
 		{"limits.getWaitMs", s.Limits.GetWait, time.Duration(0)},
 		{"limits.getWaitMinBytes", s.Limits.GetWaitMinBytes, int64(256 << 10)},
 		{"limits.getWaitLingerMs", s.Limits.GetWaitLinger, 5 * time.Millisecond},
+		{"limits.tcpCongestion", s.Limits.TCPCongestion, "cubic"},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,6 +187,8 @@ func TestKeys(t *testing.T) {
 		{"limits", "getWaitMinBytes", "0", func(s *Server) any { return s.Limits.GetWaitMinBytes }, int64(0)},
 		{"limits", "getWaitMinBytes", "65536", func(s *Server) any { return s.Limits.GetWaitMinBytes }, int64(65536)},
 		{"limits", "getWaitLingerMs", "20", func(s *Server) any { return s.Limits.GetWaitLinger }, 20 * time.Millisecond},
+		{"limits", "tcpCongestion", "host", func(s *Server) any { return s.Limits.TCPCongestion }, ""},
+		{"limits", "tcpCongestion", "bbr", func(s *Server) any { return s.Limits.TCPCongestion }, "bbr"},
 		{"limits", "maxBufferedBytes", "1024*1024*1024", func(s *Server) any { return s.Limits.MaxBufferedBytes }, int64(1 << 30)},
 		{"limits", "maxConnectionBufferedBytes", "64*1024*1024",
 			func(s *Server) any { return [2]int64{s.Limits.MaxConnectionBufferedBytes, s.Limits.MaxBufferedBytes} }, [2]int64{64 << 20, 256 << 20}},

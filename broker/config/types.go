@@ -424,6 +424,10 @@ type Limits struct {
 	// at the first growth.
 	GetWaitMinBytes int64
 	GetWaitLinger   time.Duration
+	// TCPCongestion is the TCP congestion control of the client listener,
+	// which the connections it accepts start with; "" (server.ini: host)
+	// keeps the host's.
+	TCPCongestion string
 }
 
 // Slave is a loaded async_slave.properties (see Plugin files in broker/wire/doc.go) plus this project's

@@ -20,6 +20,8 @@
 #   and empty: no [limits] section, for a broker that predates the key).
 #   GET_WAIT_MIN_BYTES (our broker only, with GET_WAIT_MS above 0; unset: the broker's default, 262144 since issue 26, 0 on older binaries): [limits]
 #   getWaitMinBytes, the bytes a woken held get lingers for, up to getWaitLingerMs (default 5); 0: none.
+#   GET_WAIT_LINGER_MS (our broker only, with GET_WAIT_MS above 0; unset: the broker's default, 5): [limits]
+#   getWaitLingerMs, how long a woken held get lingers for getWaitMinBytes.
 #   SERVER_LOG (optional): keep the broker's log at that path (e.g. with METAQ_STORE_CYCLE_STATS=1s in the
 #   environment, our broker logs its group commit cycle's breakdown every second; broker/store/cyclestats.go).
 #   MAX_DELAY_FETCH: metaq-bench -max-delay-fetch (unset: its default, 5s, the MetaQ Java consumer's).
@@ -51,6 +53,7 @@ else
 		"$HERE/metaq-java/server.ini" | grep -v '^;;' > "$data/server.ini"
 	[ -n "${GET_WAIT_MS-500}" ] && printf '\n[limits]\ngetWaitMs=%s\n' "${GET_WAIT_MS-500}" >> "$data/server.ini"
 	[ -n "${GET_WAIT_MS-500}" ] && [ -n "${GET_WAIT_MIN_BYTES:-}" ] && printf 'getWaitMinBytes=%s\n' "$GET_WAIT_MIN_BYTES" >> "$data/server.ini"
+	[ -n "${GET_WAIT_MS-500}" ] && [ -n "${GET_WAIT_LINGER_MS:-}" ] && printf 'getWaitLingerMs=%s\n' "$GET_WAIT_LINGER_MS" >> "$data/server.ini"
 	"$KIND" start -foreground -f "$data/server.ini" > "$data/server.log" 2>&1 &
 fi
 pid=$!
