@@ -178,9 +178,13 @@ func (b *Broker) listenLocked() error {
 			// The connections it accepts start with it (one switched after
 			// accept keeps the pacing BBR set up). A host without it keeps
 			// its own.
-			if err := setCongestion(ln, cc); err != nil {
+			switch set, err := setCongestion(ln, cc); {
+			case err != nil:
 				b.log.Warn("BROKER: cannot set the listener's TCP congestion control; the host's applies",
 					"tcpCongestion", cc, "addr", ln.Addr().String(), "err", err)
+			case set != "" && set != cc:
+				b.log.Warn("BROKER: the listener's TCP congestion control is not permitted to this user (net.ipv4.tcp_allowed_congestion_control); using "+set,
+					"tcpCongestion", cc, "set", set, "addr", ln.Addr().String())
 			}
 		}
 	}

@@ -1,8 +1,11 @@
 package broker
 
 import (
+	"fmt"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,8 +53,8 @@ func TestSetCongestionAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := setCongestion(ln, want); err != nil {
-		t.Fatalf("setCongestion(%q): %v", want, err)
+	if set, err := setCongestion(ln, want); err != nil || set != want {
+		t.Fatalf("setCongestion(%q) = %q, %v", want, set, err)
 	}
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -66,7 +69,7 @@ func TestSetCongestionAccepted(t *testing.T) {
 	if got := congestionOf(t, a.(*net.TCPConn)); got != want {
 		t.Fatalf("accepted connection's congestion control %q, want %q", got, want)
 	}
-	if err := setCongestion(ln, "no-such-algorithm"); err == nil {
+	if _, err := setCongestion(ln, "no-such-algorithm"); err == nil {
 		t.Fatal("setCongestion of an unknown algorithm: no error")
 	}
 }
@@ -87,5 +90,65 @@ func TestBrokerListenerCongestion(t *testing.T) {
 	c.sendCmd(&wire.Version{Opaque: 1, HasOpaque: true})
 	if r := c.result(); !r.OK() {
 		t.Fatalf("version: %v", r)
+	}
+}
+
+// TestSetCongestionFallsBackWhenNotPermitted: a process without
+// CAP_NET_ADMIN (the systemd unit's user) may set only the algorithms in
+// net.ipv4.tcp_allowed_congestion_control; one outside it gets reno, not
+// the host's default (BBR here), and setCongestion says so.
+func TestSetCongestionFallsBackWhenNotPermitted(t *testing.T) {
+	read := func(name string) []string {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
+		if err != nil {
+			t.Skipf("host congestion controls unknown: %v", err)
+		}
+		return strings.Fields(string(b))
+	}
+	allowed := read("tcp_allowed_congestion_control")
+	var notAllowed string
+	for _, a := range read("tcp_available_congestion_control") {
+		if !slices.Contains(allowed, a) {
+			notAllowed = a
+			break
+		}
+	}
+	if notAllowed == "" {
+		t.Skipf("every available congestion control is allowed (%v)", allowed)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		set string
+		err error
+	}
+	done := make(chan result, 1)
+	// Capabilities are per thread: drop CAP_NET_ADMIN on a locked thread
+	// that is never unlocked, so the runtime ends it with the goroutine.
+	go func() {
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			done <- result{err: fmt.Errorf("capget: %w", err)}
+			return
+		}
+		data[0].Effective &^= 1 << unix.CAP_NET_ADMIN
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			done <- result{err: fmt.Errorf("capset: %w", err)}
+			return
+		}
+		set, err := setCongestion(ln, notAllowed)
+		done <- result{set, err}
+	}()
+	r := <-done
+	if r.err != nil || r.set != congestionFallback {
+		t.Fatalf("setCongestion(%q) without CAP_NET_ADMIN = %q, %v; want %q", notAllowed, r.set, r.err, congestionFallback)
+	}
+	if got := congestionOf(t, ln.(*net.TCPListener)); got != congestionFallback {
+		t.Fatalf("listener's congestion control %q, want %q", got, congestionFallback)
 	}
 }

@@ -6,4 +6,4 @@ import "net"
 
 // setCongestion does nothing where TCP_CONGESTION does not exist: the
 // host's congestion control applies.
-func setCongestion(net.Listener, string) error { return nil }
+func setCongestion(net.Listener, string) (string, error) { return "", nil }
