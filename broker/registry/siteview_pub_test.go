@@ -275,20 +275,8 @@ func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
 	watch := func() <-chan struct{} { return watchChildren(t, tool, pub) }
 	// woke waits up to d for the producers' watch: long when a wake is
 	// expected, short when none is.
-	woke := func(ch <-chan struct{}, d time.Duration) bool {
-		select {
-		case <-ch:
-			return true
-		case <-time.After(d):
-			return false
-		}
-	}
-	apply := func(targets map[int]string) {
-		t.Helper()
-		if _, err := v.Apply(ctx, targets); err != nil {
-			t.Fatal(err)
-		}
-	}
+	woke := wokeWithin
+	apply := func(targets map[int]string) { applyView(t, v, targets) }
 	// entries is what a woken producer reads: each id's master entry,
 	// in the plain form.
 	entries := func() []string {
@@ -385,20 +373,8 @@ func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	vp := Paths{Root: viewRoot}
-	woke := func(ch <-chan struct{}, d time.Duration) bool {
-		select {
-		case <-ch:
-			return true
-		case <-time.After(d):
-			return false
-		}
-	}
-	apply := func(targets map[int]string) {
-		t.Helper()
-		if _, err := v.Apply(ctx, targets); err != nil {
-			t.Fatal(err)
-		}
-	}
+	woke := wokeWithin
+	apply := func(targets map[int]string) { applyView(t, v, targets) }
 	entries := func() []string {
 		t.Helper()
 		var out []string
@@ -476,5 +452,23 @@ func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
 	after = wake(map[int]string{0: r0})
 	if want := []string{altURL(r0), m1}; fmt.Sprint(after) != fmt.Sprint(want) {
 		t.Fatalf("entries after the second wake %v, want %v", after, want)
+	}
+}
+
+// wokeWithin reports whether ch (a producer's watch) fired within d.
+func wokeWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// applyView applies targets to the site view v, failing the test on error.
+func applyView(t *testing.T, v *SiteView, targets map[int]string) {
+	t.Helper()
+	if _, err := v.Apply(context.Background(), targets); err != nil {
+		t.Fatal(err)
 	}
 }
