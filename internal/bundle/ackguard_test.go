@@ -23,6 +23,7 @@ import (
 // confirmation of its generation is older than the bound, it acknowledges
 // no put (503, retriable), and none after hf's promotion.
 func TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -82,6 +83,7 @@ func TestMasterThatCannotConfirmItsGenerationAcknowledgesNothing(t *testing.T) {
 // replaced: it keeps taking puts while its ZooKeeper is away, as MetaQ's
 // broker does.
 func TestStandaloneMasterKeepsServingWithoutZooKeeper(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -119,6 +121,7 @@ func TestStandaloneMasterKeepsServingWithoutZooKeeper(t *testing.T) {
 // 40-70). The hold keeps the put; once bj's ZooKeeper is back a round
 // within the bound confirms it and the put is acknowledged.
 func TestStaleConfirmationRoundKeepsHeldPuts(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

@@ -135,6 +135,7 @@ func (l *lapsedPut) wait(t *testing.T) error {
 // of puts awaiting the confirmation, and is an acknowledgement once bj
 // confirms the same generation again (its ZooKeeper is back).
 func TestPutStoredDuringAConfirmationLapseIsAcknowledged(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -161,6 +162,7 @@ func TestPutStoredDuringAConfirmationLapseIsAcknowledged(t *testing.T) {
 // put lies in bj's divergent tail and is answered 500, stored here but
 // not acknowledged, never 200.
 func TestPutStoredDuringAConfirmationLapseNotAcknowledgedAfterANewerGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -190,6 +192,7 @@ func TestPutStoredDuringAConfirmationLapseNotAcknowledgedAfterANewerGeneration(t
 // waiting, and is an acknowledgement once a fresh round confirms the
 // generation (bj's ZooKeeper back).
 func TestStaleConfirmationKeepsTheAnswerWaiting(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -87,6 +87,7 @@ func sendAtOnce(t *testing.T, addr string, n int) []firstPut {
 // the same route: the fixture's own first puts (produce) reach its master
 // without waiting for its confirmation.
 func TestPerSiteZKColdStartAcknowledgesFirstPuts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -118,6 +119,7 @@ func TestPerSiteZKColdStartAcknowledgesFirstPuts(t *testing.T) {
 // its generation"); none is acknowledged. Healed, bj confirms and takes
 // puts (the fixture's first puts).
 func TestPerSiteZKUnconfirmedMasterRefusesHeldPutsAfterTheBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -154,6 +156,7 @@ func TestPerSiteZKUnconfirmedMasterRefusesHeldPutsAfterTheBound(t *testing.T) {
 // the confirmation aged past the bound (3 s with deploy/'s 30-s
 // session): puts were refused.
 func TestPerSiteZKStalledEnsemblesDoNotStopAcknowledgements(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -38,6 +38,7 @@ import (
 //  5. bj returns as a slave without masterAddress: it finds hf in its own
 //     ensemble and registers there as hf's slave.
 func TestFailoverPerSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -303,6 +304,7 @@ func TestFailoverPerSiteZooKeeper(t *testing.T) {
 // generation in ZooKeeper), so its entries leave the other ensembles even
 // before it is demoted.
 func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	zkRoot := multiSiteRoot(t, []string{zk})
 	bj := startSite(t, filepath.Join(t.TempDir(), "bj"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"),
@@ -339,6 +341,7 @@ func TestMasterMirrorEndsWhenSteppedDown(t *testing.T) {
 // the new master's node in the other sites' ensembles. It mirrors no
 // master, and raises no generation, from the moment it stepped down.
 func TestMasterMirrorEndsWhileDemoting(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	zkRoot := multiSiteRoot(t, []string{zk})
 	gz := startSite(t, filepath.Join(t.TempDir(), "gz"), failoverINIZK(zk, zkRoot, "leaseMs=400\n"),
@@ -389,6 +392,7 @@ func TestMasterMirrorEndsWhileDemoting(t *testing.T) {
 // (it refuses puts) and removes its mirror, and hf registers as master in
 // its own ensemble; the generation is raised in bj's ensemble too.
 func TestForcedPromotionPerSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

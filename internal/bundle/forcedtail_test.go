@@ -30,6 +30,7 @@ import (
 // is not a record boundary here", for good, nothing saved aside; bj then
 // acknowledged puts at the offsets of gz's.
 func TestSlavesFollowForcedFormerMasterThatKeptItsTail(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -22,6 +22,7 @@ import (
 // stopped at "partition orders-1 diverged from master at offset 851: the
 // new master's end is not a record boundary here", for good.
 func TestFormerMasterRejoinsTwoGenerationsOn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

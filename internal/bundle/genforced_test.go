@@ -18,6 +18,7 @@ import (
 // not reuse that number: it raises generation 2, by compare-and-set, in
 // every ensemble it reaches, and every ensemble ends with 2 raised by hf.
 func TestPerSiteZKForcedPromotionSkipsATakenGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -58,6 +59,7 @@ func TestPerSiteZKForcedPromotionSkipsATakenGeneration(t *testing.T) {
 // raised generation 1 in its own ensemble and both became its master),
 // and the deployment ends with one master that the other site follows.
 func TestPerSiteZKForcedPromotionsRace(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -126,6 +128,7 @@ func TestPerSiteZKForcedPromotionsRace(t *testing.T) {
 // of retrying until its bound (on the code before it retried until then); gz, promoted next, is master of a newer
 // generation, and every site converges on it.
 func TestFinisherYieldsASharedGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -27,6 +27,7 @@ import (
 // aside the puts it took at its own generation, and every site, bj
 // restarted by its unit's command included, ends byte-identical.
 func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
+	t.Parallel()
 	promotionsAcrossAPartition(t, func(s *sites) {
 		for _, site := range []string{"bj", "hf", "gz"} {
 			s.cutEnsemble(site)
@@ -42,6 +43,7 @@ func TestPerSiteZKForcedPromotionsAcrossAPartition(t *testing.T) {
 // majority (its own and bj's): both masters of generation 1. hf's raise
 // cannot write gz's ensemble, so it takes its class's number (2).
 func TestPerSiteZKMajorityAndForcedAcrossAPartition(t *testing.T) {
+	t.Parallel()
 	promotionsAcrossAPartition(t, func(s *sites) {
 		s.cutEnsembleFrom("bj", "gz")
 		s.cutEnsembleFrom("hf", "gz")

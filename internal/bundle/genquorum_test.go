@@ -22,6 +22,7 @@ import (
 // ensemble, the loser's own included, ends with the winner's generation
 // and the winner as its raiser.
 func TestPerSiteZKTwoPromotionsOneGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

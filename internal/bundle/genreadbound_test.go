@@ -20,6 +20,7 @@ import (
 // skipped the other ensembles, so the master never saw it while the stall
 // lasted.
 func TestPerSiteZKStalledOwnEnsembleStillSeesANewerGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -20,6 +20,7 @@ import (
 // it, so it must be gossiped and counted as left unfinished, and a slave
 // site is then promoted automatically.
 func TestPerSiteZKMasterSteppedDownForAGivenBackRaise(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -95,6 +96,7 @@ func waitConfirmed(t testing.TB, b *Bundle) {
 // once, at a number above it. Automatic failover is off here, so on the
 // code before no site was master again.
 func TestPerSiteZKMasterTakesBackAGivenBackRaise(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -25,6 +25,7 @@ import (
 // ensemble (a master node created after the raise) now tells the loser
 // that the generation is finished.
 func TestPerSiteZKPartitionedSlaveSiteDoesNotRaiseAboveARegisteredMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

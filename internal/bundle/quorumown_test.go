@@ -21,6 +21,7 @@ import (
 // ensemble and stepped down for it. A quorum raise must try its own
 // ensemble first and write no other site's unless it won there.
 func TestPerSiteZKQuorumRaiseWritesNoOtherEnsembleWithoutItsOwn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -108,6 +109,7 @@ func TestPerSiteZKQuorumRaiseWritesNoOtherEnsembleWithoutItsOwn(t *testing.T) {
 // Soak seed 942159 logged "site bj raised generation 7 first" for gz's
 // raise of 7, whose own ensemble could not be read and held bj's 5.
 func TestDescribeLostRaise(t *testing.T) {
+	t.Parallel()
 	closed := errors.New("zk: connection closed")
 	moved := fmt.Errorf("%w: /meta/brokers/ids/1/generation is 8, not the 5 this site knows", registry.ErrGenerationMoved)
 	movedLow := fmt.Errorf("%w: /meta/brokers/ids/1/generation is 6, not the 5 this site knows", registry.ErrGenerationMoved)

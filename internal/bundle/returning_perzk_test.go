@@ -20,6 +20,7 @@ import (
 // starts as a slave, writes no master node in its own ensemble and takes no
 // puts; once the cut heals it follows gz.
 func TestReturningMasterChecksTheOtherEnsembles(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

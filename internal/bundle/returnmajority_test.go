@@ -25,6 +25,7 @@ const returnCutWatch = 16 * time.Second
 // acknowledged at once, at a generation hf had replaced); healed, it
 // follows hf and every site ends byte-identical.
 func TestPerSiteZKReturningMasterCutFromTheMajority(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -21,6 +21,7 @@ import (
 // Now the other sites' ensembles it reaches are read too: hf starts as the
 // slave its command says, follows bj, and every site converges to bj's log.
 func TestPerSiteZKRestartedMasterSeesNewerGenerationElsewhere(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

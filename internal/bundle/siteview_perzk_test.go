@@ -26,6 +26,7 @@ import (
 //     at bj, and the consumer on the view keeps receiving what bj stores;
 //   - when hf's bundle returns, the view points at hf again.
 func TestSiteViewPerSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

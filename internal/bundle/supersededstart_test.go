@@ -19,6 +19,7 @@ import (
 // the generation it started behind, so that the others count it as left
 // unfinished and fail over.
 func TestPerSiteZKFormerMasterStartedBehindGossipsTheNewerGeneration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
