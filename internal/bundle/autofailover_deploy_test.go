@@ -98,6 +98,7 @@ func (s *sites) watchMasters() (stop func()) {
 //
 // Throughout, no two sites are master of one generation at once.
 func TestAutoFailoverFencesADeadMastersSession(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -150,6 +150,7 @@ func failoverView(b *Bundle) string {
 // final and none is ahead). Once bj stops (gz loses it too), a slave site
 // promotes itself, once.
 func TestAutoFailoverWaitsWhileASiteFollows(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -239,6 +240,7 @@ func TestAutoFailoverWaitsForGossipMajority(t *testing.T) {
 // site's raise. The test reads the metadata gossip would carry, as often
 // as it can, while hf is promoted.
 func TestPromotingSiteGossipsItsPosition(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -20,6 +20,7 @@ import (
 // promotion and automatic failover's choice of candidate read), instead of
 // switching to MetaQ's get, which cannot reach that master either.
 func TestDeadMasterNoFallBackToMetaQGet(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := t.TempDir()
 	zkRoot := multiSiteRoot(t, []string{zk})

@@ -22,6 +22,7 @@ import (
 // the topic never names a master without a master node (before, the node
 // was removed one ackBound, 3 s, before hf registered).
 func TestPromoteFencesADeadMastersSession(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -93,6 +94,7 @@ func TestPromoteFencesADeadMastersSession(t *testing.T) {
 // session's expiry tells that a killed master is gone: promote refuses and
 // says so, and promote -wait waits for the session and reports how long.
 func TestPromoteWaitWaitsForTheSession(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

@@ -28,6 +28,7 @@ import (
 // ("this site runs no stream receiver"), and promote refused it as "not a
 // running async slave".
 func TestDemotedSiteWaitingForAMasterPromotesItself(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

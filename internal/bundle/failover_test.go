@@ -36,6 +36,7 @@ func failoverINIZK(zk, root, replication string, opts ...iniOption) string {
 // takes puts at once), and gz, moved to hf, resumes on hf's log by its
 // partition ends and holds hf's bytes.
 func TestPromoteSlaveSite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -106,6 +107,7 @@ func TestPromoteSlaveSite(t *testing.T) {
 // lease; hf, promoted, takes puts once gz follows it and the lease has run
 // out; at no moment do both take puts.
 func TestCutOffMasterRefusesPuts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -193,6 +195,7 @@ func TestCutOffMasterRefusesPuts(t *testing.T) {
 // that follows ZooKeeper, started before bj was lost, sends to hf without
 // a restart; the offsets hf assigns continue bj's.
 func TestPromoteSlaveSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -305,6 +308,7 @@ func wantDemoted(t *testing.T, old *Bundle, newMaster string) {
 // (refusing puts with 403 naming hf) and follows it byte-identically, gz
 // follows hf.
 func TestSwitchover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -378,6 +382,7 @@ func TestSwitchover(t *testing.T) {
 // is at hf afterwards, it moves to hf without a restart, and the longest
 // gap between two acknowledgements (the write downtime) is logged.
 func TestSwitchoverZooKeeperNoLoss(t *testing.T) {
+	t.Parallel()
 	// With replication on a port of its own, and on the MetaQ port: the
 	// promoted site serves it on its MetaQ port, the demoted one gives its
 	// own back and follows.
@@ -515,6 +520,7 @@ func testSwitchoverZooKeeperNoLoss(t *testing.T, metaqPort bool) {
 // generation of its brokerId in ZooKeeper (another site was promoted)
 // steps down and refuses puts.
 func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -543,6 +549,7 @@ func TestMasterStepsDownOnZooKeeperGeneration(t *testing.T) {
 // restart), cuts those records, saves them aside, and then follows hf
 // byte-identically.
 func TestDemoteCutsUnreplicatedTail(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -596,6 +603,7 @@ func TestDemoteCutsUnreplicatedTail(t *testing.T) {
 // hf is the master of the highest generation; hf no longer reports itself
 // a slave.
 func TestGossipFollowsNewMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -645,6 +653,7 @@ func TestGossipFollowsNewMaster(t *testing.T) {
 // cut off earlier, is behind though its name sorts first), promotes itself
 // and gz follows it; gz does not promote itself.
 func TestAutoFailover(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

@@ -20,6 +20,7 @@ import (
 // [replication] certificate, and gz follows hf over TLS. Each switchover
 // reports every slave site following the new master.
 func TestSwitchoverWithMutualTLSAndSecret(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

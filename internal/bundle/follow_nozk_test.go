@@ -13,6 +13,7 @@ import (
 // seed 900014: "the master of broker 1 publishes no replication address at
 // /meta/brokers/ids/1/replication: zk: connection closed").
 func TestDemotedMasterFollowsWithoutOwnZooKeeper(t *testing.T) {
+	t.Parallel()
 	s := newSites(t, sitesSpec{perSiteZK: true, deploy: true})
 	s.produce("bj", "orders", 10)
 	s.switchover("bj", "hf")

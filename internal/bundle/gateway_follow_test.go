@@ -21,6 +21,7 @@ import (
 // (the put in flight stays unanswered meanwhile: its outcome is unknown,
 // it is not sent again).
 func TestGatewayFollowsASwitchoverAtOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -20,6 +20,7 @@ import (
 // its promotion) was taken for a running one, and hf followed no one for
 // ever (found by the fault schedules, internal/faultsched, seed 900008).
 func TestHalfDemotedSiteRejoins(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -77,6 +78,7 @@ func (s *sites) switchoverHalfDemoted(from, to string) {
 // (found by the fault schedules, seed 941047, where the slave registration
 // in ZooKeeper failed at that step). Now the retry finishes the demotion.
 func TestHalfPromotedThenHalfDemotedSiteFollows(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

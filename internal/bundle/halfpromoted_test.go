@@ -17,6 +17,7 @@ import (
 // demotion was refused ("already a slave") and hf followed no one, for
 // ever (found by the fault schedules, internal/faultsched).
 func TestHalfPromotedSiteRejoins(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

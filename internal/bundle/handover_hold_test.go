@@ -190,6 +190,7 @@ const syncSendTimeout = 30 * time.Second
 // 40 (there a switchover's steps outlasted the default 2.5 s:
 // BenchmarkJavaSwitchover measures that).
 func TestSwitchoverHoldsPuts(t *testing.T) {
+	t.Parallel()
 	s := newSites(t, sitesSpec{deploy: true, perSiteZK: true, replication: switchoverTestHold})
 	for _, site := range []string{"bj", "gz"} {
 		waitListed(t, s, site, "orders")
@@ -215,6 +216,7 @@ func TestSwitchoverHoldsPuts(t *testing.T) {
 // acknowledged put is at hf where its producer was told. The hold's
 // bound is 25 s, as in TestSwitchoverHoldsPuts.
 func TestSwitchoverPassesHeldPutsOnWithoutZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

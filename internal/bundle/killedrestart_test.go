@@ -24,6 +24,7 @@ import (
 // topic without partitions; gz keeps its replica (bj follows it byte for
 // byte) and bj's start does not wait for a session.
 func TestKilledMasterRestartedByUnitCommandJoinsAsSlave(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

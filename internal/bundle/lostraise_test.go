@@ -12,6 +12,7 @@ import (
 // it reads the new generation; hf must recognise the raise as its own and
 // finish the promotion, or the generation has no master.
 func TestPromoteRaiseAnswerLost(t *testing.T) {
+	t.Parallel()
 	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}})
 	s.tapOf("hf").LoseReplyTo("/generation")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

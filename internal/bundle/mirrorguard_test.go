@@ -61,6 +61,7 @@ func (l *lineLog) len() int {
 // re-registration failed` as an ERROR, and only then let bj's step-down
 // remove its mirror.
 func TestPausedMasterMirrorsRegisterNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

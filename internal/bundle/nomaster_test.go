@@ -27,6 +27,7 @@ import (
 // generation above the unfinished one; the others follow it and take its
 // log; never two masters of one generation.
 func TestAutoFailoverAfterUnfinishedRaiseAndRestarts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -22,6 +22,7 @@ import (
 // entry is created by the same ZooKeeper transaction as the node (the
 // same czxid), which the test reads instead of timing the machine.
 func TestSwitchoverAfterTheOldSessionEndedListsTheMasterInOneStep(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -18,6 +18,7 @@ import (
 // stores its own records from now on), and an offset within what hf holds,
 // or of another brokerId, stays as it was.
 func TestPromoteMovesConsumerOffsetsBackToItsEnds(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

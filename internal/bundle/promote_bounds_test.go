@@ -14,6 +14,7 @@ import (
 // 60 s (the session, then the master node) + 20 s (finishWait) + 10 s
 // (followWait): more than the fixed minute the client waited before.
 func TestAdminCallBound(t *testing.T) {
+	t.Parallel()
 	cfg := &config.Server{}
 	cfg.ZooKeeper.SessionTimeout = 30 * time.Second
 	for _, tc := range []struct {
@@ -42,6 +43,7 @@ func TestAdminCallBound(t *testing.T) {
 // Options.PromoteFinishTimeout when set, else [replication]
 // promoteFinishTimeoutMs (before, server.ini could not set it).
 func TestPromoteFinishTimeoutFromServerINI(t *testing.T) {
+	t.Parallel()
 	cfg, _, err := config.Parse("server.ini", []byte("[system]\nbrokerId=0\nnumPartitions=1\nunflushThreshold=0\nunflushInterval=1000\nmaxSegmentSize=1048576\nmaxTransferSize=1048576\ndeletePolicy=delete,168\ndataPath=/tmp/x\n[zookeeper]\nzk.zkEnable=false\n[topic=t]\n[replication]\npromoteFinishTimeoutMs=90000\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,7 @@ func produceBig(t *testing.T, addr, topic string, n, size int) {
 // lag report bj sent over the link: how many bytes and messages each
 // partition was behind (hf was held back by a bandwidth cap).
 func TestPromoteRefusedWhileGossipHasMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -118,6 +119,7 @@ func TestPromoteRefusedWhileGossipHasMaster(t *testing.T) {
 // master node in a live session that is not hf's: promote refuses and
 // names the node. Once the node is gone, promote succeeds.
 func TestPromoteRefusedWhileZooKeeperHasMaster(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

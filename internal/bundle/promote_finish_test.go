@@ -47,6 +47,7 @@ func failIdentityWrites(t *testing.T, b *Bundle) func() {
 // the fault schedules, seed 1635651954). Now hf finishes the promotion once
 // the file can be written, and bj and gz follow it.
 func TestPromotionFailedAtIdentityIsFinished(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -90,6 +91,7 @@ func TestPromotionFailedAtIdentityIsFinished(t *testing.T) {
 // down at hf's generation and no site was master. Now hf takes the node
 // and registers once ZooKeeper lets it.
 func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -124,6 +126,7 @@ func TestPromotionFailedAtMasterNodeIsFinished(t *testing.T) {
 // session again, and no site was master meanwhile (the schedule's checker
 // found none). Now the finisher tries again as soon as the session is back.
 func TestPromotionFinishedWhenSessionIsBack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -160,6 +163,7 @@ func TestPromotionFinishedWhenSessionIsBack(t *testing.T) {
 // Now bj steps down only once the new generation is seen, takes puts
 // again, and hf follows it again.
 func TestSwitchoverNotTakenOverKeepsMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -209,6 +213,7 @@ func switchoverNotTakenOver(t *testing.T, spec sitesSpec) {
 // bj takes mastership back at the next generation and takes puts, with
 // hf's disk still full.
 func TestPromotionGivenUpOldMasterTakesBack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -262,6 +267,7 @@ func promotionGivenUp(t *testing.T, perZK bool) {
 // back the finisher completes and awaitPromotionFinish, what the endpoint
 // waits with, reports the promotion done.
 func TestPromoteAnswerNamesPendingFinisher(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -20,6 +20,7 @@ import (
 // reported as such, not waited for, and does not fail the command; the
 // other slave sites still must follow.
 func TestPromoteAfterKillDoesNotFailOnTheDeadMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

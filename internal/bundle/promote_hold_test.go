@@ -20,6 +20,7 @@ import (
 // hook pauses hf's promotion in that window until the put is held (or
 // answered); it must be acknowledged once writes open, and stored at hf.
 func TestPromotionHoldsPutsUntilWritesOpen(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -22,6 +22,7 @@ import (
 // address (producers on the view read the brokers again). Each listing's
 // changes are logged with their times, to match a client's errors with.
 func TestPromotionListsTheNewMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -15,6 +15,7 @@ import (
 // new master. A second promotion must not raise the generation again: the
 // first master would step down for it while the second could not register.
 func TestTwoSitesPromoteAtOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

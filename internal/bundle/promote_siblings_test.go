@@ -19,6 +19,7 @@ import (
 // is refused naming gz, which would otherwise cut those records when it
 // follows hf (POST /promote answers 409); promote at gz succeeds.
 func TestPromoteRefusedWhileAnotherSiteIsAhead(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

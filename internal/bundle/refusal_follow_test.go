@@ -19,6 +19,7 @@ import (
 // from registering until gz follows it and has had two of its refusal
 // checks; once hf registers, gz's refusal must name hf.
 func TestReplicaRefusalNamesMasterRegisteredAfterFollow(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -16,6 +16,7 @@ import (
 // internal/faultsched: a restarted master of a newer generation was never
 // registered, and the former master it superseded never found it).
 func TestMasterRegistersOnceTheNodeIsFree(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n")
 	holder := zkClient(t, e)
 	node := holder.Paths().Broker(0, -1)

@@ -134,6 +134,7 @@ func payloads(t *testing.T, s *store.Store, topic string) map[string]bool {
 // hf never had, saves it under replication/unreplicated, and then holds
 // hf's log byte for byte.
 func TestRejoinAfterUnplannedFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -144,6 +145,7 @@ func TestRejoinAfterUnplannedFailover(t *testing.T) {
 // bj learns the newer generation there, gives up its master node at once
 // (so hf can register) and finds hf's replication address there.
 func TestRejoinAfterUnplannedFailoverZooKeeper(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -348,6 +350,7 @@ func rejoinAfterFailover(t *testing.T, zk string) {
 // gossip then names hf's replication address and bj becomes its slave by
 // itself, holding hf's log byte for byte.
 func TestSwitchoverWithoutFollowRejoinsByGossip(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

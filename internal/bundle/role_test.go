@@ -23,6 +23,7 @@ import (
 // master of generation 1 (it takes puts, registers as master and ships to
 // bj). `role -clear` (ClearPersistedRole) removes the record.
 func TestRestartKeepsRunTimeRoles(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -130,6 +131,7 @@ func TestRestartKeepsRunTimeRoles(t *testing.T) {
 // (its gossip seeds are gone); hf restarted with `start slave` comes back
 // as master on a new replication port, which bj finds by gossip.
 func TestRestartKeepsRunTimeRolesGossip(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -195,6 +197,7 @@ func TestRestartKeepsRunTimeRolesGossip(t *testing.T) {
 // and hf into the master (run with -race: the role is read while it
 // changes), and afterwards both report the new roles.
 func TestStatusDuringSwitchover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

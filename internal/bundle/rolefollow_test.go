@@ -21,6 +21,7 @@ import (
 // (hf-0-s1) is gone, and its lag report lists no slave group of the old
 // master (bj, gone, whose last gossip still names them).
 func TestPromotedSiteStateFollowsRole(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -86,6 +87,7 @@ func TestPromotedSiteStateFollowsRole(t *testing.T) {
 // it, and a promoted site restarted by its `start slave` command as master
 // does not start another.
 func TestEmbeddedNATSStaysWithTheHost(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		mode     Mode

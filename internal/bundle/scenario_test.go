@@ -35,6 +35,7 @@ import (
 //	                                 every acknowledged put served (at master, when named)
 //	role <site> master|slave         the site's role now
 func TestFailoverScenarios(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site scenarios skipped in -short mode")
 	}

@@ -14,6 +14,7 @@ import (
 // hf is then killed: once its session expires, bj's entry must be bj's own
 // node, not gone with hf's session.
 func TestSwitchoverOldMasterOwnsSlaveEntry(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -16,6 +16,7 @@ import (
 // masterAddress says that it follows the new master, not only why it
 // started with the old one.
 func TestStatusFollowsTheRole(t *testing.T) {
+	t.Parallel()
 	s := newSites(t, sitesSpec{})
 	s.switchover("bj", "hf")
 	if m := s.converged("orders"); m != "hf" {

@@ -18,6 +18,7 @@ import (
 // heal (seed 945058: bj's ZooKeeper refused sessions for 30 s after its
 // switchover to hf, and bj still said master when the checker looked).
 func TestSteppedDownMasterDoesNotReportMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -10,6 +10,7 @@ import "testing"
 // "the put was sent to the new master and no answer came" (a CI run of the
 // switchover_and_back scenario, which switches back within a second).
 func TestSwitchBackWithinTheHandoverHold(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

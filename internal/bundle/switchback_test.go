@@ -19,6 +19,7 @@ import (
 // stale checkpoint: it cuts and saves aside exactly the records hf lacks
 // and then follows hf byte for byte.
 func TestRejoinAfterSwitchoverBack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

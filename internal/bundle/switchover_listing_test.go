@@ -31,6 +31,7 @@ import (
 // in TestSwitchoverPassesHeldPutsOnWithoutZooKeeper on a loaded machine,
 // where bj's session ran out on its own).
 func TestSwitchoverListsAMasterThroughout(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

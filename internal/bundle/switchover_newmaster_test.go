@@ -24,6 +24,7 @@ import (
 // hook pauses hf's promotion in that window and sends one put straight to
 // hf's MetaQ port.
 func TestSwitchoverNewMasterTakesPutsBeforeItRegisters(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -17,6 +17,7 @@ import (
 // bj took puts again at its own generation while hf was master of the
 // next one.
 func TestSwitchoverPerSiteZKWithoutGossip(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -19,6 +19,7 @@ import (
 // deploy/'s secret and mutual TLS: the old master takes the notice only
 // over an authenticated link.
 func TestSwitchoverPassesHeldPutsOnBeforeTheNewMasterRegisters(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

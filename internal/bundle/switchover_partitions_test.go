@@ -18,6 +18,7 @@ import (
 // stepping down, removes only its own. A producer that reads the topic
 // at any moment finds partitions to send to.
 func TestSwitchoverKeepsTopicPartitionsListed(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")

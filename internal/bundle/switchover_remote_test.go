@@ -62,6 +62,7 @@ func switchoverSites(t *testing.T, root, shared string, zk bool) (bj, hf, gz *Bu
 // Then, asked at bj (now a slave of hf) to hand back to bj, hf hands over
 // to the site that asked: its answer arrives before bj takes over.
 func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -141,6 +142,7 @@ func TestSwitchoverAskedAtSlaveSite(t *testing.T) {
 // secret), a switchover asked at gz moves the master node of the brokerId
 // to hf, and bj finds hf there and follows it.
 func TestSwitchoverAskedAtSlaveSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	if zk == "" {
 		t.Skip("METAQ_TEST_ZK not set")
@@ -177,6 +179,7 @@ func TestSwitchoverAskedAtSlaveSiteZooKeeper(t *testing.T) {
 // takes puts, hf stays its slave. With allowUnauthenticatedSwitchover=true
 // the same request goes through.
 func TestSwitchoverAskedAtSlaveSiteNeedsAuthentication(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

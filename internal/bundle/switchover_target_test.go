@@ -11,6 +11,7 @@ import (
 // down, or to a name no slave has, is refused before anything changes, and
 // the error names every slave the master knows with its state.
 func TestSwitchoverTargetNamesKnownSlaves(t *testing.T) {
+	t.Parallel()
 	slaves := []georeplicator.GroupLag{
 		{Group: "meta-slave-group-hf", SlaveID: 1, Connected: true},
 		{Group: "meta-slave-group-gz", SlaveID: 2, Connected: false},

@@ -22,6 +22,7 @@ import (
 // first, and its puts were refused by the stopped writes, 503 "could not
 // confirm its generation 0", or 500 "stored here, but not acknowledged").
 func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -52,6 +53,7 @@ func TestSwitchoverTakesOverPutsHeldForConfirmation(t *testing.T) {
 // on the first failed connect, `register as slave 1 in ZooKeeper: zk:
 // could not connect to a server`, and left bj neither master nor slave).
 func TestSwitchoverStepsDownOnceZooKeeperIsBack(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

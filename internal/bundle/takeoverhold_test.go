@@ -64,6 +64,7 @@ func checkTakeOverAcks(t *testing.T, s *sites, prods []*syncProducer, stop func(
 // it once master: no send fails, and every acknowledged put is at hf where
 // its producer was told.
 func TestSwitchoverTakeOverHoldsPuts(t *testing.T) {
+	t.Parallel()
 	s, prods, stop := takeOverHoldSites(t, "")
 	rep := s.switchover("bj", "hf")
 	total := checkTakeOverAcks(t, s, prods, stop)
@@ -80,6 +81,7 @@ func TestSwitchoverTakeOverHoldsPuts(t *testing.T) {
 // puts, until they expired; sends failed with "forwarded to the master
 // ... and no answer came").
 func TestSwitchoverTakeOverHoldOutlivesFailedStep(t *testing.T) {
+	t.Parallel()
 	s, prods, stop := takeOverHoldSites(t, switchoverTestHold)
 	hf := s.site("hf")
 	var failed atomic.Bool

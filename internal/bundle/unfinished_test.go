@@ -9,6 +9,7 @@ import (
 // counts from when it became the newest one seen masterless, and starts
 // again at a newer generation or after a master of it was seen.
 func TestUnfinishedSince(t *testing.T) {
+	t.Parallel()
 	var u unfinishedSince
 	t0 := time.Unix(1000, 0)
 	steps := []struct {

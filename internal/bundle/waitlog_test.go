@@ -54,6 +54,7 @@ func (h *recordLog) messages() []string {
 // minute while it lasts, not at every tick (before, every tick logged
 // "not promoting automatically yet").
 func TestAutoFailoverWaitLoggedOncePerReason(t *testing.T) {
+	t.Parallel()
 	h := &recordLog{}
 	w := waitLog{log: slog.New(h), every: time.Minute}
 	const msg = "FAILOVER: not promoting automatically yet"

@@ -18,6 +18,7 @@ import (
 // is refused (XAER_RMFAIL, code=-7: a slave stores nothing), and a
 // ROLLBACK ends it (README, "Writing at a slave site", Transactions).
 func TestPreparedXAAfterUnplannedPromotion(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
