@@ -10,6 +10,7 @@ import (
 // TestAdvertiseAddr: a wildcard replication listener is advertised under
 // [system] hostName, else this host's address; any other host as written.
 func TestAdvertiseAddr(t *testing.T) {
+	t.Parallel()
 	local := hostaddr.Local()
 	for _, c := range []struct{ listen, hostName, want string }{
 		{"0.0.0.0:8124", "bj.example", "bj.example:8124"},

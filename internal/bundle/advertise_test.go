@@ -14,6 +14,7 @@ import (
 // after a failover with ZooKeeper off), not its listener's, and a slave
 // dialling it through the relay it names replicates.
 func TestReplicationAdvertise(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

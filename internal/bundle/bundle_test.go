@@ -41,6 +41,7 @@ func checkZNode(t *testing.T, zk *registry.Registry, path, want string) {
 // TestReloadRegistersTopics: a reload accepts a new topic at once, registers
 // it and a changed one in ZooKeeper, and rewrites master_config_checksum.
 func TestReloadRegistersTopics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n")
 	ctx := context.Background()
 	b := e.start(t)
@@ -99,6 +100,7 @@ func adminDo(t *testing.T, b *Bundle, method, path, token string) (int, string) 
 // TestAdminEndpoint drives status, stats, close/open-partitions and
 // slave-status, and checks that partition closing reaches the protocol.
 func TestAdminEndpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n")
 	b := e.start(t)
 
@@ -152,6 +154,7 @@ func TestAdminEndpoint(t *testing.T) {
 // TestAdminRefusalsSayWhatIsWrong: what an operator mistypes is answered
 // 404 or 409 naming what is wrong, not 500, and changes nothing.
 func TestAdminRefusalsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n")
 	b := e.start(t)
 	for _, c := range []struct {
@@ -182,6 +185,7 @@ func TestAdminRefusalsSayWhatIsWrong(t *testing.T) {
 }
 
 func TestAdminToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ntoken=s3cret\n")
 	b := e.start(t)
 	if code, _ := adminDo(t, b, "GET", "/status", ""); code != 401 {
@@ -219,6 +223,7 @@ func TestAdminToken(t *testing.T) {
 
 // TestStandalone: zk.zkEnable=false runs without ZooKeeper.
 func TestStandalone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n")
 	raw, _ := os.ReadFile(e.ini)
 	ini := strings.Replace(string(raw), "zk.zkConnect="+e.zk, "zk.zkConnect=127.0.0.1:1\nzk.zkEnable=false", 1)

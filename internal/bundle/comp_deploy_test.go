@@ -17,6 +17,7 @@ import (
 // bundle runs: two brokers per site (brokerIds 1 and 2, set only in the
 // overlays), masters at bj, slaves at hf and gz, one configsync agent each.
 func TestDeployLayout(t *testing.T) {
+	t.Parallel()
 	deploy := filepath.Join("..", "..", "deploy")
 	shared, err := os.ReadFile(filepath.Join(deploy, "common", "server.ini"))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // takes from its master (autoSyncMasterConfig) carries no [site] token of
 // the master's; the slave keeps its own.
 func TestReplicationSharedSecret(t *testing.T) {
+	t.Parallel()
 	// On a port of its own ([replication] listen), and on the MetaQ port.
 	for _, metaqPort := range []bool{false, true} {
 		t.Run(map[bool]string{false: "own port", true: "MetaQ port"}[metaqPort], func(t *testing.T) {
@@ -112,6 +113,7 @@ func testReplicationSharedSecret(t *testing.T, metaqPort bool) {
 // TestSecretSlaveDoesNotFallBackToMetaQGet: MetaQ's get authenticates no one,
 // so a slave with [replication] secretFile never copies with it, and says why.
 func TestSecretSlaveDoesNotFallBackToMetaQGet(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
 	ms, ss := metaqFiles(t, "\n[replication]\nenable=false\n"), metaqFiles(t, "\n[replication]\nsecretFile=repl.key\n")

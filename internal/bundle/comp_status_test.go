@@ -7,6 +7,7 @@ import "testing"
 // before its Start answers (a soak's site panicked in the repair
 // component's Status there).
 func TestStatusBeforeStart(t *testing.T) {
+	t.Parallel()
 	comps := []Component{newTxnComponent(), newShipperComponent(), newReceiverComponent(),
 		newConfigSyncComponent(), newDashboardComponent(), newTopologyComponent(), newRepairComponent()}
 	for _, c := range comps {

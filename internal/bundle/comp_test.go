@@ -27,6 +27,7 @@ import (
 // transaction: begin, put, commit) through the broker, and the message is
 // invisible until commit.
 func TestTransactionsComponent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := startSite(t, dir, sharedINI("", "", "[topic=test]\n"), siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
 	if _, err := os.Stat(filepath.Join(dir, "data", "transactions")); err != nil {
@@ -99,6 +100,7 @@ func TestTransactionsComponent(t *testing.T) {
 // started with masterAddress; the slave's store converges, `stats slave`
 // reports the link on both sides and slave-status answers on the slave.
 func TestReplicationComponents(t *testing.T) {
+	t.Parallel()
 	shared := sharedINI("", "", "[topic=test]\nnumPartitions=2\n")
 	root := t.TempDir()
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -144,6 +146,7 @@ func TestReplicationComponents(t *testing.T) {
 // address under ids/<id>/replication and a slave without masterAddress finds
 // it there; the slave registers as slave<id>.
 func TestReplicationThroughZooKeeper(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	e := newEnv(t, "") // for the unique root and its cleanup
 	t.Cleanup(func() {
@@ -187,6 +190,7 @@ func TestReplicationThroughZooKeeper(t *testing.T) {
 // server.ini with a new topic reaches both sites' agents, which reload, and
 // a producer can use the topic at once.
 func TestConfigSyncComponent(t *testing.T) {
+	t.Parallel()
 	shared := sharedINI("", "", "[topic=test]\n")
 	master, slave, cs := configSyncSites(t, shared, "")
 	newINI := []byte(shared + "\n[topic=pushed]\nnumPartitions=2\n")
@@ -212,6 +216,7 @@ func TestConfigSyncComponent(t *testing.T) {
 // hf, a slave site that forwards puts, without a restart (the reload was
 // tested at the broker only).
 func TestConfigSyncForwardMaxInFlightBytes(t *testing.T) {
+	t.Parallel()
 	shared := sharedINI("", "", "[topic=test]\n")
 	_, slave, cs := configSyncSites(t, shared, "[site]\nforwardPuts=true\n")
 	if rep := gatewayReport(slave); rep == nil || rep.MaxInFlightBytes != broker.DefaultForwardMaxInFlightBytes {
@@ -282,6 +287,7 @@ func pushServerINI(t *testing.T, cs *configSyncComponent, data []byte) {
 // and Prometheus series for broker, replication, lag, configsync and gossip;
 // a configured token is required.
 func TestTopologyAndDashboard(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=test]\n")
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0", extraOverlay: "[site]\ntoken=s3cret\n"})
@@ -376,6 +382,7 @@ func TestTopologyAndDashboard(t *testing.T) {
 // master's server.ini (its own overlay stays) and reloads, so a topic only
 // the master's file has becomes a topic of the slave.
 func TestAutoSyncMasterConfig(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
 	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -407,6 +414,7 @@ func TestAutoSyncMasterConfig(t *testing.T) {
 // [nats] section, configsync owns server.ini: the slave warns at start and
 // keeps its own file.
 func TestAutoSyncYieldsToConfigsync(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	masterINI := sharedINI("", "", "[topic=test]\n\n[topic=extra]\nnumPartitions=3\n")
 	master := startSite(t, filepath.Join(root, "bj"), masterINI, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -435,6 +443,7 @@ func TestAutoSyncYieldsToConfigsync(t *testing.T) {
 // in the running configuration and in the file it restarts from, and its
 // dashboard keeps its own port (a key that needs a restart waits for it).
 func TestAutoSyncKeepsSlaveIdentity(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	hostINI := func(name string, port, dashPort, gossipPort int, extraTopics string) string {
 		return fmt.Sprintf(`[system]

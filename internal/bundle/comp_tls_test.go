@@ -26,6 +26,7 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 // master, a slave with a certificate from the CA replicates, and a slave
 // without one is refused and stores nothing.
 func TestReplicationMutualTLS(t *testing.T) {
+	t.Parallel()
 	// On a port of its own ([replication] listen), and on the MetaQ port,
 	// where MetaQ clients in plain text are served beside it.
 	for _, metaqPort := range []bool{false, true} {

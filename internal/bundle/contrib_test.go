@@ -221,6 +221,7 @@ func checkReadBack(t *testing.T, addr, topic string, sent []contribMessage) {
 
 // TestContribProducerPath follows the Python/Ruby producer steps.
 func TestContribProducerPath(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=contrib]\nnumPartitions=3\n")
 	b := e.start(t)
 	zk := zkClient(t, e)
@@ -298,6 +299,7 @@ func contribPython() string {
 // producer written for this test that takes the same steps as the contrib
 // Python client, against the bundle, and reads its messages back.
 func TestContribPythonProducer(t *testing.T) {
+	t.Parallel()
 	py := contribPython()
 	if py == "" {
 		t.Skip("no python3 with kazoo (apt-get install python3-kazoo)")

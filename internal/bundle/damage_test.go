@@ -22,6 +22,7 @@ import (
 // damage says so with the range in /status, the dashboard and /metrics, and
 // `repair` (the admin endpoint) refills the range from a replica.
 func TestDamageReportedAndRepaired(t *testing.T) {
+	t.Parallel()
 	e, intact := damagedEnv(t)
 	b := e.start(t)
 	var st Status
@@ -231,6 +232,7 @@ func TestMasterRepairsFromGossipSlave(t *testing.T) {
 // decision), nothing acknowledged is lost, and once room is freed puts are
 // accepted again without a restart.
 func TestFullDiskBundle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=full]\nnumPartitions=1\n")
 	data := filepath.Join(e.dir, "data")
 	diskfill.MountTmpfs(t, data, 2<<20)

@@ -312,6 +312,7 @@ func runGroup(t *testing.T, ctx context.Context, e *testEnv, topic string) (a, b
 }
 
 func TestProducerConsumerThroughZooKeeper(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=4\n")
 	ctx := context.Background()
 	bnd := e.start(t)

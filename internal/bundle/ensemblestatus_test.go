@@ -16,6 +16,7 @@ import (
 // node is removed there, status does not report it registered while it is
 // missing (the mirror writes it again at its next round).
 func TestEnsembleStatusReadsTheRegistration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

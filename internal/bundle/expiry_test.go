@@ -18,6 +18,7 @@ import (
 // node: its own, the configured topic and a topic first registered by a put
 // (pattern section), owned by the new session; producers then find it again.
 func TestSessionExpiryReregistersBundle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=2\n\n[topic=log-*]\nnumPartitions=3\n")
 	tap := &zktest.Tap{}
 	b, err := New(Options{

@@ -26,6 +26,7 @@ import (
 // the full disk and which index it holds in memory (/metrics too), and
 // once the disk has room writes that index and accepts puts, no restart.
 func TestRestartOnFullDiskComesUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=e2e]\nnumPartitions=1\n\n[site]\ndashboardAddr=127.0.0.1:0\n")
 	data := filepath.Join(e.dir, "data")
 	diskfill.MountTmpfs(t, data, 16<<20)

@@ -90,6 +90,7 @@ func waitViewAt(t testing.TB, s *sites, site string) {
 // connection to bj. gz, which does not forward, refuses puts as a slave
 // does, and a put bj refuses reaches the producer with bj's answer.
 func TestGatewayThroughSite(t *testing.T) {
+	t.Parallel()
 	s := forwardingSites(t)
 	bj, hf := s.site("bj"), s.site("hf")
 	waitViewAt(t, s, "hf")
@@ -217,6 +218,7 @@ func TestGatewayThroughSite(t *testing.T) {
 // Every other failure fails the test: a refusal without the hold, a
 // slave's refusal, no partition, a held put refused after gz took puts.
 func TestGatewaySwitchover(t *testing.T) {
+	t.Parallel()
 	s := forwardingSitesTimed(t, 30*time.Second, 500*time.Millisecond)
 	waitViewAt(t, s, "hf")
 	prods, stop := startProducersAt(t, s, "orders", siteProducer{"hf-a", "hf", true}, siteProducer{"hf-b", "hf", true})
@@ -299,6 +301,7 @@ func TestGatewayJavaProducer(t *testing.T) {
 // (/lag, the dashboard, /metrics) counts them. gz, which does not store
 // and forward, has no outbox directory.
 func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -389,6 +392,7 @@ func TestGatewayStoreAndForwardThroughSite(t *testing.T) {
 // hf's gateway finds bj only through the registration bj mirrors into hf's
 // ensemble once gossip names it.
 func TestGatewayStoreAndForwardKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -531,6 +535,7 @@ func bodiesByID(t *testing.T, b *Bundle, topic string) map[int64]string {
 // is nowhere. The Go client has no transaction API: the producer speaks
 // the protocol as MetaQ's Java producer does.
 func TestGatewayTransactionsThroughSite(t *testing.T) {
+	t.Parallel()
 	s := forwardingSites(t)
 	bj, hf := s.site("bj"), s.site("hf")
 	waitViewAt(t, s, "hf")
@@ -817,6 +822,7 @@ func atoi(t *testing.T, s string) int {
 // half); each producer's next transaction, on the same connection, begins
 // at gz and commits there, its messages stored once.
 func TestGatewayTransactionAcrossSwitchover(t *testing.T) {
+	t.Parallel()
 	s := forwardingSites(t)
 	hf, gz := s.site("hf"), s.site("gz")
 	waitViewAt(t, s, "hf")
@@ -918,6 +924,7 @@ func TestGatewayTransactionAcrossSwitchover(t *testing.T) {
 // master), at bj or at hf, rather than the partitions bj stored before
 // its writes stopped.
 func TestGatewayTransactionCommitFencedMidway(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -1008,6 +1015,7 @@ func TestGatewayTransactionCommitFencedMidway(t *testing.T) {
 // holding the committed message. A PREPARE while bj refuses writes is
 // refused, not journaled.
 func TestSwitchoverWithPreparedXA(t *testing.T) {
+	t.Parallel()
 	s := forwardingSites(t)
 	bj, hf := s.site("bj"), s.site("hf")
 	waitViewAt(t, s, "hf")

@@ -12,6 +12,7 @@ import (
 // TestGregorNeverRegisters: a gregor (synchronous) slave keeps out of
 // ZooKeeper even when zk.zkEnable is true (see Samsa and gregor in broker/wire/doc.go), and accepts `sync`.
 func TestGregorNeverRegisters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=test]\nnumPartitions=1\n")
 	b, err := New(Options{ConfigPath: e.ini, Mode: ModeGregor, Logger: testutil.Logger(t, slog.LevelInfo),
 		ListenAddr: "127.0.0.1:" + strconv.Itoa(e.port), AdminAddr: "off"})

@@ -148,6 +148,7 @@ func slaveMethod(t *testing.T, b *Bundle) (string, map[string]any) {
 // file: the master offers the compressed stream and publishes its address
 // in ZooKeeper, the slave finds it there and ends byte-identical.
 func TestMetaQFilesReplicate(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
 	ms, ss := metaqFiles(t, ""), metaqFiles(t, "")
@@ -178,6 +179,7 @@ func TestMetaQFilesReplicate(t *testing.T) {
 // it there and ends byte-identical, and MetaQ clients on the same port are
 // served as before.
 func TestDefaultReplicationPortTaken(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
 	port := adjacentFreePorts(t)
@@ -267,6 +269,7 @@ func listenLoopback(port int) (net.Listener, error) {
 // async-slave method: byte-identical records at the same offsets, a topic
 // added on the master and partitions added to a topic are followed.
 func TestMetaQMethod(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
 	ms, ss := metaqFiles(t, "\n[replication]\nenable=false\n"), metaqFiles(t, "")
@@ -328,6 +331,7 @@ func TestMetaQMethod(t *testing.T) {
 // without a replication listener (as when a Java master takes over), and
 // the copy stays byte-identical across the change.
 func TestSlaveFollowsMethodChange(t *testing.T) {
+	t.Parallel()
 	zk := testutil.ZooKeeper(t)
 	root := uniqueRoot(t, zk)
 	ms, ss := metaqFiles(t, ""), metaqFiles(t, "")

@@ -15,6 +15,7 @@ import (
 // replicated shows in its dashboard's topic table every message it holds,
 // not only those replicated since its restart.
 func TestDashboardCountsHeldMessagesOnSlaves(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	shared := sharedINI("", "", "[topic=orders]\nnumPartitions=1\n")
 	bj := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})

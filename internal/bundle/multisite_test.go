@@ -49,6 +49,7 @@ func wanProxy(t testing.TB, target string) *netproxy.Proxy {
 // bj there, and the consumer at hf is an unmodified group consumer whose
 // zkRoot is hf's site view, the one-line change of a Java consumer.
 func TestMultiSite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}
@@ -56,6 +57,7 @@ func TestMultiSite(t *testing.T) {
 }
 
 func TestMultiSiteZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -16,6 +16,7 @@ import (
 // brokerId, each site's overlay sets it. The bundle starts with its [nats]
 // section, and its configsync agent applies a push.
 func TestBrokerIDOnlyInOverlay(t *testing.T) {
+	t.Parallel()
 	shared := strings.Replace(sharedINI("", "", "[topic=orders]\n"), "brokerId=0\n", "", 1)
 	if strings.Contains(shared, "brokerId") {
 		t.Fatal("shared file still sets brokerId")

@@ -13,6 +13,7 @@ import (
 // [replication]) writes every section once, so loading it warns of no
 // repeated section or key, and extraOverlay's values are the ones taken.
 func TestOverlayWritesEachSectionOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	shared := sharedINI("", "", "[topic=orders]\nnumPartitions=2\n")
 	for _, c := range []struct {

@@ -74,6 +74,7 @@ func readPartition(t *testing.T, s *store.Store, topic string, p int) []byte {
 // replica that holds it, verified and written back byte-identically; a
 // replica that lacks it repairs nothing.
 func TestRepairFromReplica(t *testing.T) {
+	t.Parallel()
 	replicaDir := t.TempDir()
 	replica, err := store.Open(store.Options{Dir: replicaDir})
 	if err != nil {
@@ -119,6 +120,7 @@ func TestRepairFromReplica(t *testing.T) {
 // range repairs that part; the rest stays reported until a replica that
 // has it is asked.
 func TestRepairFromShortReplica(t *testing.T) {
+	t.Parallel()
 	origDir := t.TempDir()
 	orig, err := store.Open(store.Options{Dir: origDir})
 	if err != nil {

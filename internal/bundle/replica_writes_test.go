@@ -79,6 +79,7 @@ func (w *wireConn) result(cmd wire.Command) *wire.Result {
 // transactional put, with 403 naming its master, stores nothing, and keeps
 // replicating byte-identically afterwards.
 func TestSlaveRefusesWrites(t *testing.T) {
+	t.Parallel()
 	shared := sharedINI("", "", "[topic=test]\nnumPartitions=2\n")
 	root := t.TempDir()
 	master := startSite(t, filepath.Join(root, "bj"), shared, siteSpec{name: "bj", natsListen: "127.0.0.1:0"})
@@ -147,6 +148,7 @@ func TestSlaveRefusesWrites(t *testing.T) {
 // TestSlaveRefusalNamesRegisteredMaster: with ZooKeeper, a slave's refusal
 // names the meta:// URL its master registered.
 func TestSlaveRefusalNamesRegisteredMaster(t *testing.T) {
+	t.Parallel()
 	me := newEnv(t, "[topic=test]\nnumPartitions=1\n")
 	me.start(t)
 	se := &testEnv{dir: t.TempDir(), root: me.root, zk: me.zk, port: testutil.FreePort(t)}
@@ -170,6 +172,7 @@ func TestSlaveRefusalNamesRegisteredMaster(t *testing.T) {
 // is promoted, gz follows it by gossip, and gz's put refusal names hf, the
 // master it follows now, not bj, the one its async_slave.properties names.
 func TestSlaveRefusalNamesCurrentMaster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -18,6 +18,7 @@ import (
 // TestOffsetMatcher: each saved value ends on the last record, in log
 // order, whose id is at or below its msgId (see Samsa and gregor in broker/wire/doc.go).
 func TestOffsetMatcher(t *testing.T) {
+	t.Parallel()
 	// The third record has a lower id than the second: the log order
 	// decides, as in MetaQ's loop, not the largest id.
 	recs := []struct{ id, end int64 }{{10, 30}, {30, 60}, {20, 90}, {40, 120}}
@@ -67,6 +68,7 @@ func TestOffsetMatcher(t *testing.T) {
 }
 
 func TestParseSavedOffset(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in     string
 		ok     bool
@@ -97,6 +99,7 @@ func TestParseSavedOffset(t *testing.T) {
 // offsets, msgId -1 and other brokers' nodes stay; the broker registers only
 // after the recovery, and a second start changes nothing.
 func TestSamsaRecoverOffset(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "[topic=rec]\nnumPartitions=3\n")
 	ctx := context.Background()
 
@@ -270,6 +273,7 @@ func (f failingNodes) SetPersistent(ctx context.Context, path string, data []byt
 // TestRecoverOffsetsErrors: a partition that fails is reported with its
 // name, the others are still recovered, sequentially (one worker) too.
 func TestRecoverOffsetsErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	ctx := context.Background()
 	st, err := store.Open(store.Options{Dir: filepath.Join(e.dir, "data")})

@@ -40,6 +40,7 @@ func (f *fakeFollower) Redial() { f.redials.Add(1) }
 // gz kept trying the paused bj for DialTimeout (10 s) and `promote`
 // returned about 4 s after its promotion finished, waiting for gz.
 func TestRedialOnMove(t *testing.T) {
+	t.Parallel()
 	f := &fakeFollower{tried: "paused:1"}
 	var master atomic.Value
 	master.Store("paused:1")

@@ -18,6 +18,7 @@ import (
 // topic nodes, and ids/0 left as "" when the master stops cleanly while the
 // slave is still registered.
 func TestMasterAndSlaveRegistration(t *testing.T) {
+	t.Parallel()
 	me := newEnv(t, "[topic=test]\nnumPartitions=2\n")
 	master := me.start(t)
 

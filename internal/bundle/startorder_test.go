@@ -56,6 +56,7 @@ func vectorExchange(t *testing.T, file, name string) (req, resp []byte) {
 // answered "Transactions are not supported by this broker" when it was
 // installed after the port opened).
 func TestTransactionsFromTheFirstConnection(t *testing.T) {
+	t.Parallel()
 	req, want := vectorExchange(t, "transaction.txt", "local-begin")
 	for round := 0; round < 5; round++ {
 		dir := t.TempDir()

@@ -17,6 +17,7 @@ import (
 // 30 s. Status now says there is no session and that the node is not
 // confirmed; once the session is back it confirms the node again.
 func TestStatusWithoutZooKeeperSession(t *testing.T) {
+	t.Parallel()
 	s := newSites(t, sitesSpec{sites: []string{"bj", "hf"}})
 	bj := s.site("bj")
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {

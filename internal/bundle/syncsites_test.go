@@ -18,6 +18,7 @@ import (
 // then acknowledges each one only once the slave bundle holds it; a topic
 // without the key is served throughout.
 func TestSyncTopicThroughBundles(t *testing.T) {
+	t.Parallel()
 	const topics = "[topic=sync]\nnumPartitions=1\nminSyncSites=1\n[topic=plain]\nnumPartitions=1\n"
 	me := newEnv(t, topics)
 	me.start(t)

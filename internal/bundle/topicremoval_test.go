@@ -23,6 +23,7 @@ import (
 //     is published, naming the topic and its count per site; with
 //     AllowTopicRemoval it goes through and the topic is unregistered too.
 func TestTopicRemovalThroughConfigsync(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

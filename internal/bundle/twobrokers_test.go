@@ -28,6 +28,7 @@ import (
 //   - one configsync push reaches all six bundles (each answers as its own
 //     agent, [nats] agent=<site>-<brokerId>).
 func TestTwoBrokersPerSite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -40,6 +40,7 @@ func startPairBundle(t *testing.T, mode Mode, props string) *Bundle {
 // slave like every other put: both stores hold the same bytes. The slave
 // itself refuses a client's put.
 func TestTransactionsOnSamsaPair(t *testing.T) {
+	t.Parallel()
 	gregor := startPairBundle(t, ModeGregor, "")
 	samsa := startPairBundle(t, ModeSamsa, "slave="+gregor.Broker.Addr().String()+"\n")
 	mc := dialWire(t, samsa.Broker.Addr().String())

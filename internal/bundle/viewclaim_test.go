@@ -19,6 +19,7 @@ import (
 // past the session timeout the session is gone: bj keeps hf's view until
 // hf has a session again.
 func TestViewClaimKeptThroughZooKeeperDisconnect(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-site test skipped in -short mode")
 	}

@@ -23,6 +23,7 @@ import (
 // ZooKeeper session ... within" zk.zkConnectionTimeoutMs (found by the
 // fault schedules, internal/faultsched: seed 566489464).
 func TestStartWaitsForZooKeeper(t *testing.T) {
+	t.Parallel()
 	testutil.ZooKeeper(t) // the ZooKeeper tooling; this test starts its own server
 	zkPort := testutil.FreePort(t)
 	b, e, logs := newWaitingBundle(t, zkPort)
@@ -94,6 +95,7 @@ func TestStartWaitsForZooKeeper(t *testing.T) {
 // cmd/metaq-server's TestSIGTERMWhileWaitingForZooKeeper) and returns no
 // error: being stopped is not a failed start.
 func TestRunStopsWhileWaitingForZooKeeper(t *testing.T) {
+	t.Parallel()
 	b, _, logs := newWaitingBundle(t, testutil.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
