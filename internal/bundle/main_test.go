@@ -9,7 +9,7 @@ import (
 
 // parallelTests is how many tests marked t.Parallel run at once unless
 // -parallel is given. Most tests here wait (ZooKeeper sessions, gossip
-// suspicion, take-over holds, back-offs) and use a fifth of a core
+// suspicion, take-over holds, back-offs) and use about a sixth of a core
 // between them; go test's default, GOMAXPROCS (2 on CI's machine), would
 // leave the package's wall time near the sum of their waits.
 //
