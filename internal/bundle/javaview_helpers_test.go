@@ -3,12 +3,14 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"metaq/broker/registry"
+	"metaq/internal/testutil"
 )
 
 // javaViewGone is a url the Java-producer view tests' view named once for
@@ -40,17 +42,13 @@ func newJavaView(t *testing.T, e *testEnv, brokers int, url string) *javaView {
 		t.Fatal(err)
 	}
 	jv.v = v
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		kids, _ := zc.Children(t.Context(), e.root+"/brokers/topics-pub/orders")
-		if len(kids) >= brokers {
-			break
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		kids, err := zc.Children(t.Context(), e.root+"/brokers/topics-pub/orders")
+		if err == nil && len(kids) < brokers {
+			err = fmt.Errorf("%d of %d brokers registered topic orders: %v", len(kids), brokers, kids)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d brokers registered topic orders: %v", len(kids), brokers, kids)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	jv.goneAndBack(url)
 	return jv
 }
