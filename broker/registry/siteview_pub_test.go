@@ -243,78 +243,43 @@ func javaProducerBrokers(kids []string) []string {
 // names a live address too, the producers are woken once, and read live
 // addresses only.
 func TestSiteViewWakesProducersOnlyWhenEveryEntryIsAlive(t *testing.T) {
-	root := testRoot(t)
-	viewRoot := root + "-view-gz"
-	cleanupRoot(t, root)
-	cleanupRoot(t, viewRoot)
-	ctx := context.Background()
-
 	const m0, m1 = "meta://127.0.0.1:8120", "meta://127.0.0.1:8121" // bj's masters
 	const r0, r1 = "meta://127.0.0.1:9120", "meta://127.0.0.1:9121" // gz's replicas
-	for id := range 2 {
-		o := testOptions(t, root)
-		o.BrokerID, o.SlaveID, o.Port = id, -1, 8120+id
-		master := newRegistry(t, o)
-		if err := master.RegisterBroker(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := master.RegisterTopic(ctx, "t", 2, true, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tool := newRegistry(t, testOptions(t, root))
-	var dead, notAlive []string
-	v, err := NewSiteView(tool, SiteViewOptions{ViewRoot: viewRoot,
-		Dead:     func(u string) bool { return slices.Contains(dead, u) },
-		NotAlive: func(u string) bool { return slices.Contains(notAlive, u) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vp := Paths{Root: viewRoot}
-	pub := vp.TopicsPub() + "/t"
-	watch := func() <-chan struct{} { return watchChildren(t, tool, pub) }
-	// woke waits up to d for the producers' watch: long when a wake is
-	// expected, short when none is.
-	woke := wokeWithin
-	apply := func(targets map[int]string) { applyView(t, v, targets) }
+	wv := newWakeView(t, []string{"t"}, []string{"t"})
 	// entries is what a woken producer reads: each id's master entry,
 	// in the plain form.
 	entries := func() []string {
 		t.Helper()
 		var out []string
-		for id := range 2 {
-			data, _, err := tool.Get(ctx, vp.Broker(id, -1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, plainURL(string(data)))
+		for _, e := range wv.entries() {
+			out = append(out, plainURL(e))
 		}
 		return out
 	}
 
-	apply(map[int]string{0: r0, 1: r1})
-	apply(map[int]string{0: m0, 1: m1}) // the replicas fell behind
-	w := watch()
+	wv.apply(map[int]string{0: r0, 1: r1})
+	wv.apply(map[int]string{0: m0, 1: m1}) // the replicas fell behind
+	w := wv.watch("t")
 
 	// bj is killed: master 0 declared down, master 1 still suspect.
-	dead, notAlive = []string{m0}, []string{m0, m1}
-	apply(map[int]string{0: r0, 1: m1})
-	if woke(w, 500*time.Millisecond) {
+	wv.dead, wv.notAlive = []string{m0}, []string{m0, m1}
+	wv.apply(map[int]string{0: r0, 1: m1})
+	if wokeWithin(w, 500*time.Millisecond) {
 		t.Fatalf("the producers were woken while id 1's entry names suspect %s: they read %v", m1, entries())
 	}
 
 	// Master 1 is declared down too: one wake, live addresses only.
-	dead = []string{m0, m1}
-	apply(map[int]string{0: r0, 1: r1})
-	if !woke(w, 10*time.Second) {
+	wv.dead = []string{m0, m1}
+	wv.apply(map[int]string{0: r0, 1: r1})
+	if !wokeWithin(w, 10*time.Second) {
 		t.Fatal("the producers were not woken once every entry named a live address")
 	}
 	if got := entries(); fmt.Sprint(got) != fmt.Sprint([]string{r0, r1}) {
 		t.Fatalf("woken producers read %v, want %v", got, []string{r0, r1})
 	}
-	w = watch()
-	apply(map[int]string{0: r0, 1: r1})
-	if woke(w, 500*time.Millisecond) {
+	w = wv.watch("t")
+	wv.apply(map[int]string{0: r0, 1: r1})
+	if wokeWithin(w, 500*time.Millisecond) {
 		t.Fatal("a steady apply woke the producers again")
 	}
 }
@@ -344,52 +309,12 @@ func watchChildren(t *testing.T, r *Registry, path string) <-chan struct{} {
 // connection still counts); u's producers are not woken, keep their
 // connection in the old form, and u's marker records the new one.
 func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
-	root := testRoot(t)
-	viewRoot := root + "-view-gz"
-	cleanupRoot(t, root)
-	cleanupRoot(t, viewRoot)
-	ctx := context.Background()
-
 	const m0, m1 = "meta://127.0.0.1:8120", "meta://127.0.0.1:8121"
 	const r0 = "meta://127.0.0.1:9120"
-	for id, topics := range [][]string{{"t"}, {"t", "u"}} {
-		o := testOptions(t, root)
-		o.BrokerID, o.SlaveID, o.Port = id, -1, 8120+id
-		master := newRegistry(t, o)
-		if err := master.RegisterBroker(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for _, topic := range topics {
-			if err := master.RegisterTopic(ctx, topic, 2, true, true); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tool := newRegistry(t, testOptions(t, root))
-	var dead []string
-	v, err := NewSiteView(tool, SiteViewOptions{ViewRoot: viewRoot,
-		Dead: func(u string) bool { return slices.Contains(dead, u) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vp := Paths{Root: viewRoot}
-	woke := wokeWithin
-	apply := func(targets map[int]string) { applyView(t, v, targets) }
-	entries := func() []string {
-		t.Helper()
-		var out []string
-		for id := range 2 {
-			data, _, err := tool.Get(ctx, vp.Broker(id, -1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, string(data))
-		}
-		return out
-	}
+	wv := newWakeView(t, []string{"t"}, []string{"t", "u"})
 	marker := func(topic string, id int) string {
 		t.Helper()
-		data, _, err := tool.Get(ctx, fmt.Sprintf("%s/%s/view%d", vp.TopicsPub(), topic, id))
+		data, _, err := wv.tool.Get(context.Background(), fmt.Sprintf("%s/%s/view%d", wv.vp.TopicsPub(), topic, id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,14 +325,14 @@ func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
 	// and that t's markers hold what the producers now use.
 	wake := func(targets map[int]string) []string {
 		t.Helper()
-		before := entries()
-		wt := watchChildren(t, tool, vp.TopicsPub()+"/t")
-		wu := watchChildren(t, tool, vp.TopicsPub()+"/u")
-		apply(targets)
-		if !woke(wt, 10*time.Second) {
+		before := wv.entries()
+		wt := wv.watch("t")
+		wu := wv.watch("u")
+		wv.apply(targets)
+		if !wokeWithin(wt, 10*time.Second) {
 			t.Fatal("t's producers were not woken")
 		}
-		after := entries()
+		after := wv.entries()
 		for id := range 2 {
 			if after[id] == before[id] || !SameViewURL(after[id], before[id]) {
 				t.Errorf("id %d's entry was %s before the wake and is %s after: a woken producer reopens the url it held (want the same address in the other form)", id, before[id], after[id])
@@ -416,15 +341,15 @@ func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
 				t.Errorf("t's marker of id %d holds %q after the wake, want %q", id, got, after[id])
 			}
 		}
-		if woke(wu, 500*time.Millisecond) {
+		if wokeWithin(wu, 500*time.Millisecond) {
 			t.Error("u's producers were woken: u has no dead url")
 		}
 		return after
 	}
 
-	apply(map[int]string{0: r0})
-	apply(map[int]string{0: m0}) // gz's replica of 0 fell behind: no wake
-	dead = []string{r0}          // and died: t's producers may still use it
+	wv.apply(map[int]string{0: r0})
+	wv.apply(map[int]string{0: m0}) // gz's replica of 0 fell behind: no wake
+	wv.dead = []string{r0}          // and died: t's producers may still use it
 	after := wake(map[int]string{0: m0})
 	if want := []string{altURL(m0), altURL(m1)}; fmt.Sprint(after) != fmt.Sprint(want) {
 		t.Fatalf("entries after the wake %v, want %v", after, want)
@@ -434,21 +359,21 @@ func TestSiteViewWakeFlipsEveryEntryOfTheTopic(t *testing.T) {
 	}
 
 	// A steady apply keeps the forms and wakes nobody.
-	wt := watchChildren(t, tool, vp.TopicsPub()+"/t")
-	apply(map[int]string{0: m0})
-	if woke(wt, 500*time.Millisecond) {
+	wt := wv.watch("t")
+	wv.apply(map[int]string{0: m0})
+	if wokeWithin(wt, 500*time.Millisecond) {
 		t.Fatal("a steady apply woke t's producers")
 	}
-	if got := entries(); fmt.Sprint(got) != fmt.Sprint(after) {
+	if got := wv.entries(); fmt.Sprint(got) != fmt.Sprint(after) {
 		t.Fatalf("a steady apply changed the entries to %v, want %v", got, after)
 	}
 
 	// Back to the replica, then master 0 dies: the next wake flips every
 	// entry of t back; id 1 goes to the form t's producers do not hold,
 	// though u's producers hold it (their connection stays theirs).
-	dead = nil
-	apply(map[int]string{0: r0})
-	dead = []string{m0}
+	wv.dead = nil
+	wv.apply(map[int]string{0: r0})
+	wv.dead = []string{m0}
 	after = wake(map[int]string{0: r0})
 	if want := []string{altURL(r0), m1}; fmt.Sprint(after) != fmt.Sprint(want) {
 		t.Fatalf("entries after the second wake %v, want %v", after, want)
@@ -471,4 +396,74 @@ func applyView(t *testing.T, v *SiteView, targets map[int]string) {
 	if _, err := v.Apply(context.Background(), targets); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wakeView is the set-up of the site-view wake tests: a master of each
+// broker id i (port 8120+i) registered on a fresh root with topics[i], two
+// partitions each, and a site view of that root whose Dead and NotAlive
+// report the urls in dead and notAlive.
+type wakeView struct {
+	t              *testing.T
+	tool           *Registry
+	v              *SiteView
+	vp             Paths
+	ids            int // broker ids 0 to ids-1
+	dead, notAlive []string
+}
+
+// newWakeView registers a master for each entry of topics and builds the
+// view; Dead and NotAlive report nothing until the test sets dead and
+// notAlive.
+func newWakeView(t *testing.T, topics ...[]string) *wakeView {
+	t.Helper()
+	root := testRoot(t)
+	viewRoot := root + "-view-gz"
+	cleanupRoot(t, root)
+	cleanupRoot(t, viewRoot)
+	ctx := context.Background()
+	for id, ts := range topics {
+		o := testOptions(t, root)
+		o.BrokerID, o.SlaveID, o.Port = id, -1, 8120+id
+		master := newRegistry(t, o)
+		if err := master.RegisterBroker(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range ts {
+			if err := master.RegisterTopic(ctx, topic, 2, true, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wv := &wakeView{t: t, tool: newRegistry(t, testOptions(t, root)), vp: Paths{Root: viewRoot}, ids: len(topics)}
+	v, err := NewSiteView(wv.tool, SiteViewOptions{ViewRoot: viewRoot,
+		Dead:     func(u string) bool { return slices.Contains(wv.dead, u) },
+		NotAlive: func(u string) bool { return slices.Contains(wv.notAlive, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wv.v = v
+	return wv
+}
+
+// apply applies targets to the view.
+func (wv *wakeView) apply(targets map[int]string) { applyView(wv.t, wv.v, targets) }
+
+// watch arms a children watch on the view's topics-pub/<topic>, as the
+// topic's producers do.
+func (wv *wakeView) watch(topic string) <-chan struct{} {
+	return watchChildren(wv.t, wv.tool, wv.vp.TopicsPub()+"/"+topic)
+}
+
+// entries is each broker id's master entry in the view, as written.
+func (wv *wakeView) entries() []string {
+	wv.t.Helper()
+	var out []string
+	for id := range wv.ids {
+		data, _, err := wv.tool.Get(context.Background(), wv.vp.Broker(id, -1))
+		if err != nil {
+			wv.t.Fatal(err)
+		}
+		out = append(out, string(data))
+	}
+	return out
 }

@@ -1,15 +1,9 @@
 package bundle
 
 import (
-	"bytes"
-	"context"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"metaq/broker/registry"
 )
 
 // TestJavaProducerOnViewKeepsItsBrokerOverRereads: MetaQ 1.4.6's Java
@@ -35,67 +29,26 @@ func TestJavaProducerOnViewKeepsItsBrokerOverRereads(t *testing.T) {
 
 func javaProducerOverRereads(t *testing.T, cp, host, other string) {
 	e := newEnv(t, "[topic=orders]\nnumPartitions=1\n")
-	ini, err := os.ReadFile(e.ini)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte("hostName=127.0.0.1"), []byte("hostName="+host), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editINI(t, e, "hostName=127.0.0.1", "hostName="+host)
 	b := e.start(t)
 	url := b.Broker.URL()
 	if !strings.HasPrefix(url, "meta://"+host+":") {
 		t.Fatalf("the broker's url is %s, want host %s", url, host)
 	}
-	const gone = "meta://127.0.0.1:1" // a bundle the view named once, later dead
-	var dead atomic.Bool
-	zc := zkClient(t, e)
-	viewRoot := e.root + "-view-x"
-	t.Cleanup(func() { removeTree(e.zk, viewRoot) })
-	v, err := registry.NewSiteView(zc, registry.SiteViewOptions{ViewRoot: viewRoot,
-		Dead: func(u string) bool { return dead.Load() && u == gone }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apply := func(target string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := v.Apply(ctx, map[int]string{0: target}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Wait for the broker's topic registration, then name gone, then url.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		kids, _ := zc.Children(t.Context(), e.root+"/brokers/topics-pub/orders")
-		if len(kids) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the broker never registered topic orders")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	apply(gone)
-	apply(url)
-	p := startJavaProducer(t, cp, e.zk, viewRoot, "orders")
+	jv := newJavaView(t, e, 1, url)
+	p := startJavaProducer(t, cp, e.zk, jv.root, "orders")
 
 	const rounds = 60
 	lost := 0
 	begin := time.Now()
 	for i := range rounds {
-		dead.Store(true)
-		at := time.Now()
-		apply(url) // gone is held and dead: the producers re-read
-		dead.Store(false)
+		at := jv.reread(url) // javaViewGone is held and dead: the producers re-read
 		if err := waitAcksFor(t, p, 20, at, 30*time.Second); err != nil {
 			lost++
 			t.Errorf("round %d: the producer has no acknowledgements since the re-read: %v", i, err)
 			break
 		}
-		apply(gone) // named again (not dead yet), then back
-		apply(url)
+		jv.goneAndBack(url) // named again (not dead yet), then back
 	}
 	r := stopJavaProducer(t, p)
 	// What a re-read costs the producer: each failed attempt and each send

@@ -1,16 +1,11 @@
 package bundle
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"metaq/broker/registry"
 )
 
 // TestJavaProducerOnViewKeepsEveryBrokerOverRereads: topic orders on broker
@@ -28,48 +23,12 @@ func TestJavaProducerOnViewKeepsEveryBrokerOverRereads(t *testing.T) {
 	e1 := newEnv(t, "[topic=orders]\nnumPartitions=2\n")
 	e1.root = e0.root
 	e1.writeINI(t, "[topic=orders]\nnumPartitions=2\n")
-	ini, err := os.ReadFile(e1.ini)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e1.ini, bytes.Replace(ini, []byte("brokerId=0"), []byte("brokerId=1"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editINI(t, e1, "brokerId=0", "brokerId=1")
 	url := e0.start(t).Broker.URL()
 	e1.start(t)
 
-	const gone = "meta://127.0.0.1:1" // a bundle the view named once for id 0, later dead
-	var dead atomic.Bool
-	zc := zkClient(t, e0)
-	viewRoot := e0.root + "-view-x"
-	t.Cleanup(func() { removeTree(e0.zk, viewRoot) })
-	v, err := registry.NewSiteView(zc, registry.SiteViewOptions{ViewRoot: viewRoot,
-		Dead: func(u string) bool { return dead.Load() && u == gone }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apply := func(target string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := v.Apply(ctx, map[int]string{0: target}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		kids, _ := zc.Children(t.Context(), e0.root+"/brokers/topics-pub/orders")
-		if len(kids) >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("both brokers never registered topic orders: %v", kids)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	apply(gone)
-	apply(url)
-	p := startJavaProducer(t, cp, e0.zk, viewRoot, "orders")
+	jv := newJavaView(t, e0, 2, url)
+	p := startJavaProducer(t, cp, e0.zk, jv.root, "orders")
 
 	// id1Acks waits for n acknowledgements on partition 1 (id 1's) since at.
 	id1Acks := func(n int, at time.Time) bool {
@@ -91,10 +50,7 @@ func TestJavaProducerOnViewKeepsEveryBrokerOverRereads(t *testing.T) {
 	const rounds = 30
 	lost := 0
 	for i := range rounds {
-		dead.Store(true)
-		at := time.Now()
-		apply(url) // gone is held and dead: the producer re-reads both ids
-		dead.Store(false)
+		at := jv.reread(url) // javaViewGone is held and dead: the producer re-reads both ids
 		// The next move must not overtake the producer's re-read (it
 		// would read the entries of a later apply).
 		if err := waitRereads(p, i+1); err != nil {
@@ -105,8 +61,7 @@ func TestJavaProducerOnViewKeepsEveryBrokerOverRereads(t *testing.T) {
 			t.Errorf("round %d: the producer has no acknowledgement from broker id 1 since the re-read", i)
 			break
 		}
-		apply(gone)
-		apply(url)
+		jv.goneAndBack(url)
 	}
 	r := stopJavaProducer(t, p)
 	log := p.stderrTail(1 << 20)
