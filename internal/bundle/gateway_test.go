@@ -217,8 +217,13 @@ func TestGatewayThroughSite(t *testing.T) {
 //
 // Every other failure fails the test: a refusal without the hold, a
 // slave's refusal, no partition, a held put refused after gz took puts.
+//
+// Not run in parallel: beside three other tests (a CI run, load unknown),
+// hf's view named bj's master for 0.7 s right after waitViewAt saw it name
+// hf (hf's view keeper had just connected to the other sites' ZooKeepers),
+// the producers, slower to start, read bj from it and never went through
+// hf's gateway (Dials 0 after the switchover).
 func TestGatewaySwitchover(t *testing.T) {
-	t.Parallel()
 	s := forwardingSitesTimed(t, 30*time.Second, 500*time.Millisecond)
 	waitViewAt(t, s, "hf")
 	prods, stop := startProducersAt(t, s, "orders", siteProducer{"hf-a", "hf", true}, siteProducer{"hf-b", "hf", true})

@@ -15,8 +15,9 @@ import (
 //
 // Tests that set a package variable (raiseTimeout, repairInterval,
 // keepPublishedEvery, reprobeEvery, slaveRegisterPatience), count the
-// process's goroutines, or run the Java client stay sequential: go test
-// runs them all before the parallel ones start.
+// process's goroutines, run the Java client, or need a quiet start-up
+// (TestGatewaySwitchover) stay sequential: go test runs them all before the
+// parallel ones start.
 const parallelTests = 4
 
 func TestMain(m *testing.M) {
