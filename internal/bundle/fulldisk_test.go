@@ -33,13 +33,7 @@ func TestRestartOnFullDiskComesUp(t *testing.T) {
 
 	// Small segments of about 200 chunks each: a segment's index needs
 	// more than the one page its cut .idx keeps.
-	ini, err := os.ReadFile(e.ini)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte("maxSegmentSize=1048576"), []byte("maxSegmentSize=65536"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editINI(t, e, "maxSegmentSize=1048576", "maxSegmentSize=65536")
 	b := e.start(t)
 	body := bytes.Repeat([]byte("d"), 250)
 	for i := 0; i < 700; i++ {

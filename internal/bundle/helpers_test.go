@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -219,4 +220,16 @@ func decodeRecords(data []byte, offset int64) ([]record, error) {
 		data = data[20+n:]
 	}
 	return out, nil
+}
+
+// editINI replaces the first from in e's server.ini with to.
+func editINI(t *testing.T, e *testEnv, from, to string) {
+	t.Helper()
+	ini, err := os.ReadFile(e.ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte(from), []byte(to), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,10 +1,8 @@
 package bundle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,16 +78,4 @@ func (jv *javaView) reread(url string) time.Time {
 	jv.apply(url)
 	jv.dead.Store(false)
 	return at
-}
-
-// editINI replaces the first from in e's server.ini with to.
-func editINI(t *testing.T, e *testEnv, from, to string) {
-	t.Helper()
-	ini, err := os.ReadFile(e.ini)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.ini, bytes.Replace(ini, []byte(from), []byte(to), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
