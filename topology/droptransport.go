@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -20,8 +21,15 @@ type dropTransport struct {
 // address, as memberlist.Create would, and sets conf's ports to the one
 // it bound when conf asked for any (0).
 func newDropTransport(conf *memberlist.Config, drop func(string) bool) (*dropTransport, error) {
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{conf.BindAddr}, BindPort: conf.BindPort, Logger: conf.Logger})
+	open := func() (*memberlist.NetTransport, error) {
+		return memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{conf.BindAddr}, BindPort: conf.BindPort, Logger: conf.Logger})
+	}
+	tries := 1
+	if conf.BindPort == 0 {
+		tries = autoBindTries
+	}
+	nt, err := openRetryingInUse(tries, open)
 	if err != nil {
 		return nil, fmt.Errorf("gossip transport: %w", err)
 	}
@@ -32,6 +40,25 @@ func newDropTransport(conf *memberlist.Config, drop func(string) bool) (*dropTra
 		}
 	}
 	return &dropTransport{NetTransport: nt, drop: drop}, nil
+}
+
+// autoBindTries is how often a transport on any port (0) is opened before
+// giving up, as memberlist.Create does: the kernel picks a free TCP port,
+// and the UDP port of the same number may be taken by someone else.
+const autoBindTries = 10
+
+// openRetryingInUse calls open up to tries times while it fails because
+// an address is already in use. memberlist formats the listener's error
+// with %v, so its text is all there is to match, as memberlist.Create does.
+func openRetryingInUse(tries int, open func() (*memberlist.NetTransport, error)) (*memberlist.NetTransport, error) {
+	var err error
+	for range tries {
+		var nt *memberlist.NetTransport
+		if nt, err = open(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return nt, err
+		}
+	}
+	return nil, err
 }
 
 // errDropped: a connection DropTo refused.

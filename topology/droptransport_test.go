@@ -2,9 +2,13 @@ package topology
 
 import (
 	"fmt"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"metaq/internal/testutil"
 )
@@ -59,4 +63,59 @@ func TestDropToCutsAndHeals(t *testing.T) {
 		}
 		return wantAlive(gz.t, "hf-1-s1")
 	})
+}
+
+// TestOpenRetryingInUseRetriesTakenPorts: a transport whose UDP port is
+// taken (the race of binding TCP and UDP to one kernel-picked number) is
+// opened again until the port is free or the tries are spent; any other
+// error is returned at once.
+func TestOpenRetryingInUseRetriesTakenPorts(t *testing.T) {
+	holder, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	port := holder.LocalAddr().(*net.UDPAddr).Port
+	calls := 0
+	open := func(freeOn int) func() (*memberlist.NetTransport, error) {
+		return func() (*memberlist.NetTransport, error) {
+			calls++
+			if calls == freeOn {
+				holder.Close()
+			}
+			return memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+				BindAddrs: []string{"127.0.0.1"}, BindPort: port})
+		}
+	}
+
+	if _, err := openRetryingInUse(3, open(0)); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("3 tries on a taken UDP port: err %v, want address already in use", err)
+	}
+	if calls != 3 {
+		t.Fatalf("3 tries on a taken UDP port opened %d times", calls)
+	}
+
+	calls = 0
+	nt, err := openRetryingInUse(autoBindTries, open(3))
+	if err != nil {
+		t.Fatalf("port freed before the third try: %v", err)
+	}
+	defer nt.Shutdown()
+	if calls != 3 || nt.GetAutoBindPort() != port {
+		t.Fatalf("opened %d times on port %d, want 3 times on %d", calls, nt.GetAutoBindPort(), port)
+	}
+
+	calls = 0
+	bad := func() (*memberlist.NetTransport, error) {
+		calls++
+		// An address this machine does not have (TEST-NET-3): binding
+		// fails with "cannot assign requested address"; nothing is sent.
+		return memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"203.0.113.1"}, BindPort: 0})
+	}
+	if nt, err := openRetryingInUse(autoBindTries, bad); err == nil || calls != 1 {
+		if nt != nil {
+			nt.Shutdown()
+		}
+		t.Fatalf("a bad address: err %v after %d opens, want an error after 1", err, calls)
+	}
 }
