@@ -6,7 +6,8 @@
 #   us/delivery=CPU per delivered message (0 groups: -) lg-us/put=the load generator's own CPU per produced
 #   message | put latency | delivery latency | broker user/system ticks | the load generator's CPU split
 #   (user/system, µs per produced message) | the consumers' gets (with records, empty, per delivered message,
-#   bytes per answer with records)
+#   bytes per answer with records) | the whole machine's split of the measured window (/proc/stat: user,
+#   system, interrupts, idle, waiting for I/O, stolen by the host; percent of all CPUs)
 # (LOAD1: the 1-minute load average when the round ends; ticks are 1/CLK_TCK s).
 # Usage: cpu-per-message.sh KIND GROUPS
 #   KIND: a metaq-server binary (its path), or "java" for the MetaQ Java broker (METAQ_JAVA=build dir of
@@ -41,6 +42,17 @@ if [ "$KIND" = disk ]; then
 	exit 0
 fi
 CONS=${2:?usage: cpu-per-message.sh KIND GROUPS}
+# machine_split BEFORE AFTER: the whole machine's time between two "cpu" lines of /proc/stat, in percent
+# of all its CPUs: whether a round was bound by the cores (little idle) or by something else.
+machine_split() {
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		split(a, x); split(b, y); t = 0
+		for (i = 2; i <= 9; i++) { d[i] = y[i] - x[i]; t += d[i] }
+		if (t <= 0) { print "machine -"; exit }
+		printf "machine user %.0f%% system %.0f%% irq %.0f%% idle %.0f%% iowait %.0f%% steal %.0f%%",
+			100 * (d[2] + d[3]) / t, 100 * d[4] / t, 100 * (d[7] + d[8]) / t, 100 * d[5] / t, 100 * d[6] / t, 100 * d[9] / t
+	}'
+}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 MB=${MB:?metaq-bench binary}; WARM=${WARMUP:-5}; DUR=${DURATION:-10}
@@ -63,8 +75,10 @@ sleep 1
 mbpid=$!
 sleep "$WARM"
 read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+m0=$(head -1 /proc/stat)
 wait $mbpid
 read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+m1=$(head -1 /proc/stat)
 c0=$((u0 + s0)); c1=$((u1 + s1))
 load=$(cut -d' ' -f1 /proc/loadavg)
 kill -TERM $pid
@@ -75,7 +89,7 @@ puts=$(grep -o '^produce: [0-9]*' "$data/mb.out" | awk '{print $2}')
 cons=$(grep -o '^consume: [0-9]*' "$data/mb.out" | awk '{print $2}')
 tck=$(getconf CLK_TCK)
 echo "$(date -u +%H:%M:%S) $(basename "$KIND") $CONS ${puts:-0} ${cons:-0} $((c1 - c0)) $load $(awk -v p="${puts:-0}" -v c="${cons:-0}" -v t=$((c1 - c0)) -v d="$DUR" -v k="$tck" \
-	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out") | broker user/sys ticks $((u1 - u0))/$((s1 - s0)) | lg $(grep -o 'user [0-9.]*, system [0-9.]*' "$data/mb.out") | $(grep '^gets:' "$data/mb.out")"
+	'BEGIN { printf "msgs/s=%.0f/%.0f us/put=%.2f us/delivery=%s", p/d, c/d, (p ? t/k*1e6/p : 0), (c ? sprintf("%.2f", t/k*1e6/c) : "-") }') lg-us/put=$(grep -o '^process CPU: [0-9.]*' "$data/mb.out" | awk '{print $3}') | $(grep '^put latency' "$data/mb.out") | $(grep '^delivery latency' "$data/mb.out") | broker user/sys ticks $((u1 - u0))/$((s1 - s0)) | lg $(grep -o 'user [0-9.]*, system [0-9.]*' "$data/mb.out") | $(grep '^gets:' "$data/mb.out") | $(machine_split "$m0" "$m1")"
 [ -z "$puts" ] && { cat "$data/mb.out"; tail -5 "$data/server.log"; } >&2
 [ -n "${SERVER_LOG:-}" ] && cp "$data/server.log" "$SERVER_LOG"
 rm -rf "$data"
