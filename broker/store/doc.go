@@ -511,10 +511,15 @@
 // less CPU than the copy path (pread, crc32c, copy, write) from a mean
 // chunk of about 4 KiB up (0.69 against 0.85 ns per byte at 4 KiB, 0.16
 // against 0.49-0.58 at 32 KiB, 0.07 against 0.54 at 256 KiB) and more
-// below it (1.23 against 0.77 at 2 KiB, 2.3 against 1.0 at 1 KiB). So
+// below it (1.23 against 0.77 at 2 KiB, 2.3 against 1.0 at 1 KiB), while
+// splicing through a pipe beats the copy path down to 1 KiB chunks. So
 // ReadRun declines (the broker then copies) when the mean chunk of the
-// answer is below 4 KiB (sendfileMinChunk), and for connections whose
-// bytes must pass through the process (TLS).
+// answer is below 4 KiB (sendfileMinChunk) unless it is at least 1 KiB
+// (spliceMinChunk) and the run would be spliced (three sections or more,
+// a pipe free), and for connections whose bytes must pass through the
+// process (TLS). Consumers at the tail under a steady put rate read such
+// chunks (a partition's share of each commit): copying them cost about
+// twice the broker CPU per delivery (BENCH.md).
 // Several answers ready at once on a connection (a consumer's gets of
 // several partitions, sent together) go out as one stream (SendBatch):
 // the headers and small answers written into one pipe, the runs' sections

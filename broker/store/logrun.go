@@ -149,13 +149,31 @@ func copySections(w io.Writer, secs []section, progress func()) (int64, error) {
 // copy).
 const sendfileMinChunk = 4 << 10
 
+// spliceMinChunk is the smallest mean chunk a run is built for when it
+// will be spliced through a pipe (spliceLikely: enough sections and a
+// pipe free): splice beats the copy path down to 1 KiB chunks, where
+// sendfile costs twice as much (BENCH.md, zero copy). At a steady put rate
+// a commit holds a partition's chunk of a few records, so consumers at the
+// tail read 1-4 KiB chunks; copying them cost twice the CPU per delivery.
+const spliceMinChunk = 1 << 10
+
+// worthARun reports whether an answer of total payload bytes in chunks
+// log entries costs less sent from the files than copied: chunks of
+// sendfileMinChunk on average, or of spliceMinChunk when it will likely be
+// spliced. (A pipe found free here may be taken by the time the answer is
+// sent; it then goes by sendfile, correct but dearer.)
+func (s *Store) worthARun(total int64, chunks int) bool {
+	n := int64(chunks)
+	return total >= n*int64(s.opts.sendfileMinChunk) || (total >= n*spliceMinChunk && spliceLikely(chunks))
+}
+
 // ReadRun is Read for a caller that can send file sections without
 // copying them (see LogRun): the same bytes (a prefix of them: a run stops
 // at the log's durable end, Read at the written end), the same errors. It
 // returns a nil run and no error when the answer must be copied instead:
 // a chunk that no crc check has covered since start-up (the scrub has not
 // reached it: Read checks it on the way), chunks too small for sendfile
-// to pay (sendfileMinChunk), a first chunk not yet durable, or a file
+// to pay (worthARun), a first chunk not yet durable, or a file
 // system whose files are not operating-system files.
 func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int) (*LogRun, error) {
 	pl, err := s.plan(topic, partition, offset, maxBytes)
@@ -175,7 +193,7 @@ func (s *Store) ReadRun(topic string, partition int, offset int64, maxBytes int)
 		total += min(int64(c.n)-max(pl.offset-c.off, 0), pl.total-total)
 	}
 	pl.total = total
-	if len(pl.ents) == 0 || pl.total < int64(len(pl.ents))*int64(s.opts.sendfileMinChunk) {
+	if len(pl.ents) == 0 || !s.worthARun(pl.total, len(pl.ents)) {
 		return nil, nil
 	}
 	checkedFrom := s.checkedFrom.Load()

@@ -315,6 +315,12 @@ func (ps *pipeSend) pump(last bool) error {
 	return nil
 }
 
+// spliceLikely reports whether a run of sections would be spliced through
+// a pipe if it were sent now: it has spliceMinSections and a pipe is free.
+func spliceLikely(sections int) bool {
+	return sections >= spliceMinSections && splicePipes.likelyFree()
+}
+
 // spliceMinSections is the fewest sections a run is spliced through a pipe
 // for: below it each section's own sendfile costs no more (BENCH.md).
 const spliceMinSections = 3
@@ -387,6 +393,16 @@ func (l *lazyPipePool) get() *splicePipe {
 }
 
 func (l *lazyPipePool) put(p *splicePipe) { l.pool.put(p) }
+
+// likelyFree reports whether get would lend a pipe now (another sender
+// may take it first).
+func (l *lazyPipePool) likelyFree() bool {
+	if l.off.Load() {
+		return false
+	}
+	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
+	return len(l.pool.free) > 0 || l.pool.n.Load() < l.pool.max
+}
 
 // inUse returns the pipes in existence.
 func (l *lazyPipePool) inUse() int32 {

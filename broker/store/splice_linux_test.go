@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -215,5 +216,59 @@ func TestPipeBound(t *testing.T) {
 	}
 	if p := newPipePool(0).get(); p != nil {
 		t.Fatal("a pool of 0 pipes lent one")
+	}
+}
+
+// TestReadRunSplicesSmallChunks: a run of 1-4 KiB chunks (a partition's
+// share of each commit at a steady put rate) is sent from the files when
+// it will be spliced (three sections or more and a pipe free), byte for
+// byte what Read returns; it is copied when it would go by sendfile
+// instead (no pipe, or fewer sections), and chunks below 1 KiB are always
+// copied.
+func TestReadRunSplicesSmallChunks(t *testing.T) {
+	s := openT(t, Options{ScrubRate: -1})
+	var want []byte
+	for i := range 12 {
+		b := bytes.Repeat([]byte{byte(i)}, 1500) // 1,520-byte chunks
+		a := mustAppend(t, s, "z", 0, string(b))
+		want = AppendRecord(want, a[0].ID, 0, b)
+		mustAppend(t, s, "z", 1, "between") // the chunks are sections of their own
+		mustAppend(t, s, "z", 2, strings.Repeat("s", 500))
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.ReadRun("z", 0, 0, len(want))
+	if err != nil || run == nil {
+		t.Fatalf("12 chunks of 1.5 KiB with pipes free: run %v, err %v; want a run", run, err)
+	}
+	if len(run.secs) != 12 {
+		t.Fatalf("run in %d sections, want 12", len(run.secs))
+	}
+	srv, cli := tcpPair(t)
+	got := sendOverTCP(t, run, srv, cli, false)
+	run.Release()
+	exp, err := s.Read("z", 0, 0, len(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, exp) || !bytes.Equal(exp, want) {
+		t.Fatalf("spliced %d bytes, Read %d, written %d: they differ", len(got), len(exp), len(want))
+	}
+
+	// Two sections: each would be its own sendfile, dearer than a copy.
+	if run, err := s.ReadRun("z", 0, 0, 2*1520); err != nil || run != nil {
+		t.Fatalf("2 chunks of 1.5 KiB: run %v, err %v; want the copy path", run, err)
+	}
+	// No pipe to lend: sendfile again.
+	splicePipes.off.Store(true)
+	run, err = s.ReadRun("z", 0, 0, len(want))
+	splicePipes.off.Store(false)
+	if err != nil || run != nil {
+		t.Fatalf("12 chunks of 1.5 KiB, no pipe: run %v, err %v; want the copy path", run, err)
+	}
+	// Chunks below 1 KiB: copied whatever the pipes.
+	if run, err := s.ReadRun("z", 2, 0, 1<<20); err != nil || run != nil {
+		t.Fatalf("12 chunks of 520 bytes: run %v, err %v; want the copy path", run, err)
 	}
 }
