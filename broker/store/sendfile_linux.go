@@ -384,12 +384,17 @@ type lazyPipePool struct {
 	off atomic.Bool
 }
 
+// made returns the pool, made on first use.
+func (l *lazyPipePool) made() *pipePool {
+	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
+	return l.pool
+}
+
 func (l *lazyPipePool) get() *splicePipe {
 	if l.off.Load() {
 		return nil
 	}
-	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
-	return l.pool.get()
+	return l.made().get()
 }
 
 func (l *lazyPipePool) put(p *splicePipe) { l.pool.put(p) }
@@ -400,15 +405,12 @@ func (l *lazyPipePool) likelyFree() bool {
 	if l.off.Load() {
 		return false
 	}
-	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
-	return len(l.pool.free) > 0 || l.pool.n.Load() < l.pool.max
+	pp := l.made()
+	return len(pp.free) > 0 || pp.n.Load() < pp.max
 }
 
 // inUse returns the pipes in existence.
-func (l *lazyPipePool) inUse() int32 {
-	l.once.Do(func() { l.pool = newPipePool(pipeBound(openFileLimit())) })
-	return l.pool.n.Load()
-}
+func (l *lazyPipePool) inUse() int32 { return l.made().n.Load() }
 
 func newPipePool(max int) *pipePool {
 	return &pipePool{free: make(chan *splicePipe, max), max: int32(max)}
